@@ -1,0 +1,94 @@
+"""The composition root: the one place that reads the environment and wires paths, log, projections and
+handlers together. The CLI and the daemon both start here."""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from blazar import config as settings
+from blazar.clock import Clock, SystemClock
+from blazar.events.log import EventLog
+from blazar.events.writer import GroupCommitWriter
+from blazar.paths import Paths
+from blazar.projections import all_projections
+from blazar.projections.runner import ProjectionRunner
+
+# A CLI command that had to fold more than this many events at start leaves a checkpoint behind on close.
+CHECKPOINT_ON_CLOSE_AFTER = 1_000
+
+
+@dataclass
+class Blazar:
+    """Everything a command needs: where files are, the log, live projections, who is acting."""
+
+    paths: Paths
+    log: EventLog
+    runner: ProjectionRunner
+    clock: Clock
+    actor: str
+    folded_at_start: int = 0
+    writer: GroupCommitWriter | None = None
+
+    def overrides(self) -> dict[str, object]:
+        return dict(self.runner.state("config")["overrides"])
+
+    def settings(self) -> settings.Settings:
+        known = {k: v for k, v in self.overrides().items() if k in settings.FIELDS}
+        return settings.Settings(**known)
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            await self.writer.stop()
+        await self.runner.stop(checkpoint=self.folded_at_start >= CHECKPOINT_ON_CLOSE_AFTER)
+        await self.log.close()
+
+
+def paths_from_env(env: Mapping[str, str] | None = None) -> Paths:
+    return Paths.from_env(env)
+
+
+def default_actor(env: Mapping[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    try:
+        user = env.get("USER") or getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return f"cli:{user}"
+
+
+async def bootstrap(
+    *,
+    paths: Paths | None = None,
+    env: Mapping[str, str] | None = None,
+    actor: str | None = None,
+    clock: Clock | None = None,
+    reconcile_config: bool = True,
+) -> Blazar:
+    """Open the log (migrating it), catch projections up, and notice hand edits of config.toml."""
+    from blazar.handlers.config import reconcile_file  # handlers import bootstrap's types
+
+    paths = paths or paths_from_env(env)
+    paths.ensure()
+    clock = clock or SystemClock()
+    log = await EventLog.open(paths.db, clock=clock)
+    runner = ProjectionRunner(log, all_projections())
+    try:
+        await runner.start()
+    except BaseException:
+        await log.close()
+        raise
+    app = Blazar(paths=paths, log=log, runner=runner, clock=clock, actor=actor or default_actor(env))
+    app.folded_at_start = runner.folded_at_start
+    runner.checkpoint_every = app.settings().checkpoint_every
+    logging.getLogger("blazar").setLevel(app.settings().log_level.upper())
+    if reconcile_config:
+        try:
+            await reconcile_file(app)
+        except BaseException:
+            await app.close()
+            raise
+    return app

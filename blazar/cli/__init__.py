@@ -1,0 +1,1 @@
+"""The `blazar` command line: parse, call handlers or queries, render with rich or as JSON."""

@@ -1,0 +1,62 @@
+"""Shared pieces of the CLI: running a command against a bootstrapped Blazar, and printing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import AsyncIterator, Coroutine
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import orjson
+import typer
+from rich.console import Console
+
+from blazar.bootstrap import Blazar, bootstrap
+from blazar.cli.timeparse import parse_time
+
+T = TypeVar("T")
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False)
+
+JSON_OPTION = typer.Option(False, "--json", help="Print JSON instead of a table.")
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+@contextlib.asynccontextmanager
+async def opened(*, reconcile_config: bool = True) -> AsyncIterator[Blazar]:
+    app = await bootstrap(reconcile_config=reconcile_config)
+    try:
+        yield app
+    finally:
+        await app.close()
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode() + "\n")
+    sys.stdout.flush()
+
+
+def print_json_line(value: Any) -> None:
+    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode() + "\n")
+    sys.stdout.flush()
+
+
+def fmt_ts(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def time_option(value: str | None, *, now: float) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_time(value, now=now)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None

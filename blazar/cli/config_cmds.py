@@ -1,0 +1,99 @@
+"""`blazar config defaults|list|get|set|unset`: every change goes to config.toml and into the log."""
+
+from __future__ import annotations
+
+import tomli_w
+import typer
+from rich.table import Table
+
+from blazar import config as settings
+from blazar.cli.common import JSON_OPTION, opened, out, print_json, run
+from blazar.handlers.config import set_value, unset_value
+
+app = typer.Typer(help="Read and change configuration (config.toml; each change is a config.changed event).",
+                  no_args_is_help=True)
+
+
+@app.command()
+def defaults(as_json: bool = JSON_OPTION) -> None:
+    """Print every key with its built-in default, as TOML (or JSON)."""
+    values = settings.defaults()
+    if as_json:
+        print_json(values)
+        return
+    for key, value in values.items():
+        out.print(f"# {settings.FIELDS[key].description} ({settings.describe(key)})")
+        out.print(tomli_w.dumps({key: value}), end="")
+
+
+@app.command("list")
+def list_(as_json: bool = JSON_OPTION) -> None:
+    """List the effective configuration and where each value comes from."""
+
+    async def go() -> list[dict]:
+        async with opened() as app_:
+            overrides = app_.overrides()
+        eff = settings.effective({k: v for k, v in overrides.items() if k in settings.FIELDS})
+        return [
+            {"key": k, "value": v, "source": "config.toml" if k in overrides else "default",
+             "accepts": settings.describe(k)}
+            for k, v in eff.items()
+        ]
+
+    rows = run(go())
+    if as_json:
+        print_json(rows)
+        return
+    table = Table("key", "value", "source", "accepts", box=None, header_style="bold")
+    for r in rows:
+        table.add_row(r["key"], str(r["value"]), r["source"], r["accepts"])
+    out.print(table)
+
+
+@app.command()
+def get(key: str = typer.Argument(..., help="A config key (see `blazar config defaults`)."),
+        as_json: bool = JSON_OPTION) -> None:
+    """Print the effective value of KEY."""
+    settings.describe(key)  # refuses unknown keys with the valid ones
+
+    async def go():
+        async with opened() as app_:
+            return app_.settings().model_dump(mode="json")[key]
+
+    value = run(go())
+    if as_json:
+        print_json({"key": key, "value": value})
+    else:
+        out.print(str(value).lower() if isinstance(value, bool) else str(value))
+
+
+@app.command("set")
+def set_(key: str = typer.Argument(..., help="A config key."),
+         value: str = typer.Argument(..., help="The new value, as text (true/false, numbers, choices).")) -> None:
+    """Set KEY to VALUE: validated, written to config.toml atomically, recorded as config.changed."""
+
+    async def go():
+        async with opened() as app_:
+            return await set_value(app_, key, value)
+
+    rec = run(go())
+    if rec is None:
+        out.print(f"{key} is already {value}")
+    else:
+        out.print(f"{key} = {rec.event.new}  (was {rec.event.old if rec.event.old is not None else 'default'}; "
+                  f"seq {rec.seq})")
+
+
+@app.command()
+def unset(key: str = typer.Argument(..., help="A config key.")) -> None:
+    """Return KEY to its default (also removes an unknown key from a hand-edited config.toml)."""
+
+    async def go():
+        async with opened(reconcile_config=False) as app_:
+            return await unset_value(app_, key)
+
+    rec = run(go())
+    if rec is None:
+        out.print(f"{key}: nothing to unset" if key in settings.FIELDS else f"removed unknown key {key!r}")
+    else:
+        out.print(f"{key} back to its default ({settings.defaults()[key]}); seq {rec.seq}")

@@ -1,0 +1,51 @@
+"""The `blazar` command: every sub-command, and one place that turns a BlazarError into a message."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from blazar import __version__
+from blazar.cli import config_cmds, db, log_cmds
+from blazar.cli.common import err
+from blazar.errors import BlazarError
+
+app = typer.Typer(
+    name="blazar",
+    help="Blazar: the control plane for local AI inference. Every change is an event in one append-only log.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"blazar {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """Paths: config in $XDG_CONFIG_HOME/blazar, data in $XDG_DATA_HOME/blazar; BLAZAR_HOME overrides both."""
+
+
+app.command("events")(log_cmds.events)
+app.command("state")(log_cmds.state)
+app.add_typer(db.app, name="db")
+app.add_typer(config_cmds.app, name="config")
+
+
+def main() -> None:
+    try:
+        app()
+    except BlazarError as exc:
+        err.print(f"[bold red]error:[/bold red] {exc.message}")
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

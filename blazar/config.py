@@ -1,0 +1,176 @@
+"""Configuration: the settings schema, parsing values given as text, and config.toml read/write.
+
+The file is the user's; the log records every change to it (`config.changed`). Writes are atomic (a temporary
+file renamed over the old one, the previous version kept as `config.toml.bak`), serialised by a lock file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import tomllib
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import tomli_w
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
+
+from blazar.errors import ConfigError
+
+
+class Settings(BaseModel):
+    """Every configuration key, its type, range and default. Unknown keys are refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "warning", description="Level of Blazar's own diagnostic logging (stderr and log/blazar.log)."
+    )
+    pii_scrub: bool = Field(
+        True, description="Pseudonymise user names in audit output (content is never included either way)."
+    )
+    checkpoint_every: int = Field(
+        10_000, ge=100, le=10_000_000, description="Write projection checkpoints after this many new events."
+    )
+    group_commit_ms: float = Field(
+        5.0, ge=0.5, le=1000.0, description="How long the group-commit writer gathers request events per batch."
+    )
+
+
+FIELDS: dict[str, FieldInfo] = dict(Settings.model_fields)
+
+
+def defaults() -> dict[str, Any]:
+    return Settings().model_dump(mode="json")
+
+
+def describe(key: str) -> str:
+    """One line saying what a key accepts: its choices or range."""
+    info = _field(key)
+    ann = info.annotation
+    if typing.get_origin(ann) is Literal:
+        return "one of: " + ", ".join(str(c) for c in typing.get_args(ann))
+    if ann is bool:
+        return "true or false"
+    bounds = {type(m).__name__: m for m in info.metadata}
+    lo = getattr(bounds.get("Ge"), "ge", None)
+    hi = getattr(bounds.get("Le"), "le", None)
+    kind = "an integer" if ann is int else "a number" if ann is float else "text"
+    if lo is not None and hi is not None:
+        return f"{kind} from {lo} to {hi}"
+    return kind
+
+
+def _field(key: str) -> FieldInfo:
+    info = FIELDS.get(key)
+    if info is None:
+        raise ConfigError(f"unknown config key {key!r}; valid keys: {', '.join(sorted(FIELDS))}")
+    return info
+
+
+def parse_value(key: str, text: str) -> Any:
+    """Text from the command line -> a validated value for `key` (ConfigError says what is valid)."""
+    info = _field(key)
+    ann = info.annotation
+    raw: Any = text
+    if ann is bool:
+        lowered = text.strip().lower()
+        if lowered in ("true", "yes", "on", "1"):
+            raw = True
+        elif lowered in ("false", "no", "off", "0"):
+            raw = False
+        else:
+            raise ConfigError(f"invalid value {text!r} for {key}: expected {describe(key)}")
+    return validate_value(key, raw)
+
+
+def validate_value(key: str, value: Any) -> Any:
+    _field(key)
+    try:
+        checked = Settings.model_validate({key: value})
+    except ValidationError:
+        raise ConfigError(f"invalid value {value!r} for {key}: expected {describe(key)}") from None
+    return checked.model_dump(mode="json")[key]
+
+
+def validate_overrides(values: dict[str, Any], *, source: str) -> dict[str, Any]:
+    """Check a whole set of overrides (as read from a file); returns them normalised."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in FIELDS:
+            raise ConfigError(f"{source}: unknown config key {key!r}; valid keys: {', '.join(sorted(FIELDS))}")
+        try:
+            out[key] = validate_value(key, value)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc.message}") from None
+    return out
+
+
+def effective(overrides: dict[str, Any]) -> dict[str, Any]:
+    merged = defaults()
+    merged.update(overrides)
+    return merged
+
+
+# -- config.toml ---------------------------------------------------------------------------------------------
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """The overrides in config.toml, validated ({} when the file does not exist)."""
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        return {}
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    return validate_overrides(data, source=str(path))
+
+
+def read_file_raw(path: Path) -> dict[str, Any]:
+    """config.toml as parsed, unvalidated (so `config unset` can repair a bad key)."""
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        return {}
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Serialise writers of config.toml across processes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def write_file(path: Path, values: dict[str, Any]) -> None:
+    """Replace config.toml atomically with `values`, keeping the previous file as config.toml.bak."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    body = "# Blazar configuration: `blazar config defaults` lists every key.\n" + tomli_w.dumps(
+        dict(sorted(values.items()))
+    )
+    with tmp.open("w") as fh:
+        fh.write(body)
+        fh.flush()
+        os.fsync(fh.fileno())
+    if path.exists():
+        shutil.copy2(path, path.with_name(path.name + ".bak"))
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

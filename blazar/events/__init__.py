@@ -1,0 +1,20 @@
+"""WHAT HAPPENED: typed events, the registry that decodes them, and the append-only log that stores them.
+
+Importing this package registers every event type.
+"""
+
+from blazar.events import system as system  # noqa: F401  (registers event types)
+from blazar.events.base import Event, Pending, Recorded
+from blazar.events.registry import decode, encode, event_class, known_types, register, upcaster
+
+__all__ = [
+    "Event",
+    "Pending",
+    "Recorded",
+    "decode",
+    "encode",
+    "event_class",
+    "known_types",
+    "register",
+    "upcaster",
+]

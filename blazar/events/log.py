@@ -1,0 +1,277 @@
+"""The append-only log: one SQLite table, one writer connection, readers on their own connections.
+
+Appends are transactions under `BEGIN IMMEDIATE` that take `MAX(seq)+1` inside the transaction, so several
+processes (the daemon and a CLI command) can append safely; the insert trigger makes the log gap-free.
+`append` is the durable path (returns after COMMIT, with `synchronous=FULL`); the group-commit writer in
+`writer.py` batches request events through `commit_pending`. Reads stream rows in batches and decode them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event as sa_event
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
+
+from blazar.clock import Clock, SystemClock
+from blazar.errors import AppendOnlyViolation, LogError
+from blazar.events.base import Event, Pending, Recorded
+from blazar.events.migrate import ensure_schema
+from blazar.events.registry import decode, encode
+
+_COLUMNS = "seq, ts, type, v, stream, trace_id, actor, cause, data"
+_INSERT = f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+READ_BATCH = 5000
+
+
+def _engine(db: Path, *, immediate: bool) -> AsyncEngine:
+    # NullPool: each reader opens its own connection (cheap for SQLite) and never shares one across tasks.
+    engine = create_async_engine(f"sqlite+aiosqlite:///{db}", poolclass=NullPool)
+
+    @sa_event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Take over transaction control from the driver so BEGIN is ours to choose.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=FULL")
+        cur.execute("PRAGMA busy_timeout=10000")
+        cur.close()
+
+    @sa_event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+def row_to_recorded(row: Sequence[Any]) -> Recorded:
+    seq, ts, type_name, v, stream, trace_id, actor, cause, data = row
+    return Recorded(
+        seq=seq,
+        ts=ts,
+        type=type_name,
+        v=v,
+        stream=stream,
+        trace_id=trace_id,
+        actor=actor,
+        cause=cause,
+        event=decode(seq, type_name, v, data),
+    )
+
+
+class EventLog:
+    """The log. Open with `await EventLog.open(path)`; close with `await log.close()`."""
+
+    def __init__(self, path: Path, writer: AsyncEngine, reader: AsyncEngine, clock: Clock) -> None:
+        self.path = path
+        self.clock = clock
+        self._writer_engine = writer
+        self._reader_engine = reader
+        self._wconn: AsyncConnection | None = None
+        self._write_lock = asyncio.Lock()
+        self._appended = asyncio.Event()
+        self._last_seq = 0
+
+    @classmethod
+    async def open(cls, path: Path, *, clock: Clock | None = None, migrate: bool = True) -> EventLog:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if migrate:
+            await asyncio.to_thread(ensure_schema, path)
+        log = cls(path, _engine(path, immediate=True), _engine(path, immediate=False), clock or SystemClock())
+        log._wconn = await log._writer_engine.connect()
+        log._last_seq = await log.last_seq()
+        return log
+
+    async def close(self) -> None:
+        if self._wconn is not None:
+            await self._wconn.close()
+            self._wconn = None
+        await self._writer_engine.dispose()
+        await self._reader_engine.dispose()
+
+    async def __aenter__(self) -> EventLog:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- writing -------------------------------------------------------------------------------------------
+
+    def pending(
+        self,
+        event: Event,
+        *,
+        actor: str,
+        stream: str | None = None,
+        trace_id: str | None = None,
+        cause: int | None = None,
+        ts: float | None = None,
+    ) -> Pending:
+        return Pending(
+            event=event,
+            stream=stream or event.stream_key(),
+            trace_id=trace_id,
+            actor=actor,
+            cause=cause,
+            ts=self.clock.now() if ts is None else ts,
+        )
+
+    async def append(
+        self,
+        events: Event | Iterable[Event],
+        *,
+        actor: str,
+        stream: str | None = None,
+        trace_id: str | None = None,
+        cause: int | None = None,
+    ) -> list[Recorded]:
+        """Durable append: the events are committed (fsynced) when this returns."""
+        batch = [events] if isinstance(events, Event) else list(events)
+        pend = [self.pending(e, actor=actor, stream=stream, trace_id=trace_id, cause=cause) for e in batch]
+        return await self.commit_pending(pend)
+
+    async def commit_pending(self, batch: Sequence[Pending]) -> list[Recorded]:
+        """Commit a batch in one transaction, assigning consecutive seqs. All or nothing."""
+        if not batch:
+            return []
+        encoded = [(p, encode(p.event)) for p in batch]  # validate before touching the database
+        assert self._wconn is not None, "log is closed"
+        async with self._write_lock:
+            conn = self._wconn
+            try:
+                async with conn.begin():
+                    first = (await conn.exec_driver_sql("SELECT COALESCE(MAX(seq), 0) FROM events")).scalar_one()
+                    rows = [
+                        (first + i + 1, p.ts, p.event.TYPE, p.event.V, p.stream, p.trace_id, p.actor, p.cause, data)
+                        for i, (p, data) in enumerate(encoded)
+                    ]
+                    await conn.exec_driver_sql(_INSERT, rows)
+            except IntegrityError as exc:
+                raise AppendOnlyViolation(f"append refused by the log: {exc.orig}") from exc
+            except OperationalError as exc:
+                raise LogError(f"append failed: {exc.orig}") from exc
+        self._last_seq = rows[-1][0]
+        self._appended.set()
+        return [
+            Recorded(
+                seq=r[0], ts=r[1], type=r[2], v=r[3], stream=r[4], trace_id=r[5], actor=r[6], cause=r[7],
+                event=p.event,
+            )
+            for r, (p, _) in zip(rows, encoded, strict=True)
+        ]
+
+    @contextlib.asynccontextmanager
+    async def write_transaction(self) -> AsyncIterator[AsyncConnection]:
+        """The writer connection inside `BEGIN IMMEDIATE`, for derived tables (checkpoints); never `events`."""
+        assert self._wconn is not None, "log is closed"
+        async with self._write_lock, self._wconn.begin():
+            yield self._wconn
+
+    # -- reading -------------------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def reader(self) -> AsyncIterator[AsyncConnection]:
+        async with self._reader_engine.connect() as conn:
+            yield conn
+
+    async def last_seq(self) -> int:
+        async with self.reader() as conn:
+            return (await conn.exec_driver_sql("SELECT COALESCE(MAX(seq), 0) FROM events")).scalar_one()
+
+    async def seq_at_time(self, ts: float) -> int:
+        """The last seq recorded at or before `ts` (0 when none)."""
+        async with self.reader() as conn:
+            res = await conn.exec_driver_sql("SELECT COALESCE(MAX(seq), 0) FROM events WHERE ts <= ?", (ts,))
+            return res.scalar_one()
+
+    async def read(
+        self,
+        *,
+        after: int = 0,
+        upto: int | None = None,
+        types: Sequence[str] | None = None,
+        stream: str | None = None,
+        trace_id: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int | None = None,
+        batch: int = READ_BATCH,
+    ) -> AsyncIterator[Recorded]:
+        """Events in seq order matching every filter given (`after` is exclusive, `upto` inclusive)."""
+        async for rows in self.read_rows(
+            after=after, upto=upto, types=types, stream=stream, trace_id=trace_id,
+            since=since, until=until, limit=limit, batch=batch,
+        ):
+            for row in rows:
+                yield row_to_recorded(row)
+
+    async def read_rows(
+        self,
+        *,
+        after: int = 0,
+        upto: int | None = None,
+        types: Sequence[str] | None = None,
+        stream: str | None = None,
+        trace_id: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int | None = None,
+        batch: int = READ_BATCH,
+    ) -> AsyncIterator[list[tuple[Any, ...]]]:
+        """Undecoded rows in batches, keyset-paginated on seq (each batch is a short read transaction)."""
+        where = ["seq > ?"]
+        params: list[Any] = [after]
+        if upto is not None:
+            where.append("seq <= ?")
+            params.append(upto)
+        if types:
+            where.append(f"type IN ({', '.join('?' * len(types))})")
+            params.extend(types)
+        if stream is not None:
+            where.append("stream = ?")
+            params.append(stream)
+        if trace_id is not None:
+            where.append("trace_id = ?")
+            params.append(trace_id)
+        if since is not None:
+            where.append("ts >= ?")
+            params.append(since)
+        if until is not None:
+            where.append("ts <= ?")
+            params.append(until)
+        sql = f"SELECT {_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
+        remaining = limit
+        async with self.reader() as conn:
+            while remaining is None or remaining > 0:
+                n = batch if remaining is None else min(batch, remaining)
+                res = await conn.exec_driver_sql(sql, (*params, n))
+                rows = res.fetchall()
+                if not rows:
+                    return
+                yield rows  # type: ignore[misc]
+                params[0] = rows[-1][0]
+                if remaining is not None:
+                    remaining -= len(rows)
+                if len(rows) < n:
+                    return
+
+    async def follow(self, *, after: int = 0, poll_interval: float = 0.25, **filters: Any) -> AsyncIterator[Recorded]:
+        """A live tail: every matching event after `after`, then each new one as it is appended.
+
+        Appends in this process wake the tail at once; appends by other processes are seen within
+        `poll_interval`.
+        """
+        while True:
+            self._appended.clear()
+            async for rec in self.read(after=after, **filters):
+                after = rec.seq
+                yield rec
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._appended.wait(), timeout=poll_interval)

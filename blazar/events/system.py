@@ -1,0 +1,62 @@
+"""Events about Blazar itself: configuration changes and snapshot restores."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from blazar.events.base import Event
+from blazar.events.registry import register
+
+JsonValue = Any
+
+
+@register
+class ConfigChanged(Event):
+    """One configuration key changed. `new` is None when the key was unset (back to its default)."""
+
+    TYPE = "config.changed"
+    AUDIT = True
+
+    key: str
+    old: JsonValue = None
+    new: JsonValue = None
+    # "cli": `blazar config set/unset`; "file": a hand edit of config.toml noticed at start-up.
+    source: Literal["cli", "file"] = "cli"
+
+    def stream_key(self) -> str:
+        return f"config:{self.key}"
+
+
+@register
+class SnapshotTaken(Event):
+    """A consistent copy of the log was written (the copy itself ends at `seq_last`)."""
+
+    TYPE = "snapshot.taken"
+    AUDIT = True
+
+    path: str
+    seq_last: int
+    event_count: int
+    db_sha256: str
+    model_files: int = 0
+
+    def stream_key(self) -> str:
+        return "snapshot"
+
+
+@register
+class SnapshotRestored(Event):
+    """The log was replaced by a verified snapshot; the replaced log was kept at `previous_kept_at`."""
+
+    TYPE = "snapshot.restored"
+    AUDIT = True
+
+    path: str
+    manifest_sha256: str
+    seq_last: int
+    previous_seq_last: int
+    previous_kept_at: str | None = None
+    forced: bool = False
+
+    def stream_key(self) -> str:
+        return "snapshot"

@@ -1,0 +1,61 @@
+"""Config commands: set and unset keys (file first, then the event), and notice hand edits at start-up.
+
+NOTE: config.toml is written before the event is appended. If the process dies in between, the next start
+sees the file differ from the log and records the change then (as source "file"); nothing is lost.
+"""
+
+from __future__ import annotations
+
+from blazar import config as settings
+from blazar.bootstrap import Blazar
+from blazar.errors import ConfigError
+from blazar.events.base import Recorded
+from blazar.events.system import ConfigChanged
+from blazar.handlers.record import record
+
+
+async def set_value(app: Blazar, key: str, text: str) -> Recorded | None:
+    """Set `key` from its text form. Returns the recorded change, or None when nothing changed."""
+    value = settings.parse_value(key, text)
+    path = app.paths.config_file
+    with settings.locked(path):
+        values = settings.read_file_raw(path)
+        settings.validate_overrides({k: v for k, v in values.items() if k != key}, source=str(path))
+        old = app.overrides().get(key)
+        if values.get(key) == value and old == value:
+            return None
+        values[key] = value
+        settings.write_file(path, values)
+        (rec,) = await record(app, ConfigChanged(key=key, old=old, new=value, source="cli"))
+    return rec
+
+
+async def unset_value(app: Blazar, key: str) -> Recorded | None:
+    """Return `key` to its default. An unknown key is removed from the file (a repair), without an event."""
+    path = app.paths.config_file
+    with settings.locked(path):
+        values = settings.read_file_raw(path)
+        if key not in settings.FIELDS and key not in values:
+            raise ConfigError(f"unknown config key {key!r}; valid keys: {', '.join(sorted(settings.FIELDS))}")
+        if key in values:
+            del values[key]
+            settings.write_file(path, values)
+        old = app.overrides().get(key)
+        if key not in settings.FIELDS or old is None:
+            return None
+        (rec,) = await record(app, ConfigChanged(key=key, old=old, new=None, source="cli"))
+    return rec
+
+
+async def reconcile_file(app: Blazar) -> list[Recorded]:
+    """Record every difference between config.toml and the log (hand edits made while Blazar was not looking)."""
+    path = app.paths.config_file
+    with settings.locked(path):
+        in_file = settings.read_file(path)
+        in_log = app.overrides()
+        changes = [
+            ConfigChanged(key=k, old=in_log.get(k), new=in_file.get(k), source="file")
+            for k in sorted(set(in_file) | set(in_log))
+            if in_file.get(k) != in_log.get(k)
+        ]
+        return await record(app, changes) if changes else []

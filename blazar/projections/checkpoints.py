@@ -1,0 +1,74 @@
+"""Checkpoint storage: a projection's state as of a seq, in its own table, with a hash and an anchor.
+
+The anchor (`type@ts` of the event at that seq) ties a checkpoint to one history: after a restore, or on a
+log that is not the one the checkpoint was made from, the anchor no longer matches and the projection rebuilds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import orjson
+
+from blazar.events.log import EventLog
+from blazar.projections.base import State
+
+_DUMP = orjson.OPT_SORT_KEYS
+
+
+def dump_state(state: State) -> bytes:
+    return orjson.dumps(state, option=_DUMP)
+
+
+def state_sha256(state: State) -> str:
+    return hashlib.sha256(dump_state(state)).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class StoredCheckpoint:
+    name: str
+    version: int
+    seq: int
+    anchor: str
+    state_text: str
+    sha256: str
+
+
+def anchor_of(type_name: str | None, ts: float | None) -> str:
+    return "" if type_name is None else f"{type_name}@{ts!r}"
+
+
+async def load_checkpoints(log: EventLog) -> dict[str, StoredCheckpoint]:
+    async with log.reader() as conn:
+        rows = (await conn.exec_driver_sql("SELECT name, version, seq, anchor, state, sha256 FROM checkpoints")).all()
+    return {r[0]: StoredCheckpoint(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows}
+
+
+async def anchor_at(log: EventLog, seq: int) -> str | None:
+    """The anchor of the event at `seq`; '' for seq 0; None when the log has no such event."""
+    if seq == 0:
+        return ""
+    async with log.reader() as conn:
+        row = (await conn.exec_driver_sql("SELECT type, ts FROM events WHERE seq = ?", (seq,))).first()
+    return None if row is None else anchor_of(row[0], row[1])
+
+
+async def save_checkpoints(log: EventLog, items: list[tuple[str, int, int, str, State]]) -> None:
+    """Write (name, version, seq, anchor, state) rows, replacing older checkpoints, in one transaction."""
+    rows = []
+    now = log.clock.now()
+    for name, version, seq, anchor, state in items:
+        text = dump_state(state)
+        rows.append((name, version, seq, anchor, text.decode(), hashlib.sha256(text).hexdigest(), now))
+    async with log.write_transaction() as conn:
+        await conn.exec_driver_sql(
+            "INSERT OR REPLACE INTO checkpoints (name, version, seq, anchor, state, sha256, ts) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+
+
+async def drop_checkpoints(log: EventLog) -> None:
+    async with log.write_transaction() as conn:
+        await conn.exec_driver_sql("DELETE FROM checkpoints")

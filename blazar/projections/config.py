@@ -1,0 +1,35 @@
+"""The `config` projection: the configuration overrides the log has recorded, and the effective result."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from blazar import config as settings
+from blazar.events.base import Recorded
+from blazar.events.system import ConfigChanged
+from blazar.projections.base import Projection, State
+
+
+class ConfigProjection(Projection):
+    name = "config"
+    version = 1
+    types = frozenset({ConfigChanged.TYPE})
+
+    def initial(self) -> State:
+        return {"overrides": {}, "changes": 0, "last_seq": 0}
+
+    def apply(self, state: State, rec: Recorded) -> State:
+        ev = rec.event
+        assert isinstance(ev, ConfigChanged)
+        if ev.new is None:
+            state["overrides"].pop(ev.key, None)
+        else:
+            state["overrides"][ev.key] = ev.new
+        state["changes"] += 1
+        state["last_seq"] = rec.seq
+        return state
+
+    def view(self, state: State) -> Any:
+        # Defaults are code, not log: the effective map is derived here rather than stored in checkpoints.
+        known = {k: v for k, v in state["overrides"].items() if k in settings.FIELDS}
+        return {**state, "effective": settings.effective(known)}

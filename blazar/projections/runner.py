@@ -1,0 +1,211 @@
+"""Runs projections: load checkpoints, catch up on the tail, apply live events, write checkpoints.
+
+The daemon and the CLI use this same code. `start(upto=N)` gives the state as of seq N (time travel): a
+checkpoint is used only when it lies at or before N, else the projection folds from the beginning.
+A projection whose `apply` raises halts at that seq (its state stays at the seq before) and says so in
+`status()`; it never skips an event silently. The others go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from blazar.errors import BlazarError, ProjectionError
+from blazar.events.base import Recorded
+from blazar.events.log import EventLog
+from blazar.events.registry import decode
+from blazar.projections.base import Projection, State
+from blazar.projections.checkpoints import (
+    StoredCheckpoint,
+    anchor_at,
+    anchor_of,
+    dump_state,
+    load_checkpoints,
+    save_checkpoints,
+    state_sha256,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Slot:
+    projection: Projection
+    state: State
+    seq: int = 0
+    anchor: str = ""
+    origin: str = "empty"
+    halted: ProjectionError | None = None
+    applied_since_checkpoint: int = 0
+
+
+@dataclass(frozen=True)
+class ProjectionStatus:
+    name: str
+    version: int
+    seq: int
+    origin: str
+    halted: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "seq": self.seq, "origin": self.origin,
+                "halted": self.halted}
+
+
+class ProjectionRunner:
+    def __init__(self, event_log: EventLog, projections: Iterable[Projection], *, checkpoint_every: int = 10_000):
+        self.log = event_log
+        self.checkpoint_every = checkpoint_every
+        self._slots = {p.name: _Slot(p, p.initial()) for p in projections}
+        self._task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Condition()
+        self.folded_at_start = 0
+
+    # -- queries -------------------------------------------------------------------------------------------
+
+    def state(self, name: str) -> State:
+        return self._slots[name].state
+
+    def views(self) -> dict[str, Any]:
+        return {name: s.projection.view(s.state) for name, s in sorted(self._slots.items())}
+
+    @property
+    def seq(self) -> int:
+        """The seq every running projection has reached."""
+        live = [s.seq for s in self._slots.values() if s.halted is None]
+        return min(live) if live else 0
+
+    def status(self) -> list[ProjectionStatus]:
+        return [
+            ProjectionStatus(n, s.projection.version, s.seq, s.origin, s.halted.message if s.halted else None)
+            for n, s in sorted(self._slots.items())
+        ]
+
+    # -- start-up ------------------------------------------------------------------------------------------
+
+    async def start(self, *, upto: int | None = None, use_checkpoints: bool = True) -> None:
+        """Restore from checkpoints where valid, then fold the tail (up to `upto`, inclusive)."""
+        if use_checkpoints:
+            stored = await load_checkpoints(self.log)
+            for name, slot in self._slots.items():
+                cp = stored.get(name)
+                slot.origin = await self._restore(slot, cp, upto) if cp else "rebuilt: no checkpoint"
+        else:
+            for slot in self._slots.values():
+                slot.origin = "rebuilt: checkpoints not used"
+        self.folded_at_start = await self.catch_up(upto=upto)
+
+    async def _restore(self, slot: _Slot, cp: StoredCheckpoint, upto: int | None) -> str:
+        p = slot.projection
+        if cp.version != p.version:
+            return f"rebuilt: version {cp.version} -> {p.version}"
+        if upto is not None and cp.seq > upto:
+            return f"folded from the start (checkpoint at {cp.seq} is past {upto})"
+        try:
+            state = orjson.loads(cp.state_text)
+        except orjson.JSONDecodeError:
+            return "rebuilt: checkpoint corrupt (not JSON)"
+        if not isinstance(state, dict) or state_sha256(state) != cp.sha256:
+            return "rebuilt: checkpoint corrupt (sha256 mismatch)"
+        if await anchor_at(self.log, cp.seq) != cp.anchor:
+            return "rebuilt: checkpoint belongs to another history"
+        slot.state, slot.seq, slot.anchor = state, cp.seq, cp.anchor
+        return f"checkpoint at {cp.seq}"
+
+    async def catch_up(self, *, upto: int | None = None) -> int:
+        """Apply every event past each projection's seq. Returns how many events were read."""
+        live = [s for s in self._slots.values() if s.halted is None]
+        if not live:
+            return 0
+        start = min(s.seq for s in live)
+        n = 0
+        async for rows in self.log.read_rows(after=start, upto=upto):
+            for row in rows:
+                self._apply_row(row)
+            n += len(rows)
+        return n
+
+    def _apply_row(self, row: tuple[Any, ...], rec: Recorded | None = None) -> None:
+        """Fold one stored row into every projection that has not seen it; decode at most once."""
+        seq, ts, type_name, v, stream, trace_id, actor, cause, data = row
+        for slot in self._slots.values():
+            if slot.halted is not None or slot.seq >= seq:
+                continue
+            p = slot.projection
+            if p.wants(type_name):
+                try:
+                    if rec is None:
+                        rec = Recorded(seq, ts, type_name, v, stream, trace_id, actor, cause,
+                                       decode(seq, type_name, v, data))
+                    slot.state = p.apply(slot.state, rec)
+                except Exception as exc:  # noqa: BLE001 - a projection halts on any failure, by design
+                    detail = exc.message if isinstance(exc, BlazarError) else f"{type(exc).__name__}: {exc}"
+                    slot.halted = ProjectionError(p.name, seq, detail)
+                    log.error("%s", slot.halted.message)
+                    continue
+            slot.seq = seq
+            slot.anchor = anchor_of(type_name, ts)
+            slot.applied_since_checkpoint += 1
+
+    def apply(self, rec: Recorded) -> None:
+        """Apply one event that was just appended (live path); events already folded are skipped."""
+        row = (rec.seq, rec.ts, rec.type, rec.v, rec.stream, rec.trace_id, rec.actor, rec.cause, None)
+        self._apply_row(row, rec)
+
+    # -- checkpoints ---------------------------------------------------------------------------------------
+
+    async def checkpoint(self) -> None:
+        items = [
+            (name, s.projection.version, s.seq, s.anchor, s.state)
+            for name, s in self._slots.items()
+            if s.seq > 0
+        ]
+        if items:
+            await save_checkpoints(self.log, items)
+        for s in self._slots.values():
+            s.applied_since_checkpoint = 0
+
+    def _checkpoint_due(self) -> bool:
+        return any(s.applied_since_checkpoint >= self.checkpoint_every for s in self._slots.values())
+
+    # -- live ----------------------------------------------------------------------------------------------
+
+    def follow(self, *, poll_interval: float = 0.25) -> None:
+        """Start a task that applies new events as they land (from this process or another)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._follow(poll_interval), name="projections")
+
+    async def _follow(self, poll_interval: float) -> None:
+        async for rec in self.log.follow(after=self.seq, poll_interval=poll_interval):
+            if rec.seq > self.seq:
+                self.apply(rec)
+            if self._checkpoint_due():
+                await self.checkpoint()
+            async with self._changed:
+                self._changed.notify_all()
+
+    async def wait_for(self, seq: int, timeout: float = 5.0) -> None:
+        """Wait until the live runner has applied `seq` (used after a durable append)."""
+        async with asyncio.timeout(timeout), self._changed:
+            await self._changed.wait_for(lambda: self.seq >= seq)
+
+    async def stop(self, *, checkpoint: bool = True) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if checkpoint:
+            await self.checkpoint()
+
+
+def states_equal(a: State, b: State) -> bool:
+    return dump_state(a) == dump_state(b)

@@ -1,0 +1,90 @@
+"""Shared fixtures: an isolated BLAZAR_HOME, an open log, a bootstrapped Blazar, and the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from blazar.bootstrap import Blazar, bootstrap
+from blazar.clock import FakeClock
+from blazar.events.log import EventLog
+from blazar.paths import Paths
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    h = tmp_path / "home"
+    h.mkdir()
+    return h
+
+
+@pytest.fixture
+def paths(home: Path) -> Paths:
+    return Paths.from_env({"BLAZAR_HOME": str(home)})
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def log(paths: Paths, clock: FakeClock) -> AsyncIterator[EventLog]:
+    paths.ensure()
+    lg = await EventLog.open(paths.db, clock=clock)
+    try:
+        yield lg
+    finally:
+        await lg.close()
+
+
+@pytest.fixture
+async def app(paths: Paths, clock: FakeClock) -> AsyncIterator[Blazar]:
+    a = await bootstrap(paths=paths, clock=clock, actor="test:pytest")
+    try:
+        yield a
+    finally:
+        await a.close()
+
+
+@dataclass
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self):
+        return json.loads(self.stdout)
+
+    def json_lines(self) -> list:
+        return [json.loads(line) for line in self.stdout.splitlines() if line.strip()]
+
+
+class Cli:
+    """Runs the real `blazar` command in a subprocess against one BLAZAR_HOME."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.env = {**os.environ, "BLAZAR_HOME": str(home), "COLUMNS": "200", "NO_COLOR": "1"}
+
+    def __call__(self, *args: str, check: bool = True, timeout: float = 60, input: str | None = None) -> CliResult:
+        proc = subprocess.run(
+            [sys.executable, "-m", "blazar.cli.main", *args],
+            env=self.env, capture_output=True, text=True, timeout=timeout, input=input,
+        )
+        res = CliResult(proc.returncode, proc.stdout, proc.stderr)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"blazar {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        return res
+
+
+@pytest.fixture
+def cli(home: Path) -> Cli:
+    return Cli(home)
