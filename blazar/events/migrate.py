@@ -6,6 +6,7 @@ A unit test keeps `SCHEMA_HEAD` equal to the scripts' head.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +92,8 @@ def upgrade(db: Path) -> SchemaStatus:
         return before
     cfg, _ = _script_directory()
     db.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")  # persistent: the log always runs in WAL mode
     engine = create_engine(f"sqlite:///{db}")
     try:
         with engine.begin() as conn:

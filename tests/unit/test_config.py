@@ -1,0 +1,107 @@
+"""Settings validation, config.toml writes, and the config handlers' events."""
+
+from __future__ import annotations
+
+import pytest
+
+from blazar import config as settings
+from blazar.bootstrap import Blazar, bootstrap
+from blazar.errors import ConfigError
+from blazar.handlers.config import reconcile_file, set_value, unset_value
+
+
+def test_parse_value_converts_and_validates() -> None:
+    assert settings.parse_value("pii_scrub", "no") is False
+    assert settings.parse_value("checkpoint_every", "500") == 500
+    assert settings.parse_value("group_commit_ms", "2.5") == 2.5
+    assert settings.parse_value("log_level", "debug") == "debug"
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "message"),
+    [
+        ("log_level", "loud", "expected one of: debug, info, warning, error"),
+        ("checkpoint_every", "5", "expected an integer from 100 to 10000000"),
+        ("checkpoint_every", "many", "expected an integer from 100 to 10000000"),
+        ("pii_scrub", "maybe", "expected true or false"),
+        ("colour", "red", "unknown config key 'colour'; valid keys: checkpoint_every"),
+    ],
+)
+def test_invalid_values_are_refused_with_the_valid_choices(key: str, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        settings.parse_value(key, text)
+
+
+def test_write_file_is_atomic_and_keeps_a_backup(tmp_path) -> None:
+    path = tmp_path / "config.toml"
+    settings.write_file(path, {"log_level": "info"})
+    settings.write_file(path, {"log_level": "error"})
+    assert settings.read_file(path) == {"log_level": "error"}
+    assert settings.read_file(path.with_name("config.toml.bak")) == {"log_level": "info"}
+    assert not list(tmp_path.glob(".config.toml.*.tmp"))
+
+
+def test_read_file_reports_the_file_and_key(tmp_path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('log_level = "shouty"\n')
+    with pytest.raises(ConfigError, match=r"config.toml: invalid value 'shouty' for log_level"):
+        settings.read_file(path)
+    path.write_text("log_level = \n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        settings.read_file(path)
+
+
+async def test_set_writes_the_file_and_records_the_change(app: Blazar) -> None:
+    rec = await set_value(app, "log_level", "debug")
+    assert rec is not None and rec.event.model_dump() == {
+        "key": "log_level", "old": None, "new": "debug", "source": "cli"}
+    assert settings.read_file(app.paths.config_file) == {"log_level": "debug"}
+    assert app.settings().log_level == "debug"
+    assert await set_value(app, "log_level", "debug") is None  # no change, no event
+    assert await app.log.last_seq() == 1
+
+
+async def test_invalid_set_changes_nothing(app: Blazar) -> None:
+    with pytest.raises(ConfigError):
+        await set_value(app, "checkpoint_every", "1")
+    assert not app.paths.config_file.exists()
+    assert await app.log.last_seq() == 0
+
+
+async def test_unset_returns_to_default_and_records_it(app: Blazar) -> None:
+    await set_value(app, "checkpoint_every", "500")
+    rec = await unset_value(app, "checkpoint_every")
+    assert rec is not None and rec.event.old == 500 and rec.event.new is None
+    assert settings.read_file(app.paths.config_file) == {}
+    assert app.settings().checkpoint_every == 10_000
+
+
+async def test_unset_repairs_an_unknown_key_without_an_event(app: Blazar) -> None:
+    app.paths.config_file.write_text('bogus = 1\nlog_level = "info"\n')
+    assert await unset_value(app, "bogus") is None
+    assert settings.read_file(app.paths.config_file) == {"log_level": "info"}
+
+
+async def test_hand_edits_are_recorded_at_the_next_start(paths, clock) -> None:
+    app = await bootstrap(paths=paths, clock=clock, actor="test")
+    await set_value(app, "log_level", "debug")
+    await app.close()
+    paths.config_file.write_text('log_level = "error"\npii_scrub = false\n')
+    app = await bootstrap(paths=paths, clock=clock, actor="test")
+    try:
+        events = [r.event async for r in app.log.read()]
+        assert [(e.key, e.old, e.new, e.source) for e in events[1:]] == [
+            ("log_level", "debug", "error", "file"),
+            ("pii_scrub", None, False, "file"),
+        ]
+        assert app.settings().pii_scrub is False
+        assert await reconcile_file(app) == []  # already in step: nothing more is recorded
+    finally:
+        await app.close()
+
+
+async def test_a_broken_config_file_stops_start_up_with_a_clear_error(paths, clock) -> None:
+    paths.ensure()
+    paths.config_file.write_text("port = 1\n")
+    with pytest.raises(ConfigError, match="unknown config key 'port'"):
+        await bootstrap(paths=paths, clock=clock)

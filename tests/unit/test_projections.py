@@ -1,0 +1,193 @@
+"""Projections, fed events: config, audit and stats; the runner's checkpoints, rebuilds and halts."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from typing import ClassVar
+
+from blazar.events import Event, Recorded, register
+from blazar.events.log import EventLog
+from blazar.events.system import ConfigChanged, SnapshotTaken
+from blazar.projections import AuditProjection, ConfigProjection, StatsProjection, all_projections, fold
+from blazar.projections.base import Projection, State
+from blazar.projections.checkpoints import load_checkpoints
+from blazar.projections.runner import ProjectionRunner
+
+
+def rec(seq: int, event: Event, *, ts: float = 100.0, actor: str = "cli:alice") -> Recorded:
+    return Recorded(seq, ts + seq, event.TYPE, event.V, event.stream_key(), None, actor, None, event)
+
+
+@register
+class _Boom(Event):
+    TYPE: ClassVar[str] = "test.boomed"
+    n: int = 0
+
+
+def test_config_projection_folds_sets_and_unsets() -> None:
+    p = ConfigProjection()
+    state = fold(p, [
+        rec(1, ConfigChanged(key="log_level", new="debug")),
+        rec(2, ConfigChanged(key="checkpoint_every", new=500)),
+        rec(3, ConfigChanged(key="log_level", old="debug", new=None)),
+    ])
+    assert state == {"overrides": {"checkpoint_every": 500}, "changes": 3, "last_seq": 3}
+    view = p.view(state)
+    assert view["effective"]["checkpoint_every"] == 500 and view["effective"]["log_level"] == "warning"
+
+
+def test_stats_projection_counts_by_type_and_range() -> None:
+    state = fold(StatsProjection(), [
+        rec(1, ConfigChanged(key="log_level", new="debug")),
+        rec(2, _Boom()),
+        rec(3, ConfigChanged(key="log_level", new="info")),
+    ])
+    assert state["total"] == 3
+    assert state["by_type"] == {"config.changed": 2, "test.boomed": 1}
+    assert (state["first_seq"], state["last_seq"], state["first_ts"], state["last_ts"]) == (1, 3, 101.0, 103.0)
+
+
+def test_audit_projection_counts_only_audit_events() -> None:
+    state = fold(AuditProjection(), [
+        rec(1, ConfigChanged(key="log_level", new="debug")),
+        rec(2, _Boom()),
+        rec(3, SnapshotTaken(path="/s", seq_last=2, event_count=2, db_sha256="ab"), actor="daemon"),
+    ])
+    assert state["records"] == 2
+    assert state["by_action"] == {"config.changed": 1, "snapshot.taken": 1}
+    assert state["by_actor"] == {"cli:alice": 1, "daemon": 1}
+    assert [r["seq"] for r in state["recent"]] == [1, 3]
+
+
+async def _fill(log: EventLog, n: int) -> None:
+    for i in range(n):
+        await log.append(ConfigChanged(key="checkpoint_every", new=100 + i), actor="t")
+
+
+async def test_runner_restores_from_checkpoint_and_folds_only_the_tail(log: EventLog) -> None:
+    await _fill(log, 5)
+    r1 = ProjectionRunner(log, all_projections())
+    await r1.start()
+    await r1.checkpoint()
+    await _fill(log, 3)
+    r2 = ProjectionRunner(log, all_projections())
+    await r2.start()
+    assert r2.folded_at_start == 3
+    assert {s.origin for s in r2.status()} == {"checkpoint at 5"}
+    full = ProjectionRunner(log, all_projections())
+    await full.start(use_checkpoints=False)
+    assert r2.views() == full.views() and r2.seq == 8
+
+
+async def test_runner_rebuilds_when_version_changes(log: EventLog) -> None:
+    await _fill(log, 2)
+    r1 = ProjectionRunner(log, [StatsProjection()])
+    await r1.start()
+    await r1.checkpoint()
+
+    class StatsV2(StatsProjection):
+        version = 2
+
+    r2 = ProjectionRunner(log, [StatsV2()])
+    await r2.start()
+    assert r2.status()[0].origin == "rebuilt: version 1 -> 2"
+    assert r2.state("stats")["total"] == 2
+
+
+async def test_runner_rebuilds_a_corrupt_checkpoint(log: EventLog) -> None:
+    await _fill(log, 3)
+    r1 = ProjectionRunner(log, all_projections())
+    await r1.start()
+    await r1.checkpoint()
+    conn = sqlite3.connect(log.path)
+    with conn:
+        conn.execute("""UPDATE checkpoints SET state = '{"total": 99}' WHERE name = 'stats'""")
+        conn.execute("UPDATE checkpoints SET state = 'garbage' WHERE name = 'config'")
+    conn.close()
+    r2 = ProjectionRunner(log, all_projections())
+    await r2.start()
+    origins = {s.name: s.origin for s in r2.status()}
+    assert origins["stats"] == "rebuilt: checkpoint corrupt (sha256 mismatch)"
+    assert origins["config"] == "rebuilt: checkpoint corrupt (not JSON)"
+    assert origins["audit"] == "checkpoint at 3"
+    assert r2.views() == r1.views()
+
+
+async def test_runner_rebuilds_a_checkpoint_from_another_history(paths, clock, tmp_path) -> None:
+    log = await EventLog.open(paths.db, clock=clock)
+    await _fill(log, 3)
+    r1 = ProjectionRunner(log, all_projections())
+    await r1.start()
+    await r1.checkpoint()
+    await log.close()
+    # A different log whose checkpoints table carries the first log's checkpoints.
+    other = tmp_path / "other.db"
+    clock.advance(1000)
+    log2 = await EventLog.open(other, clock=clock)
+    await _fill(log2, 4)
+    src = sqlite3.connect(paths.db)
+    rows = src.execute("SELECT name, version, seq, anchor, state, sha256, ts FROM checkpoints").fetchall()
+    src.close()
+    dst = sqlite3.connect(other)
+    with dst:
+        dst.executemany("INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    dst.close()
+    r2 = ProjectionRunner(log2, all_projections())
+    await r2.start()
+    assert {s.origin for s in r2.status()} == {"rebuilt: checkpoint belongs to another history"}
+    assert r2.state("stats")["total"] == 4
+    await log2.close()
+
+
+async def test_runner_time_travel_ignores_checkpoints_past_the_target(log: EventLog) -> None:
+    await _fill(log, 6)
+    r1 = ProjectionRunner(log, all_projections())
+    await r1.start()
+    await r1.checkpoint()
+    r2 = ProjectionRunner(log, all_projections())
+    await r2.start(upto=4)
+    assert r2.seq == 4 and r2.state("config")["overrides"] == {"checkpoint_every": 103}
+    assert r2.status()[0].origin.startswith("folded from the start")
+
+
+class _Fragile(Projection):
+    name = "fragile"
+    types = frozenset({"test.boomed"})
+
+    def initial(self) -> State:
+        return {"seen": []}
+
+    def apply(self, state: State, r: Recorded) -> State:
+        if r.event.n == 13:
+            raise ValueError("unlucky")
+        state["seen"].append(r.event.n)
+        return state
+
+
+async def test_a_failing_projection_halts_at_its_seq_and_the_others_go_on(log: EventLog) -> None:
+    await log.append([_Boom(n=1), _Boom(n=13), _Boom(n=2)], actor="t")
+    runner = ProjectionRunner(log, [_Fragile(), StatsProjection()])
+    await runner.start()
+    by_name = {s.name: s for s in runner.status()}
+    assert by_name["fragile"].halted == "projection 'fragile' halted at seq 2: ValueError: unlucky"
+    assert by_name["fragile"].seq == 1 and runner.state("fragile") == {"seen": [1]}
+    assert by_name["stats"].seq == 3 and by_name["stats"].halted is None
+
+
+async def test_live_follow_applies_new_events_and_checkpoints(log: EventLog) -> None:
+    runner = ProjectionRunner(log, all_projections(), checkpoint_every=2)
+    await runner.start()
+    runner.follow(poll_interval=0.02)
+    recs = await log.append([ConfigChanged(key="log_level", new="info"), ConfigChanged(key="log_level", new="error")],
+                            actor="t")
+    await runner.wait_for(recs[-1].seq)
+    assert runner.state("config")["overrides"] == {"log_level": "error"}
+    stored = await load_checkpoints(log)
+    for _ in range(100):  # the periodic checkpoint is written by the follow task: give it a bounded moment
+        if "stats" in stored:
+            break
+        await asyncio.sleep(0.02)
+        stored = await load_checkpoints(log)
+    await runner.stop(checkpoint=False)
+    assert stored["stats"].seq == 2
