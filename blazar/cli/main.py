@@ -7,7 +7,7 @@ import sys
 import typer
 
 from blazar import __version__
-from blazar.cli import config_cmds, db, log_cmds
+from blazar.cli import audit_cmds, config_cmds, db, log_cmds, snapshot_cmds
 from blazar.cli.common import err
 from blazar.errors import BlazarError
 
@@ -35,8 +35,11 @@ def root(
 
 app.command("events")(log_cmds.events)
 app.command("state")(log_cmds.state)
+app.command("snapshot")(snapshot_cmds.snapshot)
+app.command("restore")(snapshot_cmds.restore)
 app.add_typer(db.app, name="db")
 app.add_typer(config_cmds.app, name="config")
+app.add_typer(audit_cmds.app, name="audit")
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 Importing this package registers every event type.
 """
 
-from blazar.events import system as system  # noqa: F401  (registers event types)
+from blazar.events import system as system
 from blazar.events.base import Event, Pending, Recorded
 from blazar.events.registry import decode, encode, event_class, known_types, register, upcaster
 

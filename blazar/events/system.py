@@ -56,7 +56,10 @@ class SnapshotRestored(Event):
     seq_last: int
     previous_seq_last: int
     previous_kept_at: str | None = None
+    # True when it ran over a live daemon (only with --force).
     forced: bool = False
+    # True when config.toml was rewritten to the restored overrides (the old file kept as config.toml.bak).
+    config_rewritten: bool = False
 
     def stream_key(self) -> str:
         return "snapshot"

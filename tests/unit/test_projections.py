@@ -181,7 +181,8 @@ async def test_live_follow_applies_new_events_and_checkpoints(log: EventLog) -> 
     runner.follow(poll_interval=0.02)
     recs = await log.append([ConfigChanged(key="log_level", new="info"), ConfigChanged(key="log_level", new="error")],
                             actor="t")
-    await runner.wait_for(recs[-1].seq)
+    async with asyncio.timeout(5):
+        await runner.wait_for(recs[-1].seq)
     assert runner.state("config")["overrides"] == {"log_level": "error"}
     stored = await load_checkpoints(log)
     for _ in range(100):  # the periodic checkpoint is written by the follow task: give it a bounded moment

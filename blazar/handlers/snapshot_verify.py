@@ -1,0 +1,275 @@
+"""Checking a snapshot before a restore trusts it: the manifest, the copy's bytes, and the log inside it.
+
+Only reads (nothing is written next to the snapshot, not even -wal/-shm); every failure is a SnapshotError
+naming what is wrong. `take_snapshot` uses the same helpers to describe the copy it writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import stat
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from blazar.errors import LogError, SnapshotError
+from blazar.events import migrate  # importing the package registers every event type decode must know
+from blazar.events.registry import decode
+
+FORMAT = "blazar-snapshot"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+DB_FILE = "blazar.db"
+CHUNK = 1 << 20
+MANIFEST_MAX_BYTES = 64 << 20  # far above any real manifest; a bigger file is not one
+_EVENT_COLUMNS = {"seq", "ts", "type", "v", "stream", "trace_id", "actor", "cause", "data"}
+_SHA256 = r"^[0-9a-f]{64}$"
+
+
+class ModelFile(BaseModel):
+    """A file of the model store as it was when the snapshot was taken (not copied into the snapshot)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    bytes: int = Field(ge=0)
+    sha256: str = Field(pattern=_SHA256)
+
+    @field_validator("path")
+    @classmethod
+    def _inside_models(cls, value: str) -> str:
+        p = PurePosixPath(value)
+        if not value or p.is_absolute() or ".." in p.parts:
+            raise ValueError("must be a relative path inside the models directory")
+        return value
+
+
+class Manifest(BaseModel):
+    """manifest.json: what the copy holds, so a restore can check it before trusting it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format: Literal["blazar-snapshot"]
+    format_version: Literal[1]
+    created_at: str
+    blazar_version: str
+    schema_revision: str
+    seq_first: int = Field(ge=0)  # 0 (with seq_last 0) for an empty log
+    seq_last: int = Field(ge=0)
+    event_count: int = Field(ge=0)
+    counts_by_type: dict[str, int]
+    db_file: str
+    db_bytes: int = Field(ge=0)
+    db_sha256: str = Field(pattern=_SHA256)
+    models: list[ModelFile]
+
+    @field_validator("db_file")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        # NOTE: a name, not a path: a manifest must never point a restore at a file outside its snapshot.
+        if not value or value in (".", "..") or "/" in value or "\\" in value:
+            raise ValueError("must be a file name inside the snapshot directory")
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class LogFacts:
+    """What a copy of the log holds, read from the copy itself."""
+
+    schema_revision: str
+    event_count: int
+    seq_first: int
+    seq_last: int
+    counts_by_type: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedSnapshot:
+    directory: Path
+    manifest_path: Path
+    manifest: Manifest
+    manifest_sha256: str
+    db: Path
+
+
+# -- files ---------------------------------------------------------------------------------------------------
+
+
+def sha256_file(path: Path) -> tuple[int, str]:
+    """(size in bytes, sha256 hex) of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    size = 0
+    with path.open("rb") as fh:
+        while chunk := fh.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def list_model_files(models_dir: Path) -> list[ModelFile]:
+    """Every regular file under the model store (symlinks are not followed), sorted by path."""
+    found: list[ModelFile] = []
+    if not models_dir.is_dir():
+        return found
+    for root, dirs, files in os.walk(models_dir):
+        dirs.sort()
+        for name in files:
+            full = Path(root) / name
+            if not stat.S_ISREG(full.lstat().st_mode):
+                continue
+            size, sha = sha256_file(full)
+            found.append(ModelFile(path=full.relative_to(models_dir).as_posix(), bytes=size, sha256=sha))
+    return sorted(found, key=lambda m: m.path)
+
+
+def check_model_files(models_dir: Path, listed: list[ModelFile]) -> list[str]:
+    """Warnings for model files the manifest lists that the current store lacks or holds at another size."""
+    warnings = []
+    for m in listed:
+        try:
+            size = (models_dir / m.path).stat().st_size
+        except FileNotFoundError:
+            warnings.append(f"model file {m.path} is missing from {models_dir}")
+            continue
+        if size != m.bytes:
+            warnings.append(f"model file {m.path} is {size} bytes, the snapshot recorded {m.bytes}")
+    return warnings
+
+
+# -- the log inside ------------------------------------------------------------------------------------------
+
+
+def open_readonly(db: Path) -> sqlite3.Connection:
+    # immutable=1: SQLite takes no locks and creates no -wal/-shm, so the snapshot directory stays as it was.
+    return sqlite3.connect(f"{db.absolute().as_uri()}?mode=ro&immutable=1", uri=True)
+
+
+def known_revisions() -> set[str]:
+    """Every schema revision this code's migrations know (a restore can migrate any of them to the head)."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrate.migrations_dir()))
+    return {s.revision for s in ScriptDirectory.from_config(cfg).walk_revisions()}
+
+
+def inspect_log(db: Path) -> LogFacts:
+    """Read and check a copy of the log: SQLite integrity, Blazar schema, gap-free seqs, every row decodes."""
+    try:
+        conn = open_readonly(db)
+    except sqlite3.Error as exc:
+        raise SnapshotError(f"{db} cannot be opened as SQLite: {exc}") from None
+    try:
+        return _inspect(conn, db)
+    except sqlite3.DatabaseError as exc:
+        raise SnapshotError(f"{db} is not a readable SQLite database: {exc}") from None
+    finally:
+        conn.close()
+
+
+def _inspect(conn: sqlite3.Connection, db: Path) -> LogFacts:
+    report = [row[0] for row in conn.execute("PRAGMA integrity_check(5)")]
+    if report != ["ok"]:
+        # SQLite heads its report with "*** in database main ***"; the lines after it say what is wrong.
+        lines = [line for text in report for line in text.splitlines() if not line.startswith("***")]
+        raise SnapshotError(f"{db} fails SQLite's integrity check: {'; '.join(lines)}")
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "events" not in tables:
+        raise SnapshotError(f"{db} is not a Blazar log: it has no events table")
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(events)")}
+    if missing := sorted(_EVENT_COLUMNS - columns):
+        raise SnapshotError(f"{db} is not a Blazar log: its events table lacks {missing}")
+    revision = _revision(conn, tables, db)
+    count, first, last = conn.execute(
+        "SELECT COUNT(*), COALESCE(MIN(seq), 0), COALESCE(MAX(seq), 0) FROM events"
+    ).fetchone()
+    if count and (first != 1 or last != count):
+        raise SnapshotError(f"{db}: the log has a gap ({count} events between seq {first} and {last})")
+    counts = dict(conn.execute("SELECT type, COUNT(*) FROM events GROUP BY type ORDER BY type").fetchall())
+    _decode_all(conn)
+    return LogFacts(revision, count, first, last, counts)
+
+
+def _revision(conn: sqlite3.Connection, tables: set[str], db: Path) -> str:
+    row = None
+    if "alembic_version" in tables:
+        row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    if row is None:
+        raise SnapshotError(f"{db} is not a Blazar log: it has no schema revision")
+    revision = row[0]
+    if revision != migrate.SCHEMA_HEAD and revision not in known_revisions():
+        raise SnapshotError(f"{db} is at schema revision {revision!r}, which this Blazar does not know "
+                            "(written by a newer version?)")
+    return revision
+
+
+def _decode_all(conn: sqlite3.Connection) -> None:
+    # Every row must become a typed event: a log the projections cannot fold is not a log to restore.
+    try:
+        for seq, type_name, v, data in conn.execute("SELECT seq, type, v, data FROM events ORDER BY seq"):
+            decode(seq, type_name, v, data)
+    except LogError as exc:
+        raise SnapshotError(f"the log in the snapshot does not decode: {exc.message}") from None
+
+
+# -- the whole snapshot --------------------------------------------------------------------------------------
+
+
+def load_manifest(source: Path) -> tuple[Path, bytes, Manifest]:
+    """(manifest path, its bytes, the parsed manifest) for a snapshot directory or its manifest.json."""
+    source = source.absolute()  # the path is recorded in snapshot.restored: it must mean the same thing later
+    if not source.exists():
+        raise SnapshotError(f"no snapshot at {source}")
+    path = source / MANIFEST if source.is_dir() else source
+    if not path.is_file():
+        raise SnapshotError(f"not a Blazar snapshot: {source} has no {MANIFEST}")
+    if path.stat().st_size > MANIFEST_MAX_BYTES:
+        raise SnapshotError(f"not a Blazar snapshot: {path} is far too big to be a manifest")
+    raw = path.read_bytes()
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise SnapshotError(f"not a Blazar snapshot: {path} is not a JSON manifest") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise SnapshotError(f"not a Blazar snapshot: {path} is not a {FORMAT} manifest")
+    if doc.get("format_version") != FORMAT_VERSION:
+        raise SnapshotError(f"{path}: snapshot format version {doc.get('format_version')!r} is not supported "
+                            f"(this Blazar reads version {FORMAT_VERSION})")
+    try:
+        return path, raw, Manifest.model_validate(doc)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(root)"
+        raise SnapshotError(f"damaged manifest {path}: {where}: {first['msg']}") from None
+
+
+def verify_snapshot(source: Path) -> VerifiedSnapshot:
+    """Check a snapshot end to end; returns it verified or raises SnapshotError. Writes nothing."""
+    manifest_path, raw, manifest = load_manifest(source)
+    db = manifest_path.parent / manifest.db_file
+    if not db.is_file():
+        raise SnapshotError(f"damaged snapshot: {db} is missing")
+    size, sha = sha256_file(db)
+    if size != manifest.db_bytes:
+        raise SnapshotError(f"damaged snapshot: {db} is {size} bytes, the manifest says {manifest.db_bytes} "
+                            "(truncated or altered)")
+    if sha != manifest.db_sha256:
+        raise SnapshotError(f"damaged snapshot: the sha256 of {db} does not match the manifest")
+    facts = inspect_log(db)
+    claimed = LogFacts(manifest.schema_revision, manifest.event_count, manifest.seq_first, manifest.seq_last,
+                       manifest.counts_by_type)
+    diffs = [
+        f"{name} is {getattr(facts, name)!r}, the manifest says {getattr(claimed, name)!r}"
+        for name in LogFacts.__slots__
+        if getattr(facts, name) != getattr(claimed, name)
+    ]
+    if diffs:
+        raise SnapshotError(f"{db} does not match its manifest: {'; '.join(diffs)}")
+    manifest_sha256 = hashlib.sha256(raw).hexdigest()
+    return VerifiedSnapshot(manifest_path.parent, manifest_path, manifest, manifest_sha256, db)
