@@ -1,0 +1,370 @@
+"""Replay is the test of the design: for random logs, live state == checkpoint + tail == full rebuild,
+`state --at N` == the fold of the first N events, and a damaged checkpoint is noticed and rebuilt."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import tempfile
+import typing
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from blazar import config
+from blazar.clock import FakeClock
+from blazar.events import Event, Recorded, register
+from blazar.events.log import EventLog
+from blazar.events.system import ConfigChanged, SnapshotTaken
+from blazar.projections import all_projections, fold
+from blazar.projections.checkpoints import drop_checkpoints, dump_state, load_checkpoints
+from blazar.projections.runner import ProjectionRunner
+from blazar.queries.state import state_at
+
+# Each example opens a fresh database and fsyncs every append: keep the counts modest.
+PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+NAMES = sorted(p.name for p in all_projections())
+
+
+@register
+class _Pinged(Event):
+    """Test-only, not audit-relevant: only `stats` sees it."""
+
+    TYPE: ClassVar[str] = "proptest.pinged"
+    CONTROL: ClassVar[bool] = False
+    n: int
+    note: str = ""
+
+    def stream_key(self) -> str:
+        return f"instance:{self.n % 3}"
+
+
+@register
+class _Flagged(Event):
+    """Test-only and audit-relevant, with an outcome of its own, so `audit` counts it by outcome."""
+
+    TYPE: ClassVar[str] = "proptest.flagged"
+    AUDIT: ClassVar[bool] = True
+    model: str
+    outcome: Literal["ok", "refused", "failed"] = "ok"
+
+    def stream_key(self) -> str:
+        return f"model:{self.model}"
+
+    def audit_outcome(self) -> str:
+        return self.outcome
+
+
+# -- strategies -------------------------------------------------------------------------------------------
+
+_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)  # no lone surrogates
+_hex = st.text(alphabet="0123456789abcdef", min_size=32, max_size=32)
+
+
+def _config_value(key: str) -> st.SearchStrategy[Any]:
+    """A valid value for `key`, from the settings schema itself (a new key needs no change here)."""
+    info = config.FIELDS[key]
+    ann = info.annotation
+    if typing.get_origin(ann) is Literal:
+        return st.sampled_from(typing.get_args(ann))
+    if ann is bool:
+        return st.booleans()
+    bounds = {type(m).__name__: m for m in info.metadata}
+    lo, hi = bounds["Ge"].ge, bounds["Le"].le
+    if ann is int:
+        return st.integers(lo, hi)
+    if ann is float:
+        return st.floats(lo, hi, allow_nan=False, allow_infinity=False)
+    raise AssertionError(f"no strategy for config key {key!r} of type {ann!r}")
+
+
+@dataclass(frozen=True)
+class _ConfigSpec:
+    """A config change without its `old` value, which depends on what came before."""
+
+    key: str
+    new: Any
+    source: Literal["cli", "file"]
+
+
+@st.composite
+def _config_spec(draw: st.DrawFn) -> _ConfigSpec:
+    key = draw(st.sampled_from(sorted(config.FIELDS)))
+    new = draw(st.one_of(st.none(), _config_value(key).map(lambda v: config.validate_value(key, v))))
+    return _ConfigSpec(key, new, draw(st.sampled_from(["cli", "file"])))
+
+
+_snapshot = st.builds(
+    SnapshotTaken,
+    path=_text.map(lambda s: f"/snapshots/{s}.tar"),
+    seq_last=st.integers(0, 10_000),
+    event_count=st.integers(0, 10_000),
+    db_sha256=_hex.map(lambda h: h * 2),
+    model_files=st.integers(0, 20),
+)
+_pinged = st.builds(_Pinged, n=st.integers(-(2**53), 2**53), note=_text)
+_flagged = st.builds(_Flagged, model=st.sampled_from(["qwen", "llama", "gemma"]),
+                     outcome=st.sampled_from(["ok", "refused", "failed"]))
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One event to append, with the envelope its caller chose."""
+
+    event: Event | _ConfigSpec
+    actor: str
+    stream: str | None
+    trace_id: str | None
+
+
+_item = st.builds(
+    _Item,
+    event=st.one_of(_config_spec(), _config_spec(), _snapshot, _pinged, _flagged),
+    actor=st.one_of(st.sampled_from(["cli:alice", "cli:bob", "user:carol", "daemon", "gateway"]),
+                    _text.filter(bool)),
+    stream=st.one_of(st.none(), st.sampled_from(["system", "model:qwen", "engine:e1", "instance:i-7"])),
+    trace_id=st.one_of(st.none(), _hex),
+)
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One commit (1-4 events), how the live runner learns of it, and whether a checkpoint follows."""
+
+    items: list[_Item]
+    advance: float  # clock seconds before the commit (0: several events share a timestamp)
+    by_other_process: bool  # appended through a second handle: the live runner must catch up from the log
+    live: Literal["apply", "catch_up", "apply_twice"]
+    checkpoint: bool
+
+
+_step = st.builds(
+    _Step,
+    items=st.lists(_item, min_size=1, max_size=4),
+    advance=st.one_of(st.just(0.0), st.floats(0.001, 86_400, allow_nan=False)),
+    by_other_process=st.booleans(),
+    live=st.sampled_from(["apply", "catch_up", "apply_twice"]),
+    checkpoint=st.booleans(),
+)
+_steps = st.lists(_step, min_size=1, max_size=12)
+
+
+# -- helpers ----------------------------------------------------------------------------------------------
+
+
+def _run(body: Callable[[EventLog, EventLog, FakeClock], Awaitable[None]]) -> None:
+    """Run `body(log, other, clock)` on a fresh database (hypothesis does not reset pytest fixtures)."""
+
+    async def main() -> None:
+        with tempfile.TemporaryDirectory(prefix="blazar-prop-") as tmp:
+            db = Path(tmp) / "blazar.db"
+            clock = FakeClock()
+            log = await EventLog.open(db, clock=clock)
+            other = await EventLog.open(db, clock=clock)
+            try:
+                await body(log, other, clock)
+            finally:
+                await other.close()
+                await log.close()
+
+    asyncio.run(main())
+
+
+def _materialise(items: list[_Item], overrides: dict[str, Any]) -> list[tuple[Event, _Item]]:
+    out: list[tuple[Event, _Item]] = []
+    for item in items:
+        ev = item.event
+        if isinstance(ev, _ConfigSpec):
+            old = overrides.get(ev.key)
+            if ev.new is None:
+                overrides.pop(ev.key, None)
+            else:
+                overrides[ev.key] = ev.new
+            ev = ConfigChanged(key=ev.key, old=old, new=ev.new, source=ev.source)
+        out.append((ev, item))
+    return out
+
+
+async def _commit(log: EventLog, clock: FakeClock, step: _Step, overrides: dict[str, Any]) -> list[Recorded]:
+    clock.advance(step.advance)
+    batch = [
+        log.pending(ev, actor=item.actor, stream=item.stream, trace_id=item.trace_id)
+        for ev, item in _materialise(step.items, overrides)
+    ]
+    return await log.commit_pending(batch)
+
+
+async def _write_all(log: EventLog, other: EventLog, clock: FakeClock, steps: list[_Step]) -> list[Recorded]:
+    overrides: dict[str, Any] = {}
+    for step in steps:
+        await _commit(other if step.by_other_process else log, clock, step, overrides)
+    return [rec async for rec in log.read()]
+
+
+def _states(runner: ProjectionRunner) -> dict[str, bytes]:
+    """Every projection's state and view, as the bytes a checkpoint would store (exact, key order aside)."""
+    out = {name: dump_state(runner.state(name)) for name in NAMES}
+    out["views"] = dump_state(runner.views())
+    return out
+
+
+async def _rebuilt(log: EventLog, *, upto: int | None = None) -> ProjectionRunner:
+    runner = ProjectionRunner(log, all_projections())
+    await runner.start(upto=upto, use_checkpoints=False)
+    return runner
+
+
+async def _checkpoint_at(log: EventLog, seq: int) -> None:
+    """Leave exactly one checkpoint per projection, as of `seq`."""
+    await drop_checkpoints(log)
+    runner = await _rebuilt(log, upto=seq)
+    await runner.checkpoint()
+
+
+def _origins(runner: ProjectionRunner) -> dict[str, str]:
+    return {s.name: s.origin for s in runner.status()}
+
+
+# -- properties -------------------------------------------------------------------------------------------
+
+
+@PROPERTY
+@given(steps=_steps)
+def test_live_state_equals_checkpoint_plus_tail_equals_full_rebuild(steps: list[_Step]) -> None:
+    async def body(log: EventLog, other: EventLog, clock: FakeClock) -> None:
+        live = ProjectionRunner(log, all_projections())
+        await live.start()
+        overrides: dict[str, Any] = {}
+        checkpointed = 0
+        for step in steps:
+            recs = await _commit(other if step.by_other_process else log, clock, step, overrides)
+            if step.by_other_process or step.live == "catch_up":
+                await live.catch_up()
+            else:
+                for rec in recs:
+                    live.apply(rec)
+            if step.live == "apply_twice":  # an event folded already is skipped, not folded again
+                for rec in recs:
+                    live.apply(rec)
+            assert live.seq == recs[-1].seq
+            if step.checkpoint:
+                await live.checkpoint()
+                checkpointed = live.seq
+
+        rebuilt = await _rebuilt(log)
+        resumed = ProjectionRunner(log, all_projections())
+        await resumed.start()
+
+        assert all(s.halted is None for s in live.status() + rebuilt.status() + resumed.status())
+        assert live.seq == rebuilt.seq == resumed.seq == await log.last_seq()
+        expected_origin = f"checkpoint at {checkpointed}" if checkpointed else "rebuilt: no checkpoint"
+        assert set(_origins(resumed).values()) == {expected_origin}
+        assert resumed.folded_at_start == live.seq - checkpointed
+        assert _states(live) == _states(rebuilt) == _states(resumed)
+
+    _run(body)
+
+
+@PROPERTY
+@given(steps=_steps, data=st.data())
+def test_state_at_n_equals_the_fold_of_the_first_n_events(steps: list[_Step], data: st.DataObject) -> None:
+    async def body(log: EventLog, other: EventLog, clock: FakeClock) -> None:
+        records = await _write_all(log, other, clock, steps)
+        total = len(records)
+        assert [r.seq for r in records] == list(range(1, total + 1))
+        for n in data.draw(st.lists(st.integers(0, total), min_size=1, max_size=3), label="N"):
+            want = dump_state({p.name: p.view(fold(p, records[:n])) for p in all_projections()})
+
+            placements: list[tuple[str, int | None]] = [("none", None)]
+            if n >= 1:
+                placements.append(("before", data.draw(st.integers(1, n), label="checkpoint before N")))
+            if n < total:
+                placements.append(("past", data.draw(st.integers(n + 1, total), label="checkpoint past N")))
+            for where, cp_seq in placements:
+                if cp_seq is None:
+                    await drop_checkpoints(log)
+                else:
+                    await _checkpoint_at(log, cp_seq)
+                for use_checkpoints in (True, False):
+                    got = await state_at(log, seq=n, use_checkpoints=use_checkpoints)
+                    assert got["seq"] == n, (where, use_checkpoints)
+                    assert dump_state(got["projections"]) == want, (where, cp_seq, use_checkpoints)
+                # The checkpoint is used exactly when it lies at or before N.
+                runner = ProjectionRunner(log, all_projections())
+                await runner.start(upto=n)
+                origins = set(_origins(runner).values())
+                if where == "before":
+                    assert origins == {f"checkpoint at {cp_seq}"}
+                    assert runner.folded_at_start == n - (cp_seq or 0)
+                elif where == "past":
+                    assert origins == {f"folded from the start (checkpoint at {cp_seq} is past {n})"}
+
+    _run(body)
+
+
+_corruption = st.one_of(
+    st.tuples(st.just("random bytes"), st.binary(max_size=64)),
+    st.tuples(st.just("flipped character"), st.tuples(st.integers(0, 10_000), st.characters(codec="ascii"))),
+    st.tuples(st.just("truncated"), st.integers(0, 10_000)),
+    st.tuples(st.just("wrong sha256"), _hex.map(lambda h: h * 2)),
+)
+
+
+@PROPERTY
+@given(steps=_steps, tail=st.lists(_step, max_size=3), victims=st.sets(st.sampled_from(NAMES), min_size=1),
+       corruption=_corruption)
+def test_a_corrupt_checkpoint_is_detected_and_rebuilt_to_the_same_state(
+    steps: list[_Step], tail: list[_Step], victims: set[str], corruption: tuple[str, Any]
+) -> None:
+    async def body(log: EventLog, other: EventLog, clock: FakeClock) -> None:
+        await _write_all(log, other, clock, steps)
+        cp_seq = await log.last_seq()
+        await _checkpoint_at(log, cp_seq)
+        await _write_all(log, other, clock, tail)  # events after the checkpoint: a tail to fold
+
+        stored = await load_checkpoints(log)
+        kind, arg = corruption
+        for name in sorted(victims):
+            cp = stored[name]
+            state: str | bytes = cp.state_text
+            sha = cp.sha256
+            if kind == "random bytes":
+                state = arg
+            elif kind == "flipped character":
+                pos, char = arg
+                pos %= len(cp.state_text)
+                state = cp.state_text[:pos] + char + cp.state_text[pos + 1:]
+            elif kind == "truncated":
+                state = cp.state_text[: arg % len(cp.state_text)]
+            else:
+                sha = arg
+            assume(state != cp.state_text or sha != cp.sha256)
+            assume(hashlib.sha256(state if isinstance(state, bytes) else state.encode()).hexdigest() != sha)
+            async with log.write_transaction() as conn:
+                await conn.exec_driver_sql(
+                    "UPDATE checkpoints SET state = ?, sha256 = ? WHERE name = ?", (state, sha, name)
+                )
+
+        runner = ProjectionRunner(log, all_projections())
+        await runner.start()
+        origins = _origins(runner)
+        for name in NAMES:
+            if name in victims:
+                assert origins[name].startswith("rebuilt: checkpoint corrupt"), origins
+            else:
+                assert origins[name] == f"checkpoint at {cp_seq}", origins
+        assert all(s.halted is None for s in runner.status())
+        assert _states(runner) == _states(await _rebuilt(log))
+
+        # Rebuilt, it checkpoints cleanly again: the next start restores every projection.
+        await runner.checkpoint()
+        again = ProjectionRunner(log, all_projections())
+        await again.start()
+        assert set(_origins(again).values()) == {f"checkpoint at {runner.seq}"}
+        assert _states(again) == _states(runner)
+
+    _run(body)
