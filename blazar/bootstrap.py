@@ -7,7 +7,8 @@ import getpass
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from blazar import config as settings
 from blazar.clock import Clock, SystemClock
@@ -16,6 +17,9 @@ from blazar.events.writer import GroupCommitWriter
 from blazar.paths import Paths
 from blazar.projections import all_projections
 from blazar.projections.runner import ProjectionRunner
+
+if TYPE_CHECKING:
+    from blazar.adapters.hub import Hub
 
 # A CLI command that had to fold more than this many events at start leaves a checkpoint behind on close.
 CHECKPOINT_ON_CLOSE_AFTER = 1_000
@@ -32,6 +36,16 @@ class Blazar:
     actor: str
     folded_at_start: int = 0
     writer: GroupCommitWriter | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    _hub: Hub | None = None
+
+    def hub(self) -> Hub:
+        """The Hugging Face hub client, configured from HF_ENDPOINT and HF_TOKEN as they were at start."""
+        if self._hub is None:
+            from blazar.adapters.hub import hub_from_env  # huggingface_hub costs 0.2 s to import: only when used
+
+            self._hub = hub_from_env(self.env)
+        return self._hub
 
     def overrides(self) -> dict[str, object]:
         return dict(self.runner.state("config")["overrides"])
@@ -81,7 +95,8 @@ async def bootstrap(
     except BaseException:
         await log.close()
         raise
-    app = Blazar(paths=paths, log=log, runner=runner, clock=clock, actor=actor or default_actor(env))
+    app = Blazar(paths=paths, log=log, runner=runner, clock=clock, actor=actor or default_actor(env),
+                 env=dict(os.environ if env is None else env))
     app.folded_at_start = runner.folded_at_start
     runner.checkpoint_every = app.settings().checkpoint_every
     logging.getLogger("blazar").setLevel(app.settings().log_level.upper())

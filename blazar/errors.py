@@ -10,7 +10,19 @@
     ├── ConfigError                 unknown key / invalid value / unreadable config.toml
     ├── SnapshotError               a snapshot that cannot be written or restored (damaged, foreign)
     ├── DaemonRunning               an operation that must not run under a live daemon
-    └── AuditChainBroken            `audit verify` found the first bad line
+    ├── ModelFileError              a model file that cannot be read as GGUF (names the file)
+    │   └── HeaderIncomplete        a header prefix too short to parse: fetch `needed_bytes`
+    ├── AuditChainBroken            `audit verify` found the first bad line
+    ├── ModelError                  the model store
+    │   ├── ModelNotFound           no model by that name
+    │   ├── ModelExists             the name is taken
+    │   └── InvalidModelName        a name outside [a-z0-9._-] (with an optional :tag)
+    └── HubError                    a pull from a Hugging Face hub endpoint (names the repo and file)
+        ├── NotFoundOnHub           no such repo, revision, file, or quant (lists the quants there are)
+        ├── HubAccessDenied         a gated or private repo, and no token or one without access
+        ├── ChecksumMismatch        the bytes do not hash to what the hub advertised; the bad file is deleted
+        ├── DownloadCancelled       cancelled on request; the partial file is kept for a resume
+        └── HubUnavailable          connection refused or dropped, a timeout, a 5xx: try again later
 API dialects map `code` to their own error shapes; the CLI prints `message` and exits non-zero.
 """
 
@@ -82,6 +94,22 @@ class DaemonRunning(BlazarError):
     exit_code = 4
 
 
+class ModelFileError(BlazarError):
+    code = "invalid_model_file"
+    exit_code = 2
+
+
+class HeaderIncomplete(ModelFileError):
+    """The bytes fetched so far end inside the GGUF header; `needed_bytes` is a lower bound on the prefix to fetch."""
+
+    code = "header_incomplete"
+
+    def __init__(self, needed_bytes: int, have_bytes: int = 0, source: str = "remote GGUF") -> None:
+        super().__init__(f"{source}: GGUF header incomplete: have {have_bytes} bytes, need at least {needed_bytes}")
+        self.needed_bytes = needed_bytes
+        self.have_bytes = have_bytes
+
+
 class AuditChainBroken(BlazarError):
     code = "audit_chain_broken"
     exit_code = 5
@@ -89,3 +117,68 @@ class AuditChainBroken(BlazarError):
     def __init__(self, line: int, detail: str) -> None:
         super().__init__(f"line {line}: {detail}")
         self.line = line
+
+
+class ModelError(BlazarError):
+    code = "model_error"
+    exit_code = 2
+
+
+class ModelNotFound(ModelError):
+    code = "model_not_found"
+
+
+class ModelExists(ModelError):
+    code = "model_exists"
+
+
+class InvalidModelName(ModelError):
+    code = "invalid_model_name"
+
+
+class HubError(BlazarError):
+    """A pull failed. `reason` is the `ModelPullFailed.reason` it maps to; `partial_bytes` what is kept to resume."""
+
+    code = "hub_error"
+    reason = "error"
+
+    def __init__(self, message: str, *, repo: str | None = None, filename: str | None = None,
+                 partial_bytes: int = 0) -> None:
+        super().__init__(message)
+        self.repo = repo
+        self.filename = filename
+        self.partial_bytes = partial_bytes
+
+
+class NotFoundOnHub(HubError):
+    code = "not_found_on_hub"
+    reason = "not_found"
+
+
+class HubAccessDenied(HubError):
+    code = "hub_access_denied"
+
+
+class ChecksumMismatch(HubError):
+    code = "checksum_mismatch"
+    reason = "checksum_mismatch"
+
+    def __init__(self, repo: str, filename: str, expected: str, actual: str) -> None:
+        super().__init__(f"{repo}/{filename}: the downloaded bytes hash to {actual} but the hub advertised "
+                         f"{expected}; the file was deleted", repo=repo, filename=filename)
+        self.expected = expected
+        self.actual = actual
+
+
+class DownloadCancelled(HubError):
+    code = "download_cancelled"
+    reason = "cancelled"
+
+    def __init__(self, repo: str, filename: str, partial_bytes: int) -> None:
+        super().__init__(f"{repo}/{filename}: download cancelled at {partial_bytes} bytes; the partial file is kept "
+                         "for a resume", repo=repo, filename=filename, partial_bytes=partial_bytes)
+
+
+class HubUnavailable(HubError):
+    code = "hub_unavailable"
+    reason = "network"

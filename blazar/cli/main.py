@@ -5,9 +5,10 @@ from __future__ import annotations
 import sys
 
 import typer
+from rich.text import Text
 
 from blazar import __version__
-from blazar.cli import audit_cmds, config_cmds, db, log_cmds, snapshot_cmds
+from blazar.cli import audit_cmds, config_cmds, db, fit_cmds, log_cmds, model_cmds, snapshot_cmds
 from blazar.cli.common import err
 from blazar.errors import BlazarError
 
@@ -33,6 +34,13 @@ def root(
     """Paths: config in $XDG_CONFIG_HOME/blazar, data in $XDG_DATA_HOME/blazar; BLAZAR_HOME overrides both."""
 
 
+app.command("pull")(model_cmds.pull)
+app.command("import")(model_cmds.import_)
+app.command("list")(model_cmds.list_)
+app.command("show")(model_cmds.show)
+app.command("rm")(model_cmds.rm)
+app.command("fit")(fit_cmds.fit)
+app.command("coreside")(fit_cmds.coreside)
 app.command("events")(log_cmds.events)
 app.command("state")(log_cmds.state)
 app.command("snapshot")(snapshot_cmds.snapshot)
@@ -46,7 +54,9 @@ def main() -> None:
     try:
         app()
     except BlazarError as exc:
-        err.print(f"[bold red]error:[/bold red] {exc.message}")
+        # NOTE: the message as a Text, never markup: it carries names and paths ("x:smile:" is not an emoji,
+        # "[red]" in a path is not a style).
+        err.print(Text.assemble(("error:", "bold red"), " ", exc.message))
         sys.exit(exc.exit_code)
 
 

@@ -3,6 +3,7 @@
 Importing this package registers every event type.
 """
 
+from blazar.events import models as models
 from blazar.events import system as system
 from blazar.events.base import Event, Pending, Recorded
 from blazar.events.registry import decode, encode, event_class, known_types, register, upcaster

@@ -7,6 +7,7 @@ A unit test keeps `SCHEMA_HEAD` equal to the scripts' head.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,7 +106,15 @@ def upgrade(db: Path) -> SchemaStatus:
 
 
 def ensure_schema(db: Path) -> None:
-    """Start-up hook: upgrade when needed, cheaply skip when already at head."""
+    """Start-up hook: upgrade when needed, cheaply skip when already at head.
+
+    Two processes starting on a new home at once must not both run the migrations: a lock file serialises
+    them, and the second finds the schema at head once it has the lock.
+    """
     if current_revision(db) == SCHEMA_HEAD:
         return
-    upgrade(db)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".migrate.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if current_revision(db) != SCHEMA_HEAD:
+            upgrade(db)

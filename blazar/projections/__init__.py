@@ -2,13 +2,19 @@
 
 from blazar.projections.audit import AuditProjection
 from blazar.projections.base import Projection, State, fold
+from blazar.projections.calibration import CalibrationProjection
+from blazar.projections.catalog import CatalogProjection
 from blazar.projections.config import ConfigProjection
 from blazar.projections.stats import StatsProjection
 
 
 def all_projections() -> list[Projection]:
     """A fresh instance of every projection, in a stable order."""
-    return [ConfigProjection(), AuditProjection(), StatsProjection()]
+    return [ConfigProjection(), AuditProjection(), StatsProjection(), CatalogProjection(), CalibrationProjection()]
 
 
-__all__ = ["AuditProjection", "ConfigProjection", "Projection", "State", "StatsProjection", "all_projections", "fold"]
+__all__ = [
+    "AuditProjection",
+    "CalibrationProjection",
+    "CatalogProjection",
+    "ConfigProjection", "Projection", "State", "StatsProjection", "all_projections", "fold"]

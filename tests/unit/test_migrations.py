@@ -37,3 +37,15 @@ def test_a_database_from_a_newer_blazar_is_refused(tmp_path) -> None:
     conn.close()
     with pytest.raises(SchemaOutOfDate, match="written by a newer version"):
         migrate.ensure_schema(db)
+
+
+def test_two_processes_starting_on_a_new_home_both_succeed(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    db = tmp_path / "b.db"
+    code = f"from blazar.events import migrate; from pathlib import Path; migrate.ensure_schema(Path({str(db)!r}))"
+    procs = [subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    errors = [p.communicate(timeout=60)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
+    assert migrate.current_revision(db) == migrate.SCHEMA_HEAD

@@ -1,0 +1,1 @@
+"""THE OUTSIDE WORLD behind small seams: the device probe (gpu.py), engines, the hub, GGUF inspection."""

@@ -1,0 +1,166 @@
+"""Model store commands: `blazar import`, `pull`, `list`, `show`, `rm`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+from rich.table import Table
+
+from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
+from blazar.fit import FitRequest
+from blazar.handlers.fit import fit_model
+from blazar.handlers.models import import_model, remove_model
+from blazar.handlers.pull import pull as pull_model
+from blazar.projections.catalog import find
+
+# Messages that carry a model name: "x:smile" followed by ": ..." must not print as an emoji.
+_VERBATIM: dict[str, Any] = {"markup": False, "emoji": False}
+
+
+def _human(n: int | float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return str(n)
+
+
+def _params(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
+
+
+def import_(
+    file: Annotated[Path, typer.Argument(help="A GGUF file to bring into the store.")],
+    name: Annotated[str, typer.Option("--name", "-n", help="The name to serve it under, e.g. mymodel:q4.")],
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Validate a GGUF file and add it to the store (hardlinked; copied when a link is impossible)."""
+
+    async def go() -> Any:
+        async with opened() as app:
+            return await import_model(app, file.absolute(), name)
+
+    rec = run(go())
+    ev = rec.event
+    if as_json:
+        print_json(rec.to_json())
+        return
+    how = "linked" if ev.linked else "copied (a hardlink was not possible across these filesystems)"
+    out.print(f"imported {ev.name}: {ev.metadata.architecture}, {ev.metadata.file_type or '?'}, "
+              f"{_human(ev.bytes)}, {how}; sha256 {ev.sha256[:16]}…", **_VERBATIM)
+
+
+def pull(
+    target: Annotated[str, typer.Argument(help="gemma3-270m | owner/repo[:QUANT] | owner/repo/file.gguf")],
+    name: Annotated[str | None, typer.Option("--name", "-n", help="Store it under this name.")] = None,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Download a model (resumable, verified by sha256) from the registry or a Hugging Face hub (HF_ENDPOINT)."""
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+               TimeRemainingColumn())
+    with Progress(*columns, console=err, transient=True, disable=as_json) as bar:
+        task = bar.add_task(target, total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        async def go() -> Any:
+            async with opened() as app:
+                return await pull_model(app, target, name=name, progress=progress)
+
+        try:
+            result = run(go())
+        except KeyboardInterrupt:
+            err.print("cancelled: the partial download is kept; run the same pull again to resume")
+            raise typer.Exit(130) from None
+    if as_json:
+        print_json(result.to_json())
+    elif result.already_present:
+        out.print(f"{result.name} is already in the store ({_human(result.bytes)})", **_VERBATIM)
+    else:
+        out.print(f"pulled {result.name}: {_human(result.bytes)}, sha256 {result.sha256[:16]}… verified", **_VERBATIM)
+
+
+def list_(as_json: bool = JSON_OPTION) -> None:
+    """List the models in the store."""
+
+    async def go() -> dict:
+        async with opened() as app:
+            return app.runner.state("catalog")["models"]
+
+    models = run(go())
+    rows = sorted(models.values(), key=lambda m: m["name"])
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        out.print("no models yet: blazar pull gemma3-270m, or blazar import FILE --name NAME")
+        return
+    table = Table("name", "arch", "params", "quant", "ctx", "size", "added", box=None, header_style="bold")
+    for m in rows:
+        md = m["metadata"]
+        table.add_row(m["name"], md["architecture"], _params(md["parameter_count"]), md.get("file_type") or "-",
+                      str(md.get("ctx_train") or "-"), _human(m["bytes"]), fmt_ts(m["added_ts"]))
+    out.print(table)
+
+
+def show(
+    model: Annotated[str, typer.Argument(help="A model name from `blazar list`.")],
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Everything known about one model: metadata, capabilities, file, sha256, where it came from."""
+    from blazar.errors import ModelNotFound
+
+    async def go() -> dict:
+        async with opened() as app:
+            entry = find(app.runner.state("catalog"), model)
+            if entry is None:
+                raise ModelNotFound(f"no model named {model!r} in the store (see: blazar list)")
+            plan = await fit_model(app, entry["name"], FitRequest())
+            return {**entry, "file": str(app.paths.models / entry["path"]),
+                    "fit": {"fits": plan.fits, "summary": plan.summary, "ctx_per_slot": plan.ctx_per_slot,
+                            "slots": plan.slots, "cache_type_k": plan.cache_type_k, "cache_type_v": plan.cache_type_v,
+                            "total_bytes": plan.total_bytes}}
+
+    info = run(go())
+    md = info["metadata"]
+    caps = ["completion"] + (["chat"] if md["chat_template"] else []) + (["embedding"] if md["embedding_model"] else [])
+    info["capabilities"] = caps
+    if as_json:
+        print_json(info)
+        return
+    table = Table(show_header=False, box=None)
+    rows = [
+        ("name", info["name"]), ("file", info["file"]), ("size", _human(info["bytes"])), ("sha256", info["sha256"]),
+        ("source", f"{info['source']} ({info['source_kind']})"), ("added", fmt_ts(info["added_ts"])),
+        ("architecture", md["architecture"]), ("parameters", _params(md["parameter_count"])),
+        ("quantization", md.get("file_type") or "-"), ("context (trained)", str(md.get("ctx_train") or "-")),
+        ("layers", str(md["block_count"])),
+        ("heads / kv heads", f"{md.get('head_count') or '-'} / {md.get('head_count_kv') or '-'}"),
+        ("key / value length", f"{md.get('key_length') or '-'} / {md.get('value_length') or '-'}"),
+        ("sliding window", str(md.get("sliding_window") or "-")),
+        ("experts", f"{md['expert_count']} ({md.get('expert_used_count')} used)" if md.get("expert_count") else "-"),
+        ("capabilities", ", ".join(caps)),
+        ("fit here", info["fit"]["summary"]),
+    ]
+    for k, v in rows:
+        table.add_row(f"[bold]{k}[/bold]", v)
+    out.print(table)
+
+
+def rm(model: Annotated[str, typer.Argument(help="A model name from `blazar list`.")]) -> None:
+    """Remove a model from the store (its file is deleted when no other link to it remains)."""
+
+    async def go() -> Any:
+        async with opened() as app:
+            return await remove_model(app, model)
+
+    rec = run(go())
+    freed = "file deleted" if rec.event.file_deleted else "file kept (still linked elsewhere)"
+    out.print(f"removed {rec.event.name}: {freed}", **_VERBATIM)
+

@@ -1,0 +1,177 @@
+"""Events about the model store: imports, pulls, removals; and the metadata summary they carry.
+
+`ModelMetadata` is what Blazar knows of a GGUF from its header alone: enough to describe the model and to plan
+its memory (blazar/fit) without reading the file again.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from blazar.events.base import Event
+from blazar.events.registry import register
+
+
+class ModelMetadata(BaseModel):
+    """A GGUF header, summarised. Lengths in elements, sizes in bytes; None where the file does not say."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    architecture: str
+    name: str | None = None
+    gguf_version: int = 3
+    parameter_count: int = 0
+    file_type: str | None = None  # e.g. "Q4_K_M" (from general.file_type), or the dominant tensor type
+    ctx_train: int | None = None
+    block_count: int = 0
+    embedding_length: int | None = None
+    head_count: int | None = None
+    head_count_kv: int | None = None
+    # Per-layer KV heads when the file gives an array (some models vary them by layer).
+    head_count_kv_per_layer: list[int] | None = None
+    key_length: int | None = None
+    value_length: int | None = None
+    sliding_window: int | None = None
+    # One entry per block: True where the layer uses sliding-window attention.
+    swa_layers: list[bool] | None = None
+    vocab_size: int | None = None
+    chat_template: bool = False
+    embedding_model: bool = False  # a pooling type is set: serves embeddings
+    pooling_type: str | None = None
+    expert_count: int | None = None
+    expert_used_count: int | None = None
+    # Weight bytes: every tensor, then split by where llama.cpp places them.
+    weights_bytes: int = 0
+    layer_bytes: list[int] = Field(default_factory=list)  # blk.N.* summed, index N
+    input_bytes: int = 0  # token embeddings and other pre-block tensors (kept on the host by llama.cpp)
+    output_bytes: int = 0  # output norm and head (offloaded with the last layer)
+    # Tied embeddings (no output.weight): llama.cpp reuses token_embd.weight as the head and, when the output
+    # sits on another device than the input, loads a second copy there. Those bytes; 0 with a head of its own.
+    tied_output_bytes: int = 0
+    tensor_count: int = 0
+
+
+class ShardFile(BaseModel):
+    """One part of a split GGUF (`x-00001-of-00003.gguf`), as placed in the store."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str  # relative to the models directory
+    bytes: int
+    sha256: str
+
+
+@register
+class ModelImported(Event):
+    """A GGUF file entered the store under `name` (hardlinked, or copied when a link was impossible)."""
+
+    TYPE = "model.imported"
+    AUDIT = True
+
+    name: str
+    path: str  # relative to the models directory
+    source: str  # where it came from: a local path, a hub target, a python package
+    source_kind: Literal["file", "hub", "python-package"] = "file"
+    bytes: int
+    sha256: str
+    linked: bool  # True: hardlink; False: copied
+    metadata: ModelMetadata
+    # For a split model: every part in order (`path` is then the first part, `bytes` the total). Else empty.
+    shards: list[ShardFile] = Field(default_factory=list)
+
+    def stream_key(self) -> str:
+        return f"model:{self.name}"
+
+    def audit_details(self) -> dict[str, object]:
+        return {"name": self.name, "source": self.source, "source_kind": self.source_kind, "bytes": self.bytes,
+                "sha256": self.sha256}
+
+
+@register
+class ModelRemoved(Event):
+    TYPE = "model.removed"
+    AUDIT = True
+
+    name: str
+    path: str
+    file_deleted: bool  # False when another store entry still links the same file
+
+    def stream_key(self) -> str:
+        return f"model:{self.name}"
+
+
+@register
+class ModelPullStarted(Event):
+    TYPE = "model.pull_started"
+    AUDIT = True
+
+    target: str
+    name: str
+    source_kind: Literal["hub", "python-package"]
+    repo: str | None = None
+    revision: str | None = None
+    files: list[str] = Field(default_factory=list)
+    total_bytes: int | None = None
+    resumed_from_bytes: int = 0
+
+    def stream_key(self) -> str:
+        return f"model:{self.name}"
+
+
+@register
+class ModelPullCompleted(Event):
+    TYPE = "model.pull_completed"
+    AUDIT = True
+
+    target: str
+    name: str
+    bytes: int
+    sha256: str
+    duration_ms: int
+    downloaded_bytes: int  # 0 when the file was already present
+
+    def stream_key(self) -> str:
+        return f"model:{self.name}"
+
+
+@register
+class ModelPullFailed(Event):
+    TYPE = "model.pull_failed"
+    AUDIT = True
+
+    target: str
+    name: str
+    reason: Literal["cancelled", "checksum_mismatch", "not_found", "network", "invalid_file", "error"]
+    detail: str
+    partial_bytes: int = 0  # what is kept for a resume
+
+    def stream_key(self) -> str:
+        return f"model:{self.name}"
+
+    def audit_outcome(self) -> str:
+        return "cancelled" if self.reason == "cancelled" else "failed"
+
+
+@register
+class InstanceMemoryMeasured(Event):
+    """After a load: what the engine reported it allocated, beside what the planner estimated."""
+
+    TYPE = "instance.memory_measured"
+    AUDIT = False
+
+    model: str
+    instance_id: str | None = None
+    ctx_tokens: int
+    slots: int
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    planned_bytes: int
+    measured_bytes: int
+    # The engine's own lines, by buffer: {"CPU model buffer": bytes, "CPU KV buffer": bytes, ...}
+    buffers: dict[str, int] = Field(default_factory=dict)
+    rss_bytes: int | None = None
+
+    def stream_key(self) -> str:
+        return f"model:{self.model}"

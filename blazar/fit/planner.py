@@ -1,0 +1,188 @@
+"""The memory-fit planner: the largest context and slot count that fit the devices, or a refusal with its levers.
+
+`plan()` is pure: metadata, devices and a request in; a JSON-able `FitPlan` out. Policy (what None means) is in
+FitRequest's docstring; formulas and constants in docs/10.SCIENTIFIC.md.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from blazar.events.models import ModelMetadata
+from blazar.fit.devices import Device, gpus_of
+from blazar.fit.ggml_types import LADDER, cache_type, is_quantized
+from blazar.fit.kv import context_shape, layer_geometry
+from blazar.fit.layout import DeviceUse, Shape, price
+from blazar.fit.refusal import Lever, Refusal, levers_for, over_budget, summary
+from blazar.fit.search import Pricer, max_ctx, max_gpu_layers, max_slots
+
+# Context tried first when ctx is not pinned: layers and cache types are chosen so that at least this much fits,
+# then the context grows. 4096 is llama.cpp's own floor when it shrinks a context to fit (common.h
+# fit_params_min_ctx).
+MIN_AUTO_CTX = 4096
+# When the header has no training context, an unpinned context grows no further than this.
+UNKNOWN_CTX_TRAIN_CAP = 8192
+# slots=None: the most slots (each at the planned context) that fit, up to llama-server's own automatic -np.
+SLOTS_AUTO_MAX = 4
+# The largest slot count ever reported (llama.cpp LLAMA_MAX_SEQ).
+SLOTS_MAX = 256
+
+
+class FitRequest(BaseModel):
+    """What the caller pins; None asks the planner to choose.
+
+    ctx: tokens per slot. None: the largest that fits, up to ctx_train; a larger pinned value is clamped to ctx_train.
+    slots: None: the most that fit at the planned ctx, up to SLOTS_AUTO_MAX (context first, then slots).
+    cache types: both None walk f16 -> q8_0 -> q4_0 and stop at the first that fits (V stays f16 without flash
+        attention, which llama.cpp requires for a quantised V); one None means llama.cpp's default, f16.
+    gpu_layers: llama.cpp's -ngl (n_layer + 1 offloads everything, output included); None: all that fit.
+    correction: bytes from calibration (measured - planned) added where most of the model lives.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ctx: int | None = Field(default=None, ge=1)
+    slots: int | None = Field(default=1, ge=1, le=SLOTS_MAX)
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
+    n_ubatch: int = Field(default=512, ge=1)
+    n_batch: int = Field(default=2048, ge=1)
+    gpu_layers: int | None = Field(default=None, ge=0)
+    kv_unified: bool = False  # llama-server's default once -np is given explicitly (server.cpp)
+    flash_attn: bool = True
+    swa_full: bool = False
+    correction: int = 0
+
+
+class FitPlan(BaseModel):
+    """The planner's answer: the engine shape, per-device bytes, the search results, and a refusal when it fails."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    fits: bool
+    model: str | None
+    architecture: str
+    ctx_per_slot: int
+    ctx_total: int
+    engine_ctx: int  # what to pass as -c
+    slots: int
+    kv_unified: bool
+    cache_type_k: str
+    cache_type_v: str
+    gpu_layers: int
+    offloadable_layers: int
+    n_ubatch: int
+    n_batch: int
+    flash_attn: bool
+    swa_full: bool
+    kv_bytes: int
+    total_bytes: int  # every device's total, calibration included
+    estimate_bytes: int  # the same before calibration: what `record_measurement` compares against
+    correction_bytes: int
+    devices: list[DeviceUse]
+    max_ctx_at_slots: int | None  # largest ctx per slot that fits at these slots (None: not even CTX_PAD)
+    max_slots_at_ctx: int | None  # largest slot count that fits at this ctx (None: not even one)
+    refusal: Refusal | None = None
+    notes: list[str] = Field(default_factory=list)
+    summary: str = ""
+
+
+def _type_choices(req: FitRequest) -> list[tuple[str, str]]:
+    if req.cache_type_k is None and req.cache_type_v is None:
+        return [(t, t if req.flash_attn else "f16") for t in dict.fromkeys(LADDER)]
+    return [(cache_type(req.cache_type_k or "f16").name, cache_type(req.cache_type_v or "f16").name)]
+
+
+def plan(meta: ModelMetadata, devices: list[Device], request: FitRequest | None = None) -> FitPlan:
+    """Plan one engine instance of `meta` on `devices`; see FitRequest for what a None asks for."""
+    req = request or FitRequest()
+    notes: list[str] = []
+    cap = meta.ctx_train or UNKNOWN_CTX_TRAIN_CAP
+    if not meta.ctx_train:
+        notes.append(f"the file states no training context; an unpinned ctx is capped at {cap}")
+    ctx_req = req.ctx
+    if ctx_req is not None and meta.ctx_train and ctx_req > meta.ctx_train:
+        notes.append(f"ctx {ctx_req} clamped to the training context {meta.ctx_train}")
+        ctx_req = meta.ctx_train
+    if meta.sliding_window and not meta.swa_layers:
+        notes.append("sliding window without a per-layer pattern: every layer counted at full context")
+    full_layers = meta.block_count + 1
+    g_req = None if req.gpu_layers is None else min(req.gpu_layers, full_layers)
+    if g_req and not gpus_of(devices):
+        notes.append(f"gpu_layers {g_req} requested but no GPU was found: everything stays on the host")
+        g_req = 0
+    choices = _type_choices(req)
+    if any(is_quantized(v) for _, v in choices) and not req.flash_attn:
+        return _refuse_early(meta, req, choices[0], notes, "invalid_request",
+                             "a quantised V cache needs flash attention (llama_context refuses it otherwise)")
+    geom = layer_geometry(meta)
+    if geom is None:
+        return _refuse_early(meta, req, choices[0], notes, "metadata_incomplete",
+                             "the header lacks the layer count, head counts or head sizes the KV size needs")
+    base = Shape(0, 1, "f16", "f16", 0, req.n_ubatch, req.n_batch, req.kv_unified, req.flash_attn, req.swa_full)
+    p = Pricer(meta, geom, devices, base, req.correction)
+
+    target_ctx = ctx_req if ctx_req is not None else min(MIN_AUTO_CTX, cap)
+    target_slots = req.slots or 1
+    picked: tuple[tuple[str, str], int] | None = None
+    tried: list[tuple[tuple[str, str], int, bool]] = []
+    for types in choices:
+        g = g_req if g_req is not None else max_gpu_layers(p, target_ctx, target_slots, types)
+        ok = p.fits(target_ctx, target_slots, types, g)
+        tried.append((types, g, ok))
+        if ok and (g_req is not None or not p.has_gpu or g == full_layers):
+            picked = (types, g)
+            break
+    if picked is None:
+        fitting = [(t, g) for t, g, ok in tried if ok]
+        picked = max(fitting, key=lambda tg: tg[1]) if fitting else (tried[0][0], tried[0][1])
+    types, g = picked
+    if types != choices[0]:
+        notes.append(f"KV cache {choices[0][0]} does not fit; using {types[0]}/{types[1]}")
+
+    ctx = ctx_req if ctx_req is not None else (max_ctx(p, cap, target_slots, types, g) or target_ctx)
+    slots = req.slots if req.slots is not None else (max_slots(p, ctx, types, g, SLOTS_AUTO_MAX) or 1)
+    shape = p.shape(ctx, slots, types, g)
+    uses, kvl = price(meta, geom, devices, shape, req.correction)
+    fits = all(u.free_bytes >= 0 for u in uses)
+    refusal = None
+    if not fits:
+        refusal = over_budget(meta, uses, levers_for(p, meta, ctx, slots, types, g, cap, uses))
+    cs = context_shape(shape.ctx_arg, slots, req.kv_unified)
+    result = FitPlan(
+        fits=fits, model=meta.name, architecture=meta.architecture, ctx_per_slot=cs.ctx_per_slot,
+        ctx_total=cs.n_ctx, engine_ctx=shape.ctx_arg, slots=slots, kv_unified=req.kv_unified,
+        cache_type_k=types[0], cache_type_v=types[1], gpu_layers=min(g, full_layers) if p.has_gpu else 0,
+        offloadable_layers=full_layers, n_ubatch=req.n_ubatch, n_batch=req.n_batch, flash_attn=req.flash_attn,
+        swa_full=req.swa_full, kv_bytes=kvl.total, total_bytes=sum(u.total_bytes for u in uses),
+        estimate_bytes=sum(u.total_bytes - u.correction_bytes for u in uses),
+        correction_bytes=req.correction, devices=uses, max_ctx_at_slots=max_ctx(p, cap, slots, types, g),
+        max_slots_at_ctx=max_slots(p, ctx, types, g, SLOTS_MAX), refusal=refusal, notes=notes,
+    )
+    return result.model_copy(update={"summary": summary(result)})
+
+
+def _refuse_early(
+    meta: ModelMetadata,
+    req: FitRequest,
+    types: tuple[str, str],
+    notes: list[str],
+    reason: Literal["metadata_incomplete", "invalid_request"],
+    detail: str,
+) -> FitPlan:
+    refusal = Refusal(reason=reason, detail=detail)
+    ctx = req.ctx or 0
+    result = FitPlan(
+        fits=False, model=meta.name, architecture=meta.architecture, ctx_per_slot=ctx, ctx_total=ctx * (req.slots or 1),
+        engine_ctx=ctx * (req.slots or 1), slots=req.slots or 1, kv_unified=req.kv_unified, cache_type_k=types[0],
+        cache_type_v=types[1], gpu_layers=0, offloadable_layers=meta.block_count + 1, n_ubatch=req.n_ubatch,
+        n_batch=req.n_batch, flash_attn=req.flash_attn, swa_full=req.swa_full, kv_bytes=0, total_bytes=0,
+        estimate_bytes=0, correction_bytes=req.correction, devices=[], max_ctx_at_slots=None, max_slots_at_ctx=None,
+        refusal=refusal, notes=notes,
+    )
+    return result.model_copy(update={"summary": summary(result)})
+
+
+__all__ = ["FitPlan", "FitRequest", "Lever", "Refusal", "plan"]

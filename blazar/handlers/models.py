@@ -1,0 +1,190 @@
+"""Model store commands: import a GGUF (validated, hardlinked or copied, hashed) and remove one.
+
+Nothing is recorded and nothing is left in the store unless the whole import succeeded: the file is placed
+under a temporary name, and only renamed into place once it is inspected and hashed; if recording fails, the
+file is removed again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import hashlib
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Literal
+
+from blazar.adapters.gguf_inspect import inspect_gguf, inspect_split
+from blazar.bootstrap import Blazar
+from blazar.errors import InvalidModelName, ModelExists, ModelFileError, ModelNotFound
+from blazar.events.base import Recorded
+from blazar.events.models import ModelImported, ModelMetadata, ModelRemoved, ShardFile
+from blazar.handlers.record import record
+from blazar.projections.catalog import find
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}(:[A-Za-z0-9][A-Za-z0-9._-]{0,63})?$")
+# Errors that mean "a hardlink is impossible here", so a copy is the right fallback.
+_NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES}
+
+
+def check_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise InvalidModelName(
+            f"invalid model name {name!r}: use letters, digits, '.', '_' and '-', optionally with a ':tag' "
+            "(for example gemma3-270m or gemma3:270m-q4)"
+        )
+    return name
+
+
+def store_filename(name: str) -> str:
+    """The file name a model gets in the store: its name, with the tag separator made filesystem-safe."""
+    return name.replace(":", "--") + ".gguf"
+
+
+def sha256_file(path: Path) -> str:
+    with path.open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def link_or_copy(src: Path, dest: Path) -> bool:
+    """Hardlink `src` to `dest`; copy when the filesystem refuses a link. Returns True for a link."""
+    try:
+        os.link(src, dest)
+        return True
+    except OSError as exc:
+        if exc.errno not in _NO_LINK:
+            raise
+    shutil.copyfile(src, dest)
+    with dest.open("rb") as fh:
+        os.fsync(fh.fileno())
+    return False
+
+
+def place_file(src: Path, models_dir: Path, filename: str, expected_sha256: str | None) -> tuple[Path, bool, str, int]:
+    """Put `src` into the store as `filename`: linked or copied under a temporary name, hashed, then renamed.
+
+    Returns (dest, linked, sha256, size). On any failure nothing is left in the store.
+    """
+    models_dir.mkdir(parents=True, exist_ok=True)
+    dest = models_dir / filename
+    tmp = models_dir / f".{filename}.{os.getpid()}.importing"
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    try:
+        linked = link_or_copy(src, tmp)
+        digest = sha256_file(tmp)
+        if expected_sha256 is not None and digest != expected_sha256:
+            raise ModelFileError(f"{src}: sha256 {digest} does not match the expected {expected_sha256}")
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    return dest, linked, digest, dest.stat().st_size
+
+
+def place_split(srcs: list[Path], models_dir: Path, dirname: str) -> tuple[list[ShardFile], bool]:
+    """Put every part of a split model into `models_dir/dirname/` under its own name (llama-server finds the
+    other parts beside the first by name). All or nothing, like `place_file`."""
+    final = models_dir / dirname
+    staging = models_dir / f".{dirname}.{os.getpid()}.importing"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        shards, all_linked = [], True
+        for src in srcs:
+            _, linked, digest, size = place_file(src, staging, src.name, None)
+            all_linked &= linked
+            shards.append(ShardFile(path=f"{dirname}/{src.name}", bytes=size, sha256=digest))
+        if final.exists():
+            shutil.rmtree(final)  # a leftover the catalog does not know (it was checked for the name)
+        os.replace(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return shards, all_linked
+
+
+async def import_model(
+    app: Blazar,
+    src: Path | list[Path],
+    name: str,
+    *,
+    source: str | None = None,
+    source_kind: Literal["file", "hub", "python-package"] = "file",
+    expected_sha256: str | None = None,
+    metadata: ModelMetadata | None = None,
+) -> Recorded:
+    """Validate `src` as GGUF (or every part of a split model), place it in the store as `name`, and record
+    `model.imported`. Nothing is recorded and nothing is left in the store when any step fails."""
+    check_name(name)
+    catalog = app.runner.state("catalog")
+    if find(catalog, name) is not None:
+        raise ModelExists(f"a model named {name!r} is already in the store (remove it first: blazar rm {name})")
+    parts = src if isinstance(src, list) else [src]
+    # "a:b" and "a--b" are both stored as a--b: the file (or split directory) of another model is never replaced.
+    top = store_filename(name) if len(parts) == 1 else store_filename(name)[: -len(".gguf")]
+    owner = next((m["name"] for m in catalog["models"].values() if Path(m["path"]).parts[0] == top), None)
+    if owner is not None:
+        raise ModelExists(f"the name {name!r} would be stored as {top}, which belongs to the model {owner!r}; "
+                          "pick another name")
+    # File work runs in a thread: hashing a multi-GB file must not stall a daemon's event loop.
+    if metadata is None:
+        metadata = await asyncio.to_thread(inspect_gguf if len(parts) == 1 else inspect_split,  # type: ignore[arg-type]
+                                           parts[0] if len(parts) == 1 else parts)
+    shards: list[ShardFile] = []
+    if len(parts) == 1:
+        dest, linked, digest, size = await asyncio.to_thread(
+            place_file, parts[0], app.paths.models, store_filename(name), expected_sha256
+        )
+        rel, placed = dest.name, [dest]
+    else:
+        dirname = store_filename(name)[: -len(".gguf")]
+        shards, linked = await asyncio.to_thread(place_split, parts, app.paths.models, dirname)
+        rel, digest, size = shards[0].path, shards[0].sha256, sum(s.bytes for s in shards)
+        placed = [app.paths.models / dirname]
+    event = ModelImported(
+        name=name, path=rel, source=source or str(parts[0]), source_kind=source_kind,
+        bytes=size, sha256=digest, linked=linked, metadata=metadata, shards=shards,
+    )
+    try:
+        (rec,) = await record(app, event)
+    except BaseException:
+        for p in placed:
+            await asyncio.to_thread(_remove_path, p)
+        raise
+    return rec
+
+
+def _remove_path(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def unlink_counting(path: Path) -> bool:
+    """Unlink `path`; True when that freed the data (it was the file's last link)."""
+    try:
+        last = path.stat().st_nlink == 1
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return last
+
+
+async def remove_model(app: Blazar, name: str) -> Recorded:
+    """Remove `name` from the store. The file's data is freed only when this was its last link."""
+    entry = find(app.runner.state("catalog"), name)
+    if entry is None:
+        raise ModelNotFound(f"no model named {name!r} in the store (see: blazar list)")
+    files = [s["path"] for s in entry.get("shards") or []] or [entry["path"]]
+    freed = [await asyncio.to_thread(unlink_counting, app.paths.models / f) for f in files]
+    deleted = all(freed)
+    if len(files) > 1:
+        await asyncio.to_thread(_remove_path, app.paths.models / Path(files[0]).parent)
+    (rec,) = await record(app, ModelRemoved(name=entry["name"], path=entry["path"], file_deleted=deleted))
+    return rec

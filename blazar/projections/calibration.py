@@ -1,0 +1,59 @@
+"""The `calibration` projection: per model, the recent differences between what the engine allocated and what the
+planner expected (`instance.memory_measured`), and `correction_for`, the bytes the next plan adds for that model.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from blazar.events.base import Recorded
+from blazar.events.models import InstanceMemoryMeasured
+from blazar.projections.base import Projection, State
+
+# Differences kept per model, newest last. Few on purpose: a new engine build or driver changes the numbers, and
+# the median of a short window follows that within a few loads.
+RECENT_PER_MODEL = 8
+
+
+def shape_key(ctx: int, slots: int, cache_type_k: str, cache_type_v: str) -> str:
+    return f"{ctx}|{slots}|{cache_type_k.lower()}|{cache_type_v.lower()}"
+
+
+class CalibrationProjection(Projection):
+    name = "calibration"
+    version = 1
+    types = frozenset({InstanceMemoryMeasured.TYPE})
+
+    def initial(self) -> State:
+        return {"models": {}, "measurements": 0, "last_seq": 0}
+
+    def apply(self, state: State, rec: Recorded) -> State:
+        ev = rec.event
+        assert isinstance(ev, InstanceMemoryMeasured)
+        entry = state["models"].setdefault(ev.model, {"recent": []})
+        recent: list[dict[str, Any]] = entry["recent"]
+        recent.append({
+            "seq": rec.seq,
+            "shape": shape_key(ev.ctx_tokens, ev.slots, ev.cache_type_k, ev.cache_type_v),
+            "planned_bytes": ev.planned_bytes,
+            "measured_bytes": ev.measured_bytes,
+            "diff_bytes": ev.measured_bytes - ev.planned_bytes,
+        })
+        del recent[:-RECENT_PER_MODEL]
+        state["measurements"] += 1
+        state["last_seq"] = rec.seq
+        return state
+
+
+def correction_for(state: State, model: str, ctx: int, slots: int, cache_type_k: str, cache_type_v: str) -> int:
+    """Bytes to add to the next plan of `model`: the latest difference measured at this very shape, else the
+    median of the model's recent differences (the higher middle value: when in doubt, plan for more), else 0."""
+    recent = state.get("models", {}).get(model, {}).get("recent", [])
+    if not recent:
+        return 0
+    key = shape_key(ctx, slots, cache_type_k, cache_type_v)
+    for m in reversed(recent):
+        if m["shape"] == key:
+            return int(m["diff_bytes"])
+    return int(statistics.median_high(m["diff_bytes"] for m in recent))

@@ -1,0 +1,47 @@
+"""The `catalog` projection: the models in the store (name, file, sha256, metadata) and the state of pulls."""
+
+from __future__ import annotations
+
+from blazar.events.base import Recorded
+from blazar.events.models import ModelImported, ModelPullCompleted, ModelPullFailed, ModelPullStarted, ModelRemoved
+from blazar.projections.base import Projection, State
+
+
+class CatalogProjection(Projection):
+    name = "catalog"
+    version = 1
+    types = frozenset({
+        ModelImported.TYPE, ModelRemoved.TYPE, ModelPullStarted.TYPE, ModelPullCompleted.TYPE, ModelPullFailed.TYPE,
+    })
+
+    def initial(self) -> State:
+        return {"models": {}, "pulls": {}}
+
+    def apply(self, state: State, rec: Recorded) -> State:
+        ev = rec.event
+        if isinstance(ev, ModelImported):
+            state["models"][ev.name] = {
+                "name": ev.name, "path": ev.path, "bytes": ev.bytes, "sha256": ev.sha256, "source": ev.source,
+                "source_kind": ev.source_kind, "linked": ev.linked, "added_ts": rec.ts, "seq": rec.seq,
+                "metadata": ev.metadata.model_dump(mode="json"),
+                "shards": [sh.model_dump(mode="json") for sh in ev.shards],
+            }
+        elif isinstance(ev, ModelRemoved):
+            state["models"].pop(ev.name, None)
+        elif isinstance(ev, ModelPullStarted):
+            state["pulls"][ev.name] = {"target": ev.target, "status": "running", "started_ts": rec.ts,
+                                       "total_bytes": ev.total_bytes, "seq": rec.seq}
+        elif isinstance(ev, ModelPullCompleted):
+            pull = state["pulls"].setdefault(ev.name, {"target": ev.target})
+            pull.update(status="completed", ended_ts=rec.ts, bytes=ev.bytes, duration_ms=ev.duration_ms)
+        elif isinstance(ev, ModelPullFailed):
+            pull = state["pulls"].setdefault(ev.name, {"target": ev.target})
+            pull.update(status="failed", ended_ts=rec.ts, reason=ev.reason, detail=ev.detail,
+                        partial_bytes=ev.partial_bytes)
+        return state
+
+
+def find(state: State, name: str) -> dict | None:
+    """A model by exact name, or by `name` meaning `name:latest` (Ollama's convention)."""
+    models = state["models"]
+    return models.get(name) or (models.get(f"{name}:latest") if ":" not in name else None)

@@ -1,0 +1,1 @@
+"""Test helpers shared across suites: local stand-ins for the outside world."""

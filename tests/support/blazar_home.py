@@ -1,0 +1,50 @@
+"""A test's view of a BLAZAR_HOME that the CLI writes to: its event log, read in the shape `blazar events --json`
+prints (one dict per event), and a model put in its store, each without the half second a CLI subprocess costs."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from blazar.bootstrap import bootstrap
+from blazar.events.log import EventLog
+from blazar.handlers.models import import_model
+from blazar.paths import Paths
+
+
+def home_paths(home: Path) -> Paths:
+    return Paths.from_env({"BLAZAR_HOME": str(home)})
+
+
+def read_events(home: Path, *types: str) -> list[dict[str, Any]]:
+    """Every event in `home`'s log (only those of `types` when given), oldest first, as `Recorded.to_json()`."""
+    db = home_paths(home).db
+    if not db.exists():
+        return []
+
+    async def read() -> list[dict[str, Any]]:
+        log = await EventLog.open(db, migrate=False)
+        try:
+            return [rec.to_json() async for rec in log.read(types=list(types) or None)]
+        finally:
+            await log.close()
+
+    return asyncio.run(read())
+
+
+def event_types(home: Path) -> list[str]:
+    return [e["type"] for e in read_events(home)]
+
+
+def import_into(home: Path, src: Path, name: str) -> None:
+    """`blazar import SRC --name NAME`, in this process."""
+
+    async def go() -> None:
+        app = await bootstrap(paths=home_paths(home), env={}, actor="test:pytest")
+        try:
+            await import_model(app, src, name)
+        finally:
+            await app.close()
+
+    asyncio.run(go())
