@@ -71,6 +71,28 @@ _SWA_IGNORED = frozenset({"phi3"})
 
 def inspect_gguf(path: Path) -> ModelMetadata:
     """Summarise a local GGUF file. Raises ModelFileError naming the file for anything unreadable."""
+    return _summarise(_read_file(path), str(path))
+
+
+def inspect_gguf_header(prefix: bytes, total_size: int, *, source: str = "remote GGUF") -> ModelMetadata:
+    """Summarise a GGUF from its first bytes and its full size (both from HTTP range requests).
+
+    Raises HeaderIncomplete, with a lower bound on the prefix length to fetch, when `prefix` ends inside the header.
+    """
+    return _summarise(_read_prefix(prefix, total_size, source), source)
+
+
+def inspect_split(paths: list[Path]) -> ModelMetadata:
+    """Summarise a split model (`x-00001-of-00003.gguf` ...): metadata from the first part, tensors from all."""
+    return _merged([_read_file(p) for p in paths], str(paths[0]))
+
+
+def inspect_split_headers(parts: list[tuple[bytes, int, str]]) -> ModelMetadata:
+    """The remote form of `inspect_split`: (prefix, total size, source) per part, as `inspect_gguf_header` takes."""
+    return _merged([_read_prefix(*part) for part in parts], parts[0][2])
+
+
+def _read_file(path: Path) -> GGUFHeader:
     source = str(path)
     try:
         size = path.stat().st_size
@@ -87,14 +109,10 @@ def inspect_gguf(path: Path) -> ModelMetadata:
     except ShortRead as short:
         raise _truncated_header(source, short.needed, size) from None
     _check_data_fits(header, size, source)
-    return _summarise(header, source)
+    return header
 
 
-def inspect_gguf_header(prefix: bytes, total_size: int, *, source: str = "remote GGUF") -> ModelMetadata:
-    """Summarise a GGUF from its first bytes and its full size (both from HTTP range requests).
-
-    Raises HeaderIncomplete, with a lower bound on the prefix length to fetch, when `prefix` ends inside the header.
-    """
+def _read_prefix(prefix: bytes, total_size: int, source: str) -> GGUFHeader:
     if total_size < len(prefix):
         raise ModelFileError(f"{source}: total size {total_size} is less than the {len(prefix)} bytes fetched")
     try:
@@ -105,7 +123,14 @@ def inspect_gguf_header(prefix: bytes, total_size: int, *, source: str = "remote
         raise HeaderIncomplete(short.needed, len(prefix), source) from None
     # NOTE: the tensor data is not here to check, but the file's size must still hold every tensor it declares.
     _check_data_fits(header, total_size, source)
-    return _summarise(header, source)
+    return header
+
+
+def _merged(headers: list[GGUFHeader], source: str) -> ModelMetadata:
+    first = headers[0]
+    merged = GGUFHeader(first.version, first.byte_order, first.kv, [t for h in headers for t in h.tensors],
+                        first.alignment, first.header_end, first.data_offset)
+    return _summarise(merged, source)
 
 
 def _parse(buf: ByteSource, limit: int, source: str) -> GGUFHeader:
@@ -346,44 +371,3 @@ def _block_index(name: str) -> int | None:
     return int(index) if index.isascii() and index.isdigit() else None
 
 
-
-def inspect_split(paths: list[Path]) -> ModelMetadata:
-    """Summarise a split model (`x-00001-of-00003.gguf` ...): metadata from the first part, tensors from all."""
-    headers = []
-    for path in paths:
-        source = str(path)
-        try:
-            size = path.stat().st_size
-            with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                header = _parse(buf, size, source)
-        except FileNotFoundError:
-            raise ModelFileError(f"{source}: no such file") from None
-        except (OSError, ValueError) as exc:
-            raise ModelFileError(f"{source}: cannot read: {exc}") from None
-        except ShortRead as short:
-            raise _truncated_header(source, short.needed, size) from None
-        _check_data_fits(header, size, source)
-        headers.append(header)
-    return _merged(headers, str(paths[0]))
-
-
-def inspect_split_headers(parts: list[tuple[bytes, int, str]]) -> ModelMetadata:
-    """The remote form of `inspect_split`: (prefix, total size, source) per part, as `inspect_gguf_header` takes."""
-    headers = []
-    for prefix, total_size, source in parts:
-        try:
-            header = _parse(prefix, len(prefix), source)
-        except ShortRead as short:
-            if len(prefix) == total_size or short.needed > total_size:
-                raise _truncated_header(source, short.needed, total_size) from None
-            raise HeaderIncomplete(short.needed, len(prefix), source) from None
-        _check_data_fits(header, total_size, source)
-        headers.append(header)
-    return _merged(headers, parts[0][2])
-
-
-def _merged(headers: list[GGUFHeader], source: str) -> ModelMetadata:
-    first = headers[0]
-    merged = GGUFHeader(first.version, first.byte_order, first.kv, [t for h in headers for t in h.tensors],
-                        first.alignment, first.header_end, first.data_offset)
-    return _summarise(merged, source)
