@@ -17,12 +17,14 @@
     │   ├── ModelNotFound           no model by that name
     │   ├── ModelExists             the name is taken
     │   └── InvalidModelName        a name outside [a-z0-9._-] (with an optional :tag)
-    └── HubError                    a pull from a Hugging Face hub endpoint (names the repo and file)
-        ├── NotFoundOnHub           no such repo, revision, file, or quant (lists the quants there are)
-        ├── HubAccessDenied         a gated or private repo, and no token or one without access
-        ├── ChecksumMismatch        the bytes do not hash to what the hub advertised; the bad file is deleted
-        ├── DownloadCancelled       cancelled on request; the partial file is kept for a resume
-        └── HubUnavailable          connection refused or dropped, a timeout, a 5xx: try again later
+    ├── HubError                    a pull from a Hugging Face hub endpoint (names the repo and file)
+    │   ├── NotFoundOnHub           no such repo, revision, file, or quant (lists the quants there are)
+    │   ├── HubAccessDenied         a gated or private repo, and no token or one without access
+    │   ├── ChecksumMismatch        the bytes do not hash to what the hub advertised; the bad file is deleted
+    │   ├── DownloadCancelled       cancelled on request; the partial file is kept for a resume
+    │   └── HubUnavailable          connection refused or dropped, a timeout, a 5xx: try again later
+    └── EngineError                 an engine binary that cannot be run or whose output cannot be read
+        └── EngineIncompatible      the binary lacks a flag (or value) the plan needs (names the flag)
 API dialects map `code` to their own error shapes; the CLI prints `message` and exits non-zero.
 """
 
@@ -182,3 +184,17 @@ class DownloadCancelled(HubError):
 class HubUnavailable(HubError):
     code = "hub_unavailable"
     reason = "network"
+
+
+class EngineError(BlazarError):
+    code = "engine_error"
+
+
+class EngineIncompatible(EngineError):
+    """The binary's --help does not list a flag, or a value of it, that the instance needs."""
+
+    code = "engine_incompatible"
+
+    def __init__(self, flag: str, detail: str) -> None:
+        super().__init__(f"this llama-server has no {flag}: {detail}")
+        self.flag = flag
