@@ -39,6 +39,14 @@ class Blazar:
     env: Mapping[str, str] = field(default_factory=dict)
     _hub: Hub | None = None
 
+    def request_writer(self) -> GroupCommitWriter:
+        """The group-commit writer for request events, started on first use with `group_commit_ms` from config;
+        `close()` drains it."""
+        if self.writer is None:
+            self.writer = GroupCommitWriter(self.log, interval=self.settings().group_commit_ms / 1000)
+            self.writer.start()
+        return self.writer
+
     def hub(self) -> Hub:
         """The Hugging Face hub client, configured from HF_ENDPOINT and HF_TOKEN as they were at start."""
         if self._hub is None:

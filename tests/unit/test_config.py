@@ -105,3 +105,19 @@ async def test_a_broken_config_file_stops_start_up_with_a_clear_error(paths, clo
     paths.config_file.write_text("port = 1\n")
     with pytest.raises(ConfigError, match="unknown config key 'port'"):
         await bootstrap(paths=paths, clock=clock)
+
+
+async def test_group_commit_ms_sets_the_request_writer_interval(paths, clock) -> None:
+    app = await bootstrap(paths=paths, clock=clock, actor="test")
+    await set_value(app, "group_commit_ms", "20")
+    writer = app.request_writer()
+    assert writer.interval == 0.02 and app.request_writer() is writer
+    from blazar.events.system import SnapshotTaken
+
+    writer.submit(SnapshotTaken(path="/x", seq_last=1, event_count=1, db_sha256="0" * 64), actor="test")
+    await app.close()  # drains the writer
+    app = await bootstrap(paths=paths, clock=clock, actor="test")
+    try:
+        assert [r.type async for r in app.log.read()] == ["config.changed", "snapshot.taken"]
+    finally:
+        await app.close()
