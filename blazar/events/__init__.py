@@ -3,6 +3,8 @@
 Importing this package registers every event type.
 """
 
+from blazar.events import engines as engines
+from blazar.events import instances as instances
 from blazar.events import models as models
 from blazar.events import system as system
 from blazar.events.base import Event, Pending, Recorded

@@ -102,8 +102,8 @@ async def test_hand_edits_are_recorded_at_the_next_start(paths, clock) -> None:
 
 async def test_a_broken_config_file_stops_start_up_with_a_clear_error(paths, clock) -> None:
     paths.ensure()
-    paths.config_file.write_text("port = 1\n")
-    with pytest.raises(ConfigError, match="unknown config key 'port'"):
+    paths.config_file.write_text("prot = 1\n")
+    with pytest.raises(ConfigError, match="unknown config key 'prot'"):
         await bootstrap(paths=paths, clock=clock)
 
 

@@ -1,0 +1,143 @@
+"""Events about engine programs: installs (with every file's sha256 and the probed capability manifest), smoke
+tests, verifications, activations (and refusals to activate), removals.
+
+The manifest is stored as plain data (`Capabilities.model_dump()` of blazar.adapters.engines.llama_server): events
+import nothing of ours, and replay never runs the binary again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from blazar.events.base import Event
+from blazar.events.registry import register
+
+EngineSource = Literal["package", "path", "PATH", "build"]
+
+
+class EngineFile(BaseModel):
+    """One file of an installed engine, as copied under `engines/<tag>/`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str  # relative to the engine's directory
+    bytes: int
+    sha256: str
+    link_to: str | None = None  # a symlink (shared-library soname) to another file of the engine; no bytes of its own
+
+
+@register
+class EngineInstalled(Event):
+    """An engine program was copied into the store under `tag` and probed."""
+
+    TYPE = "engine.installed"
+    AUDIT = True
+
+    tag: str
+    kind: Literal["llama-server"] = "llama-server"
+    source_kind: EngineSource
+    source: str  # the path, package name and version, or sdist the files came from
+    binary: str  # the server executable, relative to the engine's directory
+    files: list[EngineFile]
+    version: dict[str, Any]  # EngineVersion.model_dump(): version, build, commit, built_with
+    manifest: dict[str, Any]  # Capabilities.model_dump(): every flag, its choices and env var
+    build_options: list[str] = Field(default_factory=list)  # the cmake -D options of a build, else empty
+
+    def stream_key(self) -> str:
+        return f"engine:{self.tag}"
+
+    def audit_details(self) -> dict[str, Any]:
+        return {"tag": self.tag, "source_kind": self.source_kind, "source": self.source,
+                "version": self.version.get("version"), "files": len(self.files)}
+
+
+@register
+class EngineSmokeTested(Event):
+    """The smoke gate ran: a tiny model loaded and asked for a few tokens."""
+
+    TYPE = "engine.smoke_tested"
+    AUDIT = True
+
+    tag: str
+    passed: bool
+    duration_ms: int
+    tokens: int = 0  # tokens the engine generated
+    detail: str = ""  # why it failed, in one line
+    log_tail: list[str] = Field(default_factory=list)
+    exit_code: int | None = None  # when the engine died (e.g. -4: SIGILL on a CPU without the build's instructions)
+
+    def stream_key(self) -> str:
+        return f"engine:{self.tag}"
+
+    def audit_outcome(self) -> str:
+        return "ok" if self.passed else "failed"
+
+    def audit_details(self) -> dict[str, Any]:
+        return {"tag": self.tag, "passed": self.passed, "detail": self.detail, "exit_code": self.exit_code}
+
+
+@register
+class EngineVerified(Event):
+    """Every file of an engine was hashed against its install record."""
+
+    TYPE = "engine.verified"
+    AUDIT = True
+
+    tag: str
+    ok: bool
+    checked_files: int
+    problems: list[str] = Field(default_factory=list)  # "<path>: sha256 differs", "<path>: missing", ...
+
+    def stream_key(self) -> str:
+        return f"engine:{self.tag}"
+
+    def audit_outcome(self) -> str:
+        return "ok" if self.ok else "failed"
+
+
+@register
+class EngineActivated(Event):
+    """`tag` became the engine new instances start with."""
+
+    TYPE = "engine.activated"
+    AUDIT = True
+
+    tag: str
+    previous: str | None = None
+    reason: Literal["install", "use", "rollback", "build"]
+
+    def stream_key(self) -> str:
+        return f"engine:{self.tag}"
+
+
+@register
+class EngineActivationRefused(Event):
+    """A decision: `tag` was not activated, and why (the smoke gate or verify failed, ...)."""
+
+    TYPE = "engine.activation_refused"
+    AUDIT = True
+
+    tag: str
+    reason: Literal["smoke_failed", "verify_failed", "probe_failed"]
+    detail: str
+
+    def stream_key(self) -> str:
+        return f"engine:{self.tag}"
+
+    def audit_outcome(self) -> str:
+        return "refused"
+
+
+@register
+class EngineRemoved(Event):
+    TYPE = "engine.removed"
+    AUDIT = True
+
+    tag: str
+    reason: Literal["prune", "user", "failed_install"]
+    freed_bytes: int = 0
+
+    def stream_key(self) -> str:
+        return f"engine:{self.tag}"

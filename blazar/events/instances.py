@@ -1,0 +1,192 @@
+"""Events about instances: one supervised engine child per loaded model. The start (intent, with the argv and the
+planned memory), ready, exit (with the code and the last log lines), the eviction decisions with what the
+supervisor observed, refused loads, keep-alive changes and the crash circuit.
+
+Instance events live on the stream `instance:<id>`; circuit events on `model:<name>`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from blazar.events.base import Event
+from blazar.events.registry import register
+
+ExitReason = Literal[
+    "stopped",  # `blazar stop`, keep_alive 0, or a user's unload
+    "evicted",  # after an instance.evicted decision
+    "crashed",  # exited on its own while loading or serving
+    "load_failed",  # exited before it became ready
+    "load_timeout",  # did not become ready within load_timeout_s; killed
+    "lost",  # the log said running, but at reconcile no such process existed
+    "orphan_stopped",  # found running at reconcile with no supervisor; stopped
+    "shutdown",  # the daemon stopped its children on the way out
+]
+
+
+@register
+class InstanceStarted(Event):
+    """The child process was spawned (the intent: ready or exited follows, with this event's seq as cause)."""
+
+    TYPE = "instance.started"
+    AUDIT = True
+
+    instance_id: str
+    model: str
+    engine_tag: str
+    pid: int
+    port: int
+    argv: list[str]
+    log_path: str  # relative to the Blazar home's log directory
+    ctx_tokens: int  # per slot
+    engine_ctx: int  # what -c says (all slots)
+    slots: int
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    flash_attn: bool = False
+    gpu_layers: int = 0
+    planned_bytes: int  # the plan's total, calibration included
+    estimate_bytes: int  # the same before calibration
+    keep_alive_s: float | None = None  # None: never idle-evicted
+    pinned: bool = False  # never evicted for room either
+    reason: Literal["load", "request", "restart"] = "load"
+    free_bytes_observed: int | None = None  # what the budget offered when this was planned
+
+    def stream_key(self) -> str:
+        return f"instance:{self.instance_id}"
+
+    def audit_details(self) -> dict[str, Any]:
+        return {"instance_id": self.instance_id, "model": self.model, "engine_tag": self.engine_tag,
+                "pid": self.pid, "port": self.port, "planned_bytes": self.planned_bytes}
+
+
+@register
+class InstanceReady(Event):
+    """/health said ok: the instance serves."""
+
+    TYPE = "instance.ready"
+    AUDIT = False
+
+    instance_id: str
+    model: str
+    load_ms: int  # spawn to ready
+
+    def stream_key(self) -> str:
+        return f"instance:{self.instance_id}"
+
+
+@register
+class InstanceExited(Event):
+    """The child is gone (or was found gone): why, its exit status and its last log lines."""
+
+    TYPE = "instance.exited"
+    AUDIT = True
+
+    instance_id: str
+    model: str
+    reason: ExitReason
+    exit_code: int | None = None  # negative: killed by that signal (Python's convention)
+    uptime_ms: int | None = None
+    log_tail: list[str] = Field(default_factory=list)
+    detail: str = ""
+
+    def stream_key(self) -> str:
+        return f"instance:{self.instance_id}"
+
+    def audit_outcome(self) -> str:
+        return "failed" if self.reason in ("crashed", "load_failed", "load_timeout", "lost") else "ok"
+
+    def audit_details(self) -> dict[str, Any]:
+        return {"instance_id": self.instance_id, "model": self.model, "reason": self.reason,
+                "exit_code": self.exit_code, "detail": self.detail}
+
+
+@register
+class InstanceEvicted(Event):
+    """A decision: this instance is to be stopped, why, and what the supervisor saw when it chose it."""
+
+    TYPE = "instance.evicted"
+    AUDIT = True
+
+    instance_id: str
+    model: str
+    reason: Literal["idle", "max_loaded_models", "memory", "reshape"]
+    for_model: str | None = None  # the model that needed the room
+    idle_s: float = 0.0
+    bytes_freed: int = 0  # the victim's planned bytes
+    # The observations behind the choice: needed and free bytes, loaded count and limit, the candidates' scores.
+    observations: dict[str, Any] = Field(default_factory=dict)
+
+    def stream_key(self) -> str:
+        return f"instance:{self.instance_id}"
+
+    def audit_details(self) -> dict[str, Any]:
+        return {"instance_id": self.instance_id, "model": self.model, "reason": self.reason,
+                "for_model": self.for_model, "bytes_freed": self.bytes_freed}
+
+
+@register
+class InstanceLoadRefused(Event):
+    """A decision: a load of `model` was refused before any process started."""
+
+    TYPE = "instance.load_refused"
+    AUDIT = True
+
+    model: str
+    reason: Literal["does_not_fit", "circuit_open", "no_engine", "no_room", "engine_incompatible"]
+    detail: str
+    observations: dict[str, Any] = Field(default_factory=dict)
+
+    def stream_key(self) -> str:
+        return f"model:{self.model}"
+
+    def audit_outcome(self) -> str:
+        return "refused"
+
+
+@register
+class InstanceKeepAliveSet(Event):
+    """A loaded instance's keep-alive or pin changed (a later load or request asked for another)."""
+
+    TYPE = "instance.keep_alive_set"
+    AUDIT = False
+
+    instance_id: str
+    model: str
+    keep_alive_s: float | None  # None: forever
+    pinned: bool = False
+
+    def stream_key(self) -> str:
+        return f"instance:{self.instance_id}"
+
+
+@register
+class ModelCircuitOpened(Event):
+    """A decision: `model` crashed `crashes` times within `window_s`; loads are refused until `open_until`."""
+
+    TYPE = "model.circuit_opened"
+    AUDIT = True
+
+    model: str
+    crashes: int
+    window_s: float
+    open_until: float  # epoch seconds
+    last_exit_code: int | None = None
+
+    def stream_key(self) -> str:
+        return f"model:{self.model}"
+
+
+@register
+class ModelCircuitReset(Event):
+    """Loads of `model` are allowed again: by a user (`blazar ps --reset`)."""
+
+    TYPE = "model.circuit_reset"
+    AUDIT = True
+
+    model: str
+
+    def stream_key(self) -> str:
+        return f"model:{self.model}"
