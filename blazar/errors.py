@@ -24,7 +24,13 @@
     │   ├── DownloadCancelled       cancelled on request; the partial file is kept for a resume
     │   └── HubUnavailable          connection refused or dropped, a timeout, a 5xx: try again later
     └── EngineError                 an engine binary that cannot be run or whose output cannot be read
-        └── EngineIncompatible      the binary lacks a flag (or value) the plan needs (names the flag)
+        ├── EngineIncompatible      the binary lacks a flag (or value) the plan needs (names the flag)
+        ├── NoEngine                no engine is active (names the command that installs one)
+        ├── EngineNotFound          no engine by that tag
+        ├── EngineExists            the tag is taken by different files
+        ├── EngineRefused           activation refused by verify or the smoke gate (carries the event's seq)
+        ├── EngineVerifyFailed      files that no longer match their install record (names each one)
+        └── EngineBuildFailed       a build that could not run or finish (names its log, or the missing tool)
 API dialects map `code` to their own error shapes; the CLI prints `message` and exits non-zero.
 """
 
@@ -198,3 +204,55 @@ class EngineIncompatible(EngineError):
     def __init__(self, flag: str, detail: str) -> None:
         super().__init__(f"this llama-server has no {flag}: {detail}")
         self.flag = flag
+
+
+class NoEngine(EngineError):
+    code = "no_engine"
+    exit_code = 6
+
+    def __init__(self) -> None:
+        super().__init__("no engine is active: build one for this machine with `blazar engine build`, or bring "
+                         "your own llama-server with `blazar engine install --path BIN`")
+
+
+class EngineNotFound(EngineError):
+    code = "engine_not_found"
+    exit_code = 2
+
+
+class EngineExists(EngineError):
+    code = "engine_exists"
+    exit_code = 2
+
+
+class EngineRefused(EngineError):
+    """`engine.activation_refused` was recorded at `seq`; the previously active engine stays."""
+
+    code = "engine_activation_refused"
+    exit_code = 6
+
+    def __init__(self, message: str, *, tag: str, reason: str, seq: int) -> None:
+        super().__init__(message)
+        self.tag = tag
+        self.reason = reason
+        self.seq = seq
+
+
+class EngineVerifyFailed(EngineError):
+    code = "engine_verify_failed"
+    exit_code = 6
+
+    def __init__(self, tag: str, problems: list[str]) -> None:
+        super().__init__(f"engine {tag}: {len(problems)} file(s) do not match the install record: "
+                         + "; ".join(problems))
+        self.tag = tag
+        self.problems = problems
+
+
+class EngineBuildFailed(EngineError):
+    code = "engine_build_failed"
+    exit_code = 7
+
+    def __init__(self, message: str, *, log_path: str | None = None) -> None:
+        super().__init__(message if log_path is None else f"{message} (build log: {log_path})")
+        self.log_path = log_path

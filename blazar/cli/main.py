@@ -8,7 +8,17 @@ import typer
 from rich.text import Text
 
 from blazar import __version__
-from blazar.cli import audit_cmds, config_cmds, db, fit_cmds, log_cmds, model_cmds, snapshot_cmds
+from blazar.cli import (
+    audit_cmds,
+    config_cmds,
+    db,
+    engine_cmds,
+    fit_cmds,
+    instance_cmds,
+    log_cmds,
+    model_cmds,
+    snapshot_cmds,
+)
 from blazar.cli.common import err
 from blazar.errors import BlazarError
 
@@ -39,6 +49,10 @@ app.command("import")(model_cmds.import_)
 app.command("list")(model_cmds.list_)
 app.command("show")(model_cmds.show)
 app.command("rm")(model_cmds.rm)
+app.command("serve")(instance_cmds.serve)
+app.command("load")(instance_cmds.load)
+app.command("stop")(instance_cmds.stop)
+app.command("ps")(instance_cmds.ps)
 app.command("fit")(fit_cmds.fit)
 app.command("coreside")(fit_cmds.coreside)
 app.command("events")(log_cmds.events)
@@ -48,6 +62,7 @@ app.command("restore")(snapshot_cmds.restore)
 app.add_typer(db.app, name="db")
 app.add_typer(config_cmds.app, name="config")
 app.add_typer(audit_cmds.app, name="audit")
+app.add_typer(engine_cmds.app, name="engine")
 
 
 def main() -> None:

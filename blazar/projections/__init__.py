@@ -5,16 +5,20 @@ from blazar.projections.base import Projection, State, fold
 from blazar.projections.calibration import CalibrationProjection
 from blazar.projections.catalog import CatalogProjection
 from blazar.projections.config import ConfigProjection
+from blazar.projections.engines import EnginesProjection
+from blazar.projections.residency import ResidencyProjection
 from blazar.projections.stats import StatsProjection
 
 
 def all_projections() -> list[Projection]:
     """A fresh instance of every projection, in a stable order."""
-    return [ConfigProjection(), AuditProjection(), StatsProjection(), CatalogProjection(), CalibrationProjection()]
+    return [ConfigProjection(), AuditProjection(), StatsProjection(), CatalogProjection(), CalibrationProjection(),
+            ResidencyProjection(), EnginesProjection()]
 
 
 __all__ = [
     "AuditProjection",
     "CalibrationProjection",
     "CatalogProjection",
-    "ConfigProjection", "Projection", "State", "StatsProjection", "all_projections", "fold"]
+    "ConfigProjection",
+    "EnginesProjection", "Projection", "ResidencyProjection", "State", "StatsProjection", "all_projections", "fold"]

@@ -73,8 +73,13 @@ def _config_value(key: str) -> st.SearchStrategy[Any]:
         return st.sampled_from(typing.get_args(ann))
     if ann is bool:
         return st.booleans()
+    if key == "keep_alive":
+        return st.sampled_from(["5m", "300", "-1", "0", "1h30m", "45s"])
+    if ann is str:
+        return st.sampled_from(["127.0.0.1", "::1", "0.0.0.0"])
     bounds = {type(m).__name__: m for m in info.metadata}
-    lo, hi = bounds["Ge"].ge, bounds["Le"].le
+    lo = bounds["Ge"].ge if "Ge" in bounds else 0
+    hi = bounds["Le"].le if "Le" in bounds else 1 << 20
     if ann is int:
         return st.integers(lo, hi)
     if ann is float:

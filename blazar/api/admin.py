@@ -1,0 +1,102 @@
+"""The admin routes under /api/blazar/ (what `blazar load`, `stop` and `ps` speak to a running daemon): validate the
+body, call the supervisor, render. Errors are raised and rendered by blazar/api/errors.py."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any, Protocol
+
+import falcon.asgi
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator
+
+from blazar.bootstrap import Blazar
+from blazar.durations import keep_alive_seconds
+from blazar.handlers.instances import UNSET, Instance
+from blazar.queries.ps import open_circuits
+
+
+class SupervisorPort(Protocol):
+    """What the admin routes need of the supervisor (blazar/handlers/instances.py); unit tests pass a fake."""
+
+    async def load(self, model: str, *, keep_alive: Any = ..., pinned: Any = ..., ctx: int | None = None
+                   ) -> Instance: ...
+    async def stop(self, model: str) -> list[str]: ...
+    async def reset(self, model: str) -> bool: ...
+    def ps(self) -> list[dict]: ...
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LoadBody(_Body):
+    model: str = Field(min_length=1)
+    # Ollama's convention: a duration string or seconds; negative = forever; absent = the setting (or, for a loaded
+    # instance, what it has).
+    keep_alive: StrictStr | StrictInt | StrictFloat | None = None
+    # Absent leaves a loaded instance's pin as it is; a new one starts unpinned.
+    pin: bool | None = None
+    ctx: int | None = Field(None, ge=1, description="context tokens per slot")
+
+    @field_validator("keep_alive")
+    @classmethod
+    def _duration(cls, v: str | int | float | None) -> str | int | float | None:
+        if v is not None:
+            keep_alive_seconds(v)  # a ValueError here is a 400 naming the accepted forms
+        return v
+
+    def keep_alive_s(self) -> Any:
+        return UNSET if self.keep_alive is None else keep_alive_seconds(self.keep_alive)
+
+
+class ModelBody(_Body):
+    model: str = Field(min_length=1)
+
+
+async def _body(req: falcon.asgi.Request, model: type[_Body]) -> Any:
+    media = await req.get_media()
+    return model.model_validate(media)
+
+
+class PsResource:
+    def __init__(self, app: Blazar, supervisor: SupervisorPort) -> None:
+        self.app, self.supervisor = app, supervisor
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        circuits = open_circuits(self.app.runner.state("residency"), now=self.app.clock.now())
+        resp.media = {"instances": self.supervisor.ps(), "circuits": circuits}
+
+
+class LoadResource:
+    def __init__(self, supervisor: SupervisorPort) -> None:
+        self.supervisor = supervisor
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        body: LoadBody = await _body(req, LoadBody)
+        inst = await self.supervisor.load(body.model, keep_alive=body.keep_alive_s(), pinned=body.pin, ctx=body.ctx)
+        resp.media = asdict(inst)
+
+
+class StopResource:
+    def __init__(self, supervisor: SupervisorPort) -> None:
+        self.supervisor = supervisor
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        body: ModelBody = await _body(req, ModelBody)
+        resp.media = {"stopped": await self.supervisor.stop(body.model)}
+
+
+class ResetResource:
+    def __init__(self, supervisor: SupervisorPort) -> None:
+        self.supervisor = supervisor
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        body: ModelBody = await _body(req, ModelBody)
+        resp.media = {"reset": await self.supervisor.reset(body.model)}
+
+
+def add_routes(api: falcon.asgi.App, app: Blazar, supervisor: SupervisorPort, prefix: str = "/api/blazar") -> None:
+    api.add_route(f"{prefix}/ps", PsResource(app, supervisor))
+    api.add_route(f"{prefix}/load", LoadResource(supervisor))
+    api.add_route(f"{prefix}/stop", StopResource(supervisor))
+    api.add_route(f"{prefix}/reset", ResetResource(supervisor))

@@ -1,0 +1,101 @@
+"""Every error the HTTP app answers with, rendered once, in the OpenAI shape `{"error": {message, type, code, param}}`.
+Resources raise (BlazarError, pydantic's ValidationError, falcon's HTTPError); the handlers registered here render.
+
+    status  code                   raised as
+    400     invalid_json           a body that is not JSON (falcon's MediaMalformedError / MediaNotFoundError)
+    400     invalid_request        a body that does not validate (unknown field, bad keep_alive, ...)
+    400     invalid_model_name     InvalidModelName
+    404     model_not_found        ModelNotFound
+    404     model_not_loaded       ModelNotLoaded
+    503     circuit_open           CircuitOpen
+    507     insufficient_memory    DoesNotFit
+    502     load_failed            LoadFailed
+    503     no_engine              NoEngine
+    500     internal_error         any other BlazarError (with its message), or an unexpected exception
+"""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+from typing import Any
+
+import falcon
+import falcon.asgi
+from pydantic import ValidationError
+
+from blazar.errors import BlazarError, InvalidModelName, ModelNotFound, NoEngine
+from blazar.handlers.instances import CircuitOpen, DoesNotFit, LoadFailed, ModelNotLoaded
+
+log = logging.getLogger("blazar.api")
+
+# Checked in order, so a subclass must come before its base.
+_BLAZAR: list[tuple[type[BlazarError], int, str]] = [
+    (InvalidModelName, 400, "invalid_model_name"),
+    (ModelNotFound, 404, "model_not_found"),
+    (ModelNotLoaded, 404, "model_not_loaded"),
+    (CircuitOpen, 503, "circuit_open"),
+    (DoesNotFit, 507, "insufficient_memory"),
+    (LoadFailed, 502, "load_failed"),
+    (NoEngine, 503, "no_engine"),
+]
+
+
+def status_and_code(exc: BlazarError) -> tuple[int, str]:
+    for cls, status, code in _BLAZAR:
+        if isinstance(exc, cls):
+            return status, code
+    return 500, "internal_error"
+
+
+def body(message: str, *, status: int, code: str, param: str | None = None) -> dict[str, Any]:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return {"error": {"message": message, "type": kind, "code": code, "param": param}}
+
+
+def _render(resp: falcon.asgi.Response, status: int, payload: dict[str, Any]) -> None:
+    resp.status = status
+    resp.media = payload
+
+
+async def _blazar_error(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: BlazarError, params: Any) -> None:
+    status, code = status_and_code(ex)
+    _render(resp, status, body(ex.message, status=status, code=code))
+
+
+async def _validation_error(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: ValidationError,
+                            params: Any) -> None:
+    first = ex.errors(include_url=False)[0]
+    param = ".".join(str(p) for p in first["loc"]) or None
+    # NOTE: pydantic's own words for the first problem, prefixed with the field: "keep_alive: Value error, not a
+    # duration: '5x' (...)". Every problem is in the log line; one is enough for a client to fix its request.
+    message = f"{param}: {first['msg']}" if param else first["msg"]
+    _render(resp, 400, body(message, status=400, code="invalid_request", param=param))
+
+
+async def _http_error(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: falcon.HTTPError,
+                      params: Any) -> None:
+    status = ex.status_code
+    if isinstance(ex, falcon.MediaMalformedError | falcon.MediaNotFoundError):
+        code = "invalid_json"
+        message = "the request body is not valid JSON" if isinstance(ex, falcon.MediaMalformedError) \
+            else "the request body is empty: a JSON object is expected"
+    else:
+        code = HTTPStatus(status).phrase.lower().replace(" ", "_")  # not_found, method_not_allowed, ...
+        message = ex.description or ex.title or HTTPStatus(status).phrase
+    _render(resp, status, body(message, status=status, code=code))
+    for name, value in (ex.headers or {}).items():
+        resp.set_header(name, value)
+
+
+async def _unexpected(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: Exception, params: Any) -> None:
+    log.exception("%s %s failed", req.method, req.path, exc_info=ex)
+    _render(resp, 500, body(f"internal error: {type(ex).__name__}: {ex}", status=500, code="internal_error"))
+
+
+def register(app: falcon.asgi.App) -> None:
+    """Falcon picks the most specific handler by the exception's MRO, so the catch-all never hides the others."""
+    app.add_error_handler(Exception, _unexpected)
+    app.add_error_handler(falcon.HTTPError, _http_error)
+    app.add_error_handler(ValidationError, _validation_error)
+    app.add_error_handler(BlazarError, _blazar_error)

@@ -1,0 +1,155 @@
+"""How the CLI reaches the daemon: find a live one (run/daemon.json, the lock holder, GET /health), start one in
+the background for `blazar load`, and call the admin routes, turning their error JSON back into BlazarErrors.
+
+    BlazarError
+    ├── DaemonUnavailable   the daemon did not start, or stopped answering (names its log)
+    └── RemoteError         the daemon refused: its message, its stable code, the exit code that code maps to
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx2
+
+from blazar import runlock
+from blazar.adapters.engines.process import log_tail
+from blazar.daemon import DaemonInfo, read_daemon_file
+from blazar.errors import BlazarError, DaemonRunning, EngineError, InvalidModelName, ModelNotFound, NoEngine
+from blazar.handlers.instances import ModelNotLoaded
+from blazar.paths import Paths
+
+START_TIMEOUT_S = 30.0
+HEALTH_TIMEOUT_S = 2.0
+# Stop waits for each engine's grace period; a load waits for the engine to turn healthy (load_timeout_s), and
+# possibly for evictions first: no read deadline there, Ctrl-C ends the wait.
+CALL_TIMEOUT_S = 60.0
+
+# The daemon's error codes (blazar/api/errors.py) as the CLI's exit codes: the same as the command would exit with
+# if it had run in this process.
+_EXIT_CODES = {
+    "model_not_found": ModelNotFound.exit_code,
+    "invalid_model_name": InvalidModelName.exit_code,
+    "model_not_loaded": ModelNotLoaded.exit_code,
+    "no_engine": NoEngine.exit_code,
+    "circuit_open": EngineError.exit_code,
+    "load_failed": EngineError.exit_code,
+    "insufficient_memory": EngineError.exit_code,
+}
+
+
+class DaemonUnavailable(BlazarError):
+    code = "daemon_unavailable"
+
+
+class RemoteError(BlazarError):
+    """The daemon answered with an error: `code` is its stable code (model_not_loaded, circuit_open, ...)."""
+
+    def __init__(self, message: str, *, code: str, status: int) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+        self.exit_code = _EXIT_CODES.get(code, 1)
+
+
+def daemon_log(paths: Paths) -> Path:
+    return paths.log / "daemon.log"
+
+
+def healthy(url: str, *, timeout_s: float = HEALTH_TIMEOUT_S) -> bool:
+    try:
+        # trust_env=False: a proxy from the environment must never sit between the CLI and a loopback daemon.
+        r = httpx2.get(f"{url}/health", timeout=timeout_s, trust_env=False)
+    except httpx2.TransportError:
+        return False
+    return r.status_code == 200
+
+
+def find_daemon(paths: Paths) -> DaemonInfo | None:
+    """The daemon serving this home, if one is up and answering."""
+    # NOTE: daemon.json first: `runlock.holder` briefly takes the lock itself when nobody holds it, and a daemon
+    # starting at that instant would believe another one runs. The file exists only while a daemon holds the lock.
+    info = read_daemon_file(paths)
+    if info is None or runlock.holder(paths.daemon_lock) != info.pid:
+        return None  # none, one still starting, or a stale file left by a daemon that was killed
+    return info if healthy(info.url) else None
+
+
+def start_daemon(paths: Paths, env: Mapping[str, str], *, timeout_s: float = START_TIMEOUT_S) -> DaemonInfo:
+    """Start `blazar serve` detached (its own session, output appended to log/daemon.log) and wait until it answers.
+    Another daemon winning the race to start is as good as ours."""
+    log_path = daemon_log(paths)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "blazar.cli.main", "serve"], env=dict(env), stdin=subprocess.DEVNULL,
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info = find_daemon(paths)
+        if info is not None:
+            return info
+        code = proc.poll()
+        if code is not None and code != DaemonRunning.exit_code:
+            raise DaemonUnavailable(f"the daemon exited with code {code} before it answered; "
+                                    f"{log_path} ends with:\n" + "\n".join(log_tail(log_path, 15)))
+        if time.monotonic() >= deadline:
+            raise DaemonUnavailable(f"the daemon (pid {proc.pid}) did not answer within {timeout_s:.0f} s and is left "
+                                    f"running; {log_path} ends with:\n" + "\n".join(log_tail(log_path, 15)))
+        time.sleep(0.1)
+
+
+class AdminClient:
+    """The admin routes (/api/blazar/...) of one daemon, synchronously."""
+
+    def __init__(self, info: DaemonInfo, *, transport: httpx2.BaseTransport | None = None) -> None:
+        self.url = info.url
+        self._http = httpx2.Client(base_url=f"{info.url}/api/blazar", trust_env=False, transport=transport,
+                                   timeout=httpx2.Timeout(CALL_TIMEOUT_S, connect=HEALTH_TIMEOUT_S))
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._http.close()
+
+    def ps(self) -> dict[str, Any]:
+        return self._call("GET", "ps")
+
+    def load(self, model: str, *, keep_alive: str | None = None, pin: bool | None = None,
+             ctx: int | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": model}
+        for key, value in (("keep_alive", keep_alive), ("pin", pin), ("ctx", ctx)):
+            if value is not None:
+                body[key] = value
+        timeout = httpx2.Timeout(CALL_TIMEOUT_S, connect=HEALTH_TIMEOUT_S, read=None)
+        return self._call("POST", "load", body, timeout=timeout)
+
+    def stop(self, model: str) -> list[str]:
+        return list(self._call("POST", "stop", {"model": model})["stopped"])
+
+    def reset(self, model: str) -> bool:
+        return bool(self._call("POST", "reset", {"model": model})["reset"])
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None, *,
+              timeout: httpx2.Timeout | None = None) -> Any:
+        kwargs: dict[str, Any] = {"json": body}
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        try:
+            r = self._http.request(method, path, **kwargs)
+        except httpx2.TransportError as e:
+            raise DaemonUnavailable(f"the daemon at {self.url} did not answer: {e}") from None
+        if r.is_success:
+            return r.json()
+        try:
+            err = r.json()["error"]
+            message, code = str(err["message"]), str(err.get("code") or "error")
+        except (ValueError, KeyError, TypeError):
+            message, code = f"the daemon answered {r.status_code}: {r.text[:300]}", "error"
+        raise RemoteError(message, code=code, status=r.status_code)

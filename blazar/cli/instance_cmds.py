@@ -1,0 +1,206 @@
+"""Instance commands: `blazar serve` (the daemon, in the foreground), `load`, `stop` and `ps`. `load`, `stop` and
+`ps` speak to the running daemon (blazar/cli/daemon_client.py); `load` starts one when none runs; `ps` without one
+shows what the log last recorded."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from blazar import daemon
+from blazar.bootstrap import bootstrap, default_actor, paths_from_env
+from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
+from blazar.cli.daemon_client import AdminClient, daemon_log, find_daemon, start_daemon
+from blazar.durations import format_duration, keep_alive_seconds
+from blazar.handlers.instances import ModelNotLoaded, reset_circuit
+from blazar.projections.catalog import find
+from blazar.queries.ps import open_circuits, ps_rows
+
+_VERBATIM: dict[str, Any] = {"markup": False, "emoji": False}
+
+
+def serve(
+    host: Annotated[str | None, typer.Option("--host", help="Address to bind (default: the `host` setting, "
+                                             "127.0.0.1). Anything wider than loopback: on purpose only.")] = None,
+    port: Annotated[int | None, typer.Option("--port", min=1, max=65535,
+                                             help="Port to listen on (default: the `port` setting).")] = None,
+) -> None:
+    """Run the daemon in the foreground: the HTTP API and the engine children. Ctrl-C or SIGTERM stops both."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("blazar").addHandler(handler)
+
+    def listening(info: daemon.DaemonInfo) -> None:
+        err.print(f"blazar daemon listening on {info.url} (pid {info.pid}); Ctrl-C stops it", **_VERBATIM)
+
+    async def go() -> int:
+        app = await bootstrap(actor=default_actor().replace("cli:", "daemon:", 1))
+        try:
+            settings = app.settings()
+            return await daemon.serve(app, host=host or settings.host, port=port or settings.port,
+                                      on_listening=listening)
+        finally:
+            await app.close()
+
+    code = run(go())
+    err.print("blazar daemon stopped")
+    if code:
+        raise typer.Exit(code)
+
+
+def _daemon_or_start() -> daemon.DaemonInfo:
+    paths = paths_from_env()
+    info = find_daemon(paths)
+    if info is None:
+        err.print(f"no daemon is running: starting one in the background (its log: {daemon_log(paths)})",
+                  **_VERBATIM)
+        info = start_daemon(paths, os.environ)
+        err.print(f"daemon started on {info.url} (pid {info.pid})", **_VERBATIM)
+    return info
+
+
+def load(
+    model: Annotated[str, typer.Argument(help="A model name from `blazar list`.")],
+    keep_alive: Annotated[str | None, typer.Option(
+        "--keep-alive", help="How long to stay loaded after the last use: 5m, 1h, 300; negative: forever; "
+        "0: unload when idle. Default: the keep_alive setting (a loaded instance keeps its own).")] = None,
+    pin: Annotated[bool | None, typer.Option(
+        "--pin/--unpin", help="Pinned instances are never evicted (default: unchanged; a new one is unpinned).")
+    ] = None,
+    ctx: Annotated[int | None, typer.Option("--ctx", min=1, help="Context tokens per slot (default: the ctx "
+                                            "setting).")] = None,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Load a model into an engine instance (or reuse the one running) and wait until it serves. Starts the daemon
+    when none is running."""
+    if keep_alive is not None:
+        try:
+            keep_alive_seconds(keep_alive)
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--keep-alive") from None
+    info = _daemon_or_start()
+    with AdminClient(info) as client:
+        inst = client.load(model, keep_alive=keep_alive, pin=pin, ctx=ctx)
+    if as_json:
+        print_json(inst)
+        return
+    out.print(f"{inst['model']} is ready on port {inst['port']}: instance {inst['instance_id']}, "
+              f"{inst['slots']} slot(s) of {inst['ctx_tokens']} tokens", **_VERBATIM)
+
+
+def stop(
+    model: Annotated[str, typer.Argument(help="A loaded model (see `blazar ps`).")],
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Stop every instance of a model."""
+    info = find_daemon(paths_from_env())
+    if info is None:
+        raise ModelNotLoaded(f"{model} is not loaded: no daemon is running")
+    with AdminClient(info) as client:
+        stopped = client.stop(model)
+    if as_json:
+        print_json({"model": model, "stopped": stopped})
+        return
+    out.print(f"stopped {model} (instance {', '.join(stopped)})", **_VERBATIM)
+
+
+def ps(
+    as_json: bool = JSON_OPTION,
+    reset: Annotated[str | None, typer.Option(
+        "--reset", metavar="MODEL", help="Close MODEL's circuit (opened after repeated crashes) so loads are "
+        "allowed again, instead of listing.")] = None,
+) -> None:
+    """List loaded model instances: state, process, memory, idleness, when keep-alive unloads them."""
+    info = find_daemon(paths_from_env())
+    if reset is not None:
+        _reset(reset, info, as_json=as_json)
+        return
+    if info is not None:
+        with AdminClient(info) as client:
+            answer = client.ps()
+        rows, circuits, now = answer["instances"], answer.get("circuits", {}), time.time()
+    else:
+        async def go() -> tuple[list[dict], dict[str, float], float]:
+            async with opened() as app:
+                state, now = app.runner.state("residency"), app.clock.now()
+                return ps_rows(state, now=now), open_circuits(state, now=now), now
+
+        rows, circuits, now = run(go())
+    if as_json:
+        print_json({"daemon": None if info is None else {"pid": info.pid, "url": info.url},
+                    "instances": rows, "circuits": circuits})
+        return
+    if not rows:
+        out.print("nothing is loaded" if info is not None else "nothing is loaded: the daemon is not running")
+    else:
+        if info is None:
+            err.print("the daemon is not running: these instances are what the log last recorded; the daemon "
+                      "reconciles them with the real processes when it starts (blazar serve, or blazar load)")
+        out.print(_table(rows, now))
+    for model, until in sorted(circuits.items()):
+        out.print(f"{model}: loads refused after repeated crashes until {fmt_ts(until)} "
+                  f"(blazar ps --reset {model} allows them now)", **_VERBATIM)
+
+
+def _reset(model: str, info: daemon.DaemonInfo | None, *, as_json: bool) -> None:
+    if info is not None:
+        with AdminClient(info) as client:
+            was_open = client.reset(model)
+    else:
+        async def go() -> bool:
+            async with opened() as app:
+                entry = find(app.runner.state("catalog"), model)
+                return await reset_circuit(app, entry["name"] if entry else model)
+
+        was_open = run(go())
+    if as_json:
+        print_json({"model": model, "reset": was_open})
+    elif was_open:
+        out.print(f"{model}: circuit closed; loads are allowed again", **_VERBATIM)
+    else:
+        out.print(f"{model}: the circuit was not open; nothing to reset", **_VERBATIM)
+
+
+def _bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def _idle(row: dict) -> str:
+    if row["in_flight"]:
+        return f"busy ({row['in_flight']})"
+    return "-" if row["idle_s"] is None else format_duration(row["idle_s"])
+
+
+def _expires(row: dict, now: float) -> str:
+    if row["state"] != "ready":
+        return "-"
+    if row["pinned"]:
+        return "pinned"
+    if row["keep_alive_s"] is None:
+        return "never"
+    if row["expires_at"] is None:
+        return "after use"  # busy: the countdown starts when the last request ends
+    return f"in {format_duration(max(0.0, row['expires_at'] - now))}"
+
+
+def _table(rows: list[dict], now: float) -> Table:
+    table = Table("MODEL", "STATE", "PID", "PORT", "CTX", "SLOTS", "PLANNED", "MEASURED", "IDLE", "EXPIRES",
+                  box=None, header_style="bold")
+    for r in rows:
+        table.add_row(Text(r["model"]), r["state"], str(r["pid"]), str(r["port"]), str(r["ctx_tokens"]),
+                      str(r["slots"]), _bytes(r["planned_bytes"]), _bytes(r["measured_bytes"]), _idle(r),
+                      _expires(r, now))
+    return table

@@ -1,0 +1,539 @@
+"""The supervisor: one engine child per loaded model. It decides (through the pure deciders in handlers/decide.py)
+what to load, where it fits and what to evict, records each decision and outcome as a control event, and watches
+the children it started until they exit.
+
+Flow of a load: resolve the model → circuit and engine checks → (capacity lock) budget, plan, evict victims,
+spawn, record `instance.started` → (outside the lock) wait for /health → `instance.ready` and the calibration
+measurement; or `instance.exited` with the reason and the log tail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from blazar.adapters.engines import process
+from blazar.adapters.engines.llama_server import build_argv
+from blazar.adapters.gpu import probe_devices
+from blazar.bootstrap import Blazar
+from blazar.durations import keep_alive_seconds
+from blazar.errors import BlazarError, EngineError, EngineIncompatible, ModelNotFound
+from blazar.events.instances import (
+    InstanceEvicted,
+    InstanceExited,
+    InstanceKeepAliveSet,
+    InstanceLoadRefused,
+    InstanceReady,
+    InstanceStarted,
+    ModelCircuitOpened,
+    ModelCircuitReset,
+)
+from blazar.events.models import ModelMetadata
+from blazar.fit import Device, FitPlan, FitRequest
+from blazar.handlers import decide
+from blazar.handlers.calibration import record_measurement
+from blazar.handlers.engines import ActiveEngine, active_engine
+from blazar.handlers.placement import Resident, budget_devices, shortfall_bytes, try_plan
+from blazar.handlers.record import record
+from blazar.projections.calibration import correction_for
+from blazar.projections.catalog import find
+from blazar.projections.residency import circuit_open
+from blazar.queries.ps import ps_rows
+
+log = logging.getLogger("blazar.supervisor")
+
+UNSET: Any = object()  # keep_alive not given: the setting for a new instance, unchanged for a loaded one
+LOG_TAIL_LINES = 20
+# Restart backoff after a crash: 0.5 s doubling per crash in the window, at most this.
+BACKOFF_MAX_S = 10.0
+# The reaper also wakes this often when nothing is due, to notice settings changes.
+REAPER_MAX_SLEEP_S = 30.0
+
+
+class ModelNotLoaded(BlazarError):
+    exit_code = 7
+
+
+class CircuitOpen(EngineError):
+    """Loads of a model are refused after repeated crashes."""
+
+
+class LoadFailed(EngineError):
+    """The child exited or stayed unhealthy while loading."""
+
+
+class DoesNotFit(EngineError):
+    """No set of evictable instances makes room for the model."""
+
+
+@dataclass
+class Instance:
+    """A live handle to one running child."""
+
+    instance_id: str
+    model: str
+    port: int
+    slots: int
+    ctx_tokens: int
+    engine_tag: str
+    load_ms: int | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass
+class _Live:
+    instance: Instance
+    proc: asyncio.subprocess.Process
+    plan: FitPlan
+    log_path: Path
+    started_seq: int
+    started_mono: float
+    keep_alive_s: float | None
+    pinned: bool
+    state: str = "starting"  # starting | ready | stopping
+    in_flight: int = 0
+    last_used: float = 0.0
+    exit_recorded: bool = False
+    ready: asyncio.Future[Instance] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    watcher: asyncio.Task[None] | None = None
+
+    def charged_bytes(self, measured: int | None) -> int:
+        return max(self.plan.total_bytes, measured or 0)
+
+
+def restart_delay(crash_ts: list[float], now: float, *, window_s: float) -> float:
+    """Seconds to wait before starting a model that crashed: 0.5 s doubling per crash in the window, from the
+    last crash, at most BACKOFF_MAX_S."""
+    recent = [t for t in crash_ts if now - t <= window_s]
+    if not recent:
+        return 0.0
+    delay = min(BACKOFF_MAX_S, 0.5 * 2 ** (len(recent) - 1))
+    return max(0.0, delay - (now - recent[-1]))
+
+
+class Supervisor:
+    def __init__(self, app: Blazar, *, devices: Callable[[], list[Device]] = probe_devices,
+                 engine: Callable[[Blazar], ActiveEngine] = active_engine) -> None:
+        self.app = app
+        self._devices = devices
+        self._engine = engine
+        self._live: dict[str, _Live] = {}
+        self._capacity = asyncio.Lock()
+        self._loading: dict[str, asyncio.Future[Instance]] = {}
+        self._poke = asyncio.Event()
+        self._reaper: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # -- lifecycle of the supervisor ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        from blazar.handlers.reconcile import reconcile  # reconcile imports this module's helpers
+
+        await reconcile(self.app)
+        self._reaper = asyncio.create_task(self._reap_loop(), name="blazar-reaper")
+
+    async def close(self) -> None:
+        """Stop every child (reason `shutdown`) and the reaper."""
+        self._closed = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        await asyncio.gather(*(self._terminate(lv, "shutdown") for lv in list(self._live.values())),
+                             return_exceptions=True)
+
+    # -- queries ----------------------------------------------------------------------------------------------
+
+    def ps(self) -> list[dict]:
+        live = {iid: {"in_flight": lv.in_flight, "last_used": lv.last_used or None} for iid, lv in self._live.items()}
+        return ps_rows(self.app.runner.state("residency"), now=self.app.clock.now(), live=live)
+
+    def instances(self, model: str | None = None) -> list[Instance]:
+        return [lv.instance for lv in self._live.values() if model is None or lv.instance.model == model]
+
+    # -- commands ---------------------------------------------------------------------------------------------
+
+    async def load(self, model: str, *, keep_alive: Any = UNSET, pinned: bool | None = None,
+                   ctx: int | None = None) -> Instance:
+        """Warm `model` (start it, or reuse a running instance that covers `ctx`), then apply keep_alive/pin."""
+        inst = await self.ensure(model, ctx=ctx, keep_alive=keep_alive, pinned=pinned, reason="load")
+        return inst
+
+    async def ensure(self, model: str, *, ctx: int | None = None, keep_alive: Any = UNSET, pinned: bool | None = None,
+                     reason: str = "request") -> Instance:
+        """A ready instance of `model` whose context per slot covers `ctx`: reused, awaited, or started."""
+        name = self._resolve(model)
+        while True:
+            lv = self._ready_for(name, ctx)
+            if lv is not None:
+                await self._apply_keep_alive(lv, keep_alive, pinned)
+                lv.last_used = self.app.clock.now()
+                self._poke.set()
+                return lv.instance
+            pending = self._loading.get(name)
+            if pending is None:
+                break
+            # One load per model at a time: wait for it (its failure is every waiter's), then look again, since it
+            # may have been for a smaller context than this caller needs.
+            await asyncio.shield(pending)
+        fut: asyncio.Future[Instance] = asyncio.get_running_loop().create_future()
+        self._loading[name] = fut
+        try:
+            inst = await self._start(name, ctx=ctx, keep_alive=keep_alive, pinned=bool(pinned), reason=reason)
+        except BaseException as e:
+            fut.set_exception(e)
+            fut.exception()  # retrieved: waiters re-raise it themselves
+            raise
+        finally:
+            self._loading.pop(name, None)
+        fut.set_result(inst)
+        return inst
+
+    async def stop(self, model: str) -> list[str]:
+        name = self._resolve(model, must_exist=False)
+        victims = [lv for lv in self._live.values() if lv.instance.model == name and lv.state != "stopping"]
+        if not victims:
+            raise ModelNotLoaded(f"{name} is not loaded (blazar ps lists what is)")
+        await asyncio.gather(*(self._terminate(lv, "stopped") for lv in victims))
+        return [lv.instance.instance_id for lv in victims]
+
+    async def reset(self, model: str) -> bool:
+        return await reset_circuit(self.app, self._resolve(model, must_exist=False))
+
+    @contextlib.asynccontextmanager
+    async def lease(self, instance: Instance) -> AsyncIterator[Instance]:
+        """Count one request in flight on `instance` (never evicted while any is), and mark the use at the end."""
+        lv = self._live.get(instance.instance_id)
+        if lv is None:
+            raise LoadFailed(f"instance {instance.instance_id} of {instance.model} is gone")
+        lv.in_flight += 1
+        try:
+            yield instance
+        finally:
+            lv.in_flight -= 1
+            lv.last_used = self.app.clock.now()
+            self._poke.set()
+
+    # -- the load path ----------------------------------------------------------------------------------------
+
+    def _resolve(self, model: str, *, must_exist: bool = True) -> str:
+        entry = find(self.app.runner.state("catalog"), model)
+        if entry is None:
+            if not must_exist:
+                return model
+            raise ModelNotFound(f"no model named {model!r} in the store (blazar list shows them; blazar pull adds one)")
+        return str(entry["name"])
+
+    def _ready_for(self, name: str, ctx: int | None) -> _Live | None:
+        for lv in self._live.values():
+            if lv.instance.model == name and lv.state == "ready" and (ctx is None or lv.instance.ctx_tokens >= ctx):
+                return lv
+        return None
+
+    async def _refuse(self, model: str, reason: str, detail: str, exc: type[EngineError],
+                      observations: dict[str, Any] | None = None) -> EngineError:
+        await record(self.app, InstanceLoadRefused(model=model, reason=reason, detail=detail,
+                                                   observations=observations or {}))
+        return exc(detail)
+
+    async def _start(self, name: str, *, ctx: int | None, keep_alive: Any, pinned: bool, reason: str) -> Instance:
+        app = self.app
+        now = app.clock.now()
+        residency = app.runner.state("residency")
+        circuit = circuit_open(residency, name, now)
+        if circuit is not None:
+            until = circuit["open_until"]
+            raise await self._refuse(
+                name, "circuit_open",
+                f"{name} crashed {circuit['crashes']} times in a row; loads are refused for {until - now:.0f} s more "
+                f"or until `blazar ps --reset {name}`", CircuitOpen, {"open_until": until})
+        try:
+            engine = self._engine(app)
+        except EngineError as e:
+            raise await self._refuse(name, "no_engine", e.message, type(e)) from None
+        settings = app.settings()
+        crashes = residency.get("models", {}).get(name, {}).get("crashes", [])
+        delay = restart_delay(crashes, now, window_s=settings.crash_window_s)
+        if delay > 0:
+            log.info("%s crashed recently; waiting %.1f s before restarting it", name, delay)
+            await asyncio.sleep(delay)
+        keep = keep_alive_seconds(settings.keep_alive) if keep_alive is UNSET else keep_alive
+        entry = find(app.runner.state("catalog"), name)
+        assert entry is not None
+        meta = ModelMetadata.model_validate(entry["metadata"]).model_copy(update={"name": name})
+        model_path = app.paths.models / entry["path"]
+
+        async with self._capacity:
+            # A smaller-context instance of this model gives way to the new shape (it is idle or it would be reused).
+            for lv in [lv for lv in self._live.values() if lv.instance.model == name and lv.state == "ready"]:
+                if lv.in_flight == 0:
+                    await self._evict(lv, "reshape", for_model=name, observations={"ctx_wanted": ctx,
+                                                                                   "ctx_had": lv.instance.ctx_tokens})
+            fit, free_observed = await self._place(name, meta, ctx, settings)
+            instance_id = secrets.token_hex(6)
+            port = process.free_port()
+            log_path = app.paths.log / "instances" / f"{instance_id}.log"
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                argv = build_argv(engine.binary, model_path, fit, engine.caps, port=port,
+                                  threads=settings.engine_threads or None)
+            except EngineIncompatible as e:
+                raise await self._refuse(name, "engine_incompatible", e.message, EngineError) from None
+            try:
+                proc = await process.spawn(argv, log_path=log_path)
+            except OSError as e:
+                raise await self._refuse(name, "no_engine", f"cannot start {engine.binary}: {e}", EngineError) from None
+            pidfile = _pidfile(app, instance_id)
+            pidfile.parent.mkdir(parents=True, exist_ok=True)
+            pidfile.write_text(f"{proc.pid} {port}\n")
+            (started,) = await record(app, InstanceStarted(
+                instance_id=instance_id, model=name, engine_tag=engine.tag, pid=proc.pid, port=port, argv=argv,
+                log_path=str(log_path.relative_to(app.paths.log)), ctx_tokens=fit.ctx_per_slot,
+                engine_ctx=fit.engine_ctx, slots=fit.slots, cache_type_k=fit.cache_type_k,
+                cache_type_v=fit.cache_type_v, flash_attn=fit.flash_attn, gpu_layers=fit.gpu_layers,
+                planned_bytes=fit.total_bytes, estimate_bytes=fit.estimate_bytes, keep_alive_s=keep, pinned=pinned,
+                reason="load" if reason == "load" else "request", free_bytes_observed=free_observed))
+            inst = Instance(instance_id=instance_id, model=name, port=port, slots=fit.slots,
+                            ctx_tokens=fit.ctx_per_slot, engine_tag=engine.tag)
+            lv = _Live(instance=inst, proc=proc, plan=fit, log_path=log_path, started_seq=started.seq,
+                       started_mono=app.clock.monotonic(), keep_alive_s=keep, pinned=pinned)
+            self._live[instance_id] = lv
+        lv.watcher = asyncio.create_task(self._watch(lv), name=f"blazar-watch-{instance_id}")
+        try:
+            waited = await process.wait_healthy(proc, port, timeout_s=settings.load_timeout_s)
+        except process.LoadTimeout as e:
+            await self._terminate(lv, "load_timeout", detail=f"not healthy after {e.waited_s:.1f} s")
+            raise LoadFailed(f"{name} did not become ready within {settings.load_timeout_s:.0f} s (load_timeout_s); "
+                             f"the engine log: {log_path}") from None
+        except process.ProcessExited:
+            await lv.watcher  # the watcher records the exit (load_failed, or stopped when a user stopped it)
+            tail = process.log_tail(log_path, 5)
+            raise LoadFailed(f"{name} exited while loading (code {proc.returncode}): "
+                             + (" | ".join(tail) or "no output") + f"; the engine log: {log_path}") from None
+        if lv.state == "stopping":
+            raise LoadFailed(f"{name} was stopped while it loaded")
+        lv.state = "ready"
+        lv.last_used = app.clock.now()
+        inst.load_ms = int(waited * 1000)
+        await record(app, InstanceReady(instance_id=instance_id, model=name, load_ms=inst.load_ms),
+                     cause=lv.started_seq)
+        if not lv.ready.done():
+            lv.ready.set_result(inst)
+        await self._measure(lv)
+        self._poke.set()
+        return inst
+
+    async def _place(self, name: str, meta: ModelMetadata, ctx: int | None, settings: Any) -> tuple[FitPlan, int]:
+        """A plan that fits, evicting what must go; DoesNotFit (recorded) when nothing can make room."""
+        explicit_ctx = ctx is not None
+        request = FitRequest(ctx=ctx or settings.ctx or None, slots=settings.slots or None)
+        limit = settings.memory_limit_mib * (1 << 20)
+        devices = await asyncio.to_thread(self._devices)
+        measured = self._measured()
+        budget = budget_devices(devices, self._residents(measured), memory_limit_bytes=limit)
+        fit = self._plan(name, meta, budget, request)
+        need_count = 0
+        if settings.max_loaded_models:
+            need_count = max(0, sum(1 for lv in self._live.values() if lv.state != "stopping")
+                             - settings.max_loaded_models + 1)
+        need_bytes = 0 if fit.fits else shortfall_bytes(meta, budget, request.model_copy(
+            update={"correction": fit.correction_bytes}))
+        if need_count or need_bytes:
+            cands = self._candidates(measured)
+            victims = decide.decide_victims(cands, need_bytes=need_bytes, free_bytes=0, need_count=need_count)
+            if victims is None and not fit.fits and not explicit_ctx and need_count == 0:
+                # Nothing can go for the default shape: take the largest context that fits in what is free.
+                fallback = self._plan(name, meta, budget, FitRequest(ctx=None, slots=None))
+                if fallback.fits:
+                    return fallback, _host_free(budget)
+            if victims is None:
+                obs = {"need_bytes": need_bytes, "need_count": need_count, "loaded": len(self._live),
+                       "max_loaded_models": settings.max_loaded_models, "host_free_bytes": _host_free(budget),
+                       "busy_or_pinned": [c.instance_id for c in cands if c.in_flight or c.pinned]}
+                why = (fit.summary if not fit.fits else
+                       f"{len(self._live)} instances loaded (max_loaded_models {settings.max_loaded_models}) "
+                       "and none can be evicted: every one is busy or pinned")
+                raise await self._refuse(name, "does_not_fit" if need_bytes else "no_room", why, DoesNotFit, obs)
+            reason = "memory" if need_bytes else "max_loaded_models"
+            obs = {"need_bytes": need_bytes, "need_count": need_count, "host_free_bytes": _host_free(budget),
+                   "loaded": len(self._live), "max_loaded_models": settings.max_loaded_models,
+                   "scores": victims.scores, "why": victims.why}
+            await asyncio.gather(*(self._evict(self._live[v.instance_id], reason, for_model=name, observations=obs)
+                                   for v in victims.victims))
+            devices = await asyncio.to_thread(self._devices)
+            measured = self._measured()
+            budget = budget_devices(devices, self._residents(measured), memory_limit_bytes=limit)
+            fit = self._plan(name, meta, budget, request)
+            if not fit.fits:
+                raise await self._refuse(name, "does_not_fit", fit.summary, DoesNotFit,
+                                         {"host_free_bytes": _host_free(budget)})
+        return fit, _host_free(budget)
+
+    def _plan(self, name: str, meta: ModelMetadata, budget: list[Device], request: FitRequest) -> FitPlan:
+        first = try_plan(meta, budget, request)
+        correction = correction_for(self.app.runner.state("calibration"), name, first.ctx_per_slot, first.slots,
+                                    first.cache_type_k, first.cache_type_v)
+        if correction == 0:
+            return first
+        return try_plan(meta, budget, request.model_copy(update={"correction": correction}))
+
+    def _measured(self) -> dict[str, int | None]:
+        insts = self.app.runner.state("residency").get("instances", {})
+        return {iid: insts.get(iid, {}).get("measured_bytes") for iid in self._live}
+
+    def _residents(self, measured: dict[str, int | None]) -> list[Resident]:
+        return [Resident(iid, lv.charged_bytes(measured.get(iid))) for iid, lv in self._live.items()]
+
+    def _candidates(self, measured: dict[str, int | None]) -> list[decide.Candidate]:
+        now = self.app.clock.now()
+        out = []
+        for iid, lv in self._live.items():
+            if lv.state != "ready":
+                continue  # a loading instance is busy by definition; a stopping one is already going
+            out.append(decide.Candidate(
+                instance_id=iid, model=lv.instance.model, bytes=lv.charged_bytes(measured.get(iid)),
+                idle_s=max(0.0, now - lv.last_used) if lv.in_flight == 0 else 0.0, in_flight=lv.in_flight,
+                pinned=lv.pinned, keep_alive_s=lv.keep_alive_s, load_ms=lv.instance.load_ms))
+        return out
+
+    async def _measure(self, lv: _Live) -> None:
+        """Record what the engine allocated beside the plan, for the next plan of this model."""
+        try:
+            text = await asyncio.to_thread(lv.log_path.read_text, errors="replace")
+            await record_measurement(
+                self.app, model=lv.instance.model, ctx_tokens=lv.plan.ctx_per_slot, slots=lv.plan.slots,
+                cache_type_k=lv.plan.cache_type_k, cache_type_v=lv.plan.cache_type_v,
+                planned_bytes=lv.plan.estimate_bytes, log_text=text, rss_bytes=process.rss_bytes(lv.proc.pid),
+                instance_id=lv.instance.instance_id)
+        except (OSError, ValueError) as e:
+            log.warning("no memory measurement for %s: %s", lv.instance.model, e)
+
+    async def _apply_keep_alive(self, lv: _Live, keep_alive: Any, pinned: bool | None) -> None:
+        keep = lv.keep_alive_s if keep_alive is UNSET else keep_alive
+        pin = lv.pinned if pinned is None else pinned
+        if keep == lv.keep_alive_s and pin == lv.pinned:
+            return
+        lv.keep_alive_s, lv.pinned = keep, pin
+        await record(self.app, InstanceKeepAliveSet(instance_id=lv.instance.instance_id, model=lv.instance.model,
+                                                    keep_alive_s=keep, pinned=pin))
+
+    # -- stopping ---------------------------------------------------------------------------------------------
+
+    async def _evict(self, lv: _Live, reason: str, *, for_model: str | None = None,
+                     observations: dict[str, Any] | None = None) -> None:
+        if lv.state == "stopping":
+            return  # already going (the reaper and a load may pick the same victim)
+        lv.state = "stopping"
+        idle = max(0.0, self.app.clock.now() - lv.last_used) if lv.last_used else 0.0
+        (ev,) = await record(self.app, InstanceEvicted(
+            instance_id=lv.instance.instance_id, model=lv.instance.model, reason=reason, for_model=for_model,
+            idle_s=round(idle, 3), bytes_freed=lv.charged_bytes(self._measured().get(lv.instance.instance_id)),
+            observations=observations or {}), cause=lv.started_seq)
+        await self._terminate(lv, "evicted", cause=ev.seq)
+
+    async def _terminate(self, lv: _Live, reason: str, *, detail: str = "", cause: int | None = None) -> None:
+        """Stop the child (SIGTERM, grace, SIGKILL) and record its exit with `reason`."""
+        if lv.state == "stopping" and lv.exit_recorded:
+            return
+        lv.state = "stopping"
+        code = await process.stop_process(lv.proc, grace_s=self.app.settings().stop_grace_s)
+        if lv.watcher is not None and lv.watcher is not asyncio.current_task():
+            with contextlib.suppress(asyncio.CancelledError):
+                await lv.watcher
+        await self._record_exit(lv, reason, code, detail=detail, cause=cause)
+
+    async def _record_exit(self, lv: _Live, reason: str, code: int | None, *, detail: str = "",
+                           cause: int | None = None) -> None:
+        if lv.exit_recorded:
+            return
+        lv.exit_recorded = True
+        self._live.pop(lv.instance.instance_id, None)
+        uptime = int((self.app.clock.monotonic() - lv.started_mono) * 1000)
+        tail = process.log_tail(lv.log_path, LOG_TAIL_LINES)
+        await record(self.app, InstanceExited(
+            instance_id=lv.instance.instance_id, model=lv.instance.model, reason=reason, exit_code=code,
+            uptime_ms=uptime, log_tail=tail, detail=detail), cause=cause or lv.started_seq)
+        _pidfile(self.app, lv.instance.instance_id).unlink(missing_ok=True)
+        if not lv.ready.done():
+            lv.ready.set_exception(LoadFailed(f"{lv.instance.model} exited ({reason})"))
+            lv.ready.exception()
+        if reason in ("crashed", "load_failed", "load_timeout"):
+            await self._maybe_open_circuit(lv.instance.model, code)
+        self._poke.set()
+
+    async def _watch(self, lv: _Live) -> None:
+        """Wait for the child to exit; an exit nobody asked for is a crash (or a failed load)."""
+        code = await lv.proc.wait()
+        if lv.state == "stopping":
+            return  # _terminate records it, with the reason it was stopped for
+        reason = "load_failed" if lv.state == "starting" else "crashed"
+        lv.state = "stopping"
+        await self._record_exit(lv, reason, code, detail=f"exited on its own with code {code}")
+
+    async def _maybe_open_circuit(self, model: str, code: int | None) -> None:
+        settings = self.app.settings()
+        now = self.app.clock.now()
+        residency = self.app.runner.state("residency")
+        crashes = residency.get("models", {}).get(model, {}).get("crashes", [])
+        if circuit_open(residency, model, now) is None and decide.decide_circuit(
+                crashes, now, limit=settings.crash_limit, window_s=settings.crash_window_s):
+            n = sum(1 for t in crashes if now - t <= settings.crash_window_s)
+            await record(self.app, ModelCircuitOpened(model=model, crashes=n, window_s=settings.crash_window_s,
+                                                      open_until=now + settings.circuit_open_s, last_exit_code=code))
+
+    # -- idle eviction ----------------------------------------------------------------------------------------
+
+    async def reap_once(self) -> float | None:
+        """Evict instances whose keep-alive has run out; returns seconds until the next one is due (None: none)."""
+        now = self.app.clock.now()
+        views = [decide.IdleView(instance_id=iid, idle_s=max(0.0, now - lv.last_used), in_flight=lv.in_flight,
+                                 pinned=lv.pinned, keep_alive_s=lv.keep_alive_s)
+                 for iid, lv in self._live.items() if lv.state == "ready"]
+        due = decide.decide_idle(views, now)
+        for iid, idle_s in due:
+            lv = self._live.get(iid)
+            if lv is not None:
+                await self._evict(lv, "idle", observations={"idle_s": round(idle_s, 3),
+                                                            "keep_alive_s": lv.keep_alive_s})
+        remaining = [v for v in views if v.instance_id not in {i for i, _ in due}]
+        return decide.next_wakeup(remaining, now)
+
+    async def _reap_loop(self) -> None:
+        while not self._closed:
+            try:
+                wait = await self.reap_once()
+            except Exception:
+                log.exception("idle reaper")
+                wait = 1.0
+            self._poke.clear()
+            timeout = REAPER_MAX_SLEEP_S if wait is None else min(REAPER_MAX_SLEEP_S, max(0.05, wait))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poke.wait(), timeout)
+
+
+def _pidfile(app: Blazar, instance_id: str) -> Path:
+    """Written between spawn and `instance.started`: reconcile finds a child whose start never reached the log."""
+    return app.paths.run / "instances" / f"{instance_id}.pid"
+
+
+def _host_free(budget: list[Device]) -> int:
+    return next((d.free_bytes for d in budget if d.kind == "host"), 0)
+
+
+async def reset_circuit(app: Blazar, model: str) -> bool:
+    """Close `model`'s circuit (`blazar ps --reset`): True when one was open. Works with or without a daemon:
+    the daemon's projections follow the log."""
+    await app.runner.catch_up()
+    if circuit_open(app.runner.state("residency"), model, app.clock.now()) is None:
+        return False
+    await record(app, ModelCircuitReset(model=model))
+    return True

@@ -1,0 +1,85 @@
+"""Start-up reconciliation: make the residency projection true again before the supervisor serves.
+
+A daemon that died (SIGKILL, power loss) leaves instances the log calls running. Each is either gone (recorded
+`instance.exited`, reason `lost`) or still running with nobody supervising it (stopped, then recorded
+`orphan_stopped`). A child whose start never reached the log is found through its pid file and stopped too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from blazar.adapters.engines import process
+from blazar.bootstrap import Blazar
+from blazar.events.instances import InstanceExited
+from blazar.handlers.record import record
+
+log = logging.getLogger("blazar.reconcile")
+# Instance log files kept after their instance exited; older ones are deleted at start-up.
+KEEP_INSTANCE_LOGS = 50
+
+
+def _ours(pid: int, port: int, binary_hint: str | None) -> bool:
+    """The process at `pid` is the engine child we started: a recycled pid is never signalled."""
+    cmd = process.pid_cmdline(pid)
+    if not cmd:
+        return False
+    if binary_hint is not None and cmd[0] != binary_hint:
+        return False
+    return "--port" in cmd and str(port) in cmd
+
+
+async def reconcile(app: Blazar) -> list[str]:
+    """Record what really happened to every instance the log says is running; returns their ids."""
+    await app.runner.catch_up()
+    grace = app.settings().stop_grace_s
+    handled: list[str] = []
+    instances = dict(app.runner.state("residency").get("instances", {}))
+    for iid, inst in instances.items():
+        pid, port = int(inst["pid"]), int(inst["port"])
+        argv = inst.get("argv") or []
+        if process.pid_alive(pid) and _ours(pid, port, argv[0] if argv else None):
+            await process.stop_pid(pid, grace_s=grace, expect_cmdline=f"--port {port}")
+            reason, detail = "orphan_stopped", f"pid {pid} was still running with no supervisor; stopped"
+        else:
+            reason, detail = "lost", f"pid {pid} was not running when the daemon started"
+        log_file = app.paths.log / inst.get("log_path", f"instances/{iid}.log")
+        await record(app, InstanceExited(instance_id=iid, model=inst["model"], reason=reason,
+                                         log_tail=process.log_tail(log_file, 20), detail=detail),
+                     cause=inst.get("started_seq"))
+        (app.paths.run / "instances" / f"{iid}.pid").unlink(missing_ok=True)
+        handled.append(iid)
+    handled += await _unrecorded_children(app, grace)
+    await asyncio.to_thread(_prune_logs, app)
+    return handled
+
+
+async def _unrecorded_children(app: Blazar, grace: float) -> list[str]:
+    """Pid files of spawns whose `instance.started` never made it to the log (the daemon died in between)."""
+    out = []
+    known = set(app.runner.state("residency").get("instances", {}))
+    piddir = app.paths.run / "instances"
+    for pidfile in sorted(piddir.glob("*.pid")) if piddir.is_dir() else []:
+        iid = pidfile.stem
+        if iid in known:
+            continue
+        try:
+            pid_s, port_s = pidfile.read_text().split()
+            pid, port = int(pid_s), int(port_s)
+        except (OSError, ValueError):
+            pidfile.unlink(missing_ok=True)
+            continue
+        if process.pid_alive(pid) and _ours(pid, port, None):
+            await process.stop_pid(pid, grace_s=grace, expect_cmdline=f"--port {port}")
+            log.warning("stopped engine child pid %s (port %s) whose start was never recorded", pid, port)
+            out.append(iid)
+        pidfile.unlink(missing_ok=True)
+    return out
+
+
+def _prune_logs(app: Blazar) -> None:
+    live = {f"{iid}.log" for iid in app.runner.state("residency").get("instances", {})}
+    logs = sorted((app.paths.log / "instances").glob("*.log"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in [p for p in logs if p.name not in live][KEEP_INSTANCE_LOGS:]:
+        old.unlink(missing_ok=True)

@@ -1,0 +1,102 @@
+"""The `engines` projection: the engine programs in the store (files, version, capability manifest, last smoke test
+and verification), which one is active, and the activation history that `engine rollback` walks back through.
+
+`history` is every activation in order. `stack` is the rollback chain: an activation pushes its tag, a rollback
+pops the engine it rolled back from, a removal drops the tag; so `rollback_target` is the entry below the top.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from blazar.events.base import Recorded
+from blazar.events.engines import (
+    EngineActivated,
+    EngineActivationRefused,
+    EngineInstalled,
+    EngineRemoved,
+    EngineSmokeTested,
+    EngineVerified,
+)
+from blazar.projections.base import Projection, State
+
+
+class EnginesProjection(Projection):
+    name = "engines"
+    version = 1
+    types = frozenset({
+        EngineInstalled.TYPE, EngineSmokeTested.TYPE, EngineVerified.TYPE, EngineActivated.TYPE,
+        EngineActivationRefused.TYPE, EngineRemoved.TYPE,
+    })
+
+    def initial(self) -> State:
+        return {"engines": {}, "active": None, "history": [], "stack": []}
+
+    def apply(self, state: State, rec: Recorded) -> State:
+        ev = rec.event
+        engines: dict[str, Any] = state["engines"]
+        if isinstance(ev, EngineInstalled):
+            engines[ev.tag] = {
+                "tag": ev.tag, "kind": ev.kind, "source_kind": ev.source_kind, "source": ev.source,
+                "binary": ev.binary, "files": [f.model_dump(mode="json") for f in ev.files], "version": ev.version,
+                "manifest": ev.manifest, "build_options": list(ev.build_options), "installed_ts": rec.ts,
+                "installed_seq": rec.seq, "smoke": None, "verified": None, "refused": None, "activated_ts": None,
+            }
+        elif isinstance(ev, EngineSmokeTested):
+            if (entry := engines.get(ev.tag)) is not None:
+                entry["smoke"] = {"passed": ev.passed, "duration_ms": ev.duration_ms, "tokens": ev.tokens,
+                                  "detail": ev.detail, "exit_code": ev.exit_code, "ts": rec.ts, "seq": rec.seq}
+        elif isinstance(ev, EngineVerified):
+            if (entry := engines.get(ev.tag)) is not None:
+                entry["verified"] = {"ok": ev.ok, "checked_files": ev.checked_files, "problems": list(ev.problems),
+                                     "ts": rec.ts, "seq": rec.seq}
+        elif isinstance(ev, EngineActivationRefused):
+            if (entry := engines.get(ev.tag)) is not None:
+                entry["refused"] = {"reason": ev.reason, "detail": ev.detail, "ts": rec.ts, "seq": rec.seq}
+        elif isinstance(ev, EngineActivated):
+            self._activated(state, ev, rec)
+        elif isinstance(ev, EngineRemoved):
+            engines.pop(ev.tag, None)
+            state["stack"] = [t for t in state["stack"] if t != ev.tag]
+            if state["active"] == ev.tag:
+                state["active"] = None
+        return state
+
+    @staticmethod
+    def _activated(state: State, ev: EngineActivated, rec: Recorded) -> None:
+        stack: list[str] = state["stack"]
+        if ev.reason == "rollback" and stack and stack[-1] == state["active"]:
+            stack.pop()
+        if not stack or stack[-1] != ev.tag:
+            stack.append(ev.tag)
+        state["active"] = ev.tag
+        state["history"].append(ev.tag)
+        if (entry := state["engines"].get(ev.tag)) is not None:
+            entry["activated_ts"] = rec.ts
+            entry["refused"] = None
+
+    def view(self, state: State) -> Any:
+        """The manifest is every flag's help text: `blazar state` shows how many flags instead."""
+        engines = {tag: {**e, "manifest": f"{len(e['manifest'].get('flags', []))} flags"}
+                   for tag, e in state["engines"].items()}
+        return {**state, "engines": engines}
+
+
+def rollback_target(state: State) -> str | None:
+    """The engine `engine rollback` would activate: the one active before the current, still installed."""
+    active = state["active"]
+    for tag in reversed(state["stack"]):
+        if tag != active and tag in state["engines"]:
+            return tag
+    return None
+
+
+def previous_engine(state: State) -> str | None:
+    """The most recent engine active before the current one, still installed (after a rollback: the one rolled
+    back from, which `engine use` can bring back)."""
+    active = state["active"]
+    return next((t for t in reversed(state["history"]) if t != active and t in state["engines"]), None)
+
+
+def engine(state: State, tag: str) -> dict[str, Any] | None:
+    return state["engines"].get(tag)

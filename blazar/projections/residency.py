@@ -1,0 +1,149 @@
+"""The `residency` projection: which engine instances are loaded now (starting, ready or being stopped), with what
+shape, memory and keep-alive, and per model the crash history, circuit, loads, evictions and refusals. The
+supervisor's deciders (`handlers/decide.py`) read it; reconciliation at start-up compares it with the processes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from blazar.events.base import Recorded
+from blazar.events.instances import (
+    InstanceEvicted,
+    InstanceExited,
+    InstanceKeepAliveSet,
+    InstanceLoadRefused,
+    InstanceReady,
+    InstanceStarted,
+    ModelCircuitOpened,
+    ModelCircuitReset,
+)
+from blazar.events.models import InstanceMemoryMeasured
+from blazar.projections.base import Projection, State
+
+# Exits that count towards a model's crash circuit: the process failed, not a decision of ours.
+CRASH_REASONS = frozenset({"crashed", "load_failed", "load_timeout"})
+# Crash timestamps kept per model, newest last; far more than any sane crash_limit.
+CRASHES_KEPT = 32
+
+
+def _model(state: State, model: str) -> dict[str, Any]:
+    return state["models"].setdefault(model, {
+        "crashes": [], "circuit": None, "loads": 0, "evictions": 0, "refusals": 0,
+        "last_exit": None, "last_refusal": None,
+    })
+
+
+def _release_tag(state: State, tag: str) -> None:
+    tags = state["engine_tags_in_use"]
+    left = tags.get(tag, 0) - 1
+    if left > 0:
+        tags[tag] = left
+    else:
+        tags.pop(tag, None)
+
+
+class ResidencyProjection(Projection):
+    name = "residency"
+    version = 1
+    types = frozenset({
+        InstanceStarted.TYPE, InstanceReady.TYPE, InstanceExited.TYPE, InstanceEvicted.TYPE,
+        InstanceKeepAliveSet.TYPE, InstanceMemoryMeasured.TYPE, InstanceLoadRefused.TYPE,
+        ModelCircuitOpened.TYPE, ModelCircuitReset.TYPE,
+    })
+
+    def initial(self) -> State:
+        return {"instances": {}, "models": {}, "engine_tags_in_use": {}}
+
+    def apply(self, state: State, rec: Recorded) -> State:
+        ev = rec.event
+        instances: dict[str, dict[str, Any]] = state["instances"]
+        if isinstance(ev, InstanceStarted):
+            old = instances.get(ev.instance_id)
+            if old is not None:  # an id is never reused; if one were, the tag count must stay exact
+                _release_tag(state, old["engine_tag"])
+            instances[ev.instance_id] = {
+                "instance_id": ev.instance_id, "model": ev.model, "engine_tag": ev.engine_tag, "pid": ev.pid,
+                "port": ev.port, "argv": list(ev.argv), "log_path": ev.log_path, "ctx_tokens": ev.ctx_tokens,
+                "engine_ctx": ev.engine_ctx, "slots": ev.slots, "cache_type_k": ev.cache_type_k,
+                "cache_type_v": ev.cache_type_v, "flash_attn": ev.flash_attn, "gpu_layers": ev.gpu_layers,
+                "planned_bytes": ev.planned_bytes, "estimate_bytes": ev.estimate_bytes, "measured_bytes": None,
+                "keep_alive_s": ev.keep_alive_s, "pinned": ev.pinned, "state": "starting",
+                "started_ts": rec.ts, "ready_ts": None, "load_ms": None, "started_seq": rec.seq, "eviction": None,
+            }
+            tags = state["engine_tags_in_use"]
+            tags[ev.engine_tag] = tags.get(ev.engine_tag, 0) + 1
+            _model(state, ev.model)["loads"] += 1
+        elif isinstance(ev, InstanceReady):
+            inst = instances.get(ev.instance_id)
+            if inst is not None:
+                inst["ready_ts"], inst["load_ms"] = rec.ts, ev.load_ms
+                # NOTE: an instance already chosen for eviction stays "stopping": the decision stands.
+                if inst["state"] == "starting":
+                    inst["state"] = "ready"
+        elif isinstance(ev, InstanceExited):
+            inst = instances.pop(ev.instance_id, None)
+            if inst is not None:
+                _release_tag(state, inst["engine_tag"])
+            m = _model(state, ev.model)
+            m["last_exit"] = {"reason": ev.reason, "exit_code": ev.exit_code, "ts": rec.ts,
+                              "instance_id": ev.instance_id}
+            if ev.reason in CRASH_REASONS:
+                m["crashes"].append(rec.ts)
+                del m["crashes"][:-CRASHES_KEPT]
+        elif isinstance(ev, InstanceEvicted):
+            inst = instances.get(ev.instance_id)
+            if inst is not None:
+                inst["state"] = "stopping"
+                inst["eviction"] = {"reason": ev.reason, "for_model": ev.for_model, "seq": rec.seq}
+            _model(state, ev.model)["evictions"] += 1
+        elif isinstance(ev, InstanceKeepAliveSet):
+            inst = instances.get(ev.instance_id)
+            if inst is not None:
+                inst["keep_alive_s"], inst["pinned"] = ev.keep_alive_s, ev.pinned
+        elif isinstance(ev, InstanceMemoryMeasured):
+            # Calibration also measures loads that are not instances (a smoke test, `blazar fit --measure`).
+            inst = instances.get(ev.instance_id) if ev.instance_id is not None else None
+            if inst is not None:
+                inst["measured_bytes"] = ev.measured_bytes
+        elif isinstance(ev, InstanceLoadRefused):
+            m = _model(state, ev.model)
+            m["refusals"] += 1
+            m["last_refusal"] = {"reason": ev.reason, "detail": ev.detail, "ts": rec.ts, "seq": rec.seq}
+        elif isinstance(ev, ModelCircuitOpened):
+            _model(state, ev.model)["circuit"] = {"open_until": ev.open_until, "crashes": ev.crashes, "seq": rec.seq}
+        elif isinstance(ev, ModelCircuitReset):
+            m = _model(state, ev.model)
+            m["circuit"] = None
+            # NOTE: a reset forgives the crashes too, else the next single crash would reopen the circuit at once.
+            m["crashes"] = []
+        return state
+
+
+def running(state: State) -> list[dict[str, Any]]:
+    """Every instance whose process the log says exists (starting, ready or stopping), oldest start first."""
+    return sorted(state["instances"].values(), key=lambda i: i["started_seq"])
+
+
+def for_model(state: State, model: str) -> list[dict[str, Any]]:
+    """The instances of `model`, oldest start first."""
+    return [i for i in running(state) if i["model"] == model]
+
+
+def crashes_within(state: State, model: str, now: float, window_s: float) -> int:
+    """How many crash-like exits of `model` happened in the last `window_s` seconds before `now`."""
+    m = state["models"].get(model)
+    return 0 if m is None else sum(1 for ts in m["crashes"] if ts >= now - window_s)
+
+
+def circuit_open(state: State, model: str, now: float) -> dict[str, Any] | None:
+    """The open circuit of `model` ({open_until, crashes, seq}), or None once it expired or was reset."""
+    m = state["models"].get(model)
+    circuit = None if m is None else m["circuit"]
+    return circuit if circuit is not None and now < circuit["open_until"] else None
+
+
+def resident_bytes(inst: dict[str, Any]) -> int:
+    """What an instance holds: the larger of its plan and its measurement (a plan can undershoot)."""
+    measured = inst.get("measured_bytes")
+    return max(inst["planned_bytes"], measured) if measured is not None else inst["planned_bytes"]

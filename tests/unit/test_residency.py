@@ -1,0 +1,267 @@
+"""The residency projection, fed instance events: what is loaded, in which state, with what memory and keep-alive;
+per model the crashes, circuit, loads, evictions and refusals; and its query helpers."""
+
+from __future__ import annotations
+
+import orjson
+
+from blazar.clock import FakeClock
+from blazar.events import Event, Recorded
+from blazar.events.instances import (
+    InstanceEvicted,
+    InstanceExited,
+    InstanceKeepAliveSet,
+    InstanceLoadRefused,
+    InstanceReady,
+    InstanceStarted,
+    ModelCircuitOpened,
+    ModelCircuitReset,
+)
+from blazar.events.log import EventLog
+from blazar.events.models import InstanceMemoryMeasured
+from blazar.projections import ResidencyProjection, all_projections, fold
+from blazar.projections.checkpoints import dump_state
+from blazar.projections.residency import (
+    CRASHES_KEPT,
+    circuit_open,
+    crashes_within,
+    for_model,
+    resident_bytes,
+    running,
+)
+from blazar.projections.runner import ProjectionRunner
+
+MiB = 1 << 20
+
+
+def rec(seq: int, event: Event, *, ts: float | None = None) -> Recorded:
+    return Recorded(seq, 1000.0 + seq if ts is None else ts, event.TYPE, event.V, event.stream_key(), None, "daemon",
+                    None, event)
+
+
+def started(iid: str, model: str = "qwen", tag: str = "b1", **overrides: object) -> InstanceStarted:
+    fields: dict[str, object] = {
+        "instance_id": iid, "model": model, "engine_tag": tag, "pid": 4242, "port": 40001,
+        "argv": ["llama-server", "-m", f"/m/{model}.gguf"], "log_path": f"instances/{iid}.log", "ctx_tokens": 4096,
+        "engine_ctx": 8192, "slots": 2, "planned_bytes": 500 * MiB, "estimate_bytes": 480 * MiB,
+        "keep_alive_s": 300.0,
+    }
+    return InstanceStarted(**(fields | overrides))
+
+
+def exited(iid: str, reason: str, model: str = "qwen", code: int | None = None) -> InstanceExited:
+    return InstanceExited(instance_id=iid, model=model, reason=reason, exit_code=code)  # type: ignore[arg-type]
+
+
+def measured(model: str, instance_id: str | None, nbytes: int) -> InstanceMemoryMeasured:
+    return InstanceMemoryMeasured(model=model, instance_id=instance_id, ctx_tokens=4096, slots=2,
+                                  planned_bytes=480 * MiB, measured_bytes=nbytes)
+
+
+def test_a_start_adds_a_starting_instance_with_its_shape_and_counts_the_load() -> None:
+    state = fold(ResidencyProjection(), [rec(1, started("i1", cache_type_k="q8_0", gpu_layers=99, pinned=True))])
+    assert state == {
+        "instances": {"i1": {
+            "instance_id": "i1", "model": "qwen", "engine_tag": "b1", "pid": 4242, "port": 40001,
+            "argv": ["llama-server", "-m", "/m/qwen.gguf"], "log_path": "instances/i1.log", "ctx_tokens": 4096,
+            "engine_ctx": 8192, "slots": 2, "cache_type_k": "q8_0", "cache_type_v": "f16", "flash_attn": False,
+            "gpu_layers": 99, "planned_bytes": 500 * MiB, "estimate_bytes": 480 * MiB, "measured_bytes": None,
+            "keep_alive_s": 300.0, "pinned": True, "state": "starting", "started_ts": 1001.0, "ready_ts": None,
+            "load_ms": None, "started_seq": 1, "eviction": None,
+        }},
+        "models": {"qwen": {"crashes": [], "circuit": None, "loads": 1, "evictions": 0, "refusals": 0,
+                            "last_exit": None, "last_refusal": None}},
+        "engine_tags_in_use": {"b1": 1},
+    }
+
+
+def test_ready_records_when_and_how_long_the_load_took() -> None:
+    state = fold(ResidencyProjection(), [rec(1, started("i1")),
+                                         rec(2, InstanceReady(instance_id="i1", model="qwen", load_ms=1234))])
+    inst = state["instances"]["i1"]
+    assert (inst["state"], inst["ready_ts"], inst["load_ms"]) == ("ready", 1002.0, 1234)
+
+
+def test_an_eviction_marks_the_instance_stopping_and_its_exit_removes_it() -> None:
+    p = ResidencyProjection()
+    state = fold(p, [
+        rec(1, started("i1")),
+        rec(2, InstanceReady(instance_id="i1", model="qwen", load_ms=900)),
+        rec(3, InstanceEvicted(instance_id="i1", model="qwen", reason="memory", for_model="llama",
+                               bytes_freed=500 * MiB)),
+    ])
+    inst = state["instances"]["i1"]
+    assert inst["state"] == "stopping"
+    assert inst["eviction"] == {"reason": "memory", "for_model": "llama", "seq": 3}
+    assert state["models"]["qwen"]["evictions"] == 1
+    state = fold(p, [rec(4, exited("i1", "evicted", code=0))], state)
+    assert state["instances"] == {} and state["engine_tags_in_use"] == {}
+    assert state["models"]["qwen"]["last_exit"] == {"reason": "evicted", "exit_code": 0, "ts": 1004.0,
+                                                    "instance_id": "i1"}
+    assert state["models"]["qwen"]["crashes"] == []
+
+
+def test_ready_after_the_eviction_decision_keeps_it_stopping() -> None:
+    state = fold(ResidencyProjection(), [
+        rec(1, started("i1")),
+        rec(2, InstanceEvicted(instance_id="i1", model="qwen", reason="reshape")),
+        rec(3, InstanceReady(instance_id="i1", model="qwen", load_ms=700)),
+    ])
+    inst = state["instances"]["i1"]
+    assert inst["state"] == "stopping" and inst["load_ms"] == 700
+
+
+def test_crash_like_exits_are_remembered_newest_last_and_capped() -> None:
+    p = ResidencyProjection()
+    events = [rec(1, started("i0"))]
+    reasons = ["crashed", "load_failed", "load_timeout", "stopped", "lost", "shutdown"]
+    for n, reason in enumerate(reasons, start=2):
+        events.append(rec(n, exited(f"i{n}", reason, code=-9)))
+    state = fold(p, events)
+    assert state["models"]["qwen"]["crashes"] == [1002.0, 1003.0, 1004.0]  # only the process's own failures
+    state = fold(p, [rec(100 + n, exited(f"x{n}", "crashed")) for n in range(CRASHES_KEPT + 5)], state)
+    crashes = state["models"]["qwen"]["crashes"]
+    assert len(crashes) == CRASHES_KEPT and crashes[-1] == 1100.0 + CRASHES_KEPT + 4
+    assert "i0" in state["instances"]  # exits of other instances leave it alone
+
+
+def test_engine_tags_in_use_count_live_instances_per_tag() -> None:
+    p = ResidencyProjection()
+    state = fold(p, [rec(1, started("a", tag="b1")), rec(2, started("b", model="gemma", tag="b1")),
+                     rec(3, started("c", model="llama", tag="b2"))])
+    assert state["engine_tags_in_use"] == {"b1": 2, "b2": 1}
+    state = fold(p, [rec(4, exited("a", "stopped")), rec(5, exited("c", "crashed", model="llama"))], state)
+    assert state["engine_tags_in_use"] == {"b1": 1}
+
+
+def test_keep_alive_and_pin_changes_apply_to_a_known_instance_only() -> None:
+    p = ResidencyProjection()
+    state = fold(p, [
+        rec(1, started("i1")),
+        rec(2, InstanceKeepAliveSet(instance_id="i1", model="qwen", keep_alive_s=None, pinned=True)),
+        rec(3, InstanceKeepAliveSet(instance_id="ghost", model="qwen", keep_alive_s=5.0)),
+    ])
+    inst = state["instances"]["i1"]
+    assert (inst["keep_alive_s"], inst["pinned"]) == (None, True)
+    assert set(state["instances"]) == {"i1"}
+
+
+def test_a_measurement_for_a_known_instance_sets_measured_bytes_and_others_are_ignored() -> None:
+    p = ResidencyProjection()
+    state = fold(p, [rec(1, started("i1")), rec(2, measured("qwen", None, 900 * MiB)),
+                     rec(3, measured("qwen", "gone", 900 * MiB))])
+    assert state["instances"]["i1"]["measured_bytes"] is None
+    assert resident_bytes(state["instances"]["i1"]) == 500 * MiB
+    state = fold(p, [rec(4, measured("qwen", "i1", 520 * MiB))], state)
+    assert state["instances"]["i1"]["measured_bytes"] == 520 * MiB
+    assert resident_bytes(state["instances"]["i1"]) == 520 * MiB
+    state = fold(p, [rec(5, measured("qwen", "i1", 100 * MiB))], state)
+    assert resident_bytes(state["instances"]["i1"]) == 500 * MiB  # the plan, when the engine used less
+
+
+def test_refusals_are_counted_per_model_with_the_last_reason() -> None:
+    state = fold(ResidencyProjection(), [
+        rec(1, InstanceLoadRefused(model="big", reason="does_not_fit", detail="needs 90 GiB")),
+        rec(2, InstanceLoadRefused(model="big", reason="no_room", detail="all busy")),
+        rec(3, InstanceLoadRefused(model="tiny", reason="no_engine", detail="blazar engine install")),
+    ])
+    assert state["models"]["big"]["refusals"] == 2
+    assert state["models"]["big"]["last_refusal"] == {"reason": "no_room", "detail": "all busy", "ts": 1002.0,
+                                                      "seq": 2}
+    assert state["models"]["tiny"]["refusals"] == 1
+    assert state["instances"] == {}
+
+
+def test_a_circuit_opens_until_its_time_and_a_reset_closes_it_and_forgives_the_crashes() -> None:
+    p = ResidencyProjection()
+    state = fold(p, [
+        rec(1, exited("a", "crashed"), ts=100.0),
+        rec(2, exited("b", "crashed"), ts=110.0),
+        rec(3, exited("c", "load_failed"), ts=120.0),
+        rec(4, ModelCircuitOpened(model="qwen", crashes=3, window_s=60.0, open_until=420.0, last_exit_code=-6),
+            ts=120.0),
+    ])
+    assert state["models"]["qwen"]["circuit"] == {"open_until": 420.0, "crashes": 3, "seq": 4}
+    assert circuit_open(state, "qwen", 419.9) == {"open_until": 420.0, "crashes": 3, "seq": 4}
+    assert circuit_open(state, "qwen", 420.0) is None  # expired by itself
+    assert circuit_open(state, "never-loaded", 0.0) is None
+    assert crashes_within(state, "qwen", 120.0, 60.0) == 3
+    assert crashes_within(state, "qwen", 165.0, 60.0) == 2  # the one at 100 is out of the window
+    assert crashes_within(state, "never-loaded", 120.0, 60.0) == 0
+    state = fold(p, [rec(5, ModelCircuitReset(model="qwen"), ts=130.0)], state)
+    assert circuit_open(state, "qwen", 130.0) is None
+    assert crashes_within(state, "qwen", 130.0, 60.0) == 0
+
+
+def test_running_and_for_model_list_instances_in_start_order() -> None:
+    state = fold(ResidencyProjection(), [
+        rec(1, started("z", model="qwen")), rec(2, started("a", model="gemma")), rec(3, started("m", model="qwen")),
+        rec(4, exited("a", "stopped", model="gemma")), rec(5, started("b", model="gemma")),
+    ])
+    assert [i["instance_id"] for i in running(state)] == ["z", "m", "b"]
+    assert [i["instance_id"] for i in for_model(state, "qwen")] == ["z", "m"]
+    assert for_model(state, "llama") == []
+
+
+def test_the_projection_ignores_unknown_instances_without_failing() -> None:
+    state = fold(ResidencyProjection(), [
+        rec(1, InstanceReady(instance_id="ghost", model="qwen", load_ms=1)),
+        rec(2, InstanceEvicted(instance_id="ghost", model="qwen", reason="idle")),
+        rec(3, exited("ghost", "lost")),
+    ])
+    assert state["instances"] == {} and state["engine_tags_in_use"] == {}
+    assert state["models"]["qwen"]["last_exit"]["reason"] == "lost"
+
+
+def _history() -> list[Recorded]:
+    return [
+        rec(1, started("i1")),
+        rec(2, InstanceReady(instance_id="i1", model="qwen", load_ms=800)),
+        rec(3, measured("qwen", "i1", 510 * MiB)),
+        rec(4, started("i2", model="gemma", tag="b2", keep_alive_s=None)),
+        rec(5, exited("i2", "load_failed", model="gemma", code=-4)),
+        rec(6, InstanceLoadRefused(model="gemma", reason="circuit_open", detail="open")),
+        rec(7, ModelCircuitOpened(model="gemma", crashes=1, window_s=60.0, open_until=2000.0)),
+        rec(8, InstanceKeepAliveSet(instance_id="i1", model="qwen", keep_alive_s=60.0, pinned=False)),
+        rec(9, InstanceEvicted(instance_id="i1", model="qwen", reason="idle", idle_s=61.0)),
+        rec(10, exited("i1", "evicted", code=0)),
+        rec(11, ModelCircuitReset(model="gemma")),
+        rec(12, started("i3", model="gemma", tag="b2")),
+    ]
+
+
+def test_replay_equals_incremental_folding_through_json_checkpoints() -> None:
+    p = ResidencyProjection()
+    events = _history()
+    full = fold(p, events)
+    state = p.initial()
+    for r in events:
+        # Each step resumes from what a checkpoint stores: the state's JSON, loaded back.
+        state = fold(p, [r], orjson.loads(dump_state(state)))
+    assert dump_state(state) == dump_state(full)
+    assert set(full["instances"]) == {"i3"} and full["engine_tags_in_use"] == {"b2": 1}
+    assert full["models"]["qwen"]["loads"] == 1 and full["models"]["gemma"]["loads"] == 2
+
+
+def test_residency_is_among_all_projections() -> None:
+    assert "residency" in [p.name for p in all_projections()]
+
+
+async def test_runner_resumes_residency_from_a_checkpoint_to_the_same_state(log: EventLog, clock: FakeClock) -> None:
+    events = [r.event for r in _history()]
+    for ev in events[:6]:
+        clock.advance(1.0)
+        await log.append(ev, actor="daemon")
+    first = ProjectionRunner(log, [ResidencyProjection()])
+    await first.start()
+    await first.checkpoint()
+    for ev in events[6:]:
+        clock.advance(1.0)
+        await log.append(ev, actor="daemon")
+    resumed = ProjectionRunner(log, [ResidencyProjection()])
+    await resumed.start()
+    assert resumed.status()[0].origin == "checkpoint at 6" and resumed.folded_at_start == 6
+    rebuilt = ProjectionRunner(log, [ResidencyProjection()])
+    await rebuilt.start(use_checkpoints=False)
+    assert dump_state(resumed.state("residency")) == dump_state(rebuilt.state("residency"))
+    assert set(rebuilt.state("residency")["instances"]) == {"i3"}
