@@ -74,6 +74,14 @@ def cuda_available(env: Mapping[str, str]) -> bool:
     return shutil.which("nvcc", path=env.get("PATH")) is not None and Path("/proc/driver/nvidia/version").exists()
 
 
+def with_interpreter_bin(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` with this interpreter's bin directory first on PATH: the cmake and ninja that `pip install
+    'blazar[build]'` puts in the virtual environment are found even when it is not activated."""
+    out = dict(env)
+    out["PATH"] = os.pathsep.join(p for p in (str(Path(sys.executable).parent), env.get("PATH", "")) if p)
+    return out
+
+
 def build_options(*, cuda: bool) -> list[str]:
     return [*CPU_OPTIONS, *(CUDA_OPTIONS if cuda else ())]
 
@@ -263,6 +271,7 @@ async def build(*, sdist: Path | None, jobs: int | None, cuda: bool, env: Mappin
     """Build (or take from the cache) a llama-server for these options; the build log is `log_path`."""
     say = progress or (lambda _line: None)
     started = time.monotonic()
+    env = with_interpreter_bin(env)
     check_tools(env, cuda=cuda)
     options = build_options(cuda=cuda)
     work = cache / f".work-{os.getpid()}"
