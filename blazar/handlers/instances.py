@@ -132,6 +132,7 @@ class Supervisor:
         self._poke = asyncio.Event()
         self._reaper: asyncio.Task[None] | None = None
         self._closed = False
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- lifecycle of the supervisor ------------------------------------------------------------------------
 
@@ -148,6 +149,7 @@ class Supervisor:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.gather(*(self._terminate(lv, "shutdown") for lv in list(self._live.values())),
                              return_exceptions=True)
 
@@ -328,9 +330,19 @@ class Supervisor:
                      cause=lv.started_seq)
         if not lv.ready.done():
             lv.ready.set_result(inst)
-        await self._measure(lv)
+        # The measurement reads the whole engine log and appends one more event: off the caller's path.
+        self._background(self._measure(lv), f"blazar-measure-{instance_id}")
         self._poke.set()
         return inst
+
+    async def drain(self) -> None:
+        """Wait for the background work started so far (memory measurements after loads)."""
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _background(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _place(self, name: str, meta: ModelMetadata, ctx: int | None, settings: Any) -> tuple[FitPlan, int]:
         """A plan that fits, evicting what must go; DoesNotFit (recorded) when nothing can make room."""

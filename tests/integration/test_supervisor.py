@@ -54,6 +54,7 @@ async def test_load_ready_stop_records_each_step_and_the_child_serves(app: Blaza
         assert r.status_code == 200
         r = await client.post(f"{inst.base_url}/completion", json={"prompt": "The sky is", "n_predict": 4})
         assert r.status_code == 200 and r.json()["tokens_predicted"] > 0
+    await sup.drain()  # the memory measurement is recorded after the load returns
     (row,) = sup.ps()
     assert row["model"] == "gemma-a" and row["state"] == "ready" and row["port"] == inst.port
     assert row["ctx_tokens"] == 1024 and row["slots"] == 1
@@ -109,6 +110,7 @@ async def test_max_loaded_models_evicts_the_least_recently_used(app: Blazar, sup
 
 async def test_memory_pressure_evicts_only_as_many_as_needed(app: Blazar, sup: Supervisor, clock) -> None:
     inst = await sup.load("gemma-a")
+    await sup.drain()
     (row,) = sup.ps()
     one = max(row["planned_bytes"], row["measured_bytes"] or 0)
     # Room for one instance and a half: the second load must evict the first, and only it.
