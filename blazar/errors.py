@@ -140,6 +140,12 @@ class ModelExists(ModelError):
     code = "model_exists"
 
 
+class ModelInUse(ModelError):
+    """The model has a running instance: stop it first."""
+
+    code = "model_in_use"
+
+
 class InvalidModelName(ModelError):
     code = "invalid_model_name"
 

@@ -19,11 +19,12 @@ from typing import Literal
 
 from blazar.adapters.gguf_inspect import inspect_gguf, inspect_split
 from blazar.bootstrap import Blazar
-from blazar.errors import InvalidModelName, ModelExists, ModelFileError, ModelNotFound
+from blazar.errors import InvalidModelName, ModelExists, ModelFileError, ModelInUse, ModelNotFound
 from blazar.events.base import Recorded
 from blazar.events.models import ModelImported, ModelMetadata, ModelRemoved, ShardFile
 from blazar.handlers.record import record
 from blazar.projections.catalog import find
+from blazar.projections.residency import for_model
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}(:[A-Za-z0-9][A-Za-z0-9._-]{0,63})?$")
 # Errors that mean "a hardlink is impossible here", so a copy is the right fallback.
@@ -181,6 +182,11 @@ async def remove_model(app: Blazar, name: str) -> Recorded:
     entry = find(app.runner.state("catalog"), name)
     if entry is None:
         raise ModelNotFound(f"no model named {name!r} in the store (see: blazar list)")
+    await app.runner.catch_up()  # a daemon may have loaded it since this process started
+    loaded = for_model(app.runner.state("residency"), entry["name"])
+    if loaded:
+        pids = ", ".join(str(i["pid"]) for i in loaded)
+        raise ModelInUse(f"{entry['name']} is loaded (engine pid {pids}); stop it first: blazar stop {entry['name']}")
     files = [s["path"] for s in entry.get("shards") or []] or [entry["path"]]
     freed = [await asyncio.to_thread(unlink_counting, app.paths.models / f) for f in files]
     deleted = all(freed)

@@ -18,10 +18,11 @@ import pytest
 
 from blazar.adapters.engines.llama_server import probe
 from blazar.bootstrap import Blazar
+from blazar.errors import ModelInUse
 from blazar.handlers.config import set_value
 from blazar.handlers.engines import ActiveEngine, install_engine
 from blazar.handlers.instances import CircuitOpen, DoesNotFit, LoadFailed, ModelNotLoaded, Supervisor
-from blazar.handlers.models import import_model
+from blazar.handlers.models import import_model, remove_model
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "llama_server"
 MiB = 1 << 20
@@ -224,3 +225,12 @@ async def test_repeated_crashes_open_the_circuit_until_reset(app: Blazar, gemma_
             await sup.load("gemma-a", ctx=512)
     finally:
         await sup.close()
+
+
+async def test_rm_refuses_a_loaded_model_and_works_once_it_is_stopped(app: Blazar, sup: Supervisor) -> None:
+    await sup.load("gemma-a")
+    with pytest.raises(ModelInUse, match="blazar stop gemma-a"):
+        await remove_model(app, "gemma-a")
+    assert [r["model"] for r in sup.ps()] == ["gemma-a"]
+    await sup.stop("gemma-a")
+    await remove_model(app, "gemma-a")
