@@ -58,6 +58,9 @@ class Settings(BaseModel):
         0, ge=0, le=256, description="Parallel slots (-np) per instance (0: the most that fit, up to 4)."
     )
     engine_threads: int = Field(0, ge=0, le=1024, description="Threads per engine child (0: the engine's default).")
+    load_mode: Literal["auto", "mmap", "mlock", "mmap+mlock", "none"] = Field(
+        "auto", description="How engines load weights: auto (the engine's choice, mmap), mlock keeps them in RAM."
+    )
     load_timeout_s: float = Field(
         180.0, ge=1.0, le=7200.0, description="Seconds a model may take to load before the child is killed."
     )

@@ -138,6 +138,8 @@ async def serve(app: Blazar, *, host: str, port: int, supervisor_factory: Callab
         server.on_startup(lambda: _listening(paths, info, on_listening))
         try:
             await supervisor.start()
+            # Other processes append too (`blazar pull`, `import`, `config set`, `engine use`): fold them as they land.
+            app.runner.follow()
             if not stop.is_set():  # a signal during reconcile: stop before serving at all
                 code = await _serve_until_stopped(server, stop, supervisor, grace_s=app.settings().stop_grace_s,
                                                   url=info.url)

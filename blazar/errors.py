@@ -16,6 +16,8 @@
     ├── ModelError                  the model store
     │   ├── ModelNotFound           no model by that name
     │   ├── ModelExists             the name is taken
+    │   ├── ModelInUse              `rm` of a model that is loaded
+    │   ├── ModelNotLoaded          `stop` of a model with no running instance
     │   └── InvalidModelName        a name outside [a-z0-9._-] (with an optional :tag)
     ├── HubError                    a pull from a Hugging Face hub endpoint (names the repo and file)
     │   ├── NotFoundOnHub           no such repo, revision, file, or quant (lists the quants there are)
@@ -30,7 +32,14 @@
         ├── EngineExists            the tag is taken by different files
         ├── EngineRefused           activation refused by verify or the smoke gate (carries the event's seq)
         ├── EngineVerifyFailed      files that no longer match their install record (names each one)
-        └── EngineBuildFailed       a build that could not run or finish (names its log, or the missing tool)
+        ├── EngineBuildFailed       a build that could not run or finish (names its log, or the missing tool)
+        ├── DoesNotFit              a load no eviction can make room for (the planner's reason)
+        ├── CircuitOpen             loads of a model refused after repeated crashes (names `ps --reset`)
+        └── LoadFailed              the child exited or stayed unhealthy while loading (reason, log tail)
+
+    Exit codes: 1 other, 2 input (config, model, engine tag), 3 snapshot, 4 daemon running, 5 audit chain,
+    6 does not fit / no usable engine, 7 engine build, 8 port in use, 9 model not loaded, 10 circuit open,
+    11 load failed.
 API dialects map `code` to their own error shapes; the CLI prints `message` and exits non-zero.
 """
 
@@ -262,3 +271,23 @@ class EngineBuildFailed(EngineError):
     def __init__(self, message: str, *, log_path: str | None = None) -> None:
         super().__init__(message if log_path is None else f"{message} (build log: {log_path})")
         self.log_path = log_path
+
+
+class ModelNotLoaded(ModelError):
+    code = "model_not_loaded"
+    exit_code = 9
+
+
+class DoesNotFit(EngineError):
+    code = "insufficient_memory"
+    exit_code = 6
+
+
+class CircuitOpen(EngineError):
+    code = "circuit_open"
+    exit_code = 10
+
+
+class LoadFailed(EngineError):
+    code = "load_failed"
+    exit_code = 11

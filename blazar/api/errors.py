@@ -11,6 +11,8 @@ Resources raise (BlazarError, pydantic's ValidationError, falcon's HTTPError); t
     507     insufficient_memory    DoesNotFit
     502     load_failed            LoadFailed
     503     no_engine              NoEngine
+    503     engine_incompatible    EngineIncompatible (the active engine lacks a flag the plan needs)
+    503     engine_error           any other EngineError (the engine cannot be started)
     500     internal_error         any other BlazarError (with its message), or an unexpected exception
 """
 
@@ -24,8 +26,18 @@ import falcon
 import falcon.asgi
 from pydantic import ValidationError
 
-from blazar.errors import BlazarError, InvalidModelName, ModelNotFound, NoEngine
-from blazar.handlers.instances import CircuitOpen, DoesNotFit, LoadFailed, ModelNotLoaded
+from blazar.errors import (
+    BlazarError,
+    CircuitOpen,
+    DoesNotFit,
+    EngineError,
+    EngineIncompatible,
+    InvalidModelName,
+    LoadFailed,
+    ModelNotFound,
+    ModelNotLoaded,
+    NoEngine,
+)
 
 log = logging.getLogger("blazar.api")
 
@@ -38,6 +50,8 @@ _BLAZAR: list[tuple[type[BlazarError], int, str]] = [
     (DoesNotFit, 507, "insufficient_memory"),
     (LoadFailed, 502, "load_failed"),
     (NoEngine, 503, "no_engine"),
+    (EngineIncompatible, 503, "engine_incompatible"),
+    (EngineError, 503, "engine_error"),  # the active engine cannot be started (missing binary, spawn failed)
 ]
 
 

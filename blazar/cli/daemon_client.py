@@ -20,8 +20,18 @@ import httpx2
 from blazar import runlock
 from blazar.adapters.engines.process import log_tail
 from blazar.daemon import DaemonInfo, read_daemon_file
-from blazar.errors import BlazarError, DaemonRunning, EngineError, InvalidModelName, ModelNotFound, NoEngine
-from blazar.handlers.instances import ModelNotLoaded
+from blazar.errors import (
+    BlazarError,
+    CircuitOpen,
+    DaemonRunning,
+    DoesNotFit,
+    EngineError,
+    InvalidModelName,
+    LoadFailed,
+    ModelNotFound,
+    ModelNotLoaded,
+    NoEngine,
+)
 from blazar.paths import Paths
 
 START_TIMEOUT_S = 30.0
@@ -37,9 +47,11 @@ _EXIT_CODES = {
     "invalid_model_name": InvalidModelName.exit_code,
     "model_not_loaded": ModelNotLoaded.exit_code,
     "no_engine": NoEngine.exit_code,
-    "circuit_open": EngineError.exit_code,
-    "load_failed": EngineError.exit_code,
-    "insufficient_memory": EngineError.exit_code,
+    "circuit_open": CircuitOpen.exit_code,
+    "load_failed": LoadFailed.exit_code,
+    "insufficient_memory": DoesNotFit.exit_code,
+    "engine_incompatible": EngineError.exit_code,
+    "engine_error": EngineError.exit_code,
 }
 
 

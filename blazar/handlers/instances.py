@@ -23,7 +23,15 @@ from blazar.adapters.engines.llama_server import build_argv
 from blazar.adapters.gpu import probe_devices
 from blazar.bootstrap import Blazar
 from blazar.durations import keep_alive_seconds
-from blazar.errors import BlazarError, EngineError, EngineIncompatible, ModelNotFound
+from blazar.errors import (
+    CircuitOpen,
+    DoesNotFit,
+    EngineError,
+    EngineIncompatible,
+    LoadFailed,
+    ModelNotFound,
+    ModelNotLoaded,
+)
 from blazar.events.instances import (
     InstanceEvicted,
     InstanceExited,
@@ -39,6 +47,7 @@ from blazar.fit import Device, FitPlan, FitRequest
 from blazar.handlers import decide
 from blazar.handlers.calibration import record_measurement
 from blazar.handlers.engines import ActiveEngine, active_engine
+from blazar.handlers.models import store_filename
 from blazar.handlers.placement import Resident, budget_devices, shortfall_bytes, try_plan
 from blazar.handlers.record import record
 from blazar.projections.calibration import correction_for
@@ -54,22 +63,6 @@ LOG_TAIL_LINES = 20
 BACKOFF_MAX_S = 10.0
 # The reaper also wakes this often when nothing is due, to notice settings changes.
 REAPER_MAX_SLEEP_S = 30.0
-
-
-class ModelNotLoaded(BlazarError):
-    exit_code = 7
-
-
-class CircuitOpen(EngineError):
-    """Loads of a model are refused after repeated crashes."""
-
-
-class LoadFailed(EngineError):
-    """The child exited or stayed unhealthy while loading."""
-
-
-class DoesNotFit(EngineError):
-    """No set of evictable instances makes room for the model."""
 
 
 @dataclass
@@ -167,6 +160,7 @@ class Supervisor:
     async def load(self, model: str, *, keep_alive: Any = UNSET, pinned: bool | None = None,
                    ctx: int | None = None) -> Instance:
         """Warm `model` (start it, or reuse a running instance that covers `ctx`), then apply keep_alive/pin."""
+        await self.app.runner.catch_up()  # a command: see what the CLI recorded a moment ago (an import, a config)
         inst = await self.ensure(model, ctx=ctx, keep_alive=keep_alive, pinned=pinned, reason="load")
         return inst
 
@@ -241,28 +235,30 @@ class Supervisor:
                 return lv
         return None
 
-    async def _refuse(self, model: str, reason: str, detail: str, exc: type[EngineError],
+    async def _refuse(self, model: str, reason: str, detail: str, exc: type[EngineError] | EngineError,
                       observations: dict[str, Any] | None = None) -> EngineError:
+        """Record the refusal (a decision), then hand back the error to raise: `exc` itself when it is one."""
         await record(self.app, InstanceLoadRefused(model=model, reason=reason, detail=detail,
                                                    observations=observations or {}))
-        return exc(detail)
+        return exc if isinstance(exc, EngineError) else exc(detail)
 
     async def _start(self, name: str, *, ctx: int | None, keep_alive: Any, pinned: bool, reason: str) -> Instance:
         app = self.app
         now = app.clock.now()
+        settings = app.settings()
         residency = app.runner.state("residency")
         circuit = circuit_open(residency, name, now)
         if circuit is not None:
             until = circuit["open_until"]
             raise await self._refuse(
                 name, "circuit_open",
-                f"{name} crashed {circuit['crashes']} times in a row; loads are refused for {until - now:.0f} s more "
+                f"{name} crashed {circuit['crashes']} times within {settings.crash_window_s:.0f} s; loads are refused "
+                f"for {until - now:.0f} s more "
                 f"or until `blazar ps --reset {name}`", CircuitOpen, {"open_until": until})
         try:
             engine = self._engine(app)
         except EngineError as e:
-            raise await self._refuse(name, "no_engine", e.message, type(e)) from None
-        settings = app.settings()
+            raise await self._refuse(name, "no_engine", e.message, e) from None
         crashes = residency.get("models", {}).get(name, {}).get("crashes", [])
         delay = restart_delay(crashes, now, window_s=settings.crash_window_s)
         if delay > 0:
@@ -277,6 +273,11 @@ class Supervisor:
         async with self._capacity:
             # A smaller-context instance of this model gives way to the new shape (it is idle or it would be reused).
             for lv in [lv for lv in self._live.values() if lv.instance.model == name and lv.state == "ready"]:
+                if lv.pinned:
+                    raise await self._refuse(
+                        name, "no_room", f"{name} is pinned at {lv.instance.ctx_tokens} tokens per slot and {ctx} "
+                        f"were asked for; unpin it (blazar load {name} --unpin) or stop it first", DoesNotFit,
+                        {"ctx_wanted": ctx, "ctx_had": lv.instance.ctx_tokens, "pinned": lv.instance.instance_id})
                 if lv.in_flight == 0:
                     await self._evict(lv, "reshape", for_model=name, observations={"ctx_wanted": ctx,
                                                                                    "ctx_had": lv.instance.ctx_tokens})
@@ -285,15 +286,19 @@ class Supervisor:
             port = process.free_port()
             log_path = app.paths.log / "instances" / f"{instance_id}.log"
             log_path.parent.mkdir(parents=True, exist_ok=True)
+            # Slot saves (llama-server's /slots?action=save) land per model, so a later instance of it finds them.
+            slot_dir = app.paths.data_dir / "slots" / store_filename(name).removesuffix(".gguf")
+            slot_dir.mkdir(parents=True, exist_ok=True)
             try:
                 argv = build_argv(engine.binary, model_path, fit, engine.caps, port=port,
-                                  threads=settings.engine_threads or None)
+                                  threads=settings.engine_threads or None, load_mode=settings.load_mode,
+                                  slot_save_path=slot_dir if engine.caps.slot_save_path else None)
             except EngineIncompatible as e:
-                raise await self._refuse(name, "engine_incompatible", e.message, EngineError) from None
+                raise await self._refuse(name, "engine_incompatible", e.message, e) from None
             try:
                 proc = await process.spawn(argv, log_path=log_path)
-            except OSError as e:
-                raise await self._refuse(name, "no_engine", f"cannot start {engine.binary}: {e}", EngineError) from None
+            except EngineError as e:
+                raise await self._refuse(name, "no_engine", e.message, e) from None
             pidfile = _pidfile(app, instance_id)
             pidfile.parent.mkdir(parents=True, exist_ok=True)
             pidfile.write_text(f"{proc.pid} {port}\n")

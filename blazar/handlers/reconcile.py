@@ -34,9 +34,9 @@ async def reconcile(app: Blazar) -> list[str]:
     """Record what really happened to every instance the log says is running; returns their ids."""
     await app.runner.catch_up()
     grace = app.settings().stop_grace_s
-    handled: list[str] = []
     instances = dict(app.runner.state("residency").get("instances", {}))
-    for iid, inst in instances.items():
+
+    async def settle(iid: str, inst: dict) -> str:
         pid, port = int(inst["pid"]), int(inst["port"])
         argv = inst.get("argv") or []
         if process.pid_alive(pid) and _ours(pid, port, argv[0] if argv else None):
@@ -49,7 +49,10 @@ async def reconcile(app: Blazar) -> list[str]:
                                          log_tail=process.log_tail(log_file, 20), detail=detail),
                      cause=inst.get("started_seq"))
         (app.paths.run / "instances" / f"{iid}.pid").unlink(missing_ok=True)
-        handled.append(iid)
+        return iid
+
+    # Orphans are stopped side by side: each may take its whole grace period.
+    handled = list(await asyncio.gather(*(settle(iid, inst) for iid, inst in instances.items())))
     handled += await _unrecorded_children(app, grace)
     await asyncio.to_thread(_prune_logs, app)
     return handled

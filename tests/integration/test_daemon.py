@@ -18,9 +18,10 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from blazar.adapters.engines.tiny_model import write_tiny_model as write_tiny_gguf
 from blazar.bootstrap import bootstrap
 from blazar.daemon import PortInUse, read_daemon_file, serve
-from blazar.errors import DaemonRunning
+from blazar.errors import DaemonRunning, NoEngine
 from blazar.events.instances import ModelCircuitOpened
 from blazar.handlers.config import set_value
 from blazar.handlers.instances import LoadFailed, ModelNotLoaded
@@ -169,6 +170,12 @@ def test_load_starts_a_daemon_in_the_background_when_none_runs(cli, home: Path) 
         res = cli("ps")
         assert "starting" not in res.stderr
         assert "nothing is loaded" in res.stdout
+        # The daemon sees what other processes record after it started: an import makes the model known to it
+        # (with no engine installed, the load now stops at the engine, not at the name).
+        write_tiny_gguf(home.parent / "tiny.gguf")
+        cli("import", str(home.parent / "tiny.gguf"), "--name", "late")
+        res = cli("load", "late", check=False, timeout=WAIT_S)
+        assert res.code == NoEngine.exit_code and "blazar engine" in res.stderr
     finally:
         info = daemon_json(home)
         if info.exists():

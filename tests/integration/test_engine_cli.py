@@ -38,7 +38,7 @@ def stand_in(path: Path, serve: str) -> Path:
 
 @pytest.fixture
 def second_engine(tmp_path: Path, engine_binary: Path) -> Path:
-    dest = tmp_path / "second" / "llama-server"
+    dest = tmp_path / "second" / f"{engine_binary.name}-second"  # another name: another engine
     dest.parent.mkdir()
     shutil.copy2(engine_binary, dest)
     return dest

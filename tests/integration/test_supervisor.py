@@ -65,6 +65,11 @@ async def test_load_ready_stop_records_each_step_and_the_child_serves(app: Blaza
     assert sup.ps() == []
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+    (started,) = await _read(app, types=["instance.started"])
+    argv = started.event.argv
+    assert argv[argv.index("-c") + 1] == "1024" and argv[argv.index("-np") + 1] == "1"
+    assert "--metrics" in argv and "--slots" in argv and "--slot-save-path" in argv
+    assert started.event.planned_bytes > 0 and started.event.log_path.startswith("instances/")
     got = [r.type for r in await _read(app, stream=f"instance:{inst.instance_id}")]
     assert got == ["instance.started", "instance.ready", "instance.exited"]
     exited = (await _read(app, types=["instance.exited"]))[-1]
@@ -234,3 +239,15 @@ async def test_rm_refuses_a_loaded_model_and_works_once_it_is_stopped(app: Blaza
     assert [r["model"] for r in sup.ps()] == ["gemma-a"]
     await sup.stop("gemma-a")
     await remove_model(app, "gemma-a")
+
+
+async def test_a_larger_context_replaces_an_idle_instance_but_never_a_pinned_one(app: Blazar, sup: Supervisor) -> None:
+    small = await sup.load("gemma-a", ctx=512)
+    big = await sup.load("gemma-a", ctx=1024)
+    assert big.instance_id != small.instance_id and big.ctx_tokens == 1024
+    (ev,) = await _read(app, types=["instance.evicted"])
+    assert ev.event.reason == "reshape" and ev.event.instance_id == small.instance_id
+    await sup.load("gemma-a", pinned=True)  # reuses the 1024 one and pins it
+    with pytest.raises(DoesNotFit, match="pinned"):
+        await sup.load("gemma-a", ctx=2048)
+    assert [r["instance_id"] for r in sup.ps()] == [big.instance_id]

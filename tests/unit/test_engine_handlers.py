@@ -72,7 +72,7 @@ def real_copy(tmp_path: Path, engine_binary: Path) -> Path:
     """The real engine under another name: a second, different engine (its path is part of its content)."""
     d = tmp_path / "copy"
     d.mkdir()
-    dest = d / "llama-server"
+    dest = d / f"{engine_binary.name}-copy"  # another name: another engine, whatever the original is called
     shutil.copy2(engine_binary, dest)
     return dest
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from blazar.adapters.engines.llama_server import Capabilities, build_argv, parse_help, parse_version
+from blazar.adapters.engines.llama_server import Capabilities, FlagSpec, build_argv, parse_help, parse_version
 from blazar.errors import EngineError, EngineIncompatible
 from blazar.fit.planner import FitRequest, plan
 from tests.unit.fit_models import GiB, gemma3_270m, host
@@ -119,3 +119,17 @@ def test_a_cache_type_the_binary_does_not_list_is_incompatible(caps: Capabilitie
                                         if "--cache-type-k" in f.names else f for f in caps.flags))
     with pytest.raises(EngineIncompatible, match="--cache-type-k q4_0"):
         build_argv(BIN, MODEL, p, only_f16, port=1)
+
+
+def test_load_mode_uses_the_load_mode_flag_or_the_older_switches(caps: Capabilities) -> None:
+    p = plan(gemma3_270m(), [host(64 * GiB)], FitRequest(ctx=2048))
+    assert "--load-mode" not in build_argv(BIN, MODEL, p, caps, port=1)  # auto: the engine's own default
+    assert _value_of(build_argv(BIN, MODEL, p, caps, port=1, load_mode="mlock"), "--load-mode") == "mlock"
+    old = _without(caps, "--load-mode")
+    with_mlock = Capabilities(flags=(*old.flags, FlagSpec(names=("--mlock",)), FlagSpec(names=("--no-mmap",))))
+    assert "--mlock" in build_argv(BIN, MODEL, p, with_mlock, port=1, load_mode="mlock")
+    assert "--no-mmap" in build_argv(BIN, MODEL, p, with_mlock, port=1, load_mode="none")
+    with pytest.raises(EngineIncompatible, match="--mlock"):
+        build_argv(BIN, MODEL, p, old, port=1, load_mode="mlock")
+    with pytest.raises(EngineIncompatible, match="--load-mode"):
+        build_argv(BIN, MODEL, p, old, port=1, load_mode="dio")

@@ -235,7 +235,8 @@ def _value(caps: Capabilities, flag: str, value: str, why: str) -> str:
 
 
 def build_argv(binary: Path, model: Path, plan: FitPlan, caps: Capabilities, *, port: int, host: str = "127.0.0.1",
-               threads: int | None = None, slot_save_path: Path | None = None, extra: Sequence[str] = ()) -> list[str]:
+               threads: int | None = None, slot_save_path: Path | None = None, load_mode: str = "auto",
+               extra: Sequence[str] = ()) -> list[str]:
     """The argv of one instance of `plan`, from flags `caps` lists. What the plan's memory depends on, and what
     the caller asked for, is required (EngineIncompatible names the flag); observability flags are skipped when
     absent. Warmup stays on: its empty decode makes /health's "ok" mean the engine has decoded once."""
@@ -282,6 +283,8 @@ def build_argv(binary: Path, model: Path, plan: FitPlan, caps: Capabilities, *, 
         add(("--swa-full",), need="the planned full-size SWA cache")
     if threads is not None:
         add(("-t", "--threads"), str(threads), need=f"{threads} threads were asked for")
+    if load_mode != "auto":
+        _add_load_mode(caps, load_mode, argv)
     if slot_save_path is not None:
         add(("--slot-save-path",), str(slot_save_path), need="a slot save path was given")
     add(("--metrics",))
@@ -291,3 +294,23 @@ def build_argv(binary: Path, model: Path, plan: FitPlan, caps: Capabilities, *, 
     add(("-lv", "--verbosity", "--log-verbosity"), str(BUFFER_LOG_VERBOSITY))
     argv.extend(extra)
     return argv
+
+
+# Older builds spell the loading modes as switches: what each mode means in their terms (None: their default).
+_LEGACY_LOAD_MODE: dict[str, tuple[str, ...] | None] = {
+    "mmap": (), "mlock": ("--mlock",), "mmap+mlock": ("--mlock",), "none": ("--no-mmap",),
+}
+
+
+def _add_load_mode(caps: Capabilities, mode: str, argv: list[str]) -> None:
+    """`--load-mode MODE` where the binary has it, else the older `--mlock` / `--no-mmap` switches."""
+    if caps.has("--load-mode", "-lm"):
+        flag = _flag(caps, "--load-mode", "-lm", need=f"load_mode {mode}")
+        assert flag is not None
+        argv.extend([flag, _value(caps, flag, mode, f"load_mode {mode} was asked for")])
+        return
+    legacy = _LEGACY_LOAD_MODE.get(mode)
+    if legacy is None:
+        raise EngineIncompatible("--load-mode", f"load_mode {mode} was asked for and this build has no such flag")
+    for switch in legacy:
+        argv.append(_flag(caps, switch, need=f"load_mode {mode} was asked for") or switch)
