@@ -6,6 +6,7 @@ Importing this package registers every event type.
 from blazar.events import engines as engines
 from blazar.events import instances as instances
 from blazar.events import models as models
+from blazar.events import requests as requests
 from blazar.events import system as system
 from blazar.events.base import Event, Pending, Recorded
 from blazar.events.registry import decode, encode, event_class, known_types, register, upcaster
