@@ -72,6 +72,16 @@ class Settings(BaseModel):
     circuit_open_s: float = Field(
         300.0, ge=1.0, le=86400.0, description="How long an open circuit refuses loads (or until `blazar ps --reset`)."
     )
+    queue_depth: int = Field(
+        64, ge=0, le=100_000, description="Requests that may wait per model for a slot; more get 429 with Retry-After."
+    )
+    queue_timeout_s: float = Field(
+        120.0, ge=0.1, le=3600.0, description="Seconds a request may wait for a slot before a 503."
+    )
+    max_concurrent_requests: int = Field(
+        0, ge=0, le=100_000, description="Requests in flight across all models at once (0: only the slots limit)."
+    )
+    max_body_mib: int = Field(32, ge=1, le=1024, description="The largest request body accepted, in MiB (else 413).")
     host: str = Field("127.0.0.1", description="Address `blazar serve` binds (wider than loopback: on purpose only).")
     port: int = Field(11435, ge=1, le=65535, description="Port `blazar serve` listens on.")
 

@@ -28,9 +28,12 @@ from granian.log import LogLevels
 from granian.server.embed import Server
 
 from blazar import runlock
+from blazar.adapters.engines.client import EngineClient
 from blazar.api.app import create_app
 from blazar.bootstrap import Blazar
 from blazar.errors import BlazarError, DaemonRunning
+from blazar.handlers.admission import Admission
+from blazar.handlers.gateway import Gateway
 from blazar.handlers.instances import Supervisor
 from blazar.paths import Paths
 
@@ -105,6 +108,14 @@ def check_port(host: str, port: int) -> None:
             raise BlazarError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
+def _gateway(app: Blazar, supervisor: Supervisor) -> Gateway:
+    """The request pipeline the API dialects share, with admission limits from the settings."""
+    settings = app.settings()
+    admission = Admission(queue_depth=settings.queue_depth, global_cap=settings.max_concurrent_requests,
+                          wait_timeout_s=settings.queue_timeout_s)
+    return Gateway(app, supervisor, admission, EngineClient())
+
+
 def _refuse_second(paths: Paths) -> DaemonRunning:
     pid = runlock.holder(paths.daemon_lock)
     info = read_daemon_file(paths)
@@ -127,8 +138,9 @@ async def serve(app: Blazar, *, host: str, port: int, supervisor_factory: Callab
             raise _refuse_second(paths) from None
         check_port(host, port)
         supervisor = supervisor_factory(app)
-        server = Server(target=create_app(app, supervisor), address=host, port=port, interface=Interfaces.ASGI,
-                        websockets=False, log_level=LogLevels.error)
+        gateway = _gateway(app, supervisor) if isinstance(supervisor, Supervisor) else None
+        server = Server(target=create_app(app, supervisor, gateway), address=host, port=port,
+                        interface=Interfaces.ASGI, websockets=False, log_level=LogLevels.error)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -147,6 +159,8 @@ async def serve(app: Blazar, *, host: str, port: int, supervisor_factory: Callab
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             await supervisor.close()
+            if gateway is not None:
+                await gateway.client.aclose()
             daemon_file(paths).unlink(missing_ok=True)
     return code
 

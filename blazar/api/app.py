@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import falcon
 import falcon.asgi
 import falcon.media
 import orjson
 
 from blazar.api import admin, errors
+from blazar.api.context import RequestContext
 from blazar.bootstrap import Blazar
+
+if TYPE_CHECKING:
+    from blazar.handlers.gateway import Gateway
 
 
 class HealthResource:
@@ -16,8 +22,9 @@ class HealthResource:
         resp.media = {"status": "ok"}
 
 
-def create_app(app: Blazar, supervisor: admin.SupervisorPort) -> falcon.asgi.App:
-    api = falcon.asgi.App()
+def create_app(app: Blazar, supervisor: admin.SupervisorPort, gateway: Gateway | None = None) -> falcon.asgi.App:
+    """The admin routes always; the API dialects when a gateway is given (the daemon gives one)."""
+    api = falcon.asgi.App(middleware=[RequestContext(max_body_bytes=app.settings().max_body_mib << 20)])
     json_handler = falcon.media.JSONHandler(dumps=orjson.dumps, loads=orjson.loads)
     api.req_options.media_handlers.update({falcon.MEDIA_JSON: json_handler})
     api.resp_options.media_handlers.update({falcon.MEDIA_JSON: json_handler})
@@ -26,4 +33,9 @@ def create_app(app: Blazar, supervisor: admin.SupervisorPort) -> falcon.asgi.App
     errors.register(api)
     api.add_route("/health", HealthResource())
     admin.add_routes(api, app, supervisor)
+    if gateway is not None:
+        from blazar.api import openai, ops
+
+        openai.add_routes(api, app, gateway)
+        ops.add_routes(api, app, gateway)
     return api

@@ -13,12 +13,16 @@ Resources raise (BlazarError, pydantic's ValidationError, falcon's HTTPError); t
     503     no_engine              NoEngine
     503     engine_incompatible    EngineIncompatible (the active engine lacks a flag the plan needs)
     503     engine_error           any other EngineError (the engine cannot be started)
+    4xx/5xx the refusal's code        a gateway refusal or admission decision (Rejected, AdmissionError): its own
+                                   status and code, Retry-After when waiting helps (429 queue_full, 503
+                                   queue_timeout, 400 context_length_exceeded, ...)
     500     internal_error         any other BlazarError (with its message), or an unexpected exception
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from http import HTTPStatus
 from typing import Any
 
@@ -56,6 +60,9 @@ _BLAZAR: list[tuple[type[BlazarError], int, str]] = [
 
 
 def status_and_code(exc: BlazarError) -> tuple[int, str]:
+    status = getattr(exc, "status", None)
+    if isinstance(status, int):  # a gateway refusal or an admission decision: it carries its own status and code
+        return status, str(getattr(exc, "reason", None) or exc.code)
     for cls, status, code in _BLAZAR:
         if isinstance(exc, cls):
             return status, code
@@ -63,7 +70,7 @@ def status_and_code(exc: BlazarError) -> tuple[int, str]:
 
 
 def body(message: str, *, status: int, code: str, param: str | None = None) -> dict[str, Any]:
-    kind = "invalid_request_error" if status < 500 else "server_error"
+    kind = "rate_limit_error" if status == 429 else "invalid_request_error" if status < 500 else "server_error"
     return {"error": {"message": message, "type": kind, "code": code, "param": param}}
 
 
@@ -75,6 +82,9 @@ def _render(resp: falcon.asgi.Response, status: int, payload: dict[str, Any]) ->
 async def _blazar_error(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: BlazarError, params: Any) -> None:
     status, code = status_and_code(ex)
     _render(resp, status, body(ex.message, status=status, code=code))
+    retry = getattr(ex, "retry_after_s", None)
+    if retry is not None:
+        resp.set_header("Retry-After", str(max(1, math.ceil(retry))))
 
 
 async def _validation_error(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: ValidationError,

@@ -78,8 +78,7 @@ def load(
                                             "setting).")] = None,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Load a model into an engine instance (or reuse the one running) and wait until it serves. Starts the daemon
-    when none is running."""
+    """Load a model into an engine instance (or reuse a running one) and wait until it serves; starts the daemon."""
     if keep_alive is not None:
         try:
             keep_alive_seconds(keep_alive)

@@ -17,7 +17,9 @@ from blazar.cli import (
     instance_cmds,
     log_cmds,
     model_cmds,
+    run_cmds,
     snapshot_cmds,
+    why_cmds,
 )
 from blazar.cli.common import err
 from blazar.errors import BlazarError
@@ -53,12 +55,14 @@ app.command("serve")(instance_cmds.serve)
 app.command("load")(instance_cmds.load)
 app.command("stop")(instance_cmds.stop)
 app.command("ps")(instance_cmds.ps)
+app.command("run")(run_cmds.run)
 app.command("fit")(fit_cmds.fit)
 app.command("coreside")(fit_cmds.coreside)
 app.command("events")(log_cmds.events)
 app.command("state")(log_cmds.state)
 app.command("snapshot")(snapshot_cmds.snapshot)
 app.command("restore")(snapshot_cmds.restore)
+app.command("why")(why_cmds.why)
 app.add_typer(db.app, name="db")
 app.add_typer(config_cmds.app, name="config")
 app.add_typer(audit_cmds.app, name="audit")

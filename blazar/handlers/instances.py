@@ -76,10 +76,20 @@ class Instance:
     ctx_tokens: int
     engine_tag: str
     load_ms: int | None = None
+    embeddings: bool = False  # started with the engine's embeddings endpoint on
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass
+class Route:
+    """What `ensure` did for one caller: whether it waited for a load, how long that took, what made room."""
+
+    cold: bool = False
+    load_ms: int | None = None
+    evicted: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -121,7 +131,7 @@ class Supervisor:
         self._engine = engine
         self._live: dict[str, _Live] = {}
         self._capacity = asyncio.Lock()
-        self._loading: dict[str, asyncio.Future[Instance]] = {}
+        self._loading: dict[str, asyncio.Task[Instance]] = {}
         self._poke = asyncio.Event()
         self._reaper: asyncio.Task[None] | None = None
         self._closed = False
@@ -165,12 +175,17 @@ class Supervisor:
         return inst
 
     async def ensure(self, model: str, *, ctx: int | None = None, keep_alive: Any = UNSET, pinned: bool | None = None,
-                     reason: str = "request") -> Instance:
-        """A ready instance of `model` whose context per slot covers `ctx`: reused, awaited, or started."""
+                     reason: str = "request", embeddings: bool = False, route: Route | None = None) -> Instance:
+        """A ready instance of `model` whose context per slot covers `ctx` (and that serves embeddings when asked):
+        reused, awaited, or started. `route`, when given, is filled with what it took (cold load, evictions)."""
         name = self._resolve(model)
+        started = self.app.clock.monotonic()
         while True:
-            lv = self._ready_for(name, ctx)
+            lv = self._ready_for(name, ctx, embeddings)
             if lv is not None:
+                if route is not None and route.cold is False and self.app.clock.monotonic() - started > 0.001:
+                    route.cold = True  # it waited for another caller's load
+                    route.load_ms = lv.instance.load_ms
                 await self._apply_keep_alive(lv, keep_alive, pinned)
                 lv.last_used = self.app.clock.now()
                 self._poke.set()
@@ -181,18 +196,15 @@ class Supervisor:
             # One load per model at a time: wait for it (its failure is every waiter's), then look again, since it
             # may have been for a smaller context than this caller needs.
             await asyncio.shield(pending)
-        fut: asyncio.Future[Instance] = asyncio.get_running_loop().create_future()
-        self._loading[name] = fut
-        try:
-            inst = await self._start(name, ctx=ctx, keep_alive=keep_alive, pinned=bool(pinned), reason=reason)
-        except BaseException as e:
-            fut.set_exception(e)
-            fut.exception()  # retrieved: waiters re-raise it themselves
-            raise
-        finally:
-            self._loading.pop(name, None)
-        fut.set_result(inst)
-        return inst
+        # NOTE: the load runs in a task of its own: a caller that goes away (a client hanging up) never leaves a
+        # half-started child or an unrecorded spawn behind; the load finishes and the next caller finds it ready.
+        task = asyncio.create_task(self._start(name, ctx=ctx, keep_alive=keep_alive, pinned=bool(pinned),
+                                               reason=reason, embeddings=embeddings, route=route),
+                                   name=f"blazar-load-{name}")
+        self._loading[name] = task
+        task.add_done_callback(lambda t: self._loading.pop(name, None) if self._loading.get(name) is t else None)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved: callers re-raise it
+        return await asyncio.shield(task)
 
     async def stop(self, model: str) -> list[str]:
         name = self._resolve(model, must_exist=False)
@@ -221,6 +233,10 @@ class Supervisor:
 
     # -- the load path ----------------------------------------------------------------------------------------
 
+    def resolve(self, model: str) -> str:
+        """The store's name for `model` (exact, or `name` for `name:latest`); ModelNotFound names the fix."""
+        return self._resolve(model)
+
     def _resolve(self, model: str, *, must_exist: bool = True) -> str:
         entry = find(self.app.runner.state("catalog"), model)
         if entry is None:
@@ -229,11 +245,27 @@ class Supervisor:
             raise ModelNotFound(f"no model named {model!r} in the store (blazar list shows them; blazar pull adds one)")
         return str(entry["name"])
 
-    def _ready_for(self, name: str, ctx: int | None) -> _Live | None:
+    def _ready_for(self, name: str, ctx: int | None, embeddings: bool = False) -> _Live | None:
         for lv in self._live.values():
-            if lv.instance.model == name and lv.state == "ready" and (ctx is None or lv.instance.ctx_tokens >= ctx):
+            inst = lv.instance
+            if (inst.model == name and lv.state == "ready" and (ctx is None or inst.ctx_tokens >= ctx)
+                    and (inst.embeddings or not embeddings)):
                 return lv
         return None
+
+    def hold(self, instance: Instance) -> None:
+        """One more request in flight on `instance` (never evicted while any is); `unhold` ends it."""
+        lv = self._live.get(instance.instance_id)
+        if lv is None:
+            raise LoadFailed(f"instance {instance.instance_id} of {instance.model} is gone")
+        lv.in_flight += 1
+
+    def unhold(self, instance: Instance) -> None:
+        lv = self._live.get(instance.instance_id)
+        if lv is not None and lv.in_flight > 0:
+            lv.in_flight -= 1
+            lv.last_used = self.app.clock.now()
+            self._poke.set()
 
     async def _refuse(self, model: str, reason: str, detail: str, exc: type[EngineError] | EngineError,
                       observations: dict[str, Any] | None = None) -> EngineError:
@@ -242,7 +274,8 @@ class Supervisor:
                                                    observations=observations or {}))
         return exc if isinstance(exc, EngineError) else exc(detail)
 
-    async def _start(self, name: str, *, ctx: int | None, keep_alive: Any, pinned: bool, reason: str) -> Instance:
+    async def _start(self, name: str, *, ctx: int | None, keep_alive: Any, pinned: bool, reason: str,
+                     embeddings: bool = False, route: Route | None = None) -> Instance:
         app = self.app
         now = app.clock.now()
         settings = app.settings()
@@ -279,9 +312,10 @@ class Supervisor:
                         f"were asked for; unpin it (blazar load {name} --unpin) or stop it first", DoesNotFit,
                         {"ctx_wanted": ctx, "ctx_had": lv.instance.ctx_tokens, "pinned": lv.instance.instance_id})
                 if lv.in_flight == 0:
-                    await self._evict(lv, "reshape", for_model=name, observations={"ctx_wanted": ctx,
-                                                                                   "ctx_had": lv.instance.ctx_tokens})
-            fit, free_observed = await self._place(name, meta, ctx, settings)
+                    await self._evict(lv, "reshape", for_model=name, route=route,
+                                      observations={"ctx_wanted": ctx, "ctx_had": lv.instance.ctx_tokens,
+                                                    "embeddings_wanted": embeddings})
+            fit, free_observed = await self._place(name, meta, ctx, settings, route)
             instance_id = secrets.token_hex(6)
             port = process.free_port()
             log_path = app.paths.log / "instances" / f"{instance_id}.log"
@@ -292,7 +326,8 @@ class Supervisor:
             try:
                 argv = build_argv(engine.binary, model_path, fit, engine.caps, port=port,
                                   threads=settings.engine_threads or None, load_mode=settings.load_mode,
-                                  slot_save_path=slot_dir if engine.caps.slot_save_path else None)
+                                  slot_save_path=slot_dir if engine.caps.slot_save_path else None,
+                                  extra=_embedding_flags(engine, meta) if embeddings else ())
             except EngineIncompatible as e:
                 raise await self._refuse(name, "engine_incompatible", e.message, e) from None
             try:
@@ -310,7 +345,7 @@ class Supervisor:
                 planned_bytes=fit.total_bytes, estimate_bytes=fit.estimate_bytes, keep_alive_s=keep, pinned=pinned,
                 reason="load" if reason == "load" else "request", free_bytes_observed=free_observed))
             inst = Instance(instance_id=instance_id, model=name, port=port, slots=fit.slots,
-                            ctx_tokens=fit.ctx_per_slot, engine_tag=engine.tag)
+                            ctx_tokens=fit.ctx_per_slot, engine_tag=engine.tag, embeddings=embeddings)
             lv = _Live(instance=inst, proc=proc, plan=fit, log_path=log_path, started_seq=started.seq,
                        started_mono=app.clock.monotonic(), keep_alive_s=keep, pinned=pinned)
             self._live[instance_id] = lv
@@ -331,6 +366,8 @@ class Supervisor:
         lv.state = "ready"
         lv.last_used = app.clock.now()
         inst.load_ms = int(waited * 1000)
+        if route is not None:
+            route.cold, route.load_ms = True, inst.load_ms
         await record(app, InstanceReady(instance_id=instance_id, model=name, load_ms=inst.load_ms),
                      cause=lv.started_seq)
         if not lv.ready.done():
@@ -349,7 +386,8 @@ class Supervisor:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _place(self, name: str, meta: ModelMetadata, ctx: int | None, settings: Any) -> tuple[FitPlan, int]:
+    async def _place(self, name: str, meta: ModelMetadata, ctx: int | None, settings: Any,
+                     route: Route | None = None) -> tuple[FitPlan, int]:
         """A plan that fits, evicting what must go; DoesNotFit (recorded) when nothing can make room."""
         explicit_ctx = ctx is not None
         request = FitRequest(ctx=ctx or settings.ctx or None, slots=settings.slots or None)
@@ -384,8 +422,8 @@ class Supervisor:
             obs = {"need_bytes": need_bytes, "need_count": need_count, "host_free_bytes": _host_free(budget),
                    "loaded": len(self._live), "max_loaded_models": settings.max_loaded_models,
                    "scores": victims.scores, "why": victims.why}
-            await asyncio.gather(*(self._evict(self._live[v.instance_id], reason, for_model=name, observations=obs)
-                                   for v in victims.victims))
+            await asyncio.gather(*(self._evict(self._live[v.instance_id], reason, for_model=name, observations=obs,
+                                               route=route) for v in victims.victims))
             devices = await asyncio.to_thread(self._devices)
             measured = self._measured()
             budget = budget_devices(devices, self._residents(measured), memory_limit_bytes=limit)
@@ -446,10 +484,12 @@ class Supervisor:
     # -- stopping ---------------------------------------------------------------------------------------------
 
     async def _evict(self, lv: _Live, reason: str, *, for_model: str | None = None,
-                     observations: dict[str, Any] | None = None) -> None:
+                     observations: dict[str, Any] | None = None, route: Route | None = None) -> None:
         if lv.state == "stopping":
             return  # already going (the reaper and a load may pick the same victim)
         lv.state = "stopping"
+        if route is not None:
+            route.evicted.append(f"{lv.instance.model} ({lv.instance.instance_id}, {reason})")
         idle = max(0.0, self.app.clock.now() - lv.last_used) if lv.last_used else 0.0
         (ev,) = await record(self.app, InstanceEvicted(
             instance_id=lv.instance.instance_id, model=lv.instance.model, reason=reason, for_model=for_model,
@@ -535,6 +575,15 @@ class Supervisor:
             timeout = REAPER_MAX_SLEEP_S if wait is None else min(REAPER_MAX_SLEEP_S, max(0.05, wait))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._poke.wait(), timeout)
+
+
+def _embedding_flags(engine: ActiveEngine, meta: ModelMetadata) -> list[str]:
+    """Turn on llama-server's embeddings endpoint; a generative model (no pooling type of its own) pools by mean.
+    NOTE: this build keeps chat and completions working with the flag on, so one instance serves both."""
+    flags = ["--embeddings"] if engine.caps.has("--embeddings", "--embedding") else []
+    if flags and not meta.pooling_type and engine.caps.has("--pooling"):
+        flags += ["--pooling", "mean"]
+    return flags
 
 
 def _pidfile(app: Blazar, instance_id: str) -> Path:

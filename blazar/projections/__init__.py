@@ -6,14 +6,16 @@ from blazar.projections.calibration import CalibrationProjection
 from blazar.projections.catalog import CatalogProjection
 from blazar.projections.config import ConfigProjection
 from blazar.projections.engines import EnginesProjection
+from blazar.projections.metrics import MetricsProjection
 from blazar.projections.residency import ResidencyProjection
 from blazar.projections.stats import StatsProjection
+from blazar.projections.traces import TracesProjection
 
 
 def all_projections() -> list[Projection]:
     """A fresh instance of every projection, in a stable order."""
     return [ConfigProjection(), AuditProjection(), StatsProjection(), CatalogProjection(), CalibrationProjection(),
-            ResidencyProjection(), EnginesProjection()]
+            ResidencyProjection(), EnginesProjection(), TracesProjection(), MetricsProjection()]
 
 
 __all__ = [
@@ -21,4 +23,5 @@ __all__ = [
     "CalibrationProjection",
     "CatalogProjection",
     "ConfigProjection",
-    "EnginesProjection", "Projection", "ResidencyProjection", "State", "StatsProjection", "all_projections", "fold"]
+    "EnginesProjection", "MetricsProjection", "Projection", "ResidencyProjection", "State", "StatsProjection",
+    "TracesProjection", "all_projections", "fold"]

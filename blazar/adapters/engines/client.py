@@ -1,0 +1,81 @@
+"""HTTP to engine children: one keep-alive connection pool on loopback for every instance, raw bytes in and out.
+
+The gateway never re-encodes what the engine streams; this module only opens the exchange and hands back the
+response whose body the caller relays. Token counting (`count_tokens`) uses the engine's own tokenizer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2
+import orjson
+
+from blazar.errors import EngineError
+
+# No read deadline on a generation: a long answer streams for minutes. Connecting to a loopback child is instant or
+# the child is gone; a pool wait means every connection is busy, which admission already bounds.
+TIMEOUT = httpx2.Timeout(connect=5.0, read=None, write=30.0, pool=None)
+COUNT_TIMEOUT_S = 30.0
+# llama-server (cpp-httplib) closes a keep-alive connection idle for 5 s; drop ours before that.
+KEEPALIVE_EXPIRY_S = 3.0
+
+
+class EngineUnreachable(EngineError):
+    code = "engine_unreachable"
+
+
+class EngineClient:
+    def __init__(self, *, max_connections: int = 512) -> None:
+        self._http = httpx2.AsyncClient(
+            timeout=TIMEOUT, trust_env=False,
+            limits=httpx2.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
+                                 keepalive_expiry=KEEPALIVE_EXPIRY_S),
+        )
+
+    async def open(self, base_url: str, path: str, body: bytes) -> httpx2.Response:
+        """POST `body` (JSON) and return the response with its body unread: stream it with `aiter_raw()`, then
+        `aclose()` it. Closing early drops the connection, which makes llama-server cancel the generation."""
+        for attempt in (1, 2):
+            req = self._http.build_request("POST", base_url + path, content=body,
+                                           headers={"content-type": "application/json"})
+            try:
+                return await self._http.send(req, stream=True)
+            except (httpx2.RemoteProtocolError, httpx2.ReadError) as e:
+                # A pooled connection the engine had just closed (its keep-alive limit): nothing was processed, so
+                # one retry on a fresh connection is safe. A second failure is the engine's.
+                if attempt == 2:
+                    raise EngineUnreachable(f"the engine at {base_url} did not answer {path}: {e}") from e
+            except httpx2.TransportError as e:
+                raise EngineUnreachable(f"the engine at {base_url} did not answer {path}: {e}") from e
+        raise AssertionError("unreachable")
+
+    async def post_json(self, base_url: str, path: str, payload: dict[str, Any]) -> tuple[int, Any]:
+        try:
+            r = await self._http.post(base_url + path, content=orjson.dumps(payload),
+                                      headers={"content-type": "application/json"}, timeout=COUNT_TIMEOUT_S)
+        except httpx2.TransportError as e:
+            raise EngineUnreachable(f"the engine at {base_url} did not answer {path}: {e}") from e
+        try:
+            return r.status_code, orjson.loads(r.content)
+        except orjson.JSONDecodeError:
+            return r.status_code, None
+
+    async def count_tokens(self, base_url: str, route: str, body: dict[str, Any]) -> int | None:
+        """Prompt tokens of a request as the engine will see them (chat template applied), or None when this engine
+        cannot say. Chat and responses have llama-server's `<route>/input_tokens`; completions use /tokenize."""
+        if route in ("/v1/chat/completions", "/v1/responses"):
+            status, data = await self.post_json(base_url, f"{route}/input_tokens", body)
+            if status == 200 and isinstance(data, dict) and isinstance(data.get("input_tokens"), int):
+                return int(data["input_tokens"])
+            return None
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            return None
+        status, data = await self.post_json(base_url, "/tokenize", {"content": prompt, "add_special": True})
+        if status == 200 and isinstance(data, dict) and isinstance(data.get("tokens"), list):
+            return len(data["tokens"])
+        return None
+
+    async def aclose(self) -> None:
+        await self._http.aclose()

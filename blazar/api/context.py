@@ -1,0 +1,35 @@
+"""Per-request context every route shares: the trace id (the client's `x-blazar-trace-id` kept, else a new one,
+echoed on every response, errors included) and the body-size limit, checked before a byte of the body is read."""
+
+from __future__ import annotations
+
+import re
+
+import falcon
+import falcon.asgi
+
+from blazar.ids import new_trace_id
+
+TRACE_HEADER = "x-blazar-trace-id"
+# A client's trace id is kept when it looks like one (W3C's 32 hex, or any short token of safe characters).
+_TRACE_OK = re.compile(r"^[A-Za-z0-9._-]{8,64}$")
+
+
+def trace_id_of(req: falcon.asgi.Request) -> str:
+    return str(req.context.trace_id)
+
+
+class RequestContext:
+    """Falcon middleware: trace id in, trace id out; oversized bodies refused with 413."""
+
+    def __init__(self, *, max_body_bytes: int) -> None:
+        self.max_body_bytes = max_body_bytes
+
+    async def process_request(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        given = req.get_header(TRACE_HEADER)
+        req.context.trace_id = given if given and _TRACE_OK.match(given) else new_trace_id()
+        resp.set_header(TRACE_HEADER, req.context.trace_id)
+        length = req.content_length
+        if length is not None and length > self.max_body_bytes:
+            raise falcon.HTTPContentTooLarge(
+                description=f"the request body is {length} bytes; the limit is {self.max_body_bytes} (max_body_mib)")

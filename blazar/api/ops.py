@@ -1,0 +1,89 @@
+"""Operational routes: `/ready` (can the gateway admit, load and generate right now?), `/metrics` (Prometheus text,
+derived from projections plus the live admission figures) and `/api/blazar/queue` (depth per model)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import falcon
+import falcon.asgi
+
+from blazar.adapters.engines.smoke import smoke_test
+from blazar.bootstrap import Blazar
+from blazar.errors import EngineError
+from blazar.handlers.engines import active_engine
+from blazar.handlers.gateway import Gateway
+from blazar.queries.metrics import render_prometheus
+
+# A passed generation proves readiness for this long; a failed one is retried at the next probe.
+READY_PROOF_TTL_S = 30.0
+READY_SMOKE_TIMEOUT_S = 30.0
+
+
+class Ready:
+    """Ready means: an engine is active and this machine can start it on a model and get tokens (the smoke model,
+    proven at most READY_PROOF_TTL_S ago), and admission is not refusing everything. Not only that we listen."""
+
+    def __init__(self, app: Blazar, gateway: Gateway) -> None:
+        self.app = app
+        self.gateway = gateway
+        self._proven_at = 0.0
+        self._lock = asyncio.Lock()
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        checks: dict[str, Any] = {}
+        ok = True
+        try:
+            engine = active_engine(self.app)
+            checks["engine"] = {"ok": True, "tag": engine.tag}
+        except EngineError as e:
+            checks["engine"] = {"ok": False, "detail": e.message}
+            ok = False
+        if ok:
+            async with self._lock:
+                if time.monotonic() - self._proven_at > READY_PROOF_TTL_S:
+                    work = self.app.paths.run / "ready-probe"
+                    result = await smoke_test(engine.binary, engine.caps, workdir=work,
+                                              timeout_s=READY_SMOKE_TIMEOUT_S)
+                    checks["generate"] = {"ok": result.passed, "tokens": result.tokens,
+                                          "duration_ms": result.duration_ms, "detail": result.detail}
+                    ok = result.passed
+                    if result.passed:
+                        self._proven_at = time.monotonic()
+                else:
+                    checks["generate"] = {"ok": True, "proven_s_ago": round(time.monotonic() - self._proven_at, 1)}
+        snap = self.gateway.admission.snapshot()
+        glob = snap.get("_global", {})
+        cap, busy = glob.get("cap") or 0, glob.get("busy") or 0
+        checks["admission"] = {"ok": not cap or busy < cap, "busy": busy, "cap": cap}
+        ok = ok and checks["admission"]["ok"]
+        resp.status = 200 if ok else 503
+        resp.media = {"status": "ready" if ok else "not_ready", "checks": checks}
+
+
+class Metrics:
+    def __init__(self, app: Blazar, gateway: Gateway) -> None:
+        self.app = app
+        self.gateway = gateway
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        live = {k: v for k, v in self.gateway.admission.snapshot().items() if not k.startswith("_")}
+        text = render_prometheus(self.app.runner.state("metrics"), self.app.runner.state("residency"), live=live)
+        resp.content_type = "text/plain; version=0.0.4; charset=utf-8"
+        resp.text = text
+
+
+class Queue:
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        resp.media = {"queues": self.gateway.admission.snapshot()}
+
+
+def add_routes(api: falcon.asgi.App, app: Blazar, gateway: Gateway) -> None:
+    api.add_route("/ready", Ready(app, gateway))
+    api.add_route("/metrics", Metrics(app, gateway))
+    api.add_route("/api/blazar/queue", Queue(gateway))

@@ -1,0 +1,358 @@
+"""The request pipeline every dialect shares: resolve the model, get a ready instance (loading it on demand), refuse
+what cannot fit its context, take a slot (or wait for one), relay the engine's answer, and record each step as a
+request event through the group-commit writer (never awaited on the token path).
+
+A dialect's resource builds a `Call`, then: `prepare` → `open_upstream` → either `relay` (a stream: the engine's
+bytes as they come) or `finish` (one body). Every exit path releases the slot and records how the request ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+import orjson
+
+from blazar.adapters.engines.client import EngineClient
+from blazar.bootstrap import Blazar
+from blazar.errors import (
+    BlazarError,
+    CircuitOpen,
+    DoesNotFit,
+    EngineError,
+    LoadFailed,
+    ModelNotFound,
+    NoEngine,
+)
+from blazar.events.base import Event
+from blazar.events.requests import (
+    RequestAdmitted,
+    RequestCompleted,
+    RequestFailed,
+    RequestFirstToken,
+    RequestQueued,
+    RequestReceived,
+    RequestRejected,
+    RequestRouted,
+)
+from blazar.handlers.admission import Admission, AdmissionError, Ticket
+from blazar.handlers.instances import Instance, Route, Supervisor
+
+log = logging.getLogger("blazar.gateway")
+
+# The prompt's upper bound in tokens is its UTF-8 size (a token is at least one byte) plus the chat template's
+# own tokens; under this margin of the context no exact count is needed.
+TEMPLATE_TOKENS_PER_MESSAGE = 16
+TEMPLATE_TOKENS_BASE = 64
+
+
+class Rejected(BlazarError):
+    """A request refused before any token: `status`, a stable `code`, and Retry-After where waiting helps."""
+
+    def __init__(self, message: str, *, status: int, code: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.retry_after_s = retry_after_s
+
+
+@dataclass
+class Call:
+    """One API request on its way through the pipeline."""
+
+    trace_id: str
+    dialect: str
+    route: str  # the engine route that serves it: /v1/chat/completions, /v1/completions, ...
+    model: str  # as the client named it
+    body: dict[str, Any]
+    stream: bool = False
+    priority: int = 0
+    max_tokens: int | None = None
+    embeddings: bool = False
+    received: float = field(default_factory=time.perf_counter)
+    name: str | None = None  # the store's name, once resolved
+    instance: Instance | None = None
+    ticket: Ticket | None = None
+    held: bool = False
+    first_token_at: float | None = None
+    queue_position: int = 0
+    done: bool = False
+
+
+class Gateway:
+    def __init__(self, app: Blazar, supervisor: Supervisor, admission: Admission, client: EngineClient) -> None:
+        self.app = app
+        self.supervisor = supervisor
+        self.admission = admission
+        self.client = client
+        self._writer = app.request_writer()
+        self._actor = app.actor
+
+    def emit(self, event: Event, trace_id: str) -> None:
+        self._writer.submit(event, actor=self._actor, trace_id=trace_id)
+
+    # -- before the engine --------------------------------------------------------------------------------------
+
+    def received(self, call: Call, *, body_bytes: int, client: str | None) -> None:
+        self.emit(RequestReceived(trace_id=call.trace_id, dialect=call.dialect, route=call.route, model=call.model,  # type: ignore[arg-type]
+                                  stream=call.stream, body_bytes=body_bytes, priority=call.priority,
+                                  max_tokens=call.max_tokens, client=client), call.trace_id)
+
+    def reject(self, call: Call, *, status: int, reason: str, detail: str, retry_after_s: float | None = None,
+               observations: dict[str, Any] | None = None) -> Rejected:
+        self.emit(RequestRejected(trace_id=call.trace_id, model=call.name or call.model, status=status,
+                                  reason=reason, detail=detail, retry_after_s=retry_after_s,  # type: ignore[arg-type]
+                                  observations=observations or {}), call.trace_id)
+        return Rejected(detail, status=status, code=reason, retry_after_s=retry_after_s)
+
+    async def prepare(self, call: Call) -> None:
+        """Resolve, route (loading on demand), check the context, admit. Raises Rejected, recorded."""
+        try:
+            call.name = self.supervisor.resolve(call.model)
+        except ModelNotFound as e:
+            raise self.reject(call, status=404, reason="model_not_found", detail=e.message) from None
+        route = Route()
+        try:
+            inst = await self.supervisor.ensure(call.name, embeddings=call.embeddings, route=route)
+        except BlazarError as e:
+            status, reason = _load_refusal(e)
+            raise self.reject(call, status=status, reason=reason, detail=e.message) from None
+        call.instance = inst
+        self.emit(RequestRouted(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
+                                port=inst.port, cold=route.cold, load_ms=route.load_ms, evicted=route.evicted,
+                                ctx_tokens=inst.ctx_tokens), call.trace_id)
+        await self._check_context(call, inst)
+
+        def on_queued(position: int, depth: int) -> None:
+            call.queue_position = position
+            snap = self.admission.snapshot().get(inst.model, {})
+            self.emit(RequestQueued(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
+                                    position=position, depth=depth, slots=inst.slots,
+                                    busy=int(snap.get("busy", 0))), call.trace_id)
+
+        try:
+            ticket = await self.admission.acquire(inst.model, inst.slots, priority=call.priority,
+                                                  on_queued=on_queued)
+        except AdmissionError as e:
+            raise self.reject(call, status=e.status, reason=e.reason, detail=e.message,
+                              retry_after_s=e.retry_after_s, observations=e.observations) from None
+        call.ticket = ticket
+        try:
+            self.supervisor.hold(inst)
+        except BlazarError as e:
+            self.admission.release(ticket)
+            call.ticket = None
+            raise self.reject(call, status=503, reason="load_failed", detail=e.message) from None
+        call.held = True
+        self.emit(RequestAdmitted(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
+                                  waited_ms=round(ticket.waited_s * 1000, 3), slots=ticket.slots,
+                                  busy=ticket.busy_after, queued_behind=max(0, ticket.position_when_queued - 1)),
+                  call.trace_id)
+
+    async def _check_context(self, call: Call, inst: Instance) -> None:
+        """Prompt plus max_tokens must fit the slot's context: a clear 400, never silent truncation. The exact count
+        (the engine's tokenizer, template applied) is asked only when a cheap upper bound does not settle it."""
+        if call.embeddings:
+            return
+        need_out = call.max_tokens or 0
+        if _prompt_upper_bound(call.body) + need_out <= inst.ctx_tokens:
+            return
+        try:
+            n = await self.client.count_tokens(inst.base_url, call.route, call.body)
+        except EngineError as e:
+            log.warning("token count failed for %s: %s", inst.model, e)
+            return  # the engine refuses an oversized prompt itself
+        if n is None:
+            return
+        if n + need_out > inst.ctx_tokens or n >= inst.ctx_tokens:
+            detail = (f"this request needs {n} prompt tokens + {need_out} max_tokens = {n + need_out} tokens, but "
+                      f"{inst.model}'s context is {inst.ctx_tokens} tokens per request; shorten the prompt or lower "
+                      "max_tokens")
+            raise self.reject(call, status=400, reason="context_length_exceeded", detail=detail,
+                              observations={"prompt_tokens": n, "max_tokens": need_out, "ctx_tokens": inst.ctx_tokens})
+
+    # -- the engine's answer ------------------------------------------------------------------------------------
+
+    async def open_upstream(self, call: Call, path: str, body: bytes) -> httpx2.Response:
+        assert call.instance is not None
+        try:
+            return await self.client.open(call.instance.base_url, path, body)
+        except EngineError as e:
+            self.fail(call, status=502, reason="engine_error", detail=e.message)
+            raise Rejected(e.message, status=502, code="engine_error") from None
+
+    async def relay(self, call: Call, upstream: httpx2.Response,
+                    watcher: asyncio.Task[None] | None = None) -> AsyncIterator[bytes]:
+        """The engine's SSE bytes as they arrive, untouched. Usage is read from the last event (llama-server puts its
+        `timings` and, when asked, `usage` there); the first non-empty block marks the first token."""
+        tail = b""
+        chunks = 0
+        try:
+            async for block in upstream.aiter_raw():
+                if call.first_token_at is None:
+                    self._first_token(call)
+                chunks += block.count(b"data: ")
+                tail = (tail + block)[-8192:] if b'"timings"' in block or b'"usage"' in block or tail else tail
+                yield block
+        except (httpx2.TransportError, httpx2.StreamError) as e:
+            self.fail(call, status=502, reason="engine_crashed", detail=f"the engine's stream broke: {e}")
+            return
+        except BaseException:
+            # GeneratorExit / CancelledError: the client went away; closing the upstream cancels the generation.
+            self.fail(call, status=499, reason="client_disconnected", detail="the client closed the connection")
+            raise
+        finally:
+            if watcher is not None:
+                watcher.cancel()  # the response is over: a later hang-up must not cancel what comes next
+            await upstream.aclose()
+        self._complete(call, usage_from_sse(tail), status=upstream.status_code, chunks=chunks)
+
+    async def finish(self, call: Call, upstream: httpx2.Response) -> bytes:
+        """Read a whole (non-stream or error) body, record the outcome, release."""
+        try:
+            data = await upstream.aread()
+        except (httpx2.TransportError, httpx2.StreamError) as e:
+            self.fail(call, status=502, reason="engine_crashed", detail=f"the engine's answer broke: {e}")
+            raise Rejected(f"the engine's answer broke: {e}", status=502, code="engine_error") from None
+        except BaseException:
+            self.fail(call, status=499, reason="client_disconnected", detail="the client closed the connection")
+            raise
+        finally:
+            await upstream.aclose()
+        if upstream.status_code >= 400:
+            self.fail(call, status=upstream.status_code, reason="engine_error", detail=_engine_message(data))
+            return data
+        self._first_token(call)
+        try:
+            usage = usage_from_json(orjson.loads(data))
+        except orjson.JSONDecodeError:
+            usage = {}
+        self._complete(call, usage, status=upstream.status_code)
+        return data
+
+    # -- outcomes -------------------------------------------------------------------------------------------------
+
+    def _first_token(self, call: Call) -> None:
+        call.first_token_at = time.perf_counter()
+        self.emit(RequestFirstToken(trace_id=call.trace_id, model=call.name or call.model,
+                                    ttft_ms=round((call.first_token_at - call.received) * 1000, 3)), call.trace_id)
+
+    def _complete(self, call: Call, usage: dict[str, Any], *, status: int, chunks: int | None = None) -> None:
+        if call.done:
+            return
+        self._release(call)
+        self.emit(RequestCompleted(
+            trace_id=call.trace_id, model=call.name or call.model,
+            instance_id=call.instance.instance_id if call.instance else None, status=status,
+            duration_ms=round((time.perf_counter() - call.received) * 1000, 3),
+            prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
+            cached_tokens=usage.get("cached_tokens"), engine_timings=usage.get("timings") or {},
+            finish_reason=usage.get("finish_reason"), chunks=chunks), call.trace_id)
+
+    def fail(self, call: Call, *, status: int, reason: str, detail: str) -> None:
+        if call.done:
+            return
+        self._release(call)
+        self.emit(RequestFailed(trace_id=call.trace_id, model=call.name or call.model,
+                                instance_id=call.instance.instance_id if call.instance else None, status=status,
+                                reason=reason, detail=detail[:500],  # type: ignore[arg-type]
+                                duration_ms=round((time.perf_counter() - call.received) * 1000, 3)), call.trace_id)
+
+    def _release(self, call: Call) -> None:
+        call.done = True
+        if call.ticket is not None:
+            self.admission.release(call.ticket)
+            call.ticket = None
+        if call.held and call.instance is not None:
+            self.supervisor.unhold(call.instance)
+            call.held = False
+
+
+def _load_refusal(e: BlazarError) -> tuple[int, str]:
+    if isinstance(e, CircuitOpen):
+        return 503, "circuit_open"
+    if isinstance(e, DoesNotFit):
+        return 507, "insufficient_memory"
+    if isinstance(e, NoEngine):
+        return 503, "no_engine"
+    if isinstance(e, LoadFailed | EngineError):
+        return 503, "load_failed"
+    return 500, "load_failed"
+
+
+def _prompt_upper_bound(body: dict[str, Any]) -> int:
+    """Tokens the prompt can at most take: every text byte a token, plus the template's share."""
+    total = TEMPLATE_TOKENS_BASE
+    for key in ("messages", "input"):
+        items = body.get(key)
+        if isinstance(items, list):
+            total += TEMPLATE_TOKENS_PER_MESSAGE * len(items) + len(orjson.dumps(items))
+        elif isinstance(items, str):
+            total += len(items.encode())
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        total += len(prompt.encode())
+    elif isinstance(prompt, list):
+        total += len(orjson.dumps(prompt))
+    for key in ("tools", "system", "instructions"):
+        if body.get(key):
+            total += len(orjson.dumps(body[key]))
+    return total
+
+
+def usage_from_json(data: Any) -> dict[str, Any]:
+    """prompt/completion/cached tokens and the engine's timings from an OpenAI-shaped answer."""
+    if not isinstance(data, dict):
+        return {}
+    out: dict[str, Any] = {}
+    usage = data.get("usage")
+    if isinstance(usage, dict):
+        out["prompt_tokens"] = usage.get("prompt_tokens", usage.get("input_tokens"))
+        out["completion_tokens"] = usage.get("completion_tokens", usage.get("output_tokens"))
+        details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
+        if isinstance(details, dict):
+            out["cached_tokens"] = details.get("cached_tokens")
+    timings = data.get("timings")
+    if isinstance(timings, dict):
+        out["timings"] = {k: float(v) for k, v in timings.items() if isinstance(v, int | float)}
+        out.setdefault("completion_tokens", timings.get("predicted_n"))
+        if out.get("prompt_tokens") is None and "prompt_n" in timings:
+            out["prompt_tokens"] = int(timings.get("prompt_n", 0)) + int(timings.get("cache_n", 0))
+        if out.get("cached_tokens") is None and "cache_n" in timings:
+            out["cached_tokens"] = timings.get("cache_n")
+    choices = data.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        out["finish_reason"] = choices[0].get("finish_reason")
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def usage_from_sse(tail: bytes) -> dict[str, Any]:
+    """Usage from the last events of a stream: the one with `usage` wins, else the one with `timings`."""
+    found: dict[str, Any] = {}
+    for line in tail.split(b"\n"):
+        if not line.startswith(b"data: {"):
+            continue
+        try:
+            data = orjson.loads(line[6:])
+        except orjson.JSONDecodeError:
+            continue  # the first line of the kept tail may be cut
+        got = usage_from_json(data)
+        if got:
+            reason = found.get("finish_reason")
+            found.update(got)
+            if reason and not got.get("finish_reason"):
+                found["finish_reason"] = reason
+    return found
+
+
+def _engine_message(data: bytes) -> str:
+    try:
+        err = orjson.loads(data).get("error", {})
+        return str(err.get("message") or data[:300].decode(errors="replace"))
+    except (orjson.JSONDecodeError, AttributeError):
+        return data[:300].decode(errors="replace")

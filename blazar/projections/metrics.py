@@ -1,0 +1,179 @@
+"""The `metrics` projection: the counters and histograms that `/metrics` exposes (blazar/queries/metrics.py),
+folded from request and instance events: requests by model, status and dialect; TTFT, inter-token latency and
+queue wait; queue depth; tokens; loads, evictions and engine crashes. Instance gauges come from `residency`.
+
+Label values are joined with SEP into plain string keys, the model always last so that a model name is the only
+value that may itself hold SEP (`split(SEP, n - 1)` gives it back whole).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import Any
+
+from blazar.events.base import Recorded
+from blazar.events.instances import InstanceEvicted, InstanceExited, InstanceReady
+from blazar.events.requests import (
+    RequestAdmitted,
+    RequestCompleted,
+    RequestFailed,
+    RequestFirstToken,
+    RequestQueued,
+    RequestReceived,
+    RequestRejected,
+)
+from blazar.projections.base import Projection, State
+
+SEP = "|"
+
+# Upper bounds in seconds (the +Inf bucket is implicit). NOTE: changing a tuple changes what the stored counts mean:
+# bump MetricsProjection.version with it.
+TTFT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+ITL_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0)
+QUEUE_WAIT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+BUCKETS: dict[str, tuple[float, ...]] = {
+    "ttft": TTFT_BUCKETS_S, "itl": ITL_BUCKETS_S, "queue_wait": QUEUE_WAIT_BUCKETS_S,
+}
+
+# Requests with no outcome yet. Their outcome is lost when the daemon dies mid-request (or with the writer's last
+# batch), so the table is pruned to its newest PENDING_KEPT // 2 once it passes PENDING_KEPT.
+PENDING_KEPT = 10_000
+# Rejections whose model is whatever the client typed: labelled "" so that a client cannot mint label values.
+_UNRESOLVED = frozenset({"model_not_found", "invalid_request"})
+LOAD_OUTCOMES = ("ready", "load_failed", "load_timeout")
+
+
+def key(*values: object) -> str:
+    return SEP.join(str(v) for v in values)
+
+
+def observe(state: State, histogram: str, model: str, seconds: float) -> None:
+    bounds = BUCKETS[histogram]
+    h = state["histograms"][histogram].get(model)
+    if h is None:
+        h = state["histograms"][histogram][model] = {"counts": [0] * (len(bounds) + 1), "sum": 0.0, "count": 0}
+    # Per-bucket (not cumulative) counts: one increment per observation; the renderer accumulates. A value equal
+    # to a bound belongs to that bound's bucket (le = less than or equal), which bisect_left gives.
+    h["counts"][bisect_left(bounds, seconds)] += 1
+    h["sum"] += seconds
+    h["count"] += 1
+
+
+def _inc(counter: dict[str, int], k: str, n: int = 1) -> None:
+    counter[k] = counter.get(k, 0) + n
+
+
+def _dequeue(state: State, p: dict[str, Any]) -> None:
+    model = p.get("queued")
+    if model is not None:
+        depth = state["queue_depth"]
+        depth[model] = max(0, depth.get(model, 0) - 1)
+        p["queued"] = None
+
+
+def _prune(state: State) -> None:
+    pending: dict[str, dict[str, Any]] = state["pending"]
+    if len(pending) <= PENDING_KEPT:
+        return
+    by_age = sorted(pending, key=lambda t: pending[t]["seq"])
+    for trace_id in by_age[: len(by_age) - PENDING_KEPT // 2]:
+        _dequeue(state, pending.pop(trace_id))
+
+
+class MetricsProjection(Projection):
+    name = "metrics"
+    version = 1
+    types = frozenset({
+        RequestReceived.TYPE, RequestQueued.TYPE, RequestAdmitted.TYPE, RequestRejected.TYPE,
+        RequestFirstToken.TYPE, RequestCompleted.TYPE, RequestFailed.TYPE,
+        InstanceReady.TYPE, InstanceExited.TYPE, InstanceEvicted.TYPE,
+    })
+
+    def initial(self) -> State:
+        return {
+            "requests": {},  # status|dialect|model -> n
+            "histograms": {name: {} for name in BUCKETS},  # name -> model -> {counts, sum, count}
+            "queue_depth": {},  # model -> requests queued now (as far as the log knows)
+            "tokens": {},  # in|model, out|model -> n
+            "loads": {},  # outcome|model -> n
+            "evictions": {},  # reason -> n
+            "crashes": {},  # model -> n
+            "pending": {},  # trace id -> {seq, dialect, model, stream, queued, ttft_ms}
+        }
+
+    def apply(self, state: State, rec: Recorded) -> State:
+        ev = rec.event
+        if isinstance(ev, InstanceReady | InstanceExited | InstanceEvicted):
+            self._instance(state, ev)
+            return state
+        assert isinstance(ev, RequestReceived | RequestQueued | RequestAdmitted | RequestRejected
+                          | RequestFirstToken | RequestCompleted | RequestFailed)
+        pending: dict[str, dict[str, Any]] = state["pending"]
+        if isinstance(ev, RequestReceived):
+            pending[ev.trace_id] = {"seq": rec.seq, "dialect": ev.dialect, "model": ev.model, "stream": ev.stream,
+                                    "queued": None, "ttft_ms": None}
+            _prune(state)
+            return state
+        p = pending.get(ev.trace_id)
+        ended = isinstance(ev, RequestCompleted | RequestRejected | RequestFailed)
+        if p is None:  # its `received` was lost (a crash) or pruned: what the later events tell
+            p = {"seq": rec.seq, "dialect": "", "model": ev.model or "", "stream": None, "queued": None,
+                 "ttft_ms": None}
+            if not ended:
+                pending[ev.trace_id] = p
+                _prune(state)
+        if isinstance(ev, RequestQueued):
+            if p["queued"] is None:
+                p["queued"] = ev.model
+                _inc(state["queue_depth"], ev.model)
+        elif isinstance(ev, RequestAdmitted):
+            _dequeue(state, p)
+            observe(state, "queue_wait", ev.model, ev.waited_ms / 1000.0)
+        elif isinstance(ev, RequestFirstToken):
+            p["ttft_ms"] = ev.ttft_ms
+            # NOTE: only streamed requests: a whole (non-streamed) answer's "first token" is its last one too, which
+            # would fill TTFT with total latencies and ITL with zeros.
+            if p["stream"]:
+                observe(state, "ttft", ev.model, ev.ttft_ms / 1000.0)
+        else:
+            pending.pop(ev.trace_id, None)
+            _dequeue(state, p)
+            if isinstance(ev, RequestCompleted):
+                self._completed(state, ev, p)
+            else:
+                model = ev.model or p["model"]
+                if isinstance(ev, RequestRejected) and ev.reason in _UNRESOLVED:
+                    model = ""
+                _inc(state["requests"], key(ev.status, p["dialect"], model))
+        return state
+
+    def _completed(self, state: State, ev: RequestCompleted, p: dict[str, Any]) -> None:
+        _inc(state["requests"], key(ev.status, p["dialect"], ev.model))
+        if ev.prompt_tokens:
+            _inc(state["tokens"], key("in", ev.model), ev.prompt_tokens)
+        n = ev.completion_tokens
+        if n:
+            _inc(state["tokens"], key("out", ev.model), n)
+        ttft = p["ttft_ms"]
+        # The time between tokens after the first: (duration - ttft) spread over the n - 1 gaps.
+        if p["stream"] and n is not None and n > 1 and ttft is not None and ev.duration_ms >= ttft:
+            observe(state, "itl", ev.model, (ev.duration_ms - ttft) / (n - 1) / 1000.0)
+
+    def _instance(self, state: State, ev: InstanceReady | InstanceExited | InstanceEvicted) -> None:
+        if isinstance(ev, InstanceReady):
+            _inc(state["loads"], key("ready", ev.model))
+        elif isinstance(ev, InstanceEvicted):
+            _inc(state["evictions"], ev.reason)
+        elif ev.reason in ("load_failed", "load_timeout"):
+            _inc(state["loads"], key(ev.reason, ev.model))
+        elif ev.reason == "crashed":
+            _inc(state["crashes"], ev.model)
+
+    def view(self, state: State) -> Any:
+        """Everything but the table of requests still in flight (shown as a count)."""
+        return {k: v for k, v in state.items() if k != "pending"} | {"in_flight": len(state["pending"])}
+
+
+def split(k: str, n: int) -> list[str]:
+    """The `n` label values joined in `k` (the last, a model name, whole even if it holds SEP)."""
+    return k.split(SEP, n - 1)

@@ -1,0 +1,159 @@
+"""`/metrics`: the `metrics` and `residency` projections (and, from a running daemon, the admission snapshot)
+rendered in the Prometheus text exposition format, version 0.0.4.
+
+Every family is announced with HELP and TYPE even when it has no sample yet, so dashboards and alerts can name it
+from the first scrape. Histogram buckets are cumulative and end with le="+Inf", whose count equals `_count`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from blazar.projections.base import State
+from blazar.projections.metrics import BUCKETS, split
+from blazar.projections.residency import running
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+INSTANCE_STATES = ("starting", "ready", "stopping")
+
+_HISTOGRAMS = (
+    ("ttft", "blazar_ttft_seconds", "Time from a streamed request's arrival to its first generated token, in "
+     "seconds."),
+    ("itl", "blazar_inter_token_latency_seconds",
+     "Mean time between generated tokens after the first, per streamed request, in seconds."),
+    ("queue_wait", "blazar_queue_wait_seconds", "Time a request waited for a slot before admission, in seconds."),
+)
+
+
+def escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def fmt_value(v: float) -> str:
+    if isinstance(v, bool):
+        return str(int(v))
+    if isinstance(v, int):
+        return str(v)
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    return repr(float(v))
+
+
+def fmt_le(bound: float) -> str:
+    # The form client libraries write (0.005, 1.0, 60.0), so series from Blazar and from them line up.
+    return "+Inf" if math.isinf(bound) else repr(float(bound))
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def family(self, name: str, kind: str, help_text: str) -> None:
+        self.lines.append(f"# HELP {name} {escape_help(help_text)}")
+        self.lines.append(f"# TYPE {name} {kind}")
+
+    def sample(self, name: str, labels: Iterable[tuple[str, str]], value: float) -> None:
+        body = ",".join(f'{k}="{escape_label(str(v))}"' for k, v in labels)
+        self.lines.append(f"{name}{{{body}}} {fmt_value(value)}" if body else f"{name} {fmt_value(value)}")
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def render_prometheus(metrics_state: State, residency_state: State, *,
+                      live: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    """The exposition text. `live` ({model: {"queued", "busy", "slots"}}, from the admission controller of a
+    running daemon) replaces the log's queue depth, which lags by the projection runner's poll and cannot see
+    requests that a crash cut short, and adds the slot gauges."""
+    w = _Writer()
+    m = metrics_state
+
+    w.family("blazar_requests_total", "counter", "Requests that ended, by model, HTTP status and API dialect.")
+    for k, n in sorted(m["requests"].items()):
+        status, dialect, model = split(k, 3)
+        w.sample("blazar_requests_total", (("model", model), ("status", status), ("dialect", dialect)), n)
+
+    for name, metric, help_text in _HISTOGRAMS:
+        w.family(metric, "histogram", help_text)
+        bounds = (*BUCKETS[name], math.inf)
+        for model, h in sorted(m["histograms"][name].items()):
+            cumulative = 0
+            for bound, count in zip(bounds, h["counts"], strict=True):
+                cumulative += count
+                w.sample(f"{metric}_bucket", (("model", model), ("le", fmt_le(bound))), cumulative)
+            w.sample(f"{metric}_sum", (("model", model),), float(h["sum"]))
+            w.sample(f"{metric}_count", (("model", model),), h["count"])
+
+    depth: dict[str, int] = dict(m["queue_depth"])
+    if live is not None:
+        live = {model: s for model, s in live.items() if not model.startswith("_")}  # "_global" is no model
+        # NOTE: the snapshot is the truth while a daemon runs; a model it does not list has nobody waiting.
+        depth = {model: 0 for model in depth} | {model: int(s.get("queued", 0)) for model, s in live.items()}
+    w.family("blazar_queue_depth", "gauge", "Requests waiting for a slot now, by model.")
+    for model, n in sorted(depth.items()):
+        w.sample("blazar_queue_depth", (("model", model),), n)
+    if live is not None:
+        w.family("blazar_slots_busy", "gauge", "Slots serving a request now, by model.")
+        for model, s in sorted(live.items()):
+            w.sample("blazar_slots_busy", (("model", model),), int(s.get("busy", 0)))
+        w.family("blazar_slots", "gauge", "Slots of the loaded instances, by model.")
+        for model, s in sorted(live.items()):
+            w.sample("blazar_slots", (("model", model),), int(s.get("slots", 0)))
+
+    w.family("blazar_tokens_total", "counter", "Tokens of completed requests, by model and direction (in: prompt, "
+             "out: completion).")
+    for k, n in sorted(m["tokens"].items()):
+        direction, model = split(k, 2)
+        w.sample("blazar_tokens_total", (("model", model), ("direction", direction)), n)
+
+    _instances(w, residency_state)
+
+    w.family("blazar_loads_total", "counter", "Instance loads that ended, by model and outcome (ready, load_failed, "
+             "load_timeout).")
+    for k, n in sorted(m["loads"].items()):
+        outcome, model = split(k, 2)
+        w.sample("blazar_loads_total", (("model", model), ("outcome", outcome)), n)
+    w.family("blazar_evictions_total", "counter", "Instances chosen for eviction, by reason.")
+    for reason, n in sorted(m["evictions"].items()):
+        w.sample("blazar_evictions_total", (("reason", reason),), n)
+    w.family("blazar_engine_crashes_total", "counter", "Engine instances that crashed (exited on their own), "
+             "by model.")
+    for model, n in sorted(m["crashes"].items()):
+        w.sample("blazar_engine_crashes_total", (("model", model),), n)
+    return w.text()
+
+
+def _instances(w: _Writer, residency: State) -> None:
+    """Instance gauges from `residency`, the projection `blazar ps` and the supervisor read, so they agree. A model
+    ever loaded keeps its series at 0 once unloaded instead of vanishing."""
+    models = set(residency.get("models", {}))
+    count: dict[tuple[str, str], int] = {}
+    planned: dict[str, int] = {}
+    measured: dict[str, int] = {}
+    for inst in running(residency):
+        model = inst["model"]
+        models.add(model)
+        count[model, inst["state"]] = count.get((model, inst["state"]), 0) + 1
+        planned[model] = planned.get(model, 0) + inst["planned_bytes"]
+        if inst.get("measured_bytes") is not None:
+            measured[model] = measured.get(model, 0) + inst["measured_bytes"]
+    w.family("blazar_instances", "gauge", "Engine instances now, by model and state (starting, ready, stopping).")
+    for model in sorted(models):
+        for state in INSTANCE_STATES:
+            w.sample("blazar_instances", (("model", model), ("state", state)), count.get((model, state), 0))
+    w.family("blazar_instance_planned_bytes", "gauge", "Memory the fit plan reserved for the running instances, "
+             "by model.")
+    for model in sorted(models):
+        w.sample("blazar_instance_planned_bytes", (("model", model),), planned.get(model, 0))
+    w.family("blazar_instance_measured_bytes", "gauge", "Memory the engine reported allocating, for running "
+             "instances that were measured, by model.")
+    for model, n in sorted(measured.items()):
+        w.sample("blazar_instance_measured_bytes", (("model", model),), n)

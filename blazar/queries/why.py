@@ -1,0 +1,412 @@
+"""`blazar why TRACE`: one request's story told from the log: every decision on its way with the numbers it was
+based on, as offsets from its arrival, and a one-line verdict. `explain` is pure (records in, words out);
+`resolve_trace` and `load_trace` read the log for it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from blazar.errors import BlazarError
+from blazar.events.base import Recorded
+from blazar.events.instances import InstanceEvicted, InstanceExited, InstanceReady, InstanceStarted
+from blazar.events.log import EventLog
+from blazar.events.requests import (
+    RequestAdmitted,
+    RequestCompleted,
+    RequestFailed,
+    RequestFirstToken,
+    RequestQueued,
+    RequestReceived,
+    RequestRejected,
+    RequestRouted,
+)
+
+# A trace id prefix shorter than this is too likely to be ambiguous to be worth a look-up.
+MIN_PREFIX = 8
+# Instance events this long after the request's last event still belong to its story (a crash is noticed late).
+GRACE_S = 5.0
+_INSTANCE_TYPES = (InstanceStarted.TYPE, InstanceReady.TYPE, InstanceEvicted.TYPE, InstanceExited.TYPE)
+
+REJECT_WORDS = {
+    "queue_full": "queue full", "queue_timeout": "waited too long in the queue",
+    "global_cap": "the gateway's request cap was reached", "context_length_exceeded": "prompt longer than the context",
+    "model_not_found": "no such model", "invalid_request": "invalid request",
+    "circuit_open": "the model's crash circuit is open", "insufficient_memory": "not enough memory to load the model",
+    "no_engine": "no engine is installed", "load_failed": "the model failed to load",
+    "shutting_down": "the daemon is shutting down",
+}
+FAIL_WORDS = {
+    "client_disconnected": "the client disconnected", "engine_error": "the engine returned an error",
+    "engine_crashed": "the engine crashed", "timeout": "timed out", "internal_error": "internal error",
+}
+
+
+class TraceNotFound(BlazarError):
+    code = "trace_not_found"
+    exit_code = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    offset_ms: float  # from the request's arrival; negative for an instance event before it (a load it joined)
+    seq: int
+    type: str
+    text: str
+    data: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"offset_ms": self.offset_ms, "seq": self.seq, "type": self.type, "text": self.text, "data": self.data}
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    trace_id: str
+    outcome: str  # completed | failed | rejected | in_progress
+    status: int | None
+    model: str | None
+    dialect: str | None
+    route: str | None
+    received_ts: float
+    verdict: str
+    steps: list[Step]
+    # queue_wait_ms, load_ms, ttft_ms, duration_ms, tokens_in, tokens_out, tokens_per_s (None: not recorded)
+    figures: dict[str, float | None]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"trace_id": self.trace_id, "outcome": self.outcome, "status": self.status, "model": self.model,
+                "dialect": self.dialect, "route": self.route, "received_ts": self.received_ts,
+                "verdict": self.verdict, "figures": self.figures, "steps": [s.to_json() for s in self.steps]}
+
+
+# -- words and numbers ---------------------------------------------------------------------------------------------
+
+def fmt_ms(ms: float | None) -> str:
+    if ms is None:
+        return "?"
+    if abs(ms) < 1000:
+        return f"{ms:.0f} ms"
+    if abs(ms) < 10_000:
+        return f"{ms / 1000:.1f} s"
+    if abs(ms) < 60_000:
+        return f"{ms / 1000:.0f} s"
+    minutes, seconds = divmod(round(ms / 1000), 60)
+    return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
+
+
+def fmt_bytes(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.0f} MiB"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _victim(ev: InstanceEvicted) -> str:
+    why = f"idle {fmt_ms(ev.idle_s * 1000)}" if ev.reason == "idle" or ev.idle_s else ev.reason.replace("_", " ")
+    return f"{ev.model} ({why})"
+
+
+def tokens_per_s(done: RequestCompleted, ttft_ms: float | None) -> float | None:
+    """The decode rate the client saw: the tokens after the first over the time after it; else the engine's own
+    figure; else all tokens over the whole request."""
+    n = done.completion_tokens
+    if n is not None and n > 1 and ttft_ms is not None and done.duration_ms > ttft_ms:
+        return (n - 1) / ((done.duration_ms - ttft_ms) / 1000.0)
+    engine = done.engine_timings.get("predicted_per_second")
+    if engine is not None and math.isfinite(engine):
+        return float(engine)
+    if n and done.duration_ms > 0:
+        return n / (done.duration_ms / 1000.0)
+    return None
+
+
+# -- the story -----------------------------------------------------------------------------------------------------
+
+class _Story:
+    """Reads one trace's records in seq order, keeping what the verdict needs."""
+
+    def __init__(self, records: list[Recorded]) -> None:
+        self.records = records
+        self.received: RequestReceived | None = None
+        self.queued: RequestQueued | None = None
+        self.admitted: RequestAdmitted | None = None
+        self.routed: RequestRouted | None = None
+        self.first: RequestFirstToken | None = None
+        self.end: RequestCompleted | RequestFailed | RequestRejected | None = None
+        self.evictions: dict[str, InstanceEvicted] = {}
+        for rec in records:
+            ev = rec.event
+            if isinstance(ev, RequestReceived):
+                self.received = ev
+            elif isinstance(ev, RequestQueued):
+                self.queued = ev
+            elif isinstance(ev, RequestAdmitted):
+                self.admitted = ev
+            elif isinstance(ev, RequestRouted):
+                self.routed = ev
+            elif isinstance(ev, RequestFirstToken):
+                self.first = ev
+            elif isinstance(ev, RequestCompleted | RequestFailed | RequestRejected):
+                self.end = ev
+            elif isinstance(ev, InstanceEvicted):
+                self.evictions[ev.instance_id] = ev
+
+    @property
+    def streamed(self) -> bool:
+        return self.received is None or self.received.stream
+
+    @property
+    def ttft_ms(self) -> float | None:
+        """Time to the first token of a streamed answer; None for a whole answer (its first byte is its last)."""
+        return self.first.ttft_ms if self.first is not None and self.streamed else None
+
+    def evicted(self) -> list[str]:
+        """The routed event's victims, with the eviction's own reason and idle time where that event is known."""
+        if self.routed is None:
+            return []
+        named = []
+        for entry in self.routed.evicted:
+            found = next((ev for iid, ev in self.evictions.items() if iid in entry), None)
+            named.append(_victim(found) if found is not None else entry)
+        return named
+
+    def text(self, rec: Recorded) -> str:
+        ev = rec.event
+        render = _TEXT.get(type(ev))
+        if render is not None:
+            return render(self, ev)
+        fields = ", ".join(f"{k}={v}" for k, v in ev.model_dump(mode="json").items() if k != "trace_id")
+        return f"{rec.type}: {fields}"
+
+    def waited(self) -> str | None:
+        a = self.admitted
+        if a is None or a.waited_ms <= 0:
+            return None
+        ahead = a.queued_behind or (self.queued.position - 1 if self.queued is not None else 0)
+        return f"waited {fmt_ms(a.waited_ms)} behind {_plural(ahead, 'request')}"
+
+    def loaded(self) -> str | None:
+        r = self.routed
+        if r is None or not r.cold:
+            return None
+        victims = self.evicted()
+        return f"cold load {fmt_ms(r.load_ms)}" + (f", evicted {', '.join(victims)}" if victims else "")
+
+    def verdict(self, duration_ms: float | None) -> str:
+        end = self.end
+        context = [p for p in (self.waited(), self.loaded()) if p]
+        if isinstance(end, RequestRejected):
+            words = REJECT_WORDS.get(end.reason, end.reason)
+            retry = f", retry after {end.retry_after_s:g} s" if end.retry_after_s is not None else ""
+            detail = f" ({end.detail})" if end.detail else ""
+            return f"rejected {end.status}: {words}{detail}{retry}"
+        if isinstance(end, RequestFailed):
+            detail = f": {end.detail}" if end.detail else ""
+            head = f"failed {end.status} after {fmt_ms(duration_ms)}: {FAIL_WORDS.get(end.reason, end.reason)}{detail}"
+            return "; ".join([head, *context])
+        if isinstance(end, RequestCompleted):
+            parts = context or ["no wait, warm instance"]
+            if self.ttft_ms is not None:
+                parts.append(f"first token at {fmt_ms(self.ttft_ms)}")
+            tps = tokens_per_s(end, self.ttft_ms)
+            if end.completion_tokens is not None:
+                parts.append(f"{_plural(end.completion_tokens, 'token')} out"
+                             + (f" at {tps:.0f} tok/s" if tps is not None else ""))
+            return f"completed {end.status} in {fmt_ms(end.duration_ms)}: " + "; ".join(parts)
+        last = self.records[-1]
+        return (f"no outcome recorded: last {last.type} ({self.text(last)}); still running, or its end was lost "
+                "when the daemon stopped")
+
+
+def _received(s: _Story, ev: RequestReceived) -> str:
+    extra = [p for p in (
+        "streaming" if ev.stream else None,
+        f"{ev.body_bytes} B body" if ev.body_bytes else None,
+        f"max_tokens {ev.max_tokens}" if ev.max_tokens is not None else None,
+        f"priority {ev.priority}" if ev.priority else None,
+        f"from {ev.client}" if ev.client else None,
+    ) if p]
+    return f"received {ev.route} ({ev.dialect}) for {ev.model}" + (f": {', '.join(extra)}" if extra else "")
+
+
+def _queued(s: _Story, ev: RequestQueued) -> str:
+    return (f"queued at position {ev.position} behind {ev.position - 1} ({ev.busy} of {ev.slots} slots busy, "
+            f"{ev.depth} waiting)")
+
+
+def _admitted(s: _Story, ev: RequestAdmitted) -> str:
+    when = f"after {fmt_ms(ev.waited_ms)}" if ev.waited_ms > 0 else "at once"
+    return f"admitted {when} ({ev.busy} of {ev.slots} slots busy now)"
+
+
+def _rejected(s: _Story, ev: RequestRejected) -> str:
+    text = f"rejected {ev.status}: {REJECT_WORDS.get(ev.reason, ev.reason)}" + (f": {ev.detail}" if ev.detail else "")
+    if ev.retry_after_s is not None:
+        text += f"; retry after {ev.retry_after_s:g} s"
+    if ev.observations:
+        text += " [" + ", ".join(f"{k}={v}" for k, v in sorted(ev.observations.items())) + "]"
+    return text
+
+
+def _routed(s: _Story, ev: RequestRouted) -> str:
+    if not ev.cold:
+        return f"routed to warm instance {ev.instance_id} of {ev.model} (port {ev.port})"
+    victims = s.evicted()
+    return (f"cold load of {ev.model} on instance {ev.instance_id}: {fmt_ms(ev.load_ms)}"
+            + (f", evicted {', '.join(victims)}" if victims else ""))
+
+
+def _first(s: _Story, ev: RequestFirstToken) -> str:
+    when = fmt_ms(ev.ttft_ms)
+    return f"first token at {when}" if s.streamed else f"whole answer ready at {when} (not streamed)"
+
+
+def _completed(s: _Story, ev: RequestCompleted) -> str:
+    tps = tokens_per_s(ev, s.ttft_ms)
+    parts = [f"{ev.prompt_tokens if ev.prompt_tokens is not None else '?'} in / "
+             f"{ev.completion_tokens if ev.completion_tokens is not None else '?'} out"]
+    if tps is not None:
+        parts.append(f"{tps:.0f} tok/s")
+    if ev.cached_tokens:
+        parts.append(f"{ev.cached_tokens} prompt tokens cached")
+    if ev.finish_reason:
+        parts.append(f"finish: {ev.finish_reason}")
+    return f"completed {ev.status} in {fmt_ms(ev.duration_ms)}: " + ", ".join(parts)
+
+
+def _failed(s: _Story, ev: RequestFailed) -> str:
+    return (f"failed {ev.status}: {FAIL_WORDS.get(ev.reason, ev.reason)}" + (f": {ev.detail}" if ev.detail else "")
+            + (f" after {fmt_ms(ev.duration_ms)}" if ev.duration_ms else ""))
+
+
+def _started(s: _Story, ev: InstanceStarted) -> str:
+    shape = f"{_plural(ev.slots, 'slot')} of {ev.ctx_tokens} ctx"
+    return (f"instance {ev.instance_id} of {ev.model} spawned (pid {ev.pid}, port {ev.port}, {shape}, "
+            f"planned {fmt_bytes(ev.planned_bytes)})")
+
+
+def _ready(s: _Story, ev: InstanceReady) -> str:
+    return f"instance {ev.instance_id} of {ev.model} ready after {fmt_ms(ev.load_ms)}"
+
+
+def _eviction(s: _Story, ev: InstanceEvicted) -> str:
+    parts = [f"reason {ev.reason.replace('_', ' ')}"]
+    if ev.idle_s:
+        parts.append(f"idle {fmt_ms(ev.idle_s * 1000)}")
+    if ev.for_model:
+        parts.append(f"for {ev.for_model}")
+    if ev.bytes_freed:
+        parts.append(f"frees {fmt_bytes(ev.bytes_freed)}")
+    return f"evicted {ev.model} instance {ev.instance_id}: " + ", ".join(parts)
+
+
+def _exited(s: _Story, ev: InstanceExited) -> str:
+    code = f" (exit code {ev.exit_code})" if ev.exit_code is not None else ""
+    detail = f": {ev.detail}" if ev.detail else ""
+    return f"instance {ev.instance_id} of {ev.model} exited: {ev.reason}{code}{detail}"
+
+
+_TEXT: dict[type, Callable[[_Story, Any], str]] = {
+    RequestReceived: _received, RequestQueued: _queued, RequestAdmitted: _admitted, RequestRejected: _rejected,
+    RequestRouted: _routed, RequestFirstToken: _first, RequestCompleted: _completed, RequestFailed: _failed,
+    InstanceStarted: _started, InstanceReady: _ready, InstanceEvicted: _eviction, InstanceExited: _exited,
+}
+
+
+def _belongs(rec: Recorded, routed: RequestRouted | None, start: float, end: float) -> bool:
+    """A request event always; an instance event inside the request's time (a warm instance's start an hour ago is
+    not part of this story), except the start of the instance a cold request waited for, which may predate it."""
+    if rec.type.startswith("request."):
+        return True
+    iid = getattr(rec.event, "instance_id", None)
+    if routed is not None and routed.cold and iid == routed.instance_id and rec.type != InstanceExited.TYPE:
+        return rec.ts <= end + GRACE_S
+    return start <= rec.ts <= end + GRACE_S
+
+
+def explain(records: Iterable[Recorded]) -> Explanation:
+    """The story of one trace from its request events plus, where given, the events of the instance it was routed
+    to and of the instances evicted for it. Records may come in any order; duplicates (by seq) count once."""
+    recs = sorted({r.seq: r for r in records}.values(), key=lambda r: r.seq)
+    requests = [r for r in recs if r.type.startswith("request.")] or recs
+    if not requests:
+        raise ValueError("explain() needs at least one record")
+    first = next((r for r in requests if isinstance(r.event, RequestReceived)), requests[0])
+    start, end = first.ts, requests[-1].ts
+    probe = _Story(requests)
+    kept = [r for r in recs if _belongs(r, probe.routed, start, end)]
+    story = _Story(kept)
+    end_ev = story.end
+    trace_id = getattr(first.event, "trace_id", None) or first.trace_id or ""
+    duration: float | None = None
+    if isinstance(end_ev, RequestCompleted | RequestFailed) and end_ev.duration_ms:
+        duration = end_ev.duration_ms
+    elif end_ev is not None:
+        duration = (end - start) * 1000.0
+    outcome = {RequestCompleted: "completed", RequestFailed: "failed", RequestRejected: "rejected"}.get(
+        type(end_ev), "in_progress")
+    steps = [Step(round((r.ts - start) * 1000.0, 3), r.seq, r.type, story.text(r), r.event.model_dump(mode="json"))
+             for r in kept]
+    done = end_ev if isinstance(end_ev, RequestCompleted) else None
+    model = next((getattr(r.event, "model", None) for r in reversed(requests) if getattr(r.event, "model", None)),
+                 None)
+    figures: dict[str, float | None] = {
+        "queue_wait_ms": story.admitted.waited_ms if story.admitted is not None else None,
+        "load_ms": story.routed.load_ms if story.routed is not None and story.routed.cold else None,
+        "ttft_ms": story.ttft_ms,
+        "duration_ms": duration,
+        "tokens_in": done.prompt_tokens if done is not None else None,
+        "tokens_out": done.completion_tokens if done is not None else None,
+        "tokens_per_s": tokens_per_s(done, story.ttft_ms) if done is not None else None,
+    }
+    return Explanation(
+        trace_id=trace_id, outcome=outcome, status=end_ev.status if end_ev is not None else None, model=model,
+        dialect=story.received.dialect if story.received else None,
+        route=story.received.route if story.received else None, received_ts=start,
+        verdict=story.verdict(duration), steps=steps, figures=figures,
+    )
+
+
+# -- reading the log -----------------------------------------------------------------------------------------------
+
+async def resolve_trace(log: EventLog, text: str) -> str:
+    """The trace id `text` names: itself when the log has it, else the one trace id it is a unique prefix of."""
+    async for _ in log.read(trace_id=text, limit=1):
+        return text
+    if len(text) < MIN_PREFIX:
+        raise TraceNotFound(f"no trace {text!r} in the log (a prefix must be at least {MIN_PREFIX} characters)")
+    # A range over the trace index: every id starting with `text` sorts between it and it + the largest code point.
+    sql = ("SELECT DISTINCT trace_id FROM events WHERE trace_id >= ? AND trace_id < ? ORDER BY trace_id LIMIT 2")
+    async with log.reader() as conn:
+        found = [row[0] for row in (await conn.exec_driver_sql(sql, (text, text + "\U0010ffff"))).all()]
+    if not found:
+        raise TraceNotFound(f"no trace {text!r} in the log")
+    if len(found) > 1:
+        raise TraceNotFound(f"{text!r} is the start of more than one trace id ({found[0]}, {found[1]}, ...): "
+                            "give more of it")
+    return found[0]
+
+
+_INSTANCE_ID = re.compile(r"\(([^,()]+),")
+
+
+async def load_trace(log: EventLog, trace_id: str) -> list[Recorded]:
+    """The trace's records, the events of the instance each `request.routed` names, and the evictions made for it."""
+    records = [r async for r in log.read(trace_id=trace_id)]
+    routed = [r for r in records if isinstance(r.event, RequestRouted)]
+    for rec in routed:
+        ev = rec.event
+        assert isinstance(ev, RequestRouted)
+        records += [r async for r in log.read(stream=f"instance:{ev.instance_id}", types=_INSTANCE_TYPES)]
+        # Victims are named "model (instance_id, reason)" in the routed event; their eviction events hold the why.
+        for entry in ev.evicted:
+            m = _INSTANCE_ID.search(entry)
+            if m is not None:
+                records += [r async for r in log.read(stream=f"instance:{m.group(1).strip()}",
+                                                      types=[InstanceEvicted.TYPE])]
+    return sorted({r.seq: r for r in records}.values(), key=lambda r: r.seq)

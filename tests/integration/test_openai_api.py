@@ -1,0 +1,263 @@
+"""The OpenAI dialect end to end: the official `openai` SDK against `blazar serve` with the real llama-server and the
+real Gemma 3 270M. The packaged model is a base model with no chat template, so these tests assert the protocol
+(shapes, usage, status codes, headers), never the words."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import openai
+import pytest
+
+from tests.integration.test_daemon import free_port, healthy, wait_for
+from tests.support.blazar_home import read_events
+
+MODEL = "gemma"
+SLOTS = 2
+QUEUE_DEPTH = 2
+CTX = 1024
+
+
+class Daemon:
+    def __init__(self, home: Path, port: int, proc: subprocess.Popen) -> None:
+        self.home, self.port, self.proc = home, port, proc
+        self.base = f"http://127.0.0.1:{port}"
+
+    def client(self, **kw) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.base}/v1", api_key="unused", max_retries=0, timeout=120, **kw)
+
+    def aclient(self) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(base_url=f"{self.base}/v1", api_key="unused", max_retries=0, timeout=120)
+
+    def events(self, *types: str) -> list[dict]:
+        return read_events(self.home, *types)
+
+    def trace(self, trace_id: str) -> list[str]:
+        return [e["type"] for e in self.events() if e["trace_id"] == trace_id]
+
+    def wait_trace(self, trace_id: str, last: str, timeout: float = 20) -> list[str]:
+        """Request events are group-committed: wait until the trace's last event is in the log."""
+        return wait_for(lambda: (t := self.trace(trace_id)) and t[-1] == last and t, f"{last} of {trace_id}",
+                        timeout=timeout)
+
+
+def _cli(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "BLAZAR_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "blazar.cli.main", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, check=True)
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_path: Path) -> Iterator[Daemon]:
+    home = tmp_path_factory.mktemp("openai-home")
+    _cli(home, "engine", "install", "--path", str(engine_binary))
+    _cli(home, "import", str(gemma_path), "--name", MODEL)
+    for key, value in (("ctx", CTX), ("slots", SLOTS), ("queue_depth", QUEUE_DEPTH), ("queue_timeout_s", 60)):
+        _cli(home, "config", "set", key, str(value))
+    port = free_port()
+    env = {**os.environ, "BLAZAR_HOME": str(home)}
+    proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: healthy(port), "/health", proc=proc)
+        yield Daemon(home, port, proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        if proc.stderr:
+            proc.stderr.close()
+
+
+def test_models_lists_the_store(daemon: Daemon) -> None:
+    ids = [m.id for m in daemon.client().models.list()]
+    assert ids == [MODEL]
+    assert daemon.client().models.retrieve(MODEL).id == MODEL
+
+
+def test_chat_completion_loads_on_demand_and_reports_usage(daemon: Daemon) -> None:
+    raw = daemon.client().chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": "Say hello"}], max_tokens=8)
+    trace = raw.headers["x-blazar-trace-id"]
+    chat = raw.parse()
+    assert chat.object == "chat.completion" and chat.choices[0].message.role == "assistant"
+    assert chat.usage is not None and chat.usage.prompt_tokens > 0 and 0 < chat.usage.completion_tokens <= 8
+    types = daemon.wait_trace(trace, "request.completed")
+    assert types == ["request.received", "request.routed", "request.admitted", "request.first_token",
+                     "request.completed"]
+    done = next(e for e in daemon.events("request.completed") if e["trace_id"] == trace)["data"]
+    assert done["completion_tokens"] == chat.usage.completion_tokens and done["prompt_tokens"] > 0
+
+
+def test_chat_stream_passes_the_engine_chunks_and_usage_only_when_asked(daemon: Daemon) -> None:
+    client = daemon.client()
+    chunks = list(client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Count"}],
+                                                 max_tokens=6, stream=True))
+    assert chunks and all(c.object == "chat.completion.chunk" for c in chunks)
+    assert chunks[-1].choices and chunks[-1].choices[0].finish_reason in ("length", "stop")
+    assert all(c.usage is None for c in chunks)  # the client did not ask
+    with_usage = list(client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Count"}], max_tokens=6, stream=True,
+        stream_options={"include_usage": True}))
+    assert with_usage[-1].usage is not None and with_usage[-1].usage.completion_tokens > 0
+
+
+def test_completions_stream_and_not(daemon: Daemon) -> None:
+    client = daemon.client()
+    done = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=5)
+    assert done.choices[0].text and done.usage is not None and done.usage.completion_tokens > 0
+    parts = list(client.completions.create(model=MODEL, prompt="One, two,", max_tokens=5, stream=True))
+    assert "".join(p.choices[0].text for p in parts if p.choices)
+
+
+def test_embeddings(daemon: Daemon) -> None:
+    emb = daemon.client().embeddings.create(model=MODEL, input=["hello world", "good night"])
+    assert len(emb.data) == 2 and len(emb.data[0].embedding) == 640
+    assert emb.data[0].embedding != emb.data[1].embedding
+    # The instance that serves embeddings still chats.
+    chat = daemon.client().chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                                   max_tokens=2)
+    assert chat.choices
+
+
+def test_responses_stateless_stream_and_not(daemon: Daemon) -> None:
+    client = daemon.client()
+    r = client.responses.create(model=MODEL, input="Say hi", max_output_tokens=5)
+    assert r.status == "completed" and r.output and r.usage is not None and r.usage.output_tokens > 0
+    events = list(client.responses.create(model=MODEL, input="Say hi", max_output_tokens=5, stream=True))
+    kinds = [e.type for e in events]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+
+
+def test_unknown_model_is_404_in_openai_shape(daemon: Daemon) -> None:
+    with pytest.raises(openai.NotFoundError) as e:
+        daemon.client().chat.completions.create(model="nosuch", messages=[{"role": "user", "content": "x"}])
+    assert e.value.status_code == 404
+    assert e.value.body["code"] == "model_not_found" and "nosuch" in e.value.body["message"]
+    trace = e.value.response.headers["x-blazar-trace-id"]
+    assert daemon.wait_trace(trace, "request.rejected") == ["request.received", "request.rejected"]
+
+
+def test_bad_json_wrong_types_and_oversized_bodies_are_4xx(daemon: Daemon) -> None:
+    url = f"{daemon.base}/v1/chat/completions"
+    r = httpx2.post(url, content=b"{not json", headers={"content-type": "application/json"}, trust_env=False)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+    r = httpx2.post(url, json={"model": MODEL, "messages": "hi"}, trust_env=False)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+    r = httpx2.post(url, json={"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": -1},
+                    trust_env=False)
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+    r = httpx2.post(url, content=b"x" * (33 << 20), headers={"content-type": "application/json"}, trust_env=False,
+                    timeout=60)
+    assert r.status_code == 413 and "x-blazar-trace-id" in r.headers
+
+
+def test_context_overflow_is_400_with_the_numbers_never_truncation(daemon: Daemon) -> None:
+    with pytest.raises(openai.BadRequestError) as e:
+        daemon.client().chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "word " * 900}], max_tokens=400)
+    body = e.value.body
+    assert body["code"] == "context_length_exceeded"
+    assert "400 max_tokens" in body["message"] and f"context is {CTX} tokens" in body["message"]
+
+
+def test_a_client_supplied_trace_id_is_kept(daemon: Daemon) -> None:
+    mine = "0123456789abcdef0123456789abcdef"
+    raw = daemon.client().chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=1,
+        extra_headers={"x-blazar-trace-id": mine})
+    assert raw.headers["x-blazar-trace-id"] == mine
+    daemon.wait_trace(mine, "request.completed")
+
+
+async def _flood(daemon: Daemon, n: int) -> list:
+    client = daemon.aclient()
+
+    async def one() -> object:
+        try:
+            stream = await client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "Tell a story"}], max_tokens=24, stream=True,
+                extra_body={"ignore_eos": True})
+            return [c async for c in stream]
+        except openai.APIError as e:
+            return e
+
+    try:
+        return await asyncio.wait_for(asyncio.gather(*(one() for _ in range(n))), 300)
+    finally:
+        await client.close()
+
+
+def test_a_flood_gets_429_with_retry_after_while_the_others_complete(daemon: Daemon) -> None:
+    n = SLOTS + QUEUE_DEPTH + 4
+    results = asyncio.run(_flood(daemon, n))
+    refused = [r for r in results if isinstance(r, openai.APIStatusError)]
+    served = [r for r in results if isinstance(r, list)]
+    assert refused and served and len(refused) + len(served) == n, [r for r in results if not isinstance(r, list)]
+    assert len(served) >= SLOTS + QUEUE_DEPTH, [(r.status_code, r.body) for r in refused]
+    for r in refused:
+        assert r.status_code == 429 and r.body["code"] == "queue_full"
+        assert int(r.response.headers["retry-after"]) >= 1
+    for chunks in served:
+        assert chunks[-1].choices[0].finish_reason == "length"
+    queued = daemon.events("request.queued")
+    assert queued, "some requests waited for a slot"
+    snap = httpx2.get(f"{daemon.base}/api/blazar/queue", trust_env=False).json()["queues"][MODEL]
+    assert snap["busy"] == 0 and snap["queued"] == 0
+
+
+def test_a_client_disconnect_cancels_the_engine_request_and_frees_the_slot(daemon: Daemon) -> None:
+    mine = "disconnect-" + os.urandom(8).hex()
+    with httpx2.stream("POST", f"{daemon.base}/v1/chat/completions", trust_env=False, timeout=60,
+                       headers={"x-blazar-trace-id": mine},
+                       json={"model": MODEL, "messages": [{"role": "user", "content": "Go on"}], "max_tokens": 400,
+                             "stream": True, "ignore_eos": True}) as r:
+        assert r.status_code == 200
+        next(r.iter_raw())  # the first token arrived; now hang up
+    daemon.wait_trace(mine, "request.failed")
+    failed = next(e for e in daemon.events("request.failed") if e["trace_id"] == mine)["data"]
+    assert failed["reason"] == "client_disconnected"
+    wait_for(lambda: httpx2.get(f"{daemon.base}/api/blazar/queue", trust_env=False).json()["queues"][MODEL]["busy"]
+             == 0, "the slot to be free")
+    # The engine stopped generating: a new request gets a slot and is served at once.
+    t0 = time.monotonic()
+    daemon.client().completions.create(model=MODEL, prompt="x", max_tokens=1)
+    assert time.monotonic() - t0 < 30
+
+
+def test_ready_proves_generation_and_metrics_count_requests(daemon: Daemon) -> None:
+    r = httpx2.get(f"{daemon.base}/ready", trust_env=False, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["checks"]["generate"]["ok"] is True
+    daemon.client().completions.create(model=MODEL, prompt="x", max_tokens=1)
+    text = wait_for(lambda: (t := httpx2.get(f"{daemon.base}/metrics", trust_env=False).text)
+                    and 'blazar_requests_total{' in t and t, "request metrics")
+    assert "# TYPE blazar_requests_total counter" in text and f'model="{MODEL}"' in text
+    assert "blazar_ttft_seconds_bucket" in text
+
+
+def test_why_explains_a_completed_and_a_rejected_request(daemon: Daemon) -> None:
+    raw = daemon.client().completions.with_raw_response.create(model=MODEL, prompt="x", max_tokens=2)
+    ok = raw.headers["x-blazar-trace-id"]
+    daemon.wait_trace(ok, "request.completed")
+    out = _cli(daemon.home, "why", ok, "--json", timeout=60).stdout
+    data = json.loads(out)
+    assert data["trace_id"] == ok and "completed" in data["verdict"].lower()
+    with pytest.raises(openai.NotFoundError) as e:
+        daemon.client().completions.create(model="nosuch", prompt="x")
+    bad = e.value.response.headers["x-blazar-trace-id"]
+    daemon.wait_trace(bad, "request.rejected")
+    last = _cli(daemon.home, "why", timeout=60).stdout
+    assert bad in last and "nosuch" in last

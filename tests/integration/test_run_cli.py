@@ -1,0 +1,184 @@
+"""`blazar run` end to end: the real CLI, the real daemon it starts, and bench/fake_engine.py installed as the engine
+(fast and deterministic: its reply is the first max_tokens words of a fixed sentence)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.util
+import json
+import os
+import pty
+import select
+import signal
+import socket
+import subprocess
+import sys
+import termios
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from blazar.adapters.engines.tiny_model import write_tiny_model
+from blazar.errors import ModelNotFound
+
+WAIT_S = 30.0
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _fake_engine() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("fake_engine", REPO / "bench" / "fake_engine.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+fake_engine = _fake_engine()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def stop_daemon(home: Path) -> None:
+    """SIGTERM to the daemon named in run/daemon.json (it stops its engines), and wait until it is gone."""
+    info = home / "run" / "daemon.json"
+    if not info.exists():
+        return
+    pid = json.loads(info.read_text())["pid"]
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def fake_home(cli, home: Path, tmp_path: Path) -> Iterator[Path]:
+    """A home with the fake engine active, the tiny model imported as `tiny`, and its own port; the daemon that a
+    test starts is stopped at the end."""
+    binary = fake_engine.write_executable(tmp_path / "fake" / "llama-server")
+    cli("engine", "install", "--path", str(binary), timeout=120)
+    cli("import", str(write_tiny_model(tmp_path / "tiny.gguf")), "--name", "tiny")
+    cli("config", "set", "port", str(free_port()))
+    try:
+        yield home
+    finally:
+        stop_daemon(home)
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())  # rich wraps stderr at the terminal's width
+
+
+def test_run_with_a_prompt_starts_the_daemon_and_prints_the_reply(cli, fake_home: Path) -> None:
+    res = cli("run", "tiny", "hi", "--max-tokens", "5", "--verbose", timeout=WAIT_S + 30)
+    assert res.stdout == fake_engine.answer_text(5) + "\n"
+    assert "starting one in the background" in _flat(res.stderr)
+    assert "ttft" in res.stderr and "5 tokens" in res.stderr
+    # The next one finds the daemon; the engine's default length applies without --max-tokens.
+    res = cli("run", "tiny", "again")
+    assert res.stdout == fake_engine.answer_text(fake_engine.DEFAULT_CHUNKS) + "\n"
+    assert "starting" not in res.stderr
+
+
+def test_run_reads_the_prompt_from_piped_stdin(cli, fake_home: Path) -> None:
+    res = cli("run", "tiny", "--max-tokens", "3", input="a question from a pipe\n", timeout=WAIT_S + 30)
+    assert res.stdout == fake_engine.answer_text(3) + "\n"
+    res = cli("run", "tiny", input="  \n", check=False)
+    assert res.code == 2 and "stdin was empty" in _flat(res.stderr)
+
+
+def test_run_json_prints_the_whole_answer(cli, fake_home: Path) -> None:
+    answer = cli("run", "tiny", "hi", "--max-tokens", "2", "--json", timeout=WAIT_S + 30).json()
+    assert answer["object"] == "chat.completion"
+    assert answer["choices"][0]["message"]["content"] == fake_engine.answer_text(2)
+    assert answer["usage"]["completion_tokens"] == 2
+
+
+def test_run_an_unknown_model_exits_2_with_the_daemons_message(cli, fake_home: Path) -> None:
+    res = cli("run", "nosuch", "hi", check=False, timeout=WAIT_S + 30)
+    assert res.code == ModelNotFound.exit_code == 2
+    assert "no model named 'nosuch'" in _flat(res.stderr)
+    assert res.stdout == ""
+
+
+def _controlling_terminal() -> None:
+    """In the child: a session of its own whose controlling terminal is the pty on stdin, so Ctrl-C typed there
+    reaches it as SIGINT, as in a shell."""
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+class _Pty:
+    """`blazar run` on a pseudo-terminal, so it chats interactively."""
+
+    def __init__(self, cli, *args: str) -> None:
+        self.master, slave = pty.openpty()
+        self.proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "run", *args], env=cli.env,
+                                     stdin=slave, stdout=slave, stderr=slave, preexec_fn=_controlling_terminal)
+        os.close(slave)
+        self.seen = b""
+
+    def expect(self, needle: bytes, timeout: float = WAIT_S) -> bytes:
+        deadline = time.monotonic() + timeout
+        while needle not in self.seen:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"timed out waiting for {needle!r}; the terminal shows:\n{self.seen.decode()}")
+            ready, _, _ = select.select([self.master], [], [], left)
+            if ready:
+                try:
+                    self.seen += os.read(self.master, 4096)
+                except OSError:  # the child closed the terminal
+                    raise AssertionError(f"exited while waiting for {needle!r}:\n{self.seen.decode()}") from None
+        before, _, self.seen = self.seen.partition(needle)
+        return before
+
+    def send(self, data: bytes) -> None:
+        os.write(self.master, data)
+
+    def close(self) -> int:
+        try:
+            return self.proc.wait(timeout=WAIT_S)
+        finally:
+            os.close(self.master)
+
+
+def test_interactive_chat_keeps_the_conversation_and_ctrl_c_stops_only_the_reply(cli, fake_home: Path) -> None:
+    # A slow engine (10 ms a token), so that Ctrl-C comes while a reply streams.
+    cli.env["FAKE_ENGINE_DELAY_MS"] = "10"
+    n = 100
+    term = _Pty(cli, "tiny", "--max-tokens", str(n), "--verbose")
+    try:
+        term.expect(b">>> ", timeout=WAIT_S + 30)
+        term.send(b"hello\r")
+        first = term.expect(b">>> ").decode()
+        assert fake_engine.answer_text(n) in first
+        term.send(b"again\r")
+        term.expect(b"The quick brown")
+        term.send(b"\x03")  # Ctrl-C, as a terminal delivers it: SIGINT to the foreground process
+        term.expect(b"(stopped)")
+        term.expect(b">>> ")
+        term.send(b"more\r")
+        third = term.expect(b">>> ").decode()
+        term.send(b"/bye\r")
+        assert term.close() == 0
+    finally:
+        if term.proc.poll() is None:
+            term.proc.kill()
+    # The fake engine counts a prompt's words: the third request carried the whole conversation, the first reply
+    # and the stopped one included.
+    prompt_1, prompt_3 = (int(_flat(t).split("prompt ")[1].split()[0]) for t in (first, third))
+    assert prompt_3 >= prompt_1 + len(fake_engine.answer_text(n).split()) + 2

@@ -1,0 +1,180 @@
+"""`explain`: one trace's records (and the instance events it points at) told as a timeline with a verdict."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from blazar.events import Event, Recorded
+from blazar.events.instances import InstanceEvicted, InstanceExited, InstanceReady, InstanceStarted
+from blazar.events.requests import (
+    RequestAdmitted,
+    RequestCompleted,
+    RequestFailed,
+    RequestFirstToken,
+    RequestQueued,
+    RequestReceived,
+    RequestRejected,
+    RequestRouted,
+)
+from blazar.queries.why import explain, fmt_ms
+
+T = "0123456789abcdef0123456789abcdef"
+T0 = 1_700_000_000.0
+MiB = 1 << 20
+
+
+class Log:
+    """Records with increasing seq at chosen offsets (seconds) from T0."""
+
+    def __init__(self) -> None:
+        self.records: list[Recorded] = []
+
+    def at(self, offset_s: float, event: Event) -> Log:
+        self.records.append(Recorded(len(self.records) + 1, T0 + offset_s, event.TYPE, event.V, event.stream_key(),
+                                     getattr(event, "trace_id", None), "daemon:test", None, event))
+        return self
+
+
+def received(trace: str = T) -> RequestReceived:
+    return RequestReceived(trace_id=trace, dialect="openai", route="/v1/chat/completions", model="gemma",
+                           stream=True, body_bytes=1200, max_tokens=64)
+
+
+def started(iid: str, model: str) -> InstanceStarted:
+    return InstanceStarted(instance_id=iid, model=model, engine_tag="b1", pid=77, port=40002, argv=["llama-server"],
+                           log_path=f"instances/{iid}.log", ctx_tokens=4096, engine_ctx=16384, slots=4,
+                           planned_bytes=600 * MiB, estimate_bytes=580 * MiB)
+
+
+def texts(records: list[Recorded]) -> list[tuple[float, str, str]]:
+    return [(s.offset_ms, s.type, s.text) for s in explain(records).steps]
+
+
+def test_a_warm_completed_request() -> None:
+    log = (Log()
+           .at(-3600, started("i1", "gemma"))  # an hour before: not part of this story
+           .at(-3599, InstanceReady(instance_id="i1", model="gemma", load_ms=900))
+           .at(0.0, received())
+           .at(0.001, RequestAdmitted(trace_id=T, model="gemma", instance_id="i1", slots=4, busy=1))
+           .at(0.002, RequestRouted(trace_id=T, model="gemma", instance_id="i1", port=40002, cold=False))
+           .at(0.18, RequestFirstToken(trace_id=T, model="gemma", ttft_ms=180.0))
+           .at(1.206, RequestCompleted(trace_id=T, model="gemma", instance_id="i1", duration_ms=1206.0,
+                                       prompt_tokens=12, completion_tokens=40, finish_reason="stop")))
+    ex = explain(log.records)
+    assert (ex.trace_id, ex.outcome, ex.status, ex.model, ex.dialect) == (T, "completed", 200, "gemma", "openai")
+    assert ex.received_ts == T0
+    assert [s.type for s in ex.steps] == ["request.received", "request.admitted", "request.routed",
+                                          "request.first_token", "request.completed"]
+    assert texts(log.records) == [
+        (0.0, "request.received", "received /v1/chat/completions (openai) for gemma: streaming, 1200 B body, "
+                                  "max_tokens 64"),
+        (1.0, "request.admitted", "admitted at once (1 of 4 slots busy now)"),
+        (2.0, "request.routed", "routed to warm instance i1 of gemma (port 40002)"),
+        (180.0, "request.first_token", "first token at 180 ms"),
+        (1206.0, "request.completed", "completed 200 in 1.2 s: 12 in / 40 out, 38 tok/s, finish: stop"),
+    ]
+    assert ex.verdict == "completed 200 in 1.2 s: no wait, warm instance; first token at 180 ms; 40 tokens out at " \
+                         "38 tok/s"
+    assert ex.figures == {"queue_wait_ms": 0.0, "load_ms": None, "ttft_ms": 180.0, "duration_ms": 1206.0,
+                          "tokens_in": 12, "tokens_out": 40, "tokens_per_s": pytest.approx(39 / 1.026)}
+
+
+def test_a_queued_request_that_waited_for_a_cold_load_which_evicted_another_model() -> None:
+    log = (Log()
+           .at(0.0, received())
+           .at(0.002, RequestQueued(trace_id=T, model="gemma", position=3, depth=3, slots=4, busy=4))
+           .at(3.2, RequestAdmitted(trace_id=T, model="gemma", waited_ms=3200.0, slots=4, busy=4, queued_behind=2))
+           .at(3.21, InstanceEvicted(instance_id="q1", model="qwen", reason="memory", for_model="gemma", idle_s=40.0,
+                                     bytes_freed=512 * MiB))
+           .at(3.3, started("g2", "gemma"))
+           .at(5.3, InstanceReady(instance_id="g2", model="gemma", load_ms=2000))
+           .at(5.31, RequestRouted(trace_id=T, model="gemma", instance_id="g2", port=40002, cold=True, load_ms=2100,
+                                   evicted=["qwen (q1, memory)"]))
+           .at(5.5, RequestFirstToken(trace_id=T, model="gemma", ttft_ms=5500.0))
+           .at(6.5, RequestCompleted(trace_id=T, model="gemma", duration_ms=6500.0, prompt_tokens=12,
+                                     completion_tokens=41)))
+    ex = explain(reversed(log.records))  # any order; told in seq order
+    steps = {s.type: s for s in ex.steps}
+    assert steps["request.queued"].text == "queued at position 3 behind 2 (4 of 4 slots busy, 3 waiting)"
+    assert steps["request.admitted"].text == "admitted after 3.2 s (4 of 4 slots busy now)"
+    assert steps["request.admitted"].offset_ms == 3200.0
+    assert steps["instance.evicted"].text == ("evicted qwen instance q1: reason memory, idle 40 s, for gemma, "
+                                              "frees 512 MiB")
+    assert steps["instance.started"].text == ("instance g2 of gemma spawned (pid 77, port 40002, 4 slots of 4096 "
+                                              "ctx, planned 600 MiB)")
+    assert steps["instance.ready"].text == "instance g2 of gemma ready after 2.0 s"
+    assert steps["request.routed"].text == "cold load of gemma on instance g2: 2.1 s, evicted qwen (idle 40 s)"
+    assert ex.verdict == ("completed 200 in 6.5 s: waited 3.2 s behind 2 requests; cold load 2.1 s, evicted qwen "
+                          "(idle 40 s); first token at 5.5 s; 41 tokens out at 40 tok/s")
+    assert ex.figures["queue_wait_ms"] == 3200.0 and ex.figures["load_ms"] == 2100
+
+
+def test_a_whole_answer_is_ready_not_first_and_its_rate_is_the_engines() -> None:
+    log = (Log().at(0.0, RequestReceived(trace_id=T, dialect="ollama", route="/api/chat", model="gemma"))
+           .at(0.9, RequestFirstToken(trace_id=T, model="gemma", ttft_ms=900.0))
+           .at(0.9, RequestCompleted(trace_id=T, model="gemma", duration_ms=901.0, prompt_tokens=5,
+                                     completion_tokens=40, engine_timings={"predicted_per_second": 52.5})))
+    ex = explain(log.records)
+    assert ex.steps[1].text == "whole answer ready at 900 ms (not streamed)"
+    assert ex.verdict == "completed 200 in 901 ms: no wait, warm instance; 40 tokens out at 52 tok/s"
+    assert ex.figures["ttft_ms"] is None and ex.figures["tokens_per_s"] == 52.5
+
+
+def test_a_victim_without_its_eviction_event_is_named_as_the_routed_event_names_it() -> None:
+    log = (Log().at(0.0, received())
+           .at(2.0, RequestRouted(trace_id=T, model="gemma", instance_id="g2", port=40002, cold=True, load_ms=2000,
+                                  evicted=["qwen (q1, max_loaded_models)"])))
+    assert explain(log.records).steps[-1].text == ("cold load of gemma on instance g2: 2.0 s, evicted "
+                                                   "qwen (q1, max_loaded_models)")
+
+
+def test_a_rejected_request() -> None:
+    log = (Log().at(0.0, received())
+           .at(0.0004, RequestRejected(trace_id=T, model="gemma", status=429, reason="queue_full",
+                                       detail="64 waiting", retry_after_s=4.0,
+                                       observations={"depth": 64, "max_queue": 64})))
+    ex = explain(log.records)
+    assert (ex.outcome, ex.status) == ("rejected", 429)
+    assert ex.steps[-1].text == ("rejected 429: queue full: 64 waiting; retry after 4 s [depth=64, max_queue=64]")
+    assert ex.steps[-1].offset_ms == pytest.approx(0.4, abs=1e-3)
+    assert ex.verdict == "rejected 429: queue full (64 waiting), retry after 4 s"
+    assert ex.figures["duration_ms"] == pytest.approx(0.4, abs=1e-3)
+
+
+def test_a_request_that_failed_when_its_engine_crashed_shows_the_exit() -> None:
+    log = (Log().at(0.0, received())
+           .at(0.001, RequestAdmitted(trace_id=T, model="gemma", instance_id="i1", slots=4, busy=1))
+           .at(0.002, RequestRouted(trace_id=T, model="gemma", instance_id="i1", port=40002, cold=False))
+           .at(1.3, RequestFailed(trace_id=T, model="gemma", instance_id="i1", status=502, reason="engine_crashed",
+                                  detail="connection reset", duration_ms=1300.0))
+           .at(1.4, InstanceExited(instance_id="i1", model="gemma", reason="crashed", exit_code=-11))
+           .at(900.0, InstanceExited(instance_id="i9", model="gemma", reason="stopped")))  # long after: not shown
+    ex = explain(log.records)
+    assert ex.outcome == "failed" and ex.steps[-1].text == "instance i1 of gemma exited: crashed (exit code -11)"
+    assert ex.verdict == "failed 502 after 1.3 s: the engine crashed: connection reset"
+
+
+def test_a_request_with_no_outcome_says_so() -> None:
+    ex = explain(Log().at(0.0, received()).records)
+    assert ex.outcome == "in_progress" and ex.status is None
+    assert ex.verdict.startswith("no outcome recorded: last request.received")
+
+
+def test_the_json_form_carries_the_same_data() -> None:
+    log = Log().at(0.0, received()).at(0.5, RequestCompleted(trace_id=T, model="gemma", duration_ms=500.0))
+    data = orjson.loads(orjson.dumps(explain(log.records).to_json()))
+    assert data["trace_id"] == T and data["outcome"] == "completed" and data["verdict"].startswith("completed 200")
+    assert [s["type"] for s in data["steps"]] == ["request.received", "request.completed"]
+    assert data["steps"][1]["data"]["duration_ms"] == 500.0 and data["steps"][1]["offset_ms"] == 500.0
+
+
+def test_no_records_is_an_error() -> None:
+    with pytest.raises(ValueError):
+        explain([])
+
+
+@pytest.mark.parametrize(("ms", "text"), [(180.0, "180 ms"), (3200.0, "3.2 s"), (40_000.0, "40 s"),
+                                          (125_000.0, "2 min 5 s"), (120_000.0, "2 min"), (None, "?")])
+def test_durations_read_naturally(ms: float | None, text: str) -> None:
+    assert fmt_ms(ms) == text
