@@ -261,3 +261,27 @@ def test_why_explains_a_completed_and_a_rejected_request(daemon: Daemon) -> None
     daemon.wait_trace(bad, "request.rejected")
     last = _cli(daemon.home, "why", timeout=60).stdout
     assert bad in last and "nosuch" in last
+
+
+def test_why_explains_a_queued_request(daemon: Daemon) -> None:
+    queued = {e["trace_id"] for e in daemon.events("request.queued")}
+    completed = [e["trace_id"] for e in daemon.events("request.completed") if e["trace_id"] in queued]
+    assert completed, "the flood test left requests that queued and then completed"
+    data = json.loads(_cli(daemon.home, "why", completed[0], "--json", timeout=60).stdout)
+    assert "waited" in data["verdict"] and data["figures"]["queue_wait_ms"] > 0
+    assert any(s["type"] == "request.queued" for s in data["steps"])
+
+
+def test_sigterm_drains_a_stream_in_flight_then_stops(daemon: Daemon) -> None:
+    """Last in this module: it stops the daemon. A stream that started before SIGTERM runs to its end."""
+    got: list[bytes] = []
+    with httpx2.stream("POST", f"{daemon.base}/v1/chat/completions", trust_env=False, timeout=120,
+                       json={"model": MODEL, "messages": [{"role": "user", "content": "Go"}], "max_tokens": 40,
+                             "stream": True, "ignore_eos": True}) as r:
+        it = r.iter_raw()
+        got.append(next(it))
+        daemon.proc.send_signal(signal.SIGTERM)
+        got.extend(it)
+    body = b"".join(got)
+    assert body.rstrip().endswith(b"data: [DONE]") and b'"finish_reason":"length"' in body
+    assert daemon.proc.wait(timeout=60) == 0
