@@ -71,6 +71,7 @@ class Stream:
     latencies_us: list[float] = field(default_factory=list)  # stamped chunks: receipt minus the engine's write
     error: str | None = None
     retried: bool = False
+    opens_round: bool = False  # the first request of a worker in its round: it pays for the switch of lanes
 
     @property
     def ttft_ms(self) -> float | None:
@@ -144,6 +145,13 @@ class Round:
         return sum(s.tokens or 0 for s in self.streams)
 
     @property
+    def steady(self) -> list[Stream]:
+        """The streams TTFT is judged on: after the first of each worker when there are more (the first request
+        after the other lane ran finds the engine's caches cold, in both lanes alike)."""
+        rest = [s for s in self.streams if not s.opens_round]
+        return rest or self.streams
+
+    @property
     def events(self) -> int:
         return sum(s.events for s in self.streams)
 
@@ -153,7 +161,9 @@ async def run_round(client: httpx2.AsyncClient, url: str, payload: bytes, *, lan
     """`concurrency` workers, each sending `per_worker` requests one after another; wall time from the first send
     to the last byte."""
     async def worker() -> list[Stream]:
-        return [await stream_once(client, url, payload) for _ in range(per_worker)]
+        streams = [await stream_once(client, url, payload) for _ in range(per_worker)]
+        streams[0].opens_round = True
+        return streams
 
     cpu0 = cpu_seconds(cpu_pid) if cpu_pid else None
     t0 = time.perf_counter()
@@ -244,8 +254,10 @@ class Home:
 
 
 async def engine_phase(client: httpx2.AsyncClient, root: Path, server: Path, model: Path, *, rounds: int,
-                       max_tokens: int, concurrency: list[int], threads: int, say: Any) -> dict[str, Any]:
-    """(a) the gateway vs (b) llama-server started by hand with the argv the gateway's instance runs with."""
+                       max_tokens: int, concurrency: list[int], per_worker: int, threads: int,
+                       engine_cpus: set[int] | None, say: Any) -> dict[str, Any]:
+    """(a) the gateway vs (b) llama-server started by hand with the argv the gateway's instance runs with. With
+    `engine_cpus`, both engines run there and the gateway and this client on the other CPUs."""
     home = Home(root, "engine-home")
     say("engine lanes: installing the engine, importing the model, starting blazar serve")
     home.cli("engine", "install", "--path", str(server), timeout=300)
@@ -255,8 +267,12 @@ async def engine_phase(client: httpx2.AsyncClient, root: Path, server: Path, mod
     if threads:
         home.cli("config", "set", "engine_threads", str(threads))
     direct: asyncio.subprocess.Process | None = None
+    own_affinity = os.sched_getaffinity(0)
+    rest = own_affinity - engine_cpus if engine_cpus else None
     try:
-        home.serve()
+        if rest:
+            os.sched_setaffinity(0, rest)
+        home.serve(cpus=rest)
         row = home.load("gemma")
         argv = process.pid_cmdline(row["pid"])
         if not argv:
@@ -267,6 +283,9 @@ async def engine_phase(client: httpx2.AsyncClient, root: Path, server: Path, mod
         say(f"direct lane: {' '.join(direct_argv)}")
         direct = await process.spawn(direct_argv, log_path=root / "direct.log")
         await process.wait_healthy(direct, direct_port, timeout_s=LOAD_TIMEOUT_S)
+        if engine_cpus:
+            for pid in (row["pid"], direct.pid):
+                os.sched_setaffinity(pid, engine_cpus)
         lanes = {"gateway": f"{home.url}/v1/chat/completions",
                  "direct": f"http://127.0.0.1:{direct_port}/v1/chat/completions"}
         payload = chat_payload("gemma", max_tokens)
@@ -278,15 +297,19 @@ async def engine_phase(client: httpx2.AsyncClient, root: Path, server: Path, mod
             for r in range(rounds):
                 for lane in (("gateway", "direct") if r % 2 == 0 else ("direct", "gateway")):
                     rd = await run_round(client, lanes[lane], payload, lane=lane, concurrency=c,
+                                         per_worker=per_worker,
                                          cpu_pid=home.daemon.pid if lane == "gateway" and home.daemon else None)
                     results.append(rd)
                     say(f"  C={c} round {r + 1}/{rounds} {lane:8s} {rd.tokens / rd.wall_s:7.1f} t/s "
-                        f"ttft p50 {median([s.ttft_ms for s in rd.streams]):.1f} ms")
+                        f"ttft p50 {median([s.ttft_ms for s in rd.steady]):.1f} ms")
         version = home.cli("engine", "list", "--json")
         return {"argv": argv, "direct_argv": direct_argv, "engines": json.loads(version), "max_tokens": max_tokens,
+                "requests_per_worker": per_worker, "engine_cpus": sorted(engine_cpus) if engine_cpus else None,
+                "gateway_and_client_cpus": sorted(rest) if rest else None, "daemon_argv": home.argv,
                 "summary": summarize_engine(results, concurrency, max_tokens),
                 "rounds": [round_json(rd) for rd in results]}
     finally:
+        os.sched_setaffinity(0, own_affinity)
         if direct is not None:
             await process.stop_process(direct, grace_s=10)
         home.stop()
@@ -304,13 +327,14 @@ async def ceiling_phase(client: httpx2.AsyncClient, root: Path, *, rounds: int, 
     ncpu = len(os.sched_getaffinity(0))
     pinned = pin and ncpu >= 2
     own_affinity = os.sched_getaffinity(0)
-    gw_cpus, rest = ({0}, set(own_affinity) - {0}) if pinned else (None, None)
+    first = min(own_affinity)
+    gw_cpus, rest = ({first}, set(own_affinity) - {first}) if pinned else (None, None)
     try:
         home.serve(cpus=gw_cpus)
         row = home.load("fake")
         if pinned and rest:
-            # The engine inherited the daemon's CPU; it and this client get the others, so the gateway has CPU 0 alone
-            # (as far as this bench decides: other processes on the machine are not ours to move).
+            # The engine inherited the daemon's CPU; it and this client get the others, so the gateway has its CPU
+            # alone (as far as this bench decides: other processes on the machine are not ours to move).
             os.sched_setaffinity(row["pid"], rest)
             os.sched_setaffinity(0, rest)
         assert home.daemon is not None
@@ -366,7 +390,8 @@ def pct(xs: list[float | None], q: float) -> float:
 def round_json(rd: Round) -> dict[str, Any]:
     return {"lane": rd.lane, "c": rd.concurrency, "wall_s": rd.wall_s, "tokens": rd.tokens, "events": rd.events,
             "cpu_s": rd.cpu_s, "retried": sum(s.retried for s in rd.streams),
-            "ttft_ms": [s.ttft_ms for s in rd.streams], "decode_tps": [s.decode_tps for s in rd.streams]}
+            "ttft_ms": [s.ttft_ms for s in rd.streams], "opens_round": [s.opens_round for s in rd.streams],
+            "decode_tps": [s.decode_tps for s in rd.streams]}
 
 
 def summarize_engine(results: list[Round], concurrency: list[int], max_tokens: int) -> dict[str, Any]:
@@ -376,11 +401,12 @@ def summarize_engine(results: list[Round], concurrency: list[int], max_tokens: i
         for lane in ("gateway", "direct"):
             rds = [rd for rd in results if rd.lane == lane and rd.concurrency == c]
             streams = [s for rd in rds for s in rd.streams]
+            steady = [s for rd in rds for s in rd.steady]
             cell[lane] = {
                 "system_tps": median([rd.tokens / rd.wall_s for rd in rds]),
                 "decode_tps_p50": median([s.decode_tps for s in streams]),
-                "ttft_p50_ms": median([s.ttft_ms for s in streams]),
-                "ttft_p90_ms": pct([s.ttft_ms for s in streams], 90),
+                "ttft_p50_ms": median([s.ttft_ms for s in steady]),
+                "ttft_p90_ms": pct([s.ttft_ms for s in steady], 90),
                 "requests": len(streams),
                 "short_requests": sum(1 for s in streams if s.tokens != max_tokens),
                 "gateway_cpu_ms_per_token": (
@@ -407,11 +433,12 @@ def summarize_ceiling(results: list[Round], concurrency: list[int], latency: dic
         for lane in ("gateway", "direct"):
             rds = [rd for rd in results if rd.lane == lane and rd.concurrency == c]
             streams = [s for rd in rds for s in rd.streams]
+            steady = [s for rd in rds for s in rd.steady]
             events = sum(rd.events for rd in rds)
             cpu = sum(rd.cpu_s or 0 for rd in rds)
             cell[lane] = {"chunks_per_s": median([rd.events / rd.wall_s for rd in rds]),
-                          "ttft_p50_ms": median([s.ttft_ms for s in streams]),
-                          "ttft_p90_ms": pct([s.ttft_ms for s in streams], 90),
+                          "ttft_p50_ms": median([s.ttft_ms for s in steady]),
+                          "ttft_p90_ms": pct([s.ttft_ms for s in steady], 90),
                           "requests": len(streams)}
             if lane == "gateway":
                 cell[lane]["cpu_us_per_chunk"] = cpu / events * 1e6 if events else None
@@ -445,7 +472,7 @@ def verdicts(engine: dict[str, Any] | None, ceiling: dict[str, Any] | None) -> l
         best = max((k for k in ceiling["summary"] if k.startswith("c")),
                    key=lambda k: ceiling["summary"][k]["gateway"]["chunks_per_s"])
         rate = ceiling["summary"][best]["gateway"]["chunks_per_s"]
-        where = "on CPU 0 alone" if ceiling["pinned"] else "unpinned"
+        where = f"on CPU {ceiling['gateway_cpus'][0]} alone" if ceiling["pinned"] else "unpinned"
         out.append((f"forwarded chunks/s, gateway {where} (best: C={best[1:]})", f"{rate:,.0f}",
                     f">= {TARGET_CHUNKS_PER_S:,}", rate >= TARGET_CHUNKS_PER_S))
         c1 = ceiling["summary"].get("c1")
@@ -459,8 +486,11 @@ def verdicts(engine: dict[str, Any] | None, ceiling: dict[str, Any] | None) -> l
 def print_report(res: dict[str, Any]) -> None:
     engine, ceiling = res.get("engine"), res.get("ceiling")
     if engine is not None:
-        print(f"\nengine lanes: {res['model']}, max_tokens {engine['max_tokens']} (ignore_eos), "
-              f"{res['rounds']} interleaved rounds")
+        pins = (f"engines on CPU {engine['engine_cpus']}, gateway and client on CPU {engine['gateway_and_client_cpus']}"
+                if engine["engine_cpus"] else "nothing pinned")
+        print(f"\nengine lanes: {res['model']}, max_tokens {engine['max_tokens']} (ignore_eos), {res['rounds']} "
+              f"interleaved rounds of {engine['requests_per_worker']} requests per stream; {pins}")
+        print(f"engine argv: {' '.join(engine['argv'])}")
         print("| C | lane | system t/s | decode t/s p50 | TTFT p50 ms | TTFT p90 ms | gateway CPU ms/token |")
         print("|---|---|---:|---:|---:|---:|---:|")
         for key, cell in engine["summary"].items():
@@ -523,6 +553,7 @@ async def run(args: argparse.Namespace, server: Path | None, model: Path | None)
         print(msg, file=sys.stderr, flush=True)
 
     quick = args.quick
+    engine_cpus = {int(c) for c in args.engine_cpus.split(",")} if args.engine_cpus else None
     rounds = args.rounds or (2 if quick else 5)
     res: dict[str, Any] = {"machine": machine(), "rounds": rounds, "quick": quick,
                            "client": f"httpx2 {httpx2.__version__} AsyncClient (one pool, both lanes)",
@@ -534,7 +565,8 @@ async def run(args: argparse.Namespace, server: Path | None, model: Path | None)
             if server is not None and model is not None:
                 res["engine"] = await engine_phase(client, root, server, model, rounds=rounds,
                                                    max_tokens=args.max_tokens, concurrency=[1, 4],
-                                                   threads=args.engine_threads, say=say)
+                                                   per_worker=2 if quick else 3, threads=args.engine_threads,
+                                                   engine_cpus=engine_cpus, say=say)
             if args.only != "engine":
                 res["ceiling"] = await ceiling_phase(
                     client, root, rounds=rounds, concurrency=[1, 4, 8], chunks_per_round=5_120 if quick else 25_600,
@@ -561,6 +593,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a short run: 2 rounds, smaller ceiling rounds")
     parser.add_argument("--only", choices=("engine", "ceiling"), default=None,
                         help="run only the llama-server lanes, or only the fake-engine ceiling")
+    parser.add_argument("--engine-cpus", default=None,
+                        help="pin both lanes' llama-server to these CPUs (e.g. 1) and the gateway and client to the "
+                        "others (default: no pinning in the engine lanes)")
     parser.add_argument("--engine-threads", type=int, default=0,
                         help="the engine_threads setting, so -t N in both lanes (default 0: the engine's own)")
     parser.add_argument("--no-pin", action="store_true", help="do not pin the gateway to CPU 0 in the ceiling lanes")
