@@ -1,4 +1,4 @@
-"""Model store commands: `blazar import`, `pull`, `list`, `show`, `rm`."""
+"""Model store commands: `blazar import`, `pull`, `list`, `show`, `rm`, `alias`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rich.table import Table
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
 from blazar.fit import FitRequest
 from blazar.handlers.fit import fit_model
-from blazar.handlers.models import import_model, remove_model
+from blazar.handlers.models import alias_model, import_model, remove_model, unalias_model
 from blazar.handlers.pull import pull as pull_model
 from blazar.projections.catalog import find
 
@@ -164,3 +164,40 @@ def rm(model: Annotated[str, typer.Argument(help="A model name from `blazar list
     freed = "file deleted" if rec.event.file_deleted else "file kept (still linked elsewhere)"
     out.print(f"removed {rec.event.name}: {freed}", **_VERBATIM)
 
+
+
+def alias(
+    name: Annotated[str | None, typer.Argument(help="The alias (a model name: [a-z0-9._-], optional :tag).")] = None,
+    model: Annotated[str | None, typer.Argument(help="The model it names.")] = None,
+    remove: Annotated[bool, typer.Option("--remove", help="Remove the alias NAME.")] = False,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Give a model another name (for clients that ask for a fixed one), remove one, or list them."""
+
+    async def go() -> Any:
+        async with opened() as app:
+            if name is None:
+                return dict(app.runner.state("catalog").get("aliases", {}))
+            if remove:
+                return await unalias_model(app, name)
+            if model is None:
+                raise typer.BadParameter("give the model the alias names (or --remove)")
+            return await alias_model(app, name, model)
+
+    res = run(go())
+    if isinstance(res, dict):
+        if as_json:
+            print_json(res)
+        elif not res:
+            out.print("no aliases")
+        else:
+            for a, t in sorted(res.items()):
+                out.print(f"{a} -> {t}", **_VERBATIM)
+        return
+    ev = res.event
+    if as_json:
+        print_json(ev.model_dump(mode="json"))
+    elif remove:
+        out.print(f"removed alias {ev.alias} (of {ev.target})", **_VERBATIM)
+    else:
+        out.print(f"{ev.alias} -> {ev.target}", **_VERBATIM)

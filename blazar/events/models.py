@@ -103,6 +103,32 @@ class ModelRemoved(Event):
 
 
 @register
+class ModelAliased(Event):
+    """`alias` now names `target` (a model in the store): requests and commands may use either."""
+
+    TYPE = "model.aliased"
+    AUDIT = True
+
+    alias: str
+    target: str
+
+    def stream_key(self) -> str:
+        return f"model:{self.target}"
+
+
+@register
+class ModelAliasRemoved(Event):
+    TYPE = "model.alias_removed"
+    AUDIT = True
+
+    alias: str
+    target: str
+
+    def stream_key(self) -> str:
+        return f"model:{self.target}"
+
+
+@register
 class ModelPullStarted(Event):
     TYPE = "model.pull_started"
     AUDIT = True

@@ -21,7 +21,14 @@ from blazar.adapters.gguf_inspect import inspect_gguf, inspect_split
 from blazar.bootstrap import Blazar
 from blazar.errors import InvalidModelName, ModelExists, ModelFileError, ModelInUse, ModelNotFound
 from blazar.events.base import Recorded
-from blazar.events.models import ModelImported, ModelMetadata, ModelRemoved, ShardFile
+from blazar.events.models import (
+    ModelAliased,
+    ModelAliasRemoved,
+    ModelImported,
+    ModelMetadata,
+    ModelRemoved,
+    ShardFile,
+)
 from blazar.handlers.record import record
 from blazar.projections.catalog import find
 from blazar.projections.residency import for_model
@@ -193,4 +200,26 @@ async def remove_model(app: Blazar, name: str) -> Recorded:
     if len(files) > 1:
         await asyncio.to_thread(_remove_path, app.paths.models / Path(files[0]).parent)
     (rec,) = await record(app, ModelRemoved(name=entry["name"], path=entry["path"], file_deleted=deleted))
+    return rec
+
+
+async def alias_model(app: Blazar, alias: str, target: str) -> Recorded:
+    """Let `alias` name the model `target` (`blazar alias`): a new name, not a copy. Re-pointing an alias is allowed;
+    an alias that is a model's own name is not."""
+    check_name(alias)
+    catalog = app.runner.state("catalog")
+    entry = find(catalog, target)
+    if entry is None:
+        raise ModelNotFound(f"no model named {target!r} in the store (see: blazar list)")
+    if alias in catalog["models"]:
+        raise ModelExists(f"{alias!r} is a model's own name; choose another alias")
+    (rec,) = await record(app, ModelAliased(alias=alias, target=entry["name"]))
+    return rec
+
+
+async def unalias_model(app: Blazar, alias: str) -> Recorded:
+    target = app.runner.state("catalog").get("aliases", {}).get(alias)
+    if target is None:
+        raise ModelNotFound(f"no alias named {alias!r} (blazar alias lists them)")
+    (rec,) = await record(app, ModelAliasRemoved(alias=alias, target=target))
     return rec

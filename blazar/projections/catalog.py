@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 from blazar.events.base import Recorded
-from blazar.events.models import ModelImported, ModelPullCompleted, ModelPullFailed, ModelPullStarted, ModelRemoved
+from blazar.events.models import (
+    ModelAliased,
+    ModelAliasRemoved,
+    ModelImported,
+    ModelPullCompleted,
+    ModelPullFailed,
+    ModelPullStarted,
+    ModelRemoved,
+)
 from blazar.projections.base import Projection, State
 
 
 class CatalogProjection(Projection):
     name = "catalog"
-    version = 1
+    version = 2
     types = frozenset({
         ModelImported.TYPE, ModelRemoved.TYPE, ModelPullStarted.TYPE, ModelPullCompleted.TYPE, ModelPullFailed.TYPE,
+        ModelAliased.TYPE, ModelAliasRemoved.TYPE,
     })
 
     def initial(self) -> State:
-        return {"models": {}, "pulls": {}}
+        return {"models": {}, "pulls": {}, "aliases": {}}
 
     def apply(self, state: State, rec: Recorded) -> State:
         ev = rec.event
@@ -28,6 +37,13 @@ class CatalogProjection(Projection):
             }
         elif isinstance(ev, ModelRemoved):
             state["models"].pop(ev.name, None)
+            # An alias never outlives its model.
+            for alias in [a for a, t in state["aliases"].items() if t == ev.name]:
+                del state["aliases"][alias]
+        elif isinstance(ev, ModelAliased):
+            state["aliases"][ev.alias] = ev.target
+        elif isinstance(ev, ModelAliasRemoved):
+            state["aliases"].pop(ev.alias, None)
         elif isinstance(ev, ModelPullStarted):
             state["pulls"][ev.name] = {"target": ev.target, "status": "running", "started_ts": rec.ts,
                                        "total_bytes": ev.total_bytes, "seq": rec.seq}
@@ -42,6 +58,11 @@ class CatalogProjection(Projection):
 
 
 def find(state: State, name: str) -> dict | None:
-    """A model by exact name, or by `name` meaning `name:latest` (Ollama's convention)."""
+    """A model by exact name, by `name` meaning `name:latest` (Ollama's convention), or by an alias of either."""
     models = state["models"]
-    return models.get(name) or (models.get(f"{name}:latest") if ":" not in name else None)
+    aliases = state.get("aliases", {})
+    for candidate in (name, f"{name}:latest") if ":" not in name else (name,):
+        hit = models.get(candidate) or models.get(aliases.get(candidate, ""))
+        if hit is not None:
+            return hit
+    return None

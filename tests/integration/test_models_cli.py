@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from blazar.adapters.engines.tiny_model import write_tiny_model
 from blazar.bootstrap import Blazar
 from blazar.cli.main import app as blazar_cli
 from blazar.errors import InvalidModelName, ModelExists, ModelFileError
@@ -271,3 +272,16 @@ def test_every_model_command_explains_itself_with_help(command: str, words: list
     assert f"Usage: blazar {command}" in text
     for word in words:
         assert word in text, word
+
+
+def test_alias_names_a_model_lists_and_removes(cli, tmp_path) -> None:
+    cli("import", str(write_tiny_model(tmp_path / "tiny.gguf")), "--name", "tiny")
+    assert cli("alias", "gpt-4o-mini", "tiny").stdout.strip() == "gpt-4o-mini -> tiny"
+    assert cli("alias", "--json").json() == {"gpt-4o-mini": "tiny"}
+    assert cli("show", "gpt-4o-mini", "--json").json()["name"] == "tiny"
+    taken = cli("alias", "tiny", "tiny", check=False)
+    assert taken.code == 2 and "model's own name" in taken.stderr
+    missing = cli("alias", "x", "nosuch", check=False)
+    assert missing.code == 2 and "nosuch" in missing.stderr
+    assert "removed alias gpt-4o-mini" in cli("alias", "gpt-4o-mini", "--remove").stdout
+    assert cli("show", "gpt-4o-mini", check=False).code == 2

@@ -263,6 +263,21 @@ def test_why_explains_a_completed_and_a_rejected_request(daemon: Daemon) -> None
     assert bad in last and "nosuch" in last
 
 
+def test_an_alias_resolves_to_its_model(daemon: Daemon) -> None:
+    _cli(daemon.home, "alias", "gpt-4o-mini", MODEL)  # recorded by another process: the daemon follows the log
+
+    def answered() -> bool:
+        try:
+            daemon.client().completions.create(model="gpt-4o-mini", prompt="x", max_tokens=1)
+            return True
+        except openai.NotFoundError:
+            return False
+
+    wait_for(answered, "the alias to reach the daemon", timeout=10)
+    routed = daemon.events("request.routed")[-1]["data"]
+    assert routed["model"] == MODEL
+
+
 def test_why_explains_a_queued_request(daemon: Daemon) -> None:
     queued = {e["trace_id"] for e in daemon.events("request.queued")}
     completed = [e["trace_id"] for e in daemon.events("request.completed") if e["trace_id"] in queued]
@@ -273,10 +288,11 @@ def test_why_explains_a_queued_request(daemon: Daemon) -> None:
 
 
 def test_sigterm_drains_a_stream_in_flight_then_stops(daemon: Daemon) -> None:
-    """Last in this module: it stops the daemon. A stream that started before SIGTERM runs to its end."""
+    """Last in this module: it stops the daemon. A stream that started before SIGTERM runs to its end (within
+    stop_grace_s, 10 s: 12 tokens take well under that even on a busy machine)."""
     got: list[bytes] = []
     with httpx2.stream("POST", f"{daemon.base}/v1/chat/completions", trust_env=False, timeout=120,
-                       json={"model": MODEL, "messages": [{"role": "user", "content": "Go"}], "max_tokens": 40,
+                       json={"model": MODEL, "messages": [{"role": "user", "content": "Go"}], "max_tokens": 12,
                              "stream": True, "ignore_eos": True}) as r:
         it = r.iter_raw()
         got.append(next(it))

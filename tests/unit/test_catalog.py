@@ -40,6 +40,7 @@ def test_an_import_adds_the_model_with_its_file_hash_source_and_metadata() -> No
             "metadata": META.model_dump(mode="json"), "shards": [],
         }},
         "pulls": {},
+        "aliases": {},
     }
 
 
@@ -128,3 +129,27 @@ def test_find_takes_an_exact_name_or_the_latest_tag() -> None:
     assert find(state, "tiny")["name"] == "tiny:latest"
     assert find(state, "tiny:q4") is None
     assert find(state, "other") is None
+
+
+def test_aliases_resolve_and_die_with_their_model() -> None:
+    from blazar.events.base import Recorded
+    from blazar.events.models import ModelAliased, ModelAliasRemoved, ModelRemoved
+    from blazar.projections.catalog import CatalogProjection, find
+
+    proj = CatalogProjection()
+    state = proj.initial()
+    state["models"]["gemma"] = {"name": "gemma", "path": "gemma.gguf"}
+    state["models"]["qwen:latest"] = {"name": "qwen:latest", "path": "qwen.gguf"}
+
+    def rec(seq: int, ev) -> Recorded:
+        return Recorded(seq=seq, ts=float(seq), type=ev.TYPE, v=1, stream=ev.stream_key(), trace_id=None,
+                        actor="t", cause=None, event=ev)
+
+    state = proj.apply(state, rec(1, ModelAliased(alias="gpt-4o", target="gemma")))
+    state = proj.apply(state, rec(2, ModelAliased(alias="chat:latest", target="qwen:latest")))
+    assert find(state, "gpt-4o")["name"] == "gemma"
+    assert find(state, "chat")["name"] == "qwen:latest"  # name means name:latest, for aliases too
+    state = proj.apply(state, rec(3, ModelAliasRemoved(alias="chat:latest", target="qwen:latest")))
+    assert find(state, "chat") is None
+    state = proj.apply(state, rec(4, ModelRemoved(name="gemma", path="gemma.gguf", file_deleted=True)))
+    assert find(state, "gpt-4o") is None and state["aliases"] == {}
