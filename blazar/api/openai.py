@@ -95,6 +95,7 @@ class _Proxy:
         except BaseException:
             disconnect.stop(watcher)
             raise
+        gw.guard(call, upstream)
         resp.status = upstream.status_code
         if call.stream and upstream.status_code == 200:
             resp.content_type = upstream.headers.get("content-type", SSE)

@@ -186,6 +186,23 @@ class Gateway:
             self.fail(call, status=502, reason="engine_error", detail=e.message)
             raise Rejected(e.message, status=502, code="engine_error") from None
 
+    def guard(self, call: Call, upstream: httpx2.Response) -> None:
+        """Whatever ends the request's task (a hang-up before the first byte was sent, an error in the server), the
+        slot is released and the engine request closed: nothing relies on the relay having started."""
+        task = asyncio.current_task()
+        if task is None:
+            return
+
+        def settle(_: asyncio.Task[Any]) -> None:
+            if not call.done:
+                self.fail(call, status=499, reason="client_disconnected",
+                          detail="the request ended before its answer was sent")
+            if not upstream.is_closed:
+                closing = asyncio.ensure_future(upstream.aclose())
+                closing.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+        task.add_done_callback(settle)
+
     async def relay(self, call: Call, upstream: httpx2.Response,
                     watcher: asyncio.Task[None] | None = None) -> AsyncIterator[bytes]:
         """The engine's SSE bytes as they arrive, untouched. Usage is read from the last event (llama-server puts its
