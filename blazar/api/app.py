@@ -34,8 +34,10 @@ def create_app(app: Blazar, supervisor: admin.SupervisorPort, gateway: Gateway |
     api.add_route("/health", HealthResource())
     admin.add_routes(api, app, supervisor)
     if gateway is not None:
-        from blazar.api import openai, ops
+        from blazar.api import anthropic, ollama, openai, ops
 
         openai.add_routes(api, app, gateway)
+        anthropic.add_routes(api, gateway)
         ops.add_routes(api, app, gateway)
+        ollama.add_routes(api, app, supervisor)
     return api

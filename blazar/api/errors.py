@@ -74,14 +74,40 @@ def body(message: str, *, status: int, code: str, param: str | None = None) -> d
     return {"error": {"message": message, "type": kind, "code": code, "param": param}}
 
 
-def _render(resp: falcon.asgi.Response, status: int, payload: dict[str, Any]) -> None:
+# Anthropic's error types by status (https://docs.anthropic.com: errors).
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
+                    529: "overloaded_error"}
+
+
+def in_dialect(req: falcon.asgi.Request, payload: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAI-shaped `payload` in the shape of the route's dialect: Anthropic's
+    `{"type": "error", "error": {type, message}}` under /v1/messages, Ollama's `{"error": message}` under /api/
+    (the admin routes under /api/blazar/ keep the OpenAI shape)."""
+    err = payload["error"]
+    path = req.path
+    if path.startswith("/v1/messages"):
+        status = int(err.get("status") or 0)
+        kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+        return {"type": "error", "error": {"type": kind, "message": err["message"]}}
+    if path.startswith("/api/") and not path.startswith("/api/blazar/"):
+        return {"error": err["message"]}
+    err.pop("status", None)
+    return payload
+
+
+def _render(resp: falcon.asgi.Response, status: int, payload: dict[str, Any],
+            req: falcon.asgi.Request | None = None) -> None:
     resp.status = status
+    if req is not None:
+        payload["error"]["status"] = status
+        payload = in_dialect(req, payload)
     resp.media = payload
 
 
 async def _blazar_error(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: BlazarError, params: Any) -> None:
     status, code = status_and_code(ex)
-    _render(resp, status, body(ex.message, status=status, code=code))
+    _render(resp, status, body(ex.message, status=status, code=code), req)
     retry = getattr(ex, "retry_after_s", None)
     if retry is not None:
         resp.set_header("Retry-After", str(max(1, math.ceil(retry))))
@@ -94,7 +120,7 @@ async def _validation_error(req: falcon.asgi.Request, resp: falcon.asgi.Response
     # NOTE: pydantic's own words for the first problem, prefixed with the field: "keep_alive: Value error, not a
     # duration: '5x' (...)". Every problem is in the log line; one is enough for a client to fix its request.
     message = f"{param}: {first['msg']}" if param else first["msg"]
-    _render(resp, 400, body(message, status=400, code="invalid_request", param=param))
+    _render(resp, 400, body(message, status=400, code="invalid_request", param=param), req)
 
 
 async def _http_error(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: falcon.HTTPError,
@@ -107,14 +133,14 @@ async def _http_error(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: 
     else:
         code = HTTPStatus(status).phrase.lower().replace(" ", "_")  # not_found, method_not_allowed, ...
         message = ex.description or ex.title or HTTPStatus(status).phrase
-    _render(resp, status, body(message, status=status, code=code))
+    _render(resp, status, body(message, status=status, code=code), req)
     for name, value in (ex.headers or {}).items():
         resp.set_header(name, value)
 
 
 async def _unexpected(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: Exception, params: Any) -> None:
     log.exception("%s %s failed", req.method, req.path, exc_info=ex)
-    _render(resp, 500, body(f"internal error: {type(ex).__name__}: {ex}", status=500, code="internal_error"))
+    _render(resp, 500, body(f"internal error: {type(ex).__name__}: {ex}", status=500, code="internal_error"), req)
 
 
 def register(app: falcon.asgi.App) -> None:

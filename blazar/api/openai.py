@@ -58,6 +58,7 @@ class _Proxy:
 
     body_model: type[_OpenAIBody]
     route: str
+    dialect = "openai"
     embeddings = False
 
     def __init__(self, gateway: Gateway) -> None:
@@ -77,7 +78,7 @@ class _Proxy:
             priority = parse_priority(req.get_header("X-Blazar-Priority"))
         except ValueError as e:
             raise falcon.HTTPBadRequest(description=f"X-Blazar-Priority: {e}") from None
-        call = Call(trace_id=trace_id_of(req), dialect="openai", route=self.route, model=parsed.model, body=data,
+        call = Call(trace_id=trace_id_of(req), dialect=self.dialect, route=self.route, model=parsed.model, body=data,
                     stream=parsed.stream, priority=priority, max_tokens=self.max_tokens(parsed),
                     embeddings=self.embeddings)
         gw = self.gateway

@@ -161,6 +161,9 @@ def rm(model: Annotated[str, typer.Argument(help="A model name from `blazar list
             return await remove_model(app, model)
 
     rec = run(go())
+    if rec.type == "model.alias_removed":
+        out.print(f"removed alias {rec.event.alias} (its model {rec.event.target} stays)", **_VERBATIM)
+        return
     freed = "file deleted" if rec.event.file_deleted else "file kept (still linked elsewhere)"
     out.print(f"removed {rec.event.name}: {freed}", **_VERBATIM)
 

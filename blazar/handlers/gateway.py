@@ -208,11 +208,13 @@ class Gateway:
         """The engine's SSE bytes as they arrive, untouched. Usage is read from the last event (llama-server puts its
         `timings` and, when asked, `usage` there); the first non-empty block marks the first token."""
         tail = b""
+        head = b""  # Anthropic's message_start carries the input usage, at the very beginning
         chunks = 0
         try:
             async for block in upstream.aiter_raw():
                 if call.first_token_at is None:
                     self._first_token(call)
+                    head = block[:8192] if b'"usage"' in block else b""
                 chunks += block.count(b"data: ")
                 tail = (tail + block)[-8192:] if b'"timings"' in block or b'"usage"' in block or tail else tail
                 yield block
@@ -227,7 +229,8 @@ class Gateway:
             if watcher is not None:
                 watcher.cancel()  # the response is over: a later hang-up must not cancel what comes next
             await upstream.aclose()
-        self._complete(call, usage_from_sse(tail), status=upstream.status_code, chunks=chunks)
+        self._complete(call, usage_from_sse(head + b"\n" + tail if head else tail), status=upstream.status_code,
+                       chunks=chunks)
 
     async def finish(self, call: Call, upstream: httpx2.Response) -> bytes:
         """Read a whole (non-stream or error) body, record the outcome, release."""
@@ -328,11 +331,20 @@ def usage_from_json(data: Any) -> dict[str, Any]:
         return {}
     out: dict[str, Any] = {}
     usage = data.get("usage")
+    if usage is None and isinstance(data.get("message"), dict):  # Anthropic's message_start
+        usage = data["message"].get("usage")
     if isinstance(usage, dict):
-        out["prompt_tokens"] = usage.get("prompt_tokens", usage.get("input_tokens"))
-        out["completion_tokens"] = usage.get("completion_tokens", usage.get("output_tokens"))
+        prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+        cache_read = usage.get("cache_read_input_tokens")
+        if isinstance(prompt, int) and isinstance(cache_read, int):  # Anthropic counts cached input apart
+            prompt += cache_read
+            out["cached_tokens"] = cache_read
+        out["prompt_tokens"] = prompt
+        completion = usage.get("completion_tokens", usage.get("output_tokens"))
+        if completion or data.get("type") != "message_start":  # message_start says 0 before any output
+            out["completion_tokens"] = completion
         details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
-        if isinstance(details, dict):
+        if isinstance(details, dict) and details.get("cached_tokens") is not None:
             out["cached_tokens"] = details.get("cached_tokens")
     timings = data.get("timings")
     if isinstance(timings, dict):
@@ -345,6 +357,9 @@ def usage_from_json(data: Any) -> dict[str, Any]:
     choices = data.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         out["finish_reason"] = choices[0].get("finish_reason")
+    stop = data.get("stop_reason") or (data.get("delta") or {}).get("stop_reason")  # Anthropic
+    if stop:
+        out["finish_reason"] = stop
     return {k: v for k, v in out.items() if v is not None}
 
 

@@ -185,8 +185,12 @@ def unlink_counting(path: Path) -> bool:
 
 
 async def remove_model(app: Blazar, name: str) -> Recorded:
-    """Remove `name` from the store. The file's data is freed only when this was its last link."""
-    entry = find(app.runner.state("catalog"), name)
+    """Remove `name` from the store. The file's data is freed only when this was its last link. An alias is only
+    an alias: removing it leaves its model alone."""
+    catalog = app.runner.state("catalog")
+    if name not in catalog["models"] and name in catalog.get("aliases", {}):
+        return await unalias_model(app, name)
+    entry = find(catalog, name)
     if entry is None:
         raise ModelNotFound(f"no model named {name!r} in the store (see: blazar list)")
     await app.runner.catch_up()  # a daemon may have loaded it since this process started

@@ -285,3 +285,6 @@ def test_alias_names_a_model_lists_and_removes(cli, tmp_path) -> None:
     assert missing.code == 2 and "nosuch" in missing.stderr
     assert "removed alias gpt-4o-mini" in cli("alias", "gpt-4o-mini", "--remove").stdout
     assert cli("show", "gpt-4o-mini", check=False).code == 2
+    cli("alias", "other", "tiny")
+    assert "its model tiny stays" in cli("rm", "other").stdout  # rm of an alias never deletes the model
+    assert cli("show", "tiny", "--json").json()["name"] == "tiny"

@@ -1,0 +1,231 @@
+"""The Ollama dialect's model-management routes: /, /api/version, /api/tags, /api/ps, /api/show, /api/delete,
+/api/copy. Errors answer in Ollama's shape `{"error": "..."}` (rendered here, not by blazar/api/errors.py, which
+speaks OpenAI's)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import falcon
+import falcon.asgi
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+
+import blazar
+from blazar.api.admin import SupervisorPort
+from blazar.bootstrap import Blazar
+from blazar.errors import BlazarError, InvalidModelName, ModelExists, ModelInUse, ModelNotFound
+from blazar.handlers.models import alias_model, remove_model, unalias_model
+from blazar.projections.catalog import find
+
+# What Ollama answers for a model kept loaded forever: a time far past any real expiry.
+FOREVER = "2318-01-01T00:00:00Z"
+
+_Body = TypeVar("_Body", bound=BaseModel)
+
+
+class _Error(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class ModelBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # like Ollama: fields it does not act on are ignored
+    model: StrictStr = Field(min_length=1)
+
+
+class CopyBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    source: StrictStr = Field(min_length=1)
+    destination: StrictStr = Field(min_length=1)
+
+
+def rfc3339(ts: float | None) -> str:
+    return datetime.fromtimestamp(ts or 0, UTC).isoformat().replace("+00:00", "Z")
+
+
+def parameter_size(n: int) -> str:
+    """Ollama's style: "268.10M", "7.2B"."""
+    if n >= 1e9:
+        return f"{n / 1e9:.1f}B"
+    if n >= 1e6:
+        return f"{n / 1e6:.2f}M"
+    return f"{n / 1e3:.2f}K" if n >= 1e3 else str(n)
+
+
+def details(entry: dict) -> dict[str, Any]:
+    md = entry.get("metadata") or {}
+    arch = md.get("architecture") or ""
+    return {"parent_model": "", "format": "gguf", "family": arch, "families": [arch] if arch else None,
+            "parameter_size": parameter_size(int(md.get("parameter_count") or 0)),
+            "quantization_level": md.get("file_type") or ""}
+
+
+def _status(exc: BlazarError) -> int:
+    if isinstance(exc, ModelNotFound):
+        return 404
+    if isinstance(exc, (ModelInUse, ModelExists)):
+        return 409
+    if isinstance(exc, InvalidModelName):
+        return 400
+    return 500
+
+
+async def _body(req: falcon.asgi.Request, model: type[_Body]) -> _Body:
+    raw = await req.stream.read()
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise _Error(400, "invalid JSON body") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise _Error(400, f"{where}: {first['msg']}") from None
+
+
+async def _guard(resp: falcon.asgi.Response, coro: Any) -> None:
+    try:
+        await coro
+    except _Error as e:
+        resp.status, resp.media = e.status, {"error": e.message}
+    except BlazarError as e:
+        resp.status, resp.media = _status(e), {"error": str(e)}
+
+
+class Root:
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        resp.content_type = "text/plain; charset=utf-8"
+        resp.text = "Ollama is running"
+
+    async def on_head(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        resp.content_type = "text/plain; charset=utf-8"
+        resp.content_length = len("Ollama is running")
+
+
+class Version:
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        resp.media = {"version": blazar.__version__}
+
+
+class Tags:
+    def __init__(self, app: Blazar) -> None:
+        self.app = app
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        catalog = self.app.runner.state("catalog")
+        rows = []
+        names = {n: m for n, m in catalog["models"].items()}
+        names.update({a: catalog["models"][t] for a, t in catalog.get("aliases", {}).items() if t in catalog["models"]})
+        for name, m in sorted(names.items()):
+            rows.append({"name": name, "model": name, "modified_at": rfc3339(m.get("added_ts")),
+                         "size": m.get("bytes") or 0, "digest": m.get("sha256") or "", "details": details(m)})
+        resp.media = {"models": rows}
+
+    async def on_head(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        resp.status = 200
+
+
+class Ps:
+    def __init__(self, app: Blazar, supervisor: SupervisorPort) -> None:
+        self.app, self.supervisor = app, supervisor
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        catalog = self.app.runner.state("catalog")
+        instances = self.app.runner.state("residency").get("instances", {})
+        rows = []
+        for r in self.supervisor.ps():
+            entry = find(catalog, r["model"]) or {}
+            size = r.get("measured_bytes") or r.get("planned_bytes") or 0
+            gpu = (instances.get(r["instance_id"]) or {}).get("gpu_layers") or 0
+            expires = FOREVER if r.get("expires_at") is None else rfc3339(r["expires_at"])
+            rows.append({"name": r["model"], "model": r["model"], "size": size, "digest": entry.get("sha256") or "",
+                         "details": details(entry) if entry else {}, "expires_at": expires,
+                         "size_vram": size if gpu else 0, "context_length": r.get("ctx_tokens")})
+        resp.media = {"models": rows}
+
+
+class Show:
+    def __init__(self, app: Blazar) -> None:
+        self.app = app
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        await _guard(resp, self._show(req, resp))
+
+    async def _show(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        body = await _body(req, ModelBody)
+        entry = find(self.app.runner.state("catalog"), body.model)
+        if entry is None:
+            raise _Error(404, f"model '{body.model}' not found")
+        md = entry.get("metadata") or {}
+        arch = md.get("architecture") or ""
+        info: dict[str, Any] = {"general.architecture": arch,
+                                "general.parameter_count": int(md.get("parameter_count") or 0)}
+        if md.get("file_type"):
+            info["general.file_type"] = md["file_type"]
+        for key, field in (("context_length", "ctx_train"), ("block_count", "block_count"),
+                           ("embedding_length", "embedding_length"), ("attention.head_count", "head_count"),
+                           ("attention.head_count_kv", "head_count_kv"), ("attention.key_length", "key_length"),
+                           ("attention.value_length", "value_length"),
+                           ("attention.sliding_window", "sliding_window"), ("expert_count", "expert_count"),
+                           ("expert_used_count", "expert_used_count")):
+            if md.get(field) is not None:
+                info[f"{arch}.{key}"] = md[field]
+        if md.get("vocab_size") is not None:
+            info[f"{arch}.vocab_size"] = md["vocab_size"]
+        caps = ["completion"] + (["embedding"] if md.get("embedding_model") else [])
+        resp.media = {"modelfile": "", "parameters": "", "template": "", "details": details(entry),
+                      "model_info": info, "capabilities": caps, "modified_at": rfc3339(entry.get("added_ts"))}
+
+
+class Delete:
+    def __init__(self, app: Blazar) -> None:
+        self.app = app
+
+    async def on_delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        await _guard(resp, self._delete(req, resp))
+
+    async def _delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        body = await _body(req, ModelBody)
+        await self.app.runner.catch_up()
+        catalog = self.app.runner.state("catalog")
+        aliases = catalog.get("aliases", {})
+        # An alias (what /api/copy makes) is dropped as a name; the model it names stays.
+        for name in (body.model, f"{body.model}:latest") if ":" not in body.model else (body.model,):
+            if name in aliases and name not in catalog["models"]:
+                await unalias_model(self.app, name)
+                resp.status = 200
+                return
+        if find(catalog, body.model) is None:
+            raise _Error(404, f"model '{body.model}' not found")
+        await remove_model(self.app, body.model)
+        resp.status = 200
+
+
+class Copy:
+    def __init__(self, app: Blazar) -> None:
+        self.app = app
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        await _guard(resp, self._copy(req, resp))
+
+    async def _copy(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        body = await _body(req, CopyBody)
+        await self.app.runner.catch_up()
+        if find(self.app.runner.state("catalog"), body.source) is None:
+            raise _Error(404, f"model '{body.source}' not found")
+        await alias_model(self.app, body.destination, body.source)
+        resp.status = 200
+
+
+def add_routes(api: falcon.asgi.App, app: Blazar, supervisor: SupervisorPort) -> None:
+    api.add_route("/", Root())
+    api.add_route("/api/version", Version())
+    api.add_route("/api/tags", Tags(app))
+    api.add_route("/api/ps", Ps(app, supervisor))
+    api.add_route("/api/show", Show(app))
+    api.add_route("/api/delete", Delete(app))
+    api.add_route("/api/copy", Copy(app))

@@ -1,0 +1,127 @@
+"""The Ollama dialect's model-management routes end to end: the official `ollama` SDK against `blazar serve` with
+the real llama-server and the real Gemma 3 270M."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import ollama
+import pytest
+
+import blazar
+from tests.integration.test_daemon import free_port, healthy, wait_for
+
+MODEL = "gemma"
+
+
+class Daemon:
+    def __init__(self, home: Path, port: int, proc: subprocess.Popen) -> None:
+        self.home, self.port, self.proc = home, port, proc
+        self.base = f"http://127.0.0.1:{port}"
+
+    def client(self) -> ollama.Client:
+        return ollama.Client(host=self.base, timeout=120, trust_env=False)
+
+
+def _cli(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "BLAZAR_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "blazar.cli.main", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, check=True)
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_path: Path) -> Iterator[Daemon]:
+    home = tmp_path_factory.mktemp("ollama-home")
+    _cli(home, "engine", "install", "--path", str(engine_binary))
+    _cli(home, "import", str(gemma_path), "--name", MODEL)
+    _cli(home, "config", "set", "ctx", "1024")
+    port = free_port()
+    env = {**os.environ, "BLAZAR_HOME": str(home)}
+    proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: healthy(port), "/health", proc=proc)
+        yield Daemon(home, port, proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        if proc.stderr:
+            proc.stderr.close()
+
+
+def test_root_and_version(daemon: Daemon) -> None:
+    r = httpx2.get(f"{daemon.base}/", trust_env=False)
+    assert r.status_code == 200 and r.text == "Ollama is running"
+    assert httpx2.head(f"{daemon.base}/", trust_env=False).status_code == 200
+    r = httpx2.get(f"{daemon.base}/api/version", trust_env=False)
+    assert r.status_code == 200 and r.json() == {"version": blazar.__version__}
+
+
+def test_list_shows_the_store_with_details(daemon: Daemon) -> None:
+    models = daemon.client().list().models
+    assert [m.model for m in models] == [MODEL]
+    m = models[0]
+    assert m.size and m.size > 0 and m.digest and len(m.digest) == 64 and m.modified_at is not None
+    assert m.details is not None and m.details.format == "gguf" and m.details.family == "gemma3"
+    assert m.details.families == ["gemma3"] and m.details.parameter_size and m.details.parameter_size.endswith("M")
+    assert m.details.quantization_level
+
+
+def test_show_has_model_info_and_capabilities(daemon: Daemon) -> None:
+    s = daemon.client().show(MODEL)
+    assert s.modelinfo is not None and s.modelinfo["general.architecture"] == "gemma3"
+    assert s.modelinfo["gemma3.context_length"] > 0
+    assert s.capabilities is not None and "completion" in s.capabilities
+    assert s.details is not None and s.details.format == "gguf"
+
+
+def test_show_unknown_is_404_in_ollama_shape(daemon: Daemon) -> None:
+    with pytest.raises(ollama.ResponseError) as e:
+        daemon.client().show("nosuch")
+    assert e.value.status_code == 404 and "nosuch" in e.value.error
+    r = httpx2.post(f"{daemon.base}/api/show", content=b"{nope", trust_env=False)
+    assert r.status_code == 400 and "error" in r.json()
+    r = httpx2.post(f"{daemon.base}/api/show", json={"name": 3}, trust_env=False)
+    assert r.status_code == 400 and isinstance(r.json()["error"], str)
+
+
+def test_ps_is_empty_then_shows_the_loaded_model(daemon: Daemon) -> None:
+    client = daemon.client()
+    assert client.ps().models == []
+    r = httpx2.post(f"{daemon.base}/v1/completions", json={"model": MODEL, "prompt": "Hello", "max_tokens": 2},
+                    trust_env=False, timeout=120)
+    assert r.status_code == 200
+    models = client.ps().models
+    assert [m.model for m in models] == [MODEL]
+    m = models[0]
+    assert m.size and m.size > 0 and m.expires_at is not None and m.size_vram is not None
+    assert m.digest and m.details is not None and m.details.family == "gemma3"
+    # A loaded model is not deleted out from under its instance.
+    r = httpx2.request("DELETE", f"{daemon.base}/api/delete", json={"model": MODEL}, trust_env=False)
+    assert r.status_code == 409 and "blazar stop" in r.json()["error"]
+
+
+def test_copy_then_delete_the_copy(daemon: Daemon) -> None:
+    client = daemon.client()
+    assert client.copy(MODEL, "gemma-copy").status == "success"
+    assert sorted(m.model for m in client.list().models) == ["gemma", "gemma-copy"]
+    assert client.show("gemma-copy").modelinfo["general.architecture"] == "gemma3"
+    assert client.delete("gemma-copy").status == "success"
+    assert [m.model for m in client.list().models] == [MODEL]  # the copy's name went, the model stayed
+    assert client.show(MODEL).capabilities
+    with pytest.raises(ollama.ResponseError) as e:
+        client.copy("nosuch", "other")
+    assert e.value.status_code == 404
+    with pytest.raises(ollama.ResponseError) as e:
+        client.delete("nosuch")
+    assert e.value.status_code == 404
