@@ -3,10 +3,7 @@ the real llama-server and the real Gemma 3 270M."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +12,7 @@ import ollama
 import pytest
 
 import blazar
-from tests.integration.test_daemon import free_port, healthy, wait_for
+from tests.support.serving import blazar_cli, serving_gemma
 
 MODEL = "gemma"
 
@@ -29,34 +26,14 @@ class Daemon:
         return ollama.Client(host=self.base, timeout=120, trust_env=False)
 
 
-def _cli(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "BLAZAR_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "blazar.cli.main", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, check=True)
+_cli = blazar_cli
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_path: Path) -> Iterator[Daemon]:
     home = tmp_path_factory.mktemp("ollama-home")
-    _cli(home, "engine", "install", "--path", str(engine_binary))
-    _cli(home, "import", str(gemma_path), "--name", MODEL)
-    _cli(home, "config", "set", "ctx", "1024")
-    port = free_port()
-    env = {**os.environ, "BLAZAR_HOME": str(home)}
-    proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: healthy(port), "/health", proc=proc)
+    with serving_gemma(home, engine_binary, gemma_path, MODEL, {"ctx": 1024}) as (port, proc):
         yield Daemon(home, port, proc)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        if proc.stderr:
-            proc.stderr.close()
 
 
 def test_root_and_version(daemon: Daemon) -> None:

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +17,9 @@ import httpx2
 import openai
 import pytest
 
-from tests.integration.test_daemon import free_port, healthy, wait_for
+from tests.integration.test_daemon import wait_for
 from tests.support.blazar_home import read_events
+from tests.support.serving import blazar_cli, serving_gemma
 
 MODEL = "gemma"
 SLOTS = 2
@@ -50,35 +50,15 @@ class Daemon:
                         timeout=timeout)
 
 
-def _cli(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "BLAZAR_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "blazar.cli.main", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, check=True)
+_cli = blazar_cli
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_path: Path) -> Iterator[Daemon]:
     home = tmp_path_factory.mktemp("openai-home")
-    _cli(home, "engine", "install", "--path", str(engine_binary))
-    _cli(home, "import", str(gemma_path), "--name", MODEL)
-    for key, value in (("ctx", CTX), ("slots", SLOTS), ("queue_depth", QUEUE_DEPTH), ("queue_timeout_s", 60)):
-        _cli(home, "config", "set", key, str(value))
-    port = free_port()
-    env = {**os.environ, "BLAZAR_HOME": str(home)}
-    proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: healthy(port), "/health", proc=proc)
+    settings = {"ctx": CTX, "slots": SLOTS, "queue_depth": QUEUE_DEPTH, "queue_timeout_s": 60}
+    with serving_gemma(home, engine_binary, gemma_path, MODEL, settings) as (port, proc):
         yield Daemon(home, port, proc)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        if proc.stderr:
-            proc.stderr.close()
 
 
 def test_models_lists_the_store(daemon: Daemon) -> None:

@@ -1,0 +1,45 @@
+"""A real `blazar serve` for a test module: a home with the real engine installed and the real Gemma imported, the
+given settings, a free port; stopped with SIGTERM (then SIGKILL) at the end."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.integration.test_daemon import free_port, healthy, wait_for
+
+
+def blazar_cli(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "BLAZAR_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "blazar.cli.main", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, check=True)
+
+
+@contextlib.contextmanager
+def serving_gemma(home: Path, engine_binary: Path, gemma_path: Path, model: str,
+                  settings: dict[str, object]) -> Iterator[tuple[int, subprocess.Popen]]:
+    blazar_cli(home, "engine", "install", "--path", str(engine_binary))
+    blazar_cli(home, "import", str(gemma_path), "--name", model)
+    for key, value in settings.items():
+        blazar_cli(home, "config", "set", key, str(value))
+    port = free_port()
+    env = {**os.environ, "BLAZAR_HOME": str(home)}
+    proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: healthy(port), "/health", proc=proc)
+        yield port, proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        if proc.stderr:
+            proc.stderr.close()
