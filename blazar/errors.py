@@ -291,3 +291,25 @@ class CircuitOpen(EngineError):
 class LoadFailed(EngineError):
     code = "load_failed"
     exit_code = 11
+
+
+# The HTTP status and stable code of each error a request can meet, in one place for the API and the gateway.
+# Checked in order, so a subclass comes before its base.
+_HTTP: list[tuple[type[BlazarError], int, str]] = [
+    (InvalidModelName, 400, "invalid_model_name"),
+    (ModelNotFound, 404, "model_not_found"),
+    (ModelNotLoaded, 404, "model_not_loaded"),
+    (CircuitOpen, 503, "circuit_open"),
+    (DoesNotFit, 507, "insufficient_memory"),
+    (LoadFailed, 502, "load_failed"),  # the engine started but could not load the model: an upstream failure
+    (NoEngine, 503, "no_engine"),
+    (EngineIncompatible, 503, "engine_incompatible"),
+    (EngineError, 503, "engine_error"),  # the active engine cannot be started (missing binary, spawn failed)
+]
+
+
+def http_status(exc: BlazarError) -> tuple[int, str]:
+    for cls, status, code in _HTTP:
+        if isinstance(exc, cls):
+            return status, code
+    return 500, "internal_error"

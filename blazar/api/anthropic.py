@@ -1,6 +1,7 @@
 """The Anthropic dialect: `POST /v1/messages` (streamed or not) and `/v1/messages/count_tokens`, through the same
-pipeline as every dialect. llama-server speaks Messages itself (its own event sequence, tools with `--jinja`), so
-the body passes through and the engine's events are relayed untouched; errors take Anthropic's shape."""
+pipeline as every dialect. Blazar translates (blazar/dialects/anthropic.py) rather than passing the body to the
+engine's own Messages route, so a forced tool choice (`any`, `tool`) is enforced like OpenAI's, the stream carries
+Anthropic's full event sequence (`ping` included), and every event is read for usage the same way."""
 
 from __future__ import annotations
 
@@ -8,18 +9,14 @@ from typing import Any
 
 import falcon
 import falcon.asgi
-import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from blazar.api.context import trace_id_of
-from blazar.api.openai import _OpenAIBody, _Proxy
-from blazar.errors import BlazarError
+from blazar.api.proxy import Plan, Proxy, read_json
+from blazar.dialects import anthropic as dialect
+from blazar.dialects.schema import check_tools
+from blazar.errors import BlazarError, http_status
 from blazar.handlers.gateway import Gateway, Rejected
-
-
-class MessagesBody(_OpenAIBody):
-    messages: list[dict[str, Any]] = Field(min_length=1)
-    max_tokens: int = Field(ge=1)  # required by the Messages API
 
 
 class CountBody(BaseModel):
@@ -29,14 +26,17 @@ class CountBody(BaseModel):
     messages: list[dict[str, Any]] = Field(min_length=1)
 
 
-class Messages(_Proxy):
-    body_model = MessagesBody
-    route = "/v1/messages"
+class Messages(Proxy):
     dialect = "anthropic"
 
-    def max_tokens(self, body: _OpenAIBody) -> int | None:
-        assert isinstance(body, MessagesBody)
-        return body.max_tokens
+    def plan(self, data: dict[str, Any]) -> Plan:
+        body = dialect.to_openai(data)
+        check_tools(body.get("tools"))
+        model = data["model"]
+        return Plan(model=model, path="/v1/chat/completions", body=body, stream=bool(body.get("stream")),
+                    max_tokens=body.get("max_tokens"),
+                    stream_as=lambda call: dialect.MessagesStream(model),
+                    reply=lambda answer, call: dialect.from_openai(answer, model))
 
 
 class CountTokens:
@@ -46,21 +46,20 @@ class CountTokens:
         self.gateway = gateway
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        raw = await req.stream.read()
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise falcon.MediaMalformedError(falcon.MEDIA_JSON) from None
-        body = CountBody.model_validate(data)
+        _, data = await read_json(req)
+        CountBody.model_validate(data)
+        body = dialect.to_openai({"max_tokens": 1, **data})
         gw = self.gateway
         try:
-            inst = await gw.supervisor.ensure(gw.supervisor.resolve(body.model))
+            inst = await gw.supervisor.ensure(gw.supervisor.resolve(body["model"]))
         except BlazarError as e:
-            raise Rejected(e.message, status=404 if e.code == "model_not_found" else 503, code=e.code) from None
-        status, answer = await gw.client.post_json(inst.base_url, "/v1/messages/count_tokens", data)
+            status, code = http_status(e)
+            raise Rejected(e.message, status=status, code=code) from None
+        n = await gw.client.count_tokens(inst.base_url, "/v1/chat/completions", body)
+        if n is None:
+            raise Rejected("the engine could not count this prompt's tokens", status=502, code="engine_error")
         resp.set_header("x-blazar-trace-id", trace_id_of(req))
-        resp.status = status
-        resp.media = answer
+        resp.media = {"input_tokens": n}
 
 
 def add_routes(api: falcon.asgi.App, gateway: Gateway) -> None:

@@ -34,10 +34,12 @@ def create_app(app: Blazar, supervisor: admin.SupervisorPort, gateway: Gateway |
     api.add_route("/health", HealthResource())
     admin.add_routes(api, app, supervisor)
     if gateway is not None:
-        from blazar.api import anthropic, ollama, openai, ops
+        from blazar.api import anthropic, ollama, ollama_chat, ollama_pull, openai, ops
 
         openai.add_routes(api, app, gateway)
         anthropic.add_routes(api, gateway)
         ops.add_routes(api, app, gateway)
         ollama.add_routes(api, app, supervisor)
+        ollama_chat.add_routes(api, gateway)
+        ollama_pull.add_routes(api, app)
     return api

@@ -30,43 +30,15 @@ import falcon
 import falcon.asgi
 from pydantic import ValidationError
 
-from blazar.errors import (
-    BlazarError,
-    CircuitOpen,
-    DoesNotFit,
-    EngineError,
-    EngineIncompatible,
-    InvalidModelName,
-    LoadFailed,
-    ModelNotFound,
-    ModelNotLoaded,
-    NoEngine,
-)
+from blazar.errors import BlazarError, http_status
 
 log = logging.getLogger("blazar.api")
-
-# Checked in order, so a subclass must come before its base.
-_BLAZAR: list[tuple[type[BlazarError], int, str]] = [
-    (InvalidModelName, 400, "invalid_model_name"),
-    (ModelNotFound, 404, "model_not_found"),
-    (ModelNotLoaded, 404, "model_not_loaded"),
-    (CircuitOpen, 503, "circuit_open"),
-    (DoesNotFit, 507, "insufficient_memory"),
-    (LoadFailed, 502, "load_failed"),
-    (NoEngine, 503, "no_engine"),
-    (EngineIncompatible, 503, "engine_incompatible"),
-    (EngineError, 503, "engine_error"),  # the active engine cannot be started (missing binary, spawn failed)
-]
-
 
 def status_and_code(exc: BlazarError) -> tuple[int, str]:
     status = getattr(exc, "status", None)
     if isinstance(status, int):  # a gateway refusal or an admission decision: it carries its own status and code
         return status, str(getattr(exc, "reason", None) or exc.code)
-    for cls, status, code in _BLAZAR:
-        if isinstance(exc, cls):
-            return status, code
-    return 500, "internal_error"
+    return http_status(exc)
 
 
 def body(message: str, *, status: int, code: str, param: str | None = None) -> dict[str, Any]:

@@ -20,15 +20,8 @@ import orjson
 
 from blazar.adapters.engines.client import EngineClient
 from blazar.bootstrap import Blazar
-from blazar.errors import (
-    BlazarError,
-    CircuitOpen,
-    DoesNotFit,
-    EngineError,
-    LoadFailed,
-    ModelNotFound,
-    NoEngine,
-)
+from blazar.dialects.stream import SseEvents, Translator
+from blazar.errors import BlazarError, EngineError, ModelNotFound, http_status
 from blazar.events.base import Event
 from blazar.events.requests import (
     RequestAdmitted,
@@ -41,7 +34,7 @@ from blazar.events.requests import (
     RequestRouted,
 )
 from blazar.handlers.admission import Admission, AdmissionError, Ticket
-from blazar.handlers.instances import Instance, Route, Supervisor
+from blazar.handlers.instances import UNSET, Instance, Route, Supervisor
 
 log = logging.getLogger("blazar.gateway")
 
@@ -67,14 +60,17 @@ class Call:
 
     trace_id: str
     dialect: str
-    route: str  # the engine route that serves it: /v1/chat/completions, /v1/completions, ...
+    route: str  # the client's route: /v1/chat/completions, /v1/messages, /api/chat, ...
     model: str  # as the client named it
     body: dict[str, Any]
     stream: bool = False
     priority: int = 0
     max_tokens: int | None = None
     embeddings: bool = False
+    ctx: int | None = None  # the context per slot the caller asked for (Ollama's num_ctx): any covering instance
+    keep_alive: Any = UNSET  # the caller's keep_alive for the model (Ollama's), else the instance's own
     received: float = field(default_factory=time.perf_counter)
+    load_ms: float | None = None  # the cold load this request waited for, if any
     name: str | None = None  # the store's name, once resolved
     instance: Instance | None = None
     ticket: Ticket | None = None
@@ -82,6 +78,7 @@ class Call:
     first_token_at: float | None = None
     queue_position: int = 0
     done: bool = False
+    engine_path: str = ""  # the engine route that serves it (/v1/chat/completions for every chat dialect)
 
 
 class Gateway:
@@ -118,11 +115,13 @@ class Gateway:
             raise self.reject(call, status=404, reason="model_not_found", detail=e.message) from None
         route = Route()
         try:
-            inst = await self.supervisor.ensure(call.name, embeddings=call.embeddings, route=route)
+            inst = await self.supervisor.ensure(call.name, ctx=call.ctx, keep_alive=call.keep_alive,
+                                                embeddings=call.embeddings, route=route)
         except BlazarError as e:
-            status, reason = _load_refusal(e)
+            status, reason = http_status(e)
             raise self.reject(call, status=status, reason=reason, detail=e.message) from None
         call.instance = inst
+        call.load_ms = route.load_ms if route.cold else None
         self.emit(RequestRouted(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
                                 port=inst.port, cold=route.cold, load_ms=route.load_ms, evicted=route.evicted,
                                 ctx_tokens=inst.ctx_tokens), call.trace_id)
@@ -147,7 +146,8 @@ class Gateway:
         except BlazarError as e:
             self.admission.release(ticket)
             call.ticket = None
-            raise self.reject(call, status=503, reason="load_failed", detail=e.message) from None
+            status, reason = http_status(e)
+            raise self.reject(call, status=status, reason=reason, detail=e.message) from None
         call.held = True
         self.emit(RequestAdmitted(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
                                   waited_ms=round(ticket.waited_s * 1000, 3), slots=ticket.slots,
@@ -163,7 +163,7 @@ class Gateway:
         if _prompt_upper_bound(call.body) + need_out <= inst.ctx_tokens:
             return
         try:
-            n = await self.client.count_tokens(inst.base_url, call.route, call.body)
+            n = await self.client.count_tokens(inst.base_url, call.engine_path or call.route, call.body)
         except EngineError as e:
             log.warning("token count failed for %s: %s", inst.model, e)
             return  # the engine refuses an oversized prompt itself
@@ -203,23 +203,39 @@ class Gateway:
 
         task.add_done_callback(settle)
 
-    async def relay(self, call: Call, upstream: httpx2.Response,
-                    watcher: asyncio.Task[None] | None = None) -> AsyncIterator[bytes]:
-        """The engine's SSE bytes as they arrive, untouched. Usage is read from the last event (llama-server puts its
-        `timings` and, when asked, `usage` there); the first non-empty block marks the first token."""
+    async def relay(self, call: Call, upstream: httpx2.Response, watcher: asyncio.Task[None] | None = None,
+                    translator: Translator | None = None) -> AsyncIterator[bytes]:
+        """The engine's stream as it arrives: its SSE bytes untouched (OpenAI), or each event through `translator`
+        (another dialect). Usage is read from the last events (llama-server puts `timings` and, when asked, `usage`
+        there); the first non-empty block marks the first token."""
         tail = b""
         head = b""  # Anthropic's message_start carries the input usage, at the very beginning
         chunks = 0
+        usage: dict[str, Any] = {}
+        events = SseEvents() if translator is not None else None
         try:
             async for block in upstream.aiter_raw():
                 if call.first_token_at is None:
                     self._first_token(call)
                     head = block[:8192] if b'"usage"' in block else b""
                 chunks += block.count(b"data: ")
-                tail = (tail + block)[-8192:] if b'"timings"' in block or b'"usage"' in block or tail else tail
-                yield block
+                if events is None:
+                    tail = (tail + block)[-8192:] if b'"timings"' in block or b'"usage"' in block or tail else tail
+                    yield block
+                    continue
+                assert translator is not None
+                out = []
+                for event in events.feed(block):
+                    if "timings" in event or "usage" in event:
+                        _merge_usage(usage, usage_from_json(event))
+                    out.append(translator.event(event))
+                data = b"".join(out)
+                if data:
+                    yield data
         except (httpx2.TransportError, httpx2.StreamError) as e:
             self.fail(call, status=502, reason="engine_crashed", detail=f"the engine's stream broke: {e}")
+            if translator is not None:
+                yield translator.error(f"the engine's stream broke: {e}")
             return
         except BaseException:
             # GeneratorExit / CancelledError: the client went away; closing the upstream cancels the generation.
@@ -229,6 +245,10 @@ class Gateway:
             if watcher is not None:
                 watcher.cancel()  # the response is over: a later hang-up must not cancel what comes next
             await upstream.aclose()
+        if translator is not None:
+            self._complete(call, usage, status=upstream.status_code, chunks=chunks)
+            yield translator.end()
+            return
         self._complete(call, usage_from_sse(head + b"\n" + tail if head else tail), status=upstream.status_code,
                        chunks=chunks)
 
@@ -293,16 +313,12 @@ class Gateway:
             call.held = False
 
 
-def _load_refusal(e: BlazarError) -> tuple[int, str]:
-    if isinstance(e, CircuitOpen):
-        return 503, "circuit_open"
-    if isinstance(e, DoesNotFit):
-        return 507, "insufficient_memory"
-    if isinstance(e, NoEngine):
-        return 503, "no_engine"
-    if isinstance(e, LoadFailed | EngineError):
-        return 503, "load_failed"
-    return 500, "load_failed"
+def _merge_usage(found: dict[str, Any], got: dict[str, Any]) -> None:
+    """A later event's usage wins, but a finish reason seen earlier is not lost to an event without one."""
+    reason = found.get("finish_reason")
+    found.update(got)
+    if reason and not got.get("finish_reason"):
+        found["finish_reason"] = reason
 
 
 def _prompt_upper_bound(body: dict[str, Any]) -> int:
@@ -375,10 +391,7 @@ def usage_from_sse(tail: bytes) -> dict[str, Any]:
             continue  # the first line of the kept tail may be cut
         got = usage_from_json(data)
         if got:
-            reason = found.get("finish_reason")
-            found.update(got)
-            if reason and not got.get("finish_reason"):
-                found["finish_reason"] = reason
+            _merge_usage(found, got)
     return found
 
 
