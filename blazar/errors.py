@@ -299,6 +299,11 @@ _HTTP: list[tuple[type[BlazarError], int, str]] = [
     (InvalidModelName, 400, "invalid_model_name"),
     (ModelNotFound, 404, "model_not_found"),
     (ModelNotLoaded, 404, "model_not_loaded"),
+    (ModelExists, 409, "model_exists"),
+    (ModelInUse, 409, "model_in_use"),
+    (NotFoundOnHub, 404, "not_found_on_hub"),
+    (HubAccessDenied, 403, "hub_access_denied"),
+    (HubUnavailable, 502, "hub_unavailable"),
     (CircuitOpen, 503, "circuit_open"),
     (DoesNotFit, 507, "insufficient_memory"),
     (LoadFailed, 502, "load_failed"),  # the engine started but could not load the model: an upstream failure

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 import blazar
 from blazar.api.admin import SupervisorPort
 from blazar.bootstrap import Blazar
-from blazar.errors import BlazarError, InvalidModelName, ModelExists, ModelInUse, ModelNotFound
+from blazar.errors import BlazarError, http_status
 from blazar.handlers.models import alias_model, remove_model, unalias_model
 from blazar.projections.catalog import find
 
@@ -63,16 +63,6 @@ def details(entry: dict) -> dict[str, Any]:
             "quantization_level": md.get("file_type") or ""}
 
 
-def _status(exc: BlazarError) -> int:
-    if isinstance(exc, ModelNotFound):
-        return 404
-    if isinstance(exc, (ModelInUse, ModelExists)):
-        return 409
-    if isinstance(exc, InvalidModelName):
-        return 400
-    return 500
-
-
 async def _body(req: falcon.asgi.Request, model: type[_Body]) -> _Body:
     raw = await req.stream.read()
     try:
@@ -93,7 +83,7 @@ async def _guard(resp: falcon.asgi.Response, coro: Any) -> None:
     except _Error as e:
         resp.status, resp.media = e.status, {"error": e.message}
     except BlazarError as e:
-        resp.status, resp.media = _status(e), {"error": str(e)}
+        resp.status, resp.media = http_status(e)[0], {"error": str(e)}
 
 
 class Root:

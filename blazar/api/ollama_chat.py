@@ -6,6 +6,7 @@ Ollama does."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,12 +27,18 @@ def _now() -> str:
 class _Generation(Proxy):
     dialect = "ollama"
     reply_key = "message"
+    stream_class: type[dialect.ChatStream] | type[dialect.GenerateStream]
+    answer: Callable[[dict[str, Any], str, Any], dict[str, Any]]
 
     def request(self, data: dict[str, Any]) -> dialect.ChatPlan:
         raise NotImplementedError
 
     def plan_for(self, cp: dialect.ChatPlan) -> Plan:
-        raise NotImplementedError
+        stream_class, answer = self.stream_class, self.answer
+        return Plan(model=cp.model, path=cp.engine_path, body=cp.engine_body, stream=cp.stream,
+                    max_tokens=cp.max_tokens, ctx=cp.ctx, keep_alive=cp.keep_alive,
+                    stream_as=lambda call: stream_class(cp.model, call),
+                    reply=lambda reply, call: answer(reply, cp.model, call))
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         raw, data = await read_json(req)
@@ -60,27 +67,20 @@ class _Generation(Proxy):
 
 
 class Chat(_Generation):
+    stream_class = dialect.ChatStream
+    answer = staticmethod(dialect.chat_reply)
+
     def request(self, data: dict[str, Any]) -> dialect.ChatPlan:
         return dialect.chat_request(data)
-
-    def plan_for(self, cp: dialect.ChatPlan) -> Plan:
-        return Plan(model=cp.model, path=cp.engine_path, body=cp.engine_body, stream=cp.stream,
-                    max_tokens=cp.max_tokens, ctx=cp.ctx, keep_alive=cp.keep_alive,
-                    stream_as=lambda call: dialect.ChatStream(cp.model, call),
-                    reply=lambda answer, call: dialect.chat_reply(answer, cp.model, call))
 
 
 class Generate(_Generation):
     reply_key = "response"
+    stream_class = dialect.GenerateStream
+    answer = staticmethod(dialect.generate_reply)
 
     def request(self, data: dict[str, Any]) -> dialect.ChatPlan:
         return dialect.generate_request(data)
-
-    def plan_for(self, cp: dialect.ChatPlan) -> Plan:
-        return Plan(model=cp.model, path=cp.engine_path, body=cp.engine_body, stream=cp.stream,
-                    max_tokens=cp.max_tokens, ctx=cp.ctx, keep_alive=cp.keep_alive,
-                    stream_as=lambda call: dialect.GenerateStream(cp.model, call),
-                    reply=lambda answer, call: dialect.generate_reply(answer, cp.model, call))
 
 
 class Embed(Proxy):

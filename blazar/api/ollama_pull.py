@@ -23,15 +23,7 @@ from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr
 from blazar.api.ollama import _body, _Error
 from blazar.bootstrap import Blazar
 from blazar.dialects.stream import ndjson
-from blazar.errors import (
-    BlazarError,
-    HubAccessDenied,
-    HubUnavailable,
-    InvalidModelName,
-    ModelExists,
-    ModelNotFound,
-    NotFoundOnHub,
-)
+from blazar.errors import BlazarError, InvalidModelName, http_status
 from blazar.handlers.models import check_name
 from blazar.handlers.pull import PullResult, pull
 from blazar.handlers.pull_target import parse_target
@@ -55,17 +47,7 @@ class PullBody(BaseModel):
 
 
 def _status(exc: BaseException) -> int:
-    if isinstance(exc, InvalidModelName):
-        return 400
-    if isinstance(exc, (ModelNotFound, NotFoundOnHub)):
-        return 404
-    if isinstance(exc, HubAccessDenied):
-        return 403
-    if isinstance(exc, ModelExists):
-        return 409
-    if isinstance(exc, HubUnavailable):
-        return 502
-    return 500
+    return http_status(exc)[0] if isinstance(exc, BlazarError) else 500
 
 
 def _message(exc: BaseException) -> str:
