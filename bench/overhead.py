@@ -1,8 +1,10 @@
 """Benchmark of what the gateway costs on the token path: streaming chat completions through `blazar serve` against
-the same llama-server argv called directly (interleaved rounds, C=1 and C=4), and the gateway's own ceiling with
-bench/fake_engine.py as the engine (forwarded chunks/s, CPU per chunk, added TTFT and per-chunk latency).
+the same llama-server argv called directly (interleaved rounds, C=1 and C=4), the gateway's own ceiling with
+bench/fake_engine.py as the engine (forwarded chunks/s, CPU per chunk, added TTFT and per-chunk latency), and the
+translated dialects (Anthropic /v1/messages, Ollama /api/chat) against the relayed OpenAI path, with both engines.
 
-Run: `.venv/bin/python bench/overhead.py [--server PATH] [--rounds 5] [--max-tokens 64] [--quick] [--out FILE]`.
+Run: `.venv/bin/python bench/overhead.py [--server PATH] [--rounds 5] [--max-tokens 64] [--quick]
+[--only engine|ceiling|dialects] [--no-dialects] [--out FILE]`.
 BENCHMARK.md has the method and the results; the exit status is 1 when a target is missed.
 """
 
@@ -84,19 +86,54 @@ class Stream:
         return (self.tokens - 1) / (self.last - self.first)
 
 
-async def stream_once(client: httpx2.AsyncClient, url: str, payload: bytes) -> Stream:
-    """POST one streaming chat completion and time its events; sent again once if a pooled connection turns out to
-    have been closed by the server before any answer (a keep-alive race, not a failure of the lane)."""
-    s = await _stream_once(client, url, payload)
+@dataclass(frozen=True)
+class Wire:
+    """How one dialect's stream is read: what ends an event, what starts one, a byte string only an event carrying
+    a token contains, the byte strings of the events that are parsed (usage and errors), and how to read those."""
+
+    name: str
+    path: str
+    sep: bytes
+    prefix: bytes
+    content: bytes
+    final: tuple[bytes, ...]
+
+    def read(self, ev: bytes) -> tuple[int | None, str | None]:
+        """(completion tokens, error) from a final event: the dialect's own count of what it generated."""
+        if self.name == "anthropic":  # `event: message_delta` (usage.output_tokens) or `event: error`
+            data = orjson.loads(ev[ev.index(b"\ndata: ") + 7:])
+            if data.get("type") == "error":
+                return None, str(data.get("error"))[:300]
+            return (data.get("usage") or {}).get("output_tokens"), None
+        data = orjson.loads(ev if self.name == "ollama" else ev[6:])
+        if "error" in data:
+            return None, str(data["error"])[:300]
+        if self.name == "ollama":  # the `"done":true` line
+            return data.get("eval_count"), None
+        usage = data.get("usage")
+        return (usage.get("completion_tokens") if isinstance(usage, dict) else None), None
+
+
+OPENAI = Wire("openai", "/v1/chat/completions", b"\n\n", b"data: ", b'"delta":{"content":"', (b'"usage"', b'"error"'))
+ANTHROPIC = Wire("anthropic", "/v1/messages", b"\n\n", b"event: ", b'"type":"text_delta"',
+                 (b"event: message_delta", b"event: error"))
+OLLAMA = Wire("ollama", "/api/chat", b"\n", b"{", b'"done":false', (b'"done":true', b'{"error"'))
+WIRES = {w.name: w for w in (OPENAI, ANTHROPIC, OLLAMA)}
+
+
+async def stream_once(client: httpx2.AsyncClient, url: str, payload: bytes, wire: Wire = OPENAI) -> Stream:
+    """POST one streaming request and time its events; sent again once if a pooled connection turns out to have
+    been closed by the server before any answer (a keep-alive race, not a failure of the lane)."""
+    s = await _stream_once(client, url, payload, wire)
     if s.error is not None and s.error.startswith("RemoteProtocolError") and s.events == 0:
-        s = await _stream_once(client, url, payload)
+        s = await _stream_once(client, url, payload, wire)
         s.retried = True
     return s
 
 
-async def _stream_once(client: httpx2.AsyncClient, url: str, payload: bytes) -> Stream:
+async def _stream_once(client: httpx2.AsyncClient, url: str, payload: bytes, wire: Wire) -> Stream:
     """Events are told apart by cheap byte checks; only the usage and error events are parsed, so the client costs
-    the same per chunk in every lane, and little."""
+    about the same per chunk in every lane, and little."""
     s = Stream(start=time.perf_counter())
     buf = b""
     try:
@@ -107,12 +144,12 @@ async def _stream_once(client: httpx2.AsyncClient, url: str, payload: bytes) -> 
             async for block in r.aiter_raw():
                 now, now_ns = time.perf_counter(), time.monotonic_ns()
                 buf += block
-                *events, buf = buf.split(b"\n\n")
+                *events, buf = buf.split(wire.sep)
                 for ev in events:
-                    if not ev.startswith(b"data: "):
+                    if not ev.startswith(wire.prefix):
                         continue
                     s.events += 1
-                    if b'"delta":{"content":"' in ev:
+                    if wire.content in ev:
                         s.content_events += 1
                         if s.first is None:
                             s.first = now
@@ -120,12 +157,12 @@ async def _stream_once(client: httpx2.AsyncClient, url: str, payload: bytes) -> 
                         i = ev.rfind(b'"fake_sent_ns":')
                         if i >= 0:
                             s.latencies_us.append((now_ns - int(ev[i + 15:ev.index(b"}", i)])) / 1000)
-                    elif b'"usage"' in ev or b'"error"' in ev:
-                        data = orjson.loads(ev[6:])
-                        if "error" in data:
-                            s.error = str(data["error"])[:300]
-                        elif isinstance(data.get("usage"), dict):
-                            s.tokens = data["usage"].get("completion_tokens")
+                    elif any(m in ev for m in wire.final):
+                        tokens, error = wire.read(ev)
+                        if error is not None:
+                            s.error = error
+                        elif tokens is not None:
+                            s.tokens = tokens
     except httpx2.HTTPError as e:
         s.error = f"{type(e).__name__}: {e}"
     s.end = time.perf_counter()
@@ -157,11 +194,11 @@ class Round:
 
 
 async def run_round(client: httpx2.AsyncClient, url: str, payload: bytes, *, lane: str, concurrency: int,
-                    per_worker: int = 1, cpu_pid: int | None = None) -> Round:
+                    per_worker: int = 1, cpu_pid: int | None = None, wire: Wire = OPENAI) -> Round:
     """`concurrency` workers, each sending `per_worker` requests one after another; wall time from the first send
     to the last byte."""
     async def worker() -> list[Stream]:
-        streams = [await stream_once(client, url, payload) for _ in range(per_worker)]
+        streams = [await stream_once(client, url, payload, wire) for _ in range(per_worker)]
         streams[0].opens_round = True
         return streams
 
@@ -187,6 +224,20 @@ def chat_payload(model: str, max_tokens: int, **extra: Any) -> bytes:
     return orjson.dumps({"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": max_tokens,
                          "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True,
                          "temperature": 0, "seed": 1, **extra})
+
+
+def dialect_payload(wire: Wire, model: str, max_tokens: int) -> bytes:
+    """The same request in each dialect: one user turn, greedy, `max_tokens` at most. Only the OpenAI body reaches
+    the engine as sent, so only it carries `ignore_eos`; the translators forward no such field, and each lane's
+    tokens/s is taken from its own count of the tokens it streamed."""
+    messages = [{"role": "user", "content": PROMPT}]
+    if wire is ANTHROPIC:
+        return orjson.dumps({"model": model, "messages": messages, "max_tokens": max_tokens, "stream": True,
+                             "temperature": 0})
+    if wire is OLLAMA:  # streams unless told not to
+        return orjson.dumps({"model": model, "messages": messages,
+                             "options": {"num_predict": max_tokens, "temperature": 0, "seed": 1}})
+    return chat_payload(model, max_tokens)
 
 
 # -- processes --------------------------------------------------------------------------------------------------------
@@ -253,19 +304,36 @@ class Home:
 # -- phases -----------------------------------------------------------------------------------------------------------
 
 
-async def engine_phase(client: httpx2.AsyncClient, root: Path, server: Path, model: Path, *, rounds: int,
-                       max_tokens: int, concurrency: list[int], per_worker: int, threads: int,
-                       engine_cpus: set[int] | None, say: Any) -> dict[str, Any]:
-    """(a) the gateway vs (b) llama-server started by hand with the argv the gateway's instance runs with. With
-    `engine_cpus`, both engines run there and the gateway and this client on the other CPUs."""
-    home = Home(root, "engine-home")
-    say("engine lanes: installing the engine, importing the model, starting blazar serve")
+def engine_home(root: Path, name: str, server: Path, model: Path, threads: int) -> Home:
+    """A home with `server` installed and `model` imported as "gemma", ENGINE_SLOTS slots of CTX_PER_SLOT."""
+    home = Home(root, name)
     home.cli("engine", "install", "--path", str(server), timeout=300)
     home.cli("import", str(model), "--name", "gemma")
     home.cli("config", "set", "ctx", str(CTX_PER_SLOT))
     home.cli("config", "set", "slots", str(ENGINE_SLOTS))
     if threads:
         home.cli("config", "set", "engine_threads", str(threads))
+    return home
+
+
+def fake_home(root: Path, name: str) -> Home:
+    """A home with bench/fake_engine.py installed as its engine and a tiny GGUF imported as "fake"."""
+    home = Home(root, name)
+    files = root / f"{name}-files"
+    binary = fake_engine.write_executable(files / "fake-engine" / "llama-server")
+    home.cli("engine", "install", "--path", str(binary))
+    home.cli("import", str(write_tiny_model(files / "tiny.gguf")), "--name", "fake")
+    home.cli("config", "set", "slots", str(FAKE_SLOTS))
+    return home
+
+
+async def engine_phase(client: httpx2.AsyncClient, root: Path, server: Path, model: Path, *, rounds: int,
+                       max_tokens: int, concurrency: list[int], per_worker: int, threads: int,
+                       engine_cpus: set[int] | None, say: Any) -> dict[str, Any]:
+    """(a) the gateway vs (b) llama-server started by hand with the argv the gateway's instance runs with. With
+    `engine_cpus`, both engines run there and the gateway and this client on the other CPUs."""
+    say("engine lanes: installing the engine, importing the model, starting blazar serve")
+    home = engine_home(root, "engine-home", server, model, threads)
     direct: asyncio.subprocess.Process | None = None
     own_affinity = os.sched_getaffinity(0)
     rest = own_affinity - engine_cpus if engine_cpus else None
@@ -318,12 +386,8 @@ async def engine_phase(client: httpx2.AsyncClient, root: Path, server: Path, mod
 async def ceiling_phase(client: httpx2.AsyncClient, root: Path, *, rounds: int, concurrency: list[int],
                         chunks_per_round: int, paced_requests: int, pin: bool, say: Any) -> dict[str, Any]:
     """(c) the gateway with the fake engine: forwarded chunks/s and its CPU, TTFT added, per-chunk latency added."""
-    home = Home(root, "fake-home")
     say("ceiling: installing the fake engine as the engine, starting blazar serve")
-    binary = fake_engine.write_executable(root / "fake-engine" / "llama-server")
-    home.cli("engine", "install", "--path", str(binary))
-    home.cli("import", str(write_tiny_model(root / "tiny.gguf")), "--name", "fake")
-    home.cli("config", "set", "slots", str(FAKE_SLOTS))
+    home = fake_home(root, "fake-home")
     ncpu = len(os.sched_getaffinity(0))
     pinned = pin and ncpu >= 2
     own_affinity = os.sched_getaffinity(0)
@@ -372,6 +436,92 @@ async def ceiling_phase(client: httpx2.AsyncClient, root: Path, *, rounds: int, 
         home.stop()
 
 
+async def dialect_engine_phase(client: httpx2.AsyncClient, root: Path, server: Path, model: Path, *, rounds: int,
+                               max_tokens: int, concurrency: list[int], per_worker: int, threads: int,
+                               engine_cpus: set[int] | None, say: Any) -> dict[str, Any]:
+    """(d) one `blazar serve` and one engine, three lanes: OpenAI chat (relayed), Anthropic messages and Ollama chat
+    (translated), interleaved round by round with the order rotated. With `engine_cpus`, the engine runs there and
+    the gateway and this client on the other CPUs."""
+    say("dialect lanes (engine): installing the engine, importing the model, starting blazar serve")
+    home = engine_home(root, "dialect-engine-home", server, model, threads)
+    own_affinity = os.sched_getaffinity(0)
+    rest = own_affinity - engine_cpus if engine_cpus else None
+    try:
+        if rest:
+            os.sched_setaffinity(0, rest)
+        home.serve(cpus=rest)
+        row = home.load("gemma")
+        if engine_cpus:
+            os.sched_setaffinity(row["pid"], engine_cpus)
+        assert home.daemon is not None
+        wires = list(WIRES.values())
+        payloads = {w.name: dialect_payload(w, "gemma", max_tokens) for w in wires}
+        for w in wires:  # warm each route: prompt cache, pooled connections, the dialect's first request
+            for c in sorted(set(concurrency)):
+                await run_round(client, home.url + w.path, payloads[w.name], lane=w.name, concurrency=c, wire=w)
+        results: list[Round] = []
+        for c in concurrency:
+            for r in range(rounds):
+                for w in wires[r % 3:] + wires[:r % 3]:
+                    rd = await run_round(client, home.url + w.path, payloads[w.name], lane=w.name, concurrency=c,
+                                         per_worker=per_worker, cpu_pid=home.daemon.pid, wire=w)
+                    results.append(rd)
+                    say(f"  C={c} round {r + 1}/{rounds} {w.name:9s} decode p50 "
+                        f"{median([s.decode_tps for s in rd.streams]):6.1f} t/s, tokens "
+                        f"{min(s.tokens or 0 for s in rd.streams)}-{max(s.tokens or 0 for s in rd.streams)}")
+        return {"argv": process.pid_cmdline(row["pid"]), "max_tokens": max_tokens, "requests_per_worker": per_worker,
+                "engine_cpus": sorted(engine_cpus) if engine_cpus else None,
+                "gateway_and_client_cpus": sorted(rest) if rest else None, "daemon_argv": home.argv,
+                "payloads": {k: orjson.loads(v) for k, v in payloads.items()},
+                "summary": summarize_dialects(results, concurrency, max_tokens),
+                "rounds": [round_json(rd) for rd in results]}
+    finally:
+        os.sched_setaffinity(0, own_affinity)
+        home.stop()
+
+
+async def dialect_ceiling_phase(client: httpx2.AsyncClient, root: Path, *, rounds: int, concurrency: list[int],
+                                chunks_per_round: int, pin: bool, say: Any) -> dict[str, Any]:
+    """(e) the three lanes through the gateway with the fake engine: forwarded token chunks/s and the gateway's CPU
+    per token chunk, so what the translation itself costs per chunk shows."""
+    say("dialect lanes (ceiling): installing the fake engine as the engine, starting blazar serve")
+    home = fake_home(root, "dialect-fake-home")
+    own_affinity = os.sched_getaffinity(0)
+    pinned = pin and len(own_affinity) >= 2
+    first = min(own_affinity)
+    gw_cpus, rest = ({first}, set(own_affinity) - {first}) if pinned else (None, None)
+    try:
+        home.serve(cpus=gw_cpus)
+        row = home.load("fake")
+        if pinned and rest:
+            os.sched_setaffinity(row["pid"], rest)
+            os.sched_setaffinity(0, rest)
+        assert home.daemon is not None
+        wires = list(WIRES.values())
+        payloads = {w.name: dialect_payload(w, "fake", FAKE_CHUNKS) for w in wires}
+        for w in wires:
+            await run_round(client, home.url + w.path, payloads[w.name], lane=w.name, concurrency=max(concurrency),
+                            per_worker=4, wire=w)
+        results: list[Round] = []
+        for c in concurrency:
+            per_worker = max(1, math.ceil(chunks_per_round / FAKE_CHUNKS / c))
+            for r in range(rounds):
+                for w in wires[r % 3:] + wires[:r % 3]:
+                    rd = await run_round(client, home.url + w.path, payloads[w.name], lane=w.name, concurrency=c,
+                                         per_worker=per_worker, cpu_pid=home.daemon.pid, wire=w)
+                    results.append(rd)
+                    say(f"  C={c} round {r + 1}/{rounds} {w.name:9s} "
+                        f"{sum(s.content_events for s in rd.streams) / rd.wall_s:9.0f} token chunks/s")
+        return {"daemon_argv": home.argv, "pinned": pinned, "gateway_cpus": sorted(gw_cpus) if gw_cpus else None,
+                "client_and_engine_cpus": sorted(rest) if pinned and rest else None,
+                "chunks_per_request": FAKE_CHUNKS,
+                "summary": summarize_dialect_ceiling(results, concurrency, FAKE_CHUNKS),
+                "rounds": [round_json(rd) for rd in results]}
+    finally:
+        os.sched_setaffinity(0, own_affinity)
+        home.stop()
+
+
 # -- summaries --------------------------------------------------------------------------------------------------------
 
 
@@ -391,7 +541,8 @@ def round_json(rd: Round) -> dict[str, Any]:
     return {"lane": rd.lane, "c": rd.concurrency, "wall_s": rd.wall_s, "tokens": rd.tokens, "events": rd.events,
             "cpu_s": rd.cpu_s, "retried": sum(s.retried for s in rd.streams),
             "ttft_ms": [s.ttft_ms for s in rd.streams], "opens_round": [s.opens_round for s in rd.streams],
-            "decode_tps": [s.decode_tps for s in rd.streams]}
+            "decode_tps": [s.decode_tps for s in rd.streams], "content_events": [s.content_events for s in rd.streams],
+            "stream_tokens": [s.tokens for s in rd.streams]}
 
 
 def summarize_engine(results: list[Round], concurrency: list[int], max_tokens: int) -> dict[str, Any]:
@@ -454,9 +605,79 @@ def summarize_ceiling(results: list[Round], concurrency: list[int], latency: dic
     return out
 
 
-def verdicts(engine: dict[str, Any] | None, ceiling: dict[str, Any] | None) -> list[tuple[str, str, str, bool]]:
-    """(measure, result, target, passed) for each target."""
+def summarize_dialects(results: list[Round], concurrency: list[int], max_tokens: int) -> dict[str, Any]:
+    """Per lane and C: decode t/s per stream (median), system t/s, tokens per request as each dialect counted them;
+    each translated lane against the OpenAI lane, as a ratio of medians and as the median of per-round ratios."""
+    out: dict[str, Any] = {}
+    for c in concurrency:
+        cell: dict[str, Any] = {}
+        for lane in WIRES:
+            rds = [rd for rd in results if rd.lane == lane and rd.concurrency == c]
+            streams = [s for rd in rds for s in rd.streams]
+            tokens = [s.tokens for s in streams if s.tokens is not None]
+            cell[lane] = {
+                "decode_tps_p50": median([s.decode_tps for s in streams]),
+                "system_tps": median([rd.tokens / rd.wall_s for rd in rds]),
+                "ttft_p50_ms": median([s.ttft_ms for rd in rds for s in rd.steady]),
+                "requests": len(streams),
+                "tokens_min": min(tokens, default=None), "tokens_max": max(tokens, default=None),
+                "short_requests": sum(1 for s in streams if s.tokens != max_tokens),
+                "tokens_not_content_events": sum(1 for s in streams if s.tokens != s.content_events),
+                "gateway_cpu_ms_per_token": 1000 * sum(rd.cpu_s or 0 for rd in rds) / max(1, sum(rd.tokens
+                                                                                                for rd in rds)),
+            }
+        base = [rd for rd in results if rd.lane == "openai" and rd.concurrency == c]
+        for lane in WIRES:
+            if lane == "openai":
+                continue
+            mine = [rd for rd in results if rd.lane == lane and rd.concurrency == c]
+            pairs = [median([s.decode_tps for s in a.streams]) / median([s.decode_tps for s in b.streams])
+                     for a, b in zip(mine, base, strict=True)]
+            cell[lane]["ratio_decode_tps"] = cell[lane]["decode_tps_p50"] / cell["openai"]["decode_tps_p50"]
+            cell[lane]["ratio_decode_tps_paired_median"] = median(list(pairs))
+            cell[lane]["ratio_system_tps"] = cell[lane]["system_tps"] / cell["openai"]["system_tps"]
+        out[f"c{c}"] = cell
+    return out
+
+
+def summarize_dialect_ceiling(results: list[Round], concurrency: list[int], chunks: int) -> dict[str, Any]:
+    """Per lane and C: token chunks/s (median of rounds) and the gateway's CPU per token chunk; every request must
+    have streamed all `chunks` tokens."""
+    out: dict[str, Any] = {}
+    for c in concurrency:
+        cell: dict[str, Any] = {}
+        for lane in WIRES:
+            rds = [rd for rd in results if rd.lane == lane and rd.concurrency == c]
+            streams = [s for rd in rds for s in rd.streams]
+            content = sum(s.content_events for s in streams)
+            cpu = sum(rd.cpu_s or 0 for rd in rds)
+            cell[lane] = {"chunks_per_s": median([sum(s.content_events for s in rd.streams) / rd.wall_s
+                                                  for rd in rds]),
+                          "cpu_us_per_chunk": cpu / content * 1e6 if content else None,
+                          "cpu_busy": cpu / sum(rd.wall_s for rd in rds), "requests": len(streams),
+                          "short_requests": sum(1 for s in streams if s.tokens != chunks or s.content_events != chunks)}
+        for lane in WIRES:
+            if lane != "openai":
+                cell[lane]["ratio_chunks_per_s"] = cell[lane]["chunks_per_s"] / cell["openai"]["chunks_per_s"]
+                o, m = cell["openai"]["cpu_us_per_chunk"], cell[lane]["cpu_us_per_chunk"]
+                cell[lane]["added_cpu_us_per_chunk"] = m - o if o is not None and m is not None else None
+        out[f"c{c}"] = cell
+    return out
+
+
+def verdicts(engine: dict[str, Any] | None, ceiling: dict[str, Any] | None,
+             dialects: dict[str, Any] | None = None) -> list[tuple[str, str, str, bool]]:
+    """(measure, result, target, passed) for each target. The dialects' ceiling is reported, not judged: the
+    target is throughput against an engine, and the ceiling shows the translation's own cost per chunk."""
     out = []
+    if dialects is not None and "engine" in dialects:
+        for key, cell in dialects["engine"]["summary"].items():
+            for lane in WIRES:
+                if lane == "openai":
+                    continue
+                ratio = cell[lane]["ratio_decode_tps"]
+                out.append((f"decode t/s per stream {lane}/openai at C={key[1:]} (real engine, medians)",
+                            f"{ratio:.3f}x", f">= {TARGET_RATIO}x", ratio >= TARGET_RATIO))
     if engine is not None:
         for key, cell in engine["summary"].items():
             # Judged on the median of per-round ratios: each gateway round against the direct round beside it.
@@ -526,6 +747,39 @@ def print_report(res: dict[str, Any]) -> None:
             print(f"  {lane:8s} p50 {lat[lane]['p50']:.0f} us, p90 {lat[lane]['p90']:.0f}, p99 {lat[lane]['p99']:.0f}"
                   f"  ({lat[lane]['chunks']} chunks)")
         print(f"  added p50: {ceiling['summary']['paced_added_latency_p50_us']:+.0f} us")
+    dialects = res.get("dialects")
+    if dialects is not None and "engine" in dialects:
+        d = dialects["engine"]
+        pins = (f"engine on CPU {d['engine_cpus']}, gateway and client on CPU {d['gateway_and_client_cpus']}"
+                if d["engine_cpus"] else "nothing pinned")
+        print(f"\ndialect lanes, real engine: {res['model']}, max_tokens {d['max_tokens']}, {res['rounds']} rotated "
+              f"rounds of {d['requests_per_worker']} requests per stream; {pins}")
+        print("| C | lane | decode t/s per stream p50 | ratio to openai (paired) | system t/s | TTFT p50 ms | "
+              "tokens per request | gateway CPU ms/token |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|")
+        for key, cell in d["summary"].items():
+            for lane in WIRES:
+                m = cell[lane]
+                ratio = (f"{m['ratio_decode_tps']:.3f}x ({m['ratio_decode_tps_paired_median']:.3f}x)"
+                         if lane != "openai" else "")
+                print(f"| {key[1:]} | {lane} | {m['decode_tps_p50']:.1f} | {ratio} | {m['system_tps']:.1f} | "
+                      f"{m['ttft_p50_ms']:.1f} | {m['tokens_min']}-{m['tokens_max']} | "
+                      f"{m['gateway_cpu_ms_per_token']:.3f} |")
+    if dialects is not None and "ceiling" in dialects:
+        d = dialects["ceiling"]
+        where = (f"gateway on CPU {d['gateway_cpus']}, client and fake engine on CPU {d['client_and_engine_cpus']}"
+                 if d["pinned"] else "unpinned")
+        print(f"\ndialect lanes, fake engine: {d['chunks_per_request']} token chunks a request; {where}")
+        print("| C | lane | token chunks/s | ratio to openai | gateway CPU us/chunk | added us/chunk | "
+              "gateway CPU busy |")
+        print("|---|---|---:|---:|---:|---:|---:|")
+        for key, cell in d["summary"].items():
+            for lane in WIRES:
+                m = cell[lane]
+                ratio = f"{m['ratio_chunks_per_s']:.3f}x" if lane != "openai" else ""
+                added = f"{m['added_cpu_us_per_chunk']:+.1f}" if m.get("added_cpu_us_per_chunk") is not None else ""
+                print(f"| {key[1:]} | {lane} | {m['chunks_per_s']:,.0f} | {ratio} | {m['cpu_us_per_chunk']:.1f} | "
+                      f"{added} | {m['cpu_busy']:.0%} |")
     print("\n| target | result | goal | |")
     print("|---|---:|---:|---|")
     for name, result, goal, ok in res["verdicts"]:
@@ -562,23 +816,32 @@ async def run(args: argparse.Namespace, server: Path | None, model: Path | None)
     limits = httpx2.Limits(max_connections=64, max_keepalive_connections=64, keepalive_expiry=4.0)
     try:
         async with httpx2.AsyncClient(timeout=REQUEST_TIMEOUT, limits=limits, trust_env=False) as client:
-            if server is not None and model is not None:
+            if server is not None and model is not None and args.only in (None, "engine"):
                 res["engine"] = await engine_phase(client, root, server, model, rounds=rounds,
                                                    max_tokens=args.max_tokens, concurrency=[1, 4],
                                                    per_worker=2 if quick else 3, threads=args.engine_threads,
                                                    engine_cpus=engine_cpus, say=say)
-            if args.only != "engine":
+            if args.only in (None, "ceiling"):
                 res["ceiling"] = await ceiling_phase(
                     client, root, rounds=rounds, concurrency=[1, 4, 8], chunks_per_round=5_120 if quick else 25_600,
                     paced_requests=4 if quick else 10, pin=not args.no_pin and shutil.which("taskset") is not None,
                     say=say)
+            if args.only == "dialects" or (args.only is None and args.dialects):
+                res["dialects"] = {}
+                if server is not None and model is not None:
+                    res["dialects"]["engine"] = await dialect_engine_phase(
+                        client, root, server, model, rounds=rounds, max_tokens=args.max_tokens, concurrency=[1, 4],
+                        per_worker=2 if quick else 3, threads=args.engine_threads, engine_cpus=engine_cpus, say=say)
+                res["dialects"]["ceiling"] = await dialect_ceiling_phase(
+                    client, root, rounds=rounds, concurrency=[1, 4], chunks_per_round=5_120 if quick else 25_600,
+                    pin=not args.no_pin and shutil.which("taskset") is not None, say=say)
     finally:
         if args.keep:
             say(f"kept {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
     res["machine"]["loadavg_end"] = os.getloadavg()
-    res["verdicts"] = verdicts(res.get("engine"), res.get("ceiling"))
+    res["verdicts"] = verdicts(res.get("engine"), res.get("ceiling"), res.get("dialects"))
     return res
 
 
@@ -591,8 +854,11 @@ def main() -> None:
                         help="interleaved rounds per lane and C (default 5; 2 with --quick)")
     parser.add_argument("--max-tokens", type=int, default=64, help="tokens per engine request (default 64)")
     parser.add_argument("--quick", action="store_true", help="a short run: 2 rounds, smaller ceiling rounds")
-    parser.add_argument("--only", choices=("engine", "ceiling"), default=None,
-                        help="run only the llama-server lanes, or only the fake-engine ceiling")
+    parser.add_argument("--only", choices=("engine", "ceiling", "dialects"), default=None,
+                        help="run only the llama-server lanes, only the fake-engine ceiling, or only the dialect "
+                        "comparison (Anthropic and Ollama against OpenAI, with both engines)")
+    parser.add_argument("--dialects", action=argparse.BooleanOptionalAction, default=True,
+                        help="in a full run, also compare the dialects (default: on; --no-dialects skips it)")
     parser.add_argument("--engine-cpus", default=None,
                         help="pin both lanes' llama-server to these CPUs (e.g. 1) and the gateway and client to the "
                         "others (default: no pinning in the engine lanes)")
