@@ -22,9 +22,13 @@ def parse_duration(value: str | float | int) -> float:
     sign = -1.0 if text.startswith("-") else 1.0
     body = text.lstrip("+-")
     try:
-        return sign * float(body)
+        seconds = float(body)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds):  # "nan", "inf": float() takes them, no duration is one
+            raise ValueError(f"not a duration: {value!r}")
+        return sign * seconds
     pos, total = 0, 0.0
     for m in _PART.finditer(body):
         if m.start() != pos:

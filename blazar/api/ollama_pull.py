@@ -42,7 +42,7 @@ class PullBody(BaseModel):
     model_config = ConfigDict(extra="ignore")  # `insecure` and the rest: nothing for Blazar to act on
     model: StrictStr | None = None
     name: StrictStr | None = None  # what older clients send
-    stream: StrictBool = True
+    stream: StrictBool | None = None  # absent or null: streamed, as Ollama does
     insecure: StrictBool = False
 
 
@@ -116,7 +116,7 @@ class Pull:
             resp.status, resp.media = 400, {"error": e.message}
             return
         run = _Run(self.app, target, name)
-        if not body.stream:
+        if body.stream is False:
             end = await self._outcome(run)
             if end.error is not None:
                 resp.status, resp.media = _status(end.error), {"error": _message(end.error)}

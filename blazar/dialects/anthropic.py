@@ -62,7 +62,7 @@ def to_openai(body: dict[str, Any]) -> dict[str, Any]:
             raise DialectError("stop_sequences: expected a list of strings")
         if stops:
             out["stop"] = stops
-    stream = body.get("stream", False)
+    stream = body.get("stream") or False  # absent or null: not streamed
     if not isinstance(stream, bool):
         raise DialectError("stream: expected a boolean")
     if stream:
@@ -336,6 +336,13 @@ def _arguments(raw: Any) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {}
 
 
+def _stop_reason(finish: str | None, tool_calls: bool) -> str:
+    """Cut off by max_tokens wins over a tool call (its input is incomplete: the real API says max_tokens too)."""
+    if finish == "length":
+        return "max_tokens"
+    return "tool_use" if tool_calls else _STOP_REASONS.get(finish or "", "end_turn")
+
+
 def from_openai(answer: dict[str, Any], model: str) -> dict[str, Any]:
     """The engine's non-stream chat completion → an Anthropic Message."""
     choices = answer.get("choices") or [{}]
@@ -352,7 +359,7 @@ def from_openai(answer: dict[str, Any], model: str) -> dict[str, Any]:
         function = call.get("function") or {}
         content.append({"type": "tool_use", "id": call.get("id") or _tool_id(), "name": function.get("name", ""),
                         "input": _arguments(function.get("arguments"))})
-    stop_reason = "tool_use" if calls else _STOP_REASONS.get(choice.get("finish_reason") or "", "end_turn")
+    stop_reason = _stop_reason(choice.get("finish_reason"), bool(calls))
     input_tokens, output_tokens, cached = _usage(answer.get("usage"), answer.get("timings"))
     return {
         "id": _message_id(answer.get("id")), "type": "message", "role": "assistant", "model": model,
@@ -477,7 +484,7 @@ class MessagesStream:
         self._ended = True
         out = b"" if self._started else self._start(None)
         out += self._close()
-        stop_reason = "tool_use" if self._saw_tool else _STOP_REASONS.get(self._finish or "", "end_turn")
+        stop_reason = _stop_reason(self._finish, self._saw_tool)
         input_tokens, output_tokens, cached = _usage(self._usage, self._timings)
         out += named_sse("message_delta", {
             "type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": None},

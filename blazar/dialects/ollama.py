@@ -76,9 +76,15 @@ def _number(name: str, v: Any) -> float:
     return v
 
 
+INT64_MAX = 2**63 - 1
+MAX_NUM_CTX = 1 << 24  # past any model's trained context; the fit planner refuses what does not fit anyway
+
+
 def _integer(name: str, v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int | float) or (isinstance(v, float) and not v.is_integer()):
         raise DialectError(f"options.{name}: expected an integer, got {v!r}")
+    if not -INT64_MAX <= v <= INT64_MAX:  # the engine reads 64-bit integers at most
+        raise DialectError(f"options.{name}: {v!r} is out of range")
     return int(v)
 
 
@@ -110,8 +116,8 @@ def map_options(options: dict[str, Any] | None) -> tuple[dict[str, Any], int | N
             out["stop"] = stops
         elif name == "num_ctx":
             ctx = _integer(name, v)
-            if ctx < 1:
-                raise DialectError(f"options.num_ctx: expected an integer >= 1, got {v!r}")
+            if not 1 <= ctx <= MAX_NUM_CTX:
+                raise DialectError(f"options.num_ctx: expected an integer from 1 to {MAX_NUM_CTX}, got {v!r}")
         elif name not in _IGNORED_OPTIONS:
             raise DialectError(f"invalid option provided: {name}")
     return out, ctx
@@ -135,9 +141,9 @@ def _think(body: dict[str, Any]) -> tuple[bool | None, dict[str, Any] | None]:
         return None, None
     if isinstance(think, bool):
         return think, {"enable_thinking": think}
-    if think in ("low", "medium", "high"):
+    if think in ("low", "medium", "high", "max"):
         return True, {"enable_thinking": True, "reasoning_effort": think}
-    raise DialectError(f"think: expected true, false, \"low\", \"medium\" or \"high\", got {think!r}")
+    raise DialectError(f"think: expected true, false, \"low\", \"medium\", \"high\" or \"max\", got {think!r}")
 
 
 def _model(body: Any) -> str:
@@ -390,20 +396,25 @@ def _stats(usage: dict[str, Any] | None, timings: dict[str, Any] | None, call: C
     return out
 
 
-def _arguments(text: str | None) -> Any:
-    """OpenAI's argument string → Ollama's object. llama-server emits valid JSON; anything else is kept as is."""
+def _arguments(text: str | None) -> dict[str, Any] | None:
+    """OpenAI's argument string → Ollama's object; None when it is not one (a call cut short by num_predict)."""
     try:
-        return orjson.loads(text or "{}")
+        args = orjson.loads(text or "{}")
     except orjson.JSONDecodeError:
-        return text
+        return None
+    return args if isinstance(args, dict) else None
 
 
 def _ollama_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for i, c in enumerate(calls):
+    """Whole calls only, as Ollama sends them: one whose arguments are not an object (cut off by num_predict, which
+    done_reason "length" says) is dropped rather than handed to a client that would run it."""
+    out: list[dict[str, Any]] = []
+    for c in calls:
         fn = c.get("function") or {}
-        call: dict[str, Any] = {"function": {"index": i, "name": fn.get("name") or "",
-                                             "arguments": _arguments(fn.get("arguments"))}}
+        args = _arguments(fn.get("arguments"))
+        if args is None:
+            continue
+        call: dict[str, Any] = {"function": {"index": len(out), "name": fn.get("name") or "", "arguments": args}}
         if c.get("id"):
             call["id"] = c["id"]
         out.append(call)

@@ -18,6 +18,8 @@ def check_schema(schema: Any, where: str) -> None:
                            code="invalid_schema")
     if isinstance(schema, bool):
         return
+    if "$schema" in schema and not isinstance(schema["$schema"], str):
+        raise DialectError(f"{where}.$schema: must be a string (a meta-schema URI)", code="invalid_schema")
     try:
         validators.validator_for(schema).check_schema(schema)
     except SchemaError as e:

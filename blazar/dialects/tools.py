@@ -60,8 +60,9 @@ def force(body: dict[str, Any]) -> Forced | None:
     if choice == "required":
         chosen = list(by_name)
     elif isinstance(choice, dict) and choice.get("type") == "function":
-        name = (choice.get("function") or {}).get("name")
-        if name not in by_name:
+        fn = choice.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(name, str) or name not in by_name:
             raise DialectError(f"tool_choice.function.name: {name!r} is not one of the tools ({', '.join(by_name)})")
         chosen = [name]
     else:

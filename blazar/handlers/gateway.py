@@ -212,6 +212,7 @@ class Gateway:
         head = b""  # Anthropic's message_start carries the input usage, at the very beginning
         chunks = 0
         usage: dict[str, Any] = {}
+        broke: str | None = None
         events = SseEvents() if translator is not None else None
         try:
             async for block in upstream.aiter_raw():
@@ -220,16 +221,24 @@ class Gateway:
                     head = block[:8192] if b'"usage"' in block else b""
                 chunks += block.count(b"data: ")
                 if events is None:
-                    tail = (tail + block)[-8192:] if b'"timings"' in block or b'"usage"' in block or tail else tail
+                    keep = b'"timings"' in block or b'"usage"' in block or b'"error"' in block or tail
+                    tail = (tail + block)[-8192:] if keep else tail
                     yield block
                     continue
                 assert translator is not None
                 out = []
                 for event in events.feed(block):
+                    if "error" in event and not event.get("choices"):  # the engine gave up mid-stream
+                        broke = _error_message(event["error"])
+                        break
                     if "timings" in event or "usage" in event:
                         _merge_usage(usage, usage_from_json(event))
                     out.append(translator.event(event))
                 data = b"".join(out)
+                if broke is not None:
+                    self.fail(call, status=502, reason="engine_error", detail=broke)
+                    yield data + translator.error(broke)
+                    return
                 if data:
                     yield data
         except (httpx2.TransportError, httpx2.StreamError) as e:
@@ -248,6 +257,10 @@ class Gateway:
         if translator is not None:
             self._complete(call, usage, status=upstream.status_code, chunks=chunks)
             yield translator.end()
+            return
+        broke = _stream_error(tail) if b'"error"' in tail else None
+        if broke is not None:  # the client got the engine's error event as it was; the request failed
+            self.fail(call, status=502, reason="engine_error", detail=broke)
             return
         self._complete(call, usage_from_sse(head + b"\n" + tail if head else tail), status=upstream.status_code,
                        chunks=chunks)
@@ -393,6 +406,23 @@ def usage_from_sse(tail: bytes) -> dict[str, Any]:
         if got:
             _merge_usage(found, got)
     return found
+
+
+def _error_message(err: Any) -> str:
+    if isinstance(err, dict):
+        return str(err.get("message") or err)
+    return str(err)
+
+
+def _stream_error(tail: bytes) -> str | None:
+    """The engine's in-stream error event (`data: {"error": ...}`) among the last events, if it sent one."""
+    for line in tail.split(b"\n"):
+        if line.startswith(b'data: {"error"'):
+            try:
+                return _error_message(orjson.loads(line[6:]).get("error"))
+            except (orjson.JSONDecodeError, AttributeError):
+                return line[6:300].decode(errors="replace")
+    return None
 
 
 def _engine_message(data: bytes) -> str:

@@ -363,3 +363,22 @@ def test_sdk_reads_the_non_stream_answer_and_error_body() -> None:
     with pytest.raises(anthropic.RateLimitError, match="slow down"):
         sdk(httpx2.Response(429, json=error_body(429, "slow down"))).messages.create(
             model="m", max_tokens=8, messages=[{"role": "user", "content": "?"}])
+
+
+def test_a_tool_call_cut_off_by_max_tokens_is_max_tokens_not_tool_use() -> None:
+    cut = {"id": "chatcmpl-1", "choices": [{"index": 0, "finish_reason": "length", "message": {
+        "role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "get_weather", "arguments": '{"city": "Pa'}}]}}], "usage": {"prompt_tokens": 5,
+                                                                             "completion_tokens": 9}}
+    assert from_openai(cut, "m")["stop_reason"] == "max_tokens"
+    stream = MessagesStream("m")
+    out = stream.event({"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": [
+        {"index": 0, "id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"ci'}}]}}]})
+    out += stream.event({"id": "c", "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
+    out += stream.end()
+    assert b'"stop_reason":"max_tokens"' in out
+
+
+def test_stream_null_is_not_streamed() -> None:
+    body = to_openai({"model": "m", "max_tokens": 3, "stream": None, "messages": [{"role": "user", "content": "x"}]})
+    assert "stream" not in body

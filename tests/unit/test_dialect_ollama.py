@@ -222,7 +222,7 @@ def test_think_levels() -> None:
      "tools.0.function.name"),
     ({"model": "m", "messages": [], "tools": [{"type": "retrieval"}]}, "tools.0.type"),
     ({"model": "m", "messages": [], "stream": "yes"}, "stream"),
-    ({"model": "m", "messages": [], "think": "max"}, "think"),
+    ({"model": "m", "messages": [], "think": "extreme"}, "think"),
     ({"model": "m", "messages": [], "keep_alive": "5x"}, "keep_alive"),
     ({"model": "m", "messages": [], "format": 3}, "format"),
 ])
@@ -451,3 +451,27 @@ def test_legacy_embeddings() -> None:
     assert reply == {"embedding": [0.1, 0.2]}
     with pytest.raises(DialectError, match="prompt"):
         embeddings_request({"model": "e", "prompt": ["x"]})
+
+
+def test_a_tool_call_cut_short_is_dropped_not_sent_as_a_string() -> None:
+    call = SimpleNamespace(received=time.perf_counter(), load_ms=None)
+    answer = {"choices": [{"index": 0, "finish_reason": "length", "message": {
+        "role": "assistant", "content": "", "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "f", "arguments": '{"city": "Pa'}},
+            {"id": "b", "type": "function", "function": {"name": "g", "arguments": '{"tz": "UTC"}'}}]}}]}
+    reply = chat_reply(answer, "m", call)
+    assert [c["function"]["name"] for c in reply["message"]["tool_calls"]] == ["g"]
+    assert reply["done_reason"] == "length"
+    ollama.ChatResponse.model_validate(reply)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", float("nan")])
+def test_non_finite_keep_alive_is_refused(value: Any) -> None:
+    with pytest.raises(DialectError):
+        parse_keep_alive(value)
+
+
+@pytest.mark.parametrize("options", [{"num_predict": 1e300}, {"seed": 2**70}, {"num_ctx": 0}, {"num_ctx": 1e12}])
+def test_integers_out_of_range_are_refused(options: dict) -> None:
+    with pytest.raises(DialectError):
+        map_options(options)

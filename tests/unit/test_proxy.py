@@ -1,0 +1,181 @@
+"""The inference routes' shared resource (blazar/api/proxy.py) and the gateway's translated relay, against a fake
+supervisor and a fake engine client behind the real app, gateway and admission: the decisions and the fault paths
+(an engine that gives up mid-stream, bad input that must be a 400 in the caller's dialect, never a 500)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx2
+import orjson
+import pytest
+from falcon.testing import ASGIConductor
+
+from blazar.api.app import create_app
+from blazar.bootstrap import Blazar
+from blazar.errors import ModelNotFound
+from blazar.handlers.admission import Admission
+from blazar.handlers.gateway import Gateway
+from blazar.handlers.instances import Instance
+
+CHUNK = {"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "Hi"}}]}
+ENGINE_ERROR = {"error": {"code": 500, "message": "the slot died", "type": "server_error"}}
+
+
+class FakeSupervisor:
+    def __init__(self) -> None:
+        self.held = 0
+        self.ensured: list[dict[str, Any]] = []
+
+    def resolve(self, model: str) -> str:
+        if model == "missing":
+            raise ModelNotFound("model 'missing' not found")
+        return model
+
+    async def ensure(self, name: str, **kw: Any) -> Instance:
+        self.ensured.append({"name": name, **kw})
+        return Instance(instance_id="i1", model=name, port=1, slots=2, ctx_tokens=4096, engine_tag="t")
+
+    def hold(self, inst: Instance) -> None:
+        self.held += 1
+
+    def unhold(self, inst: Instance) -> None:
+        self.held -= 1
+
+    def ps(self) -> list[dict[str, Any]]:
+        return []
+
+
+class FakeEngine:
+    """Answers each request with the next scripted stream (SSE events) or body."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+
+    async def open(self, base_url: str, path: str, body: bytes) -> httpx2.Response:
+        self.sent.append((path, orjson.loads(body)))
+        blocks = [b"data: " + orjson.dumps(e) + b"\n\n" for e in self.events]
+
+        async def stream() -> AsyncIterator[bytes]:
+            for block in blocks:
+                yield block
+
+        return httpx2.Response(200, content=stream(), headers={"content-type": "text/event-stream"})
+
+    async def count_tokens(self, base_url: str, route: str, body: dict[str, Any]) -> int:
+        return 10
+
+
+@pytest.fixture
+def sup() -> FakeSupervisor:
+    return FakeSupervisor()
+
+
+@pytest.fixture
+def engine() -> FakeEngine:
+    return FakeEngine()
+
+
+@pytest.fixture
+def admission() -> Admission:
+    return Admission()
+
+
+@pytest.fixture
+async def client(app: Blazar, sup: FakeSupervisor, engine: FakeEngine,
+                 admission: Admission) -> AsyncIterator[ASGIConductor]:
+    gateway = Gateway(app, sup, admission, engine)  # type: ignore[arg-type]
+    async with ASGIConductor(create_app(app, sup, gateway)) as c:  # type: ignore[arg-type]
+        yield c
+
+
+def settled(sup: FakeSupervisor, admission: Admission) -> bool:
+    return sup.held == 0 and all(int(v.get("busy", 0)) == 0 for v in admission.snapshot().values())
+
+
+async def test_an_engine_error_mid_stream_ends_an_anthropic_stream_with_an_error_event(
+        client: ASGIConductor, engine: FakeEngine, sup: FakeSupervisor, admission: Admission) -> None:
+    engine.events = [CHUNK, ENGINE_ERROR]
+    r = await client.simulate_post("/v1/messages", json={"model": "m", "max_tokens": 5, "stream": True,
+                                                         "messages": [{"role": "user", "content": "x"}]})
+    names = [line[7:] for line in r.text.splitlines() if line.startswith("event: ")]
+    assert names[0] == "message_start" and names[-1] == "error" and "message_stop" not in names
+    assert "the slot died" in r.text and settled(sup, admission)
+
+
+async def test_an_engine_error_mid_stream_ends_an_ollama_stream_with_an_error_line(
+        client: ASGIConductor, engine: FakeEngine, sup: FakeSupervisor, admission: Admission) -> None:
+    engine.events = [CHUNK, ENGINE_ERROR]
+    r = await client.simulate_post("/api/chat", json={"model": "m", "messages": [{"role": "user", "content": "x"}]})
+    lines = [orjson.loads(line) for line in r.text.splitlines()]
+    assert lines[0]["message"]["content"] == "Hi" and lines[-1] == {"error": "the slot died"}
+    assert not any(line.get("done") for line in lines) and settled(sup, admission)
+
+
+async def test_an_openai_stream_relays_the_engines_error_event_as_it_was(
+        client: ASGIConductor, engine: FakeEngine, sup: FakeSupervisor, admission: Admission) -> None:
+    engine.events = [CHUNK, ENGINE_ERROR]
+    r = await client.simulate_post("/v1/chat/completions", json={
+        "model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]})
+    assert r.text.endswith("data: " + orjson.dumps(ENGINE_ERROR).decode() + "\n\n") and settled(sup, admission)
+
+
+async def test_ollama_keep_alive_and_num_ctx_reach_the_supervisor(client: ASGIConductor, engine: FakeEngine,
+                                                                  sup: FakeSupervisor) -> None:
+    engine.events = [CHUNK, {"id": "c1", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]
+    r = await client.simulate_post("/api/generate", json={"model": "m", "prompt": "x", "keep_alive": "2m",
+                                                          "options": {"num_ctx": 512, "num_predict": 3}})
+    assert orjson.loads(r.text.splitlines()[-1])["done"] is True
+    assert sup.ensured[-1]["ctx"] == 512 and sup.ensured[-1]["keep_alive"] == 120.0
+    path, body = engine.sent[-1]
+    assert path == "/v1/chat/completions" and body["max_tokens"] == 3
+    assert body["stream_options"] == {"include_usage": True}
+
+
+BAD_SCHEMA = {"$schema": [], "type": "object"}
+
+
+@pytest.mark.parametrize(("route", "body", "words"), [
+    ("/api/chat", {"model": "m", "messages": [{"role": "user", "content": "x"}], "format": BAD_SCHEMA},
+     "format.$schema"),
+    ("/api/chat", {"model": "m", "messages": [{"role": "user", "content": "x"}], "keep_alive": "nan"},
+     "keep_alive"),
+    ("/api/chat", {"model": "m", "messages": [{"role": "user", "content": "x"}], "options": {"num_predict": 1e300}},
+     "options.num_predict"),
+    ("/api/generate", {"model": "m", "prompt": "x", "options": {"num_ctx": 1e12}}, "options.num_ctx"),
+])
+async def test_bad_ollama_input_is_a_400_in_ollamas_shape(client: ASGIConductor, engine: FakeEngine, route: str,
+                                                         body: dict, words: str) -> None:
+    r = await client.simulate_post(route, json=body)
+    assert r.status_code == 400 and list(r.json) == ["error"] and words in r.json["error"]
+    assert engine.sent == []
+
+
+async def test_bad_openai_and_anthropic_input_is_a_400_in_their_shapes(client: ASGIConductor,
+                                                                      engine: FakeEngine) -> None:
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    ask = [{"role": "user", "content": "x"}]
+    for choice in ({"type": "function", "function": "f"}, {"type": "function", "function": {"name": ["f"]}}):
+        r = await client.simulate_post("/v1/chat/completions", json={"model": "m", "messages": ask, "tools": [tool],
+                                                                     "tool_choice": choice})
+        assert r.status_code == 400 and "tool_choice" in r.json["error"]["message"]
+    r = await client.simulate_post("/v1/chat/completions", json={"model": "m", "messages": ask, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "x", "schema": BAD_SCHEMA}}})
+    assert r.status_code == 400 and r.json["error"]["code"] == "invalid_schema"
+    r = await client.simulate_post("/v1/messages", json={"model": "m", "max_tokens": 5, "messages": ask, "tools": [
+        {"name": "f", "input_schema": BAD_SCHEMA}]})
+    assert r.status_code == 400 and r.json["type"] == "error"
+    assert r.json["error"]["type"] == "invalid_request_error" and "$schema" in r.json["error"]["message"]
+    assert engine.sent == []
+
+
+async def test_unknown_model_is_404_in_each_dialect(client: ASGIConductor) -> None:
+    ask = [{"role": "user", "content": "x"}]
+    r = await client.simulate_post("/api/chat", json={"model": "missing", "messages": ask})
+    assert r.status_code == 404 and list(r.json) == ["error"]
+    r = await client.simulate_post("/v1/messages", json={"model": "missing", "max_tokens": 3, "messages": ask})
+    assert r.status_code == 404 and r.json["error"]["type"] == "not_found_error"
+    r = await client.simulate_post("/v1/chat/completions", json={"model": "missing", "messages": ask})
+    assert r.status_code == 404 and r.json["error"]["code"] == "model_not_found"
