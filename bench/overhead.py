@@ -327,6 +327,26 @@ def fake_home(root: Path, name: str) -> Home:
     return home
 
 
+def serve_fake_alone(home: Home, pin: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Start `home`'s daemon and load its fake engine; when pinning (and there are two CPUs or more) the gateway gets
+    the first CPU alone and the engine and this client the others. Returns the loaded row and where things run.
+    The caller restores this process's affinity."""
+    own_affinity = os.sched_getaffinity(0)
+    pinned = pin and len(own_affinity) >= 2
+    first = min(own_affinity)
+    gw_cpus, rest = ({first}, set(own_affinity) - {first}) if pinned else (None, None)
+    home.serve(cpus=gw_cpus)
+    row = home.load("fake")
+    if pinned and rest:
+        # The engine inherited the daemon's CPU; it and this client get the others, so the gateway has its CPU
+        # alone (as far as this bench decides: other processes on the machine are not ours to move).
+        os.sched_setaffinity(row["pid"], rest)
+        os.sched_setaffinity(0, rest)
+    placement = {"pinned": pinned, "gateway_cpus": sorted(gw_cpus) if gw_cpus else None,
+                 "client_and_engine_cpus": sorted(rest) if pinned and rest else None}
+    return row, placement
+
+
 async def engine_phase(client: httpx2.AsyncClient, root: Path, server: Path, model: Path, *, rounds: int,
                        max_tokens: int, concurrency: list[int], per_worker: int, threads: int,
                        engine_cpus: set[int] | None, say: Any) -> dict[str, Any]:
@@ -388,19 +408,9 @@ async def ceiling_phase(client: httpx2.AsyncClient, root: Path, *, rounds: int, 
     """(c) the gateway with the fake engine: forwarded chunks/s and its CPU, TTFT added, per-chunk latency added."""
     say("ceiling: installing the fake engine as the engine, starting blazar serve")
     home = fake_home(root, "fake-home")
-    ncpu = len(os.sched_getaffinity(0))
-    pinned = pin and ncpu >= 2
     own_affinity = os.sched_getaffinity(0)
-    first = min(own_affinity)
-    gw_cpus, rest = ({first}, set(own_affinity) - {first}) if pinned else (None, None)
     try:
-        home.serve(cpus=gw_cpus)
-        row = home.load("fake")
-        if pinned and rest:
-            # The engine inherited the daemon's CPU; it and this client get the others, so the gateway has its CPU
-            # alone (as far as this bench decides: other processes on the machine are not ours to move).
-            os.sched_setaffinity(row["pid"], rest)
-            os.sched_setaffinity(0, rest)
+        row, placement = serve_fake_alone(home, pin)
         assert home.daemon is not None
         lanes = {"gateway": f"{home.url}/v1/chat/completions",
                  "direct": f"http://127.0.0.1:{row['port']}/v1/chat/completions"}
@@ -426,9 +436,7 @@ async def ceiling_phase(client: httpx2.AsyncClient, root: Path, *, rounds: int, 
                 if not rd.streams[0].latencies_us:
                     raise RuntimeError(f"{lane}: no stamped chunks came back (was fake_stamp passed through?)")
                 latency[lane] += rd.streams[0].latencies_us
-        return {"daemon_argv": home.argv, "pinned": pinned, "gateway_cpus": sorted(gw_cpus) if gw_cpus else None,
-                "client_and_engine_cpus": sorted(rest) if pinned and rest else None,
-                "chunks_per_request": FAKE_CHUNKS,
+        return {"daemon_argv": home.argv, **placement, "chunks_per_request": FAKE_CHUNKS,
                 "summary": summarize_ceiling(results, concurrency, latency),
                 "rounds": [round_json(rd) for rd in results]}
     finally:
@@ -487,15 +495,8 @@ async def dialect_ceiling_phase(client: httpx2.AsyncClient, root: Path, *, round
     say("dialect lanes (ceiling): installing the fake engine as the engine, starting blazar serve")
     home = fake_home(root, "dialect-fake-home")
     own_affinity = os.sched_getaffinity(0)
-    pinned = pin and len(own_affinity) >= 2
-    first = min(own_affinity)
-    gw_cpus, rest = ({first}, set(own_affinity) - {first}) if pinned else (None, None)
     try:
-        home.serve(cpus=gw_cpus)
-        row = home.load("fake")
-        if pinned and rest:
-            os.sched_setaffinity(row["pid"], rest)
-            os.sched_setaffinity(0, rest)
+        _, placement = serve_fake_alone(home, pin)
         assert home.daemon is not None
         wires = list(WIRES.values())
         payloads = {w.name: dialect_payload(w, "fake", FAKE_CHUNKS) for w in wires}
@@ -512,9 +513,7 @@ async def dialect_ceiling_phase(client: httpx2.AsyncClient, root: Path, *, round
                     results.append(rd)
                     say(f"  C={c} round {r + 1}/{rounds} {w.name:9s} "
                         f"{sum(s.content_events for s in rd.streams) / rd.wall_s:9.0f} token chunks/s")
-        return {"daemon_argv": home.argv, "pinned": pinned, "gateway_cpus": sorted(gw_cpus) if gw_cpus else None,
-                "client_and_engine_cpus": sorted(rest) if pinned and rest else None,
-                "chunks_per_request": FAKE_CHUNKS,
+        return {"daemon_argv": home.argv, **placement, "chunks_per_request": FAKE_CHUNKS,
                 "summary": summarize_dialect_ceiling(results, concurrency, FAKE_CHUNKS),
                 "rounds": [round_json(rd) for rd in results]}
     finally:
