@@ -327,6 +327,17 @@ def fake_home(root: Path, name: str) -> Home:
     return home
 
 
+def serve_beside_engine(home: Home, engine_cpus: set[int] | None) -> tuple[dict[str, Any], set[int] | None]:
+    """Start `home`'s daemon and load the model with the gateway and this client off `engine_cpus` (the engine is
+    moved there by the caller, once every engine of the phase runs). Returns the loaded row and the CPUs left to
+    the gateway and the client. The caller restores this process's affinity."""
+    rest = os.sched_getaffinity(0) - engine_cpus if engine_cpus else None
+    if rest:
+        os.sched_setaffinity(0, rest)
+    home.serve(cpus=rest)
+    return home.load("gemma"), rest
+
+
 def serve_fake_alone(home: Home, pin: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """Start `home`'s daemon and load its fake engine; when pinning (and there are two CPUs or more) the gateway gets
     the first CPU alone and the engine and this client the others. Returns the loaded row and where things run.
@@ -356,12 +367,8 @@ async def engine_phase(client: httpx2.AsyncClient, root: Path, server: Path, mod
     home = engine_home(root, "engine-home", server, model, threads)
     direct: asyncio.subprocess.Process | None = None
     own_affinity = os.sched_getaffinity(0)
-    rest = own_affinity - engine_cpus if engine_cpus else None
     try:
-        if rest:
-            os.sched_setaffinity(0, rest)
-        home.serve(cpus=rest)
-        row = home.load("gemma")
+        row, rest = serve_beside_engine(home, engine_cpus)
         argv = process.pid_cmdline(row["pid"])
         if not argv:
             raise RuntimeError(f"cannot read the argv of the gateway's engine (pid {row['pid']})")
@@ -453,12 +460,8 @@ async def dialect_engine_phase(client: httpx2.AsyncClient, root: Path, server: P
     say("dialect lanes (engine): installing the engine, importing the model, starting blazar serve")
     home = engine_home(root, "dialect-engine-home", server, model, threads)
     own_affinity = os.sched_getaffinity(0)
-    rest = own_affinity - engine_cpus if engine_cpus else None
     try:
-        if rest:
-            os.sched_setaffinity(0, rest)
-        home.serve(cpus=rest)
-        row = home.load("gemma")
+        row, rest = serve_beside_engine(home, engine_cpus)
         if engine_cpus:
             os.sched_setaffinity(row["pid"], engine_cpus)
         assert home.daemon is not None
