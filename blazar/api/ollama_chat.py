@@ -7,49 +7,37 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
-import falcon
 import falcon.asgi
 
-from blazar.api.proxy import Plan, Proxy, read_json
+from blazar.api.proxy import Plan, Proxy
 from blazar.dialects import ollama as dialect
 from blazar.dialects.schema import check_schema, check_tools
 from blazar.errors import ModelNotLoaded
 from blazar.handlers.gateway import Gateway
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
-
-
 class _Generation(Proxy):
+    """/api/chat and /api/generate: the same plan, each with its own translation, stream and reply."""
+
     dialect = "ollama"
-    reply_key = "message"
+    chat: bool
+    translate: Callable[[dict[str, Any]], dialect.ChatPlan]
     stream_class: type[dialect.ChatStream] | type[dialect.GenerateStream]
     answer: Callable[[dict[str, Any], str, Any], dict[str, Any]]
 
-    def request(self, data: dict[str, Any]) -> dialect.ChatPlan:
-        raise NotImplementedError
-
-    def plan_for(self, cp: dialect.ChatPlan) -> Plan:
+    def plan(self, data: dict[str, Any]) -> Plan:
+        cp = self.translate(data)
+        if isinstance(data.get("format"), dict):
+            check_schema(data["format"], "format")
+        check_tools(cp.engine_body.get("tools"))
         stream_class, answer = self.stream_class, self.answer
         return Plan(model=cp.model, path=cp.engine_path, body=cp.engine_body, stream=cp.stream,
                     max_tokens=cp.max_tokens, ctx=cp.ctx, keep_alive=cp.keep_alive,
                     stream_as=lambda call: stream_class(cp.model, call),
-                    reply=lambda reply, call: answer(reply, cp.model, call))
-
-    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        raw, data = await read_json(req)
-        cp = self.request(data)
-        if isinstance(data.get("format"), dict):
-            check_schema(data["format"], "format")
-        check_tools(cp.engine_body.get("tools"))
-        if cp.empty:
-            resp.media = await self.load_or_unload(cp)
-            return
-        await self.run(req, resp, self.plan_for(cp), data, raw)
+                    reply=lambda reply, call: answer(reply, cp.model, call),
+                    instead=(lambda: self.load_or_unload(cp)) if cp.empty else None)
 
     async def load_or_unload(self, cp: dialect.ChatPlan) -> dict[str, Any]:
         """An empty request: load the model (with its keep_alive and num_ctx), or unload it for keep_alive 0."""
@@ -58,58 +46,49 @@ class _Generation(Proxy):
         if cp.keep_alive == 0:
             with contextlib.suppress(ModelNotLoaded):  # unloading what is not loaded is done already
                 await sup.stop(name)
-            reason = "unload"
-        else:
-            await sup.ensure(name, ctx=cp.ctx, keep_alive=cp.keep_alive, reason="request")
-            reason = "load"
-        empty: Any = {"role": "assistant", "content": ""} if self.reply_key == "message" else ""
-        return {"model": cp.model, "created_at": _now(), self.reply_key: empty, "done": True, "done_reason": reason}
+            return dialect.done_without_engine(cp.model, "unload", chat=self.chat)
+        await sup.ensure(name, ctx=cp.ctx, keep_alive=cp.keep_alive, reason="request")
+        return dialect.done_without_engine(cp.model, "load", chat=self.chat)
 
 
 class Chat(_Generation):
+    chat = True
+    translate = staticmethod(dialect.chat_request)
     stream_class = dialect.ChatStream
     answer = staticmethod(dialect.chat_reply)
 
-    def request(self, data: dict[str, Any]) -> dialect.ChatPlan:
-        return dialect.chat_request(data)
-
 
 class Generate(_Generation):
-    reply_key = "response"
+    chat = False
+    translate = staticmethod(dialect.generate_request)
     stream_class = dialect.GenerateStream
     answer = staticmethod(dialect.generate_reply)
 
-    def request(self, data: dict[str, Any]) -> dialect.ChatPlan:
-        return dialect.generate_request(data)
+
+async def _answer(payload: dict[str, Any]) -> dict[str, Any]:
+    return payload
 
 
 class Embed(Proxy):
     dialect = "ollama"
 
-    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        raw, data = await read_json(req)
+    def plan(self, data: dict[str, Any]) -> Plan:
         model, body, keep_alive, _ = dialect.embed_request(data)
-        if body["input"] in ("", []):  # nothing to embed: Ollama answers at once (and loads nothing)
-            resp.media = {"model": model, "embeddings": []}
-            return
         dims = body.pop("dimensions", None)
-        plan = Plan(model=model, path="/v1/embeddings", body=body, stream=False, keep_alive=keep_alive,
-                    embeddings=True, reply=lambda answer, call: dialect.embed_reply(answer, model, call, dims))
-        await self.run(req, resp, plan, data, raw)
+        empty = body["input"] in ("", [])  # nothing to embed: Ollama answers at once (and loads nothing)
+        return Plan(model=model, path="/v1/embeddings", body=body, stream=False, keep_alive=keep_alive,
+                    embeddings=True, reply=lambda answer, call: dialect.embed_reply(answer, model, call, dims),
+                    instead=(lambda: _answer({"model": model, "embeddings": []})) if empty else None)
 
 
 class Embeddings(Proxy):
     dialect = "ollama"
 
-    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        raw, data = await read_json(req)
+    def plan(self, data: dict[str, Any]) -> Plan:
         model, body, keep_alive = dialect.embeddings_request(data)
-        if body["input"] == "":
-            resp.media = {"embedding": []}
-            return
-        plan = Plan(model=model, path="/v1/embeddings", body=body, stream=False, keep_alive=keep_alive,
-                    embeddings=True, reply=lambda answer, call: dialect.embeddings_reply(answer))
-        await self.run(req, resp, plan, data, raw)
+        return Plan(model=model, path="/v1/embeddings", body=body, stream=False, keep_alive=keep_alive,
+                    embeddings=True, reply=lambda answer, call: dialect.embeddings_reply(answer),
+                    instead=(lambda: _answer({"embedding": []})) if body["input"] == "" else None)
 
 
 def add_routes(api: falcon.asgi.App, gateway: Gateway) -> None:

@@ -8,7 +8,8 @@ by route); an engine error is re-shaped here the same way.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,8 @@ class Plan:
     stream_as: Callable[[Call], Translator] | None = None  # None relays the engine's SSE untouched
     reply: Callable[[dict[str, Any], Call], Any] | None = None  # None answers the engine's bytes untouched
     forced: Forced | None = None
+    # A request the dialect answers without the engine (Ollama's load-only request, nothing to embed): the answer.
+    instead: Callable[[], Awaitable[dict[str, Any]]] | None = None
 
 
 async def read_json(req: falcon.asgi.Request) -> tuple[bytes, dict[str, Any]]:
@@ -56,16 +59,17 @@ async def read_json(req: falcon.asgi.Request) -> tuple[bytes, dict[str, Any]]:
     return raw, data
 
 
-class Proxy:
-    """One inference route. Subclasses set `route` (the client's path), `dialect`, and implement `plan`."""
+class Proxy(ABC):
+    """One inference route. Subclasses set `dialect` and implement `plan`."""
 
     dialect = "openai"
 
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
 
+    @abstractmethod
     def plan(self, data: dict[str, Any]) -> Plan:
-        raise NotImplementedError
+        """Validate the client's body and say what the engine is asked (a DialectError or ValidationError is a 400)."""
 
     def call_for(self, req: falcon.asgi.Request, plan: Plan) -> Call:
         try:
@@ -79,7 +83,11 @@ class Proxy:
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         raw, data = await read_json(req)
-        await self.run(req, resp, self.plan(data), data, raw)
+        plan = self.plan(data)
+        if plan.instead is not None:
+            resp.media = await plan.instead()
+            return
+        await self.run(req, resp, plan, data, raw)
 
     async def run(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, plan: Plan, data: dict[str, Any],
                   raw: bytes) -> None:

@@ -8,6 +8,7 @@ import base64
 import binascii
 import math
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -453,7 +454,7 @@ def generate_reply(answer: dict[str, Any], model: str, call: CallTimes) -> dict[
     return out
 
 
-class _Stream:
+class _Stream(ABC):
     """The shared state of an NDJSON translation: usage, timings, the finish reason, tool-call fragments."""
 
     content_type = "application/x-ndjson"
@@ -508,12 +509,17 @@ class _Stream:
     def error(self, message: str) -> bytes:
         return ndjson({"error": message})
 
+    @abstractmethod
+    def line(self, text: str, thinking: str | None = None) -> bytes:
+        """One not-done line carrying generated text (or thinking), in the route's own shape."""
 
-class ChatStream(_Stream):
-    """The engine's chat chunks → /api/chat NDJSON lines; tool calls are sent whole, once, at the finish."""
+    @abstractmethod
+    def end(self) -> bytes:
+        """The last line: done, with the statistics."""
 
-    def _line(self, message: dict[str, Any]) -> bytes:
-        return ndjson({"model": self.model, "created_at": self.stamp(), "message": message, "done": False})
+    def calls_line(self) -> bytes:
+        """The assembled tool calls as one line, once the finish arrives (/api/chat only)."""
+        return b""
 
     def event(self, chunk: dict[str, Any]) -> bytes:
         choice = self.take(chunk)
@@ -522,40 +528,55 @@ class ChatStream(_Stream):
         delta = choice.get("delta") or {}
         out = b""
         if delta.get("reasoning_content"):
-            out += self._line({"role": "assistant", "content": "", "thinking": delta["reasoning_content"]})
-        if delta.get("content"):
-            out += self._line({"role": "assistant", "content": delta["content"]})
-        if choice.get("finish_reason") and (calls := self.flush_calls()):
-            out += self._line({"role": "assistant", "content": "", "tool_calls": calls})
+            out += self.line("", thinking=delta["reasoning_content"])
+        text = delta.get("content") or choice.get("text")  # chat deltas, or /v1/completions (raw) text
+        if text:
+            out += self.line(text)
+        if choice.get("finish_reason"):
+            out += self.calls_line()
         return out
 
+
+class ChatStream(_Stream):
+    """The engine's chat chunks → /api/chat NDJSON lines; tool calls are sent whole, once, at the finish."""
+
+    def line(self, text: str, thinking: str | None = None) -> bytes:
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if thinking is not None:
+            message["thinking"] = thinking
+        return self._line(message)
+
+    def _line(self, message: dict[str, Any]) -> bytes:
+        return ndjson({"model": self.model, "created_at": self.stamp(), "message": message, "done": False})
+
+    def calls_line(self) -> bytes:
+        calls = self.flush_calls()
+        return self._line({"role": "assistant", "content": "", "tool_calls": calls}) if calls else b""
+
     def end(self) -> bytes:
-        out = b""
-        if calls := self.flush_calls():
-            out = self._line({"role": "assistant", "content": "", "tool_calls": calls})
-        return out + ndjson({"model": self.model, "created_at": self.stamp(),
-                             "message": {"role": "assistant", "content": ""}, **self.final()})
+        return self.calls_line() + ndjson({"model": self.model, "created_at": self.stamp(),
+                                           "message": {"role": "assistant", "content": ""}, **self.final()})
 
 
 class GenerateStream(_Stream):
     """The engine's chat or /v1/completions chunks → /api/generate NDJSON lines."""
 
-    def event(self, chunk: dict[str, Any]) -> bytes:
-        choice = self.take(chunk)
-        if choice is None:
-            return b""
-        delta = choice.get("delta") or {}
-        out = b""
-        if delta.get("reasoning_content"):
-            out += ndjson({"model": self.model, "created_at": self.stamp(), "response": "",
-                           "thinking": delta["reasoning_content"], "done": False})
-        text = delta.get("content") or choice.get("text")
-        if text:
-            out += ndjson({"model": self.model, "created_at": self.stamp(), "response": text, "done": False})
-        return out
+    def line(self, text: str, thinking: str | None = None) -> bytes:
+        line: dict[str, Any] = {"model": self.model, "created_at": self.stamp(), "response": text}
+        if thinking is not None:
+            line["thinking"] = thinking
+        line["done"] = False
+        return ndjson(line)
 
     def end(self) -> bytes:
         return ndjson({"model": self.model, "created_at": self.stamp(), "response": "", **self.final()})
+
+
+def done_without_engine(model: str, reason: str, *, chat: bool) -> dict[str, Any]:
+    """The answer to a request that only loads (reason "load") or unloads ("unload") the model."""
+    empty: Any = {"role": "assistant", "content": ""} if chat else ""
+    return {"model": model, "created_at": _now(), "message" if chat else "response": empty, "done": True,
+            "done_reason": reason}
 
 
 # ---------------------------------------------------------------------------------------------- embeddings
