@@ -254,7 +254,7 @@ async def fetch_sdist(cache: Path, *, env: Mapping[str, str], log_path: Path,
     if progress:
         progress(f"downloading the {DISTRIBUTION} {PINNED_VERSION} sdist with pip")
     try:
-        rc = await run_logged([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+        rc = await run_logged([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", DISTRIBUTION,
                                f"{DISTRIBUTION}=={PINNED_VERSION}", "-d", str(tmp)], log_path=log_path, env=env)
         got = sorted(tmp.glob("*.tar.gz")) if tmp.is_dir() else []
         if rc != 0 or not got:
