@@ -34,7 +34,7 @@ def create_app(app: Blazar, supervisor: admin.SupervisorPort, gateway: Gateway |
     api.add_route("/health", HealthResource())
     admin.add_routes(api, app, supervisor)
     if gateway is not None:
-        from blazar.api import anthropic, ollama, ollama_chat, ollama_pull, openai, ops
+        from blazar.api import anthropic, ollama, ollama_chat, ollama_pull, openai, openapi, ops
 
         openai.add_routes(api, app, gateway)
         anthropic.add_routes(api, gateway)
@@ -42,4 +42,5 @@ def create_app(app: Blazar, supervisor: admin.SupervisorPort, gateway: Gateway |
         ollama.add_routes(api, app, supervisor)
         ollama_chat.add_routes(api, gateway)
         ollama_pull.add_routes(api, app)
+        openapi.add_routes(api)
     return api

@@ -1,0 +1,383 @@
+"""`GET /openapi.json`: an OpenAPI 3.1 document of every route the daemon serves, request bodies derived from the
+resources' own pydantic models where they have one (so the document cannot drift from what is validated), the rest
+and the answers written here. tests/unit/test_openapi.py walks the router to keep it true; tests/integration/
+test_schemathesis.py fuzzes the daemon against it."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import falcon
+import falcon.asgi
+from pydantic import BaseModel
+
+import blazar
+from blazar.api import admin, anthropic, ollama, ollama_pull, openai
+
+JSON = "application/json"
+SSE = "text/event-stream"
+NDJSON = "application/x-ndjson"
+TEXT = "text/plain"
+OPEN_PATHS = ("/health", "/openapi.json")  # NOTE: no secrets in either; they stay open when keys are on
+
+Schema = dict[str, Any]
+
+
+def _ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _model(model: type[BaseModel], **fields: Schema) -> Schema:
+    """A pydantic model's own JSON schema, with `fields` narrowed where its type is wider than what it accepts
+    (e.g. `list[dict]` messages): the names, requiredness and limits stay the model's."""
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    for props in schema.get("properties", {}).values():
+        props.pop("title", None)
+    for name, sub in fields.items():
+        assert name in schema["properties"], f"{model.__name__} has no field {name}"
+        schema["properties"][name] = sub
+    return schema
+
+
+_INT = {"type": "integer"}
+_STR = {"type": "string"}
+_NUM = {"type": "number"}
+_BOOL = {"type": "boolean"}
+_OBJ = {"type": "object"}
+_NULLABLE_STR = {"type": ["string", "null"]}
+_DURATION = {"type": ["string", "number", "null"], "description": 'a duration ("5m", "1h30m"), seconds, or negative '
+             "for forever"}
+
+# -- request bodies written by hand: the dialects' own checks (blazar/dialects/) have no pydantic model ------------
+
+_OPENAI_MESSAGE: Schema = {"type": "object", "required": ["role"], "properties": {
+    "role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool"]},
+    "content": {"type": ["string", "array", "null"]}, "name": _STR, "tool_calls": {"type": "array"},
+    "tool_call_id": _STR}}
+
+_ANTHROPIC_BLOCK: Schema = {"type": "object", "required": ["type"], "properties": {
+    "type": {"type": "string", "enum": ["text", "image", "tool_use", "tool_result", "thinking"]}}}
+_ANTHROPIC_MESSAGES: Schema = {"type": "object", "required": ["model", "max_tokens", "messages"], "properties": {
+    "model": {"type": "string", "minLength": 1},
+    "max_tokens": {"type": "integer", "minimum": 1},
+    "messages": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["role", "content"],
+                 "properties": {"role": {"type": "string", "enum": ["user", "assistant"]},
+                                "content": {"oneOf": [_STR, {"type": "array", "items": _ANTHROPIC_BLOCK}]}}}},
+    "system": {"oneOf": [_STR, {"type": "array", "items": {"type": "object", "required": ["type", "text"],
+                                 "properties": {"type": {"const": "text"}, "text": _STR}}}]},
+    "stream": {"type": ["boolean", "null"]},
+    "temperature": {"type": ["number", "null"]}, "top_p": {"type": ["number", "null"]},
+    "top_k": {"type": ["integer", "null"]},
+    "stop_sequences": {"type": ["array", "null"], "items": _STR},
+    "tools": {"type": ["array", "null"], "items": {"type": "object", "required": ["name", "input_schema"],
+              "properties": {"name": _STR, "description": _STR, "input_schema": _OBJ}}},
+    "tool_choice": {"type": ["object", "null"], "required": ["type"], "properties": {
+        "type": {"type": "string", "enum": ["auto", "any", "tool", "none"]}, "name": _STR,
+        "disable_parallel_tool_use": _BOOL}},
+    "output_config": {"type": ["object", "null"]},
+    "metadata": {}, "service_tier": {}, "thinking": {}, "container": {}, "mcp_servers": {}}}
+
+_OLLAMA_OPTIONS: Schema = {"type": ["object", "null"], "description": "sampling options (an unknown one is a 400)",
+                           "properties": {"temperature": _NUM, "top_p": _NUM, "min_p": _NUM, "top_k": _INT,
+                                          "seed": _INT, "num_predict": {"type": "integer", "minimum": -2},
+                                          "num_ctx": {"type": "integer", "minimum": 1, "maximum": 1 << 24},
+                                          "stop": {"oneOf": [_STR, {"type": "array", "items": _STR}]}},
+                           "additionalProperties": False}
+_OLLAMA_COMMON: Schema = {"model": {"type": "string", "minLength": 1}, "stream": {"type": ["boolean", "null"]},
+                          "options": _OLLAMA_OPTIONS, "keep_alive": _DURATION,
+                          "format": {"oneOf": [{"enum": ["", "json"]}, _OBJ, {"type": "null"}]},
+                          "think": {"oneOf": [{"type": ["boolean", "null"]},
+                                              {"enum": ["low", "medium", "high", "max"]}]}}
+_OLLAMA_CHAT: Schema = {"type": "object", "required": ["model"], "properties": {
+    **_OLLAMA_COMMON,
+    "messages": {"type": ["array", "null"], "items": {"type": "object", "required": ["role"], "properties": {
+        "role": {"type": "string", "enum": ["system", "user", "assistant", "tool"]}, "content": _STR,
+        "images": {"type": "array", "items": _STR}, "tool_calls": {"type": "array"}, "tool_name": _STR}}},
+    "tools": {"type": ["array", "null"], "items": {"type": "object", "required": ["type", "function"],
+              "properties": {"type": {"const": "function"}, "function": _OBJ}}}}}
+_OLLAMA_GENERATE: Schema = {"type": "object", "required": ["model"], "properties": {
+    **_OLLAMA_COMMON, "prompt": _NULLABLE_STR, "system": _NULLABLE_STR, "raw": {"type": ["boolean", "null"]},
+    "images": {"type": ["array", "null"], "items": _STR},
+    "template": {"type": ["string", "null"], "description": "refused unless empty"},
+    "suffix": {"type": ["string", "null"], "description": "refused unless empty"},
+    "context": {"type": ["array", "null"], "maxItems": 0, "description": "refused unless empty"}}}
+_OLLAMA_EMBED: Schema = {"type": "object", "required": ["model"], "properties": {
+    "model": {"type": "string", "minLength": 1},
+    "input": {"oneOf": [_STR, {"type": "array", "items": _STR}, {"type": "null"}]},
+    "truncate": _BOOL, "dimensions": {"type": ["integer", "null"], "minimum": 1}, "options": _OLLAMA_OPTIONS,
+    "keep_alive": _DURATION}}
+_OLLAMA_EMBEDDINGS: Schema = {"type": "object", "required": ["model"], "properties": {
+    "model": {"type": "string", "minLength": 1}, "prompt": _NULLABLE_STR, "options": _OLLAMA_OPTIONS,
+    "keep_alive": _DURATION}}
+
+# -- answers ----------------------------------------------------------------------------------------------------
+
+_USAGE = {"type": "object", "properties": {"prompt_tokens": _INT, "completion_tokens": _INT, "total_tokens": _INT}}
+_OLLAMA_DETAILS = {"type": "object", "properties": {
+    "parent_model": _STR, "format": _STR, "family": _STR, "families": {"type": ["array", "null"], "items": _STR},
+    "parameter_size": _STR, "quantization_level": _STR}}
+_OLLAMA_STATS = {k: _INT for k in ("total_duration", "load_duration", "prompt_eval_count", "prompt_eval_duration",
+                                   "eval_count", "eval_duration")}
+
+SCHEMAS: dict[str, Schema] = {
+    # The three error shapes (blazar/api/errors.py renders each by route).
+    "OpenAIError": {"type": "object", "required": ["error"], "properties": {"error": {
+        "type": "object", "required": ["message", "type"], "properties": {
+            # The engine's own refusals are passed on as it wrote them: llama-server's code is the HTTP status.
+            "message": _STR, "type": _STR, "code": {"type": ["string", "integer", "null"]},
+            "param": _NULLABLE_STR}}}},
+    "AnthropicError": {"type": "object", "required": ["type", "error"], "properties": {
+        "type": {"const": "error"},
+        "error": {"type": "object", "required": ["type", "message"], "properties": {"type": _STR,
+                                                                                       "message": _STR}}}},
+    "OllamaError": {"type": "object", "required": ["error"], "properties": {"error": _STR}},
+    # Admin (/api/blazar/).
+    "LoadBody": _model(admin.LoadBody, keep_alive=_DURATION),
+    "AdminModelBody": _model(admin.ModelBody),
+    "Instance": {"type": "object", "required": ["instance_id", "model", "slots", "ctx_tokens", "engine_tag"],
+                 "properties": {"instance_id": _STR, "model": _STR, "port": {"type": ["integer", "null"]},
+                                "slots": _INT, "ctx_tokens": _INT, "engine_tag": _STR,
+                                "load_ms": {"type": ["integer", "null"]}, "embeddings": _BOOL}},
+    "Ps": {"type": "object", "required": ["instances", "circuits"], "properties": {
+        "instances": {"type": "array", "items": _OBJ},
+        "circuits": {"type": "object", "additionalProperties": _NUM, "description": "model → open until (unix s)"}}},
+    # OpenAI.
+    "ChatBody": _model(openai.ChatBody, messages={"type": "array", "minItems": 1, "items": _OPENAI_MESSAGE}),
+    "CompletionBody": _model(openai.CompletionBody),
+    "EmbeddingBody": _model(openai.EmbeddingBody),
+    "ResponsesBody": _model(openai.ResponsesBody),
+    "Model": {"type": "object", "required": ["id", "object", "created", "owned_by"], "properties": {
+        "id": _STR, "object": {"const": "model"}, "created": _INT, "owned_by": _STR}},
+    "ModelList": {"type": "object", "required": ["object", "data"], "properties": {
+        "object": {"const": "list"}, "data": {"type": "array", "items": _ref("Model")}}},
+    "ChatCompletion": {"type": "object", "required": ["choices"], "properties": {
+        "id": _STR, "object": _STR, "created": _INT, "model": _STR, "usage": _USAGE,
+        "choices": {"type": "array", "items": {"type": "object", "properties": {
+            "index": _INT, "message": _OBJ, "finish_reason": _NULLABLE_STR}}}}},
+    "Completion": {"type": "object", "required": ["choices"], "properties": {
+        "id": _STR, "object": _STR, "created": _INT, "model": _STR, "usage": _USAGE,
+        "choices": {"type": "array", "items": {"type": "object", "properties": {
+            "index": _INT, "text": _STR, "finish_reason": _NULLABLE_STR}}}}},
+    "EmbeddingList": {"type": "object", "required": ["data"], "properties": {
+        "object": _STR, "model": _STR, "usage": _USAGE, "data": {"type": "array", "items": {
+            "type": "object", "required": ["embedding"], "properties": {
+                "index": _INT, "object": _STR, "embedding": {"type": ["array", "string"], "items": _NUM}}}}}},
+    "Response": {"type": "object", "description": "the engine's Responses object, passed on as it wrote it"},
+    # Anthropic.
+    "MessagesBody": _ANTHROPIC_MESSAGES,
+    "CountTokensBody": _model(anthropic.CountBody, messages=_ANTHROPIC_MESSAGES["properties"]["messages"]),
+    "Message": {"type": "object", "required": ["id", "type", "role", "model", "content", "stop_reason", "usage"],
+                "properties": {
+                    "id": _STR, "type": {"const": "message"}, "role": {"const": "assistant"}, "model": _STR,
+                    "content": {"type": "array", "items": {"type": "object", "required": ["type"], "properties": {
+                        "type": {"enum": ["text", "thinking", "tool_use"]}, "text": _STR, "thinking": _STR,
+                        "id": _STR, "name": _STR, "input": _OBJ}}},
+                    "stop_reason": _NULLABLE_STR, "stop_sequence": _NULLABLE_STR,
+                    "usage": {"type": "object", "required": ["input_tokens", "output_tokens"], "properties": {
+                        k: _INT for k in ("input_tokens", "output_tokens", "cache_read_input_tokens",
+                                          "cache_creation_input_tokens")}}}},
+    "TokenCount": {"type": "object", "required": ["input_tokens"], "properties": {"input_tokens": _INT}},
+    # Ollama.
+    "OllamaModelBody": _model(ollama.ModelBody),
+    "CopyBody": _model(ollama.CopyBody),
+    "PullBody": _model(ollama_pull.PullBody),
+    "ChatRequest": _OLLAMA_CHAT,
+    "GenerateRequest": _OLLAMA_GENERATE,
+    "EmbedRequest": _OLLAMA_EMBED,
+    "EmbeddingsRequest": _OLLAMA_EMBEDDINGS,
+    "Tags": {"type": "object", "required": ["models"], "properties": {"models": {"type": "array", "items": {
+        "type": "object", "required": ["name", "model", "modified_at", "size", "digest", "details"], "properties": {
+            "name": _STR, "model": _STR, "modified_at": _STR, "size": _INT, "digest": _STR,
+            "details": _OLLAMA_DETAILS}}}}},
+    "OllamaPs": {"type": "object", "required": ["models"], "properties": {"models": {"type": "array", "items": {
+        "type": "object", "required": ["name", "model", "size", "expires_at"], "properties": {
+            "name": _STR, "model": _STR, "size": _INT, "digest": _STR, "details": _OLLAMA_DETAILS,
+            "expires_at": _STR, "size_vram": _INT, "context_length": {"type": ["integer", "null"]}}}}}},
+    "Show": {"type": "object", "required": ["details", "model_info", "capabilities"], "properties": {
+        "modelfile": _STR, "parameters": _STR, "template": _STR, "details": _OLLAMA_DETAILS,
+        "model_info": _OBJ, "capabilities": {"type": "array", "items": _STR}, "modified_at": _STR}},
+    "ChatResponse": {"type": "object", "required": ["model", "created_at", "message", "done"], "properties": {
+        "model": _STR, "created_at": _STR, "done": _BOOL, "done_reason": _STR, **_OLLAMA_STATS,
+        "message": {"type": "object", "required": ["role", "content"], "properties": {
+            "role": _STR, "content": _STR, "thinking": _STR, "tool_calls": {"type": "array"}}}}},
+    "GenerateResponse": {"type": "object", "required": ["model", "created_at", "response", "done"], "properties": {
+        "model": _STR, "created_at": _STR, "response": _STR, "thinking": _STR, "done": _BOOL, "done_reason": _STR,
+        **_OLLAMA_STATS}},
+    "EmbedResponse": {"type": "object", "required": ["model", "embeddings"], "properties": {
+        "model": _STR, "embeddings": {"type": "array", "items": {"type": "array", "items": _NUM}},
+        "total_duration": _INT, "load_duration": _INT, "prompt_eval_count": _INT}},
+    "EmbeddingsResponse": {"type": "object", "required": ["embedding"], "properties": {
+        "embedding": {"type": "array", "items": _NUM}}},
+    "PullStatus": {"type": "object", "required": ["status"], "properties": {"status": {"const": "success"}}},
+}
+
+# -- operations -------------------------------------------------------------------------------------------------
+
+_PHRASES = {400: "the request is not valid (bad JSON, a field that does not validate)",
+            401: "an API key is required (auth is on once a key exists)",
+            403: "refused: the key's scope, a Host or Origin not allowed, or the hub's access",
+            404: "no such model (or not loaded, or not on the hub)", 405: "method not allowed",
+            409: "the name is taken, or the model is in use", 413: "the body is over max_body_mib",
+            415: "the body is not JSON", 429: "a limit: the queue is full, or the key's rate (Retry-After)",
+            502: "the engine (or the hub) failed", 503: "no engine, an open circuit, or the queue timed out",
+            507: "the model does not fit in memory"}
+_ERROR_SCHEMA = {"openai": "OpenAIError", "anthropic": "AnthropicError", "ollama": "OllamaError"}
+
+# The statuses every route may answer besides its own (auth and the edge guards answer before the route runs).
+_EDGE = (401, 403)
+_BODY = (400, 413, 415)
+_ENGINE = (404, 429, 502, 503, 507)  # resolve, admit, load, run
+
+
+def _dialect(path: str) -> str:
+    if path.startswith("/v1/messages"):
+        return "anthropic"
+    return "ollama" if path.startswith("/api/") and not path.startswith("/api/blazar/") else "openai"
+
+
+def _content(*types: str, schema: Schema | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for t in types:
+        if t == JSON:
+            out[t] = {"schema": schema or _OBJ}
+        else:
+            out[t] = {"schema": _STR}
+    return out
+
+
+def _op(path: str, summary: str, ok: Schema | None, *, statuses: tuple[int, ...] = (), body: str | None = None,
+        ok_types: tuple[str, ...] = (JSON,), engine_errors: bool = False) -> dict[str, Any]:
+    """One operation: its 200 (JSON `ok`, or a text type), its errors in the route's dialect."""
+    error = _ref(_ERROR_SCHEMA[_dialect(path)])
+    responses: dict[str, Any] = {"200": {"description": "OK", "content": _content(*ok_types, schema=ok)}
+                                 if ok is not None or ok_types != (JSON,) else {"description": "OK"}}
+    codes = set(statuses) | set(_EDGE) | (set(_BODY) if body else set())
+    for code in sorted(codes):
+        responses[str(code)] = {"description": _PHRASES[code], "content": {JSON: {"schema": error}}}
+    if engine_errors:
+        # NOTE: the engine's own refusals (a sampling value it rejects) keep its status, in the caller's shape.
+        responses["4XX"] = {"description": "the engine refused the request", "content": {JSON: {"schema": error}}}
+    op: dict[str, Any] = {"summary": summary, "tags": [_dialect(path) if path.startswith(("/v1", "/api/")) and not
+                                                       path.startswith("/api/blazar/") else "blazar"],
+                          "responses": responses}
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": {JSON: {"schema": _ref(body)}}}
+    if path in OPEN_PATHS:
+        op["security"] = []
+        for code in _EDGE:
+            responses.pop(str(code), None)
+        responses["403"] = {"description": "a Host not allowed", "content": {JSON: {"schema": error}}}
+    return op
+
+
+def _infer(path: str, summary: str, body: str, ok: str, stream: str | None) -> dict[str, Any]:
+    types = (JSON, stream) if stream else (JSON,)
+    return _op(path, summary, _ref(ok), statuses=_ENGINE, body=body, ok_types=types, engine_errors=True)
+
+
+def _ready() -> dict[str, Any]:
+    op = _op("/ready", "Can the gateway admit, load and generate now (a smoke generation)", {
+        "type": "object", "required": ["status", "checks"], "properties": {"status": {"const": "ready"},
+                                                                         "checks": _OBJ}})
+    op["responses"]["503"] = {"description": "not ready: the failing check says why", "content": {JSON: {"schema": {
+        "type": "object", "required": ["status", "checks"], "properties": {"status": {"const": "not_ready"},
+                                                                         "checks": _OBJ}}}}}
+    return op
+
+
+def _operations() -> dict[str, dict[str, dict[str, Any]]]:
+    p: dict[str, dict[str, dict[str, Any]]] = {
+        "/health": {"get": _op("/health", "The listener is up", {"type": "object", "required": ["status"],
+                                                                  "properties": {"status": {"const": "ok"}}})},
+        "/openapi.json": {"get": _op("/openapi.json", "This document", _OBJ)},
+        "/ready": {"get": _ready()},
+        "/metrics": {"get": _op("/metrics", "Prometheus text", None, ok_types=(TEXT,))},
+        # Admin.
+        "/api/blazar/ps": {"get": _op("/api/blazar/ps", "Running instances and open circuits", _ref("Ps"))},
+        "/api/blazar/queue": {"get": _op("/api/blazar/queue", "Admission per model", {
+            "type": "object", "required": ["queues"], "properties": {"queues": _OBJ}})},
+        "/api/blazar/load": {"post": _op("/api/blazar/load", "Load a model (or change a loaded one's keep_alive/pin)",
+                                         _ref("Instance"), statuses=_ENGINE, body="LoadBody")},
+        "/api/blazar/stop": {"post": _op("/api/blazar/stop", "Stop a model's instances", {
+            "type": "object", "required": ["stopped"], "properties": {"stopped": {"type": "array", "items": _STR}}},
+            statuses=(404,), body="AdminModelBody")},
+        "/api/blazar/reset": {"post": _op("/api/blazar/reset", "Close a model's crash circuit", {
+            "type": "object", "required": ["reset"], "properties": {"reset": _BOOL}},
+            statuses=(404,), body="AdminModelBody")},
+        # OpenAI.
+        "/v1/models": {"get": _op("/v1/models", "The models in the store", _ref("ModelList"))},
+        "/v1/models/{model_id}": {"get": _op("/v1/models/{model_id}", "One model", _ref("Model"), statuses=(404,))},
+        "/v1/chat/completions": {"post": _infer("/v1/chat/completions", "Chat", "ChatBody", "ChatCompletion", SSE)},
+        "/v1/completions": {"post": _infer("/v1/completions", "Text completion", "CompletionBody", "Completion",
+                                           SSE)},
+        "/v1/embeddings": {"post": _infer("/v1/embeddings", "Embeddings", "EmbeddingBody", "EmbeddingList", None)},
+        "/v1/responses": {"post": _infer("/v1/responses", "Responses", "ResponsesBody", "Response", SSE)},
+        # Anthropic.
+        "/v1/messages": {"post": _infer("/v1/messages", "Messages", "MessagesBody", "Message", SSE)},
+        "/v1/messages/count_tokens": {"post": _op("/v1/messages/count_tokens", "Count a prompt's tokens",
+                                                  _ref("TokenCount"), statuses=_ENGINE, body="CountTokensBody")},
+        # Ollama.
+        "/": {"get": _op("/", "Ollama's liveness answer", None, ok_types=(TEXT,)),
+              "head": _op("/", "Ollama's liveness answer, head only", None)},
+        "/api/version": {"get": _op("/api/version", "The version", {
+            "type": "object", "required": ["version"], "properties": {"version": {"const": blazar.__version__}}})},
+        "/api/tags": {"get": _op("/api/tags", "The models in the store", _ref("Tags")),
+                      "head": _op("/api/tags", "The models in the store, head only", None)},
+        "/api/ps": {"get": _op("/api/ps", "The loaded models", _ref("OllamaPs"))},
+        "/api/show": {"post": _op("/api/show", "One model's details", _ref("Show"), statuses=(404,),
+                                  body="OllamaModelBody")},
+        "/api/copy": {"post": _op("/api/copy", "A new name (an alias) for a model", None, statuses=(404, 409),
+                                  body="CopyBody")},
+        "/api/delete": {"delete": _op("/api/delete", "Remove a model, or an alias", None, statuses=(404, 409),
+                                      body="OllamaModelBody")},
+        "/api/pull": {"post": _op("/api/pull", "Pull a model from the hub (NDJSON progress unless stream is false)",
+                                  _ref("PullStatus"), statuses=(404, 409, 502, 507), body="PullBody",
+                                  ok_types=(JSON, NDJSON))},
+        "/api/chat": {"post": _infer("/api/chat", "Chat", "ChatRequest", "ChatResponse", NDJSON)},
+        "/api/generate": {"post": _infer("/api/generate", "Generate", "GenerateRequest", "GenerateResponse", NDJSON)},
+        "/api/embed": {"post": _infer("/api/embed", "Embeddings", "EmbedRequest", "EmbedResponse", None)},
+        "/api/embeddings": {"post": _infer("/api/embeddings", "Embeddings (legacy)", "EmbeddingsRequest",
+                                           "EmbeddingsResponse", None)},
+    }
+    for path, ops in p.items():
+        # Falcon answers OPTIONS on every route (the methods it serves, in Allow).
+        ops["options"] = _op(path, "The methods this path serves (Allow)", None)
+        ops["options"]["security"] = []
+        for method, op in ops.items():
+            op["operationId"] = f"{method}_{path.strip('/').replace('/', '_').replace('{', '').replace('}', '')}" \
+                                if path != "/" else f"{method}_root"
+        if "{model_id}" in path:
+            for op in ops.values():
+                op["parameters"] = [{"name": "model_id", "in": "path", "required": True, "schema": _STR}]
+    return p
+
+
+@functools.cache
+def document() -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Blazar", "version": blazar.__version__,
+                 "description": "One gateway for local inference: the OpenAI, Anthropic and Ollama dialects, and "
+                                "Blazar's own admin routes. Errors take the shape of the route's dialect."},
+        "paths": _operations(),
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {
+                "bearerAuth": {"type": "http", "scheme": "bearer", "description": "a Blazar key (blz_...)"},
+                "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
+            },
+        },
+        # Auth is on only once a key exists (`blazar keys create`): until then no credential is needed.
+        "security": [{}, {"bearerAuth": []}, {"apiKey": []}],
+    }
+
+
+class OpenAPIResource:
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        resp.media = document()
+
+
+def add_routes(api: falcon.asgi.App) -> None:
+    api.add_route("/openapi.json", OpenAPIResource())
