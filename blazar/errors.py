@@ -34,6 +34,7 @@
         ├── EngineVerifyFailed      files that no longer match their install record (names each one)
         ├── EngineBuildFailed       a build that could not run or finish (names its log, or the missing tool)
         ├── DoesNotFit              a load no eviction can make room for (the planner's reason)
+        │   └── ModelPinned         the model is pinned in another shape (context, embeddings): unpin or stop it
         ├── CircuitOpen             loads of a model refused after repeated crashes (names `ps --reset`)
         └── LoadFailed              the child exited or stayed unhealthy while loading (reason, log tail)
 
@@ -283,6 +284,12 @@ class DoesNotFit(EngineError):
     exit_code = 6
 
 
+class ModelPinned(DoesNotFit):
+    """A load that would replace a pinned instance of the model: the pin stands (409, not a memory shortage)."""
+
+    code = "model_pinned"
+
+
 class CircuitOpen(EngineError):
     code = "circuit_open"
     exit_code = 10
@@ -305,6 +312,7 @@ _HTTP: list[tuple[type[BlazarError], int, str]] = [
     (HubAccessDenied, 403, "hub_access_denied"),
     (HubUnavailable, 502, "hub_unavailable"),
     (CircuitOpen, 503, "circuit_open"),
+    (ModelPinned, 409, "model_pinned"),
     (DoesNotFit, 507, "insufficient_memory"),
     (LoadFailed, 502, "load_failed"),  # the engine started but could not load the model: an upstream failure
     (NoEngine, 503, "no_engine"),

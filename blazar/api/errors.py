@@ -8,6 +8,7 @@ Resources raise (BlazarError, pydantic's ValidationError, falcon's HTTPError); t
     404     model_not_found        ModelNotFound
     404     model_not_loaded       ModelNotLoaded
     503     circuit_open           CircuitOpen
+    409     model_pinned           ModelPinned (a pinned instance of the model stands in the way of the load)
     507     insufficient_memory    DoesNotFit
     502     load_failed            LoadFailed
     503     no_engine              NoEngine

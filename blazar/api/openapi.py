@@ -211,6 +211,10 @@ SCHEMAS: dict[str, Schema] = {
     "EmbeddingsResponse": {"type": "object", "required": ["embedding"], "properties": {
         "embedding": {"type": "array", "items": _NUM}}},
     "PullStatus": {"type": "object", "required": ["status"], "properties": {"status": {"const": "success"}}},
+    "PullLine": {"oneOf": [
+        {"type": "object", "required": ["status"], "properties": {"status": _STR, "digest": _STR, "total": _INT,
+                                                                   "completed": _INT}},
+        _ref("OllamaError")]},
 }
 
 # -- operations -------------------------------------------------------------------------------------------------
@@ -219,7 +223,8 @@ _PHRASES = {400: "the request is not valid (bad JSON, a field that does not vali
             401: "an API key is required (auth is on once a key exists)",
             403: "refused: the key's scope, a Host or Origin not allowed, or the hub's access",
             404: "no such model (or not loaded, or not on the hub)", 405: "method not allowed",
-            409: "the name is taken, or the model is in use", 413: "the body is over max_body_mib",
+            409: "the name is taken, the model is in use, or pinned in another shape",
+            413: "the body is over max_body_mib",
             415: "the body is not JSON", 429: "a limit: the queue is full, or the key's rate (Retry-After)",
             502: "the engine (or the hub) failed", 503: "no engine, an open circuit, or the queue timed out",
             507: "the model does not fit in memory"}
@@ -228,7 +233,7 @@ _ERROR_SCHEMA = {"openai": "OpenAIError", "anthropic": "AnthropicError", "ollama
 # The statuses every route may answer besides its own (auth and the edge guards answer before the route runs).
 _EDGE = (401, 403)
 _BODY = (400, 413, 415)
-_ENGINE = (404, 429, 502, 503, 507)  # resolve, admit, load, run
+_ENGINE = (404, 409, 429, 502, 503, 507)  # resolve, load (a pin in the way), admit, run
 
 
 def _dialect(path: str) -> str:
@@ -237,21 +242,33 @@ def _dialect(path: str) -> str:
     return "ollama" if path.startswith("/api/") and not path.startswith("/api/blazar/") else "openai"
 
 
-def _content(*types: str, schema: Schema | None = None) -> dict[str, Any]:
+# One server-sent event as schemathesis and clients read it; its data is the engine's (or the dialect's) chunk.
+_SSE_EVENT = {"type": "object", "required": ["data"], "properties": {"event": _STR, "data": _STR, "id": _STR}}
+
+
+def _content(*types: str, schema: Schema | None = None, line: Schema | None = None) -> dict[str, Any]:
+    """JSON answers take `schema`; an NDJSON stream's schema is that of each line (`line`, else `schema` or an
+    error line); SSE, each event's."""
     out: dict[str, Any] = {}
     for t in types:
         if t == JSON:
             out[t] = {"schema": schema or _OBJ}
+        elif t == NDJSON:
+            out[t] = {"schema": line or {"oneOf": [schema or _OBJ, _ref("OllamaError")]},
+                      "description": "one JSON object a line"}
+        elif t == SSE:
+            out[t] = {"schema": _SSE_EVENT}
         else:
             out[t] = {"schema": _STR}
     return out
 
 
 def _op(path: str, summary: str, ok: Schema | None, *, statuses: tuple[int, ...] = (), body: str | None = None,
-        ok_types: tuple[str, ...] = (JSON,), engine_errors: bool = False) -> dict[str, Any]:
-    """One operation: its 200 (JSON `ok`, or a text type), its errors in the route's dialect."""
+        ok_types: tuple[str, ...] = (JSON,), engine_errors: bool = False, line: Schema | None = None
+        ) -> dict[str, Any]:
+    """One operation: its 200 (JSON `ok`, or a stream, or text), its errors in the route's dialect."""
     error = _ref(_ERROR_SCHEMA[_dialect(path)])
-    responses: dict[str, Any] = {"200": {"description": "OK", "content": _content(*ok_types, schema=ok)}
+    responses: dict[str, Any] = {"200": {"description": "OK", "content": _content(*ok_types, schema=ok, line=line)}
                                  if ok is not None or ok_types != (JSON,) else {"description": "OK"}}
     codes = set(statuses) | set(_EDGE) | (set(_BODY) if body else set())
     for code in sorted(codes):
@@ -334,7 +351,7 @@ def _operations() -> dict[str, dict[str, dict[str, Any]]]:
                                       body="OllamaModelBody")},
         "/api/pull": {"post": _op("/api/pull", "Pull a model from the hub (NDJSON progress unless stream is false)",
                                   _ref("PullStatus"), statuses=(404, 409, 502, 507), body="PullBody",
-                                  ok_types=(JSON, NDJSON))},
+                                  ok_types=(JSON, NDJSON), line=_ref("PullLine"))},
         "/api/chat": {"post": _infer("/api/chat", "Chat", "ChatRequest", "ChatResponse", NDJSON)},
         "/api/generate": {"post": _infer("/api/generate", "Generate", "GenerateRequest", "GenerateResponse", NDJSON)},
         "/api/embed": {"post": _infer("/api/embed", "Embeddings", "EmbedRequest", "EmbedResponse", None)},

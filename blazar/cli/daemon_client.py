@@ -50,6 +50,7 @@ _EXIT_CODES = {
     "circuit_open": CircuitOpen.exit_code,
     "load_failed": LoadFailed.exit_code,
     "insufficient_memory": DoesNotFit.exit_code,
+    "model_pinned": DoesNotFit.exit_code,
     "engine_incompatible": EngineError.exit_code,
     "engine_error": EngineError.exit_code,
 }

@@ -80,6 +80,8 @@ class RequestRejected(_RequestEvent):
     reason: Literal[
         "queue_full", "queue_timeout", "global_cap", "context_length_exceeded", "model_not_found",
         "invalid_request", "circuit_open", "insufficient_memory", "no_engine", "load_failed", "shutting_down",
+        # What else a load can refuse with (blazar/errors.py's http_status): a pin in the way, an unusable engine.
+        "model_pinned", "engine_incompatible", "engine_error",
     ]
     detail: str
     retry_after_s: float | None = None

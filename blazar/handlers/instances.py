@@ -31,6 +31,7 @@ from blazar.errors import (
     LoadFailed,
     ModelNotFound,
     ModelNotLoaded,
+    ModelPinned,
 )
 from blazar.events.instances import (
     InstanceEvicted,
@@ -307,10 +308,14 @@ class Supervisor:
             # A smaller-context instance of this model gives way to the new shape (it is idle or it would be reused).
             for lv in [lv for lv in self._live.values() if lv.instance.model == name and lv.state == "ready"]:
                 if lv.pinned:
+                    had = lv.instance.ctx_tokens
+                    want = (f"{ctx} were asked for" if ctx is not None and ctx > had
+                            else "this request needs the embeddings endpoint it was started without")
                     raise await self._refuse(
-                        name, "no_room", f"{name} is pinned at {lv.instance.ctx_tokens} tokens per slot and {ctx} "
-                        f"were asked for; unpin it (blazar load {name} --unpin) or stop it first", DoesNotFit,
-                        {"ctx_wanted": ctx, "ctx_had": lv.instance.ctx_tokens, "pinned": lv.instance.instance_id})
+                        name, "no_room", f"{name} is pinned at {had} tokens per slot and {want}; unpin it "
+                        f"(blazar load {name} --unpin) or stop it first", ModelPinned,
+                        {"ctx_wanted": ctx, "ctx_had": had, "embeddings_wanted": embeddings,
+                         "pinned": lv.instance.instance_id})
                 if lv.in_flight == 0:
                     await self._evict(lv, "reshape", for_model=name, route=route,
                                       observations={"ctx_wanted": ctx, "ctx_had": lv.instance.ctx_tokens,

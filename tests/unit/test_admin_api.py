@@ -10,7 +10,7 @@ from falcon.testing import ASGIConductor
 
 from blazar.api.app import create_app
 from blazar.bootstrap import Blazar
-from blazar.errors import BlazarError, ModelNotFound, NoEngine
+from blazar.errors import BlazarError, ModelNotFound, ModelPinned, NoEngine
 from blazar.events.instances import ModelCircuitOpened
 from blazar.handlers.instances import UNSET, CircuitOpen, DoesNotFit, Instance, LoadFailed, ModelNotLoaded
 from blazar.handlers.record import record
@@ -155,6 +155,7 @@ async def test_invalid_bodies_are_400(client: ASGIConductor, sup: FakeSupervisor
     (ModelNotLoaded("x is not loaded"), 404, "model_not_loaded"),
     (CircuitOpen("x crashed 3 times; blazar ps --reset x"), 503, "circuit_open"),
     (DoesNotFit("needs 9 GB, 2 GB free"), 507, "insufficient_memory"),
+    (ModelPinned("x is pinned at 512 tokens per slot and 1024 were asked for"), 409, "model_pinned"),
     (LoadFailed("x exited (load_failed)"), 502, "load_failed"),
     (NoEngine(), 503, "no_engine"),
     (BlazarError("something else"), 500, "internal_error"),

@@ -1,0 +1,78 @@
+"""A real `blazar serve` whose engine is bench/fake_engine.py (an upstream faster than any engine, installed with
+`blazar engine install --path` like any llama-server) and whose model is a tiny GGUF: for end-to-end runs that need
+the engine's answers but not a real model's. Stopped with SIGTERM (then SIGKILL) at the end."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from blazar.adapters.engines.tiny_model import write_tiny_model
+from tests.integration.test_daemon import free_port, healthy, wait_for
+from tests.support.serving import blazar_cli
+
+REPO = Path(__file__).resolve().parents[2]
+STOP_TIMEOUT_S = 60.0
+
+
+def load_fake_engine() -> ModuleType:
+    """bench/fake_engine.py as a module (a script beside the bench, not a package)."""
+    spec = importlib.util.spec_from_file_location("fake_engine", REPO / "bench" / "fake_engine.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class FakeDaemon:
+    port: int
+    proc: subprocess.Popen[bytes]
+    stderr_path: Path  # a file, not a pipe: a daemon that logs a lot never blocks on a full pipe
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def serving_fake(home: Path, files: Path, model: str, *, env: Mapping[str, str] | None = None,
+                 settings: Mapping[str, object] | None = None) -> Iterator[FakeDaemon]:
+    """`home` with the fake engine active and the tiny model imported as `model`, served on a free port. `env` is
+    added to the daemon's environment; `settings` are set with `blazar config set`."""
+    binary = load_fake_engine().write_executable(files / "fake-engine" / "llama-server")
+    blazar_cli(home, "engine", "install", "--path", str(binary))
+    blazar_cli(home, "import", str(write_tiny_model(files / "tiny.gguf")), "--name", model)
+    for key, value in (settings or {}).items():
+        blazar_cli(home, "config", "set", key, str(value))
+    port = free_port()
+    stderr_path = files / "daemon.stderr"
+    with stderr_path.open("wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)],
+                                env={**os.environ, **(env or {}), "BLAZAR_HOME": str(home)},
+                                stdout=subprocess.DEVNULL, stderr=err)
+    daemon = FakeDaemon(port, proc, stderr_path)
+    try:
+        try:
+            wait_for(lambda: healthy(port), "/health", proc=proc)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{daemon.stderr()}") from None
+        yield daemon
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
