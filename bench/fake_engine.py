@@ -52,10 +52,11 @@ def answer_text(n: int) -> str:
 
 
 class Settings:
-    def __init__(self, *, model: str, chunks: int, delay_ms: float) -> None:
+    def __init__(self, *, model: str, chunks: int, delay_ms: float, ctx_per_slot: int = 0) -> None:
         self.model = model
         self.chunks = chunks
         self.delay_ms = delay_ms
+        self.ctx_per_slot = ctx_per_slot  # from -c and -np; 0: no limit
 
 
 class BadRequest(Exception):
@@ -161,7 +162,8 @@ class Engine:
         for key in keys:
             value = body.get(key)
             if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-                return value, True
+                # Like llama-server, a reply stops at the slot's context, whatever max_tokens asked for.
+                return (min(value, self.s.ctx_per_slot) if self.s.ctx_per_slot else value), True
         return self.s.chunks, False
 
     async def handle(self, method: str, path: str, body: bytes, writer: asyncio.StreamWriter, *,
@@ -377,7 +379,9 @@ def parse_argv(argv: list[str]) -> tuple[str, int, Settings]:
     host, port, model = "127.0.0.1", 8080, "fake-model.gguf"
     chunks = int(os.environ.get("FAKE_ENGINE_CHUNKS") or DEFAULT_CHUNKS)
     delay_ms = float(os.environ.get("FAKE_ENGINE_DELAY_MS") or 0)
-    known = ("--host", "--port", "-m", "--model", "--fake-chunks", "--fake-delay-ms")
+    ctx, slots = 0, 1
+    known = ("--host", "--port", "-m", "--model", "--fake-chunks", "--fake-delay-ms", "-c", "--ctx-size", "-np",
+             "--parallel")
     i = 0
     while i < len(argv):
         name, value = argv[i], None
@@ -399,7 +403,11 @@ def parse_argv(argv: list[str]) -> tuple[str, int, Settings]:
             chunks = int(value)
         elif name == "--fake-delay-ms":
             delay_ms = float(value)
-    return host, port, Settings(model=model, chunks=chunks, delay_ms=delay_ms)
+        elif name in ("-c", "--ctx-size"):
+            ctx = int(value)
+        elif name in ("-np", "--parallel"):
+            slots = max(1, int(value))
+    return host, port, Settings(model=model, chunks=chunks, delay_ms=delay_ms, ctx_per_slot=ctx // slots)
 
 
 def write_executable(dest: Path, *, python: str = sys.executable) -> Path:

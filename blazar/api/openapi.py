@@ -47,8 +47,10 @@ _NUM = {"type": "number"}
 _BOOL = {"type": "boolean"}
 _OBJ = {"type": "object"}
 _NULLABLE_STR = {"type": ["string", "null"]}
-_DURATION = {"type": ["string", "number", "null"], "description": 'a duration ("5m", "1h30m"), seconds, or negative '
-             "for forever"}
+_NUMBER_RE = r"[0-9]+(\.[0-9]+)?"
+_DURATION = {"oneOf": [{"type": ["number", "null"]},
+                       {"type": "string", "pattern": rf"^[+-]?({_NUMBER_RE}|({_NUMBER_RE}(ns|us|µs|ms|s|m|h))+)$"}],
+             "description": 'a duration ("5m", "1h30m", "300"), seconds, or negative for forever'}
 
 # -- request bodies written by hand: the dialects' own checks (blazar/dialects/) have no pydantic model ------------
 
@@ -254,13 +256,40 @@ def _content(*types: str, schema: Schema | None = None, line: Schema | None = No
         if t == JSON:
             out[t] = {"schema": schema or _OBJ}
         elif t == NDJSON:
-            out[t] = {"schema": line or {"oneOf": [schema or _OBJ, _ref("OllamaError")]},
-                      "description": "one JSON object a line"}
+            out[t] = {"schema": {"description": "one JSON object a line",
+                                 **(line or {"oneOf": [schema or _OBJ, _ref("OllamaError")]})}}
         elif t == SSE:
             out[t] = {"schema": _SSE_EVENT}
         else:
             out[t] = {"schema": _STR}
     return out
+
+
+# Request examples by body schema: what a client sends (the model's name is the packaged demo model's).
+_M = "gemma3-270m"
+_HELLO = [{"role": "user", "content": "Why is the sky blue?"}]
+EXAMPLES: dict[str, list[dict[str, Any]]] = {
+    "LoadBody": [{"model": _M, "keep_alive": "10m", "pin": False}],
+    "AdminModelBody": [{"model": _M}],
+    "ChatBody": [{"model": _M, "messages": _HELLO, "max_tokens": 32},
+                 {"model": _M, "messages": _HELLO, "stream": True, "stream_options": {"include_usage": True}}],
+    "CompletionBody": [{"model": _M, "prompt": "Once upon a time", "max_tokens": 16},
+                       {"model": _M, "prompt": "Once upon a time", "stream": True}],
+    "EmbeddingBody": [{"model": _M, "input": ["hello", "world"]}],
+    "ResponsesBody": [{"model": _M, "input": "Why is the sky blue?"}],
+    "MessagesBody": [{"model": _M, "max_tokens": 64, "messages": _HELLO},
+                     {"model": _M, "max_tokens": 64, "messages": _HELLO, "stream": True, "system": "Be brief."}],
+    "CountTokensBody": [{"model": _M, "messages": _HELLO}],
+    "OllamaModelBody": [{"model": _M}],
+    "CopyBody": [{"source": _M, "destination": "gemma"}],
+    "PullBody": [{"model": "ggml-org/gemma-3-270m-GGUF", "stream": False}],
+    "ChatRequest": [{"model": _M, "messages": _HELLO}, {"model": _M, "messages": _HELLO, "stream": False,
+                                                       "options": {"num_predict": 16}}],
+    "GenerateRequest": [{"model": _M, "prompt": "Why is the sky blue?"},
+                        {"model": _M, "prompt": "Why is the sky blue?", "stream": False, "keep_alive": "5m"}],
+    "EmbedRequest": [{"model": _M, "input": ["hello", "world"]}],
+    "EmbeddingsRequest": [{"model": _M, "prompt": "hello"}],
+}
 
 
 def _op(path: str, summary: str, ok: Schema | None, *, statuses: tuple[int, ...] = (), body: str | None = None,
@@ -280,7 +309,10 @@ def _op(path: str, summary: str, ok: Schema | None, *, statuses: tuple[int, ...]
                                                        path.startswith("/api/blazar/") else "blazar"],
                           "responses": responses}
     if body is not None:
-        op["requestBody"] = {"required": True, "content": {JSON: {"schema": _ref(body)}}}
+        media: dict[str, Any] = {"schema": _ref(body)}
+        if body in EXAMPLES:
+            media["examples"] = {f"example{i}": {"value": v} for i, v in enumerate(EXAMPLES[body], 1)}
+        op["requestBody"] = {"required": True, "content": {JSON: media}}
     if path in OPEN_PATHS:
         op["security"] = []
         for code in _EDGE:
