@@ -233,7 +233,7 @@ _PHRASES = {400: "the request is not valid (bad JSON, a field that does not vali
 _ERROR_SCHEMA = {"openai": "OpenAIError", "anthropic": "AnthropicError", "ollama": "OllamaError"}
 
 # The statuses every route may answer besides its own (auth and the edge guards answer before the route runs).
-_EDGE = (401, 403)
+_EDGE = (401, 403, 429)  # a key missing, out of scope, or over its limits
 _BODY = (400, 413, 415)
 _ENGINE = (404, 409, 429, 502, 503, 507)  # resolve, load (a pin in the way), admit, run
 
@@ -392,8 +392,9 @@ def _operations() -> dict[str, dict[str, dict[str, Any]]]:
     }
     for path, ops in p.items():
         # Falcon answers OPTIONS on every route (the methods it serves, in Allow).
-        ops["options"] = _op(path, "The methods this path serves (Allow)", None)
+        ops["options"] = _op(path, "The methods this path serves (Allow); a CORS preflight", None)
         ops["options"]["security"] = []
+        ops["options"]["responses"]["204"] = {"description": "a CORS preflight answered"}
         for method, op in ops.items():
             op["operationId"] = f"{method}_{path.strip('/').replace('/', '_').replace('{', '').replace('}', '')}" \
                                 if path != "/" else f"{method}_root"
