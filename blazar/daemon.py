@@ -31,6 +31,7 @@ from blazar import runlock
 from blazar.adapters.engines.client import EngineClient
 from blazar.api.app import create_app
 from blazar.bootstrap import Blazar
+from blazar.credentials import remove_admin_token, write_admin_token
 from blazar.errors import BlazarError, DaemonRunning
 from blazar.handlers.admission import Admission
 from blazar.handlers.gateway import Gateway
@@ -139,7 +140,9 @@ async def serve(app: Blazar, *, host: str, port: int, supervisor_factory: Callab
         check_port(host, port)
         supervisor = supervisor_factory(app)
         gateway = _gateway(app, supervisor) if isinstance(supervisor, Supervisor) else None
-        server = Server(target=create_app(app, supervisor, gateway), address=host, port=port,
+        admin_token = write_admin_token(paths)  # the CLI's credential once keys are on; removed at exit
+        held.callback(remove_admin_token, paths, admin_token)
+        server = Server(target=create_app(app, supervisor, gateway, admin_token=admin_token), address=host, port=port,
                         interface=Interfaces.ASGI, websockets=False, log_level=LogLevels.error)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -9,10 +9,15 @@ from typing import Any, Protocol
 import falcon.asgi
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator
 
+from blazar.api.auth import principal_of
 from blazar.bootstrap import Blazar
 from blazar.durations import keep_alive_seconds
 from blazar.handlers.instances import UNSET, Instance
+from blazar.handlers.principal import is_admin
 from blazar.queries.ps import open_circuits
+
+# What of an instance only an admin principal sees: where its engine listens and how it was started.
+ENGINE_ONLY = frozenset({"port", "base_url", "argv"})
 
 
 class SupervisorPort(Protocol):
@@ -64,7 +69,10 @@ class PsResource:
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         circuits = open_circuits(self.app.runner.state("residency"), now=self.app.clock.now())
-        resp.media = {"instances": self.supervisor.ps(), "circuits": circuits}
+        rows = self.supervisor.ps()
+        if not is_admin(principal_of(req)):  # NOTE: the engine port is for admins only (the route is admin's anyway)
+            rows = [{k: v for k, v in r.items() if k not in ENGINE_ONLY} for r in rows]
+        resp.media = {"instances": rows, "circuits": circuits}
 
 
 class LoadResource:
@@ -95,8 +103,21 @@ class ResetResource:
         resp.media = {"reset": await self.supervisor.reset(body.model)}
 
 
+class SyncResource:
+    """Fold what other processes appended, now: `blazar keys` calls it so that a key change counts on the very next
+    request (the live tail alone would see it within its poll interval)."""
+
+    def __init__(self, app: Blazar) -> None:
+        self.app = app
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        await self.app.runner.catch_up()
+        resp.media = {"seq": self.app.runner.seq}
+
+
 def add_routes(api: falcon.asgi.App, app: Blazar, supervisor: SupervisorPort, prefix: str = "/api/blazar") -> None:
     api.add_route(f"{prefix}/ps", PsResource(app, supervisor))
     api.add_route(f"{prefix}/load", LoadResource(supervisor))
     api.add_route(f"{prefix}/stop", StopResource(supervisor))
     api.add_route(f"{prefix}/reset", ResetResource(supervisor))
+    api.add_route(f"{prefix}/sync", SyncResource(app))

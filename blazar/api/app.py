@@ -9,7 +9,7 @@ import falcon.asgi
 import falcon.media
 import orjson
 
-from blazar.api import admin, errors
+from blazar.api import admin, auth, errors
 from blazar.api.context import RequestContext
 from blazar.bootstrap import Blazar
 
@@ -22,9 +22,14 @@ class HealthResource:
         resp.media = {"status": "ok"}
 
 
-def create_app(app: Blazar, supervisor: admin.SupervisorPort, gateway: Gateway | None = None) -> falcon.asgi.App:
-    """The admin routes always; the API dialects when a gateway is given (the daemon gives one)."""
-    api = falcon.asgi.App(middleware=[RequestContext(max_body_bytes=app.settings().max_body_mib << 20)])
+def create_app(app: Blazar, supervisor: admin.SupervisorPort, gateway: Gateway | None = None, *,
+               admin_token: str | None = None) -> falcon.asgi.App:
+    """The admin routes always; the API dialects when a gateway is given (the daemon gives one). `admin_token` is
+    the CLI's credential (run/admin.token), accepted as an admin principal once keys are on."""
+    middleware: list[object] = [RequestContext(max_body_bytes=app.settings().max_body_mib << 20)]
+    middleware.append(auth.Auth(auth.Authenticator(lambda: app.runner.state("keys"), app.clock,
+                                                   admin_token=admin_token, admin_actor=auth.admin_actor(app.actor))))
+    api = falcon.asgi.App(middleware=middleware)
     json_handler = falcon.media.JSONHandler(dumps=orjson.dumps, loads=orjson.loads)
     api.req_options.media_handlers.update({falcon.MEDIA_JSON: json_handler})
     api.resp_options.media_handlers.update({falcon.MEDIA_JSON: json_handler})

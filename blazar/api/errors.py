@@ -5,6 +5,10 @@ Resources raise (BlazarError, pydantic's ValidationError, falcon's HTTPError); t
     400     invalid_json           a body that is not JSON (falcon's MediaMalformedError / MediaNotFoundError)
     400     invalid_request        a body that does not validate (unknown field, bad keep_alive, ...)
     400     invalid_model_name     InvalidModelName
+    401     invalid_api_key        Unauthenticated (blazar/api/auth.py; type authentication_error, WWW-Authenticate)
+    403     admin_key_required     Forbidden (a key that is not --admin on an admin route; type permission_error)
+    403     model_not_allowed      a model outside the key's --models scope (the gateway's refusal)
+    429     rate_limit_exceeded    a key's rpm, tpm, daily_tokens or max_concurrent (with Retry-After)
     404     model_not_found        ModelNotFound
     404     model_not_loaded       ModelNotLoaded
     503     circuit_open           CircuitOpen
@@ -42,8 +46,10 @@ def status_and_code(exc: BlazarError) -> tuple[int, str]:
     return http_status(exc)
 
 
-def body(message: str, *, status: int, code: str, param: str | None = None) -> dict[str, Any]:
-    kind = "rate_limit_error" if status == 429 else "invalid_request_error" if status < 500 else "server_error"
+def body(message: str, *, status: int, code: str, param: str | None = None, kind: str | None = None
+         ) -> dict[str, Any]:
+    kind = kind or ("rate_limit_error" if status == 429 else "invalid_request_error" if status < 500
+                    else "server_error")
     return {"error": {"message": message, "type": kind, "code": code, "param": param}}
 
 
@@ -80,10 +86,12 @@ def _render(resp: falcon.asgi.Response, status: int, payload: dict[str, Any],
 
 async def _blazar_error(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: BlazarError, params: Any) -> None:
     status, code = status_and_code(ex)
-    _render(resp, status, body(ex.message, status=status, code=code), req)
+    _render(resp, status, body(ex.message, status=status, code=code, kind=getattr(ex, "error_type", None)), req)
     retry = getattr(ex, "retry_after_s", None)
     if retry is not None:
         resp.set_header("Retry-After", str(max(1, math.ceil(retry))))
+    for name, value in (getattr(ex, "headers", None) or {}).items():  # an auth refusal's WWW-Authenticate
+        resp.set_header(name, value)
 
 
 async def _validation_error(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: ValidationError,

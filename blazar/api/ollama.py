@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 import blazar
 from blazar.api.admin import SupervisorPort
+from blazar.api.auth import principal_of
 from blazar.bootstrap import Blazar
 from blazar.errors import BlazarError, http_status
 from blazar.handlers.models import alias_model, remove_model, unalias_model
@@ -110,7 +111,10 @@ class Tags:
         rows = []
         names = {n: m for n, m in catalog["models"].items()}
         names.update({a: catalog["models"][t] for a, t in catalog.get("aliases", {}).items() if t in catalog["models"]})
+        p = principal_of(req)  # a key sees only the models in its scope
         for name, m in sorted(names.items()):
+            if p is not None and not p.allows(name, m["name"]):
+                continue
             rows.append({"name": name, "model": name, "modified_at": rfc3339(m.get("added_ts")),
                          "size": m.get("bytes") or 0, "digest": m.get("sha256") or "", "details": details(m)})
         resp.media = {"models": rows}

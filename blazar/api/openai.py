@@ -13,6 +13,7 @@ import falcon
 import falcon.asgi
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
+from blazar.api.auth import principal_of
 from blazar.api.proxy import Plan, Proxy
 from blazar.bootstrap import Blazar
 from blazar.dialects.schema import check_response_format, check_tools
@@ -86,9 +87,10 @@ class Models:
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         models = self.app.runner.state("catalog")["models"].values()
+        p = principal_of(req)  # a key sees only the models in its scope
         resp.media = {"object": "list", "data": [
             {"id": m["name"], "object": "model", "created": int(m.get("added_ts") or 0), "owned_by": "blazar"}
-            for m in sorted(models, key=lambda m: m["name"])]}
+            for m in sorted(models, key=lambda m: m["name"]) if p is None or p.allows(m["name"])]}
 
 
 class Model:
@@ -97,7 +99,8 @@ class Model:
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, model_id: str) -> None:
         m = find(self.app.runner.state("catalog"), model_id)
-        if m is None:
+        p = principal_of(req)
+        if m is None or (p is not None and not p.allows(model_id, m["name"])):
             raise Rejected(f"The model '{model_id}' does not exist", status=404, code="model_not_found")
         resp.media = {"id": m["name"], "object": "model", "created": int(m.get("added_ts") or 0),
                       "owned_by": "blazar"}

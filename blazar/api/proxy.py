@@ -18,6 +18,7 @@ import falcon.asgi
 import orjson
 
 from blazar.api import disconnect, errors
+from blazar.api.auth import principal_of
 from blazar.api.context import trace_id_of
 from blazar.dialects.stream import Translator
 from blazar.dialects.tools import Forced, ForcedStream, OpenAIStream, force
@@ -79,7 +80,7 @@ class Proxy(ABC):
         return Call(trace_id=trace_id_of(req), dialect=self.dialect, route=req.path, engine_path=plan.path,
                     model=plan.model, body=plan.body if plan.body is not None else {}, stream=plan.stream,
                     priority=priority, max_tokens=plan.max_tokens, embeddings=plan.embeddings, ctx=plan.ctx,
-                    keep_alive=plan.keep_alive)
+                    keep_alive=plan.keep_alive, principal=principal_of(req))
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         raw, data = await read_json(req)

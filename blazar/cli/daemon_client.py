@@ -19,6 +19,7 @@ import httpx2
 
 from blazar import runlock
 from blazar.adapters.engines.process import log_tail
+from blazar.credentials import read_admin_token
 from blazar.daemon import DaemonInfo, read_daemon_file
 from blazar.errors import (
     BlazarError,
@@ -117,13 +118,22 @@ def start_daemon(paths: Paths, env: Mapping[str, str], *, timeout_s: float = STA
         time.sleep(0.1)
 
 
-class AdminClient:
-    """The admin routes (/api/blazar/...) of one daemon, synchronously."""
+def auth_headers(paths: Paths | None = None) -> dict[str, str]:
+    """The CLI's admin credential (run/admin.token, readable by the home's owner only) as a Bearer header; none when
+    no daemon wrote one. `paths` defaults to this environment's home."""
+    token = read_admin_token(paths or Paths.from_env())
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
-    def __init__(self, info: DaemonInfo, *, transport: httpx2.BaseTransport | None = None) -> None:
+
+class AdminClient:
+    """The admin routes (/api/blazar/...) of one daemon, synchronously, with the CLI's admin credential."""
+
+    def __init__(self, info: DaemonInfo, *, transport: httpx2.BaseTransport | None = None,
+                 paths: Paths | None = None) -> None:
         self.url = info.url
         self._http = httpx2.Client(base_url=f"{info.url}/api/blazar", trust_env=False, transport=transport,
-                                   timeout=httpx2.Timeout(CALL_TIMEOUT_S, connect=HEALTH_TIMEOUT_S))
+                                   timeout=httpx2.Timeout(CALL_TIMEOUT_S, connect=HEALTH_TIMEOUT_S),
+                                   headers=auth_headers(paths))
 
     def __enter__(self) -> AdminClient:
         return self
@@ -148,6 +158,10 @@ class AdminClient:
 
     def reset(self, model: str) -> bool:
         return bool(self._call("POST", "reset", {"model": model})["reset"])
+
+    def sync(self) -> int:
+        """Make the daemon fold what was just appended (a key created, rotated, revoked): it counts from now on."""
+        return int(self._call("POST", "sync", {})["seq"])
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None, *,
               timeout: httpx2.Timeout | None = None) -> Any:

@@ -15,6 +15,7 @@ from blazar.cli import (
     engine_cmds,
     fit_cmds,
     instance_cmds,
+    keys_cmds,
     log_cmds,
     model_cmds,
     run_cmds,
@@ -68,6 +69,7 @@ app.add_typer(db.app, name="db")
 app.add_typer(config_cmds.app, name="config")
 app.add_typer(audit_cmds.app, name="audit")
 app.add_typer(engine_cmds.app, name="engine")
+app.add_typer(keys_cmds.app, name="keys")
 
 
 def main() -> None:

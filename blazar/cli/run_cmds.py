@@ -21,6 +21,7 @@ from blazar.cli.daemon_client import (
     AdminClient,
     DaemonUnavailable,
     RemoteError,
+    auth_headers,
     daemon_log,
     find_daemon,
     start_daemon,
@@ -68,7 +69,8 @@ class ChatClient:
     def __init__(self, info: DaemonInfo) -> None:
         self.url = info.url
         # trust_env=False: a proxy from the environment must never sit between the CLI and a loopback daemon.
-        self._http = httpx2.Client(base_url=info.url, trust_env=False, timeout=TIMEOUT)
+        # The CLI's admin credential (run/admin.token): `blazar run` keeps working once keys are on.
+        self._http = httpx2.Client(base_url=info.url, trust_env=False, timeout=TIMEOUT, headers=auth_headers())
 
     def close(self) -> None:
         self._http.close()

@@ -43,6 +43,8 @@ def why(
         return
     out.print(Text.assemble(("trace ", "bold"), (result.trace_id, "bold"), f"  {fmt_ts(result.received_ts)}"))
     head = " ".join(p for p in (result.dialect, result.route, result.model) if p)
+    if result.actor:
+        head += f"  by {result.actor}"
     if head:
         out.print(Text(head))
     table = Table("+TIME", "EVENT", "WHAT HAPPENED", box=None, header_style="bold")

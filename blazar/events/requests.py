@@ -82,6 +82,8 @@ class RequestRejected(_RequestEvent):
         "invalid_request", "circuit_open", "insufficient_memory", "no_engine", "load_failed", "shutting_down",
         # What else a load can refuse with (blazar/errors.py's http_status): a pin in the way, an unusable engine.
         "model_pinned", "engine_incompatible", "engine_error",
+        # A key's refusals: a model outside its --models scope (403), one of its limits reached (429).
+        "model_not_allowed", "rate_limit_exceeded",
     ]
     detail: str
     retry_after_s: float | None = None

@@ -35,6 +35,8 @@ from blazar.events.requests import (
 )
 from blazar.handlers.admission import Admission, AdmissionError, Ticket
 from blazar.handlers.instances import UNSET, Instance, Route, Supervisor
+from blazar.handlers.limits import Lease, Limiter, LimitExceeded
+from blazar.handlers.principal import Principal, scope_refusal
 
 log = logging.getLogger("blazar.gateway")
 
@@ -79,6 +81,12 @@ class Call:
     queue_position: int = 0
     done: bool = False
     engine_path: str = ""  # the engine route that serves it (/v1/chat/completions for every chat dialect)
+    principal: Principal | None = None  # who is calling (blazar/api/auth.py); None while auth is off
+    lease: Lease | None = None  # the key's concurrency lease, held until the answer ends
+
+    @property
+    def actor(self) -> str | None:
+        return self.principal.actor if self.principal is not None else None
 
 
 class Gateway:
@@ -89,22 +97,30 @@ class Gateway:
         self.client = client
         self._writer = app.request_writer()
         self._actor = app.actor
+        self.limits = Limiter(app.clock, seed=self._tokens_today)
 
-    def emit(self, event: Event, trace_id: str) -> None:
-        self._writer.submit(event, actor=self._actor, trace_id=trace_id)
+    def _tokens_today(self, key_name: str, day: int) -> int:
+        """What the log says a key used on UTC day `day` (a restarted daemon keeps counting the daily limit)."""
+        usage = self.app.runner.state("metrics").get("keys", {}).get(key_name) or {}
+        return int(usage.get("tokens_today", 0)) if usage.get("day") == day else 0
+
+    def emit(self, event: Event, trace_id: str, actor: str | None = None) -> None:
+        """Hand a request event to the group-commit writer; its actor is the caller's key ("key:<name>") where keys
+        are on, else the daemon's."""
+        self._writer.submit(event, actor=actor or self._actor, trace_id=trace_id)
 
     # -- before the engine --------------------------------------------------------------------------------------
 
     def received(self, call: Call, *, body_bytes: int, client: str | None) -> None:
         self.emit(RequestReceived(trace_id=call.trace_id, dialect=call.dialect, route=call.route, model=call.model,  # type: ignore[arg-type]
                                   stream=call.stream, body_bytes=body_bytes, priority=call.priority,
-                                  max_tokens=call.max_tokens, client=client), call.trace_id)
+                                  max_tokens=call.max_tokens, client=client), call.trace_id, call.actor)
 
     def reject(self, call: Call, *, status: int, reason: str, detail: str, retry_after_s: float | None = None,
                observations: dict[str, Any] | None = None) -> Rejected:
         self.emit(RequestRejected(trace_id=call.trace_id, model=call.name or call.model, status=status,
                                   reason=reason, detail=detail, retry_after_s=retry_after_s,  # type: ignore[arg-type]
-                                  observations=observations or {}), call.trace_id)
+                                  observations=observations or {}), call.trace_id, call.actor)
         return Rejected(detail, status=status, code=reason, retry_after_s=retry_after_s)
 
     async def prepare(self, call: Call) -> None:
@@ -113,6 +129,41 @@ class Gateway:
             call.name = self.supervisor.resolve(call.model)
         except ModelNotFound as e:
             raise self.reject(call, status=404, reason="model_not_found", detail=e.message) from None
+        self._authorize(call)
+        try:
+            await self._run_prepared(call)
+        except BaseException:
+            self._drop_lease(call)  # whatever refused or broke it before the answer: the lease is not kept
+            raise
+
+    def _authorize(self, call: Call) -> None:
+        """The caller's key: is the model in its scope (by the client's name or the store's), and do its limits
+        allow one more request now? Takes the key's concurrency lease."""
+        p = call.principal
+        if p is None or p.key is None:
+            return
+        assert call.name is not None
+        if not p.allows(call.model, call.name):
+            err = self.reject(call, status=403, reason="model_not_allowed", detail=scope_refusal(p, call.model,
+                              call.name), observations={"key": p.key_name, "models": list(p.key.get("models") or [])})
+            err.error_type = "permission_error"  # type: ignore[attr-defined]
+            raise err
+        limits = p.limits()
+        assert limits is not None
+        try:
+            call.lease = self.limits.acquire(limits)
+        except LimitExceeded as e:
+            raise self.reject(call, status=429, reason="rate_limit_exceeded", detail=e.message,
+                              retry_after_s=e.retry_after_s,
+                              observations={"key": p.key_name, "limit": e.limit, "value": e.value}) from None
+
+    def _drop_lease(self, call: Call) -> None:
+        if call.lease is not None:
+            self.limits.release(call.lease)
+            call.lease = None
+
+    async def _run_prepared(self, call: Call) -> None:
+        assert call.name is not None
         route = Route()
         try:
             inst = await self.supervisor.ensure(call.name, ctx=call.ctx, keep_alive=call.keep_alive,
@@ -124,7 +175,7 @@ class Gateway:
         call.load_ms = route.load_ms if route.cold else None
         self.emit(RequestRouted(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
                                 port=inst.port, cold=route.cold, load_ms=route.load_ms, evicted=route.evicted,
-                                ctx_tokens=inst.ctx_tokens), call.trace_id)
+                                ctx_tokens=inst.ctx_tokens), call.trace_id, call.actor)
         await self._check_context(call, inst)
 
         def on_queued(position: int, depth: int) -> None:
@@ -132,7 +183,7 @@ class Gateway:
             snap = self.admission.snapshot().get(inst.model, {})
             self.emit(RequestQueued(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
                                     position=position, depth=depth, slots=inst.slots,
-                                    busy=int(snap.get("busy", 0))), call.trace_id)
+                                    busy=int(snap.get("busy", 0))), call.trace_id, call.actor)
 
         try:
             ticket = await self.admission.acquire(inst.model, inst.slots, priority=call.priority,
@@ -152,7 +203,7 @@ class Gateway:
         self.emit(RequestAdmitted(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
                                   waited_ms=round(ticket.waited_s * 1000, 3), slots=ticket.slots,
                                   busy=ticket.busy_after, queued_behind=max(0, ticket.position_when_queued - 1)),
-                  call.trace_id)
+                  call.trace_id, call.actor)
 
     async def _check_context(self, call: Call, inst: Instance) -> None:
         """Prompt plus max_tokens must fit the slot's context: a clear 400, never silent truncation. The exact count
@@ -293,19 +344,24 @@ class Gateway:
     def _first_token(self, call: Call) -> None:
         call.first_token_at = time.perf_counter()
         self.emit(RequestFirstToken(trace_id=call.trace_id, model=call.name or call.model,
-                                    ttft_ms=round((call.first_token_at - call.received) * 1000, 3)), call.trace_id)
+                                    ttft_ms=round((call.first_token_at - call.received) * 1000, 3)),
+                  call.trace_id, call.actor)
 
     def _complete(self, call: Call, usage: dict[str, Any], *, status: int, chunks: int | None = None) -> None:
         if call.done:
             return
         self._release(call)
+        key_name = call.principal.key_name if call.principal is not None else None
+        if key_name is not None:  # the key's tpm and daily_tokens count a request's tokens when it completes
+            self.limits.add_tokens(key_name, int(usage.get("prompt_tokens") or 0)
+                                   + int(usage.get("completion_tokens") or 0))
         self.emit(RequestCompleted(
             trace_id=call.trace_id, model=call.name or call.model,
             instance_id=call.instance.instance_id if call.instance else None, status=status,
             duration_ms=round((time.perf_counter() - call.received) * 1000, 3),
             prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
             cached_tokens=usage.get("cached_tokens"), engine_timings=usage.get("timings") or {},
-            finish_reason=usage.get("finish_reason"), chunks=chunks), call.trace_id)
+            finish_reason=usage.get("finish_reason"), chunks=chunks), call.trace_id, call.actor)
 
     def fail(self, call: Call, *, status: int, reason: str, detail: str) -> None:
         if call.done:
@@ -314,10 +370,12 @@ class Gateway:
         self.emit(RequestFailed(trace_id=call.trace_id, model=call.name or call.model,
                                 instance_id=call.instance.instance_id if call.instance else None, status=status,
                                 reason=reason, detail=detail[:500],  # type: ignore[arg-type]
-                                duration_ms=round((time.perf_counter() - call.received) * 1000, 3)), call.trace_id)
+                                duration_ms=round((time.perf_counter() - call.received) * 1000, 3)),
+                  call.trace_id, call.actor)
 
     def _release(self, call: Call) -> None:
         call.done = True
+        self._drop_lease(call)
         if call.ticket is not None:
             self.admission.release(call.ticket)
             call.ticket = None

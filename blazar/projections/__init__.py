@@ -6,6 +6,7 @@ from blazar.projections.calibration import CalibrationProjection
 from blazar.projections.catalog import CatalogProjection
 from blazar.projections.config import ConfigProjection
 from blazar.projections.engines import EnginesProjection
+from blazar.projections.keys import KeysProjection
 from blazar.projections.metrics import MetricsProjection
 from blazar.projections.residency import ResidencyProjection
 from blazar.projections.stats import StatsProjection
@@ -15,7 +16,8 @@ from blazar.projections.traces import TracesProjection
 def all_projections() -> list[Projection]:
     """A fresh instance of every projection, in a stable order."""
     return [ConfigProjection(), AuditProjection(), StatsProjection(), CatalogProjection(), CalibrationProjection(),
-            ResidencyProjection(), EnginesProjection(), TracesProjection(), MetricsProjection()]
+            ResidencyProjection(), EnginesProjection(), TracesProjection(), MetricsProjection(),
+            KeysProjection()]
 
 
 __all__ = [
@@ -23,5 +25,6 @@ __all__ = [
     "CalibrationProjection",
     "CatalogProjection",
     "ConfigProjection",
-    "EnginesProjection", "MetricsProjection", "Projection", "ResidencyProjection", "State", "StatsProjection",
+    "EnginesProjection", "KeysProjection",
+    "MetricsProjection", "Projection", "ResidencyProjection", "State", "StatsProjection",
     "TracesProjection", "all_projections", "fold"]

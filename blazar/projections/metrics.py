@@ -1,6 +1,7 @@
 """The `metrics` projection: the counters and histograms that `/metrics` exposes (blazar/queries/metrics.py),
 folded from request and instance events: requests by model, status and dialect; TTFT, inter-token latency and
-queue wait; queue depth; tokens; loads, evictions and engine crashes. Instance gauges come from `residency`.
+queue wait; queue depth; tokens; loads, evictions and engine crashes; per API key (the actor "key:<name>" of its
+request events) requests by status, tokens, and the UTC day's usage. Instance gauges come from `residency`.
 
 Label values are joined with SEP into plain string keys, the model always last so that a model name is the only
 value that may itself hold SEP (`split(SEP, n - 1)` gives it back whole).
@@ -41,6 +42,8 @@ PENDING_KEPT = 10_000
 # Rejections whose model is whatever the client typed: labelled "" so that a client cannot mint label values.
 _UNRESOLVED = frozenset({"model_not_found", "invalid_request"})
 LOAD_OUTCOMES = ("ready", "load_failed", "load_timeout")
+KEY_ACTOR = "key:"
+DAY_S = 86400.0
 
 
 def key(*values: object) -> str:
@@ -82,7 +85,7 @@ def _prune(state: State) -> None:
 
 class MetricsProjection(Projection):
     name = "metrics"
-    version = 1
+    version = 2
     types = frozenset({
         RequestReceived.TYPE, RequestQueued.TYPE, RequestAdmitted.TYPE, RequestRejected.TYPE,
         RequestFirstToken.TYPE, RequestCompleted.TYPE, RequestFailed.TYPE,
@@ -99,6 +102,9 @@ class MetricsProjection(Projection):
             "evictions": {},  # reason -> n
             "crashes": {},  # model -> n
             "pending": {},  # trace id -> {seq, dialect, model, stream, queued, ttft_ms}
+            "key_requests": {},  # status|key -> n
+            "key_tokens": {},  # in|key, out|key -> n
+            "keys": {},  # key -> {day (UTC day number), requests_today, tokens_today}
         }
 
     def apply(self, state: State, rec: Recorded) -> State:
@@ -138,6 +144,8 @@ class MetricsProjection(Projection):
         else:
             pending.pop(ev.trace_id, None)
             _dequeue(state, p)
+            if rec.actor.startswith(KEY_ACTOR):
+                _by_key(state, rec.actor[len(KEY_ACTOR):], rec, ev)
             if isinstance(ev, RequestCompleted):
                 self._completed(state, ev, p)
             else:
@@ -172,6 +180,23 @@ class MetricsProjection(Projection):
     def view(self, state: State) -> Any:
         """Everything but the table of requests still in flight (shown as a count)."""
         return {k: v for k, v in state.items() if k != "pending"} | {"in_flight": len(state["pending"])}
+
+
+def _by_key(state: State, name: str, rec: Recorded, ev: RequestCompleted | RequestRejected | RequestFailed) -> None:
+    """One ended request of key `name`: its status, its tokens, and today's (UTC, from the envelope) usage."""
+    _inc(state["key_requests"], key(ev.status, name))
+    day = int(rec.ts // DAY_S)
+    usage = state["keys"].get(name)
+    if usage is None or usage["day"] != day:
+        usage = state["keys"][name] = {"day": day, "requests_today": 0, "tokens_today": 0}
+    usage["requests_today"] += 1
+    if isinstance(ev, RequestCompleted):
+        tokens_in, tokens_out = ev.prompt_tokens or 0, ev.completion_tokens or 0
+        if tokens_in:
+            _inc(state["key_tokens"], key("in", name), tokens_in)
+        if tokens_out:
+            _inc(state["key_tokens"], key("out", name), tokens_out)
+        usage["tokens_today"] += tokens_in + tokens_out
 
 
 def split(k: str, n: int) -> list[str]:

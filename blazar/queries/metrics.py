@@ -114,6 +114,16 @@ def render_prometheus(metrics_state: State, residency_state: State, *,
         direction, model = split(k, 2)
         w.sample("blazar_tokens_total", (("model", model), ("direction", direction)), n)
 
+    w.family("blazar_key_requests_total", "counter", "Requests that ended, by API key and HTTP status.")
+    for k, n in sorted(m.get("key_requests", {}).items()):
+        status, name = split(k, 2)
+        w.sample("blazar_key_requests_total", (("key", name), ("status", status)), n)
+    w.family("blazar_key_tokens_total", "counter", "Tokens of completed requests, by API key and direction (in: "
+             "prompt, out: completion).")
+    for k, n in sorted(m.get("key_tokens", {}).items()):
+        direction, name = split(k, 2)
+        w.sample("blazar_key_tokens_total", (("key", name), ("direction", direction)), n)
+
     _instances(w, residency_state)
 
     w.family("blazar_loads_total", "counter", "Instance loads that ended, by model and outcome (ready, load_failed, "

@@ -39,6 +39,8 @@ REJECT_WORDS = {
     "circuit_open": "the model's crash circuit is open", "insufficient_memory": "not enough memory to load the model",
     "no_engine": "no engine is installed", "load_failed": "the model failed to load",
     "shutting_down": "the daemon is shutting down",
+    "model_not_allowed": "the model is outside the key's scope",
+    "rate_limit_exceeded": "a limit of the key was reached",
 }
 FAIL_WORDS = {
     "client_disconnected": "the client disconnected", "engine_error": "the engine returned an error",
@@ -74,12 +76,13 @@ class Explanation:
     received_ts: float
     verdict: str
     steps: list[Step]
+    actor: str | None  # who asked: "key:<name>" where keys are on, else the daemon's actor
     # queue_wait_ms, load_ms, ttft_ms, duration_ms, tokens_in, tokens_out, tokens_per_s (None: not recorded)
     figures: dict[str, float | None]
 
     def to_json(self) -> dict[str, Any]:
         return {"trace_id": self.trace_id, "outcome": self.outcome, "status": self.status, "model": self.model,
-                "dialect": self.dialect, "route": self.route, "received_ts": self.received_ts,
+                "dialect": self.dialect, "route": self.route, "actor": self.actor, "received_ts": self.received_ts,
                 "verdict": self.verdict, "figures": self.figures, "steps": [s.to_json() for s in self.steps]}
 
 
@@ -368,7 +371,7 @@ def explain(records: Iterable[Recorded]) -> Explanation:
         trace_id=trace_id, outcome=outcome, status=end_ev.status if end_ev is not None else None, model=model,
         dialect=story.received.dialect if story.received else None,
         route=story.received.route if story.received else None, received_ts=start,
-        verdict=story.verdict(duration), steps=steps, figures=figures,
+        verdict=story.verdict(duration), steps=steps, figures=figures, actor=first.actor,
     )
 
 

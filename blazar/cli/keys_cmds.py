@@ -1,0 +1,211 @@
+"""`blazar keys create|list|show|rotate|revoke|limits`: API keys, each change an event (blazar/handlers/keys.py). A
+secret is printed once, on stdout alone; a running daemon is told to fold the change at once."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from blazar.bootstrap import Blazar
+from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
+from blazar.cli.daemon_client import AdminClient, DaemonUnavailable, RemoteError, find_daemon
+from blazar.handlers import keys as handlers
+from blazar.paths import Paths
+from blazar.projections.keys import public
+
+app = typer.Typer(help="API keys: once one exists, every route but /health needs one (Authorization: Bearer, or "
+                  "x-api-key). Each change is a key.* event; only a salted hash of a secret is stored.",
+                  no_args_is_help=True)
+
+_VERBATIM: dict[str, Any] = {"markup": False, "emoji": False}
+_NAME = typer.Argument(help="The key's name (letters, digits, . _ -); it is the actor of the key's requests.")
+_MODELS_HELP = "A model name or fnmatch glob (gemma*, qwen3:*) the key may use; repeat for more. Default: every model."
+
+
+def _row(app_: Blazar, key: dict[str, Any]) -> dict[str, Any]:
+    now = app_.clock.now()
+    usage = app_.runner.state("metrics").get("keys", {}).get(key["name"]) or {}
+    today = usage.get("day") == int(now // 86400)
+    state = "revoked" if key["revoked"] else "expired" if key["expires_ts"] and key["expires_ts"] <= now else "live"
+    return {**public(key), "state": state, "requests_today": usage.get("requests_today", 0) if today else 0,
+            "tokens_today": usage.get("tokens_today", 0) if today else 0}
+
+
+def _tell_daemon(paths: Paths) -> None:
+    """A running daemon folds the change now (it would within its poll interval anyway)."""
+    info = find_daemon(paths)
+    if info is None:
+        return
+    try:
+        with AdminClient(info, paths=paths) as client:
+            client.sync()
+    except (DaemonUnavailable, RemoteError) as e:
+        err.print(f"warning: the daemon at {info.url} was not told at once ({e.message}); it folds the change within "
+                  "a second", **_VERBATIM)
+
+
+def _limits_text(k: dict[str, Any]) -> str:
+    parts = [f"{f}={k[f]}" for f in handlers.LIMITS if k.get(f) is not None]
+    return ", ".join(parts) or "-"
+
+
+def _print_secret(name: str, secret: str, prefix: str, *, verb: str) -> None:
+    err.print(f"{verb} key {name} (prefix {prefix}); its secret, shown this once (store it now: Blazar keeps only a "
+              "salted hash):", **_VERBATIM)
+    out.print(secret, **_VERBATIM)
+
+
+def create(
+    name: Annotated[str, _NAME],
+    models: Annotated[list[str] | None, typer.Option("--models", help=_MODELS_HELP)] = None,
+    rpm: Annotated[int | None, typer.Option("--rpm", min=1, help="Requests per minute (sliding 60 s).")] = None,
+    tpm: Annotated[int | None, typer.Option("--tpm", min=1, help="Tokens (prompt + completion) per minute.")] = None,
+    daily_tokens: Annotated[int | None, typer.Option("--daily-tokens", min=1, help="Tokens per UTC day.")] = None,
+    max_concurrent: Annotated[int | None, typer.Option(
+        "--max-concurrent", min=1, help="Requests running at once (an open stream counts until it ends).")] = None,
+    admin: Annotated[bool, typer.Option("--admin", help="May use the admin routes too (/api/blazar/*, pull, delete, "
+                                        "copy, /metrics, /ready).")] = False,
+    expires: Annotated[str | None, typer.Option("--expires", help="Stop working after this long: 30d, 12h, 90m, "
+                                                "3600 (seconds).")] = None,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Create a key and print its secret, once."""
+
+    async def go() -> tuple[dict[str, Any], str, Paths]:
+        async with opened() as app_:
+            rec, secret = await handlers.create(app_, name, models=models, rpm=rpm, tpm=tpm,
+                                                daily_tokens=daily_tokens, max_concurrent=max_concurrent,
+                                                admin=admin, expires=expires)
+            return {**_row(app_, app_.runner.state("keys")["keys"][name]), "seq": rec.seq}, secret, app_.paths
+
+    row, secret, paths = run(go())
+    _tell_daemon(paths)
+    if as_json:
+        print_json({"name": name, "secret": secret, **row})
+        return
+    _print_secret(name, secret, row["prefix"], verb="created")
+
+
+def list_(as_json: bool = JSON_OPTION) -> None:
+    """Every key: scope, limits, state, and today's usage (requests, tokens; UTC)."""
+
+    async def go() -> list[dict[str, Any]]:
+        async with opened() as app_:
+            return [_row(app_, k) for k in sorted(app_.runner.state("keys")["keys"].values(),
+                                                   key=lambda k: k["name"])]
+
+    rows = run(go())
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        out.print("no keys: every route is open to whoever reaches the daemon (`blazar keys create NAME`)")
+        return
+    table = Table("NAME", "PREFIX", "STATE", "ADMIN", "MODELS", "LIMITS", "EXPIRES", "REQUESTS TODAY",
+                  "TOKENS TODAY", box=None, header_style="bold")
+    for r in rows:
+        table.add_row(r["name"], r["prefix"], r["state"], "yes" if r["admin"] else "no",
+                      " ".join(r["models"]) or "*", _limits_text(r), fmt_ts(r["expires_ts"]),
+                      str(r["requests_today"]), str(r["tokens_today"]))
+    out.print(table)
+
+
+def show(name: Annotated[str, _NAME], as_json: bool = JSON_OPTION) -> None:
+    """One key (never its secret, which Blazar does not have)."""
+
+    async def go() -> dict[str, Any]:
+        async with opened() as app_:
+            key = app_.runner.state("keys")["keys"].get(name)
+            if key is None:
+                raise handlers.KeyCommandError(f"no key named {name!r} (see `blazar keys list`)")
+            return _row(app_, key)
+
+    row = run(go())
+    if as_json:
+        print_json(row)
+        return
+    for field in ("name", "prefix", "state", "admin", "models", "rpm", "tpm", "daily_tokens", "max_concurrent",
+                  "expires_ts", "created_ts", "rotated_ts", "revoked_ts", "actor", "requests_today", "tokens_today"):
+        value = row.get(field)
+        if field.endswith("_ts"):
+            value = fmt_ts(value)
+        elif field == "models":
+            value = " ".join(value) or "* (every model)"
+        out.print(f"{field:15} {'-' if value is None else value}", **_VERBATIM)
+
+
+def rotate(name: Annotated[str, _NAME], as_json: bool = JSON_OPTION) -> None:
+    """Give the key a new secret (printed once); the old one stops working at once."""
+
+    async def go() -> tuple[int, str, str, Paths]:
+        async with opened() as app_:
+            rec, secret = await handlers.rotate(app_, name)
+            return rec.seq, secret, app_.runner.state("keys")["keys"][name]["prefix"], app_.paths
+
+    seq, secret, prefix, paths = run(go())
+    _tell_daemon(paths)
+    if as_json:
+        print_json({"name": name, "secret": secret, "prefix": prefix, "seq": seq})
+        return
+    _print_secret(name, secret, prefix, verb="rotated")
+
+
+def revoke(name: Annotated[str, _NAME], as_json: bool = JSON_OPTION) -> None:
+    """Revoke the key for good (its name is not reused)."""
+
+    async def go() -> tuple[int, Paths]:
+        async with opened() as app_:
+            rec = await handlers.revoke(app_, name)
+            return rec.seq, app_.paths
+
+    seq, paths = run(go())
+    _tell_daemon(paths)
+    if as_json:
+        print_json({"name": name, "revoked": True, "seq": seq})
+        return
+    out.print(f"revoked key {name}", **_VERBATIM)
+
+
+def limits(
+    name: Annotated[str, _NAME],
+    models: Annotated[list[str] | None, typer.Option("--models", help=_MODELS_HELP + " Replaces the scope.")] = None,
+    all_models: Annotated[bool, typer.Option("--all-models", help="Let the key use every model.")] = False,
+    rpm: Annotated[int | None, typer.Option("--rpm", min=0, help="Requests per minute; 0: no limit.")] = None,
+    tpm: Annotated[int | None, typer.Option("--tpm", min=0, help="Tokens per minute; 0: no limit.")] = None,
+    daily_tokens: Annotated[int | None, typer.Option("--daily-tokens", min=0, help="Tokens per UTC day; 0: no "
+                                                     "limit.")] = None,
+    max_concurrent: Annotated[int | None, typer.Option("--max-concurrent", min=0, help="Requests at once; 0: no "
+                                                       "limit.")] = None,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Change a key's scope or limits (only the options given)."""
+    if models and all_models:
+        raise typer.BadParameter("--models and --all-models exclude each other", param_hint="--all-models")
+    changed: dict[str, Any] = {f: v for f, v in (("rpm", rpm), ("tpm", tpm), ("daily_tokens", daily_tokens),
+                                                 ("max_concurrent", max_concurrent)) if v is not None}
+    if models or all_models:
+        changed["models"] = [] if all_models else models
+
+    async def go() -> tuple[dict[str, Any], bool, Paths]:
+        async with opened() as app_:
+            rec = await handlers.change_limits(app_, name, changed)
+            return _row(app_, app_.runner.state("keys")["keys"][name]), rec is not None, app_.paths
+
+    row, did, paths = run(go())
+    if did:
+        _tell_daemon(paths)
+    if as_json:
+        print_json({**row, "changed": did})
+        return
+    out.print(f"key {name}: models {' '.join(row['models']) or '*'}; limits {_limits_text(row)}"
+              + ("" if did else " (unchanged)"), **_VERBATIM)
+
+
+app.command("create")(create)
+app.command("list")(list_)
+app.command("show")(show)
+app.command("rotate")(rotate)
+app.command("revoke")(revoke)
+app.command("limits")(limits)

@@ -1,0 +1,71 @@
+"""Events about API keys: created, rotated, revoked, limits changed. Only the secret's prefix, a per-key salt and
+the HMAC-SHA-256 of the secret under that salt are recorded, never the secret; the audit trail shows the prefix
+only. Stream `key:<name>`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from blazar.events.base import Event
+from blazar.events.registry import register
+
+# What audit_details leaves out of every key event: a hash and its salt are no one's business outside the daemon.
+_SECRET_FIELDS = frozenset({"salt", "hash"})
+
+
+class _KeyEvent(Event):
+    AUDIT = True
+
+    name: str
+
+    def stream_key(self) -> str:
+        return f"key:{self.name}"
+
+    def audit_details(self) -> dict[str, Any]:
+        return {k: v for k, v in self.model_dump(mode="json").items() if k not in _SECRET_FIELDS}
+
+
+@register
+class KeyCreated(_KeyEvent):
+    """A key exists. `prefix` is the 8 characters after "blz_"; `hash` = HMAC-SHA-256(salt, secret), hex."""
+
+    TYPE = "key.created"
+
+    prefix: str
+    salt: str
+    hash: str
+    models: list[str] = Field(default_factory=list)  # fnmatch-style globs over model names; empty: every model
+    rpm: int | None = None
+    tpm: int | None = None
+    daily_tokens: int | None = None
+    max_concurrent: int | None = None
+    admin: bool = False
+    expires_ts: float | None = None
+
+
+@register
+class KeyRotated(_KeyEvent):
+    """The key has a new secret; the old one stops working at once."""
+
+    TYPE = "key.rotated"
+
+    prefix: str
+    salt: str
+    hash: str
+
+
+@register
+class KeyRevoked(_KeyEvent):
+    TYPE = "key.revoked"
+
+
+@register
+class KeyLimitsChanged(_KeyEvent):
+    """Only the fields in `changed` were set (a None in it means: no limit any more)."""
+
+    TYPE = "key.limits_changed"
+
+    changed: dict[str, Any]

@@ -1,0 +1,175 @@
+"""Key commands: create, rotate, revoke, change limits. A secret is `blz_` + 256 random bits (url-safe base64); only
+its 8-character prefix (the look-up index), a per-key random salt and HMAC-SHA-256(salt, secret) are recorded. The
+secret is returned once, to be printed once, and is never written anywhere.
+
+    BlazarError
+    └── KeyCommandError         a key command refused: bad name, name taken, no such key, bad limit (exit 2)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from blazar.bootstrap import Blazar
+from blazar.durations import parse_duration
+from blazar.errors import BlazarError
+from blazar.events.base import Recorded
+from blazar.events.keys import KeyCreated, KeyLimitsChanged, KeyRevoked, KeyRotated
+from blazar.handlers.record import record
+
+SECRET_PREFIX = "blz_"
+PREFIX_CHARS = 8
+SECRET_BYTES = 32  # 256 bits
+SALT_BYTES = 16
+NAME_MAX = 64
+_NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+_PATTERN_OK = re.compile(r"^[A-Za-z0-9._:/*?\[\]!-]+\Z")
+PATTERN_MAX = 256
+LIMITS = ("rpm", "tpm", "daily_tokens", "max_concurrent")
+
+
+class KeyCommandError(BlazarError):
+    code = "invalid_key_command"
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class NewSecret:
+    """A secret just made, with what the log keeps of it."""
+
+    secret: str
+    prefix: str
+    salt: str
+    hash: str
+
+
+def digest(salt_hex: str, secret: str) -> str:
+    """HMAC-SHA-256 of the secret under the key's salt, hex."""
+    return hmac.new(bytes.fromhex(salt_hex), secret.encode(), hashlib.sha256).hexdigest()
+
+
+def prefix_of(secret: str) -> str | None:
+    """The look-up prefix of a presented secret, or None when it is not shaped like one of ours."""
+    if not secret.startswith(SECRET_PREFIX) or len(secret) < len(SECRET_PREFIX) + PREFIX_CHARS:
+        return None
+    return secret[len(SECRET_PREFIX):len(SECRET_PREFIX) + PREFIX_CHARS]
+
+
+def new_secret(taken: set[str] | frozenset[str] = frozenset()) -> NewSecret:
+    """A fresh secret whose prefix no live key has (48 bits of prefix: a clash is rare, but never shared)."""
+    for _ in range(100):
+        secret = SECRET_PREFIX + secrets.token_urlsafe(SECRET_BYTES)
+        prefix = prefix_of(secret)
+        assert prefix is not None
+        if prefix not in taken:
+            salt = secrets.token_hex(SALT_BYTES)
+            return NewSecret(secret=secret, prefix=prefix, salt=salt, hash=digest(salt, secret))
+    raise KeyCommandError("could not draw a secret with an unused prefix")  # pragma: no cover: 100 clashes of 48 bits
+
+
+def check_name(name: str) -> str:
+    if not name or len(name) > NAME_MAX or not _NAME_OK.match(name):
+        raise KeyCommandError(f"invalid key name {name[:NAME_MAX]!r}: 1-{NAME_MAX} characters of letters, digits, "
+                              "'.', '_' and '-', starting with a letter or digit")
+    return name
+
+
+def check_patterns(patterns: list[str] | None) -> list[str]:
+    out = []
+    for p in patterns or []:
+        if not p or len(p) > PATTERN_MAX or not _PATTERN_OK.match(p):
+            raise KeyCommandError(f"invalid model pattern {p[:PATTERN_MAX]!r}: a model name or an fnmatch glob "
+                                  "(* ? [...]) of letters, digits and . _ - : /")
+        out.append(p)
+    return out
+
+
+def check_limit(field: str, value: int | None) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise KeyCommandError(f"--{field.replace('_', '-')} must be a whole number of at least 1 (got {value!r})")
+    return value
+
+
+def expiry_ts(text: str | None, *, now: float) -> float | None:
+    """`--expires 30d|12h|90m|3600`: when the key stops working, as epoch seconds."""
+    if text is None:
+        return None
+    t = text.strip()
+    try:
+        seconds = float(t[:-1]) * 86400 if t.endswith("d") and t[:-1].replace(".", "", 1).isdigit() \
+            else parse_duration(t)
+    except ValueError as e:
+        raise KeyCommandError(f"--expires: {e} (days too: 30d)") from None
+    if not 0 < seconds <= 100 * 365 * 86400:
+        raise KeyCommandError(f"--expires must be in the future and at most 100 years away (got {text!r})")
+    return now + seconds
+
+
+def _keys(app: Blazar) -> dict[str, dict[str, Any]]:
+    return app.runner.state("keys")["keys"]
+
+
+def _live(app: Blazar, name: str) -> dict[str, Any]:
+    key = _keys(app).get(name)
+    if key is None:
+        raise KeyCommandError(f"no key named {name!r} (see `blazar keys list`)")
+    if key["revoked"]:
+        raise KeyCommandError(f"key {name!r} is revoked; create a new one with `blazar keys create`")
+    return key
+
+
+def _taken(app: Blazar) -> set[str]:
+    return set(app.runner.state("keys")["by_prefix"])
+
+
+async def create(app: Blazar, name: str, *, models: list[str] | None = None, rpm: int | None = None,
+                 tpm: int | None = None, daily_tokens: int | None = None, max_concurrent: int | None = None,
+                 admin: bool = False, expires: str | None = None) -> tuple[Recorded, str]:
+    """Record the key; returns the event and the secret (shown once, stored nowhere)."""
+    check_name(name)
+    if name in _keys(app):
+        raise KeyCommandError(f"a key named {name!r} exists already (names are never reused, revoked ones included)")
+    limits = {f: check_limit(f, v) for f, v in
+              (("rpm", rpm), ("tpm", tpm), ("daily_tokens", daily_tokens), ("max_concurrent", max_concurrent))}
+    made = new_secret(_taken(app))
+    ev = KeyCreated(name=name, prefix=made.prefix, salt=made.salt, hash=made.hash, models=check_patterns(models),
+                    admin=admin, expires_ts=expiry_ts(expires, now=app.clock.now()), **limits)
+    (rec,) = await record(app, ev)
+    return rec, made.secret
+
+
+async def rotate(app: Blazar, name: str) -> tuple[Recorded, str]:
+    _live(app, name)
+    made = new_secret(_taken(app))
+    (rec,) = await record(app, KeyRotated(name=name, prefix=made.prefix, salt=made.salt, hash=made.hash))
+    return rec, made.secret
+
+
+async def revoke(app: Blazar, name: str) -> Recorded:
+    _live(app, name)
+    (rec,) = await record(app, KeyRevoked(name=name))
+    return rec
+
+
+async def change_limits(app: Blazar, name: str, changed: dict[str, Any]) -> Recorded | None:
+    """`changed` maps a limit (or "models") to its new value; 0 for a limit means no limit. None: nothing changed."""
+    key = _live(app, name)
+    clean: dict[str, Any] = {}
+    for field, value in changed.items():
+        if field == "models":
+            value = check_patterns(value)
+        elif field in LIMITS:
+            value = None if value == 0 else check_limit(field, value)
+        else:
+            raise KeyCommandError(f"unknown limit {field!r}: one of models, {', '.join(LIMITS)}")
+        if key.get(field) != value:
+            clean[field] = value
+    if not clean:
+        return None
+    (rec,) = await record(app, KeyLimitsChanged(name=name, changed=clean))
+    return rec

@@ -1,0 +1,72 @@
+"""The `keys` projection: every API key by name (its prefix, salt and hash, scope, limits, admin flag, expiry, revoked
+or not) and an index from the live keys' prefixes to their names, so the daemon checks a secret with one dict lookup
+and one HMAC (blazar/api/auth.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from blazar.events.base import Recorded
+from blazar.events.keys import KeyCreated, KeyLimitsChanged, KeyRevoked, KeyRotated
+from blazar.projections.base import Projection, State
+
+LIMIT_FIELDS = ("models", "rpm", "tpm", "daily_tokens", "max_concurrent")
+
+
+class KeysProjection(Projection):
+    name = "keys"
+    version = 1
+    types = frozenset({KeyCreated.TYPE, KeyRotated.TYPE, KeyRevoked.TYPE, KeyLimitsChanged.TYPE})
+
+    def initial(self) -> State:
+        return {"keys": {}, "by_prefix": {}, "live": 0}
+
+    def apply(self, state: State, rec: Recorded) -> State:
+        ev = rec.event
+        keys: dict[str, dict[str, Any]] = state["keys"]
+        by_prefix: dict[str, str] = state["by_prefix"]
+        if isinstance(ev, KeyCreated):
+            old = keys.get(ev.name)
+            if old is not None and by_prefix.get(old["prefix"]) == ev.name:
+                by_prefix.pop(old["prefix"])
+            keys[ev.name] = {
+                "name": ev.name, "prefix": ev.prefix, "salt": ev.salt, "hash": ev.hash, "models": list(ev.models),
+                "rpm": ev.rpm, "tpm": ev.tpm, "daily_tokens": ev.daily_tokens, "max_concurrent": ev.max_concurrent,
+                "admin": ev.admin, "expires_ts": ev.expires_ts, "created_ts": rec.ts, "rotated_ts": None,
+                "revoked": False, "revoked_ts": None, "actor": rec.actor,
+            }
+            by_prefix[ev.prefix] = ev.name
+        else:
+            key = keys.get(ev.name)
+            if key is None or key["revoked"]:
+                return state  # a change to an unknown or revoked key changes nothing (the handler refuses it)
+            if isinstance(ev, KeyRotated):
+                if by_prefix.get(key["prefix"]) == ev.name:
+                    by_prefix.pop(key["prefix"])
+                key.update(prefix=ev.prefix, salt=ev.salt, hash=ev.hash, rotated_ts=rec.ts)
+                by_prefix[ev.prefix] = ev.name
+            elif isinstance(ev, KeyRevoked):
+                key.update(revoked=True, revoked_ts=rec.ts)
+                if by_prefix.get(key["prefix"]) == ev.name:
+                    by_prefix.pop(key["prefix"])
+            else:
+                assert isinstance(ev, KeyLimitsChanged)
+                for field, value in ev.changed.items():
+                    if field in LIMIT_FIELDS:
+                        key[field] = list(value or []) if field == "models" else value
+        state["live"] = sum(1 for k in keys.values() if not k["revoked"])
+        return state
+
+    def view(self, state: State) -> Any:
+        """`blazar state` shows no salt or hash."""
+        return {"keys": {n: public(k) for n, k in state["keys"].items()}, "live": state["live"]}
+
+
+def public(key: dict[str, Any]) -> dict[str, Any]:
+    """A key's row without its salt and hash."""
+    return {k: v for k, v in key.items() if k not in ("salt", "hash")}
+
+
+def auth_on(state: State) -> bool:
+    """Auth is on as soon as one key is not revoked (an expired key still counts: expiry never opens the door)."""
+    return bool(state["live"])
