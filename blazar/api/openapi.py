@@ -166,7 +166,10 @@ SCHEMAS: dict[str, Schema] = {
         "object": _STR, "model": _STR, "usage": _USAGE, "data": {"type": "array", "items": {
             "type": "object", "required": ["embedding"], "properties": {
                 "index": _INT, "object": _STR, "embedding": {"type": ["array", "string"], "items": _NUM}}}}}},
-    "Response": {"type": "object", "description": "the engine's Responses object, passed on as it wrote it"},
+    "Response": {"type": "object", "description": "the engine's Responses object, passed on as it wrote it",
+                 "required": ["id", "object", "output"], "properties": {
+                     "id": _STR, "object": {"const": "response"}, "status": _STR, "model": _STR,
+                     "output": {"type": "array", "items": _OBJ}, "usage": {"type": ["object", "null"]}}},
     # Anthropic.
     "MessagesBody": _ANTHROPIC_MESSAGES,
     "CountTokensBody": _model(anthropic.CountBody, messages=_ANTHROPIC_MESSAGES["properties"]["messages"]),
@@ -355,6 +358,8 @@ def _operations() -> dict[str, dict[str, dict[str, Any]]]:
         "/api/blazar/reset": {"post": _op("/api/blazar/reset", "Close a model's crash circuit", {
             "type": "object", "required": ["reset"], "properties": {"reset": _BOOL}},
             statuses=(404,), body="AdminModelBody")},
+        "/api/blazar/sync": {"post": _op("/api/blazar/sync", "Fold what other processes appended (a key change), now", {
+            "type": "object", "required": ["seq"], "properties": {"seq": _INT}})},
         # OpenAI.
         "/v1/models": {"get": _op("/v1/models", "The models in the store", _ref("ModelList"))},
         "/v1/models/{model_id}": {"get": _op("/v1/models/{model_id}", "One model", _ref("Model"), statuses=(404,))},
