@@ -179,7 +179,7 @@ class Engine:
         routes = {
             "/completion": self.completion, "/completions": self.completion,
             "/v1/chat/completions": self.chat, "/chat/completions": self.chat,
-            "/v1/completions": self.completions,
+            "/v1/completions": self.completions, "/v1/responses": self.responses,
             "/v1/chat/completions/input_tokens": self.input_tokens, "/v1/responses/input_tokens": self.input_tokens,
             "/tokenize": self.tokenize, "/v1/embeddings": self.embeddings, "/embeddings": self.embeddings,
         }
@@ -268,6 +268,39 @@ class Engine:
                    "stop_type": "limit" if limited else "eos", "stopping_word": "", "tokens_cached": prompt_n + n,
                    "timings": _timings(prompt_n, n, 0.0)}
         writer.write(_json_response(200, payload, keep_alive=keep_alive))
+
+    async def responses(self, body: dict[str, Any], writer: asyncio.StreamWriter, *, keep_alive: bool) -> None:
+        """OpenAI's Responses API as llama-server answers it: one response object, or its named SSE events."""
+        n, limited = self.tokens_for(body, "max_output_tokens")
+        prompt_n = _prompt_tokens(body)
+        rid, mid = "resp_" + secrets.token_hex(12), "msg_" + secrets.token_hex(12)
+        usage = {"input_tokens": prompt_n, "output_tokens": n, "total_tokens": prompt_n + n}
+
+        def response(text: str, status: str) -> dict[str, Any]:
+            content = [{"type": "output_text", "text": text, "annotations": []}]
+            return {"id": rid, "object": "response", "created_at": int(time.time()), "model": self.s.model,
+                    "status": status, "incomplete_details": {"reason": "max_output_tokens"} if limited else None,
+                    "output": [{"type": "message", "id": mid, "status": status, "role": "assistant",
+                                "content": content}] if text else [],
+                    "usage": usage if status != "in_progress" else None}
+
+        if not body.get("stream"):
+            writer.write(_json_response(200, response(answer_text(n), "completed"), keep_alive=keep_alive))
+            return
+        writer.write(_head(200, [("Content-Type", "text/event-stream"), ("Transfer-Encoding", "chunked")],
+                           keep_alive=keep_alive))
+
+        def event(name: str, payload: dict[str, Any]) -> bytes:
+            return _chunk(b"event: %s\n" % name.encode() + _sse({"type": name, **payload}))
+
+        writer.write(event("response.created", {"response": response("", "in_progress")}))
+        for i in range(n):
+            writer.write(event("response.output_text.delta", {"item_id": mid, "output_index": 0,
+                                                              "content_index": 0, "delta": WORDS[i % len(WORDS)]}))
+            await writer.drain()
+        writer.write(event("response.completed", {"response": response(answer_text(n), "completed")}))
+        writer.write(b"0\r\n\r\n")  # the Responses stream ends with response.completed: no [DONE]
+        await writer.drain()
 
     async def input_tokens(self, body: dict[str, Any], writer: asyncio.StreamWriter, *, keep_alive: bool) -> None:
         writer.write(_json_response(200, {"input_tokens": _prompt_tokens(body), "object": "response.input_tokens"},

@@ -420,6 +420,8 @@ def usage_from_json(data: Any) -> dict[str, Any]:
     usage = data.get("usage")
     if usage is None and isinstance(data.get("message"), dict):  # Anthropic's message_start
         usage = data["message"].get("usage")
+    if usage is None and isinstance(data.get("response"), dict):  # the Responses API's response.completed
+        usage = data["response"].get("usage")
     if isinstance(usage, dict):
         prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
         cache_read = usage.get("cache_read_input_tokens")
@@ -444,7 +446,8 @@ def usage_from_json(data: Any) -> dict[str, Any]:
     choices = data.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         out["finish_reason"] = choices[0].get("finish_reason")
-    stop = data.get("stop_reason") or (data.get("delta") or {}).get("stop_reason")  # Anthropic
+    delta = data.get("delta")  # Anthropic's is an object; the Responses API's output_text.delta is a string
+    stop = data.get("stop_reason") or (delta.get("stop_reason") if isinstance(delta, dict) else None)
     if stop:
         out["finish_reason"] = stop
     return {k: v for k, v in out.items() if v is not None}

@@ -40,3 +40,17 @@ def test_a_pinned_model_refuses_another_shape_with_409_saying_why(daemon: FakeDa
     # The pinned instance is still the one serving.
     ps = httpx2.get(f"{daemon.base}/api/blazar/ps", timeout=TIMEOUT_S, trust_env=False).json()["instances"]
     assert [(row["instance_id"], row["ctx_tokens"]) for row in ps] == [(loaded.json()["instance_id"], 512)]
+
+
+def test_a_streamed_responses_call_ends_cleanly_and_its_usage_is_counted(daemon: FakeDaemon) -> None:
+    # The Responses API's deltas are strings (`"delta": "The"`): reading usage from them raised once the stream had
+    # been sent, so the client got a chunked body cut short and the request no usage.
+    body = {"model": "tiny", "input": "hello there", "stream": True, "max_output_tokens": 3}
+    with httpx2.stream("POST", f"{daemon.base}/v1/responses", json=body, timeout=TIMEOUT_S, trust_env=False) as r:
+        assert r.status_code == 200
+        text = b"".join(r.iter_bytes()).decode()
+    assert text.rstrip().splitlines()[-2] == "event: response.completed"
+    metrics = httpx2.get(f"{daemon.base}/metrics", timeout=TIMEOUT_S, trust_env=False).text
+    out = [line for line in metrics.splitlines()
+           if line.startswith("blazar_tokens_total") and 'direction="out"' in line]
+    assert out and float(out[0].rsplit(" ", 1)[1]) == 3, metrics
