@@ -12,9 +12,10 @@ import pytest
 import schemathesis
 from falcon.testing import ASGIConductor
 
-from blazar.api import openapi
+from blazar.api import auth, openapi
 from blazar.api.app import create_app
 from blazar.bootstrap import Blazar
+from blazar.handlers import keys
 from tests.unit.test_admin_api import FakeSupervisor
 
 METHODS = ("get", "head", "post", "put", "patch", "delete", "options")
@@ -109,3 +110,13 @@ async def test_served_at_openapi_json(app: Blazar) -> None:
     assert r.status_code == 200
     assert r.json == openapi.document()
     assert r.json["paths"]["/openapi.json"]["get"]["security"] == []
+
+
+async def test_the_document_stays_open_when_keys_are_on(app: Blazar) -> None:
+    assert set(openapi.OPEN_PATHS) == set(auth.OPEN_ROUTES)
+    await keys.create(app, "ci")
+    async with ASGIConductor(_app(app)) as c:
+        assert (await c.simulate_get("/v1/models")).status_code == 401
+        r = await c.simulate_get("/openapi.json")
+    assert r.status_code == 200
+    assert r.json["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
