@@ -1,6 +1,7 @@
 """Schemathesis against the real `blazar serve` (bench/fake_engine.py as its engine, a tiny GGUF as its model, the
 local hub stand-in as its hub): every documented operation of blazar/api/openapi.py, with generated valid and
-invalid requests, answers no 5xx, only documented statuses, and bodies that match their documented schemas.
+invalid requests, answers no 5xx, only documented statuses and media types, and bodies that match their documented
+schemas (NDJSON streams line by line, SSE event by event).
 
 Bounded: a few examples per operation, no shrinking, a timeout on every call. Nothing is excluded: /api/pull is
 served by the hub stand-in, /ready's smoke generation runs on the fake engine."""
@@ -19,7 +20,11 @@ import schemathesis
 from gguf.constants import LlamaFileType
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from blazar.api.openapi import document
 from tests.support.fake_serving import FakeDaemon, serving_fake
@@ -91,5 +96,6 @@ def test_the_daemon_serves_the_document_this_run_uses(daemon: FakeDaemon) -> Non
 def test_api_conforms_to_its_document(case: schemathesis.Case, daemon: FakeDaemon) -> None:
     aim(case)
     case.call_and_validate(base_url=daemon.base, timeout=CALL_TIMEOUT_S,
-                           checks=[not_a_server_error, status_code_conformance, response_schema_conformance,
+                           checks=[not_a_server_error, status_code_conformance, content_type_conformance,
+                                   response_schema_conformance,
                                    ndjson_lines_conform])
