@@ -3,8 +3,10 @@ the same llama-server argv called directly (interleaved rounds, C=1 and C=4), th
 bench/fake_engine.py as the engine (forwarded chunks/s, CPU per chunk, added TTFT and per-chunk latency), and the
 translated dialects (Anthropic /v1/messages, Ollama /api/chat) against the relayed OpenAI path, with both engines.
 
+Also the API-key check on its own (`--only auth`): the auth middleware's cost per request with 100 keys, in µs.
+
 Run: `.venv/bin/python bench/overhead.py [--server PATH] [--rounds 5] [--max-tokens 64] [--quick]
-[--only engine|ceiling|dialects] [--no-dialects] [--out FILE]`.
+[--only engine|ceiling|dialects|auth] [--no-dialects] [--out FILE]`.
 BENCHMARK.md has the method and the results; the exit status is 1 when a target is missed.
 """
 
@@ -53,6 +55,10 @@ REQUEST_TIMEOUT = httpx2.Timeout(120.0, connect=5.0)
 TARGET_RATIO = 0.98
 TARGET_ADDED_TTFT_MS = 2.0
 TARGET_CHUNKS_PER_S = 20_000
+TARGET_AUTH_US = 50.0
+AUTH_KEYS = 100
+AUTH_BATCH = 20_000
+AUTH_BATCHES = 7
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -667,11 +673,64 @@ def summarize_dialect_ceiling(results: list[Round], concurrency: list[int], chun
     return out
 
 
+def auth_phase(*, keys: int = AUTH_KEYS, batch: int = AUTH_BATCH, batches: int = AUTH_BATCHES) -> dict[str, Any]:
+    """The auth middleware (blazar/api/auth.py) on a real Falcon ASGI request, against a keys projection folded from
+    `keys` key.created events: µs per request for a good key (header parsing, prefix look-up, HMAC-SHA-256,
+    constant-time compare, the principal), for a wrong secret with a real prefix, and with auth off (no key)."""
+    import falcon.asgi
+    import falcon.testing
+
+    from blazar.api.auth import Auth, Authenticator, AuthError
+    from blazar.clock import SystemClock
+    from blazar.events.base import Recorded
+    from blazar.events.keys import KeyCreated
+    from blazar.handlers.keys import new_secret
+    from blazar.projections.base import fold
+    from blazar.projections.keys import KeysProjection
+
+    made = [new_secret() for _ in range(keys)]
+    events = [KeyCreated(name=f"key{i}", prefix=m.prefix, salt=m.salt, hash=m.hash, models=["gemma*"], rpm=600)
+              for i, m in enumerate(made)]
+    state = fold(KeysProjection(), [Recorded(i, 0.0, e.TYPE, e.V, e.stream_key(), None, "bench", None, e)
+                                    for i, e in enumerate(events, 1)])
+    off = KeysProjection().initial()
+    secret = made[keys // 2].secret
+    wrong = secret[:12] + "x" * (len(secret) - 12)
+
+    def per_request_us(st: dict[str, Any], token: str | None) -> float:
+        auth = Auth(Authenticator(lambda: st, SystemClock(), admin_token="blzadm_bench"))
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        req = falcon.testing.create_asgi_req(method="POST", path="/v1/chat/completions", headers=headers)
+        resp = falcon.asgi.Response()
+        samples = []
+        for _ in range(batches):
+            t0 = time.perf_counter_ns()
+            for _ in range(batch):
+                coro = auth.process_request(req, resp)
+                try:
+                    coro.send(None)  # it awaits nothing: one send runs it to the end
+                except StopIteration:
+                    pass
+                except AuthError:
+                    coro.close()
+            samples.append((time.perf_counter_ns() - t0) / batch / 1000.0)
+        return statistics.median(samples)
+
+    return {"keys": keys, "requests_per_batch": batch, "batches": batches,
+            "good_key_us": per_request_us(state, secret), "wrong_secret_us": per_request_us(state, wrong),
+            "auth_off_us": per_request_us(off, None)}
+
+
 def verdicts(engine: dict[str, Any] | None, ceiling: dict[str, Any] | None,
-             dialects: dict[str, Any] | None = None) -> list[tuple[str, str, str, bool]]:
+             dialects: dict[str, Any] | None = None, auth: dict[str, Any] | None = None
+             ) -> list[tuple[str, str, str, bool]]:
     """(measure, result, target, passed) for each target. The dialects' ceiling is reported, not judged: the
     target is throughput against an engine, and the ceiling shows the translation's own cost per chunk."""
     out = []
+    if auth is not None:
+        us = auth["good_key_us"]
+        out.append((f"auth check per request, {auth['keys']} keys (good key; median of {auth['batches']} batches)",
+                    f"{us:.1f} µs", f"< {TARGET_AUTH_US:g} µs", us < TARGET_AUTH_US))
     if dialects is not None and "engine" in dialects:
         for key, cell in dialects["engine"]["summary"].items():
             for lane in WIRES:
@@ -782,6 +841,11 @@ def print_report(res: dict[str, Any]) -> None:
                 added = f"{m['added_cpu_us_per_chunk']:+.1f}" if m.get("added_cpu_us_per_chunk") is not None else ""
                 print(f"| {key[1:]} | {lane} | {m['chunks_per_s']:,.0f} | {ratio} | {m['cpu_us_per_chunk']:.1f} | "
                       f"{added} | {m['cpu_busy']:.0%} |")
+    auth = res.get("auth")
+    if auth is not None:
+        print(f"\nauth middleware, {auth['keys']} keys, µs per request (median of {auth['batches']} batches of "
+              f"{auth['requests_per_batch']:,}): good key {auth['good_key_us']:.2f}, wrong secret "
+              f"{auth['wrong_secret_us']:.2f}, auth off {auth['auth_off_us']:.2f}")
     print("\n| target | result | goal | |")
     print("|---|---:|---:|---|")
     for name, result, goal, ok in res["verdicts"]:
@@ -816,6 +880,9 @@ async def run(args: argparse.Namespace, server: Path | None, model: Path | None)
                            "model": model.name if model else None, "server": str(server) if server else None}
     # NOTE: idle connections are dropped after 4 s, before llama-server closes them (it says `Keep-Alive: timeout=5`).
     limits = httpx2.Limits(max_connections=64, max_keepalive_connections=64, keepalive_expiry=4.0)
+    if args.only in (None, "auth"):
+        say(f"auth: the key check on {AUTH_KEYS} keys, {AUTH_BATCHES} batches of {AUTH_BATCH:,} requests")
+        res["auth"] = auth_phase()
     try:
         async with httpx2.AsyncClient(timeout=REQUEST_TIMEOUT, limits=limits, trust_env=False) as client:
             if server is not None and model is not None and args.only in (None, "engine"):
@@ -843,7 +910,7 @@ async def run(args: argparse.Namespace, server: Path | None, model: Path | None)
         else:
             shutil.rmtree(root, ignore_errors=True)
     res["machine"]["loadavg_end"] = os.getloadavg()
-    res["verdicts"] = verdicts(res.get("engine"), res.get("ceiling"), res.get("dialects"))
+    res["verdicts"] = verdicts(res.get("engine"), res.get("ceiling"), res.get("dialects"), res.get("auth"))
     return res
 
 
@@ -856,9 +923,10 @@ def main() -> None:
                         help="interleaved rounds per lane and C (default 5; 2 with --quick)")
     parser.add_argument("--max-tokens", type=int, default=64, help="tokens per engine request (default 64)")
     parser.add_argument("--quick", action="store_true", help="a short run: 2 rounds, smaller ceiling rounds")
-    parser.add_argument("--only", choices=("engine", "ceiling", "dialects"), default=None,
+    parser.add_argument("--only", choices=("engine", "ceiling", "dialects", "auth"), default=None,
                         help="run only the llama-server lanes, only the fake-engine ceiling, or only the dialect "
-                        "comparison (Anthropic and Ollama against OpenAI, with both engines)")
+                        "comparison (Anthropic and Ollama against OpenAI, with both engines), or only the API-key "
+                        "check (auth: no engine needed)")
     parser.add_argument("--dialects", action=argparse.BooleanOptionalAction, default=True,
                         help="in a full run, also compare the dialects (default: on; --no-dialects skips it)")
     parser.add_argument("--engine-cpus", default=None,
@@ -872,7 +940,7 @@ def main() -> None:
     args = parser.parse_args()
     server = model = None
     assembled: Path | None = None
-    if args.only != "ceiling":
+    if args.only not in ("ceiling", "auth"):
         server = args.server or Path(os.environ.get("BLAZAR_TEST_ENGINE") or shutil.which("llama-server") or "")
         if not server.is_file():
             parser.error("no llama-server: pass --server PATH or set BLAZAR_TEST_ENGINE (or --only ceiling)")
