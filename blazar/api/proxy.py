@@ -86,6 +86,7 @@ class Proxy(ABC):
         raw, data = await read_json(req)
         plan = self.plan(data)
         if plan.instead is not None:
+            self.gateway.check_scope(principal_of(req), plan.model)  # a load is a use of the model too
             resp.media = await plan.instead()
             return
         await self.run(req, resp, plan, data, raw)

@@ -74,8 +74,8 @@ def state(
     ),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Show every projection (config, audit, stats, catalog, calibration, residency, engines, traces, metrics) as
-    of now, or at a past seq or time."""
+    """Show every projection (config, audit, stats, catalog, calibration, residency, engines, traces, metrics,
+    keys) as of now, or at a past seq or time."""
 
     async def go() -> dict:
         async with opened() as app:

@@ -157,6 +157,19 @@ class Gateway:
                               retry_after_s=e.retry_after_s,
                               observations={"key": p.key_name, "limit": e.limit, "value": e.value}) from None
 
+    def check_scope(self, principal: Principal | None, model: str) -> None:
+        """The scope check alone, for what a dialect answers without the pipeline (Ollama's load or unload)."""
+        if principal is None or principal.key is None:
+            return
+        try:
+            name = self.supervisor.resolve(model)
+        except ModelNotFound:
+            name = model
+        if not principal.allows(model, name):
+            err = Rejected(scope_refusal(principal, model, name), status=403, code="model_not_allowed")
+            err.error_type = "permission_error"  # type: ignore[attr-defined]
+            raise err
+
     def _drop_lease(self, call: Call) -> None:
         if call.lease is not None:
             self.limits.release(call.lease)

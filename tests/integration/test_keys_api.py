@@ -6,6 +6,7 @@ under the home."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from collections.abc import Iterator
@@ -17,8 +18,10 @@ import ollama
 import openai
 import pytest
 
+from blazar.bootstrap import bootstrap
+from blazar.handlers import keys as key_handlers
 from tests.integration.test_daemon import wait_for
-from tests.support.blazar_home import read_events
+from tests.support.blazar_home import home_paths, read_events
 from tests.support.serving import blazar_cli, serving_gemma
 
 MODEL = "gemma"
@@ -192,6 +195,36 @@ def test_rotate_and_revoke_count_on_the_very_next_request(keyed: Keyed) -> None:
     blazar_cli(keyed.home, "keys", "revoke", "rotating")
     with pytest.raises(openai.AuthenticationError):
         keyed.openai(new).models.list()
+
+
+def test_a_key_change_from_another_process_counts_through_the_daemons_live_tail(keyed: Keyed) -> None:
+    """No `blazar keys` here (it would ask the daemon to fold at once): the event lands in the log from another
+    process, and the daemon's follower (runner.follow) makes it count."""
+    secret = keyed.create("quiet")
+    assert keyed.openai(secret).models.list()
+
+    async def revoke() -> None:
+        app = await bootstrap(paths=home_paths(keyed.home), actor="test:elsewhere")
+        try:
+            await key_handlers.revoke(app, "quiet")
+        finally:
+            await app.close()
+
+    asyncio.run(revoke())
+    wait_for(lambda: keyed.http("GET", "/v1/models", secret).status_code == 401, "the revoked key refused",
+             timeout=10)
+
+
+def test_an_ollama_load_request_outside_the_scope_is_403(keyed: Keyed) -> None:
+    with pytest.raises(ollama.ResponseError) as le:
+        keyed.ollama(keyed.secrets["other"]).generate(model=MODEL)  # no prompt: Ollama's "load the model"
+    assert le.value.status_code == 403 and "qwen*" in le.value.error
+
+
+def test_state_shows_the_keys_without_salt_or_hash(keyed: Keyed) -> None:
+    state = json.loads(blazar_cli(keyed.home, "state", "--json").stdout)["projections"]["keys"]
+    assert state["keys"]["user"]["models"] == ["gemma*"]
+    assert all("hash" not in k and "salt" not in k for k in state["keys"].values())
 
 
 def test_admin_routes_need_an_admin_key(keyed: Keyed) -> None:
