@@ -152,7 +152,8 @@ class Show:
     async def _show(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         body = await _body(req, ModelBody)
         entry = find(self.app.runner.state("catalog"), body.model)
-        if entry is None:
+        p = principal_of(req)  # a model outside the key's scope is not shown, as if it did not exist
+        if entry is None or (p is not None and not p.allows(body.model, entry["name"])):
             raise _Error(404, f"model '{body.model}' not found")
         md = entry.get("metadata") or {}
         arch = md.get("architecture") or ""

@@ -147,6 +147,10 @@ def test_a_model_outside_the_keys_scope_is_403_naming_the_scope_and_hidden_from_
     assert le.value.status_code == 403
     assert list(keyed.openai(key).models.list()) == []
     assert keyed.ollama(key).list().models == []
+    with pytest.raises(ollama.ResponseError) as se:
+        keyed.ollama(key).show(MODEL)
+    assert se.value.status_code == 404
+    assert keyed.ollama(keyed.secrets["user"]).show(MODEL).modelinfo
     with pytest.raises(openai.NotFoundError):
         keyed.openai(key).models.retrieve(MODEL)
 
