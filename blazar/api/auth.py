@@ -1,7 +1,8 @@
 """API keys at the door: a Falcon middleware that finds the caller's principal from `Authorization: Bearer <secret>`
 or `x-api-key: <secret>` (one dict look-up by prefix in the live keys projection, one HMAC, a constant-time compare;
 never SQLite), refuses what it may not do (401, 403), and leaves `req.context.principal` for the gateway (scope,
-limits, actor). Auth is on as soon as one key is not revoked; until then every request passes as before.
+limits, actor). Auth is on as soon as one key is not revoked; until then every request passes as before. Open even
+then: /health, /openapi.json and CORS preflights (OPTIONS).
 
     AuthError (BlazarError)   rendered in the route's dialect by blazar/api/errors.py
     ├── Unauthenticated  401  no secret, an unknown or wrong one, a revoked or expired key (WWW-Authenticate: Bearer)

@@ -125,6 +125,7 @@ def test_health_and_preflights_stay_open_with_keys_on() -> None:
     a, _ = created("alice")
     auth = _auth([a])
     assert auth.check("GET", "/health", None) is None
+    assert auth.check("GET", "/openapi.json", None) is None
     assert auth.check("OPTIONS", "/v1/chat/completions", None) is None
     with pytest.raises(Unauthenticated):
         auth.check("GET", "/v1/models", None)
