@@ -84,6 +84,43 @@ class Settings(BaseModel):
     max_body_mib: int = Field(32, ge=1, le=1024, description="The largest request body accepted, in MiB (else 413).")
     host: str = Field("127.0.0.1", description="Address `blazar serve` binds (wider than loopback: on purpose only).")
     port: int = Field(11435, ge=1, le=65535, description="Port `blazar serve` listens on.")
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host names served besides localhost, 127.0.0.1 and [::1] (others get 403: DNS rebinding).",
+    )
+    cors_origins: list[str] = Field(
+        default_factory=list,
+        description="Web origins (https://app.example) allowed to call from a browser; '*' only once keys exist.",
+    )
+    tls_cert: str = Field("", description="PEM certificate file for https (with tls_key; both or neither).")
+    tls_key: str = Field("", description="PEM private key file for https (with tls_cert; both or neither).")
+    idle_timeout_s: float = Field(
+        30.0, ge=1.0, le=3600.0,
+        description="Seconds a client connection may sit idle, or take to send its headers, before it is closed.",
+    )
+    max_connections: int = Field(
+        8192, ge=64, le=1_000_000, description="Client connections served at once (more wait in the listen backlog).",
+    )
+    backlog: int = Field(2048, ge=128, le=65535, description="The listen backlog of `blazar serve`'s socket.")
+
+    @field_validator("allowed_hosts", "cors_origins")
+    @classmethod
+    def _names(cls, v: list[str]) -> list[str]:
+        out = []
+        for item in v:
+            item = item.strip()
+            if not item or len(item) > 253 or any(c.isspace() or ord(c) < 32 for c in item):
+                raise ValueError(f"not a host name or origin: {item!r}")
+            out.append(item)
+        return out
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, v: list[str]) -> list[str]:
+        for item in v:
+            if item != "*" and not item.startswith(("http://", "https://")):
+                raise ValueError(f"an origin is scheme://host[:port], like https://app.example: {item!r}")
+        return v
 
     @field_validator("keep_alive")
     @classmethod
@@ -107,6 +144,8 @@ def describe(key: str) -> str:
         return "one of: " + ", ".join(str(c) for c in typing.get_args(ann))
     if ann is bool:
         return "true or false"
+    if ann == list[str]:
+        return "a comma-separated list (empty text: none)"
     if key == "keep_alive":
         return "a duration: seconds like 300, or 45s, 5m, 1h30m; negative: forever"
     bounds = {type(m).__name__: m for m in info.metadata}
@@ -138,6 +177,8 @@ def parse_value(key: str, text: str) -> Any:
             raw = False
         else:
             raise ConfigError(f"invalid value {text!r} for {key}: expected {describe(key)}")
+    elif ann == list[str]:
+        raw = [part.strip() for part in text.split(",") if part.strip()]
     return validate_value(key, raw)
 
 

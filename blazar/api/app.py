@@ -9,9 +9,10 @@ import falcon.asgi
 import falcon.media
 import orjson
 
-from blazar.api import admin, auth, errors
+from blazar.api import admin, auth, edge, errors
 from blazar.api.context import RequestContext
 from blazar.bootstrap import Blazar
+from blazar.projections.keys import auth_on
 
 if TYPE_CHECKING:
     from blazar.handlers.gateway import Gateway
@@ -23,10 +24,14 @@ class HealthResource:
 
 
 def create_app(app: Blazar, supervisor: admin.SupervisorPort, gateway: Gateway | None = None, *,
-               admin_token: str | None = None) -> falcon.asgi.App:
+               admin_token: str | None = None, bind_host: str = "127.0.0.1", scheme: str = "http") -> falcon.asgi.App:
     """The admin routes always; the API dialects when a gateway is given (the daemon gives one). `admin_token` is
-    the CLI's credential (run/admin.token), accepted as an admin principal once keys are on."""
-    middleware: list[object] = [RequestContext(max_body_bytes=app.settings().max_body_mib << 20)]
+    the CLI's credential (run/admin.token), accepted as an admin principal once keys are on. `bind_host` and
+    `scheme` are what the daemon serves on (the Host guard and same-origin check need them)."""
+    settings = app.settings()
+    middleware: list[object] = [RequestContext(max_body_bytes=settings.max_body_mib << 20)]
+    policy = edge.EdgePolicy.of(bind_host, settings.allowed_hosts, settings.cors_origins)
+    middleware.append(edge.Edge(policy, lambda: auth_on(app.runner.state("keys")), scheme=scheme))
     middleware.append(auth.Auth(auth.Authenticator(lambda: app.runner.state("keys"), app.clock,
                                                    admin_token=admin_token, admin_actor=auth.admin_actor(app.actor))))
     api = falcon.asgi.App(middleware=middleware)

@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from falcon.testing import ASGIConductor
 
 from blazar.api.app import create_app
 from blazar.bootstrap import Blazar
@@ -14,6 +13,7 @@ from blazar.errors import BlazarError, ModelNotFound, ModelPinned, NoEngine
 from blazar.events.instances import ModelCircuitOpened
 from blazar.handlers.instances import UNSET, CircuitOpen, DoesNotFit, Instance, LoadFailed, ModelNotLoaded
 from blazar.handlers.record import record
+from tests.support.asgi import LocalConductor as ASGIConductor
 
 
 class FakeSupervisor:

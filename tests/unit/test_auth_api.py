@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from falcon.testing import ASGIConductor
 
 from blazar.api.app import create_app
 from blazar.bootstrap import Blazar
 from blazar.handlers import keys as handlers
+from tests.support.asgi import LocalConductor as ASGIConductor
 from tests.unit.test_admin_api import FakeSupervisor
 
 TOKEN = "blzadm_the-daemons-token"

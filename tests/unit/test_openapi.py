@@ -10,12 +10,12 @@ import falcon.asgi
 import jsonschema
 import pytest
 import schemathesis
-from falcon.testing import ASGIConductor
 
 from blazar.api import auth, openapi
 from blazar.api.app import create_app
 from blazar.bootstrap import Blazar
 from blazar.handlers import keys
+from tests.support.asgi import LocalConductor as ASGIConductor
 from tests.unit.test_admin_api import FakeSupervisor
 
 METHODS = ("get", "head", "post", "put", "patch", "delete", "options")

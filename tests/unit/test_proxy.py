@@ -10,7 +10,6 @@ from typing import Any
 import httpx2
 import orjson
 import pytest
-from falcon.testing import ASGIConductor
 
 from blazar.api.app import create_app
 from blazar.bootstrap import Blazar
@@ -18,6 +17,7 @@ from blazar.errors import ModelNotFound
 from blazar.handlers.admission import Admission
 from blazar.handlers.gateway import Gateway
 from blazar.handlers.instances import Instance
+from tests.support.asgi import LocalConductor as ASGIConductor
 
 CHUNK = {"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "Hi"}}]}
 ENGINE_ERROR = {"error": {"code": 500, "message": "the slot died", "type": "server_error"}}
