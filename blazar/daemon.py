@@ -5,7 +5,8 @@ stop_grace_s), stop the engine children, return 0. The caller owns `app` and clo
 
     BlazarError
     ├── DaemonRunning   another daemon holds this home's lock (names its pid and address)
-    └── PortInUse       something else listens on host:port (exit code 8)
+    ├── PortInUse       something else listens on host:port (exit code 8)
+    └── UnsafeBind      a bind wider than loopback while no API key exists (exit code 9)
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import contextlib
 import errno
 import logging
 import os
+import resource
 import signal
 import socket
 from collections.abc import Callable
@@ -23,13 +25,15 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from granian.constants import Interfaces
+from granian.constants import HTTPModes, Interfaces, SSLProtocols
+from granian.http import HTTP1Settings
 from granian.log import LogLevels
 from granian.server.embed import Server
 
 from blazar import runlock
 from blazar.adapters.engines.client import EngineClient
 from blazar.api.app import create_app
+from blazar.api.edge import is_loopback
 from blazar.bootstrap import Blazar
 from blazar.credentials import remove_admin_token, write_admin_token
 from blazar.errors import BlazarError, DaemonRunning
@@ -37,6 +41,7 @@ from blazar.handlers.admission import Admission
 from blazar.handlers.gateway import Gateway
 from blazar.handlers.instances import Supervisor
 from blazar.paths import Paths
+from blazar.projections.keys import auth_on
 
 log = logging.getLogger("blazar.daemon")
 
@@ -44,6 +49,56 @@ log = logging.getLogger("blazar.daemon")
 class PortInUse(BlazarError):
     code = "port_in_use"
     exit_code = 8
+
+
+class UnsafeBind(BlazarError):
+    """A bind wider than loopback with no key: anyone on the network could use (and manage) every model."""
+
+    code = "unsafe_bind"
+    exit_code = 9
+
+
+# File descriptors the daemon asks for (soft limit raised up to the hard one): each client connection holds one.
+WANTED_NOFILE = 65536
+
+
+def check_bind(host: str, *, keys_on: bool, insecure_no_auth: bool) -> str | None:
+    """Refuse a bind wider than loopback while no key exists; returns the warning to give when it was forced."""
+    if is_loopback(host) or keys_on:
+        return None
+    if not insecure_no_auth:
+        raise UnsafeBind(f"refusing to listen on {host}: it is wider than loopback and no API key exists, so anyone "
+                         "who can reach it could run, pull and delete models. Create one first (`blazar keys create "
+                         "NAME --admin`), or pass --insecure-no-auth to serve it open anyway")
+    return (f"serving {host} with no API key (--insecure-no-auth): anyone who can reach this address can run, pull "
+            "and delete models")
+
+
+def tls_files(cert: str, key: str) -> tuple[Path, Path] | None:
+    """The PEM pair to serve https with (both or neither); a missing or unreadable file is refused before binding."""
+    if not cert and not key:
+        return None
+    if not cert or not key:
+        raise BlazarError("tls_cert and tls_key go together: set both (`blazar config set tls_cert FILE` and "
+                          "`blazar config set tls_key FILE`), or neither")
+    pair = (Path(cert).expanduser(), Path(key).expanduser())
+    for p in pair:
+        try:
+            head = p.read_bytes()[:4096]
+        except OSError as e:
+            raise BlazarError(f"cannot read the TLS file {p}: {e.strerror or e}") from None
+        if b"-----BEGIN" not in head:
+            raise BlazarError(f"the TLS file {p} is not PEM (no -----BEGIN line)")
+    return pair
+
+
+def raise_nofile() -> None:
+    """Idle client connections must not run the daemon out of descriptors before granian's limits apply."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = WANTED_NOFILE if hard == resource.RLIM_INFINITY else min(hard, WANTED_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
 @dataclass(frozen=True)
@@ -54,12 +109,20 @@ class DaemonInfo:
     host: str
     port: int
     started: float
+    scheme: str = "http"
+    ca_file: str | None = None  # the certificate a CLI on this machine verifies https against (tls_cert)
 
     @property
     def url(self) -> str:
-        # A wildcard bind is reached on loopback; an IPv6 literal needs brackets.
+        """Where a client on this machine reaches the daemon: a wildcard bind on loopback."""
         host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(self.host, self.host)
-        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
+        return f"{self.scheme}://[{host}]:{self.port}" if ":" in host else f"{self.scheme}://{host}:{self.port}"
+
+    @property
+    def bound(self) -> str:
+        """The address really bound, as a user reads it (0.0.0.0 is every interface, not loopback)."""
+        return f"{self.scheme}://[{self.host}]:{self.port}" if ":" in self.host else \
+            f"{self.scheme}://{self.host}:{self.port}"
 
 
 def daemon_file(paths: Paths) -> Path:
@@ -72,7 +135,8 @@ def read_daemon_file(paths: Paths) -> DaemonInfo | None:
     try:
         raw = orjson.loads(daemon_file(paths).read_bytes())
         return DaemonInfo(pid=int(raw["pid"]), host=str(raw["host"]), port=int(raw["port"]),
-                          started=float(raw["started"]))
+                          started=float(raw["started"]), scheme=str(raw.get("scheme") or "http"),
+                          ca_file=raw.get("ca_file"))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -86,7 +150,7 @@ def _write_daemon_file(paths: Paths, info: DaemonInfo) -> None:
 
 def _listening(paths: Paths, info: DaemonInfo, callback: Callable[[DaemonInfo], None] | None) -> None:
     _write_daemon_file(paths, info)
-    log.info("listening on %s (pid %d)", info.url, info.pid)
+    log.info("listening on %s (pid %d)", info.bound, info.pid)
     if callback is not None:
         callback(info)
 
@@ -127,11 +191,18 @@ def _refuse_second(paths: Paths) -> DaemonRunning:
 
 
 async def serve(app: Blazar, *, host: str, port: int, supervisor_factory: Callable[[Blazar], Any] = Supervisor,
-                on_listening: Callable[[DaemonInfo], None] | None = None) -> int:
+                on_listening: Callable[[DaemonInfo], None] | None = None, insecure_no_auth: bool = False) -> int:
     """Serve until SIGTERM/SIGINT; returns the exit code (0 after a clean stop). `on_listening` is called once the
-    socket is bound (the CLI says so)."""
+    socket is bound (the CLI says so). A bind wider than loopback needs a key, or `insecure_no_auth`."""
     paths = app.paths
     code = 0
+    settings = app.settings()
+    warning = check_bind(host, keys_on=auth_on(app.runner.state("keys")), insecure_no_auth=insecure_no_auth)
+    if warning:
+        log.warning("%s", warning)
+    tls = tls_files(settings.tls_cert, settings.tls_key)
+    scheme = "https" if tls else "http"
+    raise_nofile()
     with contextlib.ExitStack() as held:
         try:
             held.enter_context(runlock.hold(paths.daemon_lock))
@@ -142,13 +213,24 @@ async def serve(app: Blazar, *, host: str, port: int, supervisor_factory: Callab
         gateway = _gateway(app, supervisor) if isinstance(supervisor, Supervisor) else None
         admin_token = write_admin_token(paths)  # the CLI's credential once keys are on; removed at exit
         held.callback(remove_admin_token, paths, admin_token)
-        server = Server(target=create_app(app, supervisor, gateway, admin_token=admin_token), address=host, port=port,
-                        interface=Interfaces.ASGI, websockets=False, log_level=LogLevels.error)
+        target = create_app(app, supervisor, gateway, admin_token=admin_token, bind_host=host, scheme=scheme)
+        # NOTE: granian serves at most `backpressure` connections at once and holds the rest in the backlog; its
+        # default (the backlog, 128) let 128 idle sockets starve everyone. Idle keep-alive connections and slow
+        # headers are closed after idle_timeout_s (hyper's header read timeout covers both). HTTP/1 only: in "auto"
+        # mode granian sniffs for an HTTP/2 preface with no deadline, so a socket that never sent a byte stayed open.
+        idle_ms = int(settings.idle_timeout_s * 1000)
+        server = Server(target=target, address=host, port=port, interface=Interfaces.ASGI, websockets=False,
+                        http=HTTPModes.http1,
+                        log_level=LogLevels.error, backlog=settings.backlog, backpressure=settings.max_connections,
+                        http1_settings=HTTP1Settings(header_read_timeout=idle_ms),
+                        ssl_cert=tls[0] if tls else None, ssl_key=tls[1] if tls else None,
+                        ssl_protocol_min=SSLProtocols.tls12)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        info = DaemonInfo(pid=os.getpid(), host=host, port=port, started=app.clock.now())
+        info = DaemonInfo(pid=os.getpid(), host=host, port=port, started=app.clock.now(), scheme=scheme,
+                          ca_file=str(tls[0].absolute()) if tls else None)
         # Granian calls startup hooks once the socket is bound and listening, just before its worker starts.
         server.on_startup(lambda: _listening(paths, info, on_listening))
         try:

@@ -1,9 +1,11 @@
 """Per-request context every route shares: the trace id (the client's `x-blazar-trace-id` kept, else a new one,
-echoed on every response, errors included) and the body-size limit, checked before a byte of the body is read."""
+echoed on every response, errors included) and the body-size limit: Content-Length checked before a byte of the body
+is read, and the bytes counted as they arrive (chunked bodies)."""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import falcon
 import falcon.asgi
@@ -33,3 +35,30 @@ class RequestContext:
         if length is not None and length > self.max_body_bytes:
             raise falcon.HTTPContentTooLarge(
                 description=f"the request body is {length} bytes; the limit is {self.max_body_bytes} (max_body_mib)")
+        limit_body(req, self.max_body_bytes)
+
+
+def limit_body(req: falcon.asgi.Request, limit: int) -> None:
+    """Count the body's bytes as they arrive (a chunked body has no Content-Length to check): past `limit`, reading
+    it raises 413, so nothing is parsed or forwarded. Every body is read through falcon's ASGI receive channel."""
+    receive = req._receive
+    first = req._first_event or {}
+    seen = len(first.get("body", b"")) if first.get("type") == "http.request" else 0
+
+    def too_large() -> falcon.HTTPContentTooLarge:
+        return falcon.HTTPContentTooLarge(description=f"the request body is over the limit of {limit} bytes "
+                                                      "(max_body_mib)")
+
+    if seen > limit:
+        raise too_large()
+
+    async def counted() -> dict[str, Any]:
+        nonlocal seen
+        event: dict[str, Any] = await receive()
+        if event.get("type") == "http.request":
+            seen += len(event.get("body", b""))
+            if seen > limit:
+                raise too_large()
+        return event
+
+    req._receive = counted

@@ -8,6 +8,7 @@ the background for `blazar load`, and call the admin routes, turning their error
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 import sys
 import time
@@ -75,10 +76,15 @@ def daemon_log(paths: Paths) -> Path:
     return paths.log / "daemon.log"
 
 
-def healthy(url: str, *, timeout_s: float = HEALTH_TIMEOUT_S) -> bool:
+def verify_of(info: DaemonInfo) -> ssl.SSLContext | bool:
+    """What https to this daemon is verified against: its own certificate (tls_cert, often self-signed)."""
+    return ssl.create_default_context(cafile=info.ca_file) if info.ca_file else True
+
+
+def healthy(url: str, *, timeout_s: float = HEALTH_TIMEOUT_S, verify: ssl.SSLContext | bool = True) -> bool:
     try:
         # trust_env=False: a proxy from the environment must never sit between the CLI and a loopback daemon.
-        r = httpx2.get(f"{url}/health", timeout=timeout_s, trust_env=False)
+        r = httpx2.get(f"{url}/health", timeout=timeout_s, trust_env=False, verify=verify)
     except httpx2.TransportError:
         return False
     return r.status_code == 200
@@ -91,7 +97,7 @@ def find_daemon(paths: Paths) -> DaemonInfo | None:
     info = read_daemon_file(paths)
     if info is None or runlock.holder(paths.daemon_lock) != info.pid:
         return None  # none, one still starting, or a stale file left by a daemon that was killed
-    return info if healthy(info.url) else None
+    return info if healthy(info.url, verify=verify_of(info)) else None
 
 
 def start_daemon(paths: Paths, env: Mapping[str, str], *, timeout_s: float = START_TIMEOUT_S) -> DaemonInfo:
@@ -132,6 +138,7 @@ class AdminClient:
                  paths: Paths | None = None) -> None:
         self.url = info.url
         self._http = httpx2.Client(base_url=f"{info.url}/api/blazar", trust_env=False, transport=transport,
+                                   verify=verify_of(info),
                                    timeout=httpx2.Timeout(CALL_TIMEOUT_S, connect=HEALTH_TIMEOUT_S),
                                    headers=auth_headers(paths))
 

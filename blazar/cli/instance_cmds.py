@@ -31,21 +31,28 @@ def serve(
                                              "127.0.0.1). Anything wider than loopback: on purpose only.")] = None,
     port: Annotated[int | None, typer.Option("--port", min=1, max=65535,
                                              help="Port to listen on (default: the `port` setting).")] = None,
+    insecure_no_auth: Annotated[bool, typer.Option(
+        "--insecure-no-auth", help="Serve a host wider than loopback even though no API key exists (anyone who "
+        "reaches it can run, pull and delete models); without it such a bind is refused.")] = False,
 ) -> None:
-    """Run the daemon in the foreground: the HTTP API and the engine children. Ctrl-C or SIGTERM stops both."""
+    """Run the daemon in the foreground: the HTTP API and the engine children. Ctrl-C or SIGTERM stops both.
+    Wider than loopback (--host 0.0.0.0) needs an API key (`blazar keys create NAME --admin`); https with the
+    tls_cert and tls_key settings."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger("blazar").addHandler(handler)
 
     def listening(info: daemon.DaemonInfo) -> None:
-        err.print(f"blazar daemon listening on {info.url} (pid {info.pid}); Ctrl-C stops it", **_VERBATIM)
+        local = f" (on this machine: {info.url})" if info.url != info.bound else ""
+        err.print(f"blazar daemon listening on {info.bound}{local} (pid {info.pid}); Ctrl-C stops it", **_VERBATIM)
 
     async def go() -> int:
         app = await bootstrap(actor=default_actor().replace("cli:", "daemon:", 1))
         try:
             settings = app.settings()
+            # An unsafe bind is refused (or, forced, warned about in the log, which `serve` shows on stderr).
             return await daemon.serve(app, host=host or settings.host, port=port or settings.port,
-                                      on_listening=listening)
+                                      on_listening=listening, insecure_no_auth=insecure_no_auth)
         finally:
             await app.close()
 

@@ -25,6 +25,7 @@ from blazar.cli.daemon_client import (
     daemon_log,
     find_daemon,
     start_daemon,
+    verify_of,
 )
 from blazar.daemon import DaemonInfo
 
@@ -70,7 +71,8 @@ class ChatClient:
         self.url = info.url
         # trust_env=False: a proxy from the environment must never sit between the CLI and a loopback daemon.
         # The CLI's admin credential (run/admin.token): `blazar run` keeps working once keys are on.
-        self._http = httpx2.Client(base_url=info.url, trust_env=False, timeout=TIMEOUT, headers=auth_headers())
+        self._http = httpx2.Client(base_url=info.url, trust_env=False, timeout=TIMEOUT, headers=auth_headers(),
+                                   verify=verify_of(info))
 
     def close(self) -> None:
         self._http.close()
