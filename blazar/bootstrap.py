@@ -17,10 +17,12 @@ from blazar.events.writer import GroupCommitWriter
 from blazar.paths import Paths
 from blazar.projections import all_projections
 from blazar.projections.runner import ProjectionRunner
+from blazar.queries.file_modes import loose_modes
 
 if TYPE_CHECKING:
     from blazar.adapters.hub import Hub
 
+PRIVATE_UMASK = 0o077
 # A CLI command that had to fold more than this many events at start leaves a checkpoint behind on close.
 CHECKPOINT_ON_CLOSE_AFTER = 1_000
 
@@ -93,6 +95,9 @@ async def bootstrap(
     """Open the log (migrating it), catch projections up, and notice hand edits of config.toml."""
     from blazar.handlers.config import reconcile_file  # handlers import bootstrap's types
 
+    # NOTE: every file and directory this process creates is the owner's alone (db, WAL, config, run/, log/,
+    # snapshots, exports, engine builds): one umask rather than a mode at each of the places that write.
+    os.umask(PRIVATE_UMASK)
     paths = paths or paths_from_env(env)
     paths.ensure()
     clock = clock or SystemClock()
@@ -108,6 +113,10 @@ async def bootstrap(
     app.folded_at_start = runner.folded_at_start
     runner.checkpoint_every = app.settings().checkpoint_every
     logging.getLogger("blazar").setLevel(app.settings().log_level.upper())
+    loose = loose_modes(paths)
+    if loose:
+        logging.getLogger("blazar").warning("files others can read under the Blazar home: %s; fix with `chmod 600` "
+                                            "(files) or `chmod 700` (directories)", ", ".join(loose))
     if reconcile_config:
         try:
             await reconcile_file(app)

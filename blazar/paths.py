@@ -62,6 +62,11 @@ class Paths:
         return cls(config_dir=config_base / "blazar", data_dir=data_base / "blazar")
 
     def ensure(self) -> None:
-        """Create the directories Blazar writes into (idempotent)."""
+        """Create the directories Blazar writes into (idempotent), each 0700: the home holds the log (prompts'
+        metadata, key hashes), engine keys and slot dumps. A home dir of ours with a looser mode is tightened."""
         for d in (self.config_dir, self.data_dir, self.models, self.engines, self.run, self.log):
-            d.mkdir(parents=True, exist_ok=True)
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for d in {self.config_dir, self.data_dir}:
+            st = d.stat()
+            if st.st_uid == os.getuid() and st.st_mode & 0o077:
+                d.chmod(0o700)

@@ -82,7 +82,7 @@ class LoadResource:
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         body: LoadBody = await _body(req, LoadBody)
         inst = await self.supervisor.load(body.model, keep_alive=body.keep_alive_s(), pinned=body.pin, ctx=body.ctx)
-        resp.media = asdict(inst)
+        resp.media = {k: v for k, v in asdict(inst).items() if k != "api_key"}  # the engine's key never leaves
 
 
 class StopResource:

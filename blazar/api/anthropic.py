@@ -55,7 +55,7 @@ class CountTokens:
         except BlazarError as e:
             status, code = http_status(e)
             raise Rejected(e.message, status=status, code=code) from None
-        n = await gw.client.count_tokens(inst.base_url, "/v1/chat/completions", body)
+        n = await gw.client.count_tokens(inst.base_url, "/v1/chat/completions", body, api_key=inst.api_key)
         if n is None:
             raise Rejected("the engine could not count this prompt's tokens", status=502, code="engine_error")
         resp.set_header("x-blazar-trace-id", trace_id_of(req))

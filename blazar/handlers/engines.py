@@ -129,8 +129,8 @@ def _stage(engines_dir: Path, src: EngineSourceFiles) -> _Staged:
             shutil.copy2(path, dest)  # follows links: a soname link in the source becomes our own link below
             with dest.open("rb") as fh:
                 os.fsync(fh.fileno())
-            if name == src.binary:
-                dest.chmod(dest.stat().st_mode | 0o111)
+            # The owner's alone, whatever the source's mode (copy2 keeps it): executables 0700, the rest 0600.
+            dest.chmod(0o700 if name == src.binary or dest.stat().st_mode & 0o100 else 0o600)
             files.append(EngineFile(path=name, bytes=dest.stat().st_size, sha256=_sha256(dest)))
         for name, target in src.links.items():
             os.symlink(target, staging / name)

@@ -227,7 +227,8 @@ class Gateway:
         if _prompt_upper_bound(call.body) + need_out <= inst.ctx_tokens:
             return
         try:
-            n = await self.client.count_tokens(inst.base_url, call.engine_path or call.route, call.body)
+            n = await self.client.count_tokens(inst.base_url, call.engine_path or call.route, call.body,
+                                              api_key=inst.api_key)
         except EngineError as e:
             log.warning("token count failed for %s: %s", inst.model, e)
             return  # the engine refuses an oversized prompt itself
@@ -245,7 +246,7 @@ class Gateway:
     async def open_upstream(self, call: Call, path: str, body: bytes) -> httpx2.Response:
         assert call.instance is not None
         try:
-            return await self.client.open(call.instance.base_url, path, body)
+            return await self.client.open(call.instance.base_url, path, body, api_key=call.instance.api_key)
         except EngineError as e:
             self.fail(call, status=502, reason="engine_error", detail=e.message)
             raise Rejected(e.message, status=502, code="engine_error") from None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from blazar.adapters.engines import process
-from blazar.adapters.engines.llama_server import build_argv
+from blazar.adapters.engines.llama_server import build_argv, engine_key, redact_argv
 from blazar.adapters.gpu import probe_devices
 from blazar.bootstrap import Blazar
 from blazar.durations import keep_alive_seconds
@@ -78,6 +79,8 @@ class Instance:
     engine_tag: str
     load_ms: int | None = None
     embeddings: bool = False  # started with the engine's embeddings endpoint on
+    # The child's own secret (llama-server's --api-key-file): in memory and in a 0600 file, never in an event.
+    api_key: str | None = field(default=None, repr=False)
 
     @property
     def base_url(self) -> str:
@@ -328,29 +331,35 @@ class Supervisor:
             # Slot saves (llama-server's /slots?action=save) land per model, so a later instance of it finds them.
             slot_dir = app.paths.data_dir / "slots" / store_filename(name).removesuffix(".gguf")
             slot_dir.mkdir(parents=True, exist_ok=True)
+            os.chmod(slot_dir, 0o700)  # slot dumps hold conversations: for the owner only, whatever made the dir
+            api_key, key_flags = engine_key(engine.caps, _keyfile(app, instance_id))
             try:
                 argv = build_argv(engine.binary, model_path, fit, engine.caps, port=port,
                                   threads=settings.engine_threads or None, load_mode=settings.load_mode,
                                   slot_save_path=slot_dir if engine.caps.slot_save_path else None,
-                                  extra=_embedding_flags(engine, meta) if embeddings else ())
+                                  extra=[*key_flags, *(_embedding_flags(engine, meta) if embeddings else ())])
             except EngineIncompatible as e:
+                _keyfile(app, instance_id).unlink(missing_ok=True)
                 raise await self._refuse(name, "engine_incompatible", e.message, e) from None
             try:
                 proc = await process.spawn(argv, log_path=log_path)
             except EngineError as e:
+                _keyfile(app, instance_id).unlink(missing_ok=True)
                 raise await self._refuse(name, "no_engine", e.message, e) from None
             pidfile = _pidfile(app, instance_id)
             pidfile.parent.mkdir(parents=True, exist_ok=True)
             pidfile.write_text(f"{proc.pid} {port}\n")
             (started,) = await record(app, InstanceStarted(
-                instance_id=instance_id, model=name, engine_tag=engine.tag, pid=proc.pid, port=port, argv=argv,
+                instance_id=instance_id, model=name, engine_tag=engine.tag, pid=proc.pid, port=port,
+                argv=redact_argv(argv),
                 log_path=str(log_path.relative_to(app.paths.log)), ctx_tokens=fit.ctx_per_slot,
                 engine_ctx=fit.engine_ctx, slots=fit.slots, cache_type_k=fit.cache_type_k,
                 cache_type_v=fit.cache_type_v, flash_attn=fit.flash_attn, gpu_layers=fit.gpu_layers,
                 planned_bytes=fit.total_bytes, estimate_bytes=fit.estimate_bytes, keep_alive_s=keep, pinned=pinned,
                 reason="load" if reason == "load" else "request", free_bytes_observed=free_observed))
             inst = Instance(instance_id=instance_id, model=name, port=port, slots=fit.slots,
-                            ctx_tokens=fit.ctx_per_slot, engine_tag=engine.tag, embeddings=embeddings)
+                            ctx_tokens=fit.ctx_per_slot, engine_tag=engine.tag, embeddings=embeddings,
+                            api_key=api_key)
             lv = _Live(instance=inst, proc=proc, plan=fit, log_path=log_path, started_seq=started.seq,
                        started_mono=app.clock.monotonic(), keep_alive_s=keep, pinned=pinned)
             self._live[instance_id] = lv
@@ -525,6 +534,7 @@ class Supervisor:
             instance_id=lv.instance.instance_id, model=lv.instance.model, reason=reason, exit_code=code,
             uptime_ms=uptime, log_tail=tail, detail=detail), cause=cause or lv.started_seq)
         _pidfile(self.app, lv.instance.instance_id).unlink(missing_ok=True)
+        _keyfile(self.app, lv.instance.instance_id).unlink(missing_ok=True)
         if not lv.ready.done():
             lv.ready.set_exception(LoadFailed(f"{lv.instance.model} exited ({reason})"))
             lv.ready.exception()
@@ -589,6 +599,10 @@ def _embedding_flags(engine: ActiveEngine, meta: ModelMetadata) -> list[str]:
     if flags and not meta.pooling_type and engine.caps.has("--pooling"):
         flags += ["--pooling", "mean"]
     return flags
+
+
+def _keyfile(app: Blazar, instance_id: str) -> Path:
+    return app.paths.run / "instances" / f"{instance_id}.key"
 
 
 def _pidfile(app: Blazar, instance_id: str) -> Path:

@@ -20,10 +20,15 @@ def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+# Actor kinds whose name part is an OS user (the CLI's, the daemon's). NOTE: `key:<name>` is kept: a key's name is
+# the operator's own label for a client, and the audit trail exists to say which client did what.
+USER_ACTORS = frozenset({"cli", "daemon", "user"})
+
+
 def scrub_actor(actor: str) -> str:
-    """`cli:alice` -> `cli:u-3bc51062973c`: a stable pseudonym in place of a user name."""
+    """`cli:alice` -> `cli:u-3bc51062973c`: a stable pseudonym in place of a user name (the same for `daemon:alice`)."""
     kind, sep, who = actor.partition(":")
-    if not sep or kind not in ("cli", "user"):
+    if not sep or kind not in USER_ACTORS:
         return actor
     return f"{kind}:u-{hashlib.sha256(who.encode()).hexdigest()[:12]}"
 

@@ -282,3 +282,11 @@ async def test_verify_names_a_blank_or_garbled_line_in_the_middle(app: Blazar, c
     lines[4] = lines[4][:40] + b"\n"
     exc = _broken(lines)
     assert exc.line == 5 and "not JSON" in exc.message
+
+
+def test_pii_scrub_covers_the_daemon_user_and_keeps_key_names() -> None:
+    assert scrub_actor("daemon:root").startswith("daemon:u-")
+    assert scrub_actor("daemon:root").removeprefix("daemon:") == scrub_actor("cli:root").removeprefix("cli:")
+    assert "root" not in scrub_actor("daemon:root")
+    assert scrub_actor("key:ci-bot") == "key:ci-bot"
+    assert scrub_actor("system") == "system"

@@ -54,7 +54,7 @@ class FakeEngine:
         self.events: list[dict[str, Any]] = []
         self.sent: list[tuple[str, dict[str, Any]]] = []
 
-    async def open(self, base_url: str, path: str, body: bytes) -> httpx2.Response:
+    async def open(self, base_url: str, path: str, body: bytes, *, api_key: str | None = None) -> httpx2.Response:
         self.sent.append((path, orjson.loads(body)))
         blocks = [b"data: " + orjson.dumps(e) + b"\n\n" for e in self.events]
 
@@ -64,7 +64,8 @@ class FakeEngine:
 
         return httpx2.Response(200, content=stream(), headers={"content-type": "text/event-stream"})
 
-    async def count_tokens(self, base_url: str, route: str, body: dict[str, Any]) -> int:
+    async def count_tokens(self, base_url: str, route: str, body: dict[str, Any], *, api_key: str | None = None
+                           ) -> int:
         return 10
 
 

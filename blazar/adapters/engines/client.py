@@ -21,6 +21,14 @@ COUNT_TIMEOUT_S = 30.0
 KEEPALIVE_EXPIRY_S = 3.0
 
 
+def engine_headers(api_key: str | None) -> dict[str, str]:
+    """The headers of a request to a child: JSON, and the child's own key when it has one."""
+    headers = {"content-type": "application/json"}
+    if api_key:
+        headers["authorization"] = f"Bearer {api_key}"
+    return headers
+
+
 class EngineUnreachable(EngineError):
     code = "engine_unreachable"
 
@@ -33,12 +41,12 @@ class EngineClient:
                                  keepalive_expiry=KEEPALIVE_EXPIRY_S),
         )
 
-    async def open(self, base_url: str, path: str, body: bytes) -> httpx2.Response:
+    async def open(self, base_url: str, path: str, body: bytes, *, api_key: str | None = None) -> httpx2.Response:
         """POST `body` (JSON) and return the response with its body unread: stream it with `aiter_raw()`, then
-        `aclose()` it. Closing early drops the connection, which makes llama-server cancel the generation."""
+        `aclose()` it. Closing early drops the connection, which makes llama-server cancel the generation. `api_key`
+        is the child's own secret (never a client's Authorization: only these headers are sent)."""
         for attempt in (1, 2):
-            req = self._http.build_request("POST", base_url + path, content=body,
-                                           headers={"content-type": "application/json"})
+            req = self._http.build_request("POST", base_url + path, content=body, headers=engine_headers(api_key))
             try:
                 return await self._http.send(req, stream=True)
             except (httpx2.RemoteProtocolError, httpx2.ReadError) as e:
@@ -50,10 +58,11 @@ class EngineClient:
                 raise EngineUnreachable(f"the engine at {base_url} did not answer {path}: {e}") from e
         raise AssertionError("unreachable")
 
-    async def post_json(self, base_url: str, path: str, payload: dict[str, Any]) -> tuple[int, Any]:
+    async def post_json(self, base_url: str, path: str, payload: dict[str, Any], *, api_key: str | None = None
+                        ) -> tuple[int, Any]:
         try:
-            r = await self._http.post(base_url + path, content=orjson.dumps(payload),
-                                      headers={"content-type": "application/json"}, timeout=COUNT_TIMEOUT_S)
+            r = await self._http.post(base_url + path, content=orjson.dumps(payload), headers=engine_headers(api_key),
+                                      timeout=COUNT_TIMEOUT_S)
         except httpx2.TransportError as e:
             raise EngineUnreachable(f"the engine at {base_url} did not answer {path}: {e}") from e
         try:
@@ -61,18 +70,20 @@ class EngineClient:
         except orjson.JSONDecodeError:
             return r.status_code, None
 
-    async def count_tokens(self, base_url: str, route: str, body: dict[str, Any]) -> int | None:
+    async def count_tokens(self, base_url: str, route: str, body: dict[str, Any], *, api_key: str | None = None
+                           ) -> int | None:
         """Prompt tokens of a request as the engine will see them (chat template applied), or None when this engine
         cannot say. Chat and responses have llama-server's `<route>/input_tokens`; completions use /tokenize."""
         if route in ("/v1/chat/completions", "/v1/responses"):
-            status, data = await self.post_json(base_url, f"{route}/input_tokens", body)
+            status, data = await self.post_json(base_url, f"{route}/input_tokens", body, api_key=api_key)
             if status == 200 and isinstance(data, dict) and isinstance(data.get("input_tokens"), int):
                 return int(data["input_tokens"])
             return None
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
             return None
-        status, data = await self.post_json(base_url, "/tokenize", {"content": prompt, "add_special": True})
+        status, data = await self.post_json(base_url, "/tokenize", {"content": prompt, "add_special": True},
+                                            api_key=api_key)
         if status == 200 and isinstance(data, dict) and isinstance(data.get("tokens"), list):
             return len(data["tokens"])
         return None

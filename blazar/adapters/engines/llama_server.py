@@ -6,7 +6,10 @@ Parsing is pure (text in, models out) so the real outputs are test fixtures; `pr
 
 from __future__ import annotations
 
+import logging
+import os
 import re
+import secrets
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +18,8 @@ from pydantic import BaseModel, ConfigDict
 
 from blazar.errors import EngineError, EngineIncompatible
 from blazar.fit.planner import FitPlan
+
+log = logging.getLogger("blazar.engines")
 
 PROBE_TIMEOUT_S = 30
 # The verbosity at which this engine logs its "... buffer size = N MiB" lines (info level is hidden at the
@@ -232,6 +237,33 @@ def _value(caps: Capabilities, flag: str, value: str, why: str) -> str:
     if choices and value not in choices:
         raise EngineIncompatible(f"{flag} {value}", f"{why} (it accepts {', '.join(choices)})")
     return value
+
+
+def engine_key(caps: Capabilities, keyfile: Path) -> tuple[str | None, list[str]]:
+    """A fresh secret for one child, and the flags that give it: `--api-key-file` (the secret in `keyfile`, 0600),
+    else `--api-key` (visible in /proc to this user: logged), else none (an old build: its port stays open)."""
+    if not caps.has("--api-key-file") and not caps.has("--api-key"):
+        log.warning("this llama-server has no --api-key: its port is open to every local user")
+        return None, []
+    secret = "eng_" + secrets.token_urlsafe(32)
+    if caps.has("--api-key-file"):
+        keyfile.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(keyfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secret + "\n")
+        return secret, ["--api-key-file", str(keyfile)]
+    log.warning("this llama-server has no --api-key-file: its key is passed as --api-key, which other processes of "
+                "this user can read in /proc")
+    return secret, ["--api-key", secret]
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """argv as the log may record it: an `--api-key` value replaced."""
+    out = list(argv)
+    for i, arg in enumerate(out[:-1]):
+        if arg == "--api-key":
+            out[i + 1] = "<redacted>"
+    return out
 
 
 def build_argv(binary: Path, model: Path, plan: FitPlan, caps: Capabilities, *, port: int, host: str = "127.0.0.1",

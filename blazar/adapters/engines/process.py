@@ -71,17 +71,31 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+# What an engine child may see of our environment: where to find things, locale and time, and the knobs of the
+# engine's own runtimes. NOTE: an allowlist, not a denylist: HF_TOKEN, API keys and whatever else a user exported
+# never reach a child (it serves HTTP; a prompt-injected tool or a crash dump could leak it).
+CHILD_ENV_NAMES = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "TERM", "LD_LIBRARY_PATH"})
+CHILD_ENV_PREFIXES = ("LC_", "CUDA_", "HIP_", "ROCR_", "HSA_", "GGML_", "LLAMA_ARG_THREADS", "OMP_", "OPENBLAS_",
+                      "MKL_", "GOMP_", "KMP_", "VK_", "NVIDIA_")
+
+
+def child_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment an engine child starts with: `env` filtered through the allowlist."""
+    return {k: v for k, v in env.items() if k in CHILD_ENV_NAMES or k.startswith(CHILD_ENV_PREFIXES)}
+
+
 async def spawn(argv: list[str], *, log_path: Path, env: Mapping[str, str] | None = None) -> asyncio.subprocess.Process:
-    """Start `argv` with stdout and stderr appended to `log_path` and stdin closed. `env` is the child's whole
-    environment (None: ours). A missing or unrunnable binary is an EngineError naming it."""
+    """Start `argv` with stdout and stderr appended to `log_path` (0600) and stdin closed. `env` is the child's
+    whole environment (None: ours through `child_env`). A missing or unrunnable binary is an EngineError naming it."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     # NOTE: a file, not a pipe: a child whose reader died (a killed daemon) would die of SIGPIPE on its next log line.
     # start_new_session: Ctrl-C on the daemon's terminal reaches the daemon, which stops its children in order.
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    # umask 077 in the child: the slot dumps it writes (a conversation's KV cache, i.e. its prompt) are 0600.
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         return await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.DEVNULL, stdout=log_fd, stderr=asyncio.subprocess.STDOUT,
-            env=dict(env) if env is not None else None, start_new_session=True,
+            env=dict(env) if env is not None else child_env(os.environ), start_new_session=True, umask=0o077,
         )
     except OSError as e:
         raise EngineError(f"cannot start {argv[0]}: {e.strerror or e}") from e
