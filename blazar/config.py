@@ -186,8 +186,10 @@ def validate_value(key: str, value: Any) -> Any:
     _field(key)
     try:
         checked = Settings.model_validate({key: value})
-    except ValidationError:
-        raise ConfigError(f"invalid value {value!r} for {key}: expected {describe(key)}") from None
+    except ValidationError as exc:
+        # A list's own validators say which item is wrong and why (an origin without its scheme, say).
+        why = "; ".join(str(e.get("ctx", {}).get("error", "")) for e in exc.errors() if e["type"] == "value_error")
+        raise ConfigError(f"invalid value {value!r} for {key}: {why or 'expected ' + describe(key)}") from None
     return checked.model_dump(mode="json")[key]
 
 

@@ -3,10 +3,20 @@ need a key."""
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
+from typing import Any
 
-from blazar.api.edge import EdgePolicy, host_name, is_loopback, json_content_type
-from blazar.daemon import UnsafeBind, check_bind
+import falcon
+import falcon.asgi
+import pytest
+from falcon import testing
+
+from blazar import config
+from blazar.api import errors
+from blazar.api.context import RequestContext
+from blazar.api.edge import Edge, EdgePolicy, host_name, is_loopback, json_content_type
+from blazar.daemon import DaemonInfo, UnsafeBind, check_bind, tls_files
+from blazar.errors import BlazarError, ConfigError
 
 
 @pytest.mark.parametrize(("header", "name"), [("localhost:11435", "localhost"), ("[::1]:80", "::1"), ("[::1]", "::1"),
@@ -65,3 +75,115 @@ def test_a_wide_bind_needs_a_key_or_the_insecure_flag() -> None:
         check_bind("192.168.1.10", keys_on=False, insecure_no_auth=False)
     warning = check_bind("::", keys_on=False, insecure_no_auth=True)
     assert warning is not None and "no API key" in warning
+
+
+# -- the middleware on a small app: what a browser sees ------------------------------------------------------------
+
+
+class _Echo:
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        resp.media = {"got": await req.get_media()}
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        resp.media = {"ok": True}
+
+
+def _client(cors_origins: list[str], *, keys_on: bool = False, max_body_bytes: int = 1 << 20) -> testing.TestClient:
+    api = falcon.asgi.App(middleware=[RequestContext(max_body_bytes=max_body_bytes),
+                                      Edge(EdgePolicy.of("127.0.0.1", [], cors_origins), lambda: keys_on)])
+    api.req_options.default_media_type = falcon.MEDIA_JSON
+    errors.register(api)
+    api.add_route("/v1/echo", _Echo())
+    api.add_route("/api/echo", _Echo())
+    return _Local(api)
+
+
+class _Local(testing.TestClient):
+    """A client on this machine: Host localhost:11435 unless a test names another (falcon's default is refused)."""
+
+    def simulate_request(self, *args: Any, **kwargs: Any) -> testing.Result:
+        headers = kwargs.setdefault("headers", {})
+        kwargs["host"] = headers.pop("Host", "localhost")
+        kwargs.setdefault("port", 11435)
+        return super().simulate_request(*args, **kwargs)
+
+
+def test_a_preflight_names_what_a_client_may_send_and_is_cached() -> None:
+    r = _client(["https://app.example"]).simulate_options(
+        "/v1/echo", headers={"Origin": "https://app.example", "Access-Control-Request-Method": "POST"})
+    assert r.status_code == 204
+    assert r.headers["access-control-allow-origin"] == "https://app.example"
+    allowed = r.headers["access-control-allow-headers"]
+    for header in ("authorization", "content-type", "x-api-key", "anthropic-version", "x-blazar-trace-id"):
+        assert header in allowed
+    assert "DELETE" in r.headers["access-control-allow-methods"]
+    assert int(r.headers["access-control-max-age"]) > 0
+    assert "Origin" in r.headers["vary"]
+
+
+def test_star_answers_any_origin_only_while_keys_are_on() -> None:
+    ask = {"Origin": "https://any.example", "Access-Control-Request-Method": "POST"}
+    assert "access-control-allow-origin" not in _client(["*"]).simulate_options("/v1/echo", headers=ask).headers
+    on = _client(["*"], keys_on=True)
+    assert on.simulate_options("/v1/echo", headers=ask).headers["access-control-allow-origin"] == "https://any.example"
+    assert on.simulate_get("/v1/echo", headers={"Origin": "https://any.example"}).status_code == 200
+    assert _client(["*"]).simulate_get("/v1/echo", headers={"Origin": "https://any.example"}).status_code == 403
+
+
+def test_refusals_come_in_the_routes_dialect_with_a_trace_id() -> None:
+    c = _client([])
+    r = c.simulate_post("/v1/echo", body=b"model=x", headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 415 and r.json["error"]["code"] == "unsupported_media_type"
+    assert r.headers["x-blazar-trace-id"]
+    r = c.simulate_post("/api/echo", json={"model": "x"}, headers={"Origin": "https://evil.example"})
+    assert r.status_code == 403 and "cors_origins" in r.json["error"]  # Ollama's {"error": "..."}
+    r = c.simulate_delete("/api/echo", headers={"Host": "rebind.attacker.example"})
+    assert r.status_code == 403 and "allowed_hosts" in r.json["error"]
+
+
+def test_a_body_with_no_content_type_is_json_and_its_own_origin_is_served() -> None:
+    c = _client([])
+    assert c.simulate_post("/v1/echo", body=b'{"a": 1}').json == {"got": {"a": 1}}
+    own = c.simulate_post("/v1/echo", json={"a": 1}, headers={"Origin": "http://localhost:11435"})
+    assert own.status_code == 200 and "access-control-allow-origin" not in own.headers
+
+
+def test_an_allowed_origins_refusal_is_readable_by_its_script() -> None:
+    r = _client(["https://app.example"]).simulate_post(
+        "/v1/echo", body=b"x", headers={"Origin": "https://app.example", "Content-Type": "text/plain"})
+    assert r.status_code == 415
+    assert r.headers["access-control-allow-origin"] == "https://app.example"
+    assert "x-blazar-trace-id" in r.headers["access-control-expose-headers"]
+
+
+def test_tls_files_go_together_and_must_be_pem(tmp_path: Path) -> None:
+    assert tls_files("", "") is None
+    with pytest.raises(BlazarError, match="both"):
+        tls_files(str(tmp_path / "cert.pem"), "")
+    with pytest.raises(BlazarError, match="cannot read the TLS file"):
+        tls_files(str(tmp_path / "cert.pem"), str(tmp_path / "key.pem"))
+    (tmp_path / "cert.pem").write_text("not a certificate")
+    (tmp_path / "key.pem").write_text("-----BEGIN PRIVATE KEY-----\n")
+    with pytest.raises(BlazarError, match="not PEM"):
+        tls_files(str(tmp_path / "cert.pem"), str(tmp_path / "key.pem"))
+
+
+def test_the_printed_address_is_the_one_bound_and_the_cli_reaches_it_on_loopback() -> None:
+    wide = DaemonInfo(pid=1, host="0.0.0.0", port=11435, started=0.0, scheme="https")
+    assert wide.bound == "https://0.0.0.0:11435"
+    assert wide.url == "https://127.0.0.1:11435"
+    assert DaemonInfo(pid=1, host="::", port=8, started=0.0).bound == "http://[::]:8"
+
+
+@pytest.mark.parametrize(("text", "value"), [("https://a.example, http://b.example:8080", ["https://a.example",
+                                                                                            "http://b.example:8080"]),
+                                             ("", []), ("*", ["*"])])
+def test_origin_lists_are_set_as_comma_separated_text(text: str, value: list[str]) -> None:
+    assert config.parse_value("cors_origins", text) == value
+
+
+def test_an_origin_without_its_scheme_is_refused_saying_why() -> None:
+    with pytest.raises(ConfigError, match="scheme://host"):
+        config.parse_value("cors_origins", "app.example")
+    with pytest.raises(ConfigError, match="not a host name"):
+        config.parse_value("allowed_hosts", "a b")
