@@ -159,6 +159,32 @@ def test_an_idle_connection_is_closed_after_idle_timeout_s(fake) -> None:
         assert time.monotonic() - started < 9
 
 
+def _read_until_closed(s: socket.socket, *, limit_bytes: int = 1 << 16) -> bytes:
+    got = b""
+    while len(got) < limit_bytes:
+        data = s.recv(4096)
+        if not data:
+            return got
+        got += data
+    raise AssertionError("the server kept sending")
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_idle_timeout_s(fake) -> None:
+    _, daemon = fake
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=10) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        answer = _read_until_closed(s)  # a socket.timeout here: the kept-alive connection was never closed
+    assert answer.startswith(b"HTTP/1.1 200")
+
+
+def test_headers_sent_slowly_are_cut_off(fake) -> None:
+    _, daemon = fake
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=10) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n")  # and never the blank line
+        answer = _read_until_closed(s)
+    assert b"200" not in answer.split(b"\r\n", 1)[0]
+
+
 def test_a_wide_bind_with_no_key_refuses_to_start(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = {**os.environ, "BLAZAR_HOME": str(home), "NO_COLOR": "1"}
