@@ -195,6 +195,17 @@ def test_a_wide_bind_with_no_key_refuses_to_start(tmp_path: Path) -> None:
     assert "--insecure-no-auth" in proc.stderr
 
 
+def test_insecure_no_auth_warns_at_start(tmp_path: Path) -> None:
+    # 192.0.2.1 (TEST-NET-1) is no address of this machine: the bind fails after the warning, so nothing outside
+    # loopback is ever listened on.
+    env = {**os.environ, "BLAZAR_HOME": str(tmp_path / "home"), "NO_COLOR": "1"}
+    proc = subprocess.run([sys.executable, "-m", "blazar.cli.main", "serve", "--host", "192.0.2.1", "--port",
+                           str(free_port()), "--insecure-no-auth"], env=env, capture_output=True, text=True, timeout=60)
+    assert "with no API key (--insecure-no-auth)" in proc.stderr
+    assert "192.0.2.1" in proc.stderr
+    assert proc.returncode != 0 and "blazar keys create" not in proc.stderr  # forced past the refusal
+
+
 # -- TLS ----------------------------------------------------------------------------------------------------------
 
 
