@@ -8,16 +8,32 @@ import re
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+# The longest duration anything takes: ten years. Past it a value is a mistake (or an overflow waiting to happen in
+# a timestamp sum); "forever" is said with a negative value.
+MAX_DURATION_S = 10 * 365 * 86400.0
 
 
 def parse_duration(value: str | float | int) -> float:
-    """Seconds, possibly negative. ValueError names the accepted forms."""
+    """Seconds, possibly negative (any negative value means forever); at most MAX_DURATION_S. ValueError names the
+    accepted forms."""
+    seconds = _parse(value)
+    if seconds > MAX_DURATION_S:
+        raise ValueError(f"duration too long: {str(value)[:40]!r} (at most ten years; negative: forever)")
+    return seconds
+
+
+def _parse(value: str | float | int) -> float:
     if isinstance(value, bool):
         raise ValueError(f"not a duration: {value!r}")
     if isinstance(value, int | float):
+        if isinstance(value, int) and abs(value) > 1 << 62:
+            return math.copysign(math.inf, value)  # past any maximum; float() of a huge int would overflow
         if not math.isfinite(value):
             raise ValueError(f"not a duration: {value!r}")
         return float(value)
+    if len(value) > 64:
+        raise ValueError(f"not a duration: {value[:40]!r}… (use seconds like 300, or 45s, 5m, 1h30m; negative: "
+                         "forever)")
     text = value.strip()
     sign = -1.0 if text.startswith("-") else 1.0
     body = text.lstrip("+-")

@@ -311,6 +311,11 @@ _HTTP: list[tuple[type[BlazarError], int, str]] = [
     (NotFoundOnHub, 404, "not_found_on_hub"),
     (HubAccessDenied, 403, "hub_access_denied"),
     (HubUnavailable, 502, "hub_unavailable"),
+    # Any other hub failure (a listed path that would leave the download directory, a size it did not give): the
+    # hub's answer was unusable.
+    (HubError, 502, "hub_error"),
+    # A file that is not a usable GGUF (pulled or imported): the request cannot be carried out on it.
+    (ModelFileError, 422, "invalid_model_file"),
     (CircuitOpen, 503, "circuit_open"),
     (ModelPinned, 409, "model_pinned"),
     (DoesNotFit, 507, "insufficient_memory"),

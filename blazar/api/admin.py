@@ -7,9 +7,10 @@ from dataclasses import asdict
 from typing import Any, Protocol
 
 import falcon.asgi
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
 
 from blazar.api.auth import principal_of
+from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.bootstrap import Blazar
 from blazar.durations import keep_alive_seconds
 from blazar.handlers.instances import UNSET, Instance
@@ -35,13 +36,13 @@ class _Body(BaseModel):
 
 
 class LoadBody(_Body):
-    model: str = Field(min_length=1)
+    model: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS)
     # Ollama's convention: a duration string or seconds; negative = forever; absent = the setting (or, for a loaded
     # instance, what it has).
     keep_alive: StrictStr | StrictInt | StrictFloat | None = None
     # Absent leaves a loaded instance's pin as it is; a new one starts unpinned.
-    pin: bool | None = None
-    ctx: int | None = Field(None, ge=1, description="context tokens per slot")
+    pin: StrictBool | None = None
+    ctx: StrictInt | None = Field(None, ge=1, description="context tokens per slot")
 
     @field_validator("keep_alive")
     @classmethod
@@ -55,7 +56,7 @@ class LoadBody(_Body):
 
 
 class ModelBody(_Body):
-    model: str = Field(min_length=1)
+    model: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS)
 
 
 async def _body(req: falcon.asgi.Request, model: type[_Body]) -> Any:

@@ -11,6 +11,7 @@ import falcon
 import falcon.asgi
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
+from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.api.context import trace_id_of
 from blazar.api.proxy import Plan, Proxy, read_json
 from blazar.dialects import anthropic as dialect
@@ -22,7 +23,7 @@ from blazar.handlers.gateway import Gateway, Rejected
 class CountBody(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    model: StrictStr = Field(min_length=1)
+    model: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS)
     messages: list[dict[str, Any]] = Field(min_length=1)
 
 

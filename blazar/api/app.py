@@ -9,7 +9,7 @@ import falcon.asgi
 import falcon.media
 import orjson
 
-from blazar.api import admin, auth, edge, errors
+from blazar.api import admin, auth, bounds, edge, errors
 from blazar.api.context import RequestContext
 from blazar.bootstrap import Blazar
 from blazar.projections.keys import auth_on
@@ -29,13 +29,14 @@ def create_app(app: Blazar, supervisor: admin.SupervisorPort, gateway: Gateway |
     the CLI's credential (run/admin.token), accepted as an admin principal once keys are on. `bind_host` and
     `scheme` are what the daemon serves on (the Host guard and same-origin check need them)."""
     settings = app.settings()
-    middleware: list[object] = [RequestContext(max_body_bytes=settings.max_body_mib << 20)]
+    middleware: list[object] = [RequestContext(max_body_bytes=settings.max_body_mib << 20,
+                                               known=lambda t: t in app.runner.state("traces")["traces"])]
     policy = edge.EdgePolicy.of(bind_host, settings.allowed_hosts, settings.cors_origins)
     middleware.append(edge.Edge(policy, lambda: auth_on(app.runner.state("keys")), scheme=scheme))
     middleware.append(auth.Auth(auth.Authenticator(lambda: app.runner.state("keys"), app.clock,
                                                    admin_token=admin_token, admin_actor=auth.admin_actor(app.actor))))
     api = falcon.asgi.App(middleware=middleware)
-    json_handler = falcon.media.JSONHandler(dumps=orjson.dumps, loads=orjson.loads)
+    json_handler = falcon.media.JSONHandler(dumps=orjson.dumps, loads=bounds.loads)  # nesting bounded
     api.req_options.media_handlers.update({falcon.MEDIA_JSON: json_handler})
     api.resp_options.media_handlers.update({falcon.MEDIA_JSON: json_handler})
     # A body sent without a Content-Type is read as JSON.

@@ -5,6 +5,8 @@ is read, and the bytes counted as they arrive (chunked bodies)."""
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import falcon
@@ -14,7 +16,9 @@ from blazar.ids import new_trace_id
 
 TRACE_HEADER = "x-blazar-trace-id"
 # A client's trace id is kept when it looks like one (W3C's 32 hex, or any short token of safe characters).
-_TRACE_OK = re.compile(r"^[A-Za-z0-9._-]{8,64}$")
+_TRACE_OK = re.compile(r"[A-Za-z0-9._-]{8,64}")
+# Client trace ids this process remembers having been given (beyond what the traces projection still holds).
+RECENT_CLIENT_TRACE_IDS = 100_000
 
 
 def trace_id_of(req: falcon.asgi.Request) -> str:
@@ -22,14 +26,34 @@ def trace_id_of(req: falcon.asgi.Request) -> str:
 
 
 class RequestContext:
-    """Falcon middleware: trace id in, trace id out; oversized bodies refused with 413."""
+    """Falcon middleware: trace id in, trace id out; oversized bodies refused with 413.
 
-    def __init__(self, *, max_body_bytes: int) -> None:
+    A client's trace id already used (known to `known`, the traces projection, or given earlier to this process) is
+    not reused: the request gets a fresh id (in the response header), and the client's is kept beside it, so an
+    earlier trace's history is never appended to."""
+
+    def __init__(self, *, max_body_bytes: int, known: Callable[[str], bool] | None = None) -> None:
         self.max_body_bytes = max_body_bytes
+        self.known = known or (lambda _trace_id: False)
+        self._given: OrderedDict[str, None] = OrderedDict()
+
+    def _used(self, trace_id: str) -> bool:
+        if trace_id in self._given or self.known(trace_id):
+            return True
+        self._given[trace_id] = None
+        if len(self._given) > RECENT_CLIENT_TRACE_IDS:
+            self._given.popitem(last=False)
+        return False
 
     async def process_request(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         given = req.get_header(TRACE_HEADER)
-        req.context.trace_id = given if given and _TRACE_OK.match(given) else new_trace_id()
+        req.context.client_trace_id = None
+        if given and _TRACE_OK.fullmatch(given) and not self._used(given):
+            req.context.trace_id = given
+        else:
+            req.context.trace_id = new_trace_id()
+            if given and _TRACE_OK.fullmatch(given):
+                req.context.client_trace_id = given  # reused: recorded beside the fresh id
         resp.set_header(TRACE_HEADER, req.context.trace_id)
         length = req.content_length
         if length is not None and length > self.max_body_bytes:

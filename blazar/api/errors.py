@@ -112,7 +112,8 @@ async def _http_error(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: 
         message = "the request body is not valid JSON" if isinstance(ex, falcon.MediaMalformedError) \
             else "the request body is empty: a JSON object is expected"
     else:
-        code = HTTPStatus(status).phrase.lower().replace(" ", "_")  # not_found, method_not_allowed, ...
+        # A bound's own code (invalid_model_name), else the status's: not_found, method_not_allowed, ...
+        code = getattr(ex, "blazar_code", None) or HTTPStatus(status).phrase.lower().replace(" ", "_")
         message = ex.description or ex.title or HTTPStatus(status).phrase
     _render(resp, status, body(message, status=status, code=code), req)
     for name, value in (ex.headers or {}).items():

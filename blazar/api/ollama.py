@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 import blazar
 from blazar.api.admin import SupervisorPort
 from blazar.api.auth import principal_of
+from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.bootstrap import Blazar
 from blazar.errors import BlazarError, http_status
 from blazar.handlers.models import alias_model, remove_model, unalias_model
@@ -34,13 +35,13 @@ class _Error(Exception):
 
 class ModelBody(BaseModel):
     model_config = ConfigDict(extra="ignore")  # like Ollama: fields it does not act on are ignored
-    model: StrictStr = Field(min_length=1)
+    model: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS)
 
 
 class CopyBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    source: StrictStr = Field(min_length=1)
-    destination: StrictStr = Field(min_length=1)
+    source: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    destination: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS)
 
 
 def rfc3339(ts: float | None) -> str:

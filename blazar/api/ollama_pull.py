@@ -18,8 +18,9 @@ from typing import Any
 
 import falcon
 import falcon.asgi
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
+from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.api.ollama import _body, _Error
 from blazar.bootstrap import Blazar
 from blazar.dialects.stream import ndjson
@@ -40,8 +41,8 @@ _detached: set[asyncio.Task[PullResult]] = set()
 
 class PullBody(BaseModel):
     model_config = ConfigDict(extra="ignore")  # `insecure` and the rest: nothing for Blazar to act on
-    model: StrictStr | None = None
-    name: StrictStr | None = None  # what older clients send
+    model: StrictStr | None = Field(None, max_length=MAX_NAME_CHARS)
+    name: StrictStr | None = Field(None, max_length=MAX_NAME_CHARS)  # what older clients send
     stream: StrictBool | None = None  # absent or null: streamed, as Ollama does
     insecure: StrictBool = False
 

@@ -11,9 +11,10 @@ from typing import Any
 
 import falcon
 import falcon.asgi
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
 
 from blazar.api.auth import principal_of
+from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.api.proxy import Plan, Proxy
 from blazar.bootstrap import Blazar
 from blazar.dialects.schema import check_response_format, check_tools
@@ -25,19 +26,33 @@ class OpenAIBody(BaseModel):
     # Unknown fields are the engine's business (sampling, tools, response_format, ...): passed on as sent.
     model_config = ConfigDict(extra="allow")
 
-    model: StrictStr = Field(min_length=1)
+    model: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS)
     stream: StrictBool = False
+
+
+# The roles OpenAI's chat API defines; anything else would reach the engine's template as text.
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 
 class ChatBody(OpenAIBody):
     messages: list[dict[str, Any]] = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_tokens: StrictInt | None = Field(None, ge=1)
+    max_completion_tokens: StrictInt | None = Field(None, ge=1)
+
+    @field_validator("messages")
+    @classmethod
+    def _roles(cls, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for i, m in enumerate(messages):
+            role = m.get("role")
+            if role not in ROLES:
+                shown = repr(role)[:40]
+                raise ValueError(f"messages[{i}].role: expected one of {', '.join(sorted(ROLES))}, got {shown}")
+        return messages
 
 
 class CompletionBody(OpenAIBody):
     prompt: str | list[Any]
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: StrictInt | None = Field(None, ge=1)
 
 
 class EmbeddingBody(OpenAIBody):
@@ -46,7 +61,7 @@ class EmbeddingBody(OpenAIBody):
 
 class ResponsesBody(OpenAIBody):
     input: str | list[Any]
-    max_output_tokens: int | None = Field(None, ge=1)
+    max_output_tokens: StrictInt | None = Field(None, ge=1)
 
 
 class ChatCompletions(Proxy):

@@ -17,7 +17,7 @@ import falcon
 import falcon.asgi
 import orjson
 
-from blazar.api import disconnect, errors
+from blazar.api import bounds, disconnect, errors
 from blazar.api.auth import principal_of
 from blazar.api.context import trace_id_of
 from blazar.dialects.stream import Translator
@@ -52,7 +52,7 @@ async def read_json(req: falcon.asgi.Request) -> tuple[bytes, dict[str, Any]]:
     """The body's bytes and its JSON object (a body that is not one is a 400 in the caller's shape)."""
     raw = await req.stream.read()
     try:
-        data = orjson.loads(raw)
+        data = bounds.loads(raw)  # the nesting bound: a 400 before any processing
     except orjson.JSONDecodeError:
         raise falcon.MediaMalformedError(falcon.MEDIA_JSON) from None
     if not isinstance(data, dict):
@@ -77,7 +77,8 @@ class Proxy(ABC):
             priority = parse_priority(req.get_header("X-Blazar-Priority"))
         except ValueError as e:
             raise falcon.HTTPBadRequest(description=f"X-Blazar-Priority: {e}") from None
-        return Call(trace_id=trace_id_of(req), dialect=self.dialect, route=req.path, engine_path=plan.path,
+        return Call(trace_id=trace_id_of(req), client_trace_id=getattr(req.context, "client_trace_id", None),
+                    dialect=self.dialect, route=req.path, engine_path=plan.path,
                     model=plan.model, body=plan.body if plan.body is not None else {}, stream=plan.stream,
                     priority=priority, max_tokens=plan.max_tokens, embeddings=plan.embeddings, ctx=plan.ctx,
                     keep_alive=plan.keep_alive, principal=principal_of(req))
@@ -93,6 +94,7 @@ class Proxy(ABC):
 
     async def run(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, plan: Plan, data: dict[str, Any],
                   raw: bytes) -> None:
+        bounds.check_name(plan.model)  # before anything is recorded: a bad name never reaches the log
         if plan.body is not None and plan.path == "/v1/chat/completions":
             plan.forced = force(plan.body)
         call = self.call_for(req, plan)
@@ -114,8 +116,11 @@ class Proxy(ABC):
             gw.fail(call, status=499, reason="client_disconnected", detail="the client closed the connection while "
                     "the request waited" + (" for a slot" if call.instance else " for the model to load"))
             raise
-        except BaseException:
+        except BaseException as e:
             disconnect.stop(watcher)
+            # NOTE: every request.received ends with exactly one terminal event: a refusal recorded itself (Rejected
+            # marks the call done); anything else that broke the pipeline is recorded here.
+            gw.fail(call, status=500, reason="internal_error", detail=f"{type(e).__name__}: {e}")
             raise
         gw.guard(call, upstream)
         resp.status = upstream.status_code

@@ -39,6 +39,7 @@ class RequestReceived(_RequestEvent):
     priority: int = 0  # higher is served first (X-Blazar-Priority)
     max_tokens: int | None = None
     client: str | None = None  # the peer address
+    client_trace_id: str | None = None  # the x-blazar-trace-id the client sent, when it was already used
 
 
 @register
@@ -81,7 +82,7 @@ class RequestRejected(_RequestEvent):
         "queue_full", "queue_timeout", "global_cap", "context_length_exceeded", "model_not_found",
         "invalid_request", "circuit_open", "insufficient_memory", "no_engine", "load_failed", "shutting_down",
         # What else a load can refuse with (blazar/errors.py's http_status): a pin in the way, an unusable engine.
-        "model_pinned", "engine_incompatible", "engine_error",
+        "model_pinned", "engine_incompatible", "engine_error", "invalid_model_file", "hub_error",
         # A key's refusals: a model outside its --models scope (403), one of its limits reached (429).
         "model_not_allowed", "rate_limit_exceeded",
     ]

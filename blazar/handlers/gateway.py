@@ -81,6 +81,7 @@ class Call:
     queue_position: int = 0
     done: bool = False
     engine_path: str = ""  # the engine route that serves it (/v1/chat/completions for every chat dialect)
+    client_trace_id: str | None = None  # the client's x-blazar-trace-id when it was already used (a fresh one given)
     principal: Principal | None = None  # who is calling (blazar/api/auth.py); None while auth is off
     lease: Lease | None = None  # the key's concurrency lease, held until the answer ends
 
@@ -114,10 +115,13 @@ class Gateway:
     def received(self, call: Call, *, body_bytes: int, client: str | None) -> None:
         self.emit(RequestReceived(trace_id=call.trace_id, dialect=call.dialect, route=call.route, model=call.model,  # type: ignore[arg-type]
                                   stream=call.stream, body_bytes=body_bytes, priority=call.priority,
-                                  max_tokens=call.max_tokens, client=client), call.trace_id, call.actor)
+                                  max_tokens=call.max_tokens, client=client,
+                                  client_trace_id=call.client_trace_id), call.trace_id, call.actor)
 
     def reject(self, call: Call, *, status: int, reason: str, detail: str, retry_after_s: float | None = None,
                observations: dict[str, Any] | None = None) -> Rejected:
+        """Record the refusal (the request's one terminal event) and return the error to raise."""
+        call.done = True
         self.emit(RequestRejected(trace_id=call.trace_id, model=call.name or call.model, status=status,
                                   reason=reason, detail=detail, retry_after_s=retry_after_s,  # type: ignore[arg-type]
                                   observations=observations or {}), call.trace_id, call.actor)
@@ -311,6 +315,10 @@ class Gateway:
             if translator is not None:
                 yield translator.error(f"the engine's stream broke: {e}")
             return
+        except Exception as e:  # a bug on our side of the relay: recorded as such, never as the client's hang-up
+            log.exception("relaying %s failed", call.trace_id)
+            self.fail(call, status=500, reason="internal_error", detail=f"{type(e).__name__}: {e}")
+            raise
         except BaseException:
             # GeneratorExit / CancelledError: the client went away; closing the upstream cancels the generation.
             self.fail(call, status=499, reason="client_disconnected", detail="the client closed the connection")

@@ -39,12 +39,17 @@ _NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES}
 
 
 def check_name(name: str) -> str:
-    if not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):  # fullmatch: "$" would let a trailing newline in
         raise InvalidModelName(
-            f"invalid model name {name!r}: use letters, digits, '.', '_' and '-', optionally with a ':tag' "
+            f"invalid model name {_shown(name)}: use letters, digits, '.', '_' and '-', optionally with a ':tag' "
             "(for example gemma3-270m or gemma3:270m-q4)"
         )
     return name
+
+
+def _shown(name: object) -> str:
+    text = str(name)
+    return repr(text if len(text) <= 64 else f"{text[:64]}…({len(text.encode())} bytes)")
 
 
 def store_filename(name: str) -> str:

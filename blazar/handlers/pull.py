@@ -99,18 +99,34 @@ async def _pull_once(app: Blazar, target: Target, model: str, progress: Progress
 
 @contextlib.asynccontextmanager
 async def _cross_process_lock(path: Path) -> AsyncIterator[None]:
+    """Hold `path` exclusively across processes; the file is removed on release (none is left per name tried).
+
+    NOTE: a waiter may have opened the file just before the holder unlinked it; it then holds a lock on a file no
+    longer at `path`, so after locking it checks the path still names its file, and starts over if not."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        while True:  # poll rather than block a thread, so a Ctrl-C while waiting is prompt
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            while True:  # poll rather than block a thread, so a Ctrl-C while waiting is prompt
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    await asyncio.sleep(0.1)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                await asyncio.sleep(0.1)
-        yield
-    finally:
-        os.close(fd)
+                same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:
+                continue
+            try:
+                yield
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)  # still holding the lock: nobody else can be inside
+            return
+        finally:
+            os.close(fd)
 
 
 # -- the registry ----------------------------------------------------------------------------------------------
