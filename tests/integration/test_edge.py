@@ -63,6 +63,21 @@ def test_an_html_form_cannot_load_a_model(fake) -> None:
     assert not read_events(home, "instance.starting")
 
 
+@pytest.mark.parametrize("path", ["/api/blazar/stop", "/api/blazar/reset", "/api/copy", "/api/delete",
+                                  "/v1/chat/completions", "/api/chat"])
+@pytest.mark.parametrize("content_type", ["application/x-www-form-urlencoded", "text/plain;charset=UTF-8",
+                                          "multipart/form-data; boundary=x"])
+def test_no_simple_cross_origin_request_changes_state(fake, path: str, content_type: str) -> None:
+    home, daemon = fake
+    before = len(read_events(home))
+    with _http(daemon) as c:
+        r = c.post(path, content=b'{"model":"tiny","source":"tiny","destination":"x","messages":[]}',
+                   headers={"Content-Type": content_type})
+        assert r.status_code == 415
+        assert any(m["name"] == MODEL for m in c.get("/api/tags").json()["models"])
+    assert len(read_events(home)) == before
+
+
 @pytest.mark.parametrize("path", ["/api/blazar/stop", "/api/blazar/reset", "/api/copy", "/api/pull",
                                   "/v1/chat/completions"])
 def test_a_foreign_origin_is_refused_even_with_a_json_body(fake, path: str) -> None:
