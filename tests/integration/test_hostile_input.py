@@ -182,3 +182,18 @@ def test_every_received_request_ended_exactly_once(fake) -> None:
     while unfinished() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert unfinished() == {}
+
+
+def test_a_hub_path_leaving_the_download_dir_or_a_non_gguf_file_is_not_a_500(tmp_path: Path) -> None:
+    from tests.support.hub_server import HubServer
+
+    repos = {"acme/escape-GGUF": {"../escape.gguf": b"GGUF" + b"\0" * 64},
+             "acme/junk-GGUF": {"junk-Q4_K_M.gguf": b"this is not a gguf file " * 64}}
+    with HubServer(repos) as hub, serving_fake(tmp_path / "home", tmp_path / "files", MODEL,
+                                               env={"HF_ENDPOINT": hub.url}) as daemon, _http(daemon) as c:
+        escape = c.post("/api/pull", json={"model": "acme/escape-GGUF", "stream": False})
+        junk = c.post("/api/pull", json={"model": "acme/junk-GGUF:Q4_K_M", "stream": False})
+    assert escape.status_code == 502 and "leaves the download directory" in escape.json()["error"]
+    assert junk.status_code == 422 and "not a GGUF file" in junk.json()["error"]
+    assert not (tmp_path / "home" / "escape.gguf").exists()
+    assert not list((tmp_path / "home" / "run").glob("pull-*.lock"))
