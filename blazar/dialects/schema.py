@@ -26,6 +26,8 @@ def check_schema(schema: Any, where: str) -> None:
         path = ".".join(str(p) for p in e.absolute_path)
         raise DialectError(f"{where}{'.' + path if path else ''}: invalid JSON schema: {e.message}",
                            code="invalid_schema") from None
+    except RecursionError:  # bodies are bounded in depth before this; a schema that still recurses is refused
+        raise DialectError(f"{where}: the JSON schema nests too deeply to check", code="invalid_schema") from None
 
 
 def check_response_format(rf: Any) -> None:
