@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
-import signal
 import socket
 import ssl
 import subprocess
@@ -24,7 +23,7 @@ import pytest
 from tests.integration.test_daemon import free_port, wait_for
 from tests.support.blazar_home import read_events
 from tests.support.fake_serving import FakeDaemon, serving_fake
-from tests.support.serving import blazar_cli
+from tests.support.serving import blazar_cli, stop_daemon
 
 MODEL = "tiny"
 ALLOWED_ORIGIN = "https://app.example"
@@ -256,12 +255,7 @@ def _serving_tls(home: Path, engine_binary: Path, gemma_path: Path, cert: Path, 
         wait_for(up, "https /health", proc=proc)
         yield port, f"https://127.0.0.1:{port}"
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_daemon(proc)
 
 
 def test_https_serves_the_openai_sdk_and_blazar_run(tmp_path: Path, engine_binary: Path, gemma_path: Path) -> None:

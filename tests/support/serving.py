@@ -35,11 +35,16 @@ def serving_gemma(home: Path, engine_binary: Path, gemma_path: Path, model: str,
         wait_for(lambda: healthy(port), "/health", proc=proc)
         yield port, proc
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_daemon(proc)
         if proc.stderr:
             proc.stderr.close()
+
+
+def stop_daemon(proc: subprocess.Popen, timeout_s: float = 60) -> None:
+    """SIGTERM (the daemon's clean stop), then SIGKILL if it has not exited within `timeout_s`."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
