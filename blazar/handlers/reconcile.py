@@ -54,6 +54,9 @@ async def reconcile(app: Blazar) -> list[str]:
     # Orphans are stopped side by side: each may take its whole grace period.
     handled = list(await asyncio.gather(*(settle(iid, inst) for iid, inst in instances.items())))
     handled += await _unrecorded_children(app, grace)
+    # Every child of an earlier daemon is settled (stopped or gone): their engine keys are dead too.
+    for keyfile in (app.paths.run / "instances").glob("*.key"):
+        keyfile.unlink(missing_ok=True)
     await asyncio.to_thread(_prune_logs, app)
     return handled
 
