@@ -73,7 +73,7 @@ def loads(data: bytes | str) -> Any:
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as e:
-        if "recursion" in str(e).lower():  # orjson's own limit (1024) is deeper than ours: the same answer
+        if "depth limit" in str(e):  # orjson's own limit (1024) is deeper than ours: the same answer
             raise falcon.HTTPBadRequest(
                 description=f"the request body nests deeper than {MAX_JSON_DEPTH} levels") from None
         raise

@@ -44,7 +44,7 @@ class ChatBody(OpenAIBody):
     def _roles(cls, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for i, m in enumerate(messages):
             role = m.get("role")
-            if role not in ROLES:
+            if not isinstance(role, str) or role not in ROLES:
                 shown = repr(role)[:40]
                 raise ValueError(f"messages[{i}].role: expected one of {', '.join(sorted(ROLES))}, got {shown}")
         return messages

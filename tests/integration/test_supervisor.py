@@ -53,7 +53,11 @@ async def test_load_ready_stop_records_each_step_and_the_child_serves(app: Blaza
     async with httpx2.AsyncClient(timeout=30) as client:
         r = await client.get(f"{inst.base_url}/health")
         assert r.status_code == 200
+        # The child's port is locked with its own key: without it 401, with it the child serves.
         r = await client.post(f"{inst.base_url}/completion", json={"prompt": "The sky is", "n_predict": 4})
+        assert r.status_code == 401
+        r = await client.post(f"{inst.base_url}/completion", json={"prompt": "The sky is", "n_predict": 4},
+                              headers={"Authorization": f"Bearer {inst.api_key}"})
         assert r.status_code == 200 and r.json()["tokens_predicted"] > 0
     await sup.drain()  # the memory measurement is recorded after the load returns
     (row,) = sup.ps()

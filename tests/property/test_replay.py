@@ -75,8 +75,13 @@ def _config_value(key: str) -> st.SearchStrategy[Any]:
         return st.booleans()
     if key == "keep_alive":
         return st.sampled_from(["5m", "300", "-1", "0", "1h30m", "45s"])
+    if key in ("tls_cert", "tls_key"):
+        return st.sampled_from(["", "/etc/blazar/cert.pem"])
     if ann is str:
         return st.sampled_from(["127.0.0.1", "::1", "0.0.0.0"])
+    if ann == list[str]:
+        items = ["https://app.example", "http://localhost:5173"] if key == "cors_origins" else ["blazar.lan", "box"]
+        return st.lists(st.sampled_from(items), max_size=2, unique=True)
     bounds = {type(m).__name__: m for m in info.metadata}
     lo = bounds["Ge"].ge if "Ge" in bounds else 0
     hi = bounds["Le"].le if "Le" in bounds else 1 << 20

@@ -121,3 +121,4 @@ async def test_group_commit_ms_sets_the_request_writer_interval(paths, clock) ->
         assert [r.type async for r in app.log.read()] == ["config.changed", "snapshot.taken"]
     finally:
         await app.close()
+
