@@ -87,6 +87,7 @@ class Proxy(ABC):
         raw, data = await read_json(req)
         plan = self.plan(data)
         if plan.instead is not None:
+            bounds.check_name(plan.model)  # a load-only request names a model too: the same bound
             self.gateway.check_scope(principal_of(req), plan.model)  # a load is a use of the model too
             resp.media = await plan.instead()
             return

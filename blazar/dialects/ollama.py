@@ -82,7 +82,7 @@ MAX_NUM_CTX = 1 << 24  # past any model's trained context; the fit planner refus
 
 
 def _integer(name: str, v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int | float) or (isinstance(v, float) and not v.is_integer()):
+    if isinstance(v, bool) or not isinstance(v, int):  # strict: no true -> 1, no 3.0 -> 3
         raise DialectError(f"options.{name}: expected an integer, got {v!r}")
     if not -INT64_MAX <= v <= INT64_MAX:  # the engine reads 64-bit integers at most
         raise DialectError(f"options.{name}: {v!r} is out of range")

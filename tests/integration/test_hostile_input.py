@@ -128,6 +128,18 @@ def test_booleans_and_integers_are_strict(fake) -> None:
         r = c.post("/v1/chat/completions", json={"model": MODEL, "max_tokens": True,
                                                  "messages": [{"role": "user", "content": "hi"}]})
         assert r.status_code == 400 and "max_tokens" in r.json()["error"]["message"]
+        for bad in (True, 3.0, "3"):
+            r = c.post("/api/chat", json={"model": MODEL, "stream": False, "options": {"num_predict": bad},
+                                          "messages": [{"role": "user", "content": "hi"}]})
+            assert r.status_code == 400 and "num_predict" in r.json()["error"], bad
+
+
+def test_a_load_only_request_checks_the_name_too(fake) -> None:
+    _, daemon = fake
+    with _http(daemon) as c:
+        for path in ("/api/chat", "/api/generate"):
+            r = c.post(path, json={"model": "tiny\n", "messages": [], "stream": False})
+            assert r.status_code == 400 and "invalid model name" in r.json()["error"], (path, r.text)
 
 
 def test_a_reused_trace_id_gets_a_fresh_one_and_the_old_trace_is_untouched(fake) -> None:
