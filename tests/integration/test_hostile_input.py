@@ -65,7 +65,7 @@ def test_a_10_mib_model_name_is_a_short_400_that_never_reaches_the_log(fake) -> 
 
 
 @pytest.mark.parametrize("case", ["openai_content", "openai_prompt", "anthropic_tool_use", "ollama_tool_calls",
-                                  "response_format", "ollama_format"])
+                                  "response_format", "ollama_format", "tool_parameters", "anthropic_input_schema"])
 def test_deep_nesting_is_a_400_in_the_callers_dialect(fake, case: str) -> None:
     _, daemon = fake
     deep = _nested(300)
@@ -81,6 +81,11 @@ def test_deep_nesting_is_a_400_in_the_callers_dialect(fake, case: str) -> None:
         "response_format": ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "x"}],
                                                      "response_format": {"type": "json_schema", "json_schema": {
                                                          "name": "s", "schema": _nested(200)}}}),
+        "tool_parameters": ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "x"}],
+                                                     "tools": [{"type": "function", "function": {
+                                                         "name": "f", "parameters": _nested(200)}}]}),
+        "anthropic_input_schema": ("/v1/messages", {"model": MODEL, "max_tokens": 4, "messages": [
+            {"role": "user", "content": "x"}], "tools": [{"name": "f", "input_schema": _nested(200)}]}),
         "ollama_format": ("/api/generate", {"model": MODEL, "prompt": "x", "stream": False, "format": _nested(200)}),
     }[case]
     with _http(daemon) as c:
@@ -132,6 +137,21 @@ def test_booleans_and_integers_are_strict(fake) -> None:
             r = c.post("/api/chat", json={"model": MODEL, "stream": False, "options": {"num_predict": bad},
                                           "messages": [{"role": "user", "content": "hi"}]})
             assert r.status_code == 400 and "num_predict" in r.json()["error"], bad
+
+
+def test_a_10_mib_name_on_the_model_management_routes_is_a_short_400(fake) -> None:
+    home, daemon = fake
+    name = "m" * (10 << 20)
+    before = _db_bytes(home)
+    with _http(daemon) as c:
+        for method, path, body in (("POST", "/api/show", {"model": name}), ("DELETE", "/api/delete", {"model": name}),
+                                   ("POST", "/api/copy", {"source": MODEL, "destination": name}),
+                                   ("POST", "/api/pull", {"model": name, "stream": False}),
+                                   ("POST", "/api/blazar/load", {"model": name}),
+                                   ("POST", "/v1/embeddings", {"model": name, "input": "x"})):
+            r = c.request(method, path, json=body)
+            assert r.status_code == 400 and len(r.content) < 2000, (path, r.text[:300])
+    assert _db_bytes(home) - before < 64 << 10
 
 
 def test_a_load_only_request_checks_the_name_too(fake) -> None:
