@@ -381,6 +381,9 @@ async def engine_phase(client: httpx2.AsyncClient, root: Path, server: Path, mod
         direct_port = process.free_port()
         direct_argv = list(argv)
         direct_argv[direct_argv.index("--port") + 1] = str(direct_port)
+        if "--api-key-file" in direct_argv:  # the gateway's child has its own key; the direct lane runs open
+            i = direct_argv.index("--api-key-file")
+            del direct_argv[i:i + 2]
         say(f"direct lane: {' '.join(direct_argv)}")
         direct = await process.spawn(direct_argv, log_path=root / "direct.log")
         await process.wait_healthy(direct, direct_port, timeout_s=LOAD_TIMEOUT_S)
