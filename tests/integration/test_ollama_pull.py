@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from tests.integration.test_daemon import free_port, healthy, wait_for
 from tests.support.blazar_home import read_events
 from tests.support.gguf_factory import write_plain
 from tests.support.hub_server import HubServer
+from tests.support.serving import stop_daemon
 
 REPO, BIG_REPO = "org/tiny-GGUF", "org/big-GGUF"
 Q4, Q8, BIG = "tiny-Q4_K_M.gguf", "tiny-Q8_0.gguf", "big-Q4_K_M.gguf"
@@ -62,12 +62,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
             wait_for(lambda: healthy(port), "/health", proc=proc)
             yield Daemon(home, f"http://127.0.0.1:{port}", hub, proc)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=WAIT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+            stop_daemon(proc, WAIT_S)
             err = proc.stderr.read() if proc.stderr else ""
             if proc.stderr:
                 proc.stderr.close()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -17,7 +16,7 @@ from types import ModuleType
 
 from blazar.adapters.engines.tiny_model import write_tiny_model
 from tests.integration.test_daemon import free_port, healthy, wait_for
-from tests.support.serving import blazar_cli
+from tests.support.serving import blazar_cli, stop_daemon
 
 REPO = Path(__file__).resolve().parents[2]
 STOP_TIMEOUT_S = 60.0
@@ -70,9 +69,4 @@ def serving_fake(home: Path, files: Path, model: str, *, env: Mapping[str, str] 
             raise AssertionError(f"{e}\n{daemon.stderr()}") from None
         yield daemon
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_daemon(proc, STOP_TIMEOUT_S)
