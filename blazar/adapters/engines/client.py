@@ -34,9 +34,10 @@ class EngineUnreachable(EngineError):
 
 
 class EngineClient:
-    def __init__(self, *, max_connections: int = 512) -> None:
+    def __init__(self, *, max_connections: int = 512, transport: httpx2.AsyncBaseTransport | None = None) -> None:
+        """`transport` replaces the network (tests: a mock engine that sees exactly what a child would)."""
         self._http = httpx2.AsyncClient(
-            timeout=TIMEOUT, trust_env=False,
+            timeout=TIMEOUT, trust_env=False, transport=transport,
             limits=httpx2.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
                                  keepalive_expiry=KEEPALIVE_EXPIRY_S),
         )

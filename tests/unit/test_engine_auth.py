@@ -1,0 +1,115 @@
+"""What reaches an engine child from the gateway: the real app, gateway and EngineClient in front of a mock child
+(httpx2's MockTransport) that records each request's headers. Every request carries the child's own key and none of
+the client's credentials (Authorization, x-api-key, cookies), in every dialect and for token counts too."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx2
+import orjson
+import pytest
+
+from blazar.adapters.engines.client import EngineClient
+from blazar.api.app import create_app
+from blazar.bootstrap import Blazar
+from blazar.handlers.admission import Admission
+from blazar.handlers.gateway import Gateway
+from blazar.handlers.instances import Instance
+from tests.support.asgi import LocalConductor as ASGIConductor
+
+CHILD_KEY = "eng_the_childs_own_key"
+CLIENT_HEADERS = {"Authorization": "Bearer sk-client-secret", "x-api-key": "sk-client-secret",
+                  "Cookie": "session=client-cookie"}
+ANSWER = {"id": "c1", "object": "chat.completion", "model": "m", "created": 1,
+          "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop"}],
+          "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}
+CHUNKS = [{"id": "c1", "object": "chat.completion.chunk", "model": "m", "created": 1,
+           "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"}}]},
+          {"id": "c1", "object": "chat.completion.chunk", "model": "m", "created": 1,
+           "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+          {"id": "c1", "object": "chat.completion.chunk", "model": "m", "created": 1, "choices": [],
+           "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}]
+
+
+class Supervisor:
+    """One warm instance with a tiny context (so the gateway asks the engine to count a prompt)."""
+
+    def resolve(self, model: str) -> str:
+        return model
+
+    async def ensure(self, name: str, **kw: Any) -> Instance:
+        return Instance(instance_id="i1", model=name, port=1, slots=1, ctx_tokens=64, engine_tag="t",
+                        api_key=CHILD_KEY)
+
+    def hold(self, inst: Instance) -> None:
+        pass
+
+    def unhold(self, inst: Instance) -> None:
+        pass
+
+    def ps(self) -> list[dict[str, Any]]:
+        return []
+
+
+class Child:
+    """The mock child: records (path, headers) and answers like llama-server."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, httpx2.Headers]] = []
+
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        self.seen.append((request.url.path, request.headers))
+        if request.url.path.endswith("/input_tokens"):
+            return httpx2.Response(200, json={"input_tokens": 3})
+        if request.url.path == "/tokenize":
+            return httpx2.Response(200, json={"tokens": [1, 2, 3]})
+        if orjson.loads(request.content).get("stream"):
+            sse = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in CHUNKS) + b"data: [DONE]\n\n"
+            return httpx2.Response(200, content=sse, headers={"content-type": "text/event-stream"})
+        return httpx2.Response(200, json=ANSWER)
+
+
+@pytest.fixture
+def child() -> Child:
+    return Child()
+
+
+@pytest.fixture
+async def client(app: Blazar, child: Child) -> AsyncIterator[ASGIConductor]:
+    engine = EngineClient(transport=httpx2.MockTransport(child))
+    gateway = Gateway(app, Supervisor(), Admission(), engine)  # type: ignore[arg-type]
+    async with ASGIConductor(create_app(app, Supervisor(), gateway)) as c:  # type: ignore[arg-type]
+        yield c
+
+
+REQUESTS = [
+    ("/v1/chat/completions", {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi " * 40}]}),
+    ("/v1/chat/completions", {"model": "m", "max_tokens": 8, "stream": True,
+                              "messages": [{"role": "user", "content": "hi"}]}),
+    ("/v1/completions", {"model": "m", "max_tokens": 8, "prompt": "hi " * 40}),
+    ("/v1/messages", {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}),
+    ("/v1/messages/count_tokens", {"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+    ("/api/chat", {"model": "m", "stream": False, "messages": [{"role": "user", "content": "hi"}]}),
+    ("/api/generate", {"model": "m", "prompt": "hi"}),
+]
+
+
+@pytest.mark.parametrize(("route", "body"), REQUESTS, ids=[f"{r}-{i}" for i, (r, _) in enumerate(REQUESTS)])
+async def test_the_child_gets_its_own_key_and_none_of_the_clients_credentials(
+        client: ASGIConductor, child: Child, route: str, body: dict[str, Any]) -> None:
+    r = await client.simulate_post(route, json=body, headers=CLIENT_HEADERS)
+    assert r.status_code == 200, r.text
+    assert child.seen, "the request never reached the child"
+    for path, headers in child.seen:
+        assert headers.get("authorization") == f"Bearer {CHILD_KEY}", path
+        assert "x-api-key" not in headers and "cookie" not in headers, path
+        assert "sk-client-secret" not in str(headers.raw) and "client-cookie" not in str(headers.raw), path
+
+
+async def test_a_long_prompt_is_counted_by_the_child_with_its_key(client: ASGIConductor, child: Child) -> None:
+    await client.simulate_post("/v1/chat/completions", headers=CLIENT_HEADERS, json={
+        "model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi " * 40}]})
+    paths = [p for p, _ in child.seen]
+    assert paths == ["/v1/chat/completions/input_tokens", "/v1/chat/completions"]
