@@ -292,6 +292,10 @@ class Gateway:
                 if events is None:
                     keep = b'"timings"' in block or b'"usage"' in block or b'"error"' in block or tail
                     tail = (tail + block)[-8192:] if keep else tail
+                    if b"data: [DONE]" in block:
+                        # NOTE: the answer is whole once [DONE] goes out: record it before the client, which may
+                        # hang up at once, can turn the end of the relay into a disconnect.
+                        self._end_raw(call, head, tail, status=upstream.status_code, chunks=chunks)
                     yield block
                     continue
                 assert translator is not None
@@ -331,12 +335,16 @@ class Gateway:
             self._complete(call, usage, status=upstream.status_code, chunks=chunks)
             yield translator.end()
             return
+        self._end_raw(call, head, tail, status=upstream.status_code, chunks=chunks)
+
+    def _end_raw(self, call: Call, head: bytes, tail: bytes, *, status: int, chunks: int) -> None:
+        """The outcome of a relayed (untranslated) stream, from its first and last events: failed when the engine
+        sent an error event, else completed with the usage found there. Once only (a done call is left as it is)."""
         broke = _stream_error(tail) if b'"error"' in tail else None
         if broke is not None:  # the client got the engine's error event as it was; the request failed
             self.fail(call, status=502, reason="engine_error", detail=broke)
             return
-        self._complete(call, usage_from_sse(head + b"\n" + tail if head else tail), status=upstream.status_code,
-                       chunks=chunks)
+        self._complete(call, usage_from_sse(head + b"\n" + tail if head else tail), status=status, chunks=chunks)
 
     async def finish(self, call: Call, upstream: httpx2.Response) -> bytes:
         """Read a whole (non-stream or error) body, record the outcome, release."""
