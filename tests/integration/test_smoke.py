@@ -31,11 +31,15 @@ SHELL = textwrap.dedent('''\
 ''')
 
 # A stand-in HTTP engine: /health answers HEALTH; POST /completion answers a body with TOKENS predicted, or dies of
-# SIGILL when TOKENS is negative (a kernel only the decode path uses).
+# SIGILL when TOKENS is negative (a kernel only the decode path uses). Given --api-key-file, as llama-server does, it
+# refuses (401) a POST without that key.
 SERVER = textwrap.dedent('''
     import http.server, json, os, signal, sys
     health, tokens = int(sys.argv[1]), int(sys.argv[2])
     port = int(sys.argv[sys.argv.index("--port") + 1])
+    key = None
+    if "--api-key-file" in sys.argv:
+        key = open(sys.argv[sys.argv.index("--api-key-file") + 1]).read().strip()
 
     class H(http.server.BaseHTTPRequestHandler):
         def reply(self, code, body):
@@ -49,6 +53,8 @@ SERVER = textwrap.dedent('''
 
         def do_POST(self):
             self.rfile.read(int(self.headers["Content-Length"]))
+            if key is not None and self.headers.get("Authorization") != "Bearer " + key:
+                return self.reply(401, {"error": {"message": "Invalid API Key"}})
             if tokens < 0:
                 os.kill(os.getpid(), signal.SIGILL)
             self.reply(200, {"content": "", "tokens_predicted": tokens})
@@ -125,6 +131,7 @@ async def test_smoke_passes_on_the_real_engine(engine_binary, tmp_path) -> None:
     assert any("model loaded" in line or "listening" in line for line in res.log_tail)
     assert (work / "smoke.log").is_file()
     assert _running_with(str(work)) == []
+    assert not (work / "smoke.key").exists()  # the child had its own key (its /completion needs it), now gone
 
 
 async def test_smoke_fails_with_the_exit_code_and_log_tail_when_the_engine_crashes(tmp_path) -> None:

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from pathlib import Path
 
 import httpx2
 from pydantic import BaseModel, ConfigDict, Field
 
-from blazar.adapters.engines.llama_server import Capabilities
+from blazar.adapters.engines.client import engine_headers
+from blazar.adapters.engines.llama_server import Capabilities, engine_key
 from blazar.adapters.engines.process import (
     LoadTimeout,
     ProcessExited,
@@ -70,13 +72,14 @@ def smoke_argv(binary: Path, caps: Capabilities, model: Path, port: int) -> list
     return argv
 
 
-async def _complete(port: int, *, ignore_eos: bool, timeout_s: float) -> int:
+async def _complete(port: int, *, ignore_eos: bool, timeout_s: float, api_key: str | None = None) -> int:
     """POST /completion; the number of tokens generated, or EngineError saying what was wrong with the answer."""
     body: dict[str, object] = {"prompt": "hello", "n_predict": N_PREDICT, "temperature": 0.0, "seed": 1}
     if ignore_eos:
         body["ignore_eos"] = True
     async with httpx2.AsyncClient(trust_env=False) as client:
-        resp = await client.post(f"http://{HOST}:{port}/completion", json=body, timeout=timeout_s)
+        resp = await client.post(f"http://{HOST}:{port}/completion", content=json.dumps(body),
+                                 headers=engine_headers(api_key), timeout=timeout_s)
     if resp.status_code != 200:
         raise EngineError(f"POST /completion answered {resp.status_code}: {resp.text[:200]!r}")
     try:
@@ -93,9 +96,11 @@ async def _complete(port: int, *, ignore_eos: bool, timeout_s: float) -> int:
 
 async def smoke_test(binary: Path, caps: Capabilities, *, workdir: Path, timeout_s: float = 60.0) -> SmokeResult:
     """Start `binary` on the tiny model in `workdir` (its log is `workdir/smoke.log`), wait healthy, ask for
-    N_PREDICT tokens, stop it. `timeout_s` bounds the load and the request together."""
+    N_PREDICT tokens, stop it. `timeout_s` bounds the load and the request together. The child gets its own key,
+    as a served one does (`workdir/smoke.key`, removed at the end)."""
     model = await asyncio.to_thread(write_tiny_model, workdir / "tiny.gguf")  # creates workdir
     log_path = workdir / "smoke.log"
+    keyfile = workdir / "smoke.key"
     await asyncio.to_thread(log_path.unlink, missing_ok=True)  # this run's log only
     start = time.monotonic()
     deadline = start + timeout_s
@@ -113,11 +118,12 @@ async def smoke_test(binary: Path, caps: Capabilities, *, workdir: Path, timeout
 
     try:
         port = free_port(HOST)
-        argv = smoke_argv(binary, caps, model, port)
+        api_key, key_flags = await asyncio.to_thread(engine_key, caps, keyfile)
+        argv = smoke_argv(binary, caps, model, port) + key_flags
         proc = await spawn(argv, log_path=log_path)
         load_s = await wait_healthy(proc, port, timeout_s=timeout_s, host=HOST)
         try:
-            tokens = await _complete(port, ignore_eos=caps.has("--ignore-eos"),
+            tokens = await _complete(port, ignore_eos=caps.has("--ignore-eos"), api_key=api_key,
                                      timeout_s=max(1.0, deadline - time.monotonic()))
         except (httpx2.HTTPError, EngineError) as e:
             # A crash mid-request shows first as a dropped connection: report the exit, not the symptom.
@@ -138,6 +144,7 @@ async def smoke_test(binary: Path, caps: Capabilities, *, workdir: Path, timeout
     except EngineError as e:
         return result(e.message)
     finally:
+        keyfile.unlink(missing_ok=True)  # the child is stopped below, or never started
         if proc is not None and proc.returncode is None:
             try:
                 await stop_process(proc, grace_s=STOP_GRACE_S)
