@@ -1,5 +1,9 @@
-"""The composition root: the one place that reads the environment and wires paths, log, projections and
-handlers together. The CLI and the daemon both start here."""
+"""The composition root: the one place that reads the environment and wires paths, log, projections, handlers and
+adapters together. Only the CLI and the daemon import it; everything below receives what it built.
+
+    bootstrap()       the context (blazar/context.py): paths, the log, projections caught up, config reconciled
+    build_services()  what the daemon serves with: the Supervisor, admission, the engine client, the Gateway
+"""
 
 from __future__ import annotations
 
@@ -7,68 +11,26 @@ import getpass
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-from blazar import config as settings
+from blazar.adapters.engines.client import EngineClient
 from blazar.clock import Clock, SystemClock
+from blazar.context import CHECKPOINT_ON_CLOSE_AFTER, Blazar
 from blazar.events.log import EventLog
-from blazar.events.writer import GroupCommitWriter
+from blazar.handlers.admission import Admission
+from blazar.handlers.config import reconcile_file
+from blazar.handlers.gateway import Gateway
+from blazar.handlers.instances import Supervisor
+from blazar.handlers.ports import SupervisorPort
 from blazar.paths import Paths
 from blazar.projections import all_projections
 from blazar.projections.runner import ProjectionRunner
 from blazar.queries.file_modes import loose_modes
 
-if TYPE_CHECKING:
-    from blazar.adapters.hub import Hub
+__all__ = ["CHECKPOINT_ON_CLOSE_AFTER", "Blazar", "Services", "bootstrap", "build_services", "default_actor",
+           "paths_from_env"]
 
 PRIVATE_UMASK = 0o077
-# A CLI command that had to fold more than this many events at start leaves a checkpoint behind on close.
-CHECKPOINT_ON_CLOSE_AFTER = 1_000
-
-
-@dataclass
-class Blazar:
-    """Everything a command needs: where files are, the log, live projections, who is acting."""
-
-    paths: Paths
-    log: EventLog
-    runner: ProjectionRunner
-    clock: Clock
-    actor: str
-    folded_at_start: int = 0
-    writer: GroupCommitWriter | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-    _hub: Hub | None = None
-
-    def request_writer(self) -> GroupCommitWriter:
-        """The group-commit writer for request events, started on first use with `group_commit_ms` from config;
-        `close()` drains it."""
-        if self.writer is None:
-            self.writer = GroupCommitWriter(self.log, interval=self.settings().group_commit_ms / 1000)
-            self.writer.start()
-        return self.writer
-
-    def hub(self) -> Hub:
-        """The Hugging Face hub client, configured from HF_ENDPOINT and HF_TOKEN as they were at start."""
-        if self._hub is None:
-            from blazar.adapters.hub import hub_from_env  # huggingface_hub costs 0.2 s to import: only when used
-
-            self._hub = hub_from_env(self.env)
-        return self._hub
-
-    def overrides(self) -> dict[str, object]:
-        return dict(self.runner.state("config")["overrides"])
-
-    def settings(self) -> settings.Settings:
-        known = {k: v for k, v in self.overrides().items() if k in settings.FIELDS}
-        return settings.Settings(**known)
-
-    async def close(self) -> None:
-        if self.writer is not None:
-            await self.writer.stop()
-        await self.runner.stop(checkpoint=self.folded_at_start >= CHECKPOINT_ON_CLOSE_AFTER)
-        await self.log.close()
 
 
 def paths_from_env(env: Mapping[str, str] | None = None) -> Paths:
@@ -84,6 +46,12 @@ def default_actor(env: Mapping[str, str] | None = None) -> str:
     return f"cli:{user}"
 
 
+def _hub_from_env(env: Mapping[str, str]):  # type: ignore[no-untyped-def]  # Hub: imported lazily, below
+    from blazar.adapters.hub import hub_from_env  # huggingface_hub costs 0.2 s to import: only when used
+
+    return hub_from_env(env)
+
+
 async def bootstrap(
     *,
     paths: Paths | None = None,
@@ -93,8 +61,6 @@ async def bootstrap(
     reconcile_config: bool = True,
 ) -> Blazar:
     """Open the log (migrating it), catch projections up, and notice hand edits of config.toml."""
-    from blazar.handlers.config import reconcile_file  # handlers import bootstrap's types
-
     # NOTE: every file and directory this process creates is the owner's alone (db, WAL, config, run/, log/,
     # snapshots, exports, engine builds): one umask rather than a mode at each of the places that write.
     os.umask(PRIVATE_UMASK)
@@ -109,7 +75,7 @@ async def bootstrap(
         await log.close()
         raise
     app = Blazar(paths=paths, log=log, runner=runner, clock=clock, actor=actor or default_actor(env),
-                 env=dict(os.environ if env is None else env))
+                 env=dict(os.environ if env is None else env), hub_factory=_hub_from_env)
     app.folded_at_start = runner.folded_at_start
     runner.checkpoint_every = app.settings().checkpoint_every
     logging.getLogger("blazar").setLevel(app.settings().log_level.upper())
@@ -124,3 +90,27 @@ async def bootstrap(
             await app.close()
             raise
     return app
+
+
+@dataclass
+class Services:
+    """What the daemon serves with, built once: the children's supervisor and the request pipeline over it."""
+
+    supervisor: SupervisorPort
+    gateway: Gateway
+    client: EngineClient
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+def build_services(app: Blazar, *, supervisor: SupervisorPort | None = None,
+                   client: EngineClient | None = None) -> Services:
+    """The Supervisor (or the one given: tests pass fakes here), admission limits from the settings, the engine
+    client and the Gateway that joins them."""
+    settings = app.settings()
+    sup = supervisor if supervisor is not None else Supervisor(app)
+    admission = Admission(queue_depth=settings.queue_depth, global_cap=settings.max_concurrent_requests,
+                          wait_timeout_s=settings.queue_timeout_s)
+    engine = client if client is not None else EngineClient()
+    return Services(supervisor=sup, gateway=Gateway(app, sup, admission, engine), client=engine)

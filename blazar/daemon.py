@@ -31,15 +31,12 @@ from granian.log import LogLevels
 from granian.server.embed import Server
 
 from blazar import runlock
-from blazar.adapters.engines.client import EngineClient
 from blazar.api.app import create_app
 from blazar.api.edge import is_loopback
-from blazar.bootstrap import Blazar
+from blazar.bootstrap import Services
+from blazar.context import Blazar
 from blazar.credentials import remove_admin_token, write_admin_token
 from blazar.errors import BlazarError, DaemonRunning
-from blazar.handlers.admission import Admission
-from blazar.handlers.gateway import Gateway
-from blazar.handlers.instances import Supervisor
 from blazar.paths import Paths
 from blazar.projections.keys import auth_on
 
@@ -173,14 +170,6 @@ def check_port(host: str, port: int) -> None:
             raise BlazarError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
-def _gateway(app: Blazar, supervisor: Supervisor) -> Gateway:
-    """The request pipeline the API dialects share, with admission limits from the settings."""
-    settings = app.settings()
-    admission = Admission(queue_depth=settings.queue_depth, global_cap=settings.max_concurrent_requests,
-                          wait_timeout_s=settings.queue_timeout_s)
-    return Gateway(app, supervisor, admission, EngineClient())
-
-
 def _refuse_second(paths: Paths) -> DaemonRunning:
     pid = runlock.holder(paths.daemon_lock)
     info = read_daemon_file(paths)
@@ -190,10 +179,11 @@ def _refuse_second(paths: Paths) -> DaemonRunning:
                          "stop it first (SIGTERM), or use it")
 
 
-async def serve(app: Blazar, *, host: str, port: int, supervisor_factory: Callable[[Blazar], Any] = Supervisor,
+async def serve(app: Blazar, services: Services, *, host: str, port: int,
                 on_listening: Callable[[DaemonInfo], None] | None = None, insecure_no_auth: bool = False) -> int:
     """Serve until SIGTERM/SIGINT; returns the exit code (0 after a clean stop). `on_listening` is called once the
-    socket is bound (the CLI says so). A bind wider than loopback needs a key, or `insecure_no_auth`."""
+    socket is bound (the CLI says so). A bind wider than loopback needs a key, or `insecure_no_auth`. `services`
+    come from `bootstrap.build_services`; they are closed on the way out."""
     paths = app.paths
     code = 0
     settings = app.settings()
@@ -209,8 +199,7 @@ async def serve(app: Blazar, *, host: str, port: int, supervisor_factory: Callab
         except BlockingIOError:
             raise _refuse_second(paths) from None
         check_port(host, port)
-        supervisor = supervisor_factory(app)
-        gateway = _gateway(app, supervisor) if isinstance(supervisor, Supervisor) else None
+        supervisor, gateway = services.supervisor, services.gateway
         admin_token = write_admin_token(paths)  # the CLI's credential once keys are on; removed at exit
         held.callback(remove_admin_token, paths, admin_token)
         target = create_app(app, supervisor, gateway, admin_token=admin_token, bind_host=host, scheme=scheme)
@@ -244,8 +233,7 @@ async def serve(app: Blazar, *, host: str, port: int, supervisor_factory: Callab
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             await supervisor.close()
-            if gateway is not None:
-                await gateway.client.aclose()
+            await services.close()
             daemon_file(paths).unlink(missing_ok=True)
     return code
 

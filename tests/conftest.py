@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from blazar.bootstrap import Blazar, bootstrap
+from blazar.bootstrap import bootstrap
 from blazar.clock import FakeClock
+from blazar.context import Blazar
 from blazar.events.log import EventLog
 from blazar.paths import Paths
 

@@ -4,31 +4,22 @@ body, call the supervisor, render. Errors are raised and rendered by blazar/api/
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any, Protocol
+from typing import Any
 
 import falcon.asgi
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
 
 from blazar.api.auth import principal_of
 from blazar.api.bounds import MAX_NAME_CHARS
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.durations import keep_alive_seconds
-from blazar.handlers.instances import UNSET, Instance
+from blazar.handlers.instances import UNSET
+from blazar.handlers.ports import SupervisorPort
 from blazar.handlers.principal import is_admin
 from blazar.queries.ps import open_circuits
 
 # What of an instance only an admin principal sees: where its engine listens and how it was started.
 ENGINE_ONLY = frozenset({"port", "base_url", "argv"})
-
-
-class SupervisorPort(Protocol):
-    """What the admin routes need of the supervisor (blazar/handlers/instances.py); unit tests pass a fake."""
-
-    async def load(self, model: str, *, keep_alive: Any = ..., pinned: Any = ..., ctx: int | None = None
-                   ) -> Instance: ...
-    async def stop(self, model: str) -> list[str]: ...
-    async def reset(self, model: str) -> bool: ...
-    def ps(self) -> list[dict]: ...
 
 
 class _Body(BaseModel):

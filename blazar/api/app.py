@@ -11,7 +11,8 @@ import orjson
 
 from blazar.api import admin, auth, bounds, edge, errors
 from blazar.api.context import RequestContext
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
+from blazar.handlers.ports import SupervisorPort
 from blazar.projections.keys import auth_on
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ class HealthResource:
         resp.media = {"status": "ok"}
 
 
-def create_app(app: Blazar, supervisor: admin.SupervisorPort, gateway: Gateway | None = None, *,
+def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None = None, *,
                admin_token: str | None = None, bind_host: str = "127.0.0.1", scheme: str = "http") -> falcon.asgi.App:
     """The admin routes always; the API dialects when a gateway is given (the daemon gives one). `admin_token` is
     the CLI's credential (run/admin.token), accepted as an admin principal once keys are on. `bind_host` and

@@ -16,7 +16,7 @@ import blazar
 from blazar.api.admin import SupervisorPort
 from blazar.api.auth import principal_of
 from blazar.api.bounds import MAX_NAME_CHARS
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.errors import BlazarError, http_status
 from blazar.handlers.models import alias_model, remove_model, unalias_model
 from blazar.projections.catalog import find

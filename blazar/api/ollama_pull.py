@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
 from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.api.ollama import _body, _Error
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.dialects.stream import ndjson
 from blazar.errors import BlazarError, InvalidModelName, http_status
 from blazar.handlers.models import check_name

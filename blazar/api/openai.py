@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 from blazar.api.auth import principal_of
 from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.api.proxy import Plan, Proxy
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.dialects.schema import check_response_format, check_tools
 from blazar.handlers.gateway import Gateway, Rejected
 from blazar.projections.catalog import find

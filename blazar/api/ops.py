@@ -11,7 +11,7 @@ import falcon
 import falcon.asgi
 
 from blazar.adapters.engines.smoke import smoke_test
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.errors import EngineError
 from blazar.handlers.engines import active_engine
 from blazar.handlers.gateway import Gateway

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from blazar import daemon
-from blazar.bootstrap import bootstrap, default_actor, paths_from_env
+from blazar.bootstrap import bootstrap, build_services, default_actor, paths_from_env
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
 from blazar.cli.daemon_client import AdminClient, daemon_log, find_daemon, start_daemon
 from blazar.durations import format_duration, keep_alive_seconds
@@ -51,7 +51,7 @@ def serve(
         try:
             settings = app.settings()
             # An unsafe bind is refused (or, forced, warned about in the log, which `serve` shows on stderr).
-            return await daemon.serve(app, host=host or settings.host, port=port or settings.port,
+            return await daemon.serve(app, build_services(app), host=host or settings.host, port=port or settings.port,
                                       on_listening=listening, insecure_no_auth=insecure_no_auth)
         finally:
             await app.close()

@@ -8,9 +8,9 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from blazar.bootstrap import Blazar
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
 from blazar.cli.daemon_client import AdminClient, DaemonUnavailable, RemoteError, find_daemon
+from blazar.context import Blazar
 from blazar.handlers import keys as handlers
 from blazar.paths import Paths
 from blazar.projections.keys import public

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from blazar.bootstrap import paths_from_env
+from blazar.bootstrap import default_actor, paths_from_env
 from blazar.cli.common import JSON_OPTION, err, opened, out, print_json, run
 from blazar.handlers.snapshot import restore_snapshot, take_snapshot
 
@@ -54,7 +54,7 @@ def restore(
     A damaged or foreign snapshot is refused, and the current log is left untouched.
     The replaced log is kept beside it as blazar.db.replaced-<UTC time>-seq<N>; config.toml follows the log.
     """
-    result = run(restore_snapshot(paths_from_env(), path, force=force))
+    result = run(restore_snapshot(paths_from_env(), path, force=force, actor=default_actor()))
     if as_json:
         print_json(result.to_json())
         return

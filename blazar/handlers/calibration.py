@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import re
 
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.events.base import Recorded
 from blazar.events.models import InstanceMemoryMeasured
 from blazar.fit.buffers import GPU_ENGINE_FIXED_BYTES, HOST_ENGINE_FIXED_BYTES
-from blazar.handlers.record import record
 
 MiB = 1 << 20
 
@@ -102,5 +101,5 @@ async def record_measurement(
         cache_type_v=cache_type_v, planned_bytes=planned_bytes, measured_bytes=measured_bytes(buffers, rss_bytes),
         buffers=buffers, rss_bytes=rss_bytes,
     )
-    (rec,) = await record(app, event)
+    (rec,) = await app.record(event)
     return rec

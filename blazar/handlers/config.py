@@ -7,11 +7,10 @@ sees the file differ from the log and records the change then (as source "file")
 from __future__ import annotations
 
 from blazar import config as settings
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.errors import ConfigError
 from blazar.events.base import Recorded
 from blazar.events.system import ConfigChanged
-from blazar.handlers.record import record
 
 
 async def set_value(app: Blazar, key: str, text: str) -> Recorded | None:
@@ -26,7 +25,7 @@ async def set_value(app: Blazar, key: str, text: str) -> Recorded | None:
             return None
         values[key] = value
         settings.write_file(path, values)
-        (rec,) = await record(app, ConfigChanged(key=key, old=old, new=value, source="cli"))
+        (rec,) = await app.record(ConfigChanged(key=key, old=old, new=value, source="cli"))
     return rec
 
 
@@ -43,7 +42,7 @@ async def unset_value(app: Blazar, key: str) -> Recorded | None:
         old = app.overrides().get(key)
         if key not in settings.FIELDS or old is None:
             return None
-        (rec,) = await record(app, ConfigChanged(key=key, old=old, new=None, source="cli"))
+        (rec,) = await app.record(ConfigChanged(key=key, old=old, new=None, source="cli"))
     return rec
 
 
@@ -58,4 +57,4 @@ async def reconcile_file(app: Blazar) -> list[Recorded]:
             for k in sorted(set(in_file) | set(in_log))
             if in_file.get(k) != in_log.get(k)
         ]
-        return await record(app, changes) if changes else []
+        return await app.record(changes) if changes else []

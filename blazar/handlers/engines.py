@@ -25,7 +25,7 @@ from blazar.adapters.engines import build as builder
 from blazar.adapters.engines.llama_server import Capabilities, EngineVersion, probe
 from blazar.adapters.engines.package import EngineSourceFiles, find_package, from_binary
 from blazar.adapters.engines.smoke import smoke_test
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.errors import (
     EngineError,
     EngineExists,
@@ -43,7 +43,6 @@ from blazar.events.engines import (
     EngineSmokeTested,
     EngineVerified,
 )
-from blazar.handlers.record import record
 from blazar.projections.engines import previous_engine, rollback_target
 
 Progress = Callable[[str], None]
@@ -262,7 +261,7 @@ async def _place(app: Blazar, staged: _Staged, tag: str, event: EngineInstalled)
 
     await asyncio.to_thread(move)
     try:
-        await record(app, event)
+        await app.record(event)
     except BaseException:
         await asyncio.to_thread(_remove_dir, final)
         raise
@@ -278,7 +277,7 @@ async def _activate(app: Blazar, tag: str, *, reason: Literal["install", "use", 
     previous = _state(app)["active"]
     root = app.paths.engines / tag
     problems = await asyncio.to_thread(check_files, root, entry["files"])
-    (verified,) = await record(app, EngineVerified(tag=tag, ok=not problems, checked_files=len(entry["files"]),
+    (verified,) = await app.record(EngineVerified(tag=tag, ok=not problems, checked_files=len(entry["files"]),
                                                    problems=problems))
     if problems:
         await _refuse(app, tag, "verify_failed", f"{len(problems)} file(s) differ from the install record: "
@@ -291,7 +290,7 @@ async def _activate(app: Blazar, tag: str, *, reason: Literal["install", "use", 
         result = await smoke_test(root / entry["binary"], caps, workdir=workdir)
     finally:
         await asyncio.to_thread(_remove_dir, workdir)
-    (smoked,) = await record(app, EngineSmokeTested(
+    (smoked,) = await app.record(EngineSmokeTested(
         tag=tag, passed=result.passed, duration_ms=result.duration_ms, tokens=result.tokens, detail=result.detail,
         log_tail=list(result.log_tail), exit_code=result.exit_code), cause=verified.seq)
     if not result.passed:
@@ -301,12 +300,12 @@ async def _activate(app: Blazar, tag: str, *, reason: Literal["install", "use", 
                        "`blazar engine build`)")
         await _refuse(app, tag, "smoke_failed", detail, cause=smoked.seq, previous=previous)
     say(f"smoke test passed: {result.tokens} token(s) in {result.duration_ms} ms")
-    await record(app, EngineActivated(tag=tag, previous=previous, reason=reason), cause=smoked.seq)
+    await app.record(EngineActivated(tag=tag, previous=previous, reason=reason), cause=smoked.seq)
 
 
 async def _refuse(app: Blazar, tag: str, reason: Literal["smoke_failed", "verify_failed"], detail: str, *,
                   cause: int, previous: str | None) -> None:
-    (rec,) = await record(app, EngineActivationRefused(tag=tag, reason=reason, detail=detail), cause=cause)
+    (rec,) = await app.record(EngineActivationRefused(tag=tag, reason=reason, detail=detail), cause=cause)
     stays = f"the active engine stays {previous}" if previous else "no engine is active"
     what = "failed verification" if reason == "verify_failed" else "failed the smoke test"
     raise EngineRefused(f"engine {tag} {what}, so it was not activated ({stays}): {detail}", tag=tag, reason=reason,
@@ -341,7 +340,7 @@ async def verify_engine(app: Blazar, tag: str | None = None) -> EngineVerified:
     entry = _entry(app, tag)
     problems = await asyncio.to_thread(check_files, app.paths.engines / tag, entry["files"])
     event = EngineVerified(tag=tag, ok=not problems, checked_files=len(entry["files"]), problems=problems)
-    await record(app, event)
+    await app.record(event)
     if problems:
         raise EngineVerifyFailed(tag, problems)
     return event
@@ -369,7 +368,7 @@ async def prune_engines(app: Blazar, *, keep_previous: bool = True) -> list[str]
         root = app.paths.engines / tag
         freed = await asyncio.to_thread(_tree_bytes, root) if root.exists() else 0
         await asyncio.to_thread(_remove_dir, root)
-        await record(app, EngineRemoved(tag=tag, reason="prune", freed_bytes=freed))
+        await app.record(EngineRemoved(tag=tag, reason="prune", freed_bytes=freed))
         removed.append(tag)
     await asyncio.to_thread(_remove_dead_staging, app.paths.engines)
     return removed

@@ -9,7 +9,7 @@ from blazar.adapters.gguf_header import ShortRead, parse_header
 from blazar.adapters.gguf_inspect import header_bytes_needed_hint, inspect_gguf_header, inspect_split_headers
 from blazar.adapters.gpu import probe_devices
 from blazar.adapters.hub import Hub, RemoteFile
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.errors import ModelFileError, ModelNotFound
 from blazar.events.models import ModelMetadata
 from blazar.fit import CoresidePlan, Device, FitPlan, FitRequest, coreside, plan

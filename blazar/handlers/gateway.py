@@ -19,7 +19,7 @@ import httpx2
 import orjson
 
 from blazar.adapters.engines.client import EngineClient
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.dialects.stream import SseEvents, Translator
 from blazar.errors import BlazarError, EngineError, ModelNotFound, http_status
 from blazar.events.base import Event
@@ -34,8 +34,9 @@ from blazar.events.requests import (
     RequestRouted,
 )
 from blazar.handlers.admission import Admission, AdmissionError, Ticket
-from blazar.handlers.instances import UNSET, Instance, Route, Supervisor
+from blazar.handlers.instances import UNSET, Instance, Route
 from blazar.handlers.limits import Lease, Limiter, LimitExceeded
+from blazar.handlers.ports import SupervisorPort
 from blazar.handlers.principal import Principal, scope_refusal
 
 log = logging.getLogger("blazar.gateway")
@@ -91,7 +92,7 @@ class Call:
 
 
 class Gateway:
-    def __init__(self, app: Blazar, supervisor: Supervisor, admission: Admission, client: EngineClient) -> None:
+    def __init__(self, app: Blazar, supervisor: SupervisorPort, admission: Admission, client: EngineClient) -> None:
         self.app = app
         self.supervisor = supervisor
         self.admission = admission

@@ -22,7 +22,7 @@ from typing import Any
 from blazar.adapters.engines import process
 from blazar.adapters.engines.llama_server import build_argv, engine_key, redact_argv
 from blazar.adapters.gpu import probe_devices
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.durations import keep_alive_seconds
 from blazar.errors import (
     CircuitOpen,
@@ -51,7 +51,6 @@ from blazar.handlers.calibration import record_measurement
 from blazar.handlers.engines import ActiveEngine, active_engine
 from blazar.handlers.models import store_filename
 from blazar.handlers.placement import Resident, budget_devices, shortfall_bytes, try_plan
-from blazar.handlers.record import record
 from blazar.projections.calibration import correction_for
 from blazar.projections.catalog import find
 from blazar.projections.residency import circuit_open
@@ -274,7 +273,7 @@ class Supervisor:
     async def _refuse(self, model: str, reason: str, detail: str, exc: type[EngineError] | EngineError,
                       observations: dict[str, Any] | None = None) -> EngineError:
         """Record the refusal (a decision), then hand back the error to raise: `exc` itself when it is one."""
-        await record(self.app, InstanceLoadRefused(model=model, reason=reason, detail=detail,
+        await self.app.record(InstanceLoadRefused(model=model, reason=reason, detail=detail,
                                                    observations=observations or {}))
         return exc if isinstance(exc, EngineError) else exc(detail)
 
@@ -349,7 +348,7 @@ class Supervisor:
             pidfile = _pidfile(app, instance_id)
             pidfile.parent.mkdir(parents=True, exist_ok=True)
             pidfile.write_text(f"{proc.pid} {port}\n")
-            (started,) = await record(app, InstanceStarted(
+            (started,) = await app.record(InstanceStarted(
                 instance_id=instance_id, model=name, engine_tag=engine.tag, pid=proc.pid, port=port,
                 argv=redact_argv(argv),
                 log_path=str(log_path.relative_to(app.paths.log)), ctx_tokens=fit.ctx_per_slot,
@@ -382,7 +381,7 @@ class Supervisor:
         inst.load_ms = int(waited * 1000)
         if route is not None:
             route.cold, route.load_ms = True, inst.load_ms
-        await record(app, InstanceReady(instance_id=instance_id, model=name, load_ms=inst.load_ms),
+        await app.record(InstanceReady(instance_id=instance_id, model=name, load_ms=inst.load_ms),
                      cause=lv.started_seq)
         if not lv.ready.done():
             lv.ready.set_result(inst)
@@ -492,7 +491,7 @@ class Supervisor:
         if keep == lv.keep_alive_s and pin == lv.pinned:
             return
         lv.keep_alive_s, lv.pinned = keep, pin
-        await record(self.app, InstanceKeepAliveSet(instance_id=lv.instance.instance_id, model=lv.instance.model,
+        await self.app.record(InstanceKeepAliveSet(instance_id=lv.instance.instance_id, model=lv.instance.model,
                                                     keep_alive_s=keep, pinned=pin))
 
     # -- stopping ---------------------------------------------------------------------------------------------
@@ -505,7 +504,7 @@ class Supervisor:
         if route is not None:
             route.evicted.append(f"{lv.instance.model} ({lv.instance.instance_id}, {reason})")
         idle = max(0.0, self.app.clock.now() - lv.last_used) if lv.last_used else 0.0
-        (ev,) = await record(self.app, InstanceEvicted(
+        (ev,) = await self.app.record(InstanceEvicted(
             instance_id=lv.instance.instance_id, model=lv.instance.model, reason=reason, for_model=for_model,
             idle_s=round(idle, 3), bytes_freed=lv.charged_bytes(self._measured().get(lv.instance.instance_id)),
             observations=observations or {}), cause=lv.started_seq)
@@ -530,7 +529,7 @@ class Supervisor:
         self._live.pop(lv.instance.instance_id, None)
         uptime = int((self.app.clock.monotonic() - lv.started_mono) * 1000)
         tail = process.log_tail(lv.log_path, LOG_TAIL_LINES)
-        await record(self.app, InstanceExited(
+        await self.app.record(InstanceExited(
             instance_id=lv.instance.instance_id, model=lv.instance.model, reason=reason, exit_code=code,
             uptime_ms=uptime, log_tail=tail, detail=detail), cause=cause or lv.started_seq)
         _pidfile(self.app, lv.instance.instance_id).unlink(missing_ok=True)
@@ -559,7 +558,7 @@ class Supervisor:
         if circuit_open(residency, model, now) is None and decide.decide_circuit(
                 crashes, now, limit=settings.crash_limit, window_s=settings.crash_window_s):
             n = sum(1 for t in crashes if now - t <= settings.crash_window_s)
-            await record(self.app, ModelCircuitOpened(model=model, crashes=n, window_s=settings.crash_window_s,
+            await self.app.record(ModelCircuitOpened(model=model, crashes=n, window_s=settings.crash_window_s,
                                                       open_until=now + settings.circuit_open_s, last_exit_code=code))
 
     # -- idle eviction ----------------------------------------------------------------------------------------
@@ -620,5 +619,5 @@ async def reset_circuit(app: Blazar, model: str) -> bool:
     await app.runner.catch_up()
     if circuit_open(app.runner.state("residency"), model, app.clock.now()) is None:
         return False
-    await record(app, ModelCircuitReset(model=model))
+    await app.record(ModelCircuitReset(model=model))
     return True

@@ -15,12 +15,11 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.durations import parse_duration
 from blazar.errors import BlazarError
 from blazar.events.base import Recorded
 from blazar.events.keys import KeyCreated, KeyLimitsChanged, KeyRevoked, KeyRotated
-from blazar.handlers.record import record
 
 SECRET_PREFIX = "blz_"
 PREFIX_CHARS = 8
@@ -139,20 +138,20 @@ async def create(app: Blazar, name: str, *, models: list[str] | None = None, rpm
     made = new_secret(_taken(app))
     ev = KeyCreated(name=name, prefix=made.prefix, salt=made.salt, hash=made.hash, models=check_patterns(models),
                     admin=admin, expires_ts=expiry_ts(expires, now=app.clock.now()), **limits)
-    (rec,) = await record(app, ev)
+    (rec,) = await app.record(ev)
     return rec, made.secret
 
 
 async def rotate(app: Blazar, name: str) -> tuple[Recorded, str]:
     _live(app, name)
     made = new_secret(_taken(app))
-    (rec,) = await record(app, KeyRotated(name=name, prefix=made.prefix, salt=made.salt, hash=made.hash))
+    (rec,) = await app.record(KeyRotated(name=name, prefix=made.prefix, salt=made.salt, hash=made.hash))
     return rec, made.secret
 
 
 async def revoke(app: Blazar, name: str) -> Recorded:
     _live(app, name)
-    (rec,) = await record(app, KeyRevoked(name=name))
+    (rec,) = await app.record(KeyRevoked(name=name))
     return rec
 
 
@@ -171,5 +170,5 @@ async def change_limits(app: Blazar, name: str, changed: dict[str, Any]) -> Reco
             clean[field] = value
     if not clean:
         return None
-    (rec,) = await record(app, KeyLimitsChanged(name=name, changed=clean))
+    (rec,) = await app.record(KeyLimitsChanged(name=name, changed=clean))
     return rec

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from blazar.adapters.gguf_inspect import inspect_gguf, inspect_split
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.errors import InvalidModelName, ModelExists, ModelFileError, ModelInUse, ModelNotFound
 from blazar.events.base import Recorded
 from blazar.events.models import (
@@ -29,7 +29,6 @@ from blazar.events.models import (
     ModelRemoved,
     ShardFile,
 )
-from blazar.handlers.record import record
 from blazar.projections.catalog import find
 from blazar.projections.residency import for_model
 
@@ -164,7 +163,7 @@ async def import_model(
         bytes=size, sha256=digest, linked=linked, metadata=metadata, shards=shards,
     )
     try:
-        (rec,) = await record(app, event)
+        (rec,) = await app.record(event)
     except BaseException:
         for p in placed:
             await asyncio.to_thread(_remove_path, p)
@@ -208,7 +207,7 @@ async def remove_model(app: Blazar, name: str) -> Recorded:
     deleted = all(freed)
     if len(files) > 1:
         await asyncio.to_thread(_remove_path, app.paths.models / Path(files[0]).parent)
-    (rec,) = await record(app, ModelRemoved(name=entry["name"], path=entry["path"], file_deleted=deleted))
+    (rec,) = await app.record(ModelRemoved(name=entry["name"], path=entry["path"], file_deleted=deleted))
     return rec
 
 
@@ -222,7 +221,7 @@ async def alias_model(app: Blazar, alias: str, target: str) -> Recorded:
         raise ModelNotFound(f"no model named {target!r} in the store (see: blazar list)")
     if alias in catalog["models"]:
         raise ModelExists(f"{alias!r} is a model's own name; choose another alias")
-    (rec,) = await record(app, ModelAliased(alias=alias, target=entry["name"]))
+    (rec,) = await app.record(ModelAliased(alias=alias, target=entry["name"]))
     return rec
 
 
@@ -230,5 +229,5 @@ async def unalias_model(app: Blazar, alias: str) -> Recorded:
     target = app.runner.state("catalog").get("aliases", {}).get(alias)
     if target is None:
         raise ModelNotFound(f"no alias named {alias!r} (blazar alias lists them)")
-    (rec,) = await record(app, ModelAliasRemoved(alias=alias, target=target))
+    (rec,) = await app.record(ModelAliasRemoved(alias=alias, target=target))
     return rec

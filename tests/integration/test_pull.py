@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 from gguf.constants import LlamaFileType
 
-from blazar.bootstrap import Blazar, bootstrap
+from blazar.bootstrap import bootstrap
 from blazar.clock import FakeClock
+from blazar.context import Blazar
 from blazar.handlers.pull import pull
 from blazar.paths import Paths
 from tests.conftest import Cli

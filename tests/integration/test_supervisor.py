@@ -17,7 +17,7 @@ import httpx2
 import pytest
 
 from blazar.adapters.engines.llama_server import probe
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.errors import ModelInUse
 from blazar.handlers.config import set_value
 from blazar.handlers.engines import ActiveEngine, install_engine

@@ -8,11 +8,10 @@ from typing import Any
 import pytest
 
 from blazar.api.app import create_app
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.errors import BlazarError, ModelNotFound, ModelPinned, NoEngine
 from blazar.events.instances import ModelCircuitOpened
 from blazar.handlers.instances import UNSET, CircuitOpen, DoesNotFit, Instance, LoadFailed, ModelNotLoaded
-from blazar.handlers.record import record
 from tests.support.asgi import LocalConductor as ASGIConductor
 
 
@@ -75,7 +74,7 @@ async def test_health_answers_ok(client: ASGIConductor) -> None:
 async def test_ps_returns_supervisor_rows_and_open_circuits(app: Blazar, client: ASGIConductor,
                                                             sup: FakeSupervisor) -> None:
     sup.rows = [{"model": "m", "instance_id": "abc123", "state": "ready"}]
-    await record(app, ModelCircuitOpened(model="bad", crashes=3, window_s=60, open_until=app.clock.now() + 300,
+    await app.record(ModelCircuitOpened(model="bad", crashes=3, window_s=60, open_until=app.clock.now() + 300,
                                          last_exit_code=-4))
     r = await client.simulate_get("/api/blazar/ps")
     assert r.status_code == 200

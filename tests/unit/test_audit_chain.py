@@ -10,8 +10,8 @@ from typing import Any, ClassVar
 import orjson
 import pytest
 
-from blazar.bootstrap import Blazar
 from blazar.clock import FakeClock
+from blazar.context import Blazar
 from blazar.errors import AuditChainBroken
 from blazar.events import Event, register
 from blazar.events.system import ConfigChanged, SnapshotTaken

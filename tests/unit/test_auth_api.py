@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from blazar.api.app import create_app
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.handlers import keys as handlers
 from tests.support.asgi import LocalConductor as ASGIConductor
 from tests.unit.test_admin_api import FakeSupervisor

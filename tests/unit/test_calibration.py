@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.events import Event, Recorded
 from blazar.events.models import InstanceMemoryMeasured
 from blazar.fit.buffers import GPU_ENGINE_FIXED_BYTES, HOST_ENGINE_FIXED_BYTES

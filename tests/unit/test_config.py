@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from blazar import config as settings
-from blazar.bootstrap import Blazar, bootstrap
+from blazar.bootstrap import bootstrap
+from blazar.context import Blazar
 from blazar.errors import ConfigError
 from blazar.handlers.config import reconcile_file, set_value, unset_value
 

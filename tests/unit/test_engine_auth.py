@@ -13,7 +13,7 @@ import pytest
 
 from blazar.adapters.engines.client import EngineClient
 from blazar.api.app import create_app
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.handlers.admission import Admission
 from blazar.handlers.gateway import Gateway
 from blazar.handlers.instances import Instance

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from blazar.adapters.engines.package import closure, elf_needed, find_package
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.errors import EngineError, EngineExists, EngineNotFound, EngineRefused, EngineVerifyFailed, NoEngine
 from blazar.handlers.engines import (
     active_engine,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.fit import Device, FitRequest
 from blazar.handlers.calibration import record_measurement
 from blazar.handlers.fit import fit_model

@@ -9,8 +9,8 @@ import hmac
 import pytest
 
 from blazar.api.auth import Authenticator, Forbidden, Unauthenticated, admin_route
-from blazar.bootstrap import Blazar
 from blazar.clock import FakeClock
+from blazar.context import Blazar
 from blazar.events.base import Event, Recorded
 from blazar.events.keys import KeyCreated, KeyLimitsChanged, KeyRevoked, KeyRotated
 from blazar.handlers import keys as handlers

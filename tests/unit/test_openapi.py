@@ -13,7 +13,7 @@ import schemathesis
 
 from blazar.api import auth, openapi
 from blazar.api.app import create_app
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.handlers import keys
 from tests.support.asgi import LocalConductor as ASGIConductor
 from tests.unit.test_admin_api import FakeSupervisor

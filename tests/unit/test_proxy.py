@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from blazar.api.app import create_app
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.errors import ModelNotFound
 from blazar.handlers.admission import Admission
 from blazar.handlers.gateway import Gateway

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from blazar.bootstrap import Blazar
+from blazar.context import Blazar
 from blazar.errors import SnapshotError
 from blazar.handlers.config import set_value
 from blazar.handlers.snapshot import take_snapshot

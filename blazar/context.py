@@ -1,0 +1,77 @@
+"""The context every command runs in: where files are, the log, the live projections, the clock and who is acting.
+`blazar.bootstrap` builds it (the composition root); handlers, queries and the api receive it and never build one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from blazar import config as settings
+from blazar.clock import Clock
+from blazar.events.base import Event, Recorded
+from blazar.events.log import EventLog
+from blazar.events.writer import GroupCommitWriter
+from blazar.paths import Paths
+from blazar.projections.runner import ProjectionRunner
+
+if TYPE_CHECKING:
+    from blazar.adapters.hub import Hub
+
+# A CLI command that had to fold more than this many events at start leaves a checkpoint behind on close.
+CHECKPOINT_ON_CLOSE_AFTER = 1_000
+
+
+@dataclass
+class Blazar:
+    """Everything a command needs: where files are, the log, live projections, who is acting."""
+
+    paths: Paths
+    log: EventLog
+    runner: ProjectionRunner
+    clock: Clock
+    actor: str
+    folded_at_start: int = 0
+    writer: GroupCommitWriter | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    # The Hugging Face hub client, made on first use by what the composition root gave (None: no hub configured).
+    hub_factory: Callable[[Mapping[str, str]], Hub] | None = None
+    _hub: Hub | None = None
+
+    async def record(self, events: Event | list[Event], *, cause: int | None = None) -> list[Recorded]:
+        """Durable append (committed before this returns) and catch-up, so the caller reads its own writes."""
+        recorded = await self.log.append(events, actor=self.actor, cause=cause)
+        if recorded:
+            # catch_up (not apply) so events other processes appended meanwhile are folded in seq order too.
+            await self.runner.catch_up()
+        return recorded
+
+    def request_writer(self) -> GroupCommitWriter:
+        """The group-commit writer for request events, started on first use with `group_commit_ms` from config;
+        `close()` drains it."""
+        if self.writer is None:
+            self.writer = GroupCommitWriter(self.log, interval=self.settings().group_commit_ms / 1000)
+            self.writer.start()
+        return self.writer
+
+    def hub(self) -> Hub:
+        """The Hugging Face hub client, configured from HF_ENDPOINT and HF_TOKEN as they were at start."""
+        if self._hub is None:
+            if self.hub_factory is None:
+                raise RuntimeError("this context was built without a hub (bootstrap gives one)")
+            self._hub = self.hub_factory(self.env)
+        return self._hub
+
+    def overrides(self) -> dict[str, object]:
+        return dict(self.runner.state("config")["overrides"])
+
+    def settings(self) -> settings.Settings:
+        known = {k: v for k, v in self.overrides().items() if k in settings.FIELDS}
+        return settings.Settings(**known)
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            await self.writer.stop()
+        await self.runner.stop(checkpoint=self.folded_at_start >= CHECKPOINT_ON_CLOSE_AFTER)
+        await self.log.close()
