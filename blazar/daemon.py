@@ -36,23 +36,15 @@ from blazar.api.edge import is_loopback
 from blazar.bootstrap import Services
 from blazar.context import Blazar
 from blazar.credentials import remove_admin_token, write_admin_token
-from blazar.errors import BlazarError, DaemonRunning
+from blazar.errors import BlazarError, DaemonRunning, PortInUse, UnsafeBind
 from blazar.paths import Paths
 from blazar.projections.keys import auth_on
 
 log = logging.getLogger("blazar.daemon")
 
 
-class PortInUse(BlazarError):
-    code = "port_in_use"
-    exit_code = 8
 
 
-class UnsafeBind(BlazarError):
-    """A bind wider than loopback with no key: anyone on the network could use (and manage) every model."""
-
-    code = "unsafe_bind"
-    exit_code = 9
 
 
 # File descriptors the daemon asks for (soft limit raised up to the hard one): each client connection holds one.

@@ -1,42 +1,64 @@
-"""The exception tree. Every error Blazar raises on purpose is a `BlazarError` with a stable `code`.
+"""The exception tree. Every error Blazar raises on purpose is here, a `BlazarError` with a stable `code` and the
+`http_status` a request that meets it is answered with, both class attributes (a `Refused` may set its own).
 
-    BlazarError
+    BlazarError                     500 internal_error unless a class says otherwise
     ├── LogError                    the event log
     │   ├── UnknownEventType        a stored type no registry entry knows (names the seq)
     │   ├── MalformedEvent          a stored payload that does not validate (names the seq)
     │   ├── AppendOnlyViolation     UPDATE/DELETE refused by the log's triggers
     │   └── SchemaOutOfDate         the database needs `blazar db upgrade` (or is newer than this code)
     ├── ProjectionError             a projection halted at a seq
-    ├── ConfigError                 unknown key / invalid value / unreadable config.toml
+    ├── ConfigError            400  unknown key / invalid value / unreadable config.toml
     ├── SnapshotError               a snapshot that cannot be written or restored (damaged, foreign)
     ├── DaemonRunning               an operation that must not run under a live daemon
-    ├── ModelFileError              a model file that cannot be read as GGUF (names the file)
+    ├── DaemonUnavailable           the CLI found no daemon to talk to
+    ├── RemoteError                 the daemon answered with an error (its code, status and the CLI's exit code)
+    ├── PortInUse                   the port is taken by another program
+    ├── UnsafeBind                  a bind wider than loopback with no API key
+    ├── TraceNotFound          404  `blazar why` of a trace the log does not hold
+    ├── KeyCommandError        400  a key command that cannot be carried out (bad pattern, unknown limit)
+    ├── DialectError           400  a request a dialect cannot serve as written (`code` says which rule it broke)
+    ├── ShortRead                   internal to GGUF parsing: the bytes end before `needed`
+    ├── ModelFileError         422  a model file that cannot be read as GGUF (names the file)
     │   └── HeaderIncomplete        a header prefix too short to parse: fetch `needed_bytes`
     ├── AuditChainBroken            `audit verify` found the first bad line
     ├── ModelError                  the model store
-    │   ├── ModelNotFound           no model by that name
-    │   ├── ModelExists             the name is taken
-    │   ├── ModelInUse              `rm` of a model that is loaded
-    │   ├── ModelNotLoaded          `stop` of a model with no running instance
-    │   └── InvalidModelName        a name outside [a-z0-9._-] (with an optional :tag)
-    ├── HubError                    a pull from a Hugging Face hub endpoint (names the repo and file)
-    │   ├── NotFoundOnHub           no such repo, revision, file, or quant (lists the quants there are)
-    │   ├── HubAccessDenied         a gated or private repo, and no token or one without access
+    │   ├── ModelNotFound      404  no model by that name
+    │   ├── ModelExists        409  the name is taken
+    │   ├── ModelInUse         409  `rm` of a model that is loaded
+    │   ├── ModelNotLoaded     404  `stop` of a model with no running instance
+    │   └── InvalidModelName   400  a name outside [a-z0-9._-] (with an optional :tag)
+    ├── HubError               502  a pull from a Hugging Face hub endpoint (names the repo and file)
+    │   ├── NotFoundOnHub      404  no such repo, revision, file, or quant (lists the quants there are)
+    │   ├── HubAccessDenied    403  a gated or private repo, and no token or one without access
     │   ├── ChecksumMismatch        the bytes do not hash to what the hub advertised; the bad file is deleted
     │   ├── DownloadCancelled       cancelled on request; the partial file is kept for a resume
-    │   └── HubUnavailable          connection refused or dropped, a timeout, a 5xx: try again later
-    └── EngineError                 an engine binary that cannot be run or whose output cannot be read
-        ├── EngineIncompatible      the binary lacks a flag (or value) the plan needs (names the flag)
-        ├── NoEngine                no engine is active (names the command that installs one)
-        ├── EngineNotFound          no engine by that tag
-        ├── EngineExists            the tag is taken by different files
-        ├── EngineRefused           activation refused by verify or the smoke gate (carries the event's seq)
-        ├── EngineVerifyFailed      files that no longer match their install record (names each one)
-        ├── EngineBuildFailed       a build that could not run or finish (names its log, or the missing tool)
-        ├── DoesNotFit              a load no eviction can make room for (the planner's reason)
-        │   └── ModelPinned         the model is pinned in another shape (context, embeddings): unpin or stop it
-        ├── CircuitOpen             loads of a model refused after repeated crashes (names `ps --reset`)
-        └── LoadFailed              the child exited or stayed unhealthy while loading (reason, log tail)
+    │   └── HubUnavailable     502  connection refused or dropped, a timeout, a 5xx: try again later
+    ├── EngineError            503  an engine binary that cannot be run or whose output cannot be read
+    │   ├── EngineIncompatible 503  the binary lacks a flag (or value) the plan needs (names the flag)
+    │   ├── NoEngine           503  no engine is active (names the command that installs one)
+    │   ├── EngineNotFound          no engine by that tag
+    │   ├── EngineExists            the tag is taken by different files
+    │   ├── EngineRefused           activation refused by verify or the smoke gate (carries the event's seq)
+    │   ├── EngineVerifyFailed      files that no longer match their install record (names each one)
+    │   ├── EngineBuildFailed       a build that could not run or finish (names its log, or the missing tool)
+    │   ├── EngineUnreachable  502  a child's port did not answer
+    │   ├── ProcessExited      502  the child exited before it was healthy
+    │   ├── LoadTimeout        504  the child was not healthy in time
+    │   ├── DoesNotFit         507  a load no eviction can make room for (the planner's reason)
+    │   │   └── ModelPinned    409  the model is pinned in another shape (context, embeddings): unpin or stop it
+    │   ├── CircuitOpen        503  loads of a model refused after repeated crashes (names `ps --reset`)
+    │   └── LoadFailed         502  the child exited or stayed unhealthy while loading (reason, log tail)
+    └── Refused                503  a request refused before any token: reason, retry_after_s, observations
+        ├── AdmissionRefused        admission said no
+        │   ├── QueueFull      429  the model's queue is full
+        │   ├── QueueTimeout   503  the wait for a slot ran out
+        │   └── GlobalCap      429  max_concurrent_requests reached and its queue full
+        ├── LimitExceeded      429  a key's rpm, tpm, daily tokens or concurrency
+        ├── AuthRefused        401  no key, or a wrong one
+        │   ├── Unauthenticated 401 (with WWW-Authenticate)
+        │   └── Forbidden      403  a key without the admin right
+        └── EdgeRefused             the Host guard, the Origin check (403), a body that is not JSON (415)
 
     Exit codes: 1 other, 2 input (config, model, engine tag), 3 snapshot, 4 daemon running, 5 audit chain,
     6 does not fit / no usable engine, 7 engine build, 8 port in use, 9 model not loaded, 10 circuit open,
@@ -46,14 +68,40 @@ API dialects map `code` to their own error shapes; the CLI prints `message` and 
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class BlazarError(Exception):
-    code: str = "blazar_error"
+    """The root: a stable `code` and the HTTP status a request that meets it gets (a class's own, or an instance's
+    where the refusal decides it). `error_type` is a dialect's own kind when the status alone does not say it;
+    `headers` go on the response (WWW-Authenticate); `retry_after_s` becomes Retry-After."""
+
+    code: str = "internal_error"
+    http_status: int = 500
     exit_code: int = 1
+    error_type: str | None = None
+    retry_after_s: float | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+        self.headers: dict[str, str] = {}
+
+
+def exit_code_of(code: str) -> int:
+    """The CLI's exit code for an error's stable code (a daemon's answer carries only the code)."""
+    todo: list[type[BlazarError]] = [BlazarError]
+    while todo:
+        cls = todo.pop()
+        if cls.__dict__.get("code") == code:
+            return cls.exit_code
+        todo.extend(cls.__subclasses__())
+    return 1
+
+
+def http_status(exc: BlazarError) -> tuple[int, str]:
+    """The status and stable code a request that met `exc` is answered with."""
+    return exc.http_status, exc.code
 
 
 class LogError(BlazarError):
@@ -99,6 +147,7 @@ class ProjectionError(BlazarError):
 
 class ConfigError(BlazarError):
     code = "invalid_config"
+    http_status = 400
     exit_code = 2
 
 
@@ -114,6 +163,7 @@ class DaemonRunning(BlazarError):
 
 class ModelFileError(BlazarError):
     code = "invalid_model_file"
+    http_status = 422
     exit_code = 2
 
 
@@ -144,26 +194,31 @@ class ModelError(BlazarError):
 
 class ModelNotFound(ModelError):
     code = "model_not_found"
+    http_status = 404
 
 
 class ModelExists(ModelError):
     code = "model_exists"
+    http_status = 409
 
 
 class ModelInUse(ModelError):
     """The model has a running instance: stop it first."""
 
     code = "model_in_use"
+    http_status = 409
 
 
 class InvalidModelName(ModelError):
     code = "invalid_model_name"
+    http_status = 400
 
 
 class HubError(BlazarError):
     """A pull failed. `reason` is the `ModelPullFailed.reason` it maps to; `partial_bytes` what is kept to resume."""
 
     code = "hub_error"
+    http_status = 502
     reason = "error"
 
     def __init__(self, message: str, *, repo: str | None = None, filename: str | None = None,
@@ -176,11 +231,13 @@ class HubError(BlazarError):
 
 class NotFoundOnHub(HubError):
     code = "not_found_on_hub"
+    http_status = 404
     reason = "not_found"
 
 
 class HubAccessDenied(HubError):
     code = "hub_access_denied"
+    http_status = 403
 
 
 class ChecksumMismatch(HubError):
@@ -205,17 +262,20 @@ class DownloadCancelled(HubError):
 
 class HubUnavailable(HubError):
     code = "hub_unavailable"
+    http_status = 502
     reason = "network"
 
 
 class EngineError(BlazarError):
     code = "engine_error"
+    http_status = 503
 
 
 class EngineIncompatible(EngineError):
     """The binary's --help does not list a flag, or a value of it, that the instance needs."""
 
     code = "engine_incompatible"
+    http_status = 503
 
     def __init__(self, flag: str, detail: str) -> None:
         super().__init__(f"this llama-server has no {flag}: {detail}")
@@ -224,6 +284,7 @@ class EngineIncompatible(EngineError):
 
 class NoEngine(EngineError):
     code = "no_engine"
+    http_status = 503
     exit_code = 6
 
     def __init__(self) -> None:
@@ -276,11 +337,13 @@ class EngineBuildFailed(EngineError):
 
 class ModelNotLoaded(ModelError):
     code = "model_not_loaded"
+    http_status = 404
     exit_code = 9
 
 
 class DoesNotFit(EngineError):
     code = "insufficient_memory"
+    http_status = 507
     exit_code = 6
 
 
@@ -288,46 +351,195 @@ class ModelPinned(DoesNotFit):
     """A load that would replace a pinned instance of the model: the pin stands (409, not a memory shortage)."""
 
     code = "model_pinned"
+    http_status = 409
 
 
 class CircuitOpen(EngineError):
     code = "circuit_open"
+    http_status = 503
     exit_code = 10
 
 
 class LoadFailed(EngineError):
     code = "load_failed"
+    http_status = 502
     exit_code = 11
 
 
-# The HTTP status and stable code of each error a request can meet, in one place for the API and the gateway.
-# Checked in order, so a subclass comes before its base.
-_HTTP: list[tuple[type[BlazarError], int, str]] = [
-    (InvalidModelName, 400, "invalid_model_name"),
-    (ModelNotFound, 404, "model_not_found"),
-    (ModelNotLoaded, 404, "model_not_loaded"),
-    (ModelExists, 409, "model_exists"),
-    (ModelInUse, 409, "model_in_use"),
-    (NotFoundOnHub, 404, "not_found_on_hub"),
-    (HubAccessDenied, 403, "hub_access_denied"),
-    (HubUnavailable, 502, "hub_unavailable"),
-    # Any other hub failure (a listed path that would leave the download directory, a size it did not give): the
-    # hub's answer was unusable.
-    (HubError, 502, "hub_error"),
-    # A file that is not a usable GGUF (pulled or imported): the request cannot be carried out on it.
-    (ModelFileError, 422, "invalid_model_file"),
-    (CircuitOpen, 503, "circuit_open"),
-    (ModelPinned, 409, "model_pinned"),
-    (DoesNotFit, 507, "insufficient_memory"),
-    (LoadFailed, 502, "load_failed"),  # the engine started but could not load the model: an upstream failure
-    (NoEngine, 503, "no_engine"),
-    (EngineIncompatible, 503, "engine_incompatible"),
-    (EngineError, 503, "engine_error"),  # the active engine cannot be started (missing binary, spawn failed)
-]
+class ProcessExited(EngineError):
+    """The engine exited while we waited for it to turn healthy."""
+
+    code = "engine_exited"
+    http_status = 502
+
+    def __init__(self, exit_code: int | None, *, pid: int | None = None, detail: str = "") -> None:
+        who = f"the engine (pid {pid})" if pid is not None else "the engine"
+        super().__init__(f"{who} {detail or 'exited'} before it was healthy")
+        self.exit_code = exit_code
+        self.pid = pid
 
 
-def http_status(exc: BlazarError) -> tuple[int, str]:
-    for cls, status, code in _HTTP:
-        if isinstance(exc, cls):
-            return status, code
-    return 500, "internal_error"
+class LoadTimeout(EngineError):
+    """The engine did not answer /health with 200 within the time allowed."""
+
+    code = "engine_load_timeout"
+    http_status = 504
+
+    def __init__(self, waited_s: float, *, pid: int | None = None) -> None:
+        who = f"the engine (pid {pid})" if pid is not None else "the engine"
+        super().__init__(f"{who} was not healthy after {waited_s:.1f}s")
+        self.waited_s = waited_s
+        self.pid = pid
+
+
+class EngineUnreachable(EngineError):
+    """A child's port did not answer (refused, reset, timed out)."""
+
+    code = "engine_unreachable"
+    http_status = 502
+
+
+class ShortRead(BlazarError):
+    """Internal to GGUF parsing: the bytes end before `needed` (the caller fetches more, or reports incomplete)."""
+
+    code = "header_short_read"
+
+    def __init__(self, needed: int) -> None:
+        super().__init__(f"the header needs at least {needed} bytes")
+        self.needed = needed
+
+
+class PortInUse(BlazarError):
+    code = "port_in_use"
+    exit_code = 8
+
+
+class UnsafeBind(BlazarError):
+    """A bind wider than loopback with no key: anyone on the network could use (and manage) every model."""
+
+    code = "unsafe_bind"
+    exit_code = 9
+
+
+class DaemonUnavailable(BlazarError):
+    code = "daemon_unavailable"
+
+
+class RemoteError(BlazarError):
+    """The daemon answered with an error: `code` is its stable code (model_not_loaded, circuit_open, ...)."""
+
+    def __init__(self, message: str, *, code: str, status: int) -> None:
+        super().__init__(message)
+        self.code = code
+        self.http_status = status
+        self.exit_code = exit_code_of(code)  # as the command would exit had it run in this process
+
+
+class TraceNotFound(BlazarError):
+    code = "trace_not_found"
+    http_status = 404
+    exit_code = 2
+
+
+class KeyCommandError(BlazarError):
+    code = "invalid_key_command"
+    http_status = 400
+    exit_code = 2
+
+
+class DialectError(BlazarError):
+    """A request a dialect cannot serve as written (a bad role, a schema it cannot follow): a 400 in the caller's
+    own shape. `code` says which rule it broke."""
+
+    code = "invalid_request"
+    http_status = 400
+
+    def __init__(self, message: str, *, code: str = "invalid_request") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Refused(BlazarError):
+    """A request refused before any token, as a decision: `reason` (its stable code), `retry_after_s` where waiting
+    helps, and the `observations` the decision relied on (recorded with `request.rejected`)."""
+
+    code = "refused"
+    http_status = 503
+
+    def __init__(self, message: str, *, reason: str | None = None, http_status: int | None = None,
+                 retry_after_s: float | None = None, observations: dict[str, Any] | None = None,
+                 error_type: str | None = None) -> None:
+        super().__init__(message)
+        if reason is not None:
+            self.code = reason
+        if http_status is not None:
+            self.http_status = http_status
+        if error_type is not None:
+            self.error_type = error_type
+        self.retry_after_s = retry_after_s
+        self.observations = dict(observations or {})
+
+    @property
+    def reason(self) -> str:
+        return self.code
+
+
+class AdmissionRefused(Refused):
+    """Admission said no: the queue is full, the wait ran out, or the global cap is reached."""
+
+
+class QueueFull(AdmissionRefused):
+    code = "queue_full"
+    http_status = 429
+
+
+class QueueTimeout(AdmissionRefused):
+    code = "queue_timeout"
+    http_status = 503
+
+
+class GlobalCap(AdmissionRefused):
+    code = "global_cap"
+    http_status = 429
+
+
+class LimitExceeded(Refused):
+    """A key's rpm, tpm, daily tokens or concurrency: `limit` is which, `value` its setting."""
+
+    code = "rate_limit_exceeded"
+    http_status = 429
+
+    def __init__(self, message: str, *, limit: str, value: int, retry_after_s: float) -> None:
+        super().__init__(message, retry_after_s=retry_after_s, observations={"limit": limit, "value": value})
+        self.limit = limit
+        self.value = value
+
+
+class AuthRefused(Refused):
+    """No key, a wrong key (401), or a key without the right (403)."""
+
+    code = "invalid_api_key"
+    http_status = 401
+    error_type = "authentication_error"
+
+
+class Unauthenticated(AuthRefused):
+    code = "invalid_api_key"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.headers = {"WWW-Authenticate": "Bearer"}
+
+
+class Forbidden(AuthRefused):
+    code = "admin_key_required"
+    http_status = 403
+    error_type = "permission_error"
+
+
+class EdgeRefused(Refused):
+    """The edge's guard: a Host not allowed, a foreign Origin (403), a body that is not JSON (415)."""
+
+    def __init__(self, message: str, *, status: int, code: str) -> None:
+        super().__init__(message, reason=code, http_status=status,
+                         error_type="permission_error" if status == 403 else "invalid_request_error")

@@ -17,7 +17,7 @@ from typing import Any
 
 from gguf.constants import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType
 
-from blazar.errors import ModelFileError
+from blazar.errors import ModelFileError, ShortRead
 
 SUPPORTED_VERSIONS = (2, 3)  # version 1 used 32-bit counts and predates every model we can serve
 GGML_MAX_DIMS = 4
@@ -77,12 +77,6 @@ class GGUFHeader:
         object.__setattr__(self, "data_end", self.data_offset + end)
 
 
-class ShortRead(Exception):
-    """The bytes ended inside the header; `needed` is a lower bound on how many the header takes."""
-
-    def __init__(self, needed: int) -> None:
-        super().__init__(needed)
-        self.needed = needed
 
 
 class _Cursor:

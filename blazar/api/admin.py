@@ -20,6 +20,8 @@ from blazar.queries.ps import open_circuits
 
 # What of an instance only an admin principal sees: where its engine listens and how it was started.
 ENGINE_ONLY = frozenset({"port", "base_url", "argv"})
+# What of an instance never leaves: the engine's key, and what it calls the model (a file path without --alias).
+PRIVATE = frozenset({"api_key", "served_as"})
 
 
 class _Body(BaseModel):
@@ -74,7 +76,7 @@ class LoadResource:
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         body: LoadBody = await _body(req, LoadBody)
         inst = await self.supervisor.load(body.model, keep_alive=body.keep_alive_s(), pinned=body.pin, ctx=body.ctx)
-        resp.media = {k: v for k, v in asdict(inst).items() if k != "api_key"}  # the engine's key never leaves
+        resp.media = {k: v for k, v in asdict(inst).items() if k not in PRIVATE}
 
 
 class StopResource:

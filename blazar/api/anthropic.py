@@ -13,11 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.api.context import trace_id_of
-from blazar.api.proxy import Plan, Proxy, read_json
+from blazar.api.proxy import Proxy, read_json
 from blazar.dialects import anthropic as dialect
 from blazar.dialects.schema import check_tools
-from blazar.errors import BlazarError, http_status
-from blazar.handlers.gateway import Gateway, Rejected
+from blazar.errors import Refused
+from blazar.handlers.gateway import Gateway
+from blazar.handlers.plan import Plan
 
 
 class CountBody(BaseModel):
@@ -34,7 +35,7 @@ class Messages(Proxy):
         body = dialect.to_openai(data)
         check_tools(body.get("tools"))
         model = data["model"]
-        return Plan(model=model, path="/v1/chat/completions", body=body, stream=bool(body.get("stream")),
+        return Plan(model=model, engine_path="/v1/chat/completions", body=body, stream=bool(body.get("stream")),
                     max_tokens=body.get("max_tokens"),
                     stream_as=lambda call: dialect.MessagesStream(model),
                     reply=lambda answer, call: dialect.from_openai(answer, model))
@@ -51,14 +52,10 @@ class CountTokens:
         CountBody.model_validate(data)
         body = dialect.to_openai({"max_tokens": 1, **data})
         gw = self.gateway
-        try:
-            inst = await gw.supervisor.ensure(gw.supervisor.resolve(body["model"]))
-        except BlazarError as e:
-            status, code = http_status(e)
-            raise Rejected(e.message, status=status, code=code) from None
+        inst = await gw.supervisor.ensure(gw.supervisor.resolve(body["model"]))  # its errors render as they are
         n = await gw.client.count_tokens(inst.base_url, "/v1/chat/completions", body, api_key=inst.api_key)
         if n is None:
-            raise Rejected("the engine could not count this prompt's tokens", status=502, code="engine_error")
+            raise Refused("the engine could not count this prompt's tokens", reason="engine_error", http_status=502)
         resp.set_header("x-blazar-trace-id", trace_id_of(req))
         resp.media = {"input_tokens": n}
 

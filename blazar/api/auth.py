@@ -4,7 +4,7 @@ never SQLite), refuses what it may not do (401, 403), and leaves `req.context.pr
 limits, actor). Auth is on as soon as one key is not revoked; until then every request passes as before. Open even
 then: /health, /openapi.json and CORS preflights (OPTIONS).
 
-    AuthError (BlazarError)   rendered in the route's dialect by blazar/api/errors.py
+    AuthRefused (blazar/errors.py)   rendered in the route's dialect by blazar/api/errors.py
     ├── Unauthenticated  401  no secret, an unknown or wrong one, a revoked or expired key (WWW-Authenticate: Bearer)
     └── Forbidden        403  a key that is not --admin on an admin route
 """
@@ -18,7 +18,7 @@ from typing import Any
 import falcon.asgi
 
 from blazar.clock import Clock
-from blazar.errors import BlazarError
+from blazar.errors import Forbidden, Unauthenticated
 from blazar.handlers.keys import digest, prefix_of
 from blazar.handlers.principal import Principal
 from blazar.projections.base import State
@@ -29,27 +29,10 @@ ADMIN_ROUTES = frozenset({"/api/pull", "/api/delete", "/api/copy", "/api/create"
 OPEN_ROUTES = frozenset({"/health", "/openapi.json"})
 
 
-class AuthError(BlazarError):
-    status = 401
-    error_type = "authentication_error"
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.headers: dict[str, str] = {}
 
 
-class Unauthenticated(AuthError):
-    code = "invalid_api_key"
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.headers = {"WWW-Authenticate": "Bearer"}
 
 
-class Forbidden(AuthError):
-    status = 403
-    code = "admin_key_required"
-    error_type = "permission_error"
 
 
 def admin_route(path: str) -> bool:
@@ -102,7 +85,7 @@ class Authenticator:
         return Principal(actor=f"key:{key['name']}", admin=bool(key["admin"]), key=key)
 
     def check(self, method: str, path: str, secret: str | None) -> Principal | None:
-        """The principal a request runs as (None: auth is off or the route is open); raises AuthError."""
+        """The principal a request runs as (None: auth is off or the route is open); raises AuthRefused."""
         if method == "OPTIONS" or path in OPEN_ROUTES or not self.on():
             return None
         principal = self.principal(secret)

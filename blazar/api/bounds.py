@@ -10,6 +10,8 @@ from typing import Any
 import falcon
 import orjson
 
+from blazar.errors import DialectError
+
 MAX_JSON_DEPTH = 64
 MAX_NAME_CHARS = 256
 SHOWN_CHARS = 64
@@ -23,21 +25,14 @@ def shown(value: str) -> str:
     return repr(text)
 
 
-class BadName(falcon.HTTPBadRequest):
-    """A 400 (invalid_model_name, invalid_request) raised before the request is recorded."""
-
-    def __init__(self, description: str, *, code: str) -> None:
-        super().__init__(description=description)
-        self.blazar_code = code
-
 
 def check_name(value: Any, what: str = "model") -> str:
     """A name a request uses: a string of 1..256 characters with no control characters or whitespace."""
     if not isinstance(value, str):
-        raise BadName(f"{what}: a string is expected", code="invalid_request")
+        raise DialectError(f"{what}: a string is expected", code="invalid_request")
     if not _NAME_OK.fullmatch(value):
-        raise BadName(f"invalid {what} name {shown(value)}: at most {MAX_NAME_CHARS} characters, with no spaces or "
-                      "control characters", code="invalid_model_name" if what == "model" else "invalid_request")
+        raise DialectError(f"invalid {what} name {shown(value)}: at most {MAX_NAME_CHARS} characters, with no spaces "
+                           "or control characters", code="invalid_model_name" if what == "model" else "invalid_request")
     return value
 
 

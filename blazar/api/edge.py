@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import falcon.asgi
 
-from blazar.errors import BlazarError
+from blazar.errors import EdgeRefused
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 # Methods that change state or run a model: their bodies must be JSON.
@@ -29,12 +29,6 @@ EXPOSE_HEADERS = "x-blazar-trace-id, x-blazar-queue-position, retry-after"
 PREFLIGHT_MAX_AGE_S = 600
 
 
-class EdgeRefused(BlazarError):
-    def __init__(self, message: str, *, status: int, code: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.error_type = "permission_error" if status == 403 else "invalid_request_error"
 
 
 def is_loopback(host: str) -> bool:

@@ -18,10 +18,10 @@ Resources raise (BlazarError, pydantic's ValidationError, falcon's HTTPError); t
     503     no_engine              NoEngine
     503     engine_incompatible    EngineIncompatible (the active engine lacks a flag the plan needs)
     503     engine_error           any other EngineError (the engine cannot be started)
-    4xx/5xx the refusal's code        a gateway refusal or admission decision (Rejected, AdmissionError): its own
+    4xx/5xx the refusal's code        a refusal (blazar/errors.py Refused: the gateway's, admission's, a key's): its own
                                    status and code, Retry-After when waiting helps (429 queue_full, 503
                                    queue_timeout, 400 context_length_exceeded, ...)
-    500     internal_error         any other BlazarError (with its message), or an unexpected exception
+    500     its own code           any other BlazarError (log_error, ...); internal_error for an unexpected exception
 """
 
 from __future__ import annotations
@@ -35,15 +35,12 @@ import falcon
 import falcon.asgi
 from pydantic import ValidationError
 
-from blazar.errors import BlazarError, http_status
+from blazar.errors import BlazarError
 
 log = logging.getLogger("blazar.api")
 
 def status_and_code(exc: BlazarError) -> tuple[int, str]:
-    status = getattr(exc, "status", None)
-    if isinstance(status, int):  # a gateway refusal or an admission decision: it carries its own status and code
-        return status, str(getattr(exc, "reason", None) or exc.code)
-    return http_status(exc)
+    return exc.http_status, exc.code
 
 
 def body(message: str, *, status: int, code: str, param: str | None = None, kind: str | None = None
@@ -86,11 +83,10 @@ def _render(resp: falcon.asgi.Response, status: int, payload: dict[str, Any],
 
 async def _blazar_error(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: BlazarError, params: Any) -> None:
     status, code = status_and_code(ex)
-    _render(resp, status, body(ex.message, status=status, code=code, kind=getattr(ex, "error_type", None)), req)
-    retry = getattr(ex, "retry_after_s", None)
-    if retry is not None:
-        resp.set_header("Retry-After", str(max(1, math.ceil(retry))))
-    for name, value in (getattr(ex, "headers", None) or {}).items():  # an auth refusal's WWW-Authenticate
+    _render(resp, status, body(ex.message, status=status, code=code, kind=ex.error_type), req)
+    if ex.retry_after_s is not None:
+        resp.set_header("Retry-After", str(max(1, math.ceil(ex.retry_after_s))))
+    for name, value in ex.headers.items():  # an auth refusal's WWW-Authenticate
         resp.set_header(name, value)
 
 
@@ -112,8 +108,7 @@ async def _http_error(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: 
         message = "the request body is not valid JSON" if isinstance(ex, falcon.MediaMalformedError) \
             else "the request body is empty: a JSON object is expected"
     else:
-        # A bound's own code (invalid_model_name), else the status's: not_found, method_not_allowed, ...
-        code = getattr(ex, "blazar_code", None) or HTTPStatus(status).phrase.lower().replace(" ", "_")
+        code = HTTPStatus(status).phrase.lower().replace(" ", "_")  # not_found, method_not_allowed, ...
         message = ex.description or ex.title or HTTPStatus(status).phrase
     _render(resp, status, body(message, status=status, code=code), req)
     for name, value in (ex.headers or {}).items():

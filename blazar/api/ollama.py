@@ -13,12 +13,13 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 import blazar
-from blazar.api.admin import SupervisorPort
+from blazar.api import bounds
 from blazar.api.auth import principal_of
 from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.context import Blazar
-from blazar.errors import BlazarError, http_status
+from blazar.errors import BlazarError, DialectError, ModelNotFound
 from blazar.handlers.models import alias_model, remove_model, unalias_model
+from blazar.handlers.ports import SupervisorPort
 from blazar.projections.catalog import find
 
 # What Ollama answers for a model kept loaded forever: a time far past any real expiry.
@@ -26,11 +27,6 @@ FOREVER = "2318-01-01T00:00:00Z"
 
 _Body = TypeVar("_Body", bound=BaseModel)
 
-
-class _Error(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status, self.message = status, message
 
 
 class ModelBody(BaseModel):
@@ -68,24 +64,22 @@ def details(entry: dict) -> dict[str, Any]:
 async def _body(req: falcon.asgi.Request, model: type[_Body]) -> _Body:
     raw = await req.stream.read()
     try:
-        data = orjson.loads(raw)
+        data = bounds.loads(raw)  # the nesting bound, as on every route
     except orjson.JSONDecodeError:
-        raise _Error(400, "invalid JSON body") from None
+        raise DialectError("invalid JSON body", code="invalid_json") from None
     try:
         return model.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
-        raise _Error(400, f"{where}: {first['msg']}") from None
+        raise DialectError(f"{where}: {first['msg']}") from None
 
 
 async def _guard(resp: falcon.asgi.Response, coro: Any) -> None:
     try:
         await coro
-    except _Error as e:
-        resp.status, resp.media = e.status, {"error": e.message}
     except BlazarError as e:
-        resp.status, resp.media = http_status(e)[0], {"error": str(e)}
+        resp.status, resp.media = e.http_status, {"error": e.message}
 
 
 class Root:
@@ -155,7 +149,7 @@ class Show:
         entry = find(self.app.runner.state("catalog"), body.model)
         p = principal_of(req)  # a model outside the key's scope is not shown, as if it did not exist
         if entry is None or (p is not None and not p.allows(body.model, entry["name"])):
-            raise _Error(404, f"model '{body.model}' not found")
+            raise ModelNotFound(f"model '{body.model}' not found")
         md = entry.get("metadata") or {}
         arch = md.get("architecture") or ""
         info: dict[str, Any] = {"general.architecture": arch,
@@ -196,7 +190,7 @@ class Delete:
                 resp.status = 200
                 return
         if find(catalog, body.model) is None:
-            raise _Error(404, f"model '{body.model}' not found")
+            raise ModelNotFound(f"model '{body.model}' not found")
         await remove_model(self.app, body.model)
         resp.status = 200
 
@@ -212,7 +206,7 @@ class Copy:
         body = await _body(req, CopyBody)
         await self.app.runner.catch_up()
         if find(self.app.runner.state("catalog"), body.source) is None:
-            raise _Error(404, f"model '{body.source}' not found")
+            raise ModelNotFound(f"model '{body.source}' not found")
         await alias_model(self.app, body.destination, body.source)
         resp.status = 200
 

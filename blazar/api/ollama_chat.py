@@ -11,11 +11,12 @@ from typing import Any
 
 import falcon.asgi
 
-from blazar.api.proxy import Plan, Proxy
+from blazar.api.proxy import Proxy
 from blazar.dialects import ollama as dialect
 from blazar.dialects.schema import check_schema, check_tools
 from blazar.errors import ModelNotLoaded
 from blazar.handlers.gateway import Gateway
+from blazar.handlers.plan import Plan
 
 
 class _Generation(Proxy):
@@ -33,7 +34,7 @@ class _Generation(Proxy):
             check_schema(data["format"], "format")
         check_tools(cp.engine_body.get("tools"))
         stream_class, answer = self.stream_class, self.answer
-        return Plan(model=cp.model, path=cp.engine_path, body=cp.engine_body, stream=cp.stream,
+        return Plan(model=cp.model, engine_path=cp.engine_path, body=cp.engine_body, stream=cp.stream,
                     max_tokens=cp.max_tokens, ctx=cp.ctx, keep_alive=cp.keep_alive,
                     stream_as=lambda call: stream_class(cp.model, call),
                     reply=lambda reply, call: answer(reply, cp.model, call),
@@ -42,12 +43,12 @@ class _Generation(Proxy):
     async def load_or_unload(self, cp: dialect.ChatPlan) -> dict[str, Any]:
         """An empty request: load the model (with its keep_alive and num_ctx), or unload it for keep_alive 0."""
         sup = self.gateway.supervisor
-        name = sup.resolve(cp.model)
+        model = sup.resolve(cp.model)
         if cp.keep_alive == 0:
             with contextlib.suppress(ModelNotLoaded):  # unloading what is not loaded is done already
-                await sup.stop(name)
+                await sup.stop(model.name)
             return dialect.done_without_engine(cp.model, "unload", chat=self.chat)
-        await sup.ensure(name, ctx=cp.ctx, keep_alive=cp.keep_alive, reason="request")
+        await sup.ensure(model, ctx=cp.ctx, keep_alive=cp.keep_alive, reason="request")
         return dialect.done_without_engine(cp.model, "load", chat=self.chat)
 
 
@@ -76,7 +77,7 @@ class Embed(Proxy):
         model, body, keep_alive, _ = dialect.embed_request(data)
         dims = body.pop("dimensions", None)
         empty = body["input"] in ("", [])  # nothing to embed: Ollama answers at once (and loads nothing)
-        return Plan(model=model, path="/v1/embeddings", body=body, stream=False, keep_alive=keep_alive,
+        return Plan(model=model, engine_path="/v1/embeddings", body=body, stream=False, keep_alive=keep_alive,
                     embeddings=True, reply=lambda answer, call: dialect.embed_reply(answer, model, call, dims),
                     instead=(lambda: _answer({"model": model, "embeddings": []})) if empty else None)
 
@@ -86,7 +87,7 @@ class Embeddings(Proxy):
 
     def plan(self, data: dict[str, Any]) -> Plan:
         model, body, keep_alive = dialect.embeddings_request(data)
-        return Plan(model=model, path="/v1/embeddings", body=body, stream=False, keep_alive=keep_alive,
+        return Plan(model=model, engine_path="/v1/embeddings", body=body, stream=False, keep_alive=keep_alive,
                     embeddings=True, reply=lambda answer, call: dialect.embeddings_reply(answer),
                     instead=(lambda: _answer({"embedding": []})) if body["input"] == "" else None)
 

@@ -21,10 +21,10 @@ import falcon.asgi
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
 from blazar.api.bounds import MAX_NAME_CHARS
-from blazar.api.ollama import _body, _Error
+from blazar.api.ollama import _body
 from blazar.context import Blazar
 from blazar.dialects.stream import ndjson
-from blazar.errors import BlazarError, InvalidModelName, http_status
+from blazar.errors import BlazarError, DialectError, InvalidModelName
 from blazar.handlers.models import check_name
 from blazar.handlers.pull import PullResult, pull
 from blazar.handlers.pull_target import parse_target
@@ -48,7 +48,7 @@ class PullBody(BaseModel):
 
 
 def _status(exc: BaseException) -> int:
-    return http_status(exc)[0] if isinstance(exc, BlazarError) else 500
+    return exc.http_status if isinstance(exc, BlazarError) else 500
 
 
 def _message(exc: BaseException) -> str:
@@ -108,13 +108,10 @@ class Pull:
             body = await _body(req, PullBody)
             target = body.model or body.name
             if not target:
-                raise _Error(400, "model: field required")
+                raise DialectError("model: field required")
             name = check_name(parse_target(target).default_name())  # a malformed name: 400 before anything starts
-        except _Error as e:
-            resp.status, resp.media = e.status, {"error": e.message}
-            return
-        except InvalidModelName as e:
-            resp.status, resp.media = 400, {"error": e.message}
+        except (DialectError, InvalidModelName) as e:
+            resp.status, resp.media = e.http_status, {"error": e.message}
             return
         run = _Run(self.app, target, name)
         if body.stream is False:

@@ -15,10 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 from blazar.api.auth import principal_of
 from blazar.api.bounds import MAX_NAME_CHARS
-from blazar.api.proxy import Plan, Proxy
+from blazar.api.proxy import Proxy
 from blazar.context import Blazar
 from blazar.dialects.schema import check_response_format, check_tools
-from blazar.handlers.gateway import Gateway, Rejected
+from blazar.errors import Refused
+from blazar.handlers.gateway import Gateway
+from blazar.handlers.plan import Plan
 from blazar.projections.catalog import find
 
 
@@ -71,7 +73,7 @@ class ChatCompletions(Proxy):
         check_tools(data.get("tools"))
         # A forced tool choice is rewritten (blazar/dialects/tools.py), so that body goes as a new one.
         forcing = data.get("tools") and data.get("tool_choice") not in (None, "auto", "none")
-        return Plan(model=body.model, path="/v1/chat/completions", body=dict(data) if forcing else None,
+        return Plan(model=body.model, engine_path="/v1/chat/completions", body=dict(data) if forcing else None,
                     stream=body.stream, max_tokens=body.max_completion_tokens or body.max_tokens)
 
 
@@ -79,20 +81,20 @@ class Completions(Proxy):
     def plan(self, data: dict[str, Any]) -> Plan:
         body = CompletionBody.model_validate(data)
         check_response_format(data.get("response_format"))
-        return Plan(model=body.model, path="/v1/completions", body=None, stream=body.stream,
+        return Plan(model=body.model, engine_path="/v1/completions", body=None, stream=body.stream,
                     max_tokens=body.max_tokens)
 
 
 class Embeddings(Proxy):
     def plan(self, data: dict[str, Any]) -> Plan:
         body = EmbeddingBody.model_validate(data)
-        return Plan(model=body.model, path="/v1/embeddings", body=None, stream=False, embeddings=True)
+        return Plan(model=body.model, engine_path="/v1/embeddings", body=None, stream=False, embeddings=True)
 
 
 class Responses(Proxy):
     def plan(self, data: dict[str, Any]) -> Plan:
         body = ResponsesBody.model_validate(data)
-        return Plan(model=body.model, path="/v1/responses", body=None, stream=body.stream,
+        return Plan(model=body.model, engine_path="/v1/responses", body=None, stream=body.stream,
                     max_tokens=body.max_output_tokens)
 
 
@@ -116,7 +118,7 @@ class Model:
         m = find(self.app.runner.state("catalog"), model_id)
         p = principal_of(req)
         if m is None or (p is not None and not p.allows(model_id, m["name"])):
-            raise Rejected(f"The model '{model_id}' does not exist", status=404, code="model_not_found")
+            raise Refused(f"The model '{model_id}' does not exist", reason="model_not_found", http_status=404)
         resp.media = {"id": m["name"], "object": "model", "created": int(m.get("added_ts") or 0),
                       "owned_by": "blazar"}
 

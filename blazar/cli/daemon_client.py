@@ -23,16 +23,9 @@ from blazar.adapters.engines.process import log_tail
 from blazar.credentials import read_admin_token
 from blazar.daemon import DaemonInfo, read_daemon_file
 from blazar.errors import (
-    BlazarError,
-    CircuitOpen,
     DaemonRunning,
-    DoesNotFit,
-    EngineError,
-    InvalidModelName,
-    LoadFailed,
-    ModelNotFound,
-    ModelNotLoaded,
-    NoEngine,
+    DaemonUnavailable,
+    RemoteError,
 )
 from blazar.paths import Paths
 
@@ -41,36 +34,6 @@ HEALTH_TIMEOUT_S = 2.0
 # Stop waits for each engine's grace period; a load waits for the engine to turn healthy (load_timeout_s), and
 # possibly for evictions first: no read deadline there, Ctrl-C ends the wait.
 CALL_TIMEOUT_S = 60.0
-
-# The daemon's error codes (blazar/api/errors.py) as the CLI's exit codes: the same as the command would exit with
-# if it had run in this process.
-_EXIT_CODES = {
-    "model_not_found": ModelNotFound.exit_code,
-    "invalid_model_name": InvalidModelName.exit_code,
-    "model_not_loaded": ModelNotLoaded.exit_code,
-    "no_engine": NoEngine.exit_code,
-    "circuit_open": CircuitOpen.exit_code,
-    "load_failed": LoadFailed.exit_code,
-    "insufficient_memory": DoesNotFit.exit_code,
-    "model_pinned": DoesNotFit.exit_code,
-    "engine_incompatible": EngineError.exit_code,
-    "engine_error": EngineError.exit_code,
-}
-
-
-class DaemonUnavailable(BlazarError):
-    code = "daemon_unavailable"
-
-
-class RemoteError(BlazarError):
-    """The daemon answered with an error: `code` is its stable code (model_not_loaded, circuit_open, ...)."""
-
-    def __init__(self, message: str, *, code: str, status: int) -> None:
-        super().__init__(message)
-        self.code = code
-        self.status = status
-        self.exit_code = _EXIT_CODES.get(code, 1)
-
 
 def daemon_log(paths: Paths) -> Path:
     return paths.log / "daemon.log"

@@ -5,7 +5,7 @@ Each model has its own wait queue, ordered by (priority desc, arrival), so a fre
 it and nobody loses their place to a wake-up meant for another model. Queues are bounded, the wait has a timeout,
 and a refusal carries a Retry-After estimated from how long that model's requests hold a slot.
 
-    AdmissionError (BlazarError)   refused before any token: status, reason, retry_after_s, observations
+    AdmissionRefused (blazar/errors.py)   refused before any token: http_status, reason, retry_after_s, observations
     ├── QueueFull      429         the model's queue already holds `queue_depth` waiters
     ├── GlobalCap      429         the global cap is reached and the requests waiting only for it fill its queue
     └── QueueTimeout   503         no slot within `wait_timeout_s`; the waiter has left the queue
@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from blazar.errors import BlazarError
+from blazar.errors import AdmissionRefused, GlobalCap, QueueFull, QueueTimeout
 
 # Weight of the newest hold time in the per-model average: recent enough to follow a change of workload, smooth
 # enough that one long stream does not swing Retry-After.
@@ -35,33 +35,12 @@ _PRIORITY_RANGE = 100
 _INTEGER = re.compile(r"[+-]?[0-9]{1,3}")
 
 
-class AdmissionError(BlazarError):
-    status: int = 503
-    reason: str = "admission"
-
-    def __init__(self, message: str, *, retry_after_s: float | None = None,
-                 observations: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-        self.observations = dict(observations or {})
 
 
-class QueueFull(AdmissionError):
-    code = "queue_full"
-    status = 429
-    reason = "queue_full"
 
 
-class QueueTimeout(AdmissionError):
-    code = "queue_timeout"
-    status = 503
-    reason = "queue_timeout"
 
 
-class GlobalCap(AdmissionError):
-    code = "global_cap"
-    status = 429
-    reason = "global_cap"
 
 
 def parse_priority(value: str | None) -> int:
@@ -171,7 +150,7 @@ class Admission:
         lane.waiters.remove(waiter)
         try:
             self._check_depth(key, lane, priority)  # a refused request takes no place
-        except AdmissionError:
+        except AdmissionRefused:
             waiter.future.cancel()
             raise
         bisect.insort(lane.waiters, waiter, key=lambda w: w.rank)

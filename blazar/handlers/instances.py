@@ -41,6 +41,7 @@ from blazar.events.instances import (
     InstanceLoadRefused,
     InstanceReady,
     InstanceStarted,
+    InstanceStarting,
     ModelCircuitOpened,
     ModelCircuitReset,
 )
@@ -52,8 +53,8 @@ from blazar.handlers.engines import ActiveEngine, active_engine
 from blazar.handlers.models import store_filename
 from blazar.handlers.placement import Resident, budget_devices, shortfall_bytes, try_plan
 from blazar.projections.calibration import correction_for
-from blazar.projections.catalog import find
-from blazar.projections.residency import circuit_open
+from blazar.projections.catalog import stored
+from blazar.projections.residency import circuit_open, recent_crashes
 from blazar.queries.ps import ps_rows
 
 log = logging.getLogger("blazar.supervisor")
@@ -80,10 +81,20 @@ class Instance:
     embeddings: bool = False  # started with the engine's embeddings endpoint on
     # The child's own secret (llama-server's --api-key-file): in memory and in a 0600 file, never in an event.
     api_key: str | None = field(default=None, repr=False)
+    served_as: str = ""  # what the engine writes in an answer's `model` (its --alias, else its file's path)
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """The store's model a request named, resolved once: its name, its file and its GGUF summary, as far as the argv."""
+
+    name: str
+    path: Path
+    metadata: ModelMetadata
 
 
 @dataclass
@@ -174,14 +185,15 @@ class Supervisor:
                    ctx: int | None = None) -> Instance:
         """Warm `model` (start it, or reuse a running instance that covers `ctx`), then apply keep_alive/pin."""
         await self.app.runner.catch_up()  # a command: see what the CLI recorded a moment ago (an import, a config)
-        inst = await self.ensure(model, ctx=ctx, keep_alive=keep_alive, pinned=pinned, reason="load")
+        inst = await self.ensure(self.resolve(model), ctx=ctx, keep_alive=keep_alive, pinned=pinned, reason="load")
         return inst
 
-    async def ensure(self, model: str, *, ctx: int | None = None, keep_alive: Any = UNSET, pinned: bool | None = None,
-                     reason: str = "request", embeddings: bool = False, route: Route | None = None) -> Instance:
+    async def ensure(self, model: ResolvedModel, *, ctx: int | None = None, keep_alive: Any = UNSET,
+                     pinned: bool | None = None, reason: str = "request", embeddings: bool = False,
+                     route: Route | None = None) -> Instance:
         """A ready instance of `model` whose context per slot covers `ctx` (and that serves embeddings when asked):
         reused, awaited, or started. `route`, when given, is filled with what it took (cold load, evictions)."""
-        name = self._resolve(model)
+        name = model.name
         started = self.app.clock.monotonic()
         while True:
             lv = self._ready_for(name, ctx, embeddings)
@@ -201,7 +213,7 @@ class Supervisor:
             await asyncio.shield(pending)
         # NOTE: the load runs in a task of its own: a caller that goes away (a client hanging up) never leaves a
         # half-started child or an unrecorded spawn behind; the load finishes and the next caller finds it ready.
-        task = asyncio.create_task(self._start(name, ctx=ctx, keep_alive=keep_alive, pinned=bool(pinned),
+        task = asyncio.create_task(self._start(model, ctx=ctx, keep_alive=keep_alive, pinned=bool(pinned),
                                                reason=reason, embeddings=embeddings, route=route),
                                    name=f"blazar-load-{name}")
         self._loading[name] = task
@@ -210,7 +222,7 @@ class Supervisor:
         return await asyncio.shield(task)
 
     async def stop(self, model: str) -> list[str]:
-        name = self._resolve(model, must_exist=False)
+        name = self._resolve(model)
         victims = [lv for lv in self._live.values() if lv.instance.model == name and lv.state != "stopping"]
         if not victims:
             raise ModelNotLoaded(f"{name} is not loaded (blazar ps lists what is)")
@@ -218,7 +230,7 @@ class Supervisor:
         return [lv.instance.instance_id for lv in victims]
 
     async def reset(self, model: str) -> bool:
-        return await reset_circuit(self.app, self._resolve(model, must_exist=False))
+        return await reset_circuit(self.app, self._resolve(model))
 
     @contextlib.asynccontextmanager
     async def lease(self, instance: Instance) -> AsyncIterator[Instance]:
@@ -236,17 +248,19 @@ class Supervisor:
 
     # -- the load path ----------------------------------------------------------------------------------------
 
-    def resolve(self, model: str) -> str:
-        """The store's name for `model` (exact, or `name` for `name:latest`); ModelNotFound names the fix."""
-        return self._resolve(model)
-
-    def _resolve(self, model: str, *, must_exist: bool = True) -> str:
-        entry = find(self.app.runner.state("catalog"), model)
-        if entry is None:
-            if not must_exist:
-                return model
+    def resolve(self, model: str) -> ResolvedModel:
+        """The store's model `model` names (exact, `name` for `name:latest`, or an alias); ModelNotFound names the
+        fix. Once per request: the record goes down to the argv."""
+        got = stored(self.app.runner.state("catalog"), model)
+        if got is None:
             raise ModelNotFound(f"no model named {model!r} in the store (blazar list shows them; blazar pull adds one)")
-        return str(entry["name"])
+        return ResolvedModel(name=got.name, path=self.app.paths.models / got.file,
+                             metadata=got.metadata.model_copy(update={"name": got.name}))
+
+    def _resolve(self, model: str) -> str:
+        """The store's name for `model`, or `model` itself (stop and reset act on names that may be gone)."""
+        got = stored(self.app.runner.state("catalog"), model)
+        return got.name if got is not None else model
 
     def _ready_for(self, name: str, ctx: int | None, embeddings: bool = False) -> _Live | None:
         for lv in self._live.values():
@@ -277,8 +291,22 @@ class Supervisor:
                                                    observations=observations or {}))
         return exc if isinstance(exc, EngineError) else exc(detail)
 
-    async def _start(self, name: str, *, ctx: int | None, keep_alive: Any, pinned: bool, reason: str,
+    async def _start(self, model: ResolvedModel, *, ctx: int | None, keep_alive: Any, pinned: bool, reason: str,
                      embeddings: bool = False, route: Route | None = None) -> Instance:
+        """Check, make room, record the intent, spawn, await ready: each step its own method."""
+        engine = await self._check(model.name)
+        settings = self.app.settings()
+        keep = keep_alive_seconds(settings.keep_alive) if keep_alive is UNSET else keep_alive
+        async with self._capacity:
+            await self._reshape(model.name, ctx, embeddings, route)
+            fit, free_observed = await self._place(model.name, model.metadata, ctx, settings, route)
+            lv = await self._launch(model, engine, fit, free_observed=free_observed, keep_alive_s=keep,
+                                    pinned=pinned, reason=reason, embeddings=embeddings)
+        return await self._await_ready(lv, route)
+
+    async def _check(self, name: str) -> ActiveEngine:
+        """Refuse (recorded) while the model's crash circuit is open or no engine is active; after a recent crash,
+        wait out the restart backoff."""
         app = self.app
         now = app.clock.now()
         settings = app.settings()
@@ -295,85 +323,107 @@ class Supervisor:
             engine = self._engine(app)
         except EngineError as e:
             raise await self._refuse(name, "no_engine", e.message, e) from None
-        crashes = residency.get("models", {}).get(name, {}).get("crashes", [])
-        delay = restart_delay(crashes, now, window_s=settings.crash_window_s)
+        delay = restart_delay(recent_crashes(residency, name), now, window_s=settings.crash_window_s)
         if delay > 0:
             log.info("%s crashed recently; waiting %.1f s before restarting it", name, delay)
             await asyncio.sleep(delay)
-        keep = keep_alive_seconds(settings.keep_alive) if keep_alive is UNSET else keep_alive
-        entry = find(app.runner.state("catalog"), name)
-        assert entry is not None
-        meta = ModelMetadata.model_validate(entry["metadata"]).model_copy(update={"name": name})
-        model_path = app.paths.models / entry["path"]
+        return engine
 
-        async with self._capacity:
-            # A smaller-context instance of this model gives way to the new shape (it is idle or it would be reused).
-            for lv in [lv for lv in self._live.values() if lv.instance.model == name and lv.state == "ready"]:
-                if lv.pinned:
-                    had = lv.instance.ctx_tokens
-                    want = (f"{ctx} were asked for" if ctx is not None and ctx > had
-                            else "this request needs the embeddings endpoint it was started without")
-                    raise await self._refuse(
-                        name, "no_room", f"{name} is pinned at {had} tokens per slot and {want}; unpin it "
-                        f"(blazar load {name} --unpin) or stop it first", ModelPinned,
-                        {"ctx_wanted": ctx, "ctx_had": had, "embeddings_wanted": embeddings,
-                         "pinned": lv.instance.instance_id})
-                if lv.in_flight == 0:
-                    await self._evict(lv, "reshape", for_model=name, route=route,
-                                      observations={"ctx_wanted": ctx, "ctx_had": lv.instance.ctx_tokens,
-                                                    "embeddings_wanted": embeddings})
-            fit, free_observed = await self._place(name, meta, ctx, settings, route)
-            instance_id = secrets.token_hex(6)
-            port = process.free_port()
-            log_path = app.paths.log / "instances" / f"{instance_id}.log"
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            # Slot saves (llama-server's /slots?action=save) land per model, so a later instance of it finds them.
-            slot_dir = app.paths.data_dir / "slots" / store_filename(name).removesuffix(".gguf")
-            slot_dir.mkdir(parents=True, exist_ok=True)
-            os.chmod(slot_dir, 0o700)  # slot dumps hold conversations: for the owner only, whatever made the dir
-            api_key, key_flags = engine_key(engine.caps, _keyfile(app, instance_id))
-            try:
-                argv = build_argv(engine.binary, model_path, fit, engine.caps, port=port,
-                                  threads=settings.engine_threads or None, load_mode=settings.load_mode,
-                                  slot_save_path=slot_dir if engine.caps.slot_save_path else None,
-                                  extra=[*key_flags, *(_embedding_flags(engine, meta) if embeddings else ())])
-            except EngineIncompatible as e:
-                _keyfile(app, instance_id).unlink(missing_ok=True)
-                raise await self._refuse(name, "engine_incompatible", e.message, e) from None
-            try:
-                proc = await process.spawn(argv, log_path=log_path)
-            except EngineError as e:
-                _keyfile(app, instance_id).unlink(missing_ok=True)
-                raise await self._refuse(name, "no_engine", e.message, e) from None
-            pidfile = _pidfile(app, instance_id)
-            pidfile.parent.mkdir(parents=True, exist_ok=True)
-            pidfile.write_text(f"{proc.pid} {port}\n")
-            (started,) = await app.record(InstanceStarted(
-                instance_id=instance_id, model=name, engine_tag=engine.tag, pid=proc.pid, port=port,
-                argv=redact_argv(argv),
-                log_path=str(log_path.relative_to(app.paths.log)), ctx_tokens=fit.ctx_per_slot,
-                engine_ctx=fit.engine_ctx, slots=fit.slots, cache_type_k=fit.cache_type_k,
-                cache_type_v=fit.cache_type_v, flash_attn=fit.flash_attn, gpu_layers=fit.gpu_layers,
-                planned_bytes=fit.total_bytes, estimate_bytes=fit.estimate_bytes, keep_alive_s=keep, pinned=pinned,
-                reason="load" if reason == "load" else "request", free_bytes_observed=free_observed))
-            inst = Instance(instance_id=instance_id, model=name, port=port, slots=fit.slots,
-                            ctx_tokens=fit.ctx_per_slot, engine_tag=engine.tag, embeddings=embeddings,
-                            api_key=api_key)
-            lv = _Live(instance=inst, proc=proc, plan=fit, log_path=log_path, started_seq=started.seq,
-                       started_mono=app.clock.monotonic(), keep_alive_s=keep, pinned=pinned)
-            self._live[instance_id] = lv
-        lv.watcher = asyncio.create_task(self._watch(lv), name=f"blazar-watch-{instance_id}")
+    async def _reshape(self, name: str, ctx: int | None, embeddings: bool, route: Route | None) -> None:
+        """A smaller-context instance of this model gives way to the new shape (it is idle, or it would have been
+        reused); a pinned one refuses the load instead."""
+        for lv in [lv for lv in self._live.values() if lv.instance.model == name and lv.state == "ready"]:
+            if lv.pinned:
+                had = lv.instance.ctx_tokens
+                want = (f"{ctx} were asked for" if ctx is not None and ctx > had
+                        else "this request needs the embeddings endpoint it was started without")
+                raise await self._refuse(
+                    name, "no_room", f"{name} is pinned at {had} tokens per slot and {want}; unpin it "
+                    f"(blazar load {name} --unpin) or stop it first", ModelPinned,
+                    {"ctx_wanted": ctx, "ctx_had": had, "embeddings_wanted": embeddings,
+                     "pinned": lv.instance.instance_id})
+            if lv.in_flight == 0:
+                await self._evict(lv, "reshape", for_model=name, route=route,
+                                  observations={"ctx_wanted": ctx, "ctx_had": lv.instance.ctx_tokens,
+                                                "embeddings_wanted": embeddings})
+
+    async def _launch(self, model: ResolvedModel, engine: ActiveEngine, fit: FitPlan, *, free_observed: int,
+                      keep_alive_s: float | None, pinned: bool, reason: str, embeddings: bool) -> _Live:
+        """Record the intent (`instance.starting`, with the argv and port), then spawn, then record the spawn
+        (`instance.started`, with the pid). A spawn that fails is recorded as the intent's exit."""
+        app, name = self.app, model.name
+        instance_id = secrets.token_hex(6)
+        port = process.free_port()
+        log_path = app.paths.log / "instances" / f"{instance_id}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        argv, api_key = await self._argv(model, engine, fit, instance_id=instance_id, port=port,
+                                         embeddings=embeddings)
+        facts = dict(instance_id=instance_id, model=name, engine_tag=engine.tag, port=port, argv=redact_argv(argv),
+                     log_path=str(log_path.relative_to(app.paths.log)), ctx_tokens=fit.ctx_per_slot,
+                     engine_ctx=fit.engine_ctx, slots=fit.slots, cache_type_k=fit.cache_type_k,
+                     cache_type_v=fit.cache_type_v, flash_attn=fit.flash_attn, gpu_layers=fit.gpu_layers,
+                     planned_bytes=fit.total_bytes, estimate_bytes=fit.estimate_bytes, keep_alive_s=keep_alive_s,
+                     pinned=pinned, reason="load" if reason == "load" else "request",
+                     free_bytes_observed=free_observed)
+        (intent,) = await app.record(InstanceStarting(**facts))
         try:
-            waited = await process.wait_healthy(proc, port, timeout_s=settings.load_timeout_s)
+            proc = await process.spawn(argv, log_path=log_path)
+        except EngineError as e:
+            _keyfile(app, instance_id).unlink(missing_ok=True)
+            await app.record(InstanceExited(instance_id=instance_id, model=name, reason="spawn_failed",
+                                            detail=e.message), cause=intent.seq)
+            raise
+        pidfile = _pidfile(app, instance_id)
+        pidfile.parent.mkdir(parents=True, exist_ok=True)
+        pidfile.write_text(f"{proc.pid} {port}\n")
+        (started,) = await app.record(InstanceStarted(pid=proc.pid, **facts), cause=intent.seq)
+        inst = Instance(instance_id=instance_id, model=name, port=port, slots=fit.slots, ctx_tokens=fit.ctx_per_slot,
+                        engine_tag=engine.tag, embeddings=embeddings, api_key=api_key,
+                        served_as=name if engine.caps.has("--alias") else str(model.path))
+        lv = _Live(instance=inst, proc=proc, plan=fit, log_path=log_path, started_seq=started.seq,
+                   started_mono=app.clock.monotonic(), keep_alive_s=keep_alive_s, pinned=pinned)
+        self._live[instance_id] = lv
+        lv.watcher = asyncio.create_task(self._watch(lv), name=f"blazar-watch-{instance_id}")
+        return lv
+
+    async def _argv(self, model: ResolvedModel, engine: ActiveEngine, fit: FitPlan, *, instance_id: str, port: int,
+                    embeddings: bool) -> tuple[list[str], str | None]:
+        """The child's argv and its own key (written 0600 beside its pid file). An engine that lacks a flag the plan
+        needs refuses the load (recorded)."""
+        app, name = self.app, model.name
+        settings = app.settings()
+        # Slot saves (llama-server's /slots?action=save) land per model, so a later instance of it finds them.
+        slot_dir = app.paths.data_dir / "slots" / store_filename(name).removesuffix(".gguf")
+        slot_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(slot_dir, 0o700)  # slot dumps hold conversations: for the owner only, whatever made the dir
+        api_key, key_flags = engine_key(engine.caps, _keyfile(app, instance_id))
+        try:
+            argv = build_argv(engine.binary, model.path, fit, engine.caps, port=port,
+                              threads=settings.engine_threads or None, load_mode=settings.load_mode,
+                              slot_save_path=slot_dir if engine.caps.slot_save_path else None,
+                              extra=[*key_flags, *_alias_flags(engine, name),
+                                     *(_embedding_flags(engine, model.metadata) if embeddings else ())])
+        except EngineIncompatible as e:
+            _keyfile(app, instance_id).unlink(missing_ok=True)
+            raise await self._refuse(name, "engine_incompatible", e.message, e) from None
+        return argv, api_key
+
+    async def _await_ready(self, lv: _Live, route: Route | None) -> Instance:
+        """Wait for /health; record ready (or the reason it never was)."""
+        app, inst = self.app, lv.instance
+        name, settings = inst.model, app.settings()
+        try:
+            waited = await process.wait_healthy(lv.proc, inst.port, timeout_s=settings.load_timeout_s)
         except process.LoadTimeout as e:
             await self._terminate(lv, "load_timeout", detail=f"not healthy after {e.waited_s:.1f} s")
             raise LoadFailed(f"{name} did not become ready within {settings.load_timeout_s:.0f} s (load_timeout_s); "
-                             f"the engine log: {log_path}") from None
+                             f"the engine log: {lv.log_path}") from None
         except process.ProcessExited:
+            assert lv.watcher is not None
             await lv.watcher  # the watcher records the exit (load_failed, or stopped when a user stopped it)
-            tail = process.log_tail(log_path, 5)
-            raise LoadFailed(f"{name} exited while loading (code {proc.returncode}): "
-                             + (" | ".join(tail) or "no output") + f"; the engine log: {log_path}") from None
+            tail = process.log_tail(lv.log_path, 5)
+            raise LoadFailed(f"{name} exited while loading (code {lv.proc.returncode}): "
+                             + (" | ".join(tail) or "no output") + f"; the engine log: {lv.log_path}") from None
         if lv.state == "stopping":
             raise LoadFailed(f"{name} was stopped while it loaded")
         lv.state = "ready"
@@ -381,12 +431,12 @@ class Supervisor:
         inst.load_ms = int(waited * 1000)
         if route is not None:
             route.cold, route.load_ms = True, inst.load_ms
-        await app.record(InstanceReady(instance_id=instance_id, model=name, load_ms=inst.load_ms),
-                     cause=lv.started_seq)
+        await app.record(InstanceReady(instance_id=inst.instance_id, model=name, load_ms=inst.load_ms),
+                         cause=lv.started_seq)
         if not lv.ready.done():
             lv.ready.set_result(inst)
         # The measurement reads the whole engine log and appends one more event: off the caller's path.
-        self._background(self._measure(lv), f"blazar-measure-{instance_id}")
+        self._background(self._measure(lv), f"blazar-measure-{inst.instance_id}")
         self._poke.set()
         return inst
 
@@ -598,6 +648,12 @@ def _embedding_flags(engine: ActiveEngine, meta: ModelMetadata) -> list[str]:
     if flags and not meta.pooling_type and engine.caps.has("--pooling"):
         flags += ["--pooling", "mean"]
     return flags
+
+
+def _alias_flags(engine: ActiveEngine, name: str) -> list[str]:
+    """The engine answers with the store's name in `model`, not its file's path (which would leak where the store
+    is); the gateway puts the client's own name there when it asked by another (`name:latest`, an alias)."""
+    return ["--alias", name] if engine.caps.has("--alias") else []
 
 
 def _keyfile(app: Blazar, instance_id: str) -> Path:

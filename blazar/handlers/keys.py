@@ -17,7 +17,7 @@ from typing import Any
 
 from blazar.context import Blazar
 from blazar.durations import parse_duration
-from blazar.errors import BlazarError
+from blazar.errors import KeyCommandError
 from blazar.events.base import Recorded
 from blazar.events.keys import KeyCreated, KeyLimitsChanged, KeyRevoked, KeyRotated
 
@@ -32,9 +32,6 @@ PATTERN_MAX = 256
 LIMITS = ("rpm", "tpm", "daily_tokens", "max_concurrent")
 
 
-class KeyCommandError(BlazarError):
-    code = "invalid_key_command"
-    exit_code = 2
 
 
 @dataclass(frozen=True)

@@ -14,20 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blazar.clock import Clock
-from blazar.errors import BlazarError
+from blazar.errors import LimitExceeded
 
 WINDOW_S = 60.0
 DAY_S = 86400.0
 
 
-class LimitExceeded(BlazarError):
-    code = "rate_limit_exceeded"
-
-    def __init__(self, message: str, *, limit: str, value: int, retry_after_s: float) -> None:
-        super().__init__(message)
-        self.limit = limit
-        self.value = value
-        self.retry_after_s = retry_after_s
 
 
 @dataclass(frozen=True, slots=True)

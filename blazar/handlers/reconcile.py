@@ -36,9 +36,12 @@ async def reconcile(app: Blazar) -> list[str]:
     instances = dict(app.runner.state("residency").get("instances", {}))
 
     async def settle(iid: str, inst: dict) -> str:
-        pid, port = int(inst["pid"]), int(inst["port"])
+        port = int(inst["port"])
         argv = inst.get("argv") or []
-        if process.pid_alive(pid) and _ours(pid, port, argv[0] if argv else None):
+        pid = inst["pid"] if inst["pid"] is not None else _pid_from_file(app, iid)
+        if pid is None:  # an intent whose spawn never happened (or never wrote its pid file)
+            reason, detail = "lost", "its start was recorded but no process was spawned before the daemon stopped"
+        elif process.pid_alive(pid) and _ours(pid, port, argv[0] if argv else None):
             await process.stop_pid(pid, grace_s=grace, expect_cmdline=f"--port {port}")
             reason, detail = "orphan_stopped", f"pid {pid} was still running with no supervisor; stopped"
         else:
@@ -81,6 +84,14 @@ async def _unrecorded_children(app: Blazar, grace: float) -> list[str]:
             out.append(iid)
         pidfile.unlink(missing_ok=True)
     return out
+
+
+def _pid_from_file(app: Blazar, iid: str) -> int | None:
+    """The pid a spawn wrote before its `instance.started` could be recorded, if it got that far."""
+    try:
+        return int((app.paths.run / "instances" / f"{iid}.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _prune_logs(app: Blazar) -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from blazar.events.base import Recorded
 from blazar.events.models import (
     ModelAliased,
     ModelAliasRemoved,
     ModelImported,
+    ModelMetadata,
     ModelPullCompleted,
     ModelPullFailed,
     ModelPullStarted,
@@ -66,3 +69,37 @@ def find(state: State, name: str) -> dict | None:
         if hit is not None:
             return hit
     return None
+
+
+@dataclass(frozen=True)
+class StoredModel:
+    """A model in the store, typed: what the request path and the supervisor read instead of the state's dicts."""
+
+    name: str
+    file: str  # relative to the store's models directory
+    sha256: str
+    bytes: int
+    metadata: ModelMetadata
+    seq: int
+
+
+# Validating a GGUF summary costs more than the lookup: once per imported version (its seq), not per request.
+_METADATA: dict[int, ModelMetadata] = {}
+_METADATA_KEEP = 512
+
+
+def stored(state: State, name: str) -> StoredModel | None:
+    """`find`, typed: the model `name` resolves to (exact, `:latest` or an alias), or None."""
+    entry = find(state, name)
+    if entry is None:
+        return None
+    seq = int(entry.get("seq") or 0)
+    meta = _METADATA.get(seq) if seq else None
+    if meta is None:
+        meta = ModelMetadata.model_validate(entry["metadata"])
+        if seq:
+            if len(_METADATA) >= _METADATA_KEEP:
+                _METADATA.clear()
+            _METADATA[seq] = meta
+    return StoredModel(name=str(entry["name"]), file=str(entry["path"]), sha256=str(entry.get("sha256") or ""),
+                       bytes=int(entry.get("bytes") or 0), metadata=meta, seq=seq)

@@ -5,6 +5,7 @@ supervisor's deciders (`handlers/decide.py`) read it; reconciliation at start-up
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from blazar.events.base import Recorded
@@ -15,6 +16,7 @@ from blazar.events.instances import (
     InstanceLoadRefused,
     InstanceReady,
     InstanceStarted,
+    InstanceStarting,
     ModelCircuitOpened,
     ModelCircuitReset,
 )
@@ -43,80 +45,107 @@ def _release_tag(state: State, tag: str) -> None:
         tags.pop(tag, None)
 
 
+def _starting(state: State, rec: Recorded, ev: InstanceStarting | InstanceStarted) -> None:
+    instances = state["instances"]
+    if isinstance(ev, InstanceStarted) and instances.get(ev.instance_id, {}).get("pid", 0) is None:
+        # The spawn after its recorded intent: the intent already counted the load and the engine tag.
+        instances[ev.instance_id].update(pid=ev.pid, spawned_seq=rec.seq)
+        return
+    old = instances.get(ev.instance_id)
+    if old is not None:  # an id is never reused; if one were, the tag count must stay exact
+        _release_tag(state, old["engine_tag"])
+    instances[ev.instance_id] = {
+        "instance_id": ev.instance_id, "model": ev.model, "engine_tag": ev.engine_tag,
+        "pid": ev.pid if isinstance(ev, InstanceStarted) else None,  # None: the intent, not spawned yet
+        "port": ev.port, "argv": list(ev.argv), "log_path": ev.log_path, "ctx_tokens": ev.ctx_tokens,
+        "engine_ctx": ev.engine_ctx, "slots": ev.slots, "cache_type_k": ev.cache_type_k,
+        "cache_type_v": ev.cache_type_v, "flash_attn": ev.flash_attn, "gpu_layers": ev.gpu_layers,
+        "planned_bytes": ev.planned_bytes, "estimate_bytes": ev.estimate_bytes, "measured_bytes": None,
+        "keep_alive_s": ev.keep_alive_s, "pinned": ev.pinned, "state": "starting",
+        "started_ts": rec.ts, "ready_ts": None, "load_ms": None, "started_seq": rec.seq, "eviction": None,
+    }
+    tags = state["engine_tags_in_use"]
+    tags[ev.engine_tag] = tags.get(ev.engine_tag, 0) + 1
+    _model(state, ev.model)["loads"] += 1
+
+
+def _ready(state: State, rec: Recorded, ev: InstanceReady) -> None:
+    inst = state["instances"].get(ev.instance_id)
+    if inst is not None:
+        inst["ready_ts"], inst["load_ms"] = rec.ts, ev.load_ms
+        # NOTE: an instance already chosen for eviction stays "stopping": the decision stands.
+        if inst["state"] == "starting":
+            inst["state"] = "ready"
+
+
+def _exited(state: State, rec: Recorded, ev: InstanceExited) -> None:
+    inst = state["instances"].pop(ev.instance_id, None)
+    if inst is not None:
+        _release_tag(state, inst["engine_tag"])
+    m = _model(state, ev.model)
+    m["last_exit"] = {"reason": ev.reason, "exit_code": ev.exit_code, "ts": rec.ts, "instance_id": ev.instance_id}
+    if ev.reason in CRASH_REASONS:
+        m["crashes"].append(rec.ts)
+        del m["crashes"][:-CRASHES_KEPT]
+
+
+def _evicted(state: State, rec: Recorded, ev: InstanceEvicted) -> None:
+    inst = state["instances"].get(ev.instance_id)
+    if inst is not None:
+        inst["state"] = "stopping"
+        inst["eviction"] = {"reason": ev.reason, "for_model": ev.for_model, "seq": rec.seq}
+    _model(state, ev.model)["evictions"] += 1
+
+
+def _keep_alive(state: State, rec: Recorded, ev: InstanceKeepAliveSet) -> None:
+    inst = state["instances"].get(ev.instance_id)
+    if inst is not None:
+        inst["keep_alive_s"], inst["pinned"] = ev.keep_alive_s, ev.pinned
+
+
+def _measured(state: State, rec: Recorded, ev: InstanceMemoryMeasured) -> None:
+    # Calibration also measures loads that are not instances (a smoke test, `blazar fit --measure`).
+    inst = state["instances"].get(ev.instance_id) if ev.instance_id is not None else None
+    if inst is not None:
+        inst["measured_bytes"] = ev.measured_bytes
+
+
+def _refused(state: State, rec: Recorded, ev: InstanceLoadRefused) -> None:
+    m = _model(state, ev.model)
+    m["refusals"] += 1
+    m["last_refusal"] = {"reason": ev.reason, "detail": ev.detail, "ts": rec.ts, "seq": rec.seq}
+
+
+def _circuit_opened(state: State, rec: Recorded, ev: ModelCircuitOpened) -> None:
+    _model(state, ev.model)["circuit"] = {"open_until": ev.open_until, "crashes": ev.crashes, "seq": rec.seq}
+
+
+def _circuit_reset(state: State, rec: Recorded, ev: ModelCircuitReset) -> None:
+    m = _model(state, ev.model)
+    m["circuit"] = None
+    # NOTE: a reset forgives the crashes too, else the next single crash would reopen the circuit at once.
+    m["crashes"] = []
+
+
+_APPLY: dict[type, Callable[[State, Recorded, Any], None]] = {
+    InstanceStarting: _starting, InstanceStarted: _starting, InstanceReady: _ready, InstanceExited: _exited,
+    InstanceEvicted: _evicted, InstanceKeepAliveSet: _keep_alive, InstanceMemoryMeasured: _measured,
+    InstanceLoadRefused: _refused, ModelCircuitOpened: _circuit_opened, ModelCircuitReset: _circuit_reset,
+}
+
+
 class ResidencyProjection(Projection):
     name = "residency"
-    version = 1
-    types = frozenset({
-        InstanceStarted.TYPE, InstanceReady.TYPE, InstanceExited.TYPE, InstanceEvicted.TYPE,
-        InstanceKeepAliveSet.TYPE, InstanceMemoryMeasured.TYPE, InstanceLoadRefused.TYPE,
-        ModelCircuitOpened.TYPE, ModelCircuitReset.TYPE,
-    })
+    version = 2  # 2: instance.starting (the intent before the spawn) opens an instance with no pid yet
+    types = frozenset(cls.TYPE for cls in _APPLY)
 
     def initial(self) -> State:
         return {"instances": {}, "models": {}, "engine_tags_in_use": {}}
 
     def apply(self, state: State, rec: Recorded) -> State:
-        ev = rec.event
-        instances: dict[str, dict[str, Any]] = state["instances"]
-        if isinstance(ev, InstanceStarted):
-            old = instances.get(ev.instance_id)
-            if old is not None:  # an id is never reused; if one were, the tag count must stay exact
-                _release_tag(state, old["engine_tag"])
-            instances[ev.instance_id] = {
-                "instance_id": ev.instance_id, "model": ev.model, "engine_tag": ev.engine_tag, "pid": ev.pid,
-                "port": ev.port, "argv": list(ev.argv), "log_path": ev.log_path, "ctx_tokens": ev.ctx_tokens,
-                "engine_ctx": ev.engine_ctx, "slots": ev.slots, "cache_type_k": ev.cache_type_k,
-                "cache_type_v": ev.cache_type_v, "flash_attn": ev.flash_attn, "gpu_layers": ev.gpu_layers,
-                "planned_bytes": ev.planned_bytes, "estimate_bytes": ev.estimate_bytes, "measured_bytes": None,
-                "keep_alive_s": ev.keep_alive_s, "pinned": ev.pinned, "state": "starting",
-                "started_ts": rec.ts, "ready_ts": None, "load_ms": None, "started_seq": rec.seq, "eviction": None,
-            }
-            tags = state["engine_tags_in_use"]
-            tags[ev.engine_tag] = tags.get(ev.engine_tag, 0) + 1
-            _model(state, ev.model)["loads"] += 1
-        elif isinstance(ev, InstanceReady):
-            inst = instances.get(ev.instance_id)
-            if inst is not None:
-                inst["ready_ts"], inst["load_ms"] = rec.ts, ev.load_ms
-                # NOTE: an instance already chosen for eviction stays "stopping": the decision stands.
-                if inst["state"] == "starting":
-                    inst["state"] = "ready"
-        elif isinstance(ev, InstanceExited):
-            inst = instances.pop(ev.instance_id, None)
-            if inst is not None:
-                _release_tag(state, inst["engine_tag"])
-            m = _model(state, ev.model)
-            m["last_exit"] = {"reason": ev.reason, "exit_code": ev.exit_code, "ts": rec.ts,
-                              "instance_id": ev.instance_id}
-            if ev.reason in CRASH_REASONS:
-                m["crashes"].append(rec.ts)
-                del m["crashes"][:-CRASHES_KEPT]
-        elif isinstance(ev, InstanceEvicted):
-            inst = instances.get(ev.instance_id)
-            if inst is not None:
-                inst["state"] = "stopping"
-                inst["eviction"] = {"reason": ev.reason, "for_model": ev.for_model, "seq": rec.seq}
-            _model(state, ev.model)["evictions"] += 1
-        elif isinstance(ev, InstanceKeepAliveSet):
-            inst = instances.get(ev.instance_id)
-            if inst is not None:
-                inst["keep_alive_s"], inst["pinned"] = ev.keep_alive_s, ev.pinned
-        elif isinstance(ev, InstanceMemoryMeasured):
-            # Calibration also measures loads that are not instances (a smoke test, `blazar fit --measure`).
-            inst = instances.get(ev.instance_id) if ev.instance_id is not None else None
-            if inst is not None:
-                inst["measured_bytes"] = ev.measured_bytes
-        elif isinstance(ev, InstanceLoadRefused):
-            m = _model(state, ev.model)
-            m["refusals"] += 1
-            m["last_refusal"] = {"reason": ev.reason, "detail": ev.detail, "ts": rec.ts, "seq": rec.seq}
-        elif isinstance(ev, ModelCircuitOpened):
-            _model(state, ev.model)["circuit"] = {"open_until": ev.open_until, "crashes": ev.crashes, "seq": rec.seq}
-        elif isinstance(ev, ModelCircuitReset):
-            m = _model(state, ev.model)
-            m["circuit"] = None
-            # NOTE: a reset forgives the crashes too, else the next single crash would reopen the circuit at once.
-            m["crashes"] = []
+        fold = _APPLY.get(type(rec.event))
+        if fold is not None:
+            fold(state, rec, rec.event)
         return state
 
 
@@ -134,6 +163,12 @@ def crashes_within(state: State, model: str, now: float, window_s: float) -> int
     """How many crash-like exits of `model` happened in the last `window_s` seconds before `now`."""
     m = state["models"].get(model)
     return 0 if m is None else sum(1 for ts in m["crashes"] if ts >= now - window_s)
+
+
+def recent_crashes(state: State, model: str) -> list[float]:
+    """When `model`'s crash-like exits happened (oldest first, at most CRASHES_KEPT)."""
+    m = state["models"].get(model)
+    return list(m["crashes"]) if m is not None else []
 
 
 def circuit_open(state: State, model: str, now: float) -> dict[str, Any] | None:

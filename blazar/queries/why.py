@@ -11,9 +11,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from blazar.errors import BlazarError
+from blazar.errors import TraceNotFound
 from blazar.events.base import Recorded
-from blazar.events.instances import InstanceEvicted, InstanceExited, InstanceReady, InstanceStarted
+from blazar.events.instances import (
+    InstanceEvicted,
+    InstanceExited,
+    InstanceReady,
+    InstanceStarted,
+    InstanceStarting,
+)
 from blazar.events.log import EventLog
 from blazar.events.requests import (
     RequestAdmitted,
@@ -30,7 +36,8 @@ from blazar.events.requests import (
 MIN_PREFIX = 8
 # Instance events this long after the request's last event still belong to its story (a crash is noticed late).
 GRACE_S = 5.0
-_INSTANCE_TYPES = (InstanceStarted.TYPE, InstanceReady.TYPE, InstanceEvicted.TYPE, InstanceExited.TYPE)
+_INSTANCE_TYPES = (InstanceStarting.TYPE, InstanceStarted.TYPE, InstanceReady.TYPE, InstanceEvicted.TYPE,
+                   InstanceExited.TYPE)
 
 REJECT_WORDS = {
     "queue_full": "queue full", "queue_timeout": "waited too long in the queue",
@@ -48,9 +55,6 @@ FAIL_WORDS = {
 }
 
 
-class TraceNotFound(BlazarError):
-    code = "trace_not_found"
-    exit_code = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +297,12 @@ def _started(s: _Story, ev: InstanceStarted) -> str:
             f"planned {fmt_bytes(ev.planned_bytes)})")
 
 
+def _starting(s: _Story, ev: InstanceStarting) -> str:
+    shape = f"{_plural(ev.slots, 'slot')} of {ev.ctx_tokens} ctx"
+    return (f"instance {ev.instance_id} of {ev.model} starting (port {ev.port}, {shape}, "
+            f"planned {fmt_bytes(ev.planned_bytes)})")
+
+
 def _ready(s: _Story, ev: InstanceReady) -> str:
     return f"instance {ev.instance_id} of {ev.model} ready after {fmt_ms(ev.load_ms)}"
 
@@ -317,7 +327,8 @@ def _exited(s: _Story, ev: InstanceExited) -> str:
 _TEXT: dict[type, Callable[[_Story, Any], str]] = {
     RequestReceived: _received, RequestQueued: _queued, RequestAdmitted: _admitted, RequestRejected: _rejected,
     RequestRouted: _routed, RequestFirstToken: _first, RequestCompleted: _completed, RequestFailed: _failed,
-    InstanceStarted: _started, InstanceReady: _ready, InstanceEvicted: _eviction, InstanceExited: _exited,
+    InstanceStarting: _starting, InstanceStarted: _started, InstanceReady: _ready, InstanceEvicted: _eviction,
+    InstanceExited: _exited,
 }
 
 

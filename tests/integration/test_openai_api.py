@@ -267,6 +267,26 @@ def test_why_explains_a_queued_request(daemon: Daemon) -> None:
     assert any(s["type"] == "request.queued" for s in data["steps"])
 
 
+@pytest.mark.parametrize("asked", [MODEL, "gpt-4o-mini"])  # the store's name, and an alias of it
+def test_every_answer_names_the_model_as_the_client_asked_never_a_path(daemon: Daemon, asked: str) -> None:
+    """LiteLLM and Ollama answer with the requested name; the engine alone would say its file's path. (The alias
+    comes from test_an_alias_resolves_to_its_model, above.)"""
+    client = daemon.client()
+    chat = client.chat.completions.create(model=asked, messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    assert chat.model == asked
+    chunks = list(client.chat.completions.create(model=asked, messages=[{"role": "user", "content": "Hi"}],
+                                                 max_tokens=3, stream=True))
+    assert chunks and {c.model for c in chunks} == {asked}
+    text = client.completions.create(model=asked, prompt="Hello", max_tokens=2)
+    assert text.model == asked
+    streamed = list(client.completions.create(model=asked, prompt="Hello", max_tokens=3, stream=True))
+    assert streamed and {c.model for c in streamed} == {asked}
+    with httpx2.Client(trust_env=False, timeout=60) as http:
+        raw = http.post(f"{daemon.base}/v1/chat/completions", json={
+            "model": asked, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "stream": True})
+    assert ".gguf" not in raw.text and str(daemon.home) not in raw.text
+
+
 def test_sigterm_drains_a_stream_in_flight_then_stops(daemon: Daemon) -> None:
     """Last in this module: it stops the daemon. A stream that started before SIGTERM runs to its end (within
     stop_grace_s, 10 s: 12 tokens take well under that even on a busy machine)."""
@@ -281,3 +301,4 @@ def test_sigterm_drains_a_stream_in_flight_then_stops(daemon: Daemon) -> None:
     body = b"".join(got)
     assert body.rstrip().endswith(b"data: [DONE]") and b'"finish_reason":"length"' in body
     assert daemon.proc.wait(timeout=60) == 0
+

@@ -75,7 +75,7 @@ async def test_load_ready_stop_records_each_step_and_the_child_serves(app: Blaza
     assert "--metrics" in argv and "--slots" in argv and "--slot-save-path" in argv
     assert started.event.planned_bytes > 0 and started.event.log_path.startswith("instances/")
     got = [r.type for r in await _read(app, stream=f"instance:{inst.instance_id}")]
-    assert got == ["instance.started", "instance.ready", "instance.exited"]
+    assert got == ["instance.starting", "instance.started", "instance.ready", "instance.exited"]
     exited = (await _read(app, types=["instance.exited"]))[-1]
     assert exited.event.reason == "stopped" and exited.event.log_tail
     measured = await _read(app, types=["instance.memory_measured"])
@@ -86,7 +86,7 @@ async def test_load_ready_stop_records_each_step_and_the_child_serves(app: Blaza
 
 async def test_a_second_load_reuses_the_ready_instance(app: Blazar, sup: Supervisor) -> None:
     a = await sup.load("gemma-a")
-    b = await sup.ensure("gemma-a")
+    b = await sup.ensure(sup.resolve("gemma-a"))
     assert a.instance_id == b.instance_id
     assert len(await _read(app, types=["instance.started"])) == 1
 
@@ -109,7 +109,7 @@ async def test_max_loaded_models_evicts_the_least_recently_used(app: Blazar, sup
     clock.advance(5)
     await sup.load("gemma-b")
     clock.advance(5)
-    await sup.ensure("gemma-a")  # a is used again: b is now the idlest
+    await sup.ensure(sup.resolve("gemma-a"))  # a is used again: b is now the idlest
     clock.advance(5)
     await sup.load("gemma-c")
     assert sorted(r["model"] for r in sup.ps()) == ["gemma-a", "gemma-c"]
@@ -153,7 +153,7 @@ async def test_a_sigkilled_child_is_recorded_as_crashed_and_restarted_on_next_ne
         await asyncio.sleep(0.05)
     exited = (await _read(app, types=["instance.exited"]))[-1]
     assert exited.event.reason == "crashed" and exited.event.exit_code == -signal.SIGKILL
-    again = await sup.ensure("gemma-a")
+    again = await sup.ensure(sup.resolve("gemma-a"))
     assert again.instance_id != inst.instance_id and sup.ps()[0]["state"] == "ready"
 
 

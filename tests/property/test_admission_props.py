@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from blazar.handlers.admission import Admission, AdmissionError, Ticket
+from blazar.errors import AdmissionRefused
+from blazar.handlers.admission import Admission, Ticket
 
 PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 KEYS = ("qwen", "gemma", "llama")
@@ -124,7 +125,7 @@ async def _request(world: World, r: Request, slots: int) -> Ticket | None:
 
     try:
         ticket = await world.adm.acquire(r.key, slots, priority=r.priority, on_queued=on_queued)
-    except AdmissionError:
+    except AdmissionRefused:
         r.gone = True
         return None
     if ticket.position_when_queued == 0:

@@ -21,9 +21,10 @@ from blazar.bootstrap import bootstrap
 from blazar.errors import EngineError, LoadFailed, ModelNotFound
 from blazar.handlers.admission import Admission
 from blazar.handlers.gateway import Gateway
-from blazar.handlers.instances import Instance
+from blazar.handlers.instances import Instance, ResolvedModel
 from blazar.paths import Paths
 from tests.support.asgi import LocalConductor
+from tests.support.resolved import resolved
 
 TERMINAL = {"request.completed", "request.failed", "request.rejected"}
 STEPS = ["none", "resolve", "ensure", "count_tokens", "hold", "open", "status", "mid_stream", "bad_json"]
@@ -45,11 +46,12 @@ class Faulty:
             raise FAULTS[self.kind](step)
 
     # -- supervisor
-    def resolve(self, model: str) -> str:
+    def resolve(self, model: str) -> ResolvedModel:
         self._maybe("resolve")
-        return model
+        return resolved(model)
 
-    async def ensure(self, name: str, **_: Any) -> Instance:
+    async def ensure(self, model: ResolvedModel, **_: Any) -> Instance:
+        name = model.name
         self._maybe("ensure")
         return Instance(instance_id="i1", model=name, port=1, slots=2, ctx_tokens=64, engine_tag="fake")
 

@@ -164,7 +164,7 @@ async def test_a_full_queue_refuses_with_429_and_retry_after_from_hold_times() -
     with pytest.raises(QueueFull) as caught:
         await refused(adm.acquire("qwen", 2))
     err = caught.value
-    assert (err.status, err.reason, err.code) == (429, "queue_full", "queue_full")
+    assert (err.http_status, err.reason, err.code) == (429, "queue_full", "queue_full")
     assert err.retry_after_s == 15.0  # ceil(10 s * (2 queued + 1) / 2 slots)
     assert (err.observations["queued"], err.observations["busy"], err.observations["slots"]) == (2, 2, 2)
     assert adm.depth("qwen") == 2  # the refused request took no place
@@ -187,7 +187,7 @@ async def test_waiting_past_the_timeout_raises_503_and_leaves_the_queue() -> Non
     with pytest.raises(QueueTimeout) as caught:
         await behind.admitted()
     err = caught.value
-    assert (err.status, err.reason) == (503, "queue_timeout")
+    assert (err.http_status, err.reason) == (503, "queue_timeout")
     assert err.observations["position_when_queued"] == 1
     assert err.retry_after_s is not None and err.retry_after_s >= 1
     assert adm.depth("qwen") == 0
@@ -332,7 +332,7 @@ async def test_the_global_cap_refuses_when_its_own_queue_is_full() -> None:
     with pytest.raises(GlobalCap) as caught:
         await refused(adm.acquire("llama", 1))
     err = caught.value
-    assert (err.status, err.reason) == (429, "global_cap")
+    assert (err.http_status, err.reason) == (429, "global_cap")
     assert err.retry_after_s is not None and err.retry_after_s >= 1
     assert err.observations["cap_queued"] == 1
     gemma.task.cancel()

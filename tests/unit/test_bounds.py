@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from blazar.api.bounds import MAX_JSON_DEPTH, check_name, depth, loads
 from blazar.api.openai import ChatBody
 from blazar.durations import MAX_DURATION_S, keep_alive_seconds, parse_duration
+from blazar.errors import DialectError
 
 
 def _nested(n: int) -> object:
@@ -33,9 +34,9 @@ def test_loads_refuses_deep_bodies_and_takes_the_rest() -> None:
 
 @pytest.mark.parametrize("name", ["nl\n", "a b", "x" * 257, "", "tab\t", "\x00"])
 def test_bad_request_names_are_refused_and_echoed_short(name: str) -> None:
-    with pytest.raises(falcon.HTTPBadRequest) as e:
+    with pytest.raises(DialectError) as e:
         check_name(name)
-    assert len(e.value.description or "") < 200
+    assert e.value.http_status == 400 and len(e.value.message) < 200
 
 
 @pytest.mark.parametrize("name", ["gemma3-270m", "acme/tiny-GGUF:Q4_K_M", "x" * 256, "qwen3:8b"])

@@ -142,7 +142,7 @@ def test_bad_input_raises_dialect_error_naming_the_field(bad: dict[str, Any], fi
     with pytest.raises(DialectError) as caught:
         to_openai(body(**bad))
     assert str(caught.value).startswith(field + ":")
-    assert caught.value.status == 400
+    assert caught.value.http_status == 400
 
 
 def test_server_tools_are_not_supported() -> None:

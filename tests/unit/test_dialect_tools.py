@@ -54,7 +54,7 @@ def test_a_named_function_asks_for_that_one() -> None:
 def test_bad_forcing_is_a_dialect_error(b: dict, words: str) -> None:
     with pytest.raises(DialectError) as e:
         force(b)
-    assert words in e.value.message and e.value.status == 400
+    assert words in e.value.message and e.value.http_status == 400
 
 
 def test_the_answer_becomes_a_tool_call() -> None:

@@ -16,8 +16,9 @@ from blazar.api.app import create_app
 from blazar.context import Blazar
 from blazar.handlers.admission import Admission
 from blazar.handlers.gateway import Gateway
-from blazar.handlers.instances import Instance
+from blazar.handlers.instances import Instance, ResolvedModel
 from tests.support.asgi import LocalConductor as ASGIConductor
+from tests.support.resolved import resolved
 
 CHILD_KEY = "eng_the_childs_own_key"
 CLIENT_HEADERS = {"Authorization": "Bearer sk-client-secret", "x-api-key": "sk-client-secret",
@@ -36,10 +37,11 @@ CHUNKS = [{"id": "c1", "object": "chat.completion.chunk", "model": "m", "created
 class Supervisor:
     """One warm instance with a tiny context (so the gateway asks the engine to count a prompt)."""
 
-    def resolve(self, model: str) -> str:
-        return model
+    def resolve(self, model: str) -> ResolvedModel:
+        return resolved(model)
 
-    async def ensure(self, name: str, **kw: Any) -> Instance:
+    async def ensure(self, model: ResolvedModel, **kw: Any) -> Instance:
+        name = model.name
         return Instance(instance_id="i1", model=name, port=1, slots=1, ctx_tokens=64, engine_tag="t",
                         api_key=CHILD_KEY)
 

@@ -118,7 +118,7 @@ def test_a_good_secret_gives_the_keys_principal_and_a_wrong_one_401() -> None:
     for bad in (None, wrong, "blz_nope", "sk-something", ""):
         with pytest.raises(Unauthenticated) as e:
             auth.check("POST", "/v1/chat/completions", bad or None)
-        assert e.value.headers == {"WWW-Authenticate": "Bearer"} and e.value.status == 401
+        assert e.value.headers == {"WWW-Authenticate": "Bearer"} and e.value.http_status == 401
 
 
 def test_health_and_preflights_stay_open_with_keys_on() -> None:
@@ -161,7 +161,7 @@ def test_admin_routes_need_an_admin_key(path: str) -> None:
     assert admin_route(path)
     with pytest.raises(Forbidden) as e:
         auth.check("POST", path, user)
-    assert e.value.status == 403
+    assert e.value.http_status == 403
     p = auth.check("POST", path, root)
     assert p is not None and p.admin
 

@@ -16,8 +16,9 @@ from blazar.context import Blazar
 from blazar.errors import ModelNotFound
 from blazar.handlers.admission import Admission
 from blazar.handlers.gateway import Gateway
-from blazar.handlers.instances import Instance
+from blazar.handlers.instances import Instance, ResolvedModel
 from tests.support.asgi import LocalConductor as ASGIConductor
+from tests.support.resolved import resolved
 
 CHUNK = {"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "Hi"}}]}
 ENGINE_ERROR = {"error": {"code": 500, "message": "the slot died", "type": "server_error"}}
@@ -28,12 +29,13 @@ class FakeSupervisor:
         self.held = 0
         self.ensured: list[dict[str, Any]] = []
 
-    def resolve(self, model: str) -> str:
+    def resolve(self, model: str) -> ResolvedModel:
         if model == "missing":
             raise ModelNotFound("model 'missing' not found")
-        return model
+        return resolved(model)
 
-    async def ensure(self, name: str, **kw: Any) -> Instance:
+    async def ensure(self, model: ResolvedModel, **kw: Any) -> Instance:
+        name = model.name
         self.ensured.append({"name": name, **kw})
         return Instance(instance_id="i1", model=name, port=1, slots=2, ctx_tokens=4096, engine_tag="t")
 

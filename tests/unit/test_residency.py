@@ -14,6 +14,7 @@ from blazar.events.instances import (
     InstanceLoadRefused,
     InstanceReady,
     InstanceStarted,
+    InstanceStarting,
     ModelCircuitOpened,
     ModelCircuitReset,
 )
@@ -265,3 +266,32 @@ async def test_runner_resumes_residency_from_a_checkpoint_to_the_same_state(log:
     await rebuilt.start(use_checkpoints=False)
     assert dump_state(resumed.state("residency")) == dump_state(rebuilt.state("residency"))
     assert set(rebuilt.state("residency")["instances"]) == {"i3"}
+
+
+def starting(iid: str, model: str = "qwen", tag: str = "b1") -> InstanceStarting:
+    fields = started(iid, model, tag).model_dump(exclude={"pid"})
+    return InstanceStarting(**fields)
+
+
+def test_the_intent_opens_the_instance_without_a_pid_and_the_spawn_fills_it_in() -> None:
+    state = fold(ResidencyProjection(), [rec(1, starting("a1"))])
+    inst = state["instances"]["a1"]
+    assert inst["pid"] is None and inst["state"] == "starting" and inst["planned_bytes"] == 500 * MiB
+    assert state["engine_tags_in_use"] == {"b1": 1} and state["models"]["qwen"]["loads"] == 1
+    state = fold(ResidencyProjection(), [rec(1, starting("a1")), rec(2, started("a1"))])
+    inst = state["instances"]["a1"]
+    assert inst["pid"] == 4242 and inst["started_seq"] == 1 and inst["spawned_seq"] == 2
+    # The spawn is the same load, on the same engine: counted once.
+    assert state["engine_tags_in_use"] == {"b1": 1} and state["models"]["qwen"]["loads"] == 1
+
+
+def test_an_intent_whose_spawn_failed_is_closed_by_its_exit_and_is_not_a_crash() -> None:
+    state = fold(ResidencyProjection(), [rec(1, starting("a1")), rec(2, exited("a1", "spawn_failed"))])
+    assert state["instances"] == {} and state["engine_tags_in_use"] == {}
+    assert state["models"]["qwen"]["crashes"] == []
+    assert state["models"]["qwen"]["last_exit"]["reason"] == "spawn_failed"
+
+
+def test_a_log_from_before_the_intent_event_still_folds_from_started_alone() -> None:
+    state = fold(ResidencyProjection(), [rec(1, started("a1"))])
+    assert state["instances"]["a1"]["pid"] == 4242 and state["models"]["qwen"]["loads"] == 1

@@ -11,7 +11,7 @@ from typing import Any
 import httpx2
 import orjson
 
-from blazar.errors import EngineError
+from blazar.errors import EngineUnreachable
 
 # No read deadline on a generation: a long answer streams for minutes. Connecting to a loopback child is instant or
 # the child is gone; a pool wait means every connection is busy, which admission already bounds.
@@ -29,8 +29,6 @@ def engine_headers(api_key: str | None) -> dict[str, str]:
     return headers
 
 
-class EngineUnreachable(EngineError):
-    code = "engine_unreachable"
 
 
 class EngineClient:

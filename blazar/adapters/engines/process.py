@@ -19,35 +19,17 @@ from pathlib import Path
 
 import httpx2
 
-from blazar.errors import EngineError
+from blazar.errors import EngineError, LoadTimeout, ProcessExited
+
+__all__ = ["LoadTimeout", "ProcessExited"]  # raised here; the classes live in the error tree
 
 # How long a process may take to disappear after SIGKILL before we say it will not (uninterruptible sleep).
 KILL_WAIT_S = 10.0
 _PROC = Path("/proc")
 
 
-class ProcessExited(EngineError):
-    """The engine exited while we waited for it to turn healthy."""
-
-    code = "engine_exited"
-
-    def __init__(self, exit_code: int | None, *, pid: int | None = None) -> None:
-        who = f"the engine (pid {pid})" if pid is not None else "the engine"
-        super().__init__(f"{who} {describe_exit(exit_code)} before it was healthy")
-        self.exit_code = exit_code
-        self.pid = pid
 
 
-class LoadTimeout(EngineError):
-    """The engine did not answer /health with 200 within the time allowed."""
-
-    code = "engine_load_timeout"
-
-    def __init__(self, waited_s: float, *, pid: int | None = None) -> None:
-        who = f"the engine (pid {pid})" if pid is not None else "the engine"
-        super().__init__(f"{who} was not healthy after {waited_s:.1f}s")
-        self.waited_s = waited_s
-        self.pid = pid
 
 
 def describe_exit(returncode: int | None) -> str:
@@ -116,7 +98,7 @@ async def wait_healthy(proc: asyncio.subprocess.Process, port: int, *, timeout_s
         try:
             while True:
                 if exited.done():
-                    raise ProcessExited(proc.returncode, pid=proc.pid)
+                    raise ProcessExited(proc.returncode, pid=proc.pid, detail=describe_exit(proc.returncode))
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     raise LoadTimeout(loop.time() - start, pid=proc.pid)

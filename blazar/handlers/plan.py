@@ -1,0 +1,96 @@
+"""One API request as the pipeline sees it (`Plan`: what the dialect asks of the engine, how the answer goes back,
+and its way through the pipeline) and what comes out (`Answer`: a stream or a body for the route to send).
+
+A route parses its dialect into a Plan; `Gateway.serve(plan)` resolves, loads, admits, asks the engine and records;
+the route renders the Answer. The model is resolved once (`plan.resolved`), and that record travels to the argv.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from blazar.dialects.stream import Translator
+from blazar.dialects.tools import Forced
+from blazar.handlers.admission import Ticket
+from blazar.handlers.instances import UNSET, Instance, ResolvedModel
+from blazar.handlers.limits import Lease
+from blazar.handlers.principal import Principal
+
+
+@dataclass
+class Plan:
+    """What a dialect asks of the engine for one request, how the answer goes back, and how far it got."""
+
+    # -- asked: the dialect's translation of the client's body
+    model: str  # as the client named it: every answer carries this name, never the engine's file
+    engine_path: str  # the engine route: /v1/chat/completions, /v1/completions, /v1/embeddings, ...
+    body: dict[str, Any] | None  # the engine's body; None sends the client's bytes (`raw`) as they came
+    stream: bool
+    max_tokens: int | None = None
+    ctx: int | None = None  # the context per slot the caller asked for (Ollama's num_ctx): any covering instance
+    keep_alive: Any = UNSET  # the caller's keep_alive for the model (Ollama's), else the instance's own
+    embeddings: bool = False
+    stream_as: Callable[[Plan], Translator] | None = None  # None relays the engine's SSE untouched
+    reply: Callable[[dict[str, Any], Plan], Any] | None = None  # None answers the engine's bytes untouched
+    forced: Forced | None = None
+    # A request the dialect answers without the engine (Ollama's load-only request, nothing to embed): the answer.
+    instead: Callable[[], Awaitable[dict[str, Any]]] | None = None
+
+    # -- the request around it (the route sets these)
+    trace_id: str = ""
+    dialect: str = "openai"
+    route: str = ""  # the client's route: /v1/chat/completions, /v1/messages, /api/chat, ...
+    raw: bytes = b""  # the client's body as it came
+    parsed: dict[str, Any] = field(default_factory=dict)  # ... and as the route parsed it
+    priority: int = 0
+    client: str | None = None  # the peer's address
+    client_trace_id: str | None = None  # the client's x-blazar-trace-id when it was already used (a fresh one given)
+    principal: Principal | None = None  # who is calling (blazar/api/auth.py); None while auth is off
+
+    # -- its way through the pipeline (the gateway sets these)
+    received: float = field(default_factory=time.perf_counter)
+    resolved: ResolvedModel | None = None  # the store's model, once resolved
+    instance: Instance | None = None
+    load_ms: float | None = None  # the cold load this request waited for, if any
+    ticket: Ticket | None = None
+    held: bool = False
+    queue_position: int = 0
+    first_token_at: float | None = None
+    lease: Lease | None = None  # the key's concurrency lease, held until the answer ends
+    done: bool = False
+
+    @property
+    def name(self) -> str | None:
+        """The store's name, once resolved."""
+        return self.resolved.name if self.resolved is not None else None
+
+    @property
+    def actor(self) -> str | None:
+        return self.principal.actor if self.principal is not None else None
+
+    def payload(self) -> bytes:
+        """The bytes the engine is sent."""
+        return self.raw if self.body is None else orjson.dumps(self.body)
+
+    def engine_body(self) -> dict[str, Any]:
+        """The engine's body as an object (for counting tokens): the translated one, or the client's."""
+        return self.body if self.body is not None else self.parsed
+
+
+@dataclass
+class Answer:
+    """What the gateway gives the route to send: a stream, the engine's bytes, a translated body, or the engine's
+    refusal (its status and body, for the route to put in the caller's shape)."""
+
+    status: int
+    content_type: str | None = None
+    stream: AsyncIterator[bytes] | None = None
+    data: bytes | None = None
+    media: Any = None
+    refused: bytes | None = None  # the engine's error body (status >= 400)
+    headers: dict[str, str] = field(default_factory=dict)
