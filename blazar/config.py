@@ -30,60 +30,77 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     log_level: Literal["debug", "info", "warning", "error"] = Field(
-        "warning", description="Level of Blazar's own diagnostic logging (stderr and log/blazar.log)."
+        default="warning", description="Level of Blazar's own diagnostic logging (stderr and log/blazar.log)."
     )
     pii_scrub: bool = Field(
-        True, description="Pseudonymise user names in audit output (content is never included either way)."
+        default=True, description="Pseudonymise user names in audit output (content is never included either way)."
     )
     checkpoint_every: int = Field(
-        10_000, ge=100, le=10_000_000, description="Write projection checkpoints after this many new events."
+        default=10_000, ge=100, le=10_000_000, description="Write projection checkpoints after this many new events."
     )
     group_commit_ms: float = Field(
-        5.0, ge=0.5, le=1000.0, description="How long the group-commit writer gathers request events per batch."
+        default=5.0, ge=0.5, le=1000.0, description="How long the group-commit writer gathers request events per batch."
     )
     keep_alive: str = Field(
-        "5m", description="How long a model stays loaded after its last use: 300, 45s, 5m, 1h30m; negative: forever."
+        default="5m",
+        description="How long a model stays loaded after its last use: 300, 45s, 5m, 1h30m; negative: forever.",
     )
     max_loaded_models: int = Field(
-        0, ge=0, le=64, description="Most instances loaded at once (0: no count limit; memory decides)."
+        default=0, ge=0, le=64, description="Most instances loaded at once (0: no count limit; memory decides)."
     )
     memory_limit_mib: int = Field(
-        0, ge=0, description="MiB that loaded instances may use in all (0: what the machine has free)."
+        default=0, ge=0, description="MiB that loaded instances may use in all (0: what the machine has free)."
     )
     ctx: int = Field(
-        8192, ge=0, le=1 << 22,
+        default=8192, ge=0, le=1 << 22,
         description="Context tokens per slot for a new instance (0: the largest that fits, up to training ctx).",
     )
     slots: int = Field(
-        0, ge=0, le=256, description="Parallel slots (-np) per instance (0: the most that fit, up to 4)."
+        default=0, ge=0, le=256, description="Parallel slots (-np) per instance (0: the most that fit, up to 4)."
     )
-    engine_threads: int = Field(0, ge=0, le=1024, description="Threads per engine child (0: the engine's default).")
+    engine_threads: int = Field(
+        default=0, ge=0, le=1024,
+        description="Threads per engine child (0: the engine's default).",
+    )
     load_mode: Literal["auto", "mmap", "mlock", "mmap+mlock", "none"] = Field(
-        "auto", description="How engines load weights: auto (the engine's choice, mmap), mlock keeps them in RAM."
+        default="auto",
+        description="How engines load weights: auto (the engine's choice, mmap), mlock keeps them in RAM.",
     )
     load_timeout_s: float = Field(
-        180.0, ge=1.0, le=7200.0, description="Seconds a model may take to load before the child is killed."
+        default=180.0, ge=1.0, le=7200.0, description="Seconds a model may take to load before the child is killed."
     )
     stop_grace_s: float = Field(
-        10.0, ge=0.0, le=600.0, description="Seconds between SIGTERM and SIGKILL when stopping an engine child."
+        default=10.0, ge=0.0, le=600.0, description="Seconds between SIGTERM and SIGKILL when stopping an engine child."
     )
-    crash_limit: int = Field(3, ge=1, le=100, description="Crashes within crash_window_s that open a model's circuit.")
-    crash_window_s: float = Field(60.0, ge=1.0, le=86400.0, description="The window crash_limit counts in.")
+    crash_limit: int = Field(
+        default=3, ge=1, le=100,
+        description="Crashes within crash_window_s that open a model's circuit.",
+    )
+    crash_window_s: float = Field(default=60.0, ge=1.0, le=86400.0, description="The window crash_limit counts in.")
     circuit_open_s: float = Field(
-        300.0, ge=1.0, le=86400.0, description="How long an open circuit refuses loads (or until `blazar ps --reset`)."
+        default=300.0, ge=1.0, le=86400.0,
+        description="How long an open circuit refuses loads (or until `blazar ps --reset`).",
     )
     queue_depth: int = Field(
-        64, ge=0, le=100_000, description="Requests that may wait per model for a slot; more get 429 with Retry-After."
+        default=64, ge=0, le=100_000,
+        description="Requests that may wait per model for a slot; more get 429 with Retry-After.",
     )
     queue_timeout_s: float = Field(
-        120.0, ge=0.1, le=3600.0, description="Seconds a request may wait for a slot before a 503."
+        default=120.0, ge=0.1, le=3600.0, description="Seconds a request may wait for a slot before a 503."
     )
     max_concurrent_requests: int = Field(
-        0, ge=0, le=100_000, description="Requests in flight across all models at once (0: only the slots limit)."
+        default=0, ge=0, le=100_000,
+        description="Requests in flight across all models at once (0: only the slots limit).",
     )
-    max_body_mib: int = Field(32, ge=1, le=1024, description="The largest request body accepted, in MiB (else 413).")
-    host: str = Field("127.0.0.1", description="Address `blazar serve` binds (wider than loopback: on purpose only).")
-    port: int = Field(11435, ge=1, le=65535, description="Port `blazar serve` listens on.")
+    max_body_mib: int = Field(
+        default=32, ge=1, le=1024,
+        description="The largest request body accepted, in MiB (else 413).",
+    )
+    host: str = Field(
+        default="127.0.0.1",
+        description="Address `blazar serve` binds (wider than loopback: on purpose only).",
+    )
+    port: int = Field(default=11435, ge=1, le=65535, description="Port `blazar serve` listens on.")
     allowed_hosts: list[str] = Field(
         default_factory=list,
         description="Host names served besides localhost, 127.0.0.1 and [::1] (others get 403: DNS rebinding).",
@@ -92,16 +109,17 @@ class Settings(BaseModel):
         default_factory=list,
         description="Web origins (https://app.example) allowed to call from a browser; '*' only once keys exist.",
     )
-    tls_cert: str = Field("", description="PEM certificate file for https (with tls_key; both or neither).")
-    tls_key: str = Field("", description="PEM private key file for https (with tls_cert; both or neither).")
+    tls_cert: str = Field(default="", description="PEM certificate file for https (with tls_key; both or neither).")
+    tls_key: str = Field(default="", description="PEM private key file for https (with tls_cert; both or neither).")
     idle_timeout_s: float = Field(
-        30.0, ge=1.0, le=3600.0,
+        default=30.0, ge=1.0, le=3600.0,
         description="Seconds a client connection may sit idle, or take to send its headers, before it is closed.",
     )
     max_connections: int = Field(
-        8192, ge=64, le=1_000_000, description="Client connections served at once (more wait in the listen backlog).",
+        default=8192, ge=64, le=1_000_000,
+        description="Client connections served at once (more wait in the listen backlog).",
     )
-    backlog: int = Field(2048, ge=128, le=65535, description="The listen backlog of `blazar serve`'s socket.")
+    backlog: int = Field(default=2048, ge=128, le=65535, description="The listen backlog of `blazar serve`'s socket.")
 
     @field_validator("allowed_hosts", "cors_origins")
     @classmethod

@@ -4,9 +4,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from blazar import config as settings
 from blazar.clock import Clock
@@ -14,6 +14,7 @@ from blazar.events.base import Event, Recorded
 from blazar.events.log import EventLog
 from blazar.events.writer import GroupCommitWriter
 from blazar.paths import Paths
+from blazar.projections.config import overrides as config_overrides
 from blazar.projections.runner import ProjectionRunner
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ class Blazar:
     hub_factory: Callable[[Mapping[str, str]], Hub] | None = None
     _hub: Hub | None = None
 
-    async def record(self, events: Event | list[Event], *, cause: int | None = None) -> list[Recorded]:
+    async def record(self, events: Event | Sequence[Event], *, cause: int | None = None) -> list[Recorded]:
         """Durable append (committed before this returns) and catch-up, so the caller reads its own writes."""
         recorded = await self.log.append(events, actor=self.actor, cause=cause)
         if recorded:
@@ -63,8 +64,8 @@ class Blazar:
             self._hub = self.hub_factory(self.env)
         return self._hub
 
-    def overrides(self) -> dict[str, object]:
-        return dict(self.runner.state("config")["overrides"])
+    def overrides(self) -> dict[str, Any]:
+        return config_overrides(self.runner.state("config"))
 
     def settings(self) -> settings.Settings:
         known = {k: v for k, v in self.overrides().items() if k in settings.FIELDS}

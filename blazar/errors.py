@@ -375,7 +375,7 @@ class ProcessExited(EngineError):
     def __init__(self, exit_code: int | None, *, pid: int | None = None, detail: str = "") -> None:
         who = f"the engine (pid {pid})" if pid is not None else "the engine"
         super().__init__(f"{who} {detail or 'exited'} before it was healthy")
-        self.exit_code = exit_code
+        self.returncode = exit_code  # the child's (`exit_code` is the CLI's, as for every error)
         self.pid = pid
 
 

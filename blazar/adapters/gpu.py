@@ -75,7 +75,8 @@ def probe_devices(*, nvml: Any | None = None, meminfo_path: Path = MEMINFO) -> l
             # redirects to nvidia-ml-py's module of the same name, with a FutureWarning that says so.
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)
-                import pynvml as nvml
+                import pynvml
+            nvml = pynvml
         gpus = nvml_devices(nvml)
     except ImportError as e:
         log.debug("no NVML module: %s", e)

@@ -16,7 +16,7 @@ from blazar.durations import keep_alive_seconds
 from blazar.handlers.instances import UNSET
 from blazar.handlers.ports import SupervisorPort
 from blazar.handlers.principal import is_admin
-from blazar.queries.ps import open_circuits
+from blazar.projections.residency import open_circuits
 
 # What of an instance only an admin principal sees: where its engine listens and how it was started.
 ENGINE_ONLY = frozenset({"port", "base_url", "argv"})

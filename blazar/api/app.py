@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import falcon
 import falcon.asgi
@@ -14,6 +14,7 @@ from blazar.api.context import RequestContext
 from blazar.context import Blazar
 from blazar.handlers.ports import SupervisorPort
 from blazar.projections.keys import auth_on
+from blazar.projections.traces import known
 
 if TYPE_CHECKING:
     from blazar.handlers.gateway import Gateway
@@ -30,8 +31,8 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
     the CLI's credential (run/admin.token), accepted as an admin principal once keys are on. `bind_host` and
     `scheme` are what the daemon serves on (the Host guard and same-origin check need them)."""
     settings = app.settings()
-    middleware: list[object] = [RequestContext(max_body_bytes=settings.max_body_mib << 20,
-                                               known=lambda t: t in app.runner.state("traces")["traces"])]
+    middleware: list[Any] = [RequestContext(max_body_bytes=settings.max_body_mib << 20,
+                                               known=lambda t: known(app.runner.state("traces"), t))]
     policy = edge.EdgePolicy.of(bind_host, settings.allowed_hosts, settings.cors_origins)
     middleware.append(edge.Edge(policy, lambda: auth_on(app.runner.state("keys")), scheme=scheme))
     middleware.append(auth.Auth(auth.Authenticator(lambda: app.runner.state("keys"), app.clock,

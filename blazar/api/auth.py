@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable
-from typing import Any
 
 import falcon.asgi
 
@@ -22,6 +21,7 @@ from blazar.errors import Forbidden, Unauthenticated
 from blazar.handlers.keys import digest, prefix_of
 from blazar.handlers.principal import Principal
 from blazar.projections.base import State
+from blazar.projections.keys import auth_on, live_by_prefix
 
 # Routes that need an --admin key: the admin API, model management, per-key figures, the readiness probe.
 ADMIN_ROUTES = frozenset({"/api/pull", "/api/delete", "/api/copy", "/api/create", "/api/push", "/metrics", "/ready"})
@@ -62,7 +62,7 @@ class Authenticator:
         self.admin = Principal(actor=admin_actor, admin=True)
 
     def on(self) -> bool:
-        return bool(self._keys()["live"])
+        return auth_on(self._keys())
 
     def principal(self, secret: str | None) -> Principal:
         """The caller's principal; raises Unauthenticated."""
@@ -74,15 +74,12 @@ class Authenticator:
             if self.admin_token is not None and hmac.compare_digest(secret.encode(), self.admin_token):
                 return self.admin
             raise Unauthenticated("invalid API key")
-        state = self._keys()
-        name = state["by_prefix"].get(prefix)
-        key: dict[str, Any] | None = state["keys"].get(name) if name is not None else None
-        if key is None or not hmac.compare_digest(digest(key["salt"], secret), key["hash"]):
+        key = live_by_prefix(self._keys(), prefix)
+        if key is None or not hmac.compare_digest(digest(key.salt, secret), key.hash):
             raise Unauthenticated("invalid API key")  # NOTE: the same words for an unknown prefix and a wrong secret
-        expires = key.get("expires_ts")
-        if expires is not None and expires <= self.clock.now():
-            raise Unauthenticated(f"API key {key['name']!r} has expired")
-        return Principal(actor=f"key:{key['name']}", admin=bool(key["admin"]), key=key)
+        if key.expires_ts is not None and key.expires_ts <= self.clock.now():
+            raise Unauthenticated(f"API key {key.name!r} has expired")
+        return Principal(actor=f"key:{key.name}", admin=key.admin, key=key)
 
     def check(self, method: str, path: str, secret: str | None) -> Principal | None:
         """The principal a request runs as (None: auth is off or the route is open); raises AuthRefused."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import falcon
@@ -76,9 +76,9 @@ def limit_body(req: falcon.asgi.Request, limit: int) -> None:
     if seen > limit:
         raise too_large()
 
-    async def counted() -> dict[str, Any]:
+    async def counted() -> Mapping[str, Any]:
         nonlocal seen
-        event: dict[str, Any] = await receive()
+        event: Mapping[str, Any] = await receive()
         if event.get("type") == "http.request":
             seen += len(event.get("body", b""))
             if seen > limit:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
 import falcon.asgi
@@ -18,7 +19,7 @@ def watch(req: falcon.asgi.Request) -> asyncio.Task[None]:
 
     async def wait() -> None:
         while True:
-            event: dict[str, Any] = await receive()
+            event: Mapping[str, Any] = await receive()
             if event.get("type") == "http.disconnect":
                 if owner is not None and not owner.done():
                     owner.cancel("client disconnected")

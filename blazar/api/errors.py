@@ -111,7 +111,7 @@ async def _http_error(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: 
         code = HTTPStatus(status).phrase.lower().replace(" ", "_")  # not_found, method_not_allowed, ...
         message = ex.description or ex.title or HTTPStatus(status).phrase
     _render(resp, status, body(message, status=status, code=code), req)
-    for name, value in (ex.headers or {}).items():
+    for name, value in dict(ex.headers or {}).items():
         resp.set_header(name, value)
 
 

@@ -20,7 +20,8 @@ from blazar.context import Blazar
 from blazar.errors import BlazarError, DialectError, ModelNotFound
 from blazar.handlers.models import alias_model, remove_model, unalias_model
 from blazar.handlers.ports import SupervisorPort
-from blazar.projections.catalog import find
+from blazar.projections.catalog import StoredModel, alias_target, aliases, is_model, models, stored
+from blazar.projections.residency import instance
 
 # What Ollama answers for a model kept loaded forever: a time far past any real expiry.
 FOREVER = "2318-01-01T00:00:00Z"
@@ -53,12 +54,11 @@ def parameter_size(n: int) -> str:
     return f"{n / 1e3:.2f}K" if n >= 1e3 else str(n)
 
 
-def details(entry: dict) -> dict[str, Any]:
-    md = entry.get("metadata") or {}
-    arch = md.get("architecture") or ""
+def details(m: StoredModel) -> dict[str, Any]:
+    md = m.metadata
+    arch = md.architecture or ""
     return {"parent_model": "", "format": "gguf", "family": arch, "families": [arch] if arch else None,
-            "parameter_size": parameter_size(int(md.get("parameter_count") or 0)),
-            "quantization_level": md.get("file_type") or ""}
+            "parameter_size": parameter_size(md.parameter_count), "quantization_level": md.file_type or ""}
 
 
 async def _body(req: falcon.asgi.Request, model: type[_Body]) -> _Body:
@@ -104,14 +104,14 @@ class Tags:
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         catalog = self.app.runner.state("catalog")
         rows = []
-        names = {n: m for n, m in catalog["models"].items()}
-        names.update({a: catalog["models"][t] for a, t in catalog.get("aliases", {}).items() if t in catalog["models"]})
+        names = {m.name: m for m in models(catalog)}
+        names.update({a: names[t] for a, t in aliases(catalog).items() if t in names})
         p = principal_of(req)  # a key sees only the models in its scope
         for name, m in sorted(names.items()):
-            if p is not None and not p.allows(name, m["name"]):
+            if p is not None and not p.allows(name, m.name):
                 continue
-            rows.append({"name": name, "model": name, "modified_at": rfc3339(m.get("added_ts")),
-                         "size": m.get("bytes") or 0, "digest": m.get("sha256") or "", "details": details(m)})
+            rows.append({"name": name, "model": name, "modified_at": rfc3339(m.added_ts), "size": m.bytes,
+                         "digest": m.sha256, "details": details(m)})
         resp.media = {"models": rows}
 
     async def on_head(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
@@ -124,15 +124,17 @@ class Ps:
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         catalog = self.app.runner.state("catalog")
-        instances = self.app.runner.state("residency").get("instances", {})
+        residency = self.app.runner.state("residency")
         rows = []
         for r in self.supervisor.ps():
-            entry = find(catalog, r["model"]) or {}
+            entry = stored(catalog, r["model"])
             size = r.get("measured_bytes") or r.get("planned_bytes") or 0
-            gpu = (instances.get(r["instance_id"]) or {}).get("gpu_layers") or 0
+            inst = instance(residency, r["instance_id"])
+            gpu = inst.gpu_layers if inst is not None else 0
             expires = FOREVER if r.get("expires_at") is None else rfc3339(r["expires_at"])
-            rows.append({"name": r["model"], "model": r["model"], "size": size, "digest": entry.get("sha256") or "",
-                         "details": details(entry) if entry else {}, "expires_at": expires,
+            rows.append({"name": r["model"], "model": r["model"], "size": size,
+                         "digest": entry.sha256 if entry is not None else "",
+                         "details": details(entry) if entry is not None else {}, "expires_at": expires,
                          "size_vram": size if gpu else 0, "context_length": r.get("ctx_tokens")})
         resp.media = {"models": rows}
 
@@ -146,29 +148,28 @@ class Show:
 
     async def _show(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         body = await _body(req, ModelBody)
-        entry = find(self.app.runner.state("catalog"), body.model)
+        entry = stored(self.app.runner.state("catalog"), body.model)
         p = principal_of(req)  # a model outside the key's scope is not shown, as if it did not exist
-        if entry is None or (p is not None and not p.allows(body.model, entry["name"])):
+        if entry is None or (p is not None and not p.allows(body.model, entry.name)):
             raise ModelNotFound(f"model '{body.model}' not found")
-        md = entry.get("metadata") or {}
-        arch = md.get("architecture") or ""
-        info: dict[str, Any] = {"general.architecture": arch,
-                                "general.parameter_count": int(md.get("parameter_count") or 0)}
-        if md.get("file_type"):
-            info["general.file_type"] = md["file_type"]
+        md = entry.metadata
+        arch = md.architecture or ""
+        info: dict[str, Any] = {"general.architecture": arch, "general.parameter_count": md.parameter_count}
+        if md.file_type:
+            info["general.file_type"] = md.file_type
         for key, field in (("context_length", "ctx_train"), ("block_count", "block_count"),
                            ("embedding_length", "embedding_length"), ("attention.head_count", "head_count"),
                            ("attention.head_count_kv", "head_count_kv"), ("attention.key_length", "key_length"),
                            ("attention.value_length", "value_length"),
                            ("attention.sliding_window", "sliding_window"), ("expert_count", "expert_count"),
                            ("expert_used_count", "expert_used_count")):
-            if md.get(field) is not None:
-                info[f"{arch}.{key}"] = md[field]
-        if md.get("vocab_size") is not None:
-            info[f"{arch}.vocab_size"] = md["vocab_size"]
-        caps = ["completion"] + (["embedding"] if md.get("embedding_model") else [])
+            if (value := getattr(md, field)) is not None:
+                info[f"{arch}.{key}"] = value
+        if md.vocab_size is not None:
+            info[f"{arch}.vocab_size"] = md.vocab_size
+        caps = ["completion"] + (["embedding"] if md.embedding_model else [])
         resp.media = {"modelfile": "", "parameters": "", "template": "", "details": details(entry),
-                      "model_info": info, "capabilities": caps, "modified_at": rfc3339(entry.get("added_ts"))}
+                      "model_info": info, "capabilities": caps, "modified_at": rfc3339(entry.added_ts)}
 
 
 class Delete:
@@ -182,14 +183,13 @@ class Delete:
         body = await _body(req, ModelBody)
         await self.app.runner.catch_up()
         catalog = self.app.runner.state("catalog")
-        aliases = catalog.get("aliases", {})
         # An alias (what /api/copy makes) is dropped as a name; the model it names stays.
         for name in (body.model, f"{body.model}:latest") if ":" not in body.model else (body.model,):
-            if name in aliases and name not in catalog["models"]:
+            if alias_target(catalog, name) is not None and not is_model(catalog, name):
                 await unalias_model(self.app, name)
                 resp.status = 200
                 return
-        if find(catalog, body.model) is None:
+        if stored(catalog, body.model) is None:
             raise ModelNotFound(f"model '{body.model}' not found")
         await remove_model(self.app, body.model)
         resp.status = 200
@@ -205,7 +205,7 @@ class Copy:
     async def _copy(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         body = await _body(req, CopyBody)
         await self.app.runner.catch_up()
-        if find(self.app.runner.state("catalog"), body.source) is None:
+        if stored(self.app.runner.state("catalog"), body.source) is None:
             raise ModelNotFound(f"model '{body.source}' not found")
         await alias_model(self.app, body.destination, body.source)
         resp.status = 200

@@ -12,7 +12,7 @@ from typing import Any
 import falcon.asgi
 
 from blazar.api.proxy import Proxy
-from blazar.dialects import ollama as dialect
+from blazar.dialects import ollama as ollama_dialect
 from blazar.dialects.schema import check_schema, check_tools
 from blazar.errors import ModelNotLoaded
 from blazar.handlers.gateway import Gateway
@@ -24,8 +24,8 @@ class _Generation(Proxy):
 
     dialect = "ollama"
     chat: bool
-    translate: Callable[[dict[str, Any]], dialect.ChatPlan]
-    stream_class: type[dialect.ChatStream] | type[dialect.GenerateStream]
+    translate: Callable[[dict[str, Any]], ollama_dialect.ChatPlan]
+    stream_class: type[ollama_dialect.ChatStream] | type[ollama_dialect.GenerateStream]
     answer: Callable[[dict[str, Any], str, Any], dict[str, Any]]
 
     def plan(self, data: dict[str, Any]) -> Plan:
@@ -40,30 +40,30 @@ class _Generation(Proxy):
                     reply=lambda reply, call: answer(reply, cp.model, call),
                     instead=(lambda: self.load_or_unload(cp)) if cp.empty else None)
 
-    async def load_or_unload(self, cp: dialect.ChatPlan) -> dict[str, Any]:
+    async def load_or_unload(self, cp: ollama_dialect.ChatPlan) -> dict[str, Any]:
         """An empty request: load the model (with its keep_alive and num_ctx), or unload it for keep_alive 0."""
         sup = self.gateway.supervisor
         model = sup.resolve(cp.model)
         if cp.keep_alive == 0:
             with contextlib.suppress(ModelNotLoaded):  # unloading what is not loaded is done already
                 await sup.stop(model.name)
-            return dialect.done_without_engine(cp.model, "unload", chat=self.chat)
+            return ollama_dialect.done_without_engine(cp.model, "unload", chat=self.chat)
         await sup.ensure(model, ctx=cp.ctx, keep_alive=cp.keep_alive, reason="request")
-        return dialect.done_without_engine(cp.model, "load", chat=self.chat)
+        return ollama_dialect.done_without_engine(cp.model, "load", chat=self.chat)
 
 
 class Chat(_Generation):
     chat = True
-    translate = staticmethod(dialect.chat_request)
-    stream_class = dialect.ChatStream
-    answer = staticmethod(dialect.chat_reply)
+    translate = staticmethod(ollama_dialect.chat_request)
+    stream_class = ollama_dialect.ChatStream
+    answer = staticmethod(ollama_dialect.chat_reply)
 
 
 class Generate(_Generation):
     chat = False
-    translate = staticmethod(dialect.generate_request)
-    stream_class = dialect.GenerateStream
-    answer = staticmethod(dialect.generate_reply)
+    translate = staticmethod(ollama_dialect.generate_request)
+    stream_class = ollama_dialect.GenerateStream
+    answer = staticmethod(ollama_dialect.generate_reply)
 
 
 async def _answer(payload: dict[str, Any]) -> dict[str, Any]:
@@ -74,11 +74,11 @@ class Embed(Proxy):
     dialect = "ollama"
 
     def plan(self, data: dict[str, Any]) -> Plan:
-        model, body, keep_alive, _ = dialect.embed_request(data)
+        model, body, keep_alive, _ = ollama_dialect.embed_request(data)
         dims = body.pop("dimensions", None)
         empty = body["input"] in ("", [])  # nothing to embed: Ollama answers at once (and loads nothing)
         return Plan(model=model, engine_path="/v1/embeddings", body=body, stream=False, keep_alive=keep_alive,
-                    embeddings=True, reply=lambda answer, call: dialect.embed_reply(answer, model, call, dims),
+                    embeddings=True, reply=lambda answer, call: ollama_dialect.embed_reply(answer, model, call, dims),
                     instead=(lambda: _answer({"model": model, "embeddings": []})) if empty else None)
 
 
@@ -86,9 +86,9 @@ class Embeddings(Proxy):
     dialect = "ollama"
 
     def plan(self, data: dict[str, Any]) -> Plan:
-        model, body, keep_alive = dialect.embeddings_request(data)
+        model, body, keep_alive = ollama_dialect.embeddings_request(data)
         return Plan(model=model, engine_path="/v1/embeddings", body=body, stream=False, keep_alive=keep_alive,
-                    embeddings=True, reply=lambda answer, call: dialect.embeddings_reply(answer),
+                    embeddings=True, reply=lambda answer, call: ollama_dialect.embeddings_reply(answer),
                     instead=(lambda: _answer({"embedding": []})) if body["input"] == "" else None)
 
 

@@ -21,7 +21,7 @@ from blazar.dialects.schema import check_response_format, check_tools
 from blazar.errors import Refused
 from blazar.handlers.gateway import Gateway
 from blazar.handlers.plan import Plan
-from blazar.projections.catalog import find
+from blazar.projections.catalog import StoredModel, models, stored
 
 
 class OpenAIBody(BaseModel):
@@ -98,16 +98,18 @@ class Responses(Proxy):
                     max_tokens=body.max_output_tokens)
 
 
+def _model_json(m: StoredModel) -> dict[str, Any]:
+    return {"id": m.name, "object": "model", "created": int(m.added_ts), "owned_by": "blazar"}
+
+
 class Models:
     def __init__(self, app: Blazar) -> None:
         self.app = app
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        models = self.app.runner.state("catalog")["models"].values()
         p = principal_of(req)  # a key sees only the models in its scope
         resp.media = {"object": "list", "data": [
-            {"id": m["name"], "object": "model", "created": int(m.get("added_ts") or 0), "owned_by": "blazar"}
-            for m in sorted(models, key=lambda m: m["name"]) if p is None or p.allows(m["name"])]}
+            _model_json(m) for m in models(self.app.runner.state("catalog")) if p is None or p.allows(m.name)]}
 
 
 class Model:
@@ -115,12 +117,11 @@ class Model:
         self.app = app
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, model_id: str) -> None:
-        m = find(self.app.runner.state("catalog"), model_id)
+        m = stored(self.app.runner.state("catalog"), model_id)
         p = principal_of(req)
-        if m is None or (p is not None and not p.allows(model_id, m["name"])):
+        if m is None or (p is not None and not p.allows(model_id, m.name)):
             raise Refused(f"The model '{model_id}' does not exist", reason="model_not_found", http_status=404)
-        resp.media = {"id": m["name"], "object": "model", "created": int(m.get("added_ts") or 0),
-                      "owned_by": "blazar"}
+        resp.media = _model_json(m)
 
 
 def add_routes(api: falcon.asgi.App, app: Blazar, gateway: Gateway) -> None:

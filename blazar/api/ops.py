@@ -10,10 +10,9 @@ from typing import Any
 import falcon
 import falcon.asgi
 
-from blazar.adapters.engines.smoke import smoke_test
 from blazar.context import Blazar
 from blazar.errors import EngineError
-from blazar.handlers.engines import active_engine
+from blazar.handlers.engines import active_engine, prove_generates
 from blazar.handlers.gateway import Gateway
 from blazar.queries.metrics import render_prometheus
 
@@ -44,9 +43,7 @@ class Ready:
         if ok:
             async with self._lock:
                 if time.monotonic() - self._proven_at > READY_PROOF_TTL_S:
-                    work = self.app.paths.run / "ready-probe"
-                    result = await smoke_test(engine.binary, engine.caps, workdir=work,
-                                              timeout_s=READY_SMOKE_TIMEOUT_S)
+                    result = await prove_generates(self.app, engine, timeout_s=READY_SMOKE_TIMEOUT_S)
                     checks["generate"] = {"ok": result.passed, "tokens": result.tokens,
                                           "duration_ms": result.duration_ms, "detail": result.detail}
                     ok = result.passed

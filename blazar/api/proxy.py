@@ -13,7 +13,6 @@ import falcon
 import falcon.asgi
 import orjson
 
-from blazar.adapters.engines.answers import refusal
 from blazar.api import bounds, disconnect, errors
 from blazar.api.auth import principal_of
 from blazar.api.context import trace_id_of
@@ -88,22 +87,22 @@ class Proxy(ABC):
             resp.content_type = answer.content_type or SSE
             resp.stream = answer.stream
         elif answer.refused is not None:
-            self.engine_error(req, resp, answer.status, answer.refused)
+            self.engine_error(req, resp, answer)
         elif answer.data is not None:
             resp.content_type = answer.content_type or falcon.MEDIA_JSON
             resp.data = answer.data
         else:
             resp.media = answer.media
 
-    def engine_error(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, status: int, data: bytes) -> None:
+    def engine_error(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, answer: Answer) -> None:
         """The engine refused the request (a bad sampling value, a prompt over its context): its status, its words,
         the caller's shape (OpenAI's is the engine's own: passed on as it is)."""
-        resp.status = status
-        if self.dialect == "openai":
+        status = resp.status = answer.status
+        if self.dialect == "openai" or answer.refusal is None:
             resp.content_type = falcon.MEDIA_JSON
-            resp.data = data
+            resp.data = answer.refused
             return
-        message, code = refusal(data)
+        message, code = answer.refusal
         payload = errors.body(message, status=status, code=code)
         payload["error"]["status"] = status
         resp.media = errors.in_dialect(req, payload)

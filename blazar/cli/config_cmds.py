@@ -8,6 +8,8 @@ from rich.table import Table
 
 from blazar import config as settings
 from blazar.cli.common import JSON_OPTION, opened, out, print_json, run
+from blazar.events.base import Recorded
+from blazar.events.system import ConfigChanged
 from blazar.handlers.config import set_value, unset_value
 
 app = typer.Typer(help="Read and change configuration (config.toml; each change is a config.changed event).",
@@ -56,7 +58,7 @@ def get(key: str = typer.Argument(..., help="A config key (see `blazar config de
     """Print the effective value of KEY."""
     settings.describe(key)  # refuses unknown keys with the valid ones
 
-    async def go():
+    async def go() -> object:
         async with opened() as app_:
             return app_.settings().model_dump(mode="json")[key]
 
@@ -72,7 +74,7 @@ def set_(key: str = typer.Argument(..., help="A config key."),
          value: str = typer.Argument(..., help="The new value, as text (true/false, numbers, choices).")) -> None:
     """Set KEY to VALUE: validated, written to config.toml atomically, recorded as config.changed."""
 
-    async def go():
+    async def go() -> Recorded | None:
         async with opened() as app_:
             return await set_value(app_, key, value)
 
@@ -80,7 +82,9 @@ def set_(key: str = typer.Argument(..., help="A config key."),
     if rec is None:
         out.print(f"{key} is already {value}")
     else:
-        out.print(f"{key} = {rec.event.new}  (was {rec.event.old if rec.event.old is not None else 'default'}; "
+        change = rec.event
+        assert isinstance(change, ConfigChanged)  # set_value records nothing else
+        out.print(f"{key} = {change.new}  (was {change.old if change.old is not None else 'default'}; "
                   f"seq {rec.seq})")
 
 
@@ -88,7 +92,7 @@ def set_(key: str = typer.Argument(..., help="A config key."),
 def unset(key: str = typer.Argument(..., help="A config key.")) -> None:
     """Return KEY to its default (also removes an unknown key from a hand-edited config.toml)."""
 
-    async def go():
+    async def go() -> Recorded | None:
         async with opened(reconcile_config=False) as app_:
             return await unset_value(app_, key)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -14,7 +16,7 @@ from blazar.events import migrate
 app = typer.Typer(help="The log database: schema status and upgrades.", no_args_is_help=True)
 
 
-def _contents(db) -> dict:
+def _contents(db: Path) -> dict[str, Any]:
     if not db.exists():
         return {"events": 0, "seq_first": None, "seq_last": None, "bytes": 0, "journal_mode": None}
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)

@@ -132,7 +132,7 @@ def show(name: Annotated[str, _NAME], as_json: bool = JSON_OPTION) -> None:
         if field.endswith("_ts"):
             value = fmt_ts(value)
         elif field == "models":
-            value = " ".join(value) or "* (every model)"
+            value = " ".join(row["models"]) or "* (every model)"
         out.print(f"{field:15} {'-' if value is None else value}", **_VERBATIM)
 
 

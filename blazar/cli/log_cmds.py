@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import TypedDict
 
 import orjson
 import typer
@@ -12,6 +13,16 @@ from rich.table import Table
 from blazar.cli.common import JSON_OPTION, fmt_ts, opened, out, print_json, print_json_line, run, time_option
 from blazar.events.base import Recorded
 from blazar.queries.state import current_state, state_at
+
+
+class _Filters(TypedDict):
+    """The keyword filters `EventLog.read` and `EventLog.follow` share."""
+
+    types: list[str] | None
+    stream: str | None
+    trace_id: str | None
+    since: float | None
+    until: float | None
 
 
 def _summary(rec: Recorded, width: int = 80) -> str:
@@ -32,13 +43,13 @@ def events(
 ) -> None:
     """Read the event log, oldest first; --follow tails it. --json prints one JSON object per line."""
     now = time.time()
-    filters = {
-        "types": type_ or None,
-        "stream": stream,
-        "trace_id": trace,
-        "since": time_option(since, now=now),
-        "until": time_option(until, now=now),
-    }
+    filters = _Filters(
+        types=type_ or None,
+        stream=stream,
+        trace_id=trace,
+        since=time_option(since, now=now),
+        until=time_option(until, now=now),
+    )
 
     async def go() -> None:
         async with opened() as app:

@@ -10,7 +10,7 @@ import typer
 
 from blazar.bootstrap import default_actor, paths_from_env
 from blazar.cli.common import JSON_OPTION, err, opened, out, print_json, run
-from blazar.handlers.snapshot import restore_snapshot, take_snapshot
+from blazar.handlers.snapshot import Taken, restore_snapshot, take_snapshot
 
 
 def snapshot(
@@ -25,7 +25,7 @@ def snapshot(
     Model files themselves are not copied. The snapshot is recorded as a snapshot.taken event.
     """
 
-    async def go():
+    async def go() -> Taken:
         async with opened() as app:
             return await take_snapshot(app, path)
 

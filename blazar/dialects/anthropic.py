@@ -8,7 +8,7 @@ named SSE event sequence) is rebuilt here. Bad input raises `DialectError` namin
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -22,11 +22,11 @@ _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool
 _IGNORED = ("metadata", "service_tier", "thinking", "container", "mcp_servers")
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -46,7 +46,21 @@ def to_openai(body: dict[str, Any]) -> dict[str, Any]:
 
     out: dict[str, Any] = {"model": model, "messages": _system(body.get("system")), "max_tokens": max_tokens}
     out["messages"].extend(_messages(body.get("messages")))
+    _sampling(body, out)
+    _stream(body, out)
 
+    tools = _tools(body.get("tools"))
+    if tools:
+        out["tools"] = tools
+    _tool_choice(body.get("tool_choice"), tools, out)
+    fmt = _output_format(body.get("output_config"))
+    if fmt is not None:
+        out["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt}}
+    return out
+
+
+def _sampling(body: dict[str, Any], out: dict[str, Any]) -> None:
+    """Copy the sampling knobs (temperature, top_p, top_k, stop_sequences → stop) into `out`, checking each."""
     for key in ("temperature", "top_p"):
         if key in body and body[key] is not None:
             if not _is_number(body[key]):
@@ -62,21 +76,16 @@ def to_openai(body: dict[str, Any]) -> dict[str, Any]:
             raise DialectError("stop_sequences: expected a list of strings")
         if stops:
             out["stop"] = stops
+
+
+def _stream(body: dict[str, Any], out: dict[str, Any]) -> None:
+    """Ask the engine to stream, with usage in the last chunk, when the client asked to stream."""
     stream = body.get("stream") or False  # absent or null: not streamed
     if not isinstance(stream, bool):
         raise DialectError("stream: expected a boolean")
     if stream:
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}
-
-    tools = _tools(body.get("tools"))
-    if tools:
-        out["tools"] = tools
-    _tool_choice(body.get("tool_choice"), tools, out)
-    fmt = _output_format(body.get("output_config"))
-    if fmt is not None:
-        out["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt}}
-    return out
 
 
 def _output_format(config: Any) -> dict[str, Any] | None:
@@ -154,9 +163,10 @@ def _image(block: dict[str, Any], where: str) -> dict[str, Any]:
             raise DialectError(f"{where}.source: base64 images need media_type and data strings")
         url = f"data:{media};base64,{data}"
     elif kind == "url":
-        url = source.get("url")
-        if not isinstance(url, str):
+        link = source.get("url")
+        if not isinstance(link, str):
             raise DialectError(f"{where}.source.url: expected a string")
+        url = link
     else:
         raise DialectError(f"{where}.source.type: {kind!r} is not supported (use 'base64' or 'url')")
     return {"type": "image_url", "image_url": {"url": url}}
@@ -406,9 +416,11 @@ class MessagesStream:
 
     def _start(self, engine_id: Any) -> bytes:
         self._started = True
-        message = {"id": _message_id(engine_id), "type": "message", "role": "assistant", "model": self._model,
-                   "content": [], "stop_reason": None, "stop_sequence": None,
-                   "usage": {"input_tokens": 0, "output_tokens": 0}}
+        message: dict[str, Any] = {
+            "id": _message_id(engine_id), "type": "message", "role": "assistant", "model": self._model,
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
         return (named_sse("message_start", {"type": "message_start", "message": message})
                 + named_sse("ping", {"type": "ping"}))
 
@@ -467,8 +479,8 @@ class MessagesStream:
             function = call.get("function") or {}
             if position not in self._tool_blocks:
                 self._saw_tool = True
-                block = {"type": "tool_use", "id": call.get("id") or _tool_id(), "name": function.get("name") or "",
-                         "input": {}}
+                block: dict[str, Any] = {"type": "tool_use", "id": call.get("id") or _tool_id(),
+                                         "name": function.get("name") or "", "input": {}}
                 out += self._open_block("tool_use", block)
                 self._tool_blocks[position] = self._index
             arguments = function.get("arguments")

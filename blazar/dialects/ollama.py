@@ -18,7 +18,7 @@ import orjson
 from blazar.dialects.errors import DialectError
 from blazar.dialects.stream import ndjson
 from blazar.durations import keep_alive_seconds
-from blazar.handlers.instances import UNSET
+from blazar.sentinels import UNSET
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"

@@ -16,7 +16,10 @@ import orjson
 class Translator(Protocol):
     """Turns the engine's OpenAI-shaped stream into one dialect's stream. Stateful: one per request."""
 
-    content_type: str
+    @property
+    def content_type(self) -> str:
+        """The media type of the dialect's stream (read-only: a wrapper may pass on its inner translator's)."""
+        ...
 
     def event(self, chunk: dict[str, Any]) -> bytes:
         """One engine chunk (parsed JSON) → the bytes to send now (b"" when nothing is due yet)."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Sequence
+import os
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,8 @@ class EventLog:
         self._write_lock = asyncio.Lock()
         self._appended = asyncio.Event()
         self._last_seq = 0
+        self._listeners: list[Callable[[list[Recorded]], None]] = []
+        self._data_version: int | None = None  # the writer connection's PRAGMA data_version, last read
 
     @classmethod
     async def open(cls, path: Path, *, clock: Clock | None = None, migrate: bool = True) -> EventLog:
@@ -166,13 +169,41 @@ class EventLog:
                 raise LogError(f"append failed: {exc.orig}") from exc
         self._last_seq = rows[-1][0]
         self._appended.set()
-        return [
+        recorded = [
             Recorded(
                 seq=r[0], ts=r[1], type=r[2], v=r[3], stream=r[4], trace_id=r[5], actor=r[6], cause=r[7],
                 event=p.event,
             )
             for r, (p, _) in zip(rows, encoded, strict=True)
         ]
+        for listener in self._listeners:
+            listener(recorded)
+        return recorded
+
+    @property
+    def last_appended(self) -> int:
+        """The last seq this process committed."""
+        return self._last_seq
+
+    def subscribe(self, listener: Callable[[list[Recorded]], None]) -> Callable[[], None]:
+        """Call `listener` with every batch this process commits, as it commits (no read back); returns the
+        function that unsubscribes it. Other processes' appends are found with `changed_elsewhere`."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    async def changed_elsewhere(self) -> bool:
+        """Whether another connection (another process) committed since the last call: SQLite's data_version on
+        the writer connection moves for every commit but its own."""
+        assert self._wconn is not None, "log is closed"
+        async with self._write_lock:
+            driver = (await self._wconn.get_raw_connection()).driver_connection
+            assert driver is not None  # None only once the pool has invalidated the connection
+            rows = await driver.execute_fetchall("PRAGMA data_version")
+        version = int(next(iter(rows))[0])
+        changed = self._data_version is not None and version != self._data_version
+        first = self._data_version is None
+        self._data_version = version
+        return changed or first
 
     @contextlib.asynccontextmanager
     async def write_transaction(self) -> AsyncIterator[AsyncConnection]:
@@ -197,6 +228,13 @@ class EventLog:
         async with self.reader() as conn:
             res = await conn.exec_driver_sql("SELECT COALESCE(MAX(seq), 0) FROM events WHERE ts <= ?", (ts,))
             return res.scalar_one()
+
+    async def trace_ids_starting(self, prefix: str, *, limit: int = 2) -> list[str]:
+        """The distinct trace ids that start with `prefix`, in order (a range over the trace index)."""
+        sql = "SELECT DISTINCT trace_id FROM events WHERE trace_id >= ? AND trace_id < ? ORDER BY trace_id LIMIT ?"
+        async with self.reader() as conn:
+            rows = (await conn.exec_driver_sql(sql, (prefix, prefix + "\U0010ffff", limit))).all()
+        return [row[0] for row in rows]
 
     async def read(
         self,
@@ -260,6 +298,7 @@ class EventLog:
             # on the driver connection itself: plain tuples, without SQLAlchemy's per-row Row objects (about a
             # tenth of replay time in bench/log.py).
             driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None  # None only once the pool has invalidated the connection
             while remaining is None or remaining > 0:
                 n = batch if remaining is None else min(batch, remaining)
                 rows = list(await driver.execute_fetchall(sql, (*params, n)))
@@ -276,12 +315,28 @@ class EventLog:
         """A live tail: every matching event after `after`, then each new one as it is appended.
 
         Appends in this process wake the tail at once; appends by other processes are seen within
-        `poll_interval`.
+        `poll_interval`. Between them the database is only read when its files changed: an idle tail costs a
+        stat of two files per poll, not a query.
         """
         while True:
             self._appended.clear()
+            seen = self.files_signature()  # before the read: a write during it shows as a change next time
             async for rec in self.read(after=after, **filters):
                 after = rec.seq
                 yield rec
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._appended.wait(), timeout=poll_interval)
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._appended.wait(), timeout=poll_interval)
+                if self._appended.is_set() or self.files_signature() != seen:
+                    break
+
+    def files_signature(self) -> tuple[tuple[int, int], ...]:
+        """(mtime_ns, size) of the database and its WAL: any commit, by any process, changes one of them."""
+        out = []
+        for path in (self.path, self.path.with_name(self.path.name + "-wal")):
+            try:
+                st = os.stat(path)
+                out.append((st.st_mtime_ns, st.st_size))
+            except OSError:
+                out.append((0, -1))
+        return tuple(out)

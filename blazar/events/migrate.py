@@ -11,8 +11,13 @@ import fcntl
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from blazar.errors import SchemaOutOfDate
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
 
 SCHEMA_HEAD = "0001"
 
@@ -54,7 +59,7 @@ class SchemaStatus:
         return self.current == self.head
 
 
-def _script_directory():  # -> alembic.script.ScriptDirectory (imported lazily: start-up cost)
+def _script_directory() -> tuple[Config, ScriptDirectory]:  # alembic is imported lazily: start-up cost
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 

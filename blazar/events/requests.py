@@ -7,12 +7,13 @@ Content (prompts, completions) is never recorded: only sizes, counts and timings
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.events.base import Event
-from blazar.events.registry import register
+from blazar.events.registry import register, upcaster
 
 Dialect = Literal["openai", "ollama", "anthropic"]
 
@@ -89,21 +90,49 @@ class RequestRejected(_RequestEvent):
     detail: str
     retry_after_s: float | None = None
     observations: dict[str, Any] = Field(default_factory=dict)
+    duration_ms: float | None = None  # from the request's arrival to the refusal, at the server
+
+
+class Evicted(BaseModel):
+    """One instance evicted to make room for a request's load."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str
+    instance_id: str
+    reason: str  # the eviction's reason: memory, max_loaded_models, reshape, ...
 
 
 @register
 class RequestRouted(_RequestEvent):
-    """Which instance serves the request, warm or cold, and what the supervisor did to get it."""
+    """Which instance serves the request, warm or cold, and what the supervisor did to get it.
+
+    v2: `evicted` holds structured victims (v1 said "model (instance_id, reason)" in prose)."""
 
     TYPE = "request.routed"
+    V = 2
 
     model: str
     instance_id: str
     port: int
     cold: bool  # True: this request waited for a load
     load_ms: int | None = None
-    evicted: list[str] = Field(default_factory=list)  # "model (instance_id, reason)" of what made room
+    evicted: list[Evicted] = Field(default_factory=list)  # what made room
     ctx_tokens: int | None = None
+
+
+_V1_VICTIM = re.compile(r"^(?P<model>.*?) \((?P<instance_id>[^,()]+), (?P<reason>[^()]*)\)$")
+
+
+@upcaster(RequestRouted.TYPE, 1)
+def _routed_v1(payload: dict[str, Any]) -> dict[str, Any]:
+    """v1 → v2: each "model (instance_id, reason)" becomes {model, instance_id, reason}. An entry that does not
+    parse keeps its text as the model, with an unknown instance and reason, so nothing is lost."""
+    victims = []
+    for entry in payload.get("evicted") or []:
+        m = _V1_VICTIM.match(str(entry))
+        victims.append(m.groupdict() if m else {"model": str(entry), "instance_id": "", "reason": "unknown"})
+    return {**payload, "evicted": victims}
 
 
 @register

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
+from collections.abc import AsyncIterator
 
 from blazar.errors import BlazarError
 from blazar.events.base import Event, Pending
@@ -137,8 +138,10 @@ class GroupCommitWriter:
 
 
 @contextlib.asynccontextmanager
-async def running_writer(event_log: EventLog, **kwargs: float | int):
-    writer = GroupCommitWriter(event_log, **kwargs)  # type: ignore[arg-type]
+async def running_writer(
+    event_log: EventLog, *, interval: float = 0.005, max_batch: int = MAX_BATCH, max_pending: int = 200_000
+) -> AsyncIterator[GroupCommitWriter]:
+    writer = GroupCommitWriter(event_log, interval=interval, max_batch=max_batch, max_pending=max_pending)
     writer.start()
     try:
         yield writer

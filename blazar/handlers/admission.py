@@ -66,6 +66,7 @@ class Ticket:
     waited_s: float
     busy_after: int  # this model's busy slots, this one included
     slots: int  # the model's -np when this one was admitted
+    max_tokens: int | None = None  # what the request may generate at most (None: unbounded)
     _acquired_at: float = field(default=0.0, repr=False, compare=False)
     _owner: object = field(default=None, repr=False, compare=False)
     _released: bool = field(default=False, repr=False, compare=False)
@@ -79,6 +80,7 @@ class _Waiter:
     queued_at: float
     future: asyncio.Future[Ticket]
     position: int = 0
+    max_tokens: int | None = None
 
     @property
     def rank(self) -> tuple[int, int]:
@@ -93,6 +95,26 @@ class _Lane:
     busy: int = 0
     waiters: list[_Waiter] = field(default_factory=list)
     ewma_hold_s: float | None = None
+    # What a slot's time goes on: seconds held per generated token, and tokens per request (the drain rate of a
+    # queue of requests of another length than the last ones is estimated from these).
+    ewma_s_per_token: float | None = None
+    ewma_tokens: float | None = None
+
+    def expected_hold_s(self, max_tokens: int | None) -> float | None:
+        """How long a request asking for at most `max_tokens` will likely hold its slot, from what holds and
+        generated tokens have measured; None before anything was measured."""
+        if self.ewma_s_per_token is not None and self.ewma_tokens is not None:
+            tokens = self.ewma_tokens if max_tokens is None else min(float(max_tokens), self.ewma_tokens)
+            return self.ewma_s_per_token * max(1.0, tokens)
+        return self.ewma_hold_s
+
+    def drain_s(self, extra_max_tokens: int | None) -> float | None:
+        """Seconds until the queue ahead, and one more request, has been served: the expected holds of every
+        waiter and the newcomer, over the slots that serve them (slots x completions per second per slot)."""
+        holds = [self.expected_hold_s(w.max_tokens) for w in self.waiters] + [self.expected_hold_s(extra_max_tokens)]
+        if any(h is None for h in holds):
+            return None
+        return sum(h for h in holds if h is not None) / max(1, self.slots)
 
 
 def _ewma(old: float | None, sample: float) -> float:
@@ -103,6 +125,14 @@ def _retry_after(hold_s: float | None, ahead: int, servers: int) -> float:
     """Seconds until a slot is likely: average hold * (requests served first + 1) / slots serving them."""
     estimate = (hold_s or 0.0) * (ahead + 1) / max(1, servers)
     return float(max(1, math.ceil(estimate)))
+
+
+def _lane_retry_after(lane: _Lane, max_tokens: int | None) -> float:
+    """Retry-After for a request refused by `lane`: the measured drain of its queue, rounded up, at least 1."""
+    drain = lane.drain_s(max_tokens)
+    if drain is None:
+        return _retry_after(lane.ewma_hold_s, len(lane.waiters), lane.slots)
+    return float(max(1, math.ceil(drain)))
 
 
 class Admission:
@@ -126,7 +156,7 @@ class Admission:
 
     # -- acquire / release ---------------------------------------------------------------------------------------
 
-    async def acquire(self, key: str, slots: int, *, priority: int = 0,
+    async def acquire(self, key: str, slots: int, *, priority: int = 0, max_tokens: int | None = None,
                       on_queued: Callable[[int, int], None] | None = None) -> Ticket:
         """A slot on `key`, whose instance has `slots` (-np) now. Queues when none is free; `on_queued(position,
         depth)` runs synchronously once if it does. Raises QueueFull, GlobalCap or QueueTimeout."""
@@ -138,18 +168,18 @@ class Admission:
         lane.slots = slots  # the latest -np: adaptive slots may have changed it since the last call
         now = self._clock()
         if self._head(lane) is None and self._has_room(lane):
-            return self._admit(key, lane, position=0, queued_at=now, now=now)
+            return self._admit(key, lane, position=0, queued_at=now, now=now, max_tokens=max_tokens)
         # Others wait, or there is no room: the newcomer takes its place by rank, then whoever's turn it is runs. So a
         # newcomer never passes a waiter of higher or equal priority, and slots that just grew go in rank order.
         waiter = _Waiter(key=key, priority=priority, seq=next(self._seq), queued_at=now,
-                         future=asyncio.get_running_loop().create_future())
+                         future=asyncio.get_running_loop().create_future(), max_tokens=max_tokens)
         bisect.insort(lane.waiters, waiter, key=lambda w: w.rank)
         self._pump(lane)
         if waiter.future.done():
             return waiter.future.result()  # its turn came at once: position_when_queued stays 0
         lane.waiters.remove(waiter)
         try:
-            self._check_depth(key, lane, priority)  # a refused request takes no place
+            self._check_depth(key, lane, priority, max_tokens)  # a refused request takes no place
         except AdmissionRefused:
             waiter.future.cancel()
             raise
@@ -163,9 +193,10 @@ class Admission:
                 raise
         return await self._wait(waiter)
 
-    def release(self, ticket: Ticket) -> None:
-        """Free the ticket's slot and admit the next waiter that can use it; a second release is a no-op."""
-        self._free(ticket, hold_observed=True)
+    def release(self, ticket: Ticket, *, tokens: int | None = None) -> None:
+        """Free the ticket's slot and admit the next waiter that can use it; a second release is a no-op. `tokens`,
+        what the request generated, teaches the drain estimate how a slot's time goes."""
+        self._free(ticket, hold_observed=True, tokens=tokens)
 
     @contextlib.asynccontextmanager
     async def slot(self, key: str, slots: int, *, priority: int = 0,
@@ -201,11 +232,12 @@ class Admission:
     def _has_room(self, lane: _Lane) -> bool:
         return lane.busy < lane.slots and (self._cap == 0 or self._busy < self._cap)
 
-    def _admit(self, key: str, lane: _Lane, *, position: int, queued_at: float, now: float) -> Ticket:
+    def _admit(self, key: str, lane: _Lane, *, position: int, queued_at: float, now: float,
+               max_tokens: int | None = None) -> Ticket:
         lane.busy += 1
         self._busy += 1
         return Ticket(key=key, position_when_queued=position, waited_s=max(0.0, now - queued_at),
-                      busy_after=lane.busy, slots=lane.slots, _acquired_at=now, _owner=self)
+                      busy_after=lane.busy, slots=lane.slots, max_tokens=max_tokens, _acquired_at=now, _owner=self)
 
     def _head(self, lane: _Lane) -> _Waiter | None:
         """The first live waiter. A cancelled one is dropped here: its task may not have run its cleanup yet."""
@@ -235,7 +267,7 @@ class Admission:
     def _grant(self, lane: _Lane, waiter: _Waiter) -> None:
         lane.waiters.remove(waiter)
         waiter.future.set_result(self._admit(waiter.key, lane, position=waiter.position, queued_at=waiter.queued_at,
-                                             now=self._clock()))
+                                             now=self._clock(), max_tokens=waiter.max_tokens))
 
     async def _wait(self, waiter: _Waiter) -> Ticket:
         try:
@@ -249,7 +281,7 @@ class Admission:
             raise QueueTimeout(
                 f"{waiter.key}: no free slot within {self._timeout_s:g} s ({lane.busy} of {lane.slots} busy, "
                 f"{len(lane.waiters)} waiting)",
-                retry_after_s=_retry_after(lane.ewma_hold_s, len(lane.waiters), lane.slots),
+                retry_after_s=_lane_retry_after(lane, waiter.max_tokens),
                 observations=self._observations(waiter.key, lane, waiter.priority)
                 | {"waited_s": max(0.0, self._clock() - waiter.queued_at), "position_when_queued": waiter.position},
             ) from None
@@ -271,7 +303,7 @@ class Admission:
             lane.waiters.remove(waiter)
         return None
 
-    def _free(self, ticket: Ticket, *, hold_observed: bool) -> None:
+    def _free(self, ticket: Ticket, *, hold_observed: bool, tokens: int | None = None) -> None:
         if ticket._owner is not self:
             raise ValueError(f"ticket for {ticket.key!r} was not issued by this Admission")
         if ticket._released:
@@ -284,15 +316,19 @@ class Admission:
             hold = max(0.0, self._clock() - ticket._acquired_at)
             lane.ewma_hold_s = _ewma(lane.ewma_hold_s, hold)
             self._hold_ewma_s = _ewma(self._hold_ewma_s, hold)
+            if tokens is not None and tokens > 0:
+                lane.ewma_s_per_token = _ewma(lane.ewma_s_per_token, hold / tokens)
+                lane.ewma_tokens = _ewma(lane.ewma_tokens, float(tokens))
         self._pump(lane)
 
-    def _check_depth(self, key: str, lane: _Lane, priority: int) -> None:
+    def _check_depth(self, key: str, lane: _Lane, priority: int, max_tokens: int | None = None) -> None:
         observations = self._observations(key, lane, priority)
         queued = len(lane.waiters)
         if queued >= self._depth_limit:
             raise QueueFull(
                 f"{key}: {queued} requests already waiting for {lane.slots} slot(s) (queue depth {self._depth_limit})",
-                retry_after_s=_retry_after(lane.ewma_hold_s, queued, lane.slots), observations=observations)
+                retry_after_s=_lane_retry_after(lane, max_tokens),
+                observations=observations | {"drain_s": lane.drain_s(max_tokens)})
         if self._cap and self._busy >= self._cap and lane.busy < lane.slots:
             blocked = self._cap_blocked()
             if blocked >= self._depth_limit:

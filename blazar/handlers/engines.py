@@ -15,7 +15,7 @@ import re
 import secrets
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +24,7 @@ from typing import Any, Literal
 from blazar.adapters.engines import build as builder
 from blazar.adapters.engines.llama_server import Capabilities, EngineVersion, probe
 from blazar.adapters.engines.package import EngineSourceFiles, find_package, from_binary
-from blazar.adapters.engines.smoke import smoke_test
+from blazar.adapters.engines.smoke import SmokeResult, smoke_test
 from blazar.context import Blazar
 from blazar.errors import (
     EngineError,
@@ -43,7 +43,16 @@ from blazar.events.engines import (
     EngineSmokeTested,
     EngineVerified,
 )
-from blazar.projections.engines import previous_engine, rollback_target
+from blazar.projections.engines import (
+    InstalledEngine,
+    active,
+    active_tag,
+    installed,
+    previous_engine,
+    rollback_target,
+    tags,
+)
+from blazar.projections.residency import engine_tags_in_use
 
 Progress = Callable[[str], None]
 InstallSource = Literal["package", "path", "PATH"]
@@ -63,8 +72,8 @@ def _state(app: Blazar) -> dict[str, Any]:
     return app.runner.state("engines")
 
 
-def _entry(app: Blazar, tag: str) -> dict[str, Any]:
-    entry = _state(app)["engines"].get(tag)
+def _entry(app: Blazar, tag: str) -> InstalledEngine:
+    entry = installed(_state(app), tag)
     if entry is None:
         raise EngineNotFound(f"no engine tagged {tag!r} (see: blazar engine list)")
     return entry
@@ -72,16 +81,21 @@ def _entry(app: Blazar, tag: str) -> dict[str, Any]:
 
 def active_engine(app: Blazar) -> ActiveEngine:
     """The engine new instances start with; NoEngine names the commands that install one."""
-    state = _state(app)
-    if state["active"] is None:
+    entry = active(_state(app))
+    if entry is None:
         raise NoEngine()
-    entry = state["engines"][state["active"]]
-    binary = app.paths.engines / entry["tag"] / entry["binary"]
+    binary = app.paths.engines / entry.tag / entry.binary
     if not binary.is_file():  # deleted by hand: say so here, not as a spawn failure per instance
-        raise EngineError(f"the active engine {entry['tag']} has no {binary}: `blazar engine verify` lists what is "
+        raise EngineError(f"the active engine {entry.tag} has no {binary}: `blazar engine verify` lists what is "
                           "missing; `blazar engine rollback` or `blazar engine use TAG` switches to another")
-    return ActiveEngine(tag=entry["tag"], binary=binary, caps=Capabilities.model_validate(entry["manifest"]),
-                        version=EngineVersion.model_validate(entry["version"]))
+    return ActiveEngine(tag=entry.tag, binary=binary, caps=Capabilities.model_validate(entry.manifest),
+                        version=EngineVersion.model_validate(entry.version))
+
+
+async def prove_generates(app: Blazar, engine: ActiveEngine, *, timeout_s: float) -> SmokeResult:
+    """/ready's proof that `engine` loads a model and generates on this machine: the smoke test, run in
+    run/ready-probe. Records nothing (a probe, not a decision)."""
+    return await smoke_test(engine.binary, engine.caps, workdir=app.paths.run / "ready-probe", timeout_s=timeout_s)
 
 
 def check_tag(tag: str) -> str:
@@ -144,22 +158,22 @@ def _stage(engines_dir: Path, src: EngineSourceFiles) -> _Staged:
     return _Staged(dir=staging, files=sorted(files, key=lambda f: f.path), version=version, caps=caps)
 
 
-def check_files(root: Path, files: list[dict[str, Any]]) -> list[str]:
+def check_files(root: Path, files: Sequence[EngineFile]) -> list[str]:
     """Every way the engine directory differs from its install record, one line per file."""
     problems = []
     for f in files:
-        p = root / f["path"]
-        if f.get("link_to"):
+        p = root / f.path
+        if f.link_to:
             if not p.is_symlink():
-                problems.append(f"{f['path']}: missing" if not p.exists() else f"{f['path']}: not a link")
-            elif (target := os.readlink(p)) != f["link_to"]:
-                problems.append(f"{f['path']}: links to {target}, expected {f['link_to']}")
+                problems.append(f"{f.path}: missing" if not p.exists() else f"{f.path}: not a link")
+            elif (target := os.readlink(p)) != f.link_to:
+                problems.append(f"{f.path}: links to {target}, expected {f.link_to}")
         elif p.is_symlink() or not p.is_file():
-            problems.append(f"{f['path']}: missing" if not p.exists() else f"{f['path']}: not a regular file")
-        elif (size := p.stat().st_size) != f["bytes"]:
-            problems.append(f"{f['path']}: {size} bytes, expected {f['bytes']}")
-        elif _sha256(p) != f["sha256"]:
-            problems.append(f"{f['path']}: sha256 differs from the install record")
+            problems.append(f"{f.path}: missing" if not p.exists() else f"{f.path}: not a regular file")
+        elif (size := p.stat().st_size) != f.bytes:
+            problems.append(f"{f.path}: {size} bytes, expected {f.bytes}")
+        elif _sha256(p) != f.sha256:
+            problems.append(f"{f.path}: sha256 differs from the install record")
     return problems
 
 
@@ -228,9 +242,9 @@ async def _install(app: Blazar, src: EngineSourceFiles, *, source_kind: Literal[
     tag = tag or f"{default_prefix}-{staged.digest[:8]}"
     try:
         check_tag(tag)
-        existing = _state(app)["engines"].get(tag)
+        existing = installed(_state(app), tag)
         if existing is not None:
-            if content_digest([EngineFile(**f) for f in existing["files"]]) != staged.digest:
+            if content_digest(list(existing.files)) != staged.digest:
                 raise EngineExists(f"an engine tagged {tag!r} is already installed with different files: pick "
                                    "another name with --tag")
             say(f"engine {tag} is already installed with these files: nothing to copy")
@@ -244,7 +258,7 @@ async def _install(app: Blazar, src: EngineSourceFiles, *, source_kind: Literal[
     finally:
         await asyncio.to_thread(_remove_dir, staged.dir)  # gone already when it was placed
     if activate:
-        if _state(app)["active"] == tag:
+        if active_tag(_state(app)) == tag:
             say(f"engine {tag} is already the active engine")
         else:
             await _activate(app, tag, reason=reason, say=say)
@@ -274,20 +288,20 @@ async def _activate(app: Blazar, tag: str, *, reason: Literal["install", "use", 
                     say: Progress) -> None:
     """Verify every file, then the smoke gate; either failing records a refusal and the active engine stays."""
     entry = _entry(app, tag)
-    previous = _state(app)["active"]
+    previous = active_tag(_state(app))
     root = app.paths.engines / tag
-    problems = await asyncio.to_thread(check_files, root, entry["files"])
-    (verified,) = await app.record(EngineVerified(tag=tag, ok=not problems, checked_files=len(entry["files"]),
+    problems = await asyncio.to_thread(check_files, root, entry.files)
+    (verified,) = await app.record(EngineVerified(tag=tag, ok=not problems, checked_files=len(entry.files),
                                                    problems=problems))
     if problems:
         await _refuse(app, tag, "verify_failed", f"{len(problems)} file(s) differ from the install record: "
                       + "; ".join(problems), cause=verified.seq, previous=previous)
-    say(f"verified {len(entry['files'])} file(s) of {tag}; smoke test: a tiny model, a few tokens")
-    caps = Capabilities.model_validate(entry["manifest"])
+    say(f"verified {len(entry.files)} file(s) of {tag}; smoke test: a tiny model, a few tokens")
+    caps = Capabilities.model_validate(entry.manifest)
     app.paths.run.mkdir(parents=True, exist_ok=True)
     workdir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix=f"smoke-{tag}-", dir=app.paths.run))
     try:
-        result = await smoke_test(root / entry["binary"], caps, workdir=workdir)
+        result = await smoke_test(root / entry.binary, caps, workdir=workdir)
     finally:
         await asyncio.to_thread(_remove_dir, workdir)
     (smoked,) = await app.record(EngineSmokeTested(
@@ -315,7 +329,7 @@ async def _refuse(app: Blazar, tag: str, reason: Literal["smoke_failed", "verify
 async def use_engine(app: Blazar, tag: str, *, progress: Progress | None = None) -> None:
     """Make `tag` the active engine, through verify and the smoke gate."""
     _entry(app, tag)
-    if _state(app)["active"] == tag:
+    if active_tag(_state(app)) == tag:
         (progress or (lambda _line: None))(f"engine {tag} is already the active engine")
         return
     await _activate(app, tag, reason="use", say=progress or (lambda _line: None))
@@ -334,12 +348,12 @@ async def verify_engine(app: Blazar, tag: str | None = None) -> EngineVerified:
     """Hash every file of `tag` (default: the active engine) against its install record and record the result;
     EngineVerifyFailed names each file that differs."""
     if tag is None:
-        tag = _state(app)["active"]
+        tag = active_tag(_state(app))
         if tag is None:
             raise NoEngine()
     entry = _entry(app, tag)
-    problems = await asyncio.to_thread(check_files, app.paths.engines / tag, entry["files"])
-    event = EngineVerified(tag=tag, ok=not problems, checked_files=len(entry["files"]), problems=problems)
+    problems = await asyncio.to_thread(check_files, app.paths.engines / tag, entry.files)
+    event = EngineVerified(tag=tag, ok=not problems, checked_files=len(entry.files), problems=problems)
     await app.record(event)
     if problems:
         raise EngineVerifyFailed(tag, problems)
@@ -350,17 +364,17 @@ def prune_candidates(state: dict[str, Any], *, keep_previous: bool = True,
                      in_use: set[str] | frozenset[str] = frozenset()) -> list[str]:
     """Every engine but the active one, any in use, and unless `keep_previous` is off, the rollback target and the
     engine active just before the current one (they differ after a rollback)."""
-    keep = {state["active"], *in_use}
+    keep = {active_tag(state), *in_use}
     if keep_previous:
         keep |= {rollback_target(state), previous_engine(state)}
-    return sorted(t for t in state["engines"] if t not in keep)
+    return [t for t in tags(state) if t not in keep]
 
 
 async def prune_engines(app: Blazar, *, keep_previous: bool = True) -> list[str]:
     """Remove engines that are neither active, nor the rollback target, nor running an instance; and staging
     leftovers of installs that died. Returns the tags removed."""
     try:
-        in_use = {t for t, n in app.runner.state("residency").get("engine_tags_in_use", {}).items() if n}
+        in_use = engine_tags_in_use(app.runner.state("residency"))
     except KeyError:  # no residency projection in this build
         in_use = set()
     removed = []

@@ -15,7 +15,7 @@ from blazar.events.models import ModelMetadata
 from blazar.fit import CoresidePlan, Device, FitPlan, FitRequest, coreside, plan
 from blazar.handlers.pull_target import parse_target
 from blazar.projections.calibration import correction_for
-from blazar.projections.catalog import find
+from blazar.projections.catalog import stored
 
 # A header bigger than this is not a model we can plan for (the largest vocabularies need ~10 MiB).
 MAX_HEADER_BYTES = 256 * 1024 * 1024
@@ -23,9 +23,9 @@ MAX_HEADER_BYTES = 256 * 1024 * 1024
 
 async def metadata_for(app: Blazar, model_or_target: str) -> tuple[str, ModelMetadata, bool]:
     """(name, metadata, in_store): from the catalog when the store has it, else from a hub header (no download)."""
-    entry = find(app.runner.state("catalog"), model_or_target)
-    if entry is not None:
-        return entry["name"], ModelMetadata.model_validate(entry["metadata"]), True
+    got = stored(app.runner.state("catalog"), model_or_target)
+    if got is not None:
+        return got.name, got.metadata, True
     target = parse_target(model_or_target)
     if target.kind == "registry":
         raise ModelNotFound(f"no model named {model_or_target!r} in the store; pull it first or plan a hub target "

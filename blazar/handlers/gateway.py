@@ -40,6 +40,7 @@ from blazar.handlers.limits import Limiter, LimitExceeded
 from blazar.handlers.plan import Answer, Plan
 from blazar.handlers.ports import SupervisorPort
 from blazar.handlers.principal import Principal, scope_refusal
+from blazar.projections.metrics import tokens_on
 
 log = logging.getLogger("blazar.gateway")
 
@@ -64,8 +65,7 @@ class Gateway:
 
     def _tokens_today(self, key_name: str, day: int) -> int:
         """What the log says a key used on UTC day `day` (a restarted daemon keeps counting the daily limit)."""
-        usage = self.app.runner.state("metrics").get("keys", {}).get(key_name) or {}
-        return int(usage.get("tokens_today", 0)) if usage.get("day") == day else 0
+        return tokens_on(self.app.runner.state("metrics"), key_name, day)
 
     def emit(self, event: Event, trace_id: str, actor: str | None = None) -> None:
         """Hand a request event to the group-commit writer; its actor is the caller's key ("key:<name>") where keys
@@ -104,7 +104,7 @@ class Gateway:
             if watcher is not None:
                 watcher.cancel()
         if upstream.status_code >= 400:
-            return Answer(status=upstream.status_code, refused=data, headers=headers)
+            return Answer(status=upstream.status_code, refused=data, refusal=refusal(data), headers=headers)
         if plan.reply is None and plan.forced is None:
             rename = relay.renamer(plan)
             return Answer(status=upstream.status_code, data=rename.whole(data) if rename else data,
@@ -142,7 +142,9 @@ class Gateway:
         plan.done = True
         self.emit(RequestRejected(trace_id=plan.trace_id, model=plan.name or plan.model, status=status,
                                   reason=reason, detail=detail, retry_after_s=retry_after_s,  # type: ignore[arg-type]
-                                  observations=observations or {}), plan.trace_id, plan.actor)
+                                  observations=observations or {},
+                                  duration_ms=round((time.perf_counter() - plan.received) * 1000, 3)),
+                  plan.trace_id, plan.actor)
         return Refused(detail, reason=reason, http_status=status, retry_after_s=retry_after_s,
                        observations=observations)
 
@@ -168,7 +170,7 @@ class Gateway:
         assert plan.name is not None
         if not p.allows(plan.model, plan.name):
             err = self.reject(plan, status=403, reason="model_not_allowed", detail=scope_refusal(p, plan.model,
-                              plan.name), observations={"key": p.key_name, "models": list(p.key.get("models") or [])})
+                              plan.name), observations={"key": p.key_name, "models": list(p.models)})
             err.error_type = "permission_error"
             raise err
         limits = p.limits()
@@ -222,7 +224,7 @@ class Gateway:
 
         try:
             ticket = await self.admission.acquire(inst.model, inst.slots, priority=plan.priority,
-                                                  on_queued=on_queued)
+                                                  max_tokens=plan.max_tokens, on_queued=on_queued)
         except AdmissionRefused as e:
             raise self.reject(plan, status=e.http_status, reason=e.reason, detail=e.message,
                               retry_after_s=e.retry_after_s, observations=e.observations) from None
@@ -324,7 +326,7 @@ class Gateway:
     def complete(self, plan: Plan, usage: dict[str, Any], *, status: int, chunks: int | None = None) -> None:
         if plan.done:
             return
-        self._release(plan)
+        self._release(plan, tokens=usage.get("completion_tokens"))
         key_name = plan.principal.key_name if plan.principal is not None else None
         if key_name is not None:  # the key's tpm and daily_tokens count a request's tokens when it completes
             self.limits.add_tokens(key_name, int(usage.get("prompt_tokens") or 0)
@@ -347,11 +349,11 @@ class Gateway:
                                 duration_ms=round((time.perf_counter() - plan.received) * 1000, 3)),
                   plan.trace_id, plan.actor)
 
-    def _release(self, plan: Plan) -> None:
+    def _release(self, plan: Plan, *, tokens: int | None = None) -> None:
         plan.done = True
         self._drop_lease(plan)
         if plan.ticket is not None:
-            self.admission.release(plan.ticket)
+            self.admission.release(plan.ticket, tokens=tokens)
             plan.ticket = None
         if plan.held and plan.instance is not None:
             self.supervisor.unhold(plan.instance)

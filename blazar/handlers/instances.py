@@ -17,7 +17,7 @@ import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from blazar.adapters.engines import process
 from blazar.adapters.engines.llama_server import build_argv, engine_key, redact_argv
@@ -35,6 +35,7 @@ from blazar.errors import (
     ModelPinned,
 )
 from blazar.events.instances import (
+    ExitReason,
     InstanceEvicted,
     InstanceExited,
     InstanceKeepAliveSet,
@@ -46,6 +47,7 @@ from blazar.events.instances import (
     ModelCircuitReset,
 )
 from blazar.events.models import ModelMetadata
+from blazar.events.requests import Evicted
 from blazar.fit import Device, FitPlan, FitRequest
 from blazar.handlers import decide
 from blazar.handlers.calibration import record_measurement
@@ -54,12 +56,14 @@ from blazar.handlers.models import store_filename
 from blazar.handlers.placement import Resident, budget_devices, shortfall_bytes, try_plan
 from blazar.projections.calibration import correction_for
 from blazar.projections.catalog import stored
-from blazar.projections.residency import circuit_open, recent_crashes
-from blazar.queries.ps import ps_rows
+from blazar.projections.residency import circuit, instance, ps_rows, recent_crashes
+from blazar.sentinels import UNSET
 
 log = logging.getLogger("blazar.supervisor")
 
-UNSET: Any = object()  # keep_alive not given: the setting for a new instance, unchanged for a loaded one
+RefusalReason = Literal["does_not_fit", "circuit_open", "no_engine", "no_room", "engine_incompatible"]
+EvictionReason = Literal["idle", "max_loaded_models", "memory", "reshape"]
+
 LOG_TAIL_LINES = 20
 # Restart backoff after a crash: 0.5 s doubling per crash in the window, at most this.
 BACKOFF_MAX_S = 10.0
@@ -103,7 +107,7 @@ class Route:
 
     cold: bool = False
     load_ms: int | None = None
-    evicted: list[str] = field(default_factory=list)
+    evicted: list[Evicted] = field(default_factory=list)
 
 
 @dataclass
@@ -172,7 +176,7 @@ class Supervisor:
 
     # -- queries ----------------------------------------------------------------------------------------------
 
-    def ps(self) -> list[dict]:
+    def ps(self) -> list[dict[str, Any]]:
         live = {iid: {"in_flight": lv.in_flight, "last_used": lv.last_used or None} for iid, lv in self._live.items()}
         return ps_rows(self.app.runner.state("residency"), now=self.app.clock.now(), live=live)
 
@@ -284,7 +288,7 @@ class Supervisor:
             lv.last_used = self.app.clock.now()
             self._poke.set()
 
-    async def _refuse(self, model: str, reason: str, detail: str, exc: type[EngineError] | EngineError,
+    async def _refuse(self, model: str, reason: RefusalReason, detail: str, exc: type[EngineError] | EngineError,
                       observations: dict[str, Any] | None = None) -> EngineError:
         """Record the refusal (a decision), then hand back the error to raise: `exc` itself when it is one."""
         await self.app.record(InstanceLoadRefused(model=model, reason=reason, detail=detail,
@@ -311,12 +315,12 @@ class Supervisor:
         now = app.clock.now()
         settings = app.settings()
         residency = app.runner.state("residency")
-        circuit = circuit_open(residency, name, now)
-        if circuit is not None:
-            until = circuit["open_until"]
+        opened = circuit(residency, name, now)
+        if opened is not None:
+            until = opened.open_until
             raise await self._refuse(
                 name, "circuit_open",
-                f"{name} crashed {circuit['crashes']} times within {settings.crash_window_s:.0f} s; loads are refused "
+                f"{name} crashed {opened.crashes} times within {settings.crash_window_s:.0f} s; loads are refused "
                 f"for {until - now:.0f} s more "
                 f"or until `blazar ps --reset {name}`", CircuitOpen, {"open_until": until})
         try:
@@ -358,7 +362,8 @@ class Supervisor:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         argv, api_key = await self._argv(model, engine, fit, instance_id=instance_id, port=port,
                                          embeddings=embeddings)
-        facts = dict(instance_id=instance_id, model=name, engine_tag=engine.tag, port=port, argv=redact_argv(argv),
+        facts: dict[str, Any] = dict(
+                     instance_id=instance_id, model=name, engine_tag=engine.tag, port=port, argv=redact_argv(argv),
                      log_path=str(log_path.relative_to(app.paths.log)), ctx_tokens=fit.ctx_per_slot,
                      engine_ctx=fit.engine_ctx, slots=fit.slots, cache_type_k=fit.cache_type_k,
                      cache_type_v=fit.cache_type_v, flash_attn=fit.flash_attn, gpu_layers=fit.gpu_layers,
@@ -481,7 +486,7 @@ class Supervisor:
                        f"{len(self._live)} instances loaded (max_loaded_models {settings.max_loaded_models}) "
                        "and none can be evicted: every one is busy or pinned")
                 raise await self._refuse(name, "does_not_fit" if need_bytes else "no_room", why, DoesNotFit, obs)
-            reason = "memory" if need_bytes else "max_loaded_models"
+            reason: EvictionReason = "memory" if need_bytes else "max_loaded_models"
             obs = {"need_bytes": need_bytes, "need_count": need_count, "host_free_bytes": _host_free(budget),
                    "loaded": len(self._live), "max_loaded_models": settings.max_loaded_models,
                    "scores": victims.scores, "why": victims.why}
@@ -505,8 +510,9 @@ class Supervisor:
         return try_plan(meta, budget, request.model_copy(update={"correction": correction}))
 
     def _measured(self) -> dict[str, int | None]:
-        insts = self.app.runner.state("residency").get("instances", {})
-        return {iid: insts.get(iid, {}).get("measured_bytes") for iid in self._live}
+        residency = self.app.runner.state("residency")
+        return {iid: inst.measured_bytes if (inst := instance(residency, iid)) is not None else None
+                for iid in self._live}
 
     def _residents(self, measured: dict[str, int | None]) -> list[Resident]:
         return [Resident(iid, lv.charged_bytes(measured.get(iid))) for iid, lv in self._live.items()]
@@ -546,13 +552,13 @@ class Supervisor:
 
     # -- stopping ---------------------------------------------------------------------------------------------
 
-    async def _evict(self, lv: _Live, reason: str, *, for_model: str | None = None,
+    async def _evict(self, lv: _Live, reason: EvictionReason, *, for_model: str | None = None,
                      observations: dict[str, Any] | None = None, route: Route | None = None) -> None:
         if lv.state == "stopping":
             return  # already going (the reaper and a load may pick the same victim)
         lv.state = "stopping"
         if route is not None:
-            route.evicted.append(f"{lv.instance.model} ({lv.instance.instance_id}, {reason})")
+            route.evicted.append(Evicted(model=lv.instance.model, instance_id=lv.instance.instance_id, reason=reason))
         idle = max(0.0, self.app.clock.now() - lv.last_used) if lv.last_used else 0.0
         (ev,) = await self.app.record(InstanceEvicted(
             instance_id=lv.instance.instance_id, model=lv.instance.model, reason=reason, for_model=for_model,
@@ -560,7 +566,7 @@ class Supervisor:
             observations=observations or {}), cause=lv.started_seq)
         await self._terminate(lv, "evicted", cause=ev.seq)
 
-    async def _terminate(self, lv: _Live, reason: str, *, detail: str = "", cause: int | None = None) -> None:
+    async def _terminate(self, lv: _Live, reason: ExitReason, *, detail: str = "", cause: int | None = None) -> None:
         """Stop the child (SIGTERM, grace, SIGKILL) and record its exit with `reason`."""
         if lv.state == "stopping" and lv.exit_recorded:
             return
@@ -571,7 +577,7 @@ class Supervisor:
                 await lv.watcher
         await self._record_exit(lv, reason, code, detail=detail, cause=cause)
 
-    async def _record_exit(self, lv: _Live, reason: str, code: int | None, *, detail: str = "",
+    async def _record_exit(self, lv: _Live, reason: ExitReason, code: int | None, *, detail: str = "",
                            cause: int | None = None) -> None:
         if lv.exit_recorded:
             return
@@ -596,7 +602,7 @@ class Supervisor:
         code = await lv.proc.wait()
         if lv.state == "stopping":
             return  # _terminate records it, with the reason it was stopped for
-        reason = "load_failed" if lv.state == "starting" else "crashed"
+        reason: ExitReason = "load_failed" if lv.state == "starting" else "crashed"
         lv.state = "stopping"
         await self._record_exit(lv, reason, code, detail=f"exited on its own with code {code}")
 
@@ -604,8 +610,8 @@ class Supervisor:
         settings = self.app.settings()
         now = self.app.clock.now()
         residency = self.app.runner.state("residency")
-        crashes = residency.get("models", {}).get(model, {}).get("crashes", [])
-        if circuit_open(residency, model, now) is None and decide.decide_circuit(
+        crashes = recent_crashes(residency, model)
+        if circuit(residency, model, now) is None and decide.decide_circuit(
                 crashes, now, limit=settings.crash_limit, window_s=settings.crash_window_s):
             n = sum(1 for t in crashes if now - t <= settings.crash_window_s)
             await self.app.record(ModelCircuitOpened(model=model, crashes=n, window_s=settings.crash_window_s,
@@ -673,7 +679,7 @@ async def reset_circuit(app: Blazar, model: str) -> bool:
     """Close `model`'s circuit (`blazar ps --reset`): True when one was open. Works with or without a daemon:
     the daemon's projections follow the log."""
     await app.runner.catch_up()
-    if circuit_open(app.runner.state("residency"), model, app.clock.now()) is None:
+    if circuit(app.runner.state("residency"), model, app.clock.now()) is None:
         return False
     await app.record(ModelCircuitReset(model=model))
     return True

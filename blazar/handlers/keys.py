@@ -20,6 +20,7 @@ from blazar.durations import parse_duration
 from blazar.errors import KeyCommandError
 from blazar.events.base import Recorded
 from blazar.events.keys import KeyCreated, KeyLimitsChanged, KeyRevoked, KeyRotated
+from blazar.projections.keys import ApiKey, key, prefixes_in_use
 
 SECRET_PREFIX = "blz_"
 PREFIX_CHARS = 8
@@ -106,21 +107,21 @@ def expiry_ts(text: str | None, *, now: float) -> float | None:
     return now + seconds
 
 
-def _keys(app: Blazar) -> dict[str, dict[str, Any]]:
-    return app.runner.state("keys")["keys"]
+def _key(app: Blazar, name: str) -> ApiKey | None:
+    return key(app.runner.state("keys"), name)
 
 
-def _live(app: Blazar, name: str) -> dict[str, Any]:
-    key = _keys(app).get(name)
-    if key is None:
+def _live(app: Blazar, name: str) -> ApiKey:
+    found = _key(app, name)
+    if found is None:
         raise KeyCommandError(f"no key named {name!r} (see `blazar keys list`)")
-    if key["revoked"]:
+    if found.revoked:
         raise KeyCommandError(f"key {name!r} is revoked; create a new one with `blazar keys create`")
-    return key
+    return found
 
 
 def _taken(app: Blazar) -> set[str]:
-    return set(app.runner.state("keys")["by_prefix"])
+    return prefixes_in_use(app.runner.state("keys"))
 
 
 async def create(app: Blazar, name: str, *, models: list[str] | None = None, rpm: int | None = None,
@@ -128,7 +129,7 @@ async def create(app: Blazar, name: str, *, models: list[str] | None = None, rpm
                  admin: bool = False, expires: str | None = None) -> tuple[Recorded, str]:
     """Record the key; returns the event and the secret (shown once, stored nowhere)."""
     check_name(name)
-    if name in _keys(app):
+    if _key(app, name) is not None:
         raise KeyCommandError(f"a key named {name!r} exists already (names are never reused, revoked ones included)")
     limits = {f: check_limit(f, v) for f, v in
               (("rpm", rpm), ("tpm", tpm), ("daily_tokens", daily_tokens), ("max_concurrent", max_concurrent))}
@@ -154,7 +155,7 @@ async def revoke(app: Blazar, name: str) -> Recorded:
 
 async def change_limits(app: Blazar, name: str, changed: dict[str, Any]) -> Recorded | None:
     """`changed` maps a limit (or "models") to its new value; 0 for a limit means no limit. None: nothing changed."""
-    key = _live(app, name)
+    current = _live(app, name)
     clean: dict[str, Any] = {}
     for field, value in changed.items():
         if field == "models":
@@ -163,7 +164,8 @@ async def change_limits(app: Blazar, name: str, changed: dict[str, Any]) -> Reco
             value = None if value == 0 else check_limit(field, value)
         else:
             raise KeyCommandError(f"unknown limit {field!r}: one of models, {', '.join(LIMITS)}")
-        if key.get(field) != value:
+        had = list(current.models) if field == "models" else getattr(current, field)
+        if had != value:
             clean[field] = value
     if not clean:
         return None

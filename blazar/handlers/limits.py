@@ -11,10 +11,10 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from blazar.clock import Clock
 from blazar.errors import LimitExceeded
+from blazar.projections.keys import ApiKey
 
 WINDOW_S = 60.0
 DAY_S = 86400.0
@@ -33,8 +33,8 @@ class KeyLimits:
     max_concurrent: int | None = None
 
     @classmethod
-    def of(cls, key: dict[str, Any]) -> KeyLimits:
-        return cls(key["name"], key.get("rpm"), key.get("tpm"), key.get("daily_tokens"), key.get("max_concurrent"))
+    def of(cls, key: ApiKey) -> KeyLimits:
+        return cls(key.name, key.rpm, key.tpm, key.daily_tokens, key.max_concurrent)
 
 
 @dataclass(slots=True)

@@ -29,8 +29,8 @@ from blazar.events.models import (
     ModelRemoved,
     ShardFile,
 )
-from blazar.projections.catalog import find
-from blazar.projections.residency import for_model
+from blazar.projections.catalog import alias_target, is_model, models, stored
+from blazar.projections.residency import instances_of
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}(:[A-Za-z0-9][A-Za-z0-9._-]{0,63})?$")
 # Errors that mean "a hardlink is impossible here", so a copy is the right fallback.
@@ -134,12 +134,12 @@ async def import_model(
     `model.imported`. Nothing is recorded and nothing is left in the store when any step fails."""
     check_name(name)
     catalog = app.runner.state("catalog")
-    if find(catalog, name) is not None:
+    if stored(catalog, name) is not None:
         raise ModelExists(f"a model named {name!r} is already in the store (remove it first: blazar rm {name})")
     parts = src if isinstance(src, list) else [src]
     # "a:b" and "a--b" are both stored as a--b: the file (or split directory) of another model is never replaced.
     top = store_filename(name) if len(parts) == 1 else store_filename(name)[: -len(".gguf")]
-    owner = next((m["name"] for m in catalog["models"].values() if Path(m["path"]).parts[0] == top), None)
+    owner = next((m.name for m in models(catalog) if Path(m.file).parts[0] == top), None)
     if owner is not None:
         raise ModelExists(f"the name {name!r} would be stored as {top}, which belongs to the model {owner!r}; "
                           "pick another name")
@@ -147,6 +147,7 @@ async def import_model(
     if metadata is None:
         metadata = await asyncio.to_thread(inspect_gguf if len(parts) == 1 else inspect_split,  # type: ignore[arg-type]
                                            parts[0] if len(parts) == 1 else parts)
+    assert metadata is not None  # given, or inspected just above
     shards: list[ShardFile] = []
     if len(parts) == 1:
         dest, linked, digest, size = await asyncio.to_thread(
@@ -192,22 +193,22 @@ async def remove_model(app: Blazar, name: str) -> Recorded:
     """Remove `name` from the store. The file's data is freed only when this was its last link. An alias is only
     an alias: removing it leaves its model alone."""
     catalog = app.runner.state("catalog")
-    if name not in catalog["models"] and name in catalog.get("aliases", {}):
+    if not is_model(catalog, name) and alias_target(catalog, name) is not None:
         return await unalias_model(app, name)
-    entry = find(catalog, name)
+    entry = stored(catalog, name)
     if entry is None:
         raise ModelNotFound(f"no model named {name!r} in the store (see: blazar list)")
     await app.runner.catch_up()  # a daemon may have loaded it since this process started
-    loaded = for_model(app.runner.state("residency"), entry["name"])
+    loaded = instances_of(app.runner.state("residency"), entry.name)
     if loaded:
-        pids = ", ".join(str(i["pid"]) for i in loaded)
-        raise ModelInUse(f"{entry['name']} is loaded (engine pid {pids}); stop it first: blazar stop {entry['name']}")
-    files = [s["path"] for s in entry.get("shards") or []] or [entry["path"]]
+        pids = ", ".join(str(i.pid) for i in loaded)
+        raise ModelInUse(f"{entry.name} is loaded (engine pid {pids}); stop it first: blazar stop {entry.name}")
+    files = list(entry.files)
     freed = [await asyncio.to_thread(unlink_counting, app.paths.models / f) for f in files]
     deleted = all(freed)
     if len(files) > 1:
         await asyncio.to_thread(_remove_path, app.paths.models / Path(files[0]).parent)
-    (rec,) = await app.record(ModelRemoved(name=entry["name"], path=entry["path"], file_deleted=deleted))
+    (rec,) = await app.record(ModelRemoved(name=entry.name, path=entry.file, file_deleted=deleted))
     return rec
 
 
@@ -216,17 +217,17 @@ async def alias_model(app: Blazar, alias: str, target: str) -> Recorded:
     an alias that is a model's own name is not."""
     check_name(alias)
     catalog = app.runner.state("catalog")
-    entry = find(catalog, target)
+    entry = stored(catalog, target)
     if entry is None:
         raise ModelNotFound(f"no model named {target!r} in the store (see: blazar list)")
-    if alias in catalog["models"]:
+    if is_model(catalog, alias):
         raise ModelExists(f"{alias!r} is a model's own name; choose another alias")
-    (rec,) = await app.record(ModelAliased(alias=alias, target=entry["name"]))
+    (rec,) = await app.record(ModelAliased(alias=alias, target=entry.name))
     return rec
 
 
 async def unalias_model(app: Blazar, alias: str) -> Recorded:
-    target = app.runner.state("catalog").get("aliases", {}).get(alias)
+    target = alias_target(app.runner.state("catalog"), alias)
     if target is None:
         raise ModelNotFound(f"no alias named {alias!r} (blazar alias lists them)")
     (rec,) = await app.record(ModelAliasRemoved(alias=alias, target=target))

@@ -17,9 +17,10 @@ import orjson
 from blazar.dialects.stream import Translator
 from blazar.dialects.tools import Forced
 from blazar.handlers.admission import Ticket
-from blazar.handlers.instances import UNSET, Instance, ResolvedModel
+from blazar.handlers.instances import Instance, ResolvedModel
 from blazar.handlers.limits import Lease
 from blazar.handlers.principal import Principal
+from blazar.sentinels import UNSET
 
 
 @dataclass
@@ -92,5 +93,6 @@ class Answer:
     stream: AsyncIterator[bytes] | None = None
     data: bytes | None = None
     media: Any = None
-    refused: bytes | None = None  # the engine's error body (status >= 400)
+    refused: bytes | None = None  # the engine's error body (status >= 400), as it sent it
+    refusal: tuple[str, str] | None = None  # ... and its message and type, read once
     headers: dict[str, str] = field(default_factory=dict)

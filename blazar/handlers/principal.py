@@ -5,22 +5,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any
 
 from blazar.handlers.limits import KeyLimits
+from blazar.projections.keys import ApiKey
 
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """A key (`key` is its row in the keys projection, read live) or the CLI's admin token (`key` is None)."""
+    """A key (`key` is the keys projection's record of it when the request came in) or the CLI's admin token
+    (`key` is None)."""
 
     actor: str  # "key:<name>" or "cli:<os user>"
     admin: bool
-    key: dict[str, Any] | None = None
+    key: ApiKey | None = None
 
     @property
     def key_name(self) -> str | None:
-        return None if self.key is None else str(self.key["name"])
+        return None if self.key is None else self.key.name
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The key's model patterns; () for the admin token or a key with no scope (every model)."""
+        return () if self.key is None else self.key.models
 
     def limits(self) -> KeyLimits | None:
         return None if self.key is None else KeyLimits.of(self.key)
@@ -28,7 +34,7 @@ class Principal:
     def allows(self, *names: str | None) -> bool:
         """A model is in scope when one of its names (as the client wrote it, the store's) matches a pattern; a key
         with no patterns may use every model."""
-        patterns = self.key.get("models") if self.key is not None else None
+        patterns = self.models
         if not patterns:
             return True
         return any(fnmatchcase(n, p) for p in patterns for n in names if n)
@@ -40,9 +46,9 @@ def is_admin(principal: Principal | None) -> bool:
 
 
 def scope_refusal(principal: Principal, asked: str, name: str) -> str:
-    key = principal.key or {}
+    key_name = principal.key_name
     shown = asked if asked == name else f"{asked} (the model {name})"
-    return (f"key {key.get('name')!r} may not use {shown}: its scope is --models "
-            + " ".join(repr(p) for p in key.get("models") or [])
-            + f"; a key whose --models matches {name!r} would allow it (`blazar keys limits {key.get('name')} "
+    return (f"key {key_name!r} may not use {shown}: its scope is --models "
+            + " ".join(repr(p) for p in principal.models)
+            + f"; a key whose --models matches {name!r} would allow it (`blazar keys limits {key_name} "
             f"--models {name}`)")

@@ -25,7 +25,7 @@ from blazar.errors import BlazarError, ChecksumMismatch, HubError, ModelExists, 
 from blazar.events.models import ModelPullCompleted, ModelPullFailed, ModelPullStarted
 from blazar.handlers.models import check_name, import_model, sha256_file
 from blazar.handlers.pull_target import Target, parse_target
-from blazar.projections.catalog import find
+from blazar.projections.catalog import stored
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total), called from a worker thread
 
@@ -84,12 +84,12 @@ async def pull(app: Blazar, text: str, *, name: str | None = None, progress: Pro
 async def _pull_once(app: Blazar, target: Target, model: str, progress: Progress | None) -> PullResult:
     async with _cross_process_lock(app.paths.run / f"pull-{model.replace(':', '--')}.lock"):
         await app.runner.catch_up()  # another process may have finished this pull while we waited
-        existing = find(app.runner.state("catalog"), model)
+        existing = stored(app.runner.state("catalog"), model)
         if existing is not None:
-            if existing["source"] != target.text:
-                raise ModelExists(f"a model named {model!r} is already in the store from {existing['source']!r}; "
+            if existing.source != target.text:
+                raise ModelExists(f"a model named {model!r} is already in the store from {existing.source!r}; "
                                   f"pick another --name or remove it first (blazar rm {model})")
-            return PullResult(model, target.text, True, existing["bytes"], existing["sha256"])
+            return PullResult(model, target.text, True, existing.bytes, existing.sha256)
         if target.kind == "registry":
             return await _pull_registry(app, target, model, progress)
         assert target.repo is not None
@@ -248,13 +248,13 @@ def _size(path: Path) -> int:
 
 async def _completed(app: Blazar, target: Target, model: str, started: float, *, downloaded: int,
                      cause: int) -> PullResult:
-    entry = find(app.runner.state("catalog"), model)
+    entry = stored(app.runner.state("catalog"), model)
     assert entry is not None
     (rec,) = await app.record(ModelPullCompleted(
-        target=target.text, name=model, bytes=entry["bytes"], sha256=entry["sha256"],
+        target=target.text, name=model, bytes=entry.bytes, sha256=entry.sha256,
         duration_ms=int((time.monotonic() - started) * 1000), downloaded_bytes=downloaded,
     ), cause=cause)
-    return PullResult(model, target.text, False, entry["bytes"], entry["sha256"], downloaded, rec.seq)
+    return PullResult(model, target.text, False, entry.bytes, entry.sha256, downloaded, rec.seq)
 
 
 async def _record_failure(app: Blazar, target: Target, model: str, exc: BaseException, cause: int | None, *,

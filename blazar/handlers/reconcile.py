@@ -12,7 +12,8 @@ import logging
 
 from blazar.adapters.engines import process
 from blazar.context import Blazar
-from blazar.events.instances import InstanceExited
+from blazar.events.instances import ExitReason, InstanceExited
+from blazar.projections.residency import ResidentInstance, instances
 
 log = logging.getLogger("blazar.reconcile")
 # Instance log files kept after their instance exited; older ones are deleted at start-up.
@@ -33,12 +34,12 @@ async def reconcile(app: Blazar) -> list[str]:
     """Record what really happened to every instance the log says is running; returns their ids."""
     await app.runner.catch_up()
     grace = app.settings().stop_grace_s
-    instances = dict(app.runner.state("residency").get("instances", {}))
+    recorded = instances(app.runner.state("residency"))
 
-    async def settle(iid: str, inst: dict) -> str:
-        port = int(inst["port"])
-        argv = inst.get("argv") or []
-        pid = inst["pid"] if inst["pid"] is not None else _pid_from_file(app, iid)
+    async def settle(inst: ResidentInstance) -> str:
+        iid, port, argv = inst.instance_id, inst.port, inst.argv
+        pid = inst.pid if inst.pid is not None else _pid_from_file(app, iid)
+        reason: ExitReason
         if pid is None:  # an intent whose spawn never happened (or never wrote its pid file)
             reason, detail = "lost", "its start was recorded but no process was spawned before the daemon stopped"
         elif process.pid_alive(pid) and _ours(pid, port, argv[0] if argv else None):
@@ -46,15 +47,15 @@ async def reconcile(app: Blazar) -> list[str]:
             reason, detail = "orphan_stopped", f"pid {pid} was still running with no supervisor; stopped"
         else:
             reason, detail = "lost", f"pid {pid} was not running when the daemon started"
-        log_file = app.paths.log / inst.get("log_path", f"instances/{iid}.log")
-        await app.record(InstanceExited(instance_id=iid, model=inst["model"], reason=reason,
+        log_file = app.paths.log / (inst.log_path or f"instances/{iid}.log")
+        await app.record(InstanceExited(instance_id=iid, model=inst.model, reason=reason,
                                          log_tail=process.log_tail(log_file, 20), detail=detail),
-                     cause=inst.get("started_seq"))
+                         cause=inst.started_seq)
         (app.paths.run / "instances" / f"{iid}.pid").unlink(missing_ok=True)
         return iid
 
     # Orphans are stopped side by side: each may take its whole grace period.
-    handled = list(await asyncio.gather(*(settle(iid, inst) for iid, inst in instances.items())))
+    handled = list(await asyncio.gather(*(settle(inst) for inst in recorded)))
     handled += await _unrecorded_children(app, grace)
     # Every child of an earlier daemon is settled (stopped or gone): their engine keys are dead too.
     for keyfile in (app.paths.run / "instances").glob("*.key"):
@@ -66,7 +67,7 @@ async def reconcile(app: Blazar) -> list[str]:
 async def _unrecorded_children(app: Blazar, grace: float) -> list[str]:
     """Pid files of spawns whose `instance.started` never made it to the log (the daemon died in between)."""
     out = []
-    known = set(app.runner.state("residency").get("instances", {}))
+    known = {inst.instance_id for inst in instances(app.runner.state("residency"))}
     piddir = app.paths.run / "instances"
     for pidfile in sorted(piddir.glob("*.pid")) if piddir.is_dir() else []:
         iid = pidfile.stem
@@ -95,7 +96,7 @@ def _pid_from_file(app: Blazar, iid: str) -> int | None:
 
 
 def _prune_logs(app: Blazar) -> None:
-    live = {f"{iid}.log" for iid in app.runner.state("residency").get("instances", {})}
+    live = {f"{inst.instance_id}.log" for inst in instances(app.runner.state("residency"))}
     logs = sorted((app.paths.log / "instances").glob("*.log"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in [p for p in logs if p.name not in live][KEEP_INSTANCE_LOGS:]:
         old.unlink(missing_ok=True)

@@ -150,7 +150,7 @@ async def translated(gw: Gateway, plan: Plan, upstream: httpx2.Response, watcher
 
 def _translate(events: list[dict[str, Any]], translator: Translator, usage: dict[str, Any]) -> tuple[bytes, str | None]:
     """The translated bytes of these events, and the engine's error if one of them is where it gave up."""
-    out = []
+    out: list[bytes] = []
     for event in events:
         if "error" in event and not event.get("choices"):
             return b"".join(out), error_message(event["error"])

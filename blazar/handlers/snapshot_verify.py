@@ -12,7 +12,7 @@ import sqlite3
 import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Literal
+from typing import Final, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -21,8 +21,8 @@ from blazar.errors import LogError, SnapshotError
 from blazar.events import migrate  # importing the package registers every event type decode must know
 from blazar.events.registry import decode
 
-FORMAT = "blazar-snapshot"
-FORMAT_VERSION = 1
+FORMAT: Final = "blazar-snapshot"
+FORMAT_VERSION: Final = 1
 MANIFEST = "manifest.json"
 DB_FILE = "blazar.db"
 CHUNK = 1 << 20

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from blazar.events.base import Recorded
 from blazar.events.models import (
@@ -60,12 +61,12 @@ class CatalogProjection(Projection):
         return state
 
 
-def find(state: State, name: str) -> dict | None:
+def find(state: State, name: str) -> dict[str, Any] | None:
     """A model by exact name, by `name` meaning `name:latest` (Ollama's convention), or by an alias of either."""
-    models = state["models"]
-    aliases = state.get("aliases", {})
+    by_name = state["models"]
+    targets = state.get("aliases", {})
     for candidate in (name, f"{name}:latest") if ":" not in name else (name,):
-        hit = models.get(candidate) or models.get(aliases.get(candidate, ""))
+        hit = by_name.get(candidate) or by_name.get(targets.get(candidate, ""))
         if hit is not None:
             return hit
     return None
@@ -81,25 +82,63 @@ class StoredModel:
     bytes: int
     metadata: ModelMetadata
     seq: int
+    source: str = ""  # where it came from: a local path, a hub target, a python package
+    added_ts: float = 0.0
+    shards: tuple[str, ...] = ()  # a split model's parts (relative to the models directory); () for one file
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """What the model occupies in the store: its parts, or its one file."""
+        return self.shards or (self.file,)
 
 
-# Validating a GGUF summary costs more than the lookup: once per imported version (its seq), not per request.
-_METADATA: dict[int, ModelMetadata] = {}
+# Validating a GGUF summary costs more than the lookup: once per imported version (its seq), not per request. The
+# cached entry keeps the state's own metadata dict and is used only for that very dict: another state (a replay, a
+# test's fold) with the same seq validates its own.
+_METADATA: dict[int, tuple[dict[str, Any], ModelMetadata]] = {}
 _METADATA_KEEP = 512
 
 
 def stored(state: State, name: str) -> StoredModel | None:
     """`find`, typed: the model `name` resolves to (exact, `:latest` or an alias), or None."""
     entry = find(state, name)
-    if entry is None:
-        return None
+    return None if entry is None else _typed(entry)
+
+
+def _typed(entry: dict[str, Any]) -> StoredModel:
     seq = int(entry.get("seq") or 0)
-    meta = _METADATA.get(seq) if seq else None
-    if meta is None:
-        meta = ModelMetadata.model_validate(entry["metadata"])
+    raw = entry["metadata"]
+    cached = _METADATA.get(seq) if seq else None
+    if cached is not None and cached[0] is raw:
+        meta = cached[1]
+    else:
+        meta = ModelMetadata.model_validate(raw)
         if seq:
             if len(_METADATA) >= _METADATA_KEEP:
                 _METADATA.clear()
-            _METADATA[seq] = meta
+            _METADATA[seq] = (raw, meta)
     return StoredModel(name=str(entry["name"]), file=str(entry["path"]), sha256=str(entry.get("sha256") or ""),
-                       bytes=int(entry.get("bytes") or 0), metadata=meta, seq=seq)
+                       bytes=int(entry.get("bytes") or 0), metadata=meta, seq=seq,
+                       source=str(entry.get("source") or ""), added_ts=float(entry.get("added_ts") or 0.0),
+                       shards=tuple(str(s["path"]) for s in entry.get("shards") or ()))
+
+
+def models(state: State) -> list[StoredModel]:
+    """Every model in the store, by name."""
+    return [_typed(state["models"][n]) for n in sorted(state["models"])]
+
+
+def is_model(state: State, name: str) -> bool:
+    """`name` is a model's own name (not an alias, not `name:latest`)."""
+    return name in state["models"]
+
+
+def aliases(state: State) -> dict[str, str]:
+    """Every alias with the model's name it stands for (a copy)."""
+    return dict(state.get("aliases", {}))
+
+
+def alias_target(state: State, alias: str) -> str | None:
+    """The model `alias` names, or None when it is no alias."""
+    target = state.get("aliases", {}).get(alias)
+    return None if target is None else str(target)

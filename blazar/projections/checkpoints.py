@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -41,7 +42,8 @@ def anchor_of(type_name: str | None, ts: float | None) -> str:
 
 async def load_checkpoints(log: EventLog) -> dict[str, StoredCheckpoint]:
     async with log.reader() as conn:
-        rows = (await conn.exec_driver_sql("SELECT name, version, seq, anchor, state, sha256 FROM checkpoints")).all()
+        rows: list[Any] = list((await conn.exec_driver_sql(
+            "SELECT name, version, seq, anchor, state, sha256 FROM checkpoints")).all())
     return {r[0]: StoredCheckpoint(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows}
 
 
@@ -50,7 +52,7 @@ async def anchor_at(log: EventLog, seq: int) -> str | None:
     if seq == 0:
         return ""
     async with log.reader() as conn:
-        row = (await conn.exec_driver_sql("SELECT type, ts FROM events WHERE seq = ?", (seq,))).first()
+        row: Any = (await conn.exec_driver_sql("SELECT type, ts FROM events WHERE seq = ?", (seq,))).first()
     return None if row is None else anchor_of(row[0], row[1])
 
 

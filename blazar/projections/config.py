@@ -33,3 +33,8 @@ class ConfigProjection(Projection):
         # Defaults are code, not log: the effective map is derived here rather than stored in checkpoints.
         known = {k: v for k, v in state["overrides"].items() if k in settings.FIELDS}
         return {**state, "effective": settings.effective(known)}
+
+
+def overrides(state: State) -> dict[str, Any]:
+    """The overrides the log has recorded, key to value (a copy; unknown keys included, as recorded)."""
+    return dict(state["overrides"])

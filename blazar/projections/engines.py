@@ -7,12 +7,15 @@ pops the engine it rolled back from, a removal drops the tag; so `rollback_targe
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from blazar.events.base import Recorded
 from blazar.events.engines import (
     EngineActivated,
     EngineActivationRefused,
+    EngineFile,
     EngineInstalled,
     EngineRemoved,
     EngineSmokeTested,
@@ -100,3 +103,48 @@ def previous_engine(state: State) -> str | None:
 
 def engine(state: State, tag: str) -> dict[str, Any] | None:
     return state["engines"].get(tag)
+
+
+@dataclass(frozen=True, slots=True)
+class InstalledEngine:
+    """An engine in the store, typed. `version` and `manifest` are the probe's JSON as recorded (the adapter's
+    EngineVersion and Capabilities validate them; this layer does not know those types). Read them, never change
+    them: they are the projection's own."""
+
+    tag: str
+    kind: str
+    source_kind: str
+    source: str
+    binary: str  # relative to the engine's directory
+    files: tuple[EngineFile, ...]
+    version: Mapping[str, Any]
+    manifest: Mapping[str, Any]
+    installed_seq: int
+
+
+def installed(state: State, tag: str) -> InstalledEngine | None:
+    """The engine tagged `tag`, or None when none is installed under it."""
+    e = state["engines"].get(tag)
+    if e is None:
+        return None
+    return InstalledEngine(tag=e["tag"], kind=str(e.get("kind") or ""), source_kind=str(e.get("source_kind") or ""),
+                           source=str(e.get("source") or ""), binary=e["binary"],
+                           files=tuple(EngineFile.model_validate(f) for f in e["files"]), version=e["version"],
+                           manifest=e["manifest"], installed_seq=int(e.get("installed_seq") or 0))
+
+
+def active_tag(state: State) -> str | None:
+    """The tag of the engine new instances start with, or None when none is active."""
+    tag = state["active"]
+    return None if tag is None else str(tag)
+
+
+def active(state: State) -> InstalledEngine | None:
+    """The active engine, or None when none is."""
+    tag = active_tag(state)
+    return None if tag is None else installed(state, tag)
+
+
+def tags(state: State) -> list[str]:
+    """Every installed engine's tag, sorted."""
+    return sorted(state["engines"])

@@ -4,6 +4,7 @@ and one HMAC (blazar/api/auth.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from blazar.events.base import Recorded
@@ -37,6 +38,7 @@ class KeysProjection(Projection):
             }
             by_prefix[ev.prefix] = ev.name
         else:
+            assert isinstance(ev, KeyRotated | KeyRevoked | KeyLimitsChanged)
             key = keys.get(ev.name)
             if key is None or key["revoked"]:
                 return state  # a change to an unknown or revoked key changes nothing (the handler refuses it)
@@ -70,3 +72,47 @@ def public(key: dict[str, Any]) -> dict[str, Any]:
 def auth_on(state: State) -> bool:
     """Auth is on as soon as one key is not revoked (an expired key still counts: expiry never opens the door)."""
     return bool(state["live"])
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """A key, typed: what auth, the gateway and the key commands read instead of the state's dicts."""
+
+    name: str
+    prefix: str
+    salt: str
+    hash: str
+    models: tuple[str, ...]  # fnmatch patterns of the models it may use; () for every model
+    rpm: int | None
+    tpm: int | None
+    daily_tokens: int | None
+    max_concurrent: int | None
+    admin: bool
+    expires_ts: float | None
+    revoked: bool
+    created_ts: float
+
+
+
+def _typed(k: dict[str, Any]) -> ApiKey:
+    return ApiKey(name=k["name"], prefix=k["prefix"], salt=k["salt"], hash=k["hash"],
+                  models=tuple(k.get("models") or ()), rpm=k.get("rpm"), tpm=k.get("tpm"),
+                  daily_tokens=k.get("daily_tokens"), max_concurrent=k.get("max_concurrent"), admin=bool(k["admin"]),
+                  expires_ts=k.get("expires_ts"), revoked=bool(k["revoked"]), created_ts=float(k["created_ts"]))
+
+
+def key(state: State, name: str) -> ApiKey | None:
+    """The key named `name` (revoked ones too), or None."""
+    k = state["keys"].get(name)
+    return None if k is None else _typed(k)
+
+
+def live_by_prefix(state: State, prefix: str) -> ApiKey | None:
+    """The live (not revoked) key whose secret starts with `prefix`: auth's one look-up."""
+    name = state["by_prefix"].get(prefix)
+    return None if name is None else key(state, name)
+
+
+def prefixes_in_use(state: State) -> set[str]:
+    """The prefixes of the live keys (a new secret never shares one)."""
+    return set(state["by_prefix"])

@@ -10,6 +10,7 @@ value that may itself hold SEP (`split(SEP, n - 1)` gives it back whole).
 from __future__ import annotations
 
 from bisect import bisect_left
+from dataclasses import dataclass
 from typing import Any
 
 from blazar.events.base import Recorded
@@ -32,8 +33,10 @@ SEP = "|"
 TTFT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ITL_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0)
 QUEUE_WAIT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+# A refusal should cost the server well under 5 ms: the buckets are fine below that.
+REFUSAL_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 BUCKETS: dict[str, tuple[float, ...]] = {
-    "ttft": TTFT_BUCKETS_S, "itl": ITL_BUCKETS_S, "queue_wait": QUEUE_WAIT_BUCKETS_S,
+    "ttft": TTFT_BUCKETS_S, "itl": ITL_BUCKETS_S, "queue_wait": QUEUE_WAIT_BUCKETS_S, "refusal": REFUSAL_BUCKETS_S,
 }
 
 # Requests with no outcome yet. Their outcome is lost when the daemon dies mid-request (or with the writer's last
@@ -85,7 +88,7 @@ def _prune(state: State) -> None:
 
 class MetricsProjection(Projection):
     name = "metrics"
-    version = 2
+    version = 3  # 3: the refusal histogram
     types = frozenset({
         RequestReceived.TYPE, RequestQueued.TYPE, RequestAdmitted.TYPE, RequestRejected.TYPE,
         RequestFirstToken.TYPE, RequestCompleted.TYPE, RequestFailed.TYPE,
@@ -153,6 +156,8 @@ class MetricsProjection(Projection):
                 if isinstance(ev, RequestRejected) and ev.reason in _UNRESOLVED:
                     model = ""
                 _inc(state["requests"], key(ev.status, p["dialect"], model))
+                if isinstance(ev, RequestRejected) and ev.duration_ms is not None:
+                    observe(state, "refusal", model, ev.duration_ms / 1000.0)
         return state
 
     def _completed(self, state: State, ev: RequestCompleted, p: dict[str, Any]) -> None:
@@ -202,3 +207,25 @@ def _by_key(state: State, name: str, rec: Recorded, ev: RequestCompleted | Reque
 def split(k: str, n: int) -> list[str]:
     """The `n` label values joined in `k` (the last, a model name, whole even if it holds SEP)."""
     return k.split(SEP, n - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyUsage:
+    """What a key used on one UTC day (the day of its latest ended request), as the log tells."""
+
+    day: int  # UTC day number (epoch s // 86400)
+    requests_today: int
+    tokens_today: int
+
+
+def key_usage(state: State, name: str) -> KeyUsage | None:
+    """Key `name`'s usage on the UTC day of its latest ended request, or None before its first."""
+    u = state["keys"].get(name)
+    return None if u is None else KeyUsage(day=int(u["day"]), requests_today=int(u["requests_today"]),
+                                           tokens_today=int(u["tokens_today"]))
+
+
+def tokens_on(state: State, name: str, day: int) -> int:
+    """The tokens key `name` used on UTC day `day` (a restarted daemon keeps counting the daily limit)."""
+    u = key_usage(state, name)
+    return u.tokens_today if u is not None and u.day == day else 0

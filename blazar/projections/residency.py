@@ -5,10 +5,11 @@ supervisor's deciders (`handlers/decide.py`) read it; reconciliation at start-up
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from blazar.events.base import Recorded
+from blazar.events.base import Event, Recorded
 from blazar.events.instances import (
     InstanceEvicted,
     InstanceExited,
@@ -127,7 +128,7 @@ def _circuit_reset(state: State, rec: Recorded, ev: ModelCircuitReset) -> None:
     m["crashes"] = []
 
 
-_APPLY: dict[type, Callable[[State, Recorded, Any], None]] = {
+_APPLY: dict[type[Event], Callable[[State, Recorded, Any], None]] = {
     InstanceStarting: _starting, InstanceStarted: _starting, InstanceReady: _ready, InstanceExited: _exited,
     InstanceEvicted: _evicted, InstanceKeepAliveSet: _keep_alive, InstanceMemoryMeasured: _measured,
     InstanceLoadRefused: _refused, ModelCircuitOpened: _circuit_opened, ModelCircuitReset: _circuit_reset,
@@ -182,3 +183,121 @@ def resident_bytes(inst: dict[str, Any]) -> int:
     """What an instance holds: the larger of its plan and its measurement (a plan can undershoot)."""
     measured = inst.get("measured_bytes")
     return max(inst["planned_bytes"], measured) if measured is not None else inst["planned_bytes"]
+
+
+# -- typed readers: what handlers and the api read instead of the state's dicts ------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ResidentInstance:
+    """An instance the log says is loaded (starting, ready or stopping), typed."""
+
+    instance_id: str
+    model: str
+    engine_tag: str
+    pid: int | None  # None: the intent was recorded, the spawn not (yet)
+    port: int
+    argv: tuple[str, ...]
+    log_path: str  # relative to the log directory
+    ctx_tokens: int
+    slots: int
+    gpu_layers: int
+    planned_bytes: int
+    measured_bytes: int | None
+    keep_alive_s: float | None
+    pinned: bool
+    state: str  # starting | ready | stopping
+    started_ts: float
+    ready_ts: float | None
+    started_seq: int
+
+    @property
+    def resident_bytes(self) -> int:
+        """The larger of its plan and its measurement (a plan can undershoot)."""
+        return max(self.planned_bytes, self.measured_bytes or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Circuit:
+    """A model's open crash circuit: loads are refused until `open_until` (or a reset)."""
+
+    model: str
+    open_until: float
+    crashes: int
+    seq: int
+
+
+def _typed(inst: dict[str, Any]) -> ResidentInstance:
+    return ResidentInstance(
+        instance_id=inst["instance_id"], model=inst["model"], engine_tag=inst["engine_tag"], pid=inst["pid"],
+        port=int(inst["port"]), argv=tuple(inst.get("argv") or ()), log_path=str(inst.get("log_path") or ""),
+        ctx_tokens=int(inst["ctx_tokens"]), slots=int(inst["slots"]), gpu_layers=int(inst.get("gpu_layers") or 0),
+        planned_bytes=int(inst["planned_bytes"]), measured_bytes=inst.get("measured_bytes"),
+        keep_alive_s=inst.get("keep_alive_s"), pinned=bool(inst.get("pinned")), state=inst["state"],
+        started_ts=float(inst["started_ts"]), ready_ts=inst.get("ready_ts"), started_seq=int(inst["started_seq"]))
+
+
+def instances(state: State) -> list[ResidentInstance]:
+    """Every instance the log says is loaded, oldest start first."""
+    return [_typed(i) for i in running(state)]
+
+
+def instance(state: State, instance_id: str) -> ResidentInstance | None:
+    inst = state["instances"].get(instance_id)
+    return None if inst is None else _typed(inst)
+
+
+def instances_of(state: State, model: str) -> list[ResidentInstance]:
+    """The loaded instances of `model`, oldest start first."""
+    return [_typed(i) for i in for_model(state, model)]
+
+
+def engine_tags_in_use(state: State) -> set[str]:
+    """The engine tags some loaded instance runs (`engine prune` keeps them)."""
+    return {tag for tag, n in state["engine_tags_in_use"].items() if n}
+
+
+def circuit(state: State, model: str, now: float) -> Circuit | None:
+    """`circuit_open`, typed: the open circuit of `model`, or None once it expired or was reset."""
+    c = circuit_open(state, model, now)
+    return None if c is None else Circuit(model=model, open_until=float(c["open_until"]), crashes=int(c["crashes"]),
+                                          seq=int(c["seq"]))
+
+
+def open_circuits(state: State, *, now: float) -> dict[str, float]:
+    """Models whose circuit is open now, with when it closes by itself."""
+    out = {}
+    for model in state["models"]:
+        c = circuit(state, model, now)
+        if c is not None:
+            out[model] = c.open_until
+    return out
+
+
+def ps_rows(state: State, *, now: float, live: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """`blazar ps` rows, sorted by model then start time. `live[instance_id]` may carry in_flight and last_used
+    (epoch s), the figures only the running supervisor knows.
+
+    Without live figures (no daemon), idleness counts from the ready time: the log knows no later use.
+    """
+    circuits = open_circuits(state, now=now)
+    rows = []
+    for inst in instances(state):
+        lv = (live or {}).get(inst.instance_id, {})
+        in_flight = int(lv.get("in_flight", 0))
+        last_used = lv.get("last_used") or inst.ready_ts or inst.started_ts
+        ready = inst.state == "ready"
+        idle_s = None if in_flight or not ready or last_used is None else max(0.0, now - last_used)
+        expires_at = None
+        if ready and not in_flight and inst.keep_alive_s is not None and not inst.pinned and last_used:
+            expires_at = last_used + inst.keep_alive_s
+        rows.append({
+            "model": inst.model, "instance_id": inst.instance_id, "state": inst.state, "pid": inst.pid,
+            "port": inst.port, "ctx_tokens": inst.ctx_tokens, "slots": inst.slots,
+            "planned_bytes": inst.planned_bytes, "measured_bytes": inst.measured_bytes, "idle_s": idle_s,
+            "expires_at": expires_at, "keep_alive_s": inst.keep_alive_s, "pinned": inst.pinned,
+            "engine_tag": inst.engine_tag, "in_flight": in_flight, "started_ts": inst.started_ts,
+            "circuit_open_until": circuits.get(inst.model),
+        })
+    rows.sort(key=lambda r: (r["model"], r["started_ts"] or 0))
+    return rows

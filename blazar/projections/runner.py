@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +76,8 @@ class ProjectionRunner:
         self._slots = {p.name: _Slot(p, p.initial()) for p in projections}
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Condition()
+        self._nudge = asyncio.Event()  # this process committed: fold (or catch up) now
+        self._unsubscribe: Callable[[], None] = lambda: None
         self.folded_at_start = 0
 
     # -- queries -------------------------------------------------------------------------------------------
@@ -188,18 +190,37 @@ class ProjectionRunner:
     # -- live ----------------------------------------------------------------------------------------------
 
     def follow(self, *, poll_interval: float = 0.25) -> None:
-        """Start a task that applies new events as they land (from this process or another)."""
+        """Start applying new events as they land: this process's commits as they are made (handed over by the log,
+        never read back), other processes' when the database changed under another connection (checked every
+        `poll_interval` with a stat of its files, then SQLite's data_version: an idle daemon runs no query)."""
         if self._task is None:
+            self._unsubscribe = self.log.subscribe(self._on_commit)
             self._task = asyncio.get_running_loop().create_task(self._follow(poll_interval), name="projections")
 
-    async def _follow(self, poll_interval: float) -> None:
-        async for rec in self.log.follow(after=self.seq, poll_interval=poll_interval):
-            if rec.seq > self.seq:
+    def _on_commit(self, recorded: list[Recorded]) -> None:
+        """A batch this process just committed: folded at once when nothing unseen comes before it, else the
+        follow loop catches up from the log (another process appended in between)."""
+        if recorded and recorded[0].seq == self.seq + 1:
+            for rec in recorded:
                 self.apply(rec)
-            if self._checkpoint_due():
-                await self.checkpoint()
+        self._nudge.set()
+
+    async def _follow(self, poll_interval: float) -> None:
+        seen = self.log.files_signature()
+        await self.log.changed_elsewhere()  # the baseline
+        await self.catch_up()
+        while True:
             async with self._changed:
                 self._changed.notify_all()
+            if self._checkpoint_due():
+                await self.checkpoint()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._nudge.wait(), timeout=poll_interval)
+            self._nudge.clear()
+            now = self.log.files_signature()  # before the read: a write during it shows as a change next time
+            if (now != seen and await self.log.changed_elsewhere()) or self.seq < self.log.last_appended:
+                await self.catch_up()
+            seen = now
 
     async def wait_for(self, seq: int) -> None:
         """Wait until the live runner has applied `seq`; callers bound it with `asyncio.timeout`."""
@@ -208,6 +229,7 @@ class ProjectionRunner:
 
     async def stop(self, *, checkpoint: bool = True) -> None:
         if self._task is not None:
+            self._unsubscribe()
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task

@@ -117,3 +117,14 @@ def recent(state: State, n: int = VIEW_RECENT, *, outcome: str | None = None) ->
             if len(rows) >= n:
                 break
     return rows
+
+
+def known(state: State, trace_id: str) -> bool:
+    """The log holds a summary of `trace_id` (one of the newest TRACES_KEPT requests)."""
+    return trace_id in state["traces"]
+
+
+def last_failed(state: State) -> str | None:
+    """The trace id of the latest failed or rejected request, or None."""
+    trace_id = state["last_failed"]
+    return None if trace_id is None else str(trace_id)

@@ -24,6 +24,8 @@ _HISTOGRAMS = (
     ("itl", "blazar_inter_token_latency_seconds",
      "Mean time between generated tokens after the first, per streamed request, in seconds."),
     ("queue_wait", "blazar_queue_wait_seconds", "Time a request waited for a slot before admission, in seconds."),
+    ("refusal", "blazar_refusal_seconds", "Time from a refused request's arrival to its refusal, at the server, in "
+     "seconds."),
 )
 
 
@@ -80,33 +82,8 @@ def render_prometheus(metrics_state: State, residency_state: State, *,
     for k, n in sorted(m["requests"].items()):
         status, dialect, model = split(k, 3)
         w.sample("blazar_requests_total", (("model", model), ("status", status), ("dialect", dialect)), n)
-
-    for name, metric, help_text in _HISTOGRAMS:
-        w.family(metric, "histogram", help_text)
-        bounds = (*BUCKETS[name], math.inf)
-        for model, h in sorted(m["histograms"][name].items()):
-            cumulative = 0
-            for bound, count in zip(bounds, h["counts"], strict=True):
-                cumulative += count
-                w.sample(f"{metric}_bucket", (("model", model), ("le", fmt_le(bound))), cumulative)
-            w.sample(f"{metric}_sum", (("model", model),), float(h["sum"]))
-            w.sample(f"{metric}_count", (("model", model),), h["count"])
-
-    depth: dict[str, int] = dict(m["queue_depth"])
-    if live is not None:
-        live = {model: s for model, s in live.items() if not model.startswith("_")}  # "_global" is no model
-        # NOTE: the snapshot is the truth while a daemon runs; a model it does not list has nobody waiting.
-        depth = {model: 0 for model in depth} | {model: int(s.get("queued", 0)) for model, s in live.items()}
-    w.family("blazar_queue_depth", "gauge", "Requests waiting for a slot now, by model.")
-    for model, n in sorted(depth.items()):
-        w.sample("blazar_queue_depth", (("model", model),), n)
-    if live is not None:
-        w.family("blazar_slots_busy", "gauge", "Slots serving a request now, by model.")
-        for model, s in sorted(live.items()):
-            w.sample("blazar_slots_busy", (("model", model),), int(s.get("busy", 0)))
-        w.family("blazar_slots", "gauge", "Slots of the loaded instances, by model.")
-        for model, s in sorted(live.items()):
-            w.sample("blazar_slots", (("model", model),), int(s.get("slots", 0)))
+    _histograms(w, m)
+    _queue_and_slots(w, m, live)
 
     w.family("blazar_tokens_total", "counter", "Tokens of completed requests, by model and direction (in: prompt, "
              "out: completion).")
@@ -139,6 +116,39 @@ def render_prometheus(metrics_state: State, residency_state: State, *,
     for model, n in sorted(m["crashes"].items()):
         w.sample("blazar_engine_crashes_total", (("model", model),), n)
     return w.text()
+
+
+def _histograms(w: _Writer, m: State) -> None:
+    """One cumulative histogram family per entry of `_HISTOGRAMS`, a series per model."""
+    for name, metric, help_text in _HISTOGRAMS:
+        w.family(metric, "histogram", help_text)
+        bounds = (*BUCKETS[name], math.inf)
+        for model, h in sorted(m["histograms"][name].items()):
+            cumulative = 0
+            for bound, count in zip(bounds, h["counts"], strict=True):
+                cumulative += count
+                w.sample(f"{metric}_bucket", (("model", model), ("le", fmt_le(bound))), cumulative)
+            w.sample(f"{metric}_sum", (("model", model),), float(h["sum"]))
+            w.sample(f"{metric}_count", (("model", model),), h["count"])
+
+
+def _queue_and_slots(w: _Writer, m: State, live: Mapping[str, Mapping[str, Any]] | None) -> None:
+    """The queue depth gauge (from `live` when given, else the log's), and the slot gauges only `live` knows."""
+    depth: dict[str, int] = dict(m["queue_depth"])
+    if live is not None:
+        live = {model: s for model, s in live.items() if not model.startswith("_")}  # "_global" is no model
+        # NOTE: the snapshot is the truth while a daemon runs; a model it does not list has nobody waiting.
+        depth = {model: 0 for model in depth} | {model: int(s.get("queued", 0)) for model, s in live.items()}
+    w.family("blazar_queue_depth", "gauge", "Requests waiting for a slot now, by model.")
+    for model, n in sorted(depth.items()):
+        w.sample("blazar_queue_depth", (("model", model),), n)
+    if live is not None:
+        w.family("blazar_slots_busy", "gauge", "Slots serving a request now, by model.")
+        for model, s in sorted(live.items()):
+            w.sample("blazar_slots_busy", (("model", model),), int(s.get("busy", 0)))
+        w.family("blazar_slots", "gauge", "Slots of the loaded instances, by model.")
+        for model, s in sorted(live.items()):
+            w.sample("blazar_slots", (("model", model),), int(s.get("slots", 0)))
 
 
 def _instances(w: _Writer, residency: State) -> None:

@@ -6,7 +6,6 @@ based on, as offsets from its arrival, and a one-line verdict. `explain` is pure
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -177,9 +176,10 @@ class _Story:
         if self.routed is None:
             return []
         named = []
-        for entry in self.routed.evicted:
-            found = next((ev for iid, ev in self.evictions.items() if iid in entry), None)
-            named.append(_victim(found) if found is not None else entry)
+        for victim in self.routed.evicted:
+            found = self.evictions.get(victim.instance_id)
+            named.append(_victim(found) if found is not None
+                         else f"{victim.model} ({victim.instance_id}, {victim.reason})")
         return named
 
     def text(self, rec: Recorded) -> str:
@@ -362,8 +362,8 @@ def explain(records: Iterable[Recorded]) -> Explanation:
         duration = end_ev.duration_ms
     elif end_ev is not None:
         duration = (end - start) * 1000.0
-    outcome = {RequestCompleted: "completed", RequestFailed: "failed", RequestRejected: "rejected"}.get(
-        type(end_ev), "in_progress")
+    outcome = ("completed" if isinstance(end_ev, RequestCompleted) else "failed" if isinstance(end_ev, RequestFailed)
+               else "rejected" if isinstance(end_ev, RequestRejected) else "in_progress")
     steps = [Step(round((r.ts - start) * 1000.0, 3), r.seq, r.type, story.text(r), r.event.model_dump(mode="json"))
              for r in kept]
     done = end_ev if isinstance(end_ev, RequestCompleted) else None
@@ -394,19 +394,13 @@ async def resolve_trace(log: EventLog, text: str) -> str:
         return text
     if len(text) < MIN_PREFIX:
         raise TraceNotFound(f"no trace {text!r} in the log (a prefix must be at least {MIN_PREFIX} characters)")
-    # A range over the trace index: every id starting with `text` sorts between it and it + the largest code point.
-    sql = ("SELECT DISTINCT trace_id FROM events WHERE trace_id >= ? AND trace_id < ? ORDER BY trace_id LIMIT 2")
-    async with log.reader() as conn:
-        found = [row[0] for row in (await conn.exec_driver_sql(sql, (text, text + "\U0010ffff"))).all()]
+    found = await log.trace_ids_starting(text, limit=2)
     if not found:
         raise TraceNotFound(f"no trace {text!r} in the log")
     if len(found) > 1:
         raise TraceNotFound(f"{text!r} is the start of more than one trace id ({found[0]}, {found[1]}, ...): "
                             "give more of it")
     return found[0]
-
-
-_INSTANCE_ID = re.compile(r"\(([^,()]+),")
 
 
 async def load_trace(log: EventLog, trace_id: str) -> list[Recorded]:
@@ -417,10 +411,9 @@ async def load_trace(log: EventLog, trace_id: str) -> list[Recorded]:
         ev = rec.event
         assert isinstance(ev, RequestRouted)
         records += [r async for r in log.read(stream=f"instance:{ev.instance_id}", types=_INSTANCE_TYPES)]
-        # Victims are named "model (instance_id, reason)" in the routed event; their eviction events hold the why.
-        for entry in ev.evicted:
-            m = _INSTANCE_ID.search(entry)
-            if m is not None:
-                records += [r async for r in log.read(stream=f"instance:{m.group(1).strip()}",
+        # The routed event names its victims; their eviction events hold the why.
+        for victim in ev.evicted:
+            if victim.instance_id:
+                records += [r async for r in log.read(stream=f"instance:{victim.instance_id}",
                                                       types=[InstanceEvicted.TYPE])]
     return sorted({r.seq: r for r in records}.values(), key=lambda r: r.seq)

@@ -17,7 +17,6 @@ from blazar.adapters.engines.tiny_model import write_tiny_model
 from blazar.cli.main import app as blazar_cli
 from blazar.context import Blazar
 from blazar.errors import InvalidModelName, ModelExists, ModelFileError
-from blazar.handlers import models as models_handler
 from blazar.handlers.models import check_name, import_model, remove_model
 from tests.conftest import Cli
 from tests.support.blazar_home import event_types, import_into, read_events
@@ -200,7 +199,7 @@ async def test_an_import_whose_recording_fails_takes_its_file_back_out(app: Blaz
     async def refuse(*args: object, **kwargs: object) -> None:
         raise ModelExists("the log refused")
 
-    monkeypatch.setattr(models_handler, "record", refuse)
+    monkeypatch.setattr(app, "record", refuse)
     with pytest.raises(ModelExists, match="the log refused"):
         await import_model(app, tiny, "tiny")
     assert list(app.paths.models.iterdir()) == []

@@ -9,6 +9,7 @@ from blazar.clock import FakeClock
 from blazar.events import Event
 from blazar.events.instances import InstanceEvicted, InstanceReady, InstanceStarted
 from blazar.events.requests import (
+    Evicted,
     RequestAdmitted,
     RequestCompleted,
     RequestFirstToken,
@@ -59,7 +60,7 @@ async def _history(paths: Paths) -> None:
                               planned_bytes=300 * MiB, estimate_bytes=300 * MiB), None),
         (2.0, InstanceReady(instance_id="g1", model="gemma", load_ms=2000), None),
         (0.01, RequestRouted(trace_id=COLD, model="gemma", instance_id="g1", port=40002, cold=True, load_ms=2100,
-                             evicted=["qwen (q1, memory)"]), COLD),
+                             evicted=[Evicted(model="qwen", instance_id="q1", reason="memory")]), COLD),
         (0.2, RequestFirstToken(trace_id=COLD, model="gemma", ttft_ms=3820.0), COLD),
         (1.0, RequestCompleted(trace_id=COLD, model="gemma", instance_id="g1", duration_ms=4820.0, prompt_tokens=12,
                                completion_tokens=41), COLD),

@@ -410,3 +410,30 @@ def test_parse_priority_accepts_names_and_bounded_integers(value: str | None, ex
 def test_parse_priority_rejects_anything_else_naming_the_forms(value: str) -> None:
     with pytest.raises(ValueError, match="high, normal, low, or an integer from -100 to 100"):
         parse_priority(value)
+
+
+async def test_retry_after_follows_the_drain_of_short_requests_after_long_ones() -> None:
+    """The daemon served long streams (40 s holds for 1,500 tokens); a flood of 32-token requests then queues. The
+    queue drains at the measured seconds per token times what these requests may generate, over the slots: not at
+    the long streams' hold, which would say ten times too long."""
+    clock = Clock()
+    adm = Admission(queue_depth=4, clock=clock)
+    for _ in range(2):
+        t = await now(adm, "gemma", 2)
+        clock.t += 40.0
+        adm.release(t, tokens=1500)
+    for _ in range(2):
+        await now(adm, "gemma", 2)
+    waiters = []
+    for _ in range(4):
+        task = asyncio.create_task(adm.acquire("gemma", 2, max_tokens=32))
+        await asyncio.sleep(0)
+        waiters.append(task)
+    with pytest.raises(QueueFull) as caught:
+        await refused(adm.acquire("gemma", 2, max_tokens=32))
+    # 5 requests of at most 32 tokens at 40/1500 s per token over 2 slots: 2.13 s, rounded up.
+    assert caught.value.retry_after_s == 3.0
+    assert caught.value.observations["drain_s"] == pytest.approx(5 * 32 * 40 / 1500 / 2)
+    for task in waiters:
+        task.cancel()
+    await asyncio.gather(*waiters, return_exceptions=True)

@@ -28,7 +28,7 @@ from blazar.dialects.ollama import (
     map_options,
     parse_keep_alive,
 )
-from blazar.handlers.instances import UNSET
+from blazar.sentinels import UNSET
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40).decode()
 JPEG = base64.b64encode(b"\xff\xd8\xff\xe0" + b"\x00" * 40).decode()

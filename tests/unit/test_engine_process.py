@@ -174,7 +174,7 @@ async def test_wait_healthy_raises_process_exited_with_the_exit_code(tmp_path, s
     with pytest.raises(ProcessExited) as exc:
         await wait_healthy(proc, free_port(), timeout_s=60)
     assert time.monotonic() - t0 < BOUND_S  # noticed the exit, did not wait out the timeout
-    assert exc.value.exit_code == 3
+    assert exc.value.returncode == 3
     assert "exited with code 3" in exc.value.message
 
 
@@ -182,7 +182,7 @@ async def test_wait_healthy_names_the_signal_that_killed_the_child(tmp_path, sta
     proc = await _start(reaper, standin("--signal", "SIGILL"), tmp_path / "e.log")
     with pytest.raises(ProcessExited) as exc:
         await wait_healthy(proc, free_port(), timeout_s=BOUND_S)
-    assert exc.value.exit_code == -signal.SIGILL
+    assert exc.value.returncode == -signal.SIGILL
     assert "SIGILL" in exc.value.message
 
 

@@ -18,6 +18,7 @@ from blazar.handlers.keys import KeyCommandError, digest, new_secret, prefix_of
 from blazar.handlers.principal import Principal, is_admin
 from blazar.projections.base import fold
 from blazar.projections.keys import KeysProjection, auth_on
+from blazar.projections.keys import key as api_key
 
 
 def rec(seq: int, event: Event) -> Recorded:
@@ -189,11 +190,15 @@ def test_the_cli_admin_token_is_an_admin_principal_and_nothing_else_is() -> None
 # -- scope ---------------------------------------------------------------------------------------------------------
 
 def test_scope_matches_the_clients_name_or_the_stores_and_no_pattern_means_every_model() -> None:
-    p = Principal("key:a", False, {"name": "a", "models": ["gemma*", "qwen3:8b"]})
+    a, _ = created("a", models=["gemma*", "qwen3:8b"])
+    b, _ = created("b")
+    state = fold(KeysProjection(), [rec(1, a), rec(2, b)])
+    p = Principal("key:a", False, api_key(state, "a"))
+    assert p.models == ("gemma*", "qwen3:8b")
     assert p.allows("gemma3")
     assert p.allows("my-alias", "gemma3")  # an alias of an allowed model
     assert p.allows("qwen3:8b") and not p.allows("qwen3:4b") and not p.allows("llama", "llama")
-    assert Principal("key:b", False, {"name": "b", "models": []}).allows("anything")
+    assert Principal("key:b", False, api_key(state, "b")).allows("anything")
     assert is_admin(None) and not is_admin(p)
 
 

@@ -28,13 +28,14 @@ from blazar.projections import MetricsProjection, ResidencyProjection, TracesPro
 from blazar.projections import metrics as metrics_mod
 from blazar.projections import traces as traces_mod
 from blazar.projections.checkpoints import dump_state
-from blazar.projections.metrics import ITL_BUCKETS_S, QUEUE_WAIT_BUCKETS_S, TTFT_BUCKETS_S
+from blazar.projections.metrics import ITL_BUCKETS_S, QUEUE_WAIT_BUCKETS_S, REFUSAL_BUCKETS_S, TTFT_BUCKETS_S
 from blazar.queries.metrics import escape_label, render_prometheus
 
 MiB = 1 << 20
 FAMILIES = {
     "blazar_requests_total": "counter", "blazar_ttft_seconds": "histogram",
     "blazar_inter_token_latency_seconds": "histogram", "blazar_queue_wait_seconds": "histogram",
+    "blazar_refusal_seconds": "histogram",
     "blazar_queue_depth": "gauge", "blazar_tokens_total": "counter", "blazar_instances": "gauge",
     "blazar_instance_planned_bytes": "gauge", "blazar_instance_measured_bytes": "gauge",
     "blazar_loads_total": "counter", "blazar_evictions_total": "counter", "blazar_engine_crashes_total": "counter",
@@ -368,3 +369,21 @@ def test_checkpoint_plus_tail_equals_the_whole_fold(events: list[Event], cut: in
             assert all(n >= 0 for n in whole.get("queue_depth", {}).values())
     finally:
         traces_mod.TRACES_KEPT, metrics_mod.PENDING_KEPT = kept
+
+
+def test_a_refusals_server_time_lands_in_the_refusal_histogram() -> None:
+    events = [RequestReceived(trace_id="r1", dialect="openai", route="/v1/chat/completions", model="gemma"),
+              RequestRejected(trace_id="r1", model="gemma", status=429, reason="queue_full", detail="64 waiting",
+                              duration_ms=0.8),
+              RequestReceived(trace_id="r2", dialect="openai", route="/v1/chat/completions", model="gemma"),
+              RequestRejected(trace_id="r2", model="gemma", status=429, reason="queue_full", detail="64 waiting",
+                              duration_ms=7.0)]
+    state = MetricsProjection().initial()
+    for i, ev in enumerate(events, 1):
+        state = MetricsProjection().apply(state, Recorded(i, 1000.0 + i, ev.TYPE, ev.V, ev.stream_key(), "r", "d",
+                                                          None, ev))
+    h = state["histograms"]["refusal"]["gemma"]
+    assert h["count"] == 2 and h["sum"] == pytest.approx(0.0078)
+    assert h["counts"][REFUSAL_BUCKETS_S.index(0.001)] == 1 and h["counts"][REFUSAL_BUCKETS_S.index(0.01)] == 1
+    fams = parse(render_prometheus(state, ResidencyProjection().initial()))
+    assert buckets(fams, "blazar_refusal_seconds", "gemma")[0.005] == 1

@@ -192,3 +192,41 @@ async def test_live_follow_applies_new_events_and_checkpoints(log: EventLog) -> 
         stored = await load_checkpoints(log)
     await runner.stop(checkpoint=False)
     assert stored["stats"].seq == 2
+
+
+async def test_a_following_runner_folds_its_own_commits_without_reading_them_back(log: EventLog) -> None:
+    runner = ProjectionRunner(log, all_projections())
+    await runner.start()
+    runner.follow(poll_interval=0.05)
+    try:
+        await asyncio.sleep(0.1)
+        reads = 0
+        original = log.read_rows
+
+        def counting(**kw):  # type: ignore[no-untyped-def]
+            nonlocal reads
+            reads += 1
+            return original(**kw)
+
+        log.read_rows = counting  # type: ignore[method-assign]
+        (got,) = await log.append(ConfigChanged(key="ctx", old=None, new=2048, source="cli"), actor="cli:a")
+        assert runner.seq == got.seq  # folded in the commit itself
+        await asyncio.sleep(0.3)  # several polls of an idle log: no query
+        assert reads == 0
+    finally:
+        await runner.stop(checkpoint=False)
+
+
+async def test_a_following_runner_sees_another_connections_appends(log: EventLog, paths) -> None:  # type: ignore[no-untyped-def]
+    runner = ProjectionRunner(log, all_projections())
+    await runner.start()
+    runner.follow(poll_interval=0.05)
+    other = await EventLog.open(paths.db)
+    try:
+        (got,) = await other.append(ConfigChanged(key="ctx", old=None, new=4096, source="cli"), actor="cli:b")
+        async with asyncio.timeout(5):
+            await runner.wait_for(got.seq)
+        assert runner.state("config")["overrides"]["ctx"] == 4096
+    finally:
+        await other.close()
+        await runner.stop(checkpoint=False)

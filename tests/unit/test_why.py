@@ -8,6 +8,7 @@ import pytest
 from blazar.events import Event, Recorded
 from blazar.events.instances import InstanceEvicted, InstanceExited, InstanceReady, InstanceStarted
 from blazar.events.requests import (
+    Evicted,
     RequestAdmitted,
     RequestCompleted,
     RequestFailed,
@@ -90,7 +91,7 @@ def test_a_queued_request_that_waited_for_a_cold_load_which_evicted_another_mode
            .at(3.3, started("g2", "gemma"))
            .at(5.3, InstanceReady(instance_id="g2", model="gemma", load_ms=2000))
            .at(5.31, RequestRouted(trace_id=T, model="gemma", instance_id="g2", port=40002, cold=True, load_ms=2100,
-                                   evicted=["qwen (q1, memory)"]))
+                                   evicted=[Evicted(model="qwen", instance_id="q1", reason="memory")]))
            .at(5.5, RequestFirstToken(trace_id=T, model="gemma", ttft_ms=5500.0))
            .at(6.5, RequestCompleted(trace_id=T, model="gemma", duration_ms=6500.0, prompt_tokens=12,
                                      completion_tokens=41)))
@@ -124,7 +125,7 @@ def test_a_whole_answer_is_ready_not_first_and_its_rate_is_the_engines() -> None
 def test_a_victim_without_its_eviction_event_is_named_as_the_routed_event_names_it() -> None:
     log = (Log().at(0.0, received())
            .at(2.0, RequestRouted(trace_id=T, model="gemma", instance_id="g2", port=40002, cold=True, load_ms=2000,
-                                  evicted=["qwen (q1, max_loaded_models)"])))
+                                  evicted=[Evicted(model="qwen", instance_id="q1", reason="max_loaded_models")])))
     assert explain(log.records).steps[-1].text == ("cold load of gemma on instance g2: 2.0 s, evicted "
                                                    "qwen (q1, max_loaded_models)")
 

@@ -275,38 +275,13 @@ def build_argv(binary: Path, model: Path, plan: FitPlan, caps: Capabilities, *, 
     if not plan.fits:
         raise EngineError(f"the plan for {plan.model or 'this model'} does not fit: {plan.summary}")
     argv = [str(binary)]
-
-    def add(names: tuple[str, ...], value: str | None = None, need: str | None = None) -> None:
-        flag = _flag(caps, *names, need=need)
-        if flag is None:
-            return
-        if value is not None:
-            try:
-                value = _value(caps, flag, value, need or "")
-            except EngineIncompatible:
-                if need is not None:
-                    raise
-                return  # an optional flag that does not take this value is skipped like an absent one
-        argv.extend([flag] if value is None else [flag, value])
-
+    add = _FlagAdder(caps, argv)
     add(("-m", "--model"), str(model), need="the model file")
     add(("--host",), host, need="loopback binding")
     add(("--port",), str(port), need="the port Blazar routes to")
     add(("-c", "--ctx-size"), str(plan.engine_ctx), need=f"the planned context ({plan.engine_ctx} tokens)")
     add(("-np", "--parallel"), str(plan.slots), need=f"the planned slots ({plan.slots})")
-    for names, kind in ((("--cache-type-k", "-ctk"), plan.cache_type_k),
-                        (("--cache-type-v", "-ctv"), plan.cache_type_v)):
-        if kind != "f16":  # the engine's default; omitting it keeps the argv short and old builds working
-            add(names, kind, need=f"the planned {kind} KV cache")
-    fa = caps.spec("-fa", "--flash-attn")
-    if fa is not None and fa.metavar:  # "-fa on|off|auto": say what the plan assumed, either way
-        add(("-fa", "--flash-attn"), "on" if plan.flash_attn else "off", need="the planned attention kernel")
-    elif plan.flash_attn:  # an older on-only switch, or none: required only when the plan counts on it
-        add(("-fa", "--flash-attn"), need="the plan assumes flash attention")
-    if plan.kv_unified:
-        add(("--kv-unified", "-kvu"), need="the planned unified KV buffer")
-    elif caps.kv_unified or caps.no_kv_unified:  # with neither, the build predates the unified buffer
-        add(("--no-kv-unified", "-no-kvu"), need="per-slot KV buffers as planned")
+    _add_kv_cache_flags(add, plan)
     add(("-ub", "--ubatch-size"), str(plan.n_ubatch), need="the planned micro-batch (compute buffer size)")
     add(("-b", "--batch-size"), str(plan.n_batch), need="the planned batch")
     if plan.gpu_layers or caps.has("-ngl", "--gpu-layers", "--n-gpu-layers"):  # -ngl 0 must be said: default is auto
@@ -326,6 +301,47 @@ def build_argv(binary: Path, model: Path, plan: FitPlan, caps: Capabilities, *, 
     add(("-lv", "--verbosity", "--log-verbosity"), str(BUFFER_LOG_VERBOSITY))
     argv.extend(extra)
     return argv
+
+
+class _FlagAdder:
+    """Appends a flag `caps` lists, by whichever of its names the binary knows, to `argv`. With `need` (why the
+    plan or the caller depends on it) a missing flag or refused value raises EngineIncompatible; without, the flag
+    is skipped."""
+
+    def __init__(self, caps: Capabilities, argv: list[str]) -> None:
+        self.caps = caps
+        self.argv = argv
+
+    def __call__(self, names: tuple[str, ...], value: str | None = None, need: str | None = None) -> None:
+        flag = _flag(self.caps, *names, need=need)
+        if flag is None:
+            return
+        if value is not None:
+            try:
+                value = _value(self.caps, flag, value, need or "")
+            except EngineIncompatible:
+                if need is not None:
+                    raise
+                return  # an optional flag that does not take this value is skipped like an absent one
+        self.argv.extend([flag] if value is None else [flag, value])
+
+
+def _add_kv_cache_flags(add: _FlagAdder, plan: FitPlan) -> None:
+    """The flags the plan's KV cache size depends on: cache types, flash attention, unified or per-slot buffers."""
+    caps = add.caps
+    for names, kind in ((("--cache-type-k", "-ctk"), plan.cache_type_k),
+                        (("--cache-type-v", "-ctv"), plan.cache_type_v)):
+        if kind != "f16":  # the engine's default; omitting it keeps the argv short and old builds working
+            add(names, kind, need=f"the planned {kind} KV cache")
+    fa = caps.spec("-fa", "--flash-attn")
+    if fa is not None and fa.metavar:  # "-fa on|off|auto": say what the plan assumed, either way
+        add(("-fa", "--flash-attn"), "on" if plan.flash_attn else "off", need="the planned attention kernel")
+    elif plan.flash_attn:  # an older on-only switch, or none: required only when the plan counts on it
+        add(("-fa", "--flash-attn"), need="the plan assumes flash attention")
+    if plan.kv_unified:
+        add(("--kv-unified", "-kvu"), need="the planned unified KV buffer")
+    elif caps.kv_unified or caps.no_kv_unified:  # with neither, the build predates the unified buffer
+        add(("--no-kv-unified", "-no-kvu"), need="per-slot KV buffers as planned")
 
 
 # Older builds spell the loading modes as switches: what each mode means in their terms (None: their default).

@@ -102,7 +102,8 @@ def closure(bin_dir: Path, binary: str, links: dict[str, str] | None = None) -> 
     """The files in `bin_dir` that `binary` loads, directly or through other libraries there (binary first), and
     the soname links it reaches them by. A file that is not ELF is taken alone."""
     links = links or {}
-    files, seen_links, todo = [binary], {}, [binary]
+    files, todo = [binary], [binary]
+    seen_links: dict[str, str] = {}
     while todo:
         needed = elf_needed(bin_dir / todo.pop())
         for lib in needed or []:

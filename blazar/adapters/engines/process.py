@@ -2,7 +2,7 @@
 answers /health, stop it (SIGTERM, grace, SIGKILL), and read /proc for pids that are not our children.
 
     EngineError
-    ├── ProcessExited   the child exited before it was healthy (exit_code; negative = killed by that signal)
+    ├── ProcessExited   the child exited before it was healthy (returncode; negative = killed by that signal)
     └── LoadTimeout     it was still not healthy after timeout_s (waited_s); it is left running for the caller
 """
 

@@ -65,10 +65,10 @@ def smoke_argv(binary: Path, caps: Capabilities, model: Path, port: int) -> list
             raise EngineError(f"this llama-server lists no {names[-1]} flag in --help")
         argv += [names[0] if names[0] in spec.names else spec.names[0], value]
     light = ((("-c", "--ctx-size"), CTX_TOKENS), (("-np", "--parallel"), 1), (("-t", "--threads"), THREADS))
-    for names, value in light:
+    for names, amount in light:
         spec = caps.spec(*names)
         if spec is not None:
-            argv += [names[0] if names[0] in spec.names else spec.names[0], str(value)]
+            argv += [names[0] if names[0] in spec.names else spec.names[0], str(amount)]
     return argv
 
 
@@ -137,7 +137,7 @@ async def smoke_test(binary: Path, caps: Capabilities, *, workdir: Path, timeout
         passed = True
         return result(f"loaded in {load_s * 1000:.0f} ms and generated {tokens} tokens")
     except ProcessExited as e:
-        exit_code = e.exit_code
+        exit_code = e.returncode
         return result(str(e))
     except LoadTimeout as e:
         return result(str(e))
