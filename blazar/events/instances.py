@@ -27,8 +27,35 @@ ExitReason = Literal[
 ]
 
 
+class _InstanceStart(Event):
+    """What a start records, intent and spawn alike: the child, its port and argv, and the plan it runs."""
+
+    instance_id: str
+    model: str
+    engine_tag: str
+    port: int
+    argv: list[str]
+    log_path: str  # relative to the Blazar home's log directory
+    ctx_tokens: int  # per slot
+    engine_ctx: int  # what -c says (all slots)
+    slots: int
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    flash_attn: bool = False
+    gpu_layers: int = 0
+    planned_bytes: int  # the plan's total, calibration included
+    estimate_bytes: int  # the same before calibration
+    keep_alive_s: float | None = None  # None: never idle-evicted
+    pinned: bool = False  # never evicted for room either
+    reason: Literal["load", "request", "restart"] = "load"
+    free_bytes_observed: int | None = None  # what the budget offered when this was planned
+
+    def stream_key(self) -> str:
+        return f"instance:{self.instance_id}"
+
+
 @register
-class InstanceStarting(Event):
+class InstanceStarting(_InstanceStart):
     """The intent, recorded before the spawn: this child, on this port, with this argv and plan. `instance.started`
     (the spawn happened, with its pid) or `instance.exited` follows with this event's seq as cause; at start-up,
     reconciliation settles an intent with neither."""
@@ -36,65 +63,20 @@ class InstanceStarting(Event):
     TYPE = "instance.starting"
     AUDIT = True
 
-    instance_id: str
-    model: str
-    engine_tag: str
-    port: int
-    argv: list[str]
-    log_path: str  # relative to the Blazar home's log directory
-    ctx_tokens: int  # per slot
-    engine_ctx: int  # what -c says (all slots)
-    slots: int
-    cache_type_k: str = "f16"
-    cache_type_v: str = "f16"
-    flash_attn: bool = False
-    gpu_layers: int = 0
-    planned_bytes: int  # the plan's total, calibration included
-    estimate_bytes: int  # the same before calibration
-    keep_alive_s: float | None = None  # None: never idle-evicted
-    pinned: bool = False  # never evicted for room either
-    reason: Literal["load", "request", "restart"] = "load"
-    free_bytes_observed: int | None = None  # what the budget offered when this was planned
-
-    def stream_key(self) -> str:
-        return f"instance:{self.instance_id}"
-
     def audit_details(self) -> dict[str, Any]:
         return {"instance_id": self.instance_id, "model": self.model, "engine_tag": self.engine_tag,
                 "port": self.port, "planned_bytes": self.planned_bytes}
 
 
 @register
-class InstanceStarted(Event):
+class InstanceStarted(_InstanceStart):
     """The child process was spawned, with its pid (after `instance.starting`, its cause; a log written before that
     event existed has this one alone). Ready or exited follows, with this event's seq as cause."""
 
     TYPE = "instance.started"
     AUDIT = True
 
-    instance_id: str
-    model: str
-    engine_tag: str
     pid: int
-    port: int
-    argv: list[str]
-    log_path: str  # relative to the Blazar home's log directory
-    ctx_tokens: int  # per slot
-    engine_ctx: int  # what -c says (all slots)
-    slots: int
-    cache_type_k: str = "f16"
-    cache_type_v: str = "f16"
-    flash_attn: bool = False
-    gpu_layers: int = 0
-    planned_bytes: int  # the plan's total, calibration included
-    estimate_bytes: int  # the same before calibration
-    keep_alive_s: float | None = None  # None: never idle-evicted
-    pinned: bool = False  # never evicted for room either
-    reason: Literal["load", "request", "restart"] = "load"
-    free_bytes_observed: int | None = None  # what the budget offered when this was planned
-
-    def stream_key(self) -> str:
-        return f"instance:{self.instance_id}"
 
     def audit_details(self) -> dict[str, Any]:
         return {"instance_id": self.instance_id, "model": self.model, "engine_tag": self.engine_tag,

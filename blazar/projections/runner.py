@@ -33,6 +33,8 @@ from blazar.projections.checkpoints import (
 )
 
 log = logging.getLogger(__name__)
+# How long a change of the database files may go unexplained before SQLite is asked whether it was ours.
+RECHECK_S = 2.0
 
 
 @dataclass(slots=True)
@@ -78,6 +80,7 @@ class ProjectionRunner:
         self._changed = asyncio.Condition()
         self._nudge = asyncio.Event()  # this process committed: fold (or catch up) now
         self._unsubscribe: Callable[[], None] = lambda: None
+        self._own_signature: tuple[tuple[int, int], ...] = ()
         self.folded_at_start = 0
 
     # -- queries -------------------------------------------------------------------------------------------
@@ -203,10 +206,13 @@ class ProjectionRunner:
         if recorded and recorded[0].seq == self.seq + 1:
             for rec in recorded:
                 self.apply(rec)
+        self._own_signature = self.log.files_signature()  # the files as this commit left them
         self._nudge.set()
 
     async def _follow(self, poll_interval: float) -> None:
-        seen = self.log.files_signature()
+        loop = asyncio.get_running_loop()
+        seen = checked = self.log.files_signature()
+        checked_at = loop.time()
         await self.log.changed_elsewhere()  # the baseline
         await self.catch_up()
         while True:
@@ -218,7 +224,13 @@ class ProjectionRunner:
                 await asyncio.wait_for(self._nudge.wait(), timeout=poll_interval)
             self._nudge.clear()
             now = self.log.files_signature()  # before the read: a write during it shows as a change next time
-            if (now != seen and await self.log.changed_elsewhere()) or self.seq < self.log.last_appended:
+            # A change that is not this process's own last commit is another process's; so may be a change seen
+            # long enough ago, should another process have committed in the instant after ours (rechecked).
+            suspect = now != seen and now != self._own_signature
+            stale = now != checked and loop.time() - checked_at >= RECHECK_S
+            if suspect or stale:
+                checked, checked_at = now, loop.time()
+            if ((suspect or stale) and await self.log.changed_elsewhere()) or self.seq < self.log.last_appended:
                 await self.catch_up()
             seen = now
 
