@@ -6,6 +6,7 @@ response whose body the caller relays. Token counting (`count_tokens`) uses the 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx2
@@ -19,6 +20,8 @@ TIMEOUT = httpx2.Timeout(connect=5.0, read=None, write=30.0, pool=None)
 COUNT_TIMEOUT_S = 30.0
 # llama-server (cpp-httplib) closes a keep-alive connection idle for 5 s; drop ours before that.
 KEEPALIVE_EXPIRY_S = 3.0
+# Waits before each retry of a request the engine dropped unanswered (the last entry is never slept).
+RETRY_BACKOFF_S = (0.0, 0.05, 0.25, 0.0)
 
 
 def engine_headers(api_key: str | None) -> dict[str, str]:
@@ -44,15 +47,18 @@ class EngineClient:
         """POST `body` (JSON) and return the response with its body unread: stream it with `aiter_raw()`, then
         `aclose()` it. Closing early drops the connection, which makes llama-server cancel the generation. `api_key`
         is the child's own secret (never a client's Authorization: only these headers are sent)."""
-        for attempt in (1, 2):
+        for attempt, backoff_s in enumerate(RETRY_BACKOFF_S, 1):
             req = self._http.build_request("POST", base_url + path, content=body, headers=engine_headers(api_key))
             try:
                 return await self._http.send(req, stream=True)
             except (httpx2.RemoteProtocolError, httpx2.ReadError) as e:
-                # A pooled connection the engine had just closed (its keep-alive limit): nothing was processed, so
-                # one retry on a fresh connection is safe. A second failure is the engine's.
-                if attempt == 2:
+                # The engine closed the connection without answering: a pooled one it had just closed (its
+                # keep-alive limit), or a new one its HTTP threads had no room for (other clients of the same
+                # child hold them). Nothing was processed, so a retry on a fresh connection is safe; after the
+                # last one the failure is the engine's.
+                if attempt == len(RETRY_BACKOFF_S):
                     raise EngineUnreachable(f"the engine at {base_url} did not answer {path}: {e}") from e
+                await asyncio.sleep(backoff_s)
             except httpx2.TransportError as e:
                 raise EngineUnreachable(f"the engine at {base_url} did not answer {path}: {e}") from e
         raise AssertionError("unreachable")
