@@ -43,6 +43,7 @@
     │   ├── EngineVerifyFailed      files that no longer match their install record (names each one)
     │   ├── EngineBuildFailed       a build that could not run or finish (names its log, or the missing tool)
     │   ├── EngineUnreachable  502  a child's port did not answer
+    │   ├── EngineStreamBroken 502  a child's answer broke off mid-body
     │   ├── ProcessExited      502  the child exited before it was healthy
     │   ├── LoadTimeout        504  the child was not healthy in time
     │   ├── DoesNotFit         507  a load no eviction can make room for (the planner's reason)
@@ -390,6 +391,13 @@ class LoadTimeout(EngineError):
         super().__init__(f"{who} was not healthy after {waited_s:.1f}s")
         self.waited_s = waited_s
         self.pid = pid
+
+
+class EngineStreamBroken(EngineError):
+    """An engine's answer broke off mid-body (the connection dropped, or it ended short)."""
+
+    code = "engine_crashed"
+    http_status = 502
 
 
 class EngineUnreachable(EngineError):

@@ -14,14 +14,13 @@ import logging
 import time
 from typing import Any
 
-import httpx2
 import orjson
 
 from blazar.adapters.engines.answers import refusal, usage_from_json
-from blazar.adapters.engines.client import EngineClient
+from blazar.adapters.engines.client import EngineClient, EngineResponse
 from blazar.context import Blazar
 from blazar.dialects.tools import ForcedStream, OpenAIStream
-from blazar.errors import AdmissionRefused, BlazarError, EngineError, ModelNotFound, Refused
+from blazar.errors import AdmissionRefused, BlazarError, EngineError, EngineStreamBroken, ModelNotFound, Refused
 from blazar.events.base import Event
 from blazar.events.requests import (
     RequestAdmitted,
@@ -117,7 +116,7 @@ class Gateway:
         return Answer(status=upstream.status_code, media=plan.reply(answer, plan) if plan.reply else answer,
                       headers=headers)
 
-    def _streamed(self, plan: Plan, upstream: httpx2.Response, watcher: asyncio.Task[None] | None,
+    def _streamed(self, plan: Plan, upstream: EngineResponse, watcher: asyncio.Task[None] | None,
                   headers: dict[str, str]) -> Answer:
         headers["cache-control"] = "no-cache"
         inner = plan.stream_as(plan) if plan.stream_as is not None else None
@@ -266,7 +265,7 @@ class Gateway:
 
     # -- the engine's answer ------------------------------------------------------------------------------------
 
-    async def open_upstream(self, plan: Plan, body: bytes) -> httpx2.Response:
+    async def open_upstream(self, plan: Plan, body: bytes) -> EngineResponse:
         assert plan.instance is not None
         try:
             return await self.client.open(plan.instance.base_url, plan.engine_path, body,
@@ -275,7 +274,7 @@ class Gateway:
             self.fail(plan, status=502, reason="engine_error", detail=e.message)
             raise Refused(e.message, reason="engine_error", http_status=502) from None
 
-    def guard(self, plan: Plan, upstream: httpx2.Response) -> None:
+    def guard(self, plan: Plan, upstream: EngineResponse) -> None:
         """Whatever ends the request's task (a hang-up before the first byte was sent, an error in the server), the
         slot is released and the engine request closed: nothing relies on the relay having started."""
         task = asyncio.current_task()
@@ -292,11 +291,11 @@ class Gateway:
 
         task.add_done_callback(settle)
 
-    async def finish(self, plan: Plan, upstream: httpx2.Response) -> bytes:
+    async def finish(self, plan: Plan, upstream: EngineResponse) -> bytes:
         """Read a whole (non-stream or error) body, record the outcome, release."""
         try:
             data = await upstream.aread()
-        except (httpx2.TransportError, httpx2.StreamError) as e:
+        except EngineStreamBroken as e:
             self.fail(plan, status=502, reason="engine_crashed", detail=f"the engine's answer broke: {e}")
             raise Refused(f"the engine's answer broke: {e}", reason="engine_error", http_status=502) from None
         except BaseException:

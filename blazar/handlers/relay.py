@@ -13,11 +13,12 @@ import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-import httpx2
 import orjson
 
 from blazar.adapters.engines.answers import error_message, merge_usage, stream_error, usage_from_json, usage_from_sse
+from blazar.adapters.engines.client import EngineResponse
 from blazar.dialects.stream import SseEvents, Translator
+from blazar.errors import EngineStreamBroken
 from blazar.handlers.plan import Plan
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("blazar.gateway")
 
 KEEP_BYTES = 8192  # of the stream's first and last events: where the usage is
-BROKEN = (httpx2.TransportError, httpx2.StreamError)
+BROKEN = (EngineStreamBroken,)
 
 
 class Rename:
@@ -61,7 +62,7 @@ def renamer(plan: Plan) -> Rename | None:
     return Rename(inst.served_as, plan.model)
 
 
-async def passthrough(gw: Gateway, plan: Plan, upstream: httpx2.Response,
+async def passthrough(gw: Gateway, plan: Plan, upstream: EngineResponse,
                       watcher: asyncio.Task[None] | None) -> AsyncIterator[bytes]:
     """The engine's SSE bytes untouched (but for the model's name); the outcome from the first and last events."""
     head = tail = b""  # Anthropic-shaped usage can sit at the very start; llama-server's timings at the end
@@ -112,7 +113,7 @@ def _end(gw: Gateway, plan: Plan, head: bytes, tail: bytes, *, status: int, chun
     gw.complete(plan, usage_from_sse(head + b"\n" + tail if head else tail), status=status, chunks=chunks)
 
 
-async def translated(gw: Gateway, plan: Plan, upstream: httpx2.Response, watcher: asyncio.Task[None] | None,
+async def translated(gw: Gateway, plan: Plan, upstream: EngineResponse, watcher: asyncio.Task[None] | None,
                      translator: Translator) -> AsyncIterator[bytes]:
     """Each engine event through `translator`; an engine error mid-stream ends the stream with the dialect's own
     error event."""
@@ -160,7 +161,7 @@ def _translate(events: list[dict[str, Any]], translator: Translator, usage: dict
     return b"".join(out), None
 
 
-async def _close(upstream: httpx2.Response, watcher: asyncio.Task[None] | None) -> None:
+async def _close(upstream: EngineResponse, watcher: asyncio.Task[None] | None) -> None:
     if watcher is not None:
         watcher.cancel()  # the response is over: a later hang-up must not cancel what comes next
     await upstream.aclose()

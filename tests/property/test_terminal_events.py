@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from blazar.api.app import create_app
 from blazar.bootstrap import bootstrap
-from blazar.errors import EngineError, LoadFailed, ModelNotFound
+from blazar.errors import EngineError, EngineStreamBroken, LoadFailed, ModelNotFound
 from blazar.handlers.admission import Admission
 from blazar.handlers.gateway import Gateway
 from blazar.handlers.instances import Instance, ResolvedModel
@@ -88,7 +88,7 @@ class Faulty:
         async def blocks() -> AsyncIterator[bytes]:
             yield b"data: " + orjson.dumps(chunk) + b"\n\n"
             if step == "mid_stream":
-                raise httpx2.ReadError("injected") if kind == "blazar" else RuntimeError("injected bug mid-stream")
+                raise EngineStreamBroken("injected") if kind == "blazar" else RuntimeError("injected bug mid-stream")
             if step == "bad_json":
                 yield b"data: {broken\n\n"
             yield b"data: " + orjson.dumps(last) + b"\n\ndata: [DONE]\n\n"

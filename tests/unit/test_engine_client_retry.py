@@ -1,44 +1,102 @@
-"""The engine client retries a request the engine dropped without answering (a stale pooled connection, or no HTTP
-thread free in the child), on a fresh connection and with a short backoff, and gives up with EngineUnreachable."""
+"""The engine client against a loopback child that drops requests without answering (a stale pooled connection, or
+no HTTP thread free in the child): it retries on a fresh connection with a short backoff, and gives up with
+EngineUnreachable; a child that is not there at all is unreachable at once."""
 
 from __future__ import annotations
 
-import httpx2
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
 import pytest
 
 from blazar.adapters.engines.client import RETRY_BACKOFF_S, EngineClient
-from blazar.errors import EngineUnreachable
+from blazar.errors import EngineStreamBroken, EngineUnreachable
 
 
-def _dropping(times: int) -> tuple[httpx2.MockTransport, list[int]]:
-    calls: list[int] = []
+class DroppingChild:
+    """Reads each request whole, then closes the connection unanswered for the first `drops`, else answers."""
 
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        calls.append(1)
-        if len(calls) <= times:
-            raise httpx2.RemoteProtocolError("Server disconnected without sending a response.")
-        return httpx2.Response(200, content=b'{"ok":true}')
+    def __init__(self, drops: int, *, cut_body: bool = False) -> None:
+        self.drops, self.cut_body, self.requests = drops, cut_body, 0
 
-    return httpx2.MockTransport(handler), calls
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            await reader.readexactly(length)
+            self.requests += 1
+            if self.requests > self.drops:
+                if self.cut_body:  # announces 100 bytes, sends 5, hangs up
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nhello")
+                else:
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n"
+                                 b'{"ok":true}')
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@contextlib.asynccontextmanager
+async def serving(child: DroppingChild) -> AsyncIterator[str]:
+    server = await asyncio.start_server(child.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 async def test_a_dropped_request_is_retried_until_the_engine_answers() -> None:
-    transport, calls = _dropping(len(RETRY_BACKOFF_S) - 1)
-    client = EngineClient(transport=transport)
+    child = DroppingChild(len(RETRY_BACKOFF_S) - 1)
+    client = EngineClient()
     try:
-        r = await client.open("http://127.0.0.1:1", "/v1/chat/completions", b"{}")
-        assert r.status_code == 200 and len(calls) == len(RETRY_BACKOFF_S)
-        await r.aclose()
+        async with serving(child) as base, asyncio.timeout(10):
+            r = await client.open(base, "/v1/chat/completions", b"{}")
+            assert r.status_code == 200 and await r.aread() == b'{"ok":true}'
+            await r.aclose()
+        assert child.requests == len(RETRY_BACKOFF_S)
     finally:
         await client.aclose()
 
 
 async def test_an_engine_that_keeps_dropping_is_unreachable() -> None:
-    transport, calls = _dropping(100)
-    client = EngineClient(transport=transport)
+    child = DroppingChild(100)
+    client = EngineClient()
     try:
-        with pytest.raises(EngineUnreachable, match="did not answer /v1/chat/completions"):
-            await client.open("http://127.0.0.1:1", "/v1/chat/completions", b"{}")
-        assert len(calls) == len(RETRY_BACKOFF_S)
+        async with serving(child) as base, asyncio.timeout(10):
+            with pytest.raises(EngineUnreachable, match="did not answer /v1/chat/completions"):
+                await client.open(base, "/v1/chat/completions", b"{}")
+        assert child.requests == len(RETRY_BACKOFF_S)
+    finally:
+        await client.aclose()
+
+
+async def test_a_body_cut_short_is_a_broken_stream() -> None:
+    client = EngineClient()
+    try:
+        async with serving(DroppingChild(0, cut_body=True)) as base, asyncio.timeout(10):
+            r = await client.open(base, "/v1/chat/completions", b"{}")
+            with pytest.raises(EngineStreamBroken):
+                async for _ in r.aiter_raw():
+                    pass
+            await r.aclose()
+    finally:
+        await client.aclose()
+
+
+async def test_no_child_at_all_is_unreachable_at_once() -> None:
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+    client = EngineClient()
+    try:
+        with pytest.raises(EngineUnreachable):
+            await client.open(f"http://127.0.0.1:{port}", "/v1/chat/completions", b"{}")
     finally:
         await client.aclose()

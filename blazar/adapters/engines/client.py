@@ -2,26 +2,33 @@
 
 The gateway never re-encodes what the engine streams; this module only opens the exchange and hands back the
 response whose body the caller relays. Token counting (`count_tokens`) uses the engine's own tokenizer.
+
+NOTE: aiohttp, not httpx2, on this hop: every SSE event the engine writes wakes the relay on its own, and reading
+one costs httpx2 (httpcore2, h11, an anyio cancel scope per read) about twice what aiohttp's C parser does
+(`bench/client_cost.py`). On two cores that CPU comes out of the engine's decode.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import httpx2
+import aiohttp
 import orjson
 
-from blazar.errors import EngineUnreachable
+from blazar.errors import EngineStreamBroken, EngineUnreachable
 
 # No read deadline on a generation: a long answer streams for minutes. Connecting to a loopback child is instant or
 # the child is gone; a pool wait means every connection is busy, which admission already bounds.
-TIMEOUT = httpx2.Timeout(connect=5.0, read=None, write=30.0, pool=None)
+TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5.0, sock_connect=5.0, sock_read=None)
 COUNT_TIMEOUT_S = 30.0
 # llama-server (cpp-httplib) closes a keep-alive connection idle for 5 s; drop ours before that.
 KEEPALIVE_EXPIRY_S = 3.0
 # Waits before each retry of a request the engine dropped unanswered (the last entry is never slept).
 RETRY_BACKOFF_S = (0.0, 0.05, 0.25, 0.0)
+# Broken mid-answer: the connection dropped, or the body ended short of what it announced.
+_BROKEN = (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, asyncio.IncompleteReadError)
 
 
 def engine_headers(api_key: str | None) -> dict[str, str]:
@@ -32,26 +39,72 @@ def engine_headers(api_key: str | None) -> dict[str, str]:
     return headers
 
 
+class EngineResponse:
+    """An engine's answer with its body unread: its status and headers, its raw bytes as they come (`aiter_raw`) or
+    whole (`aread`), and `aclose` (which, before the end, drops the connection: llama-server then stops generating).
+    A body that breaks raises EngineStreamBroken."""
+
+    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+        self._resp = resp
+
+    @property
+    def status_code(self) -> int:
+        return self._resp.status
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self._resp.headers
+
+    @property
+    def is_closed(self) -> bool:
+        return self._resp.closed
+
+    async def aiter_raw(self) -> AsyncIterator[bytes]:
+        try:
+            async for data in self._resp.content.iter_any():
+                yield data
+        except _BROKEN as e:
+            raise EngineStreamBroken(f"{type(e).__name__}: {e}") from e
+
+    async def aread(self) -> bytes:
+        try:
+            return await self._resp.read()
+        except _BROKEN as e:
+            raise EngineStreamBroken(f"{type(e).__name__}: {e}") from e
+
+    async def aclose(self) -> None:
+        if self._resp.content.at_eof():
+            self._resp.release()  # read to the end: the connection goes back to the pool
+        else:
+            self._resp.close()
 
 
 class EngineClient:
-    def __init__(self, *, max_connections: int = 512, transport: httpx2.AsyncBaseTransport | None = None) -> None:
-        """`transport` replaces the network (tests: a mock engine that sees exactly what a child would)."""
-        self._http = httpx2.AsyncClient(
-            timeout=TIMEOUT, trust_env=False, transport=transport,
-            limits=httpx2.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
-                                 keepalive_expiry=KEEPALIVE_EXPIRY_S),
-        )
+    def __init__(self, *, max_connections: int = 512) -> None:
+        self._max_connections = max_connections
+        self._http: aiohttp.ClientSession | None = None
 
-    async def open(self, base_url: str, path: str, body: bytes, *, api_key: str | None = None) -> httpx2.Response:
+    def _session(self) -> aiohttp.ClientSession:
+        """The pool, made in the running loop on first use."""
+        if self._http is None or self._http.closed:
+            connector = aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0,
+                                             keepalive_timeout=KEEPALIVE_EXPIRY_S, use_dns_cache=False)
+            self._http = aiohttp.ClientSession(connector=connector, timeout=TIMEOUT, auto_decompress=False,
+                                               trust_env=False, skip_auto_headers=("User-Agent", "Accept-Encoding"))
+        return self._http
+
+    async def open(self, base_url: str, path: str, body: bytes, *, api_key: str | None = None) -> EngineResponse:
         """POST `body` (JSON) and return the response with its body unread: stream it with `aiter_raw()`, then
         `aclose()` it. Closing early drops the connection, which makes llama-server cancel the generation. `api_key`
         is the child's own secret (never a client's Authorization: only these headers are sent)."""
+        session = self._session()
         for attempt, backoff_s in enumerate(RETRY_BACKOFF_S, 1):
-            req = self._http.build_request("POST", base_url + path, content=body, headers=engine_headers(api_key))
             try:
-                return await self._http.send(req, stream=True)
-            except (httpx2.RemoteProtocolError, httpx2.ReadError) as e:
+                resp = await session.post(base_url + path, data=body, headers=engine_headers(api_key))
+                return EngineResponse(resp)
+            except aiohttp.ClientConnectorError as e:  # nothing listens there: the child is gone
+                raise EngineUnreachable(f"the engine at {base_url} did not answer {path}: {e}") from e
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
                 # The engine closed the connection without answering: a pooled one it had just closed (its
                 # keep-alive limit), or a new one its HTTP threads had no room for (other clients of the same
                 # child hold them). Nothing was processed, so a retry on a fresh connection is safe; after the
@@ -59,21 +112,23 @@ class EngineClient:
                 if attempt == len(RETRY_BACKOFF_S):
                     raise EngineUnreachable(f"the engine at {base_url} did not answer {path}: {e}") from e
                 await asyncio.sleep(backoff_s)
-            except httpx2.TransportError as e:
+            except aiohttp.ClientError as e:
                 raise EngineUnreachable(f"the engine at {base_url} did not answer {path}: {e}") from e
         raise AssertionError("unreachable")
 
     async def post_json(self, base_url: str, path: str, payload: dict[str, Any], *, api_key: str | None = None
                         ) -> tuple[int, Any]:
         try:
-            r = await self._http.post(base_url + path, content=orjson.dumps(payload), headers=engine_headers(api_key),
-                                      timeout=COUNT_TIMEOUT_S)
-        except httpx2.TransportError as e:
+            async with self._session().post(base_url + path, data=orjson.dumps(payload),
+                                            headers=engine_headers(api_key),
+                                            timeout=aiohttp.ClientTimeout(total=COUNT_TIMEOUT_S)) as r:
+                status, content = r.status, await r.read()
+        except (aiohttp.ClientError, TimeoutError) as e:
             raise EngineUnreachable(f"the engine at {base_url} did not answer {path}: {e}") from e
         try:
-            return r.status_code, orjson.loads(r.content)
+            return status, orjson.loads(content)
         except orjson.JSONDecodeError:
-            return r.status_code, None
+            return status, None
 
     async def count_tokens(self, base_url: str, route: str, body: dict[str, Any], *, api_key: str | None = None
                            ) -> int | None:
@@ -94,4 +149,5 @@ class EngineClient:
         return None
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._http is not None:
+            await self._http.close()
