@@ -85,16 +85,9 @@ async def passthrough(gw: Gateway, plan: Plan, upstream: EngineResponse,
                 yield out
         if rename is not None and rename.carry:
             yield rename.rest()
-    except BROKEN as e:
-        gw.fail(plan, status=502, reason="engine_crashed", detail=f"the engine's stream broke: {e}")
-        return
-    except Exception as e:  # a bug on our side of the relay: recorded as such, never as the client's hang-up
-        log.exception("relaying %s failed", plan.trace_id)
-        gw.fail(plan, status=500, reason="internal_error", detail=f"{type(e).__name__}: {e}")
-        raise
-    except BaseException:
-        # GeneratorExit / CancelledError: the client went away; closing the upstream cancels the generation.
-        gw.fail(plan, status=499, reason="client_disconnected", detail="the client closed the connection")
+    except BaseException as e:
+        if _failed(gw, plan, e):
+            return  # the client got the engine's bytes as they were; nothing more to send
         raise
     finally:
         await _close(upstream, watcher)
@@ -132,21 +125,30 @@ async def translated(gw: Gateway, plan: Plan, upstream: EngineResponse, watcher:
                 return
             if out:
                 yield out
-    except BROKEN as e:
-        gw.fail(plan, status=502, reason="engine_crashed", detail=f"the engine's stream broke: {e}")
-        yield translator.error(f"the engine's stream broke: {e}")
-        return
-    except Exception as e:
-        log.exception("relaying %s failed", plan.trace_id)
-        gw.fail(plan, status=500, reason="internal_error", detail=f"{type(e).__name__}: {e}")
-        raise
-    except BaseException:
-        gw.fail(plan, status=499, reason="client_disconnected", detail="the client closed the connection")
+    except BaseException as e:
+        if _failed(gw, plan, e):
+            yield translator.error(f"the engine's stream broke: {e}")
+            return
         raise
     finally:
         await _close(upstream, watcher)
     gw.complete(plan, usage, status=upstream.status_code, chunks=chunks)
     yield translator.end()
+
+
+def _failed(gw: Gateway, plan: Plan, exc: BaseException) -> bool:
+    """Record how a relay that raised ended; True when the engine's stream broke (the relay ends it), False when the
+    exception goes on: a bug on our side (recorded as such, never as the client's hang-up), or GeneratorExit /
+    CancelledError (the client went away; closing the upstream cancels the generation)."""
+    if isinstance(exc, BROKEN):
+        gw.fail(plan, status=502, reason="engine_crashed", detail=f"the engine's stream broke: {exc}")
+        return True
+    if isinstance(exc, Exception):
+        log.exception("relaying %s failed", plan.trace_id)
+        gw.fail(plan, status=500, reason="internal_error", detail=f"{type(exc).__name__}: {exc}")
+    else:
+        gw.fail(plan, status=499, reason="client_disconnected", detail="the client closed the connection")
+    return False
 
 
 def _translate(events: list[dict[str, Any]], translator: Translator, usage: dict[str, Any]) -> tuple[bytes, str | None]:
