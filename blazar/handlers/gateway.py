@@ -136,8 +136,9 @@ class Gateway:
                                   client_trace_id=plan.client_trace_id), plan.trace_id, plan.actor)
 
     def reject(self, plan: Plan, *, status: int, reason: str, detail: str, retry_after_s: float | None = None,
-               observations: dict[str, Any] | None = None) -> Refused:
-        """Record the refusal (the request's one terminal event) and return the error to raise."""
+               observations: dict[str, Any] | None = None, error_type: str | None = None) -> Refused:
+        """Record the refusal (the request's one terminal event) and return the error to raise (`error_type`: a
+        dialect's own kind where the status alone does not say it)."""
         plan.done = True
         self.emit(RequestRejected(trace_id=plan.trace_id, model=plan.name or plan.model, status=status,
                                   reason=reason, detail=detail, retry_after_s=retry_after_s,  # type: ignore[arg-type]
@@ -145,7 +146,7 @@ class Gateway:
                                   duration_ms=round((time.perf_counter() - plan.received) * 1000, 3)),
                   plan.trace_id, plan.actor)
         return Refused(detail, reason=reason, http_status=status, retry_after_s=retry_after_s,
-                       observations=observations)
+                       observations=observations, error_type=error_type)
 
     async def prepare(self, plan: Plan) -> None:
         """Resolve, route (loading on demand), check the context, admit. Raises Refused, recorded."""
@@ -168,10 +169,9 @@ class Gateway:
             return
         assert plan.name is not None
         if not p.allows(plan.model, plan.name):
-            err = self.reject(plan, status=403, reason="model_not_allowed", detail=scope_refusal(p, plan.model,
-                              plan.name), observations={"key": p.key_name, "models": list(p.models)})
-            err.error_type = "permission_error"
-            raise err
+            raise self.reject(plan, status=403, reason="model_not_allowed", detail=scope_refusal(p, plan.model,
+                              plan.name), observations={"key": p.key_name, "models": list(p.models)},
+                              error_type="permission_error")
         limits = p.limits()
         assert limits is not None
         try:
@@ -190,9 +190,8 @@ class Gateway:
         except ModelNotFound:
             name = model
         if not principal.allows(model, name):
-            err = Refused(scope_refusal(principal, model, name), reason="model_not_allowed", http_status=403)
-            err.error_type = "permission_error"
-            raise err
+            raise Refused(scope_refusal(principal, model, name), reason="model_not_allowed", http_status=403,
+                          error_type="permission_error")
 
     def _drop_lease(self, plan: Plan) -> None:
         if plan.lease is not None:
