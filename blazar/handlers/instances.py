@@ -151,6 +151,7 @@ class Supervisor:
         self._capacity = asyncio.Lock()
         self._loading: dict[str, asyncio.Task[Instance]] = {}
         self._poke = asyncio.Event()
+        self._reaper_due: float | None = None  # the loop time the idle reaper next wakes at (None: it is awake)
         self._reaper: asyncio.Task[None] | None = None
         self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -207,7 +208,7 @@ class Supervisor:
                     route.load_ms = lv.instance.load_ms
                 await self._apply_keep_alive(lv, keep_alive, pinned)
                 lv.last_used = self.app.clock.now()
-                self._poke.set()
+                self._wake_reaper_for(lv)
                 return lv.instance
             pending = self._loading.get(name)
             if pending is None:
@@ -248,7 +249,7 @@ class Supervisor:
         finally:
             lv.in_flight -= 1
             lv.last_used = self.app.clock.now()
-            self._poke.set()
+            self._wake_reaper_for(lv)
 
     # -- the load path ----------------------------------------------------------------------------------------
 
@@ -286,6 +287,16 @@ class Supervisor:
         if lv is not None and lv.in_flight > 0:
             lv.in_flight -= 1
             lv.last_used = self.app.clock.now()
+            self._wake_reaper_for(lv)
+
+    def _wake_reaper_for(self, lv: _Live) -> None:
+        """Wake the idle reaper only when `lv` now runs out before the reaper's next wake-up: a request that ends
+        moves its instance's deadline later, so on the common path the reaper sleeps on (it re-reads every
+        deadline when it wakes)."""
+        if lv.in_flight or lv.pinned or lv.keep_alive_s is None:
+            return
+        due = asyncio.get_running_loop().time() + max(0.0, lv.keep_alive_s)
+        if self._reaper_due is None or due < self._reaper_due:
             self._poke.set()
 
     async def _refuse(self, model: str, reason: RefusalReason, detail: str, exc: type[EngineError] | EngineError,
@@ -643,8 +654,11 @@ class Supervisor:
                 wait = 1.0
             self._poke.clear()
             timeout = REAPER_MAX_SLEEP_S if wait is None else min(REAPER_MAX_SLEEP_S, max(0.05, wait))
+            self._reaper_due = asyncio.get_running_loop().time() + timeout
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poke.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._poke.wait()
+            self._reaper_due = None
 
 
 def _embedding_flags(engine: ActiveEngine, meta: ModelMetadata) -> list[str]:

@@ -221,7 +221,8 @@ class ProjectionRunner:
             if self._checkpoint_due():
                 await self.checkpoint()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._nudge.wait(), timeout=poll_interval)
+                async with asyncio.timeout(poll_interval):  # not wait_for: no task made per poll
+                    await self._nudge.wait()
             self._nudge.clear()
             now = self.log.files_signature()  # before the read: a write during it shows as a change next time
             # A change that is not this process's own last commit is another process's; so may be a change seen

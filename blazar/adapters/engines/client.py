@@ -89,8 +89,10 @@ class EngineClient:
         if self._http is None or self._http.closed:
             connector = aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0,
                                              keepalive_timeout=KEEPALIVE_EXPIRY_S, use_dns_cache=False)
+            # No cookie jar: an engine sets none, and the jar's filtering is work on every request.
             self._http = aiohttp.ClientSession(connector=connector, timeout=TIMEOUT, auto_decompress=False,
-                                               trust_env=False, skip_auto_headers=("User-Agent", "Accept-Encoding"))
+                                               trust_env=False, cookie_jar=aiohttp.DummyCookieJar(),
+                                               skip_auto_headers=("User-Agent", "Accept-Encoding"))
         return self._http
 
     async def open(self, base_url: str, path: str, body: bytes, *, api_key: str | None = None) -> EngineResponse:
