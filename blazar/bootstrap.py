@@ -7,13 +7,16 @@ adapters together. Only the CLI and the daemon import it; everything below recei
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from blazar.adapters.engines.client import EngineClient
+from blazar.adapters.otel.target import otlp_target
 from blazar.clock import Clock, SystemClock
 from blazar.context import CHECKPOINT_ON_CLOSE_AFTER, Blazar
 from blazar.events.log import EventLog
@@ -26,6 +29,9 @@ from blazar.paths import Paths
 from blazar.projections import all_projections
 from blazar.projections.runner import ProjectionRunner
 from blazar.queries.file_modes import loose_modes
+
+if TYPE_CHECKING:
+    from blazar.adapters.otel.tracing import Tracing
 
 __all__ = ["CHECKPOINT_ON_CLOSE_AFTER", "Blazar", "Services", "bootstrap", "build_services", "default_actor",
            "paths_from_env"]
@@ -99,9 +105,13 @@ class Services:
     supervisor: SupervisorPort
     gateway: Gateway
     client: EngineClient
+    tracing: Tracing | None = None  # the OTLP span export, where a collector is configured
 
     async def close(self) -> None:
         await self.client.aclose()
+        if self.tracing is not None:
+            await self.gateway.app.request_writer().flush()  # the last requests' events reach the spans first
+            await asyncio.to_thread(self.tracing.close)  # bounded: a hanging collector is left behind
 
 
 def build_services(app: Blazar, *, supervisor: SupervisorPort | None = None,
@@ -113,4 +123,18 @@ def build_services(app: Blazar, *, supervisor: SupervisorPort | None = None,
     admission = Admission(queue_depth=settings.queue_depth, global_cap=settings.max_concurrent_requests,
                           wait_timeout_s=settings.queue_timeout_s)
     engine = client if client is not None else EngineClient()
-    return Services(supervisor=sup, gateway=Gateway(app, sup, admission, engine), client=engine)
+    return Services(supervisor=sup, gateway=Gateway(app, sup, admission, engine), client=engine,
+                    tracing=_tracing(app))
+
+
+def _tracing(app: Blazar) -> Tracing | None:
+    """Request spans exported over OTLP/HTTP when `otlp_endpoint` (or OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT) names
+    a collector; the SDK is imported only then."""
+    target = otlp_target(app.settings(), app.env)
+    if target is None:
+        return None
+    from blazar.adapters.otel.tracing import start_tracing
+
+    tracing = start_tracing(app.log, target)
+    app.span_export_stats = tracing.stats
+    return tracing

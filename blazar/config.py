@@ -9,12 +9,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 import tomllib
 import typing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -22,6 +24,8 @@ from pydantic.fields import FieldInfo
 
 from blazar.durations import parse_duration
 from blazar.errors import ConfigError
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
 
 
 class Settings(BaseModel):
@@ -120,6 +124,16 @@ class Settings(BaseModel):
         description="Client connections served at once (more wait in the listen backlog).",
     )
     backlog: int = Field(default=2048, ge=128, le=65535, description="The listen backlog of `blazar serve`'s socket.")
+    otlp_endpoint: str = Field(
+        default="",
+        description="OTLP/HTTP collector URL that request spans are exported to (empty: off; /v1/traces added to a "
+                    "bare host).",
+    )
+    otlp_headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Headers sent with each OTLP export, name=value (recorded in the log: put secrets in "
+                    "OTEL_EXPORTER_OTLP_HEADERS).",
+    )
 
     @field_validator("allowed_hosts", "cors_origins")
     @classmethod
@@ -139,6 +153,25 @@ class Settings(BaseModel):
             if item != "*" and not item.startswith(("http://", "https://")):
                 raise ValueError(f"an origin is scheme://host[:port], like https://app.example: {item!r}")
         return v
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _otlp_endpoint(cls, v: str) -> str:
+        v = v.strip()
+        if v:
+            url = urlsplit(v)
+            if url.scheme not in ("http", "https") or not url.hostname or url.query or url.fragment:
+                raise ValueError(f"an OTLP/HTTP endpoint is http(s)://host[:port][/path], like "
+                                 f"http://127.0.0.1:4318: {v!r}")
+        return v
+
+    @field_validator("otlp_headers")
+    @classmethod
+    def _otlp_headers(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            if not _HEADER_NAME.fullmatch(name) or any(c in value for c in "\r\n\0"):
+                raise ValueError(f"not an HTTP header (a token name, a value on one line): {name!r}")
+        return {name.strip(): value.strip() for name, value in v.items()}
 
     @field_validator("keep_alive")
     @classmethod
@@ -164,6 +197,8 @@ def describe(key: str) -> str:
         return "true or false"
     if ann == list[str]:
         return "a comma-separated list (empty text: none)"
+    if ann == dict[str, str]:
+        return "comma-separated name=value pairs (empty text: none)"
     if key == "keep_alive":
         return "a duration: seconds like 300, or 45s, 5m, 1h30m; negative: forever"
     bounds = {type(m).__name__: m for m in info.metadata}
@@ -197,7 +232,23 @@ def parse_value(key: str, text: str) -> Any:
             raise ConfigError(f"invalid value {text!r} for {key}: expected {describe(key)}")
     elif ann == list[str]:
         raw = [part.strip() for part in text.split(",") if part.strip()]
+    elif ann == dict[str, str]:
+        raw = parse_pairs(key, text)
     return validate_value(key, raw)
+
+
+def parse_pairs(key: str, text: str) -> dict[str, str]:
+    """"k=v,k2=v2" -> {"k": "v", "k2": "v2"} (the form of OTEL_EXPORTER_OTLP_HEADERS, without its URL-encoding)."""
+    pairs: dict[str, str] = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        name, eq, value = part.partition("=")
+        if not eq or not name.strip():
+            raise ConfigError(f"invalid value {text!r} for {key}: expected {describe(key)}, like "
+                              "authorization=Bearer abc,x-team=ml")
+        pairs[name.strip()] = value.strip()
+    return pairs
 
 
 def validate_value(key: str, value: Any) -> Any:

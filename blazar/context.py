@@ -39,6 +39,8 @@ class Blazar:
     # The Hugging Face hub client, made on first use by what the composition root gave (None: no hub configured).
     hub_factory: Callable[[Mapping[str, str]], Hub] | None = None
     _hub: Hub | None = None
+    # The OTLP span export's counters (exported, failed, dropped, queued), where the daemon exports spans.
+    span_export_stats: Callable[[], Mapping[str, int]] | None = None
 
     async def record(self, events: Event | Sequence[Event], *, cause: int | None = None) -> list[Recorded]:
         """Durable append (committed before this returns) and catch-up, so the caller reads its own writes."""

@@ -1,6 +1,6 @@
-"""Per-request context every route shares: the trace id (the client's `x-blazar-trace-id` kept, else a new one,
-echoed on every response, errors included) and the body-size limit: Content-Length checked before a byte of the body
-is read, and the bytes counted as they arrive (chunked bodies)."""
+"""Per-request context every route shares: the trace id (a W3C `traceparent`'s trace id, else the client's
+`x-blazar-trace-id` kept, else a new one, echoed on every response, errors included) and the body-size limit:
+Content-Length checked before a byte of the body is read, and the bytes counted as they arrive (chunked bodies)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ from blazar.ids import new_trace_id
 TRACE_HEADER = "x-blazar-trace-id"
 # A client's trace id is kept when it looks like one (W3C's 32 hex, or any short token of safe characters).
 _TRACE_OK = re.compile(r"[A-Za-z0-9._-]{8,64}")
+# W3C trace-context: version-traceid-parentid-flags, lowercase hex; a later version may append fields.
+_TRACEPARENT = re.compile(r"(?P<version>[0-9a-f]{2})-(?P<trace_id>[0-9a-f]{32})-(?P<span_id>[0-9a-f]{16})-[0-9a-f]{2}"
+                          r"(?P<rest>-.*)?")
 # Client trace ids this process remembers having been given (beyond what the traces projection still holds).
 RECENT_CLIENT_TRACE_IDS = 100_000
 
@@ -25,12 +28,23 @@ def trace_id_of(req: falcon.asgi.Request) -> str:
     return str(req.context.trace_id)
 
 
+def parse_traceparent(value: str | None) -> tuple[str, str] | None:
+    """(trace id, parent span id) of a valid W3C traceparent header, else None (ignored, as the spec says)."""
+    m = _TRACEPARENT.fullmatch(value.strip()) if value else None
+    if m is None or m["version"] == "ff" or (m["version"] == "00" and m["rest"]):
+        return None
+    if set(m["trace_id"]) == {"0"} or set(m["span_id"]) == {"0"}:
+        return None
+    return m["trace_id"], m["span_id"]
+
+
 class RequestContext:
     """Falcon middleware: trace id in, trace id out; oversized bodies refused with 413.
 
     A client's trace id already used (known to `known`, the traces projection, or given earlier to this process) is
     not reused: the request gets a fresh id (in the response header), and the client's is kept beside it, so an
-    earlier trace's history is never appended to."""
+    earlier trace's history is never appended to. A valid `traceparent` is kept as the request's parent, and its
+    trace id, while unused, is the request's trace id (before `x-blazar-trace-id`)."""
 
     def __init__(self, *, max_body_bytes: int, known: Callable[[str], bool] | None = None) -> None:
         self.max_body_bytes = max_body_bytes
@@ -48,7 +62,12 @@ class RequestContext:
     async def process_request(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         given = req.get_header(TRACE_HEADER)
         req.context.client_trace_id = None
-        if given and _TRACE_OK.fullmatch(given) and not self._used(given):
+        req.context.traceparent = parent = parse_traceparent(req.get_header("traceparent"))
+        if parent is not None and not self._used(parent[0]):
+            req.context.trace_id = parent[0]
+            if given and _TRACE_OK.fullmatch(given) and given != parent[0]:
+                req.context.client_trace_id = given  # the traceparent's won: recorded beside it
+        elif given and _TRACE_OK.fullmatch(given) and not self._used(given):
             req.context.trace_id = given
         else:
             req.context.trace_id = new_trace_id()

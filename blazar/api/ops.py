@@ -67,7 +67,9 @@ class Metrics:
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         live = {k: v for k, v in self.gateway.admission.snapshot().items() if not k.startswith("_")}
-        text = render_prometheus(self.app.runner.state("metrics"), self.app.runner.state("residency"), live=live)
+        otlp = self.app.span_export_stats() if self.app.span_export_stats is not None else None
+        text = render_prometheus(self.app.runner.state("metrics"), self.app.runner.state("residency"), live=live,
+                                 otlp=otlp)
         resp.content_type = "text/plain; version=0.0.4; charset=utf-8"
         resp.text = text
 

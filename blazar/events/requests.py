@@ -40,7 +40,12 @@ class RequestReceived(_RequestEvent):
     priority: int = 0  # higher is served first (X-Blazar-Priority)
     max_tokens: int | None = None
     client: str | None = None  # the peer address
-    client_trace_id: str | None = None  # the x-blazar-trace-id the client sent, when it was already used
+    # The x-blazar-trace-id the client sent, when it is not the trace id: already used, or a traceparent's won.
+    client_trace_id: str | None = None
+    # The client's W3C traceparent, when it sent a valid one: the trace it belongs to and the span that is this
+    # request's parent (an OpenTelemetry export makes the request's span its child).
+    parent_trace_id: str | None = None
+    parent_span_id: str | None = None
 
 
 @register

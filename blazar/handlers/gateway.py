@@ -133,7 +133,8 @@ class Gateway:
         self.emit(RequestReceived(trace_id=plan.trace_id, dialect=plan.dialect, route=plan.route,  # type: ignore[arg-type]
                                   model=plan.model, stream=plan.stream, body_bytes=body_bytes, priority=plan.priority,
                                   max_tokens=plan.max_tokens, client=plan.client,
-                                  client_trace_id=plan.client_trace_id), plan.trace_id, plan.actor)
+                                  client_trace_id=plan.client_trace_id, parent_trace_id=plan.parent_trace_id,
+                                  parent_span_id=plan.parent_span_id), plan.trace_id, plan.actor)
 
     def reject(self, plan: Plan, *, status: int, reason: str, detail: str, retry_after_s: float | None = None,
                observations: dict[str, Any] | None = None, error_type: str | None = None) -> Refused:

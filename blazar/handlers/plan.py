@@ -50,7 +50,9 @@ class Plan:
     parsed: dict[str, Any] = field(default_factory=dict)  # ... and as the route parsed it
     priority: int = 0
     client: str | None = None  # the peer's address
-    client_trace_id: str | None = None  # the client's x-blazar-trace-id when it was already used (a fresh one given)
+    client_trace_id: str | None = None  # the client's x-blazar-trace-id when it is not the trace id (already used)
+    parent_trace_id: str | None = None  # the client's W3C traceparent: its trace ...
+    parent_span_id: str | None = None  # ... and the span this request is a child of
     principal: Principal | None = None  # who is calling (blazar/api/auth.py); None while auth is off
 
     # -- its way through the pipeline (the gateway sets these)

@@ -71,10 +71,11 @@ class _Writer:
 
 
 def render_prometheus(metrics_state: State, residency_state: State, *,
-                      live: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+                      live: Mapping[str, Mapping[str, Any]] | None = None,
+                      otlp: Mapping[str, int] | None = None) -> str:
     """The exposition text. `live` ({model: {"queued", "busy", "slots"}}, from the admission controller of a
     running daemon) replaces the log's queue depth, which lags by the projection runner's poll and cannot see
-    requests that a crash cut short, and adds the slot gauges."""
+    requests that a crash cut short, and adds the slot gauges. `otlp`: the span export's counters, where one runs."""
     w = _Writer()
     m = metrics_state
 
@@ -115,7 +116,26 @@ def render_prometheus(metrics_state: State, residency_state: State, *,
              "by model.")
     for model, n in sorted(m["crashes"].items()):
         w.sample("blazar_engine_crashes_total", (("model", model),), n)
+    _otlp(w, otlp)
     return w.text()
+
+
+_OTLP = (
+    ("exported", "blazar_otlp_spans_exported_total", "counter", "Request spans the OTLP collector accepted."),
+    ("failed", "blazar_otlp_spans_failed_total", "counter",
+     "Request spans in OTLP exports that failed (the collector refused them or could not be reached)."),
+    ("dropped", "blazar_otlp_spans_dropped_total", "counter",
+     "Request spans dropped before export because the export queue was full (a slow or dead collector)."),
+    ("queued", "blazar_otlp_queue_spans", "gauge", "Request spans waiting in the OTLP export queue."),
+)
+
+
+def _otlp(w: _Writer, otlp: Mapping[str, int] | None) -> None:
+    """Announced always; sampled only while spans are exported (otlp_endpoint set)."""
+    for key, name, kind, help_text in _OTLP:
+        w.family(name, kind, help_text)
+        if otlp is not None:
+            w.sample(name, (), otlp.get(key, 0))
 
 
 def _histograms(w: _Writer, m: State) -> None:

@@ -40,6 +40,8 @@ FAMILIES = {
     "blazar_instance_planned_bytes": "gauge", "blazar_instance_measured_bytes": "gauge",
     "blazar_loads_total": "counter", "blazar_evictions_total": "counter", "blazar_engine_crashes_total": "counter",
     "blazar_key_requests_total": "counter", "blazar_key_tokens_total": "counter",
+    "blazar_otlp_spans_exported_total": "counter", "blazar_otlp_spans_failed_total": "counter",
+    "blazar_otlp_spans_dropped_total": "counter", "blazar_otlp_queue_spans": "gauge",
 }
 
 
@@ -387,3 +389,13 @@ def test_a_refusals_server_time_lands_in_the_refusal_histogram() -> None:
     assert h["counts"][REFUSAL_BUCKETS_S.index(0.001)] == 1 and h["counts"][REFUSAL_BUCKETS_S.index(0.01)] == 1
     fams = parse(render_prometheus(state, ResidencyProjection().initial()))
     assert buckets(fams, "blazar_refusal_seconds", "gemma")[0.005] == 1
+
+
+def test_the_otlp_export_counters_are_sampled_only_while_spans_are_exported() -> None:
+    m, r = MetricsProjection().initial(), ResidencyProjection().initial()
+    assert not parse(render_prometheus(m, r))["blazar_otlp_spans_dropped_total"]["samples"]
+    fams = parse(render_prometheus(m, r, otlp={"exported": 12, "failed": 3, "dropped": 5, "queued": 2}))
+    assert value(fams, "blazar_otlp_spans_exported_total") == 12
+    assert value(fams, "blazar_otlp_spans_failed_total") == 3
+    assert value(fams, "blazar_otlp_spans_dropped_total") == 5
+    assert value(fams, "blazar_otlp_queue_spans") == 2

@@ -1,0 +1,176 @@
+"""OpenTelemetry export end to end: the real `blazar serve` with the real llama-server and Gemma 3 270M, driven by the
+official `openai` SDK, exporting to a real OTLP/HTTP receiver on 127.0.0.1 (protobuf decoded with
+opentelemetry-proto): the span tree, the GenAI attributes, the trace id rules (x-blazar-trace-id, traceparent),
+spans agreeing with the log, no text content, the counters in /metrics; and a collector that hangs costing requests
+nothing."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import openai
+import pytest
+
+from tests.integration.test_daemon import wait_for
+from tests.support.blazar_home import read_events
+from tests.support.otlp_receiver import OtlpReceiver
+from tests.support.serving import serving_gemma, stop_daemon
+
+MODEL = "gemma"
+CHILDREN = {"blazar.prefill", "blazar.decode"}
+PROMPT = "Describe the quokka-zebra-7731 in one line."
+
+
+class Served:
+    def __init__(self, home: Path, port: int, receiver: OtlpReceiver) -> None:
+        self.home, self.port, self.receiver = home, port, receiver
+        self.base = f"http://127.0.0.1:{port}"
+
+    def client(self, **headers: str) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.base}/v1", api_key="unused", max_retries=0, timeout=120,
+                             default_headers=headers)
+
+    def metric(self, name: str) -> float:
+        text = httpx2.get(f"{self.base}/metrics", timeout=10, trust_env=False).text
+        line = next(ln for ln in text.splitlines() if ln.startswith(name + " "))
+        return float(line.split()[1])
+
+    def events(self, trace_id: str) -> list[dict]:
+        def ended() -> list[dict] | None:
+            evs = [e for e in read_events(self.home) if e["trace_id"] == trace_id]
+            ends = ("request.completed", "request.failed", "request.rejected")
+            return evs if evs and evs[-1]["type"] in ends else None
+
+        return wait_for(ended, f"the end of {trace_id} in the log", timeout=30)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_path: Path) -> Iterator[Served]:
+    receiver = OtlpReceiver()
+    home = tmp_path_factory.mktemp("otlp-home")
+    # A bare host: /v1/traces is added. The header goes with every export.
+    settings = {"ctx": 1024, "slots": 2, "otlp_endpoint": receiver.url, "otlp_headers": "x-team=ml"}
+    try:
+        with serving_gemma(home, engine_binary, gemma_path, MODEL, settings) as (port, _proc):
+            yield Served(home, port, receiver)
+    finally:
+        receiver.close()
+
+
+def by_name(spans: list[dict]) -> dict[str, dict]:
+    return {s["name"].split(" ")[0]: s for s in spans}
+
+
+def has_tree(*names: str):
+    return lambda spans: {s["name"].split(" ")[0] for s in spans} >= {*names}
+
+
+def test_a_streamed_chat_is_one_server_span_with_its_children_and_genai_attributes(served: Served) -> None:
+    trace = secrets.token_hex(16)
+    stream = served.client(**{"x-blazar-trace-id": trace}).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": PROMPT}], max_tokens=8, stream=True,
+        stream_options={"include_usage": True})
+    chunks = list(stream)
+    usage = chunks[-1].usage
+    assert usage is not None
+    spans = served.receiver.wait_spans(has_tree("chat", *CHILDREN), trace)
+    named = by_name(spans)
+    root = named["chat"]
+    assert root["name"] == f"chat {MODEL}" and root["kind"] == "server" and root["parent_span_id"] is None
+    assert root["status"] == "unset"
+    for s in spans:
+        if s is not root:
+            assert s["parent_span_id"] == root["span_id"] and s["kind"] == "internal"
+            assert root["start_ns"] <= s["start_ns"] <= s["end_ns"] <= root["end_ns"]
+    a = root["attributes"]
+    assert a["gen_ai.operation.name"] == "chat" and a["gen_ai.request.model"] == MODEL
+    assert a["gen_ai.response.model"] == MODEL and a["gen_ai.request.max_tokens"] == 8
+    assert a["gen_ai.usage.input_tokens"] == usage.prompt_tokens
+    assert a["gen_ai.usage.output_tokens"] == usage.completion_tokens
+    assert a["blazar.dialect"] == "openai" and a["blazar.status"] == 200 and a["blazar.trace_id"] == trace
+    assert a["blazar.admission.decision"] in ("admitted", "queued") and a["blazar.instance_id"]
+    assert root["resource"]["service.name"] == "blazar" and root["scope"] == "blazar"
+    assert served.receiver.paths[0] == "/v1/traces" and served.receiver.headers[0]["x-team"] == "ml"
+
+    # The spans are the log's events: the same instants, the same decisions.
+    events = {e["type"]: e for e in served.events(trace)}
+    assert root["start_ns"] == round(events["request.received"]["ts"] * 1e9)
+    assert root["end_ns"] == round(events["request.completed"]["ts"] * 1e9)
+    assert named["blazar.decode"]["start_ns"] == round(events["request.first_token"]["ts"] * 1e9)
+    assert a["blazar.instance_id"] == events["request.routed"]["data"]["instance_id"]
+    if events["request.routed"]["data"]["cold"]:  # the first request of the module loaded the model
+        assert named["blazar.load"]["attributes"]["blazar.load_ms"] == events["request.routed"]["data"]["load_ms"]
+
+
+def test_no_prompt_or_completion_text_is_exported(served: Served) -> None:
+    trace = secrets.token_hex(16)
+    chat = served.client(**{"x-blazar-trace-id": trace}).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": PROMPT}], max_tokens=8)
+    served.receiver.wait_spans(has_tree("chat", *CHILDREN), trace)
+    words = [w for w in (chat.choices[0].message.content or "").split() if len(w) >= 6]
+    bodies = b"".join(served.receiver.bodies)
+    assert b"quokka-zebra-7731" not in bodies
+    assert not [w for w in words if w.encode() in bodies]
+
+
+def test_a_traceparent_makes_the_request_span_a_child_in_the_clients_trace(served: Served) -> None:
+    w3c_trace, parent = secrets.token_hex(16), secrets.token_hex(8)
+    mine = secrets.token_hex(16)
+    raw = served.client(traceparent=f"00-{w3c_trace}-{parent}-01", **{"x-blazar-trace-id": mine}) \
+        .completions.with_raw_response.create(model=MODEL, prompt="Once upon a time", max_tokens=4)
+    # The traceparent's trace id wins: it is the request's trace id, in the response and in the log.
+    assert raw.headers["x-blazar-trace-id"] == w3c_trace
+    spans = served.receiver.wait_spans(has_tree("text_completion", *CHILDREN), w3c_trace)
+    root = by_name(spans)["text_completion"]
+    assert root["parent_span_id"] == parent and {s["trace_id"] for s in spans} == {w3c_trace}
+    assert root["attributes"]["blazar.trace_id"] == w3c_trace
+    assert root["attributes"]["blazar.client_trace_id"] == mine
+    received = served.events(w3c_trace)[0]["data"]
+    assert (received["parent_trace_id"], received["parent_span_id"], received["client_trace_id"]) == \
+        (w3c_trace, parent, mine)
+
+
+def test_a_refusal_is_an_error_span_with_its_reason(served: Served) -> None:
+    trace = secrets.token_hex(16)
+    with pytest.raises(openai.NotFoundError):
+        served.client(**{"x-blazar-trace-id": trace}).chat.completions.create(
+            model="no-such-model", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+    (root,) = served.receiver.wait_spans(lambda spans: len(spans) == 1, trace)
+    assert root["status"] == "error" and "model_not_found" in root["status_message"]
+    assert root["attributes"]["blazar.refusal.reason"] == "model_not_found"
+    assert root["attributes"]["blazar.status"] == 404 and root["attributes"]["blazar.admission.decision"] == \
+        "rejected"
+
+
+def test_the_export_counters_are_in_metrics(served: Served) -> None:
+    wait_for(lambda: served.metric("blazar_otlp_spans_exported_total") > 0, "exported spans", timeout=30)
+    assert served.metric("blazar_otlp_spans_dropped_total") == 0
+    assert served.metric("blazar_otlp_spans_failed_total") == 0
+
+
+def test_a_collector_that_hangs_slows_and_fails_no_request(tmp_path: Path, engine_binary: Path,
+                                                            gemma_path: Path) -> None:
+    hanging = OtlpReceiver(hang=True)
+    try:
+        with serving_gemma(tmp_path / "home", engine_binary, gemma_path, MODEL,
+                           {"ctx": 1024, "slots": 2, "otlp_endpoint": f"{hanging.url}/v1/traces"}) as (port, proc):
+            served = Served(tmp_path / "home", port, hanging)
+            client = served.client()
+            for i in range(6):
+                chat = client.chat.completions.create(model=MODEL, max_tokens=4,
+                                                      messages=[{"role": "user", "content": f"Count to {i}"}])
+                assert chat.choices[0].finish_reason in ("stop", "length")
+            wait_for(lambda: hanging.requests > 0, "an export reaching the hanging collector", timeout=30)
+            # The export hangs, the requests went on; once it times out, its spans count as failed.
+            assert served.metric("blazar_otlp_spans_exported_total") == 0
+            wait_for(lambda: served.metric("blazar_otlp_spans_failed_total") > 0, "a failed export", timeout=60)
+            chat = client.chat.completions.create(model=MODEL, max_tokens=4,
+                                                  messages=[{"role": "user", "content": "One more"}])
+            assert chat.choices[0].message.role == "assistant"
+            stop_daemon(proc)
+            assert proc.returncode == 0  # a clean stop, the hanging export left behind
+    finally:
+        hanging.close()

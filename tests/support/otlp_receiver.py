@@ -1,0 +1,118 @@
+"""A real OTLP/HTTP trace receiver on 127.0.0.1 for tests: POST /v1/traces bodies decoded with opentelemetry-proto
+(ExportTraceServiceRequest), the spans kept as plain dicts, the raw bodies and headers kept too. `hang=True` makes
+it a collector that accepts and reads each export but never answers (until `close`, or HANG_LIMIT_S)."""
+
+from __future__ import annotations
+
+import gzip
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+HANG_LIMIT_S = 120.0
+KINDS = {1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
+
+
+def any_value(v: AnyValue) -> Any:
+    which = v.WhichOneof("value")
+    if which == "array_value":
+        return [any_value(x) for x in v.array_value.values]
+    if which == "kvlist_value":
+        return {kv.key: any_value(kv.value) for kv in v.kvlist_value.values}
+    return getattr(v, which) if which else None
+
+
+def decode(body: bytes) -> list[dict[str, Any]]:
+    req = ExportTraceServiceRequest()
+    req.ParseFromString(body)
+    spans = []
+    for rs in req.resource_spans:
+        resource = {kv.key: any_value(kv.value) for kv in rs.resource.attributes}
+        for ss in rs.scope_spans:
+            for s in ss.spans:
+                spans.append({
+                    "trace_id": s.trace_id.hex(), "span_id": s.span_id.hex(),
+                    "parent_span_id": s.parent_span_id.hex() or None, "name": s.name, "kind": KINDS.get(s.kind),
+                    "start_ns": s.start_time_unix_nano, "end_ns": s.end_time_unix_nano,
+                    "attributes": {kv.key: any_value(kv.value) for kv in s.attributes},
+                    "status": {0: "unset", 1: "ok", 2: "error"}[s.status.code], "status_message": s.status.message,
+                    "events": [{"name": e.name, "time_ns": e.time_unix_nano,
+                                "attributes": {kv.key: any_value(kv.value) for kv in e.attributes}}
+                               for e in s.events],
+                    "resource": resource, "scope": ss.scope.name,
+                })
+    return spans
+
+
+class OtlpReceiver:
+    def __init__(self, *, hang: bool = False) -> None:
+        self.hang = hang
+        self.spans: list[dict[str, Any]] = []
+        self.bodies: list[bytes] = []
+        self.headers: list[dict[str, str]] = []
+        self.paths: list[str] = []
+        self.requests = 0  # exports that arrived (answered or not)
+        self._lock = threading.Lock()
+        self._release = threading.Event()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                if self.headers.get("content-encoding") == "gzip":
+                    body = gzip.decompress(body)
+                with receiver._lock:
+                    receiver.requests += 1
+                    receiver.paths.append(self.path)
+                    receiver.headers.append({k.lower(): v for k, v in self.headers.items()})
+                if receiver.hang:
+                    receiver._release.wait(HANG_LIMIT_S)
+                    return  # never answered: the connection closes with the server
+                spans = decode(body)
+                with receiver._lock:
+                    receiver.bodies.append(body)
+                    receiver.spans.extend(spans)
+                out = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("content-type", "application/x-protobuf")
+                self.send_header("content-length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self.server.serve_forever, name="otlp-receiver", daemon=True)
+        self._thread.start()
+
+    def trace(self, trace_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [s for s in self.spans if s["trace_id"] == trace_id]
+
+    def wait_spans(self, match: Callable[[list[dict[str, Any]]], bool], trace_id: str,
+                   timeout_s: float = 30) -> list[dict[str, Any]]:
+        """The trace's spans once `match` says they are all there (the export is batched: it takes a moment)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            spans = self.trace(trace_id)
+            if match(spans):
+                return spans
+            time.sleep(0.1)
+        raise AssertionError(f"spans of {trace_id} never arrived: {self.trace(trace_id)}")
+
+    def close(self) -> None:
+        self._release.set()
+        self.server.shutdown()
+        self.server.server_close()

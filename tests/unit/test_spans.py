@@ -1,0 +1,213 @@
+"""The span fold, fed request events: one span per request with children for queue wait, model load, prefill and
+decode; times from the envelopes; GenAI and blazar.* attributes; the trace id rules; a traceparent's parent; no text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from blazar.events import Event, Recorded
+from blazar.events.requests import (
+    Evicted,
+    RequestAdmitted,
+    RequestCompleted,
+    RequestFailed,
+    RequestFirstToken,
+    RequestQueued,
+    RequestReceived,
+    RequestRejected,
+    RequestRouted,
+)
+from blazar.projections.spans import Span, SpanFold, otel_trace_id, span_id
+
+T = "0af7651916cd43dd8448eb211c80319c"
+S = 1_700_000_000.0  # the received event's ts
+
+
+def rec(seq: int, event: Event, ts: float, actor: str = "daemon:test") -> Recorded:
+    return Recorded(seq, ts, event.TYPE, event.V, event.stream_key(), getattr(event, "trace_id", None), actor,
+                    None, event)
+
+
+def ns(ts: float) -> int:
+    return round(ts * 1e9)
+
+
+def streamed_cold_queued(trace: str = T, *, actor: str = "daemon:test", **received: object) -> list[Recorded]:
+    """received -> routed (cold, evicting one) -> queued -> admitted -> first token -> completed."""
+    return [
+        rec(1, RequestReceived(trace_id=trace, dialect="openai", route="/v1/chat/completions", model="gemma",
+                               stream=True, max_tokens=32, **received), S, actor),  # type: ignore[arg-type]
+        rec(2, RequestRouted(trace_id=trace, model="gemma3-270m", instance_id="i2", port=40001, cold=True,
+                             load_ms=800, evicted=[Evicted(model="qwen", instance_id="i1", reason="memory")]),
+            S + 1.0, actor),
+        rec(3, RequestQueued(trace_id=trace, model="gemma3-270m", instance_id="i2", position=1, depth=1, slots=1,
+                             busy=1), S + 1.1, actor),
+        rec(4, RequestAdmitted(trace_id=trace, model="gemma3-270m", instance_id="i2", waited_ms=400.0, slots=1,
+                               busy=1), S + 1.5, actor),
+        rec(5, RequestFirstToken(trace_id=trace, model="gemma3-270m", ttft_ms=1700.0), S + 1.7, actor),
+        rec(6, RequestCompleted(trace_id=trace, model="gemma3-270m", instance_id="i2", duration_ms=2500.0,
+                                prompt_tokens=12, completion_tokens=20, finish_reason="length", chunks=21,
+                                engine_timings={"prompt_ms": 150.0, "predicted_ms": 700.0,
+                                                "predicted_per_second": 28.5}), S + 2.5, actor),
+    ]
+
+
+def only(trees: list[tuple[Span, ...]]) -> dict[str, Span]:
+    assert len(trees) == 1
+    return {s.name.split(" ")[0]: s for s in trees[0]}
+
+
+def test_a_streamed_cold_queued_request_is_one_span_with_load_queue_prefill_and_decode_children() -> None:
+    spans = only(SpanFold().feed(streamed_cold_queued()))
+    assert set(spans) == {"chat", "blazar.load", "blazar.queue", "blazar.prefill", "blazar.decode"}
+    root = spans["chat"]
+    assert root.name == "chat gemma" and root.kind == "server" and root.parent_span_id is None
+    assert root.trace_id == T and root.span_id == span_id(T, "request")
+    assert (root.start_ns, root.end_ns) == (ns(S), ns(S + 2.5))
+    assert root.error is None
+    for name in ("blazar.load", "blazar.queue", "blazar.prefill", "blazar.decode"):
+        child = spans[name]
+        assert child.trace_id == T and child.parent_span_id == root.span_id and child.kind == "internal"
+        assert root.start_ns <= child.start_ns <= child.end_ns <= root.end_ns
+    assert len({s.span_id for s in spans.values()}) == 5
+    # The load ended when the request was routed and took load_ms; the queue wait ran from queued to admitted;
+    # prefill from admission to the first token, decode from there to the end.
+    assert (spans["blazar.load"].start_ns, spans["blazar.load"].end_ns) == (ns(S + 0.2), ns(S + 1.0))
+    assert (spans["blazar.queue"].start_ns, spans["blazar.queue"].end_ns) == (ns(S + 1.1), ns(S + 1.5))
+    assert (spans["blazar.prefill"].start_ns, spans["blazar.prefill"].end_ns) == (ns(S + 1.5), ns(S + 1.7))
+    assert (spans["blazar.decode"].start_ns, spans["blazar.decode"].end_ns) == (ns(S + 1.7), ns(S + 2.5))
+
+
+def test_the_request_span_carries_the_genai_and_decision_attributes() -> None:
+    spans = only(SpanFold().feed(streamed_cold_queued(actor="key:ci")))
+    a = spans["chat"].attributes
+    assert a["gen_ai.operation.name"] == "chat"
+    assert a["gen_ai.request.model"] == "gemma" and a["gen_ai.response.model"] == "gemma3-270m"
+    assert a["gen_ai.usage.input_tokens"] == 12 and a["gen_ai.usage.output_tokens"] == 20
+    assert a["gen_ai.request.max_tokens"] == 32 and a["gen_ai.response.finish_reasons"] == ["length"]
+    assert a["gen_ai.provider.name"] == "llama.cpp"
+    assert a["blazar.instance_id"] == "i2" and a["blazar.cold"] is True and a["blazar.load_ms"] == 800
+    assert a["blazar.queue.position"] == 1 and a["blazar.admission.decision"] == "queued"
+    assert a["blazar.queue.waited_ms"] == 400.0 and a["blazar.ttft_ms"] == 1700.0
+    assert a["blazar.dialect"] == "openai" and a["blazar.key_name"] == "ci" and a["blazar.status"] == 200
+    assert a["blazar.outcome"] == "completed" and a["blazar.trace_id"] == T
+    load = spans["blazar.load"]
+    assert load.attributes["blazar.evicted.models"] == ["qwen"]
+    assert load.attributes["blazar.evicted.instance_ids"] == ["i1"]
+    assert load.attributes["blazar.evicted.reasons"] == ["memory"]
+    assert [(e.name, e.attributes) for e in load.events] == [
+        ("blazar.evicted", {"blazar.model": "qwen", "blazar.instance_id": "i1", "blazar.reason": "memory"})]
+    assert spans["blazar.prefill"].attributes["gen_ai.usage.input_tokens"] == 12
+    assert spans["blazar.decode"].attributes["gen_ai.usage.output_tokens"] == 20
+    assert spans["blazar.decode"].attributes["blazar.engine.tokens_per_s"] == 28.5
+
+
+def test_a_whole_answer_splits_prefill_and_decode_by_the_engines_prompt_ms() -> None:
+    events = [
+        rec(1, RequestReceived(trace_id=T, dialect="ollama", route="/api/generate", model="gemma"), S),
+        rec(2, RequestRouted(trace_id=T, model="gemma3-270m", instance_id="i1", port=1, cold=False), S + 0.01),
+        rec(3, RequestAdmitted(trace_id=T, model="gemma3-270m", slots=1, busy=1), S + 0.02),
+        rec(4, RequestFirstToken(trace_id=T, model="gemma3-270m", ttft_ms=990.0), S + 0.99),
+        rec(5, RequestCompleted(trace_id=T, model="gemma3-270m", duration_ms=1000.0,
+                                engine_timings={"prompt_ms": 100.0}), S + 1.0),
+    ]
+    spans = only(SpanFold().feed(events))
+    assert set(spans) == {"text_completion", "blazar.prefill", "blazar.decode"}  # warm, not queued
+    assert spans["text_completion"].attributes["blazar.admission.decision"] == "admitted"
+    assert (spans["blazar.prefill"].start_ns, spans["blazar.prefill"].end_ns) == (ns(S + 0.02), ns(S + 0.12))
+    assert (spans["blazar.decode"].start_ns, spans["blazar.decode"].end_ns) == (ns(S + 0.12), ns(S + 1.0))
+    assert "blazar.ttft_ms" not in spans["text_completion"].attributes  # a whole answer has no first token
+
+
+def test_a_refusal_is_an_error_span_with_its_reason_and_no_engine_children() -> None:
+    events = [
+        rec(1, RequestReceived(trace_id=T, dialect="openai", route="/v1/embeddings", model="gemma"), S),
+        rec(2, RequestRouted(trace_id=T, model="gemma3-270m", instance_id="i1", port=1, cold=False), S + 0.01),
+        rec(3, RequestQueued(trace_id=T, model="gemma3-270m", position=3, depth=3, slots=1, busy=1), S + 0.02),
+        rec(4, RequestRejected(trace_id=T, model="gemma3-270m", status=503, reason="queue_timeout",
+                               detail="waited 2 s for a slot", retry_after_s=1.0), S + 2.02),
+    ]
+    spans = only(SpanFold().feed(events))
+    assert set(spans) == {"embeddings", "blazar.queue"}
+    root = spans["embeddings"]
+    assert root.error == "refused: queue_timeout (HTTP 503)"
+    assert root.attributes["blazar.refusal.reason"] == "queue_timeout" and root.attributes["error.type"] == \
+        "queue_timeout"
+    assert root.attributes["blazar.admission.decision"] == "rejected"
+    assert root.attributes["blazar.status"] == 503 and root.attributes["blazar.refusal.retry_after_s"] == 1.0
+    assert spans["blazar.queue"].error == root.error and spans["blazar.queue"].end_ns == root.end_ns
+
+
+def test_a_failure_after_the_first_token_marks_the_decode_span() -> None:
+    failed = RequestFailed(trace_id=T, model="gemma3-270m", status=499, reason="client_disconnected", detail="gone")
+    events = [*streamed_cold_queued()[:5], rec(6, failed, S + 2.0)]
+    spans = only(SpanFold().feed(events))
+    assert spans["chat"].error == "failed: client_disconnected (HTTP 499)"
+    assert spans["chat"].attributes["blazar.failure.reason"] == "client_disconnected"
+    assert spans["blazar.decode"].error == spans["chat"].error and spans["blazar.prefill"].error is None
+
+
+def test_a_traceparent_makes_the_request_a_child_of_the_clients_span_in_its_trace() -> None:
+    parent_trace, parent_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    spans = only(SpanFold().feed(streamed_cold_queued(parent_trace_id=parent_trace, parent_span_id=parent_span)))
+    assert all(s.trace_id == parent_trace for s in spans.values())
+    assert spans["chat"].parent_span_id == parent_span
+    assert spans["blazar.queue"].parent_span_id == spans["chat"].span_id
+    assert spans["chat"].attributes["blazar.trace_id"] == T  # the log's id, to find it with `blazar why`
+
+
+def test_a_trace_id_that_is_not_32_hex_gets_a_stable_derived_one() -> None:
+    assert otel_trace_id("my-request-0001") == hashlib.sha256(b"my-request-0001").hexdigest()[:32]
+    assert otel_trace_id(T.upper()) == T
+    assert otel_trace_id("0" * 32) != "0" * 32  # the invalid all-zero id is never used
+    spans = only(SpanFold().feed(streamed_cold_queued("my-request-0001")))
+    assert {s.trace_id for s in spans.values()} == {otel_trace_id("my-request-0001")}
+    assert spans["chat"].attributes["blazar.trace_id"] == "my-request-0001"
+
+
+def test_spans_are_built_only_once_the_request_ended_and_are_the_same_on_replay() -> None:
+    fold = SpanFold()
+    events = streamed_cold_queued()
+    assert fold.feed(events[:5]) == [] and fold.in_flight == 1
+    first = fold.feed(events[5:])
+    assert fold.in_flight == 0 and len(first[0]) == 5
+    assert SpanFold().feed(events) == first  # deterministic: ids and times come from the events
+
+
+# Every attribute that holds text, and what it is: names, ids, reasons, Blazar's own refusal words. Never content.
+TEXT_ATTRIBUTES = {
+    "gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.system", "gen_ai.request.model",
+    "gen_ai.response.model", "gen_ai.response.finish_reasons", "http.request.method", "http.route", "error.type",
+    "blazar.trace_id", "blazar.client_trace_id", "blazar.dialect", "blazar.outcome", "blazar.instance_id",
+    "blazar.key_name", "blazar.admission.decision", "blazar.model", "blazar.reason", "blazar.evicted.models",
+    "blazar.evicted.instance_ids", "blazar.evicted.reasons", "blazar.refusal.reason", "blazar.refusal.detail",
+    "blazar.failure.reason",
+}
+
+
+def test_no_text_but_names_ids_and_reasons_reaches_a_span() -> None:
+    failed = RequestFailed(trace_id=T, model="m", status=502, reason="engine_error", detail="the engine said: hi")
+    requests = [streamed_cold_queued(actor="key:ci", client_trace_id="mine-0001"),
+                [*streamed_cold_queued()[:4], rec(9, failed, S + 2)],
+                [streamed_cold_queued()[0], rec(2, RequestRejected(trace_id=T, status=404, reason="model_not_found",
+                                                                   detail="no model gemma"), S + 1)]]
+    texts = set()
+    for events in requests:
+        for s in SpanFold().feed(events)[0]:
+            for attrs in (s.attributes, *(e.attributes for e in s.events)):
+                texts |= {k for k, v in attrs.items() if isinstance(v, str | list)}
+            assert "hi" not in (s.error or "")  # an engine's failure text stays in the log, not the span
+    assert texts <= TEXT_ATTRIBUTES, texts - TEXT_ATTRIBUTES
+
+
+def test_requests_in_flight_are_bounded_and_strays_are_counted() -> None:
+    fold = SpanFold(max_in_flight=2)
+    for i, trace in enumerate(("a" * 32, "b" * 32, "c" * 32)):
+        fold.feed([rec(i + 1, RequestReceived(trace_id=trace, dialect="openai", route="/v1/chat/completions",
+                                              model="m"), S + i)])
+    assert fold.in_flight == 2 and fold.abandoned == 1
+    assert fold.feed([rec(9, RequestCompleted(trace_id="a" * 32, model="m", duration_ms=1.0), S + 9)]) == []
+    assert fold.unmatched == 1
+    (tree,) = fold.feed([rec(10, RequestCompleted(trace_id="c" * 32, model="m", duration_ms=1.0), S + 10)])
+    assert [s.name for s in tree] == ["chat m"]  # never admitted: no engine children
