@@ -27,7 +27,8 @@
     │   ├── ModelExists        409  the name is taken
     │   ├── ModelInUse         409  `rm` of a model that is loaded
     │   ├── ModelNotLoaded     404  `stop` of a model with no running instance
-    │   └── InvalidModelName   400  a name outside [a-z0-9._-] (with an optional :tag)
+    │   ├── InvalidModelName   400  a name outside [a-z0-9._-] (with an optional :tag)
+    │   └── InvalidModelSettings 400 a template, system prompt, parameter or Modelfile Blazar cannot serve as given
     ├── HubError               502  a pull from a Hugging Face hub endpoint (names the repo and file)
     │   ├── NotFoundOnHub      404  no such repo, revision, file, or quant (lists the quants there are)
     │   ├── HubAccessDenied    403  a gated or private repo, and no token or one without access
@@ -212,6 +213,13 @@ class ModelInUse(ModelError):
 
 class InvalidModelName(ModelError):
     code = "invalid_model_name"
+    http_status = 400
+
+
+class InvalidModelSettings(ModelError):
+    """A model setting (`blazar model set`, Ollama's /api/create) that cannot be served: says what is accepted."""
+
+    code = "invalid_model_settings"
     http_status = 400
 
 

@@ -47,7 +47,7 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
     api.add_route("/health", HealthResource())
     admin.add_routes(api, app, supervisor)
     if gateway is not None:
-        from blazar.api import anthropic, ollama, ollama_chat, ollama_pull, openai, openapi, ops
+        from blazar.api import anthropic, ollama, ollama_chat, ollama_create, ollama_pull, openai, openapi, ops
 
         openai.add_routes(api, app, gateway)
         anthropic.add_routes(api, gateway)
@@ -55,5 +55,6 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
         ollama.add_routes(api, app, supervisor)
         ollama_chat.add_routes(api, gateway)
         ollama_pull.add_routes(api, app)
+        ollama_create.add_routes(api, app)
         openapi.add_routes(api)
     return api

@@ -1,6 +1,6 @@
 """The Ollama dialect's model-management routes: /, /api/version, /api/tags, /api/ps, /api/show, /api/delete,
-/api/copy. Errors answer in Ollama's shape `{"error": "..."}` (rendered here, not by blazar/api/errors.py, which
-speaks OpenAI's)."""
+/api/copy (/api/create is blazar/api/ollama_create.py). Errors answer in Ollama's shape `{"error": "..."}` (rendered
+here, not by blazar/api/errors.py, which speaks OpenAI's)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from blazar.api import bounds
 from blazar.api.auth import principal_of
 from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.context import Blazar
+from blazar.dialects.modelfile import render_modelfile, render_parameters
 from blazar.errors import BlazarError, DialectError, ModelNotFound
 from blazar.handlers.models import alias_model, remove_model, unalias_model
 from blazar.handlers.ports import SupervisorPort
@@ -57,7 +58,7 @@ def parameter_size(n: int) -> str:
 def details(m: StoredModel) -> dict[str, Any]:
     md = m.metadata
     arch = md.architecture or ""
-    return {"parent_model": "", "format": "gguf", "family": arch, "families": [arch] if arch else None,
+    return {"parent_model": m.base or "", "format": "gguf", "family": arch, "families": [arch] if arch else None,
             "parameter_size": parameter_size(md.parameter_count), "quantization_level": md.file_type or ""}
 
 
@@ -168,8 +169,16 @@ class Show:
         if md.vocab_size is not None:
             info[f"{arch}.vocab_size"] = md.vocab_size
         caps = ["completion"] + (["embedding"] if md.embedding_model else [])
-        resp.media = {"modelfile": "", "parameters": "", "template": "", "details": details(entry),
-                      "model_info": info, "capabilities": caps, "modified_at": rfc3339(entry.added_ts)}
+        s = entry.settings
+        template, system = (s.template, s.system) if s is not None else (None, None)
+        params = dict(s.parameters) if s is not None else {}
+        media: dict[str, Any] = {
+            "modelfile": render_modelfile(entry.name, entry.base or entry.name, template, system, params),
+            "parameters": render_parameters(params), "template": template or "", "details": details(entry),
+            "model_info": info, "capabilities": caps, "modified_at": rfc3339(entry.added_ts)}
+        if system is not None:
+            media["system"] = system
+        resp.media = media
 
 
 class Delete:

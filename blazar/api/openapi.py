@@ -13,7 +13,7 @@ import falcon.asgi
 from pydantic import BaseModel
 
 import blazar
-from blazar.api import admin, anthropic, ollama, ollama_pull, openai
+from blazar.api import admin, anthropic, ollama, ollama_create, ollama_pull, openai
 
 JSON = "application/json"
 SSE = "text/event-stream"
@@ -188,6 +188,7 @@ SCHEMAS: dict[str, Schema] = {
     "OllamaModelBody": _model(ollama.ModelBody),
     "CopyBody": _model(ollama.CopyBody),
     "PullBody": _model(ollama_pull.PullBody),
+    "CreateBody": _model(ollama_create.CreateBody),
     "ChatRequest": _OLLAMA_CHAT,
     "GenerateRequest": _OLLAMA_GENERATE,
     "EmbedRequest": _OLLAMA_EMBED,
@@ -201,7 +202,7 @@ SCHEMAS: dict[str, Schema] = {
             "name": _STR, "model": _STR, "size": _INT, "digest": _STR, "details": _OLLAMA_DETAILS,
             "expires_at": _STR, "size_vram": _INT, "context_length": {"type": ["integer", "null"]}}}}}},
     "Show": {"type": "object", "required": ["details", "model_info", "capabilities"], "properties": {
-        "modelfile": _STR, "parameters": _STR, "template": _STR, "details": _OLLAMA_DETAILS,
+        "modelfile": _STR, "parameters": _STR, "template": _STR, "system": _STR, "details": _OLLAMA_DETAILS,
         "model_info": _OBJ, "capabilities": {"type": "array", "items": _STR}, "modified_at": _STR}},
     "ChatResponse": {"type": "object", "required": ["model", "created_at", "message", "done"], "properties": {
         "model": _STR, "created_at": _STR, "done": _BOOL, "done_reason": _STR, **_OLLAMA_STATS,
@@ -286,6 +287,9 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
     "OllamaModelBody": [{"model": _M}],
     "CopyBody": [{"source": _M, "destination": "gemma"}],
     "PullBody": [{"model": "ggml-org/gemma-3-270m-GGUF", "stream": False}],
+    "CreateBody": [{"model": "brief", "from": _M, "system": "Answer in one sentence.",
+                    "parameters": {"temperature": 0.2}, "stream": False},
+                   {"model": "brief", "modelfile": f"FROM {_M}\nPARAMETER temperature 0.2\n", "stream": False}],
     "ChatRequest": [{"model": _M, "messages": _HELLO}, {"model": _M, "messages": _HELLO, "stream": False,
                                                        "options": {"num_predict": 16}}],
     "GenerateRequest": [{"model": _M, "prompt": "Why is the sky blue?"},
@@ -389,6 +393,10 @@ def _operations() -> dict[str, dict[str, dict[str, Any]]]:
         "/api/pull": {"post": _op("/api/pull", "Pull a model from the hub (NDJSON progress unless stream is false)",
                                   _ref("PullStatus"), statuses=(404, 409, 502, 507), body="PullBody",
                                   ok_types=(JSON, NDJSON), line=_ref("PullLine"))},
+        "/api/create": {"post": _op("/api/create", "A variant of a model: its bytes, with a template, system prompt "
+                                    "and default parameters (NDJSON status lines unless stream is false)",
+                                    _ref("PullStatus"), statuses=(404, 409), body="CreateBody",
+                                    ok_types=(JSON, NDJSON), line=_ref("PullLine"))},
         "/api/chat": {"post": _infer("/api/chat", "Chat", "ChatRequest", "ChatResponse", NDJSON)},
         "/api/generate": {"post": _infer("/api/generate", "Generate", "GenerateRequest", "GenerateResponse", NDJSON)},
         "/api/embed": {"post": _infer("/api/embed", "Embeddings", "EmbedRequest", "EmbedResponse", None)},

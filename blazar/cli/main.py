@@ -18,6 +18,7 @@ from blazar.cli import (
     keys_cmds,
     log_cmds,
     model_cmds,
+    model_settings_cmds,
     run_cmds,
     snapshot_cmds,
     why_cmds,
@@ -70,6 +71,7 @@ app.add_typer(config_cmds.app, name="config")
 app.add_typer(audit_cmds.app, name="audit")
 app.add_typer(engine_cmds.app, name="engine")
 app.add_typer(keys_cmds.app, name="keys")
+app.add_typer(model_settings_cmds.app, name="model")
 
 
 def main() -> None:

@@ -10,11 +10,13 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
+from blazar.cli.model_settings_cmds import describe
+from blazar.events.model_settings import ModelSettings
 from blazar.fit import FitRequest
 from blazar.handlers.fit import fit_model
 from blazar.handlers.models import alias_model, import_model, remove_model, unalias_model
 from blazar.handlers.pull import pull as pull_model
-from blazar.projections.catalog import find
+from blazar.projections.catalog import find, settings_of
 
 # Messages that carry a model name: "x:smile" followed by ": ..." must not print as an emoji.
 _VERBATIM: dict[str, Any] = {"markup": False, "emoji": False}
@@ -104,7 +106,8 @@ def list_(as_json: bool = JSON_OPTION) -> None:
     table = Table("name", "arch", "params", "quant", "ctx", "size", "added", box=None, header_style="bold")
     for m in rows:
         md = m["metadata"]
-        table.add_row(m["name"], md["architecture"], _params(md["parameter_count"]), md.get("file_type") or "-",
+        shown = m["name"] + (f" (variant of {m['base']})" if m.get("base") else "")
+        table.add_row(shown, md["architecture"], _params(md["parameter_count"]), md.get("file_type") or "-",
                       str(md.get("ctx_train") or "-"), _human(m["bytes"]), fmt_ts(m["added_ts"]))
     out.print(table)
 
@@ -122,7 +125,9 @@ def show(
             if entry is None:
                 raise ModelNotFound(f"no model named {model!r} in the store (see: blazar list)")
             plan = await fit_model(app, entry["name"], FitRequest())
+            settings = settings_of(app.runner.state("catalog"), entry["name"])
             return {**entry, "file": str(app.paths.models / entry["path"]),
+                    "settings": settings.model_dump(mode="json") if settings is not None else None,
                     "fit": {"fits": plan.fits, "summary": plan.summary, "ctx_per_slot": plan.ctx_per_slot,
                             "slots": plan.slots, "cache_type_k": plan.cache_type_k, "cache_type_v": plan.cache_type_v,
                             "total_bytes": plan.total_bytes}}
@@ -147,6 +152,8 @@ def show(
         ("experts", f"{md['expert_count']} ({md.get('expert_used_count')} used)" if md.get("expert_count") else "-"),
         ("capabilities", ", ".join(caps)),
         ("fit here", info["fit"]["summary"]),
+        *([("variant of", info["base"])] if info.get("base") else []),
+        *describe(ModelSettings.model_validate(info["settings"]) if info["settings"] else None),
     ]
     for k, v in rows:
         table.add_row(f"[bold]{k}[/bold]", v)

@@ -6,6 +6,7 @@ Importing this package registers every event type.
 from blazar.events import engines as engines
 from blazar.events import instances as instances
 from blazar.events import keys as keys
+from blazar.events import model_settings as model_settings
 from blazar.events import models as models
 from blazar.events import requests as requests
 from blazar.events import system as system

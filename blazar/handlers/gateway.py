@@ -36,6 +36,7 @@ from blazar.handlers import relay
 from blazar.handlers.admission import Admission
 from blazar.handlers.instances import Instance, Route
 from blazar.handlers.limits import Limiter, LimitExceeded
+from blazar.handlers.model_defaults import apply_settings
 from blazar.handlers.plan import Answer, Plan
 from blazar.handlers.ports import SupervisorPort
 from blazar.handlers.principal import Principal, scope_refusal
@@ -83,6 +84,8 @@ class Gateway:
         self.received(plan, body_bytes=len(payload))
         try:
             await self.prepare(plan)
+            if plan.resolved is not None and plan.resolved.settings is not None:
+                payload = plan.payload()  # the model's system prompt or default parameters may have filled it
             upstream = await self.open_upstream(plan, payload)
         except asyncio.CancelledError:
             self.fail(plan, status=499, reason="client_disconnected", detail="the client closed the connection while "
@@ -156,6 +159,8 @@ class Gateway:
         except ModelNotFound as e:
             raise self.reject(plan, status=404, reason="model_not_found", detail=e.message) from None
         self._authorize(plan)
+        if plan.resolved.settings is not None:
+            apply_settings(plan, plan.resolved.settings)  # before routing: num_ctx and num_predict shape it
         try:
             await self._run_prepared(plan)
         except BaseException:

@@ -46,12 +46,14 @@ from blazar.events.instances import (
     ModelCircuitOpened,
     ModelCircuitReset,
 )
+from blazar.events.model_settings import ModelSettings
 from blazar.events.models import ModelMetadata
 from blazar.events.requests import Evicted
 from blazar.fit import Device, FitPlan, FitRequest
 from blazar.handlers import decide
 from blazar.handlers.calibration import record_measurement
 from blazar.handlers.engines import ActiveEngine, active_engine
+from blazar.handlers.model_settings import template_flags, template_key
 from blazar.handlers.models import store_filename
 from blazar.handlers.placement import Resident, budget_devices, shortfall_bytes, try_plan
 from blazar.projections.calibration import correction_for
@@ -86,6 +88,7 @@ class Instance:
     # The child's own secret (llama-server's --api-key-file): in memory and in a 0600 file, never in an event.
     api_key: str | None = field(default=None, repr=False)
     served_as: str = ""  # what the engine writes in an answer's `model` (its --alias, else its file's path)
+    template: str = ""  # the model's chat template it was started with (`template_key`): "" for the GGUF's own
 
     @property
     def base_url(self) -> str:
@@ -99,6 +102,11 @@ class ResolvedModel:
     name: str
     path: Path
     metadata: ModelMetadata
+    settings: ModelSettings | None = None  # its template (on the argv), system prompt and default parameters
+
+    @property
+    def template(self) -> str:
+        return template_key(self.settings)
 
 
 @dataclass
@@ -201,7 +209,7 @@ class Supervisor:
         name = model.name
         started = self.app.clock.monotonic()
         while True:
-            lv = self._ready_for(name, ctx, embeddings)
+            lv = self._ready_for(name, ctx, embeddings, model.template)
             if lv is not None:
                 if route is not None and route.cold is False and self.app.clock.monotonic() - started > 0.001:
                     route.cold = True  # it waited for another caller's load
@@ -260,18 +268,20 @@ class Supervisor:
         if got is None:
             raise ModelNotFound(f"no model named {model!r} in the store (blazar list shows them; blazar pull adds one)")
         return ResolvedModel(name=got.name, path=self.app.paths.models / got.file,
-                             metadata=got.metadata.model_copy(update={"name": got.name}))
+                             metadata=got.metadata.model_copy(update={"name": got.name}), settings=got.settings)
 
     def _resolve(self, model: str) -> str:
         """The store's name for `model`, or `model` itself (stop and reset act on names that may be gone)."""
         got = stored(self.app.runner.state("catalog"), model)
         return got.name if got is not None else model
 
-    def _ready_for(self, name: str, ctx: int | None, embeddings: bool = False) -> _Live | None:
+    def _ready_for(self, name: str, ctx: int | None, embeddings: bool = False, template: str = "") -> _Live | None:
+        """A ready instance that serves this request as the model is set now: one started with another template
+        (the model's was changed since) is never reused."""
         for lv in self._live.values():
             inst = lv.instance
             if (inst.model == name and lv.state == "ready" and (ctx is None or inst.ctx_tokens >= ctx)
-                    and (inst.embeddings or not embeddings)):
+                    and (inst.embeddings or not embeddings) and inst.template == template):
                 return lv
         return None
 
@@ -313,7 +323,7 @@ class Supervisor:
         settings = self.app.settings()
         keep = keep_alive_seconds(settings.keep_alive) if keep_alive is UNSET else keep_alive
         async with self._capacity:
-            await self._reshape(model.name, ctx, embeddings, route)
+            await self._reshape(model.name, ctx, embeddings, route, model.template)
             fit, free_observed = await self._place(model.name, model.metadata, ctx, settings, route)
             lv = await self._launch(model, engine, fit, free_observed=free_observed, keep_alive_s=keep,
                                     pinned=pinned, reason=reason, embeddings=embeddings)
@@ -344,10 +354,17 @@ class Supervisor:
             await asyncio.sleep(delay)
         return engine
 
-    async def _reshape(self, name: str, ctx: int | None, embeddings: bool, route: Route | None) -> None:
+    async def _reshape(self, name: str, ctx: int | None, embeddings: bool, route: Route | None,
+                       template: str = "") -> None:
         """A smaller-context instance of this model gives way to the new shape (it is idle, or it would have been
-        reused); a pinned one refuses the load instead."""
+        reused); a pinned one refuses the load instead. One started with the model's old template gives way once
+        idle, pinned or not: the user changed the model."""
         for lv in [lv for lv in self._live.values() if lv.instance.model == name and lv.state == "ready"]:
+            if lv.instance.template != template:
+                if lv.in_flight == 0:
+                    await self._evict(lv, "reshape", for_model=name, route=route,
+                                      observations={"template_wanted": template, "template_had": lv.instance.template})
+                continue
             if lv.pinned:
                 had = lv.instance.ctx_tokens
                 want = (f"{ctx} were asked for" if ctx is not None and ctx > had
@@ -395,7 +412,7 @@ class Supervisor:
         (started,) = await app.record(InstanceStarted(pid=proc.pid, **facts), cause=intent.seq)
         inst = Instance(instance_id=instance_id, model=name, port=port, slots=fit.slots, ctx_tokens=fit.ctx_per_slot,
                         engine_tag=engine.tag, embeddings=embeddings, api_key=api_key,
-                        served_as=name if engine.caps.has("--alias") else str(model.path))
+                        served_as=name if engine.caps.has("--alias") else str(model.path), template=model.template)
         lv = _Live(instance=inst, proc=proc, plan=fit, log_path=log_path, started_seq=started.seq,
                    started_mono=app.clock.monotonic(), keep_alive_s=keep_alive_s, pinned=pinned)
         self._live[instance_id] = lv
@@ -418,6 +435,7 @@ class Supervisor:
                               threads=settings.engine_threads or None, load_mode=settings.load_mode,
                               slot_save_path=slot_dir if engine.caps.slot_save_path else None,
                               extra=[*key_flags, *_alias_flags(engine, name),
+                                     *template_flags(engine.caps, model.settings, app.paths.data_dir / "templates"),
                                      *(_embedding_flags(engine, model.metadata) if embeddings else ())])
         except EngineIncompatible as e:
             _keyfile(app, instance_id).unlink(missing_ok=True)

@@ -29,7 +29,7 @@ from blazar.events.models import (
     ModelRemoved,
     ShardFile,
 )
-from blazar.projections.catalog import alias_target, is_model, models, stored
+from blazar.projections.catalog import alias_target, is_model, models, sharing_files, stored
 from blazar.projections.residency import instances_of
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}(:[A-Za-z0-9][A-Za-z0-9._-]{0,63})?$")
@@ -191,7 +191,7 @@ def unlink_counting(path: Path) -> bool:
 
 async def remove_model(app: Blazar, name: str) -> Recorded:
     """Remove `name` from the store. The file's data is freed only when this was its last link. An alias is only
-    an alias: removing it leaves its model alone."""
+    an alias: removing it leaves its model alone; a variant (or the base of one) leaves the file to the others."""
     catalog = app.runner.state("catalog")
     if not is_model(catalog, name) and alias_target(catalog, name) is not None:
         return await unalias_model(app, name)
@@ -203,11 +203,14 @@ async def remove_model(app: Blazar, name: str) -> Recorded:
     if loaded:
         pids = ", ".join(str(i.pid) for i in loaded)
         raise ModelInUse(f"{entry.name} is loaded (engine pid {pids}); stop it first: blazar stop {entry.name}")
-    files = list(entry.files)
-    freed = [await asyncio.to_thread(unlink_counting, app.paths.models / f) for f in files]
-    deleted = all(freed)
-    if len(files) > 1:
-        await asyncio.to_thread(_remove_path, app.paths.models / Path(files[0]).parent)
+    if sharing_files(catalog, entry.name):
+        # A variant and its base name one file: it stays while any of them does (the last one removed frees it).
+        deleted = False
+    else:
+        files = list(entry.files)
+        deleted = all([await asyncio.to_thread(unlink_counting, app.paths.models / f) for f in files])
+        if len(files) > 1:
+            await asyncio.to_thread(_remove_path, app.paths.models / Path(files[0]).parent)
     (rec,) = await app.record(ModelRemoved(name=entry.name, path=entry.file, file_deleted=deleted))
     return rec
 

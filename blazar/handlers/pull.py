@@ -23,6 +23,7 @@ from blazar import registry
 from blazar.context import Blazar
 from blazar.errors import BlazarError, ChecksumMismatch, HubError, ModelExists, ModelFileError, ModelNotFound
 from blazar.events.models import ModelPullCompleted, ModelPullFailed, ModelPullStarted
+from blazar.handlers.model_settings import apply_registry_settings
 from blazar.handlers.models import check_name, import_model, sha256_file
 from blazar.handlers.pull_target import Target, parse_target
 from blazar.projections.catalog import stored
@@ -89,9 +90,13 @@ async def _pull_once(app: Blazar, target: Target, model: str, progress: Progress
             if existing.source != target.text:
                 raise ModelExists(f"a model named {model!r} is already in the store from {existing.source!r}; "
                                   f"pick another --name or remove it first (blazar rm {model})")
+            if target.kind == "registry":  # pulled before the registry gave it settings: it gets them now
+                await _registry_settings(app, target, model)
             return PullResult(model, target.text, True, existing.bytes, existing.sha256)
         if target.kind == "registry":
-            return await _pull_registry(app, target, model, progress)
+            result = await _pull_registry(app, target, model, progress)
+            await _registry_settings(app, target, model)
+            return result
         assert target.repo is not None
         return await _pull_hub(app, target, model, target.repo, target.path or target.quant, progress)
 
@@ -149,6 +154,13 @@ async def _pull_registry(app: Blazar, target: Target, model: str, progress: Prog
         assert source.repo is not None
         return await _pull_hub(app, target, model, source.repo, source.file, progress, expected_sha256=source.sha256)
     raise ModelNotFound(f"no source for {target.shortname!r} is available here: " + "; ".join(tried))
+
+
+async def _registry_settings(app: Blazar, target: Target, model: str) -> None:
+    """The registry's template, system prompt and parameters for the model (never over a user's own)."""
+    entry = registry.load().get(target.shortname or "")
+    if entry is not None:
+        await apply_registry_settings(app, model, entry.template, entry.system, entry.parameters)
 
 
 async def _pull_package(app: Blazar, target: Target, model: str, module: object, source: registry.Source,

@@ -1,4 +1,5 @@
-"""The `catalog` projection: the models in the store (name, file, sha256, metadata) and the state of pulls."""
+"""The `catalog` projection: the models in the store (name, file, sha256, metadata, serving settings), their
+variants (another name for a model's file, with settings of its own) and the state of pulls."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from blazar.events.base import Recorded
+from blazar.events.model_settings import ModelConfigured, ModelSettings, ModelVariantCreated
 from blazar.events.models import (
     ModelAliased,
     ModelAliasRemoved,
@@ -21,10 +23,10 @@ from blazar.projections.base import Projection, State
 
 class CatalogProjection(Projection):
     name = "catalog"
-    version = 2
+    version = 3
     types = frozenset({
         ModelImported.TYPE, ModelRemoved.TYPE, ModelPullStarted.TYPE, ModelPullCompleted.TYPE, ModelPullFailed.TYPE,
-        ModelAliased.TYPE, ModelAliasRemoved.TYPE,
+        ModelAliased.TYPE, ModelAliasRemoved.TYPE, ModelConfigured.TYPE, ModelVariantCreated.TYPE,
     })
 
     def initial(self) -> State:
@@ -44,6 +46,21 @@ class CatalogProjection(Projection):
             # An alias never outlives its model.
             for alias in [a for a, t in state["aliases"].items() if t == ev.name]:
                 del state["aliases"][alias]
+        elif isinstance(ev, ModelVariantCreated):
+            base = state["models"].get(ev.base)
+            if base is not None:  # the handler checked it; a log that says otherwise leaves no half entry
+                # The variant's own copy of the file facts: it outlives its base (the file stays while either does).
+                state["models"][ev.name] = {
+                    **{k: base[k] for k in ("path", "bytes", "sha256", "source", "source_kind", "linked", "metadata",
+                                            "shards")},
+                    "name": ev.name, "base": ev.base, "added_ts": rec.ts, "seq": rec.seq,
+                    "settings": ev.settings.model_dump(mode="json"), "settings_seq": rec.seq,
+                }
+        elif isinstance(ev, ModelConfigured):
+            entry = state["models"].get(ev.name)
+            if entry is not None:
+                entry["settings"] = ev.settings.model_dump(mode="json")
+                entry["settings_seq"] = rec.seq
         elif isinstance(ev, ModelAliased):
             state["aliases"][ev.alias] = ev.target
         elif isinstance(ev, ModelAliasRemoved):
@@ -85,6 +102,8 @@ class StoredModel:
     source: str = ""  # where it came from: a local path, a hub target, a python package
     added_ts: float = 0.0
     shards: tuple[str, ...] = ()  # a split model's parts (relative to the models directory); () for one file
+    settings: ModelSettings | None = None  # its template, system prompt and default parameters; None: none set
+    base: str | None = None  # a variant: the model it was made from; None for a model of its own
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -120,7 +139,49 @@ def _typed(entry: dict[str, Any]) -> StoredModel:
     return StoredModel(name=str(entry["name"]), file=str(entry["path"]), sha256=str(entry.get("sha256") or ""),
                        bytes=int(entry.get("bytes") or 0), metadata=meta, seq=seq,
                        source=str(entry.get("source") or ""), added_ts=float(entry.get("added_ts") or 0.0),
-                       shards=tuple(str(s["path"]) for s in entry.get("shards") or ()))
+                       shards=tuple(str(s["path"]) for s in entry.get("shards") or ()),
+                       settings=_settings(entry), base=entry.get("base"))
+
+
+# Like the metadata: validated once per change of settings (its seq), not per request.
+_SETTINGS: dict[int, tuple[dict[str, Any], ModelSettings]] = {}
+
+
+def _settings(entry: dict[str, Any]) -> ModelSettings | None:
+    raw = entry.get("settings")
+    if raw is None:
+        return None
+    seq = int(entry.get("settings_seq") or 0)
+    cached = _SETTINGS.get(seq) if seq else None
+    if cached is not None and cached[0] is raw:
+        typed = cached[1]
+    else:
+        typed = ModelSettings.model_validate(raw)
+        if seq:
+            if len(_SETTINGS) >= _METADATA_KEEP:
+                _SETTINGS.clear()
+            _SETTINGS[seq] = (raw, typed)
+    return None if typed.is_empty() else typed
+
+
+def settings_of(state: State, name: str) -> ModelSettings | None:
+    """The settings of the model `name` resolves to (exact, `:latest` or an alias); None when it has none."""
+    entry = find(state, name)
+    return None if entry is None else _settings(entry)
+
+
+def ever_configured(state: State, name: str) -> bool:
+    """`name` (a model's own name) has had its settings set at least once, even if they are empty now."""
+    entry = state["models"].get(name)
+    return entry is not None and "settings_seq" in entry
+
+
+def sharing_files(state: State, name: str) -> list[str]:
+    """The other models (variants, or the base of one) whose entry names the same file as `name`'s."""
+    entry = state["models"].get(name)
+    if entry is None:
+        return []
+    return sorted(n for n, m in state["models"].items() if n != name and m["path"] == entry["path"])
 
 
 def models(state: State) -> list[StoredModel]:

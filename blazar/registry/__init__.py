@@ -1,12 +1,13 @@
-"""The model registry: shortnames (`blazar pull gemma3-270m`) mapped to verified sources, read from the
-`models.toml` data file beside this module."""
+"""The model registry: shortnames (`blazar pull gemma3-270m`) mapped to verified sources and the settings a pulled
+model starts with (its chat template, system prompt, default parameters), read from the `models.toml` data file
+beside this module."""
 
 from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field
 from importlib.resources import files
-from typing import Literal
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,10 @@ class Entry:
     name: str
     description: str
     sources: list[Source] = field(default_factory=list)
+    # What the model is given once pulled (blazar/handlers/model_settings.py validates them); None/{}: nothing.
+    template: str | None = None  # a llama.cpp built-in template name, for a GGUF that carries none
+    system: str | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
 
 
 def load(text: str | None = None) -> dict[str, Entry]:
@@ -34,5 +39,7 @@ def load(text: str | None = None) -> dict[str, Entry]:
     out: dict[str, Entry] = {}
     for name, spec in data.get("models", {}).items():
         sources = [Source(**s) for s in spec.get("sources", [])]
-        out[name] = Entry(name=name, description=spec.get("description", ""), sources=sources)
+        out[name] = Entry(name=name, description=spec.get("description", ""), sources=sources,
+                          template=spec.get("template"), system=spec.get("system"),
+                          parameters=dict(spec.get("parameters", {})))
     return out

@@ -1,0 +1,110 @@
+"""`blazar model set`: a model's chat template, system prompt and default parameters, each change a
+`model.configured` event (blazar/handlers/model_settings.py). A running daemon is told to fold it at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from blazar.cli.common import JSON_OPTION, err, opened, out, print_json, run
+from blazar.cli.daemon_client import AdminClient, DaemonUnavailable, RemoteError, find_daemon
+from blazar.errors import InvalidModelSettings
+from blazar.events.model_settings import ModelSettings
+from blazar.handlers.model_settings import PARAMETERS, SettingsChange, configure_model, parse_parameters
+from blazar.paths import Paths
+
+app = typer.Typer(help="A model's serving settings: chat template, system prompt, default parameters (recorded as "
+                  "model.configured events; `blazar show NAME` shows them).", no_args_is_help=True)
+
+_VERBATIM: dict[str, Any] = {"markup": False, "emoji": False}
+
+
+def _template_text(value: str) -> str:
+    """--template: a file's text (a Jinja template) when `value` names a file, else `value` (a built-in name)."""
+    path = Path(value).expanduser()
+    if path.is_file():
+        try:
+            return path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise InvalidModelSettings(f"--template {value}: cannot read it as UTF-8 text ({e})") from None
+    if "/" in value or value.endswith((".jinja", ".j2", ".txt")):
+        raise InvalidModelSettings(f"--template {value}: no such file (a built-in name is one word, like gemma)")
+    return value
+
+
+def _pairs(values: list[str]) -> list[tuple[str, str]]:
+    pairs = []
+    for v in values:
+        key, sep, value = v.partition("=")
+        if not sep or not key.strip():
+            raise InvalidModelSettings(f"--param {v!r}: expected key=value (e.g. temperature=0.7)")
+        pairs.append((key.strip(), value))
+    return pairs
+
+
+def _tell_daemon(paths: Paths) -> None:
+    """A running daemon folds the change now (it would within its poll interval anyway)."""
+    info = find_daemon(paths)
+    if info is None:
+        return
+    try:
+        with AdminClient(info, paths=paths) as client:
+            client.sync()
+    except (DaemonUnavailable, RemoteError) as e:
+        err.print(f"warning: the daemon at {info.url} was not told at once ({e.message}); it folds the change within "
+                  "a second", **_VERBATIM)
+
+
+def describe(settings: ModelSettings | None) -> list[tuple[str, str]]:
+    """Rows for `blazar show` and `model set`: what a model carries, or that it carries nothing."""
+    if settings is None or settings.is_empty():
+        return [("template", "the GGUF's own"), ("system prompt", "-"), ("default parameters", "-")]
+    template = "the GGUF's own" if settings.template is None else (
+        f"built-in {settings.template}" if settings.template_kind == "builtin"
+        else f"Jinja, {len(settings.template)} characters")
+    params = ", ".join(f"{k}={v}" for k, v in sorted(settings.parameters.items())) or "-"
+    return [("template", template), ("system prompt", settings.system if settings.system is not None else "-"),
+            ("default parameters", params)]
+
+
+@app.command("set")
+def set_(
+    name: Annotated[str, typer.Argument(help="A model (or variant, or alias) from `blazar list`.")],
+    template: Annotated[str | None, typer.Option(
+        "--template", help="A Jinja chat template FILE, or a llama.cpp built-in template NAME (gemma, chatml, llama3, "
+        "...). Go templates (Ollama's {{ .Prompt }}) are refused. Loaded instances restart with it.")] = None,
+    system: Annotated[str | None, typer.Option(
+        "--system", help="A system prompt, sent as the first message of any chat that has none.")] = None,
+    param: Annotated[list[str] | None, typer.Option(
+        "--param", help=f"A default parameter key=value, used when a request does not set it; repeat for more "
+        f"(stop may repeat). Keys: {', '.join(PARAMETERS)} (also ctx, max_tokens).")] = None,
+    clear_template: Annotated[bool, typer.Option("--clear-template", help="Back to the GGUF's own template.")] = False,
+    clear_system: Annotated[bool, typer.Option("--clear-system", help="Remove the system prompt.")] = False,
+    clear_param: Annotated[list[str] | None, typer.Option(
+        "--clear-param", help="Remove a default parameter (KEY, or 'all'); repeat for more.")] = None,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Set a model's chat template, system prompt or default parameters (a request's own values always win)."""
+    if not any((template, system is not None, param, clear_template, clear_system, clear_param)):
+        raise typer.BadParameter("nothing to set: give --template, --system, --param or a --clear-* option")
+    change = SettingsChange(template=_template_text(template) if template is not None else None, system=system,
+                            parameters=parse_parameters(_pairs(param or [])), clear_template=clear_template,
+                            clear_system=clear_system, clear_parameters=tuple(clear_param or ()))
+
+    async def go() -> Any:
+        async with opened() as app_:
+            rec = await configure_model(app_, name, change)
+            return rec, app_.paths
+
+    rec, paths = run(go())
+    _tell_daemon(paths)
+    ev = rec.event
+    if as_json:
+        print_json(rec.to_json())
+        return
+    out.print(f"{ev.name}: " + ("; ".join(ev.changed) + " changed" if ev.changed else "nothing changed"),
+              **_VERBATIM)
+    for key, value in describe(ev.settings):
+        out.print(f"  {key}: {value}", **_VERBATIM)

@@ -1,0 +1,75 @@
+"""Events about how a model is served: its chat template, system prompt and default parameters (`blazar model set`),
+and variants, new names for a stored model's bytes with settings of their own (Ollama's `/api/create`).
+
+`ModelSettings` is the whole set as it stands after the change: the catalog keeps the latest, so a fold never has to
+merge partial updates.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from blazar.events.base import Event
+from blazar.events.registry import register
+
+# A default parameter's value: a number, or (for `stop`) the list of stop strings.
+ParameterValue = int | float | list[str]
+
+
+class ModelSettings(BaseModel):
+    """What the gateway and the engine apply to every request for a model (a request's own fields win)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # "builtin": `template` is a llama.cpp template name (`--chat-template gemma`); "jinja": a Jinja text
+    # (`--jinja --chat-template-file`). None: the GGUF's own template.
+    template_kind: Literal["builtin", "jinja"] | None = None
+    template: str | None = None
+    system: str | None = None  # the first system message of a request that has none
+    # Ollama's names (temperature, top_k, num_ctx, num_predict, stop, ...), already validated.
+    parameters: dict[str, ParameterValue] = Field(default_factory=dict)
+
+    def is_empty(self) -> bool:
+        return self.template is None and self.system is None and not self.parameters
+
+
+@register
+class ModelConfigured(Event):
+    """`name`'s settings are now `settings` (the whole set). `changed` names what this change touched."""
+
+    TYPE = "model.configured"
+    AUDIT = True
+
+    name: str
+    settings: ModelSettings
+    changed: list[str] = Field(default_factory=list)  # "template", "system", "parameters.temperature", ...
+    source: Literal["cli", "api", "registry"] = "cli"
+
+    def stream_key(self) -> str:
+        return f"model:{self.name}"
+
+    def audit_details(self) -> dict[str, object]:
+        # NOTE: a system prompt may be private: the audit trail says it changed, not what it says.
+        return {"name": self.name, "changed": self.changed, "source": self.source,
+                "template_kind": self.settings.template_kind}
+
+
+@register
+class ModelVariantCreated(Event):
+    """`name` is a new model whose bytes are `base`'s (the same file: nothing copied) with `settings` of its own."""
+
+    TYPE = "model.variant_created"
+    AUDIT = True
+
+    name: str
+    base: str  # a model's own name (not an alias) when the variant was made
+    settings: ModelSettings
+
+    def stream_key(self) -> str:
+        return f"model:{self.name}"
+
+    def audit_details(self) -> dict[str, object]:
+        return {"name": self.name, "base": self.base, "template_kind": self.settings.template_kind,
+                "parameters": sorted(self.settings.parameters)}
