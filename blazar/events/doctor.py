@@ -1,0 +1,26 @@
+"""Events of `blazar doctor --fix`: each safe repair it made (a stale run file removed, an orphan engine child
+stopped), with what the check saw that proved it safe."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from blazar.events.base import Event
+from blazar.events.registry import register
+
+
+@register
+class DoctorFixed(Event):
+    """One repair by `blazar doctor --fix`. `target` is the file removed or the executable of the process stopped."""
+
+    TYPE = "doctor.fixed"
+    AUDIT = True
+
+    check: str  # the check that found it, e.g. "machine.daemon_file"
+    action: Literal["removed_file", "stopped_process"]
+    target: str
+    detail: str  # what made it safe: "pid 4242 is not running", "parent pid 1, not a Blazar process"
+    pid: int | None = None  # the process stopped, or the dead pid a removed run file named
+
+    def stream_key(self) -> str:
+        return "doctor"
