@@ -12,6 +12,7 @@ from blazar.cli import (
     audit_cmds,
     config_cmds,
     db,
+    doctor_cmds,
     engine_cmds,
     fit_cmds,
     instance_cmds,
@@ -66,6 +67,7 @@ app.command("state")(log_cmds.state)
 app.command("snapshot")(snapshot_cmds.snapshot)
 app.command("restore")(snapshot_cmds.restore)
 app.command("why")(why_cmds.why)
+app.command("doctor")(doctor_cmds.doctor)
 app.add_typer(db.app, name="db")
 app.add_typer(config_cmds.app, name="config")
 app.add_typer(audit_cmds.app, name="audit")
