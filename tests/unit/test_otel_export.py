@@ -4,6 +4,7 @@ bounded (a request's spans dropped whole, counted); a failed export is counted; 
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 from collections.abc import Sequence
@@ -19,7 +20,7 @@ from opentelemetry.trace.status import StatusCode
 from blazar import config
 from blazar.adapters.otel.export import SpanExport
 from blazar.adapters.otel.target import otlp_target
-from blazar.adapters.otel.tracing import Tracing, resource_for
+from blazar.adapters.otel.tracing import Tracing, _Sparse, resource_for
 from blazar.config import Settings
 from blazar.errors import ConfigError
 from blazar.projections.spans import Span, SpanEvent, SpanFold
@@ -133,3 +134,11 @@ def test_the_otlp_keys_are_parsed_and_validated_like_every_config_key() -> None:
         with pytest.raises(ConfigError, match=key):
             config.parse_value(key, bad)
     assert "name=value" in config.describe("otlp_headers")
+
+
+def test_the_sdks_export_errors_are_logged_once_a_minute_not_once_an_export() -> None:
+    sparse = _Sparse(every_s=60)
+    record = logging.LogRecord("opentelemetry", logging.ERROR, __file__, 1, "Failed to export %s batch", ("span",),
+                               None)
+    other = logging.LogRecord("opentelemetry", logging.ERROR, __file__, 1, "Transient error %s", ("x",), None)
+    assert sparse.filter(record) and not sparse.filter(record) and sparse.filter(other)

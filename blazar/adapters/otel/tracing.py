@@ -6,6 +6,7 @@ group commit, once per batch, never per streamed token. Only the composition roo
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 
 from opentelemetry.sdk.resources import Resource
@@ -57,6 +58,29 @@ class Tracing:
         self.export.close(timeout_s)
 
 
+class _Sparse(logging.Filter):
+    """One record per message a minute: against a dead collector every export fails, and the SDK says so each time
+    (the counters in /metrics keep the tally)."""
+
+    def __init__(self, every_s: float = 60.0) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self._last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now, key = time.monotonic(), str(record.msg)  # the template: a small, fixed set
+        if now - self._last.get(key, -self.every_s) < self.every_s:
+            return False
+        self._last[key] = now
+        return True
+
+
+def _quiet_sdk_logs() -> None:
+    sdk = logging.getLogger("opentelemetry.exporter.otlp.proto.http.trace_exporter")
+    if not any(isinstance(f, _Sparse) for f in sdk.filters):
+        sdk.addFilter(_Sparse())
+
+
 def resource_for(version: str) -> Resource:
     """service.name "blazar" (OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, read by the SDK, may override it)."""
     return Resource.create({"service.name": "blazar", "service.version": version})
@@ -70,6 +94,7 @@ def start_tracing(event_log: EventLog, target: OtlpTarget, *, exporter: SpanExpo
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         exporter = OTLPSpanExporter(endpoint=target.endpoint, headers=target.headers, timeout=EXPORT_TIMEOUT_S)
+    _quiet_sdk_logs()
     tracing = Tracing(SpanFold(), SpanExport(exporter, resource_for(__version__)), target)
     tracing.attach(event_log)
     log.info("exporting request spans to %s (%s)", target.endpoint, target.source)
