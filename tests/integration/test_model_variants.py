@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import anthropic
 import httpx2
 import ollama
 import openai
@@ -110,9 +111,22 @@ def test_a_variant_made_with_the_sdk_carries_its_system_prompt_and_defaults(daem
     assert briefed > plain + 10
     usage = daemon.openai().chat.completions.create(model="brief", messages=QUESTION, max_tokens=1).usage
     assert usage is not None and usage.prompt_tokens == briefed
-    # ... unless the request brings its own system message, which wins.
+    # ... and in the Anthropic dialect.
+    claude = anthropic.Anthropic(base_url=daemon.base, api_key="unused", max_retries=0, timeout=180)
+    msgs = [{"role": "user", "content": QUESTION[0]["content"]}]
+    said = {m: claude.messages.create(model=m, max_tokens=1, messages=msgs).usage for m in (MODEL, "brief")}
+    assert said["brief"].input_tokens + (said["brief"].cache_read_input_tokens or 0) == briefed
+    assert said[MODEL].input_tokens + (said[MODEL].cache_read_input_tokens or 0) == plain
+    # ... unless the request brings its own system message, which wins (OpenAI's, Anthropic's, Ollama's `system`).
     own = [{"role": "system", "content": "Be brief."}, *QUESTION]
     assert daemon.prompt_tokens("brief", own) == daemon.prompt_tokens(MODEL, own)
+    anth = {m: claude.messages.create(model=m, max_tokens=1, system="Be brief.", messages=msgs).usage
+            for m in (MODEL, "brief")}
+    assert anth["brief"].input_tokens + (anth["brief"].cache_read_input_tokens or 0) == \
+        anth[MODEL].input_tokens + (anth[MODEL].cache_read_input_tokens or 0)
+    gen = {m: client.generate(model=m, prompt=QUESTION[0]["content"], system="Be brief.", options={"num_predict": 1})
+           for m in (MODEL, "brief")}
+    assert gen["brief"].prompt_eval_count == gen[MODEL].prompt_eval_count
     # The default num_predict applies when the request sets none; the request's own wins.
     r = client.chat(model="brief", messages=QUESTION)
     assert r.eval_count is not None and r.eval_count <= 5 and r.done_reason == "length"
@@ -199,3 +213,16 @@ def test_model_set_from_the_cli_and_rm_of_a_variant_leaves_its_base(daemon: Daem
     assert "gone" not in names and MODEL in names
     assert len(list((daemon.home / "models").glob("*.gguf"))) == 1
     assert daemon.ollama().chat(model=MODEL, messages=QUESTION, options={"num_predict": 2}).message.content
+
+
+def test_create_needs_an_admin_key_once_keys_exist(daemon: Daemon) -> None:
+    # NOTE: the module's last test: from here on every route needs a key.
+    user = json.loads(daemon.cli("keys", "create", "alice", "--json").stdout)["secret"]
+    root = json.loads(daemon.cli("keys", "create", "root", "--admin", "--json").stdout)["secret"]
+    body = {"model": "guarded", "from": MODEL, "system": "Hi.", "stream": False}
+    r = httpx2.post(f"{daemon.base}/api/create", json=body, headers={"Authorization": f"Bearer {user}"},
+                    trust_env=False)
+    assert r.status_code == 403 and "admin" in r.json()["error"]
+    r = httpx2.post(f"{daemon.base}/api/create", json=body, headers={"Authorization": f"Bearer {root}"},
+                    trust_env=False)
+    assert r.status_code == 200 and r.json() == {"status": "success"}
