@@ -22,14 +22,15 @@ _VERBATIM: dict[str, Any] = {"markup": False, "emoji": False}
 
 
 def _template_text(value: str) -> str:
-    """--template: a file's text (a Jinja template) when `value` names a file, else `value` (a built-in name)."""
+    """--template: a file's text (a Jinja template) when `value` names a file, else `value` (a built-in name, or a
+    Jinja text given inline)."""
     path = Path(value).expanduser()
     if path.is_file():
         try:
             return path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise InvalidModelSettings(f"--template {value}: cannot read it as UTF-8 text ({e})") from None
-    if "/" in value or value.endswith((".jinja", ".j2", ".txt")):
+    if "{{" not in value and "{%" not in value and ("/" in value or value.endswith((".jinja", ".j2", ".txt"))):
         raise InvalidModelSettings(f"--template {value}: no such file (a built-in name is one word, like gemma)")
     return value
 
@@ -74,7 +75,8 @@ def set_(
     name: Annotated[str, typer.Argument(help="A model (or variant, or alias) from `blazar list`.")],
     template: Annotated[str | None, typer.Option(
         "--template", help="A Jinja chat template FILE, or a llama.cpp built-in template NAME (gemma, chatml, llama3, "
-        "...). Go templates (Ollama's {{ .Prompt }}) are refused. Loaded instances restart with it.")] = None,
+        "...). Go templates (Ollama's {{ .Prompt }}) are refused. A loaded instance with the old template is replaced "
+        "on the next request.")] = None,
     system: Annotated[str | None, typer.Option(
         "--system", help="A system prompt, sent as the first message of any chat that has none.")] = None,
     param: Annotated[list[str] | None, typer.Option(
