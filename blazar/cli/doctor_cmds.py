@@ -26,25 +26,25 @@ _AREAS = ("engine", "store", "log", "machine")
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
 
 
-def _before_open(paths: Paths) -> list[Check]:
-    return checks.before_open(paths, os.environ, loose_modes=loose_modes(paths), now=time.time())
+def _before_open(paths: Paths, *, quick: bool) -> list[Check]:
+    return checks.before_open(paths, os.environ, loose_modes=loose_modes(paths), now=time.time(), quick=quick)
 
 
 async def _check_all(paths: Paths, *, quick: bool) -> list[Check]:
-    found = _before_open(paths)
+    found = _before_open(paths, quick=quick)
     if not checks.safe_to_open(found):
         return found + checks.not_opened()
     async with opened(reconcile_config=False) as app:
         return found + await checks.with_log(app, quick=quick)
 
 
-async def _fix(paths: Paths, found: list[Check]) -> tuple[list[Check], list[Recorded]]:
+async def _fix(paths: Paths, found: list[Check], *, quick: bool) -> tuple[list[Check], list[Recorded]]:
     """Apply the fixes, then look again at the checks that proposed them (all of them run before the log opens)."""
     if not any(c.actions for c in found) or not checks.safe_to_open(found):
         return found, []
     async with opened(reconcile_config=False) as app:
         fixed = await apply_fixes(app, found)
-    again = {c.id: c for c in _before_open(paths)}
+    again = {c.id: c for c in _before_open(paths, quick=quick)}
     return [again.get(c.id, c) if c.actions else c for c in found], fixed
 
 
@@ -79,7 +79,8 @@ def doctor(
                              "otherwise; the other problems are left to the fix each check names."),
     quick: bool = typer.Option(False, "--quick", help="Check every model file's size, but hash only a random sample "
                                f"(files in random order up to {QUICK_HASH_BYTES >> 30} GiB read, at least one) "
-                               "instead of every file."),
+                               "instead of every file; and check the log with PRAGMA quick_check (no index "
+                               "verification) instead of integrity_check."),
 ) -> None:
     """Check this home: the engine (active, files verify, runs on this CPU: its build options against the CPU flags
     and a smoke test), the model store (files match their sha256 and size; nothing unrecorded, nothing missing), the
@@ -91,7 +92,7 @@ def doctor(
     found = run(_check_all(paths, quick=quick))
     fixed: list[Recorded] = []
     if fix:
-        found, fixed = run(_fix(paths, found))
+        found, fixed = run(_fix(paths, found, quick=quick))
     found.sort(key=lambda c: _AREAS.index(c.area))  # stable: each area's checks keep their order
     if as_json:
         info: dict[str, Any] = {

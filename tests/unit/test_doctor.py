@@ -20,7 +20,7 @@ import pytest
 from blazar import runlock
 from blazar.bootstrap import bootstrap
 from blazar.clock import FakeClock
-from blazar.handlers.doctor import checks, machine
+from blazar.handlers.doctor import checks, machine, store
 from blazar.handlers.doctor.engine import OPTION_NEEDS, cpu_fit, cpu_flags
 from blazar.handlers.doctor.fix import apply_fixes
 from blazar.handlers.doctor.orphans import orphans
@@ -38,7 +38,7 @@ def run_checks(home: Path, *, quick: bool = False) -> dict[str, Check]:
     """Both halves of the checks, as the CLI runs them (the log opened between them, when safe)."""
     paths = home_paths(home)
     found = checks.before_open(paths, {"XDG_CACHE_HOME": str(home / "cache")}, loose_modes=loose_modes(paths),
-                               now=time.time())
+                               now=time.time(), quick=quick)
     if checks.safe_to_open(found):
         found += asyncio.run(_with_log(paths, quick))
     else:
@@ -104,6 +104,20 @@ def test_a_flipped_byte_in_a_model_fails_the_store_check_in_full_and_quick(home:
         assert "tiny:q8" in check.observation and "sha256 differs" in check.observation
         assert "blazar rm tiny:q8" in (check.fix or "")
     assert "random sample" in run_checks(home, quick=True)["store.integrity"].observation
+
+
+def test_quick_hashes_a_random_sample_within_its_budget_and_checks_every_size(
+        home: Path, with_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for i in range(3):
+        src = tmp_path / "src" / f"more{i}.gguf"
+        gguf_factory.write_plain(src, seed=i + 1)
+        import_into(home, src, f"more:{i}")
+    monkeypatch.setattr(store, "QUICK_HASH_BYTES", 1)  # a budget any one file exceeds: one file is hashed
+    found = run_checks(home, quick=True)
+    assert found["store.integrity"].status == "ok"
+    assert found["store.integrity"].observation.startswith("sha256 of 1 of 4 file(s) (--quick: a random sample)")
+    assert found["log.integrity"].observation.startswith("PRAGMA quick_check: ok")
+    assert run_checks(home)["log.integrity"].observation.startswith("PRAGMA integrity_check: ok")
 
 
 def test_a_grown_file_is_caught_by_its_size(home: Path, with_model: Path) -> None:
@@ -244,6 +258,8 @@ def test_a_loose_mode_and_a_bad_config_are_named(home: Path, with_model: Path) -
     assert f"{paths.config_file} (0644)" in found["machine.file_modes"].observation
     assert found["machine.file_modes"].fix == f"chmod 600 {paths.config_file}"
     assert found["machine.config"].status == "fail" and "port" in found["machine.config"].observation
+    paths.run.chmod(0o755)
+    assert f"chmod 700 {paths.run}" in (run_checks(home)["machine.file_modes"].fix or "")
 
 
 def test_a_port_another_program_listens_on_warns(home: Path) -> None:

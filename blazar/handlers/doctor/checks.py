@@ -18,11 +18,12 @@ from blazar.paths import Paths
 _BAD_CHECKPOINT = ("rebuilt: checkpoint corrupt", "rebuilt: checkpoint belongs to another history")
 
 
-def before_open(paths: Paths, env: Mapping[str, str], *, loose_modes: list[str], now: float) -> list[Check]:
+def before_open(paths: Paths, env: Mapping[str, str], *, loose_modes: list[str], now: float,
+                quick: bool = False) -> list[Check]:
     """What can be seen without opening the log (opening migrates it and tightens the home's modes)."""
     seen = machine.see_daemon(paths)
     return [
-        *log_checks(paths.db, now=now),
+        *log_checks(paths.db, now=now, quick=quick),
         machine.disk("home", paths.data_dir),
         machine.disk("cache", cache_root(env)),
         machine.file_modes(loose_modes),

@@ -17,13 +17,14 @@ CLOCK_SLACK_S = 2.0
 _RESTORE = "restore the latest snapshot: `blazar restore PATH` (`blazar snapshot` makes them)"
 
 
-def log_checks(db: Path, *, now: float) -> list[Check]:
-    """Integrity, seq, triggers, schema and clock; one failing check where the file cannot be read at all."""
+def log_checks(db: Path, *, now: float, quick: bool = False) -> list[Check]:
+    """Integrity (`quick`: PRAGMA quick_check, which skips the indexes), seq, triggers, schema and clock; one failing
+    check where the file cannot be read at all."""
     if not db.exists():
         return [ok("log", "database", f"no log yet at {db}: the first command creates it")]
     try:
         with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)) as conn:
-            checks = [_integrity(conn, db)]
+            checks = [_integrity(conn, db, "quick_check" if quick else "integrity_check")]
             if checks[0].status == "fail":
                 return checks
             if conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='events'").fetchone() is None:
@@ -33,12 +34,12 @@ def log_checks(db: Path, *, now: float) -> list[Check]:
         return [Check("log", "integrity", "fail", f"{db} cannot be read as SQLite: {e}", fix=_RESTORE)]
 
 
-def _integrity(conn: sqlite3.Connection, db: Path) -> Check:
-    rows = [str(r[0]) for r in conn.execute("PRAGMA integrity_check(20)").fetchall()]
+def _integrity(conn: sqlite3.Connection, db: Path, pragma: str) -> Check:
+    rows = [str(r[0]) for r in conn.execute(f"PRAGMA {pragma}(20)").fetchall()]
     pages = conn.execute("PRAGMA page_count").fetchone()[0]
     if rows == ["ok"]:
-        return ok("log", "integrity", f"PRAGMA integrity_check: ok ({pages} pages in {db})")
-    return Check("log", "integrity", "fail", f"PRAGMA integrity_check found {len(rows)} problem(s): "
+        return ok("log", "integrity", f"PRAGMA {pragma}: ok ({pages} pages in {db})")
+    return Check("log", "integrity", "fail", f"PRAGMA {pragma} found {len(rows)} problem(s): "
                  + "; ".join(rows[:3]), fix=_RESTORE)
 
 
