@@ -18,7 +18,7 @@ from blazar.events.requests import (
     RequestRejected,
     RequestRouted,
 )
-from blazar.projections.spans import Span, SpanFold, otel_trace_id, span_id
+from blazar.projections.spans import Span, SpanFold, otel_trace_id, span_ids
 
 T = "0af7651916cd43dd8448eb211c80319c"
 S = 1_700_000_000.0  # the received event's ts
@@ -63,7 +63,7 @@ def test_a_streamed_cold_queued_request_is_one_span_with_load_queue_prefill_and_
     assert set(spans) == {"chat", "blazar.load", "blazar.queue", "blazar.prefill", "blazar.decode"}
     root = spans["chat"]
     assert root.name == "chat gemma" and root.kind == "server" and root.parent_span_id is None
-    assert root.trace_id == T and root.span_id == span_id(T, "request")
+    assert root.trace_id == T and root.span_id == span_ids(T)["request"]
     assert (root.start_ns, root.end_ns) == (ns(S), ns(S + 2.5))
     assert root.error is None
     for name in ("blazar.load", "blazar.queue", "blazar.prefill", "blazar.decode"):

@@ -40,13 +40,12 @@ class Tracing:
         """A batch just committed. NOTE: it runs inside the log's commit: nothing here may raise into it."""
         try:
             trees = self.fold.feed(recorded)
+            if trees:
+                self.export.offer(trees)
         except Exception:
             self.fold_errors += 1
             if self.fold_errors == 1:
                 log.exception("folding request events into spans failed")
-            return
-        if trees:
-            self.export.offer(trees)
 
     def stats(self) -> dict[str, int]:
         """The counters /metrics shows."""
