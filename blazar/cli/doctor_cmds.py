@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from blazar.bootstrap import paths_from_env
-from blazar.cli.common import opened, out, print_json, run
+from blazar.cli.common import err, opened, out, print_json, run
 from blazar.events.base import Recorded
 from blazar.handlers.doctor import checks
 from blazar.handlers.doctor.fix import apply_fixes
@@ -40,7 +40,10 @@ async def _check_all(paths: Paths, *, quick: bool) -> list[Check]:
 
 async def _fix(paths: Paths, found: list[Check], *, quick: bool) -> tuple[list[Check], list[Recorded]]:
     """Apply the fixes, then look again at the checks that proposed them (all of them run before the log opens)."""
-    if not any(c.actions for c in found) or not checks.safe_to_open(found):
+    if not any(c.actions for c in found):
+        return found, []
+    if not checks.safe_to_open(found):
+        err.print("--fix: nothing done: the log is not safe to open, so no fix could be recorded (fix the log first)")
         return found, []
     async with opened(reconcile_config=False) as app:
         fixed = await apply_fixes(app, found)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 from pathlib import Path
 
 import orjson
@@ -139,3 +140,17 @@ def test_the_orphan_a_sigkilled_daemon_leaves_is_found_and_fix_stops_it(
     finally:
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_fix_does_nothing_to_a_home_whose_log_is_not_safe_to_open(cli: Cli, home: Path) -> None:
+    cli("config", "set", "port", str(free_port()))
+    cli("config", "set", "stop_grace_s", "3")
+    with sqlite3.connect(home / "blazar.db") as conn:
+        conn.execute("DROP TRIGGER events_no_update")  # the log can no longer prove it was not edited
+    stale = home / "run" / "daemon.json"
+    stale.write_bytes(orjson.dumps({"pid": 2 ** 22 + 1, "host": "127.0.0.1", "port": 1, "started": 0.0}))
+    res = cli("doctor", "--fix", check=False, timeout=DOCTOR_TIMEOUT_S)
+    assert res.code == 2 and "nothing done: the log is not safe to open" in res.stderr
+    assert "fail  log.triggers" in res.stdout and "events_no_update" in res.stdout
+    assert "not checked" in res.stdout
+    assert stale.exists() and read_events(home, "doctor.fixed") == []
