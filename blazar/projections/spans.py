@@ -137,7 +137,8 @@ class SpanFold:
                     del self._open[next(iter(self._open))]
                     self.abandoned += 1
                 continue
-            req = self._open.get(ev.trace_id)
+            trace_id: str = ev.trace_id  # type: ignore[attr-defined]  # every type in _KINDS is a request event
+            req = self._open.get(trace_id)
             if req is None:
                 self.unmatched += isinstance(ev, _TERMINAL)
                 continue
@@ -151,7 +152,7 @@ class SpanFold:
             elif isinstance(ev, RequestFirstToken):
                 req.first_token_ts, req.ttft_ms = rec.ts, ev.ttft_ms
             else:
-                del self._open[ev.trace_id]
+                del self._open[trace_id]
                 out.append(tuple(build_spans(req, rec)))
         return out
 
