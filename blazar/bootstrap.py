@@ -8,6 +8,7 @@ adapters together. Only the CLI and the daemon import it; everything below recei
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import logging
 import os
@@ -37,6 +38,8 @@ __all__ = ["CHECKPOINT_ON_CLOSE_AFTER", "Blazar", "Services", "bootstrap", "buil
            "paths_from_env"]
 
 PRIVATE_UMASK = 0o077
+# Seconds a stopping daemon waits for its last request events to commit before it closes the span export.
+TRACING_FLUSH_S = 5.0
 
 
 def paths_from_env(env: Mapping[str, str] | None = None) -> Paths:
@@ -110,7 +113,9 @@ class Services:
     async def close(self) -> None:
         await self.client.aclose()
         if self.tracing is not None:
-            await self.gateway.app.request_writer().flush()  # the last requests' events reach the spans first
+            with contextlib.suppress(TimeoutError):  # the last requests' events reach the spans first, if they can
+                async with asyncio.timeout(TRACING_FLUSH_S):
+                    await self.gateway.app.request_writer().flush()
             await asyncio.to_thread(self.tracing.close)  # bounded: a hanging collector is left behind
 
 

@@ -6,7 +6,11 @@ nothing."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import secrets
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,10 +18,10 @@ import httpx2
 import openai
 import pytest
 
-from tests.integration.test_daemon import wait_for
+from tests.integration.test_daemon import free_port, healthy, wait_for
 from tests.support.blazar_home import read_events
 from tests.support.otlp_receiver import OtlpReceiver
-from tests.support.serving import serving_gemma, stop_daemon
+from tests.support.serving import blazar_cli, serving_gemma, stop_daemon
 
 MODEL = "gemma"
 CHILDREN = {"blazar.prefill", "blazar.decode"}
@@ -174,3 +178,44 @@ def test_a_collector_that_hangs_slows_and_fails_no_request(tmp_path: Path, engin
             assert proc.returncode == 0  # a clean stop, the hanging export left behind
     finally:
         hanging.close()
+
+
+@contextlib.contextmanager
+def serving_with_env(home: Path, engine_binary: Path, gemma_path: Path,
+                     env: dict[str, str]) -> Iterator[tuple[int, subprocess.Popen]]:
+    """serving_gemma, with the export named by the daemon's environment instead of its config."""
+    blazar_cli(home, "engine", "install", "--path", str(engine_binary))
+    blazar_cli(home, "import", str(gemma_path), "--name", MODEL)
+    blazar_cli(home, "config", "set", "ctx", "1024")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)],
+                            env={**os.environ, "BLAZAR_HOME": str(home), **env}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: healthy(port), "/health", proc=proc)
+        yield port, proc
+    finally:
+        if proc.poll() is None:
+            stop_daemon(proc)
+        if proc.stderr:
+            proc.stderr.close()
+
+
+def test_the_last_requests_spans_leave_when_the_daemon_stops(tmp_path: Path, engine_binary: Path,
+                                                             gemma_path: Path) -> None:
+    receiver = OtlpReceiver()
+    home = tmp_path / "home"
+    try:
+        with serving_with_env(home, engine_binary, gemma_path,
+                              {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}) as (port, proc):
+            trace = secrets.token_hex(16)
+            Served(home, port, receiver).client(**{"x-blazar-trace-id": trace}).embeddings.create(
+                model=MODEL, input="a short text")
+            stop_daemon(proc)  # at once: the spans may still be queued (the export sends once a second)
+            assert proc.returncode == 0
+        named = by_name(receiver.trace(trace))
+        assert set(named) == {"embeddings", "blazar.load", "blazar.prefill"}  # the first request: a cold load
+        assert named["embeddings"]["attributes"]["gen_ai.operation.name"] == "embeddings"
+        assert receiver.paths[-1] == "/v1/traces"  # the environment's base got the signal's path
+    finally:
+        receiver.close()
