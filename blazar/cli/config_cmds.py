@@ -24,8 +24,9 @@ def defaults(as_json: bool = JSON_OPTION) -> None:
         print_json(values)
         return
     for key, value in values.items():
-        out.print(f"# {settings.FIELDS[key].description} ({settings.describe(key)})")
-        out.print(tomli_w.dumps({key: value}), end="")
+        # NOTE: markup off: a mapping's TOML is a [table] header, which rich would take for a style tag.
+        out.print(f"# {settings.FIELDS[key].description} ({settings.describe(key)})", markup=False)
+        out.print(tomli_w.dumps({key: value}), end="", markup=False)
 
 
 @app.command("list")

@@ -11,6 +11,7 @@ import os
 import secrets
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import httpx2
 import openai
 import pytest
 
+from tests.conftest import Cli
 from tests.integration.test_daemon import free_port, healthy, wait_for
 from tests.support.blazar_home import read_events
 from tests.support.otlp_receiver import OtlpReceiver
@@ -219,3 +221,13 @@ def test_the_last_requests_spans_leave_when_the_daemon_stops(tmp_path: Path, eng
         assert receiver.paths[-1] == "/v1/traces"  # the environment's base got the signal's path
     finally:
         receiver.close()
+
+
+def test_the_otlp_keys_through_the_cli(cli: Cli) -> None:
+    assert tomllib.loads(cli("config", "defaults").stdout)["otlp_headers"] == {}  # all of it is valid TOML
+    cli("config", "set", "otlp_headers", "x-team=ml, x-env=dev")
+    assert cli("config", "get", "otlp_headers", "--json").json()["value"] == {"x-team": "ml", "x-env": "dev"}
+    bad = cli("config", "set", "otlp_endpoint", "localhost:4318", check=False)
+    assert bad.code == 2 and "http(s)://host[:port][/path]" in bad.stderr
+    bad = cli("config", "set", "otlp_headers", "x-team", check=False)
+    assert bad.code == 2 and "name=value" in bad.stderr
