@@ -352,6 +352,13 @@ def _operations() -> dict[str, dict[str, dict[str, Any]]]:
         "/metrics": {"get": _op("/metrics", "Prometheus text", None, ok_types=(TEXT,))},
         # Admin.
         "/api/blazar/ps": {"get": _op("/api/blazar/ps", "Running instances and open circuits", _ref("Ps"))},
+        "/api/blazar/dashboard": {"get": _op("/api/blazar/dashboard", "What `blazar watch` shows (its shape: "
+                                             "blazar/queries/dashboard.py)", {
+            "type": "object", "required": ["version", "at", "seq", "instances", "queues", "tokens_per_s", "requests",
+                                           "failures"],
+            "properties": {"version": _INT, "seq": _INT, "instances": {"type": "array", "items": _OBJ},
+                           "requests": {"type": "array", "items": _OBJ}, "failures": {"type": "array", "items": _OBJ},
+                           "queues": _OBJ, "tokens_per_s": _OBJ}})},
         "/api/blazar/queue": {"get": _op("/api/blazar/queue", "Admission per model", {
             "type": "object", "required": ["queues"], "properties": {"queues": _OBJ}})},
         "/api/blazar/load": {"post": _op("/api/blazar/load", "Load a model (or change a loaded one's keep_alive/pin)",
