@@ -22,6 +22,7 @@ from blazar.cli import (
     model_settings_cmds,
     run_cmds,
     snapshot_cmds,
+    watch_cmds,
     why_cmds,
 )
 from blazar.cli.common import err
@@ -67,6 +68,7 @@ app.command("state")(log_cmds.state)
 app.command("snapshot")(snapshot_cmds.snapshot)
 app.command("restore")(snapshot_cmds.restore)
 app.command("why")(why_cmds.why)
+app.command("watch")(watch_cmds.watch)
 app.command("doctor")(doctor_cmds.doctor)
 app.add_typer(db.app, name="db")
 app.add_typer(config_cmds.app, name="config")
