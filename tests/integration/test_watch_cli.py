@@ -70,13 +70,17 @@ def test_dashboard_route_lists_a_failure_with_its_verdict(served: tuple[Path, in
 
 def spawn_watch(home: Path) -> pexpect.spawn:
     """`blazar watch` under a real pty, in a shell that then shows its exit code and the terminal's settings."""
-    script = f"{sys.executable} -m blazar.cli.main watch; echo watch-rc=$?; stty -a"
+    # `trap : INT`: Ctrl-C ends watch, not this shell (a trapped signal is back to its default in the child).
+    script = f"trap : INT; {sys.executable} -m blazar.cli.main watch; echo watch-rc=$?; stty -a"
     return pexpect.spawn("/bin/sh", ["-c", script], env=watch_env(home), dimensions=(50, 200), timeout=60,
                          encoding="utf-8", codec_errors="replace")
 
 
-def quit_and_check_terminal(child: pexpect.spawn) -> None:
-    child.send("q")
+def quit_and_check_terminal(child: pexpect.spawn, *, ctrl_c: bool = False) -> None:
+    if ctrl_c:
+        child.sendintr()
+    else:
+        child.send("q")
     child.expect(r"watch-rc=(\d+)", timeout=30)
     assert child.match.group(1) == "0"
     child.expect(pexpect.EOF, timeout=10)
@@ -111,6 +115,16 @@ def test_watch_without_a_daemon_says_so_and_q_quits(home: Path) -> None:
         child.expect("daemon down", timeout=60)
         child.expect("none", timeout=10)
         quit_and_check_terminal(child)
+    finally:
+        if child.isalive():
+            child.terminate(force=True)
+
+
+def test_watch_ctrl_c_restores_the_terminal(home: Path) -> None:
+    child = spawn_watch(home)
+    try:
+        child.expect("daemon down", timeout=60)
+        quit_and_check_terminal(child, ctrl_c=True)
     finally:
         if child.isalive():
             child.terminate(force=True)
