@@ -1,10 +1,11 @@
 """`blazar watch` and `GET /api/blazar/dashboard` end to end: a real `blazar serve` with the real llama-server and
 Gemma, a load and a chat through the HTTP API; the route's JSON; the dashboard drawn under a real pty (pexpect), its
-redraws bounded, q quitting with the terminal restored; plain lines through a pipe; and the log alone when the
-daemon is down."""
+redraws bounded, q and Ctrl-C quitting with the terminal restored; plain lines through a pipe; the log alone when the
+daemon is down; and, keys on, the route for admin keys only while watch reaches /metrics with the CLI's credential."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -161,6 +162,33 @@ def test_watch_prints_plain_lines_through_a_pipe(served: tuple[Path, int]) -> No
                 break
         assert any(f" {MODEL} completed 200 ttft " in ln for ln in lines)
         assert not any("\x1b" in ln for ln in [first, *lines])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+# NOTE: last in the module: from here on keys are on for the shared daemon.
+def test_with_keys_on_the_route_needs_an_admin_key_and_watch_still_reads_metrics(served: tuple[Path, int]) -> None:
+    home, port = served
+    root = json.loads(blazar_cli(home, "keys", "create", "root", "--admin", "--json").stdout)["secret"]
+    user = json.loads(blazar_cli(home, "keys", "create", "user", "--json").stdout)["secret"]
+    url = f"http://127.0.0.1:{port}/api/blazar/dashboard"
+
+    def get(secret: str | None) -> httpx2.Response:
+        headers = {"Authorization": f"Bearer {secret}"} if secret else {}
+        return httpx2.get(url, headers=headers, trust_env=False, timeout=10)
+
+    assert get(None).status_code == 401
+    assert get(user).status_code == 403
+    ok = get(root)
+    assert ok.status_code == 200 and ok.json()["instances"][0]["model"] == MODEL
+    # /metrics is an admin route now: watch reaches it with the CLI's admin credential (run/admin.token).
+    proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "watch"], env=watch_env(home),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("blazar watch: following")
+        assert proc.stdout.readline().startswith("daemon up at http://127.0.0.1")
     finally:
         proc.terminate()
         proc.wait(timeout=20)
