@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -439,15 +440,23 @@ def serve_fake_alone(home: Home, pin: bool) -> tuple[dict[str, Any], dict[str, A
 
 async def engine_phase(client: httpx2.AsyncClient, root: Path, server: Path, model: Path, *, rounds: int,
                        max_tokens: int, concurrency: list[int], per_worker: int, threads: int,
-                       engine_cpus: set[int] | None, litellm: Path | None, say: Any) -> dict[str, Any]:
+                       engine_cpus: set[int] | None, litellm: Path | None, say: Any,
+                       prepare: Callable[[Home], None] | None = None,
+                       companion: Callable[[Home], contextlib.AbstractAsyncContextManager[Any]] | None = None
+                       ) -> dict[str, Any]:
     """(a) llama-server started by hand with the argv the gateway's instance runs with, (b) the gateway, and, with
     `litellm`, (c) LiteLLM's proxy in front of (a): the same child as the direct lane. Rounds are interleaved, the
-    lane order rotated each round. With `engine_cpus`, both engines run there and everything else on the others."""
+    lane order rotated each round. With `engine_cpus`, both engines run there and everything else on the others.
+    `prepare` configures the gateway's home before it starts; `companion` runs beside the lanes, from the load to
+    the last round (bench/overhead_observed.py: a collector and an open console)."""
     say("engine lanes: installing the engine, importing the model, starting blazar serve")
     home = engine_home(root, "engine-home", server, model, threads)
+    if prepare is not None:
+        prepare(home)
     direct: asyncio.subprocess.Process | None = None
     proxy: LiteLLMProxy | None = None
     own_affinity = os.sched_getaffinity(0)
+    beside = contextlib.AsyncExitStack()
     try:
         row, rest = serve_beside_engine(home, engine_cpus)
         assert home.daemon is not None
@@ -480,6 +489,7 @@ async def engine_phase(client: httpx2.AsyncClient, root: Path, server: Path, mod
             litellm_info = {"version": proxy.version(), "argv": proxy.argv, "config": proxy.config}
         names = list(lanes)
         payload = chat_payload("gemma", max_tokens)
+        companion_info = await beside.enter_async_context(companion(home)) if companion is not None else None
         for lane, url in lanes.items():  # warm each: prompt cache, page cache, pooled connections
             for c in sorted(set(concurrency)):
                 await run_round(client, url, payload, lane=lane, concurrency=c)
@@ -496,10 +506,11 @@ async def engine_phase(client: httpx2.AsyncClient, root: Path, server: Path, mod
         return {"argv": argv, "direct_argv": direct_argv, "engines": json.loads(version), "max_tokens": max_tokens,
                 "requests_per_worker": per_worker, "engine_cpus": sorted(engine_cpus) if engine_cpus else None,
                 "gateway_and_client_cpus": sorted(rest) if rest else None, "daemon_argv": home.argv,
-                "lanes": names, "litellm": litellm_info,
+                "lanes": names, "litellm": litellm_info, "companion": companion_info,
                 "summary": summarize_engine(results, concurrency, max_tokens, names),
                 "rounds": [round_json(rd) for rd in results]}
     finally:
+        await beside.aclose()
         os.sched_setaffinity(0, own_affinity)
         if proxy is not None:
             proxy.stop()
@@ -905,6 +916,11 @@ def print_report(res: dict[str, Any]) -> None:
     engine, ceiling = res.get("engine"), res.get("ceiling")
     if engine is not None:
         print_engine(res, engine)
+    if res.get("observed") is not None:
+        import overhead_observed
+
+        print_engine(res, res["observed"])
+        overhead_observed.print_observed(res["observed"])
     if ceiling is not None:
         where = (f"gateway on CPU {ceiling['gateway_cpus']}, client and fake engine on CPU "
                  f"{ceiling['client_and_engine_cpus']}" if ceiling["pinned"] else "unpinned")
@@ -1007,7 +1023,8 @@ def litellm_binary(args: argparse.Namespace, say: Any) -> tuple[Path | None, str
 
 
 async def run(args: argparse.Namespace, server: Path | None, model: Path | None) -> dict[str, Any]:
-    import overhead_costs  # here, not at the top: it imports this module
+    import overhead_costs  # here, not at the top: they import this module
+    import overhead_observed
 
     root = Path(tempfile.mkdtemp(prefix="blazar-bench-overhead-"))
 
@@ -1051,6 +1068,10 @@ async def run(args: argparse.Namespace, server: Path | None, model: Path | None)
                 res["dialects"]["ceiling"] = await dialect_ceiling_phase(
                     client, root, rounds=rounds, concurrency=[1, 4], chunks_per_round=5_120 if quick else 25_600,
                     pin=pin_ceiling, say=say)
+            if args.only == "observed" and server is not None and model is not None:
+                res["observed"] = await overhead_observed.observed_phase(
+                    client, root, server, model, rounds=rounds, max_tokens=args.max_tokens,
+                    per_worker=2 if quick else 3, threads=args.engine_threads, say=say)
             if args.only in (None, "cpu"):
                 res["cpu"] = await overhead_costs.cpu_phase(client, root, server, model, quick=quick, say=say)
         if server is not None and model is not None and args.only in (None, "flood"):
@@ -1067,6 +1088,8 @@ async def run(args: argparse.Namespace, server: Path | None, model: Path | None)
         res["verdicts"] += overhead_costs.cpu_verdicts(res["cpu"])
     if "flood" in res:
         res["verdicts"] += overhead_costs.flood_verdicts(res["flood"])
+    if "observed" in res:
+        res["verdicts"] += overhead_observed.observed_verdicts(res["observed"])
     return res
 
 
@@ -1080,13 +1103,15 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128,
                         help="tokens per request in the engine and dialect lanes (default 128)")
     parser.add_argument("--quick", action="store_true", help="a short run: 2 rounds, smaller ceiling rounds")
-    parser.add_argument("--only", choices=("engine", "litellm", "ceiling", "dialects", "auth", "cpu", "flood"),
+    parser.add_argument("--only", choices=("engine", "litellm", "ceiling", "dialects", "auth", "cpu", "flood",
+                                           "observed"),
                         default=None,
                         help="run one part: engine (llama-server direct vs the gateway, and vs LiteLLM when "
                         "bench/setup-litellm has made its venv), litellm (the same, LiteLLM required), ceiling (the "
                         "fake engine), dialects (Anthropic and Ollama against OpenAI, with both engines), auth (the "
                         "API-key check; no engine needed), cpu (the daemon's CPU: idle, per short request, per "
-                        "chunk), flood (128 streams against 4 slots and a queue of 64)")
+                        "chunk), flood (128 streams against 4 slots and a queue of 64), observed (the engine lanes "
+                        "with OTLP export on to a loopback collector and the web console open; not in a full run)")
     parser.add_argument("--dialects", action=argparse.BooleanOptionalAction, default=True,
                         help="in a full run, also compare the dialects (default: on; --no-dialects skips it)")
     placement = parser.add_mutually_exclusive_group()
