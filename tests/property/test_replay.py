@@ -77,6 +77,10 @@ def _config_value(key: str) -> st.SearchStrategy[Any]:
         return st.sampled_from(["5m", "300", "-1", "0", "1h30m", "45s"])
     if key in ("tls_cert", "tls_key"):
         return st.sampled_from(["", "/etc/blazar/cert.pem"])
+    if key == "otlp_endpoint":
+        return st.sampled_from(["", "http://127.0.0.1:4318", "https://otel.example/v1/traces"])
+    if ann == dict[str, str]:
+        return st.dictionaries(st.sampled_from(["x-team", "x-env"]), st.sampled_from(["ml", "dev"]), max_size=2)
     if ann is str:
         return st.sampled_from(["127.0.0.1", "::1", "0.0.0.0"])
     if ann == list[str]:
