@@ -17,6 +17,7 @@ from blazar.cli import (
     fit_cmds,
     instance_cmds,
     keys_cmds,
+    launch_cmds,
     log_cmds,
     model_cmds,
     model_settings_cmds,
@@ -70,6 +71,7 @@ app.command("restore")(snapshot_cmds.restore)
 app.command("why")(why_cmds.why)
 app.command("watch")(watch_cmds.watch)
 app.command("doctor")(doctor_cmds.doctor)
+app.command("launch", context_settings={"allow_interspersed_args": False})(launch_cmds.launch)
 app.add_typer(db.app, name="db")
 app.add_typer(config_cmds.app, name="config")
 app.add_typer(audit_cmds.app, name="audit")
