@@ -9,7 +9,7 @@ import falcon.asgi
 import falcon.media
 import orjson
 
-from blazar.api import admin, auth, bounds, dashboard, edge, errors
+from blazar.api import admin, auth, bounds, console, dashboard, edge, errors
 from blazar.api.context import RequestContext
 from blazar.context import Blazar
 from blazar.handlers.ports import SupervisorPort
@@ -47,6 +47,7 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
     api.add_route("/health", HealthResource())
     admin.add_routes(api, app, supervisor)
     dashboard.add_routes(api, app, supervisor, gateway)
+    console.add_routes(api, app, supervisor)
     if gateway is not None:
         from blazar.api import anthropic, ollama, ollama_chat, ollama_create, ollama_pull, openai, openapi, ops
 

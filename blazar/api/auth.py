@@ -2,7 +2,8 @@
 or `x-api-key: <secret>` (one dict look-up by prefix in the live keys projection, one HMAC, a constant-time compare;
 never SQLite), refuses what it may not do (401, 403), and leaves `req.context.principal` for the gateway (scope,
 limits, actor). Auth is on as soon as one key is not revoked; until then every request passes as before. Open even
-then: /health, /openapi.json and CORS preflights (OPTIONS).
+then: /health, /openapi.json, the console's page and files (/console: no secret in them; what they call is not
+open) and CORS preflights (OPTIONS).
 
     AuthRefused (blazar/errors.py)   rendered in the route's dialect by blazar/api/errors.py
     ├── Unauthenticated  401  no secret, an unknown or wrong one, a revoked or expired key (WWW-Authenticate: Bearer)
@@ -26,7 +27,8 @@ from blazar.projections.keys import auth_on, live_by_prefix
 # Routes that need an --admin key: the admin API, model management, per-key figures, the readiness probe.
 ADMIN_ROUTES = frozenset({"/api/pull", "/api/delete", "/api/copy", "/api/create", "/api/push", "/metrics", "/ready"})
 # NOTE: /openapi.json describes the routes and no secret (blazar/api/openapi.py keeps the same list as OPEN_PATHS).
-OPEN_ROUTES = frozenset({"/health", "/openapi.json"})
+OPEN_ROUTES = frozenset({"/health", "/openapi.json", "/console"})
+OPEN_PREFIXES = ("/console/static/",)
 
 
 
@@ -83,7 +85,7 @@ class Authenticator:
 
     def check(self, method: str, path: str, secret: str | None) -> Principal | None:
         """The principal a request runs as (None: auth is off or the route is open); raises AuthRefused."""
-        if method == "OPTIONS" or path in OPEN_ROUTES or not self.on():
+        if method == "OPTIONS" or path in OPEN_ROUTES or path.startswith(OPEN_PREFIXES) or not self.on():
             return None
         principal = self.principal(secret)
         if not principal.admin and admin_route(path):

@@ -6,6 +6,7 @@ test_schemathesis.py fuzzes the daemon against it."""
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 import falcon
@@ -13,13 +14,14 @@ import falcon.asgi
 from pydantic import BaseModel
 
 import blazar
-from blazar.api import admin, anthropic, ollama, ollama_create, ollama_pull, openai
+from blazar.api import admin, anthropic, console, ollama, ollama_create, ollama_pull, openai
 
 JSON = "application/json"
 SSE = "text/event-stream"
 NDJSON = "application/x-ndjson"
 TEXT = "text/plain"
-OPEN_PATHS = ("/health", "/openapi.json")  # NOTE: no secrets in either; they stay open when keys are on
+# NOTE: no secrets in any; they stay open when keys are on (the console's page and files; not what they call).
+OPEN_PATHS = ("/health", "/openapi.json", "/console", "/console/static/{name}")
 
 Schema = dict[str, Any]
 
@@ -138,6 +140,7 @@ SCHEMAS: dict[str, Schema] = {
     # Admin (/api/blazar/).
     "LoadBody": _model(admin.LoadBody, keep_alive=_DURATION),
     "AdminModelBody": _model(admin.ModelBody),
+    "VerifyBody": _model(console.VerifyBody),
     "Instance": {"type": "object", "required": ["instance_id", "model", "slots", "ctx_tokens", "engine_tag"],
                  "properties": {"instance_id": _STR, "model": _STR, "port": {"type": ["integer", "null"]},
                                 "slots": _INT, "ctx_tokens": _INT, "engine_tag": _STR,
@@ -343,6 +346,58 @@ def _ready() -> dict[str, Any]:
     return op
 
 
+def _query(name: str, schema: Schema, description: str) -> dict[str, Any]:
+    param: dict[str, Any] = {"name": name, "in": "query", "required": False, "schema": schema,
+                             "description": description}
+    if schema.get("type") == "array":
+        param |= {"style": "form", "explode": True}
+    return param
+
+
+_EVENT_FILTERS = [_query("type", {"type": "array", "items": _STR, "maxItems": 32}, "event types (repeat, or a,b)"),
+                  _query("stream", {"type": "string", "maxLength": 256}, "one stream, e.g. model:gemma3-270m"),
+                  _query("trace", {"type": "string", "maxLength": 64}, "one trace id")]
+
+
+def _console() -> dict[str, dict[str, dict[str, Any]]]:
+    """The web console (blazar/api/console.py): its page and files, and the read routes it calls."""
+    events = _op("/api/blazar/events", "The newest events matching the filters, oldest first", {
+        "type": "object", "required": ["events", "last_seq"], "properties": {
+            "events": {"type": "array", "items": _OBJ}, "last_seq": _INT}}, statuses=(400,))
+    seq = {"type": "integer", "minimum": 0, "maximum": 2**62}
+    events["parameters"] = [*_EVENT_FILTERS, _query("before", seq, "seq at most"),
+                            _query("limit", {"type": "integer", "minimum": 1, "maximum": 500}, "at most (200)")]
+    follow = _op("/api/blazar/events/follow", "The event log live (server-sent events; ends after timeout_s)", None,
+                 statuses=(400, 503), ok_types=(SSE,))
+    follow["parameters"] = [*_EVENT_FILTERS,
+                            _query("after", seq, "resume after this seq (the last)"),
+                            _query("timeout_s", {"type": "number", "exclusiveMinimum": 0, "maximum": 600},
+                                   "end the stream after this long (300)")]
+    static = _op("/console/static/{name}", "A file of the console page", None, statuses=(404,),
+                 ok_types=("text/css", "text/javascript", "image/png"))
+    why = _op("/api/blazar/why/{trace}", "One request's story (blazar why --json); `last`: the last failed", {
+        "type": "object", "required": ["trace_id", "verdict", "steps"], "properties": {
+            "trace_id": _STR, "verdict": _STR, "steps": {"type": "array", "items": _OBJ}}}, statuses=(404,))
+    return {
+        "/console": {"get": _op("/console", "The web console", None, ok_types=("text/html",))},
+        "/console/static/{name}": {"get": static},
+        "/api/blazar/events": {"get": events},
+        "/api/blazar/events/follow": {"get": follow},
+        "/api/blazar/why/{trace}": {"get": why},
+        "/api/blazar/models": {"get": _op("/api/blazar/models", "The model store, each model's fit here now", {
+            "type": "object", "required": ["models", "aliases"], "properties": {
+                "models": {"type": "array", "items": _OBJ}, "aliases": _OBJ}})},
+        "/api/blazar/engines": {"get": _op("/api/blazar/engines", "The engines with their verify and smoke results", {
+            "type": "object", "required": ["active", "engines"], "properties": {
+                "active": _NULLABLE_STR, "engines": {"type": "array", "items": _OBJ}}})},
+        "/api/blazar/engines/verify": {"post": _op("/api/blazar/engines/verify", "Hash an engine's files (default: "
+                                                   "the active one) against its install record", {
+            "type": "object", "required": ["tag", "ok", "problems"], "properties": {
+                "tag": _STR, "ok": _BOOL, "problems": {"type": "array", "items": _STR}}},
+            statuses=(404, 503), body="VerifyBody")},
+    }
+
+
 def _operations() -> dict[str, dict[str, dict[str, Any]]]:
     p: dict[str, dict[str, dict[str, Any]]] = {
         "/health": {"get": _op("/health", "The listener is up", {"type": "object", "required": ["status"],
@@ -371,6 +426,7 @@ def _operations() -> dict[str, dict[str, dict[str, Any]]]:
             statuses=(404,), body="AdminModelBody")},
         "/api/blazar/sync": {"post": _op("/api/blazar/sync", "Fold what other processes appended (a key change), now", {
             "type": "object", "required": ["seq"], "properties": {"seq": _INT}})},
+        **_console(),
         # OpenAI.
         "/v1/models": {"get": _op("/v1/models", "The models in the store", _ref("ModelList"))},
         "/v1/models/{model_id}": {"get": _op("/v1/models/{model_id}", "One model", _ref("Model"), statuses=(404,))},
@@ -418,9 +474,9 @@ def _operations() -> dict[str, dict[str, dict[str, Any]]]:
         for method, op in ops.items():
             op["operationId"] = f"{method}_{path.strip('/').replace('/', '_').replace('{', '').replace('}', '')}" \
                                 if path != "/" else f"{method}_root"
-        if "{model_id}" in path:
-            for op in ops.values():
-                op["parameters"] = [{"name": "model_id", "in": "path", "required": True, "schema": _STR}]
+        names = re.findall(r"{(\w+)}", path)
+        for op in ops.values() if names else ():
+            op.setdefault("parameters", [{"name": n, "in": "path", "required": True, "schema": _STR} for n in names])
     return p
 
 
