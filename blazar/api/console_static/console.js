@@ -254,16 +254,30 @@ async function refreshWatch() {
     + "does not serve";
 }
 
+// The dashboard's rows (blazar/queries/dashboard.py, version 1) in the shapes the tables above take: its instances
+// carry slots_busy and keep_alive_left_s, its queues only the waiting count per model.
 function renderDashboard(d) {
-  renderInstances(d.instances || []);
-  const rates = {};
-  for (const [name, m] of Object.entries(d.models || {})) {
-    if (m.tokens_per_s !== undefined) rates[name] = m.tokens_per_s;
+  const now = Date.now() / 1000;
+  const instances = (d.instances || []).map((r) => ({
+    ...r,
+    in_flight: r.slots_busy,
+    // keep_alive_left_s is null when busy, pinned, forever or not ready; keepAliveLeft tells those apart.
+    expires_at: r.keep_alive_left_s === null || r.keep_alive_left_s === undefined ? null : now + r.keep_alive_left_s,
+    keep_alive_s: r.keep_alive_left_s === null || r.keep_alive_left_s === undefined ? null : r.keep_alive_left_s,
+    ctx_tokens: r.ctx_tokens ?? "-",
+  }));
+  renderInstances(instances);
+  const queues = {};
+  for (const [name, waiting] of Object.entries(d.queues || {})) queues[name] = { queued: waiting };
+  for (const r of d.instances || []) {
+    const q = queues[r.model] || (queues[r.model] = { queued: 0 });
+    q.slots = (q.slots ?? 0) + (r.slots ?? 0);
+    if (r.slots_busy !== null && r.slots_busy !== undefined) q.busy = (q.busy ?? 0) + r.slots_busy;
   }
-  renderPerModel(d.queues || {}, rates);
+  renderPerModel(queues, d.tokens_per_s || {});
   renderRequests(d.requests || []);
   renderFailures(d.failures || []);
-  $("dashboard-note").textContent = "";
+  $("dashboard-note").textContent = d.window_s ? `tokens/s over the last ${d.window_s} s` : "";
 }
 
 // -- why -----------------------------------------------------------------------------------------------------------
