@@ -8,7 +8,8 @@ The JSON shape of `Dashboard.model_dump(mode="json")` (version 1; fields are onl
      "daemon": {"up": bool, "url": str | null},
      "instances": [{"model", "instance_id", "state": "starting|ready|stopping", "planned_bytes": int,
                     "measured_bytes": int | null, "slots": int, "slots_busy": int | null (null: not known),
-                    "keep_alive_left_s": float | null (null: busy, pinned, forever or not ready), "pinned": bool}],
+                    "keep_alive_left_s": float | null (null: busy, pinned, forever or not ready), "pinned": bool,
+                    "ctx_tokens": int | null}],
      "queues": {model: waiting requests},
      "tokens_per_s": {model: generated tokens per second over the last window_s},
      "requests": [{"trace_id", "ts", "model": str | null, "dialect": str | null,
@@ -73,6 +74,7 @@ class InstanceRow(_Frozen):
     slots_busy: int | None
     keep_alive_left_s: float | None
     pinned: bool
+    ctx_tokens: int | None = None
 
 
 class RequestRow(_Frozen):
@@ -239,7 +241,7 @@ def snapshot(activity: Activity, *, rows: Sequence[Mapping[str, Any]], now: floa
         instances.append(InstanceRow(
             model=r["model"], instance_id=r["instance_id"], state=r["state"], planned_bytes=int(r["planned_bytes"]),
             measured_bytes=r.get("measured_bytes"), slots=int(r.get("slots") or 0), slots_busy=busy,
-            keep_alive_left_s=left, pinned=bool(r.get("pinned"))))
+            keep_alive_left_s=left, pinned=bool(r.get("pinned")), ctx_tokens=r.get("ctx_tokens")))
     return Dashboard(at=now, seq=activity.seq, daemon=daemon, instances=instances,
                      queues={m: int(n) for m, n in sorted(queues.items())},
                      tokens_per_s=tokens_per_s(activity, now=now), requests=list(activity.requests),

@@ -146,7 +146,7 @@ def test_an_instance_shows_memory_slots_and_keep_alive_left() -> None:
     [inst] = f.snap(rows, slots_busy={"gemma": 1}).instances
     assert (inst.model, inst.state, inst.planned_bytes, inst.measured_bytes, inst.slots, inst.slots_busy) == (
         "gemma", "ready", 300 * MiB, 280 * MiB, 2, 1)
-    assert inst.keep_alive_left_s == 200.0
+    assert inst.keep_alive_left_s == 200.0 and inst.ctx_tokens == 4096
     assert f.snap(rows).instances[0].slots_busy is None  # nothing says how busy it is
     live = ps_rows(state, now=f.clock.now(), live={"g1": {"in_flight": 2, "last_used": f.clock.now()}})
     [busy] = f.snap(live, live_rows=True).instances

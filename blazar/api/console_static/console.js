@@ -264,7 +264,7 @@ function renderDashboard(d) {
     // keep_alive_left_s is null when busy, pinned, forever or not ready; keepAliveLeft tells those apart.
     expires_at: r.keep_alive_left_s === null || r.keep_alive_left_s === undefined ? null : now + r.keep_alive_left_s,
     keep_alive_s: r.keep_alive_left_s === null || r.keep_alive_left_s === undefined ? null : r.keep_alive_left_s,
-    ctx_tokens: r.ctx_tokens ?? "-",
+    ctx_tokens: r.ctx_tokens ?? "-",  // ctx_tokens is in the rows of daemons since version 1 grew it
   }));
   renderInstances(instances);
   const queues = {};
