@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ _INSERT = f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 # of its own: one round trip to the driver's thread instead of four (BEGIN, MAX, insert, COMMIT).
 ONE_STATEMENT_ROWS = 3000
 READ_BATCH = 5000
+# This process's commits a follow() keeps until it yields them; past that it reads the database instead.
+FOLLOW_BUFFER = 10_000
 # Page cache of the writer connection, in KiB (SQLite's default is 2 MiB).
 WRITER_CACHE_KIB = 64 * 1024
 
@@ -118,7 +121,6 @@ class EventLog:
         self._reader_engine = reader
         self._wconn: AsyncConnection | None = None
         self._write_lock = asyncio.Lock()
-        self._appended = asyncio.Event()
         self._last_seq = 0
         self._listeners: list[Callable[[list[Recorded]], None]] = []
         self._data_version: int | None = None  # the writer connection's PRAGMA data_version, last read
@@ -206,7 +208,6 @@ class EventLog:
         rows = [(first + i + 1, p.ts, p.event.TYPE, p.event.V, p.stream, p.trace_id, p.actor, p.cause, data)
                 for i, (p, data) in enumerate(encoded)]
         self._last_seq = rows[-1][0]
-        self._appended.set()
         recorded = [
             Recorded(
                 seq=r[0], ts=r[1], type=r[2], v=r[3], stream=r[4], trace_id=r[5], actor=r[6], cause=r[7],
@@ -240,14 +241,18 @@ class EventLog:
     async def changed_elsewhere(self) -> bool:
         """Whether another connection (another process) committed since the last call: SQLite's data_version on
         the writer connection moves for every commit but its own."""
-        assert self._wconn is not None, "log is closed"
-        async with self._write_lock:
-            rows = await (await self._driver()).execute_fetchall("PRAGMA data_version")
-        version = int(next(iter(rows))[0])
+        version = await self._read_data_version()
         changed = self._data_version is not None and version != self._data_version
         first = self._data_version is None
         self._data_version = version
         return changed or first
+
+    async def _read_data_version(self) -> int:
+        """The writer connection's PRAGMA data_version: it moves for every commit but this connection's own."""
+        assert self._wconn is not None, "log is closed"
+        async with self._write_lock:
+            rows = await (await self._driver()).execute_fetchall("PRAGMA data_version")
+        return int(next(iter(rows))[0])
 
     @contextlib.asynccontextmanager
     async def write_transaction(self) -> AsyncIterator[AsyncConnection]:
@@ -355,24 +360,80 @@ class EventLog:
                 if len(rows) < n:
                     return
 
-    async def follow(self, *, after: int = 0, poll_interval: float = 0.25, **filters: Any) -> AsyncIterator[Recorded]:
+    async def follow(
+        self,
+        *,
+        after: int = 0,
+        poll_interval: float = 0.25,
+        types: Sequence[str] | None = None,
+        stream: str | None = None,
+        trace_id: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> AsyncIterator[Recorded]:
         """A live tail: every matching event after `after`, then each new one as it is appended.
 
-        Appends in this process wake the tail at once; appends by other processes are seen within
-        `poll_interval`. Between them the database is only read when its files changed: an idle tail costs a
-        stat of two files per poll, not a query.
+        This process's commits are handed over as they commit, with no read back, as long as their seqs run on
+        from the last one seen (a query per commit would cost a reader connection each: about 1 ms of CPU per
+        request with a console open). The database is read to catch up at the start, when the seqs jump (another
+        process committed in between, or the tail fell `FOLLOW_BUFFER` behind), and when another process's commit
+        shows while this one is quiet: the files' signature is stat-ed every `poll_interval`, and only when it
+        moved is SQLite's data_version asked whether the change was another connection's. An idle tail costs
+        the stat of two files per poll.
         """
-        while True:
-            self._appended.clear()
-            seen = self.files_signature()  # before the read: a write during it shows as a change next time
-            async for rec in self.read(after=after, **filters):
-                after = rec.seq
-                yield rec
+        types_wanted = frozenset(types) if types else None
+
+        def wanted(rec: Recorded) -> bool:
+            return ((types_wanted is None or rec.type in types_wanted)
+                    and (stream is None or rec.stream == stream)
+                    and (trace_id is None or rec.trace_id == trace_id)
+                    and (since is None or rec.ts >= since) and (until is None or rec.ts <= until))
+
+        local: deque[Recorded] = deque(maxlen=FOLLOW_BUFFER)
+        arrived = asyncio.Event()
+
+        def on_commit(batch: list[Recorded]) -> None:
+            local.extend(batch)
+            arrived.set()
+
+        unsubscribe = self.subscribe(on_commit)
+        try:
+            version = await self._read_data_version()
             while True:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._appended.wait(), timeout=poll_interval)
-                if self._appended.is_set() or self.files_signature() != seen:
-                    break
+                # From the database: up to a seq read first, so that `after` passes the non-matching events too.
+                seen = self.files_signature()
+                top = await self.last_seq()
+                async for rec in self.read(after=after, upto=top, types=types, stream=stream, trace_id=trace_id,
+                                           since=since, until=until):
+                    yield rec
+                after = max(after, top)
+                # Then from this process's commits, until a jump in seqs or another process's commit.
+                while True:
+                    while local and local[0].seq <= after:
+                        local.popleft()
+                    if local:
+                        if local[0].seq != after + 1:
+                            break
+                        rec = local.popleft()
+                        after = rec.seq
+                        if wanted(rec):
+                            yield rec
+                        continue
+                    arrived.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(poll_interval):
+                            await arrived.wait()
+                    if local:
+                        continue
+                    signature = self.files_signature()
+                    if signature != seen:
+                        seen = signature
+                        now = await self._read_data_version()
+                        if now != version:  # another connection committed: read it
+                            version = now
+                            break
+        finally:
+            unsubscribe()
 
     def files_signature(self) -> tuple[tuple[int, int], ...]:
         """(mtime_ns, size) of the database and its WAL: any commit, by any process, changes one of them."""

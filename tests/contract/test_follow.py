@@ -90,3 +90,72 @@ async def test_follow_with_filters_delivers_only_matching_events(event_log: Even
     assert [(r.seq, r.type, r.trace_id) for r in got] == [(3, RequestReceived.TYPE, "t-1"),
                                                            (7, RequestReceived.TYPE, "t-1"),
                                                            (9, RequestReceived.TYPE, "t-1")]
+
+
+async def test_this_process_commits_reach_the_tail_without_a_read_back(event_log: EventLog, monkeypatch: Any) -> None:
+    reads = 0
+    real_read = EventLog.read
+
+    def counting_read(self: EventLog, **kwargs: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        return real_read(self, **kwargs)
+
+    monkeypatch.setattr(EventLog, "read", counting_read)
+    tail = Tail(event_log, 10)
+    await tail.started()
+    new = []
+    for i in range(10):
+        new += await event_log.append(aliased("a", i), actor=actor("a"))
+        await asyncio.sleep(POLL_S * 1.5)  # a quiet poll between commits: the stat sees them, data_version says ours
+    assert await tail.done() == new
+    assert reads == 1  # the catch-up at the start, and no read per commit
+
+
+async def test_another_logs_commit_between_this_ones_is_read_in_its_place(
+    event_log: EventLog, second_log: EventLog
+) -> None:
+    tail = Tail(event_log, 5, after=0)
+    await tail.started()
+    for who, log_ in (("self", event_log), ("other", second_log), ("self", event_log), ("other", second_log),
+                      ("self", event_log)):
+        await log_.append(aliased(who, 0), actor=actor(who))  # back to back: no quiet poll in between
+    got = await tail.done()
+    assert [r.seq for r in got] == [1, 2, 3, 4, 5]
+    assert [r.actor for r in got] == [actor(w) for w in ("self", "other", "self", "other", "self")]
+
+
+async def test_a_tail_that_falls_behind_its_buffer_reads_the_rest_in_order(
+    event_log: EventLog, monkeypatch: Any
+) -> None:
+    monkeypatch.setattr("blazar.events.log.FOLLOW_BUFFER", 4)
+    got: list[int] = []
+    gate = asyncio.Event()
+
+    async def slow() -> None:
+        async with contextlib.aclosing(event_log.follow(poll_interval=POLL_S)) as tail:  # type: ignore[type-var]
+            async for rec in tail:
+                got.append(rec.seq)
+                await gate.wait()  # held after the first: the commits below overrun the buffer of 4
+                if len(got) == 20:
+                    return
+
+    task = asyncio.create_task(slow())
+    first = await event_log.append(aliased("a", 0), actor=actor("a"))
+    await asyncio.sleep(POLL_S * 3)
+    for i in range(1, 20):
+        await event_log.append(aliased("a", i), actor=actor("a"))
+    gate.set()
+    await asyncio.wait_for(task, TAIL_TIMEOUT_S)
+    assert got == list(range(first[0].seq, first[0].seq + 20))
+
+
+async def test_filters_apply_to_this_process_commits_too(event_log: EventLog) -> None:
+    tail = Tail(event_log, 2, types=[RequestReceived.TYPE], trace_id="t-1")
+    await tail.started()
+    await event_log.append(received("t", 0), actor="gateway", trace_id="t-0")
+    await event_log.append(aliased("m", 0), actor="cli:alice", trace_id="t-1")
+    one = await event_log.append(received("t", 1), actor="gateway", trace_id="t-1")
+    await event_log.append(received("t", 2), actor="gateway", trace_id="t-2")
+    two = await event_log.append(received("t", 3), actor="gateway", trace_id="t-1")
+    assert await tail.done() == one + two
