@@ -51,8 +51,8 @@ class Console:
 
     def __init__(self, client: httpx2.AsyncClient, url: str) -> None:
         self.client, self.url = client, url
-        self.counts = {"follow_events": 0, "polls": 0, "refreshes": 0, "errors": 0}
-        self._refresh_due = False
+        self.counts = {"follow_events": 0, "polls": 0, "refreshes": 0, "watch_refreshes": 0, "errors": 0}
+        self._refresh_due: str | bool = False
 
     async def get(self, path: str) -> None:
         try:
@@ -77,8 +77,12 @@ class Console:
         while True:
             await asyncio.sleep(REFRESH_DELAY_S)
             if self._refresh_due:
-                self._refresh_due = False
-                await self.refresh_all()
+                due, self._refresh_due = self._refresh_due, False
+                if due == "all":
+                    await self.refresh_all()
+                else:  # a request event: the page redraws only what `watch` shows
+                    self.counts["watch_refreshes"] += 1
+                    await self.get("/api/blazar/dashboard")
 
     async def follow(self) -> None:
         """The live log: every event, as the page follows it with no filter."""
@@ -97,8 +101,11 @@ class Console:
                             ev = json.loads(line[5:])
                             last = max(last, int(ev.get("seq", last)))
                             self.counts["follow_events"] += 1
-                            if str(ev.get("type", "")).startswith(("request.", "instance.", "model.")):
-                                self._refresh_due = True
+                            kind_ = str(ev.get("type", ""))
+                            if kind_.startswith("request."):
+                                self._refresh_due = self._refresh_due or "watch"
+                            elif kind_.startswith(("instance.", "model.", "engine.")):
+                                self._refresh_due = "all"
             except httpx2.TransportError:
                 self.counts["errors"] += 1
                 await asyncio.sleep(1.0)

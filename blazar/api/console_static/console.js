@@ -474,7 +474,7 @@ async function loadLog() {
 
 function onLiveEvent(e) {
   addEvents([e]);
-  if (/^(instance|model|engine|request)\./.test(e.type)) refreshSoon(e.type.startsWith("request.") ? 500 : 0);
+  if (/^(instance|model|engine|request)\./.test(e.type)) refreshSoon(e.type.startsWith("request.") ? 500 : 0, !e.type.startsWith("request."));
 }
 
 async function followLoop(controller) {
@@ -545,12 +545,19 @@ for (const id of ["filter-type", "filter-stream"]) {
 // -- refreshing ----------------------------------------------------------------------------------------------------
 
 let pending = null;
+let pendingAll = false;
 
-function refreshSoon(delay = 0) {
+// A request event changes only what `watch` shows; an instance, model or engine event changes the store's and the
+// engines' tables too (loaded, fit, active). One refresh at a time, of all three when any caller asked for all.
+function refreshSoon(delay = 0, all = true) {
+  pendingAll = pendingAll || all;
   if (pending) return;
   pending = setTimeout(() => {
     pending = null;
-    refreshAll();
+    const everything = pendingAll;
+    pendingAll = false;
+    if (everything) refreshAll();
+    else refreshWatch().catch(() => {});
   }, delay);
 }
 
