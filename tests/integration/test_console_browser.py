@@ -195,6 +195,7 @@ def test_pull_shows_its_progress_and_rm_asks_first(browser: Any, daemon: tuple[P
     wait_css(browser, '#events tr[data-type="model.removed"]', "model.removed in the live log")
     names = [m["name"] for m in httpx.get(f"{daemon[1]}/api/tags", timeout=30, trust_env=False).json()["models"]]
     assert names == [MODEL]
+    assert browser.find_element(By.ID, "notice").text == ""  # the rm's bare 200 is no error
     shot(browser, "store")
     assert severe(browser) == []
 

@@ -109,8 +109,10 @@ async function api(path, { method = "GET", body, signal } = {}) {
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   if (!resp.ok) throw await errorOf(resp);
+  // Some answers have no body (Ollama's DELETE /api/delete is a bare 200): read the text, then parse what is there.
+  const text = await resp.text();
   const type = resp.headers.get("content-type") || "";
-  return type.includes("json") ? resp.json() : resp.text();
+  return type.includes("json") && text ? JSON.parse(text) : text;
 }
 
 // Reads a streamed answer line by line (NDJSON, or SSE's lines), calling `line` for each.
