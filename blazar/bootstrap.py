@@ -25,6 +25,7 @@ from blazar.handlers.admission import Admission
 from blazar.handlers.config import reconcile_file
 from blazar.handlers.gateway import Gateway
 from blazar.handlers.instances import Supervisor
+from blazar.handlers.kv_bank import KvBank
 from blazar.handlers.ports import SupervisorPort
 from blazar.paths import Paths
 from blazar.projections import all_projections
@@ -124,11 +125,12 @@ def build_services(app: Blazar, *, supervisor: SupervisorPort | None = None,
     """The Supervisor (or the one given: tests pass fakes here), admission limits from the settings, the engine
     client and the Gateway that joins them."""
     settings = app.settings()
-    sup = supervisor if supervisor is not None else Supervisor(app)
+    engine = client if client is not None else EngineClient()
+    kv = KvBank(app, engine)  # which slot holds which session; their saves when an instance goes
+    sup = supervisor if supervisor is not None else Supervisor(app, kv_bank=kv)
     admission = Admission(queue_depth=settings.queue_depth, global_cap=settings.max_concurrent_requests,
                           wait_timeout_s=settings.queue_timeout_s)
-    engine = client if client is not None else EngineClient()
-    return Services(supervisor=sup, gateway=Gateway(app, sup, admission, engine), client=engine,
+    return Services(supervisor=sup, gateway=Gateway(app, sup, admission, engine, kv), client=engine,
                     tracing=_tracing(app))
 
 

@@ -100,6 +100,33 @@ class Settings(BaseModel):
         default=32, ge=1, le=1024,
         description="The largest request body accepted, in MiB (else 413).",
     )
+    session_keep_s: float = Field(
+        default=1800.0, ge=0.0, le=31_536_000.0,
+        description="Seconds a session's model stays loaded after its last turn (idle eviction only: memory pressure "
+                    "still evicts it, saving the session's slot).",
+    )
+    session_bank_mib: int = Field(
+        default=2048, ge=0, le=1 << 24,
+        description="MiB of disk the KV bank may hold for saved session slots; the oldest saves are dropped first "
+                    "(0: sessions are not saved).",
+    )
+    session_save_max_mib: int = Field(
+        default=1024, ge=1, le=1 << 24,
+        description="The largest one session's saved slot may be, in MiB (a larger save is not kept).",
+    )
+    session_save_timeout_s: float = Field(
+        default=10.0, ge=0.1, le=600.0, description="Seconds an eviction waits for one session's slot to be saved.",
+    )
+    session_swa_full: bool = Field(
+        default=True,
+        description="Instances a session's request loads keep a full-size sliding-window cache (SWA models), which "
+                    "restoring a saved slot needs; it costs memory, and the fit counts it.",
+    )
+    cascade_min_logprob: float = Field(
+        default=-1.0, ge=-100.0, le=0.0,
+        description="The mean token log-probability a cascade's answer needs to be accepted (else the next model is "
+                    "tried).",
+    )
     host: str = Field(
         default="127.0.0.1",
         description="Address `blazar serve` binds (wider than loopback: on purpose only).",

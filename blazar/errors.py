@@ -55,7 +55,8 @@
         ├── AdmissionRefused        admission said no
         │   ├── QueueFull      429  the model's queue is full
         │   ├── QueueTimeout   503  the wait for a slot ran out
-        │   └── GlobalCap      429  max_concurrent_requests reached and its queue full
+        │   ├── GlobalCap      429  max_concurrent_requests reached and its queue full
+        │   └── DeadlineUnmeetable 503 the request's deadline cannot be met (estimated from the measured drain)
         ├── LimitExceeded      429  a key's rpm, tpm, daily tokens or concurrency
         ├── AuthRefused        401  no key, or a wrong one
         │   ├── Unauthenticated 401 (with WWW-Authenticate)
@@ -517,6 +518,11 @@ class QueueTimeout(AdmissionRefused):
 class GlobalCap(AdmissionRefused):
     code = "global_cap"
     http_status = 429
+
+
+class DeadlineUnmeetable(AdmissionRefused):
+    code = "deadline_unmeetable"
+    http_status = 503
 
 
 class LimitExceeded(Refused):

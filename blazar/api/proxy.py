@@ -16,6 +16,7 @@ import orjson
 from blazar.api import bounds, disconnect, errors
 from blazar.api.auth import principal_of
 from blazar.api.context import trace_id_of
+from blazar.api.request_options import request_options
 from blazar.dialects.tools import force
 from blazar.handlers.admission import parse_priority
 from blazar.handlers.gateway import Gateway
@@ -59,6 +60,9 @@ class Proxy(ABC):
         plan.parent_trace_id, plan.parent_span_id = getattr(req.context, "traceparent", None) or (None, None)
         plan.principal, plan.client = principal_of(req), req.remote_addr
         plan.raw, plan.parsed = raw, data
+        opts = request_options(req, data, stream=plan.stream, chat=plan.engine_path == "/v1/chat/completions")
+        plan.session, plan.deadline_ms, plan.best_of, plan.cascade = (opts.session, opts.deadline_ms, opts.best_of,
+                                                                      opts.cascade)
         return plan
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:

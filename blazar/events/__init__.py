@@ -10,6 +10,7 @@ from blazar.events import keys as keys
 from blazar.events import model_settings as model_settings
 from blazar.events import models as models
 from blazar.events import requests as requests
+from blazar.events import sessions as sessions
 from blazar.events import system as system
 from blazar.events.base import Event, Pending, Recorded
 from blazar.events.registry import decode, encode, event_class, known_types, register, upcaster

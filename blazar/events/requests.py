@@ -46,6 +46,11 @@ class RequestReceived(_RequestEvent):
     # request's parent (an OpenTelemetry export makes the request's span its child).
     parent_trace_id: str | None = None
     parent_span_id: str | None = None
+    # What the client asked of Blazar itself (headers X-Blazar-*, or the dialect's body fields).
+    session: str | None = None  # the conversation it names: its turns go to the slot that holds its prefix
+    deadline_ms: int | None = None  # earliest-deadline-first in the queue; refused at once when it cannot be met
+    best_of: int | None = None  # N candidates, the best one answered
+    cascade: list[str] = Field(default_factory=list)  # models tried in turn until one answers well
 
 
 @register
@@ -74,6 +79,7 @@ class RequestAdmitted(_RequestEvent):
     slots: int
     busy: int  # after admitting this one
     queued_behind: int = 0  # how many were ahead of it when it queued
+    slot_id: int | None = None  # the engine slot it holds (llama-server's id_slot)
 
 
 @register
@@ -91,6 +97,8 @@ class RequestRejected(_RequestEvent):
         "model_pinned", "engine_incompatible", "engine_error", "invalid_model_file", "hub_error",
         # A key's refusals: a model outside its --models scope (403), one of its limits reached (429).
         "model_not_allowed", "rate_limit_exceeded",
+        # A deadline the measured drain says cannot be met (or that passed in the queue).
+        "deadline_unmeetable",
     ]
     detail: str
     retry_after_s: float | None = None
@@ -177,3 +185,84 @@ class RequestFailed(_RequestEvent):
     reason: Literal["client_disconnected", "engine_error", "engine_crashed", "timeout", "internal_error"]
     detail: str = ""
     duration_ms: float = 0.0
+
+
+@register
+class RequestPlaced(_RequestEvent):
+    """A session's turn placed on a slot, and the state of the KV cache there: `warm` (the slot still holds the
+    session's prefix), `restored` (loaded from the bank before the prompt, `restored_tokens` of it) or `cold` (a full
+    prefill), with the reason in words."""
+
+    TYPE = "request.placed"
+
+    model: str
+    instance_id: str
+    slot_id: int
+    session: str
+    kv: Literal["warm", "restored", "cold"]
+    reason: str
+    restored_tokens: int | None = None
+    restore_ms: float | None = None
+
+
+@register
+class RequestShared(_RequestEvent):
+    """Single-flight: an identical deterministic request already in flight. `leader` runs the generation; a
+    `follower` gets its answer replayed from the start; `promoted` is a follower that took over the generation when
+    the leader's client went away."""
+
+    TYPE = "request.shared"
+
+    model: str
+    role: Literal["leader", "follower", "promoted"]
+    leader_trace_id: str  # the trace whose generation is shared
+    flight: str  # a short hash of what made the requests identical
+    joined_at_chunk: int = 0  # how much of the answer had been produced when a follower joined
+
+
+@register
+class RequestCandidateScored(_RequestEvent):
+    """Best-of-N: one candidate's answer judged. Validity first (schema or forced tool arguments, and a stop
+    rather than a cut-off), then the mean log-probability of its tokens."""
+
+    TYPE = "request.candidate_scored"
+
+    model: str
+    index: int
+    seed: int
+    slot_id: int | None = None
+    valid: bool
+    invalid_reason: str | None = None
+    finish_reason: str | None = None
+    mean_logprob: float | None = None
+    completion_tokens: int | None = None
+    won: bool = False
+
+
+@register
+class RequestBestOfChosen(_RequestEvent):
+    """Best-of-N: how many candidates were asked for and run (never more than the free slots), and which won."""
+
+    TYPE = "request.best_of_chosen"
+
+    model: str
+    asked: int
+    used: int
+    winner: int
+    reason: str
+
+
+@register
+class RequestCascadeJudged(_RequestEvent):
+    """A cascade step: the answer of `model` accepted (valid and confident) or not, and why."""
+
+    TYPE = "request.cascade_judged"
+
+    model: str
+    step: int
+    accepted: bool
+    reason: Literal["accepted", "invalid", "low_confidence", "last", "refused"]
+    detail: str = ""
+    mean_logprob: float | None = None
+    min_logprob: float | None = None  # the threshold (cascade_min_logprob)
+    completion_tokens: int | None = None

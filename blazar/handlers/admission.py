@@ -1,14 +1,20 @@
 """Per-model slot admission: the gate between a routed request and its llama-server's `-np` slots. In memory, no I/O;
 the gateway records `request.queued` / `request.admitted` / `request.rejected` from what this returns or raises.
 
-Each model has its own wait queue, ordered by (priority desc, arrival), so a freed slot wakes a waiter that can use
-it and nobody loses their place to a wake-up meant for another model. Queues are bounded, the wait has a timeout,
-and a refusal carries a Retry-After estimated from how long that model's requests hold a slot.
+Each model has its own wait queue. Requests with a deadline come first, earliest deadline first (EDF); the others
+follow by (priority desc, arrival). A freed slot wakes a waiter that can use it and nobody loses their place to a
+wake-up meant for another model. Queues are bounded, the wait has a timeout, and a refusal carries a Retry-After
+estimated from how long that model's requests hold a slot. A request whose deadline the measured drain says cannot
+be met is refused at once rather than left to time out in the queue.
+
+Every ticket names a slot (`slot_id`, 0 .. -np - 1) that no other ticket holds: the gateway routes a session's turns
+to the slot that holds its prefix (llama-server's `id_slot`), so each waiter may say which free slot it prefers.
 
     AdmissionRefused (blazar/errors.py)   refused before any token: http_status, reason, retry_after_s, observations
     ├── QueueFull      429         the model's queue already holds `queue_depth` waiters
     ├── GlobalCap      429         the global cap is reached and the requests waiting only for it fill its queue
-    └── QueueTimeout   503         no slot within `wait_timeout_s`; the waiter has left the queue
+    ├── QueueTimeout   503         no slot within `wait_timeout_s`; the waiter has left the queue
+    └── DeadlineUnmeetable 503     the wait and the generation, as measured, outlast the deadline (or it passed)
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from blazar.errors import AdmissionRefused, GlobalCap, QueueFull, QueueTimeout
+from blazar.errors import AdmissionRefused, DeadlineUnmeetable, GlobalCap, QueueFull, QueueTimeout
 
 # Weight of the newest hold time in the per-model average: recent enough to follow a change of workload, smooth
 # enough that one long stream does not swing Retry-After.
@@ -34,13 +40,8 @@ _NAMED_PRIORITIES = {"high": 10, "normal": 0, "low": -10}
 _PRIORITY_RANGE = 100
 _INTEGER = re.compile(r"[+-]?[0-9]{1,3}")
 
-
-
-
-
-
-
-
+# Chooses one of the free slot ids (never empty) for a ticket; the default takes the lowest.
+SlotPicker = Callable[[frozenset[int]], int]
 
 
 def parse_priority(value: str | None) -> int:
@@ -67,6 +68,7 @@ class Ticket:
     busy_after: int  # this model's busy slots, this one included
     slots: int  # the model's -np when this one was admitted
     max_tokens: int | None = None  # what the request may generate at most (None: unbounded)
+    slot_id: int = 0  # the engine slot this ticket holds (no other ticket of the model holds it meanwhile)
     _acquired_at: float = field(default=0.0, repr=False, compare=False)
     _owner: object = field(default=None, repr=False, compare=False)
     _released: bool = field(default=False, repr=False, compare=False)
@@ -81,10 +83,15 @@ class _Waiter:
     future: asyncio.Future[Ticket]
     position: int = 0
     max_tokens: int | None = None
+    deadline: float | None = None  # on the admission clock; None: none
+    pick: SlotPicker | None = None
 
     @property
-    def rank(self) -> tuple[int, int]:
-        return (-self.priority, self.seq)
+    def rank(self) -> tuple[int, float, int]:
+        """Deadlines first, earliest first (EDF); then the rest by priority, then arrival."""
+        if self.deadline is not None:
+            return (0, self.deadline, self.seq)
+        return (1, -self.priority, self.seq)
 
 
 @dataclass
@@ -94,6 +101,7 @@ class _Lane:
     slots: int
     busy: int = 0
     waiters: list[_Waiter] = field(default_factory=list)
+    taken: set[int] = field(default_factory=set)  # slot ids held by tickets
     ewma_hold_s: float | None = None
     # What a slot's time goes on: seconds held per generated token, and tokens per request (the drain rate of a
     # queue of requests of another length than the last ones is estimated from these).
@@ -107,6 +115,20 @@ class _Lane:
             tokens = self.ewma_tokens if max_tokens is None else min(float(max_tokens), self.ewma_tokens)
             return self.ewma_s_per_token * max(1.0, tokens)
         return self.ewma_hold_s
+
+    def finish_s(self, ahead: list[_Waiter], max_tokens: int | None) -> float | None:
+        """Seconds until a newcomer with `ahead` ranked before it would be done: its wait (the holds of those ahead,
+        plus one hold for a slot to come free when none is, over the slots) and its own hold. None before anything
+        was measured."""
+        own = self.expected_hold_s(max_tokens)
+        holds = [self.expected_hold_s(w.max_tokens) for w in ahead]
+        if own is None or any(h is None for h in holds):
+            return None
+        wait = sum(h for h in holds if h is not None)
+        if self.busy >= self.slots or ahead:
+            typical = self.expected_hold_s(None)
+            wait += typical if typical is not None else own
+        return wait / max(1, self.slots) + own
 
     def drain_s(self, extra_max_tokens: int | None) -> float | None:
         """Seconds until the queue ahead, and one more request, has been served: the expected holds of every
@@ -157,22 +179,26 @@ class Admission:
     # -- acquire / release ---------------------------------------------------------------------------------------
 
     async def acquire(self, key: str, slots: int, *, priority: int = 0, max_tokens: int | None = None,
-                      on_queued: Callable[[int, int], None] | None = None) -> Ticket:
+                      on_queued: Callable[[int, int], None] | None = None, deadline_s: float | None = None,
+                      pick: SlotPicker | None = None) -> Ticket:
         """A slot on `key`, whose instance has `slots` (-np) now. Queues when none is free; `on_queued(position,
-        depth)` runs synchronously once if it does. Raises QueueFull, GlobalCap or QueueTimeout."""
+        depth)` runs synchronously once if it does. `deadline_s` (seconds from now) puts the request in the EDF
+        part of the queue and bounds its wait; `pick` chooses among the free slot ids. Raises QueueFull, GlobalCap,
+        QueueTimeout or DeadlineUnmeetable."""
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
-        lane = self._lanes.get(key)
-        if lane is None:
-            lane = self._lanes[key] = _Lane(slots=slots)
-        lane.slots = slots  # the latest -np: adaptive slots may have changed it since the last call
+        lane = self._lane(key, slots)
         now = self._clock()
-        if self._head(lane) is None and self._has_room(lane):
-            return self._admit(key, lane, position=0, queued_at=now, now=now, max_tokens=max_tokens)
-        # Others wait, or there is no room: the newcomer takes its place by rank, then whoever's turn it is runs. So a
-        # newcomer never passes a waiter of higher or equal priority, and slots that just grew go in rank order.
         waiter = _Waiter(key=key, priority=priority, seq=next(self._seq), queued_at=now,
-                         future=asyncio.get_running_loop().create_future(), max_tokens=max_tokens)
+                         future=asyncio.get_running_loop().create_future(), max_tokens=max_tokens,
+                         deadline=None if deadline_s is None else now + deadline_s, pick=pick)
+        if waiter.deadline is not None:
+            self._check_deadline(lane, waiter)
+        if self._head(lane) is None and self._has_room(lane):
+            waiter.future.cancel()
+            return self._admit(key, lane, position=0, queued_at=now, now=now, max_tokens=max_tokens, pick=pick)
+        # Others wait, or there is no room: the newcomer takes its place by rank, then whoever's turn it is runs. So a
+        # newcomer never passes a waiter of higher or equal rank, and slots that just grew go in rank order.
         bisect.insort(lane.waiters, waiter, key=lambda w: w.rank)
         self._pump(lane)
         if waiter.future.done():
@@ -192,6 +218,15 @@ class Admission:
                 self._leave(waiter)
                 raise
         return await self._wait(waiter)
+
+    def try_acquire(self, key: str, slots: int, *, pick: SlotPicker | None = None) -> Ticket | None:
+        """A slot on `key` now, or None: never queues, and never passes a waiter (best-of-N's extra candidates take
+        only what nobody is waiting for)."""
+        lane = self._lane(key, slots)
+        if self._head(lane) is not None or not self._has_room(lane):
+            return None
+        now = self._clock()
+        return self._admit(key, lane, position=0, queued_at=now, now=now, pick=pick)
 
     def release(self, ticket: Ticket, *, tokens: int | None = None) -> None:
         """Free the ticket's slot and admit the next waiter that can use it; a second release is a no-op. `tokens`,
@@ -229,15 +264,30 @@ class Admission:
 
     # -- internals -----------------------------------------------------------------------------------------------
 
+    def _lane(self, key: str, slots: int) -> _Lane:
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane(slots=slots)
+        lane.slots = slots  # the latest -np: adaptive slots may have changed it since the last call
+        return lane
+
     def _has_room(self, lane: _Lane) -> bool:
         return lane.busy < lane.slots and (self._cap == 0 or self._busy < self._cap)
 
     def _admit(self, key: str, lane: _Lane, *, position: int, queued_at: float, now: float,
-               max_tokens: int | None = None) -> Ticket:
+               max_tokens: int | None = None, pick: SlotPicker | None = None) -> Ticket:
+        # busy < slots and every taken id is distinct, so some id below `slots` is free (ids a larger instance's
+        # tickets still hold are simply not offered).
+        free = frozenset(range(lane.slots)) - lane.taken
+        slot_id = min(free) if pick is None else pick(free)
+        if slot_id not in free:
+            raise ValueError(f"slot picker chose {slot_id}, not one of the free slots {sorted(free)}")
+        lane.taken.add(slot_id)
         lane.busy += 1
         self._busy += 1
         return Ticket(key=key, position_when_queued=position, waited_s=max(0.0, now - queued_at),
-                      busy_after=lane.busy, slots=lane.slots, max_tokens=max_tokens, _acquired_at=now, _owner=self)
+                      busy_after=lane.busy, slots=lane.slots, max_tokens=max_tokens, slot_id=slot_id,
+                      _acquired_at=now, _owner=self)
 
     def _head(self, lane: _Lane) -> _Waiter | None:
         """The first live waiter. A cancelled one is dropped here: its task may not have run its cleanup yet."""
@@ -267,17 +317,26 @@ class Admission:
     def _grant(self, lane: _Lane, waiter: _Waiter) -> None:
         lane.waiters.remove(waiter)
         waiter.future.set_result(self._admit(waiter.key, lane, position=waiter.position, queued_at=waiter.queued_at,
-                                             now=self._clock(), max_tokens=waiter.max_tokens))
+                                             now=self._clock(), max_tokens=waiter.max_tokens, pick=waiter.pick))
 
     async def _wait(self, waiter: _Waiter) -> Ticket:
+        timeout_s = self._timeout_s
+        if waiter.deadline is not None:
+            timeout_s = min(timeout_s, max(0.0, waiter.deadline - self._clock()))
         try:
-            async with asyncio.timeout(self._timeout_s):
+            async with asyncio.timeout(timeout_s):
                 return await waiter.future
         except TimeoutError:
             granted = self._leave(waiter)
             if granted is not None:
                 return granted  # admitted in the same instant the deadline struck: the slot is its to use
             lane = self._lanes[waiter.key]
+            if timeout_s < self._timeout_s:
+                raise DeadlineUnmeetable(
+                    f"{waiter.key}: the deadline passed after {self._clock() - waiter.queued_at:.3g} s in the queue "
+                    f"({lane.busy} of {lane.slots} busy, {len(lane.waiters)} waiting)",
+                    observations=self._observations(waiter.key, lane, waiter.priority)
+                    | {"waited_s": max(0.0, self._clock() - waiter.queued_at), "deadline_passed": True}) from None
             raise QueueTimeout(
                 f"{waiter.key}: no free slot within {self._timeout_s:g} s ({lane.busy} of {lane.slots} busy, "
                 f"{len(lane.waiters)} waiting)",
@@ -310,6 +369,7 @@ class Admission:
             return
         ticket._released = True
         lane = self._lanes[ticket.key]
+        lane.taken.discard(ticket.slot_id)
         lane.busy -= 1
         self._busy -= 1
         if hold_observed:  # a slot passed straight on by a cancelled waiter says nothing about hold times
@@ -336,6 +396,23 @@ class Admission:
                     f"{key}: the global cap of {self._cap} in-flight requests is reached and {blocked} requests "
                     f"are already waiting for it", retry_after_s=_retry_after(self._hold_ewma_s, blocked, self._cap),
                     observations=observations | {"cap_queued": blocked})
+
+    def _check_deadline(self, lane: _Lane, waiter: _Waiter) -> None:
+        """Refuse at once a request whose deadline the measured drain says it cannot meet: the holds of the waiters
+        ranked before it, a slot to come free, and its own generation. Nothing measured yet: no refusal."""
+        assert waiter.deadline is not None
+        ahead = [w for w in lane.waiters if not w.future.done() and w.rank < waiter.rank]
+        finish = lane.finish_s(ahead, waiter.max_tokens)
+        left = waiter.deadline - waiter.queued_at
+        if finish is None or finish <= left:
+            return
+        raise DeadlineUnmeetable(
+            f"{waiter.key}: the deadline is {left * 1000:.0f} ms away but this request would likely take "
+            f"{finish * 1000:.0f} ms ({len(ahead)} ahead of it, {lane.busy} of {lane.slots} slots busy, "
+            f"{lane.ewma_s_per_token * 1000 if lane.ewma_s_per_token else 0:.1f} ms per generated token measured)",
+            observations=self._observations(waiter.key, lane, waiter.priority)
+            | {"deadline_ms": round(left * 1000, 3), "estimate_ms": round(finish * 1000, 3), "ahead": len(ahead),
+               "ewma_s_per_token": lane.ewma_s_per_token, "ewma_tokens": lane.ewma_tokens})
 
     def _cap_blocked(self) -> int:
         """Waiters that a free global slot would admit: per model, no more than its own free slots."""

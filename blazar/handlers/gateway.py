@@ -20,13 +20,22 @@ from blazar.adapters.engines.answers import refusal, usage_from_json
 from blazar.adapters.engines.client import EngineClient, EngineResponse
 from blazar.context import Blazar
 from blazar.dialects.tools import ForcedStream, OpenAIStream
-from blazar.errors import AdmissionRefused, BlazarError, EngineError, EngineStreamBroken, ModelNotFound, Refused
+from blazar.errors import (
+    AdmissionRefused,
+    BlazarError,
+    DeadlineUnmeetable,
+    EngineError,
+    EngineStreamBroken,
+    ModelNotFound,
+    Refused,
+)
 from blazar.events.base import Event
 from blazar.events.requests import (
     RequestAdmitted,
     RequestCompleted,
     RequestFailed,
     RequestFirstToken,
+    RequestPlaced,
     RequestQueued,
     RequestReceived,
     RequestRejected,
@@ -35,6 +44,7 @@ from blazar.events.requests import (
 from blazar.handlers import relay
 from blazar.handlers.admission import Admission
 from blazar.handlers.instances import Instance, Route
+from blazar.handlers.kv_bank import KvBank
 from blazar.handlers.limits import Limiter, LimitExceeded
 from blazar.handlers.model_defaults import apply_settings
 from blazar.handlers.plan import Answer, Plan
@@ -54,11 +64,13 @@ SSE = "text/event-stream"
 
 
 class Gateway:
-    def __init__(self, app: Blazar, supervisor: SupervisorPort, admission: Admission, client: EngineClient) -> None:
+    def __init__(self, app: Blazar, supervisor: SupervisorPort, admission: Admission, client: EngineClient,
+                 kv: KvBank | None = None) -> None:
         self.app = app
         self.supervisor = supervisor
         self.admission = admission
         self.client = client
+        self.kv = kv if kv is not None else KvBank(app, client)  # sessions' slots, and the bank that saves them
         self._writer = app.request_writer()
         self._actor = app.actor
         self.limits = Limiter(app.clock, seed=self._tokens_today)
@@ -84,8 +96,8 @@ class Gateway:
         self.received(plan, body_bytes=len(payload))
         try:
             await self.prepare(plan)
-            if plan.resolved is not None and plan.resolved.settings is not None:
-                payload = plan.payload()  # the model's system prompt or default parameters may have filled it
+            if plan.dirty:
+                payload = plan.payload()  # the model's settings or the session's slot changed the body
             upstream = await self.open_upstream(plan, payload)
         except asyncio.CancelledError:
             self.fail(plan, status=499, reason="client_disconnected", detail="the client closed the connection while "
@@ -137,7 +149,9 @@ class Gateway:
                                   model=plan.model, stream=plan.stream, body_bytes=body_bytes, priority=plan.priority,
                                   max_tokens=plan.max_tokens, client=plan.client,
                                   client_trace_id=plan.client_trace_id, parent_trace_id=plan.parent_trace_id,
-                                  parent_span_id=plan.parent_span_id), plan.trace_id, plan.actor)
+                                  parent_span_id=plan.parent_span_id, session=plan.session,
+                                  deadline_ms=plan.deadline_ms, best_of=plan.best_of, cascade=list(plan.cascade)),
+                  plan.trace_id, plan.actor)
 
     def reject(self, plan: Plan, *, status: int, reason: str, detail: str, retry_after_s: float | None = None,
                observations: dict[str, Any] | None = None, error_type: str | None = None) -> Refused:
@@ -161,6 +175,7 @@ class Gateway:
         self._authorize(plan)
         if plan.resolved.settings is not None:
             apply_settings(plan, plan.resolved.settings)  # before routing: num_ctx and num_predict shape it
+            plan.dirty = True
         try:
             await self._run_prepared(plan)
         except BaseException:
@@ -209,7 +224,8 @@ class Gateway:
         route = Route()
         try:
             inst = await self.supervisor.ensure(plan.resolved, ctx=plan.ctx, keep_alive=plan.keep_alive,
-                                                embeddings=plan.embeddings, route=route)
+                                                embeddings=plan.embeddings, route=route,
+                                                session=plan.session is not None)
         except BlazarError as e:
             raise self.reject(plan, status=e.http_status, reason=e.code, detail=e.message) from None
         plan.instance = inst
@@ -226,9 +242,16 @@ class Gateway:
                                     position=position, depth=depth, slots=inst.slots,
                                     busy=int(snap.get("busy", 0))), plan.trace_id, plan.actor)
 
+        deadline_s = plan.deadline_left_s()
         try:
+            if deadline_s is not None and deadline_s <= 0:
+                raise DeadlineUnmeetable(f"{inst.model}: the deadline of {plan.deadline_ms} ms passed before a slot "
+                                         f"was asked for ({'the model loaded' if route.cold else 'routing'} took it)",
+                                         observations={"deadline_ms": plan.deadline_ms, "load_ms": route.load_ms})
             ticket = await self.admission.acquire(inst.model, inst.slots, priority=plan.priority,
-                                                  max_tokens=plan.max_tokens, on_queued=on_queued)
+                                                  max_tokens=plan.max_tokens, on_queued=on_queued,
+                                                  deadline_s=deadline_s,
+                                                  pick=self.kv.slots.picker(inst.instance_id, plan.session))
         except AdmissionRefused as e:
             raise self.reject(plan, status=e.http_status, reason=e.reason, detail=e.message,
                               retry_after_s=e.retry_after_s, observations=e.observations) from None
@@ -242,8 +265,21 @@ class Gateway:
         plan.held = True
         self.emit(RequestAdmitted(trace_id=plan.trace_id, model=inst.model, instance_id=inst.instance_id,
                                   waited_ms=round(ticket.waited_s * 1000, 3), slots=ticket.slots,
-                                  busy=ticket.busy_after, queued_behind=max(0, ticket.position_when_queued - 1)),
-                  plan.trace_id, plan.actor)
+                                  busy=ticket.busy_after, queued_behind=max(0, ticket.position_when_queued - 1),
+                                  slot_id=ticket.slot_id), plan.trace_id, plan.actor)
+        await self._place(plan, inst, ticket.slot_id)
+
+    async def _place(self, plan: Plan, inst: Instance, slot_id: int) -> None:
+        """The slot the request runs on: named to the engine once sessions hold slots, and for a session its prefix
+        made ready there (warm, or restored from the KV bank), recorded as `request.placed`."""
+        placed = await self.kv.place(inst, slot_id, plan.session)
+        if placed.explicit:
+            plan.set_engine_field("id_slot", slot_id)
+        if plan.session is not None and placed.kv is not None:
+            self.emit(RequestPlaced(trace_id=plan.trace_id, model=inst.model, instance_id=inst.instance_id,
+                                    slot_id=slot_id, session=plan.session, kv=placed.kv, reason=placed.reason,
+                                    restored_tokens=placed.restored_tokens, restore_ms=placed.restore_ms),
+                      plan.trace_id, plan.actor)
 
     async def _check_context(self, plan: Plan, inst: Instance) -> None:
         """Prompt plus max_tokens must fit the slot's context: a clear 400, never silent truncation. The exact count

@@ -17,7 +17,7 @@ import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from blazar.adapters.engines import process
 from blazar.adapters.engines.llama_server import build_argv, engine_key, redact_argv
@@ -49,17 +49,21 @@ from blazar.events.instances import (
 from blazar.events.model_settings import ModelSettings
 from blazar.events.models import ModelMetadata
 from blazar.events.requests import Evicted
+from blazar.events.sessions import KvIdentity, SaveReason
 from blazar.fit import Device, FitPlan, FitRequest
 from blazar.handlers import decide
 from blazar.handlers.calibration import record_measurement
 from blazar.handlers.engines import ActiveEngine, active_engine
 from blazar.handlers.model_settings import template_flags, template_key
-from blazar.handlers.models import store_filename
+from blazar.handlers.models import slot_dir
 from blazar.handlers.placement import Resident, budget_devices, shortfall_bytes, try_plan
 from blazar.projections.calibration import correction_for
 from blazar.projections.catalog import stored
 from blazar.projections.residency import circuit, instance, ps_rows, recent_crashes
 from blazar.sentinels import UNSET
+
+if TYPE_CHECKING:
+    from blazar.handlers.kv_bank import KvBank
 
 log = logging.getLogger("blazar.supervisor")
 
@@ -89,6 +93,10 @@ class Instance:
     api_key: str | None = field(default=None, repr=False)
     served_as: str = ""  # what the engine writes in an answer's `model` (its --alias, else its file's path)
     template: str = ""  # the model's chat template it was started with (`template_key`): "" for the GGUF's own
+    # What a slot saved from this instance is valid for (None: the engine cannot save slots), and whether a restore
+    # would help (a sliding-window model needs its full window cache for that: session_swa_full).
+    kv_identity: KvIdentity | None = None
+    kv_restorable: bool = False
 
     @property
     def base_url(self) -> str:
@@ -103,6 +111,7 @@ class ResolvedModel:
     path: Path
     metadata: ModelMetadata
     settings: ModelSettings | None = None  # its template (on the argv), system prompt and default parameters
+    sha256: str = ""  # the file's, as recorded: part of a saved slot's identity
 
     @property
     def template(self) -> str:
@@ -151,8 +160,9 @@ def restart_delay(crash_ts: list[float], now: float, *, window_s: float) -> floa
 
 class Supervisor:
     def __init__(self, app: Blazar, *, devices: Callable[[], list[Device]] = probe_devices,
-                 engine: Callable[[Blazar], ActiveEngine] = active_engine) -> None:
+                 engine: Callable[[Blazar], ActiveEngine] = active_engine, kv_bank: KvBank | None = None) -> None:
         self.app = app
+        self.kv_bank = kv_bank  # saves the session slots of an instance before its child is stopped
         self._devices = devices
         self._engine = engine
         self._live: dict[str, _Live] = {}
@@ -180,6 +190,8 @@ class Supervisor:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*(self._save_sessions(lv, "shutdown") for lv in list(self._live.values())),
+                             return_exceptions=True)
         await asyncio.gather(*(self._terminate(lv, "shutdown") for lv in list(self._live.values())),
                              return_exceptions=True)
 
@@ -203,9 +215,11 @@ class Supervisor:
 
     async def ensure(self, model: ResolvedModel, *, ctx: int | None = None, keep_alive: Any = UNSET,
                      pinned: bool | None = None, reason: str = "request", embeddings: bool = False,
-                     route: Route | None = None) -> Instance:
+                     route: Route | None = None, session: bool = False) -> Instance:
         """A ready instance of `model` whose context per slot covers `ctx` (and that serves embeddings when asked):
-        reused, awaited, or started. `route`, when given, is filled with what it took (cold load, evictions)."""
+        reused, awaited, or started. `route`, when given, is filled with what it took (cold load, evictions). A
+        `session` request starts a sliding-window model with its full window cache (session_swa_full), which
+        restoring a saved slot needs."""
         name = model.name
         started = self.app.clock.monotonic()
         while True:
@@ -227,7 +241,7 @@ class Supervisor:
         # NOTE: the load runs in a task of its own: a caller that goes away (a client hanging up) never leaves a
         # half-started child or an unrecorded spawn behind; the load finishes and the next caller finds it ready.
         task = asyncio.create_task(self._start(model, ctx=ctx, keep_alive=keep_alive, pinned=bool(pinned),
-                                               reason=reason, embeddings=embeddings, route=route),
+                                               reason=reason, embeddings=embeddings, route=route, session=session),
                                    name=f"blazar-load-{name}")
         self._loading[name] = task
         task.add_done_callback(lambda t: self._loading.pop(name, None) if self._loading.get(name) is t else None)
@@ -239,6 +253,7 @@ class Supervisor:
         victims = [lv for lv in self._live.values() if lv.instance.model == name and lv.state != "stopping"]
         if not victims:
             raise ModelNotLoaded(f"{name} is not loaded (blazar ps lists what is)")
+        await asyncio.gather(*(self._save_sessions(lv, "stopped") for lv in victims))
         await asyncio.gather(*(self._terminate(lv, "stopped") for lv in victims))
         return [lv.instance.instance_id for lv in victims]
 
@@ -268,7 +283,8 @@ class Supervisor:
         if got is None:
             raise ModelNotFound(f"no model named {model!r} in the store (blazar list shows them; blazar pull adds one)")
         return ResolvedModel(name=got.name, path=self.app.paths.models / got.file,
-                             metadata=got.metadata.model_copy(update={"name": got.name}), settings=got.settings)
+                             metadata=got.metadata.model_copy(update={"name": got.name}), settings=got.settings,
+                             sha256=got.sha256)
 
     def _resolve(self, model: str) -> str:
         """The store's name for `model`, or `model` itself (stop and reset act on names that may be gone)."""
@@ -317,14 +333,16 @@ class Supervisor:
         return exc if isinstance(exc, EngineError) else exc(detail)
 
     async def _start(self, model: ResolvedModel, *, ctx: int | None, keep_alive: Any, pinned: bool, reason: str,
-                     embeddings: bool = False, route: Route | None = None) -> Instance:
+                     embeddings: bool = False, route: Route | None = None, session: bool = False) -> Instance:
         """Check, make room, record the intent, spawn, await ready: each step its own method."""
         engine = await self._check(model.name)
         settings = self.app.settings()
         keep = keep_alive_seconds(settings.keep_alive) if keep_alive is UNSET else keep_alive
+        swa_full = session and settings.session_swa_full and bool(model.metadata.sliding_window)
         async with self._capacity:
             await self._reshape(model.name, ctx, embeddings, route, model.template)
-            fit, free_observed = await self._place(model.name, model.metadata, ctx, settings, route)
+            fit, free_observed = await self._place(model.name, model.metadata, ctx, settings, route,
+                                                   swa_full=swa_full)
             lv = await self._launch(model, engine, fit, free_observed=free_observed, keep_alive_s=keep,
                                     pinned=pinned, reason=reason, embeddings=embeddings)
         return await self._await_ready(lv, route)
@@ -412,7 +430,9 @@ class Supervisor:
         (started,) = await app.record(InstanceStarted(pid=proc.pid, **facts), cause=intent.seq)
         inst = Instance(instance_id=instance_id, model=name, port=port, slots=fit.slots, ctx_tokens=fit.ctx_per_slot,
                         engine_tag=engine.tag, embeddings=embeddings, api_key=api_key,
-                        served_as=name if engine.caps.has("--alias") else str(model.path), template=model.template)
+                        served_as=name if engine.caps.has("--alias") else str(model.path), template=model.template,
+                        kv_identity=_kv_identity(engine, model, fit),
+                        kv_restorable=fit.swa_full or not model.metadata.sliding_window)
         lv = _Live(instance=inst, proc=proc, plan=fit, log_path=log_path, started_seq=started.seq,
                    started_mono=app.clock.monotonic(), keep_alive_s=keep_alive_s, pinned=pinned)
         self._live[instance_id] = lv
@@ -426,14 +446,14 @@ class Supervisor:
         app, name = self.app, model.name
         settings = app.settings()
         # Slot saves (llama-server's /slots?action=save) land per model, so a later instance of it finds them.
-        slot_dir = app.paths.data_dir / "slots" / store_filename(name).removesuffix(".gguf")
-        slot_dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(slot_dir, 0o700)  # slot dumps hold conversations: for the owner only, whatever made the dir
+        slots = slot_dir(app.paths.data_dir, name)
+        slots.mkdir(parents=True, exist_ok=True)
+        os.chmod(slots, 0o700)  # slot dumps hold conversations: for the owner only, whatever made the dir
         api_key, key_flags = engine_key(engine.caps, _keyfile(app, instance_id))
         try:
             argv = build_argv(engine.binary, model.path, fit, engine.caps, port=port,
                               threads=settings.engine_threads or None, load_mode=settings.load_mode,
-                              slot_save_path=slot_dir if engine.caps.slot_save_path else None,
+                              slot_save_path=slots if engine.caps.slot_save_path else None,
                               extra=[*key_flags, *_alias_flags(engine, name),
                                      *template_flags(engine.caps, model.settings, app.paths.data_dir / "templates"),
                                      *(_embedding_flags(engine, model.metadata) if embeddings else ())])
@@ -484,10 +504,10 @@ class Supervisor:
         task.add_done_callback(self._tasks.discard)
 
     async def _place(self, name: str, meta: ModelMetadata, ctx: int | None, settings: Any,
-                     route: Route | None = None) -> tuple[FitPlan, int]:
+                     route: Route | None = None, *, swa_full: bool = False) -> tuple[FitPlan, int]:
         """A plan that fits, evicting what must go; DoesNotFit (recorded) when nothing can make room."""
         explicit_ctx = ctx is not None
-        request = FitRequest(ctx=ctx or settings.ctx or None, slots=settings.slots or None)
+        request = FitRequest(ctx=ctx or settings.ctx or None, slots=settings.slots or None, swa_full=swa_full)
         limit = settings.memory_limit_mib * (1 << 20)
         devices = await asyncio.to_thread(self._devices)
         measured = self._measured()
@@ -504,7 +524,7 @@ class Supervisor:
             victims = decide.decide_victims(cands, need_bytes=need_bytes, free_bytes=0, need_count=need_count)
             if victims is None and not fit.fits and not explicit_ctx and need_count == 0:
                 # Nothing can go for the default shape: take the largest context that fits in what is free.
-                fallback = self._plan(name, meta, budget, FitRequest(ctx=None, slots=None))
+                fallback = self._plan(name, meta, budget, FitRequest(ctx=None, slots=None, swa_full=swa_full))
                 if fallback.fits:
                     return fallback, _host_free(budget)
             if victims is None:
@@ -589,11 +609,22 @@ class Supervisor:
         if route is not None:
             route.evicted.append(Evicted(model=lv.instance.model, instance_id=lv.instance.instance_id, reason=reason))
         idle = max(0.0, self.app.clock.now() - lv.last_used) if lv.last_used else 0.0
+        await self._save_sessions(lv, "evicted")
         (ev,) = await self.app.record(InstanceEvicted(
             instance_id=lv.instance.instance_id, model=lv.instance.model, reason=reason, for_model=for_model,
             idle_s=round(idle, 3), bytes_freed=lv.charged_bytes(self._measured().get(lv.instance.instance_id)),
             observations=observations or {}), cause=lv.started_seq)
         await self._terminate(lv, "evicted", cause=ev.seq)
+
+    async def _save_sessions(self, lv: _Live, reason: SaveReason) -> None:
+        """Save the slots of `lv` that hold sessions to the KV bank before its child goes (bounded per slot by
+        session_save_timeout_s); a failure is recorded and never stops the stop."""
+        if self.kv_bank is None or lv.exit_recorded or lv.proc.returncode is not None:
+            return
+        try:
+            await self.kv_bank.save_instance(lv.instance, reason)
+        except Exception:
+            log.exception("saving the sessions of %s failed", lv.instance.instance_id)
 
     async def _terminate(self, lv: _Live, reason: ExitReason, *, detail: str = "", cause: int | None = None) -> None:
         """Stop the child (SIGTERM, grace, SIGKILL) and record its exit with `reason`."""
@@ -612,6 +643,8 @@ class Supervisor:
             return
         lv.exit_recorded = True
         self._live.pop(lv.instance.instance_id, None)
+        if self.kv_bank is not None:
+            self.kv_bank.forget(lv.instance.instance_id)
         uptime = int((self.app.clock.monotonic() - lv.started_mono) * 1000)
         tail = process.log_tail(lv.log_path, LOG_TAIL_LINES)
         await self.app.record(InstanceExited(
@@ -652,7 +685,7 @@ class Supervisor:
         """Evict instances whose keep-alive has run out; returns seconds until the next one is due (None: none)."""
         now = self.app.clock.now()
         views = [decide.IdleView(instance_id=iid, idle_s=max(0.0, now - lv.last_used), in_flight=lv.in_flight,
-                                 pinned=lv.pinned, keep_alive_s=lv.keep_alive_s)
+                                 pinned=lv.pinned, keep_alive_s=self._idle_keep_s(lv))
                  for iid, lv in self._live.items() if lv.state == "ready"]
         due = decide.decide_idle(views, now)
         for iid, idle_s in due:
@@ -662,6 +695,14 @@ class Supervisor:
                                                             "keep_alive_s": lv.keep_alive_s})
         remaining = [v for v in views if v.instance_id not in {i for i, _ in due}]
         return decide.next_wakeup(remaining, now)
+
+    def _idle_keep_s(self, lv: _Live) -> float | None:
+        """How long `lv` may sit idle: its keep-alive, or longer while one of its slots holds a session (a session
+        pins its model against idle eviction for session_keep_s; memory pressure still evicts it)."""
+        if self.kv_bank is None or lv.keep_alive_s is None or self.kv_bank.last_session_use(
+                lv.instance.instance_id) is None:
+            return lv.keep_alive_s
+        return max(lv.keep_alive_s, self.app.settings().session_keep_s)
 
     async def _reap_loop(self) -> None:
         while not self._closed:
@@ -677,6 +718,14 @@ class Supervisor:
                 async with asyncio.timeout(timeout):
                     await self._poke.wait()
             self._reaper_due = None
+
+
+def _kv_identity(engine: ActiveEngine, model: ResolvedModel, fit: FitPlan) -> KvIdentity | None:
+    """What a slot saved from this instance is valid for; None when the engine cannot save slots."""
+    if not engine.caps.slot_save_path:
+        return None
+    return KvIdentity(engine=engine.tag, model_sha256=model.sha256, ctx_tokens=fit.ctx_per_slot,
+                      cache_type_k=fit.cache_type_k, cache_type_v=fit.cache_type_v, swa_full=fit.swa_full)
 
 
 def _embedding_flags(engine: ActiveEngine, meta: ModelMetadata) -> list[str]:

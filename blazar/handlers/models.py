@@ -56,6 +56,12 @@ def store_filename(name: str) -> str:
     return name.replace(":", "--") + ".gguf"
 
 
+def slot_dir(data_dir: Path, name: str) -> Path:
+    """Where an instance of model `name` saves and restores its slots (llama-server's --slot-save-path): one
+    directory per model, so a later instance of it finds what an earlier one saved (the KV bank)."""
+    return data_dir / "slots" / store_filename(name).removesuffix(".gguf")
+
+
 def sha256_file(path: Path) -> str:
     with path.open("rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()

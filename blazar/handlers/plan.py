@@ -54,6 +54,11 @@ class Plan:
     parent_trace_id: str | None = None  # the client's W3C traceparent: its trace ...
     parent_span_id: str | None = None  # ... and the span this request is a child of
     principal: Principal | None = None  # who is calling (blazar/api/auth.py); None while auth is off
+    # What the client asked of Blazar itself (blazar/api/request_options.py)
+    session: str | None = None  # its turns go to the slot that holds its prefix; the KV bank keeps it
+    deadline_ms: int | None = None  # from `received`: EDF in the queue, refused at once when it cannot be met
+    best_of: int | None = None
+    cascade: tuple[str, ...] = ()
 
     # -- its way through the pipeline (the gateway sets these)
     received: float = field(default_factory=time.perf_counter)
@@ -66,6 +71,7 @@ class Plan:
     first_token_at: float | None = None
     lease: Lease | None = None  # the key's concurrency lease, held until the answer ends
     done: bool = False
+    dirty: bool = False  # the engine body was changed after the payload was first encoded (settings, id_slot)
 
     @property
     def name(self) -> str | None:
@@ -75,6 +81,20 @@ class Plan:
     @property
     def actor(self) -> str | None:
         return self.principal.actor if self.principal is not None else None
+
+    def deadline_left_s(self) -> float | None:
+        """Seconds left until the deadline (negative once passed); None without one."""
+        if self.deadline_ms is None:
+            return None
+        return self.deadline_ms / 1000.0 - (time.perf_counter() - self.received)
+
+    def set_engine_field(self, name: str, value: Any) -> None:
+        """Set one field of the engine's body (the client's bytes, when they were to go as they came, are parsed
+        into a body first)."""
+        if self.body is None:
+            self.body = dict(self.parsed)
+        self.body[name] = value
+        self.dirty = True
 
     def payload(self) -> bytes:
         """The bytes the engine is sent."""

@@ -9,6 +9,7 @@ from blazar.projections.engines import EnginesProjection
 from blazar.projections.keys import KeysProjection
 from blazar.projections.metrics import MetricsProjection
 from blazar.projections.residency import ResidencyProjection
+from blazar.projections.sessions import SessionsProjection
 from blazar.projections.stats import StatsProjection
 from blazar.projections.traces import TracesProjection
 
@@ -17,7 +18,7 @@ def all_projections() -> list[Projection]:
     """A fresh instance of every projection, in a stable order."""
     return [ConfigProjection(), AuditProjection(), StatsProjection(), CatalogProjection(), CalibrationProjection(),
             ResidencyProjection(), EnginesProjection(), TracesProjection(), MetricsProjection(),
-            KeysProjection()]
+            KeysProjection(), SessionsProjection()]
 
 
 __all__ = [
@@ -26,5 +27,5 @@ __all__ = [
     "CatalogProjection",
     "ConfigProjection",
     "EnginesProjection", "KeysProjection",
-    "MetricsProjection", "Projection", "ResidencyProjection", "State", "StatsProjection",
+    "MetricsProjection", "Projection", "ResidencyProjection", "SessionsProjection", "State", "StatsProjection",
     "TracesProjection", "all_projections", "fold"]

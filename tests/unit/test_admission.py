@@ -11,6 +11,7 @@ import pytest
 
 from blazar.handlers.admission import (
     Admission,
+    DeadlineUnmeetable,
     GlobalCap,
     QueueFull,
     QueueTimeout,
@@ -437,3 +438,132 @@ async def test_retry_after_follows_the_drain_of_short_requests_after_long_ones()
     for task in waiters:
         task.cancel()
     await asyncio.gather(*waiters, return_exceptions=True)
+
+
+# -- slot ids ---------------------------------------------------------------------------------------------------------
+
+async def test_every_ticket_holds_a_distinct_slot_id_and_a_release_frees_it() -> None:
+    adm = Admission()
+    tickets = [await now(adm, "gemma", 3) for _ in range(3)]
+    assert sorted(t.slot_id for t in tickets) == [0, 1, 2]
+    adm.release(tickets[1])
+    again = await now(adm, "gemma", 3)
+    assert again.slot_id == tickets[1].slot_id
+
+
+async def test_a_picker_chooses_among_the_free_slots_only() -> None:
+    adm = Admission()
+    first = await adm.acquire("gemma", 4, pick=lambda free: max(free))
+    offered: list[frozenset[int]] = []
+
+    def pick(free: frozenset[int]) -> int:
+        offered.append(free)
+        return 2
+
+    second = await adm.acquire("gemma", 4, pick=pick)
+    assert (first.slot_id, second.slot_id) == (3, 2)
+    assert offered == [frozenset({0, 1, 2})]
+    with pytest.raises(ValueError, match="not one of the free slots"):
+        await adm.acquire("gemma", 4, pick=lambda free: 3)
+
+
+async def test_a_queued_waiter_gets_the_slot_its_picker_prefers_when_one_frees() -> None:
+    adm = Admission()
+    held = [await now(adm, "gemma", 2) for _ in range(2)]
+    waiter = asyncio.create_task(adm.acquire("gemma", 2, pick=lambda free: max(free)))
+    await asyncio.sleep(0)
+    adm.release(held[0])  # slot 0 frees: the only choice
+    assert (await asyncio.wait_for(waiter, BOUND_S)).slot_id == 0
+
+
+async def test_try_acquire_takes_a_free_slot_but_never_queues_or_passes_a_waiter() -> None:
+    adm = Admission()
+    first = await now(adm, "gemma", 2)
+    extra = adm.try_acquire("gemma", 2)
+    assert extra is not None and extra.slot_id != first.slot_id
+    assert adm.try_acquire("gemma", 2) is None  # both busy: no queueing
+    waiter = await enqueue(adm, "gemma", 2)
+    adm.release(extra)
+    ticket = await waiter.admitted()
+    adm.release(first)
+    adm.release(ticket)
+    blocker = await enqueue_after_full(adm)
+    assert adm.try_acquire("gemma", 2) is None  # someone waits: the free-looking slot is theirs
+    blocker.task.cancel()
+    await drain(blocker.task)
+
+
+async def enqueue_after_full(adm: Admission) -> Queued:
+    """Fill both slots of "gemma", queue one waiter, then free one slot while the waiter has not run yet."""
+    a, b = await now(adm, "gemma", 2), await now(adm, "gemma", 2)
+    q = await enqueue(adm, "gemma", 2)
+    adm.release(a)  # the waiter is granted the slot; until it runs, nothing is free for others
+    del b
+    return q
+
+
+# -- deadlines (EDF) --------------------------------------------------------------------------------------------------
+
+async def test_requests_with_a_deadline_are_served_earliest_deadline_first_ahead_of_others() -> None:
+    adm = Admission()
+    held = await now(adm, "gemma")
+    plain_high = asyncio.create_task(adm.acquire("gemma", 1, priority=10))
+    await asyncio.sleep(0)
+    late = asyncio.create_task(adm.acquire("gemma", 1, deadline_s=60.0))
+    await asyncio.sleep(0)
+    soon = asyncio.create_task(adm.acquire("gemma", 1, deadline_s=5.0))
+    await asyncio.sleep(0)
+    order = []
+    ticket = held
+    for _ in range(3):
+        adm.release(ticket)
+        await asyncio.sleep(0)
+        done = next(t for t in (plain_high, late, soon) if t.done() and t not in order)
+        order.append(done)
+        ticket = done.result()
+    assert order == [soon, late, plain_high]
+
+
+async def test_a_deadline_the_measured_drain_cannot_meet_is_refused_at_once() -> None:
+    clock = Clock()
+    adm = Admission(clock=clock)
+    t = await now(adm, "gemma")
+    clock.t += 2.0
+    adm.release(t, tokens=100)  # 20 ms per token measured, 100 tokens a request
+    held = await now(adm, "gemma")
+    with pytest.raises(DeadlineUnmeetable) as caught:
+        await refused(adm.acquire("gemma", 1, max_tokens=50, deadline_s=0.5))
+    e = caught.value
+    assert (e.http_status, e.code) == (503, "deadline_unmeetable")
+    # A slot to come free (a typical 2 s hold) and its own 50 tokens (1 s): 3 s against 0.5 s.
+    assert e.observations["estimate_ms"] == pytest.approx(3000.0)
+    assert e.observations["deadline_ms"] == pytest.approx(500.0)
+    assert adm.depth("gemma") == 0  # it took no place in the queue
+    # A deadline it can meet queues.
+    ok = asyncio.create_task(adm.acquire("gemma", 1, max_tokens=50, deadline_s=10.0))
+    await asyncio.sleep(0)
+    assert adm.depth("gemma") == 1
+    adm.release(held)
+    assert (await asyncio.wait_for(ok, BOUND_S)).slot_id == 0
+
+
+async def test_a_free_slot_does_not_save_a_request_whose_own_generation_outlasts_its_deadline() -> None:
+    clock = Clock()
+    adm = Admission(clock=clock)
+    t = await now(adm, "gemma")
+    clock.t += 1.0
+    adm.release(t, tokens=100)  # 10 ms per token, 100 tokens a request
+    with pytest.raises(DeadlineUnmeetable):  # likely 100 tokens (what requests generate), 1 s
+        await refused(adm.acquire("gemma", 1, max_tokens=500, deadline_s=0.5))
+    ticket = await adm.acquire("gemma", 1, max_tokens=40, deadline_s=0.5)  # at most 0.4 s: it can
+    assert ticket.slot_id == 0
+
+
+async def test_without_measurements_a_deadline_is_not_refused_but_bounds_the_wait() -> None:
+    adm = Admission(wait_timeout_s=60.0)
+    held = await now(adm, "gemma")
+    with pytest.raises(DeadlineUnmeetable) as caught:
+        await asyncio.wait_for(adm.acquire("gemma", 1, deadline_s=0.05), BOUND_S)
+    assert caught.value.observations["deadline_passed"] is True
+    assert adm.depth("gemma") == 0
+    adm.release(held)

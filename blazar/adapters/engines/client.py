@@ -118,12 +118,14 @@ class EngineClient:
                 raise EngineUnreachable(f"the engine at {base_url} did not answer {path}: {e}") from e
         raise AssertionError("unreachable")
 
-    async def post_json(self, base_url: str, path: str, payload: dict[str, Any], *, api_key: str | None = None
-                        ) -> tuple[int, Any]:
+    async def post_json(self, base_url: str, path: str, payload: dict[str, Any], *, api_key: str | None = None,
+                        timeout_s: float = COUNT_TIMEOUT_S) -> tuple[int, Any]:
+        """A small JSON exchange (a token count, a slot action): the status and the parsed answer (None when it is
+        not JSON). EngineUnreachable when the engine does not answer within `timeout_s`."""
         try:
             async with self._session().post(base_url + path, data=orjson.dumps(payload),
                                             headers=engine_headers(api_key),
-                                            timeout=aiohttp.ClientTimeout(total=COUNT_TIMEOUT_S)) as r:
+                                            timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
                 status, content = r.status, await r.read()
         except (aiohttp.ClientError, TimeoutError) as e:
             raise EngineUnreachable(f"the engine at {base_url} did not answer {path}: {e}") from e
@@ -149,6 +151,12 @@ class EngineClient:
         if status == 200 and isinstance(data, dict) and isinstance(data.get("tokens"), list):
             return len(data["tokens"])
         return None
+
+    async def slot_action(self, base_url: str, slot_id: int, action: str, filename: str, *,
+                          api_key: str | None = None, timeout_s: float = COUNT_TIMEOUT_S) -> tuple[int, Any]:
+        """llama-server's `POST /slots/{id}?action=save|restore` of `filename` (in the child's --slot-save-path)."""
+        return await self.post_json(base_url, f"/slots/{slot_id}?action={action}", {"filename": filename},
+                                    api_key=api_key, timeout_s=timeout_s)
 
     async def aclose(self) -> None:
         if self._http is not None:

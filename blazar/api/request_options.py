@@ -1,0 +1,95 @@
+"""What a client asks of Blazar itself, beside its dialect's request: a session, a deadline, best-of-N and a cascade.
+Each comes as an `X-Blazar-*` header or as a body field (top level in every dialect, or in Anthropic's `metadata`);
+the header wins where both are given. Anything malformed is a 400 in the caller's dialect (DialectError).
+
+    X-Blazar-Session: NAME          session      (Ollama body, Anthropic metadata.session, any body's `session`)
+    X-Blazar-Deadline-Ms: N         deadline_ms  (ms from arrival until the answer should be complete)
+    X-Blazar-Best-Of: N             best_of      (2..8 candidates; non-streamed chat)
+    X-Blazar-Cascade: small,large   cascade      (models tried in turn; non-streamed chat)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import falcon.asgi
+
+from blazar.api.bounds import check_name, shown
+from blazar.errors import DialectError
+
+SESSION_MAX_CHARS = 128
+_SESSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,127}")
+DEADLINE_MAX_MS = 24 * 3600 * 1000
+BEST_OF_MAX = 8
+CASCADE_MAX = 4
+_DIGITS = re.compile(r"[0-9]{1,9}")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOptions:
+    session: str | None = None
+    deadline_ms: int | None = None
+    best_of: int | None = None  # None or 1: one answer
+    cascade: tuple[str, ...] = ()
+
+    @property
+    def fans_out(self) -> bool:
+        return (self.best_of or 1) > 1 or bool(self.cascade)
+
+
+def _given(req: falcon.asgi.Request, header: str, data: dict[str, Any], field: str) -> tuple[Any, str]:
+    """The header's value, else the body's (top level, then Anthropic's metadata), and where it came from."""
+    value = req.get_header(header)
+    if value is not None:
+        return value, header
+    if field in data:
+        return data[field], field
+    meta = data.get("metadata")
+    if isinstance(meta, dict) and field in meta:
+        return meta[field], f"metadata.{field}"
+    return None, field
+
+
+def _integer(value: Any, where: str, low: int, high: int) -> int:
+    if isinstance(value, str) and _DIGITS.fullmatch(value.strip()):
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise DialectError(f"{where}: expected an integer from {low} to {high}, got {shown(str(value))}")
+    return value
+
+
+def session_name(value: Any, where: str = "X-Blazar-Session") -> str:
+    if not isinstance(value, str) or not _SESSION.fullmatch(value):
+        raise DialectError(f"{where}: a session name is 1 to {SESSION_MAX_CHARS} characters of letters, digits and "
+                           f"._:@/+=- (starting with a letter or digit), got {shown(str(value))}")
+    return value
+
+
+def _cascade(value: Any, where: str) -> tuple[str, ...]:
+    names = [n.strip() for n in value.split(",")] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names) \
+            or not 2 <= len(names) <= CASCADE_MAX:
+        raise DialectError(f"{where}: expected 2 to {CASCADE_MAX} model names (a list, or comma-separated)")
+    return tuple(check_name(n) for n in names)
+
+
+def request_options(req: falcon.asgi.Request, data: dict[str, Any], *, stream: bool, chat: bool) -> RequestOptions:
+    """The options of one request; best-of-N and cascades only on non-streamed chat (a 400 elsewhere)."""
+    session, where = _given(req, "X-Blazar-Session", data, "session")
+    deadline, d_where = _given(req, "X-Blazar-Deadline-Ms", data, "deadline_ms")
+    best_of, b_where = _given(req, "X-Blazar-Best-Of", data, "best_of")
+    cascade, c_where = _given(req, "X-Blazar-Cascade", data, "cascade")
+    out = RequestOptions(
+        session=session_name(session, where) if session is not None else None,
+        deadline_ms=_integer(deadline, d_where, 1, DEADLINE_MAX_MS) if deadline is not None else None,
+        best_of=_integer(best_of, b_where, 1, BEST_OF_MAX) if best_of is not None else None,
+        cascade=_cascade(cascade, c_where) if cascade is not None else (),
+    )
+    if out.fans_out and (stream or not chat):
+        what = "X-Blazar-Best-Of" if (out.best_of or 1) > 1 else "X-Blazar-Cascade"
+        raise DialectError(f"{what}: only for chat answered whole (stream: false)")
+    if (out.best_of or 1) > 1 and out.cascade:
+        raise DialectError("X-Blazar-Best-Of and X-Blazar-Cascade cannot be combined")
+    return out

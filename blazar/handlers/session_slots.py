@@ -1,0 +1,102 @@
+"""Which engine slot holds which session's prefix, per instance: in memory, in the daemon only (a restart starts
+with every slot cold; the KV bank is what survives). Admission asks it which free slot a request should take
+(`picker`), and the gateway tells it where each request went (`place`).
+
+A session's turn goes back to its slot when that slot is free; any other request takes a slot no session holds,
+else the one whose session was used longest ago, so a session is displaced only when every slot has one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from blazar.handlers.admission import SlotPicker
+
+
+@dataclass
+class _Slot:
+    session: str | None = None
+    used: float = 0.0  # when a request was last placed here (monotonic)
+
+
+class SessionSlots:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._slots: dict[str, dict[int, _Slot]] = {}  # instance id -> slot id -> what it holds
+        self._where: dict[str, tuple[str, int]] = {}  # session -> (instance id, slot id) of its newest prefix
+        self._lost: dict[str, tuple[str, int]] = {}  # session -> the slot another request took from it
+
+    # -- choosing and recording -------------------------------------------------------------------------------
+
+    def picker(self, instance_id: str, session: str | None) -> SlotPicker | None:
+        """How admission chooses among free slots for this request; None (the lowest free) while no session holds a
+        slot of the instance and the request names none."""
+        slots = self._slots.get(instance_id)
+        if session is None and not (slots and any(s.session for s in slots.values())):
+            return None
+        own = self._where.get(session) if session is not None else None
+
+        def pick(free: frozenset[int]) -> int:
+            if own is not None and own[0] == instance_id and own[1] in free:
+                return own[1]
+            held = slots or {}
+            return min(free, key=lambda i: (i in held and held[i].session is not None,
+                                            held[i].used if i in held else 0.0, i))
+
+        return pick
+
+    def owner(self, instance_id: str, slot_id: int) -> str | None:
+        slot = self._slots.get(instance_id, {}).get(slot_id)
+        return slot.session if slot is not None else None
+
+    def explicit(self, instance_id: str) -> bool:
+        """Whether requests to this instance must name their slot: once a session holds one, the engine must not
+        choose (it would hand a session's slot to another request)."""
+        return any(s.session for s in self._slots.get(instance_id, {}).values())
+
+    def place(self, instance_id: str, slot_id: int, session: str | None) -> None:
+        """A request now runs on this slot: the slot holds `session`'s prefix from now (or nobody's)."""
+        slots = self._slots.setdefault(instance_id, {})
+        slot = slots.setdefault(slot_id, _Slot())
+        prev = slot.session
+        if prev is not None and prev != session and self._where.get(prev) == (instance_id, slot_id):
+            del self._where[prev]
+            self._lost[prev] = (instance_id, slot_id)
+        if session is not None:
+            old = self._where.get(session)
+            if old is not None and old != (instance_id, slot_id):
+                stale = self._slots.get(old[0], {}).get(old[1])
+                if stale is not None and stale.session == session:
+                    stale.session = None  # an older copy of the prefix: the first slot another request takes
+            self._where[session] = (instance_id, slot_id)
+            self._lost.pop(session, None)
+        slot.session = session
+        slot.used = self._clock()
+
+    # -- reading ----------------------------------------------------------------------------------------------
+
+    def where(self, session: str) -> tuple[str, int] | None:
+        return self._where.get(session)
+
+    def lost(self, session: str) -> tuple[str, int] | None:
+        """The slot another request took from `session` since its last turn, if that is how it lost it."""
+        return self._lost.get(session)
+
+    def owned(self, instance_id: str) -> list[tuple[int, str]]:
+        """(slot id, session) for each slot of the instance that holds a session's newest prefix."""
+        return sorted((i, s.session) for i, s in self._slots.get(instance_id, {}).items()
+                      if s.session is not None and self._where.get(s.session) == (instance_id, i))
+
+    def last_session_use(self, instance_id: str) -> float | None:
+        """When a session's turn last ran on the instance (monotonic), or None: no slot holds a session."""
+        used = [s.used for s in self._slots.get(instance_id, {}).values() if s.session is not None]
+        return max(used) if used else None
+
+    def forget(self, instance_id: str) -> None:
+        """The instance is gone: its slots hold nothing any more."""
+        for slot_id, slot in self._slots.pop(instance_id, {}).items():
+            if slot.session is not None and self._where.get(slot.session) == (instance_id, slot_id):
+                del self._where[slot.session]
+        self._lost = {s: w for s, w in self._lost.items() if w[0] != instance_id}
