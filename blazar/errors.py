@@ -29,6 +29,9 @@
     │   ├── ModelNotLoaded     404  `stop` of a model with no running instance
     │   ├── InvalidModelName   400  a name outside [a-z0-9._-] (with an optional :tag)
     │   └── InvalidModelSettings 400 a template, system prompt, parameter or Modelfile Blazar cannot serve as given
+    ├── SessionError                a session command (`blazar session save|restore|rm`)
+    │   ├── SessionNotFound    404  no session by that name (none of its turns or saves is in the log)
+    │   └── SessionUnavailable 409  no live slot to save, nothing in the bank to restore, or its slot is busy
     ├── HubError               502  a pull from a Hugging Face hub endpoint (names the repo and file)
     │   ├── NotFoundOnHub      404  no such repo, revision, file, or quant (lists the quants there are)
     │   ├── HubAccessDenied    403  a gated or private repo, and no token or one without access
@@ -474,6 +477,23 @@ class DialectError(BlazarError):
     def __init__(self, message: str, *, code: str = "invalid_request") -> None:
         super().__init__(message)
         self.code = code
+
+
+class SessionError(BlazarError):
+    """A session command that cannot be carried out."""
+
+    code = "session_error"
+    http_status = 409
+
+
+class SessionNotFound(SessionError):
+    code = "session_not_found"
+    http_status = 404
+
+
+class SessionUnavailable(SessionError):
+    code = "session_unavailable"
+    http_status = 409
 
 
 class Refused(BlazarError):

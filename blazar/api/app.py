@@ -9,7 +9,7 @@ import falcon.asgi
 import falcon.media
 import orjson
 
-from blazar.api import admin, auth, bounds, console, dashboard, edge, errors
+from blazar.api import admin, auth, bounds, console, dashboard, edge, errors, sessions
 from blazar.api.context import RequestContext
 from blazar.context import Blazar
 from blazar.handlers.ports import SupervisorPort
@@ -58,5 +58,6 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
         ollama_chat.add_routes(api, gateway)
         ollama_pull.add_routes(api, app)
         ollama_create.add_routes(api, app)
+        sessions.add_routes(api, gateway)
         openapi.add_routes(api)
     return api

@@ -14,7 +14,7 @@ import falcon.asgi
 from pydantic import BaseModel
 
 import blazar
-from blazar.api import admin, anthropic, console, ollama, ollama_create, ollama_pull, openai
+from blazar.api import admin, anthropic, console, ollama, ollama_create, ollama_pull, openai, sessions
 
 JSON = "application/json"
 SSE = "text/event-stream"
@@ -141,6 +141,7 @@ SCHEMAS: dict[str, Schema] = {
     "LoadBody": _model(admin.LoadBody, keep_alive=_DURATION),
     "AdminModelBody": _model(admin.ModelBody),
     "VerifyBody": _model(console.VerifyBody),
+    "SessionRestoreBody": _model(sessions.RestoreBody),
     "Instance": {"type": "object", "required": ["instance_id", "model", "slots", "ctx_tokens", "engine_tag"],
                  "properties": {"instance_id": _STR, "model": _STR, "port": {"type": ["integer", "null"]},
                                 "slots": _INT, "ctx_tokens": _INT, "engine_tag": _STR,
@@ -398,6 +399,29 @@ def _console() -> dict[str, dict[str, dict[str, Any]]]:
     }
 
 
+def _sessions() -> dict[str, dict[str, dict[str, Any]]]:
+    """The KV bank's sessions (blazar/api/sessions.py)."""
+    restore = _op("/api/blazar/sessions/{name}/restore", "Restore a session's newest save into a free slot", {
+        "type": "object", "required": ["session", "model", "kv"], "properties": {
+            "session": _STR, "model": _STR, "instance_id": _STR, "slot_id": _INT, "kv": _STR}},
+        statuses=(400, 404, 409, 502, 503, 507))
+    restore["requestBody"] = {"required": False, "content": {JSON: {"schema": _ref("SessionRestoreBody")}}}
+    return {
+        "/api/blazar/sessions": {"get": _op("/api/blazar/sessions", "Every session and the KV bank's size", {
+            "type": "object", "required": ["sessions", "bank_bytes"], "properties": {
+                "sessions": {"type": "array", "items": _OBJ}, "bank_bytes": _INT, "bank_limit_bytes": _INT}})},
+        "/api/blazar/sessions/{name}": {
+            "get": _op("/api/blazar/sessions/{name}", "One session and its saves", _OBJ, statuses=(400, 404)),
+            "delete": _op("/api/blazar/sessions/{name}", "Forget a session and delete its saves", _OBJ,
+                          statuses=(400, 404))},
+        "/api/blazar/sessions/{name}/save": {"post": _op(
+            "/api/blazar/sessions/{name}/save", "Save a session's live slot to the KV bank now", {
+                "type": "object", "required": ["events"], "properties": {"events": {"type": "array", "items": _OBJ}}},
+            statuses=(400, 404, 409))},
+        "/api/blazar/sessions/{name}/restore": {"post": restore},
+    }
+
+
 def _operations() -> dict[str, dict[str, dict[str, Any]]]:
     p: dict[str, dict[str, dict[str, Any]]] = {
         "/health": {"get": _op("/health", "The listener is up", {"type": "object", "required": ["status"],
@@ -427,6 +451,7 @@ def _operations() -> dict[str, dict[str, dict[str, Any]]]:
         "/api/blazar/sync": {"post": _op("/api/blazar/sync", "Fold what other processes appended (a key change), now", {
             "type": "object", "required": ["seq"], "properties": {"seq": _INT}})},
         **_console(),
+        **_sessions(),
         # OpenAI.
         "/v1/models": {"get": _op("/v1/models", "The models in the store", _ref("ModelList"))},
         "/v1/models/{model_id}": {"get": _op("/v1/models/{model_id}", "One model", _ref("Model"), statuses=(404,))},

@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx2
 
@@ -128,6 +129,17 @@ class AdminClient:
 
     def reset(self, model: str) -> bool:
         return bool(self._call("POST", "reset", {"model": model})["reset"])
+
+    def session_save(self, name: str) -> dict[str, Any]:
+        return self._call("POST", f"sessions/{quote(name, safe='')}/save", {})
+
+    def session_restore(self, name: str, model: str | None = None) -> dict[str, Any]:
+        timeout = httpx2.Timeout(CALL_TIMEOUT_S, connect=HEALTH_TIMEOUT_S, read=None)  # it may load the model
+        return self._call("POST", f"sessions/{quote(name, safe='')}/restore", {"model": model} if model else {},
+                          timeout=timeout)
+
+    def session_rm(self, name: str) -> dict[str, Any]:
+        return self._call("DELETE", f"sessions/{quote(name, safe='')}")
 
     def sync(self) -> int:
         """Make the daemon fold what was just appended (a key created, rotated, revoked): it counts from now on."""

@@ -22,6 +22,7 @@ from blazar.cli import (
     model_cmds,
     model_settings_cmds,
     run_cmds,
+    session_cmds,
     snapshot_cmds,
     watch_cmds,
     why_cmds,
@@ -78,6 +79,7 @@ app.add_typer(audit_cmds.app, name="audit")
 app.add_typer(engine_cmds.app, name="engine")
 app.add_typer(keys_cmds.app, name="keys")
 app.add_typer(model_settings_cmds.app, name="model")
+app.add_typer(session_cmds.app, name="session")
 
 
 def main() -> None:

@@ -96,3 +96,18 @@ class SessionRestored(_SessionEvent):
     slot_id: int
     tokens: int
     duration_ms: float
+
+
+@register
+class SessionRemoved(Event):
+    """`blazar session rm`: the session forgotten, its bank entries' files deleted."""
+
+    TYPE = "session.removed"
+    AUDIT = True
+
+    session: str
+    files: list[str]
+    bytes: int = 0
+
+    def stream_key(self) -> str:
+        return f"session:{self.session}"

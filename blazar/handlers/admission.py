@@ -219,14 +219,24 @@ class Admission:
                 raise
         return await self._wait(waiter)
 
-    def try_acquire(self, key: str, slots: int, *, pick: SlotPicker | None = None) -> Ticket | None:
-        """A slot on `key` now, or None: never queues, and never passes a waiter (best-of-N's extra candidates take
-        only what nobody is waiting for)."""
+    def try_acquire(self, key: str, slots: int, *, pick: SlotPicker | None = None,
+                    slot_id: int | None = None) -> Ticket | None:
+        """A slot on `key` now (`slot_id`: that one), or None: never queues, and never passes a waiter (best-of-N's
+        extra candidates and session commands take only what nobody is waiting for)."""
         lane = self._lane(key, slots)
         if self._head(lane) is not None or not self._has_room(lane):
             return None
+        if slot_id is not None:
+            if slot_id >= lane.slots or slot_id in lane.taken:
+                return None
+            pick = lambda free: slot_id  # noqa: E731
         now = self._clock()
         return self._admit(key, lane, position=0, queued_at=now, now=now, pick=pick)
+
+    def give_back(self, ticket: Ticket) -> None:
+        """Release a slot held for something other than a request (a session command): its hold time teaches the
+        drain estimate nothing."""
+        self._free(ticket, hold_observed=False)
 
     def release(self, ticket: Ticket, *, tokens: int | None = None) -> None:
         """Free the ticket's slot and admit the next waiter that can use it; a second release is a no-op. `tokens`,

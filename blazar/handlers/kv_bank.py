@@ -31,6 +31,8 @@ from blazar.handlers.session_slots import SessionSlots
 from blazar.projections.sessions import BankEntry, bank_bytes, bank_entries, bank_entry, session_row
 
 MIB = 1 << 20
+_SAVED_WHEN = {"evicted": "when it evicted instance", "stopped": "when `blazar stop` stopped instance",
+               "shutdown": "when the daemon stopped instance", "requested": "by `blazar session save` from instance"}
 
 
 def bank_file_name(session: str) -> str:
@@ -112,7 +114,8 @@ class KvBank:
             return Placement(kv="cold", reason=f"the engine refused the restore ({status}: {_engine_words(data)})",
                              explicit=True)
         tokens = int(data.get("n_restored") or 0)
-        return Placement(kv="restored", reason=f"restored {tokens} tokens saved {_ago(self.app, entry.saved_ts)}",
+        why = _SAVED_WHEN.get(entry.reason, entry.reason)
+        return Placement(kv="restored", reason=f"saved {_ago(self.app, entry.saved_ts)} {why} {entry.instance_id}",
                          explicit=True, restored_tokens=tokens, restore_ms=ms)
 
     def _restorable(self, inst: Instance, entry: BankEntry) -> str | None:

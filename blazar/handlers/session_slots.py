@@ -94,6 +94,15 @@ class SessionSlots:
         used = [s.used for s in self._slots.get(instance_id, {}).values() if s.session is not None]
         return max(used) if used else None
 
+    def forget_session(self, session: str) -> None:
+        """`blazar session rm`: no slot holds the session any more (its next turn starts cold)."""
+        where = self._where.pop(session, None)
+        if where is not None:
+            slot = self._slots.get(where[0], {}).get(where[1])
+            if slot is not None and slot.session == session:
+                slot.session = None
+        self._lost.pop(session, None)
+
     def forget(self, instance_id: str) -> None:
         """The instance is gone: its slots hold nothing any more."""
         for slot_id, slot in self._slots.pop(instance_id, {}).items():

@@ -9,7 +9,14 @@ from typing import Any
 
 from blazar.events.base import Recorded
 from blazar.events.requests import RequestPlaced
-from blazar.events.sessions import KvIdentity, SessionDropped, SessionRestored, SessionSaved, SessionSaveFailed
+from blazar.events.sessions import (
+    KvIdentity,
+    SessionDropped,
+    SessionRemoved,
+    SessionRestored,
+    SessionSaved,
+    SessionSaveFailed,
+)
 from blazar.projections.base import Projection, State
 
 
@@ -17,7 +24,7 @@ class SessionsProjection(Projection):
     name = "sessions"
     version = 1
     types = frozenset({RequestPlaced.TYPE, SessionSaved.TYPE, SessionSaveFailed.TYPE, SessionDropped.TYPE,
-                       SessionRestored.TYPE})
+                       SessionRestored.TYPE, SessionRemoved.TYPE})
 
     def initial(self) -> State:
         return {"sessions": {}, "bank": {}, "bank_bytes": 0, "saves": 0, "save_failures": 0, "drops": 0}
@@ -51,6 +58,10 @@ class SessionsProjection(Projection):
                 state["drops"] += 1
             if not bank:
                 state["bank"].pop(ev.session, None)
+        elif isinstance(ev, SessionRemoved):
+            for entry in state["bank"].pop(ev.session, {}).values():
+                state["bank_bytes"] -= entry["bytes"]
+            state["sessions"].pop(ev.session, None)
         else:
             assert isinstance(ev, SessionRestored)
             row = _row(state, ev.session, rec.ts)

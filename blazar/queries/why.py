@@ -22,13 +22,18 @@ from blazar.events.instances import (
 from blazar.events.log import EventLog
 from blazar.events.requests import (
     RequestAdmitted,
+    RequestBestOfChosen,
+    RequestCandidateScored,
+    RequestCascadeJudged,
     RequestCompleted,
     RequestFailed,
     RequestFirstToken,
+    RequestPlaced,
     RequestQueued,
     RequestReceived,
     RequestRejected,
     RequestRouted,
+    RequestShared,
 )
 
 # A trace id prefix shorter than this is too likely to be ambiguous to be worth a look-up.
@@ -47,6 +52,7 @@ REJECT_WORDS = {
     "shutting_down": "the daemon is shutting down",
     "model_not_allowed": "the model is outside the key's scope",
     "rate_limit_exceeded": "a limit of the key was reached",
+    "deadline_unmeetable": "the deadline could not be met",
 }
 FAIL_WORDS = {
     "client_disconnected": "the client disconnected", "engine_error": "the engine returned an error",
@@ -143,6 +149,10 @@ class _Story:
         self.admitted: RequestAdmitted | None = None
         self.routed: RequestRouted | None = None
         self.first: RequestFirstToken | None = None
+        self.placed: RequestPlaced | None = None
+        self.shared: RequestShared | None = None
+        self.best_of: RequestBestOfChosen | None = None
+        self.cascade: list[RequestCascadeJudged] = []
         self.end: RequestCompleted | RequestFailed | RequestRejected | None = None
         self.evictions: dict[str, InstanceEvicted] = {}
         for rec in records:
@@ -157,6 +167,14 @@ class _Story:
                 self.routed = ev
             elif isinstance(ev, RequestFirstToken):
                 self.first = ev
+            elif isinstance(ev, RequestPlaced):
+                self.placed = ev
+            elif isinstance(ev, RequestShared):
+                self.shared = ev
+            elif isinstance(ev, RequestBestOfChosen):
+                self.best_of = ev
+            elif isinstance(ev, RequestCascadeJudged):
+                self.cascade.append(ev)
             elif isinstance(ev, RequestCompleted | RequestFailed | RequestRejected):
                 self.end = ev
             elif isinstance(ev, InstanceEvicted):
@@ -204,9 +222,35 @@ class _Story:
         victims = self.evicted()
         return f"cold load {fmt_ms(r.load_ms)}" + (f", evicted {', '.join(victims)}" if victims else "")
 
+    def session(self) -> str | None:
+        """How a session's turn found its prefix: warm, restored (with the tokens it saved), or cold and why."""
+        p = self.placed
+        if p is None:
+            return None
+        if p.kv == "warm":
+            return f"session {p.session} warm on slot {p.slot_id}"
+        if p.kv == "restored":
+            return f"session {p.session} restored from the KV bank ({p.restored_tokens} tokens not prefilled again)"
+        return f"session {p.session} cold: {p.reason}"
+
+    def fan_out(self) -> str | None:
+        """Shared, best-of-N or cascade: what the answer came from."""
+        if self.shared is not None and self.shared.role != "leader":
+            how = "shared the generation of" if self.shared.role == "follower" else "took over the generation of"
+            return f"{how} {self.shared.leader_trace_id}"
+        if self.shared is not None:
+            return "led a shared generation"
+        if self.best_of is not None:
+            b = self.best_of
+            return f"best of {b.used} (asked {b.asked}): candidate {b.winner} won, {b.reason}"
+        if self.cascade:
+            tried = ", ".join(f"{c.model} ({c.reason.replace('_', ' ')})" for c in self.cascade)
+            return f"cascade: {tried}"
+        return None
+
     def verdict(self, duration_ms: float | None) -> str:
         end = self.end
-        context = [p for p in (self.waited(), self.loaded()) if p]
+        context = [p for p in (self.waited(), self.loaded(), self.session(), self.fan_out()) if p]
         if isinstance(end, RequestRejected):
             words = REJECT_WORDS.get(end.reason, end.reason)
             retry = f", retry after {end.retry_after_s:g} s" if end.retry_after_s is not None else ""
@@ -249,6 +293,44 @@ def _queued(s: _Story, ev: RequestQueued) -> str:
 def _admitted(s: _Story, ev: RequestAdmitted) -> str:
     when = f"after {fmt_ms(ev.waited_ms)}" if ev.waited_ms > 0 else "at once"
     return f"admitted {when} ({ev.busy} of {ev.slots} slots busy now)"
+
+
+def _placed(s: _Story, ev: RequestPlaced) -> str:
+    head = f"placed on slot {ev.slot_id} for session {ev.session}: "
+    if ev.kv == "warm":
+        return head + f"warm ({ev.reason})"
+    if ev.kv == "restored":
+        took = f" in {fmt_ms(ev.restore_ms)}" if ev.restore_ms is not None else ""
+        return head + f"restored {ev.restored_tokens} tokens from the KV bank{took} ({ev.reason})"
+    return head + f"cold: {ev.reason}"
+
+
+def _shared(s: _Story, ev: RequestShared) -> str:
+    if ev.role == "leader":
+        return f"leads a shared generation (flight {ev.flight}): identical deterministic requests join it"
+    if ev.role == "follower":
+        return (f"joined the identical generation of {ev.leader_trace_id} (flight {ev.flight}) at chunk "
+                f"{ev.joined_at_chunk}; its answer is replayed from the start")
+    return f"took over the shared generation of {ev.leader_trace_id}: its client went away"
+
+
+def _candidate(s: _Story, ev: RequestCandidateScored) -> str:
+    score = f"mean logprob {ev.mean_logprob:.3f}" if ev.mean_logprob is not None else "no logprobs"
+    valid = "valid" if ev.valid else f"invalid ({ev.invalid_reason})"
+    return (f"candidate {ev.index} (seed {ev.seed}): {valid}, {score}, finish {ev.finish_reason}, "
+            f"{ev.completion_tokens} tokens" + (": the winner" if ev.won else ""))
+
+
+def _best_of(s: _Story, ev: RequestBestOfChosen) -> str:
+    return f"best of {ev.used} (asked {ev.asked}): candidate {ev.winner} won: {ev.reason}"
+
+
+def _cascade(s: _Story, ev: RequestCascadeJudged) -> str:
+    score = f", mean logprob {ev.mean_logprob:.3f}" if ev.mean_logprob is not None else ""
+    floor = f" (needs {ev.min_logprob:g})" if ev.min_logprob is not None and ev.reason == "low_confidence" else ""
+    verb = "accepted" if ev.accepted else "passed on"
+    return (f"cascade step {ev.step}: {ev.model} {verb}: {ev.reason.replace('_', ' ')}{score}{floor}"
+            + (f": {ev.detail}" if ev.detail else ""))
 
 
 def _rejected(s: _Story, ev: RequestRejected) -> str:
@@ -327,6 +409,8 @@ def _exited(s: _Story, ev: InstanceExited) -> str:
 _TEXT: dict[type, Callable[[_Story, Any], str]] = {
     RequestReceived: _received, RequestQueued: _queued, RequestAdmitted: _admitted, RequestRejected: _rejected,
     RequestRouted: _routed, RequestFirstToken: _first, RequestCompleted: _completed, RequestFailed: _failed,
+    RequestPlaced: _placed, RequestShared: _shared, RequestCandidateScored: _candidate, RequestBestOfChosen: _best_of,
+    RequestCascadeJudged: _cascade,
     InstanceStarting: _starting, InstanceStarted: _started, InstanceReady: _ready, InstanceEvicted: _eviction,
     InstanceExited: _exited,
 }
