@@ -39,6 +39,7 @@ MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 64 * 1024 * 1024
 IDLE_TIMEOUT_S = 300.0  # a keep-alive connection nobody uses for this long is closed
 YIELD_EVERY = 64  # with no delay, give other connections the loop every this many chunks
+BAKED_DELAY_MS = 0.0  # the pause between chunks when FAKE_ENGINE_DELAY_MS is not set (write_executable bakes it)
 EMBEDDING_DIM = 16
 TIMINGS = b"\x00timings\x00"  # where an end event takes the stream's timings, known only once it is written
 
@@ -411,7 +412,7 @@ def parse_argv(argv: list[str]) -> tuple[str, int, Settings]:
     (the fake has no use for -c, -np, -t, ...), and so are their values."""
     host, port, model = "127.0.0.1", 8080, "fake-model.gguf"
     chunks = int(os.environ.get("FAKE_ENGINE_CHUNKS") or DEFAULT_CHUNKS)
-    delay_ms = float(os.environ.get("FAKE_ENGINE_DELAY_MS") or 0)
+    delay_ms = float(os.environ.get("FAKE_ENGINE_DELAY_MS") or BAKED_DELAY_MS)
     ctx, slots = 0, 1
     known = ("--host", "--port", "-m", "--model", "--fake-chunks", "--fake-delay-ms", "-c", "--ctx-size", "-np",
              "--parallel")
@@ -443,13 +444,18 @@ def parse_argv(argv: list[str]) -> tuple[str, int, Settings]:
     return host, port, Settings(model=model, chunks=chunks, delay_ms=delay_ms, ctx_per_slot=ctx // slots)
 
 
-def write_executable(dest: Path, *, python: str = sys.executable) -> Path:
+def write_executable(dest: Path, *, python: str = sys.executable, delay_ms: float = 0.0) -> Path:
     """An installable copy of this script at `dest`: a shebang to `python`, the fixtures' absolute path baked in,
-    the executable bit set. `blazar engine install --path DEST` then takes it like any llama-server."""
+    the executable bit set. `blazar engine install --path DEST` then takes it like any llama-server. `delay_ms` is
+    baked in as the pause between chunks (Blazar passes an engine child no FAKE_ENGINE_* variable)."""
     src = Path(__file__).read_text().splitlines(keepends=True)
     out = [f"#!{python}\n"]
     for line in src[1:]:
-        out.append(f"FIXTURES = Path({str(FIXTURES)!r})\n" if line.startswith("FIXTURES = ") else line)
+        if line.startswith("FIXTURES = "):
+            line = f"FIXTURES = Path({str(FIXTURES)!r})\n"
+        elif line.startswith("BAKED_DELAY_MS = "):
+            line = f"BAKED_DELAY_MS = {float(delay_ms)!r}\n"
+        out.append(line)
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text("".join(out))
     dest.chmod(0o755)

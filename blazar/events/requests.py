@@ -171,6 +171,8 @@ class RequestCompleted(_RequestEvent):
     engine_timings: dict[str, float] = Field(default_factory=dict)
     finish_reason: str | None = None
     chunks: int | None = None  # streamed chunks forwarded
+    # Single-flight: "follower" got another request's generation (its tokens were not generated again).
+    shared: Literal["leader", "follower", "promoted"] | None = None
 
 
 @register

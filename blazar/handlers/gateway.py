@@ -43,6 +43,7 @@ from blazar.events.requests import (
 )
 from blazar.handlers import relay
 from blazar.handlers.admission import Admission
+from blazar.handlers.flights import Flights, flight_key
 from blazar.handlers.instances import Instance, Route
 from blazar.handlers.kv_bank import KvBank
 from blazar.handlers.limits import Limiter, LimitExceeded
@@ -71,6 +72,7 @@ class Gateway:
         self.admission = admission
         self.client = client
         self.kv = kv if kv is not None else KvBank(app, client)  # sessions' slots, and the bank that saves them
+        self.flights = Flights(self)  # identical deterministic requests in flight
         self._writer = app.request_writer()
         self._actor = app.actor
         self.limits = Limiter(app.clock, seed=self._tokens_today)
@@ -91,11 +93,31 @@ class Gateway:
     async def serve(self, plan: Plan, watcher: asyncio.Task[None] | None = None) -> Answer:
         """Resolve, route (loading on demand), check the context, admit, ask the engine: a streamed Answer relays
         as it comes, any other is read whole. Raises Refused (recorded) for a refusal. `watcher`, the task that
-        notices the client hanging up, is stopped once the answer is over."""
+        notices the client hanging up, is stopped once the answer is over. An identical deterministic request
+        already in flight is joined instead (blazar/handlers/flights.py)."""
         payload = plan.payload()
         self.received(plan, body_bytes=len(payload))
         try:
-            await self.prepare(plan)
+            self.caller(plan)
+        except BaseException as e:
+            self.drop_lease(plan)
+            self.fail(plan, status=500, reason="internal_error", detail=f"{type(e).__name__}: {e}")
+            raise
+        if plan.dirty:
+            payload = plan.payload()
+        key = flight_key(plan)
+        if key is not None:
+            return await self.flights.serve(key, plan, watcher, payload)
+        return await self.generate(plan, watcher, payload)
+
+    async def generate(self, plan: Plan, watcher: asyncio.Task[None] | None, payload: bytes) -> Answer:
+        """The pipeline after the caller's checks: route, admit, ask the engine, and the Answer."""
+        try:
+            try:
+                await self._run_prepared(plan)
+            except BaseException:
+                self.drop_lease(plan)  # whatever refused or broke it before the answer: the lease is not kept
+                raise
             if plan.dirty:
                 payload = plan.payload()  # the model's settings or the session's slot changed the body
             upstream = await self.open_upstream(plan, payload)
@@ -166,8 +188,9 @@ class Gateway:
         return Refused(detail, reason=reason, http_status=status, retry_after_s=retry_after_s,
                        observations=observations, error_type=error_type)
 
-    async def prepare(self, plan: Plan) -> None:
-        """Resolve, route (loading on demand), check the context, admit. Raises Refused, recorded."""
+    def caller(self, plan: Plan) -> None:
+        """What is the caller's own: the model resolved, the key's scope and limits (its lease taken), the model's
+        settings applied. Raises Refused, recorded."""
         try:
             plan.resolved = self.supervisor.resolve(plan.model)
         except ModelNotFound as e:
@@ -176,11 +199,6 @@ class Gateway:
         if plan.resolved.settings is not None:
             apply_settings(plan, plan.resolved.settings)  # before routing: num_ctx and num_predict shape it
             plan.dirty = True
-        try:
-            await self._run_prepared(plan)
-        except BaseException:
-            self._drop_lease(plan)  # whatever refused or broke it before the answer: the lease is not kept
-            raise
 
     def _authorize(self, plan: Plan) -> None:
         """The caller's key: is the model in its scope (by the client's name or the store's), and do its limits
@@ -214,7 +232,7 @@ class Gateway:
             raise Refused(scope_refusal(principal, model, name), reason="model_not_allowed", http_status=403,
                           error_type="permission_error")
 
-    def _drop_lease(self, plan: Plan) -> None:
+    def drop_lease(self, plan: Plan) -> None:
         if plan.lease is not None:
             self.limits.release(plan.lease)
             plan.lease = None
@@ -323,6 +341,8 @@ class Gateway:
             return
 
         def settle(_: asyncio.Task[Any]) -> None:
+            if plan.detached:
+                return  # a shared generation outlives its leader's task: its pump ends it
             if not plan.done:
                 self.fail(plan, status=499, reason="client_disconnected",
                           detail="the request ended before its answer was sent")
@@ -363,9 +383,11 @@ class Gateway:
                                     ttft_ms=round((plan.first_token_at - plan.received) * 1000, 3)),
                   plan.trace_id, plan.actor)
 
-    def complete(self, plan: Plan, usage: dict[str, Any], *, status: int, chunks: int | None = None) -> None:
+    def complete(self, plan: Plan, usage: dict[str, Any], *, status: int, chunks: int | None = None,
+                 shared: str | None = None) -> None:
         if plan.done:
             return
+        plan.usage, plan.end_status = usage, status
         self._release(plan, tokens=usage.get("completion_tokens"))
         key_name = plan.principal.key_name if plan.principal is not None else None
         if key_name is not None:  # the key's tpm and daily_tokens count a request's tokens when it completes
@@ -377,11 +399,13 @@ class Gateway:
             duration_ms=round((time.perf_counter() - plan.received) * 1000, 3),
             prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
             cached_tokens=usage.get("cached_tokens"), engine_timings=usage.get("timings") or {},
-            finish_reason=usage.get("finish_reason"), chunks=chunks), plan.trace_id, plan.actor)
+            finish_reason=usage.get("finish_reason"), chunks=chunks, shared=shared),  # type: ignore[arg-type]
+            plan.trace_id, plan.actor)
 
     def fail(self, plan: Plan, *, status: int, reason: str, detail: str) -> None:
         if plan.done:
             return
+        plan.failed, plan.end_status = True, status
         self._release(plan)
         self.emit(RequestFailed(trace_id=plan.trace_id, model=plan.name or plan.model,
                                 instance_id=plan.instance.instance_id if plan.instance else None, status=status,
@@ -391,7 +415,7 @@ class Gateway:
 
     def _release(self, plan: Plan, *, tokens: int | None = None) -> None:
         plan.done = True
-        self._drop_lease(plan)
+        self.drop_lease(plan)
         if plan.ticket is not None:
             self.admission.release(plan.ticket, tokens=tokens)
             plan.ticket = None

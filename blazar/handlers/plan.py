@@ -72,6 +72,10 @@ class Plan:
     lease: Lease | None = None  # the key's concurrency lease, held until the answer ends
     done: bool = False
     dirty: bool = False  # the engine body was changed after the payload was first encoded (settings, id_slot)
+    detached: bool = False  # a shared generation now runs on its own: the caller's task ending does not end it
+    usage: dict[str, Any] | None = None  # how it ended: the usage read from the engine, the status, failed or not
+    end_status: int | None = None
+    failed: bool = False
 
     @property
     def name(self) -> str | None:

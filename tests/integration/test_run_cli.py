@@ -157,8 +157,10 @@ class _Pty:
 
 
 def test_interactive_chat_keeps_the_conversation_and_ctrl_c_stops_only_the_reply(cli, fake_home: Path) -> None:
-    # A slow engine (10 ms a token), so that Ctrl-C comes while a reply streams.
-    cli.env["FAKE_ENGINE_DELAY_MS"] = "10"
+    # A slow engine (10 ms a token), so that Ctrl-C comes while a reply streams. The delay is baked into the engine
+    # itself: the daemon passes an engine child none of its own environment's FAKE_ENGINE_* variables.
+    slow = fake_engine.write_executable(fake_home.parent / "slow" / "llama-server", delay_ms=10)
+    cli("engine", "install", "--path", str(slow), timeout=120)
     n = 100
     term = _Pty(cli, "tiny", "--max-tokens", str(n), "--verbose")
     try:
