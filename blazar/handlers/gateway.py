@@ -41,7 +41,7 @@ from blazar.events.requests import (
     RequestRejected,
     RequestRouted,
 )
-from blazar.handlers import relay
+from blazar.handlers import fanout, relay
 from blazar.handlers.admission import Admission
 from blazar.handlers.flights import Flights, flight_key
 from blazar.handlers.instances import Instance, Route
@@ -97,6 +97,9 @@ class Gateway:
         already in flight is joined instead (blazar/handlers/flights.py)."""
         payload = plan.payload()
         self.received(plan, body_bytes=len(payload))
+        if plan.cascade:
+            plan.model = plan.cascade[0]
+        base = fanout.base_of(plan)
         try:
             self.caller(plan)
         except BaseException as e:
@@ -105,6 +108,8 @@ class Gateway:
             raise
         if plan.dirty:
             payload = plan.payload()
+        if plan.cascade or (plan.best_of or 1) > 1:
+            return await fanout.serve(self, plan, watcher, base)
         key = flight_key(plan)
         if key is not None:
             return await self.flights.serve(key, plan, watcher, payload)
@@ -114,7 +119,7 @@ class Gateway:
         """The pipeline after the caller's checks: route, admit, ask the engine, and the Answer."""
         try:
             try:
-                await self._run_prepared(plan)
+                await self.route_and_admit(plan)
             except BaseException:
                 self.drop_lease(plan)  # whatever refused or broke it before the answer: the lease is not kept
                 raise
@@ -145,13 +150,50 @@ class Gateway:
             rename = relay.renamer(plan)
             return Answer(status=upstream.status_code, data=rename.whole(data) if rename else data,
                           content_type=upstream.headers.get("content-type", "application/json"), headers=headers)
-        answer = orjson.loads(data)
+        return self.whole_answer(plan, orjson.loads(data), status=upstream.status_code, headers=headers)
+
+    def whole_answer(self, plan: Plan, answer: Any, *, status: int, headers: dict[str, str]) -> Answer:
+        """A whole answer (parsed) as the client gets it: its model named as the client did, a forced tool call made
+        a call, the dialect's reply shape."""
         if isinstance(answer, dict) and "model" in answer:
             answer["model"] = plan.model  # the client's name for it, not the engine's
         if plan.forced is not None:
             answer = plan.forced.answer(answer)
-        return Answer(status=upstream.status_code, media=plan.reply(answer, plan) if plan.reply else answer,
-                      headers=headers)
+        return Answer(status=status, media=plan.reply(answer, plan) if plan.reply else answer, headers=headers)
+
+    def engine_refusal(self, plan: Plan, status: int, data: bytes) -> Answer:
+        """The engine refused (or could not be reached): recorded as the request's failure, its words passed on."""
+        self.fail(plan, status=status, reason="engine_error", detail=refusal(data)[0])
+        return Answer(status=status, refused=data, refusal=refusal(data))
+
+    async def ask_whole(self, plan: Plan, body: dict[str, Any]) -> tuple[int, Any, bytes]:
+        """One whole answer from the plan's instance for `body`, recording nothing: (status, parsed JSON or None,
+        bytes). An engine that cannot be reached is a 502 with its words."""
+        inst = plan.instance
+        assert inst is not None
+        try:
+            upstream = await self.client.open(inst.base_url, plan.engine_path, orjson.dumps(body),
+                                              api_key=inst.api_key)
+            try:
+                data = await upstream.aread()
+            finally:
+                await upstream.aclose()
+        except EngineError as e:
+            return 502, None, orjson.dumps({"error": {"message": e.message, "type": "engine_error"}})
+        try:
+            parsed = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            parsed = None
+        return upstream.status_code, parsed, data
+
+    def release_step(self, plan: Plan, *, tokens: int | None = None) -> None:
+        """A cascade step is over: its slot and its hold on the instance go back; the request goes on."""
+        if plan.ticket is not None:
+            self.admission.release(plan.ticket, tokens=tokens)
+            plan.ticket = None
+        if plan.held and plan.instance is not None:
+            self.supervisor.unhold(plan.instance)
+            plan.held = False
 
     def _streamed(self, plan: Plan, upstream: EngineResponse, watcher: asyncio.Task[None] | None,
                   headers: dict[str, str]) -> Answer:
@@ -178,7 +220,11 @@ class Gateway:
     def reject(self, plan: Plan, *, status: int, reason: str, detail: str, retry_after_s: float | None = None,
                observations: dict[str, Any] | None = None, error_type: str | None = None) -> Refused:
         """Record the refusal (the request's one terminal event) and return the error to raise (`error_type`: a
-        dialect's own kind where the status alone does not say it)."""
+        dialect's own kind where the status alone does not say it). A provisional plan (a cascade step) records
+        nothing: its caller records the step's outcome and goes on."""
+        if plan.provisional:
+            return Refused(detail, reason=reason, http_status=status, retry_after_s=retry_after_s,
+                           observations=observations, error_type=error_type)
         plan.done = True
         self.emit(RequestRejected(trace_id=plan.trace_id, model=plan.name or plan.model, status=status,
                                   reason=reason, detail=detail, retry_after_s=retry_after_s,  # type: ignore[arg-type]
@@ -237,7 +283,8 @@ class Gateway:
             self.limits.release(plan.lease)
             plan.lease = None
 
-    async def _run_prepared(self, plan: Plan) -> None:
+    async def route_and_admit(self, plan: Plan) -> None:
+        """Get a ready instance (loading on demand), check the context, take a slot and place the request on it."""
         assert plan.resolved is not None
         route = Route()
         try:

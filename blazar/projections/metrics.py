@@ -20,9 +20,11 @@ from blazar.events.requests import (
     RequestCompleted,
     RequestFailed,
     RequestFirstToken,
+    RequestPlaced,
     RequestQueued,
     RequestReceived,
     RequestRejected,
+    RequestShared,
 )
 from blazar.projections.base import Projection, State
 
@@ -88,10 +90,10 @@ def _prune(state: State) -> None:
 
 class MetricsProjection(Projection):
     name = "metrics"
-    version = 3  # 3: the refusal histogram
+    version = 4  # 3: the refusal histogram; 4: shared generations (single-flight)
     types = frozenset({
         RequestReceived.TYPE, RequestQueued.TYPE, RequestAdmitted.TYPE, RequestRejected.TYPE,
-        RequestFirstToken.TYPE, RequestCompleted.TYPE, RequestFailed.TYPE,
+        RequestFirstToken.TYPE, RequestCompleted.TYPE, RequestFailed.TYPE, RequestShared.TYPE, RequestPlaced.TYPE,
         InstanceReady.TYPE, InstanceExited.TYPE, InstanceEvicted.TYPE,
     })
 
@@ -108,12 +110,14 @@ class MetricsProjection(Projection):
             "key_requests": {},  # status|key -> n
             "key_tokens": {},  # in|key, out|key -> n
             "keys": {},  # key -> {day (UTC day number), requests_today, tokens_today}
+            "shared": {},  # role|model -> requests that led, followed or took over a shared generation
+            "session_turns": {},  # kv|model -> a session's turns by how they found its prefix: warm, restored, cold
         }
 
     def apply(self, state: State, rec: Recorded) -> State:
         ev = rec.event
-        if isinstance(ev, InstanceReady | InstanceExited | InstanceEvicted):
-            self._instance(state, ev)
+        if isinstance(ev, InstanceReady | InstanceExited | InstanceEvicted | RequestShared | RequestPlaced):
+            self._count(state, ev)
             return state
         assert isinstance(ev, RequestReceived | RequestQueued | RequestAdmitted | RequestRejected
                           | RequestFirstToken | RequestCompleted | RequestFailed)
@@ -162,6 +166,8 @@ class MetricsProjection(Projection):
 
     def _completed(self, state: State, ev: RequestCompleted, p: dict[str, Any]) -> None:
         _inc(state["requests"], key(ev.status, p["dialect"], ev.model))
+        if ev.shared == "follower":
+            return  # its tokens are the leader's: the engine did not generate them again
         if ev.prompt_tokens:
             _inc(state["tokens"], key("in", ev.model), ev.prompt_tokens)
         n = ev.completion_tokens
@@ -172,8 +178,13 @@ class MetricsProjection(Projection):
         if p["stream"] and n is not None and n > 1 and ttft is not None and ev.duration_ms >= ttft:
             observe(state, "itl", ev.model, (ev.duration_ms - ttft) / (n - 1) / 1000.0)
 
-    def _instance(self, state: State, ev: InstanceReady | InstanceExited | InstanceEvicted) -> None:
-        if isinstance(ev, InstanceReady):
+    def _count(self, state: State,
+               ev: InstanceReady | InstanceExited | InstanceEvicted | RequestShared | RequestPlaced) -> None:
+        if isinstance(ev, RequestShared):
+            _inc(state["shared"], key(ev.role, ev.model))
+        elif isinstance(ev, RequestPlaced):
+            _inc(state["session_turns"], key(ev.kv, ev.model))
+        elif isinstance(ev, InstanceReady):
             _inc(state["loads"], key("ready", ev.model))
         elif isinstance(ev, InstanceEvicted):
             _inc(state["evictions"], ev.reason)

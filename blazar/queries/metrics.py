@@ -116,6 +116,16 @@ def render_prometheus(metrics_state: State, residency_state: State, *,
              "by model.")
     for model, n in sorted(m["crashes"].items()):
         w.sample("blazar_engine_crashes_total", (("model", model),), n)
+    w.family("blazar_shared_requests_total", "counter", "Requests in a shared generation (single-flight), by model and "
+             "role: leader (ran it), follower (got its answer), promoted (took it over when the leader left).")
+    for k, n in sorted(m.get("shared", {}).items()):
+        role, model = split(k, 2)
+        w.sample("blazar_shared_requests_total", (("model", model), ("role", role)), n)
+    w.family("blazar_session_turns_total", "counter", "Session turns by model and how they found the session's prefix: "
+             "warm (still in its slot), restored (from the KV bank), cold.")
+    for k, n in sorted(m.get("session_turns", {}).items()):
+        kv, model = split(k, 2)
+        w.sample("blazar_session_turns_total", (("model", model), ("kv", kv)), n)
     _otlp(w, otlp)
     return w.text()
 

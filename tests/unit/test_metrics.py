@@ -39,6 +39,7 @@ FAMILIES = {
     "blazar_queue_depth": "gauge", "blazar_tokens_total": "counter", "blazar_instances": "gauge",
     "blazar_instance_planned_bytes": "gauge", "blazar_instance_measured_bytes": "gauge",
     "blazar_loads_total": "counter", "blazar_evictions_total": "counter", "blazar_engine_crashes_total": "counter",
+    "blazar_shared_requests_total": "counter", "blazar_session_turns_total": "counter",
     "blazar_key_requests_total": "counter", "blazar_key_tokens_total": "counter",
     "blazar_otlp_spans_exported_total": "counter", "blazar_otlp_spans_failed_total": "counter",
     "blazar_otlp_spans_dropped_total": "counter", "blazar_otlp_queue_spans": "gauge",
