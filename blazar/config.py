@@ -102,8 +102,9 @@ class Settings(BaseModel):
     )
     session_keep_s: float = Field(
         default=1800.0, ge=0.0, le=31_536_000.0,
-        description="Seconds a session's model stays loaded after its last turn (idle eviction only: memory pressure "
-                    "still evicts it, saving the session's slot).",
+        description="While a slot of an instance holds a session, the instance stays loaded this many seconds after "
+                    "its last use, if its keep_alive is shorter (idle eviction only: memory pressure still evicts it, "
+                    "saving the session's slot).",
     )
     session_bank_mib: int = Field(
         default=2048, ge=0, le=1 << 24,

@@ -38,7 +38,7 @@ class Messages(Proxy):
         return Plan(model=model, engine_path="/v1/chat/completions", body=body, stream=bool(body.get("stream")),
                     max_tokens=body.get("max_tokens"),
                     stream_as=lambda call: dialect.MessagesStream(model),
-                    reply=lambda answer, call: dialect.from_openai(answer, model))
+                    reply=lambda answer, call: dialect.from_openai(answer, call.model))
 
 
 class CountTokens:

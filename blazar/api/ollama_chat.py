@@ -37,7 +37,7 @@ class _Generation(Proxy):
         return Plan(model=cp.model, engine_path=cp.engine_path, body=cp.engine_body, stream=cp.stream,
                     max_tokens=cp.max_tokens, ctx=cp.ctx, keep_alive=cp.keep_alive,
                     stream_as=lambda call: stream_class(cp.model, call),
-                    reply=lambda reply, call: answer(reply, cp.model, call),
+                    reply=lambda reply, call: answer(reply, call.model, call),
                     instead=(lambda: self.load_or_unload(cp)) if cp.empty else None)
 
     async def load_or_unload(self, cp: ollama_dialect.ChatPlan) -> dict[str, Any]:

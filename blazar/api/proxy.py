@@ -60,7 +60,8 @@ class Proxy(ABC):
         plan.parent_trace_id, plan.parent_span_id = getattr(req.context, "traceparent", None) or (None, None)
         plan.principal, plan.client = principal_of(req), req.remote_addr
         plan.raw, plan.parsed = raw, data
-        opts = request_options(req, data, stream=plan.stream, chat=plan.engine_path == "/v1/chat/completions")
+        opts = request_options(req, data, stream=plan.stream, chat=plan.engine_path == "/v1/chat/completions",
+                               dialect=self.dialect)
         plan.session, plan.deadline_ms, plan.best_of, plan.cascade = (opts.session, opts.deadline_ms, opts.best_of,
                                                                       opts.cascade)
         return plan

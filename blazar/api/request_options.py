@@ -1,10 +1,10 @@
 """What a client asks of Blazar itself, beside its dialect's request: a session, a deadline, best-of-N and a cascade.
-Each comes as an `X-Blazar-*` header or as a body field (top level in every dialect, or in Anthropic's `metadata`);
+Each comes as an `X-Blazar-*` header or as a body field (top level in every dialect, and in Anthropic's `metadata`);
 the header wins where both are given. Anything malformed is a 400 in the caller's dialect (DialectError).
 
     X-Blazar-Session: NAME          session      (Ollama body, Anthropic metadata.session, any body's `session`)
     X-Blazar-Deadline-Ms: N         deadline_ms  (ms from arrival until the answer should be complete)
-    X-Blazar-Best-Of: N             best_of      (2..8 candidates; non-streamed chat)
+    X-Blazar-Best-Of: N             best_of      (1..8 candidates, 1 being one answer; more: non-streamed chat)
     X-Blazar-Cascade: small,large   cascade      (models tried in turn; non-streamed chat)
 """
 
@@ -20,7 +20,7 @@ from blazar.api.bounds import check_name, shown
 from blazar.errors import DialectError
 
 SESSION_MAX_CHARS = 128
-_SESSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,127}")
+_SESSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}")  # no "/": a name is a path segment of its routes
 DEADLINE_MAX_MS = 24 * 3600 * 1000
 BEST_OF_MAX = 8
 CASCADE_MAX = 4
@@ -39,14 +39,15 @@ class RequestOptions:
         return (self.best_of or 1) > 1 or bool(self.cascade)
 
 
-def _given(req: falcon.asgi.Request, header: str, data: dict[str, Any], field: str) -> tuple[Any, str]:
-    """The header's value, else the body's (top level, then Anthropic's metadata), and where it came from."""
+def _given(req: falcon.asgi.Request, header: str, data: dict[str, Any], field: str, *, metadata: bool
+           ) -> tuple[Any, str]:
+    """The header's value, else the body's (top level, then, for Anthropic, its metadata), and where it came from."""
     value = req.get_header(header)
     if value is not None:
         return value, header
     if field in data:
         return data[field], field
-    meta = data.get("metadata")
+    meta = data.get("metadata") if metadata else None
     if isinstance(meta, dict) and field in meta:
         return meta[field], f"metadata.{field}"
     return None, field
@@ -75,12 +76,14 @@ def _cascade(value: Any, where: str) -> tuple[str, ...]:
     return tuple(check_name(n) for n in names)
 
 
-def request_options(req: falcon.asgi.Request, data: dict[str, Any], *, stream: bool, chat: bool) -> RequestOptions:
+def request_options(req: falcon.asgi.Request, data: dict[str, Any], *, stream: bool, chat: bool,
+                    dialect: str = "openai") -> RequestOptions:
     """The options of one request; best-of-N and cascades only on non-streamed chat (a 400 elsewhere)."""
-    session, where = _given(req, "X-Blazar-Session", data, "session")
-    deadline, d_where = _given(req, "X-Blazar-Deadline-Ms", data, "deadline_ms")
-    best_of, b_where = _given(req, "X-Blazar-Best-Of", data, "best_of")
-    cascade, c_where = _given(req, "X-Blazar-Cascade", data, "cascade")
+    meta = dialect == "anthropic"
+    session, where = _given(req, "X-Blazar-Session", data, "session", metadata=meta)
+    deadline, d_where = _given(req, "X-Blazar-Deadline-Ms", data, "deadline_ms", metadata=meta)
+    best_of, b_where = _given(req, "X-Blazar-Best-Of", data, "best_of", metadata=meta)
+    cascade, c_where = _given(req, "X-Blazar-Cascade", data, "cascade", metadata=meta)
     out = RequestOptions(
         session=session_name(session, where) if session is not None else None,
         deadline_ms=_integer(deadline, d_where, 1, DEADLINE_MAX_MS) if deadline is not None else None,

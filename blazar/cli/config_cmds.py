@@ -70,7 +70,8 @@ def get(key: str = typer.Argument(..., help="A config key (see `blazar config de
         out.print(str(value).lower() if isinstance(value, bool) else str(value))
 
 
-@app.command("set")
+# NOTE: a negative VALUE (keep_alive -1, cascade_min_logprob -2.5) is a value, not an unknown option.
+@app.command("set", context_settings={"ignore_unknown_options": True})
 def set_(key: str = typer.Argument(..., help="A config key."),
          value: str = typer.Argument(..., help="The new value, as text (true/false, numbers, choices).")) -> None:
     """Set KEY to VALUE: validated, written to config.toml atomically, recorded as config.changed."""

@@ -77,13 +77,14 @@ class SessionSaveFailed(_SessionEvent):
 
 @register
 class SessionDropped(_SessionEvent):
-    """A bank entry removed: the bank over `session_bank_mib` (oldest first), `blazar session rm`, or its file gone."""
+    """A bank entry removed: the bank over `session_bank_mib` (oldest first), or its file found gone at a restore
+    (`blazar session rm` is `session.removed`)."""
 
     TYPE = "session.dropped"
 
     file: str
     bytes: int = 0
-    reason: Literal["bank_full", "removed", "missing"]
+    reason: Literal["bank_full", "missing"]
 
 
 @register

@@ -24,6 +24,7 @@ from blazar.dialects.judge import Judgement, judge, schema_of, winner
 from blazar.errors import ModelNotFound, Refused
 from blazar.events.requests import RequestBestOfChosen, RequestCandidateScored, RequestCascadeJudged
 from blazar.handlers.admission import Ticket
+from blazar.handlers.instances import ResolvedModel
 from blazar.handlers.model_defaults import apply_settings
 from blazar.handlers.plan import Answer, Plan
 from blazar.handlers.principal import scope_refusal
@@ -66,6 +67,7 @@ def _for_client(plan: Plan, answer: dict[str, Any]) -> dict[str, Any]:
 async def serve(gw: Gateway, plan: Plan, watcher: asyncio.Task[None] | None, base: _Base) -> Answer:
     try:
         if plan.cascade:
+            _check_cascade(gw, plan)
             return await _cascade(gw, plan, base)
         return await _best_of(gw, plan)
     except asyncio.CancelledError:
@@ -208,21 +210,33 @@ async def _cascade(gw: Gateway, plan: Plan, base: _Base) -> Answer:
     return gw.whole_answer(plan, answer, status=200, headers={"x-blazar-cascade": header})
 
 
+def _check_cascade(gw: Gateway, plan: Plan) -> None:
+    """Every model of the cascade exists and is in the key's scope, before any of them runs (the first was checked
+    with the request)."""
+    for name in plan.cascade[1:]:
+        _resolve_in_scope(gw, plan, name)
+
+
+def _resolve_in_scope(gw: Gateway, plan: Plan, name: str) -> ResolvedModel:
+    try:
+        resolved = gw.supervisor.resolve(name)
+    except ModelNotFound as e:
+        raise gw.reject(plan, status=404, reason="model_not_found", detail=f"cascade: {e.message}") from None
+    p = plan.principal
+    if p is not None and p.key is not None and not p.allows(name, resolved.name):
+        raise gw.reject(plan, status=403, reason="model_not_allowed", detail=scope_refusal(p, name, resolved.name),
+                        error_type="permission_error")
+    return resolved
+
+
 def _next_model(gw: Gateway, plan: Plan, name: str, base: _Base) -> None:
     """Point the request at the cascade's next model: resolved, in the key's scope, with its own settings applied
     to the client's request as it came."""
     plan.model = name
     plan.body, plan.max_tokens, plan.ctx = (dict(base.body) if base.body is not None else None), base.max_tokens, \
         base.ctx
-    plan.instance, plan.resolved = None, None
-    try:
-        plan.resolved = gw.supervisor.resolve(name)
-    except ModelNotFound as e:
-        raise gw.reject(plan, status=404, reason="model_not_found", detail=e.message) from None
-    p = plan.principal
-    if p is not None and p.key is not None and not p.allows(name, plan.resolved.name):
-        raise gw.reject(plan, status=403, reason="model_not_allowed", detail=scope_refusal(p, name, plan.resolved.name),
-                        error_type="permission_error")
+    plan.instance = None
+    plan.resolved = _resolve_in_scope(gw, plan, name)
     if plan.resolved.settings is not None:
         apply_settings(plan, plan.resolved.settings)
     plan.dirty = True

@@ -76,6 +76,7 @@ class Flight:
     members: list[_Member] = field(default_factory=list)  # followers still reading, oldest first
     leader_reading: bool = True
     want_pump: bool = False
+    leader_marked: bool = False  # the leader's `request.shared` is recorded (once, at the first follower)
     pump: asyncio.Task[None] | None = None
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -215,6 +216,7 @@ class Flights:
         gen.lease, heir.plan.lease = heir.plan.lease, None
         heir.promoted = True
         heir.plan.done = True
+        gen.shared_role = "promoted"
         gw.emit(RequestShared(trace_id=heir.plan.trace_id, model=gen.name or gen.model, role="promoted",
                               leader_trace_id=flight.leader_trace_id, flight=flight.key,
                               joined_at_chunk=len(flight.chunks)), heir.plan.trace_id, heir.plan.actor)
@@ -233,8 +235,10 @@ class Flights:
     async def _follow(self, flight: Flight, plan: Plan, watcher: asyncio.Task[None] | None) -> Answer | None:
         """The leader's answer for `plan`; None when it must run again (the leader went away before sharing)."""
         gw = self.gw
-        if not flight.members and flight.leader_reading:
+        if not flight.leader_marked:  # the first follower: the leader's generation is shared from now on
+            flight.leader_marked = True
             gen = flight.plan
+            gen.shared_role = "leader"
             gw.emit(RequestShared(trace_id=gen.trace_id, model=gen.name or gen.model, role="leader",
                                   leader_trace_id=flight.leader_trace_id, flight=flight.key), gen.trace_id, gen.actor)
         member = _Member(plan)

@@ -446,7 +446,8 @@ class Gateway:
             duration_ms=round((time.perf_counter() - plan.received) * 1000, 3),
             prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
             cached_tokens=usage.get("cached_tokens"), engine_timings=usage.get("timings") or {},
-            finish_reason=usage.get("finish_reason"), chunks=chunks, shared=shared),  # type: ignore[arg-type]
+            finish_reason=usage.get("finish_reason"), chunks=chunks,
+            shared=shared or plan.shared_role),  # type: ignore[arg-type]
             plan.trace_id, plan.actor)
 
     def fail(self, plan: Plan, *, status: int, reason: str, detail: str) -> None:

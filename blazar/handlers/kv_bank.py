@@ -65,8 +65,9 @@ class KvBank:
 
     # -- the request path ---------------------------------------------------------------------------------------
 
-    async def place(self, inst: Instance, slot_id: int, session: str | None) -> Placement:
-        """Record where the request runs; for a session, make the slot hold its prefix where the bank can."""
+    async def place(self, inst: Instance, slot_id: int, session: str | None, *, runs: bool = True) -> Placement:
+        """Record where the request runs; for a session, make the slot hold its prefix where the bank can. With
+        `runs` False (a restore on its own, no request behind it) a slot that stays cold is not the session's."""
         slots, iid = self.slots, inst.instance_id
         if session is None:
             explicit = slots.explicit(iid)
@@ -84,7 +85,8 @@ class KvBank:
             placed = await self._restore_entry(inst, slot_id, entry)
             if placed.kv == "cold":
                 placed = Placement(kv="cold", reason=f"{not_here}; {placed.reason}", explicit=True)
-        slots.place(iid, slot_id, session)
+        if runs or placed.kv != "cold":
+            slots.place(iid, slot_id, session)
         return placed
 
     def _why_not_here(self, inst: Instance, session: str) -> tuple[str, bool]:
@@ -99,6 +101,11 @@ class KvBank:
         return "no live slot holds the session", False
 
     async def _restore_entry(self, inst: Instance, slot_id: int, entry: BankEntry) -> Placement:
+        if not (self.app.paths.data_dir / entry.file).is_file():
+            # Deleted by hand (or never written): the entry goes, so the bank's size stays true.
+            await self.app.record(SessionDropped(session=entry.session, model=entry.model, file=entry.file,
+                                                 bytes=entry.bytes, reason="missing"))
+            return Placement(kv="cold", reason=f"the bank's file {entry.file} is gone", explicit=True)
         refusal = self._restorable(inst, entry)
         if refusal is not None:
             return Placement(kv="cold", reason=refusal, explicit=True)
@@ -125,8 +132,6 @@ class KvBank:
         diff = entry.identity.differences(inst.kv_identity)
         if diff:
             return "the bank's save does not match this instance: " + _describe(diff)
-        if not (self.app.paths.data_dir / entry.file).is_file():
-            return f"the bank's file {entry.file} is gone"
         return None
 
     # -- saving -------------------------------------------------------------------------------------------------
@@ -143,7 +148,7 @@ class KvBank:
         return recorded + await self.enforce_bound()
 
     async def save_session(self, inst: Instance, slot_id: int, session: str) -> list[Recorded]:
-        """`blazar session save`: one session's slot now."""
+        """`blazar session save`: one session's slot now (the caller checked that the bank is on)."""
         recorded = await self.app.record([await self._save(inst, slot_id, session, "requested")])
         return recorded + await self.enforce_bound()
 
@@ -168,6 +173,8 @@ class KvBank:
                                                          timeout_s=settings.session_save_timeout_s)
         except EngineUnreachable as e:
             if isinstance(e.__cause__, TimeoutError):
+                # NOTE: what the engine may have written so far is not the bank's: it would count nowhere.
+                path.unlink(missing_ok=True)
                 return failed("timeout", f"not saved within {settings.session_save_timeout_s:g} s")
             return failed("engine_error", e.message)
         ms = round((time.perf_counter() - started) * 1000, 3)

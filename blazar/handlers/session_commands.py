@@ -26,6 +26,8 @@ def _unknown(app: Blazar, name: str) -> bool:
 
 async def save_session(gw: Gateway, name: str) -> list[Recorded]:
     """Save the slot that holds `name`'s newest prefix, now."""
+    if gw.app.settings().session_bank_mib == 0:
+        raise SessionUnavailable("the KV bank is off (session_bank_mib is 0): nothing is saved")
     where = gw.kv.slots.where(name)
     if where is None:
         if _unknown(gw.app, name):
@@ -60,7 +62,7 @@ async def restore_session(gw: Gateway, name: str, model: str | None = None) -> d
         raise SessionUnavailable(f"every slot of {inst.model} is busy; try again when one is free")
     started = time.perf_counter()
     try:
-        placed = await gw.kv.place(inst, ticket.slot_id, name)
+        placed = await gw.kv.place(inst, ticket.slot_id, name, runs=False)
     finally:
         gw.admission.give_back(ticket)
     if placed.kv == "cold":
