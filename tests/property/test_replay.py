@@ -19,6 +19,8 @@ from blazar import config
 from blazar.clock import FakeClock
 from blazar.events import Event, Recorded, register
 from blazar.events.log import EventLog
+from blazar.events.requests import RequestPlaced
+from blazar.events.sessions import KvIdentity, SessionDropped, SessionRemoved, SessionRestored, SessionSaved
 from blazar.events.system import ConfigChanged, SnapshotTaken
 from blazar.projections import all_projections, fold
 from blazar.projections.checkpoints import drop_checkpoints, dump_state, load_checkpoints
@@ -124,6 +126,31 @@ _pinged = st.builds(_Pinged, n=st.integers(-(2**53), 2**53), note=_text)
 _flagged = st.builds(_Flagged, model=st.sampled_from(["qwen", "llama", "gemma"]),
                      outcome=st.sampled_from(["ok", "refused", "failed"]))
 
+# The KV bank: saves, drops, removals and restores of a few sessions and models, and the turns placed for them (the
+# sessions projection's bank bytes and counters must replay exactly).
+_session = st.sampled_from(["s1", "s2", "chat-3"])
+_model = st.sampled_from(["qwen", "gemma"])
+_bytes = st.integers(0, 1 << 32)
+_ms = st.floats(0, 10_000, allow_nan=False, allow_infinity=False)
+_identity = st.builds(KvIdentity, engine=st.sampled_from(["b1", "b2"]), model_sha256=st.sampled_from(["aa", "bb"]),
+                      ctx_tokens=st.sampled_from([2048, 4096]), cache_type_k=st.sampled_from(["f16", "q8_0"]),
+                      cache_type_v=st.just("f16"), swa_full=st.booleans())
+_saved = st.builds(SessionSaved, session=_session, model=_model, instance_id=st.sampled_from(["i1", "i2"]),
+                   slot_id=st.integers(0, 3), file=_text.map(lambda t: f"slots/m/{t}.bin"), bytes=_bytes,
+                   tokens=st.integers(0, 100_000), duration_ms=_ms, identity=_identity,
+                   reason=st.sampled_from(["evicted", "stopped", "shutdown", "requested"]))
+_dropped = st.builds(SessionDropped, session=_session, model=_model, file=st.just("slots/m/x.bin"), bytes=_bytes,
+                     reason=st.sampled_from(["bank_full", "missing"]))
+_removed = st.builds(SessionRemoved, session=_session, files=st.lists(st.just("slots/m/x.bin"), max_size=2),
+                     bytes=_bytes)
+_restored = st.builds(SessionRestored, session=_session, model=_model, instance_id=st.just("i1"),
+                      slot_id=st.integers(0, 3), tokens=st.integers(0, 100_000), duration_ms=_ms)
+_placed = st.builds(RequestPlaced, trace_id=_hex, model=_model, instance_id=st.sampled_from(["i1", "i2"]),
+                    slot_id=st.integers(0, 3), session=_session, kv=st.sampled_from(["warm", "restored", "cold"]),
+                    reason=_text, restored_tokens=st.one_of(st.none(), st.integers(0, 100_000)),
+                    restore_ms=st.one_of(st.none(), _ms))
+_session_event = st.one_of(_saved, _dropped, _removed, _restored, _placed)
+
 
 @dataclass(frozen=True)
 class _Item:
@@ -137,7 +164,7 @@ class _Item:
 
 _item = st.builds(
     _Item,
-    event=st.one_of(_config_spec(), _config_spec(), _snapshot, _pinged, _flagged),
+    event=st.one_of(_config_spec(), _config_spec(), _snapshot, _pinged, _flagged, _session_event),
     actor=st.one_of(st.sampled_from(["cli:alice", "cli:bob", "user:carol", "daemon", "gateway"]),
                     _text.filter(bool)),
     stream=st.one_of(st.none(), st.sampled_from(["system", "model:qwen", "engine:e1", "instance:i-7"])),
