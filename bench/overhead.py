@@ -306,9 +306,9 @@ class Home:
             time.sleep(0.1)
         raise RuntimeError(f"blazar serve did not answer within {START_TIMEOUT_S:.0f} s")
 
-    def load(self, model: str) -> dict[str, Any]:
+    def load(self, model: str, *flags: str) -> dict[str, Any]:
         """Load (keep-alive forever), and return its `ps` row: pid, port."""
-        self.cli("load", model, "--keep-alive=-1", "--json", timeout=LOAD_TIMEOUT_S)
+        self.cli("load", model, "--keep-alive=-1", "--json", *flags, timeout=LOAD_TIMEOUT_S)
         rows = json.loads(self.cli("ps", "--json"))["instances"]
         row: dict[str, Any] = next(r for r in rows if r["model"] == model and r["state"] == "ready")
         return row

@@ -36,6 +36,8 @@ class LoadBody(_Body):
     # Absent leaves a loaded instance's pin as it is; a new one starts unpinned.
     pin: StrictBool | None = None
     ctx: StrictInt | None = Field(None, ge=1, description="context tokens per slot")
+    # A new instance ready for sessions: a sliding-window model's full window cache (session_swa_full).
+    sessions: StrictBool | None = None
 
     @field_validator("keep_alive")
     @classmethod
@@ -75,7 +77,8 @@ class LoadResource:
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         body: LoadBody = await _body(req, LoadBody)
-        inst = await self.supervisor.load(body.model, keep_alive=body.keep_alive_s(), pinned=body.pin, ctx=body.ctx)
+        inst = await self.supervisor.load(body.model, keep_alive=body.keep_alive_s(), pinned=body.pin, ctx=body.ctx,
+                                          session=bool(body.sessions))
         resp.media = {k: v for k, v in asdict(inst).items() if k not in PRIVATE}
 
 

@@ -116,9 +116,9 @@ class AdminClient:
         return self._call("GET", "ps")
 
     def load(self, model: str, *, keep_alive: str | None = None, pin: bool | None = None,
-             ctx: int | None = None) -> dict[str, Any]:
+             ctx: int | None = None, sessions: bool | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"model": model}
-        for key, value in (("keep_alive", keep_alive), ("pin", pin), ("ctx", ctx)):
+        for key, value in (("keep_alive", keep_alive), ("pin", pin), ("ctx", ctx), ("sessions", sessions)):
             if value is not None:
                 body[key] = value
         timeout = httpx2.Timeout(CALL_TIMEOUT_S, connect=HEALTH_TIMEOUT_S, read=None)

@@ -83,6 +83,9 @@ def load(
     ] = None,
     ctx: Annotated[int | None, typer.Option("--ctx", min=1, help="Context tokens per slot (default: the ctx "
                                             "setting).")] = None,
+    sessions: Annotated[bool, typer.Option(
+        "--sessions", help="Start it ready for sessions: a sliding-window model gets its full window cache "
+        "(session_swa_full), which restoring a saved slot needs; costs memory, counted by the fit.")] = False,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Load a model into an engine instance (or reuse a running one) and wait until it serves; starts the daemon."""
@@ -93,7 +96,7 @@ def load(
             raise typer.BadParameter(str(e), param_hint="--keep-alive") from None
     info = _daemon_or_start()
     with AdminClient(info) as client:
-        inst = client.load(model, keep_alive=keep_alive, pin=pin, ctx=ctx)
+        inst = client.load(model, keep_alive=keep_alive, pin=pin, ctx=ctx, sessions=sessions or None)
     if as_json:
         print_json(inst)
         return

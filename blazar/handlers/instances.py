@@ -207,10 +207,12 @@ class Supervisor:
     # -- commands ---------------------------------------------------------------------------------------------
 
     async def load(self, model: str, *, keep_alive: Any = UNSET, pinned: bool | None = None,
-                   ctx: int | None = None) -> Instance:
-        """Warm `model` (start it, or reuse a running instance that covers `ctx`), then apply keep_alive/pin."""
+                   ctx: int | None = None, session: bool = False) -> Instance:
+        """Warm `model` (start it, or reuse a running instance that covers `ctx`), then apply keep_alive/pin.
+        `session`: a new instance is started ready for sessions (see `ensure`)."""
         await self.app.runner.catch_up()  # a command: see what the CLI recorded a moment ago (an import, a config)
-        inst = await self.ensure(self.resolve(model), ctx=ctx, keep_alive=keep_alive, pinned=pinned, reason="load")
+        inst = await self.ensure(self.resolve(model), ctx=ctx, keep_alive=keep_alive, pinned=pinned, reason="load",
+                                 session=session)
         return inst
 
     async def ensure(self, model: ResolvedModel, *, ctx: int | None = None, keep_alive: Any = UNSET,

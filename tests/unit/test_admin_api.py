@@ -27,9 +27,10 @@ class FakeSupervisor:
         if self.fail is not None:
             raise self.fail
 
-    async def load(self, model: str, *, keep_alive: Any = UNSET, pinned: Any = None, ctx: int | None = None
-                   ) -> Instance:
-        self.calls.append(("load", {"model": model, "keep_alive": keep_alive, "pinned": pinned, "ctx": ctx}))
+    async def load(self, model: str, *, keep_alive: Any = UNSET, pinned: Any = None, ctx: int | None = None,
+                   session: bool = False) -> Instance:
+        self.calls.append(("load", {"model": model, "keep_alive": keep_alive, "pinned": pinned, "ctx": ctx}
+                           | ({"session": True} if session else {})))
         self._maybe_fail()
         return Instance(instance_id="abc123", model=model, port=40001, slots=2, ctx_tokens=ctx or 8192,
                         engine_tag="b1234", load_ms=420)
@@ -88,6 +89,14 @@ async def test_load_passes_parsed_keep_alive_pin_and_ctx(client: ASGIConductor, 
     assert r.json == {"instance_id": "abc123", "model": "m", "port": 40001, "slots": 2, "ctx_tokens": 4096,
                       "engine_tag": "b1234", "load_ms": 420, "embeddings": False}
     assert sup.calls == [("load", {"model": "m", "keep_alive": 5400.0, "pinned": True, "ctx": 4096})]
+
+
+async def test_load_ready_for_sessions_is_passed_on(client: ASGIConductor, sup: FakeSupervisor) -> None:
+    r = await client.simulate_post("/api/blazar/load", json={"model": "m", "sessions": True})
+    assert r.status_code == 200
+    assert sup.calls[-1][1]["session"] is True
+    bad = await client.simulate_post("/api/blazar/load", json={"model": "m", "sessions": "yes"})
+    assert bad.status_code == 400
 
 
 @pytest.mark.parametrize(("given", "expected"), [(-1, None), ("-1", None), (0, 0.0), (300, 300.0), ("45s", 45.0)])
