@@ -220,14 +220,15 @@ async def run_round(client: httpx2.AsyncClient, url: str, payload: bytes, *, lan
                     per_worker: int = 1, cpu_pid: int | None = None, wire: Wire = OPENAI) -> Round:
     """`concurrency` workers, each sending `per_worker` requests one after another; wall time from the first send
     to the last byte."""
-    async def worker() -> list[Stream]:
-        streams = [await stream_once(client, url, payload, wire) for _ in range(per_worker)]
+    async def worker(mine: bytes) -> list[Stream]:
+        streams = [await stream_once(client, url, mine, wire) for _ in range(per_worker)]
         streams[0].opens_round = True
         return streams
 
+    payloads = [varied(payload, i, wire) for i in range(concurrency)]
     cpu0 = cpu_seconds(cpu_pid) if cpu_pid else None
     t0 = time.perf_counter()
-    results = await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(concurrency))), ROUND_TIMEOUT_S)
+    results = await asyncio.wait_for(asyncio.gather(*(worker(p) for p in payloads)), ROUND_TIMEOUT_S)
     wall = time.perf_counter() - t0
     cpu = cpu_seconds(cpu_pid) - cpu0 if cpu_pid and cpu0 is not None else None
     streams = [s for batch in results for s in batch]
@@ -241,6 +242,20 @@ def cpu_seconds(pid: int) -> float:
     """utime + stime of a process, all its threads (granian's I/O threads included)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def varied(payload: bytes, i: int, wire: Wire = OPENAI) -> bytes:
+    """The request made distinct for concurrent worker `i` (its seed; Anthropic, which has none, its metadata).
+    NOTE: identical concurrent deterministic requests share one generation in Blazar (single-flight) and never at
+    the engine: every lane must be asked for the same work."""
+    body = orjson.loads(payload)
+    if wire is ANTHROPIC:
+        body["metadata"] = {"user_id": f"bench-{i}"}
+    elif wire is OLLAMA:
+        body.setdefault("options", {})["seed"] = i + 1
+    else:
+        body["seed"] = i + 1
+    return orjson.dumps(body)
 
 
 def chat_payload(model: str, max_tokens: int, **extra: Any) -> bytes:

@@ -310,15 +310,17 @@ async def flood_phase(root: Path, server: Path, model: Path, *, max_tokens: int,
         payload = ov.chat_payload("gemma", max_tokens)
         async with httpx2.AsyncClient(timeout=FLOOD_READ_TIMEOUT, limits=limits, trust_env=False) as client:
             # Warm: two full waves, so the slot-hold average behind Retry-After is of requests like these.
-            warm = await asyncio.wait_for(asyncio.gather(*(ov.stream_once(client, url, payload)
-                                                           for _ in range(2 * FLOOD_SLOTS))), SPAN_TIMEOUT_S)
+            warm = await asyncio.wait_for(asyncio.gather(*(ov.stream_once(client, url, ov.varied(payload, i))
+                                                           for i in range(2 * FLOOD_SLOTS))), SPAN_TIMEOUT_S)
             hold_s = statistics.median(s.end - s.start for s in warm)
             if any(s.error for s in warm):
                 raise RuntimeError(f"warm-up failed: {next(s.error for s in warm if s.error)}")
             say(f"  warm: {2 * FLOOD_SLOTS} requests, {hold_s:.2f} s each at C={FLOOD_SLOTS}")
             cpu0 = sample(home.daemon.pid)
             t0 = time.perf_counter()
-            tasks = [asyncio.create_task(flood_request(client, url, payload, t0)) for _ in range(FLOOD_STREAMS)]
+            # Distinct requests (their seeds): identical ones would share one generation (single-flight).
+            tasks = [asyncio.create_task(flood_request(client, url, ov.varied(payload, i), t0))
+                     for i in range(FLOOD_STREAMS)]
             try:
                 async with asyncio.timeout(FLOOD_TIMEOUT_S):
                     probes = await run_probes(client, url, payload, t0, tasks)
@@ -353,8 +355,8 @@ async def run_probes(client: httpx2.AsyncClient, url: str, payload: bytes, t0: f
         if all(t.done() for t in tasks):
             break
     probes: list[Outcome] = []
-    for _ in range(FLOOD_PROBES):
-        o = await flood_request(client, url, payload, t0, probe=True)
+    for k in range(FLOOD_PROBES):
+        o = await flood_request(client, url, ov.varied(payload, FLOOD_STREAMS + k), t0, probe=True)
         probes.append(o)
         if o.status != 429:
             break

@@ -693,8 +693,10 @@ class Supervisor:
         for iid, idle_s in due:
             lv = self._live.get(iid)
             if lv is not None:
+                # idle_keep_s: what it was allowed, its keep-alive or longer while a slot held a session
                 await self._evict(lv, "idle", observations={"idle_s": round(idle_s, 3),
-                                                            "keep_alive_s": lv.keep_alive_s})
+                                                            "keep_alive_s": lv.keep_alive_s,
+                                                            "idle_keep_s": self._idle_keep_s(lv)})
         remaining = [v for v in views if v.instance_id not in {i for i, _ in due}]
         return decide.next_wakeup(remaining, now)
 

@@ -11,6 +11,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -241,3 +242,27 @@ def test_the_bank_keeps_to_its_bound_dropping_the_oldest_save(daemon: Daemon) ->
         daemon.cli("config", "set", "session_bank_mib", "2048")
         daemon.cli("config", "set", "session_save_max_mib", "1024")
 
+
+
+def test_a_session_keeps_its_model_loaded_past_its_keep_alive_then_idle_eviction_saves_it(daemon: Daemon) -> None:
+    """keep_alive 1 s, session_keep_s 6 s: an instance whose slot holds a session outlives its keep-alive; once the
+    session has been idle that long the reaper evicts it like any other, saving the session's slot first."""
+    daemon.cli_fails("stop", MODEL)
+    daemon.cli("config", "set", "keep_alive", "1s")
+    daemon.cli("config", "set", "session_keep_s", "6")
+    try:
+        conv = Conversation(daemon, "keep-1")
+        trace, _, _ = conv.turn("And the sky?")
+        iid = _placed(daemon, trace)["instance_id"]
+        time.sleep(3)  # past its keep-alive, within session_keep_s
+        assert iid in {i["instance_id"] for i in json.loads(daemon.cli("ps", "--json").stdout)["instances"]}
+        evicted = wait_for(lambda: [e["data"] for e in daemon.events("instance.evicted")
+                                    if e["data"]["instance_id"] == iid], "idle eviction", timeout=30)
+        obs = evicted[0]["observations"]
+        assert evicted[0]["reason"] == "idle" and (obs["keep_alive_s"], obs["idle_keep_s"]) == (1.0, 6.0)
+        assert obs["idle_s"] >= 6.0
+        saved = [e["data"] for e in daemon.events("session.saved") if e["data"]["session"] == "keep-1"]
+        assert saved and saved[-1]["reason"] == "evicted" and saved[-1]["instance_id"] == iid
+    finally:
+        daemon.cli("config", "set", "keep_alive", "10m")
+        daemon.cli("config", "set", "session_keep_s", "1800")
