@@ -20,13 +20,13 @@ from blazar.adapters.engines.client import EngineClient
 from blazar.adapters.otel.target import otlp_target
 from blazar.clock import Clock, SystemClock
 from blazar.context import CHECKPOINT_ON_CLOSE_AFTER, Blazar
-from blazar.events.log import EventLog
 from blazar.handlers.admission import Admission
 from blazar.handlers.config import reconcile_file
 from blazar.handlers.gateway import Gateway
 from blazar.handlers.instances import Supervisor
 from blazar.handlers.kv_bank import KvBank
 from blazar.handlers.ports import SupervisorPort
+from blazar.logdb import log_location, open_log
 from blazar.paths import Paths
 from blazar.projections import all_projections
 from blazar.projections.runner import ProjectionRunner
@@ -77,7 +77,7 @@ async def bootstrap(
     paths = paths or paths_from_env(env)
     paths.ensure()
     clock = clock or SystemClock()
-    log = await EventLog.open(paths.db, clock=clock)
+    log = await open_log(log_location(paths, os.environ if env is None else env), clock=clock)
     runner = ProjectionRunner(log, all_projections())
     try:
         await runner.start()

@@ -26,6 +26,8 @@ from blazar.durations import parse_duration
 from blazar.errors import ConfigError
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
+# Keys about this machine rather than the log's history: a restored snapshot never sets them here.
+LOCAL_KEYS = frozenset({"database_url"})
 
 
 class Settings(BaseModel):
@@ -152,6 +154,12 @@ class Settings(BaseModel):
         description="Client connections served at once (more wait in the listen backlog).",
     )
     backlog: int = Field(default=2048, ge=128, le=65535, description="The listen backlog of `blazar serve`'s socket.")
+    database_url: str = Field(
+        default="",
+        description="The log on PostgreSQL: postgresql+asyncpg://USER@HOST:PORT/DB (empty: the embedded SQLite file). "
+                    "Read at start, before the log opens; BLAZAR_DATABASE_URL wins over it. A password goes in "
+                    "PGPASSWORD or ~/.pgpass, never here (this file's changes are recorded in the log).",
+    )
     otlp_endpoint: str = Field(
         default="",
         description="OTLP/HTTP collector URL that request spans are exported to (empty: off; /v1/traces added to a "
@@ -162,6 +170,21 @@ class Settings(BaseModel):
         description="Headers sent with each OTLP export, name=value (recorded in the log: put secrets in "
                     "OTEL_EXPORTER_OTLP_HEADERS).",
     )
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, v: str) -> str:
+        v = v.strip()
+        if not v:
+            return v
+        if not v.startswith(("postgresql://", "postgresql+asyncpg://", "postgres://")):
+            raise ValueError("expected a PostgreSQL URL such as postgresql+asyncpg://blazar@db.lan:5432/blazar, or "
+                             "empty for the embedded SQLite log")
+        creds = urlsplit(v).password
+        if creds:
+            raise ValueError("the URL holds a password: put it in PGPASSWORD or ~/.pgpass (or the whole URL in "
+                             "BLAZAR_DATABASE_URL), since every change to this file is recorded in the log")
+        return v
 
     @field_validator("allowed_hosts", "cors_origins")
     @classmethod

@@ -114,8 +114,11 @@ def row_to_recorded(row: Sequence[Any]) -> Recorded:
 class EventLog:
     """The log. Open with `await EventLog.open(path)`; close with `await log.close()`."""
 
+    backend = "sqlite"
+
     def __init__(self, path: Path, writer: AsyncEngine, reader: AsyncEngine, clock: Clock) -> None:
         self.path = path
+        self.location = str(path)
         self.clock = clock
         self._writer_engine = writer
         self._reader_engine = reader
@@ -260,6 +263,31 @@ class EventLog:
         assert self._wconn is not None, "log is closed"
         async with self._write_lock, self._wconn.begin():
             yield self._wconn
+
+    # -- derived tables (checkpoints) ------------------------------------------------------------------------
+
+    async def checkpoint_rows(self) -> list[tuple[Any, ...]]:
+        """Every stored checkpoint: (name, version, seq, anchor, state, sha256)."""
+        async with self.reader() as conn:
+            rows = (await conn.exec_driver_sql("SELECT name, version, seq, anchor, state, sha256 FROM checkpoints"))
+            return [tuple(r) for r in rows.all()]
+
+    async def event_anchor(self, seq: int) -> tuple[str, float] | None:
+        """(type, ts) of the event at `seq`, or None."""
+        async with self.reader() as conn:
+            row: Any = (await conn.exec_driver_sql("SELECT type, ts FROM events WHERE seq = ?", (seq,))).first()
+        return None if row is None else (row[0], row[1])
+
+    async def put_checkpoints(self, rows: list[tuple[Any, ...]]) -> None:
+        """Write (name, version, seq, anchor, state, sha256, ts) rows, replacing older ones, in one transaction."""
+        async with self.write_transaction() as conn:
+            await conn.exec_driver_sql(
+                "INSERT OR REPLACE INTO checkpoints (name, version, seq, anchor, state, sha256, ts) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+
+    async def clear_checkpoints(self) -> None:
+        async with self.write_transaction() as conn:
+            await conn.exec_driver_sql("DELETE FROM checkpoints")
 
     # -- reading -------------------------------------------------------------------------------------------
 

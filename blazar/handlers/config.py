@@ -55,6 +55,8 @@ async def reconcile_file(app: Blazar) -> list[Recorded]:
         changes = [
             ConfigChanged(key=k, old=in_log.get(k), new=in_file.get(k), source="file")
             for k in sorted(set(in_file) | set(in_log))
-            if in_file.get(k) != in_log.get(k)
+            # NOTE: a local key (where this home's log lives) is the machine's, not the log's history: a log
+            # opened from another home, or just moved to PostgreSQL, does not record it as an edit.
+            if in_file.get(k) != in_log.get(k) and k not in settings.LOCAL_KEYS
         ]
         return await app.record(changes) if changes else []

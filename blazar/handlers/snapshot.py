@@ -24,8 +24,8 @@ from blazar.clock import Clock, SystemClock
 from blazar.context import Blazar
 from blazar.errors import ConfigError, DaemonRunning, SnapshotError
 from blazar.events.base import Recorded
-from blazar.events.log import EventLog
 from blazar.events.system import SnapshotRestored, SnapshotTaken
+from blazar.handlers.log_copy import export_to_sqlite, sqlite_rows
 from blazar.handlers.snapshot_verify import (
     CHUNK,
     DB_FILE,
@@ -40,6 +40,7 @@ from blazar.handlers.snapshot_verify import (
     sha256_file,
     verify_snapshot,
 )
+from blazar.logdb import is_url, log_location, open_log
 from blazar.paths import Paths
 from blazar.projections import all_projections
 from blazar.projections.checkpoints import drop_checkpoints
@@ -86,7 +87,10 @@ async def take_snapshot(app: Blazar, dest: Path | None = None) -> Taken:
     dest, staging = _staging(dest, app.paths.snapshots)
     parent = staging.parent
     try:
-        manifest = await asyncio.to_thread(_write_snapshot, app.paths, staging, now)
+        if app.log.backend != "sqlite":  # one consistent read of the whole log, into the snapshot's own file
+            await export_to_sqlite(app.log, staging / DB_FILE)
+        manifest = await asyncio.to_thread(_write_snapshot, app.paths, staging, now,
+                                           copied=app.log.backend != "sqlite")
         final = dest or parent / f"blazar-{utc_stamp(now)}-seq{manifest.seq_last}"
         _move_into_place(staging, final)
     except BaseException:
@@ -123,9 +127,10 @@ def _move_into_place(staging: Path, final: Path) -> None:
     _fsync_dir(final.parent)
 
 
-def _write_snapshot(paths: Paths, staging: Path, now: float) -> Manifest:
+def _write_snapshot(paths: Paths, staging: Path, now: float, *, copied: bool = False) -> Manifest:
     copy = staging / DB_FILE
-    _vacuum_into(paths.db, copy)
+    if not copied:
+        _vacuum_into(paths.db, copy)
     _fsync_file(copy)
     size, sha = sha256_file(copy)
     facts = inspect_log(copy)  # the copy passes the checks a restore will make, or no snapshot is written
@@ -176,8 +181,12 @@ async def restore_snapshot(
     if pid is not None:
         warnings.append(f"restored under a running daemon ({who}): restart it so it reads the restored log")
     paths.ensure()
-    previous_seq, kept = await asyncio.to_thread(_swap_in, paths, verified, utc_stamp(clock.now()))
-    app = await _open_restored(paths, clock, actor)
+    location = log_location(paths, os.environ)
+    if is_url(location):
+        previous_seq, kept = await _swap_in_database(paths, str(location), verified, utc_stamp(clock.now()))
+    else:
+        previous_seq, kept = await asyncio.to_thread(_swap_in, paths, verified, utc_stamp(clock.now()))
+    app = await _open_restored(paths, location, clock, actor)
     try:
         rewritten = _align_config(app)
         event = SnapshotRestored(
@@ -206,6 +215,25 @@ def _swap_in(paths: Paths, verified: VerifiedSnapshot, stamp: str) -> tuple[int,
     finally:
         tmp.unlink(missing_ok=True)
     return previous_seq, kept
+
+
+async def _swap_in_database(paths: Paths, url: str, verified: VerifiedSnapshot, stamp: str) -> tuple[int, Path | None]:
+    """Replace a database log with the snapshot's events in one transaction; the replaced log is kept first, as a
+    SQLite log file beside where the embedded one would be (the snapshot format's own file)."""
+    from blazar.events.log_pg import PgEventLog  # only for a database URL: asyncpg is imported then
+
+    log = await open_log(url)
+    try:
+        previous = await log.last_seq()
+        kept = None
+        if previous:
+            kept = _unused(paths.db.with_name(f"{paths.db.name}.replaced-{stamp}-seq{previous}"))
+            await export_to_sqlite(log, kept)
+        assert isinstance(log, PgEventLog)
+        await log.copy_in(sqlite_rows(verified.db), replace=True)
+    finally:
+        await log.close()
+    return previous, kept
 
 
 def _keep_current(db: Path, stamp: str) -> tuple[int, Path]:
@@ -245,9 +273,9 @@ def _unused(path: Path) -> Path:
     return candidate
 
 
-async def _open_restored(paths: Paths, clock: Clock, actor: str) -> Blazar:
+async def _open_restored(paths: Paths, location: str | Path, clock: Clock, actor: str) -> Blazar:
     """Open the restored log (migrating an older schema) with every projection rebuilt from its events."""
-    log = await EventLog.open(paths.db, clock=clock)
+    log = await open_log(location, clock=clock)
     try:
         await drop_checkpoints(log)  # they describe the snapshot's time; folding from scratch proves the log
         runner = ProjectionRunner(log, all_projections())
@@ -266,13 +294,17 @@ def _align_config(app: Blazar) -> bool:
     NOTE: without this the next start would record the newer config.toml as hand edits (`config.changed`,
     source "file"), and the restored state would silently drift from the snapshot's.
     """
-    wanted = {k: v for k, v in app.overrides().items() if k in settings.FIELDS}
+    wanted = {k: v for k, v in app.overrides().items() if k in settings.FIELDS and k not in settings.LOCAL_KEYS}
     path = app.paths.config_file
     with settings.locked(path):
         try:
             current = settings.read_file_raw(path)
         except ConfigError:
             current = None  # unreadable TOML: replaced, and kept as .bak
+        # NOTE: where this home's log lives is this home's, never the snapshot's (it may name another database).
+        for key in settings.LOCAL_KEYS:
+            if current and key in current:
+                wanted[key] = current[key]
         if current == wanted:  # a missing file reads as {}: nothing to write when the log has no overrides
             return False
         settings.write_file(path, wanted)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
@@ -41,9 +40,7 @@ def anchor_of(type_name: str | None, ts: float | None) -> str:
 
 
 async def load_checkpoints(log: EventLog) -> dict[str, StoredCheckpoint]:
-    async with log.reader() as conn:
-        rows: list[Any] = list((await conn.exec_driver_sql(
-            "SELECT name, version, seq, anchor, state, sha256 FROM checkpoints")).all())
+    rows = await log.checkpoint_rows()
     return {r[0]: StoredCheckpoint(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows}
 
 
@@ -51,9 +48,8 @@ async def anchor_at(log: EventLog, seq: int) -> str | None:
     """The anchor of the event at `seq`; '' for seq 0; None when the log has no such event."""
     if seq == 0:
         return ""
-    async with log.reader() as conn:
-        row: Any = (await conn.exec_driver_sql("SELECT type, ts FROM events WHERE seq = ?", (seq,))).first()
-    return None if row is None else anchor_of(row[0], row[1])
+    got = await log.event_anchor(seq)
+    return None if got is None else anchor_of(got[0], got[1])
 
 
 async def save_checkpoints(log: EventLog, items: list[tuple[str, int, int, str, State]]) -> None:
@@ -63,14 +59,8 @@ async def save_checkpoints(log: EventLog, items: list[tuple[str, int, int, str, 
     for name, version, seq, anchor, state in items:
         text = dump_state(state)
         rows.append((name, version, seq, anchor, text.decode(), hashlib.sha256(text).hexdigest(), now))
-    async with log.write_transaction() as conn:
-        await conn.exec_driver_sql(
-            "INSERT OR REPLACE INTO checkpoints (name, version, seq, anchor, state, sha256, ts) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            rows,
-        )
+    await log.put_checkpoints(rows)
 
 
 async def drop_checkpoints(log: EventLog) -> None:
-    async with log.write_transaction() as conn:
-        await conn.exec_driver_sql("DELETE FROM checkpoints")
+    await log.clear_checkpoints()

@@ -11,8 +11,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from blazar import config
 from blazar.clock import Clock
 from blazar.events.log import EventLog
+from blazar.logdb import is_url
 from blazar.paths import Paths
 
 
@@ -33,6 +35,24 @@ class Backend:
         return await open_log(self.name, self.location, clock=clock)
 
 
+async def _open_postgresql(location: str, clock: Clock | None) -> EventLog:
+    from blazar.events.log_pg import PgEventLog
+
+    return await PgEventLog.open(location, clock=clock)
+
+
+def _make_postgresql(root: Path) -> Backend:
+    """A fresh database in the session's throwaway cluster, named in the home's config.toml (database_url), as a
+    user sets it: bootstrap, snapshots and the CLI find the log there."""
+    from tests.support.postgres import cluster
+
+    url = cluster().new_database()
+    paths = Paths.from_env({"BLAZAR_HOME": str(root)})
+    paths.ensure()
+    config.write_file(paths.config_file, {"database_url": url})
+    return Backend(name="postgresql", location=url, paths=paths)
+
+
 async def _open_sqlite(location: str, clock: Clock | None) -> EventLog:
     return await EventLog.open(Path(location), clock=clock)
 
@@ -43,9 +63,11 @@ def _make_sqlite(root: Path) -> Backend:
     return Backend(name="sqlite", location=str(paths.db), paths=paths)
 
 
-OPENERS: dict[str, Callable[[str, Clock | None], Awaitable[EventLog]]] = {"sqlite": _open_sqlite}
-BACKENDS: dict[str, Callable[[Path], Backend]] = {"sqlite": _make_sqlite}
+OPENERS: dict[str, Callable[[str, Clock | None], Awaitable[EventLog]]] = {"sqlite": _open_sqlite,
+                                                                         "postgresql": _open_postgresql}
+BACKENDS: dict[str, Callable[[Path], Backend]] = {"sqlite": _make_sqlite, "postgresql": _make_postgresql}
 
 
 async def open_log(name: str, location: str, *, clock: Clock | None = None) -> EventLog:
-    return await OPENERS[name](location, clock)
+    """The log at `location` on backend `name` (a file path is always a SQLite log: what a restore keeps aside)."""
+    return await OPENERS[name if is_url(location) else "sqlite"](location, clock)

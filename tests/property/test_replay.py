@@ -79,6 +79,8 @@ def _config_value(key: str) -> st.SearchStrategy[Any]:
         return st.sampled_from(["5m", "300", "-1", "0", "1h30m", "45s"])
     if key in ("tls_cert", "tls_key"):
         return st.sampled_from(["", "/etc/blazar/cert.pem"])
+    if key == "database_url":
+        return st.sampled_from(["", "postgresql+asyncpg://blazar@db.lan:5432/blazar"])
     if key == "otlp_endpoint":
         return st.sampled_from(["", "http://127.0.0.1:4318", "https://otel.example/v1/traces"])
     if ann == dict[str, str]:

@@ -1,0 +1,385 @@
+"""The append-only log on PostgreSQL (`database_url = postgresql+asyncpg://...`): the same contract as the SQLite log
+(blazar/events/log.py), for several gateways sharing one history. SQLAlchemy's async engine with asyncpg holds the
+connections (Alembic migrates through it); appends, reads and LISTEN run on the asyncpg driver connections under it,
+as the SQLite log does on aiosqlite's, to keep SQLAlchemy's statement machinery off the request path.
+
+    gap-free seq   every append takes one transaction-scoped advisory lock (`pg_advisory_xact_lock`), reads
+                   MAX(seq) under it and numbers its rows from there: appends from every process and node serialise
+                   on that lock, and the insert trigger refuses any seq but MAX(seq)+1 (the primary key any twin)
+    append-only    triggers refuse UPDATE, DELETE and TRUNCATE on `events`
+    follow         each append NOTIFYs `blazar_events` with its last seq in the same transaction (delivered at
+                   commit); a tail LISTENs instead of polling, and reads only when another backend's commit shows
+    snapshots      a REPEATABLE READ transaction reads one consistent snapshot of the whole log
+
+asyncpg is imported only here, and this module only when a URL asks for PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import asyncpg
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from blazar.clock import Clock, SystemClock
+from blazar.errors import AppendOnlyViolation, LogError
+from blazar.events.base import Pending, Recorded
+from blazar.events.log import FOLLOW_BUFFER, READ_BATCH, EventLog
+from blazar.events.registry import encode
+
+T = TypeVar("T")
+CHANNEL = "blazar_events"
+# The one advisory lock every append takes (any 64-bit number no other tool of this database uses: "blazar").
+APPEND_LOCK = 0x626C617A6172
+_COLUMNS = "seq, ts, type, v, stream, trace_id, actor, cause, data"
+_INSERT = (f"INSERT INTO events ({_COLUMNS}) SELECT * FROM unnest($1::bigint[], $2::float8[], $3::text[], "
+           "$4::int[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::text[])")
+
+
+def sqlalchemy_url(url: str) -> str:
+    """`postgresql://` and `postgres://` as SQLAlchemy's asyncpg URL."""
+    for prefix in ("postgresql+asyncpg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+asyncpg://" + url[len(prefix):]
+    raise LogError(f"not a PostgreSQL URL: {redact(url)}")
+
+
+def driver_url(url: str) -> str:
+    """The same URL as asyncpg takes it."""
+    return "postgresql://" + sqlalchemy_url(url)[len("postgresql+asyncpg://"):]
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and the log."""
+    head, sep, rest = url.partition("://")
+    if "@" not in rest:
+        return url
+    creds, _, host = rest.rpartition("@")
+    user = creds.split(":", 1)[0]
+    return f"{head}{sep}{user}:***@{host}" if ":" in creds else url
+
+
+class PgEventLog(EventLog):
+    """The log on PostgreSQL. Open with `await PgEventLog.open(url)`; close with `await log.close()`. What does not
+    touch the database (pending, append, subscribe, read's decoding) is the SQLite log's own."""
+
+    backend = "postgresql"
+
+    def __init__(self, url: str, engine: AsyncEngine, clock: Clock) -> None:
+        self.url = url
+        self.path = None  # type: ignore[assignment]  # no file: `location` says where it is
+        self.location = redact(url)
+        self.clock = clock
+        self._engine = engine
+        self._wconn: AsyncConnection | None = None
+        self._driver_conn: Any = None
+        self._write_lock = asyncio.Lock()
+        self._last_seq = 0
+        self._listeners: list[Callable[[list[Recorded]], None]] = []
+        self._listen: Any = None  # an asyncpg connection of its own that LISTENs
+        self._own_pid = 0
+        self._elsewhere = 0  # notifications of other backends' commits seen
+        self._elsewhere_checked = -1
+        self._notified = asyncio.Event()
+
+    @classmethod
+    async def open(cls, url: str, *, clock: Clock | None = None,  # type: ignore[override]
+                   migrate: bool = True) -> PgEventLog:
+        from blazar.events.migrate_pg import ensure_schema
+
+        if migrate:
+            await ensure_schema(url)
+        engine = create_async_engine(sqlalchemy_url(url), pool_size=4, max_overflow=8, pool_pre_ping=True)
+        log = cls(url, engine, clock or SystemClock())
+        try:
+            log._wconn = await engine.connect()
+            driver = await log._driver()
+            log._own_pid = driver.get_server_pid()
+            log._listen = await asyncpg.connect(driver_url(url))
+            await log._listen.add_listener(CHANNEL, log._on_notify)
+            log._last_seq = await log.last_seq()
+        except BaseException:
+            await log.close()
+            raise
+        return log
+
+    async def close(self) -> None:
+        if self._listen is not None:
+            with contextlib.suppress(Exception):
+                await self._listen.close()
+            self._listen = None
+        if self._wconn is not None:
+            await self._wconn.close()
+            self._wconn = None
+            self._driver_conn = None
+        await self._engine.dispose()
+
+    def _on_notify(self, _conn: Any, pid: int, _channel: str, _payload: str) -> None:
+        if pid != self._own_pid:
+            self._elsewhere += 1
+        self._notified.set()
+
+    # -- writing ---------------------------------------------------------------------------------------------
+
+    async def commit_pending(self, batch: Sequence[Pending]) -> list[Recorded]:
+        """Commit a batch in one transaction, assigning consecutive seqs. All or nothing."""
+        if not batch:
+            return []
+        encoded = [(p, encode(p.event)) for p in batch]  # validate before touching the database
+
+        async def insert(driver: Any) -> int:
+            await driver.execute("SELECT pg_advisory_xact_lock($1)", APPEND_LOCK)
+            first = int(await driver.fetchval("SELECT COALESCE(MAX(seq), 0) FROM events"))
+            cols: list[list[Any]] = [[] for _ in range(9)]
+            for i, (p, data) in enumerate(encoded):
+                for col, value in zip(cols, (first + i + 1, p.ts, p.event.TYPE, p.event.V, p.stream, p.trace_id,
+                                             p.actor, p.cause, data), strict=True):
+                    col.append(value)
+            await driver.execute(_INSERT, *cols)
+            await driver.execute("SELECT pg_notify($1, $2)", CHANNEL, str(first + len(encoded)))
+            return first
+
+        try:
+            first = await self._write(insert)
+        except asyncpg.IntegrityConstraintViolationError as exc:
+            raise AppendOnlyViolation(f"append refused by the log: {exc}") from exc
+        except (asyncpg.PostgresError, OSError) as exc:
+            raise LogError(f"append failed: {exc}") from exc
+        self._last_seq = first + len(encoded)
+        recorded = [Recorded(seq=first + i + 1, ts=p.ts, type=p.event.TYPE, v=p.event.V, stream=p.stream,
+                             trace_id=p.trace_id, actor=p.actor, cause=p.cause, event=p.event)
+                    for i, (p, _) in enumerate(encoded)]
+        for listener in self._listeners:
+            listener(recorded)
+        return recorded
+
+    async def _write(self, work: Callable[[Any], Awaitable[T]]) -> T:
+        """`work` on the writer connection inside one transaction, whole or not at all.
+
+        NOTE: shielded from the caller's cancellation (a daemon stopping, a client going away): a transaction
+        cancelled between its statements would stay open on the connection, and every later write would then be a
+        savepoint inside it that never commits. The writer lock is held until the work is really over."""
+        async with self._write_lock:
+            driver = await self._driver()
+
+            async def run() -> T:
+                async with driver.transaction():
+                    return await work(driver)
+
+            task = asyncio.ensure_future(run())
+            try:
+                return await asyncio.shield(task)
+            except asyncio.CancelledError:
+                with contextlib.suppress(BaseException):
+                    await task
+                raise
+
+    async def _driver(self) -> Any:
+        if self._driver_conn is None:
+            assert self._wconn is not None, "log is closed"
+            self._driver_conn = (await self._wconn.get_raw_connection()).driver_connection
+        return self._driver_conn
+
+    async def changed_elsewhere(self) -> bool:
+        """Whether another backend committed since the last call (its NOTIFY arrived); the first call says yes."""
+        changed = self._elsewhere != self._elsewhere_checked
+        self._elsewhere_checked = self._elsewhere
+        return changed
+
+    def files_signature(self) -> tuple[tuple[int, int], ...]:
+        """What moves when another backend commits: the count of its notifications (the SQLite log stats files)."""
+        return ((self._elsewhere, 0),)
+
+    # -- derived tables (checkpoints) ------------------------------------------------------------------------
+
+    async def checkpoint_rows(self) -> list[tuple[Any, ...]]:
+        async with self._connection() as driver:
+            rows = await driver.fetch("SELECT name, version, seq, anchor, state, sha256 FROM checkpoints")
+        return [tuple(r) for r in rows]
+
+    async def event_anchor(self, seq: int) -> tuple[str, float] | None:
+        async with self._connection() as driver:
+            row = await driver.fetchrow("SELECT type, ts FROM events WHERE seq = $1", seq)
+        return None if row is None else (row[0], row[1])
+
+    async def put_checkpoints(self, rows: list[tuple[Any, ...]]) -> None:
+        async def upsert(driver: Any) -> None:
+            await driver.executemany(
+                "INSERT INTO checkpoints (name, version, seq, anchor, state, sha256, ts) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name) DO UPDATE SET version = EXCLUDED.version,"
+                " seq = EXCLUDED.seq, anchor = EXCLUDED.anchor, state = EXCLUDED.state, sha256 = EXCLUDED.sha256,"
+                " ts = EXCLUDED.ts", rows)
+
+        await self._write(upsert)
+
+    async def clear_checkpoints(self) -> None:
+        async def clear(driver: Any) -> None:
+            await driver.execute("DELETE FROM checkpoints")
+
+        await self._write(clear)
+
+    # -- whole logs (migrate-to, restore) --------------------------------------------------------------------
+
+    async def copy_in(self, batches: AsyncIterator[list[tuple[Any, ...]]], *, replace: bool = False) -> int:
+        """Write another log's rows, as they are (seq, ts, actor... unchanged), into this one in one transaction:
+        appended after what it holds, or, with `replace`, instead of it (the schema made again by the migrations,
+        so no trigger is ever switched off). Returns the rows written. The insert trigger still checks every seq."""
+        from blazar.events.migrate_pg import drop_and_upgrade
+
+        written = 0
+        async with self._write_lock, self._engine.begin() as conn:
+            driver: Any = (await conn.get_raw_connection()).driver_connection
+            await driver.execute("SELECT pg_advisory_xact_lock($1)", APPEND_LOCK)
+            if replace:
+                await conn.run_sync(drop_and_upgrade)
+            async for rows in batches:
+                if rows:
+                    await driver.execute(_INSERT, *[list(c) for c in zip(*rows, strict=True)])
+                    written += len(rows)
+            await driver.execute("SELECT pg_notify($1, $2)", CHANNEL, "copied")
+        self._last_seq = await self.last_seq()
+        return written
+
+    @contextlib.asynccontextmanager
+    async def write_transaction(self) -> AsyncIterator[AsyncConnection]:
+        """A connection inside a transaction, for derived tables; never `events` (its triggers refuse)."""
+        async with self._write_lock, self._engine.begin() as conn:
+            yield conn
+
+    @contextlib.asynccontextmanager
+    async def reader(self) -> AsyncIterator[AsyncConnection]:
+        async with self._engine.connect() as conn:
+            yield conn
+
+    # -- reading ---------------------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Any]:
+        """A pooled asyncpg connection (the driver's own, under SQLAlchemy's pool). One that a failure or a
+        cancellation left mid-exchange or inside a transaction is discarded, never handed to the next reader."""
+        async with self._engine.connect() as conn:
+            driver: Any = (await conn.get_raw_connection()).driver_connection
+            try:
+                yield driver
+            except BaseException:
+                await conn.invalidate()
+                raise
+            if driver.is_in_transaction():
+                await conn.invalidate()
+
+    @contextlib.asynccontextmanager
+    async def _read_snapshot(self) -> AsyncIterator[Any]:
+        """A driver connection inside one REPEATABLE READ, read-only transaction: one snapshot of the log."""
+        async with self._connection() as driver, driver.transaction(isolation="repeatable_read", readonly=True):
+            yield driver
+
+    async def last_seq(self) -> int:
+        async with self._connection() as driver:
+            return int(await driver.fetchval("SELECT COALESCE(MAX(seq), 0) FROM events"))
+
+    async def seq_at_time(self, ts: float) -> int:
+        async with self._connection() as driver:
+            return int(await driver.fetchval("SELECT COALESCE(MAX(seq), 0) FROM events WHERE ts <= $1", ts))
+
+    async def trace_ids_starting(self, prefix: str, *, limit: int = 2) -> list[str]:
+        sql = ("SELECT DISTINCT trace_id FROM events WHERE trace_id >= $1 AND trace_id < $2 ORDER BY trace_id "
+               "LIMIT $3")
+        async with self._connection() as driver:
+            rows = await driver.fetch(sql, prefix, prefix + "\U0010ffff", limit)
+        return [r[0] for r in rows]
+
+    async def read_rows(self, *, after: int = 0, upto: int | None = None, types: Sequence[str] | None = None,
+                        stream: str | None = None, trace_id: str | None = None, since: float | None = None,
+                        until: float | None = None, limit: int | None = None, batch: int = READ_BATCH
+                        ) -> AsyncIterator[list[tuple[Any, ...]]]:
+        """Undecoded rows in batches, keyset-paginated on seq, all from one read snapshot."""
+        where, params = ["seq > $1"], [after]
+
+        def add(cond: str, value: Any) -> None:
+            params.append(value)
+            where.append(cond.replace("?", f"${len(params)}"))
+
+        if upto is not None:
+            add("seq <= ?", upto)
+        if types:
+            add("type = ANY(?::text[])", list(types))
+        if stream is not None:
+            add("stream = ?", stream)
+        if trace_id is not None:
+            add("trace_id = ?", trace_id)
+        if since is not None:
+            add("ts >= ?", since)
+        if until is not None:
+            add("ts <= ?", until)
+        sql = f"SELECT {_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ${len(params) + 1}"
+        remaining = limit
+        async with self._read_snapshot() as driver:
+            while remaining is None or remaining > 0:
+                n = batch if remaining is None else min(batch, remaining)
+                rows = [tuple(r) for r in await driver.fetch(sql, *params, n)]
+                if not rows:
+                    return
+                yield rows
+                params[0] = rows[-1][0]
+                if remaining is not None:
+                    remaining -= len(rows)
+                if len(rows) < n:
+                    return
+
+    async def follow(self, *, after: int = 0, poll_interval: float = 0.25, types: Sequence[str] | None = None,
+                     stream: str | None = None, trace_id: str | None = None, since: float | None = None,
+                     until: float | None = None) -> AsyncIterator[Recorded]:
+        """A live tail: every matching event after `after`, then each new one as it is appended. This process's
+        commits come as they commit; another backend's NOTIFY makes it read (LISTEN: no polling query)."""
+        types_wanted = frozenset(types) if types else None
+
+        def wanted(rec: Recorded) -> bool:
+            return ((types_wanted is None or rec.type in types_wanted)
+                    and (stream is None or rec.stream == stream)
+                    and (trace_id is None or rec.trace_id == trace_id)
+                    and (since is None or rec.ts >= since) and (until is None or rec.ts <= until))
+
+        local: deque[Recorded] = deque(maxlen=FOLLOW_BUFFER)
+        arrived = asyncio.Event()
+
+        def on_commit(batch: list[Recorded]) -> None:
+            local.extend(batch)
+            arrived.set()
+
+        unsubscribe = self.subscribe(on_commit)
+        try:
+            while True:
+                seen = self._elsewhere
+                top = await self.last_seq()
+                async for rec in self.read(after=after, upto=top, types=types, stream=stream, trace_id=trace_id,
+                                           since=since, until=until):
+                    yield rec
+                after = max(after, top)
+                while True:
+                    while local and local[0].seq <= after:
+                        local.popleft()
+                    if local:
+                        if local[0].seq != after + 1:
+                            break
+                        rec = local.popleft()
+                        after = rec.seq
+                        if wanted(rec):
+                            yield rec
+                        continue
+                    if self._elsewhere != seen:
+                        break  # another backend committed: read it
+                    arrived.clear()
+                    self._notified.clear()
+                    waits = [asyncio.ensure_future(arrived.wait()), asyncio.ensure_future(self._notified.wait())]
+                    try:
+                        await asyncio.wait(waits, timeout=max(poll_interval, 5.0),
+                                           return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        for w in waits:
+                            w.cancel()
+        finally:
+            unsubscribe()
