@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,6 +84,15 @@ class Cli:
         if check and proc.returncode != 0:
             raise AssertionError(f"blazar {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
         return res
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _postgres_cluster_stopped_at_the_end() -> Iterator[None]:
+    """The throwaway PostgreSQL cluster (tests/support/postgres.py, started on first use) is stopped at the end."""
+    yield
+    from tests.support.postgres import stop_cluster
+
+    stop_cluster()
 
 
 @pytest.fixture

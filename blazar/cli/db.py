@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -10,8 +11,9 @@ import typer
 from rich.table import Table
 
 from blazar.bootstrap import paths_from_env
-from blazar.cli.common import JSON_OPTION, out, print_json
+from blazar.cli.common import JSON_OPTION, out, print_json, run
 from blazar.events import migrate
+from blazar.logdb import is_url, log_location
 
 app = typer.Typer(help="The log database: schema status and upgrades.", no_args_is_help=True)
 
@@ -36,9 +38,13 @@ def _contents(db: Path) -> dict[str, Any]:
 def status(as_json: bool = JSON_OPTION) -> None:
     """Show the schema revision, pending migrations, and what the log holds (does not migrate)."""
     paths = paths_from_env()
-    st = migrate.status(paths.db)
-    info = {"path": str(paths.db), "current": st.current, "head": st.head, "pending": st.pending,
-            "up_to_date": st.up_to_date, **_contents(paths.db)}
+    location = log_location(paths, os.environ)
+    if is_url(location):
+        info = run(_database_status(str(location)))
+    else:
+        st = migrate.status(paths.db)
+        info = {"path": str(paths.db), "current": st.current, "head": st.head, "pending": st.pending,
+                "up_to_date": st.up_to_date, **_contents(paths.db)}
     if as_json:
         print_json(info)
         return
@@ -53,8 +59,62 @@ def upgrade() -> None:
     """Apply pending schema migrations (Blazar also does this at start-up)."""
     paths = paths_from_env()
     paths.ensure()
-    before = migrate.upgrade(paths.db)
-    if before.up_to_date:
-        out.print(f"{paths.db}: already at {before.head}")
+    location = log_location(paths, os.environ)
+    if is_url(location):
+        from blazar.events import migrate_pg
+
+        before = run(migrate_pg.upgrade(str(location)))
     else:
-        out.print(f"{paths.db}: {before.current or 'new'} -> {before.head} ({', '.join(before.pending)})")
+        before = migrate.upgrade(paths.db)
+    where = before.path
+    if before.up_to_date:
+        out.print(f"{where}: already at {before.head}", markup=False)
+    else:
+        out.print(f"{where}: {before.current or 'new'} -> {before.head} ({', '.join(before.pending)})", markup=False)
+
+
+async def _database_status(url: str) -> dict[str, Any]:
+    """The same facts for a log on PostgreSQL (the URL without its password)."""
+    from blazar.events import migrate_pg
+    from blazar.events.log_pg import driver_url, redact
+
+    st = await migrate_pg.status(url)
+    info: dict[str, Any] = {"path": redact(url), "backend": "postgresql", "current": st.current, "head": st.head,
+                            "pending": st.pending, "up_to_date": st.up_to_date}
+    import asyncpg
+
+    conn = await asyncpg.connect(driver_url(url))
+    try:
+        if st.current is not None:
+            count, first, last = await conn.fetchrow("SELECT COUNT(*), MIN(seq), MAX(seq) FROM events")
+            size = await conn.fetchval("SELECT pg_total_relation_size('events')")
+            info.update(events=count, seq_first=first, seq_last=last, bytes=size)
+    finally:
+        await conn.close()
+    return info
+
+
+@app.command("migrate-to")
+def migrate_to(
+    url: str = typer.Argument(..., help="An empty PostgreSQL database: postgresql+asyncpg://USER@HOST:PORT/DB "
+                              "(a password from PGPASSWORD or ~/.pgpass)."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Copy this home's SQLite log into an empty PostgreSQL database and verify the copy (the audit hash chain and a
+    digest of every row). The home keeps using SQLite until database_url (or BLAZAR_DATABASE_URL) names the
+    database. Stop the daemon first."""
+    from blazar.cli.common import opened
+    from blazar.handlers.migrate_to import migrate_to as copy_log
+
+    async def go() -> Any:
+        async with opened() as app_:
+            return await copy_log(app_, url)
+
+    done = run(go())
+    if as_json:
+        print_json(done.to_json())
+        return
+    out.print(f"copied {done.events} events to {done.url}; verified: audit chain of {done.audit_records} records "
+              f"(head {done.audit_head[:16]}...), every row's sha256 {done.rows_sha256[:16]}...", markup=False)
+    out.print("to use it: blazar config set database_url URL (or set BLAZAR_DATABASE_URL), then start Blazar",
+              markup=False)

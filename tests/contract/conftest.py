@@ -6,7 +6,7 @@ in `tests/contract/backends.py`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -14,15 +14,6 @@ import pytest
 from blazar.clock import FakeClock
 from blazar.events.log import EventLog
 from tests.contract.backends import BACKENDS, Backend
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _postgres_cluster_stopped_at_the_end() -> Iterator[None]:
-    """The throwaway PostgreSQL cluster (started on first use) is stopped when the session ends."""
-    yield
-    from tests.support.postgres import stop_cluster
-
-    stop_cluster()
 
 
 @pytest.fixture(params=sorted(BACKENDS))

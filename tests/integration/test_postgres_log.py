@@ -1,0 +1,81 @@
+"""The log on PostgreSQL end to end, through the real CLI and the real daemon: `blazar db migrate-to` copies a
+SQLite home's log into an empty database and verifies it; with database_url set, every command reads and writes
+that database; the daemon serves a chat (the fake engine) and `why` tells it from PostgreSQL; a second log never
+rewrites the first."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import openai
+import pytest
+
+from blazar.adapters.engines.tiny_model import write_tiny_model
+from tests.conftest import Cli
+from tests.integration.test_run_cli import fake_engine, free_port, stop_daemon
+from tests.support.postgres import cluster
+
+
+@pytest.fixture
+def pg_url() -> str:
+    return cluster().new_database()
+
+
+def _seed(cli: Cli, tmp_path: Path) -> None:
+    binary = fake_engine.write_executable(tmp_path / "fake" / "llama-server")
+    cli("engine", "install", "--path", str(binary), timeout=120)
+    cli("import", str(write_tiny_model(tmp_path / "tiny.gguf")), "--name", "tiny")
+    cli("config", "set", "log_level", "info")
+
+
+def test_migrate_to_copies_a_sqlite_log_verifies_it_and_the_home_then_runs_on_postgresql(
+        cli: Cli, tmp_path: Path, pg_url: str) -> None:
+    _seed(cli, tmp_path)
+    before = cli("events", "--json").json_lines()
+    done = cli("db", "migrate-to", pg_url, "--json").json()
+    assert done["events"] == len(before) and len(done["rows_sha256"]) == 64 and done["audit_records"] > 0
+    again = cli("db", "migrate-to", pg_url, check=False)
+    assert again.code != 0 and "already holds a log" in " ".join(again.stderr.split())
+
+    cli("config", "set", "database_url", pg_url)
+    status = cli("db", "status", "--json").json()
+    assert (status["backend"], status["up_to_date"]) == ("postgresql", True)
+    # The database holds the SQLite log's events, then the commands' own: the config change came after the copy.
+    assert status["events"] == len(before)
+    assert [e["seq"] for e in cli("events", "--json").json_lines()] == [e["seq"] for e in before]
+    cli("config", "set", "log_level", "debug")
+    after = cli("events", "--type", "config.changed", "--json").json_lines()
+    assert after[-1]["data"]["new"] == "debug" and after[-1]["seq"] == len(before) + 1
+    # A password in the URL is refused: config.toml's changes are recorded in the log.
+    bad = cli("config", "set", "database_url", "postgresql://u:secret@db/x", check=False)
+    assert bad.code == 2 and "PGPASSWORD" in " ".join(bad.stderr.split())
+
+
+def test_the_daemon_serves_from_a_postgresql_log_and_why_reads_it_back(cli: Cli, tmp_path: Path,
+                                                                       pg_url: str) -> None:
+    cli.env["BLAZAR_DATABASE_URL"] = pg_url
+    _seed(cli, tmp_path)
+    port = free_port()
+    cli("config", "set", "port", str(port))
+    try:
+        cli("load", "tiny", timeout=120)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=60)
+        raw = client.chat.completions.with_raw_response.create(
+            model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+        trace = raw.headers["x-blazar-trace-id"]
+        why = None
+        for _ in range(100):
+            res = cli("why", trace, "--json", check=False)
+            if res.code == 0 and res.json()["outcome"] == "completed":
+                why = res.json()
+                break
+        assert why is not None and why["verdict"].startswith("completed 200")
+    finally:
+        stop_daemon(cli.home)
+    # Nothing of it went to a SQLite file: the home has none.
+    assert not (cli.home / "blazar.db").exists()
+    rows = subprocess.run([str(cluster().bin / "psql"), pg_url.replace("+asyncpg", ""), "-tAc",
+                           "SELECT count(*) FROM events WHERE type = 'request.completed'"],
+                          capture_output=True, text=True, timeout=30, check=True)
+    assert int(rows.stdout.strip()) == 1
