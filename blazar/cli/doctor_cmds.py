@@ -26,12 +26,12 @@ _AREAS = ("engine", "store", "log", "machine")
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
 
 
-def _before_open(paths: Paths, *, quick: bool) -> list[Check]:
-    return checks.before_open(paths, os.environ, loose_modes=loose_modes(paths), now=time.time(), quick=quick)
+async def _before_open(paths: Paths, *, quick: bool) -> list[Check]:
+    return await checks.before_open(paths, os.environ, loose_modes=loose_modes(paths), now=time.time(), quick=quick)
 
 
 async def _check_all(paths: Paths, *, quick: bool) -> list[Check]:
-    found = _before_open(paths, quick=quick)
+    found = await _before_open(paths, quick=quick)
     if not checks.safe_to_open(found):
         return found + checks.not_opened()
     async with opened(reconcile_config=False) as app:
@@ -47,7 +47,7 @@ async def _fix(paths: Paths, found: list[Check], *, quick: bool) -> tuple[list[C
         return found, []
     async with opened(reconcile_config=False) as app:
         fixed = await apply_fixes(app, found)
-    again = {c.id: c for c in _before_open(paths, quick=quick)}
+    again = {c.id: c for c in await _before_open(paths, quick=quick)}
     return [again.get(c.id, c) if c.actions else c for c in found], fixed
 
 

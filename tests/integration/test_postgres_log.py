@@ -79,3 +79,15 @@ def test_the_daemon_serves_from_a_postgresql_log_and_why_reads_it_back(cli: Cli,
                            "SELECT count(*) FROM events WHERE type = 'request.completed'"],
                           capture_output=True, text=True, timeout=30, check=True)
     assert int(rows.stdout.strip()) == 1
+
+
+def test_doctor_checks_a_postgresql_log(cli: Cli, tmp_path: Path, pg_url: str) -> None:
+    cli.env["BLAZAR_DATABASE_URL"] = pg_url
+    _seed(cli, tmp_path)
+    found = {c["check"]: c for c in cli("doctor", "--json", check=False).json()["checks"]}
+    assert found["log.database"]["status"] == "ok" and "PostgreSQL" in found["log.database"]["observation"]
+    for name in ("schema", "seq", "triggers", "clock"):
+        assert found[f"log.{name}"]["status"] == "ok", found[f"log.{name}"]
+    cli.env["BLAZAR_DATABASE_URL"] = f"postgresql+asyncpg://blazar@127.0.0.1:{free_port()}/nowhere"  # nobody there
+    down = {c["check"]: c for c in cli("doctor", "--json", check=False).json()["checks"]}
+    assert down["log.database"]["status"] == "fail" and "cannot reach" in down["log.database"]["observation"]

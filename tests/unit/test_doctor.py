@@ -37,8 +37,8 @@ SLEEP = shutil.which("sleep")
 def run_checks(home: Path, *, quick: bool = False) -> dict[str, Check]:
     """Both halves of the checks, as the CLI runs them (the log opened between them, when safe)."""
     paths = home_paths(home)
-    found = checks.before_open(paths, {"XDG_CACHE_HOME": str(home / "cache")}, loose_modes=loose_modes(paths),
-                               now=time.time(), quick=quick)
+    found = asyncio.run(checks.before_open(paths, {"XDG_CACHE_HOME": str(home / "cache")},
+                                           loose_modes=loose_modes(paths), now=time.time(), quick=quick))
     if checks.safe_to_open(found):
         found += asyncio.run(_with_log(paths, quick))
     else:

@@ -12,18 +12,26 @@ from blazar.handlers.doctor import engine, machine, store
 from blazar.handlers.doctor.logdb import log_checks
 from blazar.handlers.doctor.orphans import orphans
 from blazar.handlers.doctor.report import Check, ok
+from blazar.logdb import is_url, log_location
 from blazar.paths import Paths
 
 # Origins of a projection's start (ProjectionRunner) that mean its stored checkpoint could not be used.
 _BAD_CHECKPOINT = ("rebuilt: checkpoint corrupt", "rebuilt: checkpoint belongs to another history")
 
 
-def before_open(paths: Paths, env: Mapping[str, str], *, loose_modes: list[str], now: float,
-                quick: bool = False) -> list[Check]:
+async def before_open(paths: Paths, env: Mapping[str, str], *, loose_modes: list[str], now: float,
+                      quick: bool = False) -> list[Check]:
     """What can be seen without opening the log (opening migrates it and tightens the home's modes)."""
     seen = machine.see_daemon(paths)
+    location = log_location(paths, env)
+    if is_url(location):
+        from blazar.handlers.doctor import logdb_pg
+
+        log = await logdb_pg.log_checks(str(location), now=now)
+    else:
+        log = log_checks(paths.db, now=now, quick=quick)
     return [
-        *log_checks(paths.db, now=now, quick=quick),
+        *log,
         machine.disk("home", paths.data_dir),
         machine.disk("cache", cache_root(env)),
         machine.file_modes(loose_modes),
