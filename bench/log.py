@@ -1,7 +1,8 @@
 """Benchmark of the event log (`blazar/events/`) and the projection runner on one fresh BLAZAR_HOME.
 
 Measures durable appends, group-commit appends, full replay, and start-up with and without checkpoints.
-Run: `.venv/bin/python bench/log.py [--events N | --quick] [--out results.json]`; BENCHMARK.md has the method.
+Run: `.venv/bin/python bench/log.py [--events N | --quick] [--database-url URL] [--out results.json]`; with
+`--database-url` (an empty PostgreSQL database) the same measures run on PostgreSQL. BENCHMARK.md has the method.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from blazar.events.log import EventLog
 from blazar.events.registry import register
 from blazar.events.system import ConfigChanged
 from blazar.events.writer import GroupCommitWriter
+from blazar.logdb import open_log
 from blazar.paths import Paths
 from blazar.projections import all_projections
 from blazar.projections.checkpoints import drop_checkpoints
@@ -186,14 +188,15 @@ def time_cli_state(home: Path, *, register_bench_type: bool) -> tuple[float, dic
     return dt, orjson.loads(proc.stdout)
 
 
-async def run_bench(n: int, home: Path, progress: Callable[[str], None]) -> dict[str, Any]:
+async def run_bench(n: int, home: Path, progress: Callable[[str], None], url: str | None = None) -> dict[str, Any]:
     paths = Paths.from_env({"BLAZAR_HOME": str(home)})
     paths.ensure()
+    location: str | Path = url or paths.db
     durable_n = min(DURABLE_EVENTS, n // 10)
     overrides: dict[str, Any] = {}
     results: dict[str, Any] = {}
 
-    log = await EventLog.open(paths.db)
+    log = await open_log(location)
     try:
         progress(f"durable appends ({durable_n} events, each committed and fsynced)")
         results["durable"] = await bench_durable(log, durable_n, overrides)
@@ -204,7 +207,7 @@ async def run_bench(n: int, home: Path, progress: Callable[[str], None]) -> dict
     finally:
         await log.close()
     # config.toml agrees with the log, so start-up's reconciliation records nothing and the log stays at n.
-    settings.write_file(paths.config_file, overrides)
+    settings.write_file(paths.config_file, {**overrides, **({"database_url": url} if url else {})})
 
     progress("start-up with checkpoints")
     boot = []
@@ -221,19 +224,34 @@ async def run_bench(n: int, home: Path, progress: Callable[[str], None]) -> dict
                                      "runs": STARTUP_REPEATS}
 
     progress("start-up without checkpoints")
-    log = await EventLog.open(paths.db)
+    log = await open_log(location)
     await drop_checkpoints(log)
     await log.close()
     dt_boot, views, folded = await time_bootstrap(paths)  # its close writes checkpoints again
     assert folded == n and views == replayed, "start-up by replay must equal the replay"
-    log = await EventLog.open(paths.db)
+    log = await open_log(location)
     await drop_checkpoints(log)
     await log.close()
     dt_cli, out = time_cli_state(home, register_bench_type=True)
     assert out == {"seq": n, "projections": replayed}, "`blazar state` must show the replayed state"
     results["startup_no_checkpoint"] = {"bootstrap_s": dt_boot, "cli_state_s": dt_cli, "runs": 1}
-    results["db_bytes"] = sum(p.stat().st_size for p in paths.data_dir.glob("blazar.db*"))
+    results["db_bytes"] = (await _database_bytes(url) if url else
+                           sum(p.stat().st_size for p in paths.data_dir.glob("blazar.db*")))
+    results["backend"] = "postgresql" if url else "sqlite"
     return results
+
+
+async def _database_bytes(url: str) -> int:
+    import asyncpg
+
+    from blazar.events.log_pg import driver_url
+
+    conn = await asyncpg.connect(driver_url(url))
+    try:
+        sql = "SELECT pg_total_relation_size('events') + pg_total_relation_size('checkpoints')"
+        return int(await conn.fetchval(sql))
+    finally:
+        await conn.close()
 
 
 def machine() -> dict[str, Any]:
@@ -304,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=None, help=f"Events in the log (default {DEFAULT_EVENTS:,}).")
     parser.add_argument("--quick", action="store_true", help=f"Smoke run with {QUICK_EVENTS:,} events.")
     parser.add_argument("--out", type=Path, default=None, help="Write the results as JSON here.")
+    parser.add_argument("--database-url", default=None,
+                        help="An empty PostgreSQL database to run on instead of SQLite.")
     args = parser.parse_args(argv)
     n = args.events or (QUICK_EVENTS if args.quick else DEFAULT_EVENTS)
     if n < 1000:
@@ -313,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"... {msg}", file=sys.stderr, flush=True)
 
     with tempfile.TemporaryDirectory(prefix="blazar-bench-") as tmp:
-        results = asyncio.run(run_bench(n, Path(tmp) / "home", progress))
+        results = asyncio.run(run_bench(n, Path(tmp) / "home", progress, args.database_url))
     checks = verdicts(results)
     report = {"events": n, "machine": machine(), "results": results, "targets": checks,
               "command": " ".join([".venv/bin/python", "bench/log.py", *(argv if argv is not None else sys.argv[1:])])}

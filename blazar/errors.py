@@ -6,6 +6,7 @@
     │   ├── UnknownEventType        a stored type no registry entry knows (names the seq)
     │   ├── MalformedEvent          a stored payload that does not validate (names the seq)
     │   ├── AppendOnlyViolation     UPDATE/DELETE refused by the log's triggers
+    │   ├── LogUnreachable     503  the log's database (PostgreSQL) cannot be reached: control changes wait
     │   └── SchemaOutOfDate         the database needs `blazar db upgrade` (or is newer than this code)
     ├── ProjectionError             a projection halted at a seq
     ├── ConfigError            400  unknown key / invalid value / unreadable config.toml
@@ -136,6 +137,14 @@ class MalformedEvent(LogError):
 
 class AppendOnlyViolation(LogError):
     code = "append_only"
+
+
+class LogUnreachable(LogError):
+    """The log's database cannot be reached (PostgreSQL down or the network gone): requests to loaded models go on
+    (their events wait in memory), but nothing that must be durable first can be done."""
+
+    code = "log_unavailable"
+    http_status = 503
 
 
 class SchemaOutOfDate(LogError):

@@ -26,12 +26,17 @@ import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from blazar.clock import Clock, SystemClock
-from blazar.errors import AppendOnlyViolation, LogError
+from blazar.errors import AppendOnlyViolation, LogError, LogUnreachable
 from blazar.events.base import Pending, Recorded
 from blazar.events.log import FOLLOW_BUFFER, READ_BATCH, EventLog
 from blazar.events.registry import encode
 
 T = TypeVar("T")
+# What says the connection or the server is gone (as opposed to a statement the database refused).
+_GONE = (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError,
+         asyncpg.AdminShutdownError, ConnectionError)
+# A lost LISTEN connection is tried again at most this often.
+RELISTEN_S = 1.0
 CHANNEL = "blazar_events"
 # The one advisory lock every append takes (any 64-bit number no other tool of this database uses: "blazar").
 APPEND_LOCK = 0x626C617A6172
@@ -85,6 +90,8 @@ class PgEventLog(EventLog):
         self._elsewhere = 0  # notifications of other backends' commits seen
         self._elsewhere_checked = -1
         self._notified = asyncio.Event()
+        self._closed = False
+        self._relisten_at = 0.0
 
     @classmethod
     async def open(cls, url: str, *, clock: Clock | None = None,  # type: ignore[override]
@@ -99,8 +106,7 @@ class PgEventLog(EventLog):
             log._wconn = await engine.connect()
             driver = await log._driver()
             log._own_pid = driver.get_server_pid()
-            log._listen = await asyncpg.connect(driver_url(url))
-            await log._listen.add_listener(CHANNEL, log._on_notify)
+            await log._relisten()
             log._last_seq = await log.last_seq()
         except BaseException:
             await log.close()
@@ -108,6 +114,7 @@ class PgEventLog(EventLog):
         return log
 
     async def close(self) -> None:
+        self._closed = True
         if self._listen is not None:
             with contextlib.suppress(Exception):
                 await self._listen.close()
@@ -117,6 +124,34 @@ class PgEventLog(EventLog):
             self._wconn = None
             self._driver_conn = None
         await self._engine.dispose()
+
+    async def _relisten(self) -> bool:
+        """(Re)open the LISTEN connection; False when the database cannot be reached (tried again later)."""
+        self._relisten_at = asyncio.get_running_loop().time() + RELISTEN_S
+        old, self._listen = self._listen, None
+        if old is not None:
+            with contextlib.suppress(Exception):
+                await old.close()
+        try:
+            conn = await asyncpg.connect(driver_url(self.url))
+            await conn.add_listener(CHANNEL, self._on_notify)
+        except _GONE:
+            return False
+        self._listen = conn
+        return True
+
+    async def _listening(self) -> bool:
+        """Whether notifications can arrive; a lost listener is reconnected (what it missed counts as another
+        backend's commit, so the caller reads the log)."""
+        if self._listen is not None and not self._listen.is_closed():
+            return True
+        if asyncio.get_running_loop().time() < self._relisten_at:
+            return False
+        if await self._relisten():
+            self._elsewhere += 1  # commits may have landed while nobody listened
+            self._notified.set()
+            return True
+        return False
 
     def _on_notify(self, _conn: Any, pid: int, _channel: str, _payload: str) -> None:
         if pid != self._own_pid:
@@ -147,8 +182,6 @@ class PgEventLog(EventLog):
             first = await self._write(insert)
         except asyncpg.IntegrityConstraintViolationError as exc:
             raise AppendOnlyViolation(f"append refused by the log: {exc}") from exc
-        except (asyncpg.PostgresError, OSError) as exc:
-            raise LogError(f"append failed: {exc}") from exc
         self._last_seq = first + len(encoded)
         recorded = [Recorded(seq=first + i + 1, ts=p.ts, type=p.event.TYPE, v=p.event.V, stream=p.stream,
                              trace_id=p.trace_id, actor=p.actor, cause=p.cause, event=p.event)
@@ -164,7 +197,10 @@ class PgEventLog(EventLog):
         cancelled between its statements would stay open on the connection, and every later write would then be a
         savepoint inside it that never commits. The writer lock is held until the work is really over."""
         async with self._write_lock:
-            driver = await self._driver()
+            try:
+                driver = await self._driver()
+            except _GONE as exc:
+                raise LogUnreachable(f"the log's database at {self.location} cannot be reached: {exc}") from exc
 
             async def run() -> T:
                 async with driver.transaction():
@@ -177,22 +213,48 @@ class PgEventLog(EventLog):
                 with contextlib.suppress(BaseException):
                     await task
                 raise
+            except asyncpg.IntegrityConstraintViolationError:
+                raise
+            except _GONE as exc:
+                # The connection (or the server) went away: drop it, so the next write connects afresh (the group
+                # commit retries its batch; a control event fails its command).
+                await self._drop_writer()
+                raise LogUnreachable(f"the log's database at {self.location} cannot be reached: {exc}") from exc
+            except asyncpg.PostgresError as exc:
+                raise LogError(f"write to the log failed: {exc}") from exc
+
+    async def _drop_writer(self) -> None:
+        wconn, self._wconn, self._driver_conn = self._wconn, None, None
+        if wconn is not None:
+            with contextlib.suppress(Exception):
+                await wconn.invalidate()
+            with contextlib.suppress(Exception):
+                await wconn.close()
 
     async def _driver(self) -> Any:
+        """The writer connection's asyncpg connection, connected again when it was lost."""
+        if self._closed:
+            raise LogError("the log is closed")
+        if self._wconn is None:
+            self._wconn = await self._engine.connect()
+            self._driver_conn = None
         if self._driver_conn is None:
-            assert self._wconn is not None, "log is closed"
             self._driver_conn = (await self._wconn.get_raw_connection()).driver_connection
+            self._own_pid = self._driver_conn.get_server_pid()
         return self._driver_conn
 
     async def changed_elsewhere(self) -> bool:
         """Whether another backend committed since the last call (its NOTIFY arrived); the first call says yes."""
+        await self._listening()
         changed = self._elsewhere != self._elsewhere_checked
         self._elsewhere_checked = self._elsewhere
         return changed
 
     def files_signature(self) -> tuple[tuple[int, int], ...]:
-        """What moves when another backend commits: the count of its notifications (the SQLite log stats files)."""
-        return ((self._elsewhere, 0),)
+        """What moves when another backend commits: the count of its notifications (the SQLite log stats files).
+        A lost listener shows as a change, so that the caller asks `changed_elsewhere`, which reconnects it."""
+        lost = self._listen is None or self._listen.is_closed()
+        return ((self._elsewhere, int(lost and not self._closed)),)
 
     # -- derived tables (checkpoints) ------------------------------------------------------------------------
 
@@ -261,15 +323,28 @@ class PgEventLog(EventLog):
     async def _connection(self) -> AsyncIterator[Any]:
         """A pooled asyncpg connection (the driver's own, under SQLAlchemy's pool). One that a failure or a
         cancellation left mid-exchange or inside a transaction is discarded, never handed to the next reader."""
-        async with self._engine.connect() as conn:
+        try:
+            conn = await self._engine.connect()
+        except _GONE as exc:
+            raise LogUnreachable(f"the log's database at {self.location} cannot be reached: {exc}") from exc
+        except Exception as exc:  # SQLAlchemy wraps the driver's errors on connect
+            if isinstance(exc.__cause__, _GONE) or isinstance(getattr(exc, "orig", None), _GONE):
+                raise LogUnreachable(f"the log's database at {self.location} cannot be reached: {exc}") from exc
+            raise
+        try:
             driver: Any = (await conn.get_raw_connection()).driver_connection
             try:
                 yield driver
+            except _GONE as exc:
+                await conn.invalidate()
+                raise LogUnreachable(f"the log's database at {self.location} went away: {exc}") from exc
             except BaseException:
                 await conn.invalidate()
                 raise
             if driver.is_in_transaction():
                 await conn.invalidate()
+        finally:
+            await conn.close()
 
     @contextlib.asynccontextmanager
     async def _read_snapshot(self) -> AsyncIterator[Any]:
@@ -372,6 +447,9 @@ class PgEventLog(EventLog):
                         continue
                     if self._elsewhere != seen:
                         break  # another backend committed: read it
+                    if not await self._listening():
+                        await asyncio.sleep(max(poll_interval, 0.25))  # nobody listens: poll until someone does
+                        break
                     arrived.clear()
                     self._notified.clear()
                     waits = [asyncio.ensure_future(arrived.wait()), asyncio.ensure_future(self._notified.wait())]

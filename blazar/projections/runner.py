@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from blazar.errors import BlazarError, ProjectionError
+from blazar.errors import BlazarError, LogUnreachable, ProjectionError
 from blazar.events.base import Recorded
 from blazar.events.log import EventLog
 from blazar.events.registry import decode
@@ -35,6 +35,8 @@ from blazar.projections.checkpoints import (
 log = logging.getLogger(__name__)
 # How long a change of the database files may go unexplained before SQLite is asked whether it was ours.
 RECHECK_S = 2.0
+# How long the live runner waits before reading again when the log's database cannot be reached.
+UNREACHABLE_RETRY_S = 1.0
 
 
 @dataclass(slots=True)
@@ -219,7 +221,10 @@ class ProjectionRunner:
             async with self._changed:
                 self._changed.notify_all()
             if self._checkpoint_due():
-                await self.checkpoint()
+                try:
+                    await self.checkpoint()
+                except LogUnreachable as e:  # derived data: made at the next chance
+                    log.warning("checkpoint not written (%s)", e)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(poll_interval):  # not wait_for: no task made per poll
                     await self._nudge.wait()
@@ -231,8 +236,13 @@ class ProjectionRunner:
             stale = now != checked and loop.time() - checked_at >= RECHECK_S
             if suspect or stale:
                 checked, checked_at = now, loop.time()
-            if ((suspect or stale) and await self.log.changed_elsewhere()) or self.seq < self.log.last_appended:
-                await self.catch_up()
+            try:
+                if ((suspect or stale) and await self.log.changed_elsewhere()) or self.seq < self.log.last_appended:
+                    await self.catch_up()
+            except LogUnreachable as e:  # the log's database is away: this process's own commits still fold
+                log.warning("projections cannot read the log (%s); trying again", e)
+                await asyncio.sleep(UNREACHABLE_RETRY_S)
+                continue
             seen = now
 
     async def wait_for(self, seq: int) -> None:
@@ -248,7 +258,10 @@ class ProjectionRunner:
                 await self._task
             self._task = None
         if checkpoint:
-            await self.checkpoint()
+            try:
+                await self.checkpoint()
+            except LogUnreachable as e:  # derived data: the next start folds from the last one instead
+                log.warning("checkpoint not written at stop (%s)", e)
 
 
 def states_equal(a: State, b: State) -> bool:

@@ -6,15 +6,19 @@ rewrites the first."""
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
+import httpx2
 import openai
 import pytest
 
 from blazar.adapters.engines.tiny_model import write_tiny_model
+from blazar.cli.daemon_client import auth_headers
 from tests.conftest import Cli
 from tests.integration.test_run_cli import fake_engine, free_port, stop_daemon
-from tests.support.postgres import cluster
+from tests.support.blazar_home import home_paths
+from tests.support.postgres import Cluster, cluster
 
 
 @pytest.fixture
@@ -91,3 +95,43 @@ def test_doctor_checks_a_postgresql_log(cli: Cli, tmp_path: Path, pg_url: str) -
     cli.env["BLAZAR_DATABASE_URL"] = f"postgresql+asyncpg://blazar@127.0.0.1:{free_port()}/nowhere"  # nobody there
     down = {c["check"]: c for c in cli("doctor", "--json", check=False).json()["checks"]}
     assert down["log.database"]["status"] == "fail" and "cannot reach" in down["log.database"]["observation"]
+
+
+def test_with_postgresql_down_loaded_models_still_answer_control_changes_wait_and_the_events_land_later(
+        cli: Cli, tmp_path: Path) -> None:
+    """A cluster of this test's own, stopped under a running daemon: a chat to a loaded model is served (its
+    request events wait in memory), a load is refused with 503 log_unavailable, and once PostgreSQL is back the
+    buffered events are committed: `why` tells the chat from the log."""
+    own = Cluster(cluster().bin)
+    own.start()
+    try:
+        url = own.new_database()
+        cli.env["BLAZAR_DATABASE_URL"] = url
+        _seed(cli, tmp_path)
+        cli("import", str(write_tiny_model(tmp_path / "tiny2.gguf")), "--name", "other")
+        port = free_port()
+        cli("config", "set", "port", str(port))
+        cli("load", "tiny", timeout=120)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=60)
+
+        own.halt()
+        raw = client.chat.completions.with_raw_response.create(
+            model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+        assert raw.status_code == 200 and raw.parse().choices[0].message.content
+        trace = raw.headers["x-blazar-trace-id"]
+        refused = httpx2.post(f"http://127.0.0.1:{port}/api/blazar/load", json={"model": "other"}, timeout=60,
+                              headers=auth_headers(home_paths(cli.home)))
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "log_unavailable"
+
+        own.resume()
+        why = None
+        for _ in range(200):
+            res = cli("why", trace, "--json", check=False)
+            if res.code == 0 and res.json()["outcome"] == "completed":
+                why = res.json()
+                break
+            time.sleep(0.1)
+        assert why is not None, "the buffered request events never reached the log"
+    finally:
+        stop_daemon(cli.home)
+        own.stop()

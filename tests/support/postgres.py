@@ -73,6 +73,17 @@ class Cluster:
                 else ""
             raise RuntimeError(f"pg_ctl start failed: {started.stderr[-400:]} {log}")
 
+    def halt(self) -> None:
+        """Stop the server (its data kept): what a crash or an outage looks like to clients."""
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def resume(self) -> None:
+        """Start it again after `halt`, on the same port."""
+        opts = (f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off "
+                "-c max_connections=200")
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", opts, "-l", str(self.dir / "server.log"), "-w",
+                  "start")
+
     def stop(self) -> None:
         self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
         shutil.rmtree(self.dir, ignore_errors=True)
