@@ -103,12 +103,20 @@ def migrate_to(
     """Copy this home's SQLite log into an empty PostgreSQL database and verify the copy (the audit hash chain and a
     digest of every row). The home keeps using SQLite until database_url (or BLAZAR_DATABASE_URL) names the
     database. Stop the daemon first."""
+    import io
+
     from blazar.cli.common import opened
+    from blazar.events.log import EventLog
     from blazar.handlers.migrate_to import migrate_to as copy_log
+    from blazar.queries.audit import export_audit
+
+    async def chain(log: EventLog, now: float) -> tuple[int, str]:
+        summary = await export_audit(log, io.BytesIO(), pii_scrub=False, now=now)
+        return summary.records, summary.head
 
     async def go() -> Any:
         async with opened() as app_:
-            return await copy_log(app_, url)
+            return await copy_log(app_, url, audit_chain=chain)
 
     done = run(go())
     if as_json:

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import asyncpg
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from blazar.clock import Clock, SystemClock
@@ -199,7 +200,8 @@ class PgEventLog(EventLog):
         async with self._write_lock:
             try:
                 driver = await self._driver()
-            except _GONE as exc:
+            except (*_GONE, DBAPIError) as exc:  # SQLAlchemy wraps what a failed connect raised
+                await self._drop_writer()
                 raise LogUnreachable(f"the log's database at {self.location} cannot be reached: {exc}") from exc
 
             async def run() -> T:
@@ -325,12 +327,8 @@ class PgEventLog(EventLog):
         cancellation left mid-exchange or inside a transaction is discarded, never handed to the next reader."""
         try:
             conn = await self._engine.connect()
-        except _GONE as exc:
+        except (*_GONE, DBAPIError) as exc:  # SQLAlchemy wraps what a failed connect raised
             raise LogUnreachable(f"the log's database at {self.location} cannot be reached: {exc}") from exc
-        except Exception as exc:  # SQLAlchemy wraps the driver's errors on connect
-            if isinstance(exc.__cause__, _GONE) or isinstance(getattr(exc, "orig", None), _GONE):
-                raise LogUnreachable(f"the log's database at {self.location} cannot be reached: {exc}") from exc
-            raise
         try:
             driver: Any = (await conn.get_raw_connection()).driver_connection
             try:

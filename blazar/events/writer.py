@@ -110,9 +110,12 @@ class GroupCommitWriter:
             try:
                 await self._drain_once(all_of_it=self._stopping)
                 backoff = self.interval
-            except BlazarError as exc:
+            except Exception as exc:  # NOTE: never the end of the writer: the batch stays buffered and is tried again
                 self.failures += 1
-                log.error("group commit failed (%s); retrying in %.3fs", exc, backoff)
+                if isinstance(exc, BlazarError):
+                    log.error("group commit failed (%s); retrying in %.3fs", exc, backoff)
+                else:
+                    log.exception("group commit failed unexpectedly; retrying in %.3fs", backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
                 self._wake.set()
