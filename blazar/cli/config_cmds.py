@@ -7,7 +7,9 @@ import typer
 from rich.table import Table
 
 from blazar import config as settings
+from blazar.bootstrap import paths_from_env
 from blazar.cli.common import JSON_OPTION, opened, out, print_json, run
+from blazar.cli.daemon_client import tell_daemon
 from blazar.events.base import Recorded
 from blazar.events.system import ConfigChanged
 from blazar.handlers.config import set_value, unset_value
@@ -81,6 +83,8 @@ def set_(key: str = typer.Argument(..., help="A config key."),
             return await set_value(app_, key, value)
 
     rec = run(go())
+    if rec is not None:
+        tell_daemon(paths_from_env())  # a running daemon uses it from its very next request
     if rec is None:
         out.print(f"{key} is already {value}")
     else:
@@ -99,6 +103,8 @@ def unset(key: str = typer.Argument(..., help="A config key.")) -> None:
             return await unset_value(app_, key)
 
     rec = run(go())
+    if rec is not None:
+        tell_daemon(paths_from_env())
     if rec is None:
         out.print(f"{key}: nothing to unset" if key in settings.FIELDS else f"removed unknown key {key!r}")
     else:

@@ -162,3 +162,19 @@ class AdminClient:
         except (ValueError, KeyError, TypeError):
             message, code = f"the daemon answered {r.status_code}: {r.text[:300]}", "error"
         raise RemoteError(message, code=code, status=r.status_code)
+
+
+def tell_daemon(paths: Paths) -> None:
+    """Make a running daemon fold what this command just recorded (a key, a model's settings, a config change), so
+    it counts from the very next request (the daemon would find it within its poll interval anyway)."""
+    from blazar.cli.common import err
+
+    info = find_daemon(paths)
+    if info is None:
+        return
+    try:
+        with AdminClient(info, paths=paths) as client:
+            client.sync()
+    except (DaemonUnavailable, RemoteError) as e:
+        err.print(f"warning: the daemon at {info.url} was not told at once ({e.message}); it folds the change within "
+                  "a second", markup=False, emoji=False)

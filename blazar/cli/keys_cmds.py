@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
-from blazar.cli.daemon_client import AdminClient, DaemonUnavailable, RemoteError, find_daemon
+from blazar.cli.daemon_client import tell_daemon
 from blazar.context import Blazar
 from blazar.handlers import keys as handlers
 from blazar.paths import Paths
@@ -31,19 +31,6 @@ def _row(app_: Blazar, key: dict[str, Any]) -> dict[str, Any]:
     state = "revoked" if key["revoked"] else "expired" if key["expires_ts"] and key["expires_ts"] <= now else "live"
     return {**public(key), "state": state, "requests_today": usage.get("requests_today", 0) if today else 0,
             "tokens_today": usage.get("tokens_today", 0) if today else 0}
-
-
-def _tell_daemon(paths: Paths) -> None:
-    """A running daemon folds the change now (it would within its poll interval anyway)."""
-    info = find_daemon(paths)
-    if info is None:
-        return
-    try:
-        with AdminClient(info, paths=paths) as client:
-            client.sync()
-    except (DaemonUnavailable, RemoteError) as e:
-        err.print(f"warning: the daemon at {info.url} was not told at once ({e.message}); it folds the change within "
-                  "a second", **_VERBATIM)
 
 
 def _limits_text(k: dict[str, Any]) -> str:
@@ -81,7 +68,7 @@ def create(
             return {**_row(app_, app_.runner.state("keys")["keys"][name]), "seq": rec.seq}, secret, app_.paths
 
     row, secret, paths = run(go())
-    _tell_daemon(paths)
+    tell_daemon(paths)
     if as_json:
         print_json({"name": name, "secret": secret, **row})
         return
@@ -145,7 +132,7 @@ def rotate(name: Annotated[str, _NAME], as_json: bool = JSON_OPTION) -> None:
             return rec.seq, secret, app_.runner.state("keys")["keys"][name]["prefix"], app_.paths
 
     seq, secret, prefix, paths = run(go())
-    _tell_daemon(paths)
+    tell_daemon(paths)
     if as_json:
         print_json({"name": name, "secret": secret, "prefix": prefix, "seq": seq})
         return
@@ -161,7 +148,7 @@ def revoke(name: Annotated[str, _NAME], as_json: bool = JSON_OPTION) -> None:
             return rec.seq, app_.paths
 
     seq, paths = run(go())
-    _tell_daemon(paths)
+    tell_daemon(paths)
     if as_json:
         print_json({"name": name, "revoked": True, "seq": seq})
         return
@@ -195,7 +182,7 @@ def limits(
 
     row, did, paths = run(go())
     if did:
-        _tell_daemon(paths)
+        tell_daemon(paths)
     if as_json:
         print_json({**row, "changed": did})
         return

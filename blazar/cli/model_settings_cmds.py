@@ -8,12 +8,11 @@ from typing import Annotated, Any
 
 import typer
 
-from blazar.cli.common import JSON_OPTION, err, opened, out, print_json, run
-from blazar.cli.daemon_client import AdminClient, DaemonUnavailable, RemoteError, find_daemon
+from blazar.cli.common import JSON_OPTION, opened, out, print_json, run
+from blazar.cli.daemon_client import tell_daemon
 from blazar.errors import InvalidModelSettings
 from blazar.events.model_settings import ModelSettings
 from blazar.handlers.model_settings import PARAMETERS, SettingsChange, configure_model, parse_parameters
-from blazar.paths import Paths
 
 app = typer.Typer(help="A model's serving settings: chat template, system prompt, default parameters (recorded as "
                   "model.configured events; `blazar show NAME` shows them).", no_args_is_help=True)
@@ -43,19 +42,6 @@ def _pairs(values: list[str]) -> list[tuple[str, str]]:
             raise InvalidModelSettings(f"--param {v!r}: expected key=value (e.g. temperature=0.7)")
         pairs.append((key.strip(), value))
     return pairs
-
-
-def _tell_daemon(paths: Paths) -> None:
-    """A running daemon folds the change now (it would within its poll interval anyway)."""
-    info = find_daemon(paths)
-    if info is None:
-        return
-    try:
-        with AdminClient(info, paths=paths) as client:
-            client.sync()
-    except (DaemonUnavailable, RemoteError) as e:
-        err.print(f"warning: the daemon at {info.url} was not told at once ({e.message}); it folds the change within "
-                  "a second", **_VERBATIM)
 
 
 def describe(settings: ModelSettings | None) -> list[tuple[str, str]]:
@@ -101,7 +87,7 @@ def set_(
             return rec, app_.paths
 
     rec, paths = run(go())
-    _tell_daemon(paths)
+    tell_daemon(paths)
     ev = rec.event
     if as_json:
         print_json(rec.to_json())

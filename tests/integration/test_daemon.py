@@ -280,7 +280,7 @@ class _StuckSupervisor:
     async def start(self) -> None:
         self.started = True
 
-    async def load(self, model, *, keep_alive=None, pinned=None, ctx=None):
+    async def load(self, model, *, keep_alive=None, pinned=None, ctx=None, session=False):
         await self.closed.wait()
         raise LoadFailed(f"{model} exited (shutdown)")
 
