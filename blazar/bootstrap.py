@@ -13,7 +13,7 @@ import getpass
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from blazar.adapters.engines.client import EngineClient
@@ -26,6 +26,7 @@ from blazar.handlers.gateway import Gateway
 from blazar.handlers.instances import Supervisor
 from blazar.handlers.kv_bank import KvBank
 from blazar.handlers.ports import SupervisorPort
+from blazar.handlers.remotes import health_loop
 from blazar.logdb import log_location, open_log
 from blazar.paths import Paths
 from blazar.projections import all_projections
@@ -110,8 +111,17 @@ class Services:
     gateway: Gateway
     client: EngineClient
     tracing: Tracing | None = None  # the OTLP span export, where a collector is configured
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def start(self) -> None:
+        """The daemon's background work beside serving: the remote engines' health checks."""
+        self._tasks.append(asyncio.create_task(health_loop(self.gateway.app, self.gateway.remotes),
+                                               name="blazar-remote-health"))
 
     async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.client.aclose()
         if self.tracing is not None:
             with contextlib.suppress(TimeoutError):  # the last requests' events reach the spans first, if they can

@@ -130,6 +130,17 @@ class Settings(BaseModel):
         description="The mean token log-probability a cascade's answer needs to be accepted (else the next model is "
                     "tried).",
     )
+    remote_health_s: float = Field(
+        default=30.0, ge=1.0, le=3600.0, description="Seconds between health checks of each remote engine.",
+    )
+    remote_circuit_failures: int = Field(
+        default=3, ge=1, le=100,
+        description="Failures in a row (health checks or requests) that open a remote engine's circuit.",
+    )
+    remote_circuit_s: float = Field(
+        default=30.0, ge=1.0, le=86400.0,
+        description="How long an open circuit refuses requests to a remote engine before one is tried again.",
+    )
     host: str = Field(
         default="127.0.0.1",
         description="Address `blazar serve` binds (wider than loopback: on purpose only).",

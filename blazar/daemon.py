@@ -216,6 +216,7 @@ async def serve(app: Blazar, services: Services, *, host: str, port: int,
         server.on_startup(lambda: _listening(paths, info, on_listening))
         try:
             await supervisor.start()
+            services.start()
             # Other processes append too (`blazar pull`, `import`, `config set`, `engine use`): fold them as they land.
             app.runner.follow()
             if not stop.is_set():  # a signal during reconcile: stop before serving at all

@@ -30,6 +30,7 @@
     │   ├── ModelNotLoaded     404  `stop` of a model with no running instance
     │   ├── InvalidModelName   400  a name outside [a-z0-9._-] (with an optional :tag)
     │   └── InvalidModelSettings 400 a template, system prompt, parameter or Modelfile Blazar cannot serve as given
+    ├── RemoteCommandError     400  `blazar remote add|rm` that cannot be carried out (a bad name, URL or model)
     ├── SessionError                a session command (`blazar session save|restore|rm`)
     │   ├── SessionNotFound    404  no session by that name (none of its turns or saves is in the log)
     │   └── SessionUnavailable 409  no live slot to save, nothing in the bank to restore, or its slot is busy
@@ -486,6 +487,11 @@ class DialectError(BlazarError):
     def __init__(self, message: str, *, code: str = "invalid_request") -> None:
         super().__init__(message)
         self.code = code
+
+
+class RemoteCommandError(BlazarError):
+    code = "invalid_remote"
+    http_status = 400
 
 
 class SessionError(BlazarError):

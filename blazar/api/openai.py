@@ -22,6 +22,7 @@ from blazar.errors import Refused
 from blazar.handlers.gateway import Gateway
 from blazar.handlers.plan import Plan
 from blazar.projections.catalog import StoredModel, models, stored
+from blazar.projections.remotes import remotes
 
 
 class OpenAIBody(BaseModel):
@@ -108,8 +109,11 @@ class Models:
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         p = principal_of(req)  # a key sees only the models in its scope
-        resp.media = {"object": "list", "data": [
-            _model_json(m) for m in models(self.app.runner.state("catalog")) if p is None or p.allows(m.name)]}
+        local = [_model_json(m) for m in models(self.app.runner.state("catalog")) if p is None or p.allows(m.name)]
+        served = [{"id": name, "object": "model", "created": int(r.added_ts), "owned_by": f"remote:{r.name}"}
+                  for r in remotes(self.app.runner.state("remotes")) for name in r.models
+                  if p is None or p.allows(name)]
+        resp.media = {"object": "list", "data": local + served}
 
 
 class Model:

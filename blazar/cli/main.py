@@ -21,6 +21,7 @@ from blazar.cli import (
     log_cmds,
     model_cmds,
     model_settings_cmds,
+    remote_cmds,
     run_cmds,
     session_cmds,
     snapshot_cmds,
@@ -80,6 +81,7 @@ app.add_typer(engine_cmds.app, name="engine")
 app.add_typer(keys_cmds.app, name="keys")
 app.add_typer(model_settings_cmds.app, name="model")
 app.add_typer(session_cmds.app, name="session")
+app.add_typer(remote_cmds.app, name="remote")
 
 
 def main() -> None:

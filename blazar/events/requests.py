@@ -99,6 +99,8 @@ class RequestRejected(_RequestEvent):
         "model_not_allowed", "rate_limit_exceeded",
         # A deadline the measured drain says cannot be met (or that passed in the queue).
         "deadline_unmeetable",
+        # A remote engine whose circuit is open, or whose key the daemon's environment lacks.
+        "remote_unavailable",
     ]
     detail: str
     retry_after_s: float | None = None

@@ -42,7 +42,7 @@ from blazar.events.requests import (
     RequestRouted,
 )
 from blazar.handlers import fanout, relay
-from blazar.handlers.admission import Admission
+from blazar.handlers.admission import Admission, Ticket
 from blazar.handlers.flights import Flights, flight_key
 from blazar.handlers.instances import Instance, Route
 from blazar.handlers.kv_bank import KvBank
@@ -51,7 +51,9 @@ from blazar.handlers.model_defaults import apply_settings
 from blazar.handlers.plan import Answer, Plan
 from blazar.handlers.ports import SupervisorPort
 from blazar.handlers.principal import Principal, scope_refusal
+from blazar.handlers.remotes import RemoteBreaker, remote_instance, resolved_remote
 from blazar.projections.metrics import tokens_on
+from blazar.projections.remotes import remote, serving
 
 log = logging.getLogger("blazar.gateway")
 
@@ -73,6 +75,7 @@ class Gateway:
         self.client = client
         self.kv = kv if kv is not None else KvBank(app, client)  # sessions' slots, and the bank that saves them
         self.flights = Flights(self)  # identical deterministic requests in flight
+        self.remotes = RemoteBreaker(app)  # remote engines' circuits
         self._writer = app.request_writer()
         self._actor = app.actor
         self.limits = Limiter(app.clock, seed=self._tokens_today)
@@ -240,7 +243,10 @@ class Gateway:
         try:
             plan.resolved = self.supervisor.resolve(plan.model)
         except ModelNotFound as e:
-            raise self.reject(plan, status=404, reason="model_not_found", detail=e.message) from None
+            served = serving(self.app.runner.state("remotes"), plan.model)
+            if served is None:
+                raise self.reject(plan, status=404, reason="model_not_found", detail=e.message) from None
+            plan.remote, plan.resolved = served.name, resolved_remote(plan.model)
         self._authorize(plan)
         if plan.resolved.settings is not None:
             apply_settings(plan, plan.resolved.settings)  # before routing: num_ctx and num_predict shape it
@@ -284,21 +290,53 @@ class Gateway:
             plan.lease = None
 
     async def route_and_admit(self, plan: Plan) -> None:
-        """Get a ready instance (loading on demand), check the context, take a slot and place the request on it."""
+        """Get a ready instance (loading on demand; a remote engine's stand-in), check the context, take a slot and
+        place the request on it."""
         assert plan.resolved is not None
         route = Route()
-        try:
-            inst = await self.supervisor.ensure(plan.resolved, ctx=plan.ctx, keep_alive=plan.keep_alive,
-                                                embeddings=plan.embeddings, route=route,
-                                                session=plan.session is not None)
-        except BlazarError as e:
-            raise self.reject(plan, status=e.http_status, reason=e.code, detail=e.message) from None
+        if plan.remote is not None:
+            inst = self._route_remote(plan, plan.remote)
+        else:
+            try:
+                inst = await self.supervisor.ensure(plan.resolved, ctx=plan.ctx, keep_alive=plan.keep_alive,
+                                                    embeddings=plan.embeddings, route=route,
+                                                    session=plan.session is not None)
+            except BlazarError as e:
+                raise self.reject(plan, status=e.http_status, reason=e.code, detail=e.message) from None
         plan.instance = inst
         plan.load_ms = route.load_ms if route.cold else None
         self.emit(RequestRouted(trace_id=plan.trace_id, model=inst.model, instance_id=inst.instance_id,
                                 port=inst.port, cold=route.cold, load_ms=route.load_ms, evicted=route.evicted,
-                                ctx_tokens=inst.ctx_tokens), plan.trace_id, plan.actor)
-        await self._check_context(plan, inst)
+                                ctx_tokens=None if inst.remote else inst.ctx_tokens), plan.trace_id, plan.actor)
+        if not inst.remote:
+            await self._check_context(plan, inst)
+        ticket = await self._admit(plan, inst, route)
+        if not inst.remote:
+            await self._place(plan, inst, ticket.slot_id)
+
+    def _route_remote(self, plan: Plan, name: str) -> Instance:
+        """The remote engine serving the plan's model, unless its circuit is open or its key is missing."""
+        r = remote(self.app.runner.state("remotes"), name)
+        if r is None:
+            raise self.reject(plan, status=404, reason="model_not_found", detail=f"the remote {name} is gone")
+        now = self.app.clock.now()
+        if r.open_at(now):
+            assert r.circuit_open_until is not None
+            raise self.reject(plan, status=503, reason="remote_unavailable",
+                              detail=f"the remote engine {name} is unavailable ({r.circuit_reason}); it is tried "
+                                     f"again in {r.circuit_open_until - now:.0f} s",
+                              retry_after_s=float(max(1, round(r.circuit_open_until - now))),
+                              observations={"remote": name, "url": r.url})
+        key = self.app.env.get(r.api_key_env) if r.api_key_env else None
+        if r.api_key_env and not key:
+            raise self.reject(plan, status=503, reason="remote_unavailable",
+                              detail=f"the remote engine {name} needs its key in the environment variable "
+                                     f"{r.api_key_env}, which the daemon does not have (set it, then restart "
+                                     "`blazar serve`)", observations={"remote": name})
+        return remote_instance(r, plan.model, key)
+
+    async def _admit(self, plan: Plan, inst: Instance, route: Route) -> Ticket:
+        """A slot of `inst` (or a place in its queue), recorded; the instance held against eviction."""
 
         def on_queued(position: int, depth: int) -> None:
             plan.queue_position = position
@@ -308,31 +346,33 @@ class Gateway:
                                     busy=int(snap.get("busy", 0))), plan.trace_id, plan.actor)
 
         deadline_s = plan.deadline_left_s()
+        lane = inst.instance_id if inst.remote else inst.model  # a remote's concurrency is its own, for every model
         try:
             if deadline_s is not None and deadline_s <= 0:
                 raise DeadlineUnmeetable(f"{inst.model}: the deadline of {plan.deadline_ms} ms passed before a slot "
                                          f"was asked for ({'the model loaded' if route.cold else 'routing'} took it)",
                                          observations={"deadline_ms": plan.deadline_ms, "load_ms": route.load_ms})
-            ticket = await self.admission.acquire(inst.model, inst.slots, priority=plan.priority,
-                                                  max_tokens=plan.max_tokens, on_queued=on_queued,
-                                                  deadline_s=deadline_s,
-                                                  pick=self.kv.slots.picker(inst.instance_id, plan.session))
+            ticket = await self.admission.acquire(
+                lane, inst.slots, priority=plan.priority, max_tokens=plan.max_tokens, on_queued=on_queued,
+                deadline_s=deadline_s,
+                pick=None if inst.remote else self.kv.slots.picker(inst.instance_id, plan.session))
         except AdmissionRefused as e:
             raise self.reject(plan, status=e.http_status, reason=e.reason, detail=e.message,
                               retry_after_s=e.retry_after_s, observations=e.observations) from None
         plan.ticket = ticket
-        try:
-            self.supervisor.hold(inst)
-        except BlazarError as e:
-            self.admission.release(ticket)
-            plan.ticket = None
-            raise self.reject(plan, status=e.http_status, reason=e.code, detail=e.message) from None
-        plan.held = True
+        if not inst.remote:
+            try:
+                self.supervisor.hold(inst)
+            except BlazarError as e:
+                self.admission.release(ticket)
+                plan.ticket = None
+                raise self.reject(plan, status=e.http_status, reason=e.code, detail=e.message) from None
+            plan.held = True
         self.emit(RequestAdmitted(trace_id=plan.trace_id, model=inst.model, instance_id=inst.instance_id,
                                   waited_ms=round(ticket.waited_s * 1000, 3), slots=ticket.slots,
                                   busy=ticket.busy_after, queued_behind=max(0, ticket.position_when_queued - 1),
-                                  slot_id=ticket.slot_id), plan.trace_id, plan.actor)
-        await self._place(plan, inst, ticket.slot_id)
+                                  slot_id=None if inst.remote else ticket.slot_id), plan.trace_id, plan.actor)
+        return ticket
 
     async def _place(self, plan: Plan, inst: Instance, slot_id: int) -> None:
         """The slot the request runs on: named to the engine once sessions hold slots, and for a session its prefix
@@ -374,11 +414,19 @@ class Gateway:
     async def open_upstream(self, plan: Plan, body: bytes) -> EngineResponse:
         assert plan.instance is not None
         try:
-            return await self.client.open(plan.instance.base_url, plan.engine_path, body,
-                                          api_key=plan.instance.api_key)
+            upstream = await self.client.open(plan.instance.base_url, plan.engine_path, body,
+                                              api_key=plan.instance.api_key)
         except EngineError as e:
             self.fail(plan, status=502, reason="engine_error", detail=e.message)
+            if plan.remote is not None:
+                await self.remotes.failed(plan.remote, e.message, source="request")
             raise Refused(e.message, reason="engine_error", http_status=502) from None
+        if plan.remote is not None:
+            if upstream.status_code >= 500:
+                await self.remotes.failed(plan.remote, f"answered {upstream.status_code}", source="request")
+            else:
+                await self.remotes.succeeded(plan.remote)
+        return upstream
 
     def guard(self, plan: Plan, upstream: EngineResponse) -> None:
         """Whatever ends the request's task (a hang-up before the first byte was sent, an error in the server), the

@@ -97,10 +97,15 @@ class Instance:
     # would help (a sliding-window model needs its full window cache for that: session_swa_full).
     kv_identity: KvIdentity | None = None
     kv_restorable: bool = False
+    url: str = ""  # a remote engine's API root; "" for a child of ours (loopback, `port`)
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self.url or f"http://127.0.0.1:{self.port}"
+
+    @property
+    def remote(self) -> bool:
+        return bool(self.url)
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,7 @@ class Plan:
     # -- its way through the pipeline (the gateway sets these)
     received: float = field(default_factory=time.perf_counter)
     resolved: ResolvedModel | None = None  # the store's model, once resolved
+    remote: str | None = None  # the remote engine serving the model (not in the store), by its name
     instance: Instance | None = None
     load_ms: float | None = None  # the cold load this request waited for, if any
     ticket: Ticket | None = None

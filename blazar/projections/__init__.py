@@ -8,6 +8,7 @@ from blazar.projections.config import ConfigProjection
 from blazar.projections.engines import EnginesProjection
 from blazar.projections.keys import KeysProjection
 from blazar.projections.metrics import MetricsProjection
+from blazar.projections.remotes import RemotesProjection
 from blazar.projections.residency import ResidencyProjection
 from blazar.projections.sessions import SessionsProjection
 from blazar.projections.stats import StatsProjection
@@ -18,7 +19,7 @@ def all_projections() -> list[Projection]:
     """A fresh instance of every projection, in a stable order."""
     return [ConfigProjection(), AuditProjection(), StatsProjection(), CatalogProjection(), CalibrationProjection(),
             ResidencyProjection(), EnginesProjection(), TracesProjection(), MetricsProjection(),
-            KeysProjection(), SessionsProjection()]
+            KeysProjection(), SessionsProjection(), RemotesProjection()]
 
 
 __all__ = [
@@ -27,5 +28,6 @@ __all__ = [
     "CatalogProjection",
     "ConfigProjection",
     "EnginesProjection", "KeysProjection",
-    "MetricsProjection", "Projection", "ResidencyProjection", "SessionsProjection", "State", "StatsProjection",
+    "MetricsProjection", "Projection", "RemotesProjection", "ResidencyProjection", "SessionsProjection", "State",
+    "StatsProjection",
     "TracesProjection", "all_projections", "fold"]

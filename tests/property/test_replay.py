@@ -19,6 +19,7 @@ from blazar import config
 from blazar.clock import FakeClock
 from blazar.events import Event, Recorded, register
 from blazar.events.log import EventLog
+from blazar.events.remotes import RemoteAdded, RemoteCircuitClosed, RemoteCircuitOpened, RemoteRemoved
 from blazar.events.requests import RequestPlaced
 from blazar.events.sessions import KvIdentity, SessionDropped, SessionRemoved, SessionRestored, SessionSaved
 from blazar.events.system import ConfigChanged, SnapshotTaken
@@ -152,6 +153,16 @@ _placed = st.builds(RequestPlaced, trace_id=_hex, model=_model, instance_id=st.s
                     reason=_text, restored_tokens=st.one_of(st.none(), st.integers(0, 100_000)),
                     restore_ms=st.one_of(st.none(), _ms))
 _session_event = st.one_of(_saved, _dropped, _removed, _restored, _placed)
+# Remote engines: registrations, removals and circuits of a few names.
+_remote_name = st.sampled_from(["b", "vllm", "lab"])
+_remote_event = st.one_of(
+    st.builds(RemoteAdded, name=_remote_name, url=st.sampled_from(["http://h:1", "https://api.example"]),
+              models=st.lists(_model, min_size=1, max_size=2, unique=True),
+              api_key_env=st.one_of(st.none(), st.just("KEY")), max_concurrent=st.integers(1, 16)),
+    st.builds(RemoteRemoved, name=_remote_name),
+    st.builds(RemoteCircuitOpened, name=_remote_name, failures=st.integers(1, 9), reason=_text,
+              source=st.sampled_from(["health_check", "request"]), open_until=_ms),
+    st.builds(RemoteCircuitClosed, name=_remote_name, latency_ms=st.one_of(st.none(), _ms)))
 
 
 @dataclass(frozen=True)
@@ -166,7 +177,7 @@ class _Item:
 
 _item = st.builds(
     _Item,
-    event=st.one_of(_config_spec(), _config_spec(), _snapshot, _pinged, _flagged, _session_event),
+    event=st.one_of(_config_spec(), _config_spec(), _snapshot, _pinged, _flagged, _session_event, _remote_event),
     actor=st.one_of(st.sampled_from(["cli:alice", "cli:bob", "user:carol", "daemon", "gateway"]),
                     _text.filter(bool)),
     stream=st.one_of(st.none(), st.sampled_from(["system", "model:qwen", "engine:e1", "instance:i-7"])),

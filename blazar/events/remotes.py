@@ -1,0 +1,59 @@
+"""Remote engines: any server that speaks the OpenAI API (vLLM, SGLang, another Blazar, a vendor) registered for
+some model names. Only the *name* of the environment variable that holds its API key is recorded, never the key.
+Its circuit opening and closing (health checks and failed requests) are events too. Stream `remote:<name>`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from blazar.events.base import Event
+from blazar.events.registry import register
+
+
+class _RemoteEvent(Event):
+    name: str
+
+    def stream_key(self) -> str:
+        return f"remote:{self.name}"
+
+
+@register
+class RemoteAdded(_RemoteEvent):
+    """A remote engine for `models` at `url` (its OpenAI API root, without /v1). Added again: replaced."""
+
+    TYPE = "remote.added"
+    AUDIT = True
+
+    url: str
+    models: list[str]
+    api_key_env: str | None = None  # the environment variable the daemon reads the key from, at each request
+    max_concurrent: int = Field(default=4, ge=1, le=10_000)
+
+
+@register
+class RemoteRemoved(_RemoteEvent):
+    TYPE = "remote.removed"
+    AUDIT = True
+
+
+@register
+class RemoteCircuitOpened(_RemoteEvent):
+    """Requests to the remote are refused (503 remote_unavailable) until `open_until`, after `failures` in a row."""
+
+    TYPE = "remote.circuit_opened"
+
+    failures: int
+    reason: str
+    source: Literal["health_check", "request"]
+    open_until: float
+
+
+@register
+class RemoteCircuitClosed(_RemoteEvent):
+    """A health check (or a request let through after the cool-down) succeeded: the remote serves again."""
+
+    TYPE = "remote.circuit_closed"
+
+    latency_ms: float | None = None

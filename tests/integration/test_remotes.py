@@ -1,0 +1,157 @@
+"""Remote engines end to end: a Blazar (A) routes a model name to another OpenAI-compatible server: a second Blazar
+(B, serving the fake engine) or bench/fake_engine.py itself. Through A the request gets A's admission, trace, `why`,
+metrics and dialect translation (the Ollama and Anthropic SDKs reach the OpenAI-only upstream); the remote's key
+comes from A's environment and is never in A's log; a dead remote opens its circuit (503 remote_unavailable at
+once) and a live one closes it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+import ollama
+import openai
+import pytest
+
+from blazar.adapters.engines.tiny_model import write_tiny_model
+from tests.conftest import Cli
+from tests.integration.test_daemon import wait_for
+from tests.integration.test_run_cli import fake_engine, free_port, stop_daemon
+
+KEY = "sk-remote-test-0123456789"
+
+
+def _daemon(cli: Cli, port: int) -> None:
+    cli("config", "set", "port", str(port))
+    proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve"], env=cli.env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: (cli.home / "run" / "daemon.json").exists(), "daemon", timeout=60, proc=proc)
+
+
+@pytest.fixture
+def upstream(tmp_path: Path) -> Iterator[tuple[Cli, int]]:
+    """Blazar B: the fake engine, the tiny model imported as `tiny`, a key (the remote's vendor key, here)."""
+    cli = Cli(tmp_path / "b-home")
+    binary = fake_engine.write_executable(tmp_path / "fake" / "llama-server")
+    cli("engine", "install", "--path", str(binary), timeout=120)
+    cli("import", str(write_tiny_model(tmp_path / "tiny.gguf")), "--name", "tiny")
+    secret = cli("keys", "create", "a-gateway").stdout.strip()
+    port = free_port()
+    _daemon(cli, port)
+    cli.env["B_SECRET"] = secret
+    try:
+        yield cli, port
+    finally:
+        stop_daemon(cli.home)
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, upstream: tuple[Cli, int]) -> Iterator[tuple[Cli, int]]:
+    """Blazar A: no model of its own; `tiny` is B's, B's key in A's environment as REMOTE_B_KEY."""
+    b, b_port = upstream
+    cli = Cli(tmp_path / "a-home")
+    cli.env["REMOTE_B_KEY"] = b.env["B_SECRET"]
+    cli("remote", "add", "b", f"http://127.0.0.1:{b_port}/v1", "--models", "tiny", "--api-key-env", "REMOTE_B_KEY",
+        "--max-concurrent", "2")
+    cli("config", "set", "remote_health_s", "3600")  # a test turns them on when it wants them
+    port = free_port()
+    _daemon(cli, port)
+    try:
+        yield cli, port
+    finally:
+        stop_daemon(cli.home)
+
+
+def test_a_remote_model_is_served_through_the_gateway_in_every_dialect(gateway: tuple[Cli, int]) -> None:
+    a, port = gateway
+    base = f"http://127.0.0.1:{port}"
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0, timeout=60)
+    assert "tiny" in [m.id for m in client.models.list()]
+    raw = client.chat.completions.with_raw_response.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                                           max_tokens=4)
+    chat = raw.parse()
+    # The remote's own answer, as it gave it (its `model` included: the remote names what served it).
+    assert chat.choices[0].message.content == fake_engine.answer_text(4)
+    trace = raw.headers["x-blazar-trace-id"]
+    why = None
+    for _ in range(100):
+        res = a("why", trace, "--json", check=False)
+        if res.code == 0 and res.json()["outcome"] == "completed":
+            why = res.json()
+            break
+        time.sleep(0.1)
+    assert why is not None
+    routed = next(s for s in why["steps"] if s["type"] == "request.routed")
+    assert routed["data"]["instance_id"] == "remote:b"
+    # Streamed, and through the translated dialects.
+    text = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3, stream=True) if c.choices)
+    assert text == fake_engine.answer_text(3)
+    ant = anthropic.Anthropic(base_url=base, api_key="x", max_retries=0, timeout=60)
+    msg = ant.messages.create(model="tiny", max_tokens=3, messages=[{"role": "user", "content": "hi"}])
+    assert msg.content[0].text == fake_engine.answer_text(3)  # type: ignore[union-attr]
+    oll = ollama.Client(host=base, timeout=60)
+    reply = oll.chat(model="tiny", messages=[{"role": "user", "content": "hi"}], options={"num_predict": 3})
+    assert reply.message.content == fake_engine.answer_text(3)
+    # The key is the environment's: nowhere in A's log.
+    assert KEY not in (a("events", "--json").stdout) and a.env["REMOTE_B_KEY"] not in a("events", "--json").stdout
+    listed = a("remote", "list", "--json").json()
+    assert listed[0]["api_key_env"] == "REMOTE_B_KEY" and listed[0]["circuit_open"] is False
+
+
+def test_a_dead_remote_opens_its_circuit_and_a_live_one_closes_it(gateway: tuple[Cli, int],
+                                                                   upstream: tuple[Cli, int]) -> None:
+    a, port = gateway
+    b, b_port = upstream
+    a("config", "set", "remote_circuit_failures", "2")
+    a("config", "set", "remote_circuit_s", "2")
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=60)
+    stop_daemon(b.home)  # B goes away
+    for _ in range(2):
+        with pytest.raises(openai.APIStatusError) as e:
+            client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+        assert e.value.status_code == 502
+    started = time.monotonic()
+    with pytest.raises(openai.APIStatusError) as e:
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    assert e.value.status_code == 503 and time.monotonic() - started < 2
+    assert e.value.body["code"] == "remote_unavailable"  # type: ignore[index]
+    assert e.value.response.headers.get("retry-after")
+    opened = [x["data"] for x in a("events", "--type", "remote.circuit_opened", "--json").json_lines()]
+    assert opened and opened[-1]["source"] == "request"
+    # B comes back on the same port; once the circuit's time is up, a request goes through and closes it.
+    _daemon(b, b_port)
+    time.sleep(2.2)
+    chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    assert chat.choices[0].message.content == fake_engine.answer_text(2)
+    assert a("events", "--type", "remote.circuit_closed", "--json").json_lines()
+    # With health checks every second, B going away opens the circuit with no request at all.
+    a("config", "set", "remote_health_s", "1")
+    stop_daemon(b.home)
+    opened_by_check = wait_for(lambda: [x["data"] for x in a("events", "--type", "remote.circuit_opened",
+                                                             "--json").json_lines() if x["data"]["source"] ==
+                                        "health_check"], "a health check opening the circuit", timeout=30)
+    assert "GET /v1/models failed" in opened_by_check[0]["reason"]
+
+
+def test_remote_commands_refuse_what_cannot_be_served(cli: Cli, tmp_path: Path) -> None:
+    cli("import", str(write_tiny_model(tmp_path / "tiny.gguf")), "--name", "tiny")
+    bad = cli("remote", "add", "x", "http://127.0.0.1:9/v1", "--models", "tiny", check=False)
+    assert bad.code != 0 and "is a model in the store" in " ".join(bad.stderr.split())
+    bad = cli("remote", "add", "x", "ftp://host", "--models", "m", check=False)
+    assert bad.code != 0 and "invalid remote URL" in " ".join(bad.stderr.split())
+    bad = cli("remote", "add", "x", "http://u:p@host/v1", "--models", "m", check=False)
+    assert bad.code != 0 and "credentials" in " ".join(bad.stderr.split())
+    cli("remote", "add", "x", "http://127.0.0.1:9/v1/", "--models", "m1", "--models", "m2")
+    assert cli("remote", "list", "--json").json()[0]["url"] == "http://127.0.0.1:9"
+    cli("remote", "rm", "x")
+    assert cli("remote", "list", "--json").json() == []
+    gone = cli("remote", "rm", "x", check=False)
+    assert gone.code != 0 and "no remote named" in " ".join(gone.stderr.split())
+
+
+
