@@ -6,13 +6,16 @@ once) and a live one closes it."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anthropic
+import httpx2
 import ollama
 import openai
 import pytest
@@ -155,3 +158,37 @@ def test_remote_commands_refuse_what_cannot_be_served(cli: Cli, tmp_path: Path) 
 
 
 
+
+
+def test_the_fake_engine_itself_serves_as_a_remote_and_its_concurrency_is_admitted(cli: Cli, tmp_path: Path) -> None:
+    """bench/fake_engine.py run on its own (an OpenAI-compatible server): registered as a remote with a concurrency
+    of 1, two requests at once queue in the remote's lane, and both are answered."""
+    port = free_port()
+    engine = subprocess.Popen([sys.executable, str(fake_engine.__file__), "--port", str(port), "--fake-delay-ms", "20",
+                               "-m", "upstream.gguf"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _up(port), "the fake engine", timeout=30)
+        cli("remote", "add", "fake", f"http://127.0.0.1:{port}", "--models", "up", "--max-concurrent", "1")
+        a_port = free_port()
+        _daemon(cli, a_port)
+        client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{a_port}/v1", api_key="x", max_retries=0, timeout=60)
+
+        async def both() -> list[Any]:
+            return await asyncio.gather(*(client.chat.completions.with_raw_response.create(
+                model="up", messages=[{"role": "user", "content": f"hi {i}"}], max_tokens=8) for i in range(2)))
+
+        answers = asyncio.run(both())
+        assert [r.parse().choices[0].message.content for r in answers] == [fake_engine.answer_text(8)] * 2
+        queued = [h for r in answers if (h := r.headers.get("x-blazar-queue-position"))]
+        assert queued == ["1"]  # one of the two waited for the remote's single slot
+    finally:
+        stop_daemon(cli.home)
+        engine.terminate()
+        engine.wait(timeout=10)
+
+
+def _up(port: int) -> bool:
+    try:
+        return httpx2.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+    except httpx2.TransportError:
+        return False
