@@ -49,6 +49,7 @@ class _InstanceStart(Event):
     pinned: bool = False  # never evicted for room either
     reason: Literal["load", "request", "restart"] = "load"
     free_bytes_observed: int | None = None  # what the budget offered when this was planned
+    workers: dict[str, int] = Field(default_factory=dict)  # RPC workers holding layers (host:port: layers)
 
     def stream_key(self) -> str:
         return f"instance:{self.instance_id}"

@@ -19,6 +19,9 @@ MOE_ACT_FLOATS_PER_EMBD = 4
 HOST_ENGINE_FIXED_BYTES = 64 * MiB
 # Per GPU an engine uses: the CUDA context, module images and cuBLAS handles (never in a "buffer size" line).
 GPU_ENGINE_FIXED_BYTES = 512 * MiB
+# An RPC worker holds no CUDA context: its graph allocator and the rpc-server's own buffers (measured: well under
+# this with Gemma 3 270M on two loopback workers).
+RPC_ENGINE_FIXED_BYTES = 64 * MiB
 
 
 def graph_tokens(n_ctx: int, n_ubatch: int) -> int:

@@ -27,7 +27,7 @@ class Device(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: Literal["cuda", "host"]
+    kind: Literal["cuda", "host", "rpc"]  # rpc: a `blazar worker` (llama.cpp's rpc-server) at `name` (host:port)
     index: int = 0
     name: str
     total_bytes: int
@@ -36,14 +36,16 @@ class Device(BaseModel):
 
     @property
     def key(self) -> str:
-        """Stable name used in plans: "host" or "cuda:<index>"."""
-        return "host" if self.kind == "host" else f"cuda:{self.index}"
+        """Stable name used in plans: "host", "cuda:<index>" or "rpc:<index>"."""
+        return "host" if self.kind == "host" else f"{self.kind}:{self.index}"
 
 
 def reserve_bytes(device: Device) -> int:
     """Bytes kept back on `device` whatever the plan."""
     if device.kind == "host":
         return max(HOST_RESERVE_MIN_BYTES, int(device.total_bytes * HOST_RESERVE_FRACTION))
+    if device.kind == "rpc":
+        return 0  # a worker offers what its --mem says it may use: its host kept its own margin
     return max(GPU_RESERVE_MIN_BYTES, int(device.total_bytes * GPU_RESERVE_FRACTION))
 
 
@@ -61,4 +63,10 @@ def host_of(devices: list[Device]) -> Device:
 
 
 def gpus_of(devices: list[Device]) -> list[Device]:
-    return sorted((d for d in devices if d.kind == "cuda"), key=lambda d: d.index)
+    """The devices layers are offloaded to, in llama.cpp's order: RPC workers first (as --rpc names them; llama.cpp
+    puts them "at the front of the list to minimize network transfers"), then local GPUs."""
+    return sorted((d for d in devices if d.kind != "host"), key=lambda d: (d.kind != "rpc", d.index))
+
+
+def rpc_of(devices: list[Device]) -> list[Device]:
+    return [d for d in gpus_of(devices) if d.kind == "rpc"]

@@ -42,6 +42,7 @@ class DeviceUse(BaseModel):
     kind: str
     name: str
     layers: int = 0
+    holds_output: bool = False  # the output layer (-ngl counts it as one more layer)
     weights_bytes: int = 0
     kv_bytes: int = 0
     compute_bytes: int = 0
@@ -144,7 +145,8 @@ def price(
                 n_expert_used=meta.expert_used_count or 0,
             )
             if key != host.key:
-                a["fixed"] = buffers.GPU_ENGINE_FIXED_BYTES
+                a["fixed"] = (buffers.RPC_ENGINE_FIXED_BYTES if key.startswith("rpc:")
+                              else buffers.GPU_ENGINE_FIXED_BYTES)
     h = acc[host.key]
     if not h["compute"]:
         h["compute"] = buffers.staging_bytes(
@@ -167,7 +169,8 @@ def price(
         total = max(0, a["weights"] + a["kv"] + a["compute"] + a["output"] + a["fixed"] + a["corr"])
         budget = budget_bytes(d)
         uses.append(DeviceUse(
-            key=d.key, kind=d.kind, name=d.name, layers=a["layers"], weights_bytes=a["weights"], kv_bytes=a["kv"],
+            key=d.key, kind=d.kind, name=d.name, layers=a["layers"], holds_output=d.key == out_key and d.kind != "host",
+            weights_bytes=a["weights"], kv_bytes=a["kv"],
             compute_bytes=a["compute"], output_bytes=a["output"], fixed_bytes=a["fixed"], correction_bytes=a["corr"],
             total_bytes=total, budget_bytes=budget, free_bytes=budget - total,
         ))

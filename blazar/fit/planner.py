@@ -16,7 +16,7 @@ from blazar.fit.ggml_types import LADDER, cache_type, is_quantized
 from blazar.fit.kv import context_shape, layer_geometry
 from blazar.fit.layout import DeviceUse, Shape, price
 from blazar.fit.refusal import Lever, Refusal, levers_for, over_budget, summary
-from blazar.fit.search import Pricer, max_ctx, max_gpu_layers, max_slots
+from blazar.fit.search import Pricer, fewest_gpu_layers, max_ctx, max_gpu_layers, max_slots
 
 # Context tried first when ctx is not pinned: layers and cache types are chosen so that at least this much fits,
 # then the context grows. 4096 is llama.cpp's own floor when it shrinks a context to fit (common.h
@@ -39,6 +39,8 @@ class FitRequest(BaseModel):
         attention, which llama.cpp requires for a quantised V); one None means llama.cpp's default, f16.
     gpu_layers: llama.cpp's -ngl (n_layer + 1 offloads everything, output included); None: all that fit.
     correction: bytes from calibration (measured - planned) added where most of the model lives.
+    offload: "most" offloads every layer the GPUs hold (local GPUs are faster than the CPU); "fewest" offloads only
+        what the host cannot hold (RPC workers: each layer away costs a network hop per token).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -54,6 +56,7 @@ class FitRequest(BaseModel):
     flash_attn: bool = True
     swa_full: bool = False
     correction: int = 0
+    offload: Literal["most", "fewest"] = "most"
 
 
 class FitPlan(BaseModel):
@@ -129,10 +132,12 @@ def plan(meta: ModelMetadata, devices: list[Device], request: FitRequest | None 
     picked: tuple[tuple[str, str], int] | None = None
     tried: list[tuple[tuple[str, str], int, bool]] = []
     for types in choices:
-        g = g_req if g_req is not None else max_gpu_layers(p, target_ctx, target_slots, types)
+        fewest = req.offload == "fewest"
+        search = fewest_gpu_layers if fewest else max_gpu_layers
+        g = g_req if g_req is not None else search(p, target_ctx, target_slots, types)
         ok = p.fits(target_ctx, target_slots, types, g)
         tried.append((types, g, ok))
-        if ok and (g_req is not None or not p.has_gpu or g == full_layers):
+        if ok and (g_req is not None or fewest or not p.has_gpu or g == full_layers):
             picked = (types, g)
             break
     if picked is None:

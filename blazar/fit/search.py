@@ -37,6 +37,9 @@ class Pricer:
     def fits(self, ctx: int, slots: int, types: Types, g: int, gpus_only: bool = False) -> bool:
         return all(u.free_bytes >= 0 for u in self.uses(ctx, slots, types, g) if not gpus_only or u.kind != "host")
 
+    def host_fits(self, ctx: int, slots: int, types: Types, g: int) -> bool:
+        return all(u.free_bytes >= 0 for u in self.uses(ctx, slots, types, g) if u.kind == "host")
+
 
 def largest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
     """Largest n in [lo, hi] with ok(n), for ok monotone (true, then false); None when ok(lo) is false."""
@@ -66,3 +69,17 @@ def max_gpu_layers(p: Pricer, ctx: int, slots: int, types: Types) -> int:
     if not p.has_gpu:
         return 0
     return largest(0, p.full_layers, lambda g: p.fits(ctx, slots, types, g, gpus_only=True)) or 0
+
+
+def fewest_gpu_layers(p: Pricer, ctx: int, slots: int, types: Types) -> int:
+    """Fewest offloaded layers with which the host fits, within what the offload devices hold: for RPC workers,
+    where every layer sent away costs a network hop per token. Falls back to the most that fit (the host is then
+    over budget whatever is offloaded, and the caller refuses)."""
+    most = max_gpu_layers(p, ctx, slots, types)
+    if not p.host_fits(ctx, slots, types, most):
+        return most
+    lo, hi = 0, most  # host_fits is false, then true, as layers leave the host
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if p.host_fits(ctx, slots, types, mid) else (mid + 1, hi)
+    return lo

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from blazar.adapters.engines import process
-from blazar.adapters.engines.llama_server import build_argv, engine_key, redact_argv
+from blazar.adapters.engines.llama_server import build_argv, engine_key, offloaded, redact_argv
 from blazar.adapters.gpu import probe_devices
 from blazar.context import Blazar
 from blazar.durations import keep_alive_seconds
@@ -51,15 +51,25 @@ from blazar.events.models import ModelMetadata
 from blazar.events.requests import Evicted
 from blazar.events.sessions import KvIdentity, SaveReason
 from blazar.fit import Device, FitPlan, FitRequest
+from blazar.fit.planner import MIN_AUTO_CTX
 from blazar.handlers import decide
 from blazar.handlers.calibration import record_measurement
 from blazar.handlers.engines import ActiveEngine, active_engine
 from blazar.handlers.model_settings import template_flags, template_key
 from blazar.handlers.models import slot_dir
-from blazar.handlers.placement import Resident, budget_devices, shortfall_bytes, try_plan
+from blazar.handlers.placement import (
+    Resident,
+    budget_devices,
+    shortfall_bytes,
+    try_plan,
+    worker_bytes_needed,
+    worker_devices,
+)
+from blazar.handlers.worker import accepts, rpc_capable
 from blazar.projections.calibration import correction_for
 from blazar.projections.catalog import stored
 from blazar.projections.residency import circuit, instance, ps_rows, recent_crashes
+from blazar.projections.workers import workers
 from blazar.sentinels import UNSET
 
 if TYPE_CHECKING:
@@ -349,7 +359,7 @@ class Supervisor:
         async with self._capacity:
             await self._reshape(model.name, ctx, embeddings, route, model.template)
             fit, free_observed = await self._place(model.name, model.metadata, ctx, settings, route,
-                                                   swa_full=swa_full)
+                                                   swa_full=swa_full, engine=engine)
             lv = await self._launch(model, engine, fit, free_observed=free_observed, keep_alive_s=keep,
                                     pinned=pinned, reason=reason, embeddings=embeddings)
         return await self._await_ready(lv, route)
@@ -422,7 +432,7 @@ class Supervisor:
                      cache_type_v=fit.cache_type_v, flash_attn=fit.flash_attn, gpu_layers=fit.gpu_layers,
                      planned_bytes=fit.total_bytes, estimate_bytes=fit.estimate_bytes, keep_alive_s=keep_alive_s,
                      pinned=pinned, reason="load" if reason == "load" else "request",
-                     free_bytes_observed=free_observed)
+                     free_bytes_observed=free_observed, workers=_plan_workers(fit))
         (intent,) = await app.record(InstanceStarting(**facts))
         try:
             proc = await process.spawn(argv, log_path=log_path)
@@ -511,8 +521,10 @@ class Supervisor:
         task.add_done_callback(self._tasks.discard)
 
     async def _place(self, name: str, meta: ModelMetadata, ctx: int | None, settings: Any,
-                     route: Route | None = None, *, swa_full: bool = False) -> tuple[FitPlan, int]:
-        """A plan that fits, evicting what must go; DoesNotFit (recorded) when nothing can make room."""
+                     route: Route | None = None, *, swa_full: bool = False,
+                     engine: ActiveEngine | None = None) -> tuple[FitPlan, int]:
+        """A plan that fits, evicting what must go, else spilling layers to idle RPC workers; DoesNotFit (recorded)
+        when nothing can make room."""
         explicit_ctx = ctx is not None
         request = FitRequest(ctx=ctx or settings.ctx or None, slots=settings.slots or None, swa_full=swa_full)
         limit = settings.memory_limit_mib * (1 << 20)
@@ -520,6 +532,11 @@ class Supervisor:
         measured = self._measured()
         budget = budget_devices(devices, self._residents(measured), memory_limit_bytes=limit)
         fit = self._plan(name, meta, budget, request)
+        if fit.fits and not explicit_ctx and fit.ctx_per_slot < min(MIN_AUTO_CTX, meta.ctx_train or MIN_AUTO_CTX):
+            # It fits here only with a cramped context: idle workers may give it the context it would get anywhere.
+            spread = await self._on_workers(name, meta, budget, request, engine)
+            if spread is not None and spread.ctx_per_slot > fit.ctx_per_slot:
+                fit = spread
         need_count = 0
         if settings.max_loaded_models:
             need_count = max(0, sum(1 for lv in self._live.values() if lv.state != "stopping")
@@ -529,6 +546,10 @@ class Supervisor:
         if need_count or need_bytes:
             cands = self._candidates(measured)
             victims = decide.decide_victims(cands, need_bytes=need_bytes, free_bytes=0, need_count=need_count)
+            if victims is None and need_count == 0:
+                spread = await self._on_workers(name, meta, budget, request, engine)
+                if spread is not None:
+                    return spread, _host_free(budget)
             if victims is None and not fit.fits and not explicit_ctx and need_count == 0:
                 # Nothing can go for the default shape: take the largest context that fits in what is free.
                 fallback = self._plan(name, meta, budget, FitRequest(ctx=None, slots=None, swa_full=swa_full))
@@ -538,7 +559,7 @@ class Supervisor:
                 obs = {"need_bytes": need_bytes, "need_count": need_count, "loaded": len(self._live),
                        "max_loaded_models": settings.max_loaded_models, "host_free_bytes": _host_free(budget),
                        "busy_or_pinned": [c.instance_id for c in cands if c.in_flight or c.pinned]}
-                why = (fit.summary if not fit.fits else
+                why = (fit.summary + self._workers_lever(meta, budget, request, engine) if not fit.fits else
                        f"{len(self._live)} instances loaded (max_loaded_models {settings.max_loaded_models}) "
                        "and none can be evicted: every one is busy or pinned")
                 raise await self._refuse(name, "does_not_fit" if need_bytes else "no_room", why, DoesNotFit, obs)
@@ -552,10 +573,41 @@ class Supervisor:
             measured = self._measured()
             budget = budget_devices(devices, self._residents(measured), memory_limit_bytes=limit)
             fit = self._plan(name, meta, budget, request)
+            if not fit.fits and (spread := await self._on_workers(name, meta, budget, request, engine)) is not None:
+                fit = spread
             if not fit.fits:
-                raise await self._refuse(name, "does_not_fit", fit.summary, DoesNotFit,
-                                         {"host_free_bytes": _host_free(budget)})
+                raise await self._refuse(name, "does_not_fit",
+                                         fit.summary + self._workers_lever(meta, budget, request, engine),
+                                         DoesNotFit, {"host_free_bytes": _host_free(budget)})
         return fit, _host_free(budget)
+
+    async def _on_workers(self, name: str, meta: ModelMetadata, budget: list[Device], request: FitRequest,
+                          engine: ActiveEngine | None) -> FitPlan | None:
+        """A plan that puts the layers the host cannot hold on idle RPC workers, when the engine can use workers
+        and one fits. A worker serves one llama-server at a time (rpc-server takes one client), so a worker an
+        instance already uses is not offered; one that does not accept a connection now is skipped."""
+        if engine is None or not rpc_capable(engine):
+            return None
+        busy = {address for lv in self._live.values() for address in _plan_workers(lv.plan)}
+        up = [w for w in workers(self.app.runner.state("workers"), up_only=True) if w.address not in busy]
+        reachable = await asyncio.gather(*(asyncio.to_thread(accepts, w.host, w.port) for w in up))
+        offered = [(w.address, w.mem_bytes) for w, ok in zip(up, reachable, strict=True) if ok]
+        if not offered:
+            return None
+        fit = self._plan(name, meta, [*budget, *worker_devices(offered)],
+                         request.model_copy(update={"offload": "fewest"}))
+        return fit if fit.fits else None
+
+    def _workers_lever(self, meta: ModelMetadata, budget: list[Device], request: FitRequest,
+                       engine: ActiveEngine | None) -> str:
+        """The RPC-worker lever for a refusal: how much idle workers would have to offer, and how to get them."""
+        need = worker_bytes_needed(meta, budget, request)
+        if need is None:
+            return ""
+        how = ("`blazar worker --mem MiB` on hosts with room" if engine is not None and rpc_capable(engine)
+               else "an engine built with `blazar engine build --target rpc-server`, then `blazar worker --mem MiB` "
+                    "on hosts with room")
+        return f" Or spread it across RPC workers: idle workers offering {need / (1 << 20):.0f} MiB in all ({how})."
 
     def _plan(self, name: str, meta: ModelMetadata, budget: list[Device], request: FitRequest) -> FitPlan:
         first = try_plan(meta, budget, request)
@@ -759,6 +811,11 @@ def _keyfile(app: Blazar, instance_id: str) -> Path:
 def _pidfile(app: Blazar, instance_id: str) -> Path:
     """Written between spawn and `instance.started`: reconcile finds a child whose start never reached the log."""
     return app.paths.run / "instances" / f"{instance_id}.pid"
+
+
+def _plan_workers(fit: FitPlan) -> dict[str, int]:
+    """The RPC workers a plan puts layers on (address: layers, the output layer counted), in --rpc order."""
+    return {u.name: n for u in fit.devices if u.kind == "rpc" and (n := offloaded(u))}
 
 
 def _host_free(budget: list[Device]) -> int:

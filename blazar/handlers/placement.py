@@ -65,5 +65,22 @@ def shortfall_bytes(meta: ModelMetadata, budget: list[Device], request: FitReque
     return max(0, need - have)
 
 
+def worker_devices(workers: Iterable[tuple[str, int]]) -> list[Device]:
+    """Devices for RPC workers given as (address, bytes offered), indexed in the order --rpc will name them."""
+    return [Device(kind="rpc", index=i, name=address, total_bytes=mem, free_bytes=mem)
+            for i, (address, mem) in enumerate(workers)]
+
+
+def worker_bytes_needed(meta: ModelMetadata, budget: list[Device], request: FitRequest) -> int | None:
+    """What RPC workers would have to offer in all for `request` to fit beside `budget` (the local devices as a plan
+    may spend them), offloading as few layers as the host needs; None when workers cannot help (the host is over
+    budget even with every layer away)."""
+    roomy = [*budget, Device(kind="rpc", index=0, name="workers", total_bytes=_UNBOUNDED, free_bytes=_UNBOUNDED)]
+    p = plan(meta, roomy, request.model_copy(update={"offload": "fewest"}))
+    if not p.fits:
+        return None
+    return sum(u.total_bytes for u in p.devices if u.kind == "rpc")
+
+
 def try_plan(meta: ModelMetadata, budget: list[Device], request: FitRequest) -> FitPlan:
     return plan(meta, budget, request)

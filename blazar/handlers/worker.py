@@ -22,7 +22,7 @@ from blazar.adapters.engines.build import RPC_SERVER
 from blazar.context import Blazar
 from blazar.errors import WorkerError
 from blazar.events.workers import WorkerStarted, WorkerStopped
-from blazar.handlers.engines import active_engine
+from blazar.handlers.engines import ActiveEngine, active_engine
 
 log = logging.getLogger("blazar.worker")
 
@@ -41,6 +41,19 @@ def loopback(host: str) -> bool:
         return False
 
 
+def unspecified(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False
+
+
+def rpc_capable(engine: ActiveEngine) -> bool:
+    """Whether `engine` was built with the RPC backend: its rpc-server lies beside it. (llama-server's help lists
+    --rpc in every build, so the flag alone says nothing; without the backend --rpc fails at start-up.)"""
+    return (engine.binary.parent / RPC_SERVER).is_file()
+
+
 def rpc_server_of(app: Blazar) -> tuple[Path, str]:
     """The active engine's rpc-server and the engine's tag; WorkerError naming the build that makes one."""
     engine = active_engine(app)
@@ -51,7 +64,8 @@ def rpc_server_of(app: Blazar) -> tuple[Path, str]:
     return rpc, engine.tag
 
 
-def _accepts(host: str, port: int) -> bool:
+def accepts(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections at host:port now (half a second at most)."""
     with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
         return True
     return False
@@ -62,6 +76,9 @@ async def run_worker(app: Blazar, *, host: str, port: int, mem_bytes: int, name:
                      say: Callable[[str], None] = lambda _line: None) -> int:
     """Run rpc-server until `stop` is set, starting it again after a crash (backoff; it gives up after CRASH_LIMIT
     crashes within CRASH_WINDOW_S). Returns the exit code for the command: 0 when stopped, 1 when it gave up."""
+    if unspecified(host):
+        raise WorkerError(f"refusing to listen on {host} (every interface): a worker binds one explicit address, "
+                          "which is also the address a gateway's llama-server connects to")
     network = not loopback(host)
     if network and not allow_network:
         raise WorkerError(f"refusing to listen on {host}: rpc-server has no authentication, so anyone who reaches it "
@@ -117,7 +134,7 @@ async def _ready(proc: asyncio.subprocess.Process, host: str, port: int) -> bool
     while time.monotonic() < deadline:
         if proc.returncode is not None:
             return False
-        if await asyncio.to_thread(_accepts, "127.0.0.1" if host in ("0.0.0.0", "::") else host, port):
+        if await asyncio.to_thread(accepts, host, port):
             return True
         await asyncio.sleep(0.1)
     return False

