@@ -10,7 +10,7 @@ from rich.table import Table
 from blazar.cli.common import JSON_OPTION, opened, out, print_json, run
 from blazar.fit import FitRequest
 from blazar.fit.ggml_types import CACHE_TYPES
-from blazar.handlers.fit import coreside_models, fit_model
+from blazar.handlers.fit import coreside_models, fit_model, fit_with_workers
 
 _MIB = 1024 * 1024
 
@@ -38,6 +38,9 @@ def fit(
     slots: int = SLOTS,
     cache_type: str | None = CACHE,
     gpu_layers: int | None = NGL,
+    workers: Annotated[bool, typer.Option(
+        "--workers", help="Plan as the daemon does when a model does not fit here: within memory_limit_mib, with "
+        "the idle RPC workers (`blazar worker`) taking the fewest layers that make it fit.")] = False,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Plan a model on this machine's devices: per-device bytes, the largest ctx and slots, or why it cannot fit."""
@@ -45,6 +48,8 @@ def fit(
 
     async def go() -> Any:
         async with opened() as app:
+            if workers:
+                return await fit_with_workers(app, model, request)
             return await fit_model(app, model, request)
 
     p = run(go())
@@ -55,7 +60,8 @@ def fit(
         table = Table("device", "layers", "weights", "kv", "compute", "output", "fixed", "total", "budget",
                       box=None, header_style="bold")
         for u in p.devices:
-            table.add_row(u.key, str(u.layers), _mib(u.weights_bytes), _mib(u.kv_bytes), _mib(u.compute_bytes),
+            device = u.key + (f" {u.name}" if u.kind == "rpc" else "")
+            table.add_row(device, str(u.layers), _mib(u.weights_bytes), _mib(u.kv_bytes), _mib(u.compute_bytes),
                           _mib(u.output_bytes), _mib(u.fixed_bytes), _mib(u.total_bytes), _mib(u.budget_bytes))
         out.print(table)
         out.print(f"largest ctx at {p.slots} slot(s): {p.max_ctx_at_slots or '-'}; "

@@ -43,7 +43,7 @@ class _InstanceStart(Event):
     cache_type_v: str = "f16"
     flash_attn: bool = False
     gpu_layers: int = 0
-    planned_bytes: int  # the plan's total, calibration included
+    planned_bytes: int  # the plan's total on this host (not the RPC workers' shares), calibration included
     estimate_bytes: int  # the same before calibration
     keep_alive_s: float | None = None  # None: never idle-evicted
     pinned: bool = False  # never evicted for room either

@@ -91,6 +91,15 @@ class FitPlan(BaseModel):
     notes: list[str] = Field(default_factory=list)
     summary: str = ""
 
+    @property
+    def local_bytes(self) -> int:
+        """What this host's own devices hold: RPC workers' shares live on their hosts, and are charged there."""
+        return sum(u.total_bytes for u in self.devices if u.kind != "rpc")
+
+    @property
+    def local_estimate_bytes(self) -> int:
+        return sum(u.total_bytes - u.correction_bytes for u in self.devices if u.kind != "rpc")
+
 
 def _type_choices(req: FitRequest) -> list[tuple[str, str]]:
     if req.cache_type_k is None and req.cache_type_v is None:

@@ -13,9 +13,12 @@ from blazar.context import Blazar
 from blazar.errors import ModelFileError, ModelNotFound
 from blazar.events.models import ModelMetadata
 from blazar.fit import CoresidePlan, Device, FitPlan, FitRequest, coreside, plan
+from blazar.handlers.placement import Resident, budget_devices, worker_devices
 from blazar.handlers.pull_target import parse_target
+from blazar.handlers.worker import idle_workers
 from blazar.projections.calibration import correction_for
 from blazar.projections.catalog import stored
+from blazar.projections.residency import instances
 
 # A header bigger than this is not a model we can plan for (the largest vocabularies need ~10 MiB).
 MAX_HEADER_BYTES = 256 * 1024 * 1024
@@ -86,3 +89,22 @@ async def coreside_models(app: Blazar, models: list[str], request: FitRequest,
     devs = devices if devices is not None else await asyncio.to_thread(devices_now)
     plans = [(m, await fit_model(app, m, request, devs)) for m in models]
     return coreside(plans, devs), plans
+
+
+async def fit_with_workers(app: Blazar, model_or_target: str, request: FitRequest) -> FitPlan:
+    """The plan the daemon would make for a load now: this machine within memory_limit_mib (what running instances
+    hold taken off), and, when that does not fit, the idle RPC workers that accept a connection (the fewest layers
+    away)."""
+    residents = instances(app.runner.state("residency"))
+    budget = budget_devices(await asyncio.to_thread(devices_now),
+                            [Resident(i.instance_id, i.resident_bytes) for i in residents],
+                            memory_limit_bytes=app.settings().memory_limit_mib * (1 << 20))
+    here = await fit_model(app, model_or_target, request, budget)
+    if here.fits:
+        return here
+    offered = await idle_workers(app, {address for i in residents for address in i.workers})
+    if not offered:
+        return here
+    spread = await fit_model(app, model_or_target, request.model_copy(update={"offload": "fewest"}),
+                             [*budget, *worker_devices(offered)])
+    return spread if spread.fits else here

@@ -65,11 +65,10 @@ from blazar.handlers.placement import (
     worker_bytes_needed,
     worker_devices,
 )
-from blazar.handlers.worker import accepts, rpc_capable
+from blazar.handlers.worker import idle_workers, rpc_capable
 from blazar.projections.calibration import correction_for
 from blazar.projections.catalog import stored
 from blazar.projections.residency import circuit, instance, ps_rows, recent_crashes
-from blazar.projections.workers import workers
 from blazar.sentinels import UNSET
 
 if TYPE_CHECKING:
@@ -160,7 +159,7 @@ class _Live:
     watcher: asyncio.Task[None] | None = None
 
     def charged_bytes(self, measured: int | None) -> int:
-        return max(self.plan.total_bytes, measured or 0)
+        return max(self.plan.local_bytes, measured or 0)
 
 
 def restart_delay(crash_ts: list[float], now: float, *, window_s: float) -> float:
@@ -430,7 +429,7 @@ class Supervisor:
                      log_path=str(log_path.relative_to(app.paths.log)), ctx_tokens=fit.ctx_per_slot,
                      engine_ctx=fit.engine_ctx, slots=fit.slots, cache_type_k=fit.cache_type_k,
                      cache_type_v=fit.cache_type_v, flash_attn=fit.flash_attn, gpu_layers=fit.gpu_layers,
-                     planned_bytes=fit.total_bytes, estimate_bytes=fit.estimate_bytes, keep_alive_s=keep_alive_s,
+                     planned_bytes=fit.local_bytes, estimate_bytes=fit.local_estimate_bytes, keep_alive_s=keep_alive_s,
                      pinned=pinned, reason="load" if reason == "load" else "request",
                      free_bytes_observed=free_observed, workers=_plan_workers(fit))
         (intent,) = await app.record(InstanceStarting(**facts))
@@ -588,10 +587,7 @@ class Supervisor:
         instance already uses is not offered; one that does not accept a connection now is skipped."""
         if engine is None or not rpc_capable(engine):
             return None
-        busy = {address for lv in self._live.values() for address in _plan_workers(lv.plan)}
-        up = [w for w in workers(self.app.runner.state("workers"), up_only=True) if w.address not in busy]
-        reachable = await asyncio.gather(*(asyncio.to_thread(accepts, w.host, w.port) for w in up))
-        offered = [(w.address, w.mem_bytes) for w, ok in zip(up, reachable, strict=True) if ok]
+        offered = await idle_workers(self.app, {a for lv in self._live.values() for a in _plan_workers(lv.plan)})
         if not offered:
             return None
         fit = self._plan(name, meta, [*budget, *worker_devices(offered)],
@@ -638,7 +634,11 @@ class Supervisor:
         return out
 
     async def _measure(self, lv: _Live) -> None:
-        """Record what the engine allocated beside the plan, for the next plan of this model."""
+        """Record what the engine allocated beside the plan, for the next plan of this model. An instance split
+        across RPC workers is not measured: its log lists the workers' buffers (on other hosts) and its RSS only
+        this host's, so neither compares with a local plan."""
+        if _plan_workers(lv.plan):
+            return
         try:
             text = await asyncio.to_thread(lv.log_path.read_text, errors="replace")
             await record_measurement(

@@ -87,11 +87,23 @@ async def passthrough(gw: Gateway, plan: Plan, upstream: EngineResponse,
             yield rename.rest()
     except BaseException as e:
         if _failed(gw, plan, e):
-            return  # the client got the engine's bytes as they were; nothing more to send
+            # Ended without [DONE], the answer would pass for a whole one: say in the stream that it broke (the
+            # OpenAI and Anthropic SDKs raise on an error event).
+            yield broken_event(plan, f"the engine's stream broke: {e}")
+            return
         raise
     finally:
         await _close(upstream, watcher)
     _end(gw, plan, head, tail, status=upstream.status_code, chunks=chunks)
+
+
+def broken_event(plan: Plan, message: str) -> bytes:
+    """The in-stream error for a passed-through stream, in the shape of the route the engine answered."""
+    if plan.engine_path.endswith("/messages"):
+        body = orjson.dumps({"type": "error", "error": {"type": "api_error", "message": message}})
+        return b"event: error\ndata: " + body + b"\n\n"
+    body = orjson.dumps({"error": {"message": message, "type": "server_error", "code": "engine_crashed"}})
+    return b"\n\ndata: " + body + b"\n\n"  # blank lines first: the engine may have stopped mid-event
 
 
 def _end(gw: Gateway, plan: Plan, head: bytes, tail: bytes, *, status: int, chunks: int) -> None:

@@ -23,6 +23,7 @@ from blazar.context import Blazar
 from blazar.errors import WorkerError
 from blazar.events.workers import WorkerStarted, WorkerStopped
 from blazar.handlers.engines import ActiveEngine, active_engine
+from blazar.projections.workers import workers
 
 log = logging.getLogger("blazar.worker")
 
@@ -46,6 +47,14 @@ def unspecified(host: str) -> bool:
         return ipaddress.ip_address(host).is_unspecified
     except ValueError:
         return False
+
+
+async def idle_workers(app: Blazar, busy: set[str]) -> list[tuple[str, int]]:
+    """(address, bytes offered) of every worker the log says is up, no instance in `busy` uses (rpc-server serves
+    one client at a time) and that accepts a connection now (a worker killed without its stop event is skipped)."""
+    up = [w for w in workers(app.runner.state("workers"), up_only=True) if w.address not in busy]
+    reachable = await asyncio.gather(*(asyncio.to_thread(accepts, w.host, w.port) for w in up))
+    return [(w.address, w.mem_bytes) for w, ok in zip(up, reachable, strict=True) if ok]
 
 
 def rpc_capable(engine: ActiveEngine) -> bool:

@@ -300,7 +300,7 @@ def ps_rows(state: State, *, now: float, live: Mapping[str, Mapping[str, Any]] |
             "planned_bytes": inst.planned_bytes, "measured_bytes": inst.measured_bytes, "idle_s": idle_s,
             "expires_at": expires_at, "keep_alive_s": inst.keep_alive_s, "pinned": inst.pinned,
             "engine_tag": inst.engine_tag, "in_flight": in_flight, "started_ts": inst.started_ts,
-            "circuit_open_until": circuits.get(inst.model),
+            "circuit_open_until": circuits.get(inst.model), "workers": dict(inst.workers),
         })
     rows.sort(key=lambda r: (r["model"], r["started_ts"] or 0))
     return rows

@@ -14,10 +14,10 @@ from pathlib import Path
 from tests.integration.test_daemon import free_port, healthy, wait_for
 
 
-def blazar_cli(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def blazar_cli(home: Path, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
     env = {**os.environ, "BLAZAR_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "200"}
     return subprocess.run([sys.executable, "-m", "blazar.cli.main", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, check=True)
+                          timeout=timeout, check=check)
 
 
 @contextlib.contextmanager

@@ -170,3 +170,21 @@ def test_an_rpc_build_makes_both_programs_and_installs_both(tmp_path: Path) -> N
     assert set(from_binary(tmp_path / "llama-server").files) == {"llama-server", RPC_SERVER}
     (tmp_path / RPC_SERVER).unlink()
     assert set(from_binary(tmp_path / "llama-server").files) == {"llama-server"}
+
+
+def test_a_passed_through_stream_that_breaks_ends_with_an_error_event_in_its_routes_shape() -> None:
+    import orjson
+
+    from blazar.dialects.stream import SseEvents
+    from blazar.handlers.plan import Plan
+    from blazar.handlers.relay import broken_event
+
+    chat = Plan(model="m", engine_path="/v1/chat/completions", body=None, stream=True, route="/v1/chat/completions",
+                trace_id="t")
+    (event,) = SseEvents().feed(b'data: {"choices": [{"delta": {"content": "par' + broken_event(chat, "gone"))
+    assert event["error"]["message"] == "gone" and event["error"]["code"] == "engine_crashed"
+    messages = Plan(model="m", engine_path="/v1/messages", body=None, stream=True, route="/v1/messages",
+                    trace_id="t")
+    raw = broken_event(messages, "gone")
+    assert raw.startswith(b"event: error\n")
+    assert orjson.loads(raw.split(b"data: ", 1)[1])["error"] == {"type": "api_error", "message": "gone"}
