@@ -25,9 +25,10 @@ from blazar.handlers.config import reconcile_file
 from blazar.handlers.gateway import Gateway
 from blazar.handlers.instances import Supervisor
 from blazar.handlers.kv_bank import KvBank
+from blazar.handlers.nodes import node_name
 from blazar.handlers.ports import SupervisorPort
 from blazar.handlers.remotes import health_loop
-from blazar.logdb import log_location, open_log
+from blazar.logdb import is_url, log_location, open_log
 from blazar.paths import Paths
 from blazar.projections import all_projections
 from blazar.projections.runner import ProjectionRunner
@@ -78,8 +79,11 @@ async def bootstrap(
     paths = paths or paths_from_env(env)
     paths.ensure()
     clock = clock or SystemClock()
-    log = await open_log(log_location(paths, os.environ if env is None else env), clock=clock)
-    runner = ProjectionRunner(log, all_projections())
+    location = log_location(paths, os.environ if env is None else env)
+    # A shared log (PostgreSQL): this home is one node among the gateways that may share it.
+    node = node_name(paths, os.environ if env is None else env) if is_url(location) else ""
+    log = await open_log(location, clock=clock)
+    runner = ProjectionRunner(log, all_projections(), node=node)
     try:
         await runner.start()
     except BaseException:
@@ -88,6 +92,7 @@ async def bootstrap(
     app = Blazar(paths=paths, log=log, runner=runner, clock=clock, actor=actor or default_actor(env),
                  env=dict(os.environ if env is None else env), hub_factory=_hub_from_env)
     app.folded_at_start = runner.folded_at_start
+    app.node = node
     runner.checkpoint_every = app.settings().checkpoint_every
     logging.getLogger("blazar").setLevel(app.settings().log_level.upper())
     loose = loose_modes(paths)

@@ -27,7 +27,8 @@ from blazar.errors import ConfigError
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
 # Keys about this machine rather than the log's history: a restored snapshot never sets them here.
-LOCAL_KEYS = frozenset({"database_url"})
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+LOCAL_KEYS = frozenset({"database_url", "node_name", "node_url"})
 
 
 class Settings(BaseModel):
@@ -171,6 +172,24 @@ class Settings(BaseModel):
                     "Read at start, before the log opens; BLAZAR_DATABASE_URL wins over it. A password goes in "
                     "PGPASSWORD or ~/.pgpass, never here (this file's changes are recorded in the log).",
     )
+    node_name: str = Field(
+        default="",
+        description="This gateway's name among the nodes sharing a PostgreSQL log (empty: the host name; "
+                    "BLAZAR_NODE_NAME wins). Local to this home.",
+    )
+    node_url: str = Field(
+        default="",
+        description="The URL other nodes reach this gateway at (empty: http://127.0.0.1:PORT; BLAZAR_NODE_URL wins). "
+                    "Local to this home.",
+    )
+    node_heartbeat_s: float = Field(
+        default=5.0, ge=1.0, le=300.0,
+        description="Seconds between a node's heartbeat events (only with the log on PostgreSQL).",
+    )
+    node_down_after_s: float = Field(
+        default=20.0, ge=3.0, le=3600.0,
+        description="A node with no heartbeat for this long is marked down by the others, its instances lost.",
+    )
     otlp_endpoint: str = Field(
         default="",
         description="OTLP/HTTP collector URL that request spans are exported to (empty: off; /v1/traces added to a "
@@ -195,6 +214,22 @@ class Settings(BaseModel):
         if creds:
             raise ValueError("the URL holds a password: put it in PGPASSWORD or ~/.pgpass (or the whole URL in "
                              "BLAZAR_DATABASE_URL), since every change to this file is recorded in the log")
+        return v
+
+    @field_validator("node_name")
+    @classmethod
+    def _node_name(cls, v: str) -> str:
+        v = v.strip()
+        if v and not NODE_NAME.fullmatch(v):
+            raise ValueError("a node name is 1-64 letters, digits, '.', '_' and '-'")
+        return v
+
+    @field_validator("node_url")
+    @classmethod
+    def _node_url(cls, v: str) -> str:
+        v = v.strip().rstrip("/")
+        if v and (not v.startswith(("http://", "https://")) or urlsplit(v).password or not urlsplit(v).hostname):
+            raise ValueError("expected http(s)://HOST:PORT, without credentials")
         return v
 
     @field_validator("allowed_hosts", "cors_origins")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from blazar import config as settings
 from blazar.clock import Clock
-from blazar.events.base import Event, Recorded
+from blazar.events.base import Event, NodeLocal, Recorded
 from blazar.events.log import EventLog
 from blazar.events.writer import GroupCommitWriter
 from blazar.paths import Paths
@@ -22,6 +22,13 @@ if TYPE_CHECKING:
 
 # A CLI command that had to fold more than this many events at start leaves a checkpoint behind on close.
 CHECKPOINT_ON_CLOSE_AFTER = 1_000
+
+
+def stamp_node(event: Event, node: str) -> Event:
+    """A node-local event names the node it happened on (where several gateways share the log)."""
+    if isinstance(event, NodeLocal) and not event.node:
+        return event.model_copy(update={"node": node})
+    return event
 
 
 @dataclass
@@ -41,9 +48,13 @@ class Blazar:
     _hub: Hub | None = None
     # The OTLP span export's counters (exported, failed, dropped, queued), where the daemon exports spans.
     span_export_stats: Callable[[], Mapping[str, int]] | None = None
+    # This gateway's node name where several share the log (on PostgreSQL); "" with the embedded SQLite log.
+    node: str = ""
 
     async def record(self, events: Event | Sequence[Event], *, cause: int | None = None) -> list[Recorded]:
         """Durable append (committed before this returns) and catch-up, so the caller reads its own writes."""
+        if self.node:
+            events = [stamp_node(e, self.node) for e in ([events] if isinstance(events, Event) else events)]
         recorded = await self.log.append(events, actor=self.actor, cause=cause)
         if recorded:
             # catch_up (not apply) so events other processes appended meanwhile are folded in seq order too.

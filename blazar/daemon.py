@@ -37,6 +37,7 @@ from blazar.bootstrap import Services
 from blazar.context import Blazar
 from blazar.credentials import remove_admin_token, write_admin_token
 from blazar.errors import BlazarError, DaemonRunning, PortInUse, UnsafeBind
+from blazar.handlers.nodes import NodeKeeper, node_url
 from blazar.paths import Paths
 from blazar.projections.keys import auth_on
 
@@ -214,11 +215,14 @@ async def serve(app: Blazar, services: Services, *, host: str, port: int,
                           ca_file=str(tls[0].absolute()) if tls else None)
         # Granian calls startup hooks once the socket is bound and listening, just before its worker starts.
         server.on_startup(lambda: _listening(paths, info, on_listening))
+        keeper = _node_keeper(app, supervisor, port=port, scheme=scheme)
         try:
             await supervisor.start()
             services.start()
             # Other processes append too (`blazar pull`, `import`, `config set`, `engine use`): fold them as they land.
             app.runner.follow()
+            if keeper is not None:
+                await keeper.start()
             if not stop.is_set():  # a signal during reconcile: stop before serving at all
                 code = await _serve_until_stopped(server, stop, supervisor, grace_s=app.settings().stop_grace_s,
                                                   url=info.url)
@@ -226,9 +230,28 @@ async def serve(app: Blazar, services: Services, *, host: str, port: int,
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             await supervisor.close()
+            if keeper is not None:
+                await keeper.stop()  # after the instances' own stops: the node leaves with nothing running
             await services.close()
             daemon_file(paths).unlink(missing_ok=True)
     return code
+
+
+def _node_keeper(app: Blazar, supervisor: Any, *, port: int, scheme: str) -> NodeKeeper | None:
+    """The daemon's part among the gateways sharing a PostgreSQL log (None with the embedded SQLite log)."""
+    if not app.node:
+        return None
+
+    def live() -> tuple[int, int]:
+        rows = supervisor.ps()
+        return len(rows), sum(int(r.get("in_flight") or 0) for r in rows)
+
+    async def stop_instances() -> None:
+        for model in sorted({i.model for i in supervisor.instances()}):
+            await supervisor.stop(model)
+
+    return NodeKeeper(app, url=node_url(app.paths, app.env, port=port, scheme=scheme), live=live,
+                      stop_instances=stop_instances)
 
 
 async def _serve_until_stopped(server: Server, stop: asyncio.Event, supervisor: Any, *, grace_s: float,

@@ -206,10 +206,11 @@ def _expires(row: dict, now: float) -> str:
 
 
 def _table(rows: list[dict], now: float) -> Table:
-    table = Table("MODEL", "STATE", "PID", "PORT", "CTX", "SLOTS", "PLANNED", "MEASURED", "IDLE", "EXPIRES",
-                  box=None, header_style="bold")
+    clustered = any(r.get("node") for r in rows)  # gateways sharing a log: say whose each instance is
+    table = Table(*(("NODE",) if clustered else ()), "MODEL", "STATE", "PID", "PORT", "CTX", "SLOTS", "PLANNED",
+                  "MEASURED", "IDLE", "EXPIRES", box=None, header_style="bold")
     for r in rows:
-        table.add_row(Text(r["model"]), r["state"], str(r["pid"]), str(r["port"]), str(r["ctx_tokens"]),
-                      str(r["slots"]), _bytes(r["planned_bytes"]), _bytes(r["measured_bytes"]), _idle(r),
-                      _expires(r, now))
+        table.add_row(*((Text(r.get("node") or "-"),) if clustered else ()), Text(r["model"]), r["state"],
+                      str(r["pid"]), str(r["port"]), str(r["ctx_tokens"]), str(r["slots"]), _bytes(r["planned_bytes"]),
+                      _bytes(r["measured_bytes"]), _idle(r), _expires(r, now))
     return table

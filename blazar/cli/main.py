@@ -21,6 +21,7 @@ from blazar.cli import (
     log_cmds,
     model_cmds,
     model_settings_cmds,
+    node_cmds,
     remote_cmds,
     run_cmds,
     session_cmds,
@@ -84,6 +85,7 @@ app.add_typer(model_settings_cmds.app, name="model")
 app.add_typer(session_cmds.app, name="session")
 app.add_typer(remote_cmds.app, name="remote")
 app.add_typer(worker_cmds.app, name="worker")
+app.add_typer(node_cmds.app, name="node")
 
 
 def main() -> None:

@@ -40,6 +40,15 @@ class Event(BaseModel):
         return self.model_dump(mode="json")
 
 
+class NodeLocal(Event):
+    """An event about what lives on one machine (its model files, engine builds, memory measurements, saved KV
+    slots). Where several gateways share the log, `node` names the one it happened on (stamped by `Blazar.record`),
+    and the node-local projections of every other node pass it by. "": the only node (SQLite), or recorded before
+    nodes existed: every node's."""
+
+    node: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class Recorded:
     """An event as the log holds it: position and envelope plus the typed payload."""

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from blazar.events.base import Event
+from blazar.events.base import NodeLocal
 from blazar.events.registry import register
 
 EngineSource = Literal["package", "path", "PATH", "build"]
@@ -29,7 +29,7 @@ class EngineFile(BaseModel):
 
 
 @register
-class EngineInstalled(Event):
+class EngineInstalled(NodeLocal):
     """An engine program was copied into the store under `tag` and probed."""
 
     TYPE = "engine.installed"
@@ -54,7 +54,7 @@ class EngineInstalled(Event):
 
 
 @register
-class EngineSmokeTested(Event):
+class EngineSmokeTested(NodeLocal):
     """The smoke gate ran: a tiny model loaded and asked for a few tokens."""
 
     TYPE = "engine.smoke_tested"
@@ -79,7 +79,7 @@ class EngineSmokeTested(Event):
 
 
 @register
-class EngineVerified(Event):
+class EngineVerified(NodeLocal):
     """Every file of an engine was hashed against its install record."""
 
     TYPE = "engine.verified"
@@ -98,7 +98,7 @@ class EngineVerified(Event):
 
 
 @register
-class EngineActivated(Event):
+class EngineActivated(NodeLocal):
     """`tag` became the engine new instances start with."""
 
     TYPE = "engine.activated"
@@ -113,7 +113,7 @@ class EngineActivated(Event):
 
 
 @register
-class EngineActivationRefused(Event):
+class EngineActivationRefused(NodeLocal):
     """A decision: `tag` was not activated, and why (the smoke gate or verify failed, ...)."""
 
     TYPE = "engine.activation_refused"
@@ -131,7 +131,7 @@ class EngineActivationRefused(Event):
 
 
 @register
-class EngineRemoved(Event):
+class EngineRemoved(NodeLocal):
     TYPE = "engine.removed"
     AUDIT = True
 

@@ -50,6 +50,7 @@ class _InstanceStart(Event):
     reason: Literal["load", "request", "restart"] = "load"
     free_bytes_observed: int | None = None  # what the budget offered when this was planned
     workers: dict[str, int] = Field(default_factory=dict)  # RPC workers holding layers (host:port: layers)
+    node: str = ""  # the gateway that runs it, where several share the log on PostgreSQL ("": the only one)
 
     def stream_key(self) -> str:
         return f"instance:{self.instance_id}"

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from blazar.events.base import Event
+from blazar.events.base import Event, NodeLocal
 from blazar.events.registry import register
 
 # A default parameter's value: a number, or (for `stop`) the list of stop strings.
@@ -57,7 +57,7 @@ class ModelConfigured(Event):
 
 
 @register
-class ModelVariantCreated(Event):
+class ModelVariantCreated(NodeLocal):
     """`name` is a new model whose bytes are `base`'s (the same file: nothing copied) with `settings` of its own."""
 
     TYPE = "model.variant_created"

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from blazar.events.base import Event
+from blazar.events.base import Event, NodeLocal
 from blazar.events.registry import register
 
 
@@ -64,7 +64,7 @@ class ShardFile(BaseModel):
 
 
 @register
-class ModelImported(Event):
+class ModelImported(NodeLocal):
     """A GGUF file entered the store under `name` (hardlinked, or copied when a link was impossible)."""
 
     TYPE = "model.imported"
@@ -90,7 +90,7 @@ class ModelImported(Event):
 
 
 @register
-class ModelRemoved(Event):
+class ModelRemoved(NodeLocal):
     TYPE = "model.removed"
     AUDIT = True
 
@@ -129,7 +129,7 @@ class ModelAliasRemoved(Event):
 
 
 @register
-class ModelPullStarted(Event):
+class ModelPullStarted(NodeLocal):
     TYPE = "model.pull_started"
     AUDIT = True
 
@@ -147,7 +147,7 @@ class ModelPullStarted(Event):
 
 
 @register
-class ModelPullCompleted(Event):
+class ModelPullCompleted(NodeLocal):
     TYPE = "model.pull_completed"
     AUDIT = True
 
@@ -163,7 +163,7 @@ class ModelPullCompleted(Event):
 
 
 @register
-class ModelPullFailed(Event):
+class ModelPullFailed(NodeLocal):
     TYPE = "model.pull_failed"
     AUDIT = True
 
@@ -181,7 +181,7 @@ class ModelPullFailed(Event):
 
 
 @register
-class InstanceMemoryMeasured(Event):
+class InstanceMemoryMeasured(NodeLocal):
     """After a load: what the engine reported it allocated, beside what the planner estimated."""
 
     TYPE = "instance.memory_measured"

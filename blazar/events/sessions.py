@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from blazar.events.base import Event
+from blazar.events.base import NodeLocal
 from blazar.events.registry import register
 
 SaveReason = Literal["evicted", "stopped", "shutdown", "requested"]
@@ -38,7 +38,7 @@ class KvIdentity(BaseModel):
         return {k: (mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]}
 
 
-class _SessionEvent(Event):
+class _SessionEvent(NodeLocal):
     session: str
     model: str
 
@@ -100,7 +100,7 @@ class SessionRestored(_SessionEvent):
 
 
 @register
-class SessionRemoved(Event):
+class SessionRemoved(NodeLocal):
     """`blazar session rm`: the session forgotten, its bank entries' files deleted."""
 
     TYPE = "session.removed"

@@ -18,7 +18,7 @@ import orjson
 
 from blazar.adapters.engines.answers import refusal, usage_from_json
 from blazar.adapters.engines.client import EngineClient, EngineResponse
-from blazar.context import Blazar
+from blazar.context import Blazar, stamp_node
 from blazar.dialects.tools import ForcedStream, OpenAIStream
 from blazar.errors import (
     AdmissionRefused,
@@ -87,6 +87,8 @@ class Gateway:
     def emit(self, event: Event, trace_id: str, actor: str | None = None) -> None:
         """Hand a request event to the group-commit writer; its actor is the caller's key ("key:<name>") where keys
         are on, else the daemon's."""
+        if self.app.node:  # a session's save or restore is the node's own (its files are here)
+            event = stamp_node(event, self.app.node)
         self._writer.submit(event, actor=actor or self._actor, trace_id=trace_id)
 
     # -- before the engine --------------------------------------------------------------------------------------

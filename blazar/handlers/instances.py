@@ -431,7 +431,8 @@ class Supervisor:
                      cache_type_v=fit.cache_type_v, flash_attn=fit.flash_attn, gpu_layers=fit.gpu_layers,
                      planned_bytes=fit.local_bytes, estimate_bytes=fit.local_estimate_bytes, keep_alive_s=keep_alive_s,
                      pinned=pinned, reason="load" if reason == "load" else "request",
-                     free_bytes_observed=free_observed, workers=_plan_workers(fit))
+                     free_bytes_observed=free_observed, workers=_plan_workers(fit),
+                     node=app.node)
         (intent,) = await app.record(InstanceStarting(**facts))
         try:
             proc = await process.spawn(argv, log_path=log_path)

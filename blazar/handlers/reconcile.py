@@ -34,7 +34,7 @@ async def reconcile(app: Blazar) -> list[str]:
     """Record what really happened to every instance the log says is running; returns their ids."""
     await app.runner.catch_up()
     grace = app.settings().stop_grace_s
-    recorded = instances(app.runner.state("residency"))
+    recorded = instances(app.runner.state("residency"), node=app.node or None)  # another node's are its own business
 
     async def settle(inst: ResidentInstance) -> str:
         iid, port, argv = inst.instance_id, inst.port, inst.argv
@@ -67,7 +67,7 @@ async def reconcile(app: Blazar) -> list[str]:
 async def _unrecorded_children(app: Blazar, grace: float) -> list[str]:
     """Pid files of spawns whose `instance.started` never made it to the log (the daemon died in between)."""
     out = []
-    known = {inst.instance_id for inst in instances(app.runner.state("residency"))}
+    known = {inst.instance_id for inst in instances(app.runner.state("residency"), node=app.node or None)}
     piddir = app.paths.run / "instances"
     for pidfile in sorted(piddir.glob("*.pid")) if piddir.is_dir() else []:
         iid = pidfile.stem
@@ -96,7 +96,7 @@ def _pid_from_file(app: Blazar, iid: str) -> int | None:
 
 
 def _prune_logs(app: Blazar) -> None:
-    live = {f"{inst.instance_id}.log" for inst in instances(app.runner.state("residency"))}
+    live = {f"{inst.instance_id}.log" for inst in instances(app.runner.state("residency"), node=app.node or None)}
     logs = sorted((app.paths.log / "instances").glob("*.log"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in [p for p in logs if p.name not in live][KEEP_INSTANCE_LOGS:]:
         old.unlink(missing_ok=True)

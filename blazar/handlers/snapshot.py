@@ -26,6 +26,7 @@ from blazar.errors import ConfigError, DaemonRunning, SnapshotError
 from blazar.events.base import Recorded
 from blazar.events.system import SnapshotRestored, SnapshotTaken
 from blazar.handlers.log_copy import export_to_sqlite, sqlite_rows
+from blazar.handlers.nodes import node_name
 from blazar.handlers.snapshot_verify import (
     CHUNK,
     DB_FILE,
@@ -278,14 +279,16 @@ async def _open_restored(paths: Paths, location: str | Path, clock: Clock, actor
     log = await open_log(location, clock=clock)
     try:
         await drop_checkpoints(log)  # they describe the snapshot's time; folding from scratch proves the log
-        runner = ProjectionRunner(log, all_projections())
+        # On a shared log the restoring home is a node: its node-local checkpoints are its own.
+        node = node_name(paths, os.environ) if is_url(location) else ""
+        runner = ProjectionRunner(log, all_projections(), node=node)
         await runner.start(use_checkpoints=False)
         await runner.checkpoint()
     except BaseException:
         await log.close()
         raise
     return Blazar(paths=paths, log=log, runner=runner, clock=clock, actor=actor,
-                  folded_at_start=runner.folded_at_start)
+                  folded_at_start=runner.folded_at_start, node=node)
 
 
 def _align_config(app: Blazar) -> bool:

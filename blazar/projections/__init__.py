@@ -8,6 +8,7 @@ from blazar.projections.config import ConfigProjection
 from blazar.projections.engines import EnginesProjection
 from blazar.projections.keys import KeysProjection
 from blazar.projections.metrics import MetricsProjection
+from blazar.projections.nodes import NodesProjection
 from blazar.projections.remotes import RemotesProjection
 from blazar.projections.residency import ResidencyProjection
 from blazar.projections.sessions import SessionsProjection
@@ -20,7 +21,8 @@ def all_projections() -> list[Projection]:
     """A fresh instance of every projection, in a stable order."""
     return [ConfigProjection(), AuditProjection(), StatsProjection(), CatalogProjection(), CalibrationProjection(),
             ResidencyProjection(), EnginesProjection(), TracesProjection(), MetricsProjection(),
-            KeysProjection(), SessionsProjection(), RemotesProjection(), WorkersProjection()]
+            KeysProjection(), SessionsProjection(), RemotesProjection(), WorkersProjection(),
+            NodesProjection()]
 
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "CatalogProjection",
     "ConfigProjection",
     "EnginesProjection", "KeysProjection",
-    "MetricsProjection", "Projection", "RemotesProjection", "ResidencyProjection", "SessionsProjection", "State",
+    "MetricsProjection", "NodesProjection", "Projection", "RemotesProjection", "ResidencyProjection",
+    "SessionsProjection", "State",
     "StatsProjection",
     "TracesProjection", "WorkersProjection", "all_projections", "fold"]

@@ -21,6 +21,10 @@ class Projection(ABC):
     version: ClassVar[int] = 1
     # The event types `apply` looks at; None means every event.
     types: ClassVar[frozenset[str] | None] = None
+    # What lives on one machine (models, engines, calibration, saved KV slots): where several gateways share the
+    # log, a runner with a node folds only that node's node-local events (and those with no node), and keeps its
+    # checkpoint under its own name ("catalog@gpu-1").
+    node_local: ClassVar[bool] = False
 
     @abstractmethod
     def initial(self) -> State: ...

@@ -21,6 +21,7 @@ def shape_key(ctx: int, slots: int, cache_type_k: str, cache_type_v: str) -> str
 
 
 class CalibrationProjection(Projection):
+    node_local = True
     name = "calibration"
     version = 1
     types = frozenset({InstanceMemoryMeasured.TYPE})

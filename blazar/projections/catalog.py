@@ -22,6 +22,7 @@ from blazar.projections.base import Projection, State
 
 
 class CatalogProjection(Projection):
+    node_local = True
     name = "catalog"
     version = 3
     types = frozenset({

@@ -25,6 +25,7 @@ from blazar.projections.base import Projection, State
 
 
 class EnginesProjection(Projection):
+    node_local = True
     name = "engines"
     version = 1
     types = frozenset({

@@ -22,6 +22,7 @@ from blazar.events.instances import (
     ModelCircuitReset,
 )
 from blazar.events.models import InstanceMemoryMeasured
+from blazar.events.nodes import NodeDown
 from blazar.projections.base import Projection, State
 
 # Exits that count towards a model's crash circuit: the process failed, not a decision of ours.
@@ -64,7 +65,7 @@ def _starting(state: State, rec: Recorded, ev: InstanceStarting | InstanceStarte
         "planned_bytes": ev.planned_bytes, "estimate_bytes": ev.estimate_bytes, "measured_bytes": None,
         "keep_alive_s": ev.keep_alive_s, "pinned": ev.pinned, "state": "starting",
         "started_ts": rec.ts, "ready_ts": None, "load_ms": None, "started_seq": rec.seq, "eviction": None,
-        "workers": dict(ev.workers),
+        "workers": dict(ev.workers), "node": ev.node,
     }
     tags = state["engine_tags_in_use"]
     tags[ev.engine_tag] = tags.get(ev.engine_tag, 0) + 1
@@ -129,10 +130,22 @@ def _circuit_reset(state: State, rec: Recorded, ev: ModelCircuitReset) -> None:
     m["crashes"] = []
 
 
+def _node_down(state: State, rec: Recorded, ev: NodeDown) -> None:
+    """Every instance of a node marked down is lost with it (whether or not the verdict listed it: one may have
+    started between the verdict's read and its append)."""
+    for iid, inst in list(state["instances"].items()):
+        if inst.get("node") == ev.name:
+            del state["instances"][iid]
+            _release_tag(state, inst["engine_tag"])
+            _model(state, inst["model"])["last_exit"] = {"reason": "node_lost", "exit_code": None, "ts": rec.ts,
+                                                         "instance_id": iid}
+
+
 _APPLY: dict[type[Event], Callable[[State, Recorded, Any], None]] = {
     InstanceStarting: _starting, InstanceStarted: _starting, InstanceReady: _ready, InstanceExited: _exited,
     InstanceEvicted: _evicted, InstanceKeepAliveSet: _keep_alive, InstanceMemoryMeasured: _measured,
     InstanceLoadRefused: _refused, ModelCircuitOpened: _circuit_opened, ModelCircuitReset: _circuit_reset,
+    NodeDown: _node_down,
 }
 
 
@@ -212,6 +225,7 @@ class ResidentInstance:
     ready_ts: float | None
     started_seq: int
     workers: dict[str, int] = field(default_factory=dict)  # RPC workers holding layers (host:port: layers)
+    node: str = ""  # the gateway running it, where several share the log ("": the only one)
 
     @property
     def resident_bytes(self) -> int:
@@ -237,12 +251,15 @@ def _typed(inst: dict[str, Any]) -> ResidentInstance:
         planned_bytes=int(inst["planned_bytes"]), measured_bytes=inst.get("measured_bytes"),
         keep_alive_s=inst.get("keep_alive_s"), pinned=bool(inst.get("pinned")), state=inst["state"],
         started_ts=float(inst["started_ts"]), ready_ts=inst.get("ready_ts"), started_seq=int(inst["started_seq"]),
-        workers=dict(inst.get("workers") or {}))  # a checkpoint from before workers existed has none
+        workers=dict(inst.get("workers") or {}),  # a checkpoint from before workers existed has none
+        node=str(inst.get("node") or ""))
 
 
-def instances(state: State) -> list[ResidentInstance]:
-    """Every instance the log says is loaded, oldest start first."""
-    return [_typed(i) for i in running(state)]
+def instances(state: State, *, node: str | None = None) -> list[ResidentInstance]:
+    """Every instance the log says is loaded, oldest start first; `node`: only that node's (where several gateways
+    share the log; an instance recorded before nodes existed is the only node's, so any node's own)."""
+    out = [_typed(i) for i in running(state)]
+    return out if node is None else [i for i in out if i.node in ("", node)]
 
 
 def instance(state: State, instance_id: str) -> ResidentInstance | None:
@@ -300,7 +317,7 @@ def ps_rows(state: State, *, now: float, live: Mapping[str, Mapping[str, Any]] |
             "planned_bytes": inst.planned_bytes, "measured_bytes": inst.measured_bytes, "idle_s": idle_s,
             "expires_at": expires_at, "keep_alive_s": inst.keep_alive_s, "pinned": inst.pinned,
             "engine_tag": inst.engine_tag, "in_flight": in_flight, "started_ts": inst.started_ts,
-            "circuit_open_until": circuits.get(inst.model), "workers": dict(inst.workers),
+            "circuit_open_until": circuits.get(inst.model), "workers": dict(inst.workers), "node": inst.node,
         })
     rows.sort(key=lambda r: (r["model"], r["started_ts"] or 0))
     return rows

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from blazar.errors import BlazarError, LogUnreachable, ProjectionError
-from blazar.events.base import Recorded
+from blazar.events.base import Event, NodeLocal, Recorded
 from blazar.events.log import EventLog
 from blazar.events.registry import decode
 from blazar.projections.base import Projection, State
@@ -73,10 +73,17 @@ class ProjectionStatus:
                 "halted": self.halted}
 
 
+def _elsewhere(event: Event, node: str) -> bool:
+    """A node-local event that happened on another node."""
+    return isinstance(event, NodeLocal) and event.node not in ("", node)
+
+
 class ProjectionRunner:
-    def __init__(self, event_log: EventLog, projections: Iterable[Projection], *, checkpoint_every: int = 10_000):
+    def __init__(self, event_log: EventLog, projections: Iterable[Projection], *, checkpoint_every: int = 10_000,
+                 node: str = ""):
         self.log = event_log
         self.checkpoint_every = checkpoint_every
+        self.node = node  # where several gateways share the log: node-local projections fold this node's alone
         self._slots = {p.name: _Slot(p, p.initial()) for p in projections}
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Condition()
@@ -111,8 +118,8 @@ class ProjectionRunner:
         """Restore from checkpoints where valid, then fold the tail (up to `upto`, inclusive)."""
         if use_checkpoints:
             stored = await load_checkpoints(self.log)
-            for name, slot in self._slots.items():
-                cp = stored.get(name)
+            for slot in self._slots.values():
+                cp = stored.get(self._checkpoint_name(slot))
                 slot.origin = await self._restore(slot, cp, upto) if cp else "rebuilt: no checkpoint"
         else:
             for slot in self._slots.values():
@@ -161,7 +168,8 @@ class ProjectionRunner:
                     if rec is None:
                         rec = Recorded(seq, ts, type_name, v, stream, trace_id, actor, cause,
                                        decode(seq, type_name, v, data))
-                    slot.state = p.apply(slot.state, rec)
+                    if not (p.node_local and self.node and _elsewhere(rec.event, self.node)):
+                        slot.state = p.apply(slot.state, rec)
                 except Exception as exc:  # a projection halts on any failure, by design
                     detail = exc.message if isinstance(exc, BlazarError) else f"{type(exc).__name__}: {exc}"
                     slot.halted = ProjectionError(p.name, seq, detail)
@@ -180,14 +188,18 @@ class ProjectionRunner:
 
     async def checkpoint(self) -> None:
         items = [
-            (name, s.projection.version, s.seq, s.anchor, s.state)
-            for name, s in self._slots.items()
+            (self._checkpoint_name(s), s.projection.version, s.seq, s.anchor, s.state)
+            for s in self._slots.values()
             if s.seq > 0
         ]
         if items:
             await save_checkpoints(self.log, items)
         for s in self._slots.values():
             s.applied_since_checkpoint = 0
+
+    def _checkpoint_name(self, slot: _Slot) -> str:
+        p = slot.projection
+        return f"{p.name}@{self.node}" if p.node_local and self.node else p.name
 
     def _checkpoint_due(self) -> bool:
         return any(s.applied_since_checkpoint >= self.checkpoint_every for s in self._slots.values())

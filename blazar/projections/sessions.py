@@ -21,6 +21,7 @@ from blazar.projections.base import Projection, State
 
 
 class SessionsProjection(Projection):
+    node_local = True
     name = "sessions"
     version = 1
     types = frozenset({RequestPlaced.TYPE, SessionSaved.TYPE, SessionSaveFailed.TYPE, SessionDropped.TYPE,

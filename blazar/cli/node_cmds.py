@@ -1,0 +1,41 @@
+"""`blazar node list`: the gateways sharing this home's log (on PostgreSQL): name, URL, up or down (and why), when
+each was last heard from, its instances."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from blazar.cli.common import JSON_OPTION, fmt_ts, opened, out, print_json, run
+from blazar.projections.nodes import nodes
+
+app = typer.Typer(help="Nodes: the gateways sharing one log on PostgreSQL.", no_args_is_help=True)
+_VERBATIM: dict[str, Any] = {"markup": False, "emoji": False}
+
+
+@app.command("list")
+def list_(as_json: bool = JSON_OPTION) -> None:
+    """Every node the log knows: its URL, up or down (and why), when it was last heard from, its instances."""
+
+    async def go() -> tuple[str, list[dict[str, Any]]]:
+        async with opened() as app_:
+            return app_.node, [asdict(n) for n in nodes(app_.runner.state("nodes"))]
+
+    me, rows = run(go())
+    if as_json:
+        print_json({"this_node": me or None, "nodes": rows})
+        return
+    if not rows:
+        out.print("no nodes: nodes are the gateways sharing a log on PostgreSQL (database_url); with the embedded "
+                  "SQLite log there is one gateway", **_VERBATIM)
+        return
+    table = Table("NODE", "URL", "STATE", "LAST SEEN", "INSTANCES", box=None, header_style="bold")
+    for r in rows:
+        state = "up" if r["up"] else f"down ({r['down_reason']}" + (f", noticed by {r['noticed_by']})"
+                                                                      if r["noticed_by"] else ")")
+        table.add_row(r["name"] + (" (this one)" if r["name"] == me else ""), r["url"], state,
+                      fmt_ts(r["last_seen_ts"]), str(r["instances"]) if r["up"] else "-")
+    out.print(table)

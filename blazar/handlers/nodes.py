@@ -1,0 +1,135 @@
+"""Nodes: gateways sharing one log on PostgreSQL. Each daemon is a node with a name (`node_name`, else the host
+name) and the URL the others reach it at (`node_url`, else http://127.0.0.1:PORT); it records `node.started`, then a
+heartbeat every `node_heartbeat_s`, and `node.stopped` on a clean stop. Every node watches the others: one silent for
+longer than `node_down_after_s` is recorded `node.down` (the reason, when it was last heard from, who noticed, the
+instances lost with it). A node that finds itself marked down while alive (a partition that healed) stops its
+instances, which the cluster already counts as lost, and joins again.
+
+With the embedded SQLite log there is one gateway and no node events at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+from blazar import __version__
+from blazar import config as settings
+from blazar.context import Blazar
+from blazar.errors import ConfigError
+from blazar.events.nodes import NodeDown, NodeHeartbeat, NodeStarted, NodeStopped
+from blazar.paths import Paths
+from blazar.projections.nodes import node, nodes
+from blazar.projections.residency import instances
+
+log = logging.getLogger("blazar.nodes")
+
+
+def _local_value(paths: Paths, env: Mapping[str, str], key: str, variable: str) -> str:
+    """A local key: its environment variable, else this home's config.toml (never the shared log's config)."""
+    value = env.get(variable, "").strip()
+    if not value:
+        try:
+            value = str(settings.read_file_raw(paths.config_file).get(key) or "").strip()
+        except ConfigError:
+            value = ""
+    return value
+
+
+def node_name(paths: Paths, env: Mapping[str, str]) -> str:
+    """This home's node name: BLAZAR_NODE_NAME, else node_name in its config.toml, else the host name (cut to a
+    valid name)."""
+    name = _local_value(paths, env, "node_name", "BLAZAR_NODE_NAME")
+    if name:
+        if not settings.NODE_NAME.fullmatch(name):
+            raise ConfigError(f"invalid node name {name[:64]!r}: 1-64 letters, digits, '.', '_' and '-'")
+        return name
+    host = "".join(c if c.isalnum() or c in "._-" else "-" for c in socket.gethostname()).strip("-._")[:64]
+    return host or "node"
+
+
+def node_url(paths: Paths, env: Mapping[str, str], *, port: int, scheme: str = "http") -> str:
+    """Where the other nodes reach this one: BLAZAR_NODE_URL, else node_url in config.toml, else loopback."""
+    return (_local_value(paths, env, "node_url", "BLAZAR_NODE_URL").rstrip("/")
+            or f"{scheme}://127.0.0.1:{port}")
+
+
+@dataclass
+class NodeKeeper:
+    """A daemon's part in the cluster: join, beat, watch the others, leave."""
+
+    app: Blazar
+    url: str
+    live: Callable[[], tuple[int, int]]  # (live instances, requests in flight) of this node, for its heartbeat
+    stop_instances: Callable[[], Awaitable[None]]  # what a node marked down while alive does before it rejoins
+    _task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.app.node
+
+    async def start(self) -> None:
+        await self._join(rejoined=False)
+        self._task = asyncio.create_task(self._loop(), name="blazar-node-heartbeat")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        with contextlib.suppress(Exception):  # the log may be unreachable on the way out: the others will notice
+            await self.app.record(NodeStopped(name=self.name))
+
+    async def _join(self, *, rejoined: bool) -> None:
+        await self.app.record(NodeStarted(name=self.name, url=self.url, pid=os.getpid(), host=socket.gethostname(),
+                                          version=__version__, rejoined=rejoined))
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.app.settings().node_heartbeat_s)
+            try:
+                await self.beat_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("node heartbeat")
+
+    async def beat_once(self) -> None:
+        """One heartbeat, one look at the others, one look at itself."""
+        me = node(self.app.runner.state("nodes"), self.name)
+        if me is not None and not me.up and me.down_reason != "stopped":
+            log.warning("node %s was marked down by %s (%s) while alive: stopping its instances, which the cluster "
+                        "counts as lost, and joining again", self.name, me.noticed_by, me.down_reason)
+            await self.stop_instances()
+            await self._join(rejoined=True)
+        count, in_flight = self.live()
+        self.app.request_writer().submit(NodeHeartbeat(name=self.name, instances=count, in_flight=in_flight),
+                                         actor=self.app.actor, trace_id=None)
+        await self.mark_silent()
+
+    async def mark_silent(self) -> list[str]:
+        """Record `node.down` for every other node silent past `node_down_after_s`; returns their names."""
+        await self.app.runner.catch_up()
+        now, after = self.app.clock.now(), self.app.settings().node_down_after_s
+        me = node(self.app.runner.state("nodes"), self.name)
+        if me is None or now - me.last_seen_ts > after:
+            return []  # this node's own heartbeats are not landing (the database was away): its view is stale
+        residency = self.app.runner.state("residency")
+        marked = []
+        for n in nodes(self.app.runner.state("nodes"), up_only=True):
+            silent = now - n.last_seen_ts
+            if n.name == self.name or silent <= after:
+                continue
+            lost = [i.instance_id for i in instances(residency) if i.node == n.name]
+            await self.app.record(NodeDown(name=n.name, detail=f"no heartbeat for {silent:.0f} s "
+                                           f"(node_down_after_s {after:g})", last_seen_ts=n.last_seen_ts,
+                                           noticed_by=self.name, instances_lost=lost))
+            log.warning("node %s marked down: no heartbeat for %.0f s; %d instance(s) lost", n.name, silent,
+                        len(lost))
+            marked.append(n.name)
+        return marked
