@@ -1,0 +1,154 @@
+"""Several gateways on one PostgreSQL log, end to end: two daemons (nodes a and b, each its own home, engine and
+model store; the fake engine) join, beat and list each other; b's instance is b's (a restart of a leaves it alone);
+a model only b holds is not a's; b killed is marked down by a with its instance lost, a then loads the model
+itself, and b started again joins again and settles its orphan."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from blazar.adapters.engines.tiny_model import write_tiny_model
+from tests.conftest import Cli
+from tests.integration.test_daemon import wait_for
+from tests.integration.test_run_cli import fake_engine, free_port
+from tests.support.postgres import cluster
+
+
+class Node:
+    def __init__(self, name: str, root: Path, url: str) -> None:
+        self.name, self.port = name, free_port()
+        self.cli = Cli(root / name)
+        self.cli.env |= {"BLAZAR_DATABASE_URL": url, "BLAZAR_NODE_NAME": name}
+        self.proc: subprocess.Popen | None = None
+
+    def serve(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(self.port)],
+                                     env=self.cli.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: (self.cli.home / "run" / "daemon.json").exists(), f"node {self.name}", timeout=60,
+                 proc=self.proc)
+
+    def stop(self) -> None:
+        """SIGTERM, and reap it (an unreaped child would pass for alive)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.proc = None
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key="x", max_retries=0, timeout=60)
+
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        return {n["name"]: n for n in self.cli("node", "list", "--json").json()["nodes"]}
+
+    def ps(self) -> list[dict[str, Any]]:
+        return self.cli("ps", "--json").json()["instances"]
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[Node, Node]]:
+    url = cluster().new_database()
+    a, b = Node("a", tmp_path, url), Node("b", tmp_path, url)
+    binary = fake_engine.write_executable(tmp_path / "fake" / "llama-server")
+    tiny = write_tiny_model(tmp_path / "tiny.gguf")
+    for n in (a, b):  # each machine its own engine and store: the same files, installed on each
+        n.cli("engine", "install", "--path", str(binary), timeout=120)
+        n.cli("import", str(tiny), "--name", "tiny")
+    b.cli("import", str(tiny), "--name", "only-b")
+    a.cli("config", "set", "node_heartbeat_s", "1")  # shared config: one change for the whole cluster
+    a.cli("config", "set", "node_down_after_s", "4")
+    try:
+        a.serve()
+        b.serve()
+        yield a, b
+    finally:
+        for n in (a, b):
+            n.stop()
+
+
+def _eventually(check: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_two_gateways_on_one_log_are_nodes_with_their_own_stores_and_instances(pair: tuple[Node, Node]) -> None:
+    a, b = pair
+    _eventually(lambda: {n for n, v in a.nodes().items() if v["up"]} == {"a", "b"}, "both nodes up")
+    seen = a.nodes()
+    assert seen["b"]["url"] == f"http://127.0.0.1:{b.port}" and seen["a"]["url"] == f"http://127.0.0.1:{a.port}"
+    # Stores are per node: only b has only-b.
+    assert "only-b" in [m["name"] for m in b.cli("list", "--json").json()]
+    assert "only-b" not in [m["name"] for m in a.cli("list", "--json").json()]
+    with pytest.raises(openai.NotFoundError):
+        a.client().chat.completions.create(model="only-b", messages=[{"role": "user", "content": "hi"}],
+                                           max_tokens=2)
+    # b's instance is b's, and every node sees it.
+    b.cli("load", "tiny", timeout=120)
+    (row,) = a.ps()
+    assert row["node"] == "b" and row["model"] == "tiny"
+    # a restarted settles only its own instances: b's goes on serving.
+    a.stop()
+    a.serve()
+    assert [r["instance_id"] for r in a.ps()] == [row["instance_id"]]
+    chat = b.client().chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                              max_tokens=3)
+    assert chat.choices[0].message.content == fake_engine.answer_text(3)
+
+
+def test_a_dead_node_is_marked_down_its_instances_lost_and_the_model_loads_elsewhere(
+        pair: tuple[Node, Node]) -> None:
+    a, b = pair
+    b.cli("load", "tiny", timeout=120)
+    (row,) = a.ps()
+    assert b.proc is not None
+    b.proc.send_signal(signal.SIGKILL)  # b's host "dies": no node.stopped, no instance.exited
+    b.proc.wait(timeout=10)
+    _eventually(lambda: not a.nodes()["b"]["up"], "a marks b down", timeout=30)
+    down = a.nodes()["b"]
+    assert down["noticed_by"] == "a" and "no heartbeat for" in down["down_reason"]
+    verdict = a.cli("events", "--type", "node.down", "--json").json_lines()[-1]["data"]
+    assert verdict["instances_lost"] == [row["instance_id"]]
+    assert a.ps() == []
+    # The next request loads the model where it fits: here.
+    chat = a.client().chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                              max_tokens=3)
+    assert chat.choices[0].message.content == fake_engine.answer_text(3)
+    assert [r["node"] for r in a.ps()] == ["a"]
+    # b comes back: it joins again and stops the engine child its dead daemon left behind.
+    orphan = row["pid"]
+    b.serve()
+    _eventually(lambda: a.nodes()["b"]["up"], "b up again")
+    _eventually(lambda: not _alive(orphan), "b's orphan stopped", timeout=30)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is gone for our purposes
+        return f.read().split()[2] != "Z"
+
+
+def test_node_list_explains_itself_with_sqlite(cli: Cli) -> None:
+    out = cli("node", "list").stdout
+    assert "no nodes" in out and json.loads(cli("node", "list", "--json").stdout) == {"this_node": None,
+                                                                                        "nodes": []}
