@@ -12,6 +12,7 @@ import orjson
 from blazar.api import admin, auth, bounds, console, dashboard, edge, errors, sessions
 from blazar.api.context import RequestContext
 from blazar.context import Blazar
+from blazar.handlers.nodes import cluster_key
 from blazar.handlers.ports import SupervisorPort
 from blazar.projections.keys import auth_on
 from blazar.projections.traces import known
@@ -31,12 +32,15 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
     the CLI's credential (run/admin.token), accepted as an admin principal once keys are on. `bind_host` and
     `scheme` are what the daemon serves on (the Host guard and same-origin check need them)."""
     settings = app.settings()
+    peers_key = cluster_key(app.env) if app.node else None  # forwarding between nodes sharing a log
     middleware: list[Any] = [RequestContext(max_body_bytes=settings.max_body_mib << 20,
-                                               known=lambda t: known(app.runner.state("traces"), t))]
+                                               known=lambda t: known(app.runner.state("traces"), t),
+                                               cluster_key=peers_key)]
     policy = edge.EdgePolicy.of(bind_host, settings.allowed_hosts, settings.cors_origins)
     middleware.append(edge.Edge(policy, lambda: auth_on(app.runner.state("keys")), scheme=scheme))
     middleware.append(auth.Auth(auth.Authenticator(lambda: app.runner.state("keys"), app.clock,
-                                                   admin_token=admin_token, admin_actor=auth.admin_actor(app.actor))))
+                                                   admin_token=admin_token, admin_actor=auth.admin_actor(app.actor),
+                                                   cluster_key=peers_key)))
     api = falcon.asgi.App(middleware=middleware)
     json_handler = falcon.media.JSONHandler(dumps=orjson.dumps, loads=bounds.loads)  # nesting bounded
     api.req_options.media_handlers.update({falcon.MEDIA_JSON: json_handler})

@@ -57,11 +57,15 @@ class Authenticator:
     created, rotated or revoked by another process counts as soon as the daemon folds its event)."""
 
     def __init__(self, keys: Callable[[], State], clock: Clock, *, admin_token: str | None = None,
-                 admin_actor: str = "cli:admin") -> None:
+                 admin_actor: str = "cli:admin", cluster_key: str | None = None) -> None:
         self._keys = keys
         self.clock = clock
         self.admin_token = admin_token.encode() if admin_token else None
         self.admin = Principal(actor=admin_actor, admin=True)
+        # Another node of the cluster forwarding a request (BLAZAR_CLUSTER_KEY): the caller's own key was checked
+        # where the request came in, so no scope or limit again here; never an admin.
+        self.cluster_key = cluster_key.encode() if cluster_key else None
+        self.peer = Principal(actor="cluster:node", admin=False)
 
     def on(self) -> bool:
         return auth_on(self._keys())
@@ -71,6 +75,8 @@ class Authenticator:
         if secret is None:
             raise Unauthenticated("this Blazar needs an API key: send `Authorization: Bearer <key>` or `x-api-key: "
                                   "<key>` (keys are made with `blazar keys create NAME`)")
+        if self.cluster_key is not None and hmac.compare_digest(secret.encode(), self.cluster_key):
+            return self.peer
         prefix = prefix_of(secret)
         if prefix is None:
             if self.admin_token is not None and hmac.compare_digest(secret.encode(), self.admin_token):

@@ -4,6 +4,7 @@ Content-Length checked before a byte of the body is read, and the bytes counted 
 
 from __future__ import annotations
 
+import hmac
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -12,6 +13,10 @@ from typing import Any
 import falcon
 import falcon.asgi
 
+from blazar.api.auth import presented
+from blazar.config import NODE_NAME
+from blazar.errors import Unauthenticated
+from blazar.handlers.nodes import FORWARD_HEADER
 from blazar.ids import new_trace_id
 
 TRACE_HEADER = "x-blazar-trace-id"
@@ -46,9 +51,11 @@ class RequestContext:
     earlier trace's history is never appended to. A valid `traceparent` is kept as the request's parent, and its
     trace id, while unused, is the request's trace id (before `x-blazar-trace-id`)."""
 
-    def __init__(self, *, max_body_bytes: int, known: Callable[[str], bool] | None = None) -> None:
+    def __init__(self, *, max_body_bytes: int, known: Callable[[str], bool] | None = None,
+                 cluster_key: str | None = None) -> None:
         self.max_body_bytes = max_body_bytes
         self.known = known or (lambda _trace_id: False)
+        self.cluster_key = cluster_key.encode() if cluster_key else None
         self._given: OrderedDict[str, None] = OrderedDict()
 
     def _used(self, trace_id: str) -> bool:
@@ -59,9 +66,35 @@ class RequestContext:
             self._given.popitem(last=False)
         return False
 
+    def _forwarded_from(self, req: falcon.asgi.Request) -> str | None:
+        """The node that forwarded this request (its trace id is then kept though the log knows it: one trace across
+        nodes). A forwarding header without the cluster key is refused: it could append to anyone's trace."""
+        hop = req.get_header(FORWARD_HEADER)
+        if hop is None:
+            return None
+        secret = presented(req)
+        if self.cluster_key is None or secret is None or not hmac.compare_digest(secret.encode(), self.cluster_key):
+            raise Unauthenticated(f"{FORWARD_HEADER} needs the cluster key (BLAZAR_CLUSTER_KEY, the same on every "
+                                  "node)")
+        if not NODE_NAME.fullmatch(hop):
+            raise Unauthenticated(f"{FORWARD_HEADER}: not a node name")
+        return hop
+
     async def process_request(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         given = req.get_header(TRACE_HEADER)
         req.context.client_trace_id = None
+        try:
+            req.context.forwarded_from = hop = self._forwarded_from(req)
+        except Unauthenticated:
+            req.context.trace_id = new_trace_id()  # the refusal is answered with a trace id of its own
+            resp.set_header(TRACE_HEADER, req.context.trace_id)
+            raise
+        if hop is not None and given and _TRACE_OK.fullmatch(given):
+            req.context.trace_id = given
+            req.context.traceparent = None
+            resp.set_header(TRACE_HEADER, given)
+            self._check_length(req)
+            return
         req.context.traceparent = parent = parse_traceparent(req.get_header("traceparent"))
         if parent is not None and not self._used(parent[0]):
             req.context.trace_id = parent[0]
@@ -74,6 +107,9 @@ class RequestContext:
             if given and _TRACE_OK.fullmatch(given):
                 req.context.client_trace_id = given  # reused: recorded beside the fresh id
         resp.set_header(TRACE_HEADER, req.context.trace_id)
+        self._check_length(req)
+
+    def _check_length(self, req: falcon.asgi.Request) -> None:
         length = req.content_length
         if length is not None and length > self.max_body_bytes:
             raise falcon.HTTPContentTooLarge(

@@ -57,6 +57,7 @@ class Proxy(ABC):
             raise falcon.HTTPBadRequest(description=f"X-Blazar-Priority: {e}") from None
         plan.trace_id, plan.dialect, plan.route = trace_id_of(req), self.dialect, req.path
         plan.client_trace_id = getattr(req.context, "client_trace_id", None)
+        plan.forwarded_from = getattr(req.context, "forwarded_from", None)
         plan.parent_trace_id, plan.parent_span_id = getattr(req.context, "traceparent", None) or (None, None)
         plan.principal, plan.client = principal_of(req), req.remote_addr
         plan.raw, plan.parsed = raw, data

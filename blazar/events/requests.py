@@ -18,6 +18,10 @@ from blazar.events.registry import register, upcaster
 Dialect = Literal["openai", "ollama", "anthropic"]
 
 
+# The actor of a forwarded request's events on the node that serves it: "node:<the node it came in at>".
+HOP_ACTOR = "node:"
+
+
 class _RequestEvent(Event):
     CONTROL = False
     AUDIT = False
@@ -51,6 +55,23 @@ class RequestReceived(_RequestEvent):
     deadline_ms: int | None = None  # earliest-deadline-first in the queue; refused at once when it cannot be met
     best_of: int | None = None  # N candidates, the best one answered
     cascade: list[str] = Field(default_factory=list)  # models tried in turn until one answers well
+    # The node that forwarded it here (one trace across nodes: this hop's events share the first node's trace id).
+    forwarded_from: str | None = None
+
+
+@register
+class RequestForwarded(_RequestEvent):
+    """The decision to serve a request on another node (gateways sharing the log), where its model is ready, rather
+    than load it here; its reasons and the numbers they rest on."""
+
+    TYPE = "request.forwarded"
+
+    model: str
+    node: str
+    url: str
+    instance_id: str  # the peer's instance that has the model ready
+    reason: Literal["ready_there", "not_stored_here"]
+    observations: dict[str, Any] = Field(default_factory=dict)
 
 
 @register

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -35,6 +35,7 @@ from blazar.events.requests import (
     RequestCompleted,
     RequestFailed,
     RequestFirstToken,
+    RequestForwarded,
     RequestPlaced,
     RequestQueued,
     RequestReceived,
@@ -48,6 +49,7 @@ from blazar.handlers.instances import Instance, Route
 from blazar.handlers.kv_bank import KvBank
 from blazar.handlers.limits import Limiter, LimitExceeded
 from blazar.handlers.model_defaults import apply_settings
+from blazar.handlers.nodes import FORWARD_HEADER, Peer, cluster_key, ready_peer
 from blazar.handlers.plan import Answer, Plan
 from blazar.handlers.ports import SupervisorPort
 from blazar.handlers.principal import Principal, scope_refusal
@@ -64,6 +66,9 @@ TEMPLATE_TOKENS_BASE = 64
 
 
 SSE = "text/event-stream"
+TRACE_HEADER = "x-blazar-trace-id"
+# What one more HTTP hop through another node's gateway adds before the first token (bench/nodes.py measures it).
+FORWARD_HOP_MS = 5
 
 
 class Gateway:
@@ -79,6 +84,7 @@ class Gateway:
         self._writer = app.request_writer()
         self._actor = app.actor
         self.limits = Limiter(app.clock, seed=self._tokens_today)
+        self._cluster_key = cluster_key(app.env) if app.node else None  # forwarding to other nodes needs it
 
     def _tokens_today(self, key_name: str, day: int) -> int:
         """What the log says a key used on UTC day `day` (a restarted daemon keeps counting the daily limit)."""
@@ -219,7 +225,8 @@ class Gateway:
                                   max_tokens=plan.max_tokens, client=plan.client,
                                   client_trace_id=plan.client_trace_id, parent_trace_id=plan.parent_trace_id,
                                   parent_span_id=plan.parent_span_id, session=plan.session,
-                                  deadline_ms=plan.deadline_ms, best_of=plan.best_of, cascade=list(plan.cascade)),
+                                  deadline_ms=plan.deadline_ms, best_of=plan.best_of, cascade=list(plan.cascade),
+                                  forwarded_from=plan.forwarded_from),
                   plan.trace_id, plan.actor)
 
     def reject(self, plan: Plan, *, status: int, reason: str, detail: str, retry_after_s: float | None = None,
@@ -246,9 +253,13 @@ class Gateway:
             plan.resolved = self.supervisor.resolve(plan.model)
         except ModelNotFound as e:
             served = serving(self.app.runner.state("remotes"), plan.model)
-            if served is None:
+            peer = self._peer_for(plan) if served is None else None
+            if served is None and peer is None:
                 raise self.reject(plan, status=404, reason="model_not_found", detail=e.message) from None
-            plan.remote, plan.resolved = served.name, resolved_remote(plan.model)
+            if served is not None:
+                plan.remote, plan.resolved = served.name, resolved_remote(plan.model)
+            else:
+                plan.peer, plan.resolved = peer, resolved_remote(plan.model)  # not stored here: only there
         self._authorize(plan)
         if plan.resolved.settings is not None:
             apply_settings(plan, plan.resolved.settings)  # before routing: num_ctx and num_predict shape it
@@ -298,6 +309,12 @@ class Gateway:
         route = Route()
         if plan.remote is not None:
             inst = self._route_remote(plan, plan.remote)
+        elif plan.peer is not None:  # not in this node's store, ready on another
+            inst = self._route_peer(plan, "not_stored_here")
+        elif ((peer := self._peer_for(plan)) is not None and not self.supervisor.instances(plan.resolved.name)
+              and self._forward_cheaper(plan, peer)):
+            plan.peer = peer
+            inst = self._route_peer(plan, "ready_there")
         else:
             try:
                 inst = await self.supervisor.ensure(plan.resolved, ctx=plan.ctx, keep_alive=plan.keep_alive,
@@ -336,6 +353,34 @@ class Gateway:
                                      f"{r.api_key_env}, which the daemon does not have (set it, then restart "
                                      "`blazar serve`)", observations={"remote": name})
         return remote_instance(r, plan.model, key)
+
+    def _peer_for(self, plan: Plan) -> Peer | None:
+        """Another node with the plan's model ready, where this one may forward (a node, the cluster key, not a
+        request already forwarded here: one hop at most; not embeddings, whose instance must be started for them)."""
+        if not self.app.node or self._cluster_key is None or plan.forwarded_from is not None or plan.embeddings:
+            return None
+        return ready_peer(self.app, plan.resolved.name if plan.resolved is not None else plan.model, ctx=plan.ctx)
+
+    def _forward_cheaper(self, plan: Plan, peer: Peer) -> bool:
+        """Forwarding costs one more HTTP hop (about a millisecond on a LAN: BENCHMARK.md); loading here costs what
+        it took there. Both numbers go into the decision's event."""
+        plan.forward_observations = {"peer_load_ms": peer.load_ms, "hop_ms_estimate": FORWARD_HOP_MS}
+        return peer.load_ms is None or peer.load_ms > FORWARD_HOP_MS
+
+    def _route_peer(self, plan: Plan, reason: Literal["ready_there", "not_stored_here"]) -> Instance:
+        """The stand-in instance for the node where the model is ready: its gateway's URL, the cluster key, and the
+        headers that make it one trace (the hop's events share this trace id); the decision recorded."""
+        peer = plan.peer
+        assert peer is not None and self._cluster_key is not None
+        self.emit(RequestForwarded(trace_id=plan.trace_id, model=plan.model, node=peer.node, url=peer.url,
+                                   instance_id=peer.instance_id, reason=reason,
+                                   observations={**plan.forward_observations, "peer_slots": peer.slots,
+                                                 "peer_ctx_tokens": peer.ctx_tokens}),
+                  plan.trace_id, plan.actor)
+        return Instance(instance_id=f"node:{peer.node}", model=plan.model, port=0, slots=peer.slots,
+                        ctx_tokens=peer.ctx_tokens, engine_tag=f"node:{peer.node}", api_key=self._cluster_key,
+                        served_as=plan.model, url=peer.url,
+                        headers={FORWARD_HEADER: self.app.node, TRACE_HEADER: plan.trace_id})
 
     async def _admit(self, plan: Plan, inst: Instance, route: Route) -> Ticket:
         """A slot of `inst` (or a place in its queue), recorded; the instance held against eviction."""
@@ -416,8 +461,9 @@ class Gateway:
     async def open_upstream(self, plan: Plan, body: bytes) -> EngineResponse:
         assert plan.instance is not None
         try:
+            extra = {"headers": plan.instance.headers} if plan.instance.headers else {}  # a hop to another node
             upstream = await self.client.open(plan.instance.base_url, plan.engine_path, body,
-                                              api_key=plan.instance.api_key)
+                                              api_key=plan.instance.api_key, **extra)
         except EngineError as e:
             self.fail(plan, status=502, reason="engine_error", detail=e.message)
             if plan.remote is not None:

@@ -107,6 +107,8 @@ class Instance:
     kv_identity: KvIdentity | None = None
     kv_restorable: bool = False
     url: str = ""  # a remote engine's API root; "" for a child of ours (loopback, `port`)
+    # Sent with every request to a remote: a forwarded request's hop and trace (another node's gateway).
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def base_url(self) -> str:

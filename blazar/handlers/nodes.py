@@ -133,3 +133,51 @@ class NodeKeeper:
                         len(lost))
             marked.append(n.name)
         return marked
+
+
+# -- forwarding: a request for a model ready on another node ----------------------------------------------------------
+
+FORWARD_HEADER = "x-blazar-forwarded-by"  # the forwarding node's name; honoured only with the cluster key
+CLUSTER_KEY_ENV = "BLAZAR_CLUSTER_KEY"
+CLUSTER_KEY_MIN = 32
+
+
+def cluster_key(env: Mapping[str, str]) -> str | None:
+    """The secret the gateways of one cluster share (BLAZAR_CLUSTER_KEY, at least 32 characters): a node forwards
+    only with it, and honours a forwarded request only when it is presented. None: no forwarding."""
+    key = env.get(CLUSTER_KEY_ENV, "").strip()
+    if not key:
+        return None
+    if len(key) < CLUSTER_KEY_MIN:
+        log.warning("%s is shorter than %d characters: ignored (no forwarding between nodes)", CLUSTER_KEY_ENV,
+                    CLUSTER_KEY_MIN)
+        return None
+    return key
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """A node other than this one with an instance of the model ready."""
+
+    node: str
+    url: str
+    instance_id: str
+    slots: int
+    ctx_tokens: int
+    load_ms: int | None  # what loading it took there: what forwarding saves
+
+
+def ready_peer(app: Blazar, model: str, *, ctx: int | None = None) -> Peer | None:
+    """The up node (heard from within node_down_after_s) with an instance of `model` ready that covers `ctx`; the
+    one whose last heartbeat reported the fewest requests in flight."""
+    now, after = app.clock.now(), app.settings().node_down_after_s
+    up = {n.name: n for n in nodes(app.runner.state("nodes"), up_only=True)
+          if n.name != app.node and now - n.last_seen_ts <= after}
+    if not up:
+        return None
+    found = []
+    for i in instances(app.runner.state("residency")):
+        if i.node in up and i.model == model and i.state == "ready" and (ctx is None or i.ctx_tokens >= ctx):
+            found.append(Peer(node=i.node, url=up[i.node].url, instance_id=i.instance_id, slots=i.slots,
+                              ctx_tokens=i.ctx_tokens, load_ms=i.load_ms))
+    return min(found, key=lambda p: (up[p.node].in_flight, p.node)) if found else None

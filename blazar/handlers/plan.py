@@ -16,9 +16,11 @@ import orjson
 
 from blazar.dialects.stream import Translator
 from blazar.dialects.tools import Forced
+from blazar.events.requests import HOP_ACTOR
 from blazar.handlers.admission import Ticket
 from blazar.handlers.instances import Instance, ResolvedModel
 from blazar.handlers.limits import Lease
+from blazar.handlers.nodes import Peer
 from blazar.handlers.principal import Principal
 from blazar.sentinels import UNSET
 
@@ -64,6 +66,9 @@ class Plan:
     received: float = field(default_factory=time.perf_counter)
     resolved: ResolvedModel | None = None  # the store's model, once resolved
     remote: str | None = None  # the remote engine serving the model (not in the store), by its name
+    forwarded_from: str | None = None  # the node that forwarded this request here (cluster key checked)
+    peer: Peer | None = None  # the node this request is forwarded to, where the model is ready
+    forward_observations: dict[str, Any] = field(default_factory=dict)  # what the forwarding decision weighed
     instance: Instance | None = None
     load_ms: float | None = None  # the cold load this request waited for, if any
     ticket: Ticket | None = None
@@ -87,6 +92,10 @@ class Plan:
 
     @property
     def actor(self) -> str | None:
+        """Who the request's events are recorded as: the caller's key where keys are on; for a hop forwarded by
+        another node, "node:<it>" (the projections count a request once, where it came in)."""
+        if self.forwarded_from is not None:
+            return f"{HOP_ACTOR}{self.forwarded_from}"
         return self.principal.actor if self.principal is not None else None
 
     def deadline_left_s(self) -> float | None:

@@ -16,6 +16,7 @@ from typing import Any
 from blazar.events.base import Recorded
 from blazar.events.instances import InstanceEvicted, InstanceExited, InstanceReady
 from blazar.events.requests import (
+    HOP_ACTOR,
     RequestAdmitted,
     RequestCompleted,
     RequestFailed,
@@ -121,6 +122,8 @@ class MetricsProjection(Projection):
             return state
         assert isinstance(ev, RequestReceived | RequestQueued | RequestAdmitted | RequestRejected
                           | RequestFirstToken | RequestCompleted | RequestFailed)
+        if rec.actor.startswith(HOP_ACTOR):
+            return state  # a forwarded request's hop: counted once, where it came in (its tokens are in that answer)
         pending: dict[str, dict[str, Any]] = state["pending"]
         if isinstance(ev, RequestReceived):
             pending[ev.trace_id] = {"seq": rec.seq, "dialect": ev.dialect, "model": ev.model, "stream": ev.stream,

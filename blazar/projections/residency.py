@@ -226,6 +226,7 @@ class ResidentInstance:
     started_seq: int
     workers: dict[str, int] = field(default_factory=dict)  # RPC workers holding layers (host:port: layers)
     node: str = ""  # the gateway running it, where several share the log ("": the only one)
+    load_ms: int | None = None
 
     @property
     def resident_bytes(self) -> int:
@@ -252,7 +253,7 @@ def _typed(inst: dict[str, Any]) -> ResidentInstance:
         keep_alive_s=inst.get("keep_alive_s"), pinned=bool(inst.get("pinned")), state=inst["state"],
         started_ts=float(inst["started_ts"]), ready_ts=inst.get("ready_ts"), started_seq=int(inst["started_seq"]),
         workers=dict(inst.get("workers") or {}),  # a checkpoint from before workers existed has none
-        node=str(inst.get("node") or ""))
+        node=str(inst.get("node") or ""), load_ms=inst.get("load_ms"))
 
 
 def instances(state: State, *, node: str | None = None) -> list[ResidentInstance]:

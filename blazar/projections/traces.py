@@ -8,6 +8,7 @@ from typing import Any
 
 from blazar.events.base import Recorded
 from blazar.events.requests import (
+    HOP_ACTOR,
     RequestAdmitted,
     RequestCompleted,
     RequestFailed,
@@ -68,6 +69,10 @@ class TracesProjection(Projection):
         ev = rec.event
         assert isinstance(ev, RequestReceived | RequestQueued | RequestAdmitted | RequestRejected | RequestRouted
                           | RequestFirstToken | RequestCompleted | RequestFailed)
+        if rec.actor.startswith(HOP_ACTOR):
+            # The hop on the node it was forwarded to: part of this trace (why shows its steps), summarised and
+            # counted once, where it came in.
+            return state
         s = _summary(state, ev.trace_id, rec)
         if isinstance(ev, RequestReceived):
             s.update(dialect=ev.dialect, route=ev.route, model=ev.model, stream=ev.stream, received_ts=rec.ts)

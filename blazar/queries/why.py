@@ -21,6 +21,7 @@ from blazar.events.instances import (
 )
 from blazar.events.log import EventLog
 from blazar.events.requests import (
+    HOP_ACTOR,
     RequestAdmitted,
     RequestBestOfChosen,
     RequestCandidateScored,
@@ -28,6 +29,7 @@ from blazar.events.requests import (
     RequestCompleted,
     RequestFailed,
     RequestFirstToken,
+    RequestForwarded,
     RequestPlaced,
     RequestQueued,
     RequestReceived,
@@ -157,6 +159,8 @@ class _Story:
         self.evictions: dict[str, InstanceEvicted] = {}
         for rec in records:
             ev = rec.event
+            if rec.actor.startswith(HOP_ACTOR):
+                continue  # the hop on the node it was forwarded to: its steps are shown, the verdict is this node's
             if isinstance(ev, RequestReceived):
                 self.received = ev
             elif isinstance(ev, RequestQueued):
@@ -282,7 +286,16 @@ def _received(s: _Story, ev: RequestReceived) -> str:
         f"priority {ev.priority}" if ev.priority else None,
         f"from {ev.client}" if ev.client else None,
     ) if p]
-    return f"received {ev.route} ({ev.dialect}) for {ev.model}" + (f": {', '.join(extra)}" if extra else "")
+    head = f"on the node it was forwarded to by {ev.forwarded_from}: " if ev.forwarded_from else ""
+    return f"{head}received {ev.route} ({ev.dialect}) for {ev.model}" + (f": {', '.join(extra)}" if extra else "")
+
+
+def _forwarded(s: _Story, ev: RequestForwarded) -> str:
+    why = ("it is not in this node's store" if ev.reason == "not_stored_here"
+           else "it is ready there and not loaded here")
+    took = ev.observations.get("peer_load_ms")
+    cost = f"; loading it took {fmt_ms(float(took))} there" if took is not None else ""
+    return f"forwarded to node {ev.node} ({ev.url}), instance {ev.instance_id}: {why}{cost}"
 
 
 def _queued(s: _Story, ev: RequestQueued) -> str:
@@ -410,7 +423,7 @@ _TEXT: dict[type, Callable[[_Story, Any], str]] = {
     RequestReceived: _received, RequestQueued: _queued, RequestAdmitted: _admitted, RequestRejected: _rejected,
     RequestRouted: _routed, RequestFirstToken: _first, RequestCompleted: _completed, RequestFailed: _failed,
     RequestPlaced: _placed, RequestShared: _shared, RequestCandidateScored: _candidate, RequestBestOfChosen: _best_of,
-    RequestCascadeJudged: _cascade,
+    RequestCascadeJudged: _cascade, RequestForwarded: _forwarded,
     InstanceStarting: _starting, InstanceStarted: _started, InstanceReady: _ready, InstanceEvicted: _eviction,
     InstanceExited: _exited,
 }
@@ -434,7 +447,8 @@ def explain(records: Iterable[Recorded]) -> Explanation:
     requests = [r for r in recs if r.type.startswith("request.")] or recs
     if not requests:
         raise ValueError("explain() needs at least one record")
-    first = next((r for r in requests if isinstance(r.event, RequestReceived)), requests[0])
+    first = next((r for r in requests if isinstance(r.event, RequestReceived) and not r.actor.startswith(HOP_ACTOR)),
+                 next((r for r in requests if isinstance(r.event, RequestReceived)), requests[0]))
     start, end = first.ts, requests[-1].ts
     probe = _Story(requests)
     kept = [r for r in recs if _belongs(r, probe.routed, start, end)]

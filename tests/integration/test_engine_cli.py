@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from blazar.adapters.engines.package import RPC_SERVER
 from tests.conftest import Cli
 from tests.support.blazar_home import event_types, read_events
 
@@ -47,12 +48,14 @@ def second_engine(tmp_path: Path, engine_binary: Path) -> Path:
 def test_engine_install_list_show_verify_with_the_real_engine(cli: Cli, home: Path, engine_binary: Path) -> None:
     assert "no engines yet: blazar engine build" in cli("engine", "list").stdout
     res = cli("engine", "install", "--path", str(engine_binary))
-    (tag,) = re.findall(r"installed (path-[0-9a-f]{8}): llama-server \S+ \(1 file\(s\), path\); active", res.stdout)
+    n = 1 + (engine_binary.parent / RPC_SERVER).is_file()  # an RPC build's rpc-server comes along
+    (tag,) = re.findall(rf"installed (path-[0-9a-f]{{8}}): llama-server \S+ \({n} file\(s\), path\); active",
+                        res.stdout)
     assert "smoke test passed" in res.stderr
     assert event_types(home) == ["engine.installed", "engine.verified", "engine.smoke_tested", "engine.activated"]
 
     (row,) = cli("engine", "list", "--json").json()
-    assert (row["tag"], row["active"], row["source_kind"], row["file_count"]) == (tag, True, "path", 1)
+    assert (row["tag"], row["active"], row["source_kind"], row["file_count"]) == (tag, True, "path", n)
     assert row["smoke"]["passed"] is True and row["binary"] == str(home / "engines" / tag / engine_binary.name)
     table = cli("engine", "list").stdout
     assert re.search(rf"^\s*\*\s+{tag}\s+path\s+\S+.*passed", table, re.MULTILINE)
@@ -63,7 +66,7 @@ def test_engine_install_list_show_verify_with_the_real_engine(cli: Cli, home: Pa
     text = cli("engine", "show").stdout  # the active engine by default
     assert tag in text and "(active)" in text and row["files"][0]["sha256"] in text
 
-    assert f"engine {tag}: all 1 file(s) match" in cli("engine", "verify").stdout
+    assert f"engine {tag}: all {n} file(s) match" in cli("engine", "verify").stdout
     again = cli("engine", "install", "--path", str(engine_binary))
     assert "already installed" in again.stderr and "already the active engine" in again.stderr
 

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
+import ollama
 import openai
 import pytest
 
@@ -24,12 +26,14 @@ from tests.integration.test_daemon import wait_for
 from tests.integration.test_run_cli import fake_engine, free_port
 from tests.support.postgres import cluster
 
+CLUSTER_KEY = "cluster-secret-0123456789abcdef-0123456789"
+
 
 class Node:
     def __init__(self, name: str, root: Path, url: str) -> None:
         self.name, self.port = name, free_port()
         self.cli = Cli(root / name)
-        self.cli.env |= {"BLAZAR_DATABASE_URL": url, "BLAZAR_NODE_NAME": name}
+        self.cli.env |= {"BLAZAR_DATABASE_URL": url, "BLAZAR_NODE_NAME": name, "BLAZAR_CLUSTER_KEY": CLUSTER_KEY}
         self.proc: subprocess.Popen | None = None
 
     def serve(self) -> None:
@@ -94,7 +98,7 @@ def test_two_gateways_on_one_log_are_nodes_with_their_own_stores_and_instances(p
     _eventually(lambda: {n for n, v in a.nodes().items() if v["up"]} == {"a", "b"}, "both nodes up")
     seen = a.nodes()
     assert seen["b"]["url"] == f"http://127.0.0.1:{b.port}" and seen["a"]["url"] == f"http://127.0.0.1:{a.port}"
-    # Stores are per node: only b has only-b.
+    # Stores are per node: only b has only-b, and while it is loaded nowhere a knows no such model.
     assert "only-b" in [m["name"] for m in b.cli("list", "--json").json()]
     assert "only-b" not in [m["name"] for m in a.cli("list", "--json").json()]
     with pytest.raises(openai.NotFoundError):
@@ -152,3 +156,63 @@ def test_node_list_explains_itself_with_sqlite(cli: Cli) -> None:
     out = cli("node", "list").stdout
     assert "no nodes" in out and json.loads(cli("node", "list", "--json").stdout) == {"this_node": None,
                                                                                         "nodes": []}
+
+
+def _why(node: Node, trace: str) -> dict[str, Any]:
+    got: dict[str, Any] = {}
+
+    def done() -> bool:
+        res = node.cli("why", trace, "--json", check=False)
+        if res.code == 0 and res.json()["outcome"] == "completed" and any(
+                s["type"] == "request.completed" and s["data"].get("trace_id") == trace for s in res.json()["steps"]):
+            got.update(res.json())
+            return sum(1 for s in res.json()["steps"] if s["type"] == "request.completed") == 2
+        return False
+
+    _eventually(done, "both nodes' ends in the trace")
+    return got
+
+
+def test_a_request_for_a_model_ready_on_another_node_is_forwarded_as_one_trace(pair: tuple[Node, Node]) -> None:
+    a, b = pair
+    b.cli("load", "tiny", timeout=120)
+    b.cli("load", "only-b", timeout=120)
+    (before,) = [r for r in a.ps() if r["model"] == "tiny"]
+    raw = a.client().chat.completions.with_raw_response.create(
+        model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+    assert raw.parse().choices[0].message.content == fake_engine.answer_text(4)
+    trace = raw.headers["x-blazar-trace-id"]
+    assert [r["instance_id"] for r in a.ps() if r["node"] == "a"] == []  # nothing loaded on a: b served it
+    why = _why(a, trace)
+    types = [s["type"] for s in why["steps"]]
+    assert types.count("request.received") == 2 and "request.forwarded" in types
+    forwarded = next(s for s in why["steps"] if s["type"] == "request.forwarded")
+    assert forwarded["data"]["node"] == "b" and forwarded["data"]["reason"] == "ready_there"
+    assert forwarded["data"]["instance_id"] == before["instance_id"]
+    hop = [s for s in why["steps"] if s["type"] == "request.received"][1]
+    assert "forwarded to by a" in hop["text"]
+    assert why["verdict"].startswith("completed 200") and why["actor"] != "node:a"
+    assert [s["seq"] for s in _why(b, trace)["steps"]] == [s["seq"] for s in why["steps"]]  # one log, one trace
+    # Streamed, through another dialect, and a model only b stores.
+    text = "".join(c.choices[0].delta.content or "" for c in a.client().chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3, stream=True) if c.choices)
+    assert text == fake_engine.answer_text(3)
+    reply = ollama.Client(host=f"http://127.0.0.1:{a.port}", timeout=60).chat(
+        model="tiny", messages=[{"role": "user", "content": "hi"}], options={"num_predict": 3})
+    assert reply.message.content == fake_engine.answer_text(3)
+    only = a.client().chat.completions.with_raw_response.create(
+        model="only-b", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    assert only.parse().choices[0].message.content == fake_engine.answer_text(2)
+    steps = _why(a, only.headers["x-blazar-trace-id"])["steps"]
+    assert next(s for s in steps if s["type"] == "request.forwarded")["data"]["reason"] == "not_stored_here"
+    # A request counts once in the cluster's figures, though two gateways recorded it.
+    counts = a.cli("state", "--json").json()["projections"]["traces"]["counts"]
+    assert counts["received"] == counts["completed"] + counts["failed"] + counts["rejected"]
+
+
+def test_a_forwarding_header_without_the_cluster_key_is_refused(pair: tuple[Node, Node]) -> None:
+    _, b = pair
+    res = httpx2.post(f"http://127.0.0.1:{b.port}/v1/chat/completions",
+                      headers={"x-blazar-forwarded-by": "a", "x-blazar-trace-id": "0123456789abcdef"},
+                      json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}, timeout=30)
+    assert res.status_code == 401 and "cluster key" in res.json()["error"]["message"]

@@ -82,6 +82,10 @@ def _config_value(key: str) -> st.SearchStrategy[Any]:
         return st.sampled_from(["", "/etc/blazar/cert.pem"])
     if key == "database_url":
         return st.sampled_from(["", "postgresql+asyncpg://blazar@db.lan:5432/blazar"])
+    if key == "node_name":
+        return st.sampled_from(["", "gpu-1", "box.lan"])
+    if key == "node_url":
+        return st.sampled_from(["", "http://10.0.0.2:11434", "https://gw.example"])
     if key == "otlp_endpoint":
         return st.sampled_from(["", "http://127.0.0.1:4318", "https://otel.example/v1/traces"])
     if ann == dict[str, str]:

@@ -95,14 +95,16 @@ class EngineClient:
                                                skip_auto_headers=("User-Agent", "Accept-Encoding"))
         return self._http
 
-    async def open(self, base_url: str, path: str, body: bytes, *, api_key: str | None = None) -> EngineResponse:
+    async def open(self, base_url: str, path: str, body: bytes, *, api_key: str | None = None,
+                   headers: dict[str, str] | None = None) -> EngineResponse:
         """POST `body` (JSON) and return the response with its body unread: stream it with `aiter_raw()`, then
         `aclose()` it. Closing early drops the connection, which makes llama-server cancel the generation. `api_key`
         is the child's own secret (never a client's Authorization: only these headers are sent)."""
         session = self._session()
         for attempt, backoff_s in enumerate(RETRY_BACKOFF_S, 1):
             try:
-                resp = await session.post(base_url + path, data=body, headers=engine_headers(api_key))
+                sent = engine_headers(api_key) if not headers else engine_headers(api_key) | headers
+                resp = await session.post(base_url + path, data=body, headers=sent)
                 return EngineResponse(resp)
             except aiohttp.ClientConnectorError as e:  # nothing listens there: the child is gone
                 raise EngineUnreachable(f"the engine at {base_url} did not answer {path}: {e}") from e
