@@ -32,6 +32,7 @@
     │   └── InvalidModelSettings 400 a template, system prompt, parameter or Modelfile Blazar cannot serve as given
     ├── RemoteCommandError     400  `blazar remote add|rm` that cannot be carried out (a bad name, URL or model)
     ├── WorkerError            400  `blazar worker` that cannot run (no rpc-server, a bind wider than loopback)
+    ├── NodeError              502  another node could not do what it was asked (unknown, down, unreachable, refused)
     ├── SessionError                a session command (`blazar session save|restore|rm`)
     │   ├── SessionNotFound    404  no session by that name (none of its turns or saves is in the log)
     │   └── SessionUnavailable 409  no live slot to save, nothing in the bank to restore, or its slot is busy
@@ -498,6 +499,13 @@ class RemoteCommandError(BlazarError):
 class WorkerError(BlazarError):
     code = "worker_error"
     http_status = 400
+
+
+class NodeError(BlazarError):
+    """Another node could not do what it was asked (it is unknown, down, unreachable, or refused)."""
+
+    code = "node_error"
+    http_status = 502
 
 
 class SessionError(BlazarError):

@@ -26,6 +26,8 @@ from blazar.projections.keys import auth_on, live_by_prefix
 
 # Routes that need an --admin key: the admin API, model management, per-key figures, the readiness probe.
 ADMIN_ROUTES = frozenset({"/api/pull", "/api/delete", "/api/copy", "/api/create", "/api/push", "/metrics", "/ready"})
+# What another node may ask of this one besides inference (`blazar pull --node`): a download into this node's store.
+CLUSTER_ROUTES = frozenset({"/api/pull"})
 # NOTE: /openapi.json describes the routes and no secret (blazar/api/openapi.py keeps the same list as OPEN_PATHS).
 OPEN_ROUTES = frozenset({"/health", "/openapi.json", "/console"})
 OPEN_PREFIXES = ("/console/static/",)
@@ -65,7 +67,7 @@ class Authenticator:
         # Another node of the cluster forwarding a request (BLAZAR_CLUSTER_KEY): the caller's own key was checked
         # where the request came in, so no scope or limit again here; never an admin.
         self.cluster_key = cluster_key.encode() if cluster_key else None
-        self.peer = Principal(actor="cluster:node", admin=False)
+        self.peer = Principal(actor="cluster:node", admin=False, cluster=True)
 
     def on(self) -> bool:
         return auth_on(self._keys())
@@ -94,7 +96,7 @@ class Authenticator:
         if method == "OPTIONS" or path in OPEN_ROUTES or path.startswith(OPEN_PREFIXES) or not self.on():
             return None
         principal = self.principal(secret)
-        if not principal.admin and admin_route(path):
+        if not principal.admin and admin_route(path) and not (principal.cluster and path in CLUSTER_ROUTES):
             raise Forbidden(f"{path} needs an admin key; {principal.actor} is not one (`blazar keys create NAME "
                             "--admin`)")
         return principal

@@ -34,6 +34,7 @@ from blazar.projections.catalog import aliases, models
 from blazar.projections.engines import installed, rollback_target
 from blazar.projections.traces import last_failed
 from blazar.queries.event_tail import tail
+from blazar.queries.nodes import where
 from blazar.queries.why import explain, load_trace, resolve_trace
 
 STATIC_DIR = Path(__file__).with_name("console_static")
@@ -231,6 +232,16 @@ class Verify:
             resp.media = {"tag": e.tag, "ok": False, "problems": e.problems}
 
 
+class Nodes:
+    """GET /api/blazar/nodes: the gateways sharing this log, where each model is (loaded, and in whose store)."""
+
+    def __init__(self, app: Blazar) -> None:
+        self.app = app
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        resp.media = await where(self.app)
+
+
 def add_routes(api: falcon.asgi.App, app: Blazar, supervisor: SupervisorPort) -> None:
     api.add_route("/console", Page())
     api.add_route("/console/static/{name}", Static())
@@ -240,3 +251,4 @@ def add_routes(api: falcon.asgi.App, app: Blazar, supervisor: SupervisorPort) ->
     api.add_route("/api/blazar/models", Models(app, supervisor))
     api.add_route("/api/blazar/engines", Engines(app))
     api.add_route("/api/blazar/engines/verify", Verify(app))
+    api.add_route("/api/blazar/nodes", Nodes(app))

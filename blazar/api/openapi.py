@@ -396,6 +396,10 @@ def _console() -> dict[str, dict[str, dict[str, Any]]]:
             "type": "object", "required": ["tag", "ok", "problems"], "properties": {
                 "tag": _STR, "ok": _BOOL, "problems": {"type": "array", "items": _STR}}},
             statuses=(404, 503), body="VerifyBody")},
+        "/api/blazar/nodes": {"get": _op("/api/blazar/nodes", "The gateways sharing this log, and where each model "
+                                         "is (loaded, and in whose store)", {
+            "type": "object", "required": ["this_node", "nodes"], "properties": {
+                "this_node": _NULLABLE_STR, "nodes": {"type": "array", "items": _OBJ}}})},
     }
 
 

@@ -15,6 +15,7 @@ from blazar.events.model_settings import ModelSettings
 from blazar.fit import FitRequest
 from blazar.handlers.fit import fit_model
 from blazar.handlers.models import alias_model, import_model, remove_model, unalias_model
+from blazar.handlers.nodes import pull_on_node
 from blazar.handlers.pull import pull as pull_model
 from blazar.projections.catalog import find, settings_of
 
@@ -57,12 +58,40 @@ def import_(
               f"{_human(ev.bytes)}, {how}; sha256 {ev.sha256[:16]}…", **_VERBATIM)
 
 
+def _pull_on_node(target: str, node: str, name: str | None, as_json: bool) -> None:
+    if name is not None:
+        raise typer.BadParameter("another node stores the model under its own default name", param_hint="--name")
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+               TimeRemainingColumn())
+    with Progress(*columns, console=err, transient=True, disable=as_json) as bar:
+        task = bar.add_task(f"{target} on {node}", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        async def go() -> str:
+            async with opened() as app:
+                return await pull_on_node(app, node, target, progress)
+
+        run(go())
+    if as_json:
+        print_json({"node": node, "target": target, "status": "success"})
+    else:
+        out.print(f"node {node} pulled {target} into its store", **_VERBATIM)
+
+
 def pull(
     target: Annotated[str, typer.Argument(help="gemma3-270m | owner/repo[:QUANT] | owner/repo/file.gguf")],
     name: Annotated[str | None, typer.Option("--name", "-n", help="Store it under this name.")] = None,
+    node: Annotated[str | None, typer.Option(
+        "--node", help="Into that node's store instead (gateways sharing a PostgreSQL log; needs "
+        "BLAZAR_CLUSTER_KEY): it downloads, this command follows its progress.")] = None,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Download a model (resumable, verified by sha256) from the registry or a Hugging Face hub (HF_ENDPOINT)."""
+    if node is not None:
+        _pull_on_node(target, node, name, as_json)
+        return
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                TimeRemainingColumn())
     with Progress(*columns, console=err, transient=True, disable=as_json) as bar:

@@ -17,11 +17,14 @@ import os
 import socket
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
 
 from blazar import __version__
 from blazar import config as settings
 from blazar.context import Blazar
-from blazar.errors import ConfigError
+from blazar.errors import ConfigError, NodeError
 from blazar.events.nodes import NodeDown, NodeHeartbeat, NodeStarted, NodeStopped
 from blazar.paths import Paths
 from blazar.projections.nodes import node, nodes
@@ -181,3 +184,63 @@ def ready_peer(app: Blazar, model: str, *, ctx: int | None = None) -> Peer | Non
             found.append(Peer(node=i.node, url=up[i.node].url, instance_id=i.instance_id, slots=i.slots,
                               ctx_tokens=i.ctx_tokens, load_ms=i.load_ms))
     return min(found, key=lambda p: (up[p.node].in_flight, p.node)) if found else None
+
+
+# -- another node's store: `blazar pull --node` ------------------------------------------------------------------------
+
+PULL_TIMEOUT_S = 6 * 3600.0  # a download of a large model over a slow link; progress lines keep it alive
+
+
+async def pull_on_node(app: Blazar, name: str, target: str,
+                       progress: Callable[[int, int], None] | None = None) -> str:
+    """Ask node `name` to pull `target` into its own store (its `POST /api/pull`, with the cluster key); follow its
+    progress. Returns the status line it ended with; NodeError with its words when it fails."""
+    n = node(app.runner.state("nodes"), name)
+    if n is None:
+        known = ", ".join(x.name for x in nodes(app.runner.state("nodes"))) or "none"
+        raise NodeError(f"no node named {name!r} in this log (nodes: {known}; `blazar node list`)")
+    if not n.up:
+        raise NodeError(f"node {name} is down ({n.down_reason}): it cannot pull now")
+    key = cluster_key(app.env)
+    if key is None:
+        raise NodeError(f"asking another node needs the cluster key: set {CLUSTER_KEY_ENV} (the same on every node)")
+    import aiohttp  # the CLI imports it only for this
+
+    last = ""
+    timeout = aiohttp.ClientTimeout(total=PULL_TIMEOUT_S, sock_read=600)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as session, session.post(
+                f"{n.url}/api/pull", json={"model": target, "stream": True},
+                headers={"authorization": f"Bearer {key}"}) as resp:
+            if resp.status >= 400:
+                raise NodeError(f"node {name} refused the pull ({resp.status}): {_error_of(await resp.read())}")
+            async for raw in resp.content:
+                line = _json_line(raw)
+                if line is None:
+                    continue
+                if "error" in line:
+                    raise NodeError(f"node {name}: {line['error']}")
+                last = str(line.get("status", last))
+                if progress is not None and "total" in line:
+                    progress(int(line.get("completed") or 0), int(line["total"]))
+    except aiohttp.ClientError as e:
+        raise NodeError(f"node {name} at {n.url} did not answer: {e}") from None
+    if last != "success":
+        raise NodeError(f"node {name}'s pull ended without success (last status: {last or 'none'})")
+    return last
+
+
+def _json_line(raw: bytes) -> dict[str, Any] | None:
+    try:
+        got = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return got if isinstance(got, dict) else None
+
+
+def _error_of(body: bytes) -> str:
+    got = _json_line(body)
+    if got is None:
+        return body[:200].decode(errors="replace")
+    err = got.get("error")
+    return str(err.get("message") if isinstance(err, dict) else err)

@@ -15,9 +15,10 @@ class Principal:
     """A key (`key` is the keys projection's record of it when the request came in) or the CLI's admin token
     (`key` is None)."""
 
-    actor: str  # "key:<name>" or "cli:<os user>"
+    actor: str  # "key:<name>", "cli:<os user>", or "cluster:node" (another node, with the cluster key)
     admin: bool
     key: ApiKey | None = None
+    cluster: bool = False  # another gateway of the cluster: it may forward requests and ask for a pull
 
     @property
     def key_name(self) -> str | None:

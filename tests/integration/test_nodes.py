@@ -216,3 +216,24 @@ def test_a_forwarding_header_without_the_cluster_key_is_refused(pair: tuple[Node
                       headers={"x-blazar-forwarded-by": "a", "x-blazar-trace-id": "0123456789abcdef"},
                       json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}, timeout=30)
     assert res.status_code == 401 and "cluster key" in res.json()["error"]["message"]
+
+
+def test_pull_node_fills_that_nodes_store_and_node_list_shows_where_each_model_is(pair: tuple[Node, Node]) -> None:
+    a, b = pair
+    b.cli("load", "tiny", timeout=120)
+    done = a.cli("pull", "gemma3-270m", "--node", "b", "--json", timeout=300).json()
+    assert done == {"node": "b", "target": "gemma3-270m", "status": "success"}
+    assert "gemma3-270m" in [m["name"] for m in b.cli("list", "--json").json()]
+    assert "gemma3-270m" not in [m["name"] for m in a.cli("list", "--json").json()]  # b's store, not a's
+    where = {n["name"]: n for n in a.cli("node", "list", "--json").json()["nodes"]}
+    assert where["b"]["models"] == ["gemma3-270m", "only-b", "tiny"] and where["b"]["loaded"] == ["tiny"]
+    assert where["a"]["models"] == ["tiny"] and where["a"]["loaded"] == []
+    # The console reads the same.
+    seen = httpx2.get(f"http://127.0.0.1:{a.port}/api/blazar/nodes", timeout=30).json()
+    assert {n["name"]: n["models"] for n in seen["nodes"]} == {k: v["models"] for k, v in where.items()}
+    # The words when it cannot be done.
+    gone = a.cli("pull", "gemma3-270m", "--node", "nowhere", check=False)
+    assert gone.code != 0 and "no node named 'nowhere'" in " ".join(gone.stderr.split())
+    a.cli.env.pop("BLAZAR_CLUSTER_KEY")
+    keyless = a.cli("pull", "gemma3-270m", "--node", "b", check=False)
+    assert keyless.code != 0 and "BLAZAR_CLUSTER_KEY" in " ".join(keyless.stderr.split())

@@ -424,6 +424,16 @@ function smokeText(s) {
   return s.passed ? `passed (${ms(s.duration_ms)})` : `FAILED${s.exit_code !== null ? ` (exit ${s.exit_code})` : ""}`;
 }
 
+async function refreshNodes() {
+  // The gateways sharing this log (PostgreSQL): where each model is loaded, and in whose store it is.
+  const { this_node: me, nodes } = await api("/api/blazar/nodes");
+  $("nodes").hidden = nodes.length === 0;
+  fill($("node-list").tBodies[0], nodes.map((n) => el("tr", {},
+    td(n.name === me ? `${n.name} (this one)` : n.name), td(n.url),
+    td(n.up ? "up" : `down (${n.down_reason || "?"})`, n.up ? "" : "bad"), td(time(n.last_seen_ts)),
+    td(n.loaded.join(", ") || "-"), td(n.models.join(", ") || "-"))));
+}
+
 async function refreshEngines() {
   const { engines } = await api("/api/blazar/engines");
   fill($("engine-list").tBodies[0], engines.map((e) => el("tr", { "data-tag": e.tag },
@@ -564,7 +574,7 @@ function refreshSoon(delay = 0, all = true) {
 }
 
 async function refreshAll() {
-  const parts = [refreshWatch(), refreshModels(), refreshEngines()];
+  const parts = [refreshWatch(), refreshModels(), refreshEngines(), refreshNodes()];
   const results = await Promise.allSettled(parts);
   const failed = results.find((r) => r.status === "rejected");
   if (failed) {
