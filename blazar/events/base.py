@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 
 class Event(BaseModel):
@@ -47,6 +47,14 @@ class NodeLocal(Event):
     nodes existed: every node's."""
 
     node: str = ""
+
+    @model_serializer(mode="wrap")
+    def _without_empty_node(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # With one gateway (SQLite) there is no node to name: its events stay as they were before nodes existed.
+        data = handler(self)
+        if isinstance(data, dict) and not data.get("node"):
+            data.pop("node", None)
+        return data
 
 
 @dataclass(frozen=True, slots=True)
