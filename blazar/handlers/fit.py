@@ -95,14 +95,14 @@ async def fit_with_workers(app: Blazar, model_or_target: str, request: FitReques
     """The plan the daemon would make for a load now: this machine within memory_limit_mib (what running instances
     hold taken off), and, when that does not fit, the idle RPC workers that accept a connection (the fewest layers
     away)."""
-    residents = instances(app.runner.state("residency"))
+    residents = instances(app.runner.state("residency"), node=app.node or None)  # this machine's own
     budget = budget_devices(await asyncio.to_thread(devices_now),
                             [Resident(i.instance_id, i.resident_bytes) for i in residents],
                             memory_limit_bytes=app.settings().memory_limit_mib * (1 << 20))
     here = await fit_model(app, model_or_target, request, budget)
     if here.fits:
         return here
-    offered = await idle_workers(app, {address for i in residents for address in i.workers})
+    offered = await idle_workers(app, set())
     if not offered:
         return here
     spread = await fit_model(app, model_or_target, request.model_copy(update={"offload": "fewest"}),

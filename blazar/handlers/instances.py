@@ -590,6 +590,7 @@ class Supervisor:
         instance already uses is not offered; one that does not accept a connection now is skipped."""
         if engine is None or not rpc_capable(engine):
             return None
+        # Its own instances' workers (one starting may not be in the log yet); idle_workers adds every node's.
         offered = await idle_workers(self.app, {a for lv in self._live.values() for a in _plan_workers(lv.plan)})
         if not offered:
             return None

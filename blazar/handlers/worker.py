@@ -23,6 +23,7 @@ from blazar.context import Blazar
 from blazar.errors import WorkerError
 from blazar.events.workers import WorkerStarted, WorkerStopped
 from blazar.handlers.engines import ActiveEngine, active_engine
+from blazar.projections.residency import instances
 from blazar.projections.workers import workers
 
 log = logging.getLogger("blazar.worker")
@@ -50,8 +51,10 @@ def unspecified(host: str) -> bool:
 
 
 async def idle_workers(app: Blazar, busy: set[str]) -> list[tuple[str, int]]:
-    """(address, bytes offered) of every worker the log says is up, no instance in `busy` uses (rpc-server serves
-    one client at a time) and that accepts a connection now (a worker killed without its stop event is skipped)."""
+    """(address, bytes offered) of every worker the log says is up, no instance uses (any node's, from residency, and
+    those in `busy`: rpc-server serves one client at a time) and that accepts a connection now (a worker killed
+    without its stop event is skipped)."""
+    busy = busy | {a for i in instances(app.runner.state("residency")) for a in i.workers}
     up = [w for w in workers(app.runner.state("workers"), up_only=True) if w.address not in busy]
     reachable = await asyncio.gather(*(asyncio.to_thread(accepts, w.host, w.port) for w in up))
     return [(w.address, w.mem_bytes) for w, ok in zip(up, reachable, strict=True) if ok]
