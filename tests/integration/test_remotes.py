@@ -164,7 +164,7 @@ def test_the_fake_engine_itself_serves_as_a_remote_and_its_concurrency_is_admitt
     """bench/fake_engine.py run on its own (an OpenAI-compatible server): registered as a remote with a concurrency
     of 1, two requests at once queue in the remote's lane, and both are answered."""
     port = free_port()
-    engine = subprocess.Popen([sys.executable, str(fake_engine.__file__), "--port", str(port), "--fake-delay-ms", "20",
+    engine = subprocess.Popen([sys.executable, str(fake_engine.__file__), "--port", str(port), "--fake-delay-ms", "200",
                                "-m", "upstream.gguf"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for(lambda: _up(port), "the fake engine", timeout=30)
