@@ -136,7 +136,7 @@ def main() -> int:
         budget = budget_devices([host], [], memory_limit_bytes=LIMIT_MIB << 20)
         spill = plan(meta, [*budget, *worker_devices([(a, WORKER_MIB << 20) for a in addresses])],
                      FitRequest(ctx=4096, offload="fewest"))
-        shares = [u.layers + u.holds_output for u in spill.devices if u.kind == "rpc"]
+        shares = [u.offloaded for u in spill.devices if u.kind == "rpc"]
         full = meta.block_count + 1
         shapes = {
             "local": ["-ngl", "0"],

@@ -53,6 +53,11 @@ class DeviceUse(BaseModel):
     budget_bytes: int = 0
     free_bytes: int = 0
 
+    @property
+    def offloaded(self) -> int:
+        """How many of -ngl's layers this device holds: its blocks, and the output layer when it has it."""
+        return self.layers + (1 if self.holds_output else 0)
+
 
 def place_layers(n_layer: int, gpu_layers: int, gpus: list[Device]) -> list[str]:
     """Device key for layers 0..n_layer-1 and, last, the output layer (llama_model::load_tensors).

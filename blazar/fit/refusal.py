@@ -104,13 +104,12 @@ def summary(plan: FitPlan) -> str:
     name = plan.model or plan.architecture
     if plan.refusal is not None and plan.refusal.reason != "over_budget":
         return f"{name}: cannot plan: {plan.refusal.detail}"
-    rpc = [u for u in plan.devices if u.kind == "rpc" and (u.layers or u.holds_output)]
+    rpc = [u for u in plan.devices if u.kind == "rpc" and u.offloaded]
     where = (f"{plan.gpu_layers}/{plan.offloadable_layers} layers on GPU"
              if any(u.kind == "cuda" for u in plan.devices) else "CPU only")
     if rpc:
-        shares = [(u.name, u.layers + u.holds_output) for u in rpc]
-        where = (f"{sum(n for _, n in shares)}/{plan.offloadable_layers} layers on RPC workers ("
-                 + ", ".join(f"{name}: {n}" for name, n in shares) + ")")
+        where = (f"{sum(u.offloaded for u in rpc)}/{plan.offloadable_layers} layers on RPC workers ("
+                 + ", ".join(f"{u.name}: {u.offloaded}" for u in rpc) + ")")
     shape = f"ctx {plan.ctx_per_slot} x {plan.slots} slot(s), KV {plan.cache_type_k}/{plan.cache_type_v}, {where}"
     devs = "; ".join(f"{u.key}{' ' + u.name if u.kind == 'rpc' else ''} {fmt_bytes(u.total_bytes)} of "
                      f"{fmt_bytes(u.budget_bytes)}" for u in plan.devices if u.total_bytes)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from blazar.adapters.engines import process
-from blazar.adapters.engines.llama_server import build_argv, engine_key, offloaded, redact_argv
+from blazar.adapters.engines.llama_server import build_argv, engine_key, redact_argv
 from blazar.adapters.gpu import probe_devices
 from blazar.context import Blazar
 from blazar.durations import keep_alive_seconds
@@ -819,7 +819,7 @@ def _pidfile(app: Blazar, instance_id: str) -> Path:
 
 def _plan_workers(fit: FitPlan) -> dict[str, int]:
     """The RPC workers a plan puts layers on (address: layers, the output layer counted), in --rpc order."""
-    return {u.name: n for u in fit.devices if u.kind == "rpc" and (n := offloaded(u))}
+    return {u.name: n for u in fit.devices if u.kind == "rpc" and (n := u.offloaded)}
 
 
 def _host_free(budget: list[Device]) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from blazar.adapters.engines.build import RPC_OPTIONS, build_options, targets_of
-from blazar.adapters.engines.llama_server import Capabilities, build_argv, offloaded, parse_help
+from blazar.adapters.engines.llama_server import Capabilities, build_argv, parse_help
 from blazar.adapters.engines.package import RPC_SERVER, from_binary
 from blazar.errors import WorkerError
 from blazar.events.base import Recorded
@@ -67,7 +67,7 @@ def test_a_model_too_large_for_the_host_spills_the_fewest_layers_across_both_wor
     # Both workers hold blocks; the last one also holds the output layer (with its copy of the tied embeddings).
     assert uses["rpc:0"].layers > 0 and uses["rpc:1"].layers > 0 and uses["rpc:1"].holds_output
     assert uses["host"].layers > 0  # only what the host cannot hold went away
-    assert sum(offloaded(uses[k]) for k in ("rpc:0", "rpc:1")) == spread.gpu_layers
+    assert sum(uses[k].offloaded for k in ("rpc:0", "rpc:1")) == spread.gpu_layers
     # The fewest: one layer fewer away and the host no longer fits.
     fewer = plan(meta, [*budget, *worker_devices([(W1, 300 * MiB), (W2, 300 * MiB)])],
                  FitRequest(ctx=spread.ctx_per_slot, gpu_layers=spread.gpu_layers - 1,
@@ -77,7 +77,7 @@ def test_a_model_too_large_for_the_host_spills_the_fewest_layers_across_both_wor
     most = plan(meta, [*budget, *worker_devices([(W1, 300 * MiB), (W2, 300 * MiB)])], FitRequest())
     assert most.gpu_layers > spread.gpu_layers
     # The plan names each host's share.
-    assert f"{W1}: {offloaded(uses['rpc:0'])}" in spread.summary and W2 in spread.summary
+    assert f"{W1}: {uses['rpc:0'].offloaded}" in spread.summary and W2 in spread.summary
 
 
 def test_the_argv_names_the_workers_and_the_planned_split(caps: Capabilities) -> None:
@@ -86,7 +86,7 @@ def test_the_argv_names_the_workers_and_the_planned_split(caps: Capabilities) ->
                   FitRequest(offload="fewest"))
     argv = build_argv(BIN, MODEL, spread, caps, port=1)
     assert _value_of(argv, "--rpc") == f"{W1},{W2}"
-    shares = [offloaded(u) for u in spread.devices if u.kind == "rpc"]
+    shares = [u.offloaded for u in spread.devices if u.kind == "rpc"]
     assert _value_of(argv, "-ts") == ",".join(map(str, shares))
     assert _value_of(argv, "-ngl") == str(sum(shares))
     # No worker in the plan: neither flag.

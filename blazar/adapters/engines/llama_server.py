@@ -17,7 +17,6 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from blazar.errors import EngineError, EngineIncompatible
-from blazar.fit.layout import DeviceUse
 from blazar.fit.planner import FitPlan
 
 log = logging.getLogger("blazar.engines")
@@ -333,18 +332,13 @@ def _add_rpc_flags(add: _FlagAdder, plan: FitPlan) -> None:
     planned count of the offloaded layers, output layer included, in llama.cpp's order (the workers as --rpc names
     them, then local GPUs): llama.cpp would otherwise split by the free memory each rpc-server reports of its whole
     host rather than what its worker offers. Workers the plan gives nothing are left out of both."""
-    offload = [u for u in plan.devices if u.kind == "cuda" or (u.kind == "rpc" and offloaded(u))]
+    offload = [u for u in plan.devices if u.kind == "cuda" or (u.kind == "rpc" and u.offloaded)]
     workers = [u.name for u in offload if u.kind == "rpc"]
     if not workers:
         return
     add(("--rpc",), ",".join(workers), need=f"the plan puts layers on RPC workers ({', '.join(workers)})")
-    add(("-ts", "--tensor-split"), ",".join(str(offloaded(u)) for u in offload),
+    add(("-ts", "--tensor-split"), ",".join(str(u.offloaded) for u in offload),
         need="the planned split across devices")
-
-
-def offloaded(use: DeviceUse) -> int:
-    """How many of -ngl's layers a device holds: its blocks, and the output layer when it has it."""
-    return use.layers + (1 if use.holds_output else 0)
 
 
 def _add_kv_cache_flags(add: _FlagAdder, plan: FitPlan) -> None:
