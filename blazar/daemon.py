@@ -31,8 +31,8 @@ from granian.log import LogLevels
 from granian.server.embed import Server
 
 from blazar import runlock
+from blazar.addresses import is_loopback
 from blazar.api.app import create_app
-from blazar.api.edge import is_loopback
 from blazar.bootstrap import Services
 from blazar.context import Blazar
 from blazar.credentials import remove_admin_token, write_admin_token

@@ -10,12 +10,12 @@ cross-origin requests, which need no CORS preflight), and CORS answers for the o
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import falcon.asgi
 
+from blazar.addresses import is_loopback
 from blazar.errors import EdgeRefused
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -31,17 +31,6 @@ EXPOSE_HEADERS = ("x-blazar-trace-id, x-blazar-queue-position, retry-after, x-bl
 PREFLIGHT_MAX_AGE_S = 600
 
 
-
-
-def is_loopback(host: str) -> bool:
-    """True for an address or name that only this machine reaches (127.0.0.0/8, ::1, localhost)."""
-    host = host.strip("[]").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def host_name(header: str) -> str:

@@ -14,8 +14,9 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from blazar.addresses import is_loopback
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
-from blazar.handlers.worker import loopback, run_worker
+from blazar.handlers.worker import run_worker
 from blazar.projections.workers import workers
 
 app = typer.Typer(help="RPC workers: llama.cpp's rpc-server on this host, for a model split across hosts. Without "
@@ -49,7 +50,7 @@ def worker(
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
-    if allow_network and not loopback(host):
+    if allow_network and not is_loopback(host):
         err.print(f"WARNING: rpc-server will listen on {host}:{port} with no authentication: anyone who reaches it "
                   "can run work on this host's devices and read what they hold. Keep it behind a firewall.",
                   **_VERBATIM)

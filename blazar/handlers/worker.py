@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import socket
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from blazar.adapters.engines import process
 from blazar.adapters.engines.build import RPC_SERVER
+from blazar.addresses import is_loopback, is_unspecified
 from blazar.context import Blazar
 from blazar.errors import WorkerError
 from blazar.events.workers import WorkerStarted, WorkerStopped
@@ -32,22 +32,6 @@ READY_TIMEOUT_S = 30.0
 CRASH_LIMIT = 5  # crashes within CRASH_WINDOW_S: the worker gives up
 CRASH_WINDOW_S = 60.0
 BACKOFF_MAX_S = 10.0
-
-
-def loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def unspecified(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_unspecified
-    except ValueError:
-        return False
 
 
 async def idle_workers(app: Blazar, busy: set[str]) -> list[tuple[str, int]]:
@@ -88,10 +72,10 @@ async def run_worker(app: Blazar, *, host: str, port: int, mem_bytes: int, name:
                      say: Callable[[str], None] = lambda _line: None) -> int:
     """Run rpc-server until `stop` is set, starting it again after a crash (backoff; it gives up after CRASH_LIMIT
     crashes within CRASH_WINDOW_S). Returns the exit code for the command: 0 when stopped, 1 when it gave up."""
-    if unspecified(host):
+    if is_unspecified(host):
         raise WorkerError(f"refusing to listen on {host} (every interface): a worker binds one explicit address, "
                           "which is also the address a gateway's llama-server connects to")
-    network = not loopback(host)
+    network = not is_loopback(host)
     if network and not allow_network:
         raise WorkerError(f"refusing to listen on {host}: rpc-server has no authentication, so anyone who reaches it "
                           "can run work on this host; bind 127.0.0.1 (the default), or pass --allow-network on a "

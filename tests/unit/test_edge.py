@@ -12,9 +12,10 @@ import pytest
 from falcon import testing
 
 from blazar import config
+from blazar.addresses import is_loopback
 from blazar.api import errors
 from blazar.api.context import RequestContext
-from blazar.api.edge import Edge, EdgePolicy, host_name, is_loopback, json_content_type
+from blazar.api.edge import Edge, EdgePolicy, host_name, json_content_type
 from blazar.daemon import DaemonInfo, UnsafeBind, check_bind, tls_files
 from blazar.errors import BlazarError, ConfigError
 

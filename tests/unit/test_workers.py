@@ -13,6 +13,7 @@ import pytest
 from blazar.adapters.engines.build import RPC_OPTIONS, build_options, targets_of
 from blazar.adapters.engines.llama_server import Capabilities, build_argv, parse_help
 from blazar.adapters.engines.package import RPC_SERVER, from_binary
+from blazar.addresses import is_loopback, is_unspecified
 from blazar.errors import WorkerError
 from blazar.events.base import Recorded
 from blazar.events.instances import InstanceStarting
@@ -20,7 +21,7 @@ from blazar.events.workers import WorkerStarted, WorkerStopped
 from blazar.fit.devices import gpus_of, rpc_of
 from blazar.fit.planner import FitRequest, plan
 from blazar.handlers.placement import budget_devices, worker_bytes_needed, worker_devices
-from blazar.handlers.worker import loopback, run_worker, unspecified
+from blazar.handlers.worker import run_worker
 from blazar.projections.base import fold
 from blazar.projections.residency import ResidencyProjection, instances
 from blazar.projections.workers import WorkersProjection, workers
@@ -154,9 +155,10 @@ def test_a_worker_refuses_to_listen_where_it_should_not(host_: str, allow: bool,
 
 
 def test_address_kinds() -> None:
-    assert loopback("127.0.0.1") and loopback("::1") and loopback("localhost") and not loopback("10.0.0.1")
-    assert unspecified("0.0.0.0") and unspecified("::") and not unspecified("127.0.0.1")
-    assert not unspecified("worker.lan")
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("10.0.0.1")
+    assert is_unspecified("0.0.0.0") and is_unspecified("::") and not is_unspecified("127.0.0.1")
+    assert not is_unspecified("worker.lan")
 
 
 def test_an_rpc_build_makes_both_programs_and_installs_both(tmp_path: Path) -> None:
