@@ -22,13 +22,20 @@ def is_url(location: str | Path) -> bool:
 
 def log_location(paths: Paths, env: Mapping[str, str]) -> str | Path:
     """The log's URL when one is configured, else its SQLite file."""
-    url = env.get("BLAZAR_DATABASE_URL", "").strip()
-    if not url:
-        try:
-            url = str(config.read_file_raw(paths.config_file).get("database_url") or "").strip()
-        except ConfigError:
-            url = ""  # a broken config.toml is reported where it is read in full (reconcile_file)
+    url = local_value(paths, env, "database_url", "BLAZAR_DATABASE_URL")
     return url if url else paths.db
+
+
+def local_value(paths: Paths, env: Mapping[str, str], key: str, variable: str) -> str:
+    """A local key (config.LOCAL_KEYS): its environment variable, else this home's config.toml, never the log's
+    config (read before the log opens, or about this machine alone). "" when neither says."""
+    value = env.get(variable, "").strip()
+    if value:
+        return value
+    try:
+        return str(config.read_file_raw(paths.config_file).get(key) or "").strip()
+    except ConfigError:
+        return ""  # a broken config.toml is reported where it is read in full (reconcile_file)
 
 
 async def open_log(location: str | Path, *, clock: Clock | None = None, migrate: bool = True) -> EventLog:

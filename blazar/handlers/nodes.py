@@ -26,6 +26,7 @@ from blazar import config as settings
 from blazar.context import Blazar
 from blazar.errors import ConfigError, NodeError
 from blazar.events.nodes import NodeDown, NodeHeartbeat, NodeStarted, NodeStopped
+from blazar.logdb import local_value
 from blazar.paths import Paths
 from blazar.projections.nodes import node, nodes
 from blazar.projections.residency import instances
@@ -33,21 +34,10 @@ from blazar.projections.residency import instances
 log = logging.getLogger("blazar.nodes")
 
 
-def _local_value(paths: Paths, env: Mapping[str, str], key: str, variable: str) -> str:
-    """A local key: its environment variable, else this home's config.toml (never the shared log's config)."""
-    value = env.get(variable, "").strip()
-    if not value:
-        try:
-            value = str(settings.read_file_raw(paths.config_file).get(key) or "").strip()
-        except ConfigError:
-            value = ""
-    return value
-
-
 def node_name(paths: Paths, env: Mapping[str, str]) -> str:
     """This home's node name: BLAZAR_NODE_NAME, else node_name in its config.toml, else the host name (cut to a
     valid name)."""
-    name = _local_value(paths, env, "node_name", "BLAZAR_NODE_NAME")
+    name = local_value(paths, env, "node_name", "BLAZAR_NODE_NAME")
     if name:
         if not settings.NODE_NAME.fullmatch(name):
             raise ConfigError(f"invalid node name {name[:64]!r}: 1-64 letters, digits, '.', '_' and '-'")
@@ -58,7 +48,7 @@ def node_name(paths: Paths, env: Mapping[str, str]) -> str:
 
 def node_url(paths: Paths, env: Mapping[str, str], *, port: int, scheme: str = "http") -> str:
     """Where the other nodes reach this one: BLAZAR_NODE_URL, else node_url in config.toml, else loopback."""
-    return (_local_value(paths, env, "node_url", "BLAZAR_NODE_URL").rstrip("/")
+    return (local_value(paths, env, "node_url", "BLAZAR_NODE_URL").rstrip("/")
             or f"{scheme}://127.0.0.1:{port}")
 
 
