@@ -311,8 +311,8 @@ class Gateway:
             inst = self._route_remote(plan, plan.remote)
         elif plan.peer is not None:  # not in this node's store, ready on another
             inst = self._route_peer(plan, "not_stored_here")
-        elif ((peer := self._peer_for(plan)) is not None and not self.supervisor.instances(plan.resolved.name)
-              and self._forward_cheaper(plan, peer)):
+        elif (self._may_forward(plan) and not self.supervisor.instances(plan.resolved.name)
+              and (peer := self._peer_for(plan)) is not None and self._forward_cheaper(plan, peer)):
             plan.peer = peer
             inst = self._route_peer(plan, "ready_there")
         else:
@@ -354,10 +354,16 @@ class Gateway:
                                      "`blazar serve`)", observations={"remote": name})
         return remote_instance(r, plan.model, key)
 
+    def _may_forward(self, plan: Plan) -> bool:
+        """Whether this request may go to another node at all (a node, the cluster key, not a request already
+        forwarded here: one hop at most; not embeddings, whose instance must be started for them). Cheap: asked
+        before anything is looked up."""
+        return (bool(self.app.node) and self._cluster_key is not None and plan.forwarded_from is None
+                and not plan.embeddings)
+
     def _peer_for(self, plan: Plan) -> Peer | None:
-        """Another node with the plan's model ready, where this one may forward (a node, the cluster key, not a
-        request already forwarded here: one hop at most; not embeddings, whose instance must be started for them)."""
-        if not self.app.node or self._cluster_key is None or plan.forwarded_from is not None or plan.embeddings:
+        """Another node with the plan's model ready, where this one may forward."""
+        if not self._may_forward(plan):
             return None
         return ready_peer(self.app, plan.resolved.name if plan.resolved is not None else plan.model, ctx=plan.ctx)
 
