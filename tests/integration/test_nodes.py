@@ -10,8 +10,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,18 +83,9 @@ def pair(tmp_path: Path) -> Iterator[tuple[Node, Node]]:
             n.stop()
 
 
-def _eventually(check: Callable[[], bool], what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_two_gateways_on_one_log_are_nodes_with_their_own_stores_and_instances(pair: tuple[Node, Node]) -> None:
     a, b = pair
-    _eventually(lambda: {n for n, v in a.nodes().items() if v["up"]} == {"a", "b"}, "both nodes up")
+    wait_for(lambda: {n for n, v in a.nodes().items() if v["up"]} == {"a", "b"}, "both nodes up", timeout=30)
     seen = a.nodes()
     assert seen["b"]["url"] == f"http://127.0.0.1:{b.port}" and seen["a"]["url"] == f"http://127.0.0.1:{a.port}"
     # Stores are per node: only b has only-b, and while it is loaded nowhere a knows no such model.
@@ -125,7 +115,7 @@ def test_a_dead_node_is_marked_down_its_instances_lost_and_the_model_loads_elsew
     assert b.proc is not None
     b.proc.send_signal(signal.SIGKILL)  # b's host "dies": no node.stopped, no instance.exited
     b.proc.wait(timeout=10)
-    _eventually(lambda: not a.nodes()["b"]["up"], "a marks b down", timeout=30)
+    wait_for(lambda: not a.nodes()["b"]["up"], "a marks b down", timeout=30)
     down = a.nodes()["b"]
     assert down["noticed_by"] == "a" and "no heartbeat for" in down["down_reason"]
     verdict = a.cli("events", "--type", "node.down", "--json").json_lines()[-1]["data"]
@@ -139,8 +129,8 @@ def test_a_dead_node_is_marked_down_its_instances_lost_and_the_model_loads_elsew
     # b comes back: it joins again and stops the engine child its dead daemon left behind.
     orphan = row["pid"]
     b.serve()
-    _eventually(lambda: a.nodes()["b"]["up"], "b up again")
-    _eventually(lambda: not _alive(orphan), "b's orphan stopped", timeout=30)
+    wait_for(lambda: a.nodes()["b"]["up"], "b up again", timeout=30)
+    wait_for(lambda: not _alive(orphan), "b's orphan stopped", timeout=30)
 
 
 def _alive(pid: int) -> bool:
@@ -169,7 +159,7 @@ def _why(node: Node, trace: str) -> dict[str, Any]:
             return sum(1 for s in res.json()["steps"] if s["type"] == "request.completed") == 2
         return False
 
-    _eventually(done, "both nodes' ends in the trace")
+    wait_for(done, "both nodes' ends in the trace", timeout=30)
     return got
 
 
