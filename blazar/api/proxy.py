@@ -21,6 +21,7 @@ from blazar.dialects.tools import force
 from blazar.handlers.admission import parse_priority
 from blazar.handlers.gateway import Gateway
 from blazar.handlers.plan import Answer, Plan
+from blazar.handlers.tenancy import IGNORED_HEADER, TENANT_HEADER, may_prioritize, qualify, tenant_of
 
 SSE = "text/event-stream"
 
@@ -49,8 +50,9 @@ class Proxy(ABC):
     def plan(self, data: dict[str, Any]) -> Plan:
         """Validate the client's body and say what the engine is asked (a DialectError or ValidationError is a 400)."""
 
-    def request_of(self, req: falcon.asgi.Request, plan: Plan, raw: bytes, data: dict[str, Any]) -> Plan:
-        """The plan, with the request around it: trace id, caller, priority, the client's bytes."""
+    def request_of(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, plan: Plan, raw: bytes,
+                   data: dict[str, Any]) -> Plan:
+        """The plan, with the request around it: trace id, caller and tenant, priority, the client's bytes."""
         try:
             plan.priority = parse_priority(req.get_header("X-Blazar-Priority"))
         except ValueError as e:
@@ -60,11 +62,21 @@ class Proxy(ABC):
         plan.forwarded_from = getattr(req.context, "forwarded_from", None)
         plan.parent_trace_id, plan.parent_span_id = getattr(req.context, "traceparent", None) or (None, None)
         plan.principal, plan.client = principal_of(req), req.remote_addr
+        plan.tenant = tenant_of(plan.principal, req.get_header(TENANT_HEADER) if plan.forwarded_from else None)
         plan.raw, plan.parsed = raw, data
         opts = request_options(req, data, stream=plan.stream, chat=plan.engine_path == "/v1/chat/completions",
                                dialect=self.dialect)
-        plan.session, plan.deadline_ms, plan.best_of, plan.cascade = (opts.session, opts.deadline_ms, opts.best_of,
-                                                                      opts.cascade)
+        plan.session, plan.deadline_ms, plan.best_of, plan.cascade = (qualify(plan.tenant, opts.session),
+                                                                      opts.deadline_ms, opts.best_of, opts.cascade)
+        if (plan.priority > 0 or plan.deadline_ms is not None) and not may_prioritize(plan.principal):
+            # NOTE: ignored, not refused: a client that sends them everywhere still works; the answer says so. Going
+            # behind others (a negative priority) is anyone's choice.
+            ignored = [n for n, asked in (("X-Blazar-Priority", plan.priority > 0),
+                                          ("X-Blazar-Deadline-Ms", plan.deadline_ms is not None)) if asked]
+            plan.priority, plan.deadline_ms = min(plan.priority, 0), None
+            key = plan.principal.key_name if plan.principal is not None else None
+            resp.set_header(IGNORED_HEADER, f"{', '.join(ignored)} (key {key} may not prioritize: `blazar keys "
+                                            f"limits {key} --may-prioritize`)")
         return plan
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
@@ -77,7 +89,7 @@ class Proxy(ABC):
             return
         if plan.body is not None and plan.engine_path == "/v1/chat/completions":
             plan.forced = force(plan.body)
-        self.request_of(req, plan, raw, data)
+        self.request_of(req, resp, plan, raw, data)
         watcher = disconnect.watch(req)
         try:
             answer = await self.gateway.serve(plan, watcher)

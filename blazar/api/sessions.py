@@ -1,5 +1,9 @@
 """The session routes under /api/blazar/sessions (what `blazar session` speaks to a running daemon): list and show
-read the sessions projection; save, restore and rm act through blazar/handlers/session_commands.py."""
+read the sessions projection; save, restore and rm act through blazar/handlers/session_commands.py.
+
+Sessions live in their tenant's namespace (blazar/handlers/tenancy.py). A key sees and acts on its own (its cache
+group's); the machine's owner (keys off, the CLI's token) and admin keys list everyone's, and name another tenant's
+session with `?key=NAME` or `?group=NAME`."""
 
 from __future__ import annotations
 
@@ -8,11 +12,15 @@ from typing import Any
 import falcon.asgi
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
+from blazar.api.auth import principal_of
 from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.api.request_options import session_name
+from blazar.errors import DialectError, Forbidden
 from blazar.handlers import session_commands
 from blazar.handlers.gateway import Gateway
-from blazar.queries.sessions import session_detail, session_list
+from blazar.handlers.principal import is_admin
+from blazar.handlers.tenancy import qualify, tenant_named, tenant_of
+from blazar.queries.sessions import EVERYONE, session_detail, session_list
 
 
 class RestoreBody(BaseModel):
@@ -21,8 +29,28 @@ class RestoreBody(BaseModel):
     model: StrictStr | None = Field(None, min_length=1, max_length=MAX_NAME_CHARS)
 
 
-def _name(name: str) -> str:
-    return session_name(name, "session")
+def _tenant(req: falcon.asgi.Request) -> str | None:
+    """Whose sessions the caller means: its own tenant's, or (the owner and admins only) `?key=` / `?group=`'s."""
+    principal = principal_of(req)
+    own = tenant_of(principal)
+    key, group = req.get_param("key"), req.get_param("group")
+    if key is None and group is None:
+        return own
+    try:
+        asked = tenant_named(key=key, group=group)
+    except ValueError as e:
+        raise DialectError(f"?key / ?group: {e}") from None
+    if asked != own and not is_admin(principal):
+        raise Forbidden(f"{principal.actor if principal else 'this caller'} may see only its own sessions (another "
+                        "key's need an admin key)")
+    return asked
+
+
+def _session(req: falcon.asgi.Request, name: str) -> str:
+    """The full name of the session the path names, in the caller's (or the asked) tenant's namespace."""
+    qualified = qualify(_tenant(req), session_name(name, "session"))
+    assert qualified is not None
+    return qualified
 
 
 class SessionsResource:
@@ -30,7 +58,9 @@ class SessionsResource:
         self.gateway = gateway
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        resp.media = session_list(self.gateway.app)
+        asked = req.get_param("key") is not None or req.get_param("group") is not None
+        everyone = is_admin(principal_of(req)) and not asked
+        resp.media = session_list(self.gateway.app, EVERYONE if everyone else _tenant(req))
 
 
 class SessionResource:
@@ -38,11 +68,13 @@ class SessionResource:
         self.gateway = gateway
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str) -> None:
-        resp.media = session_detail(self.gateway.app, _name(name))
+        resp.media = session_detail(self.gateway.app, _session(req, name))
 
     async def on_delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str) -> None:
-        rec = await session_commands.remove_session(self.gateway.app, _name(name), self.gateway.kv)
-        resp.media = {"removed": name, **rec.event.model_dump(mode="json")}
+        session = _session(req, name)
+        rec = await session_commands.remove_session(self.gateway.app, session, self.gateway.kv)
+        resp.media = {**rec.event.model_dump(mode="json"), "removed": name, "session": name,
+                      "tenant": _tenant(req)}
 
 
 class SaveResource:
@@ -50,7 +82,7 @@ class SaveResource:
         self.gateway = gateway
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str) -> None:
-        recs = await session_commands.save_session(self.gateway, _name(name))
+        recs = await session_commands.save_session(self.gateway, _session(req, name))
         resp.media = {"events": [r.to_json() for r in recs]}
 
 
@@ -61,7 +93,7 @@ class RestoreResource:
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, name: str) -> None:
         media: Any = await req.get_media(default_when_empty={})
         body = RestoreBody.model_validate(media)
-        resp.media = await session_commands.restore_session(self.gateway, _name(name), body.model)
+        resp.media = await session_commands.restore_session(self.gateway, _session(req, name), body.model)
 
 
 def add_routes(api: falcon.asgi.App, gateway: Gateway, prefix: str = "/api/blazar/sessions") -> None:

@@ -130,26 +130,30 @@ class AdminClient:
     def reset(self, model: str) -> bool:
         return bool(self._call("POST", "reset", {"model": model})["reset"])
 
-    def session_save(self, name: str) -> dict[str, Any]:
-        return self._call("POST", f"sessions/{quote(name, safe='')}/save", {})
+    # `owner`: whose session (`{"key": NAME}` or `{"group": NAME}`; none: the machine owner's).
+    def session_save(self, name: str, owner: dict[str, str] | None = None) -> dict[str, Any]:
+        return self._call("POST", f"sessions/{quote(name, safe='')}/save", {}, params=owner)
 
-    def session_restore(self, name: str, model: str | None = None) -> dict[str, Any]:
+    def session_restore(self, name: str, model: str | None = None,
+                        owner: dict[str, str] | None = None) -> dict[str, Any]:
         timeout = httpx2.Timeout(CALL_TIMEOUT_S, connect=HEALTH_TIMEOUT_S, read=None)  # it may load the model
         return self._call("POST", f"sessions/{quote(name, safe='')}/restore", {"model": model} if model else {},
-                          timeout=timeout)
+                          timeout=timeout, params=owner)
 
-    def session_rm(self, name: str) -> dict[str, Any]:
-        return self._call("DELETE", f"sessions/{quote(name, safe='')}")
+    def session_rm(self, name: str, owner: dict[str, str] | None = None) -> dict[str, Any]:
+        return self._call("DELETE", f"sessions/{quote(name, safe='')}", params=owner)
 
     def sync(self) -> int:
         """Make the daemon fold what was just appended (a key created, rotated, revoked): it counts from now on."""
         return int(self._call("POST", "sync", {})["seq"])
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None, *,
-              timeout: httpx2.Timeout | None = None) -> Any:
+              timeout: httpx2.Timeout | None = None, params: dict[str, str] | None = None) -> Any:
         kwargs: dict[str, Any] = {"json": body}
         if timeout is not None:
             kwargs["timeout"] = timeout
+        if params:
+            kwargs["params"] = params
         try:
             r = self._http.request(method, path, **kwargs)
         except httpx2.TransportError as e:

@@ -22,6 +22,10 @@ app = typer.Typer(help="API keys: once one exists, every route but /health needs
 _VERBATIM: dict[str, Any] = {"markup": False, "emoji": False}
 _NAME = typer.Argument(help="The key's name (letters, digits, . _ -); it is the actor of the key's requests.")
 _MODELS_HELP = "A model name or fnmatch glob (gemma*, qwen3:*) the key may use; repeat for more. Default: every model."
+_GROUP_HELP = ("Put the key in this cache group: keys of one group share sessions, prompt-cache reuse and shared "
+               "generations (by default a key shares them with no other key).")
+_PRIORITIZE_HELP = ("Let the key use X-Blazar-Priority and deadlines (X-Blazar-Deadline-Ms) to go ahead in the queue; "
+                    "without it they are ignored and the answer says so (x-blazar-ignored).")
 
 
 def _row(app_: Blazar, key: dict[str, Any]) -> dict[str, Any]:
@@ -35,6 +39,10 @@ def _row(app_: Blazar, key: dict[str, Any]) -> dict[str, Any]:
 
 def _limits_text(k: dict[str, Any]) -> str:
     parts = [f"{f}={k[f]}" for f in handlers.LIMITS if k.get(f) is not None]
+    if k.get("cache_group"):
+        parts.append(f"cache_group={k['cache_group']}")
+    if k.get("may_prioritize"):
+        parts.append("may_prioritize")
     return ", ".join(parts) or "-"
 
 
@@ -56,6 +64,8 @@ def create(
                                         "copy, /metrics, /ready).")] = False,
     expires: Annotated[str | None, typer.Option("--expires", help="Stop working after this long: 30d, 12h, 90m, "
                                                 "3600 (seconds).")] = None,
+    cache_group: Annotated[str | None, typer.Option("--cache-group", help=_GROUP_HELP)] = None,
+    may_prioritize: Annotated[bool, typer.Option("--may-prioritize", help=_PRIORITIZE_HELP)] = False,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Create a key and print its secret, once."""
@@ -64,7 +74,8 @@ def create(
         async with opened() as app_:
             rec, secret = await handlers.create(app_, name, models=models, rpm=rpm, tpm=tpm,
                                                 daily_tokens=daily_tokens, max_concurrent=max_concurrent,
-                                                admin=admin, expires=expires)
+                                                admin=admin, expires=expires, cache_group=cache_group,
+                                                may_prioritize=may_prioritize)
             return {**_row(app_, app_.runner.state("keys")["keys"][name]), "seq": rec.seq}, secret, app_.paths
 
     row, secret, paths = run(go())
@@ -114,7 +125,8 @@ def show(name: Annotated[str, _NAME], as_json: bool = JSON_OPTION) -> None:
         print_json(row)
         return
     for field in ("name", "prefix", "state", "admin", "models", "rpm", "tpm", "daily_tokens", "max_concurrent",
-                  "expires_ts", "created_ts", "rotated_ts", "revoked_ts", "actor", "requests_today", "tokens_today"):
+                  "cache_group", "may_prioritize", "expires_ts", "created_ts", "rotated_ts", "revoked_ts", "actor",
+                  "requests_today", "tokens_today"):
         value = row.get(field)
         if field.endswith("_ts"):
             value = fmt_ts(value)
@@ -165,13 +177,17 @@ def limits(
                                                      "limit.")] = None,
     max_concurrent: Annotated[int | None, typer.Option("--max-concurrent", min=0, help="Requests at once; 0: no "
                                                        "limit.")] = None,
+    cache_group: Annotated[str | None, typer.Option("--cache-group", help=_GROUP_HELP + " \"\": no group.")] = None,
+    may_prioritize: Annotated[bool | None, typer.Option("--may-prioritize/--may-not-prioritize",
+                                                        help=_PRIORITIZE_HELP)] = None,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Change a key's scope or limits (only the options given)."""
+    """Change a key's scope, limits or tenancy (only the options given)."""
     if models and all_models:
         raise typer.BadParameter("--models and --all-models exclude each other", param_hint="--all-models")
     changed: dict[str, Any] = {f: v for f, v in (("rpm", rpm), ("tpm", tpm), ("daily_tokens", daily_tokens),
-                                                 ("max_concurrent", max_concurrent)) if v is not None}
+                                                 ("max_concurrent", max_concurrent), ("cache_group", cache_group),
+                                                 ("may_prioritize", may_prioritize)) if v is not None}
     if models or all_models:
         changed["models"] = [] if all_models else models
 

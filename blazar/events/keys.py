@@ -44,6 +44,10 @@ class KeyCreated(_KeyEvent):
     max_concurrent: int | None = None
     admin: bool = False
     expires_ts: float | None = None
+    # Keys are tenants: a key's prompts reuse KV only with its own (or its cache group's: keys an admin put in one
+    # group on purpose share sessions, KV reuse and shared generations).
+    cache_group: str | None = None
+    may_prioritize: bool = False  # X-Blazar-Priority and deadlines are honoured only for such a key
 
 
 @register
@@ -64,7 +68,8 @@ class KeyRevoked(_KeyEvent):
 
 @register
 class KeyLimitsChanged(_KeyEvent):
-    """Only the fields in `changed` were set (a None in it means: no limit any more)."""
+    """Only the fields in `changed` were set (a None in it means: no limit any more; `cache_group` None: none,
+    `may_prioritize` a bool)."""
 
     TYPE = "key.limits_changed"
 

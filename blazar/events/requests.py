@@ -210,6 +210,8 @@ class RequestFailed(_RequestEvent):
     reason: Literal["client_disconnected", "engine_error", "engine_crashed", "timeout", "internal_error"]
     detail: str = ""
     duration_ms: float = 0.0
+    # Tokens a stream had sent the client before it ended (each event relayed counts as one): charged to its key.
+    completion_tokens: int | None = None
 
 
 @register

@@ -4,6 +4,10 @@ before the prompt is sent, but only into an instance of the same identity (`KvId
 
 Saves, failed saves, drops and restores made by a command are control events on the stream `session:<name>`; the
 per-request verdict (warm, restored or cold, and why) is `request.placed` (blazar/events/requests.py).
+
+Sessions live in their tenant's namespace (keys are tenants: blazar/handlers/tenancy.py): every `session` field holds
+`<tenant>/<name>` (`key:alice/chat-1`), or the bare name for the machine's owner (and in events from before keys were
+tenants). A client's name never holds a "/".
 """
 
 from __future__ import annotations
@@ -16,6 +20,19 @@ from blazar.events.base import NodeLocal
 from blazar.events.registry import register
 
 SaveReason = Literal["evicted", "stopped", "shutdown", "requested"]
+
+
+def qualify(tenant: str | None, session: str | None) -> str | None:
+    """A client's session name in its tenant's namespace."""
+    if session is None or tenant is None:
+        return session
+    return f"{tenant}/{session}"
+
+
+def split_session(qualified: str) -> tuple[str | None, str]:
+    """(tenant, the name the client gave) of a stored session name."""
+    tenant, sep, name = qualified.rpartition("/")
+    return (tenant, name) if sep else (None, qualified)
 
 
 class KvIdentity(BaseModel):

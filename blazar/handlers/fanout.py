@@ -91,16 +91,17 @@ async def _best_of(gw: Gateway, plan: Plan) -> Answer:
     assert inst is not None and plan.ticket is not None
     extra: list[Ticket] = []
     bodies = [_asking_logprobs(plan.engine_body())]
+    isolate = gw.isolating()
     for _ in range(asked - 1):
-        ticket = gw.admission.try_acquire(inst.model, inst.slots, pick=gw.kv.slots.picker(inst.instance_id, None))
+        ticket = gw.admission.try_acquire(inst.model, inst.slots, pick=gw.kv.slots.picker(
+            inst.instance_id, None, plan.tenant, isolate=isolate))
         if ticket is None:
             break  # no free slot: fewer candidates, never a wait
         gw.supervisor.hold(inst)
         extra.append(ticket)
         body = dict(bodies[0])
-        placed = await gw.kv.place(inst, ticket.slot_id, None)
-        if placed.explicit:
-            body["id_slot"] = ticket.slot_id
+        placed = await gw.kv.place(inst, ticket.slot_id, None, tenant=plan.tenant)
+        body.update(placed.engine_fields(ticket.slot_id, isolate=isolate))
         bodies.append(body)
     seed = bodies[0].get("seed")
     first = seed if isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 else secrets.randbelow(SEED_SPAN)

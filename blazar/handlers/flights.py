@@ -1,7 +1,9 @@
 """Single-flight: identical concurrent deterministic requests share one generation.
 
-Identical means the same route, the same client body (model name included) and a deterministic sampling
-(`temperature` 0, or an explicit non-negative `seed`), and no session, best-of-N or cascade. The first such request
+Identical means the same tenant (a key, or the cache group an admin put keys in: keys are tenants, so a follower
+never learns that another key sent the same prompt), the same route, the same client body (model name included)
+and a deterministic sampling (`temperature` 0, or an explicit non-negative `seed`), and no session, best-of-N or
+cascade. The first such request
 leads: it runs the pipeline as any request does. A second one arriving while it runs follows: it gets the leader's
 answer, a stream replayed from its first byte, under its own trace (`request.shared`), and costs the engine nothing.
 
@@ -51,7 +53,7 @@ def flight_key(plan: Plan) -> str | None:
             or not deterministic(plan.engine_body()):
         return None
     try:
-        canon = orjson.dumps([plan.route, plan.name, plan.parsed], option=orjson.OPT_SORT_KEYS)
+        canon = orjson.dumps([plan.tenant, plan.route, plan.name, plan.parsed], option=orjson.OPT_SORT_KEYS)
     except TypeError:
         return None
     return hashlib.sha256(canon).hexdigest()[:16]

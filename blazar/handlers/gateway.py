@@ -54,6 +54,7 @@ from blazar.handlers.plan import Answer, Plan
 from blazar.handlers.ports import SupervisorPort
 from blazar.handlers.principal import Principal, scope_refusal
 from blazar.handlers.remotes import RemoteBreaker, remote_instance, resolved_remote
+from blazar.projections.keys import auth_on
 from blazar.projections.metrics import tokens_on
 from blazar.projections.remotes import remote, serving
 
@@ -408,7 +409,8 @@ class Gateway:
             ticket = await self.admission.acquire(
                 lane, inst.slots, priority=plan.priority, max_tokens=plan.max_tokens, on_queued=on_queued,
                 deadline_s=deadline_s,
-                pick=None if inst.remote else self.kv.slots.picker(inst.instance_id, plan.session))
+                pick=None if inst.remote else self.kv.slots.picker(inst.instance_id, plan.session, plan.tenant,
+                                                                   isolate=self.isolating()))
         except AdmissionRefused as e:
             raise self.reject(plan, status=e.http_status, reason=e.reason, detail=e.message,
                               retry_after_s=e.retry_after_s, observations=e.observations) from None
@@ -427,12 +429,17 @@ class Gateway:
                                   slot_id=None if inst.remote else ticket.slot_id), plan.trace_id, plan.actor)
         return ticket
 
+    def isolating(self) -> bool:
+        """Whether tenants are kept apart: while keys are on (with none, every caller is the machine's owner)."""
+        return auth_on(self.app.runner.state("keys"))
+
     async def _place(self, plan: Plan, inst: Instance, slot_id: int) -> None:
-        """The slot the request runs on: named to the engine once sessions hold slots, and for a session its prefix
-        made ready there (warm, or restored from the KV bank), recorded as `request.placed`."""
-        placed = await self.kv.place(inst, slot_id, plan.session)
-        if placed.explicit:
-            plan.set_engine_field("id_slot", slot_id)
+        """The slot the request runs on: named to the engine once sessions hold slots or tenants are kept apart
+        (then another tenant's prefix there is not reused), and for a session its prefix made ready there (warm, or
+        restored from the KV bank), recorded as `request.placed`."""
+        placed = await self.kv.place(inst, slot_id, plan.session, tenant=plan.tenant)
+        for name, value in placed.engine_fields(slot_id, isolate=self.isolating() and not plan.embeddings).items():
+            plan.set_engine_field(name, value)
         if plan.session is not None and placed.kv is not None:
             self.emit(RequestPlaced(trace_id=plan.trace_id, model=inst.model, instance_id=inst.instance_id,
                                     slot_id=slot_id, session=plan.session, kv=placed.kv, reason=placed.reason,
@@ -552,15 +559,21 @@ class Gateway:
             shared=shared or plan.shared_role),  # type: ignore[arg-type]
             plan.trace_id, plan.actor)
 
-    def fail(self, plan: Plan, *, status: int, reason: str, detail: str) -> None:
+    def fail(self, plan: Plan, *, status: int, reason: str, detail: str, relayed_tokens: int | None = None) -> None:
+        """Record how the request failed (once). `relayed_tokens`: what a stream had already sent the client; they
+        count against the key's tpm and daily limits as a completed answer's do (a hang-up is no way around them)."""
         if plan.done:
             return
         plan.failed, plan.end_status = True, status
         self._release(plan)
+        key_name = plan.principal.key_name if plan.principal is not None else None
+        if key_name is not None and relayed_tokens:
+            self.limits.add_tokens(key_name, relayed_tokens)
         self.emit(RequestFailed(trace_id=plan.trace_id, model=plan.name or plan.model,
                                 instance_id=plan.instance.instance_id if plan.instance else None, status=status,
                                 reason=reason, detail=detail[:500],  # type: ignore[arg-type]
-                                duration_ms=round((time.perf_counter() - plan.received) * 1000, 3)),
+                                duration_ms=round((time.perf_counter() - plan.received) * 1000, 3),
+                                completion_tokens=relayed_tokens or None),
                   plan.trace_id, plan.actor)
 
     def _release(self, plan: Plan, *, tokens: int | None = None) -> None:

@@ -31,6 +31,8 @@ _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 _PATTERN_OK = re.compile(r"^[A-Za-z0-9._:/*?\[\]!-]+\Z")
 PATTERN_MAX = 256
 LIMITS = ("rpm", "tpm", "daily_tokens", "max_concurrent")
+# What `change_limits` takes besides the limits and the scope: tenancy (blazar/handlers/tenancy.py).
+TENANCY = ("cache_group", "may_prioritize")
 
 
 
@@ -86,6 +88,16 @@ def check_patterns(patterns: list[str] | None) -> list[str]:
     return out
 
 
+def check_group(group: str | None) -> str | None:
+    """A cache group is named like a key (None or "": none)."""
+    if group is None or group == "":
+        return None
+    if len(group) > NAME_MAX or not _NAME_OK.match(group):
+        raise KeyCommandError(f"invalid cache group {group[:NAME_MAX]!r}: 1-{NAME_MAX} characters of letters, "
+                              "digits, '.', '_' and '-', starting with a letter or digit")
+    return group
+
+
 def check_limit(field: str, value: int | None) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise KeyCommandError(f"--{field.replace('_', '-')} must be a whole number of at least 1 (got {value!r})")
@@ -126,8 +138,11 @@ def _taken(app: Blazar) -> set[str]:
 
 async def create(app: Blazar, name: str, *, models: list[str] | None = None, rpm: int | None = None,
                  tpm: int | None = None, daily_tokens: int | None = None, max_concurrent: int | None = None,
-                 admin: bool = False, expires: str | None = None) -> tuple[Recorded, str]:
-    """Record the key; returns the event and the secret (shown once, stored nowhere)."""
+                 admin: bool = False, expires: str | None = None, cache_group: str | None = None,
+                 may_prioritize: bool = False) -> tuple[Recorded, str]:
+    """Record the key; returns the event and the secret (shown once, stored nowhere). `cache_group` puts it in a
+    group whose keys share sessions, KV reuse and shared generations; `may_prioritize` lets it use
+    X-Blazar-Priority and deadlines."""
     check_name(name)
     if _key(app, name) is not None:
         raise KeyCommandError(f"a key named {name!r} exists already (names are never reused, revoked ones included)")
@@ -135,7 +150,8 @@ async def create(app: Blazar, name: str, *, models: list[str] | None = None, rpm
               (("rpm", rpm), ("tpm", tpm), ("daily_tokens", daily_tokens), ("max_concurrent", max_concurrent))}
     made = new_secret(_taken(app))
     ev = KeyCreated(name=name, prefix=made.prefix, salt=made.salt, hash=made.hash, models=check_patterns(models),
-                    admin=admin, expires_ts=expiry_ts(expires, now=app.clock.now()), **limits)
+                    admin=admin, expires_ts=expiry_ts(expires, now=app.clock.now()),
+                    cache_group=check_group(cache_group), may_prioritize=bool(may_prioritize), **limits)
     (rec,) = await app.record(ev)
     return rec, made.secret
 
@@ -154,7 +170,8 @@ async def revoke(app: Blazar, name: str) -> Recorded:
 
 
 async def change_limits(app: Blazar, name: str, changed: dict[str, Any]) -> Recorded | None:
-    """`changed` maps a limit (or "models") to its new value; 0 for a limit means no limit. None: nothing changed."""
+    """`changed` maps a limit (or "models", "cache_group", "may_prioritize") to its new value; 0 for a limit means
+    no limit, "" for the cache group none. None: nothing changed."""
     current = _live(app, name)
     clean: dict[str, Any] = {}
     for field, value in changed.items():
@@ -162,8 +179,13 @@ async def change_limits(app: Blazar, name: str, changed: dict[str, Any]) -> Reco
             value = check_patterns(value)
         elif field in LIMITS:
             value = None if value == 0 else check_limit(field, value)
+        elif field == "cache_group":
+            value = check_group(value)
+        elif field == "may_prioritize":
+            if not isinstance(value, bool):
+                raise KeyCommandError(f"may_prioritize is true or false (got {value!r})")
         else:
-            raise KeyCommandError(f"unknown limit {field!r}: one of models, {', '.join(LIMITS)}")
+            raise KeyCommandError(f"unknown limit {field!r}: one of models, {', '.join(LIMITS + TENANCY)}")
         had = list(current.models) if field == "models" else getattr(current, field)
         if had != value:
             clean[field] = value

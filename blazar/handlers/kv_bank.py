@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,14 +43,26 @@ def bank_file_name(session: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """How a request found its slot: the KV state for a session (None for a request without one), why, and whether
-    the engine must be told the slot (`id_slot`)."""
+    """How a request found its slot: the KV state for a session (None for a request without one), why, whether
+    the engine must be told the slot (`id_slot`), and whether what the slot holds is the request's tenant's own
+    (else, with tenants kept apart, the engine must not reuse it: `cache_prompt` false)."""
 
     kv: Literal["warm", "restored", "cold"] | None
     reason: str = ""
     explicit: bool = False
     restored_tokens: int | None = None
     restore_ms: float | None = None
+    own: bool = True
+
+    def engine_fields(self, slot_id: int, *, isolate: bool) -> dict[str, Any]:
+        """What the engine's body must say for this placement: the slot, where it matters, and no reuse of another
+        tenant's prefix (llama-server reuses a slot's common prefix unless `cache_prompt` is false)."""
+        fields: dict[str, Any] = {}
+        if self.explicit or isolate:
+            fields["id_slot"] = slot_id
+        if isolate and not self.own:
+            fields["cache_prompt"] = False
+        return fields
 
 
 def _describe(diff: dict[str, tuple[Any, Any]]) -> str:
@@ -65,16 +77,18 @@ class KvBank:
 
     # -- the request path ---------------------------------------------------------------------------------------
 
-    async def place(self, inst: Instance, slot_id: int, session: str | None, *, runs: bool = True) -> Placement:
-        """Record where the request runs; for a session, make the slot hold its prefix where the bank can. With
-        `runs` False (a restore on its own, no request behind it) a slot that stays cold is not the session's."""
+    async def place(self, inst: Instance, slot_id: int, session: str | None, *, tenant: str | None = None,
+                    runs: bool = True) -> Placement:
+        """Record where `tenant`'s request runs; for a session, make the slot hold its prefix where the bank can.
+        With `runs` False (a restore on its own, no request behind it) a slot that stays cold is not the
+        session's."""
         slots, iid = self.slots, inst.instance_id
         if session is None:
             explicit = slots.explicit(iid)
-            slots.place(iid, slot_id, None)
-            return Placement(kv=None, explicit=explicit)
+            own = slots.place(iid, slot_id, None, tenant)
+            return Placement(kv=None, explicit=explicit, own=own)
         if slots.owner(iid, slot_id) == session:
-            slots.place(iid, slot_id, session)
+            slots.place(iid, slot_id, session, tenant)
             return Placement(kv="warm", reason=f"slot {slot_id} still holds the session's prefix", explicit=True)
         not_here, first = self._why_not_here(inst, session)
         entry = bank_entry(self.app.runner.state("sessions"), session, inst.model)
@@ -86,7 +100,9 @@ class KvBank:
             if placed.kv == "cold":
                 placed = Placement(kv="cold", reason=f"{not_here}; {placed.reason}", explicit=True)
         if runs or placed.kv != "cold":
-            slots.place(iid, slot_id, session)
+            own = slots.place(iid, slot_id, session, tenant)
+            if placed.kv == "cold" and not own:
+                placed = replace(placed, own=False)  # a cold slot still holds whoever ran there last
         return placed
 
     def _why_not_here(self, inst: Instance, session: str) -> tuple[str, bool]:

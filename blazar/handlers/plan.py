@@ -56,8 +56,9 @@ class Plan:
     parent_trace_id: str | None = None  # the client's W3C traceparent: its trace ...
     parent_span_id: str | None = None  # ... and the span this request is a child of
     principal: Principal | None = None  # who is calling (blazar/api/auth.py); None while auth is off
+    tenant: str | None = None  # whose prompts, sessions and cache this is (blazar/handlers/tenancy.py)
     # What the client asked of Blazar itself (blazar/api/request_options.py)
-    session: str | None = None  # its turns go to the slot that holds its prefix; the KV bank keeps it
+    session: str | None = None  # in its tenant's namespace: its turns go to the slot holding its prefix
     deadline_ms: int | None = None  # from `received`: EDF in the queue, refused at once when it cannot be met
     best_of: int | None = None
     cascade: tuple[str, ...] = ()

@@ -86,7 +86,7 @@ async def passthrough(gw: Gateway, plan: Plan, upstream: EngineResponse,
         if rename is not None and rename.carry:
             yield rename.rest()
     except BaseException as e:
-        if _failed(gw, plan, e):
+        if _failed(gw, plan, e, relayed=chunks):
             # Ended without [DONE], the answer would pass for a whole one: say in the stream that it broke (the
             # OpenAI and Anthropic SDKs raise on an error event).
             yield broken_event(plan, f"the engine's stream broke: {e}")
@@ -138,7 +138,7 @@ async def translated(gw: Gateway, plan: Plan, upstream: EngineResponse, watcher:
             if out:
                 yield out
     except BaseException as e:
-        if _failed(gw, plan, e):
+        if _failed(gw, plan, e, relayed=chunks):
             yield translator.error(f"the engine's stream broke: {e}")
             return
         raise
@@ -148,18 +148,22 @@ async def translated(gw: Gateway, plan: Plan, upstream: EngineResponse, watcher:
     yield translator.end()
 
 
-def _failed(gw: Gateway, plan: Plan, exc: BaseException) -> bool:
+def _failed(gw: Gateway, plan: Plan, exc: BaseException, *, relayed: int) -> bool:
     """Record how a relay that raised ended; True when the engine's stream broke (the relay ends it), False when the
     exception goes on: a bug on our side (recorded as such, never as the client's hang-up), or GeneratorExit /
-    CancelledError (the client went away; closing the upstream cancels the generation)."""
+    CancelledError (the client went away; closing the upstream cancels the generation). `relayed`: the events the
+    client got, each charged as a token."""
     if isinstance(exc, BROKEN):
-        gw.fail(plan, status=502, reason="engine_crashed", detail=f"the engine's stream broke: {exc}")
+        gw.fail(plan, status=502, reason="engine_crashed", detail=f"the engine's stream broke: {exc}",
+                relayed_tokens=relayed)
         return True
     if isinstance(exc, Exception):
         log.exception("relaying %s failed", plan.trace_id)
-        gw.fail(plan, status=500, reason="internal_error", detail=f"{type(exc).__name__}: {exc}")
+        gw.fail(plan, status=500, reason="internal_error", detail=f"{type(exc).__name__}: {exc}",
+                relayed_tokens=relayed)
     else:
-        gw.fail(plan, status=499, reason="client_disconnected", detail="the client closed the connection")
+        gw.fail(plan, status=499, reason="client_disconnected", detail="the client closed the connection",
+                relayed_tokens=relayed)
     return False
 
 

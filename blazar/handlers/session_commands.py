@@ -13,7 +13,13 @@ from blazar.events.base import Recorded
 from blazar.events.sessions import SessionRemoved, SessionRestored
 from blazar.handlers.gateway import Gateway
 from blazar.handlers.kv_bank import KvBank
+from blazar.handlers.tenancy import split_session
 from blazar.projections.sessions import bank_entries, session_row
+
+
+def shown(session: str) -> str:
+    """A session's name as its client gave it (its tenant is who asked)."""
+    return split_session(session)[1]
 
 
 def _state(app: Blazar) -> dict[str, Any]:
@@ -31,17 +37,17 @@ async def save_session(gw: Gateway, name: str) -> list[Recorded]:
     where = gw.kv.slots.where(name)
     if where is None:
         if _unknown(gw.app, name):
-            raise SessionNotFound(f"no session named {name!r} (blazar session list shows them)")
-        raise SessionUnavailable(f"session {name} holds no live slot: the instance of its last turn has gone (what "
-                                 "it saved then is in the bank: blazar session show)")
+            raise SessionNotFound(f"no session named {shown(name)!r} (blazar session list shows them)")
+        raise SessionUnavailable(f"session {shown(name)} holds no live slot: the instance of its last turn has gone "
+                                 "(what it saved then is in the bank: blazar session show)")
     iid, slot_id = where
     inst = next((i for i in gw.supervisor.instances() if i.instance_id == iid), None)
     if inst is None:
-        raise SessionUnavailable(f"session {name}'s instance {iid} is stopping")
+        raise SessionUnavailable(f"session {shown(name)}'s instance {iid} is stopping")
     ticket = gw.admission.try_acquire(inst.model, inst.slots, slot_id=slot_id)
     if ticket is None:
-        raise SessionUnavailable(f"session {name}'s slot {slot_id} of {inst.model} is busy with a request; try again "
-                                 "when it is done")
+        raise SessionUnavailable(f"session {shown(name)}'s slot {slot_id} of {inst.model} is busy with a request; "
+                                 "try again when it is done")
     try:
         return await gw.kv.save_session(inst, slot_id, name)
     finally:
@@ -53,22 +59,25 @@ async def restore_session(gw: Gateway, name: str, model: str | None = None) -> d
     entries = [e for e in bank_entries(_state(gw.app), name) if model is None or e.model == model]
     if not entries:
         if _unknown(gw.app, name):
-            raise SessionNotFound(f"no session named {name!r} (blazar session list shows them)")
-        raise SessionUnavailable(f"the bank holds no save of session {name}" + (f" for {model}" if model else ""))
+            raise SessionNotFound(f"no session named {shown(name)!r} (blazar session list shows them)")
+        raise SessionUnavailable(f"the bank holds no save of session {shown(name)}"
+                                 + (f" for {model}" if model else ""))
     entry = entries[-1]
     inst = await gw.supervisor.ensure(gw.supervisor.resolve(entry.model), reason="load", session=True)
-    ticket = gw.admission.try_acquire(inst.model, inst.slots, pick=gw.kv.slots.picker(inst.instance_id, name))
+    tenant = split_session(name)[0]
+    ticket = gw.admission.try_acquire(inst.model, inst.slots, pick=gw.kv.slots.picker(
+        inst.instance_id, name, tenant, isolate=gw.isolating()))
     if ticket is None:
         raise SessionUnavailable(f"every slot of {inst.model} is busy; try again when one is free")
     started = time.perf_counter()
     try:
-        placed = await gw.kv.place(inst, ticket.slot_id, name, runs=False)
+        placed = await gw.kv.place(inst, ticket.slot_id, name, tenant=tenant, runs=False)
     finally:
         gw.admission.give_back(ticket)
     if placed.kv == "cold":
-        raise SessionUnavailable(f"session {name} was not restored: {placed.reason}")
-    answer = {"session": name, "model": inst.model, "instance_id": inst.instance_id, "slot_id": ticket.slot_id,
-              "kv": placed.kv, "tokens": placed.restored_tokens, "reason": placed.reason}
+        raise SessionUnavailable(f"session {shown(name)} was not restored: {placed.reason}")
+    answer = {"session": shown(name), "tenant": tenant, "model": inst.model, "instance_id": inst.instance_id,
+              "slot_id": ticket.slot_id, "kv": placed.kv, "tokens": placed.restored_tokens, "reason": placed.reason}
     if placed.kv == "restored":
         await gw.app.record(SessionRestored(session=name, model=inst.model, instance_id=inst.instance_id,
                                             slot_id=ticket.slot_id, tokens=placed.restored_tokens or 0,
@@ -80,7 +89,7 @@ async def remove_session(app: Blazar, name: str, kv: KvBank | None = None) -> Re
     """Forget `name`: delete its saves from the bank and, in the daemon, let no slot count as holding it."""
     await app.runner.catch_up()
     if _unknown(app, name):
-        raise SessionNotFound(f"no session named {name!r} (blazar session list shows them)")
+        raise SessionNotFound(f"no session named {shown(name)!r} (blazar session list shows them)")
     entries = bank_entries(_state(app), name)
     for e in entries:
         (app.paths.data_dir / e.file).unlink(missing_ok=True)

@@ -11,12 +11,12 @@ from blazar.events.base import Recorded
 from blazar.events.keys import KeyCreated, KeyLimitsChanged, KeyRevoked, KeyRotated
 from blazar.projections.base import Projection, State
 
-LIMIT_FIELDS = ("models", "rpm", "tpm", "daily_tokens", "max_concurrent")
+LIMIT_FIELDS = ("models", "rpm", "tpm", "daily_tokens", "max_concurrent", "cache_group", "may_prioritize")
 
 
 class KeysProjection(Projection):
     name = "keys"
-    version = 1
+    version = 2  # 2: cache groups and the right to prioritize
     types = frozenset({KeyCreated.TYPE, KeyRotated.TYPE, KeyRevoked.TYPE, KeyLimitsChanged.TYPE})
 
     def initial(self) -> State:
@@ -33,7 +33,8 @@ class KeysProjection(Projection):
             keys[ev.name] = {
                 "name": ev.name, "prefix": ev.prefix, "salt": ev.salt, "hash": ev.hash, "models": list(ev.models),
                 "rpm": ev.rpm, "tpm": ev.tpm, "daily_tokens": ev.daily_tokens, "max_concurrent": ev.max_concurrent,
-                "admin": ev.admin, "expires_ts": ev.expires_ts, "created_ts": rec.ts, "rotated_ts": None,
+                "admin": ev.admin, "expires_ts": ev.expires_ts, "cache_group": ev.cache_group,
+                "may_prioritize": ev.may_prioritize, "created_ts": rec.ts, "rotated_ts": None,
                 "revoked": False, "revoked_ts": None, "actor": rec.actor,
             }
             by_prefix[ev.prefix] = ev.name
@@ -91,6 +92,8 @@ class ApiKey:
     expires_ts: float | None
     revoked: bool
     created_ts: float
+    cache_group: str | None = None
+    may_prioritize: bool = False
 
 
 
@@ -98,7 +101,8 @@ def _typed(k: dict[str, Any]) -> ApiKey:
     return ApiKey(name=k["name"], prefix=k["prefix"], salt=k["salt"], hash=k["hash"],
                   models=tuple(k.get("models") or ()), rpm=k.get("rpm"), tpm=k.get("tpm"),
                   daily_tokens=k.get("daily_tokens"), max_concurrent=k.get("max_concurrent"), admin=bool(k["admin"]),
-                  expires_ts=k.get("expires_ts"), revoked=bool(k["revoked"]), created_ts=float(k["created_ts"]))
+                  expires_ts=k.get("expires_ts"), revoked=bool(k["revoked"]), created_ts=float(k["created_ts"]),
+                  cache_group=k.get("cache_group"), may_prioritize=bool(k.get("may_prioritize")))
 
 
 def key(state: State, name: str) -> ApiKey | None:

@@ -91,7 +91,7 @@ def _prune(state: State) -> None:
 
 class MetricsProjection(Projection):
     name = "metrics"
-    version = 4  # 3: the refusal histogram; 4: shared generations (single-flight)
+    version = 5  # 3: the refusal histogram; 4: shared generations (single-flight); 5: tokens relayed before a failure
     types = frozenset({
         RequestReceived.TYPE, RequestQueued.TYPE, RequestAdmitted.TYPE, RequestRejected.TYPE,
         RequestFirstToken.TYPE, RequestCompleted.TYPE, RequestFailed.TYPE, RequestShared.TYPE, RequestPlaced.TYPE,
@@ -209,8 +209,10 @@ def _by_key(state: State, name: str, rec: Recorded, ev: RequestCompleted | Reque
     if usage is None or usage["day"] != day:
         usage = state["keys"][name] = {"day": day, "requests_today": 0, "tokens_today": 0}
     usage["requests_today"] += 1
-    if isinstance(ev, RequestCompleted):
-        tokens_in, tokens_out = ev.prompt_tokens or 0, ev.completion_tokens or 0
+    if isinstance(ev, RequestCompleted | RequestFailed):
+        # A failed stream's tokens are those it relayed before it ended (a hang-up counts what the client got).
+        tokens_in = (ev.prompt_tokens or 0) if isinstance(ev, RequestCompleted) else 0
+        tokens_out = ev.completion_tokens or 0
         if tokens_in:
             _inc(state["key_tokens"], key("in", name), tokens_in)
         if tokens_out:

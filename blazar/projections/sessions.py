@@ -1,6 +1,11 @@
 """The `sessions` projection: every session a request named (its model, the slot its last turn was placed on, how
 its turns found the cache: warm, restored, cold) and the KV bank (per session and model, the saved slot's file, size,
-tokens and identity). `blazar session list|show`, the restore path and the bank's bound read it."""
+tokens and identity). `blazar session list|show`, the restore path and the bank's bound read it.
+
+A session's row goes when the session is removed, or when it expires: no save of it left in the bank and no turn
+for `EXPIRE_S` (by the events' own times, so replay drops exactly what the live fold did). Rows are kept in the order
+of their last turn (a row whose save kept it goes to the back), so expiry looks only at the front few on each
+event."""
 
 from __future__ import annotations
 
@@ -19,11 +24,14 @@ from blazar.events.sessions import (
 )
 from blazar.projections.base import Projection, State
 
+EXPIRE_S = 86400.0  # a session with nothing in the bank is forgotten a day after its last turn
+_EXPIRY_CHECKS = 8  # rows looked at per event: the oldest first; expiry keeps up with any rate of new sessions
+
 
 class SessionsProjection(Projection):
     node_local = True
     name = "sessions"
-    version = 1
+    version = 2  # 2: rows in the order of last use, and expiry
     types = frozenset({RequestPlaced.TYPE, SessionSaved.TYPE, SessionSaveFailed.TYPE, SessionDropped.TYPE,
                        SessionRestored.TYPE, SessionRemoved.TYPE})
 
@@ -31,6 +39,11 @@ class SessionsProjection(Projection):
         return {"sessions": {}, "bank": {}, "bank_bytes": 0, "saves": 0, "save_failures": 0, "drops": 0}
 
     def apply(self, state: State, rec: Recorded) -> State:
+        self._apply(state, rec)
+        _expire(state, rec.ts)
+        return state
+
+    def _apply(self, state: State, rec: Recorded) -> None:
         ev = rec.event
         if isinstance(ev, RequestPlaced):
             row = _row(state, ev.session, rec.ts)
@@ -48,7 +61,7 @@ class SessionsProjection(Projection):
                               "identity": ev.identity.model_dump(), "instance_id": ev.instance_id,
                               "slot_id": ev.slot_id, "reason": ev.reason}
             state["saves"] += 1
-            _row(state, ev.session, rec.ts).setdefault("model", ev.model)
+            _row(state, ev.session, rec.ts, touch=False).setdefault("model", ev.model)
         elif isinstance(ev, SessionSaveFailed):
             state["save_failures"] += 1
         elif isinstance(ev, SessionDropped):
@@ -69,13 +82,28 @@ class SessionsProjection(Projection):
             row.update(model=ev.model, instance_id=ev.instance_id, slot_id=ev.slot_id, last_ts=rec.ts,
                        last_kv="restored", last_reason="restored by `blazar session restore`")
             row["restored_tokens"] += ev.tokens
-        return state
 
 
-def _row(state: State, name: str, ts: float) -> dict[str, Any]:
+def _expire(state: State, now: float) -> None:
+    """Drop the oldest rows whose session expired; one still saved in the bank goes to the back of the line."""
     rows: dict[str, dict[str, Any]] = state["sessions"]
-    row = rows.get(name)
-    if row is None:
+    for _ in range(min(_EXPIRY_CHECKS, len(rows))):
+        name = next(iter(rows))
+        row = rows[name]
+        if row["last_ts"] > now - EXPIRE_S:
+            return  # the front is fresh: what is behind it is looked at once it has gone
+        del rows[name]
+        if name in state["bank"]:
+            rows[name] = row  # its save keeps it; looked at again after every other
+
+
+def _row(state: State, name: str, ts: float, *, touch: bool = True) -> dict[str, Any]:
+    """A session's row; `touch` (a turn) moves it to the back, the most recently used end."""
+    rows: dict[str, dict[str, Any]] = state["sessions"]
+    row = rows.pop(name, None) if touch else rows.get(name)
+    if row is not None:
+        rows[name] = row
+    else:
         row = rows[name] = {"name": name, "model": None, "instance_id": None, "slot_id": None, "first_ts": ts,
                             "last_ts": ts, "turns": 0, "warm": 0, "restored": 0, "cold": 0, "last_kv": None,
                             "last_reason": None, "restored_tokens": 0}

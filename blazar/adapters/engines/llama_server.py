@@ -295,6 +295,10 @@ def build_argv(binary: Path, model: Path, plan: FitPlan, caps: Capabilities, *, 
         _add_load_mode(caps, load_mode, argv)
     if slot_save_path is not None:
         add(("--slot-save-path",), str(slot_save_path), need="a slot save path was given")
+    # NOTE: llama-server's host-memory prompt cache (8 GiB by default) is memory the fit does not plan for, and it
+    # hands any slot the best-matching prefix of anyone's earlier prompt: with keys on, one tenant's prompt to
+    # another. Sessions keep their prefix in their slot and the KV bank instead.
+    add(("--cache-ram", "-cram"), "0")
     add(("--metrics",))
     add(("--slots",))
     # The "... buffer size = N MiB" lines are info level, which this engine hides below verbosity 4; calibration
