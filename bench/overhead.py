@@ -804,13 +804,15 @@ def summarize_dialect_ceiling(results: list[Round], concurrency: list[int], chun
 
 
 def auth_phase(*, keys: int = AUTH_KEYS, batch: int = AUTH_BATCH, batches: int = AUTH_BATCHES) -> dict[str, Any]:
-    """The auth middleware (blazar/api/auth.py) on a real Falcon ASGI request, against a keys projection folded from
-    `keys` key.created events: µs per request for a good key (header parsing, prefix look-up, HMAC-SHA-256,
+    """The path check (blazar/api/paths.py) and the auth middleware (blazar/api/auth.py: the route's rule, then the
+    key) on a real Falcon ASGI request routed to /v1/chat/completions, against a keys projection folded from `keys`
+    key.created events: µs per request for a good key (the path, header parsing, prefix look-up, HMAC-SHA-256,
     constant-time compare, the principal), for a wrong secret with a real prefix, and with auth off (no key)."""
     import falcon.asgi
     import falcon.testing
 
     from blazar.api.auth import Auth, Authenticator
+    from blazar.api.paths import CanonicalPath
     from blazar.clock import SystemClock
     from blazar.errors import AuthRefused
     from blazar.events.base import Recorded
@@ -831,19 +833,21 @@ def auth_phase(*, keys: int = AUTH_KEYS, batch: int = AUTH_BATCH, batches: int =
     def per_request_us(st: dict[str, Any], token: str | None) -> float:
         auth = Auth(Authenticator(lambda: st, SystemClock(), admin_token="blzadm_bench"))
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        path = CanonicalPath()
         req = falcon.testing.create_asgi_req(method="POST", path="/v1/chat/completions", headers=headers)
+        req.uri_template = "/v1/chat/completions"  # what the router resolves before process_resource
         resp = falcon.asgi.Response()
         samples = []
         for _ in range(batches):
             t0 = time.perf_counter_ns()
             for _ in range(batch):
-                coro = auth.process_request(req, resp)
-                try:
-                    coro.send(None)  # it awaits nothing: one send runs it to the end
-                except StopIteration:
-                    pass
-                except AuthRefused:
-                    coro.close()
+                for coro in (path.process_request(req, resp), auth.process_resource(req, resp, None, {})):
+                    try:
+                        coro.send(None)  # it awaits nothing: one send runs it to the end
+                    except StopIteration:
+                        pass
+                    except AuthRefused:
+                        coro.close()
             samples.append((time.perf_counter_ns() - t0) / batch / 1000.0)
         return statistics.median(samples)
 

@@ -9,7 +9,7 @@ import falcon.asgi
 import falcon.media
 import orjson
 
-from blazar.api import admin, auth, bounds, console, dashboard, edge, errors, sessions
+from blazar.api import admin, auth, bounds, console, dashboard, edge, errors, paths, sessions
 from blazar.api.context import RequestContext
 from blazar.context import Blazar
 from blazar.handlers.nodes import cluster_key
@@ -30,12 +30,16 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
                admin_token: str | None = None, bind_host: str = "127.0.0.1", scheme: str = "http") -> falcon.asgi.App:
     """The admin routes always; the API dialects when a gateway is given (the daemon gives one). `admin_token` is
     the CLI's credential (run/admin.token), accepted as an admin principal once keys are on. `bind_host` and
-    `scheme` are what the daemon serves on (the Host guard and same-origin check need them)."""
+    `scheme` are what the daemon serves on (the Host guard and same-origin check need them).
+
+    A request meets the trace id and body limit, then the path check (not canonical: 404), then the router, then the
+    edge and auth, which decide on the route resolved (blazar/api/auth.py ROUTES: a rule for every route here)."""
     settings = app.settings()
     peers_key = cluster_key(app.env) if app.node else None  # forwarding between nodes sharing a log
     middleware: list[Any] = [RequestContext(max_body_bytes=settings.max_body_mib << 20,
                                                known=lambda t: known(app.runner.state("traces"), t),
                                                cluster_key=peers_key)]
+    middleware.append(paths.CanonicalPath())  # NOTE: before any decision: a path that is not canonical is 404
     policy = edge.EdgePolicy.of(bind_host, settings.allowed_hosts, settings.cors_origins)
     middleware.append(edge.Edge(policy, lambda: auth_on(app.runner.state("keys")), scheme=scheme))
     middleware.append(auth.Auth(auth.Authenticator(lambda: app.runner.state("keys"), app.clock,

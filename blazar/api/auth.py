@@ -1,9 +1,9 @@
 """API keys at the door: a Falcon middleware that finds the caller's principal from `Authorization: Bearer <secret>`
 or `x-api-key: <secret>` (one dict look-up by prefix in the live keys projection, one HMAC, a constant-time compare;
 never SQLite), refuses what it may not do (401, 403), and leaves `req.context.principal` for the gateway (scope,
-limits, actor). Auth is on as soon as one key is not revoked; until then every request passes as before. Open even
-then: /health, /openapi.json, the console's page and files (/console: no secret in them; what they call is not
-open) and CORS preflights (OPTIONS).
+limits, actor). Who may call what is one rule per route (`ROUTES`, by URI template), read on the route falcon
+resolved, never on the raw path. Auth is on as soon as one key is not revoked; until then every request passes as
+before. Open even then: the OPEN routes and OPTIONS (CORS preflights, Allow).
 
     AuthRefused (blazar/errors.py)   rendered in the route's dialect by blazar/api/errors.py
     ├── Unauthenticated  401  no secret, an unknown or wrong one, a revoked or expired key (WWW-Authenticate: Bearer)
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable
+from enum import StrEnum
+from typing import Any
 
 import falcon.asgi
 
@@ -24,23 +26,74 @@ from blazar.handlers.principal import Principal
 from blazar.projections.base import State
 from blazar.projections.keys import auth_on, live_by_prefix
 
-# Routes that need an --admin key: the admin API, model management, per-key figures, the readiness probe.
-ADMIN_ROUTES = frozenset({"/api/pull", "/api/delete", "/api/copy", "/api/create", "/api/push", "/metrics", "/ready"})
-# What another node may ask of this one besides inference (`blazar pull --node`): a download into this node's store.
-CLUSTER_ROUTES = frozenset({"/api/pull"})
-# NOTE: /openapi.json describes the routes and no secret (blazar/api/openapi.py keeps the same list as OPEN_PATHS).
-OPEN_ROUTES = frozenset({"/health", "/openapi.json", "/console"})
-OPEN_PREFIXES = ("/console/static/",)
+
+class Access(StrEnum):
+    """Who may call a route, once keys are on (until then everyone may)."""
+
+    OPEN = "open"        # no key: the answer holds no secret (health, the OpenAPI document, the console's files)
+    KEY = "key"          # any valid key; the handler serves the key's own view (its --models scope, its limits)
+    CLUSTER = "cluster"  # an --admin key, or another node of the cluster (BLAZAR_CLUSTER_KEY)
+    ADMIN = "admin"      # an --admin key, or the CLI's admin token
 
 
+# NOTE: one rule per URI template, as routes are added in blazar/api/ (tests/unit/test_route_walk.py fails on a route
+# without a rule, or a rule without a route); a template missing here is ADMIN. To open a route to every key (the
+# sessions, say), its handler must first show and touch only what belongs to `principal_of(req)`; then mark it KEY.
+ROUTES: dict[str, Access] = {
+    "/health": Access.OPEN,
+    "/openapi.json": Access.OPEN,  # describes the routes, no secret
+    "/console": Access.OPEN,  # the page and its files; what they call is not open
+    "/console/static/{name}": Access.OPEN,
+    # Inference and listings: the gateway and the listing handlers apply the key's scope.
+    "/": Access.KEY,
+    "/v1/models": Access.KEY,
+    "/v1/models/{model_id}": Access.KEY,
+    "/v1/chat/completions": Access.KEY,
+    "/v1/completions": Access.KEY,
+    "/v1/embeddings": Access.KEY,
+    "/v1/responses": Access.KEY,
+    "/v1/messages": Access.KEY,
+    "/v1/messages/count_tokens": Access.KEY,
+    "/api/version": Access.KEY,
+    "/api/tags": Access.KEY,
+    "/api/ps": Access.KEY,
+    "/api/show": Access.KEY,
+    "/api/chat": Access.KEY,
+    "/api/generate": Access.KEY,
+    "/api/embed": Access.KEY,
+    "/api/embeddings": Access.KEY,
+    # What another node may ask of this one besides inference (`blazar pull --node`): a download into its store.
+    "/api/pull": Access.CLUSTER,
+    # Model management, per-key figures, the readiness probe, the admin API.
+    "/api/delete": Access.ADMIN,
+    "/api/copy": Access.ADMIN,
+    "/api/create": Access.ADMIN,
+    "/metrics": Access.ADMIN,
+    "/ready": Access.ADMIN,
+    "/api/blazar/ps": Access.ADMIN,
+    "/api/blazar/load": Access.ADMIN,
+    "/api/blazar/stop": Access.ADMIN,
+    "/api/blazar/reset": Access.ADMIN,
+    "/api/blazar/sync": Access.ADMIN,
+    "/api/blazar/dashboard": Access.ADMIN,
+    "/api/blazar/queue": Access.ADMIN,
+    "/api/blazar/events": Access.ADMIN,
+    "/api/blazar/events/follow": Access.ADMIN,
+    "/api/blazar/why/{trace}": Access.ADMIN,
+    "/api/blazar/models": Access.ADMIN,
+    "/api/blazar/engines": Access.ADMIN,
+    "/api/blazar/engines/verify": Access.ADMIN,
+    "/api/blazar/nodes": Access.ADMIN,
+    "/api/blazar/sessions": Access.ADMIN,  # every key's sessions: ADMIN until the handlers filter by key
+    "/api/blazar/sessions/{name}": Access.ADMIN,
+    "/api/blazar/sessions/{name}/save": Access.ADMIN,
+    "/api/blazar/sessions/{name}/restore": Access.ADMIN,
+}
 
 
-
-
-
-
-def admin_route(path: str) -> bool:
-    return path.startswith("/api/blazar/") or path.rstrip("/") in ADMIN_ROUTES or path == "/api/blazar"
+def access(route: str | None) -> Access:
+    """The rule of the route with this URI template; ADMIN for one without a rule (fail closed)."""
+    return ROUTES.get(route, Access.ADMIN) if route is not None else Access.ADMIN
 
 
 def presented(req: falcon.asgi.Request) -> str | None:
@@ -91,26 +144,30 @@ class Authenticator:
             raise Unauthenticated(f"API key {key.name!r} has expired")
         return Principal(actor=f"key:{key.name}", admin=key.admin, key=key)
 
-    def check(self, method: str, path: str, secret: str | None) -> Principal | None:
-        """The principal a request runs as (None: auth is off or the route is open); raises AuthRefused."""
-        if method == "OPTIONS" or path in OPEN_ROUTES or path.startswith(OPEN_PREFIXES) or not self.on():
+    def check(self, method: str, route: str | None, secret: str | None) -> Principal | None:
+        """The principal a request to the route with URI template `route` runs as (None: auth is off, the route is
+        open or the request a preflight); raises AuthRefused."""
+        rule = access(route)
+        if rule is Access.OPEN or method == "OPTIONS" or not self.on():
             return None
         principal = self.principal(secret)
-        if not principal.admin and admin_route(path) and not (principal.cluster and path in CLUSTER_ROUTES):
-            raise Forbidden(f"{path} needs an admin key; {principal.actor} is not one (`blazar keys create NAME "
-                            "--admin`)")
-        return principal
+        if rule is Access.KEY or principal.admin or (rule is Access.CLUSTER and principal.cluster):
+            return principal
+        raise Forbidden(f"{route} needs an admin key; {principal.actor} is not one (`blazar keys create NAME "
+                        "--admin`)")
 
 
 class Auth:
-    """Falcon middleware around an Authenticator."""
+    """Falcon middleware around an Authenticator: it decides after routing, on the route's URI template (a request
+    no route serves is answered 404 by falcon and never decided on; blazar/api/paths.py has refused a path that is
+    not canonical before that)."""
 
     def __init__(self, authenticator: Authenticator) -> None:
         self.authenticator = authenticator
 
-    async def process_request(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        req.context.principal = None
-        req.context.principal = self.authenticator.check(req.method, req.path, presented(req))
+    async def process_resource(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, resource: object,
+                               params: dict[str, Any]) -> None:
+        req.context.principal = self.authenticator.check(req.method, req.uri_template, presented(req))
 
 
 def admin_actor(daemon_actor: str) -> str:

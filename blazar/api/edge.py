@@ -1,6 +1,7 @@
-"""The edge, before auth: what a web page in the user's browser or a rebinding DNS name could make the gateway do.
-A Host guard (DNS rebinding), an Origin check (cross-site requests), JSON-only bodies (HTML forms and "simple"
-cross-origin requests, which need no CORS preflight), and CORS answers for the origins in `cors_origins` only.
+"""The edge, after routing and before auth: what a web page in the user's browser or a rebinding DNS name could make
+the gateway do. A Host guard (DNS rebinding), an Origin check (cross-site requests), JSON-only bodies (HTML forms
+and "simple" cross-origin requests, which need no CORS preflight), and CORS answers for the origins in
+`cors_origins` only.
 
     EdgeRefused (BlazarError)   rendered in the route's dialect by blazar/api/errors.py
     ├── 403 host_not_allowed     a Host that is not this server's (DNS rebinding)
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import falcon.asgi
 
@@ -29,8 +31,6 @@ ALLOW_HEADERS = ("authorization, content-type, x-api-key, anthropic-version, x-b
 EXPOSE_HEADERS = ("x-blazar-trace-id, x-blazar-queue-position, retry-after, x-blazar-shared, x-blazar-best-of, "
                   "x-blazar-cascade")
 PREFLIGHT_MAX_AGE_S = 600
-
-
 
 
 def host_name(header: str) -> str:
@@ -91,14 +91,17 @@ def json_content_type(value: str | None) -> bool:
 
 
 class Edge:
-    """Falcon middleware: Host guard, Origin check, JSON bodies, CORS (preflights answered here, before auth)."""
+    """Falcon middleware: Host guard, Origin check, JSON bodies, CORS (preflights answered here, before auth). It
+    decides after routing, on the route that will serve the request, as auth does: a request no route serves is
+    answered 404 and nothing else (CORS headers on the way out aside)."""
 
     def __init__(self, policy: EdgePolicy, keys_on: Callable[[], bool], *, scheme: str = "http") -> None:
         self.policy = policy
         self.keys_on = keys_on
         self.scheme = scheme
 
-    async def process_request(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+    async def process_resource(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, resource: object,
+                               params: dict[str, Any]) -> None:
         host = req.get_header("Host")
         if not self.policy.host_allowed(host):
             shown = (host or "")[:100]

@@ -35,6 +35,7 @@ import falcon
 import falcon.asgi
 from pydantic import ValidationError
 
+from blazar.api.paths import route_of
 from blazar.errors import BlazarError
 
 log = logging.getLogger("blazar.api")
@@ -59,9 +60,10 @@ _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 4
 def in_dialect(req: falcon.asgi.Request, payload: dict[str, Any]) -> dict[str, Any]:
     """The OpenAI-shaped `payload` in the shape of the route's dialect: Anthropic's
     `{"type": "error", "error": {type, message}}` under /v1/messages, Ollama's `{"error": message}` under /api/
-    (the admin routes under /api/blazar/ keep the OpenAI shape)."""
+    (the admin routes under /api/blazar/ keep the OpenAI shape). Read from the route resolved, else the normalised
+    path (`//v1/messages` is answered as /v1/messages would be), never the raw one."""
     err = payload["error"]
-    path = req.path
+    path = route_of(req)
     if path.startswith("/v1/messages"):
         status = int(err.get("status") or 0)
         kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")

@@ -127,7 +127,10 @@ class Ps:
         catalog = self.app.runner.state("catalog")
         residency = self.app.runner.state("residency")
         rows = []
+        p = principal_of(req)  # a key sees only the models in its scope, as in /api/tags
         for r in self.supervisor.ps():
+            if p is not None and not p.allows(r["model"]):
+                continue
             entry = stored(catalog, r["model"])
             size = r.get("measured_bytes") or r.get("planned_bytes") or 0
             inst = instance(residency, r["instance_id"])

@@ -14,14 +14,14 @@ import falcon.asgi
 from pydantic import BaseModel
 
 import blazar
-from blazar.api import admin, anthropic, console, ollama, ollama_create, ollama_pull, openai, sessions
+from blazar.api import admin, anthropic, auth, console, ollama, ollama_create, ollama_pull, openai, sessions
 
 JSON = "application/json"
 SSE = "text/event-stream"
 NDJSON = "application/x-ndjson"
 TEXT = "text/plain"
-# NOTE: no secrets in any; they stay open when keys are on (the console's page and files; not what they call).
-OPEN_PATHS = ("/health", "/openapi.json", "/console", "/console/static/{name}")
+# The routes that stay open when keys are on (blazar/api/auth.py ROUTES): no secret in any.
+OPEN_PATHS = tuple(route for route, rule in auth.ROUTES.items() if rule is auth.Access.OPEN)
 
 Schema = dict[str, Any]
 

@@ -4,6 +4,7 @@ caller's dialect with WWW-Authenticate, 403 for a non-admin key on an admin rout
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any, cast
 
 import pytest
 
@@ -12,6 +13,7 @@ from blazar.context import Blazar
 from blazar.handlers import keys as handlers
 from tests.support.asgi import LocalConductor as ASGIConductor
 from tests.unit.test_admin_api import FakeSupervisor
+from tests.unit.test_openapi import FakeGateway
 
 TOKEN = "blzadm_the-daemons-token"
 ROW = {"model": "gemma", "instance_id": "abc123", "state": "ready", "port": 40001}
@@ -21,7 +23,8 @@ ROW = {"model": "gemma", "instance_id": "abc123", "state": "ready", "port": 4000
 async def client(app: Blazar) -> AsyncIterator[ASGIConductor]:
     sup = FakeSupervisor()
     sup.rows = [dict(ROW)]
-    async with ASGIConductor(create_app(app, sup, admin_token=TOKEN)) as c:
+    # The dialects' routes are there (auth decides on the route resolved); nothing here reaches the gateway.
+    async with ASGIConductor(create_app(app, sup, cast(Any, FakeGateway()), admin_token=TOKEN)) as c:
         yield c
 
 
@@ -80,3 +83,14 @@ async def test_revoking_every_key_opens_the_door_again(app: Blazar, client: ASGI
     assert (await client.get("/api/blazar/ps")).status_code == 401
     await handlers.revoke(app, "alice")
     assert (await client.get("/api/blazar/ps")).status_code == 200
+
+
+async def test_ollama_ps_shows_a_scoped_key_only_the_models_in_its_scope(app: Blazar) -> None:
+    sup = FakeSupervisor()
+    sup.rows = [dict(ROW), dict(ROW, model="qwen3", instance_id="def456", port=40002)]
+    _, scoped = await handlers.create(app, "alice", models=["gemma*"])
+    _, root = await handlers.create(app, "root", admin=True)
+    async with ASGIConductor(create_app(app, sup, cast(Any, FakeGateway()))) as c:
+        seen = {name: [m["name"] for m in (await c.get("/api/ps", headers=bearer(secret))).json["models"]]
+                for name, secret in (("alice", scoped), ("root", root))}
+    assert seen == {"alice": ["gemma"], "root": ["gemma", "qwen3"]}

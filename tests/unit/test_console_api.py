@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from html.parser import HTMLParser
+from typing import Any, cast
 
 import pytest
 
@@ -17,13 +18,15 @@ from blazar.events.system import ConfigChanged
 from blazar.handlers import keys
 from tests.support.asgi import LocalConductor as ASGIConductor
 from tests.unit.test_admin_api import FakeSupervisor
+from tests.unit.test_openapi import FakeGateway
 
 STATIC = console.STATIC_DIR
 
 
 @pytest.fixture
 async def client(app: Blazar) -> AsyncIterator[ASGIConductor]:
-    async with ASGIConductor(create_app(app, FakeSupervisor())) as c:
+    # With the dialects' routes (/api/pull, /api/delete, which the console calls); nothing here reaches the gateway.
+    async with ASGIConductor(create_app(app, FakeSupervisor(), cast(Any, FakeGateway()))) as c:
         yield c
 
 

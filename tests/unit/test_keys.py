@@ -8,7 +8,7 @@ import hmac
 
 import pytest
 
-from blazar.api.auth import Authenticator, Forbidden, Unauthenticated, admin_route
+from blazar.api.auth import Access, Authenticator, Forbidden, Unauthenticated, access
 from blazar.clock import FakeClock
 from blazar.context import Blazar
 from blazar.events.base import Event, Recorded
@@ -153,27 +153,40 @@ def test_a_revoked_or_rotated_secret_is_refused_at_once() -> None:
     assert auth.check("GET", "/v1/models", made.secret) is not None
 
 
-@pytest.mark.parametrize("path", ["/api/blazar/load", "/api/blazar/ps", "/api/pull", "/api/delete", "/api/copy",
-                                  "/api/create", "/api/push", "/metrics", "/ready"])
-def test_admin_routes_need_an_admin_key(path: str) -> None:
+@pytest.mark.parametrize("route", ["/api/blazar/load", "/api/blazar/ps", "/api/blazar/why/{trace}",
+                                   "/api/blazar/sessions/{name}/save", "/api/pull", "/api/delete", "/api/copy",
+                                   "/api/create", "/metrics", "/ready", "/api/push", "/api/blazar/not-a-route", None])
+def test_admin_routes_and_routes_without_a_rule_need_an_admin_key(route: str | None) -> None:
     a, user = created("alice")
     b, root = created("root", admin=True)
     auth = _auth([a, b])
-    assert admin_route(path)
+    assert access(route) in (Access.ADMIN, Access.CLUSTER)
     with pytest.raises(Forbidden) as e:
-        auth.check("POST", path, user)
+        auth.check("POST", route, user)
     assert e.value.http_status == 403
-    p = auth.check("POST", path, root)
+    p = auth.check("POST", route, root)
     assert p is not None and p.admin
 
 
-@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/models", "/v1/messages", "/api/chat", "/api/generate",
-                                  "/api/embed", "/api/embeddings", "/api/tags", "/api/show", "/api/ps",
-                                  "/api/version", "/"])
-def test_inference_and_listing_routes_take_any_valid_key(path: str) -> None:
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/models", "/v1/models/{model_id}", "/v1/messages",
+                                   "/api/chat", "/api/generate", "/api/embed", "/api/embeddings", "/api/tags",
+                                   "/api/show", "/api/ps", "/api/version", "/"])
+def test_inference_and_listing_routes_take_any_valid_key(route: str) -> None:
     a, user = created("alice")
-    assert not admin_route(path)
-    assert _auth([a]).check("POST", path, user) is not None
+    assert access(route) is Access.KEY
+    assert _auth([a]).check("POST", route, user) is not None
+
+
+def test_the_cluster_key_may_pull_and_infer_and_nothing_admin() -> None:
+    a, _ = created("alice")
+    state = fold(KeysProjection(), [rec(1, a)])
+    auth = Authenticator(lambda: state, FakeClock(), cluster_key="c" * 40)
+    for route in ("/api/pull", "/v1/chat/completions", "/api/chat"):
+        p = auth.check("POST", route, "c" * 40)
+        assert p is not None and p.cluster and not p.admin
+    for route in ("/api/delete", "/api/blazar/ps", "/api/create", "/metrics", None):
+        with pytest.raises(Forbidden):
+            auth.check("POST", route, "c" * 40)
 
 
 def test_the_cli_admin_token_is_an_admin_principal_and_nothing_else_is() -> None:
