@@ -154,7 +154,7 @@ def test_a_revoked_or_rotated_secret_is_refused_at_once() -> None:
 
 
 @pytest.mark.parametrize("route", ["/api/blazar/load", "/api/blazar/ps", "/api/blazar/why/{trace}",
-                                   "/api/blazar/sessions/{name}/save", "/api/pull", "/api/delete", "/api/copy",
+                                   "/api/blazar/engines", "/api/pull", "/api/delete", "/api/copy",
                                    "/api/create", "/metrics", "/ready", "/api/push", "/api/blazar/not-a-route", None])
 def test_admin_routes_and_routes_without_a_rule_need_an_admin_key(route: str | None) -> None:
     a, user = created("alice")
@@ -170,7 +170,8 @@ def test_admin_routes_and_routes_without_a_rule_need_an_admin_key(route: str | N
 
 @pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/models", "/v1/models/{model_id}", "/v1/messages",
                                    "/api/chat", "/api/generate", "/api/embed", "/api/embeddings", "/api/tags",
-                                   "/api/show", "/api/ps", "/api/version", "/"])
+                                   "/api/show", "/api/ps", "/api/version", "/", "/api/blazar/sessions",
+                                   "/api/blazar/sessions/{name}/save"])
 def test_inference_and_listing_routes_take_any_valid_key(route: str) -> None:
     a, user = created("alice")
     assert access(route) is Access.KEY

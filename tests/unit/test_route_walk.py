@@ -30,6 +30,9 @@ CLUSTER = "cluster-secret-0123456789abcdef-0123456789"
 # Written here, not read from blazar/api/auth.py: what each route must be, whatever the table says.
 OPEN = frozenset({"/health", "/openapi.json", "/console", "/console/static/{name}"})
 ADMIN = frozenset({"/api/delete", "/api/copy", "/api/create", "/metrics", "/ready"})
+# Under /api/blazar/ but any key's: a key's own sessions (the handlers show and touch nothing else).
+KEYS_OWN = frozenset({"/api/blazar/sessions", "/api/blazar/sessions/{name}", "/api/blazar/sessions/{name}/save",
+                      "/api/blazar/sessions/{name}/restore"})
 CLUSTER_MAY = frozenset({"/api/pull"})
 # Plausible values for the path parameters.
 PARAMS = {"name": "chat-1", "trace": "0123456789abcdef0123456789abcdef", "model_id": "gemma3"}
@@ -37,7 +40,8 @@ STATIC_NAME = "console.js"
 
 
 def admin_route(template: str) -> bool:
-    return template.startswith("/api/blazar/") or template in ADMIN or template in CLUSTER_MAY
+    return (template.startswith("/api/blazar/") and template not in KEYS_OWN) or template in ADMIN \
+        or template in CLUSTER_MAY
 
 
 def fill(template: str) -> str:
