@@ -14,6 +14,7 @@ Resources raise (BlazarError, pydantic's ValidationError, falcon's HTTPError); t
     503     circuit_open           CircuitOpen
     409     model_pinned           ModelPinned (a pinned instance of the model stands in the way of the load)
     507     insufficient_memory    DoesNotFit
+    507     disk_full              DiskFull (a control change the log had no space for)
     502     load_failed            LoadFailed
     503     no_engine              NoEngine
     503     engine_incompatible    EngineIncompatible (the active engine lacks a flag the plan needs)
