@@ -181,7 +181,8 @@ class Settings(BaseModel):
     node_url: str = Field(
         default="",
         description="The URL other nodes reach this gateway at (empty: http://127.0.0.1:PORT; BLAZAR_NODE_URL wins). "
-                    "Local to this home.",
+                    "Off loopback it must be https (the cluster key travels with forwarded requests): a plain-http "
+                    "one refuses `blazar serve` unless --insecure-cluster. Local to this home.",
     )
     node_heartbeat_s: float = Field(
         default=5.0, ge=1.0, le=300.0,
