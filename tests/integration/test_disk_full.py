@@ -105,7 +105,9 @@ def daemon(disk: Path, tmp_path: Path, engine_binary: Path) -> Iterator[Daemon]:
     """The real daemon with the real engine, its home on the small disk (its stderr is not)."""
     cli = Cli(disk / "home")
     cli("engine", "install", "--path", str(engine_binary), timeout=120)
-    cli("import", str(write_tiny_model(tmp_path / "tiny.gguf")), "--name", "tiny")
+    tiny = write_tiny_model(tmp_path / "tiny.gguf")
+    cli("import", str(tiny), "--name", "tiny")
+    cli("import", str(tiny), "--name", "spare")  # never loaded before the disk fills
     port = free_port()
     stderr = tmp_path / "daemon.stderr"
     with stderr.open("wb") as err:
@@ -151,6 +153,14 @@ def test_the_daemon_on_a_full_disk_is_degraded_on_ready_and_loses_no_request_eve
     assert checks["log.integrity"]["status"] == "ok" and checks["machine.disk_home"]["status"] == "fail"
     assert checks["engine.smoke"]["status"] == "warn" and "full" in checks["engine.smoke"]["observation"]
     assert_no_restore_advised(checks)
+    # A load needs the disk (its events, the engine's key file): 507 disk_full, in the caller's dialect.
+    load = httpx2.post(f"{daemon.base}/api/blazar/load", json={"model": "spare"}, trust_env=False, timeout=60)
+    assert load.status_code == 507 and load.json()["error"]["code"] == "disk_full"
+    assert f"on the filesystem mounted at {disk}" in load.json()["error"]["message"]
+    with pytest.raises(openai.APIStatusError) as refused:
+        openai.OpenAI(base_url=f"{daemon.base}/v1", api_key="x", max_retries=0, timeout=60).chat.completions.create(
+            model="spare", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+    assert refused.value.status_code == 507 and "no space left on the disk" in refused.value.message
     # The commands that write: config.toml, a snapshot, an event appended while the daemon holds the log.
     for args in (["config", "set", "port", "11501"], ["snapshot"], ["keys", "create", "app"]):
         assert_one_line_naming_the_disk(daemon.cli(*args, check=False), disk)
@@ -160,6 +170,8 @@ def test_the_daemon_on_a_full_disk_is_degraded_on_ready_and_loses_no_request_eve
     assert daemon.ready().json()["checks"]["log"]["pending"] == 0
     completed = {e["trace_id"] for e in events_of(daemon.cli, "request.completed")}
     assert set(traces) <= completed  # every request's events reached the log
+    httpx2.post(f"{daemon.base}/api/blazar/load", json={"model": "spare"}, trust_env=False,
+                timeout=120).raise_for_status()  # with room again, the load refused before works
 
     # Stopping while the disk is full again: the writer gives up after its bounded retries, and says what it lost.
     fill(disk)
