@@ -22,6 +22,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 
+from blazar.diskspace import disk_full, no_space
 from blazar.durations import parse_duration
 from blazar.errors import ConfigError
 
@@ -180,7 +181,8 @@ class Settings(BaseModel):
     node_url: str = Field(
         default="",
         description="The URL other nodes reach this gateway at (empty: http://127.0.0.1:PORT; BLAZAR_NODE_URL wins). "
-                    "Local to this home.",
+                    "Off loopback it must be https (the cluster key travels with forwarded requests): a plain-http "
+                    "one refuses `blazar serve` unless --insecure-cluster. Local to this home.",
     )
     node_heartbeat_s: float = Field(
         default=5.0, ge=1.0, le=300.0,
@@ -423,13 +425,19 @@ def write_file(path: Path, values: dict[str, Any]) -> None:
     body = "# Blazar configuration: `blazar config defaults` lists every key.\n" + tomli_w.dumps(
         dict(sorted(values.items()))
     )
-    with tmp.open("w") as fh:
-        fh.write(body)
-        fh.flush()
-        os.fsync(fh.fileno())
-    if path.exists():
-        shutil.copy2(path, path.with_name(path.name + ".bak"))
-    os.replace(tmp, path)
+    try:
+        with tmp.open("w") as fh:
+            fh.write(body)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if path.exists():
+            shutil.copy2(path, path.with_name(path.name + ".bak"))
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)  # config.toml is as it was; no half-written file is left beside it
+        if no_space(exc, path.parent):
+            raise disk_full(path.parent, writing=str(path)) from exc
+        raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

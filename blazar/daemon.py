@@ -7,6 +7,7 @@ stop_grace_s), stop the engine children, return 0. The caller owns `app` and clo
     ├── DaemonRunning   another daemon holds this home's lock (names its pid and address)
     ├── PortInUse       something else listens on host:port (exit code 8)
     └── UnsafeBind      a bind wider than loopback while no API key exists (exit code 9)
+        └── UnsafeNodeUrl   a node URL that is plain http off this machine, without --insecure-cluster (exit code 9)
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from blazar.bootstrap import Services
 from blazar.context import Blazar
 from blazar.credentials import remove_admin_token, write_admin_token
 from blazar.errors import BlazarError, DaemonRunning, PortInUse, UnsafeBind
-from blazar.handlers.nodes import NodeKeeper, node_url
+from blazar.handlers.nodes import NodeKeeper, check_node_url, node_url
 from blazar.paths import Paths
 from blazar.projections.keys import auth_on
 
@@ -173,10 +174,12 @@ def _refuse_second(paths: Paths) -> DaemonRunning:
 
 
 async def serve(app: Blazar, services: Services, *, host: str, port: int,
-                on_listening: Callable[[DaemonInfo], None] | None = None, insecure_no_auth: bool = False) -> int:
+                on_listening: Callable[[DaemonInfo], None] | None = None, insecure_no_auth: bool = False,
+                insecure_cluster: bool = False) -> int:
     """Serve until SIGTERM/SIGINT; returns the exit code (0 after a clean stop). `on_listening` is called once the
-    socket is bound (the CLI says so). A bind wider than loopback needs a key, or `insecure_no_auth`. `services`
-    come from `bootstrap.build_services`; they are closed on the way out."""
+    socket is bound (the CLI says so). A bind wider than loopback needs a key, or `insecure_no_auth`; a node URL
+    that is plain http off this machine needs `insecure_cluster`. `services` come from `bootstrap.build_services`;
+    they are closed on the way out."""
     paths = app.paths
     code = 0
     settings = app.settings()
@@ -185,6 +188,10 @@ async def serve(app: Blazar, services: Services, *, host: str, port: int,
         log.warning("%s", warning)
     tls = tls_files(settings.tls_cert, settings.tls_key)
     scheme = "https" if tls else "http"
+    if app.node:  # before anything binds or joins: a refused node leaves no trace in the cluster
+        warning = check_node_url(node_url(paths, app.env, port=port, scheme=scheme), insecure_cluster=insecure_cluster)
+        if warning:
+            log.warning("%s", warning)
     raise_nofile()
     with contextlib.ExitStack() as held:
         try:
@@ -215,7 +222,7 @@ async def serve(app: Blazar, services: Services, *, host: str, port: int,
                           ca_file=str(tls[0].absolute()) if tls else None)
         # Granian calls startup hooks once the socket is bound and listening, just before its worker starts.
         server.on_startup(lambda: _listening(paths, info, on_listening))
-        keeper = _node_keeper(app, supervisor, port=port, scheme=scheme)
+        keeper = _node_keeper(app, supervisor, port=port, scheme=scheme, insecure_cluster=insecure_cluster)
         try:
             await supervisor.start()
             services.start()
@@ -237,7 +244,8 @@ async def serve(app: Blazar, services: Services, *, host: str, port: int,
     return code
 
 
-def _node_keeper(app: Blazar, supervisor: Any, *, port: int, scheme: str) -> NodeKeeper | None:
+def _node_keeper(app: Blazar, supervisor: Any, *, port: int, scheme: str,
+                 insecure_cluster: bool = False) -> NodeKeeper | None:
     """The daemon's part among the gateways sharing a PostgreSQL log (None with the embedded SQLite log)."""
     if not app.node:
         return None
@@ -251,7 +259,7 @@ def _node_keeper(app: Blazar, supervisor: Any, *, port: int, scheme: str) -> Nod
             await supervisor.stop(model)
 
     return NodeKeeper(app, url=node_url(app.paths, app.env, port=port, scheme=scheme), live=live,
-                      stop_instances=stop_instances)
+                      stop_instances=stop_instances, insecure_cluster=insecure_cluster)
 
 
 async def _serve_until_stopped(server: Server, stop: asyncio.Event, supervisor: Any, *, grace_s: float,

@@ -11,11 +11,13 @@
     ├── ProjectionError             a projection halted at a seq
     ├── ConfigError            400  unknown key / invalid value / unreadable config.toml
     ├── SnapshotError               a snapshot that cannot be written or restored (damaged, foreign)
+    ├── DiskFull               507  no space left where Blazar writes (names the filesystem, its free space, the need)
     ├── DaemonRunning               an operation that must not run under a live daemon
     ├── DaemonUnavailable           the CLI found no daemon to talk to
     ├── RemoteError                 the daemon answered with an error (its code, status and the CLI's exit code)
     ├── PortInUse                   the port is taken by another program
     ├── UnsafeBind                  a bind wider than loopback with no API key
+    │   └── UnsafeNodeUrl           a node URL that would carry the cluster key in clear (plain http off this machine)
     ├── TraceNotFound          404  `blazar why` of a trace the log does not hold
     ├── KeyCommandError        400  a key command that cannot be carried out (bad pattern, unknown limit)
     ├── DialectError           400  a request a dialect cannot serve as written (`code` says which rule it broke)
@@ -72,7 +74,7 @@
 
     Exit codes: 1 other, 2 input (config, model, engine tag), 3 snapshot, 4 daemon running, 5 audit chain,
     6 does not fit / no usable engine, 7 engine build, 8 port in use, 9 model not loaded, 10 circuit open,
-    11 load failed.
+    11 load failed, 12 disk full.
 API dialects map `code` to their own error shapes; the CLI prints `message` and exits non-zero.
 """
 
@@ -172,6 +174,23 @@ class ConfigError(BlazarError):
 class SnapshotError(BlazarError):
     code = "snapshot_refused"
     exit_code = 3
+
+
+class DiskFull(BlazarError):
+    """No space left on the filesystem Blazar was writing to: `mount` is where it is mounted, `free_bytes` what it has,
+    `needed_bytes` what the write needs free there, `writing` what was being written (blazar/diskspace.py makes
+    these, from ENOSPC, SQLite's SQLITE_FULL, or its I/O errors on a disk with no room)."""
+
+    code = "disk_full"
+    http_status = 507
+    exit_code = 12
+
+    def __init__(self, message: str, *, mount: str, free_bytes: int, needed_bytes: int, writing: str) -> None:
+        super().__init__(message)
+        self.mount = mount
+        self.free_bytes = free_bytes
+        self.needed_bytes = needed_bytes
+        self.writing = writing
 
 
 class DaemonRunning(BlazarError):
@@ -451,6 +470,12 @@ class UnsafeBind(BlazarError):
 
     code = "unsafe_bind"
     exit_code = 9
+
+
+class UnsafeNodeUrl(UnsafeBind):
+    """A node URL other than loopback that is not https: forwarding would send the cluster key in clear."""
+
+    code = "unsafe_node_url"
 
 
 class DaemonUnavailable(BlazarError):

@@ -14,6 +14,8 @@ Resources raise (BlazarError, pydantic's ValidationError, falcon's HTTPError); t
     503     circuit_open           CircuitOpen
     409     model_pinned           ModelPinned (a pinned instance of the model stands in the way of the load)
     507     insufficient_memory    DoesNotFit
+    507     disk_full              DiskFull, or any failure no space caused (a control change the log had no room
+                                   for, an engine's key file): names the disk and the space needed
     502     load_failed            LoadFailed
     503     no_engine              NoEngine
     503     engine_incompatible    EngineIncompatible (the active engine lacks a flag the plan needs)
@@ -29,6 +31,7 @@ from __future__ import annotations
 import logging
 import math
 from http import HTTPStatus
+from pathlib import Path
 from typing import Any
 
 import falcon
@@ -36,6 +39,7 @@ import falcon.asgi
 from pydantic import ValidationError
 
 from blazar.api.paths import route_of
+from blazar.diskspace import explain
 from blazar.errors import BlazarError
 
 log = logging.getLogger("blazar.api")
@@ -122,9 +126,19 @@ async def _unexpected(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: 
     _render(resp, 500, body(f"internal error: {type(ex).__name__}: {ex}", status=500, code="internal_error"), req)
 
 
-def register(app: falcon.asgi.App) -> None:
-    """Falcon picks the most specific handler by the exception's MRO, so the catch-all never hides the others."""
-    app.add_error_handler(Exception, _unexpected)
+def register(app: falcon.asgi.App, *, home: Path | None = None) -> None:
+    """Falcon picks the most specific handler by the exception's MRO, so the catch-all never hides the others. With
+    `home`, a failure that no space caused (an engine's key file, a log file) is the 507 `disk_full` it is."""
+
+    async def unexpected(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: Exception, params: Any) -> None:
+        full = explain(ex, home, writing=f"Blazar's files under {home}") if home is not None else None
+        if full is None:
+            await _unexpected(req, resp, ex, params)
+            return
+        log.error("%s %s failed: %s", req.method, req.path, full.message)
+        await _blazar_error(req, resp, full, params)
+
+    app.add_error_handler(Exception, unexpected)
     app.add_error_handler(falcon.HTTPError, _http_error)
     app.add_error_handler(ValidationError, _validation_error)
     app.add_error_handler(BlazarError, _blazar_error)

@@ -1,5 +1,8 @@
-"""Operational routes: `/ready` (can the gateway admit, load and generate right now?), `/metrics` (Prometheus text,
-derived from projections plus the live admission figures) and `/api/blazar/queue` (depth per model)."""
+"""Operational routes: `/ready` (can the gateway admit, load, generate and record right now?), `/metrics` (Prometheus
+text, derived from projections plus the live admission figures) and `/api/blazar/queue` (depth per model).
+
+NOTE: `/health` (blazar/api/app.py) stays a liveness probe: 200 while the process answers, even with events held in
+memory, because restarting the daemon then would lose them. `/ready` is the one that says degraded."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from blazar.context import Blazar
 from blazar.errors import EngineError
 from blazar.handlers.engines import active_engine, prove_generates
 from blazar.handlers.gateway import Gateway
+from blazar.queries.log_writer import writer_check
 from blazar.queries.metrics import render_prometheus
 
 # A passed generation proves readiness for this long; a failed one is retried at the next probe.
@@ -23,7 +27,8 @@ READY_SMOKE_TIMEOUT_S = 30.0
 
 class Ready:
     """Ready means: an engine is active and this machine can start it on a model and get tokens (the smoke model,
-    proven at most READY_PROOF_TTL_S ago), and admission is not refusing everything. Not only that we listen."""
+    proven at most READY_PROOF_TTL_S ago), admission is not refusing everything, and request events reach the log
+    (none held in memory that a commit could not write: a full disk, the database away). Not only that we listen."""
 
     def __init__(self, app: Blazar, gateway: Gateway) -> None:
         self.app = app
@@ -56,6 +61,8 @@ class Ready:
         cap, busy = glob.get("cap") or 0, glob.get("busy") or 0
         checks["admission"] = {"ok": not cap or busy < cap, "busy": busy, "cap": cap}
         ok = ok and checks["admission"]["ok"]
+        checks["log"] = writer_check(self.app.writer, self.app.paths.data_dir, now_monotonic=self.app.clock.monotonic())
+        ok = ok and checks["log"]["ok"]
         resp.status = 200 if ok else 503
         resp.media = {"status": "ready" if ok else "not_ready", "checks": checks}
 

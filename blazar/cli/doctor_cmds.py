@@ -33,7 +33,7 @@ async def _before_open(paths: Paths, *, quick: bool) -> list[Check]:
 async def _check_all(paths: Paths, *, quick: bool) -> list[Check]:
     found = await _before_open(paths, quick=quick)
     if not checks.safe_to_open(found):
-        return found + checks.not_opened()
+        return found + checks.not_opened(disk_full=checks.disk_full(found))
     async with opened(reconcile_config=False) as app:
         return found + await checks.with_log(app, quick=quick)
 

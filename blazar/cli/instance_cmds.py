@@ -34,6 +34,10 @@ def serve(
     insecure_no_auth: Annotated[bool, typer.Option(
         "--insecure-no-auth", help="Serve a host wider than loopback even though no API key exists (anyone who "
         "reaches it can run, pull and delete models); without it such a bind is refused.")] = False,
+    insecure_cluster: Annotated[bool, typer.Option(
+        "--insecure-cluster", help="On a PostgreSQL log: start as a node even though its node_url is plain http off "
+        "this machine, and send the cluster key to peers reached over plain http (anyone on those networks can read "
+        "it). Warned at every start and recorded in node.started; without it such a node refuses to start.")] = False,
 ) -> None:
     """Run the daemon in the foreground: the HTTP API and the engine children. Ctrl-C or SIGTERM stops both.
     Wider than loopback (--host 0.0.0.0) needs an API key (`blazar keys create NAME --admin`); https with the
@@ -52,7 +56,8 @@ def serve(
             settings = app.settings()
             # An unsafe bind is refused (or, forced, warned about in the log, which `serve` shows on stderr).
             return await daemon.serve(app, build_services(app), host=host or settings.host, port=port or settings.port,
-                                      on_listening=listening, insecure_no_auth=insecure_no_auth)
+                                      on_listening=listening, insecure_no_auth=insecure_no_auth,
+                                      insecure_cluster=insecure_cluster)
         finally:
             await app.close()
 

@@ -1,4 +1,5 @@
-"""The `blazar` command: every sub-command, and one place that turns a BlazarError into a message."""
+"""The `blazar` command: every sub-command, and one place that turns a BlazarError, or a write that found no space
+left (whatever raised it), into a one-line message and an exit code."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import typer
 from rich.text import Text
 
 from blazar import __version__
+from blazar.bootstrap import paths_from_env
 from blazar.cli import (
     audit_cmds,
     config_cmds,
@@ -31,7 +33,8 @@ from blazar.cli import (
     worker_cmds,
 )
 from blazar.cli.common import err
-from blazar.errors import BlazarError
+from blazar.diskspace import explain
+from blazar.errors import BlazarError, DiskFull
 
 app = typer.Typer(
     name="blazar",
@@ -88,14 +91,27 @@ app.add_typer(worker_cmds.app, name="worker")
 app.add_typer(node_cmds.app, name="node")
 
 
+def _disk_full(exc: BaseException) -> DiskFull | None:
+    """`exc` as the full disk that caused it, if one did: whatever part of Blazar met it (the log, config.toml, a
+    snapshot, a model file), the command ends with one line naming the disk."""
+    try:
+        home = paths_from_env().data_dir
+    except Exception:  # the message falls back to the exception's own
+        return None
+    return explain(exc, home, writing=f"Blazar's files under {home}")
+
+
 def main() -> None:
     try:
         app()
-    except BlazarError as exc:
+    except Exception as exc:
+        shown = _disk_full(exc) or exc
+        if not isinstance(shown, BlazarError):
+            raise
         # NOTE: the message as a Text, never markup: it carries names and paths ("x:smile:" is not an emoji,
         # "[red]" in a path is not a style).
-        err.print(Text.assemble(("error:", "bold red"), " ", exc.message))
-        sys.exit(exc.exit_code)
+        err.print(Text.assemble(("error:", "bold red"), " ", shown.message), soft_wrap=True)
+        sys.exit(shown.exit_code)
 
 
 if __name__ == "__main__":

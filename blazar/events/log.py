@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import NullPool
 
 from blazar.clock import Clock, SystemClock
+from blazar.diskspace import disk_full, no_space
 from blazar.errors import AppendOnlyViolation, LogError
 from blazar.events.base import Event, Pending, Recorded
 from blazar.events.migrate import ensure_schema
@@ -133,12 +134,26 @@ class EventLog:
     @classmethod
     async def open(cls, path: Path, *, clock: Clock | None = None, migrate: bool = True) -> EventLog:
         path.parent.mkdir(parents=True, exist_ok=True)
-        if migrate:
-            await asyncio.to_thread(ensure_schema, path)
         log = cls(path, _engine(path, immediate=True), _engine(path, immediate=False), clock or SystemClock())
-        log._wconn = await log._writer_engine.connect()
-        log._last_seq = await log.last_seq()
+        try:
+            if migrate:
+                await asyncio.to_thread(ensure_schema, path)
+            log._wconn = await log._writer_engine.connect()
+            log._last_seq = await log.last_seq()
+        except Exception as exc:
+            await log.close()
+            # A full disk fails even the open (SQLite cannot create the WAL's shared-memory index): say so.
+            full = log._no_space(exc)
+            if full is None:
+                raise
+            raise full from exc
         return log
+
+    def _no_space(self, exc: BaseException) -> BaseException | None:
+        """The DiskFull that `exc` means when no space caused it (None otherwise)."""
+        if no_space(exc, self.path.parent):
+            return disk_full(self.path.parent, writing=f"the event log {self.path}")
+        return None
 
     async def close(self) -> None:
         if self._wconn is not None:
@@ -207,7 +222,7 @@ class EventLog:
             except sqlite3.IntegrityError as exc:
                 raise AppendOnlyViolation(f"append refused by the log: {exc}") from exc
             except sqlite3.OperationalError as exc:
-                raise LogError(f"append failed: {exc}") from exc
+                raise self._no_space(exc) or LogError(f"append failed: {exc}") from exc
         rows = [(first + i + 1, p.ts, p.event.TYPE, p.event.V, p.stream, p.trace_id, p.actor, p.cause, data)
                 for i, (p, data) in enumerate(encoded)]
         self._last_seq = rows[-1][0]
@@ -261,8 +276,15 @@ class EventLog:
     async def write_transaction(self) -> AsyncIterator[AsyncConnection]:
         """The writer connection inside `BEGIN IMMEDIATE`, for derived tables (checkpoints); never `events`."""
         assert self._wconn is not None, "log is closed"
-        async with self._write_lock, self._wconn.begin():
-            yield self._wconn
+        async with self._write_lock:
+            try:
+                async with self._wconn.begin():
+                    yield self._wconn
+            except Exception as exc:
+                full = self._no_space(exc)
+                if full is None:
+                    raise
+                raise full from exc
 
     # -- derived tables (checkpoints) ------------------------------------------------------------------------
 

@@ -31,6 +31,9 @@ class NodeStarted(_NodeEvent):
     host: str  # the machine's host name
     version: str = ""
     rejoined: bool = False  # it found itself marked down while alive (a partition) and joined again
+    # Started with --insecure-cluster: the cluster key may travel in clear (plain http off the machine), to this node
+    # and from it when it forwards or asks another node.
+    insecure_cluster: bool = False
 
 
 @register

@@ -2,8 +2,10 @@
 
 `submit` is synchronous and never touches disk, so the token path never waits on SQLite. One task drains the
 buffer every `interval` seconds (or as soon as `max_batch` events are waiting) in one transaction. A failed
-commit keeps the batch and retries with backoff; only a buffer past `max_pending` drops events, and every drop
-is counted (`dropped`) because losing a request event silently would make `why` lie.
+commit (a full disk, a database away) keeps the batch and retries with backoff, for as long as it takes; while it
+fails, `stalled` says so and `last_error` says why (`/ready` reports it). Only a buffer past `max_pending` drops
+events: each new one is refused and counted (`dropped`), because losing a request event silently would make `why`
+lie; the events already buffered are kept and land once a commit succeeds.
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ log = logging.getLogger(__name__)
 # million-event log 16384 commits about a quarter more events/s than 4096 (bench/log.py). What a crash can
 # lose is everything not yet committed, whatever the batch size: the buffer, bounded by `max_pending`.
 MAX_BATCH = 16_384
+# While commits keep failing, the same error is logged at most this often (the retries go on every second).
+FAILURE_LOG_EVERY_S = 30.0
+# How long `stop` keeps retrying a failing commit before it gives the buffered events up.
+STOP_WAIT_S = 10.0
+STOP_POLL_S = 0.1
 
 
 class GroupCommitWriter:
@@ -37,8 +44,10 @@ class GroupCommitWriter:
         interval: float = 0.005,
         max_batch: int = MAX_BATCH,
         max_pending: int = 200_000,
+        stop_wait_s: float = STOP_WAIT_S,
     ) -> None:
         self._log = event_log
+        self.stop_wait_s = stop_wait_s
         self.interval = interval
         self.max_batch = max_batch
         self.max_pending = max_pending
@@ -52,10 +61,19 @@ class GroupCommitWriter:
         self.batches = 0
         self.dropped = 0
         self.failures = 0
+        self.last_error: Exception | None = None  # why the last commit failed; None once one succeeds
+        self.failing_since: float | None = None  # the log clock's monotonic() at the first failure in a row
+        self._logged_at = 0.0
+        self._failed_in_row = 0
 
     @property
     def pending_count(self) -> int:
         return len(self._buffer)
+
+    @property
+    def stalled(self) -> bool:
+        """Events wait in memory that the last commit could not write."""
+        return self.last_error is not None and bool(self._buffer)
 
     def start(self) -> None:
         if self._task is None:
@@ -91,11 +109,33 @@ class GroupCommitWriter:
         await self._drained.wait()
 
     async def stop(self) -> None:
-        """Commit what is buffered, then end the writer task."""
+        """Commit what is buffered, then end the writer task. While commits fail (a full disk), the retries go on
+        for at most `stop_wait_s`: a stopping process does not wait forever on its disk, and what it could not write
+        is logged as lost (with the count) when it gives up."""
         self._stopping = True
         self._wake.set()
         if self._task is not None:
-            await self._task
+            loop = asyncio.get_running_loop()
+            give_up_at: float | None = None
+            while not self._task.done():
+                await asyncio.wait({self._task}, timeout=STOP_POLL_S)
+                if not self.stalled:
+                    give_up_at = None  # a slow disk that takes the events is waited for
+                elif give_up_at is None:
+                    give_up_at = loop.time() + self.stop_wait_s
+                elif loop.time() >= give_up_at:
+                    break
+            if not self._task.done():
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
+                self._task = None
+                self.dropped += len(self._buffer)
+                log.error("stopping with %d request event(s) the log could not take (%s): they are lost",
+                          len(self._buffer), self.last_error)
+                self._buffer.clear()
+                self._drained.set()
+                return
             self._task = None
         await self._drain_once(all_of_it=True)
 
@@ -111,11 +151,7 @@ class GroupCommitWriter:
                 await self._drain_once(all_of_it=self._stopping)
                 backoff = self.interval
             except Exception as exc:  # NOTE: never the end of the writer: the batch stays buffered and is tried again
-                self.failures += 1
-                if isinstance(exc, BlazarError):
-                    log.error("group commit failed (%s); retrying in %.3fs", exc, backoff)
-                else:
-                    log.exception("group commit failed unexpectedly; retrying in %.3fs", backoff)
+                self._failed(exc, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
                 self._wake.set()
@@ -124,6 +160,23 @@ class GroupCommitWriter:
                 self._wake.set()
             elif self._stopping:
                 return
+
+    def _failed(self, exc: Exception, backoff: float) -> None:
+        self.failures += 1
+        self._failed_in_row += 1
+        now = self._log.clock.monotonic()
+        first = self.last_error is None
+        self.last_error = exc
+        if first:
+            self.failing_since = now
+        elif now - self._logged_at < FAILURE_LOG_EVERY_S:
+            return
+        self._logged_at = now
+        waiting = f"{len(self._buffer)} request event(s) wait in memory"
+        if isinstance(exc, BlazarError):
+            log.error("group commit failed (%s); %s; retrying in %.3fs", exc, waiting, backoff)
+        else:
+            log.error("group commit failed unexpectedly; %s; retrying in %.3fs", waiting, backoff, exc_info=exc)
 
     async def _drain_once(self, *, all_of_it: bool) -> None:
         while self._buffer:
@@ -134,6 +187,12 @@ class GroupCommitWriter:
                 self._buffer.popleft()
             self.committed += len(batch)
             self.batches += 1
+            if self.last_error is not None:
+                log.warning("group commit works again after %.1fs (%d failed attempt(s)); %d event(s) dropped "
+                            "in all", self._log.clock.monotonic() - (self.failing_since or 0.0), self._failed_in_row,
+                            self.dropped)
+                self.last_error = self.failing_since = None
+                self._failed_in_row = 0
             if not all_of_it:
                 break
         if not self._buffer:

@@ -6,12 +6,18 @@ instances lost with it). A node that finds itself marked down while alive (a par
 instances, which the cluster already counts as lost, and joins again.
 
 With the embedded SQLite log there is one gateway and no node events at all.
+
+The cluster key travels with every forwarded request and every `pull --node`, so a node URL other than loopback must
+be https: a node refuses to start with a plain-http one (`check_node_url`), and never sends the key to a peer whose
+recorded URL is plain http off the machine (`may_send_key`), unless it was started with `--insecure-cluster`, which
+it warns about at every start and records in its `node.started`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -23,8 +29,9 @@ import orjson
 
 from blazar import __version__
 from blazar import config as settings
+from blazar.addresses import in_clear_off_host
 from blazar.context import Blazar
-from blazar.errors import ConfigError, NodeError
+from blazar.errors import ConfigError, NodeError, UnsafeNodeUrl
 from blazar.events.nodes import NodeDown, NodeHeartbeat, NodeStarted, NodeStopped
 from blazar.logdb import local_value
 from blazar.paths import Paths
@@ -52,6 +59,38 @@ def node_url(paths: Paths, env: Mapping[str, str], *, port: int, scheme: str = "
             or f"{scheme}://127.0.0.1:{port}")
 
 
+def check_node_url(url: str, *, insecure_cluster: bool) -> str | None:
+    """Refuse a node URL that would carry the cluster key in clear (plain http off this machine); returns the warning
+    to give at every start when `--insecure-cluster` forced it (or allows sending the key in clear to peers)."""
+    clear = in_clear_off_host(url)
+    if clear and not insecure_cluster:
+        raise UnsafeNodeUrl(f"refusing to start as a node reached at {url}: it is plain http off this machine, so the "
+                            "cluster key every other node sends with a forwarded request would cross the network in "
+                            "clear. Serve https (tls_cert and tls_key) and set node_url to https://..., keep it on "
+                            "loopback, or pass --insecure-cluster on a network only you can reach")
+    if not insecure_cluster:
+        return None
+    where = f"this node is reached at {url} over plain http" if clear else f"this node is reached at {url}"
+    return (f"--insecure-cluster: {where}, and it sends the cluster key to peers whose URL is plain http: anyone on "
+            "those networks can read the key and act as any node (recorded in node.started)")
+
+
+def may_send_key(app: Blazar, url: str) -> bool:
+    """Whether this node may send the cluster key to `url`: https or loopback, or this node was started with
+    --insecure-cluster (its own node.started says so)."""
+    if not in_clear_off_host(url):
+        return True
+    me = node(app.runner.state("nodes"), app.node) if app.node else None
+    return me is not None and me.insecure_cluster
+
+
+@functools.lru_cache(maxsize=256)
+def _warn_in_clear(peer: str, url: str) -> None:
+    """Once per peer and URL: forwarding there is off, and why."""
+    log.warning("not forwarding to node %s: its URL %s is plain http off this machine and would carry the cluster "
+                "key in clear (give it an https node_url, or start this node with --insecure-cluster)", peer, url)
+
+
 @dataclass
 class NodeKeeper:
     """A daemon's part in the cluster: join, beat, watch the others, leave."""
@@ -60,6 +99,7 @@ class NodeKeeper:
     url: str
     live: Callable[[], tuple[int, int]]  # (live instances, requests in flight) of this node, for its heartbeat
     stop_instances: Callable[[], Awaitable[None]]  # what a node marked down while alive does before it rejoins
+    insecure_cluster: bool = False  # started with --insecure-cluster: recorded with every join
     _task: asyncio.Task[None] | None = field(default=None, repr=False)
 
     @property
@@ -80,7 +120,8 @@ class NodeKeeper:
 
     async def _join(self, *, rejoined: bool) -> None:
         await self.app.record(NodeStarted(name=self.name, url=self.url, pid=os.getpid(), host=socket.gethostname(),
-                                          version=__version__, rejoined=rejoined))
+                                          version=__version__, rejoined=rejoined,
+                                          insecure_cluster=self.insecure_cluster))
 
     async def _loop(self) -> None:
         while True:
@@ -162,7 +203,8 @@ class Peer:
 
 def ready_peer(app: Blazar, model: str, *, ctx: int | None = None) -> Peer | None:
     """The up node (heard from within node_down_after_s) with an instance of `model` ready that covers `ctx`; the
-    one whose last heartbeat reported the fewest requests in flight."""
+    one whose last heartbeat reported the fewest requests in flight. A node the cluster key may not be sent to
+    (`may_send_key`) is never one."""
     now, after = app.clock.now(), app.settings().node_down_after_s
     up = {n.name: n for n in nodes(app.runner.state("nodes"), up_only=True)
           if n.name != app.node and now - n.last_seen_ts <= after}
@@ -171,6 +213,9 @@ def ready_peer(app: Blazar, model: str, *, ctx: int | None = None) -> Peer | Non
     found = []
     for i in instances(app.runner.state("residency")):
         if i.node in up and i.model == model and i.state == "ready" and (ctx is None or i.ctx_tokens >= ctx):
+            if not may_send_key(app, up[i.node].url):
+                _warn_in_clear(i.node, up[i.node].url)
+                continue
             found.append(Peer(node=i.node, url=up[i.node].url, instance_id=i.instance_id, slots=i.slots,
                               ctx_tokens=i.ctx_tokens, load_ms=i.load_ms))
     return min(found, key=lambda p: (up[p.node].in_flight, p.node)) if found else None
@@ -194,6 +239,10 @@ async def pull_on_node(app: Blazar, name: str, target: str,
     key = cluster_key(app.env)
     if key is None:
         raise NodeError(f"asking another node needs the cluster key: set {CLUSTER_KEY_ENV} (the same on every node)")
+    if not may_send_key(app, n.url):
+        raise NodeError(f"node {name} is reached at {n.url}, plain http off this machine: the cluster key would "
+                        "cross the network in clear. Give it an https node_url, or start this node with "
+                        "--insecure-cluster")
     import aiohttp  # the CLI imports it only for this
 
     last = ""

@@ -22,6 +22,7 @@ from blazar import __version__
 from blazar import config as settings
 from blazar.clock import Clock, SystemClock
 from blazar.context import Blazar
+from blazar.diskspace import LOG_HEADROOM_BYTES, disk_full, no_space, space
 from blazar.errors import ConfigError, DaemonRunning, SnapshotError
 from blazar.events.base import Recorded
 from blazar.events.system import SnapshotRestored, SnapshotTaken
@@ -85,7 +86,8 @@ def utc_stamp(ts: float) -> str:
 async def take_snapshot(app: Blazar, dest: Path | None = None) -> Taken:
     """Write a snapshot directory (default <data>/snapshots/blazar-<stamp>-seq<N>); record snapshot.taken."""
     now = app.clock.now()
-    dest, staging = _staging(dest, app.paths.snapshots)
+    needed = _needed_bytes(app.paths.db) if app.log.backend == "sqlite" else LOG_HEADROOM_BYTES
+    dest, staging = _staging(dest, app.paths.snapshots, needed)
     parent = staging.parent
     try:
         if app.log.backend != "sqlite":  # one consistent read of the whole log, into the snapshot's own file
@@ -94,8 +96,10 @@ async def take_snapshot(app: Blazar, dest: Path | None = None) -> Taken:
                                            copied=app.log.backend != "sqlite")
         final = dest or parent / f"blazar-{utc_stamp(now)}-seq{manifest.seq_last}"
         _move_into_place(staging, final)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, Exception) and no_space(exc, parent):
+            raise disk_full(parent, writing=f"a snapshot in {parent}", needed_bytes=needed) from exc
         raise
     taken = SnapshotTaken(path=str(final), seq_last=manifest.seq_last, event_count=manifest.event_count,
                           db_sha256=manifest.db_sha256, model_files=len(manifest.models))
@@ -103,12 +107,30 @@ async def take_snapshot(app: Blazar, dest: Path | None = None) -> Taken:
     return Taken(final, manifest, rec.seq)
 
 
-def _staging(dest: Path | None, default_parent: Path) -> tuple[Path | None, Path]:
-    """(the absolute destination, a new hidden directory beside it to build the snapshot in)."""
+def _needed_bytes(db: Path) -> int:
+    """What a snapshot of the SQLite log takes: its copy (at most the database and its WAL) and the room recording
+    it needs."""
+    found = 0
+    for f in (db, db.with_name(db.name + "-wal")):
+        with contextlib.suppress(OSError):
+            found += f.stat().st_size
+    return found + LOG_HEADROOM_BYTES
+
+
+def _refuse_unless_room(parent: Path, needed: int) -> None:
+    """Refuse before copying anything when the snapshot's disk has less free than the copy needs."""
+    if space(parent).free_bytes < needed:
+        raise disk_full(parent, writing=f"a snapshot in {parent}", needed_bytes=needed)
+
+
+def _staging(dest: Path | None, default_parent: Path, needed: int) -> tuple[Path | None, Path]:
+    """(the absolute destination, a new hidden directory beside it to build the snapshot in); refused when its disk
+    has less than `needed` bytes free."""
     if dest is not None:
         dest = dest.absolute()
         _refuse_unless_empty(dest)
     parent = dest.parent if dest is not None else default_parent
+    _refuse_unless_room(parent, needed)
     parent.mkdir(parents=True, exist_ok=True)
     # Built under a hidden name and renamed into place: a snapshot directory is either complete or absent.
     return dest, Path(tempfile.mkdtemp(prefix=".blazar-snapshot-", suffix=".partial", dir=parent))
@@ -152,6 +174,9 @@ def _vacuum_into(db: Path, target: Path) -> None:
     try:
         conn.execute("VACUUM INTO ?", (str(target),))
     except sqlite3.Error as exc:
+        if no_space(exc, target.parent):
+            raise disk_full(target.parent, writing=f"a copy of the log at {target}",
+                            needed_bytes=_needed_bytes(db)) from exc
         raise SnapshotError(f"cannot copy {db}: {exc}") from None
     finally:
         conn.close()

@@ -1,5 +1,6 @@
-"""The `nodes` projection: every gateway that has joined the shared log, the URL it is reached at, whether it is up,
-when it was last heard from and, when down, why."""
+"""The `nodes` projection: every gateway that has joined the shared log, the URL it is reached at (and whether it
+was started to let the cluster key travel in clear), whether it is up, when it was last heard from and, when down,
+why."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from blazar.projections.base import Projection, State
 
 class NodesProjection(Projection):
     name = "nodes"
-    version = 1
+    version = 2
     types = frozenset({NodeStarted.TYPE, NodeHeartbeat.TYPE, NodeStopped.TYPE, NodeDown.TYPE})
 
     def initial(self) -> State:
@@ -25,7 +26,7 @@ class NodesProjection(Projection):
             nodes[ev.name] = {"name": ev.name, "url": ev.url, "pid": ev.pid, "host": ev.host, "version": ev.version,
                               "up": True, "started_ts": rec.ts, "last_seen_ts": rec.ts, "instances": 0,
                               "in_flight": 0, "down_reason": None, "down_ts": None, "noticed_by": None,
-                              "stopped_ts": None}
+                              "stopped_ts": None, "insecure_cluster": ev.insecure_cluster}
             return state
         assert isinstance(ev, NodeHeartbeat | NodeStopped | NodeDown)
         n = nodes.get(ev.name)
@@ -59,6 +60,7 @@ class Node:
     down_ts: float | None
     noticed_by: str | None
     stopped_ts: float | None
+    insecure_cluster: bool = False
 
 
 def nodes(state: State, *, up_only: bool = False) -> list[Node]:

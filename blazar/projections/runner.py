@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from blazar.errors import BlazarError, LogUnreachable, ProjectionError
+from blazar.errors import BlazarError, DiskFull, LogUnreachable, ProjectionError
 from blazar.events.base import Event, NodeLocal, Recorded
 from blazar.events.log import EventLog
 from blazar.events.registry import decode
@@ -235,7 +235,7 @@ class ProjectionRunner:
             if self._checkpoint_due():
                 try:
                     await self.checkpoint()
-                except LogUnreachable as e:  # derived data: made at the next chance
+                except (LogUnreachable, DiskFull) as e:  # derived data: made at the next chance
                     log.warning("checkpoint not written (%s)", e)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(poll_interval):  # not wait_for: no task made per poll
@@ -272,7 +272,7 @@ class ProjectionRunner:
         if checkpoint:
             try:
                 await self.checkpoint()
-            except LogUnreachable as e:  # derived data: the next start folds from the last one instead
+            except (LogUnreachable, DiskFull) as e:  # derived data: the next start folds from the last one instead
                 log.warning("checkpoint not written at stop (%s)", e)
 
 

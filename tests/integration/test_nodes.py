@@ -227,3 +227,25 @@ def test_pull_node_fills_that_nodes_store_and_node_list_shows_where_each_model_i
     a.cli.env.pop("BLAZAR_CLUSTER_KEY")
     keyless = a.cli("pull", "gemma3-270m", "--node", "b", check=False)
     assert keyless.code != 0 and "BLAZAR_CLUSTER_KEY" in " ".join(keyless.stderr.split())
+
+
+def test_a_node_reached_over_plain_http_off_this_machine_starts_only_with_insecure_cluster(tmp_path: Path) -> None:
+    c = Node("c", tmp_path, cluster().new_database())
+    c.cli.env["BLAZAR_NODE_URL"] = f"http://10.0.0.7:{c.port}"  # the cluster key would cross the LAN in clear
+    argv = [sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(c.port)]
+    refused = subprocess.run(argv, env=c.cli.env, capture_output=True, text=True, timeout=120, check=False)
+    said = " ".join(refused.stderr.split())
+    assert refused.returncode == 9 and "Traceback" not in refused.stderr
+    assert "http://10.0.0.7" in said and "plain http off this machine" in said and "--insecure-cluster" in said
+    assert c.nodes() == {}  # refused before it joined: the cluster never saw it
+    # Chosen on purpose: it starts, warns, and its node.started records the choice.
+    stderr = tmp_path / "c.stderr"
+    with stderr.open("wb") as err:
+        c.proc = subprocess.Popen([*argv, "--insecure-cluster"], env=c.cli.env, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        wait_for(lambda: "c" in c.nodes(), "node c joined", timeout=60, proc=c.proc)
+        joined = c.nodes()["c"]
+        assert joined["url"] == f"http://10.0.0.7:{c.port}" and joined["insecure_cluster"] is True
+        assert "--insecure-cluster" in stderr.read_text() and "over plain http" in stderr.read_text()
+    finally:
+        c.stop()

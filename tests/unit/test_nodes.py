@@ -7,15 +7,25 @@ from __future__ import annotations
 import pytest
 
 from blazar import config as settings
+from blazar.addresses import in_clear_off_host
 from blazar.clock import FakeClock
 from blazar.context import Blazar
-from blazar.errors import ConfigError
+from blazar.errors import ConfigError, NodeError, UnsafeNodeUrl
 from blazar.events.base import Recorded
-from blazar.events.instances import InstanceStarting
+from blazar.events.instances import InstanceReady, InstanceStarting
 from blazar.events.log import EventLog
 from blazar.events.models import ModelImported, ModelMetadata
 from blazar.events.nodes import NodeDown, NodeHeartbeat, NodeStarted, NodeStopped
-from blazar.handlers.nodes import NodeKeeper, node_name, node_url
+from blazar.handlers.nodes import (
+    CLUSTER_KEY_ENV,
+    NodeKeeper,
+    check_node_url,
+    may_send_key,
+    node_name,
+    node_url,
+    pull_on_node,
+    ready_peer,
+)
 from blazar.paths import Paths
 from blazar.projections import all_projections
 from blazar.projections.base import fold
@@ -185,3 +195,51 @@ async def test_a_node_stamps_what_it_records_about_its_own_machine(app: Blazar) 
     assert rec.event.node == "a"
     (hb,) = await app.record(NodeHeartbeat(name="a"))  # not node-local: nothing to stamp
     assert not hasattr(hb.event, "node") or hb.event.name == "a"
+
+
+@pytest.mark.parametrize(("url", "clear"), [
+    ("http://127.0.0.1:11434", False), ("http://localhost:11434", False), ("http://[::1]:11434", False),
+    ("https://10.0.0.7:11434", False), ("https://gpu-2.lan", False), ("HTTPS://gpu-2.lan", False),
+    ("http://10.0.0.7:11434", True), ("http://gpu-2.lan:11434", True), ("http://[fe80::1]:1", True),
+    ("http://0.0.0.0:11434", True)])
+def test_a_url_is_in_clear_when_plain_http_leaves_the_machine(url: str, clear: bool) -> None:
+    assert in_clear_off_host(url) is clear
+
+
+def test_a_node_url_in_clear_refuses_the_start_unless_insecure_cluster_is_chosen() -> None:
+    assert check_node_url("http://127.0.0.1:11434", insecure_cluster=False) is None
+    assert check_node_url("https://10.0.0.7:11434", insecure_cluster=False) is None
+    with pytest.raises(UnsafeNodeUrl, match="--insecure-cluster") as refused:
+        check_node_url("http://10.0.0.7:11434", insecure_cluster=False)
+    assert refused.value.exit_code == 9 and "http://10.0.0.7:11434" in refused.value.message
+    warning = check_node_url("http://10.0.0.7:11434", insecure_cluster=True)
+    assert warning is not None and "over plain http" in warning and "--insecure-cluster" in warning
+    # Chosen with an https URL, it still warns: it lets this node send the key to plain-http peers.
+    assert "plain http" in (check_node_url("https://10.0.0.7:1", insecure_cluster=True) or "")
+
+
+def ready_on(iid: str, node_: str, model: str = "m") -> list[object]:
+    return [starting(iid, node_, model), InstanceReady(instance_id=iid, model=model, load_ms=5000)]
+
+
+async def test_forwarding_never_sends_the_key_in_clear_unless_this_node_chose_insecure(app: Blazar) -> None:
+    app.node = "a"
+    keeper = NodeKeeper(app, url="https://10.0.0.1:1", live=lambda: (0, 0), stop_instances=_nothing)
+    await keeper._join(rejoined=False)
+    await app.record([started("b", "http://10.0.0.2:11434"), *ready_on("ib", "b"),  # type: ignore[list-item]
+                      started("c", "https://10.0.0.3:11434"), *ready_on("ic", "c", "n"),  # type: ignore[list-item]
+                      started("d", "http://127.0.0.1:9"), *ready_on("id", "d", "o")])  # type: ignore[list-item]
+    assert ready_peer(app, "m") is None  # b is plain http off this machine: a loads it itself
+    assert not may_send_key(app, "http://10.0.0.2:11434")
+    assert (p := ready_peer(app, "n")) is not None and p.node == "c"  # https
+    assert (p := ready_peer(app, "o")) is not None and p.node == "d"  # loopback
+    app.env = {**app.env, CLUSTER_KEY_ENV: "k" * 40}
+    with pytest.raises(NodeError, match="plain http off this machine"):
+        await pull_on_node(app, "b", "qwen3")
+    # Started again with --insecure-cluster (recorded in its node.started): the choice is its own to make.
+    keeper.insecure_cluster = True
+    await keeper._join(rejoined=False)
+    joins = [r.event async for r in app.log.read(types=["node.started"])]
+    assert [j.insecure_cluster for j in joins if j.name == "a"] == [False, True]
+    assert may_send_key(app, "http://10.0.0.2:11434")
+    assert (p := ready_peer(app, "m")) is not None and p.node == "b"

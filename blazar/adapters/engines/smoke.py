@@ -98,7 +98,11 @@ async def smoke_test(binary: Path, caps: Capabilities, *, workdir: Path, timeout
     """Start `binary` on the tiny model in `workdir` (its log is `workdir/smoke.log`), wait healthy, ask for
     N_PREDICT tokens, stop it. `timeout_s` bounds the load and the request together. The child gets its own key,
     as a served one does (`workdir/smoke.key`, removed at the end)."""
-    model = await asyncio.to_thread(write_tiny_model, workdir / "tiny.gguf")  # creates workdir
+    try:
+        model = await asyncio.to_thread(write_tiny_model, workdir / "tiny.gguf")  # creates workdir
+    except OSError as e:  # a full disk: a failed test, not a crash of whoever asked (`/ready`, `doctor`)
+        return SmokeResult(passed=False, duration_ms=0, detail=f"cannot write the tiny model in {workdir}: "
+                           f"{e.strerror or e}")
     log_path = workdir / "smoke.log"
     keyfile = workdir / "smoke.key"
     await asyncio.to_thread(log_path.unlink, missing_ok=True)  # this run's log only
@@ -143,6 +147,8 @@ async def smoke_test(binary: Path, caps: Capabilities, *, workdir: Path, timeout
         return result(str(e))
     except EngineError as e:
         return result(e.message)
+    except OSError as e:  # the key file or the log could not be written (a full disk)
+        return result(f"cannot prepare the smoke test in {workdir}: {e.strerror or e}")
     finally:
         keyfile.unlink(missing_ok=True)  # the child is stopped below, or never started
         if proc is not None and proc.returncode is None:

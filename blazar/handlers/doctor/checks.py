@@ -42,9 +42,14 @@ async def before_open(paths: Paths, env: Mapping[str, str], *, loose_modes: list
 
 
 def safe_to_open(checks: list[Check]) -> bool:
-    """The log is opened (and so migrated) only when it is readable, whole and at the schema head."""
-    return not any(c.area == "log" and (c.status == "fail" or (c.name == "schema" and c.status != "ok"))
+    """The log is opened (and so migrated) only when it is readable in place, whole and at the schema head."""
+    return not any(c.area == "log" and (c.status == "fail" or (c.name in ("schema", "integrity") and c.status != "ok"))
                    for c in checks)
+
+
+def disk_full(checks: list[Check]) -> bool:
+    """The log was not opened because the disk under it is full (not because it is damaged)."""
+    return any(c.id == "log.integrity" and c.status == "warn" for c in checks)
 
 
 def checkpoints(app: Blazar) -> Check:
@@ -77,8 +82,11 @@ async def with_log(app: Blazar, *, quick: bool) -> list[Check]:
     return checks
 
 
-def not_opened() -> list[Check]:
-    """Stand-ins for the checks that need the log, when it is not safe to open."""
-    why = "not checked: the log is not safe to open (see the log checks above)"
-    return [Check("engine", "active", "warn", why, fix="fix the log first"),
-            Check("store", "integrity", "warn", why, fix="fix the log first")]
+def not_opened(*, disk_full: bool = False) -> list[Check]:
+    """Stand-ins for the checks that need the log, when it is not safe to open (or cannot be, on a full disk)."""
+    if disk_full:
+        why, fix = "not checked: the disk under the log is full (see log.integrity)", "free space first"
+    else:
+        why, fix = "not checked: the log is not safe to open (see the log checks above)", "fix the log first"
+    return [Check("engine", "active", "warn", why, fix=fix),
+            Check("store", "integrity", "warn", why, fix=fix)]

@@ -13,6 +13,7 @@ from pathlib import Path
 from blazar.adapters.engines.llama_server import Capabilities
 from blazar.adapters.engines.smoke import smoke_test
 from blazar.context import Blazar
+from blazar.diskspace import space
 from blazar.handlers.doctor.report import Check, ok
 from blazar.handlers.engines import SIGILL, check_files
 from blazar.projections.engines import InstalledEngine, active
@@ -100,6 +101,11 @@ async def smoke(app: Blazar) -> Check | None:
     binary = app.paths.engines / entry.tag / entry.binary
     if not binary.is_file():
         return Check("engine", "smoke", "fail", f"{binary} is missing", fix="blazar engine rollback")
+    room = space(app.paths.run)
+    if room.low:  # a smoke test that cannot write its tiny model says nothing about the engine
+        return Check("engine", "smoke", "warn", f"not run: the disk under {app.paths.run} is full ({room.describe()}); "
+                     "the smoke test writes a tiny model there", fix=f"free space on {room.mount}, then run "
+                     "`blazar doctor` again")
     app.paths.run.mkdir(parents=True, exist_ok=True)
     workdir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="doctor-smoke-", dir=app.paths.run))
     try:

@@ -1,5 +1,9 @@
 """The log's own health, read with a plain read-only SQLite connection before anything opens (and migrates) it:
-integrity, gap-free seq, the append-only triggers, the schema revision, and the clock against the last event."""
+integrity, gap-free seq, the append-only triggers, the schema revision, and the clock against the last event.
+
+A full disk is not a damaged log: SQLite cannot even open a log whose WAL index it cannot create, and says "disk I/O
+error". Then the file is checked as it stands on disk (read-only, `immutable`: no index, no WAL, no lock) and the
+verdict says "disk full", with the space to free, never "restore a snapshot" (that would drop every later event)."""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import contextlib
 import sqlite3
 from pathlib import Path
 
+from blazar.diskspace import LOG_HEADROOM_BYTES, no_space, size, space
 from blazar.errors import BlazarError
 from blazar.events import migrate
 from blazar.handlers.doctor.report import Check, ok
@@ -15,6 +20,8 @@ TRIGGERS = ("events_gap_free", "events_no_delete", "events_no_update")
 # A clock this far behind the last event is wrong (a restored VM, a dead RTC battery); less is NTP's own jitter.
 CLOCK_SLACK_S = 2.0
 _RESTORE = "restore the latest snapshot: `blazar restore PATH` (`blazar snapshot` makes them)"
+_NOT_RESTORE = ("do not restore a snapshot: that would drop every event recorded after it, and a full disk is not a "
+                "damaged log")
 
 
 def log_checks(db: Path, *, now: float, quick: bool = False) -> list[Check]:
@@ -31,7 +38,36 @@ def log_checks(db: Path, *, now: float, quick: bool = False) -> list[Check]:
                 return [*checks, _schema(db)]
             return [*checks, _seq(conn), _triggers(conn), _schema(db), _clock(conn, now)]
     except sqlite3.DatabaseError as e:
+        if no_space(e, db.parent):
+            return [_while_full(db, e, "quick_check" if quick else "integrity_check")]
         return [Check("log", "integrity", "fail", f"{db} cannot be read as SQLite: {e}", fix=_RESTORE)]
+
+
+def _while_full(db: Path, error: sqlite3.DatabaseError, pragma: str) -> Check:
+    """The log SQLite could not open for want of space, checked as it stands on disk."""
+    room = space(db.parent)
+    free = (f"free space on {room.mount} (at least {size(LOG_HEADROOM_BYTES)}), then run `blazar doctor` again; "
+            + _NOT_RESTORE)
+    seen = f"the disk under {db.parent} is full ({room.describe()}), so SQLite cannot open {db} in place ({error})"
+    try:
+        wal = db.with_name(db.name + "-wal").stat().st_size
+    except OSError:
+        wal = 0
+    unchecked = f"; its WAL ({size(wal)} of recent commits) is applied once there is room" if wal else ""
+    try:
+        # NOTE: immutable=1: no WAL index to create, no lock to take; the database file alone, as it is on disk.
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True)) as conn:
+            rows = [str(r[0]) for r in conn.execute(f"PRAGMA {pragma}(20)").fetchall()]
+    except sqlite3.DatabaseError as e:
+        return Check("log", "integrity", "warn", f"{seen}; read as it stands on disk it could not be checked either "
+                     f"({e})", fix=free)
+    if rows == ["ok"]:
+        return Check("log", "integrity", "warn", f"{seen}. Read as it stands on disk, PRAGMA {pragma}: ok: the log "
+                     f"is intact{unchecked}", fix=free)
+    return Check("log", "integrity", "fail", f"{seen}. Read as it stands on disk, PRAGMA {pragma} found "
+                 f"{len(rows)} problem(s): " + "; ".join(rows[:3]) + " (the database file alone, while the disk is "
+                 "full: check again once there is room)", fix=f"free space on {room.mount}, then run `blazar doctor` "
+                 "again before restoring anything (a restore drops every event recorded after the snapshot)")
 
 
 def _integrity(conn: sqlite3.Connection, db: Path, pragma: str) -> Check:

@@ -16,6 +16,7 @@ import orjson
 from blazar import runlock
 from blazar.config import read_file
 from blazar.credentials import admin_token_file
+from blazar.diskspace import LOG_HEADROOM_BYTES
 from blazar.errors import ConfigError
 from blazar.handlers.doctor.orphans import pid_running
 from blazar.handlers.doctor.report import Action, Check, Status, ok
@@ -111,8 +112,10 @@ def disk(label: str, path: Path, *, warn_below: int = DISK_WARN_BELOW, fail_belo
         return ok("machine", f"disk_{label}", seen)
     status: Status = "fail" if usage.free < fail_below else "warn"
     floor = fail_below if status == "fail" else warn_below
-    return Check("machine", f"disk_{label}", status, f"{seen} (below {floor / GIB:.0f} GiB)",
-                 fix="free space: `blazar rm MODEL`, `blazar engine prune`, or clear ~/.cache/blazar/engine-builds")
+    full = ": full, nothing more can be written there" if usage.free < LOG_HEADROOM_BYTES else ""
+    return Check("machine", f"disk_{label}", status, f"{seen} (below {floor / GIB:.0f} GiB){full}",
+                 fix="free space: `blazar rm MODEL`, `blazar engine prune`, old snapshots, or clear "
+                 "~/.cache/blazar/engine-builds")
 
 
 def file_modes(loose: list[str]) -> Check:
