@@ -29,7 +29,7 @@ ALLOW_METHODS = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
 ALLOW_HEADERS = ("authorization, content-type, x-api-key, anthropic-version, x-blazar-trace-id, x-blazar-priority, "
                  "traceparent, x-blazar-session, x-blazar-deadline-ms, x-blazar-best-of, x-blazar-cascade")
 EXPOSE_HEADERS = ("x-blazar-trace-id, x-blazar-queue-position, retry-after, x-blazar-shared, x-blazar-best-of, "
-                  "x-blazar-cascade")
+                  "x-blazar-cascade, x-blazar-ignored")
 PREFLIGHT_MAX_AGE_S = 600
 
 

@@ -51,12 +51,15 @@ class RequestReceived(_RequestEvent):
     parent_trace_id: str | None = None
     parent_span_id: str | None = None
     # What the client asked of Blazar itself (headers X-Blazar-*, or the dialect's body fields).
-    session: str | None = None  # the conversation it names: its turns go to the slot that holds its prefix
+    session: str | None = None  # the conversation it names (in its tenant's namespace: "key:alice/chat-1")
     deadline_ms: int | None = None  # earliest-deadline-first in the queue; refused at once when it cannot be met
     best_of: int | None = None  # N candidates, the best one answered
     cascade: list[str] = Field(default_factory=list)  # models tried in turn until one answers well
     # The node that forwarded it here (one trace across nodes: this hop's events share the first node's trace id).
     forwarded_from: str | None = None
+    # Whose prompts, sessions and cache it shares (keys are tenants): "key:<name>" or "group:<cache group>"; None for
+    # the machine's owner (keys off, the CLI's own credential).
+    tenant: str | None = None
 
 
 @register

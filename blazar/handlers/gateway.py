@@ -54,6 +54,7 @@ from blazar.handlers.plan import Answer, Plan
 from blazar.handlers.ports import SupervisorPort
 from blazar.handlers.principal import Principal, scope_refusal
 from blazar.handlers.remotes import RemoteBreaker, remote_instance, resolved_remote
+from blazar.handlers.tenancy import TENANT_HEADER, split_session
 from blazar.projections.keys import auth_on
 from blazar.projections.metrics import tokens_on
 from blazar.projections.remotes import remote, serving
@@ -68,6 +69,7 @@ TEMPLATE_TOKENS_BASE = 64
 
 SSE = "text/event-stream"
 TRACE_HEADER = "x-blazar-trace-id"
+SESSION_HEADER = "x-blazar-session"
 # What one more HTTP hop through another node's gateway adds before the first token (bench/nodes.py measures it).
 FORWARD_HOP_MS = 5
 
@@ -227,7 +229,7 @@ class Gateway:
                                   client_trace_id=plan.client_trace_id, parent_trace_id=plan.parent_trace_id,
                                   parent_span_id=plan.parent_span_id, session=plan.session,
                                   deadline_ms=plan.deadline_ms, best_of=plan.best_of, cascade=list(plan.cascade),
-                                  forwarded_from=plan.forwarded_from),
+                                  forwarded_from=plan.forwarded_from, tenant=plan.tenant),
                   plan.trace_id, plan.actor)
 
     def reject(self, plan: Plan, *, status: int, reason: str, detail: str, retry_after_s: float | None = None,
@@ -387,7 +389,17 @@ class Gateway:
         return Instance(instance_id=f"node:{peer.node}", model=plan.model, port=0, slots=peer.slots,
                         ctx_tokens=peer.ctx_tokens, engine_tag=f"node:{peer.node}", api_key=self._cluster_key,
                         served_as=plan.model, url=peer.url,
-                        headers={FORWARD_HEADER: self.app.node, TRACE_HEADER: plan.trace_id})
+                        headers={FORWARD_HEADER: self.app.node, TRACE_HEADER: plan.trace_id,
+                                 **self._hop_tenancy(plan)})
+
+    @staticmethod
+    def _hop_tenancy(plan: Plan) -> dict[str, str]:
+        """What the peer needs to keep the request's tenant apart there too: the tenant this node found, and the
+        session by the name its client gave (the peer puts it in the same namespace)."""
+        headers = {TENANT_HEADER: plan.tenant} if plan.tenant is not None else {}
+        if plan.session is not None:
+            headers[SESSION_HEADER] = split_session(plan.session)[1]
+        return headers
 
     async def _admit(self, plan: Plan, inst: Instance, route: Route) -> Ticket:
         """A slot of `inst` (or a place in its queue), recorded; the instance held against eviction."""

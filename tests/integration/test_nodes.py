@@ -249,3 +249,21 @@ def test_a_node_reached_over_plain_http_off_this_machine_starts_only_with_insecu
         assert "--insecure-cluster" in stderr.read_text() and "over plain http" in stderr.read_text()
     finally:
         c.stop()
+
+
+def test_a_forwarded_request_keeps_its_keys_tenancy_and_session_on_the_serving_node(pair: tuple[Node, Node]) -> None:
+    a, b = pair
+    b.cli("load", "tiny", timeout=120)
+    secret = a.cli("keys", "create", "alice", "--json").json()["secret"]
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{a.port}/v1", api_key=secret, max_retries=0, timeout=60)
+    raw = client.chat.completions.with_raw_response.create(
+        model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+        extra_headers={"X-Blazar-Session": "s1"})
+    trace = raw.headers["x-blazar-trace-id"]
+    steps = _why(a, trace)["steps"]
+    assert next(s for s in steps if s["type"] == "request.forwarded")["data"]["node"] == "b"
+    received = [s["data"] for s in steps if s["type"] == "request.received"]
+    assert len(received) == 2  # here, and the hop on b
+    assert all(r["tenant"] == "key:alice" and r["session"] == "key:alice/s1" for r in received), received
+    placed = next(s["data"] for s in steps if s["type"] == "request.placed")  # on b, in alice's namespace
+    assert placed["session"] == "key:alice/s1"
