@@ -14,7 +14,7 @@ method (the engine with one thread on CPU 1, the gateway and the client on CPU 0
 CPU 0).
 
 Run: `.venv/bin/python bench/overhead.py [--server PATH] [--rounds 5] [--max-tokens 128] [--quick]
-[--only engine|litellm|ceiling|dialects|auth|cpu|flood] [--pinned] [--no-dialects] [--out FILE]`.
+[--only engine|litellm|ceiling|dialects|auth|cpu|flood] [--pinned] [--no-dialects] [--with-key] [--out FILE]`.
 BENCHMARK.md has the method and the results; the exit status is 1 when a target is missed.
 """
 
@@ -144,23 +144,26 @@ OLLAMA = Wire("ollama", "/api/chat", b"\n", b"{", b'"done":false', (b'"done":tru
 WIRES = {w.name: w for w in (OPENAI, ANTHROPIC, OLLAMA)}
 
 
-async def stream_once(client: httpx2.AsyncClient, url: str, payload: bytes, wire: Wire = OPENAI) -> Stream:
+async def stream_once(client: httpx2.AsyncClient, url: str, payload: bytes, wire: Wire = OPENAI,
+                      headers: dict[str, str] | None = None) -> Stream:
     """POST one streaming request and time its events; sent again once if a pooled connection turns out to have
     been closed by the server before any answer (a keep-alive race, not a failure of the lane)."""
-    s = await _stream_once(client, url, payload, wire)
+    s = await _stream_once(client, url, payload, wire, headers)
     if s.error is not None and s.error.startswith("RemoteProtocolError") and s.events == 0:
-        s = await _stream_once(client, url, payload, wire)
+        s = await _stream_once(client, url, payload, wire, headers)
         s.retried = True
     return s
 
 
-async def _stream_once(client: httpx2.AsyncClient, url: str, payload: bytes, wire: Wire) -> Stream:
+async def _stream_once(client: httpx2.AsyncClient, url: str, payload: bytes, wire: Wire,
+                       headers: dict[str, str] | None = None) -> Stream:
     """Events are told apart by cheap byte checks; only the usage and error events are parsed, so the client costs
     about the same per chunk in every lane, and little."""
     s = Stream(start=time.perf_counter())
     buf = b""
     try:
-        async with client.stream("POST", url, content=payload, headers={"content-type": "application/json"}) as r:
+        async with client.stream("POST", url, content=payload,
+                                 headers={"content-type": "application/json", **(headers or {})}) as r:
             if r.status_code != 200:
                 s.error = f"{r.status_code}: {(await r.aread())[:300]!r}"
                 return s
@@ -217,11 +220,12 @@ class Round:
 
 
 async def run_round(client: httpx2.AsyncClient, url: str, payload: bytes, *, lane: str, concurrency: int,
-                    per_worker: int = 1, cpu_pid: int | None = None, wire: Wire = OPENAI) -> Round:
+                    per_worker: int = 1, cpu_pid: int | None = None, wire: Wire = OPENAI,
+                    headers: dict[str, str] | None = None) -> Round:
     """`concurrency` workers, each sending `per_worker` requests one after another; wall time from the first send
     to the last byte."""
     async def worker(mine: bytes) -> list[Stream]:
-        streams = [await stream_once(client, url, mine, wire) for _ in range(per_worker)]
+        streams = [await stream_once(client, url, mine, wire, headers) for _ in range(per_worker)]
         streams[0].opens_round = True
         return streams
 
@@ -457,17 +461,22 @@ async def engine_phase(client: httpx2.AsyncClient, root: Path, server: Path, mod
                        max_tokens: int, concurrency: list[int], per_worker: int, threads: int,
                        engine_cpus: set[int] | None, litellm: Path | None, say: Any,
                        prepare: Callable[[Home], None] | None = None,
-                       companion: Callable[[Home], contextlib.AbstractAsyncContextManager[Any]] | None = None
-                       ) -> dict[str, Any]:
+                       companion: Callable[[Home], contextlib.AbstractAsyncContextManager[Any]] | None = None,
+                       with_key: bool = False) -> dict[str, Any]:
     """(a) llama-server started by hand with the argv the gateway's instance runs with, (b) the gateway, and, with
     `litellm`, (c) LiteLLM's proxy in front of (a): the same child as the direct lane. Rounds are interleaved, the
     lane order rotated each round. With `engine_cpus`, both engines run there and everything else on the others.
     `prepare` configures the gateway's home before it starts; `companion` runs beside the lanes, from the load to
-    the last round (bench/overhead_observed.py: a collector and an open console)."""
+    the last round (bench/overhead_observed.py: a collector and an open console). `with_key`: keys on, the gateway
+    lane sending one (auth, and tenants kept apart, on every request)."""
     say("engine lanes: installing the engine, importing the model, starting blazar serve")
     home = engine_home(root, "engine-home", server, model, threads)
     if prepare is not None:
         prepare(home)
+    lane_headers: dict[str, dict[str, str]] = {}
+    if with_key:
+        secret = json.loads(home.cli("keys", "create", "bench", "--json"))["secret"]
+        lane_headers["gateway"] = {"Authorization": f"Bearer {secret}"}
     direct: asyncio.subprocess.Process | None = None
     proxy: LiteLLMProxy | None = None
     own_affinity = os.sched_getaffinity(0)
@@ -507,13 +516,14 @@ async def engine_phase(client: httpx2.AsyncClient, root: Path, server: Path, mod
         companion_info = await beside.enter_async_context(companion(home)) if companion is not None else None
         for lane, url in lanes.items():  # warm each: prompt cache, page cache, pooled connections
             for c in sorted(set(concurrency)):
-                await run_round(client, url, payload, lane=lane, concurrency=c)
+                await run_round(client, url, payload, lane=lane, concurrency=c, headers=lane_headers.get(lane))
         results: list[Round] = []
         for c in concurrency:
             for r in range(rounds):
                 for lane in names[r % len(names):] + names[:r % len(names)]:
                     rd = await run_round(client, lanes[lane], payload, lane=lane, concurrency=c,
-                                         per_worker=per_worker, cpu_pid=cpu_pids.get(lane))
+                                         per_worker=per_worker, cpu_pid=cpu_pids.get(lane),
+                                         headers=lane_headers.get(lane))
                     results.append(rd)
                     say(f"  C={c} round {r + 1}/{rounds} {lane:8s} {rd.tokens / rd.wall_s:7.1f} t/s "
                         f"ttft p50 {median([s.ttft_ms for s in rd.steady]):.1f} ms")
@@ -521,7 +531,7 @@ async def engine_phase(client: httpx2.AsyncClient, root: Path, server: Path, mod
         return {"argv": argv, "direct_argv": direct_argv, "engines": json.loads(version), "max_tokens": max_tokens,
                 "requests_per_worker": per_worker, "engine_cpus": sorted(engine_cpus) if engine_cpus else None,
                 "gateway_and_client_cpus": sorted(rest) if rest else None, "daemon_argv": home.argv,
-                "lanes": names, "litellm": litellm_info, "companion": companion_info,
+                "lanes": names, "litellm": litellm_info, "companion": companion_info, "with_key": with_key,
                 "summary": summarize_engine(results, concurrency, max_tokens, names),
                 "rounds": [round_json(rd) for rd in results]}
     finally:
@@ -851,9 +861,52 @@ def auth_phase(*, keys: int = AUTH_KEYS, batch: int = AUTH_BATCH, batches: int =
             samples.append((time.perf_counter_ns() - t0) / batch / 1000.0)
         return statistics.median(samples)
 
+    isolated, shared = isolation_us(batch=batch, batches=batches)
     return {"keys": keys, "requests_per_batch": batch, "batches": batches,
             "good_key_us": per_request_us(state, secret), "wrong_secret_us": per_request_us(state, wrong),
-            "auth_off_us": per_request_us(off, None)}
+            "auth_off_us": per_request_us(off, None), "isolation_us": isolated - shared,
+            "isolated_place_us": isolated, "shared_place_us": shared}
+
+
+def isolation_us(*, batch: int, batches: int) -> tuple[float, float]:
+    """What keeping tenants apart costs a request on the gateway (blazar/handlers/tenancy.py): its tenant, the slot
+    choice by tenant, the placement, and the engine body told the slot (and, on another tenant's slot, not to
+    reuse it): parsed and encoded again, where keys off sends the client's bytes as they came. µs per request,
+    isolated and shared (keys off), on a 4-slot instance whose slots four keys take turns on."""
+    from blazar.handlers.kv_bank import Placement
+    from blazar.handlers.plan import Plan
+    from blazar.handlers.principal import Principal
+    from blazar.handlers.session_slots import SessionSlots
+    from blazar.handlers.tenancy import tenant_of
+    from blazar.projections.keys import ApiKey
+
+    raw = chat_payload("gemma", 128)
+    parsed = orjson.loads(raw)
+    principals = [Principal(actor=f"key:k{i}", admin=False, key=ApiKey(
+        name=f"k{i}", prefix="p" * 8, salt="00", hash="00", models=(), rpm=None, tpm=None, daily_tokens=None,
+        max_concurrent=None, admin=False, expires_ts=None, revoked=False, created_ts=0.0)) for i in range(4)]
+    free = frozenset(range(ENGINE_SLOTS))
+
+    def per_request_us(isolate: bool) -> float:
+        slots = SessionSlots()
+        samples = []
+        for _ in range(batches):
+            t0 = time.perf_counter_ns()
+            for n in range(batch):
+                plan = Plan(model="gemma", engine_path="/v1/chat/completions", body=None, stream=True, raw=raw,
+                            parsed=parsed)
+                plan.tenant = tenant_of(principals[n % 4]) if isolate else None
+                pick = slots.picker("i", None, plan.tenant, isolate=isolate)
+                slot = pick(free) if pick is not None else min(free)
+                placed = Placement(kv=None, explicit=slots.explicit("i"),
+                                   own=slots.place("i", slot, None, plan.tenant))
+                for name, value in placed.engine_fields(slot, isolate=isolate).items():
+                    plan.set_engine_field(name, value)
+                plan.payload()
+            samples.append((time.perf_counter_ns() - t0) / batch / 1000.0)
+        return statistics.median(samples)
+
+    return per_request_us(True), per_request_us(False)
 
 
 def verdicts(engine: dict[str, Any] | None, ceiling: dict[str, Any] | None,
@@ -866,6 +919,9 @@ def verdicts(engine: dict[str, Any] | None, ceiling: dict[str, Any] | None,
         us = auth["good_key_us"]
         out.append((f"auth check per request, {auth['keys']} keys (good key; median of {auth['batches']} batches)",
                     f"{us:.1f} µs", f"< {TARGET_AUTH_US:g} µs", us < TARGET_AUTH_US))
+        both = us + auth["isolation_us"]
+        out.append(("auth and tenant isolation per request (good key + isolation)", f"{both:.1f} µs",
+                    f"< {TARGET_AUTH_US:g} µs", both < TARGET_AUTH_US))
     if dialects is not None and "engine" in dialects:
         for key, cell in dialects["engine"]["summary"].items():
             for lane in WIRES:
@@ -1002,6 +1058,8 @@ def print_report(res: dict[str, Any]) -> None:
         print(f"\nauth middleware, {auth['keys']} keys, µs per request (median of {auth['batches']} batches of "
               f"{auth['requests_per_batch']:,}): good key {auth['good_key_us']:.2f}, wrong secret "
               f"{auth['wrong_secret_us']:.2f}, auth off {auth['auth_off_us']:.2f}")
+        print(f"tenant isolation, µs per request: {auth['isolation_us']:.2f} added (slot choice, placement and the "
+              f"engine body: {auth['isolated_place_us']:.2f} isolated, {auth['shared_place_us']:.2f} keys off)")
     overhead_costs.print_costs(res)
     print_verdicts(res["verdicts"])
 
@@ -1073,7 +1131,8 @@ async def run(args: argparse.Namespace, server: Path | None, model: Path | None)
                 res["engine"] = await engine_phase(client, root, server, model, rounds=rounds,
                                                    max_tokens=args.max_tokens, concurrency=[1, 4],
                                                    per_worker=2 if quick else 3, threads=args.engine_threads,
-                                                   engine_cpus=engine_cpus, litellm=litellm, say=say)
+                                                   engine_cpus=engine_cpus, litellm=litellm, say=say,
+                                                   with_key=args.with_key)
             if args.only in (None, "ceiling"):
                 res["ceiling"] = await ceiling_phase(
                     client, root, rounds=rounds, concurrency=[1, 4, 8], chunks_per_round=5_120 if quick else 25_600,
@@ -1155,6 +1214,9 @@ def main() -> None:
     parser.add_argument("--flood-max-tokens", type=int, default=32,
                         help="tokens per request in the refusal flood (default 32)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary homes and logs")
+    parser.add_argument("--with-key", action="store_true",
+                        help="engine lanes with keys on: the gateway lane sends a key (auth and tenant isolation on "
+                             "every request)")
     parser.add_argument("--out", type=Path, default=None, help="write every measurement here as JSON")
     args = parser.parse_args()
     if args.unpinned and args.engine_cpus:
