@@ -35,6 +35,7 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
     peers_key = cluster_key(app.env) if app.node else None  # forwarding between nodes sharing a log
     middleware: list[Any] = [RequestContext(max_body_bytes=settings.max_body_mib << 20,
                                                known=lambda t: known(app.runner.state("traces"), t),
+                                               seen=app.log.has_trace,
                                                cluster_key=peers_key)]
     policy = edge.EdgePolicy.of(bind_host, settings.allowed_hosts, settings.cors_origins)
     middleware.append(edge.Edge(policy, lambda: auth_on(app.runner.state("keys")), scheme=scheme))
