@@ -4,14 +4,18 @@ closed; at most `max_incoming_bodies` requests receive a body at once, and more 
 
 Why here: granian holds one of its `max_connections` permits per connection until the connection closes, and
 falcon waits for a request's first body chunk before it routes, with no deadline. Slow bodies would hold every
-permit for as long as their senders liked. For a request with a body this wrapper hands falcon an empty first
-chunk at once, so every wait for the body happens when the route reads it, and a refusal raised there is rendered
-by the app's error handlers in the route's own dialect.
+permit for as long as their senders liked. The wrapper reads the first chunk itself, under the deadlines; when it
+does not come, or the request is refused, falcon is handed an empty first chunk and the route's read of the body
+raises the refusal, which the app's error handlers render in the route's own dialect.
+
+The deadlines cost no timer per read: one sweeper task looks at the bodies still arriving every `tick_s` and cancels
+the wait of any that is too slow (a deadline is met to within a tick).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -24,8 +28,6 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-# Falcon routes on this; the body itself is read when the route asks for it.
-_FIRST: Message = {"type": "http.request", "body": b"", "more_body": True}
 _CLOSE = {"Connection": "close"}  # the rest of a refused body is never read, so the connection cannot be reused
 
 
@@ -54,87 +56,135 @@ class IncomingBodies:
     of `max_connections`, so fast requests always find a connection)."""
 
     def __init__(self, app: ASGIApp, *, idle_s: float, total_s: float, limit: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, tick_s: float | None = None) -> None:
         self.app, self.idle_s, self.total_s, self.limit, self.clock = app, idle_s, total_s, limit, clock
-        self.receiving = 0  # requests whose body has not fully arrived
+        self.tick_s = tick_s or max(0.05, min(1.0, idle_s / 4, total_s / 4))
+        self.arriving: set[_Channel] = set()  # requests whose body has not fully arrived
+        self._sweeper: asyncio.Task[None] | None = None
+
+    @property
+    def receiving(self) -> int:
+        return len(self.arriving)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not has_body(scope):
             await self.app(scope, receive, send)
             return
-        channel = _Channel(self, receive, send, refused=self.receiving >= self.limit)
+        channel = _Channel(self, receive, send)
         try:
+            if len(self.arriving) >= self.limit:
+                channel.refuse(functools.partial(too_many_bodies, self.limit))  # before a byte of it is read
+                channel.first = dict(_EMPTY)
+            else:
+                self.arriving.add(channel)
+                self._sweep_soon()
+                channel.first = await channel.next()
             await self.app(scope, channel.receive, channel.send)
         finally:
             channel.close()
 
+    def _sweep_soon(self) -> None:
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep(), name="blazar-body-deadlines")
 
-async def _gone(_message: Message) -> None:
-    """`send` once the request is over: a no-op, as ASGI's send after a disconnect is."""
+    async def _sweep(self) -> None:
+        """Every tick, end the wait of each body that paused too long or is past its whole-body deadline; the task
+        ends once a tick finds no body arriving (the next one starts it again)."""
+        try:
+            while self.arriving:
+                await asyncio.sleep(self.tick_s)
+                now = self.clock()
+                for channel in list(self.arriving):
+                    channel.expire(now)
+        finally:
+            self._sweeper = None
+
+
+# Falcon's first event for a request whose first chunk never came, or was refused: the route's read raises.
+_EMPTY: Message = {"type": "http.request", "body": b"", "more_body": True}
 
 
 class _Channel:
-    """One request's receive and send while its body arrives: each wait for the body bounded by the idle and
-    whole-body limits, or the first read refused when too many bodies are arriving.
+    """One request's receive and send while its body arrives.
 
     NOTE: granian closes a connection whose body was not read whole only once nothing holds the request's receive or
     send (both reach the body's stream). A refusal is raised through the app, whose frames, held by the exception's
     traceback, may outlive the request in a reference cycle until the garbage collector runs; so the app is handed
     these wrappers, which let go of granian's channel as soon as the app returns."""
 
-    def __init__(self, owner: IncomingBodies, receive: Receive, send: Send, *, refused: bool) -> None:
-        self.owner, self.refused = owner, refused
+    __slots__ = ("_receive", "_send", "deadline", "first", "owner", "refusal", "since", "waiting")
+
+    def __init__(self, owner: IncomingBodies, receive: Receive, send: Send) -> None:
+        self.owner = owner
         self._receive: Receive | None = receive
         self._send: Send | None = send
         self.deadline = owner.clock() + owner.total_s
-        self.first, self.counted = True, not refused
-        self.failed: str | None = None
-        if self.counted:
-            owner.receiving += 1
+        self.first: Message | None = None  # the first event, read before the app was called
+        self.since = 0.0  # when the current wait for the body began
+        self.waiting: asyncio.Task[Any] | None = None  # the task parked in that wait, while it waits
+        self.refusal: Callable[[], falcon.HTTPError] | None = None
 
     def send(self, message: Message) -> Awaitable[None]:
         return (self._send or _gone)(message)  # granian's own awaitable: no coroutine of ours per chunk sent
 
-    def finish(self) -> None:
-        """The body is whole (or will never be): the request no longer counts as receiving one."""
-        if self.counted:
-            self.counted = False
-            self.owner.receiving -= 1
+    def refuse(self, refusal: Callable[[], falcon.HTTPError]) -> None:
+        self.refusal = refusal
+        self.owner.arriving.discard(self)
 
     def close(self) -> None:
-        self.finish()
+        self.owner.arriving.discard(self)
         self._receive = self._send = None
 
-    async def receive(self) -> Message:
-        if self.first:
-            self.first = False
-            return dict(_FIRST)
-        if self.refused:
-            raise too_many_bodies(self.owner.limit)
-        if self.failed is not None:
-            raise body_timed_out(self.failed)
-        if self._receive is None:  # the request is over
-            return {"type": "http.disconnect"}
-        if not self.counted:  # the body is in: later reads wait for a disconnect, with no deadline
-            return await self._receive()
-        owner = self.owner
-        wait = min(owner.idle_s, self.deadline - owner.clock())
-        event = await self._within(wait) if wait > 0 else None
-        if event is None:
-            self.finish()
-            self.failed = (f"no byte of the request body arrived for {owner.idle_s:g} s (body_idle_timeout_s)"
-                           if wait >= owner.idle_s else
-                           f"the request body did not arrive whole within {owner.total_s:g} s (body_timeout_s)")
-            raise body_timed_out(self.failed)
+    def expire(self, now: float) -> None:
+        """The sweeper's check: a wait past either limit is cancelled, and the read raises 408."""
+        task, owner = self.waiting, self.owner
+        if task is None:
+            return
+        if now - self.since >= owner.idle_s:
+            message = f"no byte of the request body arrived for {owner.idle_s:g} s (body_idle_timeout_s)"
+        elif now >= self.deadline:
+            message = f"the request body did not arrive whole within {owner.total_s:g} s (body_timeout_s)"
+        else:
+            return
+        self.refuse(functools.partial(body_timed_out, message))
+        task.cancel()
+
+    async def next(self) -> Message:
+        """The next body event, waited for under the deadlines; an empty chunk when refused (the read after raises)."""
+        assert self._receive is not None
+        self.since, self.waiting = self.owner.clock(), asyncio.current_task()
+        try:
+            event = await self._receive()
+        except asyncio.CancelledError:
+            task = self.waiting
+            if self.refusal is None or task is None:
+                raise
+            # The sweeper's cancellation, not anyone else's: taken back, unless the task is being cancelled too.
+            if task.uncancel() > 0:
+                raise
+            return dict(_EMPTY)
+        finally:
+            self.waiting = None
         if event.get("type") != "http.request" or not event.get("more_body"):
-            self.finish()
+            self.owner.arriving.discard(self)  # whole (or the client is gone)
         return event
 
-    async def _within(self, wait: float) -> Message | None:
-        """The next event, or None when none came within `wait` seconds."""
-        assert self._receive is not None
-        try:
-            async with asyncio.timeout(wait):
-                return await self._receive()
-        except TimeoutError:
-            return None
+    async def receive(self) -> Message:
+        first = self.first
+        if first is not None:
+            self.first = None
+            return first
+        if self.refusal is not None:
+            raise self.refusal()
+        if self._receive is None:  # the request is over
+            return {"type": "http.disconnect"}
+        if self not in self.owner.arriving:  # the body is in: later reads wait for a disconnect, with no deadline
+            return await self._receive()
+        event = await self.next()
+        if self.refusal is not None:
+            raise self.refusal()
+        return event
+
+
+async def _gone(_message: Message) -> None:
+    """`send` once the request is over: a no-op, as ASGI's send after a disconnect is."""
