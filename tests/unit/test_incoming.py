@@ -157,3 +157,25 @@ def test_only_requests_that_announce_a_body_are_watched() -> None:
     assert not has_body(_scope("/x", length=0))
     assert has_body(_scope("/x", length=1))
     assert has_body(_scope("/x", chunked=True))
+
+
+async def test_a_request_cancelled_while_its_body_arrives_is_cancelled_not_refused() -> None:
+    wrapper = _wrapped(idle_s=5, total_s=5)
+    client = _Client([(0, b"{"), (None, b"")])
+    task = asyncio.create_task(_call(wrapper, "/v1/echo", client, length=10))
+    await asyncio.sleep(0.05)
+    assert wrapper.receiving == 1
+    task.cancel()  # the client hung up, or the daemon is stopping
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert client.sent == [] and wrapper.receiving == 0
+
+
+async def test_the_deadline_task_ends_once_no_body_is_arriving() -> None:
+    wrapper = _wrapped(idle_s=0.2, total_s=1.0)
+    await _call(wrapper, "/v1/echo", _Client([(0, b'{"a": 1}')]), length=8)
+    for _ in range(50):
+        if wrapper._sweeper is None:
+            break
+        await asyncio.sleep(0.02)
+    assert wrapper._sweeper is None
