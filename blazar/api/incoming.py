@@ -138,7 +138,7 @@ class _Channel:
     def expire(self, now: float) -> None:
         """The sweeper's check: a wait past either limit is cancelled, and the read raises 408."""
         task, owner = self.waiting, self.owner
-        if task is None:
+        if task is None or self.refusal is not None:  # not waiting, or already cancelled (not yet resumed)
             return
         if now - self.since >= owner.idle_s:
             message = f"no byte of the request body arrived for {owner.idle_s:g} s (body_idle_timeout_s)"
