@@ -167,6 +167,21 @@ class Settings(BaseModel):
         description="Client connections served at once (more wait in the listen backlog).",
     )
     backlog: int = Field(default=2048, ge=128, le=65535, description="The listen backlog of `blazar serve`'s socket.")
+    body_idle_timeout_s: float = Field(
+        default=5.0, ge=0.1, le=3600.0,
+        description="Seconds a request body may pause between bytes before the request gets 408 and its connection "
+                    "is closed.",
+    )
+    body_timeout_s: float = Field(
+        default=60.0, ge=1.0, le=3600.0,
+        description="Seconds a request body may take to arrive whole (from the end of its headers), else 408 and "
+                    "the connection is closed.",
+    )
+    max_incoming_bodies: int = Field(
+        default=1024, ge=1, le=1_000_000,
+        description="Requests whose body is still arriving, at once; more get 503 at once (at most half of "
+                    "max_connections is used, so slow bodies never hold every connection).",
+    )
     database_url: str = Field(
         default="",
         description="The log on PostgreSQL: postgresql+asyncpg://USER@HOST:PORT/DB (empty: the embedded SQLite file). "

@@ -34,7 +34,9 @@ from granian.server.embed import Server
 from blazar import runlock
 from blazar.addresses import is_loopback
 from blazar.api.app import create_app
+from blazar.api.incoming import IncomingBodies
 from blazar.bootstrap import Services
+from blazar.config import Settings
 from blazar.context import Blazar
 from blazar.credentials import remove_admin_token, write_admin_token
 from blazar.errors import BlazarError, DaemonRunning, PortInUse, UnsafeBind
@@ -81,6 +83,13 @@ def tls_files(cert: str, key: str) -> tuple[Path, Path] | None:
         if b"-----BEGIN" not in head:
             raise BlazarError(f"the TLS file {p} is not PEM (no -----BEGIN line)")
     return pair
+
+
+def incoming_bodies(target: Any, settings: Settings) -> IncomingBodies:
+    """The app behind the request-body limits. Each connection holds one of granian's `max_connections` permits
+    until it closes, so bodies still arriving may hold at most half of them: fast requests always find one."""
+    return IncomingBodies(target, idle_s=settings.body_idle_timeout_s, total_s=settings.body_timeout_s,
+                          limit=max(1, min(settings.max_incoming_bodies, settings.max_connections // 2)))
 
 
 def raise_nofile() -> None:
@@ -202,11 +211,13 @@ async def serve(app: Blazar, services: Services, *, host: str, port: int,
         supervisor, gateway = services.supervisor, services.gateway
         admin_token = write_admin_token(paths)  # the CLI's credential once keys are on; removed at exit
         held.callback(remove_admin_token, paths, admin_token)
-        target = create_app(app, supervisor, gateway, admin_token=admin_token, bind_host=host, scheme=scheme)
+        target = incoming_bodies(create_app(app, supervisor, gateway, admin_token=admin_token, bind_host=host,
+                                            scheme=scheme), settings)
         # NOTE: granian serves at most `backpressure` connections at once and holds the rest in the backlog; its
         # default (the backlog, 128) let 128 idle sockets starve everyone. Idle keep-alive connections and slow
-        # headers are closed after idle_timeout_s (hyper's header read timeout covers both). HTTP/1 only: in "auto"
-        # mode granian sniffs for an HTTP/2 preface with no deadline, so a socket that never sent a byte stayed open.
+        # headers are closed after idle_timeout_s (hyper's header read timeout covers both); slow bodies meet
+        # IncomingBodies (blazar/api/incoming.py). HTTP/1 only: in "auto" mode granian sniffs for an HTTP/2 preface
+        # with no deadline, so a socket that never sent a byte stayed open.
         idle_ms = int(settings.idle_timeout_s * 1000)
         server = Server(target=target, address=host, port=port, interface=Interfaces.ASGI, websockets=False,
                         http=HTTPModes.http1,

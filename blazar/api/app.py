@@ -38,6 +38,7 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
     peers_key = cluster_key(app.env) if app.node else None  # forwarding between nodes sharing a log
     middleware: list[Any] = [RequestContext(max_body_bytes=settings.max_body_mib << 20,
                                                known=lambda t: known(app.runner.state("traces"), t),
+                                               seen=app.log.has_trace,
                                                cluster_key=peers_key)]
     middleware.append(paths.CanonicalPath())  # NOTE: before any decision: a path that is not canonical is 404
     policy = edge.EdgePolicy.of(bind_host, settings.allowed_hosts, settings.cors_origins)

@@ -5,9 +5,10 @@ Content-Length checked before a byte of the body is read, and the bytes counted 
 from __future__ import annotations
 
 import hmac
+import logging
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import falcon
@@ -19,14 +20,17 @@ from blazar.errors import Unauthenticated
 from blazar.handlers.nodes import FORWARD_HEADER
 from blazar.ids import new_trace_id
 
+log = logging.getLogger("blazar.api")
+
 TRACE_HEADER = "x-blazar-trace-id"
 # A client's trace id is kept when it looks like one (W3C's 32 hex, or any short token of safe characters).
 _TRACE_OK = re.compile(r"[A-Za-z0-9._-]{8,64}")
 # W3C trace-context: version-traceid-parentid-flags, lowercase hex; a later version may append fields.
 _TRACEPARENT = re.compile(r"(?P<version>[0-9a-f]{2})-(?P<trace_id>[0-9a-f]{32})-(?P<span_id>[0-9a-f]{16})-[0-9a-f]{2}"
                           r"(?P<rest>-.*)?")
-# Client trace ids this process remembers having been given (beyond what the traces projection still holds).
-RECENT_CLIENT_TRACE_IDS = 100_000
+# Trace ids this process remembers having handed out, clients' and its own: the newest requests' events may still be
+# in the group-commit writer's buffer, in neither the log nor the traces projection.
+RECENT_TRACE_IDS = 100_000
 
 
 def trace_id_of(req: falcon.asgi.Request) -> str:
@@ -46,25 +50,43 @@ def parse_traceparent(value: str | None) -> tuple[str, str] | None:
 class RequestContext:
     """Falcon middleware: trace id in, trace id out; oversized bodies refused with 413.
 
-    A client's trace id already used (known to `known`, the traces projection, or given earlier to this process) is
-    not reused: the request gets a fresh id (in the response header), and the client's is kept beside it, so an
-    earlier trace's history is never appended to. A valid `traceparent` is kept as the request's parent, and its
-    trace id, while unused, is the request's trace id (before `x-blazar-trace-id`)."""
+    A client's trace id already used is not reused: the request gets a fresh id (in the response header), and the
+    client's is kept beside it, so an earlier trace's history is never appended to, whenever it was written. Used
+    means handed out by this process (remembered, its own fresh ids too), known to `known` (the traces projection's
+    newest traces), or in the log at all (`seen`: one look-up in its trace index, made only for an id a client
+    brings that memory does not know). A valid `traceparent` is kept as the request's parent, and its trace id,
+    while unused, is the request's trace id (before `x-blazar-trace-id`)."""
 
     def __init__(self, *, max_body_bytes: int, known: Callable[[str], bool] | None = None,
-                 cluster_key: str | None = None) -> None:
+                 seen: Callable[[str], Awaitable[bool]] | None = None, cluster_key: str | None = None) -> None:
         self.max_body_bytes = max_body_bytes
         self.known = known or (lambda _trace_id: False)
+        self.seen = seen
         self.cluster_key = cluster_key.encode() if cluster_key else None
         self._given: OrderedDict[str, None] = OrderedDict()
 
-    def _used(self, trace_id: str) -> bool:
+    def _remember(self, trace_id: str) -> None:
+        self._given[trace_id] = None
+        if len(self._given) > RECENT_TRACE_IDS:
+            self._given.popitem(last=False)
+
+    async def _used(self, trace_id: str) -> bool:
         if trace_id in self._given or self.known(trace_id):
             return True
-        self._given[trace_id] = None
-        if len(self._given) > RECENT_CLIENT_TRACE_IDS:
-            self._given.popitem(last=False)
-        return False
+        # Claimed before the log is asked: a second request racing with the same id finds it here.
+        self._remember(trace_id)
+        if self.seen is None:
+            return False
+        try:
+            return await self.seen(trace_id)
+        except Exception as e:  # NOTE: fail closed: an id the log could not be asked about is never reused
+            log.warning("could not look up trace id %s in the log (%s): the request gets a fresh one", trace_id, e)
+            return True
+
+    def _fresh(self) -> str:
+        trace_id = new_trace_id()
+        self._remember(trace_id)  # its events may wait in the group-commit writer while the client reuses it
+        return trace_id
 
     def _forwarded_from(self, req: falcon.asgi.Request) -> str | None:
         """The node that forwarded this request (its trace id is then kept though the log knows it: one trace across
@@ -96,14 +118,14 @@ class RequestContext:
             self._check_length(req)
             return
         req.context.traceparent = parent = parse_traceparent(req.get_header("traceparent"))
-        if parent is not None and not self._used(parent[0]):
+        if parent is not None and not await self._used(parent[0]):
             req.context.trace_id = parent[0]
             if given and _TRACE_OK.fullmatch(given) and given != parent[0]:
                 req.context.client_trace_id = given  # the traceparent's won: recorded beside it
-        elif given and _TRACE_OK.fullmatch(given) and not self._used(given):
+        elif given and _TRACE_OK.fullmatch(given) and not await self._used(given):
             req.context.trace_id = given
         else:
-            req.context.trace_id = new_trace_id()
+            req.context.trace_id = self._fresh()
             if given and _TRACE_OK.fullmatch(given):
                 req.context.client_trace_id = given  # reused: recorded beside the fresh id
         resp.set_header(TRACE_HEADER, req.context.trace_id)

@@ -233,16 +233,18 @@ _PHRASES = {400: "the request is not valid (bad JSON, a field that does not vali
             401: "an API key is required (auth is on once a key exists)",
             403: "refused: the key's scope, a Host or Origin not allowed, or the hub's access",
             404: "no such model (or not loaded, or not on the hub)", 405: "method not allowed",
+            408: "the body did not arrive in time (body_idle_timeout_s, body_timeout_s); the connection is closed",
             409: "the name is taken, the model is in use, or pinned in another shape",
             413: "the body is over max_body_mib",
             415: "the body is not JSON", 429: "a limit: the queue is full, or the key's rate (Retry-After)",
-            502: "the engine (or the hub) failed", 503: "no engine, an open circuit, or the queue timed out",
+            502: "the engine (or the hub) failed",
+            503: "no engine, an open circuit, the queue timed out, or too many bodies arriving (max_incoming_bodies)",
             507: "the model does not fit in memory"}
 _ERROR_SCHEMA = {"openai": "OpenAIError", "anthropic": "AnthropicError", "ollama": "OllamaError"}
 
 # The statuses every route may answer besides its own (auth and the edge guards answer before the route runs).
 _EDGE = (401, 403, 429)  # a key missing, out of scope, or over its limits
-_BODY = (400, 413, 415)
+_BODY = (400, 408, 413, 415, 503)  # 408 and 503: blazar/api/incoming.py, before the route reads the body
 _ENGINE = (404, 409, 429, 502, 503, 507)  # resolve, load (a pin in the way), admit, run
 
 

@@ -130,6 +130,8 @@ class EventLog:
         self._data_version: int | None = None  # the writer connection's PRAGMA data_version, last read
         self._driver_conn: Any = None  # the writer's aiosqlite connection, under SQLAlchemy's
         self._file_names = (str(path), str(path) + "-wal")  # what files_signature stats, 4 times a second idle
+        self._lookup: AsyncConnection | None = None  # a reader kept open for has_trace (opened on first use)
+        self._lookup_lock = asyncio.Lock()
 
     @classmethod
     async def open(cls, path: Path, *, clock: Clock | None = None, migrate: bool = True) -> EventLog:
@@ -156,6 +158,9 @@ class EventLog:
         return None
 
     async def close(self) -> None:
+        if self._lookup is not None:
+            await self._lookup.close()
+            self._lookup = None
         if self._wconn is not None:
             await self._wconn.close()
             self._wconn = None
@@ -334,6 +339,20 @@ class EventLog:
         async with self.reader() as conn:
             rows = (await conn.exec_driver_sql(sql, (prefix, prefix + "\U0010ffff", limit))).all()
         return [row[0] for row in rows]
+
+    async def has_trace(self, trace_id: str) -> bool:
+        """Whether any event carries `trace_id`: one look-up in the trace index, on a reader connection kept open for
+        it (opening a connection costs ten times the query). Never the writer's: a busy writer does not delay it.
+
+        NOTE: statements go straight to the driver connection, whose isolation_level is None, so each runs in a
+        read transaction of its own: the kept connection never holds a snapshot that would pin the WAL."""
+        async with self._lookup_lock:
+            if self._lookup is None:
+                self._lookup = await self._reader_engine.connect()
+            driver = (await self._lookup.get_raw_connection()).driver_connection
+            assert driver is not None  # None only once the pool has invalidated the connection
+            rows = await driver.execute_fetchall("SELECT 1 FROM events WHERE trace_id = ? LIMIT 1", (trace_id,))
+        return bool(rows)
 
     async def read(
         self,

@@ -369,6 +369,10 @@ class PgEventLog(EventLog):
             rows = await driver.fetch(sql, prefix, prefix + "\U0010ffff", limit)
         return [r[0] for r in rows]
 
+    async def has_trace(self, trace_id: str) -> bool:
+        async with self._connection() as driver:
+            return await driver.fetchval("SELECT 1 FROM events WHERE trace_id = $1 LIMIT 1", trace_id) is not None
+
     async def read_rows(self, *, after: int = 0, upto: int | None = None, types: Sequence[str] | None = None,
                         stream: str | None = None, trace_id: str | None = None, since: float | None = None,
                         until: float | None = None, limit: int | None = None, batch: int = READ_BATCH

@@ -138,3 +138,13 @@ async def test_the_envelope_round_trips_exactly(event_log: EventLog, second_log:
     assert got.ts.hex() == ts.hex()
     assert (got.actor, got.stream, got.cause, got.trace_id) == (text, f"model:{text}", 1, None)
     assert got_first.trace_id == trace
+
+
+async def test_has_trace_finds_any_trace_id_the_log_holds_and_nothing_else(
+        event_log: EventLog, second_log: EventLog, seeded: list[Recorded]) -> None:
+    assert await event_log.has_trace("t1-0000") and await event_log.has_trace("t2-0000")
+    assert not await event_log.has_trace("t1-000")  # a prefix is not the trace
+    assert not await event_log.has_trace("nope")
+    # Another writer's later commit is seen by the connection kept open for these look-ups.
+    await second_log.append(received("t3", 0), actor="gateway", trace_id="t3-0000")
+    assert await event_log.has_trace("t3-0000")

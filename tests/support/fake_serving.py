@@ -55,6 +55,13 @@ def serving_fake(home: Path, files: Path, model: str, *, env: Mapping[str, str] 
     blazar_cli(home, "import", str(write_tiny_model(files / "tiny.gguf")), "--name", model)
     for key, value in (settings or {}).items():
         blazar_cli(home, "config", "set", key, str(value))
+    with serving_home(home, files, env=env) as daemon:
+        yield daemon
+
+
+@contextlib.contextmanager
+def serving_home(home: Path, files: Path, *, env: Mapping[str, str] | None = None) -> Iterator[FakeDaemon]:
+    """`blazar serve` on a home `serving_fake` prepared (again: a restart), on a free port; stderr in `files`."""
     port = free_port()
     stderr_path = files / "daemon.stderr"
     with stderr_path.open("wb") as err:
