@@ -86,7 +86,7 @@ async def serve(gw: Gateway, plan: Plan, watcher: asyncio.Task[None] | None, bas
 
 async def _best_of(gw: Gateway, plan: Plan) -> Answer:
     asked = plan.best_of or 1
-    await gw.route_and_admit(plan)
+    await gw.admit(plan)
     inst = plan.instance
     assert inst is not None and plan.ticket is not None
     extra: list[Ticket] = []
@@ -169,7 +169,7 @@ async def _cascade(gw: Gateway, plan: Plan, base: _Base) -> Answer:
         tried.append(name)
         plan.provisional = step < last_step  # a refusal of this step is the step's, not the request's end
         try:
-            await gw.route_and_admit(plan)
+            await gw.admit(plan)
         except Refused as e:
             if step == last_step:
                 raise
