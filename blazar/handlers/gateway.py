@@ -189,8 +189,9 @@ class Gateway:
         inst = plan.instance
         assert inst is not None
         try:
+            extra = {"headers": inst.headers} if inst.headers else {}  # a hop to another node
             upstream = await self.client.open(inst.base_url, plan.engine_path, orjson.dumps(body),
-                                              api_key=inst.api_key)
+                                              api_key=inst.api_key, **extra)
             try:
                 data = await upstream.aread()
             finally:
@@ -405,7 +406,7 @@ class Gateway:
                                     busy=int(snap.get("busy", 0))), plan.trace_id, plan.actor)
 
         deadline_s = plan.deadline_left_s()
-        lane = inst.instance_id if inst.remote else inst.model  # a remote's concurrency is its own, for every model
+        lane = inst.lane  # a remote's concurrency is its own, for every model
         try:
             if deadline_s is not None and deadline_s <= 0:
                 raise DeadlineUnmeetable(f"{inst.model}: the deadline of {plan.deadline_ms} ms passed before a slot "

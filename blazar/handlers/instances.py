@@ -118,6 +118,12 @@ class Instance:
     def remote(self) -> bool:
         return bool(self.url)
 
+    @property
+    def lane(self) -> str:
+        """Where admission counts its requests: a child's model (its slots), a remote's or another node's own
+        concurrency (for every model it serves)."""
+        return self.instance_id if self.url else self.model
+
 
 @dataclass(frozen=True)
 class ResolvedModel:
