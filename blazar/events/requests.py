@@ -175,6 +175,20 @@ def _routed_v1(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 @register
+class RequestRerouted(_RequestEvent):
+    """A decision: the engine child the request was routed to was gone before it took the request (its port refused
+    or dropped the connection, and its process had exited or was exiting), so the request is routed again, once.
+    The attempt's slot and hold were given back first; `request.routed` follows for the second attempt."""
+
+    TYPE = "request.rerouted"
+
+    model: str
+    instance_id: str  # the instance that was gone
+    reason: Literal["engine_gone"] = "engine_gone"
+    detail: str = ""  # what the connection said
+
+
+@register
 class RequestFirstToken(_RequestEvent):
     TYPE = "request.first_token"
 

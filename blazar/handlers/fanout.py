@@ -9,7 +9,9 @@
               Each step is a `request.cascade_judged` event; `x-blazar-cascade: tried=a,b served=b reason=...`.
 
 Both run on non-streamed chat only (the request options refuse anything else) and ask the engine for logprobs; the
-client gets them only when it asked for them.
+client gets them only when it asked for them. A model may be a remote engine's (`blazar remote add`): its
+candidates take slots of the remote's own lane (its --max-concurrent), and an answer without logprobs (a server
+that gives none) is judged on validity alone. Every slot a fan-out takes is given back however it ends.
 """
 
 from __future__ import annotations
@@ -21,13 +23,16 @@ from typing import TYPE_CHECKING, Any
 
 from blazar.adapters.engines.answers import usage_from_json
 from blazar.dialects.judge import Judgement, judge, schema_of, winner
-from blazar.errors import ModelNotFound, Refused
+from blazar.errors import BlazarError, ModelNotFound, Refused
 from blazar.events.requests import RequestBestOfChosen, RequestCandidateScored, RequestCascadeJudged
 from blazar.handlers.admission import Ticket
 from blazar.handlers.instances import ResolvedModel
+from blazar.handlers.limits import Lease
 from blazar.handlers.model_defaults import apply_settings
 from blazar.handlers.plan import Answer, Plan
 from blazar.handlers.principal import scope_refusal
+from blazar.handlers.remotes import resolved_remote
+from blazar.projections.remotes import serving
 
 if TYPE_CHECKING:
     from blazar.handlers.gateway import Gateway
@@ -86,34 +91,54 @@ async def serve(gw: Gateway, plan: Plan, watcher: asyncio.Task[None] | None, bas
 
 async def _best_of(gw: Gateway, plan: Plan) -> Answer:
     asked = plan.best_of or 1
-    await gw.route_and_admit(plan)
+    await gw.admit(plan)
     inst = plan.instance
     assert inst is not None and plan.ticket is not None
     extra: list[Ticket] = []
+    held = 0
     bodies = [_asking_logprobs(plan.engine_body())]
     isolate = gw.isolating()
-    for _ in range(asked - 1):
-        ticket = gw.admission.try_acquire(inst.model, inst.slots, pick=gw.kv.slots.picker(
-            inst.instance_id, None, plan.tenant, isolate=isolate))
-        if ticket is None:
-            break  # no free slot: fewer candidates, never a wait
-        gw.supervisor.hold(inst)
-        extra.append(ticket)
-        body = dict(bodies[0])
-        placed = await gw.kv.place(inst, ticket.slot_id, None, tenant=plan.tenant)
-        body.update(placed.engine_fields(ticket.slot_id, isolate=isolate))
-        bodies.append(body)
-    seed = bodies[0].get("seed")
-    first = seed if isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 else secrets.randbelow(SEED_SPAN)
-    seeds = [first + i for i in range(len(bodies))]
-    for body, s in zip(bodies, seeds, strict=True):
-        body["seed"] = s
+    limits = plan.principal.limits() if plan.principal is not None else None
+    leases: list[Lease] = []
     try:
-        results = await asyncio.gather(*(gw.ask_whole(plan, b) for b in bodies))
+        # NOTE: every extra slot and lease is given back in `finally`, whatever ends the fan-out (a hang-up while a
+        # candidate's slot is placed, an instance gone meanwhile): a slot kept here would shrink its lane for good.
+        for _ in range(asked - 1):
+            if limits is not None:  # each candidate runs at once: each counts against the key's max_concurrent
+                lease = gw.limits.extra(limits)
+                if lease is None:
+                    break  # the key is at its max_concurrent: fewer candidates, as with fewer free slots
+                leases.append(lease)
+            ticket = gw.admission.try_acquire(inst.lane, inst.slots, pick=None if inst.remote else gw.kv.slots.picker(
+                inst.instance_id, None, plan.tenant, isolate=isolate))
+            if ticket is None:
+                break  # no free slot: fewer candidates, never a wait
+            extra.append(ticket)
+            body = dict(bodies[0])
+            if not inst.remote:  # a child's slot: held against eviction, named to the engine as tenancy needs
+                try:
+                    gw.supervisor.hold(inst)
+                except BlazarError:
+                    gw.admission.give_back(extra.pop())
+                    break  # the instance is gone: the candidates so far are all there will be
+                held += 1
+                placed = await gw.kv.place(inst, ticket.slot_id, None, tenant=plan.tenant)
+                body.update(placed.engine_fields(ticket.slot_id, isolate=isolate))
+            bodies.append(body)
+        seed = bodies[0].get("seed")
+        first = seed if isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 \
+            else secrets.randbelow(SEED_SPAN)
+        seeds = [first + i for i in range(len(bodies))]
+        for body, s in zip(bodies, seeds, strict=True):
+            body["seed"] = s
+        results = await asyncio.gather(*(_ask(gw, plan, b) for b in bodies))
     finally:
         for ticket in extra:
             gw.admission.release(ticket)
+        for _ in range(held):
             gw.supervisor.unhold(inst)
+        for lease in leases:
+            gw.limits.release(lease)
     schema = schema_of(bodies[0])
     usage: dict[str, Any] = {}
     scored: list[tuple[int, Judgement, dict[str, Any]]] = []
@@ -125,7 +150,8 @@ async def _best_of(gw: Gateway, plan: Plan) -> Answer:
         status, _, raw = results[0]
         return gw.engine_refusal(plan, status, raw)
     best, why = winner([j for _, j, _ in scored])
-    slots = [plan.ticket.slot_id, *(t.slot_id for t in extra)]
+    slots: list[int | None] = ([None] * len(bodies) if inst.remote  # a remote's lane names no engine slot
+                               else [plan.ticket.slot_id, *(t.slot_id for t in extra)])
     for k, (i, j, _) in enumerate(scored):
         gw.emit(RequestCandidateScored(trace_id=plan.trace_id, model=inst.model, index=i, seed=seeds[i],
                                        slot_id=slots[i], valid=j.valid, invalid_reason=j.reason,
@@ -140,6 +166,17 @@ async def _best_of(gw: Gateway, plan: Plan) -> Answer:
     gw.first_token(plan)
     gw.complete(plan, usage, status=200)
     return gw.whole_answer(plan, answer, status=200, headers={"x-blazar-best-of": f"asked={asked} used={len(bodies)}"})
+
+
+async def _ask(gw: Gateway, plan: Plan, body: dict[str, Any]) -> tuple[int, Any, bytes]:
+    """One whole answer for a candidate or a step; a remote's answer feeds its circuit as a plain request's does."""
+    status, answer, raw = await gw.ask_whole(plan, body)
+    if plan.remote is not None:
+        if status >= 500:
+            await gw.remotes.failed(plan.remote, f"answered {status}", source="request")
+        else:
+            await gw.remotes.succeeded(plan.remote)
+    return status, answer, raw
 
 
 def _add_usage(total: dict[str, Any], got: dict[str, Any]) -> None:
@@ -170,7 +207,7 @@ async def _cascade(gw: Gateway, plan: Plan, base: _Base) -> Answer:
         tried.append(name)
         plan.provisional = step < last_step  # a refusal of this step is the step's, not the request's end
         try:
-            await gw.route_and_admit(plan)
+            await gw.admit(plan)
         except Refused as e:
             if step == last_step:
                 raise
@@ -179,7 +216,7 @@ async def _cascade(gw: Gateway, plan: Plan, base: _Base) -> Answer:
             continue
         finally:
             plan.provisional = False
-        status, answer, raw = await gw.ask_whole(plan, _asking_logprobs(plan.engine_body()))
+        status, answer, raw = await _ask(gw, plan, _asking_logprobs(plan.engine_body()))
         j = judge(answer, schema_of(plan.engine_body())) if status == 200 else None
         gw.release_step(plan, tokens=j.completion_tokens if j else None)
         if j is None:
@@ -218,26 +255,31 @@ def _check_cascade(gw: Gateway, plan: Plan) -> None:
         _resolve_in_scope(gw, plan, name)
 
 
-def _resolve_in_scope(gw: Gateway, plan: Plan, name: str) -> ResolvedModel:
+def _resolve_in_scope(gw: Gateway, plan: Plan, name: str) -> tuple[ResolvedModel, str | None]:
+    """The cascade model `name`: the store's, else a remote engine's (its name second), in the key's scope."""
+    remote = None
     try:
         resolved = gw.supervisor.resolve(name)
     except ModelNotFound as e:
-        raise gw.reject(plan, status=404, reason="model_not_found", detail=f"cascade: {e.message}") from None
+        served = serving(gw.app.runner.state("remotes"), name)
+        if served is None:
+            raise gw.reject(plan, status=404, reason="model_not_found", detail=f"cascade: {e.message}") from None
+        resolved, remote = resolved_remote(name), served.name
     p = plan.principal
     if p is not None and p.key is not None and not p.allows(name, resolved.name):
         raise gw.reject(plan, status=403, reason="model_not_allowed", detail=scope_refusal(p, name, resolved.name),
                         error_type="permission_error")
-    return resolved
+    return resolved, remote
 
 
 def _next_model(gw: Gateway, plan: Plan, name: str, base: _Base) -> None:
-    """Point the request at the cascade's next model: resolved, in the key's scope, with its own settings applied
-    to the client's request as it came."""
+    """Point the request at the cascade's next model: resolved (the store's or a remote's), in the key's scope, with
+    its own settings applied to the client's request as it came."""
     plan.model = name
     plan.body, plan.max_tokens, plan.ctx = (dict(base.body) if base.body is not None else None), base.max_tokens, \
         base.ctx
-    plan.instance = None
-    plan.resolved = _resolve_in_scope(gw, plan, name)
+    plan.instance, plan.peer = None, None  # the previous step's way there is not this one's
+    plan.resolved, plan.remote = _resolve_in_scope(gw, plan, name)
     if plan.resolved.settings is not None:
         apply_settings(plan, plan.resolved.settings)
     plan.dirty = True

@@ -309,9 +309,11 @@ class Flights:
                          detail="the shared generation did not complete")
 
     def _mirror(self, plan: Plan, error: BaseException | None) -> BaseException:
-        """The leader's refusal, recorded for a follower too (it would have met the same)."""
+        """The leader's refusal, recorded for a follower too (it would have met the same), its key's lease given
+        back."""
         if isinstance(error, Refused):
             if error.reason in _REJECT_REASONS:
+                self.gw.drop_lease(plan)  # a refusal records nothing more: the lease goes back here (fail drops it)
                 return self.gw.reject(plan, status=error.http_status, reason=error.reason, detail=error.message,
                                       retry_after_s=error.retry_after_s, observations=error.observations)
             self.gw.fail(plan, status=error.http_status, reason="engine_error", detail=error.message)

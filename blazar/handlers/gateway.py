@@ -40,6 +40,7 @@ from blazar.events.requests import (
     RequestQueued,
     RequestReceived,
     RequestRejected,
+    RequestRerouted,
     RequestRouted,
 )
 from blazar.handlers import fanout, relay
@@ -130,16 +131,21 @@ class Gateway:
         return await self.generate(plan, watcher, payload)
 
     async def generate(self, plan: Plan, watcher: asyncio.Task[None] | None, payload: bytes) -> Answer:
-        """The pipeline after the caller's checks: route, admit, ask the engine, and the Answer."""
+        """The pipeline after the caller's checks: route, admit, ask the engine, and the Answer. A request whose
+        engine child turned out gone before it took the request is routed again, once (`_EngineGone`)."""
         try:
-            try:
-                await self.route_and_admit(plan)
-            except BaseException:
-                self.drop_lease(plan)  # whatever refused or broke it before the answer: the lease is not kept
-                raise
-            if plan.dirty:
-                payload = plan.payload()  # the model's settings or the session's slot changed the body
-            upstream = await self.open_upstream(plan, payload)
+            while True:  # twice at most: _EngineGone is raised only while the request was not routed again
+                try:
+                    await self.admit(plan)
+                    if plan.dirty:
+                        payload = plan.payload()  # the model's settings or the session's slot changed the body
+                    upstream = await self.open_upstream(plan, payload)
+                    break
+                except _EngineGone as gone:
+                    self._reroute(plan, gone.detail)
+                except BaseException:
+                    self.drop_lease(plan)  # whatever refused or broke it before the answer: the lease is not kept
+                    raise
         except asyncio.CancelledError:
             self.fail(plan, status=499, reason="client_disconnected", detail="the client closed the connection while "
                       "the request waited" + (" for a slot" if plan.instance else " for the model to load"))
@@ -186,8 +192,9 @@ class Gateway:
         inst = plan.instance
         assert inst is not None
         try:
+            extra = {"headers": inst.headers} if inst.headers else {}  # a hop to another node
             upstream = await self.client.open(inst.base_url, plan.engine_path, orjson.dumps(body),
-                                              api_key=inst.api_key)
+                                              api_key=inst.api_key, **extra)
             try:
                 data = await upstream.aread()
             finally:
@@ -412,7 +419,7 @@ class Gateway:
                                     busy=int(snap.get("busy", 0))), plan.trace_id, plan.actor)
 
         deadline_s = plan.deadline_left_s()
-        lane = inst.instance_id if inst.remote else inst.model  # a remote's concurrency is its own, for every model
+        lane = inst.lane  # a remote's concurrency is its own, for every model
         try:
             if deadline_s is not None and deadline_s <= 0:
                 raise DeadlineUnmeetable(f"{inst.model}: the deadline of {plan.deadline_ms} ms passed before a slot "
@@ -431,8 +438,10 @@ class Gateway:
             try:
                 self.supervisor.hold(inst)
             except BlazarError as e:
-                self.admission.release(ticket)
+                self.admission.give_back(ticket)
                 plan.ticket = None
+                if not plan.rerouted:  # the instance exited while the request waited for its slot
+                    raise _EngineGone(e.message) from None
                 raise self.reject(plan, status=e.http_status, reason=e.code, detail=e.message) from None
             plan.held = True
         self.emit(RequestAdmitted(trace_id=plan.trace_id, model=inst.model, instance_id=inst.instance_id,
@@ -484,12 +493,18 @@ class Gateway:
     # -- the engine's answer ------------------------------------------------------------------------------------
 
     async def open_upstream(self, plan: Plan, body: bytes) -> EngineResponse:
-        assert plan.instance is not None
+        """Send the request to its instance and return the answer unread. When the connection failed before any
+        answer and the instance is a child of ours that is gone (`Supervisor.gone`: exited, or exiting), raises
+        _EngineGone (nothing recorded: the caller routes the request again) unless it was routed again already;
+        else records the 502."""
+        inst = plan.instance
+        assert inst is not None
         try:
-            extra = {"headers": plan.instance.headers} if plan.instance.headers else {}  # a hop to another node
-            upstream = await self.client.open(plan.instance.base_url, plan.engine_path, body,
-                                              api_key=plan.instance.api_key, **extra)
+            extra = {"headers": inst.headers} if inst.headers else {}  # a hop to another node
+            upstream = await self.client.open(inst.base_url, plan.engine_path, body, api_key=inst.api_key, **extra)
         except EngineError as e:
+            if not plan.rerouted and not inst.remote and await self.supervisor.gone(inst):
+                raise _EngineGone(e.message) from None
             self.fail(plan, status=502, reason="engine_error", detail=e.message)
             if plan.remote is not None:
                 await self.remotes.failed(plan.remote, e.message, source="request")
@@ -500,6 +515,35 @@ class Gateway:
             else:
                 await self.remotes.succeeded(plan.remote)
         return upstream
+
+    async def admit(self, plan: Plan) -> None:
+        """`route_and_admit`, routed again once when the instance was gone by the time the request got its slot."""
+        try:
+            await self.route_and_admit(plan)
+        except _EngineGone as gone:
+            self._reroute(plan, gone.detail)
+            await self.route_and_admit(plan)
+
+    def _reroute(self, plan: Plan, detail: str) -> None:
+        """The first attempt's engine was gone before it took the request: its slot (no hold time learnt from it)
+        and its hold on the instance given back, what its placement told that engine forgotten, the decision recorded.
+        The key's lease stays: it is the request's, given back once when the request ends."""
+        inst = plan.instance
+        assert inst is not None
+        if plan.ticket is not None:
+            self.admission.give_back(plan.ticket)
+            plan.ticket = None
+        if plan.held:
+            self.supervisor.unhold(inst)
+            plan.held = False
+        if plan.body is not None:
+            for name in ("id_slot", "cache_prompt"):  # what the placement told that engine; the next one's says its own
+                if name not in plan.parsed:
+                    plan.body.pop(name, None)
+            plan.dirty = True
+        plan.instance, plan.queue_position, plan.rerouted = None, 0, True
+        self.emit(RequestRerouted(trace_id=plan.trace_id, model=inst.model, instance_id=inst.instance_id,
+                                  detail=detail[:500]), plan.trace_id, plan.actor)
 
     def guard(self, plan: Plan, upstream: EngineResponse) -> None:
         """Whatever ends the request's task (a hang-up before the first byte was sent, an error in the server), the
@@ -597,6 +641,14 @@ class Gateway:
         if plan.held and plan.instance is not None:
             self.supervisor.unhold(plan.instance)
             plan.held = False
+
+
+class _EngineGone(Exception):
+    """The request's engine child was gone before it took the request: route it again (never seen outside)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
 
 
 def _prompt_upper_bound(body: dict[str, Any]) -> int:

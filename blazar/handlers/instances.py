@@ -118,6 +118,12 @@ class Instance:
     def remote(self) -> bool:
         return bool(self.url)
 
+    @property
+    def lane(self) -> str:
+        """Where admission counts its requests: a child's model (its slots), a remote's or another node's own
+        concurrency (for every model it serves)."""
+        return self.instance_id if self.url else self.model
+
 
 @dataclass(frozen=True)
 class ResolvedModel:
@@ -153,7 +159,7 @@ class _Live:
     started_mono: float
     keep_alive_s: float | None
     pinned: bool
-    state: str = "starting"  # starting | ready | stopping
+    state: str = "starting"  # starting | ready | exiting (its process is on its way out) | stopping
     in_flight: int = 0
     last_used: float = 0.0
     exit_recorded: bool = False
@@ -332,6 +338,22 @@ class Supervisor:
             lv.in_flight -= 1
             lv.last_used = self.app.clock.now()
             self._wake_reaper_for(lv)
+
+    async def gone(self, instance: Instance) -> bool:
+        """Asked when `instance`'s port refused or dropped a request before any answer: True when its child is gone
+        (its exit recorded, or it is being stopped) or on its way out (then nothing more is routed to it, and this
+        waits, at most KILL_WAIT_S, for the watcher to record the exit); False while it runs, when the failure is the
+        engine's own answer to that request."""
+        lv = self._live.get(instance.instance_id)
+        if lv is None or lv.state == "stopping":
+            return True
+        if lv.proc.returncode is None and not process.pid_dying(lv.proc.pid):
+            return False
+        if lv.state == "ready":
+            lv.state = "exiting"  # a SIGKILLed child's port closes before it can be reaped: route nothing more to it
+        if lv.watcher is not None:
+            await asyncio.wait([lv.watcher], timeout=process.KILL_WAIT_S)  # never cancels the watcher
+        return True
 
     def _wake_reaper_for(self, lv: _Live) -> None:
         """Wake the idle reaper only when `lv` now runs out before the reaper's next wake-up: a request that ends
@@ -541,7 +563,7 @@ class Supervisor:
                 fit = spread
         need_count = 0
         if settings.max_loaded_models:
-            need_count = max(0, sum(1 for lv in self._live.values() if lv.state != "stopping")
+            need_count = max(0, sum(1 for lv in self._live.values() if lv.state not in ("stopping", "exiting"))
                              - settings.max_loaded_models + 1)
         need_bytes = 0 if fit.fits else shortfall_bytes(meta, budget, request.model_copy(
             update={"correction": fit.correction_bytes}))

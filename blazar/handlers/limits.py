@@ -121,6 +121,16 @@ class Limiter:
                 return t + WINDOW_S - mono
         return WINDOW_S
 
+    def extra(self, limits: KeyLimits) -> Lease | None:
+        """One more concurrent share for a request that already holds its lease (best-of-N's extra candidates each
+        run at once, so each counts against max_concurrent; not against rpm: it is one request); None when the key
+        is at its max_concurrent."""
+        u = self._of(limits.name)
+        if limits.max_concurrent is not None and u.in_flight >= limits.max_concurrent:
+            return None
+        u.in_flight += 1
+        return Lease(limits.name)
+
     def add_tokens(self, name: str, tokens: int) -> None:
         if tokens <= 0:
             return

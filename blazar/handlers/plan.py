@@ -81,6 +81,7 @@ class Plan:
     dirty: bool = False  # the engine body was changed after the payload was first encoded (settings, id_slot)
     detached: bool = False  # a shared generation now runs on its own: the caller's task ending does not end it
     provisional: bool = False  # a cascade step that is not the last: a refusal ends the step, not the request
+    rerouted: bool = False  # routed again once already: its first instance was gone before it took the request
     shared_role: str | None = None  # single-flight: "leader" once followed, "promoted" once handed on
     usage: dict[str, Any] | None = None  # how it ended: the usage read from the engine, the status, failed or not
     end_status: int | None = None

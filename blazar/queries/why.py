@@ -34,6 +34,7 @@ from blazar.events.requests import (
     RequestQueued,
     RequestReceived,
     RequestRejected,
+    RequestRerouted,
     RequestRouted,
     RequestShared,
 )
@@ -155,6 +156,7 @@ class _Story:
         self.shared: RequestShared | None = None
         self.best_of: RequestBestOfChosen | None = None
         self.cascade: list[RequestCascadeJudged] = []
+        self.rerouted: RequestRerouted | None = None
         self.end: RequestCompleted | RequestFailed | RequestRejected | None = None
         self.evictions: dict[str, InstanceEvicted] = {}
         for rec in records:
@@ -179,6 +181,8 @@ class _Story:
                 self.best_of = ev
             elif isinstance(ev, RequestCascadeJudged):
                 self.cascade.append(ev)
+            elif isinstance(ev, RequestRerouted):
+                self.rerouted = ev
             elif isinstance(ev, RequestCompleted | RequestFailed | RequestRejected):
                 self.end = ev
             elif isinstance(ev, InstanceEvicted):
@@ -226,6 +230,11 @@ class _Story:
         victims = self.evicted()
         return f"cold load {fmt_ms(r.load_ms)}" + (f", evicted {', '.join(victims)}" if victims else "")
 
+    def again(self) -> str | None:
+        """A request routed again because its first instance was gone."""
+        r = self.rerouted
+        return None if r is None else f"routed again: instance {r.instance_id} of {r.model} was gone"
+
     def session(self) -> str | None:
         """How a session's turn found its prefix: warm, restored (with the tokens it saved), or cold and why."""
         p = self.placed
@@ -254,7 +263,7 @@ class _Story:
 
     def verdict(self, duration_ms: float | None) -> str:
         end = self.end
-        context = [p for p in (self.waited(), self.loaded(), self.session(), self.fan_out()) if p]
+        context = [p for p in (self.again(), self.waited(), self.loaded(), self.session(), self.fan_out()) if p]
         if isinstance(end, RequestRejected):
             words = REJECT_WORDS.get(end.reason, end.reason)
             retry = f", retry after {end.retry_after_s:g} s" if end.retry_after_s is not None else ""
@@ -363,6 +372,11 @@ def _routed(s: _Story, ev: RequestRouted) -> str:
             + (f", evicted {', '.join(victims)}" if victims else ""))
 
 
+def _rerouted(s: _Story, ev: RequestRerouted) -> str:
+    return (f"instance {ev.instance_id} of {ev.model} was gone before it took the request ({ev.detail}): its slot "
+            "given back, routed again")
+
+
 def _first(s: _Story, ev: RequestFirstToken) -> str:
     when = fmt_ms(ev.ttft_ms)
     return f"first token at {when}" if s.streamed else f"whole answer ready at {when} (not streamed)"
@@ -423,7 +437,7 @@ _TEXT: dict[type, Callable[[_Story, Any], str]] = {
     RequestReceived: _received, RequestQueued: _queued, RequestAdmitted: _admitted, RequestRejected: _rejected,
     RequestRouted: _routed, RequestFirstToken: _first, RequestCompleted: _completed, RequestFailed: _failed,
     RequestPlaced: _placed, RequestShared: _shared, RequestCandidateScored: _candidate, RequestBestOfChosen: _best_of,
-    RequestCascadeJudged: _cascade, RequestForwarded: _forwarded,
+    RequestCascadeJudged: _cascade, RequestForwarded: _forwarded, RequestRerouted: _rerouted,
     InstanceStarting: _starting, InstanceStarted: _started, InstanceReady: _ready, InstanceEvicted: _eviction,
     InstanceExited: _exited,
 }

@@ -192,3 +192,100 @@ def _up(port: int) -> bool:
         return httpx2.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
     except httpx2.TransportError:
         return False
+
+
+# -- best-of-N and cascades with a remote ------------------------------------------------------------------------------
+
+@pytest.fixture
+def mixed(cli: Cli, tmp_path: Path) -> Iterator[tuple[Cli, int, subprocess.Popen]]:
+    """Blazar A with a model of its own (`tiny`, on the fake engine installed here) and a remote one (`up`: the fake
+    engine run on its own, two requests at a time)."""
+    up_port = free_port()
+    engine = subprocess.Popen([sys.executable, str(fake_engine.__file__), "--port", str(up_port),
+                               "-m", "upstream.gguf"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _up(up_port), "the fake engine", timeout=30)
+        cli("engine", "install", "--path", str(fake_engine.write_executable(tmp_path / "fake" / "llama-server")),
+            timeout=120)
+        cli("import", str(write_tiny_model(tmp_path / "tiny.gguf")), "--name", "tiny")
+        cli("remote", "add", "r1", f"http://127.0.0.1:{up_port}/v1", "--models", "up", "--max-concurrent", "2")
+        cli("config", "set", "remote_health_s", "3600")
+        port = free_port()
+        _daemon(cli, port)
+        yield cli, port, engine
+    finally:
+        stop_daemon(cli.home)
+        engine.terminate()
+        engine.wait(timeout=10)
+
+
+def _lanes_idle(port: int) -> bool:
+    """Every admission lane of the gateway with no slot taken and nobody waiting."""
+    queues = httpx2.get(f"http://127.0.0.1:{port}/api/blazar/queue", timeout=10).json()["queues"]
+    return all(q["busy"] == 0 and q["queued"] == 0 for q in queues.values())
+
+
+def _routed(cli: Cli, trace: str) -> list[str]:
+    def got() -> list[dict[str, Any]] | None:
+        res = cli("why", trace, "--json", check=False)
+        return res.json()["steps"] if res.code == 0 and res.json()["outcome"] != "in_progress" else None
+    return [s["data"]["instance_id"] for s in wait_for(got, f"the outcome of {trace}", timeout=30)
+            if s["type"] == "request.routed"]
+
+
+def test_best_of_on_a_remote_model_runs_on_its_lane_and_gives_every_slot_back(
+        mixed: tuple[Cli, int, subprocess.Popen]) -> None:
+    a, port, engine = mixed
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=60)
+    for _ in range(6):  # three times the remote's slots: a slot kept by any of them would stall the rest
+        raw = client.chat.completions.with_raw_response.create(
+            model="up", messages=[{"role": "user", "content": "hi"}], extra_headers={"X-Blazar-Best-Of": "3"})
+        assert raw.parse().choices[0].message.content == fake_engine.answer_text(fake_engine.DEFAULT_CHUNKS)
+        assert raw.headers["x-blazar-best-of"] == "asked=3 used=2"  # the remote's --max-concurrent 2
+        assert _lanes_idle(port)
+    why = a("why", raw.headers["x-blazar-trace-id"], "--json").json()
+    assert "best of 2 (asked 3)" in why["verdict"]
+    scored = [s["data"] for s in why["steps"] if s["type"] == "request.candidate_scored"]
+    assert len(scored) == 2 and all(c["mean_logprob"] is None and c["valid"] for c in scored)  # no logprobs given
+    # In the Anthropic dialect too; and a remote that is gone is a 502 in the caller's dialect, its slots given back.
+    ant = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="x", max_retries=0, timeout=60)
+    msg = ant.messages.with_raw_response.create(model="up", max_tokens=4, messages=[{"role": "user", "content": "hi"}],
+                                                extra_headers={"X-Blazar-Best-Of": "2"})
+    assert msg.headers["x-blazar-best-of"] == "asked=2 used=2" and msg.parse().type == "message"
+    engine.terminate()
+    engine.wait(timeout=10)
+    for _ in range(3):
+        with pytest.raises(anthropic.APIStatusError) as e:
+            ant.messages.create(model="up", max_tokens=4, messages=[{"role": "user", "content": "hi"}],
+                                extra_headers={"X-Blazar-Best-Of": "2"})
+        assert e.value.status_code in (502, 503) and e.value.body["type"] == "error"  # type: ignore[index]
+        assert _lanes_idle(port)
+
+
+def test_a_cascade_ends_on_a_remote_model_and_moves_on_from_one(mixed: tuple[Cli, int, subprocess.Popen]) -> None:
+    a, port, _ = mixed
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=60)
+    # max_tokens cuts every answer of the fake engine short (finish "length"): invalid, so the cascade moves on.
+    raw = client.chat.completions.with_raw_response.create(
+        model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+        extra_body={"cascade": ["tiny", "up"]})
+    assert raw.headers["x-blazar-cascade"] == "tried=tiny,up served=up reason=invalid"
+    assert raw.parse().choices[0].message.content == fake_engine.answer_text(4)
+    routed = _routed(a, raw.headers["x-blazar-trace-id"])
+    assert len(routed) == 2 and routed[0] != "remote:r1" and routed[1] == "remote:r1"
+    # From the remote to a local model: the second step runs here, not on the remote.
+    raw = client.chat.completions.with_raw_response.create(
+        model="up", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+        extra_headers={"X-Blazar-Cascade": "up,tiny"})
+    assert raw.headers["x-blazar-cascade"] == "tried=up,tiny served=tiny reason=invalid"
+    routed = _routed(a, raw.headers["x-blazar-trace-id"])
+    assert routed[0] == "remote:r1" and routed[1] != "remote:r1"
+    # A remote's answer without logprobs is judged on validity alone: a valid one ends the cascade.
+    raw = client.chat.completions.with_raw_response.create(
+        model="up", messages=[{"role": "user", "content": "hi"}], extra_body={"cascade": ["up", "tiny"]})
+    assert raw.headers["x-blazar-cascade"] == "tried=up served=up reason=accepted"
+    # A cascade naming a model that is nobody's is a 404 before anything runs.
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                       extra_body={"cascade": ["tiny", "nobody"]})
+    assert _lanes_idle(port)

@@ -16,6 +16,7 @@ from blazar.events.requests import (
     RequestQueued,
     RequestReceived,
     RequestRejected,
+    RequestRerouted,
     RequestRouted,
 )
 from blazar.queries.why import explain, fmt_ms
@@ -179,3 +180,25 @@ def test_no_records_is_an_error() -> None:
                                           (125_000.0, "2 min 5 s"), (120_000.0, "2 min"), (None, "?")])
 def test_durations_read_naturally(ms: float | None, text: str) -> None:
     assert fmt_ms(ms) == text
+
+
+def test_a_request_routed_again_after_its_instance_was_gone() -> None:
+    log = (Log()
+           .at(0.0, received())
+           .at(0.001, RequestRouted(trace_id=T, model="gemma", instance_id="i1", port=40002, cold=False))
+           .at(0.002, RequestAdmitted(trace_id=T, model="gemma", instance_id="i1", slots=4, busy=1))
+           .at(0.010, InstanceExited(instance_id="i1", model="gemma", reason="crashed", exit_code=-9))
+           .at(0.011, RequestRerouted(trace_id=T, model="gemma", instance_id="i1",
+                                      detail="Cannot connect to host 127.0.0.1:40002"))
+           .at(0.9, RequestRouted(trace_id=T, model="gemma", instance_id="i2", port=40003, cold=True, load_ms=880))
+           .at(0.901, RequestAdmitted(trace_id=T, model="gemma", instance_id="i2", slots=4, busy=1))
+           .at(1.2, RequestFirstToken(trace_id=T, model="gemma", ttft_ms=1200.0))
+           .at(1.5, RequestCompleted(trace_id=T, model="gemma", instance_id="i2", duration_ms=1500.0,
+                                     completion_tokens=8)))
+    ex = explain(log.records)
+    assert ex.outcome == "completed"
+    step = next(s for s in ex.steps if s.type == "request.rerouted")
+    assert step.text == ("instance i1 of gemma was gone before it took the request (Cannot connect to host "
+                         "127.0.0.1:40002): its slot given back, routed again")
+    assert ex.verdict.startswith("completed 200 in 1.5 s: routed again: instance i1 of gemma was gone; "
+                                 "cold load 880 ms")

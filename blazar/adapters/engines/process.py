@@ -26,10 +26,8 @@ __all__ = ["LoadTimeout", "ProcessExited"]  # raised here; the classes live in t
 # How long a process may take to disappear after SIGKILL before we say it will not (uninterruptible sleep).
 KILL_WAIT_S = 10.0
 _PROC = Path("/proc")
-
-
-
-
+# The kernel's per-task flag for a task inside do_exit (include/linux/sched.h): set before its memory and files go.
+_PF_EXITING = 0x4
 
 
 def describe_exit(returncode: int | None) -> str:
@@ -137,22 +135,35 @@ async def stop_process(proc: asyncio.subprocess.Process, *, grace_s: float) -> i
         raise EngineError(f"the engine (pid {proc.pid}) is still running {KILL_WAIT_S:.0f}s after SIGKILL") from e
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, start time in clock ticks since boot) from /proc/<pid>/stat; None when there is no such pid.
-    The start time tells a process from a later one that was given the same pid."""
+def _fields(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (the first is the state, field 3); None when there is
+    no such pid."""
     try:
         raw = (_PROC / str(pid) / "stat").read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     # The command name (field 2) is in parentheses and may itself contain spaces or ')'.
-    fields = raw[raw.rindex(")") + 2:].split()
-    return fields[0], int(fields[19])
+    return raw[raw.rindex(")") + 2:].split()
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in clock ticks since boot) from /proc/<pid>/stat; None when there is no such pid.
+    The start time tells a process from a later one that was given the same pid."""
+    fields = _fields(pid)
+    return None if fields is None else (fields[0], int(fields[19]))
 
 
 def pid_alive(pid: int) -> bool:
     """True while `pid` is a running process. A zombie (exited, not yet reaped by its parent) is not alive."""
     st = _stat(pid)
     return st is not None and st[0] not in ("Z", "X")
+
+
+def pid_dying(pid: int) -> bool:
+    """True when `pid` is gone, a zombie, or on its way out: a SIGKILLed child closes its port while the kernel
+    still tears down its memory (a big model's, or a GPU context, takes a while), before its parent can reap it."""
+    fields = _fields(pid)
+    return fields is None or fields[0] in ("Z", "X") or bool(int(fields[6]) & _PF_EXITING)
 
 
 def pid_cmdline(pid: int) -> list[str] | None:
