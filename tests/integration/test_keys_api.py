@@ -263,6 +263,18 @@ def test_the_cli_keeps_working_with_keys_on(keyed: Keyed) -> None:
     assert usage["rotating"]["state"] == "revoked"
 
 
+def test_best_of_n_counts_each_candidate_against_the_keys_max_concurrent(keyed: Keyed) -> None:
+    """Two free slots, but a key allowed one request at a time runs one candidate; a key allowed two runs two."""
+    chat = [{"role": "user", "content": "Name a colour."}]
+    for name, allowed in (("solo", 1), ("duo", 2)):
+        key = keyed.create(name, "--max-concurrent", str(allowed))
+        raw = keyed.openai(key).chat.completions.with_raw_response.create(
+            model=MODEL, messages=chat, max_tokens=4, extra_headers={"X-Blazar-Best-Of": "4"})  # type: ignore[arg-type]
+        assert raw.headers["x-blazar-best-of"] == f"asked=4 used={allowed}"
+        # Every candidate's share was given back: the key may run again at once.
+        keyed.openai(key).chat.completions.create(model=MODEL, messages=chat, max_tokens=1)  # type: ignore[arg-type]
+
+
 def test_zz_no_secret_is_in_any_file_under_the_home(keyed: Keyed) -> None:
     """Last in the module: every secret made so far, and the random part of each, in no file (db, WAL included)."""
     assert len(keyed.every_secret) >= 6

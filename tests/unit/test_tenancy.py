@@ -178,3 +178,19 @@ def test_a_failed_streams_relayed_tokens_count_against_its_keys_day() -> None:
         by(4, RequestCompleted(trace_id="t2", model="g", duration_ms=1, prompt_tokens=5, completion_tokens=3)),
     ])
     assert tokens_on(state, "a", 2) == 48
+
+
+def test_extra_shares_count_against_max_concurrent_only() -> None:
+    from blazar.clock import FakeClock
+    from blazar.handlers.limits import KeyLimits, Limiter
+
+    limiter = Limiter(FakeClock())
+    limits = KeyLimits("a", rpm=1, max_concurrent=2)
+    first = limiter.acquire(limits)
+    extra = limiter.extra(limits)  # not a second request: rpm 1 does not refuse it
+    assert extra is not None and limiter.in_flight("a") == 2
+    assert limiter.extra(limits) is None  # at max_concurrent
+    limiter.release(extra)
+    limiter.release(first)
+    assert limiter.in_flight("a") == 0
+    assert limiter.extra(KeyLimits("b")) is not None  # no max_concurrent: no bound
