@@ -53,6 +53,7 @@
     │   ├── EngineVerifyFailed      files that no longer match their install record (names each one)
     │   ├── EngineBuildFailed       a build that could not run or finish (names its log, or the missing tool)
     │   ├── EngineUnreachable  502  a child's port did not answer
+    │   │   └── EngineGone     502  ... because the child had exited: the gateway routes the request again, once
     │   ├── EngineStreamBroken 502  a child's answer broke off mid-body
     │   ├── ProcessExited      502  the child exited before it was healthy
     │   ├── LoadTimeout        504  the child was not healthy in time
@@ -448,6 +449,13 @@ class EngineUnreachable(EngineError):
 
     code = "engine_unreachable"
     http_status = 502
+
+
+class EngineGone(EngineUnreachable):
+    """The request's engine child had exited before it took the request: the gateway routes the request again
+    (once), so a client never sees this one."""
+
+    code = "engine_gone"
 
 
 class ShortRead(BlazarError):

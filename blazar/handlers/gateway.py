@@ -25,6 +25,7 @@ from blazar.errors import (
     BlazarError,
     DeadlineUnmeetable,
     EngineError,
+    EngineGone,
     EngineStreamBroken,
     ModelNotFound,
     Refused,
@@ -132,17 +133,17 @@ class Gateway:
 
     async def generate(self, plan: Plan, watcher: asyncio.Task[None] | None, payload: bytes) -> Answer:
         """The pipeline after the caller's checks: route, admit, ask the engine, and the Answer. A request whose
-        engine child turned out gone before it took the request is routed again, once (`_EngineGone`)."""
+        engine child turned out gone before it took the request is routed again, once (`EngineGone`)."""
         try:
-            while True:  # twice at most: _EngineGone is raised only while the request was not routed again
+            while True:  # twice at most: EngineGone is raised only while the request was not routed again
                 try:
                     await self.admit(plan)
                     if plan.dirty:
                         payload = plan.payload()  # the model's settings or the session's slot changed the body
                     upstream = await self.open_upstream(plan, payload)
                     break
-                except _EngineGone as gone:
-                    self._reroute(plan, gone.detail)
+                except EngineGone as gone:
+                    self._reroute(plan, gone.message)
                 except BaseException:
                     self.drop_lease(plan)  # whatever refused or broke it before the answer: the lease is not kept
                     raise
@@ -441,7 +442,7 @@ class Gateway:
                 self.admission.give_back(ticket)
                 plan.ticket = None
                 if not plan.rerouted:  # the instance exited while the request waited for its slot
-                    raise _EngineGone(e.message) from None
+                    raise EngineGone(e.message) from None
                 raise self.reject(plan, status=e.http_status, reason=e.code, detail=e.message) from None
             plan.held = True
         self.emit(RequestAdmitted(trace_id=plan.trace_id, model=inst.model, instance_id=inst.instance_id,
@@ -495,7 +496,7 @@ class Gateway:
     async def open_upstream(self, plan: Plan, body: bytes) -> EngineResponse:
         """Send the request to its instance and return the answer unread. When the connection failed before any
         answer and the instance is a child of ours that is gone (`Supervisor.gone`: exited, or exiting), raises
-        _EngineGone (nothing recorded: the caller routes the request again) unless it was routed again already;
+        EngineGone (nothing recorded: the caller routes the request again) unless it was routed again already;
         else records the 502."""
         inst = plan.instance
         assert inst is not None
@@ -504,7 +505,7 @@ class Gateway:
             upstream = await self.client.open(inst.base_url, plan.engine_path, body, api_key=inst.api_key, **extra)
         except EngineError as e:
             if not plan.rerouted and not inst.remote and await self.supervisor.gone(inst):
-                raise _EngineGone(e.message) from None
+                raise EngineGone(e.message) from None
             self.fail(plan, status=502, reason="engine_error", detail=e.message)
             if plan.remote is not None:
                 await self.remotes.failed(plan.remote, e.message, source="request")
@@ -520,8 +521,8 @@ class Gateway:
         """`route_and_admit`, routed again once when the instance was gone by the time the request got its slot."""
         try:
             await self.route_and_admit(plan)
-        except _EngineGone as gone:
-            self._reroute(plan, gone.detail)
+        except EngineGone as gone:
+            self._reroute(plan, gone.message)
             await self.route_and_admit(plan)
 
     def _reroute(self, plan: Plan, detail: str) -> None:
@@ -641,14 +642,6 @@ class Gateway:
         if plan.held and plan.instance is not None:
             self.supervisor.unhold(plan.instance)
             plan.held = False
-
-
-class _EngineGone(Exception):
-    """The request's engine child was gone before it took the request: route it again (never seen outside)."""
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
 
 
 def _prompt_upper_bound(body: dict[str, Any]) -> int:
