@@ -4,7 +4,9 @@ engines directory, with its recorded size and sha256, and every soname link poin
 
 Hashing 100 MB per spawn would cost a load a second, so each file's verdict is kept with the file's (device, inode,
 size, mtime_ns, ctime_ns) and reused while they are the same. ctime is there because mtime can be set back by anyone
-who can write the file; ctime cannot (short of the system clock).
+who can write the file; ctime cannot (short of the system clock). As in git's "racily clean" index entries, a verdict
+is kept only once the file's times are RACY_S old: the kernel stamps times from a coarse clock, so a file changed
+within the same tick as the hash would otherwise keep a stamp that no longer matches its bytes.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,6 +27,11 @@ _Stamp = tuple[int, int, int, int, int]
 # handful of files, a home a handful of engines.
 _VERDICTS: dict[tuple[str, str], tuple[_Stamp, str | None]] = {}
 _KEEP = 1024
+RACY_S = 2.0
+
+
+def _now_ns() -> int:
+    return time.time_ns()
 
 
 def _sha256(path: Path) -> str:
@@ -47,9 +55,10 @@ def _regular(path: Path, f: EngineFile) -> str | None:
         return seen[1]
     # The stamp is taken before the hash: a write during the hash changes it, so the next spawn hashes again.
     problem = None if _sha256(path) == f.sha256 else f"{f.path}: sha256 differs from the install record"
-    if len(_VERDICTS) >= _KEEP:
-        _VERDICTS.clear()
-    _VERDICTS[key] = (stamp, problem)
+    if _now_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_S * 1e9:
+        if len(_VERDICTS) >= _KEEP:
+            _VERDICTS.clear()
+        _VERDICTS[key] = (stamp, problem)
     return problem
 
 
