@@ -132,7 +132,7 @@ def test_inside_gives_the_path_when_it_stays_in_its_directory(home: Path) -> Non
 
 @pytest.mark.parametrize("rel", ["../outside/precious.txt", "../../outside/precious.txt", "/etc/passwd", ".", ""])
 def test_inside_refuses_absolute_paths_dotdot_and_the_directory_itself(home: Path, rel: str) -> None:
-    with pytest.raises(OutsideHome, match="model.imported \\(seq 3\\) of x names"):
+    with pytest.raises(OutsideHome, match=r"model.imported \(seq 3\) of x names"):
         inside(home / "models", rel, what="model.imported (seq 3) of x")
 
 

@@ -174,7 +174,7 @@ async def test_session_rm_and_the_bank_trim_never_touch_a_file_outside_the_bank(
         path = app.paths.data_dir / entry.file
         path.unlink()
         os.symlink(target, path)
-    with pytest.raises(OutsideHome, match=f"session.saved \\(seq {b.seq}\\) of session b"):
+    with pytest.raises(OutsideHome, match=rf"session.saved \(seq {b.seq}\) of session b"):
         await remove_session(app, "b")
     await set_value(app, "session_bank_mib", "1")
     dropped = await bank.enforce_bound()
@@ -303,3 +303,36 @@ def test_a_file_changed_within_the_clocks_tick_is_hashed_at_every_check(
     assert binary.stat().st_size == 1000 and binary.stat().st_mtime_ns == st.st_mtime_ns
     assert spawn_problems(engines, "e1", files) == ["llama-server: sha256 differs from the install record"]
     assert len(hashed) == 2
+
+
+# -- doctor ----------------------------------------------------------------------------------------------------------
+
+
+async def test_doctor_names_the_events_it_would_not_trust(app: Blazar, outside: Path) -> None:
+    from blazar.handlers.doctor import trust
+
+    assert trust.untrusted_paths(app).status == "ok"
+    recs = await app.record([imported("victim", str(outside / "precious.txt")), installed("evil", "/tmp/evil.sh"),
+                             EngineActivated(tag="evil", reason="use"), saved("s", "/tmp/x.bin")])
+    check = trust.untrusted_paths(app)
+    assert check.status == "fail" and check.fix is not None and f"before seq {recs[0].seq}" in check.fix
+    for r in recs:
+        assert f"seq {r.seq} {r.type}" in check.observation
+
+
+async def test_doctor_leaves_a_young_unrecorded_save_alone_while_a_daemon_runs(app: Blazar) -> None:
+    import time
+
+    from blazar import runlock
+    from blazar.handlers.doctor import trust
+
+    leftover = slot_dir(app.paths.data_dir, "gemma") / "ab.bin"
+    leftover.parent.mkdir(parents=True)
+    leftover.write_bytes(b"k" * 10)
+    check = trust.kv_bank(app)
+    assert check.status == "warn" and [a.path for a in check.actions] == [str(leftover)]
+    with runlock.hold(app.paths.daemon_lock):  # a live daemon: a save may be writing this very file
+        assert trust.kv_bank(app).status == "ok"
+        old = time.time() - 3600
+        os.utime(leftover, (old, old))
+        assert trust.kv_bank(app).status == "warn"
