@@ -446,7 +446,9 @@ def write_file(path: Path, values: dict[str, Any]) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         if path.exists():
-            shutil.copy2(path, path.with_name(path.name + ".bak"))
+            bak = path.with_name(path.name + ".bak")
+            shutil.copy2(path, bak)
+            bak.chmod(0o600)  # copy2 keeps the old file's mode: the copy is the owner's alone, like config.toml
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)  # config.toml is as it was; no half-written file is left beside it

@@ -10,8 +10,9 @@
     │   └── SchemaOutOfDate         the database needs `blazar db upgrade` (or is newer than this code)
     ├── ProjectionError             a projection halted at a seq
     ├── ConfigError            400  unknown key / invalid value / unreadable config.toml
-    ├── SnapshotError               a snapshot that cannot be written or restored (damaged, foreign)
+    ├── SnapshotError               a snapshot that cannot be written or restored (damaged, foreign, untrusted paths)
     ├── DiskFull               507  no space left where Blazar writes (names the filesystem, its free space, the need)
+    ├── OutsideHome            409  a path the log names leads outside the home's directory for it (names the event)
     ├── DaemonRunning               an operation that must not run under a live daemon
     ├── DaemonUnavailable           the CLI found no daemon to talk to
     ├── RemoteError                 the daemon answered with an error (its code, status and the CLI's exit code)
@@ -192,6 +193,14 @@ class DiskFull(BlazarError):
         self.free_bytes = free_bytes
         self.needed_bytes = needed_bytes
         self.writing = writing
+
+
+class OutsideHome(BlazarError):
+    """A path an event names resolves outside the home's directory for its kind of file: nothing is opened, run or
+    removed there (blazar/confine.py)."""
+
+    code = "path_outside_home"
+    http_status = 409
 
 
 class DaemonRunning(BlazarError):

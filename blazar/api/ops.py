@@ -14,7 +14,7 @@ import falcon
 import falcon.asgi
 
 from blazar.context import Blazar
-from blazar.errors import EngineError
+from blazar.errors import EngineError, EngineVerifyFailed
 from blazar.handlers.engines import active_engine, prove_generates
 from blazar.handlers.gateway import Gateway
 from blazar.queries.log_writer import writer_check
@@ -48,12 +48,17 @@ class Ready:
         if ok:
             async with self._lock:
                 if time.monotonic() - self._proven_at > READY_PROOF_TTL_S:
-                    result = await prove_generates(self.app, engine, timeout_s=READY_SMOKE_TIMEOUT_S)
-                    checks["generate"] = {"ok": result.passed, "tokens": result.tokens,
-                                          "duration_ms": result.duration_ms, "detail": result.detail}
-                    ok = result.passed
-                    if result.passed:
-                        self._proven_at = time.monotonic()
+                    try:
+                        result = await prove_generates(self.app, engine, timeout_s=READY_SMOKE_TIMEOUT_S)
+                    except EngineVerifyFailed as e:  # its files changed since install: never run
+                        checks["generate"] = {"ok": False, "detail": e.message}
+                        ok = False
+                    else:
+                        checks["generate"] = {"ok": result.passed, "tokens": result.tokens,
+                                              "duration_ms": result.duration_ms, "detail": result.detail}
+                        ok = result.passed
+                        if result.passed:
+                            self._proven_at = time.monotonic()
                 else:
                     checks["generate"] = {"ok": True, "proven_s_ago": round(time.monotonic() - self._proven_at, 1)}
         snap = self.gateway.admission.snapshot()

@@ -47,7 +47,8 @@ async def _fix(paths: Paths, found: list[Check], *, quick: bool) -> tuple[list[C
         return found, []
     async with opened(reconcile_config=False) as app:
         fixed = await apply_fixes(app, found)
-    again = {c.id: c for c in await _before_open(paths, quick=quick)}
+        again = {c.id: c for c in await checks.after_fix(app)}
+    again |= {c.id: c for c in await _before_open(paths, quick=quick)}
     return [again.get(c.id, c) if c.actions else c for c in found], fixed
 
 
@@ -77,8 +78,9 @@ def doctor(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: status, exit_code, checks (each with "
                                  "check, area, name, status, observation, fix, fixable) and fixed (what --fix did)."),
     fix: bool = typer.Option(False, "--fix", help="Make the safe repairs, each recorded as a doctor.fixed event: "
-                             "remove a stale run/daemon.json (with its admin token and lock) and stop orphan engine "
-                             "processes of this home (SIGTERM, then SIGKILL). Never touches models or the log "
+                             "remove a stale run/daemon.json (with its admin token and lock), stop orphan engine "
+                             "processes of this home (SIGTERM, then SIGKILL) and remove KV-bank saves no event "
+                             "records (left by a daemon stopped during a save). Never touches models or the log "
                              "otherwise; the other problems are left to the fix each check names."),
     quick: bool = typer.Option(False, "--quick", help="Check every model file's size, but hash only a random sample "
                                f"(files in random order up to {QUICK_HASH_BYTES >> 30} GiB read, at least one) "

@@ -1,5 +1,5 @@
 """Events of `blazar doctor --fix`: each safe repair it made (a stale run file removed, an orphan engine child
-stopped), with what the check saw that proved it safe."""
+stopped, an unrecorded KV-bank save removed), with what the check saw that proved it safe."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from blazar.events.registry import register
 
 @register
 class DoctorFixed(Event):
-    """One repair by `blazar doctor --fix`. `target` is the file removed or the executable of the process stopped."""
+    """One repair by `blazar doctor --fix` (or the same repair by the daemon at start-up: a KV-bank save no event
+    records, check "store.kv_bank"). `target` is the file removed or the executable of the process stopped."""
 
     TYPE = "doctor.fixed"
     AUDIT = True

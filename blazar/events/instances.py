@@ -158,7 +158,10 @@ class InstanceLoadRefused(Event):
     AUDIT = True
 
     model: str
-    reason: Literal["does_not_fit", "circuit_open", "no_engine", "no_room", "engine_incompatible"]
+    # engine_unverified: the engine's files differ from its install record (or lead out of the home) at the check
+    # before the spawn; untrusted_path: the model's file leads out of the models directory.
+    reason: Literal["does_not_fit", "circuit_open", "no_engine", "no_room", "engine_incompatible", "engine_unverified",
+                    "untrusted_path"]
     detail: str
     observations: dict[str, Any] = Field(default_factory=dict)
 

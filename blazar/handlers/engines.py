@@ -25,6 +25,7 @@ from blazar.adapters.engines import build as builder
 from blazar.adapters.engines.llama_server import Capabilities, EngineVersion, probe
 from blazar.adapters.engines.package import EngineSourceFiles, find_package, from_binary
 from blazar.adapters.engines.smoke import SmokeResult, smoke_test
+from blazar.confine import inside
 from blazar.context import Blazar
 from blazar.errors import (
     EngineError,
@@ -33,6 +34,7 @@ from blazar.errors import (
     EngineRefused,
     EngineVerifyFailed,
     NoEngine,
+    OutsideHome,
 )
 from blazar.events.engines import (
     EngineActivated,
@@ -43,6 +45,7 @@ from blazar.events.engines import (
     EngineSmokeTested,
     EngineVerified,
 )
+from blazar.handlers.engine_verify import verify_for_spawn
 from blazar.projections.engines import (
     InstalledEngine,
     active,
@@ -66,6 +69,7 @@ class ActiveEngine:
     binary: Path
     caps: Capabilities
     version: EngineVersion
+    files: tuple[EngineFile, ...] = ()  # the install record, verified before each spawn (engine_verify.py)
 
 
 def _state(app: Blazar) -> dict[str, Any]:
@@ -84,17 +88,22 @@ def active_engine(app: Blazar) -> ActiveEngine:
     entry = active(_state(app))
     if entry is None:
         raise NoEngine()
-    binary = app.paths.engines / entry.tag / entry.binary
+    try:
+        binary = inside(app.paths.engines, Path(entry.tag) / entry.binary,
+                        what=f"engine.installed (seq {entry.installed_seq}) of {entry.tag}")
+    except OutsideHome as e:
+        raise EngineVerifyFailed(entry.tag, [f"{entry.binary}: {e.message}"]) from None
     if not binary.is_file():  # deleted by hand: say so here, not as a spawn failure per instance
         raise EngineError(f"the active engine {entry.tag} has no {binary}: `blazar engine verify` lists what is "
                           "missing; `blazar engine rollback` or `blazar engine use TAG` switches to another")
     return ActiveEngine(tag=entry.tag, binary=binary, caps=Capabilities.model_validate(entry.manifest),
-                        version=EngineVersion.model_validate(entry.version))
+                        version=EngineVersion.model_validate(entry.version), files=entry.files)
 
 
 async def prove_generates(app: Blazar, engine: ActiveEngine, *, timeout_s: float) -> SmokeResult:
     """/ready's proof that `engine` loads a model and generates on this machine: the smoke test, run in
-    run/ready-probe. Records nothing (a probe, not a decision)."""
+    run/ready-probe, once its files are verified (EngineVerifyFailed). Records nothing (a probe, not a decision)."""
+    await asyncio.to_thread(verify_for_spawn, app.paths.engines, engine.tag, engine.files)
     return await smoke_test(engine.binary, engine.caps, workdir=app.paths.run / "ready-probe", timeout_s=timeout_s)
 
 
@@ -159,10 +168,15 @@ def _stage(engines_dir: Path, src: EngineSourceFiles) -> _Staged:
 
 
 def check_files(root: Path, files: Sequence[EngineFile]) -> list[str]:
-    """Every way the engine directory differs from its install record, one line per file."""
+    """Every way the engine directory `root` (engines/<tag>) differs from its install record, one line per file.
+    A file that leads out of the engines directory is never read."""
     problems = []
     for f in files:
-        p = root / f.path
+        try:
+            p = inside(root.parent, Path(root.name) / f.path, what=f"engine.installed of {root.name}")
+        except OutsideHome as e:
+            problems.append(f"{f.path}: {e.message}")
+            continue
         if f.link_to:
             if not p.is_symlink():
                 problems.append(f"{f.path}: missing" if not p.exists() else f"{f.path}: not a link")

@@ -22,17 +22,21 @@ from typing import TYPE_CHECKING, Any, Literal
 from blazar.adapters.engines import process
 from blazar.adapters.engines.llama_server import build_argv, engine_key, redact_argv
 from blazar.adapters.gpu import probe_devices
+from blazar.confine import inside
 from blazar.context import Blazar
 from blazar.durations import keep_alive_seconds
 from blazar.errors import (
+    BlazarError,
     CircuitOpen,
     DoesNotFit,
     EngineError,
     EngineIncompatible,
+    EngineVerifyFailed,
     LoadFailed,
     ModelNotFound,
     ModelNotLoaded,
     ModelPinned,
+    OutsideHome,
 )
 from blazar.events.instances import (
     ExitReason,
@@ -53,7 +57,9 @@ from blazar.events.sessions import KvIdentity, SaveReason
 from blazar.fit import Device, FitPlan, FitRequest
 from blazar.fit.planner import MIN_AUTO_CTX
 from blazar.handlers import decide
+from blazar.handlers.bank_leftovers import remove_at_start
 from blazar.handlers.calibration import record_measurement
+from blazar.handlers.engine_verify import verify_for_spawn
 from blazar.handlers.engines import ActiveEngine, active_engine
 from blazar.handlers.model_settings import template_flags, template_key
 from blazar.handlers.models import slot_dir
@@ -76,7 +82,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("blazar.supervisor")
 
-RefusalReason = Literal["does_not_fit", "circuit_open", "no_engine", "no_room", "engine_incompatible"]
+RefusalReason = Literal["does_not_fit", "circuit_open", "no_engine", "no_room", "engine_incompatible",
+                        "engine_unverified", "untrusted_path"]
 EvictionReason = Literal["idle", "max_loaded_models", "memory", "reshape"]
 
 LOG_TAIL_LINES = 20
@@ -202,6 +209,7 @@ class Supervisor:
         from blazar.handlers.reconcile import reconcile  # reconcile imports this module's helpers
 
         await reconcile(self.app)
+        await remove_at_start(self.app)  # KV-bank saves a crash left unrecorded: no save is under way yet
         self._reaper = asyncio.create_task(self._reap_loop(), name="blazar-reaper")
 
     async def close(self) -> None:
@@ -365,12 +373,12 @@ class Supervisor:
         if self._reaper_due is None or due < self._reaper_due:
             self._poke.set()
 
-    async def _refuse(self, model: str, reason: RefusalReason, detail: str, exc: type[EngineError] | EngineError,
-                      observations: dict[str, Any] | None = None) -> EngineError:
+    async def _refuse(self, model: str, reason: RefusalReason, detail: str, exc: type[BlazarError] | BlazarError,
+                      observations: dict[str, Any] | None = None) -> BlazarError:
         """Record the refusal (a decision), then hand back the error to raise: `exc` itself when it is one."""
         await self.app.record(InstanceLoadRefused(model=model, reason=reason, detail=detail,
                                                    observations=observations or {}))
-        return exc if isinstance(exc, EngineError) else exc(detail)
+        return exc if isinstance(exc, BlazarError) else exc(detail)
 
     async def _start(self, model: ResolvedModel, *, ctx: int | None, keep_alive: Any, pinned: bool, reason: str,
                      embeddings: bool = False, route: Route | None = None, session: bool = False) -> Instance:
@@ -404,6 +412,12 @@ class Supervisor:
                 f"or until `blazar ps --reset {name}`", CircuitOpen, {"open_until": until})
         try:
             engine = self._engine(app)
+            # NOTE: before every spawn, not only at activation: a file changed since is never executed. Hashed in a
+            # thread, and only when a file's (inode, size, mtime, ctime) changed since it was last hashed.
+            await asyncio.to_thread(verify_for_spawn, app.paths.engines, engine.tag, engine.files)
+        except EngineVerifyFailed as e:
+            raise await self._refuse(name, "engine_unverified", e.message, e,
+                                     {"engine": e.tag, "problems": e.problems}) from None
         except EngineError as e:
             raise await self._refuse(name, "no_engine", e.message, e) from None
         delay = restart_delay(recent_crashes(residency, name), now, window_s=settings.crash_window_s)
@@ -490,9 +504,13 @@ class Supervisor:
         slots = slot_dir(app.paths.data_dir, name)
         slots.mkdir(parents=True, exist_ok=True)
         os.chmod(slots, 0o700)  # slot dumps hold conversations: for the owner only, whatever made the dir
+        try:  # the engine opens the model's file (and its other parts beside it): only inside the store
+            model_file = inside(app.paths.models, model.path, what=f"the catalog's entry for {name}")
+        except OutsideHome as e:
+            raise await self._refuse(name, "untrusted_path", e.message, e) from None
         api_key, key_flags = engine_key(engine.caps, _keyfile(app, instance_id))
         try:
-            argv = build_argv(engine.binary, model.path, fit, engine.caps, port=port,
+            argv = build_argv(engine.binary, model_file, fit, engine.caps, port=port,
                               threads=settings.engine_threads or None, load_mode=settings.load_mode,
                               slot_save_path=slots if engine.caps.slot_save_path else None,
                               extra=[*key_flags, *_alias_flags(engine, name),

@@ -15,14 +15,16 @@ hash of the session, 0600 like everything the children write.
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from blazar.adapters.engines.client import EngineClient
+from blazar.confine import BANK_DIR, inside
 from blazar.context import Blazar
-from blazar.errors import EngineError, EngineUnreachable
+from blazar.errors import EngineError, EngineUnreachable, OutsideHome
 from blazar.events.base import Event, Recorded
 from blazar.events.sessions import SaveReason, SessionDropped, SessionSaved, SessionSaveFailed
 from blazar.handlers.instances import Instance
@@ -30,9 +32,16 @@ from blazar.handlers.models import slot_dir
 from blazar.handlers.session_slots import SessionSlots
 from blazar.projections.sessions import BankEntry, bank_bytes, bank_entries, bank_entry, session_row
 
+log = logging.getLogger("blazar.kv_bank")
 MIB = 1 << 20
 _SAVED_WHEN = {"evicted": "when it evicted instance", "stopped": "when `blazar stop` stopped instance",
                "shutdown": "when the daemon stopped instance", "requested": "by `blazar session save` from instance"}
+
+
+def bank_path(data_dir: Path, entry: BankEntry) -> Path:
+    """The file of a bank entry, proved inside the bank's directory (symlinks resolved); OutsideHome otherwise."""
+    return inside(data_dir / BANK_DIR, data_dir / entry.file,
+                  what=f"session.saved (seq {entry.seq}) of session {entry.session}")
 
 
 def bank_file_name(session: str) -> str:
@@ -117,7 +126,12 @@ class KvBank:
         return "no live slot holds the session", False
 
     async def _restore_entry(self, inst: Instance, slot_id: int, entry: BankEntry) -> Placement:
-        if not (self.app.paths.data_dir / entry.file).is_file():
+        try:
+            path = bank_path(self.app.paths.data_dir, entry)
+        except OutsideHome as e:
+            log.warning("%s", e.message)
+            return Placement(kv="cold", reason=f"the bank's file is not trusted: {e.message}", explicit=True)
+        if not path.is_file():
             # Deleted by hand (or never written): the entry goes, so the bank's size stays true.
             await self.app.record(SessionDropped(session=entry.session, model=entry.model, file=entry.file,
                                                  bytes=entry.bytes, reason="missing"))
@@ -215,7 +229,10 @@ class KvBank:
         for entry in bank_entries(state):
             if total <= cap:
                 break
-            (self.app.paths.data_dir / entry.file).unlink(missing_ok=True)
+            try:
+                bank_path(self.app.paths.data_dir, entry).unlink(missing_ok=True)
+            except OutsideHome as e:  # dropped from the bank all the same, so the bound holds; the file is left
+                log.warning("%s; the entry is dropped, its file left alone", e.message)
             drops.append(SessionDropped(session=entry.session, model=entry.model, file=entry.file,
                                         bytes=entry.bytes, reason="bank_full"))
             total -= entry.bytes

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from blazar.adapters.gguf_inspect import inspect_gguf, inspect_split
+from blazar.confine import inside
 from blazar.context import Blazar
 from blazar.errors import InvalidModelName, ModelExists, ModelFileError, ModelInUse, ModelNotFound
 from blazar.events.base import Recorded
@@ -213,10 +214,13 @@ async def remove_model(app: Blazar, name: str) -> Recorded:
         # A variant and its base name one file: it stays while any of them does (the last one removed frees it).
         deleted = False
     else:
-        files = list(entry.files)
-        deleted = all([await asyncio.to_thread(unlink_counting, app.paths.models / f) for f in files])
-        if len(files) > 1:
-            await asyncio.to_thread(_remove_path, app.paths.models / Path(files[0]).parent)
+        # NOTE: every path is proved inside the store before anything is removed: a refusal removes nothing.
+        what = f"{'model.variant_created' if entry.base else 'model.imported'} (seq {entry.seq}) of {entry.name}"
+        files = [inside(app.paths.models, f, what=what) for f in entry.files]
+        shard_dir = inside(app.paths.models, Path(entry.files[0]).parent, what=what) if len(files) > 1 else None
+        deleted = all([await asyncio.to_thread(unlink_counting, f) for f in files])
+        if shard_dir is not None:
+            await asyncio.to_thread(_remove_path, shard_dir)
     (rec,) = await app.record(ModelRemoved(name=entry.name, path=entry.file, file_deleted=deleted))
     return rec
 

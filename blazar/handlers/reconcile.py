@@ -8,10 +8,14 @@ A daemon that died (SIGKILL, power loss) leaves instances the log calls running.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from pathlib import Path
 
 from blazar.adapters.engines import process
+from blazar.confine import inside
 from blazar.context import Blazar
+from blazar.errors import OutsideHome
 from blazar.events.instances import ExitReason, InstanceExited
 from blazar.projections.residency import ResidentInstance, instances
 
@@ -47,11 +51,11 @@ async def reconcile(app: Blazar) -> list[str]:
             reason, detail = "orphan_stopped", f"pid {pid} was still running with no supervisor; stopped"
         else:
             reason, detail = "lost", f"pid {pid} was not running when the daemon started"
-        log_file = app.paths.log / (inst.log_path or f"instances/{iid}.log")
         await app.record(InstanceExited(instance_id=iid, model=inst.model, reason=reason,
-                                         log_tail=process.log_tail(log_file, 20), detail=detail),
+                                         log_tail=_log_tail(app, inst), detail=detail),
                          cause=inst.started_seq)
-        (app.paths.run / "instances" / f"{iid}.pid").unlink(missing_ok=True)
+        with contextlib.suppress(OutsideHome):  # an id that is no file name names no pid file of ours
+            _pidfile(app, iid).unlink(missing_ok=True)
         return iid
 
     # Orphans are stopped side by side: each may take its whole grace period.
@@ -87,11 +91,27 @@ async def _unrecorded_children(app: Blazar, grace: float) -> list[str]:
     return out
 
 
+def _pidfile(app: Blazar, iid: str) -> Path:
+    piddir = app.paths.run / "instances"
+    return inside(piddir, piddir / f"{iid}.pid", what=f"instance.starting of {iid!r}")
+
+
+def _log_tail(app: Blazar, inst: ResidentInstance) -> list[str]:
+    """The last lines of the instance's log, read only when its recorded path stays inside the log directory."""
+    try:
+        log_file = inside(app.paths.log, inst.log_path or f"instances/{inst.instance_id}.log",
+                          what=f"instance.starting of {inst.instance_id!r}")
+    except OutsideHome as e:
+        log.warning("%s", e.message)
+        return []
+    return process.log_tail(log_file, 20)
+
+
 def _pid_from_file(app: Blazar, iid: str) -> int | None:
     """The pid a spawn wrote before its `instance.started` could be recorded, if it got that far."""
     try:
-        return int((app.paths.run / "instances" / f"{iid}.pid").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
+        return int(_pidfile(app, iid).read_text().split()[0])
+    except (OSError, ValueError, IndexError, OutsideHome):
         return None
 
 

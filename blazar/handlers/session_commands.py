@@ -12,7 +12,7 @@ from blazar.errors import SessionNotFound, SessionUnavailable
 from blazar.events.base import Recorded
 from blazar.events.sessions import SessionRemoved, SessionRestored
 from blazar.handlers.gateway import Gateway
-from blazar.handlers.kv_bank import KvBank
+from blazar.handlers.kv_bank import KvBank, bank_path
 from blazar.handlers.tenancy import split_session
 from blazar.projections.sessions import bank_entries, session_row
 
@@ -91,8 +91,10 @@ async def remove_session(app: Blazar, name: str, kv: KvBank | None = None) -> Re
     if _unknown(app, name):
         raise SessionNotFound(f"no session named {shown(name)!r} (blazar session list shows them)")
     entries = bank_entries(_state(app), name)
-    for e in entries:
-        (app.paths.data_dir / e.file).unlink(missing_ok=True)
+    # Every file proved inside the bank before any is deleted: a refusal deletes nothing and records nothing.
+    files = [bank_path(app.paths.data_dir, e) for e in entries]
+    for f in files:
+        f.unlink(missing_ok=True)
     if kv is not None:
         kv.slots.forget_session(name)
     (rec,) = await app.record(SessionRemoved(session=name, files=[e.file for e in entries],

@@ -52,6 +52,10 @@ from blazar.runlock import holder
 # Files SQLite keeps beside a database; stale ones must never meet the restored file (a leftover -wal would be
 # replayed into it).
 _SIDECARS = ("-wal", "-shm", "-journal")
+# What a restore writes (the log, the replaced log kept beside it, config.toml) is the owner's alone, like every file
+# of a bootstrapped process (bootstrap.PRIVATE_UMASK): a restore runs without one.
+_PRIVATE_UMASK = 0o077
+_FILE_MODE = 0o600
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +201,7 @@ async def restore_snapshot(
     NOTE: works from `paths`, never from a bootstrapped app: the current log may be the damaged thing being
     replaced. Nothing is touched until the snapshot is verified and no daemon holds the lock (or `force`).
     """
+    os.umask(_PRIVATE_UMASK)
     verified = await asyncio.to_thread(verify_snapshot, source)
     pid = holder(paths.daemon_lock)
     who = "pid unknown" if pid == -1 else f"pid {pid}"
@@ -255,6 +260,7 @@ async def _swap_in_database(paths: Paths, url: str, verified: VerifiedSnapshot, 
         if previous:
             kept = _unused(paths.db.with_name(f"{paths.db.name}.replaced-{stamp}-seq{previous}"))
             await export_to_sqlite(log, kept)
+            kept.chmod(_FILE_MODE)
         assert isinstance(log, PgEventLog)
         await log.copy_in(sqlite_rows(verified.db), replace=True)
     finally:
@@ -343,14 +349,17 @@ def _align_config(app: Blazar) -> bool:
 
 
 def _copy_file(src: Path, dst: Path) -> str:
-    """Copy `src` to a new file `dst` (never over an existing one), fsynced; returns the bytes' sha256."""
+    """Copy `src` to a new file `dst` (never over an existing one), 0600 and fsynced; returns the bytes' sha256."""
     digest = hashlib.sha256()
-    with src.open("rb") as fin, dst.open("xb") as fout:
-        while chunk := fin.read(CHUNK):
-            digest.update(chunk)
-            fout.write(chunk)
-        fout.flush()
-        os.fsync(fout.fileno())
+    with src.open("rb") as fin:
+        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+        os.fchmod(fd, _FILE_MODE)  # whatever the umask
+        with os.fdopen(fd, "wb") as fout:
+            while chunk := fin.read(CHUNK):
+                digest.update(chunk)
+                fout.write(chunk)
+            fout.flush()
+            os.fsync(fout.fileno())
     return digest.hexdigest()
 
 

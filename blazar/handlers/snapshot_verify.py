@@ -1,4 +1,5 @@
-"""Checking a snapshot before a restore trusts it: the manifest, the copy's bytes, and the log inside it.
+"""Checking a snapshot before a restore trusts it: the manifest, the copy's bytes, and the log inside it (which
+must decode, and name no path that could lead out of the home: blazar/confine.py).
 
 Only reads (nothing is written next to the snapshot, not even -wal/-shm); every failure is a SnapshotError
 naming what is wrong. `take_snapshot` uses the same helpers to describe the copy it writes.
@@ -17,6 +18,7 @@ from typing import Final, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from blazar.confine import describe, untrusted
 from blazar.errors import LogError, SnapshotError
 from blazar.events import migrate  # importing the package registers every event type decode must know
 from blazar.events.registry import decode
@@ -29,6 +31,7 @@ CHUNK = 1 << 20
 MANIFEST_MAX_BYTES = 64 << 20  # far above any real manifest; a bigger file is not one
 _EVENT_COLUMNS = {"seq", "ts", "type", "v", "stream", "trace_id", "actor", "cause", "data"}
 _SHA256 = r"^[0-9a-f]{64}$"
+_NAMED_AT_MOST = 5  # untrusted events named in a refusal; the count says how many more
 
 
 class ModelFile(BaseModel):
@@ -211,11 +214,20 @@ def _revision(conn: sqlite3.Connection, tables: set[str], db: Path) -> str:
 
 def _decode_all(conn: sqlite3.Connection) -> None:
     # Every row must become a typed event: a log the projections cannot fold is not a log to restore.
+    # NOTE: and no event may name a path that leads out of the home (an engine binary elsewhere, a model file to
+    # unlink by `rm`): the restore is refused whole, naming them, rather than restored with those entries ignored.
+    bad: list[str] = []
     try:
         for seq, type_name, v, data in conn.execute("SELECT seq, type, v, data FROM events ORDER BY seq"):
-            decode(seq, type_name, v, data)
+            problems = untrusted(decode(seq, type_name, v, data))
+            if problems:
+                bad.append(describe(seq, type_name, problems))
     except LogError as exc:
         raise SnapshotError(f"the log in the snapshot does not decode: {exc.message}") from None
+    if bad:
+        more = f" (and {len(bad) - _NAMED_AT_MOST} more)" if len(bad) > _NAMED_AT_MOST else ""
+        raise SnapshotError(f"the log names paths outside the home, which Blazar never trusts: "
+                            f"{' | '.join(bad[:_NAMED_AT_MOST])}{more}; a snapshot holding them is never restored")
 
 
 # -- the whole snapshot --------------------------------------------------------------------------------------

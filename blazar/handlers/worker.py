@@ -22,6 +22,7 @@ from blazar.addresses import is_loopback, is_unspecified
 from blazar.context import Blazar
 from blazar.errors import WorkerError
 from blazar.events.workers import WorkerStarted, WorkerStopped
+from blazar.handlers.engine_verify import verify_for_spawn
 from blazar.handlers.engines import ActiveEngine, active_engine
 from blazar.projections.residency import instances
 from blazar.projections.workers import workers
@@ -50,14 +51,18 @@ def rpc_capable(engine: ActiveEngine) -> bool:
     return (engine.binary.parent / RPC_SERVER).is_file()
 
 
-def rpc_server_of(app: Blazar) -> tuple[Path, str]:
-    """The active engine's rpc-server and the engine's tag; WorkerError naming the build that makes one."""
+def rpc_server_of(app: Blazar) -> tuple[Path, ActiveEngine]:
+    """The active engine's rpc-server and the engine; WorkerError naming the build that makes one. Only an
+    rpc-server the engine's install record holds is run: it is verified with the engine's files before each spawn."""
     engine = active_engine(app)
     rpc = engine.binary.parent / RPC_SERVER
     if not rpc.is_file():
         raise WorkerError(f"the active engine {engine.tag} has no rpc-server: build one with `blazar engine build "
                           "--target rpc-server` (llama.cpp's RPC backend, and llama-server able to use workers)")
-    return rpc, engine.tag
+    if engine.files and not any(f.path == RPC_SERVER and f.link_to is None for f in engine.files):
+        raise WorkerError(f"the active engine {engine.tag} records no {RPC_SERVER}: the one in {rpc.parent} was not "
+                          "installed with it, so it is not run (install or build the engine again)")
+    return rpc, engine
 
 
 def accepts(host: str, port: int) -> bool:
@@ -80,10 +85,13 @@ async def run_worker(app: Blazar, *, host: str, port: int, mem_bytes: int, name:
         raise WorkerError(f"refusing to listen on {host}: rpc-server has no authentication, so anyone who reaches it "
                           "can run work on this host; bind 127.0.0.1 (the default), or pass --allow-network on a "
                           "network you trust")
-    rpc, tag = rpc_server_of(app)
+    rpc, engine = rpc_server_of(app)
+    tag = engine.tag
     log_path = app.paths.log / "workers" / f"{name.replace(':', '-').replace('/', '-')}.log"
     crashes: list[float] = []
     while not stop.is_set():
+        # Verified before every start (a restart after a crash too): cached by each file's stat, so cheap.
+        await asyncio.to_thread(verify_for_spawn, app.paths.engines, tag, engine.files)
         argv = [str(rpc), "-H", host, "-p", str(port), *(["-t", str(threads)] if threads else [])]
         proc = await process.spawn(argv, log_path=log_path)
         started = time.monotonic()

@@ -1,11 +1,15 @@
 """The `catalog` projection: the models in the store (name, file, sha256, metadata, serving settings), their
-variants (another name for a model's file, with settings of its own) and the state of pulls."""
+variants (another name for a model's file, with settings of its own) and the state of pulls.
+
+An import or variant whose paths could lead out of the models directory (blazar/confine.py) becomes no model: it is
+kept under `refused`, which `blazar doctor` reports."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from blazar.confine import refused, untrusted
 from blazar.events.base import Recorded
 from blazar.events.model_settings import ModelConfigured, ModelSettings, ModelVariantCreated
 from blazar.events.models import (
@@ -24,18 +28,20 @@ from blazar.projections.base import Projection, State
 class CatalogProjection(Projection):
     node_local = True
     name = "catalog"
-    version = 3
+    version = 4
     types = frozenset({
         ModelImported.TYPE, ModelRemoved.TYPE, ModelPullStarted.TYPE, ModelPullCompleted.TYPE, ModelPullFailed.TYPE,
         ModelAliased.TYPE, ModelAliasRemoved.TYPE, ModelConfigured.TYPE, ModelVariantCreated.TYPE,
     })
 
     def initial(self) -> State:
-        return {"models": {}, "pulls": {}, "aliases": {}}
+        return {"models": {}, "pulls": {}, "aliases": {}, "refused": []}
 
     def apply(self, state: State, rec: Recorded) -> State:
         ev = rec.event
-        if isinstance(ev, ModelImported):
+        if isinstance(ev, ModelImported | ModelVariantCreated) and (problems := untrusted(ev)):
+            state["refused"].append(refused(rec, problems, name=ev.name))
+        elif isinstance(ev, ModelImported):
             state["models"][ev.name] = {
                 "name": ev.name, "path": ev.path, "bytes": ev.bytes, "sha256": ev.sha256, "source": ev.source,
                 "source_kind": ev.source_kind, "linked": ev.linked, "added_ts": rec.ts, "seq": rec.seq,

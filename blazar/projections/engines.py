@@ -3,6 +3,9 @@ and verification), which one is active, and the activation history that `engine 
 
 `history` is every activation in order. `stack` is the rollback chain: an activation pushes its tag, a rollback
 pops the engine it rolled back from, a removal drops the tag; so `rollback_target` is the entry below the top.
+
+An install whose files could lead out of `engines/<tag>/` (blazar/confine.py) installs nothing, and an activation of
+it changes nothing: both are kept under `refused`, which `blazar doctor` reports.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from blazar.confine import refused, untrusted
 from blazar.events.base import Recorded
 from blazar.events.engines import (
     EngineActivated,
@@ -27,19 +31,21 @@ from blazar.projections.base import Projection, State
 class EnginesProjection(Projection):
     node_local = True
     name = "engines"
-    version = 1
+    version = 2
     types = frozenset({
         EngineInstalled.TYPE, EngineSmokeTested.TYPE, EngineVerified.TYPE, EngineActivated.TYPE,
         EngineActivationRefused.TYPE, EngineRemoved.TYPE,
     })
 
     def initial(self) -> State:
-        return {"engines": {}, "active": None, "history": [], "stack": []}
+        return {"engines": {}, "active": None, "history": [], "stack": [], "refused": []}
 
     def apply(self, state: State, rec: Recorded) -> State:
         ev = rec.event
         engines: dict[str, Any] = state["engines"]
-        if isinstance(ev, EngineInstalled):
+        if isinstance(ev, EngineInstalled) and (problems := untrusted(ev)):
+            state["refused"].append(refused(rec, problems, tag=ev.tag))
+        elif isinstance(ev, EngineInstalled):
             engines[ev.tag] = {
                 "tag": ev.tag, "kind": ev.kind, "source_kind": ev.source_kind, "source": ev.source,
                 "binary": ev.binary, "files": [f.model_dump(mode="json") for f in ev.files], "version": ev.version,
@@ -68,6 +74,11 @@ class EnginesProjection(Projection):
 
     @staticmethod
     def _activated(state: State, ev: EngineActivated, rec: Recorded) -> None:
+        if ev.tag not in state["engines"] and any(r.get("tag") == ev.tag for r in state["refused"]):
+            # The engine that stays active is the one that was: a refused install is never run.
+            state["refused"].append({"seq": rec.seq, "type": rec.type, "tag": ev.tag,
+                                     "paths": [f"activates {ev.tag!r}, whose install was refused"]})
+            return
         stack: list[str] = state["stack"]
         if ev.reason == "rollback" and stack and stack[-1] == state["active"]:
             stack.pop()

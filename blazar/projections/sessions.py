@@ -5,13 +5,17 @@ tokens and identity). `blazar session list|show`, the restore path and the bank'
 A session's row goes when the session is removed, or when it expires: no save of it left in the bank and no turn
 for `EXPIRE_S` (by the events' own times, so replay drops exactly what the live fold did). Rows are kept in the order
 of their last turn (a row whose save kept it goes to the back), so expiry looks only at the front few on each
-event."""
+event.
+
+A save whose file could lead out of the bank's directory (blazar/confine.py) enters no bank and no session: it is kept
+under `refused`, which `blazar doctor` reports."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from blazar.confine import refused, untrusted
 from blazar.events.base import Recorded
 from blazar.events.requests import RequestPlaced
 from blazar.events.sessions import (
@@ -31,12 +35,13 @@ _EXPIRY_CHECKS = 8  # rows looked at per event: the oldest first; expiry keeps u
 class SessionsProjection(Projection):
     node_local = True
     name = "sessions"
-    version = 2  # 2: rows in the order of last use, and expiry
+    version = 3  # 2: rows in the order of last use, and expiry; 3: saves that could lead out refused
     types = frozenset({RequestPlaced.TYPE, SessionSaved.TYPE, SessionSaveFailed.TYPE, SessionDropped.TYPE,
                        SessionRestored.TYPE, SessionRemoved.TYPE})
 
     def initial(self) -> State:
-        return {"sessions": {}, "bank": {}, "bank_bytes": 0, "saves": 0, "save_failures": 0, "drops": 0}
+        return {"sessions": {}, "bank": {}, "bank_bytes": 0, "saves": 0, "save_failures": 0, "drops": 0,
+                "refused": []}
 
     def apply(self, state: State, rec: Recorded) -> State:
         self._apply(state, rec)
@@ -45,7 +50,9 @@ class SessionsProjection(Projection):
 
     def _apply(self, state: State, rec: Recorded) -> None:
         ev = rec.event
-        if isinstance(ev, RequestPlaced):
+        if isinstance(ev, SessionSaved) and (problems := untrusted(ev)):
+            state["refused"].append(refused(rec, problems, session=ev.session, model=ev.model))
+        elif isinstance(ev, RequestPlaced):
             row = _row(state, ev.session, rec.ts)
             row.update(model=ev.model, instance_id=ev.instance_id, slot_id=ev.slot_id, last_ts=rec.ts,
                        last_kv=ev.kv, last_reason=ev.reason)
@@ -59,7 +66,7 @@ class SessionsProjection(Projection):
             state["bank_bytes"] += ev.bytes - (old["bytes"] if old else 0)
             bank[ev.model] = {"file": ev.file, "bytes": ev.bytes, "tokens": ev.tokens, "saved_ts": rec.ts,
                               "identity": ev.identity.model_dump(), "instance_id": ev.instance_id,
-                              "slot_id": ev.slot_id, "reason": ev.reason}
+                              "slot_id": ev.slot_id, "reason": ev.reason, "seq": rec.seq}
             state["saves"] += 1
             _row(state, ev.session, rec.ts, touch=False).setdefault("model", ev.model)
         elif isinstance(ev, SessionSaveFailed):
@@ -126,6 +133,7 @@ class BankEntry:
     instance_id: str
     slot_id: int
     reason: str
+    seq: int = 0  # the session.saved event that made it
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +156,8 @@ class SessionRow:
 def _entry(session: str, model: str, raw: dict[str, Any]) -> BankEntry:
     return BankEntry(session=session, model=model, file=raw["file"], bytes=raw["bytes"], tokens=raw["tokens"],
                      saved_ts=raw["saved_ts"], identity=KvIdentity.model_validate(raw["identity"]),
-                     instance_id=raw["instance_id"], slot_id=raw["slot_id"], reason=raw["reason"])
+                     instance_id=raw["instance_id"], slot_id=raw["slot_id"], reason=raw["reason"],
+                     seq=int(raw.get("seq") or 0))
 
 
 def bank_entry(state: State, session: str, model: str) -> BankEntry | None:

@@ -41,6 +41,7 @@ def test_an_import_adds_the_model_with_its_file_hash_source_and_metadata() -> No
         }},
         "pulls": {},
         "aliases": {},
+        "refused": [],
     }
 
 

@@ -204,3 +204,32 @@ def test_model_files_are_listed_sorted_without_symlinks_and_checked(tmp_path: Pa
         f"model file a.bin is missing from {models}",
         "model file b/w.gguf is 3 bytes, the snapshot recorded 10",
     ]
+
+
+# -- paths the log names ---------------------------------------------------------------------------------------------
+
+
+async def test_a_log_naming_paths_outside_the_home_is_refused_naming_each_event(app: Blazar, tmp_path: Path) -> None:
+    from blazar.events.engines import EngineActivated, EngineFile, EngineInstalled
+    from blazar.events.models import ModelImported, ModelMetadata
+    from tests.support.crafted import seal
+
+    await set_value(app, "log_level", "info")
+    recs = await app.record([
+        EngineInstalled(tag="evil", source_kind="path", source="/x", binary="../../../tmp/evil.sh",
+                        files=[EngineFile(path="../../../tmp/evil.sh", bytes=1, sha256="ab" * 32)], version={},
+                        manifest={}),
+        EngineActivated(tag="evil", reason="use"),
+        ModelImported(name="victim", path="/home/me/precious.txt", source="x", bytes=1, sha256="ab" * 32, linked=True,
+                      metadata=ModelMetadata(architecture="llama")),
+    ])
+    snap = seal(app.paths, tmp_path / "gift")
+    message = _refused(snap)
+    assert message.startswith("the log names paths outside the home")
+    assert f"seq {recs[0].seq} engine.installed: binary '../../../tmp/evil.sh' climbs out with '..'" in message
+    assert f"seq {recs[2].seq} model.imported: path '/home/me/precious.txt' is absolute" in message
+    assert f"seq {recs[1].seq} " not in message  # an activation names no path: its install is what is refused
+    # Taking a snapshot of such a log fails the same way: a backup no restore would take is never written.
+    with pytest.raises(SnapshotError, match="names paths outside the home"):
+        await take_snapshot(app, tmp_path / "again")
+    assert not (tmp_path / "again").exists()

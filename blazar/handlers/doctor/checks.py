@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from blazar.adapters.engines.build import cache_root
 from blazar.context import Blazar
-from blazar.handlers.doctor import engine, machine, store
+from blazar.handlers.doctor import engine, machine, store, trust
 from blazar.handlers.doctor.logdb import log_checks
 from blazar.handlers.doctor.orphans import orphans
 from blazar.handlers.doctor.report import Check, ok
@@ -74,12 +74,18 @@ async def with_log(app: Blazar, *, quick: bool) -> list[Check]:
     settings = app.settings()
     seen = machine.see_daemon(app.paths)
     stored = await asyncio.to_thread(store.model_files, app.paths.models, app.runner.state("catalog"), quick=quick)
-    checks = [checkpoints(app), machine.port(settings.host, settings.port, seen), *stored, engine.active_engine(app)]
+    checks = [checkpoints(app), trust.untrusted_paths(app), machine.port(settings.host, settings.port, seen), *stored,
+              await asyncio.to_thread(trust.kv_bank, app), engine.active_engine(app)]
     files = await asyncio.to_thread(engine.files, app)
     for found in (files, engine.cpu(app, engine.cpu_flags()), await engine.smoke(app)):
         if found is not None:
             checks.append(found)
     return checks
+
+
+async def after_fix(app: Blazar) -> list[Check]:
+    """The checks of what the log knows that `--fix` repairs, looked at again (the others run before the log opens)."""
+    return [await asyncio.to_thread(trust.kv_bank, app)]
 
 
 def not_opened(*, disk_full: bool = False) -> list[Check]:

@@ -1,7 +1,8 @@
 """`blazar doctor --fix`: only the repairs a check proved safe, each proved again just before it is made, and each
 recorded as `doctor.fixed`. Stale run files go under the daemon lock (so no daemon starts meanwhile); an orphan
-is stopped with SIGTERM, then SIGKILL, only while its executable is still this home's engine. Models and the
-log are never touched."""
+is stopped with SIGTERM, then SIGKILL, only while its executable is still this home's engine; a KV-bank save goes
+only while no event records it still (and, under a running daemon, only once no save could be writing it). Models
+and the log are never touched."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from blazar.adapters.engines.process import pid_cmdline, stop_pid
 from blazar.context import Blazar
 from blazar.events.base import Recorded
 from blazar.events.doctor import DoctorFixed
+from blazar.handlers import bank_leftovers
 from blazar.handlers.doctor.machine import see_daemon
 from blazar.handlers.doctor.orphans import engine_processes, orphan_reason
 from blazar.handlers.doctor.report import Action, Check
@@ -24,6 +26,9 @@ async def apply_fixes(app: Blazar, checks: list[Check]) -> list[Recorded]:
         files = [a for a in check.actions if a.kind == "remove_file"]
         if files:
             done += _remove_stale_run_files(app, check.id, files)
+        saves = [a for a in check.actions if a.kind == "remove_bank_file"]
+        if saves:
+            done += await _remove_unrecorded_saves(app, check.id, saves)
         for action in check.actions:
             if action.kind == "stop_process":
                 fixed = await _stop_orphan(app, check.id, action)
@@ -57,6 +62,16 @@ def _remove_stale_run_files(app: Blazar, check: str, actions: list[Action]) -> l
     done += [DoctorFixed(check=check, action="removed_file", target=str(a.path), detail=a.why, pid=a.pid)
              for a in actions if Path(a.path) == lock]
     return done
+
+
+async def _remove_unrecorded_saves(app: Blazar, check: str, actions: list[Action]) -> list[DoctorFixed]:
+    """The saves the check listed that are still unrecorded now (the log read again), still plain files under the
+    bank, and, with a daemon running, still older than any save in progress."""
+    await app.runner.catch_up()
+    grace = bank_leftovers.grace_s(app) if see_daemon(app.paths).live else None
+    still = set(bank_leftovers.unrecorded_saves(app.paths.data_dir, app.runner.state("sessions"),
+                                                younger_kept_s=grace))
+    return bank_leftovers.remove([p for a in actions if (p := Path(a.path)) in still], check=check)
 
 
 async def _stop_orphan(app: Blazar, check: str, action: Action) -> DoctorFixed | None:

@@ -15,9 +15,10 @@ EXIT_CODES: dict[Status, int] = {"ok": 0, "warn": 1, "fail": 2}
 @dataclass(frozen=True)
 class Action:
     """A repair a check proved safe. `remove_file`: `path` is a stale run file. `stop_process`: `pid` runs `path`,
-    an engine of this home, and nothing of ours owns it."""
+    an engine of this home, and nothing of ours owns it. `remove_bank_file`: `path` is a KV-bank save no event
+    records."""
 
-    kind: Literal["remove_file", "stop_process"]
+    kind: Literal["remove_file", "stop_process", "remove_bank_file"]
     path: str
     pid: int | None = None
     why: str = ""  # the observation that made it safe, recorded with the fix
