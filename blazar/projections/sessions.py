@@ -4,8 +4,8 @@ tokens and identity). `blazar session list|show`, the restore path and the bank'
 
 A session's row goes when the session is removed, or when it expires: no save of it left in the bank and no turn
 for `EXPIRE_S` (by the events' own times, so replay drops exactly what the live fold did). Rows are kept in the order
-of their last turn (a row whose save kept it goes to the back), so expiry looks only at the front few on each
-event.
+of their last turn, so expiry looks only at the front few on each event; a row whose save kept it past its expiry goes
+to the back, and goes when its last save does.
 
 A save whose file could lead out of the bank's directory (blazar/confine.py) enters no bank and no session: it is kept
 under `refused`, which `blazar doctor` reports."""
@@ -79,7 +79,9 @@ class SessionsProjection(Projection):
                 state["drops"] += 1
             if not bank:
                 state["bank"].pop(ev.session, None)
-        elif isinstance(ev, SessionRemoved):
+                row = state["sessions"].get(ev.session)
+                if row is not None and row["last_ts"] <= rec.ts - EXPIRE_S:
+                    del state["sessions"][ev.session]  # its last save kept it past its expiry: it goes with it
             for entry in state["bank"].pop(ev.session, {}).values():
                 state["bank_bytes"] -= entry["bytes"]
             state["sessions"].pop(ev.session, None)
