@@ -82,6 +82,7 @@ class SessionsProjection(Projection):
                 row = state["sessions"].get(ev.session)
                 if row is not None and row["last_ts"] <= rec.ts - EXPIRE_S:
                     del state["sessions"][ev.session]  # its last save kept it past its expiry: it goes with it
+        elif isinstance(ev, SessionRemoved):
             for entry in state["bank"].pop(ev.session, {}).values():
                 state["bank_bytes"] -= entry["bytes"]
             state["sessions"].pop(ev.session, None)
