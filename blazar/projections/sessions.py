@@ -3,9 +3,9 @@ its turns found the cache: warm, restored, cold) and the KV bank (per session an
 tokens and identity). `blazar session list|show`, the restore path and the bank's bound read it.
 
 A session's row goes when the session is removed, or when it expires: no save of it left in the bank and no turn
-for `EXPIRE_S` (by the events' own times, so replay drops exactly what the live fold did). Rows are kept in the order
-of their last turn, so expiry looks only at the front few on each event; a row whose save kept it past its expiry goes
-to the back, and goes when its last save does.
+for `EXPIRE_S`. Expired rows are swept at the first event of each hour of the log's own time (`SWEEP_S`), and a row
+its last save kept past its expiry goes when that save does: so replay, and a checkpoint plus its tail, drop exactly
+what the live fold did, whatever order the rows are stored in.
 
 A save whose file could lead out of the bank's directory (blazar/confine.py) enters no bank and no session: it is kept
 under `refused`, which `blazar doctor` reports."""
@@ -29,19 +29,19 @@ from blazar.events.sessions import (
 from blazar.projections.base import Projection, State
 
 EXPIRE_S = 86400.0  # a session with nothing in the bank is forgotten a day after its last turn
-_EXPIRY_CHECKS = 8  # rows looked at per event: the oldest first; expiry keeps up with any rate of new sessions
+SWEEP_S = 3600.0  # expired rows are looked for at the first event of each hour (by the events' times)
 
 
 class SessionsProjection(Projection):
     node_local = True
     name = "sessions"
-    version = 3  # 2: rows in the order of last use, and expiry; 3: saves that could lead out refused
+    version = 3  # 2: expiry; 3: saves that could lead out refused
     types = frozenset({RequestPlaced.TYPE, SessionSaved.TYPE, SessionSaveFailed.TYPE, SessionDropped.TYPE,
                        SessionRestored.TYPE, SessionRemoved.TYPE})
 
     def initial(self) -> State:
         return {"sessions": {}, "bank": {}, "bank_bytes": 0, "saves": 0, "save_failures": 0, "drops": 0,
-                "refused": []}
+                "refused": [], "swept": None}
 
     def apply(self, state: State, rec: Recorded) -> State:
         self._apply(state, rec)
@@ -68,7 +68,7 @@ class SessionsProjection(Projection):
                               "identity": ev.identity.model_dump(), "instance_id": ev.instance_id,
                               "slot_id": ev.slot_id, "reason": ev.reason, "seq": rec.seq}
             state["saves"] += 1
-            _row(state, ev.session, rec.ts, touch=False).setdefault("model", ev.model)
+            _row(state, ev.session, rec.ts).setdefault("model", ev.model)
         elif isinstance(ev, SessionSaveFailed):
             state["save_failures"] += 1
         elif isinstance(ev, SessionDropped):
@@ -95,25 +95,22 @@ class SessionsProjection(Projection):
 
 
 def _expire(state: State, now: float) -> None:
-    """Drop the oldest rows whose session expired; one still saved in the bank goes to the back of the line."""
+    """Once an hour of the log's time: drop every row whose session expired (nothing in the bank, no turn for
+    EXPIRE_S). Which rows go does not depend on the order they are stored in."""
+    hour = int(now // SWEEP_S)
+    if state["swept"] == hour:
+        return
+    state["swept"] = hour
+    cutoff = now - EXPIRE_S
     rows: dict[str, dict[str, Any]] = state["sessions"]
-    for _ in range(min(_EXPIRY_CHECKS, len(rows))):
-        name = next(iter(rows))
-        row = rows[name]
-        if row["last_ts"] > now - EXPIRE_S:
-            return  # the front is fresh: what is behind it is looked at once it has gone
+    for name in [n for n, row in rows.items() if row["last_ts"] <= cutoff and n not in state["bank"]]:
         del rows[name]
-        if name in state["bank"]:
-            rows[name] = row  # its save keeps it; looked at again after every other
 
 
-def _row(state: State, name: str, ts: float, *, touch: bool = True) -> dict[str, Any]:
-    """A session's row; `touch` (a turn) moves it to the back, the most recently used end."""
+def _row(state: State, name: str, ts: float) -> dict[str, Any]:
     rows: dict[str, dict[str, Any]] = state["sessions"]
-    row = rows.pop(name, None) if touch else rows.get(name)
-    if row is not None:
-        rows[name] = row
-    else:
+    row = rows.get(name)
+    if row is None:
         row = rows[name] = {"name": name, "model": None, "instance_id": None, "slot_id": None, "first_ts": ts,
                             "last_ts": ts, "turns": 0, "warm": 0, "restored": 0, "cold": 0, "last_kv": None,
                             "last_reason": None, "restored_tokens": 0}

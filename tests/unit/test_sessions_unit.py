@@ -70,27 +70,26 @@ def test_a_newer_save_replaces_the_older_and_the_bank_size_follows_saves_drops_a
 
 
 def test_a_session_expires_a_day_after_its_last_turn_unless_the_bank_holds_it() -> None:
-    from blazar.projections.sessions import EXPIRE_S
+    from blazar.projections.sessions import EXPIRE_S, SWEEP_S
 
     p = SessionsProjection()
-    day = 1000.0 + EXPIRE_S
-    state = fold(p, [rec(1, placed("old", "cold"), ts=1000.0), rec(2, placed("kept", "cold"), ts=1000.0),
-                     rec(3, saved("kept"), ts=1001.0), rec(4, placed("busy", "cold"), ts=1000.0),
-                     rec(5, placed("busy", "warm"), ts=day - 10)])
+    later = 1000.0 + EXPIRE_S + SWEEP_S  # a day after the first turns, and in a later hour (the sweep's)
+    first = [rec(1, placed("old", "cold"), ts=1000.0), rec(2, placed("kept", "cold"), ts=1000.0),
+             rec(3, saved("kept"), ts=1001.0), rec(4, placed("busy", "cold"), ts=1000.0)]
+    state = fold(p, first)
     assert {r["name"] for r in state["sessions"].values()} == {"old", "kept", "busy"}
-    # Any later event past a day: the idle session with nothing saved is forgotten; a saved one and a busy one stay.
-    state = fold(p, [rec(6, placed("new", "cold"), ts=day + 1)], state)
+    # The first event of a later hour: the idle session with nothing saved is forgotten; a saved one stays, and so
+    # does one with a turn since.
+    then = [rec(5, placed("busy", "warm"), ts=later)]
+    state = fold(p, then, state)
     assert session_row(state, "old") is None
     assert session_row(state, "kept") is not None and session_row(state, "busy") is not None
     # Once its save is dropped, the saved one goes too; replaying the whole log gives the same state.
-    state = fold(p, [rec(7, SessionDropped(session="kept", model="gemma", file="f", bytes=100, reason="bank_full"),
-                         ts=day + 2)], state)
-    assert session_row(state, "kept") is None
-    assert fold(p, [rec(1, placed("old", "cold"), ts=1000.0), rec(2, placed("kept", "cold"), ts=1000.0),
-                    rec(3, saved("kept"), ts=1001.0), rec(4, placed("busy", "cold"), ts=1000.0),
-                    rec(5, placed("busy", "warm"), ts=day - 10), rec(6, placed("new", "cold"), ts=day + 1),
-                    rec(7, SessionDropped(session="kept", model="gemma", file="f", bytes=100, reason="bank_full"),
-                        ts=day + 2)]) == state
+    last = [rec(6, SessionDropped(session="kept", model="gemma", file="f", bytes=100, reason="bank_full"),
+                ts=later + 1)]
+    state = fold(p, last, state)
+    assert session_row(state, "kept") is None and session_row(state, "busy") is not None
+    assert fold(p, first + then + last) == state
 
 
 def test_a_restore_by_command_moves_the_session_to_its_slot() -> None:
