@@ -62,12 +62,13 @@ class Placement:
     restored_tokens: int | None = None
     restore_ms: float | None = None
     own: bool = True
+    sole: bool = False  # every slot of the instance was last the request's tenant's: the engine may choose
 
     def engine_fields(self, slot_id: int, *, isolate: bool) -> dict[str, Any]:
         """What the engine's body must say for this placement: the slot, where it matters, and no reuse of another
         tenant's prefix (llama-server reuses a slot's common prefix unless `cache_prompt` is false)."""
         fields: dict[str, Any] = {}
-        if self.explicit or isolate:
+        if self.explicit or (isolate and not self.sole):
             fields["id_slot"] = slot_id
         if isolate and not self.own:
             fields["cache_prompt"] = False
@@ -93,9 +94,9 @@ class KvBank:
         session's."""
         slots, iid = self.slots, inst.instance_id
         if session is None:
-            explicit = slots.explicit(iid)
+            explicit, sole = slots.explicit(iid), slots.sole(iid, tenant, inst.slots)
             own = slots.place(iid, slot_id, None, tenant)
-            return Placement(kv=None, explicit=explicit, own=own)
+            return Placement(kv=None, explicit=explicit, own=own, sole=sole)
         if slots.owner(iid, slot_id) == session:
             slots.place(iid, slot_id, session, tenant)
             return Placement(kv="warm", reason=f"slot {slot_id} still holds the session's prefix", explicit=True)

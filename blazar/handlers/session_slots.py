@@ -7,7 +7,8 @@ A session's turn goes back to its slot when that slot is free; any other request
 else the one whose session was used longest ago, so a session is displaced only when every slot has one. With keys
 on (`isolate`), a request prefers a slot its own tenant used last, then one nobody used, and takes another tenant's
 only when it must; a slot whose last tenant was another (or is unknown) is never reused for its prefix
-(blazar/handlers/tenancy.py).
+(blazar/handlers/tenancy.py). Once every slot of an instance is one tenant's, that tenant's requests need not name
+theirs: the engine picks the slot with the longest common prefix, as it does with keys off.
 """
 
 from __future__ import annotations
@@ -82,6 +83,13 @@ class SessionSlots:
         """Whether requests to this instance must name their slot: once a session holds one, the engine must not
         choose (it would hand a session's slot to another request)."""
         return any(s.session for s in self._slots.get(instance_id, {}).values())
+
+    def sole(self, instance_id: str, tenant: str | None, slots: int) -> bool:
+        """Whether every one of the instance's `slots` slots was last used by `tenant`: the engine may then choose
+        among them itself (by the longest common prefix, as llama-server does), since whichever it takes is the
+        tenant's own."""
+        held = self._slots.get(instance_id, {})
+        return all((slot := held.get(i)) is not None and slot.tenant == tenant for i in range(slots))
 
     def place(self, instance_id: str, slot_id: int, session: str | None, tenant: str | None = None) -> bool:
         """A request of `tenant` now runs on this slot: the slot holds `session`'s prefix from now (or nobody's).

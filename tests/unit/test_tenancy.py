@@ -194,3 +194,19 @@ def test_extra_shares_count_against_max_concurrent_only() -> None:
     limiter.release(first)
     assert limiter.in_flight("a") == 0
     assert limiter.extra(KeyLimits("b")) is not None  # no max_concurrent: no bound
+
+
+def test_once_every_slot_is_one_tenants_its_requests_let_the_engine_choose() -> None:
+    slots = SessionSlots(clock=lambda: 0.0)
+    assert not slots.sole("i", "key:a", 2)  # slots this process never placed are nobody's
+    slots.place("i", 0, None, "key:a")
+    assert not slots.sole("i", "key:a", 2)
+    slots.place("i", 1, None, "key:a")
+    assert slots.sole("i", "key:a", 2) and not slots.sole("i", "key:b", 2)
+    # The engine picks among its own slots by the longest common prefix; another tenant names its slot, no reuse.
+    assert Placement(kv=None, own=True, sole=True).engine_fields(1, isolate=True) == {}
+    assert Placement(kv=None, own=False).engine_fields(1, isolate=True) == {"id_slot": 1, "cache_prompt": False}
+    slots.place("i", 1, None, "key:b")
+    assert not slots.sole("i", "key:a", 2)
+    # A session's slot is always named, sole or not.
+    assert Placement(kv=None, explicit=True, sole=True).engine_fields(1, isolate=True) == {"id_slot": 1}
