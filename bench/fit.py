@@ -32,7 +32,7 @@ from blazar.adapters.gpu import probe_devices
 from blazar.events.models import ModelMetadata
 from blazar.fit import Device, FitPlan, FitRequest, plan
 from blazar.fit.layout import DeviceUse
-from blazar.handlers.calibration import is_host_buffer, measured_bytes, parse_engine_buffers
+from blazar.instances.calibration import is_host_buffer, measured_bytes, parse_engine_buffers
 
 MiB = 1 << 20
 CTXS = (2048, 8192, 32768)

@@ -23,11 +23,11 @@ import orjson
 
 from blazar.adapters.engines import process
 from blazar.bootstrap import bootstrap
-from blazar.handlers.config import set_value
-from blazar.handlers.engines import install_engine
-from blazar.handlers.instances import Supervisor
-from blazar.handlers.models import import_model
+from blazar.instances.supervisor import Supervisor
+from blazar.operations.config import set_value
 from blazar.paths import Paths
+from blazar.store.engines import install_engine
+from blazar.store.models import import_model
 
 HEALTH_POLL_S = 0.05  # the supervisor's own poll interval, so both lanes see readiness at the same resolution
 WARM_CALLS = 2000

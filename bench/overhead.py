@@ -827,7 +827,7 @@ def auth_phase(*, keys: int = AUTH_KEYS, batch: int = AUTH_BATCH, batches: int =
     from blazar.errors import AuthRefused
     from blazar.events.base import Recorded
     from blazar.events.keys import KeyCreated
-    from blazar.handlers.keys import new_secret
+    from blazar.operations.keys import new_secret
     from blazar.projections.base import fold
     from blazar.projections.keys import KeysProjection
 
@@ -869,16 +869,16 @@ def auth_phase(*, keys: int = AUTH_KEYS, batch: int = AUTH_BATCH, batches: int =
 
 
 def isolation_us(*, batch: int, batches: int) -> tuple[float, float]:
-    """What keeping tenants apart costs a request on the gateway (blazar/handlers/tenancy.py): its tenant, the slot
+    """What keeping tenants apart costs a request on the gateway (blazar/serving/tenancy.py): its tenant, the slot
     choice by tenant, the placement, and the engine body told the slot (and, on another tenant's slot, not to
     reuse it): parsed and encoded again, where keys off sends the client's bytes as they came. µs per request,
     isolated and shared (keys off), on a 4-slot instance whose slots four keys take turns on."""
-    from blazar.handlers.kv_bank import Placement
-    from blazar.handlers.plan import Plan
-    from blazar.handlers.principal import Principal
-    from blazar.handlers.session_slots import SessionSlots
-    from blazar.handlers.tenancy import tenant_of
+    from blazar.instances.kv_bank import Placement
+    from blazar.instances.session_slots import SessionSlots
     from blazar.projections.keys import ApiKey
+    from blazar.serving.plan import Plan
+    from blazar.serving.principal import Principal
+    from blazar.serving.tenancy import tenant_of
 
     raw = chat_payload("gemma", 128)
     parsed = orjson.loads(raw)

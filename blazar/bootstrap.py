@@ -19,20 +19,20 @@ from typing import TYPE_CHECKING
 from blazar.adapters.engines.client import EngineClient
 from blazar.adapters.otel.target import otlp_target
 from blazar.clock import Clock, SystemClock
+from blazar.cluster.nodes import node_name
+from blazar.cluster.remotes import health_loop
 from blazar.context import CHECKPOINT_ON_CLOSE_AFTER, Blazar
-from blazar.handlers.admission import Admission
-from blazar.handlers.config import reconcile_file
-from blazar.handlers.gateway import Gateway
-from blazar.handlers.instances import Supervisor
-from blazar.handlers.kv_bank import KvBank
-from blazar.handlers.nodes import node_name
-from blazar.handlers.ports import SupervisorPort
-from blazar.handlers.remotes import health_loop
+from blazar.instances.kv_bank import KvBank
+from blazar.instances.supervisor import Supervisor
 from blazar.logdb import is_url, log_location, open_log
+from blazar.operations.config import reconcile_file
 from blazar.paths import Paths
 from blazar.projections import all_projections
 from blazar.projections.runner import ProjectionRunner
 from blazar.queries.file_modes import loose_modes
+from blazar.serving.admission import Admission
+from blazar.serving.gateway import Gateway
+from blazar.serving.ports import SupervisorPort
 
 if TYPE_CHECKING:
     from blazar.adapters.otel.tracing import Tracing

@@ -36,11 +36,11 @@ from blazar.addresses import is_loopback
 from blazar.api.app import create_app
 from blazar.api.incoming import IncomingBodies
 from blazar.bootstrap import Services
+from blazar.cluster.nodes import NodeKeeper, check_node_url, node_url
 from blazar.config import Settings
 from blazar.context import Blazar
 from blazar.credentials import remove_admin_token, write_admin_token
 from blazar.errors import BlazarError, DaemonRunning, PortInUse, UnsafeBind
-from blazar.handlers.nodes import NodeKeeper, check_node_url, node_url
 from blazar.paths import Paths
 from blazar.projections.keys import auth_on
 

@@ -13,10 +13,10 @@ from blazar.api.auth import principal_of
 from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.context import Blazar
 from blazar.durations import keep_alive_seconds
-from blazar.handlers.instances import UNSET
-from blazar.handlers.ports import SupervisorPort
-from blazar.handlers.principal import is_admin
+from blazar.instances.supervisor import UNSET
 from blazar.projections.residency import open_circuits
+from blazar.serving.ports import SupervisorPort
+from blazar.serving.principal import is_admin
 
 # What of an instance only an admin principal sees: where its engine listens and how it was started.
 ENGINE_ONLY = frozenset({"port", "base_url", "argv"})

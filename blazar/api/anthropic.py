@@ -17,8 +17,8 @@ from blazar.api.proxy import Proxy, read_json
 from blazar.dialects import anthropic as dialect
 from blazar.dialects.schema import check_tools
 from blazar.errors import Refused
-from blazar.handlers.gateway import Gateway
-from blazar.handlers.plan import Plan
+from blazar.serving.gateway import Gateway
+from blazar.serving.plan import Plan
 
 
 class CountBody(BaseModel):

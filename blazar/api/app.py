@@ -11,14 +11,14 @@ import orjson
 
 from blazar.api import admin, auth, bounds, console, dashboard, edge, errors, paths, sessions
 from blazar.api.context import RequestContext
+from blazar.cluster.nodes import cluster_key
 from blazar.context import Blazar
-from blazar.handlers.nodes import cluster_key
-from blazar.handlers.ports import SupervisorPort
 from blazar.projections.keys import auth_on
 from blazar.projections.traces import known
+from blazar.serving.ports import SupervisorPort
 
 if TYPE_CHECKING:
-    from blazar.handlers.gateway import Gateway
+    from blazar.serving.gateway import Gateway
 
 
 class HealthResource:

@@ -21,10 +21,10 @@ import falcon.asgi
 
 from blazar.clock import Clock
 from blazar.errors import Forbidden, Unauthenticated
-from blazar.handlers.keys import digest, prefix_of
-from blazar.handlers.principal import Principal
+from blazar.operations.keys import digest, prefix_of
 from blazar.projections.base import State
 from blazar.projections.keys import auth_on, live_by_prefix
+from blazar.serving.principal import Principal
 
 
 class Access(StrEnum):

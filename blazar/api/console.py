@@ -27,15 +27,15 @@ from blazar.api.console_follow import MAX_SEQ, event_json, query_params
 from blazar.context import Blazar
 from blazar.errors import BlazarError, EngineVerifyFailed, TraceNotFound
 from blazar.fit import FitRequest
-from blazar.handlers.engines import verify_engine
-from blazar.handlers.fit import devices_now, fit_model
-from blazar.handlers.ports import SupervisorPort
+from blazar.instances.fit import devices_now, fit_model
 from blazar.projections.catalog import aliases, models
 from blazar.projections.engines import installed, rollback_target
 from blazar.projections.traces import last_failed
 from blazar.queries.event_tail import tail
 from blazar.queries.nodes import where
 from blazar.queries.why import explain, load_trace, resolve_trace
+from blazar.serving.ports import SupervisorPort
+from blazar.store.engines import verify_engine
 
 STATIC_DIR = Path(__file__).with_name("console_static")
 PAGE = "index.html"

@@ -15,9 +15,9 @@ import falcon
 import falcon.asgi
 
 from blazar.api.auth import presented
+from blazar.cluster.nodes import FORWARD_HEADER
 from blazar.config import NODE_NAME
 from blazar.errors import Unauthenticated
-from blazar.handlers.nodes import FORWARD_HEADER
 from blazar.ids import new_trace_id
 
 log = logging.getLogger("blazar.api")

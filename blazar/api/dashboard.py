@@ -13,12 +13,12 @@ import falcon.asgi
 
 from blazar.context import Blazar
 from blazar.events.base import Recorded
-from blazar.handlers.ports import SupervisorPort
 from blazar.queries.dashboard import REQUEST_TYPES, SEED_EVENTS, Activity, DaemonStatus, fold, read_recent, snapshot
 from blazar.queries.ps import ps_rows
+from blazar.serving.ports import SupervisorPort
 
 if TYPE_CHECKING:
-    from blazar.handlers.gateway import Gateway
+    from blazar.serving.gateway import Gateway
 
 _FOLDED = frozenset(REQUEST_TYPES)
 

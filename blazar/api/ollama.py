@@ -19,10 +19,10 @@ from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.context import Blazar
 from blazar.dialects.modelfile import render_modelfile, render_parameters
 from blazar.errors import BlazarError, DialectError, ModelNotFound
-from blazar.handlers.models import alias_model, remove_model, unalias_model
-from blazar.handlers.ports import SupervisorPort
 from blazar.projections.catalog import StoredModel, alias_target, aliases, is_model, models, stored
 from blazar.projections.residency import instance
+from blazar.serving.ports import SupervisorPort
+from blazar.store.models import alias_model, remove_model, unalias_model
 
 # What Ollama answers for a model kept loaded forever: a time far past any real expiry.
 FOREVER = "2318-01-01T00:00:00Z"

@@ -15,8 +15,8 @@ from blazar.api.proxy import Proxy
 from blazar.dialects import ollama as ollama_dialect
 from blazar.dialects.schema import check_schema, check_tools
 from blazar.errors import ModelNotLoaded
-from blazar.handlers.gateway import Gateway
-from blazar.handlers.plan import Plan
+from blazar.serving.gateway import Gateway
+from blazar.serving.plan import Plan
 
 
 class _Generation(Proxy):

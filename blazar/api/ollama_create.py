@@ -1,6 +1,6 @@
 """Ollama's `POST /api/create`: a variant of a stored model (its bytes, not a copy) with a template, a system prompt
 and default parameters, from the request's fields or a legacy `modelfile` text (fields win over its lines). Parse and
-render only: what is accepted and what is recorded is decided by blazar/handlers/model_settings.py.
+render only: what is accepted and what is recorded is decided by blazar/store/model_settings.py.
 
 Refused with a 400 in Ollama's shape: quantize, files (blob uploads), adapters/ADAPTER, messages/MESSAGE,
 license/LICENSE, and a FROM that is not a model in the store.
@@ -20,8 +20,8 @@ from blazar.api.ollama import _body, _guard
 from blazar.context import Blazar
 from blazar.dialects import modelfile
 from blazar.errors import DialectError
-from blazar.handlers.model_settings import SettingsChange, create_variant, parse_parameters
 from blazar.projections.catalog import stored
+from blazar.store.model_settings import SettingsChange, create_variant, parse_parameters
 
 
 class CreateBody(BaseModel):

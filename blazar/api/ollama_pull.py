@@ -1,4 +1,4 @@
-"""The Ollama dialect's `POST /api/pull`: runs `blazar pull` (handlers/pull.py) and reports its progress as
+"""The Ollama dialect's `POST /api/pull`: runs `blazar pull` (store/pull.py) and reports its progress as
 Ollama's NDJSON status lines, or as one `{"status": "success"}` when `stream` is false.
 
 The pull runs in its own task, not the request's: a client that hangs up stops getting lines, but the download
@@ -25,9 +25,9 @@ from blazar.api.ollama import _body
 from blazar.context import Blazar
 from blazar.dialects.stream import ndjson
 from blazar.errors import BlazarError, DialectError, InvalidModelName
-from blazar.handlers.models import check_name
-from blazar.handlers.pull import PullResult, pull
-from blazar.handlers.pull_target import parse_target
+from blazar.store.models import check_name
+from blazar.store.pull import PullResult, pull
+from blazar.store.pull_target import parse_target
 
 log = logging.getLogger("blazar.api")
 

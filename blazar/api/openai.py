@@ -19,10 +19,10 @@ from blazar.api.proxy import Proxy
 from blazar.context import Blazar
 from blazar.dialects.schema import check_response_format, check_tools
 from blazar.errors import Refused
-from blazar.handlers.gateway import Gateway
-from blazar.handlers.plan import Plan
 from blazar.projections.catalog import StoredModel, models, stored
 from blazar.projections.remotes import remotes
+from blazar.serving.gateway import Gateway
+from blazar.serving.plan import Plan
 
 
 class OpenAIBody(BaseModel):

@@ -15,10 +15,10 @@ import falcon.asgi
 
 from blazar.context import Blazar
 from blazar.errors import EngineError, EngineVerifyFailed
-from blazar.handlers.engines import active_engine, prove_generates
-from blazar.handlers.gateway import Gateway
 from blazar.queries.log_writer import writer_check
 from blazar.queries.metrics import render_prometheus
+from blazar.serving.gateway import Gateway
+from blazar.store.engines import active_engine, prove_generates
 
 # A passed generation proves readiness for this long; a failed one is retried at the next probe.
 READY_PROOF_TTL_S = 30.0

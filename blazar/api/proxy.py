@@ -18,10 +18,10 @@ from blazar.api.auth import principal_of
 from blazar.api.context import trace_id_of
 from blazar.api.request_options import request_options
 from blazar.dialects.tools import force
-from blazar.handlers.admission import parse_priority
-from blazar.handlers.gateway import Gateway
-from blazar.handlers.plan import Answer, Plan
-from blazar.handlers.tenancy import IGNORED_HEADER, TENANT_HEADER, may_prioritize, qualify, tenant_of
+from blazar.serving.admission import parse_priority
+from blazar.serving.gateway import Gateway
+from blazar.serving.plan import Answer, Plan
+from blazar.serving.tenancy import IGNORED_HEADER, TENANT_HEADER, may_prioritize, qualify, tenant_of
 
 SSE = "text/event-stream"
 

@@ -1,7 +1,7 @@
 """The session routes under /api/blazar/sessions (what `blazar session` speaks to a running daemon): list and show
-read the sessions projection; save, restore and rm act through blazar/handlers/session_commands.py.
+read the sessions projection; save, restore and rm act through blazar/serving/session_commands.py.
 
-Sessions live in their tenant's namespace (blazar/handlers/tenancy.py). A key sees and acts on its own (its cache
+Sessions live in their tenant's namespace (blazar/serving/tenancy.py). A key sees and acts on its own (its cache
 group's); the machine's owner (keys off, the CLI's token) and admin keys list everyone's, and name another tenant's
 session with `?key=NAME` or `?group=NAME`."""
 
@@ -16,11 +16,11 @@ from blazar.api.auth import principal_of
 from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.api.request_options import session_name
 from blazar.errors import DialectError, Forbidden
-from blazar.handlers import session_commands
-from blazar.handlers.gateway import Gateway
-from blazar.handlers.principal import is_admin
-from blazar.handlers.tenancy import qualify, tenant_named, tenant_of
 from blazar.queries.sessions import EVERYONE, session_detail, session_list
+from blazar.serving import session_commands
+from blazar.serving.gateway import Gateway
+from blazar.serving.principal import is_admin
+from blazar.serving.tenancy import qualify, tenant_named, tenant_of
 
 
 class RestoreBody(BaseModel):

@@ -12,7 +12,7 @@ from blazar.cli.common import JSON_OPTION, opened, out, print_json, run
 from blazar.cli.daemon_client import tell_daemon
 from blazar.events.base import Recorded
 from blazar.events.system import ConfigChanged
-from blazar.handlers.config import set_value, unset_value
+from blazar.operations.config import set_value, unset_value
 
 app = typer.Typer(help="Read and change configuration (config.toml; each change is a config.changed event).",
                   no_args_is_help=True)

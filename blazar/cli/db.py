@@ -107,7 +107,7 @@ def migrate_to(
 
     from blazar.cli.common import opened
     from blazar.events.log import EventLog
-    from blazar.handlers.migrate_to import migrate_to as copy_log
+    from blazar.operations.migrate_to import migrate_to as copy_log
     from blazar.queries.audit import export_audit
 
     async def chain(log: EventLog, now: float) -> tuple[int, str]:

@@ -15,10 +15,10 @@ from rich.text import Text
 from blazar.bootstrap import paths_from_env
 from blazar.cli.common import err, opened, out, print_json, run
 from blazar.events.base import Recorded
-from blazar.handlers.doctor import checks
-from blazar.handlers.doctor.fix import apply_fixes
-from blazar.handlers.doctor.report import Check, exit_code, overall
-from blazar.handlers.doctor.store import QUICK_HASH_BYTES
+from blazar.operations.doctor import checks
+from blazar.operations.doctor.fix import apply_fixes
+from blazar.operations.doctor.report import Check, exit_code, overall
+from blazar.operations.doctor.store import QUICK_HASH_BYTES
 from blazar.paths import Paths
 from blazar.queries.file_modes import loose_modes
 

@@ -15,8 +15,8 @@ from rich.text import Text
 from blazar.adapters.engines.llama_server import Capabilities
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
 from blazar.errors import EngineError, EngineNotFound
-from blazar.handlers import engines as handler
 from blazar.projections.engines import rollback_target
+from blazar.store import engines as handler
 
 app = typer.Typer(
     help="Install, build, activate and roll back llama-server engines. Activation verifies every file and runs a "

@@ -19,7 +19,7 @@ from blazar.bootstrap import bootstrap, build_services, default_actor, paths_fro
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
 from blazar.cli.daemon_client import AdminClient, daemon_log, find_daemon, start_daemon
 from blazar.durations import format_duration, keep_alive_seconds
-from blazar.handlers.instances import ModelNotLoaded, reset_circuit
+from blazar.instances.supervisor import ModelNotLoaded, reset_circuit
 from blazar.projections.catalog import find
 from blazar.queries.ps import open_circuits, ps_rows
 

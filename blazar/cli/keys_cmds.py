@@ -1,4 +1,4 @@
-"""`blazar keys create|list|show|rotate|revoke|limits`: API keys, each change an event (blazar/handlers/keys.py). A
+"""`blazar keys create|list|show|rotate|revoke|limits`: API keys, each change an event (blazar/operations/keys.py). A
 secret is printed once, on stdout alone; a running daemon is told to fold the change at once."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from rich.table import Table
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
 from blazar.cli.daemon_client import tell_daemon
 from blazar.context import Blazar
-from blazar.handlers import keys as handlers
+from blazar.operations import keys as handlers
 from blazar.paths import Paths
 from blazar.projections.keys import public
 

@@ -1,5 +1,5 @@
 """`blazar launch [--model M] -- CMD ...`: run a command pointed at this gateway (OPENAI_*, ANTHROPIC_*, OLLAMA_*),
-starting the daemon when none runs, with a short-lived scoped key while keys are on (blazar/handlers/launch.py),
+starting the daemon when none runs, with a short-lived scoped key while keys are on (blazar/operations/launch.py),
 revoked when the command exits; signals to launch are passed on to the command, its exit code is launch's."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from blazar.cli.daemon_client import (
 )
 from blazar.daemon import DaemonInfo
 from blazar.errors import DaemonUnavailable, KeyCommandError, RemoteError
-from blazar.handlers import launch as handlers
+from blazar.operations import launch as handlers
 from blazar.paths import Paths
 
 _VERBATIM: dict[str, Any] = {"markup": False, "emoji": False}

@@ -11,13 +11,13 @@ from rich.table import Table
 
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
 from blazar.cli.model_settings_cmds import describe
+from blazar.cluster.nodes import pull_on_node
 from blazar.events.model_settings import ModelSettings
 from blazar.fit import FitRequest
-from blazar.handlers.fit import fit_model
-from blazar.handlers.models import alias_model, import_model, remove_model, unalias_model
-from blazar.handlers.nodes import pull_on_node
-from blazar.handlers.pull import pull as pull_model
+from blazar.instances.fit import fit_model
 from blazar.projections.catalog import find, settings_of
+from blazar.store.models import alias_model, import_model, remove_model, unalias_model
+from blazar.store.pull import pull as pull_model
 
 # Messages that carry a model name: "x:smile" followed by ": ..." must not print as an emoji.
 _VERBATIM: dict[str, Any] = {"markup": False, "emoji": False}

@@ -1,5 +1,5 @@
 """`blazar model set`: a model's chat template, system prompt and default parameters, each change a
-`model.configured` event (blazar/handlers/model_settings.py). A running daemon is told to fold it at once."""
+`model.configured` event (blazar/store/model_settings.py). A running daemon is told to fold it at once."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from blazar.cli.common import JSON_OPTION, opened, out, print_json, run
 from blazar.cli.daemon_client import tell_daemon
 from blazar.errors import InvalidModelSettings
 from blazar.events.model_settings import ModelSettings
-from blazar.handlers.model_settings import PARAMETERS, SettingsChange, configure_model, parse_parameters
+from blazar.store.model_settings import PARAMETERS, SettingsChange, configure_model, parse_parameters
 
 app = typer.Typer(help="A model's serving settings: chat template, system prompt, default parameters (recorded as "
                   "model.configured events; `blazar show NAME` shows them).", no_args_is_help=True)

@@ -12,7 +12,7 @@ from rich.table import Table
 from blazar.bootstrap import paths_from_env
 from blazar.cli.common import JSON_OPTION, fmt_ts, opened, out, print_json, run
 from blazar.cli.daemon_client import tell_daemon
-from blazar.handlers.remotes import add_remote, remove_remote
+from blazar.cluster.remotes import add_remote, remove_remote
 from blazar.projections.remotes import remotes
 
 app = typer.Typer(help="Remote engines: OpenAI-compatible servers Blazar routes some model names to.",

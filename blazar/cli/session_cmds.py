@@ -14,9 +14,9 @@ from blazar.bootstrap import paths_from_env
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
 from blazar.cli.daemon_client import AdminClient, daemon_log, find_daemon, start_daemon
 from blazar.errors import SessionUnavailable
-from blazar.handlers.session_commands import remove_session
-from blazar.handlers.tenancy import qualify, tenant_named
 from blazar.queries.sessions import session_detail, session_list
+from blazar.serving.session_commands import remove_session
+from blazar.serving.tenancy import qualify, tenant_named
 
 app = typer.Typer(help="Sessions: conversations clients name (X-Blazar-Session) whose turns keep their prefix in "
                   "an engine slot, saved to the KV bank when the instance goes and restored on the next turn.",

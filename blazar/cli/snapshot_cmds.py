@@ -10,7 +10,7 @@ import typer
 
 from blazar.bootstrap import default_actor, paths_from_env
 from blazar.cli.common import JSON_OPTION, err, opened, out, print_json, run
-from blazar.handlers.snapshot import Taken, restore_snapshot, take_snapshot
+from blazar.operations.snapshot import Taken, restore_snapshot, take_snapshot
 
 
 def snapshot(

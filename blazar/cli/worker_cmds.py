@@ -16,7 +16,7 @@ from rich.table import Table
 
 from blazar.addresses import is_loopback
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
-from blazar.handlers.worker import run_worker
+from blazar.instances.worker import run_worker
 from blazar.projections.workers import workers
 
 app = typer.Typer(help="RPC workers: llama.cpp's rpc-server on this host, for a model split across hosts. Without "

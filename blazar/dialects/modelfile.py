@@ -3,7 +3,7 @@
 `/api/show` gives them (`parameters` in Ollama's text format, `modelfile`).
 
 What Blazar cannot serve is refused by name here (ADAPTER, MESSAGE, LICENSE); whether a value is acceptable (a
-template's kind, a parameter's type) is the handler's decision (blazar/handlers/model_settings.py).
+template's kind, a parameter's type) is the handler's decision (blazar/store/model_settings.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ before the prompt is sent, but only into an instance of the same identity (`KvId
 Saves, failed saves, drops and restores made by a command are control events on the stream `session:<name>`; the
 per-request verdict (warm, restored or cold, and why) is `request.placed` (blazar/events/requests.py).
 
-Sessions live in their tenant's namespace (keys are tenants: blazar/handlers/tenancy.py): every `session` field holds
+Sessions live in their tenant's namespace (keys are tenants: blazar/serving/tenancy.py): every `session` field holds
 `<tenant>/<name>` (`key:alice/chat-1`), or the bare name for the machine's owner (and in events from before keys were
 tenants). A client's name never holds a "/".
 """

@@ -1,6 +1,6 @@
 """The `residency` projection: which engine instances are loaded now (starting, ready or being stopped), with what
 shape, memory and keep-alive, and per model the crash history, circuit, loads, evictions and refusals. The
-supervisor's deciders (`handlers/decide.py`) read it; reconciliation at start-up compares it with the processes.
+supervisor's deciders (`instances/decide.py`) read it; reconciliation at start-up compares it with the processes.
 """
 
 from __future__ import annotations

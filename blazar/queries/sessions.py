@@ -1,7 +1,7 @@
 """`blazar session list|show` and GET /api/blazar/sessions: each session with where its last turn ran (and whether
 that instance still runs), how its turns found the cache, and what the KV bank holds of it.
 
-Sessions live in their tenant's namespace (blazar/handlers/tenancy.py): each row says its `tenant` (None: the
+Sessions live in their tenant's namespace (blazar/serving/tenancy.py): each row says its `tenant` (None: the
 machine's owner) and its `name` as the client gave it; `session` is the two together. A list for one tenant shows only
 its sessions and its own share of the bank."""
 
@@ -62,7 +62,7 @@ def session_list(app: Blazar, tenant: str | _Everyone | None = EVERYONE) -> dict
 
 
 def session_detail(app: Blazar, session: str) -> dict[str, Any]:
-    """One session by its full name (blazar/handlers/tenancy.py `qualify`)."""
+    """One session by its full name (blazar/serving/tenancy.py `qualify`)."""
     state = app.runner.state("sessions")
     row = session_row(state, session)
     saved = bank_entries(state, session)

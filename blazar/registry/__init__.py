@@ -25,7 +25,7 @@ class Entry:
     name: str
     description: str
     sources: list[Source] = field(default_factory=list)
-    # What the model is given once pulled (blazar/handlers/model_settings.py validates them); None/{}: nothing.
+    # What the model is given once pulled (blazar/store/model_settings.py validates them); None/{}: nothing.
     template: str | None = None  # a llama.cpp built-in template name, for a GGUF that carries none
     system: str | None = None
     parameters: dict[str, Any] = field(default_factory=dict)

@@ -11,9 +11,9 @@ from blazar.bootstrap import bootstrap
 from blazar.clock import FakeClock
 from blazar.events.log import EventLog
 from blazar.events.system import SnapshotRestored, SnapshotTaken
-from blazar.handlers.config import set_value
-from blazar.handlers.snapshot import Taken, restore_snapshot, take_snapshot
-from blazar.handlers.snapshot_verify import verify_snapshot
+from blazar.operations.config import set_value
+from blazar.operations.snapshot import Taken, restore_snapshot, take_snapshot
+from blazar.operations.snapshot_verify import verify_snapshot
 from blazar.projections import all_projections
 from blazar.projections.checkpoints import dump_state
 from blazar.projections.runner import ProjectionRunner

@@ -23,8 +23,8 @@ from blazar.bootstrap import bootstrap, build_services
 from blazar.daemon import PortInUse, read_daemon_file, serve
 from blazar.errors import DaemonRunning, NoEngine
 from blazar.events.instances import ModelCircuitOpened
-from blazar.handlers.config import set_value
-from blazar.handlers.instances import LoadFailed, ModelNotLoaded
+from blazar.instances.supervisor import LoadFailed, ModelNotLoaded
+from blazar.operations.config import set_value
 from blazar.paths import Paths
 
 WAIT_S = 30.0

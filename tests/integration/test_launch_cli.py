@@ -18,7 +18,7 @@ import httpx2
 import openai
 import pytest
 
-from blazar.handlers.launch import PLACEHOLDER_KEY
+from blazar.operations.launch import PLACEHOLDER_KEY
 from tests.integration.test_daemon import free_port, wait_for
 from tests.integration.test_edge import _self_signed, _serving_tls
 from tests.support.blazar_home import read_events

@@ -24,7 +24,7 @@ from blazar.events import Event
 from blazar.events.engines import EngineActivated, EngineFile, EngineInstalled
 from blazar.events.models import ModelImported, ModelMetadata, ShardFile
 from blazar.events.sessions import KvIdentity, SessionSaved
-from blazar.handlers.kv_bank import bank_file_name
+from blazar.instances.kv_bank import bank_file_name
 from blazar.paths import Paths
 from tests.conftest import Cli
 from tests.integration.test_daemon import free_port, healthy, serving, wait_for

@@ -17,7 +17,7 @@ from blazar.adapters.engines.tiny_model import write_tiny_model
 from blazar.cli.main import app as blazar_cli
 from blazar.context import Blazar
 from blazar.errors import InvalidModelName, ModelExists, ModelFileError
-from blazar.handlers.models import check_name, import_model, remove_model
+from blazar.store.models import check_name, import_model, remove_model
 from tests.conftest import Cli
 from tests.support.blazar_home import event_types, import_into, read_events
 from tests.support.gguf_factory import write_embedding, write_plain, write_split, write_truncated

@@ -22,8 +22,8 @@ from gguf.constants import LlamaFileType
 from blazar.bootstrap import bootstrap
 from blazar.clock import FakeClock
 from blazar.context import Blazar
-from blazar.handlers.pull import pull
 from blazar.paths import Paths
+from blazar.store.pull import pull
 from tests.conftest import Cli
 from tests.support.blazar_home import event_types, read_events
 from tests.support.gguf_factory import write_plain, write_split

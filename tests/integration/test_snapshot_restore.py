@@ -23,9 +23,9 @@ from blazar import runlock
 from blazar.bootstrap import bootstrap
 from blazar.events.base import Recorded
 from blazar.events.registry import decode
-from blazar.handlers.config import set_value, unset_value
-from blazar.handlers.snapshot import take_snapshot
-from blazar.handlers.snapshot_verify import verify_snapshot
+from blazar.operations.config import set_value, unset_value
+from blazar.operations.snapshot import take_snapshot
+from blazar.operations.snapshot_verify import verify_snapshot
 from blazar.paths import Paths
 from blazar.projections import all_projections
 from tests.conftest import Cli

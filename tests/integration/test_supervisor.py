@@ -19,10 +19,10 @@ import pytest
 from blazar.adapters.engines.llama_server import probe
 from blazar.context import Blazar
 from blazar.errors import ModelInUse
-from blazar.handlers.config import set_value
-from blazar.handlers.engines import ActiveEngine, install_engine
-from blazar.handlers.instances import CircuitOpen, DoesNotFit, LoadFailed, ModelNotLoaded, Supervisor
-from blazar.handlers.models import import_model, remove_model
+from blazar.instances.supervisor import CircuitOpen, DoesNotFit, LoadFailed, ModelNotLoaded, Supervisor
+from blazar.operations.config import set_value
+from blazar.store.engines import ActiveEngine, install_engine
+from blazar.store.models import import_model, remove_model
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "llama_server"
 MiB = 1 << 20

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from blazar.errors import AdmissionRefused
-from blazar.handlers.admission import Admission, Ticket
+from blazar.serving.admission import Admission, Ticket
 
 PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 KEYS = ("qwen", "gemma", "llama")

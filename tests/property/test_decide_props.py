@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blazar.handlers.decide import Candidate, IdleView, decide_idle, decide_victims, next_wakeup
+from blazar.instances.decide import Candidate, IdleView, decide_idle, decide_victims, next_wakeup
 
 MiB = 1 << 20
 PROPERTY = settings(max_examples=300, deadline=None)

@@ -28,14 +28,14 @@ from hypothesis import strategies as st
 
 from blazar.api.app import create_app
 from blazar.bootstrap import bootstrap
+from blazar.cluster.remotes import add_remote
 from blazar.context import Blazar
 from blazar.errors import EngineStreamBroken, EngineUnreachable, LoadFailed, ModelNotFound
-from blazar.handlers import keys
-from blazar.handlers.admission import Admission
-from blazar.handlers.gateway import Gateway
-from blazar.handlers.instances import Instance, ResolvedModel
-from blazar.handlers.remotes import add_remote
+from blazar.instances.supervisor import Instance, ResolvedModel
+from blazar.operations import keys
 from blazar.paths import Paths
+from blazar.serving.admission import Admission
+from blazar.serving.gateway import Gateway
 from tests.support.asgi import LocalConductor
 from tests.support.resolved import resolved
 

@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 from blazar.api.app import create_app
 from blazar.bootstrap import bootstrap
 from blazar.errors import EngineError, EngineStreamBroken, LoadFailed, ModelNotFound
-from blazar.handlers.admission import Admission
-from blazar.handlers.gateway import Gateway
-from blazar.handlers.instances import Instance, ResolvedModel
+from blazar.instances.supervisor import Instance, ResolvedModel
 from blazar.paths import Paths
+from blazar.serving.admission import Admission
+from blazar.serving.gateway import Gateway
 from tests.support.asgi import LocalConductor
 from tests.support.resolved import resolved
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from blazar.bootstrap import bootstrap
 from blazar.events.log import EventLog
-from blazar.handlers.models import import_model
 from blazar.paths import Paths
+from blazar.store.models import import_model
 
 
 def home_paths(home: Path) -> Paths:

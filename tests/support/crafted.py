@@ -13,7 +13,7 @@ import orjson
 
 from blazar.bootstrap import bootstrap
 from blazar.events import Event
-from blazar.handlers.snapshot_verify import DB_FILE, FORMAT, FORMAT_VERSION, MANIFEST, Manifest
+from blazar.operations.snapshot_verify import DB_FILE, FORMAT, FORMAT_VERSION, MANIFEST, Manifest
 from blazar.paths import Paths
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from blazar.events.models import ModelMetadata
-from blazar.handlers.instances import ResolvedModel
+from blazar.instances.supervisor import ResolvedModel
 
 
 def resolved(name: str) -> ResolvedModel:

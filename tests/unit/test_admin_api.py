@@ -11,7 +11,7 @@ from blazar.api.app import create_app
 from blazar.context import Blazar
 from blazar.errors import BlazarError, ModelNotFound, ModelPinned, NoEngine
 from blazar.events.instances import ModelCircuitOpened
-from blazar.handlers.instances import UNSET, CircuitOpen, DoesNotFit, Instance, LoadFailed, ModelNotLoaded
+from blazar.instances.supervisor import UNSET, CircuitOpen, DoesNotFit, Instance, LoadFailed, ModelNotLoaded
 from tests.support.asgi import LocalConductor as ASGIConductor
 
 

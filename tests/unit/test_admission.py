@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from blazar.handlers.admission import (
+from blazar.serving.admission import (
     Admission,
     DeadlineUnmeetable,
     GlobalCap,

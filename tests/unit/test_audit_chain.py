@@ -15,7 +15,7 @@ from blazar.context import Blazar
 from blazar.errors import AuditChainBroken
 from blazar.events import Event, register
 from blazar.events.system import ConfigChanged, SnapshotTaken
-from blazar.handlers.config import set_value
+from blazar.operations.config import set_value
 from blazar.projections.audit import scrub_actor
 from blazar.queries.audit import (
     GENESIS,

@@ -10,7 +10,7 @@ import pytest
 
 from blazar.api.app import create_app
 from blazar.context import Blazar
-from blazar.handlers import keys as handlers
+from blazar.operations import keys as handlers
 from tests.support.asgi import LocalConductor as ASGIConductor
 from tests.unit.test_admin_api import FakeSupervisor
 from tests.unit.test_openapi import FakeGateway

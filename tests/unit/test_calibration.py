@@ -8,7 +8,7 @@ from blazar.context import Blazar
 from blazar.events import Event, Recorded
 from blazar.events.models import InstanceMemoryMeasured
 from blazar.fit.buffers import GPU_ENGINE_FIXED_BYTES, HOST_ENGINE_FIXED_BYTES
-from blazar.handlers.calibration import measured_bytes, parse_engine_buffers, record_measurement
+from blazar.instances.calibration import measured_bytes, parse_engine_buffers, record_measurement
 from blazar.projections import CalibrationProjection, fold
 from blazar.projections.calibration import RECENT_PER_MODEL, correction_for
 

@@ -8,7 +8,7 @@ from blazar import config as settings
 from blazar.bootstrap import bootstrap
 from blazar.context import Blazar
 from blazar.errors import ConfigError
-from blazar.handlers.config import reconcile_file, set_value, unset_value
+from blazar.operations.config import reconcile_file, set_value, unset_value
 
 
 def test_parse_value_converts_and_validates() -> None:

@@ -15,7 +15,7 @@ from blazar.api import console
 from blazar.api.app import create_app
 from blazar.context import Blazar
 from blazar.events.system import ConfigChanged
-from blazar.handlers import keys
+from blazar.operations import keys
 from tests.support.asgi import LocalConductor as ASGIConductor
 from tests.unit.test_admin_api import FakeSupervisor
 from tests.unit.test_openapi import FakeGateway

@@ -22,9 +22,9 @@ from blazar.adapters.engines.process import pid_dying
 from blazar.api.app import create_app
 from blazar.context import Blazar
 from blazar.errors import EngineStreamBroken, EngineUnreachable, LoadFailed
-from blazar.handlers.admission import Admission
-from blazar.handlers.gateway import Gateway
-from blazar.handlers.instances import Instance, ResolvedModel, Supervisor, _Live
+from blazar.instances.supervisor import Instance, ResolvedModel, Supervisor, _Live
+from blazar.serving.admission import Admission
+from blazar.serving.gateway import Gateway
 from tests.support.asgi import LocalConductor
 from tests.support.resolved import resolved
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from blazar.handlers.decide import (
+from blazar.instances.decide import (
     DEFAULT_RELOAD_S,
     Candidate,
     IdleView,

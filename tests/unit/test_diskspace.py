@@ -19,9 +19,9 @@ from blazar.events.base import Event
 from blazar.events.log import EventLog
 from blazar.events.registry import register
 from blazar.events.writer import GroupCommitWriter
-from blazar.handlers.doctor.checks import disk_full as doctor_disk_full
-from blazar.handlers.doctor.checks import not_opened, safe_to_open
-from blazar.handlers.doctor.report import Check
+from blazar.operations.doctor.checks import disk_full as doctor_disk_full
+from blazar.operations.doctor.checks import not_opened, safe_to_open
+from blazar.operations.doctor.report import Check
 from blazar.queries.log_writer import writer_check
 
 

@@ -20,14 +20,14 @@ import pytest
 from blazar import runlock
 from blazar.bootstrap import bootstrap
 from blazar.clock import FakeClock
-from blazar.handlers.doctor import checks, machine, store
-from blazar.handlers.doctor.engine import OPTION_NEEDS, cpu_fit, cpu_flags
-from blazar.handlers.doctor.fix import apply_fixes
-from blazar.handlers.doctor.orphans import orphans
-from blazar.handlers.doctor.report import Check, exit_code
-from blazar.handlers.models import import_model
+from blazar.operations.doctor import checks, machine, store
+from blazar.operations.doctor.engine import OPTION_NEEDS, cpu_fit, cpu_flags
+from blazar.operations.doctor.fix import apply_fixes
+from blazar.operations.doctor.orphans import orphans
+from blazar.operations.doctor.report import Check, exit_code
 from blazar.paths import Paths
 from blazar.queries.file_modes import loose_modes
+from blazar.store.models import import_model
 from tests.support import gguf_factory
 from tests.support.blazar_home import home_paths, import_into, read_events
 

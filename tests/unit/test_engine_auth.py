@@ -16,9 +16,9 @@ from multidict import CIMultiDictProxy
 from blazar.adapters.engines.client import EngineClient
 from blazar.api.app import create_app
 from blazar.context import Blazar
-from blazar.handlers.admission import Admission
-from blazar.handlers.gateway import Gateway
-from blazar.handlers.instances import Instance, ResolvedModel
+from blazar.instances.supervisor import Instance, ResolvedModel
+from blazar.serving.admission import Admission
+from blazar.serving.gateway import Gateway
 from tests.support.resolved import resolved
 
 CHILD_KEY = "eng_the_childs_own_key"

@@ -17,7 +17,7 @@ import pytest
 from blazar.adapters.engines.package import RPC_SERVER, closure, elf_needed, find_package
 from blazar.context import Blazar
 from blazar.errors import EngineError, EngineExists, EngineNotFound, EngineRefused, EngineVerifyFailed, NoEngine
-from blazar.handlers.engines import (
+from blazar.store.engines import (
     active_engine,
     install_engine,
     prune_candidates,

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from blazar.context import Blazar
 from blazar.fit import Device, FitRequest
-from blazar.handlers.calibration import record_measurement
-from blazar.handlers.fit import fit_model
-from blazar.handlers.models import import_model
+from blazar.instances.calibration import record_measurement
+from blazar.instances.fit import fit_model
+from blazar.store.models import import_model
 from tests.support.gguf_factory import write_gqa
 
 HOST = [Device(kind="host", index=0, name="host", total_bytes=16 * 2**30, free_bytes=12 * 2**30)]

@@ -14,10 +14,10 @@ import pytest
 
 from blazar.context import Blazar
 from blazar.errors import Refused
-from blazar.handlers.admission import Admission
-from blazar.handlers.gateway import Gateway
-from blazar.handlers.instances import Instance, ResolvedModel
-from blazar.handlers.plan import Plan
+from blazar.instances.supervisor import Instance, ResolvedModel
+from blazar.serving.admission import Admission
+from blazar.serving.gateway import Gateway
+from blazar.serving.plan import Plan
 from tests.support.resolved import resolved
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0, "stream": True}

@@ -9,8 +9,8 @@ import pytest
 
 from blazar.dialects.judge import judge, mean_logprob, schema_of, winner
 from blazar.errors import DialectError
-from blazar.handlers.flights import deterministic, flight_key
-from blazar.handlers.plan import Plan
+from blazar.serving.flights import deterministic, flight_key
+from blazar.serving.plan import Plan
 from tests.support.resolved import resolved
 
 SCHEMA = {"type": "object", "properties": {"colour": {"type": "string"}}, "required": ["colour"]}

@@ -13,12 +13,12 @@ from blazar.clock import FakeClock
 from blazar.context import Blazar
 from blazar.events.base import Event, Recorded
 from blazar.events.keys import KeyCreated, KeyLimitsChanged, KeyRevoked, KeyRotated
-from blazar.handlers import keys as handlers
-from blazar.handlers.keys import KeyCommandError, digest, new_secret, prefix_of
-from blazar.handlers.principal import Principal, is_admin
+from blazar.operations import keys as handlers
+from blazar.operations.keys import KeyCommandError, digest, new_secret, prefix_of
 from blazar.projections.base import fold
 from blazar.projections.keys import KeysProjection, auth_on
 from blazar.projections.keys import key as api_key
+from blazar.serving.principal import Principal, is_admin
 
 
 def rec(seq: int, event: Event) -> Recorded:

@@ -10,7 +10,7 @@ import pytest
 from blazar.clock import FakeClock
 from blazar.context import Blazar
 from blazar.errors import KeyCommandError, ModelNotFound
-from blazar.handlers import keys, launch
+from blazar.operations import keys, launch
 from blazar.projections.keys import key as api_key
 
 URL = "http://127.0.0.1:11435"

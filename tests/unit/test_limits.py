@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from blazar.clock import FakeClock
-from blazar.handlers.limits import DAY_S, KeyLimits, Limiter, LimitExceeded
+from blazar.serving.limits import DAY_S, KeyLimits, Limiter, LimitExceeded
 
 
 def limiter(start: float = 10 * DAY_S, seed=None) -> tuple[Limiter, FakeClock]:

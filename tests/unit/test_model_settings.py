@@ -14,8 +14,11 @@ from blazar.errors import EngineIncompatible, InvalidModelSettings, ModelExists,
 from blazar.events import Event, Recorded
 from blazar.events.model_settings import ModelConfigured, ModelSettings, ModelVariantCreated
 from blazar.events.models import ModelImported, ModelMetadata, ModelRemoved
-from blazar.handlers.model_defaults import apply_settings
-from blazar.handlers.model_settings import (
+from blazar.projections import CatalogProjection, fold
+from blazar.projections.catalog import models, settings_of, stored
+from blazar.serving.model_defaults import apply_settings
+from blazar.serving.plan import Plan
+from blazar.store.model_settings import (
     SettingsChange,
     apply_registry_settings,
     configure_model,
@@ -27,10 +30,7 @@ from blazar.handlers.model_settings import (
     template_flags,
     template_key,
 )
-from blazar.handlers.models import alias_model, import_model, remove_model
-from blazar.handlers.plan import Plan
-from blazar.projections import CatalogProjection, fold
-from blazar.projections.catalog import models, settings_of, stored
+from blazar.store.models import alias_model, import_model, remove_model
 from tests.support import gguf_factory
 
 JINJA = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}<|assistant|>"
@@ -291,7 +291,7 @@ def test_the_template_identifies_an_instance() -> None:
 
 async def test_pulling_a_registry_model_again_gives_it_the_registrys_settings_once(app: Blazar,
                                                                                    tmp_path: Path) -> None:
-    from blazar.handlers.pull import pull
+    from blazar.store.pull import pull
 
     src = tmp_path / "g.gguf"
     gguf_factory.write_plain(src)

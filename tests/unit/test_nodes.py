@@ -9,14 +9,7 @@ import pytest
 from blazar import config as settings
 from blazar.addresses import in_clear_off_host
 from blazar.clock import FakeClock
-from blazar.context import Blazar
-from blazar.errors import ConfigError, NodeError, UnsafeNodeUrl
-from blazar.events.base import Recorded
-from blazar.events.instances import InstanceReady, InstanceStarting
-from blazar.events.log import EventLog
-from blazar.events.models import ModelImported, ModelMetadata
-from blazar.events.nodes import NodeDown, NodeHeartbeat, NodeStarted, NodeStopped
-from blazar.handlers.nodes import (
+from blazar.cluster.nodes import (
     CLUSTER_KEY_ENV,
     NodeKeeper,
     check_node_url,
@@ -26,6 +19,13 @@ from blazar.handlers.nodes import (
     pull_on_node,
     ready_peer,
 )
+from blazar.context import Blazar
+from blazar.errors import ConfigError, NodeError, UnsafeNodeUrl
+from blazar.events.base import Recorded
+from blazar.events.instances import InstanceReady, InstanceStarting
+from blazar.events.log import EventLog
+from blazar.events.models import ModelImported, ModelMetadata
+from blazar.events.nodes import NodeDown, NodeHeartbeat, NodeStarted, NodeStopped
 from blazar.paths import Paths
 from blazar.projections import all_projections
 from blazar.projections.base import fold

@@ -14,7 +14,7 @@ import schemathesis
 from blazar.api import auth, openapi
 from blazar.api.app import create_app
 from blazar.context import Blazar
-from blazar.handlers import keys
+from blazar.operations import keys
 from tests.support.asgi import LocalConductor as ASGIConductor
 from tests.unit.test_admin_api import FakeSupervisor
 

@@ -14,9 +14,9 @@ import pytest
 from blazar.api.app import create_app
 from blazar.context import Blazar
 from blazar.errors import ModelNotFound
-from blazar.handlers.admission import Admission
-from blazar.handlers.gateway import Gateway
-from blazar.handlers.instances import Instance, ResolvedModel
+from blazar.instances.supervisor import Instance, ResolvedModel
+from blazar.serving.admission import Admission
+from blazar.serving.gateway import Gateway
 from tests.support.asgi import LocalConductor as ASGIConductor
 from tests.support.resolved import resolved
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from blazar.errors import InvalidModelName
-from blazar.handlers.models import check_name
-from blazar.handlers.pull_target import Target, parse_target
+from blazar.store.models import check_name
+from blazar.store.pull_target import Target, parse_target
 
 
 @pytest.mark.parametrize("text", ["gemma3-270m", "gemma3:270m", "qwen2.5_0.5b"])

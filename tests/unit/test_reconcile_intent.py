@@ -8,7 +8,7 @@ import sys
 
 from blazar.context import Blazar
 from blazar.events.instances import InstanceStarting
-from blazar.handlers.reconcile import reconcile
+from blazar.instances.reconcile import reconcile
 
 MiB = 1 << 20
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from blazar.cluster.remotes import RemoteBreaker, add_remote, normalize_url, remote_instance, remove_remote
 from blazar.context import Blazar
 from blazar.errors import RemoteCommandError
 from blazar.events.base import Recorded
 from blazar.events.remotes import RemoteAdded, RemoteCircuitClosed, RemoteCircuitOpened, RemoteRemoved
-from blazar.handlers.remotes import RemoteBreaker, add_remote, normalize_url, remote_instance, remove_remote
 from blazar.projections.base import fold
 from blazar.projections.remotes import RemotesProjection, remote, remotes, serving
 
@@ -66,7 +66,7 @@ async def test_registration_refuses_store_models_and_bad_names(app: Blazar) -> N
 
 
 async def test_failures_in_a_row_open_the_circuit_and_a_success_closes_it(app: Blazar) -> None:
-    from blazar.handlers.config import set_value
+    from blazar.operations.config import set_value
 
     await set_value(app, "remote_circuit_failures", "2")
     await add_remote(app, "b", "http://h", ["m"])

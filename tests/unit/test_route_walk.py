@@ -20,7 +20,7 @@ import pytest
 from blazar.api import auth, paths
 from blazar.api.app import create_app
 from blazar.context import Blazar
-from blazar.handlers import keys
+from blazar.operations import keys
 from tests.support.asgi import LocalConductor
 from tests.unit.test_admin_api import FakeSupervisor
 from tests.unit.test_openapi import FakeGateway

@@ -14,12 +14,12 @@ from blazar.errors import EngineUnreachable
 from blazar.events.base import Recorded
 from blazar.events.requests import RequestPlaced
 from blazar.events.sessions import KvIdentity, SessionDropped, SessionRemoved, SessionRestored, SessionSaved
-from blazar.handlers.instances import Instance
-from blazar.handlers.kv_bank import KvBank, bank_file_name
-from blazar.handlers.models import slot_dir
-from blazar.handlers.session_slots import SessionSlots
+from blazar.instances.kv_bank import KvBank, bank_file_name
+from blazar.instances.session_slots import SessionSlots
+from blazar.instances.supervisor import Instance
 from blazar.projections.base import fold
 from blazar.projections.sessions import SessionsProjection, bank_bytes, bank_entries, bank_entry, session_row
+from blazar.store.models import slot_dir
 
 IDENT = KvIdentity(engine="b1", model_sha256="aa", ctx_tokens=4096, cache_type_k="f16", cache_type_v="f16",
                    swa_full=True)
@@ -283,6 +283,6 @@ async def test_a_bank_of_zero_saves_nothing(app: Blazar, bank: KvBank, engine: F
 
 
 async def _set(app: Blazar, key: str, value: str) -> None:
-    from blazar.handlers.config import set_value
+    from blazar.operations.config import set_value
 
     await set_value(app, key, value)

@@ -12,9 +12,9 @@ import pytest
 
 from blazar.context import Blazar
 from blazar.errors import SnapshotError
-from blazar.handlers.config import set_value
-from blazar.handlers.snapshot import take_snapshot
-from blazar.handlers.snapshot_verify import (
+from blazar.operations.config import set_value
+from blazar.operations.snapshot import take_snapshot
+from blazar.operations.snapshot_verify import (
     ModelFile,
     check_model_files,
     list_model_files,

@@ -10,18 +10,18 @@ from blazar.context import Blazar
 from blazar.events.base import Event, Recorded
 from blazar.events.keys import KeyCreated, KeyLimitsChanged
 from blazar.events.requests import RequestCompleted, RequestFailed, RequestReceived
-from blazar.handlers import keys as handlers
-from blazar.handlers.flights import flight_key
-from blazar.handlers.keys import KeyCommandError
-from blazar.handlers.kv_bank import Placement
-from blazar.handlers.plan import Plan
-from blazar.handlers.principal import Principal
-from blazar.handlers.session_slots import LOST_MAX, SessionSlots
-from blazar.handlers.tenancy import may_prioritize, qualify, split_session, tenant_named, tenant_of
+from blazar.instances.kv_bank import Placement
+from blazar.instances.session_slots import LOST_MAX, SessionSlots
+from blazar.operations import keys as handlers
+from blazar.operations.keys import KeyCommandError
 from blazar.projections.base import fold
 from blazar.projections.keys import ApiKey, KeysProjection
 from blazar.projections.keys import key as api_key
 from blazar.projections.metrics import MetricsProjection, tokens_on
+from blazar.serving.flights import flight_key
+from blazar.serving.plan import Plan
+from blazar.serving.principal import Principal
+from blazar.serving.tenancy import may_prioritize, qualify, split_session, tenant_named, tenant_of
 
 
 def api(name: str, *, group: str | None = None, prioritize: bool = False, admin: bool = False) -> ApiKey:
@@ -182,7 +182,7 @@ def test_a_failed_streams_relayed_tokens_count_against_its_keys_day() -> None:
 
 def test_extra_shares_count_against_max_concurrent_only() -> None:
     from blazar.clock import FakeClock
-    from blazar.handlers.limits import KeyLimits, Limiter
+    from blazar.serving.limits import KeyLimits, Limiter
 
     limiter = Limiter(FakeClock())
     limits = KeyLimits("a", rpm=1, max_concurrent=2)

@@ -19,19 +19,19 @@ from blazar.events.engines import EngineActivated, EngineFile, EngineInstalled
 from blazar.events.instances import InstanceStarting
 from blazar.events.models import ModelImported, ShardFile
 from blazar.events.sessions import KvIdentity, SessionSaved
-from blazar.handlers import engine_verify
-from blazar.handlers.config import set_value
-from blazar.handlers.engine_verify import spawn_problems, verify_for_spawn
-from blazar.handlers.engines import active_engine, install_engine
-from blazar.handlers.instances import Supervisor
-from blazar.handlers.kv_bank import KvBank
-from blazar.handlers.models import import_model, remove_model, slot_dir
-from blazar.handlers.reconcile import reconcile
-from blazar.handlers.session_commands import remove_session
+from blazar.instances.kv_bank import KvBank
+from blazar.instances.reconcile import reconcile
+from blazar.instances.supervisor import Supervisor
+from blazar.operations.config import set_value
 from blazar.projections import CatalogProjection, EnginesProjection, fold
 from blazar.projections.catalog import stored
 from blazar.projections.engines import active_tag
 from blazar.projections.sessions import SessionsProjection, bank_bytes, bank_entries
+from blazar.serving.session_commands import remove_session
+from blazar.store import engine_verify
+from blazar.store.engine_verify import spawn_problems, verify_for_spawn
+from blazar.store.engines import active_engine, install_engine
+from blazar.store.models import import_model, remove_model, slot_dir
 from tests.support.gguf_factory import write_plain
 from tests.unit.test_engine_handlers import stand_in
 from tests.unit.test_sessions_unit import FakeSlotsEngine, instance
@@ -309,7 +309,7 @@ def test_a_file_changed_within_the_clocks_tick_is_hashed_at_every_check(
 
 
 async def test_doctor_names_the_events_it_would_not_trust(app: Blazar, outside: Path) -> None:
-    from blazar.handlers.doctor import trust
+    from blazar.operations.doctor import trust
 
     assert trust.untrusted_paths(app).status == "ok"
     recs = await app.record([imported("victim", str(outside / "precious.txt")), installed("evil", "/tmp/evil.sh"),
@@ -324,7 +324,7 @@ async def test_doctor_leaves_a_young_unrecorded_save_alone_while_a_daemon_runs(a
     import time
 
     from blazar import runlock
-    from blazar.handlers.doctor import trust
+    from blazar.operations.doctor import trust
 
     leftover = slot_dir(app.paths.data_dir, "gemma") / "ab.bin"
     leftover.parent.mkdir(parents=True)

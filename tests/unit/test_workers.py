@@ -20,8 +20,8 @@ from blazar.events.instances import InstanceStarting
 from blazar.events.workers import WorkerStarted, WorkerStopped
 from blazar.fit.devices import gpus_of, rpc_of
 from blazar.fit.planner import FitRequest, plan
-from blazar.handlers.placement import budget_devices, worker_bytes_needed, worker_devices
-from blazar.handlers.worker import run_worker
+from blazar.instances.placement import budget_devices, worker_bytes_needed, worker_devices
+from blazar.instances.worker import run_worker
 from blazar.projections.base import fold
 from blazar.projections.residency import ResidencyProjection, instances
 from blazar.projections.workers import WorkersProjection, workers
@@ -178,8 +178,8 @@ def test_a_passed_through_stream_that_breaks_ends_with_an_error_event_in_its_rou
     import orjson
 
     from blazar.dialects.stream import SseEvents
-    from blazar.handlers.plan import Plan
-    from blazar.handlers.relay import broken_event
+    from blazar.serving.plan import Plan
+    from blazar.serving.relay import broken_event
 
     chat = Plan(model="m", engine_path="/v1/chat/completions", body=None, stream=True, route="/v1/chat/completions",
                 trace_id="t")

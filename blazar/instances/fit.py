@@ -1,0 +1,110 @@
+"""`blazar fit` and `blazar coreside`: plan a model (in the store, or on a hub before any download) on the
+devices this machine has now. Reads the catalog and calibration projections; records nothing."""
+
+from __future__ import annotations
+
+import asyncio
+
+from blazar.adapters.gguf_header import ShortRead, parse_header
+from blazar.adapters.gguf_inspect import header_bytes_needed_hint, inspect_gguf_header, inspect_split_headers
+from blazar.adapters.gpu import probe_devices
+from blazar.adapters.hub import Hub, RemoteFile
+from blazar.context import Blazar
+from blazar.errors import ModelFileError, ModelNotFound
+from blazar.events.models import ModelMetadata
+from blazar.fit import CoresidePlan, Device, FitPlan, FitRequest, coreside, plan
+from blazar.instances.placement import Resident, budget_devices, worker_devices
+from blazar.instances.worker import idle_workers
+from blazar.projections.calibration import correction_for
+from blazar.projections.catalog import stored
+from blazar.projections.residency import instances
+from blazar.store.pull_target import parse_target
+
+# A header bigger than this is not a model we can plan for (the largest vocabularies need ~10 MiB).
+MAX_HEADER_BYTES = 256 * 1024 * 1024
+
+
+async def metadata_for(app: Blazar, model_or_target: str) -> tuple[str, ModelMetadata, bool]:
+    """(name, metadata, in_store): from the catalog when the store has it, else from a hub header (no download)."""
+    got = stored(app.runner.state("catalog"), model_or_target)
+    if got is not None:
+        return got.name, got.metadata, True
+    target = parse_target(model_or_target)
+    if target.kind == "registry":
+        raise ModelNotFound(f"no model named {model_or_target!r} in the store; pull it first or plan a hub target "
+                            "(owner/repo[:QUANT])")
+    assert target.repo is not None
+    hub = app.hub()
+    files = await asyncio.to_thread(hub.resolve, target.repo, target.path or target.quant)
+    meta = await asyncio.to_thread(remote_metadata, hub, target.repo, files)
+    return target.default_name(), meta, False
+
+
+def remote_metadata(hub: Hub, repo: str, files: list[RemoteFile]) -> ModelMetadata:
+    """Read only the GGUF headers with range requests, growing the range until each whole header is in."""
+    parts = [(_header_prefix(hub, repo, f), f.size, f"{repo}/{f.path}") for f in files]
+    if len(parts) == 1:
+        prefix, size, source = parts[0]
+        return inspect_gguf_header(prefix, size, source=source)
+    return inspect_split_headers(parts)
+
+
+def _header_prefix(hub: Hub, repo: str, f: RemoteFile) -> bytes:
+    want = min(header_bytes_needed_hint, f.size)
+    while True:
+        prefix = hub.fetch_range(repo, f.path, 0, want, revision=f.revision)
+        try:
+            parse_header(prefix, len(prefix), f"{repo}/{f.path}")
+            return prefix
+        except ShortRead as short:
+            if want >= f.size:
+                raise ModelFileError(f"{repo}/{f.path}: truncated: the header runs past the end of the file") from None
+            want = min(f.size, max(short.needed, want * 2))
+            if want > MAX_HEADER_BYTES:
+                raise ModelFileError(f"{repo}/{f.path}: the GGUF header is over {MAX_HEADER_BYTES} bytes") from None
+
+
+def devices_now() -> list[Device]:
+    return probe_devices()
+
+
+async def fit_model(app: Blazar, model_or_target: str, request: FitRequest,
+                    devices: list[Device] | None = None) -> FitPlan:
+    """Plan `model_or_target`, with the calibration correction for the planned shape when the store has it."""
+    name, meta, in_store = await metadata_for(app, model_or_target)
+    devs = devices if devices is not None else await asyncio.to_thread(devices_now)
+    meta = meta.model_copy(update={"name": name})  # plans and their summaries speak of the store's name
+    first = plan(meta, devs, request)
+    if not in_store:
+        return first
+    correction = correction_for(app.runner.state("calibration"), name, first.ctx_per_slot, first.slots,
+                                first.cache_type_k, first.cache_type_v)
+    if correction == 0:
+        return first
+    return plan(meta, devs, request.model_copy(update={"correction": correction}))
+
+
+async def coreside_models(app: Blazar, models: list[str], request: FitRequest,
+                          devices: list[Device] | None = None) -> tuple[CoresidePlan, list[tuple[str, FitPlan]]]:
+    devs = devices if devices is not None else await asyncio.to_thread(devices_now)
+    plans = [(m, await fit_model(app, m, request, devs)) for m in models]
+    return coreside(plans, devs), plans
+
+
+async def fit_with_workers(app: Blazar, model_or_target: str, request: FitRequest) -> FitPlan:
+    """The plan the daemon would make for a load now: this machine within memory_limit_mib (what running instances
+    hold taken off), and, when that does not fit, the idle RPC workers that accept a connection (the fewest layers
+    away)."""
+    residents = instances(app.runner.state("residency"), node=app.node or None)  # this machine's own
+    budget = budget_devices(await asyncio.to_thread(devices_now),
+                            [Resident(i.instance_id, i.resident_bytes) for i in residents],
+                            memory_limit_bytes=app.settings().memory_limit_mib * (1 << 20))
+    here = await fit_model(app, model_or_target, request, budget)
+    if here.fits:
+        return here
+    offered = await idle_workers(app, set())
+    if not offered:
+        return here
+    spread = await fit_model(app, model_or_target, request.model_copy(update={"offload": "fewest"}),
+                             [*budget, *worker_devices(offered)])
+    return spread if spread.fits else here

@@ -1,0 +1,63 @@
+"""The log's own health when it lives in PostgreSQL: the database reached, the schema at head, seq without gaps, the
+append-only triggers in place, and the clock against the last event. (PostgreSQL checks its own pages: no
+integrity pragma to run.)"""
+
+from __future__ import annotations
+
+import time
+
+from blazar.errors import BlazarError
+from blazar.operations.doctor.logdb import CLOCK_SLACK_S
+from blazar.operations.doctor.report import Check, ok
+
+TRIGGERS = ("events_gap_free", "events_no_delete", "events_no_truncate", "events_no_update")
+_RESTORE = "restore the latest snapshot: `blazar restore PATH` (`blazar snapshot` makes them)"
+
+
+async def log_checks(url: str, *, now: float | None = None) -> list[Check]:
+    import asyncpg
+
+    from blazar.events import migrate_pg
+    from blazar.events.log_pg import driver_url, redact
+
+    now = time.time() if now is None else now
+    where = redact(url)
+    try:
+        conn = await asyncpg.connect(driver_url(url), timeout=10)
+    except (OSError, asyncpg.PostgresError, TimeoutError) as e:
+        return [Check("log", "database", "fail", f"cannot reach the log's database {where}: {e}",
+                      fix="start PostgreSQL, or correct database_url / BLAZAR_DATABASE_URL")]
+    try:
+        checks = [ok("log", "database", f"the log is in PostgreSQL at {where} "
+                     f"(server {conn.get_server_version().major})")]
+        try:
+            st = await migrate_pg.status(url)
+        except BlazarError as e:
+            return [*checks, Check("log", "schema", "fail", e.message,
+                                   fix="upgrade Blazar to the version that wrote this log")]
+        if st.current is None:
+            return [*checks, ok("log", "schema", "no log yet in this database: the first command creates it")]
+        checks.append(ok("log", "schema", f"schema at head ({st.head})") if st.up_to_date else
+                      Check("log", "schema", "warn", f"schema at {st.current}, head is {st.head}",
+                            fix="blazar db upgrade"))
+        count, first, last = await conn.fetchrow("SELECT COUNT(*), MIN(seq), MAX(seq) FROM events")
+        if count == 0 or (first == 1 and last == count):
+            checks.append(ok("log", "seq", f"seq 1..{last or 0} without gaps ({count} events)"))
+        else:
+            checks.append(Check("log", "seq", "fail", f"{(last or 0) - count} seq number(s) missing between 1 and "
+                                f"{last}: events were deleted outside Blazar", fix=_RESTORE))
+        have = {r[0] for r in await conn.fetch(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = 'events'::regclass AND NOT tgisinternal")}
+        missing = [t for t in TRIGGERS if t not in have]
+        checks.append(ok("log", "triggers", "append-only triggers present: " + ", ".join(TRIGGERS)) if not missing
+                      else Check("log", "triggers", "fail", f"missing trigger(s) {', '.join(missing)}: the log no "
+                                 "longer refuses UPDATE, DELETE, TRUNCATE or a gap", fix=_RESTORE))
+        row = await conn.fetchrow("SELECT ts, seq FROM events ORDER BY seq DESC LIMIT 1")
+        if row is not None and now + CLOCK_SLACK_S < float(row[0]):
+            checks.append(Check("log", "clock", "fail", f"the clock reads {float(row[0]) - now:.0f} s before the last "
+                                f"event (seq {row[1]})", fix="set the system clock (timedatectl set-ntp true)"))
+        else:
+            checks.append(ok("log", "clock", "the clock is not behind the last event"))
+        return checks
+    finally:
+        await conn.close()

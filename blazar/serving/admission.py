@@ -1,0 +1,433 @@
+"""Per-model slot admission: the gate between a routed request and its llama-server's `-np` slots. In memory, no I/O;
+the gateway records `request.queued` / `request.admitted` / `request.rejected` from what this returns or raises.
+
+Each model has its own wait queue. Requests with a deadline come first, earliest deadline first (EDF); the others
+follow by (priority desc, arrival). A freed slot wakes a waiter that can use it and nobody loses their place to a
+wake-up meant for another model. Queues are bounded, the wait has a timeout, and a refusal carries a Retry-After
+estimated from how long that model's requests hold a slot. A request whose deadline the measured drain says cannot
+be met is refused at once rather than left to time out in the queue.
+
+Every ticket names a slot (`slot_id`, 0 .. -np - 1) that no other ticket holds: the gateway routes a session's turns
+to the slot that holds its prefix (llama-server's `id_slot`), so each waiter may say which free slot it prefers.
+
+    AdmissionRefused (blazar/errors.py)   refused before any token: http_status, reason, retry_after_s, observations
+    ├── QueueFull      429         the model's queue already holds `queue_depth` waiters
+    ├── GlobalCap      429         the global cap is reached and the requests waiting only for it fill its queue
+    ├── QueueTimeout   503         no slot within `wait_timeout_s`; the waiter has left the queue
+    └── DeadlineUnmeetable 503     the wait and the generation, as measured, outlast the deadline (or it passed)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import itertools
+import math
+import re
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from blazar.errors import AdmissionRefused, DeadlineUnmeetable, GlobalCap, QueueFull, QueueTimeout
+from blazar.instances.session_slots import SlotPicker
+
+# Weight of the newest hold time in the per-model average: recent enough to follow a change of workload, smooth
+# enough that one long stream does not swing Retry-After.
+_EWMA_ALPHA = 0.2
+
+_NAMED_PRIORITIES = {"high": 10, "normal": 0, "low": -10}
+_PRIORITY_RANGE = 100
+_INTEGER = re.compile(r"[+-]?[0-9]{1,3}")
+
+
+
+def parse_priority(value: str | None) -> int:
+    """The X-Blazar-Priority header: high / normal / low (10 / 0 / -10) or an integer in [-100, 100]; absent → 0."""
+    if value is None or not value.strip():
+        return 0
+    text = value.strip().lower()
+    if text in _NAMED_PRIORITIES:
+        return _NAMED_PRIORITIES[text]
+    # NOTE: a regex rather than int(): int() also takes "1_0", " 5 " and non-ASCII digits.
+    if _INTEGER.fullmatch(text) and -_PRIORITY_RANGE <= int(text) <= _PRIORITY_RANGE:
+        return int(text)
+    raise ValueError(f"X-Blazar-Priority must be high, normal, low, or an integer from -{_PRIORITY_RANGE} to "
+                     f"{_PRIORITY_RANGE}; got {value!r}")
+
+
+@dataclass
+class Ticket:
+    """A slot held on `key`; hand it back with `Admission.release` (a second release is a no-op)."""
+
+    key: str
+    position_when_queued: int  # 0: admitted at once; else the place it queued at (1 = next)
+    waited_s: float
+    busy_after: int  # this model's busy slots, this one included
+    slots: int  # the model's -np when this one was admitted
+    max_tokens: int | None = None  # what the request may generate at most (None: unbounded)
+    slot_id: int = 0  # the engine slot this ticket holds (no other ticket of the model holds it meanwhile)
+    _acquired_at: float = field(default=0.0, repr=False, compare=False)
+    _owner: object = field(default=None, repr=False, compare=False)
+    _released: bool = field(default=False, repr=False, compare=False)
+
+
+@dataclass(eq=False)
+class _Waiter:
+    key: str
+    priority: int
+    seq: int
+    queued_at: float
+    future: asyncio.Future[Ticket]
+    position: int = 0
+    max_tokens: int | None = None
+    deadline: float | None = None  # on the admission clock; None: none
+    pick: SlotPicker | None = None
+
+    @property
+    def rank(self) -> tuple[int, float, int]:
+        """Deadlines first, earliest first (EDF); then the rest by priority, then arrival."""
+        if self.deadline is not None:
+            return (0, self.deadline, self.seq)
+        return (1, -self.priority, self.seq)
+
+
+@dataclass
+class _Lane:
+    """One model: its latest -np, slots in use, waiters in rank order, and the average time a slot is held."""
+
+    slots: int
+    busy: int = 0
+    waiters: list[_Waiter] = field(default_factory=list)
+    taken: set[int] = field(default_factory=set)  # slot ids held by tickets
+    ewma_hold_s: float | None = None
+    # What a slot's time goes on: seconds held per generated token, and tokens per request (the drain rate of a
+    # queue of requests of another length than the last ones is estimated from these).
+    ewma_s_per_token: float | None = None
+    ewma_tokens: float | None = None
+
+    def expected_hold_s(self, max_tokens: int | None) -> float | None:
+        """How long a request asking for at most `max_tokens` will likely hold its slot, from what holds and
+        generated tokens have measured; None before anything was measured."""
+        if self.ewma_s_per_token is not None and self.ewma_tokens is not None:
+            tokens = self.ewma_tokens if max_tokens is None else min(float(max_tokens), self.ewma_tokens)
+            return self.ewma_s_per_token * max(1.0, tokens)
+        return self.ewma_hold_s
+
+    def finish_s(self, ahead: list[_Waiter], max_tokens: int | None) -> float | None:
+        """Seconds until a newcomer with `ahead` ranked before it would be done: its wait (the holds of those ahead,
+        plus one hold for a slot to come free when none is, over the slots) and its own hold. None before anything
+        was measured."""
+        own = self.expected_hold_s(max_tokens)
+        holds = [self.expected_hold_s(w.max_tokens) for w in ahead]
+        if own is None or any(h is None for h in holds):
+            return None
+        wait = sum(h for h in holds if h is not None)
+        if self.busy >= self.slots or ahead:
+            typical = self.expected_hold_s(None)
+            wait += typical if typical is not None else own
+        return wait / max(1, self.slots) + own
+
+    def drain_s(self, extra_max_tokens: int | None) -> float | None:
+        """Seconds until the queue ahead, and one more request, has been served: the expected holds of every
+        waiter and the newcomer, over the slots that serve them (slots x completions per second per slot)."""
+        holds = [self.expected_hold_s(w.max_tokens) for w in self.waiters] + [self.expected_hold_s(extra_max_tokens)]
+        if any(h is None for h in holds):
+            return None
+        return sum(h for h in holds if h is not None) / max(1, self.slots)
+
+
+def _ewma(old: float | None, sample: float) -> float:
+    return sample if old is None else old + _EWMA_ALPHA * (sample - old)
+
+
+def _retry_after(hold_s: float | None, ahead: int, servers: int) -> float:
+    """Seconds until a slot is likely: average hold * (requests served first + 1) / slots serving them."""
+    estimate = (hold_s or 0.0) * (ahead + 1) / max(1, servers)
+    return float(max(1, math.ceil(estimate)))
+
+
+def _lane_retry_after(lane: _Lane, max_tokens: int | None) -> float:
+    """Retry-After for a request refused by `lane`: the measured drain of its queue, rounded up, at least 1."""
+    drain = lane.drain_s(max_tokens)
+    if drain is None:
+        return _retry_after(lane.ewma_hold_s, len(lane.waiters), lane.slots)
+    return float(max(1, math.ceil(drain)))
+
+
+class Admission:
+    """Slot admission for every model. One instance per daemon; all calls come from its event loop.
+
+    `wait_timeout_s` runs on the event loop's clock; `clock` times holds and waits for the numbers reported.
+    """
+
+    def __init__(self, *, queue_depth: int = 64, global_cap: int = 0, wait_timeout_s: float = 120.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if queue_depth < 0 or global_cap < 0 or wait_timeout_s <= 0:
+            raise ValueError("queue_depth and global_cap must be >= 0 and wait_timeout_s > 0")
+        self._depth_limit = queue_depth
+        self._cap = global_cap
+        self._timeout_s = wait_timeout_s
+        self._clock = clock
+        self._lanes: dict[str, _Lane] = {}
+        self._busy = 0
+        self._hold_ewma_s: float | None = None  # every model's holds: the Retry-After of the global cap
+        self._seq = itertools.count()
+
+    # -- acquire / release ---------------------------------------------------------------------------------------
+
+    async def acquire(self, key: str, slots: int, *, priority: int = 0, max_tokens: int | None = None,
+                      on_queued: Callable[[int, int], None] | None = None, deadline_s: float | None = None,
+                      pick: SlotPicker | None = None) -> Ticket:
+        """A slot on `key`, whose instance has `slots` (-np) now. Queues when none is free; `on_queued(position,
+        depth)` runs synchronously once if it does. `deadline_s` (seconds from now) puts the request in the EDF
+        part of the queue and bounds its wait; `pick` chooses among the free slot ids. Raises QueueFull, GlobalCap,
+        QueueTimeout or DeadlineUnmeetable."""
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, got {slots}")
+        lane = self._lane(key, slots)
+        now = self._clock()
+        waiter = _Waiter(key=key, priority=priority, seq=next(self._seq), queued_at=now,
+                         future=asyncio.get_running_loop().create_future(), max_tokens=max_tokens,
+                         deadline=None if deadline_s is None else now + deadline_s, pick=pick)
+        if waiter.deadline is not None:
+            self._check_deadline(lane, waiter)
+        if self._head(lane) is None and self._has_room(lane):
+            waiter.future.cancel()
+            return self._admit(key, lane, position=0, queued_at=now, now=now, max_tokens=max_tokens, pick=pick)
+        # Others wait, or there is no room: the newcomer takes its place by rank, then whoever's turn it is runs. So a
+        # newcomer never passes a waiter of higher or equal rank, and slots that just grew go in rank order.
+        bisect.insort(lane.waiters, waiter, key=lambda w: w.rank)
+        self._pump(lane)
+        if waiter.future.done():
+            return waiter.future.result()  # its turn came at once: position_when_queued stays 0
+        lane.waiters.remove(waiter)
+        try:
+            self._check_depth(key, lane, priority, max_tokens)  # a refused request takes no place
+        except AdmissionRefused:
+            waiter.future.cancel()
+            raise
+        bisect.insort(lane.waiters, waiter, key=lambda w: w.rank)
+        waiter.position = lane.waiters.index(waiter) + 1
+        if on_queued is not None:
+            try:
+                on_queued(waiter.position, len(lane.waiters))
+            except BaseException:
+                self._leave(waiter)
+                raise
+        return await self._wait(waiter)
+
+    def try_acquire(self, key: str, slots: int, *, pick: SlotPicker | None = None,
+                    slot_id: int | None = None) -> Ticket | None:
+        """A slot on `key` now (`slot_id`: that one), or None: never queues, and never passes a waiter (best-of-N's
+        extra candidates and session commands take only what nobody is waiting for)."""
+        lane = self._lane(key, slots)
+        if self._head(lane) is not None or not self._has_room(lane):
+            return None
+        if slot_id is not None:
+            if slot_id >= lane.slots or slot_id in lane.taken:
+                return None
+            pick = lambda free: slot_id  # noqa: E731
+        now = self._clock()
+        return self._admit(key, lane, position=0, queued_at=now, now=now, pick=pick)
+
+    def give_back(self, ticket: Ticket) -> None:
+        """Release a slot held for something other than a request (a session command): its hold time teaches the
+        drain estimate nothing."""
+        self._free(ticket, hold_observed=False)
+
+    def release(self, ticket: Ticket, *, tokens: int | None = None) -> None:
+        """Free the ticket's slot and admit the next waiter that can use it; a second release is a no-op. `tokens`,
+        what the request generated, teaches the drain estimate how a slot's time goes."""
+        self._free(ticket, hold_observed=True, tokens=tokens)
+
+    @contextlib.asynccontextmanager
+    async def slot(self, key: str, slots: int, *, priority: int = 0,
+                   on_queued: Callable[[int, int], None] | None = None) -> AsyncIterator[Ticket]:
+        """`acquire` for the length of a block; the slot is released however the block ends."""
+        ticket = await self.acquire(key, slots, priority=priority, on_queued=on_queued)
+        try:
+            yield ticket
+        finally:
+            self.release(ticket)
+
+    # -- what is true now ----------------------------------------------------------------------------------------
+
+    def depth(self, key: str) -> int:
+        lane = self._lanes.get(key)
+        return len(lane.waiters) if lane is not None else 0
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        """Per model: slots, busy, queued, oldest_wait_s, ewma_hold_s; and "_global": cap (0 = none), busy, queued."""
+        now = self._clock()
+        out: dict[str, dict[str, Any]] = {}
+        for key, lane in self._lanes.items():
+            oldest = min((w.queued_at for w in lane.waiters), default=None)
+            out[key] = {"slots": lane.slots, "busy": lane.busy, "queued": len(lane.waiters),
+                        "oldest_wait_s": 0.0 if oldest is None else max(0.0, now - oldest),
+                        "ewma_hold_s": lane.ewma_hold_s}
+        out["_global"] = {"cap": self._cap, "busy": self._busy,
+                          "queued": sum(len(lane.waiters) for lane in self._lanes.values())}
+        return out
+
+    # -- internals -----------------------------------------------------------------------------------------------
+
+    def _lane(self, key: str, slots: int) -> _Lane:
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane(slots=slots)
+        lane.slots = slots  # the latest -np: adaptive slots may have changed it since the last call
+        return lane
+
+    def _has_room(self, lane: _Lane) -> bool:
+        return lane.busy < lane.slots and (self._cap == 0 or self._busy < self._cap)
+
+    def _admit(self, key: str, lane: _Lane, *, position: int, queued_at: float, now: float,
+               max_tokens: int | None = None, pick: SlotPicker | None = None) -> Ticket:
+        # busy < slots and every taken id is distinct, so some id below `slots` is free (ids a larger instance's
+        # tickets still hold are simply not offered).
+        free = frozenset(range(lane.slots)) - lane.taken
+        slot_id = min(free) if pick is None else pick(free)
+        if slot_id not in free:
+            raise ValueError(f"slot picker chose {slot_id}, not one of the free slots {sorted(free)}")
+        lane.taken.add(slot_id)
+        lane.busy += 1
+        self._busy += 1
+        return Ticket(key=key, position_when_queued=position, waited_s=max(0.0, now - queued_at),
+                      busy_after=lane.busy, slots=lane.slots, max_tokens=max_tokens, slot_id=slot_id,
+                      _acquired_at=now, _owner=self)
+
+    def _head(self, lane: _Lane) -> _Waiter | None:
+        """The first live waiter. A cancelled one is dropped here: its task may not have run its cleanup yet."""
+        while lane.waiters and lane.waiters[0].future.done():
+            lane.waiters.pop(0)
+        return lane.waiters[0] if lane.waiters else None
+
+    def _pump(self, lane: _Lane) -> None:
+        """Admit waiters while there is a slot for them. Without a global cap the models are independent, so only
+        `lane` can have gained one. With a cap, each free global slot goes to the best-ranked head among the models
+        that have a free slot of their own: the cap's queue is fair across models and never wakes one that cannot
+        run."""
+        if self._cap == 0:
+            while lane.busy < lane.slots and (head := self._head(lane)) is not None:
+                self._grant(lane, head)
+            return
+        while self._busy < self._cap:
+            best: tuple[_Lane, _Waiter] | None = None
+            for candidate in self._lanes.values():
+                if candidate.busy < candidate.slots and (head := self._head(candidate)) is not None \
+                        and (best is None or head.rank < best[1].rank):
+                    best = (candidate, head)
+            if best is None:
+                return
+            self._grant(*best)
+
+    def _grant(self, lane: _Lane, waiter: _Waiter) -> None:
+        lane.waiters.remove(waiter)
+        waiter.future.set_result(self._admit(waiter.key, lane, position=waiter.position, queued_at=waiter.queued_at,
+                                             now=self._clock(), max_tokens=waiter.max_tokens, pick=waiter.pick))
+
+    async def _wait(self, waiter: _Waiter) -> Ticket:
+        timeout_s = self._timeout_s
+        if waiter.deadline is not None:
+            timeout_s = min(timeout_s, max(0.0, waiter.deadline - self._clock()))
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await waiter.future
+        except TimeoutError:
+            granted = self._leave(waiter)
+            if granted is not None:
+                return granted  # admitted in the same instant the deadline struck: the slot is its to use
+            lane = self._lanes[waiter.key]
+            if timeout_s < self._timeout_s:
+                raise DeadlineUnmeetable(
+                    f"{waiter.key}: the deadline passed after {self._clock() - waiter.queued_at:.3g} s in the queue "
+                    f"({lane.busy} of {lane.slots} busy, {len(lane.waiters)} waiting)",
+                    observations=self._observations(waiter.key, lane, waiter.priority)
+                    | {"waited_s": max(0.0, self._clock() - waiter.queued_at), "deadline_passed": True}) from None
+            raise QueueTimeout(
+                f"{waiter.key}: no free slot within {self._timeout_s:g} s ({lane.busy} of {lane.slots} busy, "
+                f"{len(lane.waiters)} waiting)",
+                retry_after_s=_lane_retry_after(lane, waiter.max_tokens),
+                observations=self._observations(waiter.key, lane, waiter.priority)
+                | {"waited_s": max(0.0, self._clock() - waiter.queued_at), "position_when_queued": waiter.position},
+            ) from None
+        except asyncio.CancelledError:
+            # The client went away. If a release already handed this waiter its slot, pass the slot on.
+            granted = self._leave(waiter)
+            if granted is not None:
+                self._free(granted, hold_observed=False)
+            raise
+
+    def _leave(self, waiter: _Waiter) -> Ticket | None:
+        """Take a waiter out of its queue; the ticket if it had been admitted meanwhile, else None."""
+        if waiter.future.done() and not waiter.future.cancelled():
+            return waiter.future.result()
+        if not waiter.future.done():
+            waiter.future.cancel()
+        lane = self._lanes[waiter.key]
+        if waiter in lane.waiters:
+            lane.waiters.remove(waiter)
+        return None
+
+    def _free(self, ticket: Ticket, *, hold_observed: bool, tokens: int | None = None) -> None:
+        if ticket._owner is not self:
+            raise ValueError(f"ticket for {ticket.key!r} was not issued by this Admission")
+        if ticket._released:
+            return
+        ticket._released = True
+        lane = self._lanes[ticket.key]
+        lane.taken.discard(ticket.slot_id)
+        lane.busy -= 1
+        self._busy -= 1
+        if hold_observed:  # a slot passed straight on by a cancelled waiter says nothing about hold times
+            hold = max(0.0, self._clock() - ticket._acquired_at)
+            lane.ewma_hold_s = _ewma(lane.ewma_hold_s, hold)
+            self._hold_ewma_s = _ewma(self._hold_ewma_s, hold)
+            if tokens is not None and tokens > 0:
+                lane.ewma_s_per_token = _ewma(lane.ewma_s_per_token, hold / tokens)
+                lane.ewma_tokens = _ewma(lane.ewma_tokens, float(tokens))
+        self._pump(lane)
+
+    def _check_depth(self, key: str, lane: _Lane, priority: int, max_tokens: int | None = None) -> None:
+        observations = self._observations(key, lane, priority)
+        queued = len(lane.waiters)
+        if queued >= self._depth_limit:
+            raise QueueFull(
+                f"{key}: {queued} requests already waiting for {lane.slots} slot(s) (queue depth {self._depth_limit})",
+                retry_after_s=_lane_retry_after(lane, max_tokens),
+                observations=observations | {"drain_s": lane.drain_s(max_tokens)})
+        if self._cap and self._busy >= self._cap and lane.busy < lane.slots:
+            blocked = self._cap_blocked()
+            if blocked >= self._depth_limit:
+                raise GlobalCap(
+                    f"{key}: the global cap of {self._cap} in-flight requests is reached and {blocked} requests "
+                    f"are already waiting for it", retry_after_s=_retry_after(self._hold_ewma_s, blocked, self._cap),
+                    observations=observations | {"cap_queued": blocked})
+
+    def _check_deadline(self, lane: _Lane, waiter: _Waiter) -> None:
+        """Refuse at once a request whose deadline the measured drain says it cannot meet: the holds of the waiters
+        ranked before it, a slot to come free, and its own generation. Nothing measured yet: no refusal."""
+        assert waiter.deadline is not None
+        ahead = [w for w in lane.waiters if not w.future.done() and w.rank < waiter.rank]
+        finish = lane.finish_s(ahead, waiter.max_tokens)
+        left = waiter.deadline - waiter.queued_at
+        if finish is None or finish <= left:
+            return
+        raise DeadlineUnmeetable(
+            f"{waiter.key}: the deadline is {left * 1000:.0f} ms away but this request would likely take "
+            f"{finish * 1000:.0f} ms ({len(ahead)} ahead of it, {lane.busy} of {lane.slots} slots busy, "
+            f"{lane.ewma_s_per_token * 1000 if lane.ewma_s_per_token else 0:.1f} ms per generated token measured)",
+            observations=self._observations(waiter.key, lane, waiter.priority)
+            | {"deadline_ms": round(left * 1000, 3), "estimate_ms": round(finish * 1000, 3), "ahead": len(ahead),
+               "ewma_s_per_token": lane.ewma_s_per_token, "ewma_tokens": lane.ewma_tokens})
+
+    def _cap_blocked(self) -> int:
+        """Waiters that a free global slot would admit: per model, no more than its own free slots."""
+        return sum(min(len(lane.waiters), max(0, lane.slots - lane.busy)) for lane in self._lanes.values())
+
+    def _observations(self, key: str, lane: _Lane, priority: int) -> dict[str, Any]:
+        return {"model": key, "slots": lane.slots, "busy": lane.busy, "queued": len(lane.waiters),
+                "queue_depth": self._depth_limit, "priority": priority, "ewma_hold_s": lane.ewma_hold_s,
+                "global_cap": self._cap, "global_busy": self._busy}

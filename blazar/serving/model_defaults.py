@@ -1,0 +1,46 @@
+"""A model's settings applied to one request, after the model is resolved and before it is routed: its system prompt
+becomes the first message of a chat that has none, and its default parameters fill what the request left unset (the
+request's own value always wins). The template is the engine's (set on its argv), not the request's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from blazar.dialects.ollama import map_options
+from blazar.events.model_settings import ModelSettings
+from blazar.serving.plan import Plan
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+# A request field that already sets an engine field under another name.
+_ALSO = {"max_tokens": ("max_completion_tokens", "n_predict")}
+_SYSTEM_ROLES = frozenset({"system", "developer"})
+
+
+def apply_settings(plan: Plan, settings: ModelSettings) -> bool:
+    """Fill `plan` from `settings` (see the module's docstring): True when its engine body changed."""
+    if plan.embeddings or plan.engine_path not in (CHAT, COMPLETIONS):
+        return False
+    body: dict[str, Any] = plan.body if plan.body is not None else dict(plan.parsed)
+    changed = False
+    if settings.system is not None and plan.engine_path == CHAT:
+        messages = body.get("messages")
+        if isinstance(messages, list) and not any(isinstance(m, dict) and m.get("role") in _SYSTEM_ROLES
+                                                  for m in messages):
+            # A new list: the client's parsed body (kept for the record) is never changed in place.
+            body["messages"] = [{"role": "system", "content": settings.system}, *messages]
+            changed = True
+    sampling, ctx = map_options(dict(settings.parameters))  # Ollama names -> llama-server's fields (validated)
+    for name, value in sampling.items():
+        if name in body or any(other in body for other in _ALSO.get(name, ())):
+            continue
+        body[name] = value
+        changed = True
+        if name == "max_tokens" and plan.max_tokens is None:
+            plan.max_tokens = int(value)
+    if ctx is not None and plan.ctx is None:
+        plan.ctx = ctx
+    if changed:
+        plan.body = body
+    return changed

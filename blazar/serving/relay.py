@@ -1,0 +1,185 @@
+"""Relaying a streamed answer from the engine to the client, and recording how it ended: `passthrough` sends the
+engine's SSE bytes as they come (OpenAI clients), `translated` feeds each event through a dialect's translator
+(Anthropic, Ollama). The first non-empty block marks the first token; usage is read from the last events.
+
+Every way out records exactly one outcome: completed, failed (the engine's error, a broken stream, a bug of ours)
+or the client's hang-up; closing the upstream cancels the generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from blazar.adapters.engines.answers import error_message, merge_usage, stream_error, usage_from_json, usage_from_sse
+from blazar.adapters.engines.client import EngineResponse
+from blazar.dialects.stream import SseEvents, Translator
+from blazar.errors import EngineStreamBroken
+from blazar.serving.plan import Plan
+
+if TYPE_CHECKING:
+    from blazar.serving.gateway import Gateway
+
+log = logging.getLogger("blazar.gateway")
+
+KEEP_BYTES = 8192  # of the stream's first and last events: where the usage is
+BROKEN = (EngineStreamBroken,)
+
+
+class Rename:
+    """The `model` member of each event rewritten from what the engine calls it to what the client asked for; only
+    whole events are rewritten, so a block cut inside one waits for the rest of it."""
+
+    def __init__(self, served_as: str, asked: str) -> None:
+        self.old = b'"model":' + orjson.dumps(served_as)
+        self.new = b'"model":' + orjson.dumps(asked)
+        self.carry = b""
+
+    def __call__(self, block: bytes) -> bytes:
+        data = self.carry + block if self.carry else block
+        cut = data.rfind(b"\n\n") + 2
+        self.carry = data[cut:]
+        return data[:cut].replace(self.old, self.new)
+
+    def whole(self, body: bytes) -> bytes:
+        """A whole (non-streamed) answer."""
+        return body.replace(self.old, self.new)
+
+    def rest(self) -> bytes:
+        rest, self.carry = self.carry.replace(self.old, self.new), b""
+        return rest
+
+
+def renamer(plan: Plan) -> Rename | None:
+    """What rewrites the engine's name for the model into the client's, when they differ."""
+    inst = plan.instance
+    if inst is None or not inst.served_as or inst.served_as == plan.model:
+        return None
+    return Rename(inst.served_as, plan.model)
+
+
+async def passthrough(gw: Gateway, plan: Plan, upstream: EngineResponse,
+                      watcher: asyncio.Task[None] | None) -> AsyncIterator[bytes]:
+    """The engine's SSE bytes untouched (but for the model's name); the outcome from the first and last events."""
+    head = tail = b""  # Anthropic-shaped usage can sit at the very start; llama-server's timings at the end
+    chunks = 0
+    rename = renamer(plan)
+    try:
+        async for block in upstream.aiter_raw():
+            if plan.first_token_at is None:
+                gw.first_token(plan)
+                head = block[:KEEP_BYTES] if b'"usage"' in block else b""
+            chunks += block.count(b"data: ")
+            if tail or b'"timings"' in block or b'"usage"' in block or b'"error"' in block:
+                tail = (tail + block)[-KEEP_BYTES:]
+            if b"data: [DONE]" in block:
+                # NOTE: the answer is whole once [DONE] goes out: record it before the client, which may hang up at
+                # once, can turn the end of the relay into a disconnect.
+                _end(gw, plan, head, tail, status=upstream.status_code, chunks=chunks)
+            out = rename(block) if rename is not None else block
+            if out:
+                yield out
+        if rename is not None and rename.carry:
+            yield rename.rest()
+    except BaseException as e:
+        if _failed(gw, plan, e, relayed=chunks):
+            # Ended without [DONE], the answer would pass for a whole one: say in the stream that it broke (the
+            # OpenAI and Anthropic SDKs raise on an error event).
+            yield broken_event(plan, f"the engine's stream broke: {e}")
+            return
+        raise
+    finally:
+        await _close(upstream, watcher)
+    _end(gw, plan, head, tail, status=upstream.status_code, chunks=chunks)
+
+
+def broken_event(plan: Plan, message: str) -> bytes:
+    """The in-stream error for a passed-through stream, in the shape of the route the engine answered."""
+    if plan.engine_path.endswith("/messages"):
+        body = orjson.dumps({"type": "error", "error": {"type": "api_error", "message": message}})
+        return b"event: error\ndata: " + body + b"\n\n"
+    body = orjson.dumps({"error": {"message": message, "type": "server_error", "code": "engine_crashed"}})
+    return b"\n\ndata: " + body + b"\n\n"  # blank lines first: the engine may have stopped mid-event
+
+
+def _end(gw: Gateway, plan: Plan, head: bytes, tail: bytes, *, status: int, chunks: int) -> None:
+    """Failed when the engine sent an error event (the client got it as it was), else completed with the usage found
+    in the first and last events. Once only: a done request is left as it is."""
+    if plan.done:
+        return
+    broke = stream_error(tail) if b'"error"' in tail else None
+    if broke is not None:
+        gw.fail(plan, status=502, reason="engine_error", detail=broke)
+        return
+    gw.complete(plan, usage_from_sse(head + b"\n" + tail if head else tail), status=status, chunks=chunks)
+
+
+async def translated(gw: Gateway, plan: Plan, upstream: EngineResponse, watcher: asyncio.Task[None] | None,
+                     translator: Translator) -> AsyncIterator[bytes]:
+    """Each engine event through `translator`; an engine error mid-stream ends the stream with the dialect's own
+    error event."""
+    chunks = 0
+    usage: dict[str, Any] = {}
+    events = SseEvents()
+    try:
+        async for block in upstream.aiter_raw():
+            if plan.first_token_at is None:
+                gw.first_token(plan)
+            chunks += block.count(b"data: ")
+            out, broke = _translate(events.feed(block), translator, usage)
+            if broke is not None:
+                gw.fail(plan, status=502, reason="engine_error", detail=broke)
+                yield out + translator.error(broke)
+                return
+            if out:
+                yield out
+    except BaseException as e:
+        if _failed(gw, plan, e, relayed=chunks):
+            yield translator.error(f"the engine's stream broke: {e}")
+            return
+        raise
+    finally:
+        await _close(upstream, watcher)
+    gw.complete(plan, usage, status=upstream.status_code, chunks=chunks)
+    yield translator.end()
+
+
+def _failed(gw: Gateway, plan: Plan, exc: BaseException, *, relayed: int) -> bool:
+    """Record how a relay that raised ended; True when the engine's stream broke (the relay ends it), False when the
+    exception goes on: a bug on our side (recorded as such, never as the client's hang-up), or GeneratorExit /
+    CancelledError (the client went away; closing the upstream cancels the generation). `relayed`: the events the
+    client got, each charged as a token."""
+    if isinstance(exc, BROKEN):
+        gw.fail(plan, status=502, reason="engine_crashed", detail=f"the engine's stream broke: {exc}",
+                relayed_tokens=relayed)
+        return True
+    if isinstance(exc, Exception):
+        log.exception("relaying %s failed", plan.trace_id)
+        gw.fail(plan, status=500, reason="internal_error", detail=f"{type(exc).__name__}: {exc}",
+                relayed_tokens=relayed)
+    else:
+        gw.fail(plan, status=499, reason="client_disconnected", detail="the client closed the connection",
+                relayed_tokens=relayed)
+    return False
+
+
+def _translate(events: list[dict[str, Any]], translator: Translator, usage: dict[str, Any]) -> tuple[bytes, str | None]:
+    """The translated bytes of these events, and the engine's error if one of them is where it gave up."""
+    out: list[bytes] = []
+    for event in events:
+        if "error" in event and not event.get("choices"):
+            return b"".join(out), error_message(event["error"])
+        if "timings" in event or "usage" in event:
+            merge_usage(usage, usage_from_json(event))
+        out.append(translator.event(event))
+    return b"".join(out), None
+
+
+async def _close(upstream: EngineResponse, watcher: asyncio.Task[None] | None) -> None:
+    if watcher is not None:
+        watcher.cancel()  # the response is over: a later hang-up must not cancel what comes next
+    await upstream.aclose()
