@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx2
 import orjson
@@ -876,8 +876,9 @@ def isolation_us(*, batch: int, batches: int) -> tuple[float, float]:
     from blazar.instances.kv_bank import Placement
     from blazar.instances.session_slots import SessionSlots
     from blazar.projections.keys import ApiKey
-    from blazar.serving.plan import Plan
+    from blazar.serving.call import Call, Desk
     from blazar.serving.principal import Principal
+    from blazar.serving.request import Request
     from blazar.serving.tenancy import tenant_of
 
     raw = chat_payload("gemma", 128)
@@ -886,6 +887,7 @@ def isolation_us(*, batch: int, batches: int) -> tuple[float, float]:
         name=f"k{i}", prefix="p" * 8, salt="00", hash="00", models=(), rpm=None, tpm=None, daily_tokens=None,
         max_concurrent=None, admin=False, expires_ts=None, revoked=False, created_ts=0.0)) for i in range(4)]
     free = frozenset(range(ENGINE_SLOTS))
+    no_desk = cast(Desk, object())  # placement records nothing
 
     def per_request_us(isolate: bool) -> float:
         slots = SessionSlots()
@@ -893,13 +895,12 @@ def isolation_us(*, batch: int, batches: int) -> tuple[float, float]:
         for _ in range(batches):
             t0 = time.perf_counter_ns()
             for n in range(batch):
-                plan = Plan(model="gemma", engine_path="/v1/chat/completions", body=None, stream=True, raw=raw,
-                            parsed=parsed)
-                plan.tenant = tenant_of(principals[n % 4]) if isolate else None
-                pick = slots.picker("i", None, plan.tenant, isolate=isolate)
+                tenant = tenant_of(principals[n % 4]) if isolate else None
+                plan = Call(Request(model="gemma", engine_path="/v1/chat/completions", body=None, stream=True,
+                                    raw=raw, parsed=parsed, tenant=tenant), no_desk)
+                pick = slots.picker("i", None, tenant, isolate=isolate)
                 slot = pick(free) if pick is not None else min(free)
-                placed = Placement(kv=None, explicit=slots.explicit("i"),
-                                   own=slots.place("i", slot, None, plan.tenant))
+                placed = Placement(kv=None, explicit=slots.explicit("i"), own=slots.place("i", slot, None, tenant))
                 for name, value in placed.engine_fields(slot, isolate=isolate).items():
                     plan.set_engine_field(name, value)
                 plan.payload()

@@ -18,7 +18,7 @@ from blazar.dialects import anthropic as dialect
 from blazar.dialects.schema import check_tools
 from blazar.errors import Refused
 from blazar.serving.gateway import Gateway
-from blazar.serving.plan import Plan
+from blazar.serving.request import Request
 
 
 class CountBody(BaseModel):
@@ -31,11 +31,11 @@ class CountBody(BaseModel):
 class Messages(Proxy):
     dialect = "anthropic"
 
-    def plan(self, data: dict[str, Any]) -> Plan:
+    def ask(self, data: dict[str, Any]) -> Request:
         body = dialect.to_openai(data)
         check_tools(body.get("tools"))
         model = data["model"]
-        return Plan(model=model, engine_path="/v1/chat/completions", body=body, stream=bool(body.get("stream")),
+        return Request(model=model, engine_path="/v1/chat/completions", body=body, stream=bool(body.get("stream")),
                     max_tokens=body.get("max_tokens"),
                     stream_as=lambda call: dialect.MessagesStream(model),
                     reply=lambda answer, call: dialect.from_openai(answer, call.model))

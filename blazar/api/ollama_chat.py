@@ -16,7 +16,7 @@ from blazar.dialects import ollama as ollama_dialect
 from blazar.dialects.schema import check_schema, check_tools
 from blazar.errors import ModelNotLoaded
 from blazar.serving.gateway import Gateway
-from blazar.serving.plan import Plan
+from blazar.serving.request import Request
 
 
 class _Generation(Proxy):
@@ -28,13 +28,13 @@ class _Generation(Proxy):
     stream_class: type[ollama_dialect.ChatStream] | type[ollama_dialect.GenerateStream]
     answer: Callable[[dict[str, Any], str, Any], dict[str, Any]]
 
-    def plan(self, data: dict[str, Any]) -> Plan:
+    def ask(self, data: dict[str, Any]) -> Request:
         cp = self.translate(data)
         if isinstance(data.get("format"), dict):
             check_schema(data["format"], "format")
         check_tools(cp.engine_body.get("tools"))
         stream_class, answer = self.stream_class, self.answer
-        return Plan(model=cp.model, engine_path=cp.engine_path, body=cp.engine_body, stream=cp.stream,
+        return Request(model=cp.model, engine_path=cp.engine_path, body=cp.engine_body, stream=cp.stream,
                     max_tokens=cp.max_tokens, ctx=cp.ctx, keep_alive=cp.keep_alive,
                     stream_as=lambda call: stream_class(cp.model, call),
                     reply=lambda reply, call: answer(reply, call.model, call),
@@ -73,11 +73,11 @@ async def _answer(payload: dict[str, Any]) -> dict[str, Any]:
 class Embed(Proxy):
     dialect = "ollama"
 
-    def plan(self, data: dict[str, Any]) -> Plan:
+    def ask(self, data: dict[str, Any]) -> Request:
         model, body, keep_alive, _ = ollama_dialect.embed_request(data)
         dims = body.pop("dimensions", None)
         empty = body["input"] in ("", [])  # nothing to embed: Ollama answers at once (and loads nothing)
-        return Plan(model=model, engine_path="/v1/embeddings", body=body, stream=False, keep_alive=keep_alive,
+        return Request(model=model, engine_path="/v1/embeddings", body=body, stream=False, keep_alive=keep_alive,
                     embeddings=True, reply=lambda answer, call: ollama_dialect.embed_reply(answer, model, call, dims),
                     instead=(lambda: _answer({"model": model, "embeddings": []})) if empty else None)
 
@@ -85,9 +85,9 @@ class Embed(Proxy):
 class Embeddings(Proxy):
     dialect = "ollama"
 
-    def plan(self, data: dict[str, Any]) -> Plan:
+    def ask(self, data: dict[str, Any]) -> Request:
         model, body, keep_alive = ollama_dialect.embeddings_request(data)
-        return Plan(model=model, engine_path="/v1/embeddings", body=body, stream=False, keep_alive=keep_alive,
+        return Request(model=model, engine_path="/v1/embeddings", body=body, stream=False, keep_alive=keep_alive,
                     embeddings=True, reply=lambda answer, call: ollama_dialect.embeddings_reply(answer),
                     instead=(lambda: _answer({"embedding": []})) if body["input"] == "" else None)
 

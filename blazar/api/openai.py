@@ -22,7 +22,7 @@ from blazar.errors import Refused
 from blazar.projections.catalog import StoredModel, models, stored
 from blazar.projections.remotes import remotes
 from blazar.serving.gateway import Gateway
-from blazar.serving.plan import Plan
+from blazar.serving.request import Request
 
 
 class OpenAIBody(BaseModel):
@@ -68,34 +68,34 @@ class ResponsesBody(OpenAIBody):
 
 
 class ChatCompletions(Proxy):
-    def plan(self, data: dict[str, Any]) -> Plan:
+    def ask(self, data: dict[str, Any]) -> Request:
         body = ChatBody.model_validate(data)
         check_response_format(data.get("response_format"))
         check_tools(data.get("tools"))
         # A forced tool choice is rewritten (blazar/dialects/tools.py), so that body goes as a new one.
         forcing = data.get("tools") and data.get("tool_choice") not in (None, "auto", "none")
-        return Plan(model=body.model, engine_path="/v1/chat/completions", body=dict(data) if forcing else None,
+        return Request(model=body.model, engine_path="/v1/chat/completions", body=dict(data) if forcing else None,
                     stream=body.stream, max_tokens=body.max_completion_tokens or body.max_tokens)
 
 
 class Completions(Proxy):
-    def plan(self, data: dict[str, Any]) -> Plan:
+    def ask(self, data: dict[str, Any]) -> Request:
         body = CompletionBody.model_validate(data)
         check_response_format(data.get("response_format"))
-        return Plan(model=body.model, engine_path="/v1/completions", body=None, stream=body.stream,
+        return Request(model=body.model, engine_path="/v1/completions", body=None, stream=body.stream,
                     max_tokens=body.max_tokens)
 
 
 class Embeddings(Proxy):
-    def plan(self, data: dict[str, Any]) -> Plan:
+    def ask(self, data: dict[str, Any]) -> Request:
         body = EmbeddingBody.model_validate(data)
-        return Plan(model=body.model, engine_path="/v1/embeddings", body=None, stream=False, embeddings=True)
+        return Request(model=body.model, engine_path="/v1/embeddings", body=None, stream=False, embeddings=True)
 
 
 class Responses(Proxy):
-    def plan(self, data: dict[str, Any]) -> Plan:
+    def ask(self, data: dict[str, Any]) -> Request:
         body = ResponsesBody.model_validate(data)
-        return Plan(model=body.model, engine_path="/v1/responses", body=None, stream=body.stream,
+        return Request(model=body.model, engine_path="/v1/responses", body=None, stream=body.stream,
                     max_tokens=body.max_output_tokens)
 
 

@@ -1,12 +1,13 @@
-"""The resource every inference route shares, whatever the dialect: read the body, let the dialect `plan` the engine
-request (validate, translate), hand the plan to `Gateway.serve` (resolve, load, admit, ask, record), and render
-the Answer it gives back. Errors before the answer take the caller's shape (blazar/api/errors.py renders them by route);
-an engine's refusal is re-shaped here the same way.
+"""The resource every inference route shares, whatever the dialect: read the body, let the dialect say what the
+engine is asked (`ask`: validate, translate), add the request around it, hand the Request to `Gateway.serve`
+(resolve, load, admit, ask, record), and render the Answer it gives back. Errors before the answer take the
+caller's shape (blazar/api/errors.py renders them by route); an engine's refusal is re-shaped here the same way.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import replace
 from typing import Any
 
 import falcon
@@ -18,9 +19,10 @@ from blazar.api.auth import principal_of
 from blazar.api.context import trace_id_of
 from blazar.api.request_options import request_options
 from blazar.dialects.tools import force
+from blazar.events.requests import Dialect
 from blazar.serving.admission import parse_priority
 from blazar.serving.gateway import Gateway
-from blazar.serving.plan import Answer, Plan
+from blazar.serving.request import Answer, Request
 from blazar.serving.tenancy import IGNORED_HEADER, TENANT_HEADER, may_prioritize, qualify, tenant_of
 
 SSE = "text/event-stream"
@@ -39,60 +41,62 @@ async def read_json(req: falcon.asgi.Request) -> tuple[bytes, dict[str, Any]]:
 
 
 class Proxy(ABC):
-    """One inference route. Subclasses set `dialect` and implement `plan`."""
+    """One inference route. Subclasses set `dialect` and implement `ask`."""
 
-    dialect = "openai"
+    dialect: Dialect = "openai"
 
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
 
     @abstractmethod
-    def plan(self, data: dict[str, Any]) -> Plan:
+    def ask(self, data: dict[str, Any]) -> Request:
         """Validate the client's body and say what the engine is asked (a DialectError or ValidationError is a 400)."""
 
-    def request_of(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, plan: Plan, raw: bytes,
-                   data: dict[str, Any]) -> Plan:
-        """The plan, with the request around it: trace id, caller and tenant, priority, the client's bytes."""
+    def request_of(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, asked: Request, raw: bytes,
+                   data: dict[str, Any]) -> Request:
+        """What the dialect asked, with the request around it: trace id, caller and tenant, priority, Blazar's own
+        options, the client's bytes."""
         try:
-            plan.priority = parse_priority(req.get_header("X-Blazar-Priority"))
+            priority = parse_priority(req.get_header("X-Blazar-Priority"))
         except ValueError as e:
             raise falcon.HTTPBadRequest(description=f"X-Blazar-Priority: {e}") from None
-        plan.trace_id, plan.dialect, plan.route = trace_id_of(req), self.dialect, req.path
-        plan.client_trace_id = getattr(req.context, "client_trace_id", None)
-        plan.forwarded_from = getattr(req.context, "forwarded_from", None)
-        plan.parent_trace_id, plan.parent_span_id = getattr(req.context, "traceparent", None) or (None, None)
-        plan.principal, plan.client = principal_of(req), req.remote_addr
-        plan.tenant = tenant_of(plan.principal, req.get_header(TENANT_HEADER) if plan.forwarded_from else None)
-        plan.raw, plan.parsed = raw, data
-        opts = request_options(req, data, stream=plan.stream, chat=plan.engine_path == "/v1/chat/completions",
+        forwarded_from = getattr(req.context, "forwarded_from", None)
+        principal = principal_of(req)
+        tenant = tenant_of(principal, req.get_header(TENANT_HEADER) if forwarded_from else None)
+        opts = request_options(req, data, stream=asked.stream, chat=asked.engine_path == "/v1/chat/completions",
                                dialect=self.dialect)
-        plan.session, plan.deadline_ms, plan.best_of, plan.cascade = (qualify(plan.tenant, opts.session),
-                                                                      opts.deadline_ms, opts.best_of, opts.cascade)
-        if (plan.priority > 0 or plan.deadline_ms is not None) and not may_prioritize(plan.principal):
+        deadline_ms = opts.deadline_ms
+        if (priority > 0 or deadline_ms is not None) and not may_prioritize(principal):
             # NOTE: ignored, not refused: a client that sends them everywhere still works; the answer says so. Going
             # behind others (a negative priority) is anyone's choice.
-            ignored = [n for n, asked in (("X-Blazar-Priority", plan.priority > 0),
-                                          ("X-Blazar-Deadline-Ms", plan.deadline_ms is not None)) if asked]
-            plan.priority, plan.deadline_ms = min(plan.priority, 0), None
-            key = plan.principal.key_name if plan.principal is not None else None
+            ignored = [n for n, wanted in (("X-Blazar-Priority", priority > 0),
+                                           ("X-Blazar-Deadline-Ms", deadline_ms is not None)) if wanted]
+            priority, deadline_ms = min(priority, 0), None
+            key = principal.key_name if principal is not None else None
             resp.set_header(IGNORED_HEADER, f"{', '.join(ignored)} (key {key} may not prioritize: `blazar keys "
                                             f"limits {key} --may-prioritize`)")
-        return plan
+        parent_trace_id, parent_span_id = getattr(req.context, "traceparent", None) or (None, None)
+        return replace(
+            asked, trace_id=trace_id_of(req), dialect=self.dialect, path=req.path, raw=raw, parsed=data,
+            priority=priority, client=req.remote_addr, client_trace_id=getattr(req.context, "client_trace_id", None),
+            parent_trace_id=parent_trace_id, parent_span_id=parent_span_id, principal=principal, tenant=tenant,
+            forwarded_from=forwarded_from, session=qualify(tenant, opts.session), deadline_ms=deadline_ms,
+            best_of=opts.best_of, cascade=opts.cascade,
+            forced=force(asked.body) if asked.body is not None and asked.engine_path == "/v1/chat/completions"
+            else None)
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         raw, data = await read_json(req)
-        plan = self.plan(data)
-        bounds.check_name(plan.model)  # before anything is recorded: a bad name never reaches the log
-        if plan.instead is not None:
-            self.gateway.check_scope(principal_of(req), plan.model)  # a load is a use of the model too
-            resp.media = await plan.instead()
+        asked = self.ask(data)
+        bounds.check_name(asked.model)  # before anything is recorded: a bad name never reaches the log
+        if asked.instead is not None:
+            self.gateway.check_scope(principal_of(req), asked.model)  # a load is a use of the model too
+            resp.media = await asked.instead()
             return
-        if plan.body is not None and plan.engine_path == "/v1/chat/completions":
-            plan.forced = force(plan.body)
-        self.request_of(req, resp, plan, raw, data)
+        request = self.request_of(req, resp, asked, raw, data)
         watcher = disconnect.watch(req)
         try:
-            answer = await self.gateway.serve(plan, watcher)
+            answer = await self.gateway.serve(request, watcher)
         except BaseException:
             disconnect.stop(watcher)
             raise

@@ -27,8 +27,11 @@ COMPLETIONS_PATH = "/v1/completions"
 class CallTimes(Protocol):
     """What the replies read from the gateway's Call: when it arrived and what a cold load cost."""
 
-    received: float  # time.perf_counter() at receipt
-    load_ms: float | None
+    @property
+    def received(self) -> float: ...  # time.perf_counter() at receipt
+
+    @property
+    def load_ms(self) -> float | None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ Content (prompts, completions) is never recorded: only sizes, counts and timings
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,6 +16,38 @@ from blazar.events.base import Event
 from blazar.events.registry import register, upcaster
 
 Dialect = Literal["openai", "ollama", "anthropic"]
+
+# Why a request was refused before any token (`request.rejected`): the pipeline's refusals (blazar/serving/) and the
+# load's, by their error codes (blazar/errors.py). `rejected_as` maps any error code onto it.
+RejectReason = Literal[
+    "queue_full", "queue_timeout", "global_cap", "context_length_exceeded", "model_not_found",
+    "invalid_request", "circuit_open", "insufficient_memory", "no_engine", "load_failed", "shutting_down",
+    # What else a load can refuse with (blazar/errors.py's http_status): a pin in the way, an unusable engine.
+    "model_pinned", "engine_incompatible", "engine_error", "invalid_model_file", "hub_error",
+    # A key's refusals: a model outside its --models scope (403), one of its limits reached (429).
+    "model_not_allowed", "rate_limit_exceeded",
+    # A deadline the measured drain says cannot be met (or that passed in the queue).
+    "deadline_unmeetable",
+    # A remote engine whose circuit is open, or whose key the daemon's environment lacks.
+    "remote_unavailable",
+]
+# Why a request that had started did not complete (`request.failed`).
+FailReason = Literal["client_disconnected", "engine_error", "engine_crashed", "timeout", "internal_error"]
+# Single-flight: who ran the generation, who got it replayed, who took it over.
+SharedRole = Literal["leader", "follower", "promoted"]
+# A cascade step's verdict.
+CascadeReason = Literal["accepted", "invalid", "low_confidence", "last", "refused"]
+
+_REJECT_REASONS: frozenset[str] = frozenset(get_args(RejectReason))
+_FAIL_REASONS: frozenset[str] = frozenset(get_args(FailReason))
+
+
+def is_reject_reason(code: str) -> TypeGuard[RejectReason]:
+    return code in _REJECT_REASONS
+
+
+def is_fail_reason(code: str) -> TypeGuard[FailReason]:
+    return code in _FAIL_REASONS
 
 
 # The actor of a forwarded request's events on the node that serves it: "node:<the node it came in at>".
@@ -114,18 +146,7 @@ class RequestRejected(_RequestEvent):
 
     model: str | None = None
     status: int
-    reason: Literal[
-        "queue_full", "queue_timeout", "global_cap", "context_length_exceeded", "model_not_found",
-        "invalid_request", "circuit_open", "insufficient_memory", "no_engine", "load_failed", "shutting_down",
-        # What else a load can refuse with (blazar/errors.py's http_status): a pin in the way, an unusable engine.
-        "model_pinned", "engine_incompatible", "engine_error", "invalid_model_file", "hub_error",
-        # A key's refusals: a model outside its --models scope (403), one of its limits reached (429).
-        "model_not_allowed", "rate_limit_exceeded",
-        # A deadline the measured drain says cannot be met (or that passed in the queue).
-        "deadline_unmeetable",
-        # A remote engine whose circuit is open, or whose key the daemon's environment lacks.
-        "remote_unavailable",
-    ]
+    reason: RejectReason
     detail: str
     retry_after_s: float | None = None
     observations: dict[str, Any] = Field(default_factory=dict)
@@ -212,7 +233,7 @@ class RequestCompleted(_RequestEvent):
     finish_reason: str | None = None
     chunks: int | None = None  # streamed chunks forwarded
     # Single-flight: "follower" got another request's generation (its tokens were not generated again).
-    shared: Literal["leader", "follower", "promoted"] | None = None
+    shared: SharedRole | None = None
 
 
 @register
@@ -224,7 +245,7 @@ class RequestFailed(_RequestEvent):
     model: str | None = None
     instance_id: str | None = None
     status: int
-    reason: Literal["client_disconnected", "engine_error", "engine_crashed", "timeout", "internal_error"]
+    reason: FailReason
     detail: str = ""
     duration_ms: float = 0.0
     # Tokens a stream had sent the client before it ended (each event relayed counts as one): charged to its key.
@@ -258,7 +279,7 @@ class RequestShared(_RequestEvent):
     TYPE = "request.shared"
 
     model: str
-    role: Literal["leader", "follower", "promoted"]
+    role: SharedRole
     leader_trace_id: str  # the trace whose generation is shared
     flight: str  # a short hash of what made the requests identical
     joined_at_chunk: int = 0  # how much of the answer had been produced when a follower joined
@@ -305,7 +326,7 @@ class RequestCascadeJudged(_RequestEvent):
     model: str
     step: int
     accepted: bool
-    reason: Literal["accepted", "invalid", "low_confidence", "last", "refused"]
+    reason: CascadeReason
     detail: str = ""
     mean_logprob: float | None = None
     min_logprob: float | None = None  # the threshold (cascade_min_logprob)

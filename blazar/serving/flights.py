@@ -20,23 +20,23 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, get_args
+from typing import Any
 
 import orjson
 
 from blazar.errors import Refused
-from blazar.events.requests import RequestFailed, RequestRejected, RequestShared
-from blazar.serving.plan import Answer, Plan
-
-if TYPE_CHECKING:
-    from blazar.serving.gateway import Gateway
+from blazar.events.requests import RequestShared
+from blazar.serving.call import Call, Completed, Failed
+from blazar.serving.request import Answer
 
 log = logging.getLogger("blazar.gateway")
 
 SHARED_HEADER = "x-blazar-shared"
-_REJECT_REASONS = frozenset(get_args(RequestRejected.model_fields["reason"].annotation))
+
+# The pipeline after the caller's checks (`Gateway.generate`): what a leader runs.
+Generate = Callable[[Call, "asyncio.Task[None] | None"], Awaitable[Answer]]
 
 
 def deterministic(body: dict[str, Any]) -> bool:
@@ -47,13 +47,14 @@ def deterministic(body: dict[str, Any]) -> bool:
     return isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0
 
 
-def flight_key(plan: Plan) -> str | None:
+def flight_key(call: Call) -> str | None:
     """What makes requests identical (a hash), or None when this one may not share."""
-    if plan.embeddings or plan.session is not None or (plan.best_of or 1) > 1 or plan.cascade \
-            or not deterministic(plan.engine_body()):
+    r = call.request
+    if r.embeddings or r.session is not None or (r.best_of or 1) > 1 or r.cascade \
+            or not deterministic(call.engine_body()):
         return None
     try:
-        canon = orjson.dumps([plan.tenant, plan.route, plan.name, plan.parsed], option=orjson.OPT_SORT_KEYS)
+        canon = orjson.dumps([r.tenant, r.path, call.name, r.parsed], option=orjson.OPT_SORT_KEYS)
     except TypeError:
         return None
     return hashlib.sha256(canon).hexdigest()[:16]
@@ -61,14 +62,14 @@ def flight_key(plan: Plan) -> str | None:
 
 @dataclass(eq=False)
 class _Member:
-    plan: Plan
+    call: Call
     promoted: bool = False
 
 
 @dataclass(eq=False)
 class Flight:
     key: str
-    plan: Plan  # the generation's: the leader's, or the promoted follower's once the leader is gone
+    owner: Call  # the generation's: the leader's, or the promoted follower's once the leader is gone
     leader_trace_id: str
     chunks: list[bytes] = field(default_factory=list)
     answer: Answer | None = None  # the leader's (a whole one: its body; a stream: status and headers)
@@ -112,30 +113,32 @@ class Flight:
 
 
 class Flights:
-    def __init__(self, gw: Gateway) -> None:
-        self.gw = gw
+    def __init__(self, generate: Generate) -> None:
+        self._generate = generate
         self._open: dict[str, Flight] = {}
 
     def __len__(self) -> int:
         return len(self._open)
 
-    async def serve(self, key: str, plan: Plan, watcher: asyncio.Task[None] | None, payload: bytes) -> Answer:
+    async def serve(self, key: str, call: Call, watcher: asyncio.Task[None] | None) -> Answer:
+        """The answer for `call`: its own generation (it leads), or the one in flight (it follows). Raises what the
+        generation raised; the caller ends the call from it."""
         while True:
             flight = self._open.get(key)
             if flight is None:
-                return await self._lead(key, plan, watcher, payload)
-            answer = await self._follow(flight, plan, watcher)
+                return await self._lead(key, call, watcher)
+            answer = await self._follow(flight, call, watcher)
             if answer is not None:
                 return answer
             # The leader went away before anything was shared: run again (lead, or follow a newer flight).
 
     # -- the leader ---------------------------------------------------------------------------------------------
 
-    async def _lead(self, key: str, plan: Plan, watcher: asyncio.Task[None] | None, payload: bytes) -> Answer:
-        flight = Flight(key=key, plan=plan, leader_trace_id=plan.trace_id)
+    async def _lead(self, key: str, call: Call, watcher: asyncio.Task[None] | None) -> Answer:
+        flight = Flight(key=key, owner=call, leader_trace_id=call.trace_id)
         self._open[key] = flight
         try:
-            answer = await self.gw.generate(plan, watcher, payload)
+            answer = await self._generate(call, watcher)
         except asyncio.CancelledError:
             self._close(flight, restart=True)
             raise
@@ -159,7 +162,7 @@ class Flights:
         try:
             while flight.pump is None:
                 if flight.want_pump:
-                    flight.plan.detached = True  # the leader's task ending no longer ends the generation
+                    flight.owner.detach()  # the leader's task ending no longer ends the generation
                     flight.pump = asyncio.create_task(self._pump(flight, inner), name="blazar-flight")
                     flight.notify()
                     break
@@ -193,7 +196,7 @@ class Flights:
         except asyncio.CancelledError:
             pass  # nobody is left to read it: the relay recorded the end and closed the engine's stream
         except Exception:
-            log.exception("single-flight pump for %s", flight.plan.trace_id)
+            log.exception("single-flight pump for %s", flight.owner.trace_id)
         finally:
             self._close(flight)
 
@@ -205,23 +208,15 @@ class Flights:
                 flight.pump.cancel()
             return
         heir = flight.members.pop(0)
-        gen, gw = flight.plan, self.gw
-        gw.emit(RequestFailed(trace_id=gen.trace_id, model=gen.name or gen.model,
-                              instance_id=gen.instance.instance_id if gen.instance else None, status=499,
-                              reason="client_disconnected",
-                              detail=f"the client went away; its generation goes on for {heir.plan.trace_id} "
-                                     "(single-flight)"), gen.trace_id, gen.actor)
-        gw.drop_lease(gen)
-        # NOTE: the generation's plan takes the heir's identity: every event the relay records from here on (the
-        # completion, its usage) belongs to the heir's trace, which then ends with exactly one terminal event.
-        gen.trace_id, gen.principal, gen.received = heir.plan.trace_id, heir.plan.principal, heir.plan.received
-        gen.lease, heir.plan.lease = heir.plan.lease, None
+        # NOTE: the heir's call takes the generation on: every end the relay records from here on (the completion,
+        # its usage) is the heir's, whose trace then ends with exactly one terminal event.
+        flight.owner.hand_over(heir.call, f"the client went away; its generation goes on for {heir.call.trace_id} "
+                                          "(single-flight)")
+        flight.owner = heir.call
         heir.promoted = True
-        heir.plan.done = True
-        gen.shared_role = "promoted"
-        gw.emit(RequestShared(trace_id=heir.plan.trace_id, model=gen.name or gen.model, role="promoted",
-                              leader_trace_id=flight.leader_trace_id, flight=flight.key,
-                              joined_at_chunk=len(flight.chunks)), heir.plan.trace_id, heir.plan.actor)
+        heir.call.emit(RequestShared(trace_id=heir.call.trace_id, model=heir.call.name or heir.call.model,
+                                     role="promoted", leader_trace_id=flight.leader_trace_id, flight=flight.key,
+                                     joined_at_chunk=len(flight.chunks)))
         flight.members.insert(0, heir)  # it goes on reading; at the end it records nothing more of its own
 
     def _close(self, flight: Flight, *, restart: bool = False) -> None:
@@ -234,42 +229,41 @@ class Flights:
 
     # -- followers ----------------------------------------------------------------------------------------------
 
-    async def _follow(self, flight: Flight, plan: Plan, watcher: asyncio.Task[None] | None) -> Answer | None:
-        """The leader's answer for `plan`; None when it must run again (the leader went away before sharing)."""
-        gw = self.gw
+    async def _follow(self, flight: Flight, call: Call, watcher: asyncio.Task[None] | None) -> Answer | None:
+        """The leader's answer for `call`; None when it must run again (the leader went away before sharing)."""
         if not flight.leader_marked:  # the first follower: the leader's generation is shared from now on
             flight.leader_marked = True
-            gen = flight.plan
+            gen = flight.owner
             gen.shared_role = "leader"
-            gw.emit(RequestShared(trace_id=gen.trace_id, model=gen.name or gen.model, role="leader",
-                                  leader_trace_id=flight.leader_trace_id, flight=flight.key), gen.trace_id, gen.actor)
-        member = _Member(plan)
+            gen.emit(RequestShared(trace_id=gen.trace_id, model=gen.name or gen.model, role="leader",
+                                   leader_trace_id=flight.leader_trace_id, flight=flight.key))
+        member = _Member(call)
         flight.members.append(member)
         flight.want_pump = True
-        gw.emit(RequestShared(trace_id=plan.trace_id, model=plan.name or plan.model, role="follower",
-                              leader_trace_id=flight.leader_trace_id, flight=flight.key,
-                              joined_at_chunk=len(flight.chunks)), plan.trace_id, plan.actor)
+        call.emit(RequestShared(trace_id=call.trace_id, model=call.name or call.model, role="follower",
+                                leader_trace_id=flight.leader_trace_id, flight=flight.key,
+                                joined_at_chunk=len(flight.chunks)))
         try:
             await flight.wait_ready()
         except asyncio.CancelledError:
             self._leave(flight, member)
-            gw.fail(plan, status=499, reason="client_disconnected",
-                    detail="the client closed the connection while the shared generation was prepared")
+            call.finish(Failed(499, "client_disconnected",
+                               "the client closed the connection while the shared generation was prepared"))
             raise
         if flight.restart:
             flight.members.remove(member)
             return None
         if flight.answer is None:
             flight.members.remove(member)
-            raise self._mirror(plan, flight.error)
-        plan.instance = flight.plan.instance
+            raise _mirror(flight.error)
+        call.instance = flight.owner.instance
         answer = flight.answer
         headers = {**answer.headers, SHARED_HEADER: "follower"}
         if answer.stream is None:
             flight.members.remove(member)
             if watcher is not None:
                 watcher.cancel()
-            self._record_end(flight, plan)
+            _record_end(flight, call)
             return Answer(status=answer.status, content_type=answer.content_type, data=answer.data,
                           media=answer.media, refused=answer.refused, refusal=answer.refusal, headers=headers)
         return Answer(status=answer.status, content_type=answer.content_type, headers=headers,
@@ -287,10 +281,10 @@ class Flights:
                 watcher.cancel()
             self._leave(flight, member)
             if finished and not member.promoted:
-                self._record_end(flight, member.plan)
+                _record_end(flight, member.call)
             elif not finished and not member.promoted:
-                self.gw.fail(member.plan, status=499, reason="client_disconnected",
-                             detail="the client closed the connection (the shared generation goes on)")
+                member.call.finish(Failed(499, "client_disconnected",
+                                          "the client closed the connection (the shared generation goes on)"))
 
     def _leave(self, flight: Flight, member: _Member) -> None:
         if member in flight.members:
@@ -298,25 +292,21 @@ class Flights:
         if member.promoted and not flight.ended:
             self._hand_on(flight)  # the generation's owner again: the next follower takes it on
 
-    def _record_end(self, flight: Flight, plan: Plan) -> None:
-        """A follower's outcome: the generation's, with its usage (counted as shared, not generated again)."""
-        gen = flight.plan
-        if gen.usage is not None and gen.end_status is not None and gen.end_status < 400 and not gen.failed:
-            self.gw.complete(plan, gen.usage, status=gen.end_status, chunks=len(flight.chunks) or None,
-                             shared="follower")
-        else:
-            self.gw.fail(plan, status=gen.end_status or 502, reason="engine_error",
-                         detail="the shared generation did not complete")
 
-    def _mirror(self, plan: Plan, error: BaseException | None) -> BaseException:
-        """The leader's refusal, recorded for a follower too (it would have met the same), its key's lease given
-        back."""
-        if isinstance(error, Refused):
-            if error.reason in _REJECT_REASONS:
-                self.gw.drop_lease(plan)  # a refusal records nothing more: the lease goes back here (fail drops it)
-                return self.gw.reject(plan, status=error.http_status, reason=error.reason, detail=error.message,
-                                      retry_after_s=error.retry_after_s, observations=error.observations)
-            self.gw.fail(plan, status=error.http_status, reason="engine_error", detail=error.message)
-            return Refused(error.message, reason=error.reason, http_status=error.http_status)
-        self.gw.fail(plan, status=500, reason="internal_error", detail=f"the shared generation broke: {error!r}")
-        return Refused("the shared generation failed", reason="internal_error", http_status=500)
+def _record_end(flight: Flight, call: Call) -> None:
+    """A follower's outcome: the generation's, with its usage (counted as shared, not generated again)."""
+    end = flight.owner.final()
+    if isinstance(end, Completed) and end.status < 400:
+        call.finish(Completed(end.status, end.usage, chunks=len(flight.chunks) or None, shared="follower"))
+    else:
+        call.finish(Failed(end.status if end is not None else 502, "engine_error",
+                           "the shared generation did not complete"))
+
+
+def _mirror(error: BaseException | None) -> BaseException:
+    """The leader's refusal, raised for a follower too (it would have met the same; the follower's call ends from it
+    as the leader's did)."""
+    if isinstance(error, Refused):
+        return Refused(error.message, reason=error.reason, http_status=error.http_status,
+                       retry_after_s=error.retry_after_s, observations=error.observations)
+    return Refused(f"the shared generation broke: {error!r}", reason="internal_error", http_status=500)

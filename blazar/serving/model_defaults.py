@@ -5,11 +5,13 @@ request's own value always wins). The template is the engine's (set on its argv)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from blazar.dialects.ollama import map_options
 from blazar.events.model_settings import ModelSettings
-from blazar.serving.plan import Plan
+
+if TYPE_CHECKING:
+    from blazar.serving.call import Call
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -18,13 +20,14 @@ _ALSO = {"max_tokens": ("max_completion_tokens", "n_predict")}
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 
 
-def apply_settings(plan: Plan, settings: ModelSettings) -> bool:
-    """Fill `plan` from `settings` (see the module's docstring): True when its engine body changed."""
-    if plan.embeddings or plan.engine_path not in (CHAT, COMPLETIONS):
+def apply_settings(call: Call, settings: ModelSettings) -> bool:
+    """Fill `call` from `settings` (see the module's docstring): True when its engine body changed."""
+    request = call.request
+    if request.embeddings or request.engine_path not in (CHAT, COMPLETIONS):
         return False
-    body: dict[str, Any] = plan.body if plan.body is not None else dict(plan.parsed)
+    body: dict[str, Any] = dict(call.engine_body())
     changed = False
-    if settings.system is not None and plan.engine_path == CHAT:
+    if settings.system is not None and request.engine_path == CHAT:
         messages = body.get("messages")
         if isinstance(messages, list) and not any(isinstance(m, dict) and m.get("role") in _SYSTEM_ROLES
                                                   for m in messages):
@@ -37,10 +40,10 @@ def apply_settings(plan: Plan, settings: ModelSettings) -> bool:
             continue
         body[name] = value
         changed = True
-        if name == "max_tokens" and plan.max_tokens is None:
-            plan.max_tokens = int(value)
-    if ctx is not None and plan.ctx is None:
-        plan.ctx = ctx
+        if name == "max_tokens" and call.max_tokens is None:
+            call.max_tokens = int(value)
+    if ctx is not None and call.ctx is None:
+        call.ctx = ctx
     if changed:
-        plan.body = body
+        call.writable_body().update(body)
     return changed

@@ -19,10 +19,10 @@ from blazar.adapters.engines.answers import error_message, merge_usage, stream_e
 from blazar.adapters.engines.client import EngineResponse
 from blazar.dialects.stream import SseEvents, Translator
 from blazar.errors import EngineStreamBroken
-from blazar.serving.plan import Plan
+from blazar.serving.call import Completed, Failed
 
 if TYPE_CHECKING:
-    from blazar.serving.gateway import Gateway
+    from blazar.serving.call import Call
 
 log = logging.getLogger("blazar.gateway")
 
@@ -54,24 +54,24 @@ class Rename:
         return rest
 
 
-def renamer(plan: Plan) -> Rename | None:
+def renamer(call: Call) -> Rename | None:
     """What rewrites the engine's name for the model into the client's, when they differ."""
-    inst = plan.instance
-    if inst is None or not inst.served_as or inst.served_as == plan.model:
+    inst = call.instance
+    if inst is None or not inst.served_as or inst.served_as == call.model:
         return None
-    return Rename(inst.served_as, plan.model)
+    return Rename(inst.served_as, call.model)
 
 
-async def passthrough(gw: Gateway, plan: Plan, upstream: EngineResponse,
+async def passthrough(call: Call, upstream: EngineResponse,
                       watcher: asyncio.Task[None] | None) -> AsyncIterator[bytes]:
     """The engine's SSE bytes untouched (but for the model's name); the outcome from the first and last events."""
     head = tail = b""  # Anthropic-shaped usage can sit at the very start; llama-server's timings at the end
     chunks = 0
-    rename = renamer(plan)
+    rename = renamer(call)
     try:
         async for block in upstream.aiter_raw():
-            if plan.first_token_at is None:
-                gw.first_token(plan)
+            if call.first_token_at is None:
+                call.first_token()
                 head = block[:KEEP_BYTES] if b'"usage"' in block else b""
             chunks += block.count(b"data: ")
             if tail or b'"timings"' in block or b'"usage"' in block or b'"error"' in block:
@@ -79,46 +79,46 @@ async def passthrough(gw: Gateway, plan: Plan, upstream: EngineResponse,
             if b"data: [DONE]" in block:
                 # NOTE: the answer is whole once [DONE] goes out: record it before the client, which may hang up at
                 # once, can turn the end of the relay into a disconnect.
-                _end(gw, plan, head, tail, status=upstream.status_code, chunks=chunks)
+                _end(call, head, tail, status=upstream.status_code, chunks=chunks)
             out = rename(block) if rename is not None else block
             if out:
                 yield out
         if rename is not None and rename.carry:
             yield rename.rest()
     except BaseException as e:
-        if _failed(gw, plan, e, relayed=chunks):
+        if _failed(call, e, relayed=chunks):
             # Ended without [DONE], the answer would pass for a whole one: say in the stream that it broke (the
             # OpenAI and Anthropic SDKs raise on an error event).
-            yield broken_event(plan, f"the engine's stream broke: {e}")
+            yield broken_event(call, f"the engine's stream broke: {e}")
             return
         raise
     finally:
         await _close(upstream, watcher)
-    _end(gw, plan, head, tail, status=upstream.status_code, chunks=chunks)
+    _end(call, head, tail, status=upstream.status_code, chunks=chunks)
 
 
-def broken_event(plan: Plan, message: str) -> bytes:
+def broken_event(call: Call, message: str) -> bytes:
     """The in-stream error for a passed-through stream, in the shape of the route the engine answered."""
-    if plan.engine_path.endswith("/messages"):
+    if call.request.engine_path.endswith("/messages"):
         body = orjson.dumps({"type": "error", "error": {"type": "api_error", "message": message}})
         return b"event: error\ndata: " + body + b"\n\n"
     body = orjson.dumps({"error": {"message": message, "type": "server_error", "code": "engine_crashed"}})
     return b"\n\ndata: " + body + b"\n\n"  # blank lines first: the engine may have stopped mid-event
 
 
-def _end(gw: Gateway, plan: Plan, head: bytes, tail: bytes, *, status: int, chunks: int) -> None:
+def _end(call: Call, head: bytes, tail: bytes, *, status: int, chunks: int) -> None:
     """Failed when the engine sent an error event (the client got it as it was), else completed with the usage found
-    in the first and last events. Once only: a done request is left as it is."""
-    if plan.done:
+    in the first and last events. Once only: an ended request is left as it is."""
+    if call.ended:
         return
     broke = stream_error(tail) if b'"error"' in tail else None
     if broke is not None:
-        gw.fail(plan, status=502, reason="engine_error", detail=broke)
+        call.finish(Failed(502, "engine_error", broke))
         return
-    gw.complete(plan, usage_from_sse(head + b"\n" + tail if head else tail), status=status, chunks=chunks)
+    call.finish(Completed(status, usage_from_sse(head + b"\n" + tail if head else tail), chunks=chunks))
 
 
-async def translated(gw: Gateway, plan: Plan, upstream: EngineResponse, watcher: asyncio.Task[None] | None,
+async def translated(call: Call, upstream: EngineResponse, watcher: asyncio.Task[None] | None,
                      translator: Translator) -> AsyncIterator[bytes]:
     """Each engine event through `translator`; an engine error mid-stream ends the stream with the dialect's own
     error event."""
@@ -127,43 +127,39 @@ async def translated(gw: Gateway, plan: Plan, upstream: EngineResponse, watcher:
     events = SseEvents()
     try:
         async for block in upstream.aiter_raw():
-            if plan.first_token_at is None:
-                gw.first_token(plan)
+            call.first_token()
             chunks += block.count(b"data: ")
             out, broke = _translate(events.feed(block), translator, usage)
             if broke is not None:
-                gw.fail(plan, status=502, reason="engine_error", detail=broke)
+                call.finish(Failed(502, "engine_error", broke))
                 yield out + translator.error(broke)
                 return
             if out:
                 yield out
     except BaseException as e:
-        if _failed(gw, plan, e, relayed=chunks):
+        if _failed(call, e, relayed=chunks):
             yield translator.error(f"the engine's stream broke: {e}")
             return
         raise
     finally:
         await _close(upstream, watcher)
-    gw.complete(plan, usage, status=upstream.status_code, chunks=chunks)
+    call.finish(Completed(upstream.status_code, usage, chunks=chunks))
     yield translator.end()
 
 
-def _failed(gw: Gateway, plan: Plan, exc: BaseException, *, relayed: int) -> bool:
+def _failed(call: Call, exc: BaseException, *, relayed: int) -> bool:
     """Record how a relay that raised ended; True when the engine's stream broke (the relay ends it), False when the
     exception goes on: a bug on our side (recorded as such, never as the client's hang-up), or GeneratorExit /
     CancelledError (the client went away; closing the upstream cancels the generation). `relayed`: the events the
     client got, each charged as a token."""
     if isinstance(exc, BROKEN):
-        gw.fail(plan, status=502, reason="engine_crashed", detail=f"the engine's stream broke: {exc}",
-                relayed_tokens=relayed)
+        call.finish(Failed(502, "engine_crashed", f"the engine's stream broke: {exc}", relayed_tokens=relayed))
         return True
     if isinstance(exc, Exception):
-        log.exception("relaying %s failed", plan.trace_id)
-        gw.fail(plan, status=500, reason="internal_error", detail=f"{type(exc).__name__}: {exc}",
-                relayed_tokens=relayed)
+        log.exception("relaying %s failed", call.trace_id)
+        call.finish(Failed(500, "internal_error", f"{type(exc).__name__}: {exc}", relayed_tokens=relayed))
     else:
-        gw.fail(plan, status=499, reason="client_disconnected", detail="the client closed the connection",
-                relayed_tokens=relayed)
+        call.finish(Failed(499, "client_disconnected", "the client closed the connection", relayed_tokens=relayed))
     return False
 
 

@@ -17,7 +17,7 @@ from blazar.errors import Refused
 from blazar.instances.supervisor import Instance, ResolvedModel
 from blazar.serving.admission import Admission
 from blazar.serving.gateway import Gateway
-from blazar.serving.plan import Plan
+from blazar.serving.request import Request
 from tests.support.resolved import resolved
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0, "stream": True}
@@ -61,10 +61,10 @@ class Engine:
         return 10_000  # over any context: a refusal when the cheap bound does not settle it
 
 
-def plan(trace: str) -> Plan:
+def plan(trace: str) -> Request:
     raw = orjson.dumps(BODY)
-    return Plan(model="m", engine_path="/v1/chat/completions", body=None, stream=True, route="/v1/chat/completions",
-                raw=raw, parsed=dict(BODY), trace_id=trace)
+    return Request(model="m", engine_path="/v1/chat/completions", body=None, stream=True, path="/v1/chat/completions",
+                   raw=raw, parsed=dict(BODY), trace_id=trace)
 
 
 @pytest.fixture
@@ -100,7 +100,7 @@ async def test_a_follower_of_a_refused_leader_meets_the_same_refusal(app: Blazar
 
 async def test_a_leader_gone_before_sharing_leaves_its_follower_to_run_again(app: Blazar, sup: GatedSupervisor,
                                                                               gateway: Gateway) -> None:
-    async def client(p: Plan) -> tuple[dict[str, str], bytes]:
+    async def client(p: Request) -> tuple[dict[str, str], bytes]:
         """As the server does: the answer's stream is sent from the request's own task."""
         answer = await gateway.serve(p)
         assert answer.stream is not None

@@ -3,14 +3,15 @@ wins), single-flight's notion of identical and deterministic, and the X-Blazar-*
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from blazar.dialects.judge import judge, mean_logprob, schema_of, winner
 from blazar.errors import DialectError
+from blazar.serving.call import Call, Desk
 from blazar.serving.flights import deterministic, flight_key
-from blazar.serving.plan import Plan
+from blazar.serving.request import Request
 from tests.support.resolved import resolved
 
 SCHEMA = {"type": "object", "properties": {"colour": {"type": "string"}}, "required": ["colour"]}
@@ -65,12 +66,13 @@ def test_tool_call_arguments_must_be_json_and_logprobs_are_averaged() -> None:
 
 # -- single-flight's key -----------------------------------------------------------------------------------------------
 
-def _plan(**body: Any) -> Plan:
+def _plan(*, session: str | None = None, best_of: int | None = None, **body: Any) -> Call:
     parsed = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **body}
-    p = Plan(model="m", engine_path="/v1/chat/completions", body=None, stream=False, route="/v1/chat/completions",
-             parsed=parsed)
-    p.resolved = resolved("m")
-    return p
+    call = Call(Request(model="m", engine_path="/v1/chat/completions", body=None, stream=False,
+                        path="/v1/chat/completions", parsed=parsed, session=session, best_of=best_of),
+                cast(Desk, object()))  # a key is read from what was asked: nothing is recorded
+    call.resolved = resolved("m")
+    return call
 
 
 def test_only_deterministic_sampling_shares() -> None:
@@ -84,10 +86,8 @@ def test_identical_means_the_same_route_model_and_body() -> None:
     assert flight_key(a) == flight_key(b) is not None
     assert flight_key(_plan(temperature=0, max_tokens=9)) != flight_key(a)
     assert flight_key(_plan(temperature=0.5)) is None
-    with_session = _plan(temperature=0)
-    with_session.session = "s"
-    best = _plan(temperature=0)
-    best.best_of = 2
+    with_session = _plan(temperature=0, session="s")
+    best = _plan(temperature=0, best_of=2)
     assert flight_key(with_session) is None and flight_key(best) is None
 
 

@@ -5,6 +5,7 @@ and the engine flags a template gives."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -16,8 +17,9 @@ from blazar.events.model_settings import ModelConfigured, ModelSettings, ModelVa
 from blazar.events.models import ModelImported, ModelMetadata, ModelRemoved
 from blazar.projections import CatalogProjection, fold
 from blazar.projections.catalog import models, settings_of, stored
+from blazar.serving.call import Call, Desk
 from blazar.serving.model_defaults import apply_settings
-from blazar.serving.plan import Plan
+from blazar.serving.request import Request
 from blazar.store.model_settings import (
     SettingsChange,
     apply_registry_settings,
@@ -229,10 +231,12 @@ async def test_registry_settings_never_overwrite_a_users_own(stocked: Blazar) ->
 # -- a request, filled from the settings ---------------------------------------------------------------------------
 
 
-def _chat(body: dict[str, object], *, translated: bool = False) -> Plan:
-    plan = Plan(model="m", engine_path="/v1/chat/completions", body=dict(body) if translated else None, stream=False)
-    plan.parsed = dict(body)
-    return plan
+NO_DESK = cast(Desk, object())  # settings are applied before anything is recorded or held
+
+
+def _chat(body: dict[str, object], *, translated: bool = False) -> Call:
+    return Call(Request(model="m", engine_path="/v1/chat/completions", body=dict(body) if translated else None,
+                        stream=False, parsed=dict(body)), NO_DESK)
 
 
 def test_the_system_prompt_leads_a_chat_that_has_none_and_defaults_fill_what_is_unset() -> None:
@@ -243,7 +247,7 @@ def test_the_system_prompt_leads_a_chat_that_has_none_and_defaults_fill_what_is_
     assert plan.body == {"model": "m", "temperature": 0.9, "max_tokens": 32, "stop": ["<x>"],
                          "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]}
     assert (plan.max_tokens, plan.ctx) == (32, 1024)
-    assert plan.parsed["messages"] == [{"role": "user", "content": "hi"}]  # the client's body is left as it came
+    assert plan.request.parsed["messages"] == [{"role": "user", "content": "hi"}]  # the client's body as it came
 
 
 def test_a_request_with_its_own_system_message_or_limits_wins() -> None:
@@ -257,7 +261,7 @@ def test_a_request_with_its_own_system_message_or_limits_wins() -> None:
 
 
 def test_embeddings_are_left_alone() -> None:
-    plan = Plan(model="m", engine_path="/v1/embeddings", body=None, stream=False, embeddings=True)
+    plan = Call(Request(model="m", engine_path="/v1/embeddings", body=None, stream=False, embeddings=True), NO_DESK)
     assert apply_settings(plan, SETTINGS) is False and plan.body is None
 
 

@@ -4,6 +4,8 @@ prioritize, and the key events that carry cache groups and that right."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
 from blazar.context import Blazar
@@ -18,9 +20,10 @@ from blazar.projections.base import fold
 from blazar.projections.keys import ApiKey, KeysProjection
 from blazar.projections.keys import key as api_key
 from blazar.projections.metrics import MetricsProjection, tokens_on
+from blazar.serving.call import Call, Desk
 from blazar.serving.flights import flight_key
-from blazar.serving.plan import Plan
 from blazar.serving.principal import Principal
+from blazar.serving.request import Request
 from blazar.serving.tenancy import may_prioritize, qualify, split_session, tenant_named, tenant_of
 
 
@@ -119,14 +122,17 @@ def test_the_memory_of_sessions_that_lost_their_slot_is_bounded() -> None:
     assert slots.lost(f"s{LOST_MAX + 8}") == ("i", 0) and slots.lost("s0") is None
 
 
+# A call that records nothing: flight_key reads only what was asked.
+NO_DESK = cast(Desk, object())
+
+
 # -- single-flight --------------------------------------------------------------------------------------------------
 
 def test_identical_requests_share_a_generation_only_within_one_tenant() -> None:
-    def plan(tenant: str | None) -> Plan:
+    def plan(tenant: str | None) -> Call:
         body = {"model": "g", "messages": [{"role": "user", "content": "hi"}], "temperature": 0}
-        p = Plan(model="g", engine_path="/v1/chat/completions", body=None, stream=False, route="/v1/chat/completions",
-                 parsed=body, tenant=tenant)
-        return p
+        return Call(Request(model="g", engine_path="/v1/chat/completions", body=None, stream=False,
+                            path="/v1/chat/completions", parsed=body, tenant=tenant), NO_DESK)
 
     assert flight_key(plan("key:a")) == flight_key(plan("key:a"))
     assert flight_key(plan("key:a")) != flight_key(plan("key:b"))

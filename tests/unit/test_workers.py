@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import stat
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -178,15 +179,17 @@ def test_a_passed_through_stream_that_breaks_ends_with_an_error_event_in_its_rou
     import orjson
 
     from blazar.dialects.stream import SseEvents
-    from blazar.serving.plan import Plan
+    from blazar.serving.call import Call, Desk
     from blazar.serving.relay import broken_event
+    from blazar.serving.request import Request
 
-    chat = Plan(model="m", engine_path="/v1/chat/completions", body=None, stream=True, route="/v1/chat/completions",
-                trace_id="t")
+    no_desk = cast(Desk, object())
+    chat = Call(Request(model="m", engine_path="/v1/chat/completions", body=None, stream=True,
+                        path="/v1/chat/completions", trace_id="t"), no_desk)
     (event,) = SseEvents().feed(b'data: {"choices": [{"delta": {"content": "par' + broken_event(chat, "gone"))
     assert event["error"]["message"] == "gone" and event["error"]["code"] == "engine_crashed"
-    messages = Plan(model="m", engine_path="/v1/messages", body=None, stream=True, route="/v1/messages",
-                    trace_id="t")
+    messages = Call(Request(model="m", engine_path="/v1/messages", body=None, stream=True, path="/v1/messages",
+                            trace_id="t"), no_desk)
     raw = broken_event(messages, "gone")
     assert raw.startswith(b"event: error\n")
     assert orjson.loads(raw.split(b"data: ", 1)[1])["error"] == {"type": "api_error", "message": "gone"}

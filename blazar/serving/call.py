@@ -1,0 +1,355 @@
+"""One request's way through the pipeline: a `Call` owns everything the request holds (the key's concurrency lease,
+an admission ticket, a hold on its instance) and ends it in one place, `finish(outcome)`: the request's one terminal
+event (`request.completed`, `request.failed` or `request.rejected`) recorded and everything given back. `finish` is
+idempotent, so any path may call it (the pipeline's `except`, a relay's end, a task's done-callback): the first
+outcome is the request's.
+
+    Request (immutable, blazar/serving/request.py) --Gateway.serve--> Call --finish(outcome)--> one terminal event
+
+What changes on the way is the Call's: the model of a cascade's step, the engine body once a model's settings or a
+slot's placement changed it, the instance it was routed to. A single-flight generation whose client went away is
+handed over to a follower's Call (`hand_over`): from then on its holdings and its end are the follower's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
+
+from blazar.errors import Refused
+from blazar.events.base import Event
+from blazar.events.requests import (
+    FailReason,
+    RejectReason,
+    RequestCompleted,
+    RequestFailed,
+    RequestFirstToken,
+    RequestRejected,
+    SharedRole,
+    is_fail_reason,
+    is_reject_reason,
+)
+from blazar.instances.supervisor import Instance, ResolvedModel
+from blazar.serving.admission import Ticket
+from blazar.serving.limits import Lease
+from blazar.serving.model_defaults import apply_settings
+from blazar.serving.request import Request
+
+if TYPE_CHECKING:
+    from blazar.adapters.engines.client import EngineResponse
+    from blazar.cluster.nodes import Peer
+    from blazar.events.model_settings import ModelSettings
+
+
+# -- outcomes ----------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    status: int
+    usage: dict[str, Any]
+    chunks: int | None = None
+    shared: SharedRole | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    status: int
+    reason: FailReason
+    detail: str
+    relayed_tokens: int | None = None  # what a stream had sent before it ended: charged as a completion's tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    status: int
+    reason: RejectReason
+    detail: str
+    retry_after_s: float | None = None
+    observations: dict[str, Any] = field(default_factory=dict)
+
+
+Outcome = Completed | Failed | Rejected
+
+
+def outcome_of(exc: BaseException, call: Call) -> Outcome:
+    """How a request that raised `exc` ended: a refusal by its reason (an error code that is no request reason, e.g. a
+    load's `engine_exited`, is a `load_failed` refusal with the code kept), the client's hang-up, or a bug of ours."""
+    if isinstance(exc, Refused):
+        if is_reject_reason(exc.reason):
+            return Rejected(exc.http_status, exc.reason, exc.message, exc.retry_after_s, exc.observations)
+        if is_fail_reason(exc.reason):
+            return Failed(exc.http_status, exc.reason, exc.message)
+        return Rejected(exc.http_status, "load_failed", exc.message, exc.retry_after_s,
+                        {**exc.observations, "code": exc.reason})
+    if isinstance(exc, asyncio.CancelledError):
+        return Failed(499, "client_disconnected", call.hang_up_detail())
+    return Failed(500, "internal_error", f"{type(exc).__name__}: {exc}")
+
+
+# -- what a call gives back to -----------------------------------------------------------------------------------------
+
+class Desk(Protocol):
+    """What a Call records to and gives back to: the gateway's writer, admission, supervisor and key limits."""
+
+    def emit(self, event: Event, trace_id: str, actor: str | None = None) -> None: ...
+    def release_slot(self, ticket: Ticket, *, tokens: int | None = None) -> None: ...
+    def give_back_slot(self, ticket: Ticket) -> None: ...
+    def unhold(self, instance: Instance) -> None: ...
+    def release_lease(self, lease: Lease) -> None: ...
+    def charge(self, key_name: str, tokens: int) -> None: ...
+
+
+class Call:
+    """A request on its way: see the module's docstring."""
+
+    def __init__(self, request: Request, desk: Desk) -> None:
+        self.request = request
+        self._desk = desk
+        # -- the step's target: a cascade's step changes it (`retarget`)
+        self.model = request.cascade[0] if request.cascade else request.model
+        self.max_tokens = request.max_tokens
+        self.ctx = request.ctx
+        self._body = request.body  # copied before its first change: the Request's is never changed
+        self._own_body = False
+        self._payload: bytes | None = None
+        # -- its way (the gateway's decisions)
+        self.resolved: ResolvedModel | None = None
+        self.remote: str | None = None  # the remote engine serving the model (not in the store), by its name
+        self.peer: Peer | None = None  # the node this request is forwarded to, where the model is ready
+        self.forward_observations: dict[str, Any] = {}
+        self.instance: Instance | None = None
+        self.load_ms: float | None = None  # the cold load this request waited for, if any
+        self.queue_position = 0
+        self.first_token_at: float | None = None
+        self.rerouted = False  # routed again once already: its first instance was gone before it took the request
+        self.shared_role: SharedRole | None = None
+        # -- what it holds, given back by `finish` (or by the step's own end)
+        self._lease: Lease | None = None
+        self._ticket: Ticket | None = None
+        self._held: Instance | None = None
+        self._guard: tuple[asyncio.Task[Any], Callable[[asyncio.Task[Any]], None]] | None = None
+        # -- how it ended
+        self.outcome: Outcome | None = None
+        self._heir: Call | None = None  # a single-flight generation handed over: its end is the heir's
+
+    # -- what it is ----------------------------------------------------------------------------------------------------
+
+    @property
+    def trace_id(self) -> str:
+        return self.request.trace_id
+
+    @property
+    def received(self) -> float:
+        return self.request.received
+
+    @property
+    def name(self) -> str | None:
+        """The store's name, once resolved."""
+        return self.resolved.name if self.resolved is not None else None
+
+    @property
+    def ticket(self) -> Ticket | None:
+        return self._ticket
+
+    @property
+    def ended(self) -> bool:
+        return self._last().outcome is not None
+
+    def emit(self, event: Event) -> None:
+        self._desk.emit(event, self.trace_id, self.request.actor)
+
+    def deadline_left_s(self) -> float | None:
+        """Seconds left until the deadline (negative once passed); None without one."""
+        if self.request.deadline_ms is None:
+            return None
+        return self.request.deadline_ms / 1000.0 - (time.perf_counter() - self.received)
+
+    def hang_up_detail(self) -> str:
+        """What the request was waiting for when its client went away."""
+        if self.instance is None:
+            return "the client closed the connection while the request waited for the model to load"
+        if self._ticket is None:
+            return "the client closed the connection while the request waited for a slot"
+        return "the client closed the connection"
+
+    # -- the engine's body ---------------------------------------------------------------------------------------------
+
+    @property
+    def body(self) -> dict[str, Any] | None:
+        """The engine's body as it goes (None: the client's bytes as they came)."""
+        return self._body
+
+    def engine_body(self) -> dict[str, Any]:
+        """The engine's body as an object (for counting tokens): the translated one, or the client's."""
+        return self._body if self._body is not None else self.request.parsed
+
+    def writable_body(self) -> dict[str, Any]:
+        """The engine's body, this call's own copy, to change (the Request's and the client's stay as they came)."""
+        if not self._own_body:
+            self._body = dict(self._body if self._body is not None else self.request.parsed)
+            self._own_body = True
+        self._payload = None
+        assert self._body is not None
+        return self._body
+
+    def set_engine_field(self, name: str, value: Any) -> None:
+        self.writable_body()[name] = value
+
+    def drop_engine_fields(self, *names: str) -> None:
+        """Forget what a placement told an engine (unless the client asked it): the next one says its own."""
+        if self._body is None:
+            return
+        body = self.writable_body()
+        for name in names:
+            if name not in self.request.parsed:
+                body.pop(name, None)
+
+    def payload(self) -> bytes:
+        """The bytes the engine is sent (encoded once per change of the body)."""
+        if self._payload is None:
+            self._payload = self.request.raw if self._body is None else orjson.dumps(self._body)
+        return self._payload
+
+    def use_settings(self, settings: ModelSettings) -> None:
+        """The model's settings applied (blazar/serving/model_defaults.py)."""
+        apply_settings(self, settings)
+
+    def retarget(self, model: str, resolved: ResolvedModel, remote: str | None) -> None:
+        """A cascade's next step: the request as the client sent it, pointed at `model` (its settings applied), its
+        previous step's way there forgotten."""
+        self.model, self.max_tokens, self.ctx = model, self.request.max_tokens, self.request.ctx
+        self._body, self._own_body, self._payload = self.request.body, False, None
+        self.instance, self.peer, self.resolved, self.remote = None, None, resolved, remote
+        if resolved.settings is not None:
+            self.use_settings(resolved.settings)
+
+    # -- what it holds -------------------------------------------------------------------------------------------------
+
+    def take_lease(self, lease: Lease) -> None:
+        self._lease = lease
+
+    def admitted(self, ticket: Ticket) -> None:
+        self._ticket = ticket
+
+    def holding(self, instance: Instance) -> None:
+        """The instance is held against eviction for this call (given back with its slot)."""
+        self._held = instance
+
+    def give_back_slot(self, *, learn: bool = True, tokens: int | None = None) -> None:
+        """The slot and the hold on the instance go back; the request goes on (a cascade's step is over, or a
+        request is routed again: then `learn=False`, no hold time is learnt from a slot that served nothing)."""
+        if self._ticket is not None:
+            if learn:
+                self._desk.release_slot(self._ticket, tokens=tokens)
+            else:
+                self._desk.give_back_slot(self._ticket)
+            self._ticket = None
+        if self._held is not None:
+            self._desk.unhold(self._held)
+            self._held = None
+
+    def release_lease(self) -> None:
+        if self._lease is not None:
+            self._desk.release_lease(self._lease)
+            self._lease = None
+
+    # -- the task it runs in -------------------------------------------------------------------------------------------
+
+    def guard(self, upstream: EngineResponse) -> None:
+        """Whatever ends the current task (a hang-up before the first byte was sent, an error in the server), the
+        call ends and the engine's request is closed: nothing relies on the relay having started."""
+        task = asyncio.current_task()
+        if task is None:
+            return
+
+        def settle(_: asyncio.Task[Any]) -> None:
+            self.finish(Failed(499, "client_disconnected", "the request ended before its answer was sent"))
+            if not upstream.is_closed:
+                closing = asyncio.ensure_future(upstream.aclose())
+                closing.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+        task.add_done_callback(settle)
+        self._guard = (task, settle)
+
+    def detach(self) -> None:
+        """The generation now runs on its own (a single-flight pump): the task that started it ending ends nothing."""
+        if self._guard is not None:
+            task, settle = self._guard
+            task.remove_done_callback(settle)
+            self._guard = None
+
+    # -- how it ends ---------------------------------------------------------------------------------------------------
+
+    def _last(self) -> Call:
+        call = self
+        while call._heir is not None:
+            call = call._heir
+        return call
+
+    def first_token(self) -> None:
+        """The first token reached the client (once)."""
+        call = self._last()
+        if call.first_token_at is not None:
+            return
+        call.first_token_at = time.perf_counter()
+        call.emit(RequestFirstToken(trace_id=call.trace_id, model=call.name or call.model,
+                                    ttft_ms=round((call.first_token_at - call.received) * 1000, 3)))
+
+    def finish(self, outcome: Outcome) -> None:
+        """End the request: its one terminal event, everything it holds given back, the key charged for the tokens
+        it got. A second call is a no-op; a generation handed over ends as its heir's."""
+        call = self._last()
+        if call.outcome is not None:
+            return
+        call.outcome = outcome
+        tokens = None
+        if isinstance(outcome, Completed):
+            tokens = outcome.usage.get("completion_tokens")
+            charged = int(outcome.usage.get("prompt_tokens") or 0) + int(tokens or 0)
+        else:
+            charged = (outcome.relayed_tokens or 0) if isinstance(outcome, Failed) else 0
+        call.release_lease()
+        call.give_back_slot(tokens=tokens)
+        if call.request.key_name is not None and charged:
+            call._desk.charge(call.request.key_name, charged)  # tpm and daily_tokens: a hang-up is no way around them
+        call.emit(call._terminal_event(outcome))
+
+    def _terminal_event(self, outcome: Outcome) -> Event:
+        model = self.name or self.model
+        duration_ms = round((time.perf_counter() - self.received) * 1000, 3)
+        instance_id = self.instance.instance_id if self.instance else None
+        if isinstance(outcome, Completed):
+            u = outcome.usage
+            return RequestCompleted(
+                trace_id=self.trace_id, model=model, instance_id=instance_id, status=outcome.status,
+                duration_ms=duration_ms, prompt_tokens=u.get("prompt_tokens"),
+                completion_tokens=u.get("completion_tokens"), cached_tokens=u.get("cached_tokens"),
+                engine_timings=u.get("timings") or {}, finish_reason=u.get("finish_reason"), chunks=outcome.chunks,
+                shared=outcome.shared or self.shared_role)
+        if isinstance(outcome, Failed):
+            return RequestFailed(trace_id=self.trace_id, model=model, instance_id=instance_id,
+                                 status=outcome.status, reason=outcome.reason, detail=outcome.detail[:500],
+                                 duration_ms=duration_ms, completion_tokens=outcome.relayed_tokens or None)
+        return RequestRejected(trace_id=self.trace_id, model=model, status=outcome.status, reason=outcome.reason,
+                               detail=outcome.detail, retry_after_s=outcome.retry_after_s,
+                               observations=outcome.observations, duration_ms=duration_ms)
+
+    def hand_over(self, heir: Call, detail: str) -> None:
+        """Single-flight: this call's client went away mid-stream and `heir` (a follower) takes the generation on:
+        its slot, its hold and its instance become the heir's, this call ends (its lease given back), and whatever
+        ends the generation from now on ends the heir's call."""
+        owner = self._last()
+        heir._ticket, heir._held, owner._ticket, owner._held = owner._ticket, owner._held, None, None
+        heir.instance, heir.resolved, heir.model = owner.instance, owner.resolved, owner.model
+        heir.first_token_at, heir.shared_role = owner.first_token_at, "promoted"
+        owner.finish(Failed(499, "client_disconnected", detail))
+        owner._heir = heir
+
+    def final(self) -> Outcome | None:
+        """How the generation this call started ended, whoever's call it ended as."""
+        return self._last().outcome
