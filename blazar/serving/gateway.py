@@ -22,16 +22,15 @@ import orjson
 from blazar.adapters.engines.answers import refusal, usage_from_json
 from blazar.adapters.engines.client import EngineClient, EngineResponse
 from blazar.cluster.nodes import cluster_key
-from blazar.cluster.remotes import RemoteBreaker, resolved_remote
+from blazar.cluster.remotes import RemoteBreaker
 from blazar.context import Blazar, stamp_node
 from blazar.dialects.tools import ForcedStream, OpenAIStream
-from blazar.errors import BlazarError, EngineError, EngineGone, EngineStreamBroken, ModelNotFound, Refused
+from blazar.errors import EngineError, EngineGone, EngineStreamBroken, ModelNotFound, Refused
 from blazar.events.base import Event
 from blazar.events.requests import RequestReceived
 from blazar.instances.kv_bank import KvBank
 from blazar.instances.supervisor import Instance, ResolvedModel
 from blazar.projections.metrics import tokens_on
-from blazar.projections.remotes import serving
 from blazar.serving import fanout, relay
 from blazar.serving.admission import Admission, Ticket
 from blazar.serving.call import Call, Completed, Failed, outcome_of
@@ -300,65 +299,10 @@ class Gateway:
         return status, parsed, data
 
     async def extra_candidate(self, call: Call) -> Candidate | None:
-        """One more slot of the call's instance, free now (never a wait), with the key's extra lease (each candidate
-        counts against its max_concurrent) and, on a child, a hold and the slot's placement; None when any of them
-        is not to be had."""
-        inst = call.instance
-        assert inst is not None
-        p = call.request.principal
-        limits = p.limits() if p is not None else None
-        lease = self.limits.extra(limits) if limits is not None else None
-        if limits is not None and lease is None:
-            return None
-        isolate = self.router.isolating()
-        ticket = self.admission.try_acquire(inst.lane, inst.slots, pick=None if inst.remote else self.kv.slots.picker(
-            inst.instance_id, None, call.request.tenant, isolate=isolate))
-        held = False
-
-        def release() -> None:
-            if ticket is not None:
-                self.admission.release(ticket)
-            if held:
-                self.supervisor.unhold(inst)
-            if lease is not None:
-                self.limits.release(lease)
-
-        if ticket is None:
-            release()
-            return None
-        if inst.remote:
-            return Candidate(slot_id=ticket.slot_id, release=release)
-        try:
-            self.supervisor.hold(inst)
-        except BlazarError:
-            self.admission.give_back(ticket)
-            ticket = None
-            release()
-            return None  # the instance is gone: the candidates so far are all there will be
-        held = True
-        try:
-            placed = await self.kv.place(inst, ticket.slot_id, None, tenant=call.request.tenant)
-        except BaseException:
-            release()
-            raise
-        return Candidate(slot_id=ticket.slot_id, engine_fields=placed.engine_fields(ticket.slot_id, isolate=isolate),
-                         release=release)
+        return await self.router.extra_candidate(call, self.limits)
 
     def resolve_in_scope(self, call: Call, name: str) -> tuple[ResolvedModel, str | None]:
-        """A cascade's model `name`: the store's, else a remote engine's (its name second), in the key's scope."""
-        remote = None
-        try:
-            resolved = self.supervisor.resolve(name)
-        except ModelNotFound as e:
-            served = serving(self.app.runner.state("remotes"), name)
-            if served is None:
-                raise Refused(f"cascade: {e.message}", reason="model_not_found", http_status=404) from None
-            resolved, remote = resolved_remote(name), served.name
-        p = call.request.principal
-        if p is not None and p.key is not None and not p.allows(name, resolved.name):
-            raise Refused(scope_refusal(p, name, resolved.name), reason="model_not_allowed", http_status=403,
-                          error_type="permission_error")
-        return resolved, remote
+        return self.router.resolve_in_scope(call, name)
 
     def cascade_min_logprob(self) -> float:
         return self.app.settings().cascade_min_logprob

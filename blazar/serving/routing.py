@@ -36,12 +36,15 @@ from blazar.events.requests import (
     RequestRouted,
 )
 from blazar.instances.kv_bank import KvBank
-from blazar.instances.supervisor import Instance, Route
+from blazar.instances.supervisor import Instance, ResolvedModel, Route
 from blazar.projections.keys import auth_on
 from blazar.projections.remotes import remote, serving
 from blazar.serving.admission import Admission, Ticket
 from blazar.serving.call import Call
+from blazar.serving.fanout import Candidate
+from blazar.serving.limits import Limiter
 from blazar.serving.ports import SupervisorPort
+from blazar.serving.principal import scope_refusal
 from blazar.serving.tenancy import TENANT_HEADER, split_session
 
 log = logging.getLogger("blazar.gateway")
@@ -270,6 +273,69 @@ class Router:
                           f"but {inst.model}'s context is {inst.ctx_tokens} tokens per request; shorten the prompt "
                           "or lower max_tokens", reason="context_length_exceeded", http_status=400,
                           observations={"prompt_tokens": n, "max_tokens": need_out, "ctx_tokens": inst.ctx_tokens})
+
+    # -- what a fan-out takes more of ----------------------------------------------------------------------------------
+
+    async def extra_candidate(self, call: Call, limiter: Limiter) -> Candidate | None:
+        """One more slot of the call's instance, free now (never a wait), with the key's extra lease (each candidate
+        counts against its max_concurrent) and, on a child, a hold and the slot's placement; None when any of them
+        is not to be had."""
+        inst = call.instance
+        assert inst is not None
+        p = call.request.principal
+        limits = p.limits() if p is not None else None
+        lease = limiter.extra(limits) if limits is not None else None
+        if limits is not None and lease is None:
+            return None
+        isolate = self.isolating()
+        ticket = self.admission.try_acquire(inst.lane, inst.slots, pick=None if inst.remote else self.kv.slots.picker(
+            inst.instance_id, None, call.request.tenant, isolate=isolate))
+        held = False
+
+        def release() -> None:
+            if ticket is not None:
+                self.admission.release(ticket)
+            if held:
+                self.supervisor.unhold(inst)
+            if lease is not None:
+                limiter.release(lease)
+
+        if ticket is None:
+            release()
+            return None
+        if inst.remote:
+            return Candidate(slot_id=ticket.slot_id, release=release)
+        try:
+            self.supervisor.hold(inst)
+        except BlazarError:
+            self.admission.give_back(ticket)
+            ticket = None
+            release()
+            return None  # the instance is gone: the candidates so far are all there will be
+        held = True
+        try:
+            placed = await self.kv.place(inst, ticket.slot_id, None, tenant=call.request.tenant)
+        except BaseException:
+            release()
+            raise
+        return Candidate(slot_id=ticket.slot_id, engine_fields=placed.engine_fields(ticket.slot_id, isolate=isolate),
+                         release=release)
+
+    def resolve_in_scope(self, call: Call, name: str) -> tuple[ResolvedModel, str | None]:
+        """A cascade's model `name`: the store's, else a remote engine's (its name second), in the key's scope."""
+        remote = None
+        try:
+            resolved = self.supervisor.resolve(name)
+        except ModelNotFound as e:
+            served = serving(self.app.runner.state("remotes"), name)
+            if served is None:
+                raise Refused(f"cascade: {e.message}", reason="model_not_found", http_status=404) from None
+            resolved, remote = resolved_remote(name), served.name
+        p = call.request.principal
+        if p is not None and p.key is not None and not p.allows(name, resolved.name):
+            raise Refused(scope_refusal(p, name, resolved.name), reason="model_not_allowed", http_status=403,
+                          error_type="permission_error")
+        return resolved, remote
 
 
 def _hop_tenancy(call: Call) -> dict[str, str]:
