@@ -82,7 +82,7 @@ API dialects map `code` to their own error shapes; the CLI prints `message` and 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 
 class BlazarError(Exception):
@@ -268,12 +268,16 @@ class InvalidModelSettings(ModelError):
     http_status = 400
 
 
+# Why a pull failed (`model.pull_failed`): each HubError says which.
+PullFailReason = Literal["cancelled", "checksum_mismatch", "not_found", "network", "invalid_file", "error"]
+
+
 class HubError(BlazarError):
     """A pull failed. `reason` is the `ModelPullFailed.reason` it maps to; `partial_bytes` what is kept to resume."""
 
     code = "hub_error"
     http_status = 502
-    reason = "error"
+    reason: PullFailReason = "error"
 
     def __init__(self, message: str, *, repo: str | None = None, filename: str | None = None,
                  partial_bytes: int = 0) -> None:

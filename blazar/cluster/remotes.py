@@ -24,7 +24,7 @@ from blazar.context import Blazar
 from blazar.errors import RemoteCommandError
 from blazar.events.base import Recorded
 from blazar.events.models import ModelMetadata
-from blazar.events.remotes import RemoteAdded, RemoteCircuitClosed, RemoteCircuitOpened, RemoteRemoved
+from blazar.events.remotes import CircuitSource, RemoteAdded, RemoteCircuitClosed, RemoteCircuitOpened, RemoteRemoved
 from blazar.instances.supervisor import Instance, ResolvedModel
 from blazar.projections.catalog import stored
 from blazar.projections.remotes import Remote, remote, remotes, serving
@@ -118,7 +118,7 @@ class RemoteBreaker:
         r = remote(self.app.runner.state("remotes"), name)
         return r if r is not None and r.open_at(self.app.clock.now()) else None
 
-    async def failed(self, name: str, reason: str, *, source: str) -> None:
+    async def failed(self, name: str, reason: str, *, source: CircuitSource) -> None:
         settings = self.app.settings()
         c = self._counts.setdefault(name, _Counts())
         c.failures += 1
@@ -127,7 +127,7 @@ class RemoteBreaker:
                 and remote(self.app.runner.state("remotes"), name) is not None:
             c.closed_logged = False
             await self.app.record(RemoteCircuitOpened(
-                name=name, failures=c.failures, reason=reason[:300], source=source,  # type: ignore[arg-type]
+                name=name, failures=c.failures, reason=reason[:300], source=source,
                 open_until=self.app.clock.now() + settings.remote_circuit_s))
 
     async def succeeded(self, name: str, latency_ms: float | None = None) -> None:

@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from blazar.errors import PullFailReason
 from blazar.events.base import Event, NodeLocal
 from blazar.events.registry import register
 
@@ -169,7 +170,7 @@ class ModelPullFailed(NodeLocal):
 
     target: str
     name: str
-    reason: Literal["cancelled", "checksum_mismatch", "not_found", "network", "invalid_file", "error"]
+    reason: PullFailReason
     detail: str
     partial_bytes: int = 0  # what is kept for a resume
 

@@ -38,6 +38,10 @@ class RemoteRemoved(_RemoteEvent):
     AUDIT = True
 
 
+# What saw the remote fail: its health check, or a request sent to it.
+CircuitSource = Literal["health_check", "request"]
+
+
 @register
 class RemoteCircuitOpened(_RemoteEvent):
     """Requests to the remote are refused (503 remote_unavailable) until `open_until`, after `failures` in a row."""
@@ -46,7 +50,7 @@ class RemoteCircuitOpened(_RemoteEvent):
 
     failures: int
     reason: str
-    source: Literal["health_check", "request"]
+    source: CircuitSource
     open_until: float
 
 

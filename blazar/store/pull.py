@@ -21,7 +21,15 @@ from pathlib import Path
 
 from blazar import registry
 from blazar.context import Blazar
-from blazar.errors import BlazarError, ChecksumMismatch, HubError, ModelExists, ModelFileError, ModelNotFound
+from blazar.errors import (
+    BlazarError,
+    ChecksumMismatch,
+    HubError,
+    ModelExists,
+    ModelFileError,
+    ModelNotFound,
+    PullFailReason,
+)
 from blazar.events.models import ModelPullCompleted, ModelPullFailed, ModelPullStarted
 from blazar.projections.catalog import stored
 from blazar.store.model_settings import apply_registry_settings
@@ -271,6 +279,7 @@ async def _completed(app: Blazar, target: Target, model: str, started: float, *,
 
 async def _record_failure(app: Blazar, target: Target, model: str, exc: BaseException, cause: int | None, *,
                           partial_bytes: int) -> None:
+    reason: PullFailReason
     if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt):
         reason, detail = "cancelled", "cancelled by the user; run the same pull again to resume"
     elif isinstance(exc, HubError):
@@ -282,6 +291,6 @@ async def _record_failure(app: Blazar, target: Target, model: str, exc: BaseExce
         reason, detail = "error", exc.message
     else:
         reason, detail = "error", f"{type(exc).__name__}: {exc}"
-    await app.record(ModelPullFailed(target=target.text, name=model, reason=reason, detail=detail,  # type: ignore[arg-type]
+    await app.record(ModelPullFailed(target=target.text, name=model, reason=reason, detail=detail,
                                       partial_bytes=partial_bytes), cause=cause)
 
