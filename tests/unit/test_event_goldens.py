@@ -1,7 +1,8 @@
 """Event schemas frozen by golden files (tests/fixtures/events/<type>.v<N>.json, written by `scripts/event-goldens
 --write`): every registered type and version has one; each still decodes, through the upcasters, the way the log
 reads a stored row; the current version's schema and encoding are the ones its golden recorded, or the failure says
-which event changed, how, and what to do (a new version with an upcaster, or regenerate when compatible)."""
+which event changed, how, and what to do (a new version with an upcaster, or regenerate when compatible).
+docs/3.DATA_MODEL.md's event table is the one the registry renders."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from tests.support.event_goldens.files import (
     registered,
     strays,
 )
+from tests.support.event_goldens.table import doc_problem, undocumented
 
 GOLDENS = recorded()
 
@@ -170,3 +172,14 @@ def test_a_docstring_a_class_name_or_the_field_order_changes_nothing(monkeypatch
 
     _as_registered(monkeypatch, Reworded)
     assert drift(Reworded) is None
+
+
+def test_every_event_class_has_a_docstring_for_its_line_in_the_data_model() -> None:
+    problems = undocumented()
+    assert not problems, "\n".join(problems)
+
+
+def test_the_data_model_doc_lists_every_event_type_as_the_registry_says() -> None:
+    problem = doc_problem()
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)

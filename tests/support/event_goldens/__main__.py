@@ -1,8 +1,9 @@
-"""`scripts/event-goldens`: check (the default) or write (--write) the golden event files from the event registry.
+"""`scripts/event-goldens`: check (the default) or write (--write) the golden event files and the event table of
+docs/3.DATA_MODEL.md from the event registry.
 
---write writes the current version's golden of every event type that has none or whose change is compatible, and
-never touches an older version's golden; it refuses an incompatible change (say what to do instead) unless --force,
-which is for a type no log holds yet (added on this branch, never released).
+--write rewrites the table and writes the current version's golden of every event type that has none or whose
+change is compatible; it never touches an older version's golden, and refuses an incompatible change (saying what to
+do instead) unless --force, which is for a type no log holds yet (added on this branch, never released).
 """
 
 from __future__ import annotations
@@ -21,12 +22,16 @@ from tests.support.event_goldens.files import (
     rel,
     strays,
 )
+from tests.support.event_goldens.table import DOC, doc_problem, undocumented, write_doc
 
 
 def problems() -> list[str]:
     out = missing() + strays()
     out += [p for g in recorded() if (p := decode_problem(g)) is not None]
     out += [d.message for cls in registered() if (d := drift(cls)) is not None]
+    out += undocumented()
+    if (doc := doc_problem()) is not None:
+        out.append(doc)
     return out
 
 
@@ -45,6 +50,8 @@ def write(force: bool) -> int:
         existed = path.exists()
         path.write_bytes(new.render())
         print(f"{'rewrote' if existed else 'wrote'} {rel(path)}")
+    if not refused and write_doc():  # the table shows the code: not while a change of it stands refused
+        print(f"rewrote the event table of {rel(DOC)}")
     left = problems()
     for p in left:
         print(p, file=sys.stderr)
@@ -65,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in found:
         print(p, file=sys.stderr)
     if not found:
-        print(f"{len(recorded())} goldens, every one current")
+        print(f"{len(recorded())} goldens and the event table of {rel(DOC)}, every one current")
     return 1 if found else 0
 
 
