@@ -6,6 +6,9 @@ docs/3.DATA_MODEL.md's event table is the one the registry renders."""
 
 from __future__ import annotations
 
+import enum
+import shutil
+from pathlib import Path
 from typing import Literal
 
 import jsonschema
@@ -15,10 +18,13 @@ from pydantic import Field
 from blazar.events import registry
 from blazar.events.base import Event
 from blazar.events.requests import RequestRerouted, RequestRouted, _RequestEvent
+from tests.support.event_goldens import __main__ as goldens_script
+from tests.support.event_goldens import files, table
 from tests.support.event_goldens.files import (
     Golden,
     decode_problem,
     drift,
+    load,
     missing,
     recorded,
     registered,
@@ -183,3 +189,61 @@ def test_the_data_model_doc_lists_every_event_type_as_the_registry_says() -> Non
     problem = doc_problem()
     if problem is not None:
         pytest.fail(problem, pytrace=False)
+
+
+def test_an_enum_in_place_of_a_literal_with_the_same_values_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Reason(enum.StrEnum):
+        ENGINE_GONE = "engine_gone"
+
+    class Enumerated(_RequestEvent):
+        TYPE = RequestRerouted.TYPE
+
+        model: str
+        instance_id: str
+        reason: Reason = Reason.ENGINE_GONE
+        detail: str = ""
+
+    _as_registered(monkeypatch, Enumerated)
+    assert drift(Enumerated) is None
+
+
+def test_the_script_refuses_an_incompatible_change_and_records_a_compatible_one(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fixtures, doc = tmp_path / "events", tmp_path / "DATA_MODEL.md"
+    shutil.copytree(files.FIXTURES, fixtures)
+    shutil.copy(table.DOC, doc)
+    monkeypatch.setattr(files, "FIXTURES", fixtures)
+    monkeypatch.setattr(table, "DOC", doc)
+    golden = fixtures / "request.rerouted.v1.json"
+    before = golden.read_bytes()
+
+    class Renamed(_RequestEvent):
+        """Renamed."""
+
+        TYPE = RequestRerouted.TYPE
+
+        model: str
+        instance: str
+        reason: Literal["engine_gone"] = "engine_gone"
+        detail: str = ""
+
+    _as_registered(monkeypatch, Renamed)
+    assert goldens_script.main(["--write"]) == 1
+    assert golden.read_bytes() == before and doc.read_bytes() == table.DOC.read_bytes()
+
+    class Grown(_RequestEvent):
+        """Grown."""
+
+        TYPE = RequestRerouted.TYPE
+
+        model: str
+        instance_id: str
+        reason: Literal["engine_gone"] = "engine_gone"
+        detail: str = ""
+        attempts: int = 1
+
+    _as_registered(monkeypatch, Grown)
+    assert goldens_script.main(["--write"]) == 0
+    assert load(golden).payload["attempts"] == 1 and drift(Grown) is None
+    assert "`attempts=1`" in doc.read_text() and "| Grown. |" in doc.read_text()
+    assert sorted(p.name for p in fixtures.iterdir()) == sorted(p.name for p in files.FIXTURES.iterdir())

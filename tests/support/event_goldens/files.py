@@ -20,7 +20,7 @@ from blazar.errors import BlazarError
 from blazar.events.base import Event
 from blazar.events.registry import decode, encode, event_class, known_types
 from tests.support.event_goldens.samples import sample_event
-from tests.support.event_goldens.schema import Schema, normalized_schema, schema_changes
+from tests.support.event_goldens.schema import Schema, normalize, normalized_schema, schema_changes
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "events"
@@ -48,7 +48,7 @@ def golden_path(type_name: str, v: int) -> Path:
 
 
 def rel(path: Path) -> str:
-    return str(path.relative_to(ROOT))
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def registered() -> list[type[Event]]:
@@ -141,7 +141,7 @@ def drift(cls: type[Event]) -> Drift | None:
     if not path.exists():
         return None  # missing() says so
     old = load(path)
-    changes = schema_changes(old.schema, normalized_schema(cls))
+    changes = schema_changes(normalize(old.schema), normalized_schema(cls))
     undecodable = decode_problem(old)
     head = f"{cls.TYPE} v{cls.V} ({cls.__name__}) changed without a new version; its golden is {rel(path)}."
     if changes:

@@ -4,6 +4,7 @@ to run. Strings are `<field name>`, which also makes the sample's stream key rea
 
 from __future__ import annotations
 
+import enum
 import types
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -39,6 +40,8 @@ def _value(tp: Any, name: str) -> Any:
         return f"<{name}>"
     if isinstance(tp, type) and issubclass(tp, BaseModel):
         return sample_fields(tp)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return next(iter(tp)).value
     if tp is bool:  # before int: bool is an int
         return True
     if tp is int:

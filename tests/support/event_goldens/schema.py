@@ -2,7 +2,8 @@
 
 The recorded form is pydantic's validation schema with the nested models inlined ($ref resolved), titles and
 descriptions dropped (a docstring or a class name is not part of the wire format), `required` and `enum` sorted (field
-order is not either), and the value of every default factory shown as the field's default (pydantic leaves it out).
+order is not either), `const` written as a one-value `enum` (a Literal of one value and an Enum of one member accept
+the same), and the value of every default factory shown as the field's default (pydantic leaves it out).
 
 A change is compatible when every payload the old schema accepts still decodes, with the same meaning, under the new
 one: a new field with a default, a field that gained a default, a type that only widened (a Literal with more choices,
@@ -36,7 +37,13 @@ class _FactoryDefaults(GenerateJsonSchema):
 
 def normalized_schema(model: type[BaseModel]) -> Schema:
     raw: JsonSchemaValue = model.model_json_schema(schema_generator=_FactoryDefaults)
-    return _normal(raw, raw.get("$defs", {}))
+    return normalize(raw)
+
+
+def normalize(schema: Schema) -> Schema:
+    """The recorded form of `schema`; a recorded schema passes through unchanged (so does one recorded by an earlier
+    version of this function, once it is read through this one)."""
+    return _normal(schema, schema.get("$defs", {}))
 
 
 def _normal(node: Schema, defs: dict[str, Schema]) -> Schema:
@@ -55,6 +62,8 @@ def _normal(node: Schema, defs: dict[str, Schema]) -> Schema:
             out[key] = _normal(value, defs)
         elif key in ("required", "enum"):
             out[key] = sorted(value, key=orjson.dumps)
+        elif key == "const":  # a Literal of one value; an Enum of one member says "enum": the same values
+            out["enum"] = [value]
         else:
             out[key] = value
     return out
@@ -133,7 +142,8 @@ def _type_changes(old: Schema, new: Schema, where: str) -> list[Change]:
         gained = [c for c in new_choices if c not in old_choices]
         if lost:
             return [Change(where, f"choices {_json(lost)} removed: a payload that holds one no longer decodes", False)]
-        return [Change(where, f"choices {_json(gained)} added", True)]
+        if gained:
+            return [Change(where, f"choices {_json(gained)} added", True)]
     if _accepts(new, old):
         return [Change(where, f"widened: {show(old)} -> {show(new)}", True)]
     return [Change(where, f"type {show(old)} -> {show(new)}", False)]
@@ -150,8 +160,6 @@ def _is_dict(s: Schema) -> bool:
 def _choices(s: Schema) -> list[Any] | None:
     if "enum" in s:
         return list(s["enum"])
-    if "const" in s:
-        return [s["const"]]
     return None
 
 

@@ -7,6 +7,7 @@ that it is current."""
 from __future__ import annotations
 
 import difflib
+import enum
 import inspect
 import re
 import types
@@ -106,6 +107,8 @@ def _kinds(tp: Any) -> tuple[list[Any], list[str]]:
         return list(get_args(tp)), []
     if isinstance(tp, type) and issubclass(tp, BaseModel):
         return [], [tp.__name__]
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return [m.value for m in tp], []
     choices: list[Any] = []
     models: list[str] = []
     if origin in (Union, types.UnionType, list, dict):
