@@ -22,6 +22,7 @@ from tests.support.event_goldens import __main__ as goldens_script
 from tests.support.event_goldens import files, table
 from tests.support.event_goldens.files import (
     Golden,
+    decode_golden,
     decode_problem,
     drift,
     load,
@@ -247,3 +248,41 @@ def test_the_script_refuses_an_incompatible_change_and_records_a_compatible_one(
     assert load(golden).payload["attempts"] == 1 and drift(Grown) is None
     assert "`attempts=1`" in doc.read_text() and "| Grown. |" in doc.read_text()
     assert sorted(p.name for p in fixtures.iterdir()) == sorted(p.name for p in files.FIXTURES.iterdir())
+
+
+def test_a_new_version_gets_its_golden_and_the_old_one_must_upcast(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    fixtures, doc = tmp_path / "events", tmp_path / "DATA_MODEL.md"
+    shutil.copytree(files.FIXTURES, fixtures)
+    shutil.copy(table.DOC, doc)
+    monkeypatch.setattr(files, "FIXTURES", fixtures)
+    monkeypatch.setattr(table, "DOC", doc)
+
+    class RenamedV2(_RequestEvent):
+        """The connection's words are `said` now."""
+
+        TYPE = RequestRerouted.TYPE
+        V = 2
+
+        model: str
+        instance_id: str
+        reason: Literal["engine_gone"] = "engine_gone"
+        said: str = ""
+
+    _as_registered(monkeypatch, RenamedV2)
+    assert missing() == ["request.rerouted v2 has no golden: run `scripts/event-goldens --write` to write "
+                         f"{fixtures / 'request.rerouted.v2.json'}"]
+    assert goldens_script.main(["--write"]) == 1  # v2 written, but the v1 golden cannot be read without an upcaster
+    v1 = load(fixtures / "request.rerouted.v1.json")
+    problem = decode_problem(v1)
+    assert problem is not None and "no upcaster from version 1" in problem and "upcasters from v1 to v2" in problem
+
+    def v1_to_v2(payload: dict[str, object]) -> dict[str, object]:
+        rest = {k: v for k, v in payload.items() if k != "detail"}
+        return {**rest, "said": payload.get("detail", "")}
+
+    monkeypatch.setitem(registry._upcasters, (RequestRerouted.TYPE, 1), v1_to_v2)
+    assert goldens_script.main([]) == 0
+    assert decode_golden(v1) == RenamedV2(trace_id="<trace_id>", model="<model>", instance_id="<instance_id>",
+                                          said="<detail>")
+    assert load(fixtures / "request.rerouted.v2.json").payload["said"] == "<said>"
