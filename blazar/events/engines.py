@@ -114,7 +114,7 @@ class EngineActivated(NodeLocal):
 
 @register
 class EngineActivationRefused(NodeLocal):
-    """A decision: `tag` was not activated, and why (the smoke gate or verify failed, ...)."""
+    """A decision: `tag` was not activated, and why (the smoke gate or verify failed; `probe_failed` is reserved)."""
 
     TYPE = "engine.activation_refused"
     AUDIT = True
@@ -132,6 +132,9 @@ class EngineActivationRefused(NodeLocal):
 
 @register
 class EngineRemoved(NodeLocal):
+    """An engine build was deleted from the store (`blazar engine prune`), and the bytes that freed (the reasons
+    `user` and `failed_install` are reserved)."""
+
     TYPE = "engine.removed"
     AUDIT = True
 

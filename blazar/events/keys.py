@@ -30,7 +30,8 @@ class _KeyEvent(Event):
 
 @register
 class KeyCreated(_KeyEvent):
-    """A key exists. `prefix` is the 8 characters after "blz_"; `hash` = HMAC-SHA-256(salt, secret), hex."""
+    """A key exists. `prefix` is the 8 characters after "blz_"; `hash` = HMAC-SHA-256(salt, secret), hex. The audit
+    shows neither salt nor hash."""
 
     TYPE = "key.created"
 
@@ -63,6 +64,8 @@ class KeyRotated(_KeyEvent):
 
 @register
 class KeyRevoked(_KeyEvent):
+    """The key stops working at once; its limits and history stay in the log."""
+
     TYPE = "key.revoked"
 
 

@@ -37,7 +37,8 @@ class ModelSettings(BaseModel):
 
 @register
 class ModelConfigured(Event):
-    """`name`'s settings are now `settings` (the whole set). `changed` names what this change touched."""
+    """`name`'s settings are now `settings` (the whole set). `changed` names what this change touched. The audit
+    leaves out the system prompt's text."""
 
     TYPE = "model.configured"
     AUDIT = True

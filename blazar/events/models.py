@@ -92,6 +92,8 @@ class ModelImported(NodeLocal):
 
 @register
 class ModelRemoved(NodeLocal):
+    """`name` left the store; its file was deleted unless another entry still links the same file."""
+
     TYPE = "model.removed"
     AUDIT = True
 
@@ -119,6 +121,8 @@ class ModelAliased(Event):
 
 @register
 class ModelAliasRemoved(Event):
+    """`alias` no longer names `target`; the model itself stays."""
+
     TYPE = "model.alias_removed"
     AUDIT = True
 
@@ -131,6 +135,9 @@ class ModelAliasRemoved(Event):
 
 @register
 class ModelPullStarted(NodeLocal):
+    """The intent of a download (`blazar pull`): its files, their total size and what a resume starts from. The pull's
+    completed or failed event follows with this one's seq as cause."""
+
     TYPE = "model.pull_started"
     AUDIT = True
 
@@ -149,6 +156,9 @@ class ModelPullStarted(NodeLocal):
 
 @register
 class ModelPullCompleted(NodeLocal):
+    """A pull ended with the model in the store (its `model.imported` came just before); `downloaded_bytes` is what
+    came over the network this time (0 from a python package, or when the file was already present)."""
+
     TYPE = "model.pull_completed"
     AUDIT = True
 
@@ -165,6 +175,8 @@ class ModelPullCompleted(NodeLocal):
 
 @register
 class ModelPullFailed(NodeLocal):
+    """A pull ended without a model: why, and how many downloaded bytes are kept for a resume."""
+
     TYPE = "model.pull_failed"
     AUDIT = True
 

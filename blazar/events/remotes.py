@@ -34,6 +34,8 @@ class RemoteAdded(_RemoteEvent):
 
 @register
 class RemoteRemoved(_RemoteEvent):
+    """The remote is forgotten: its model names no longer route to it."""
+
     TYPE = "remote.removed"
     AUDIT = True
 

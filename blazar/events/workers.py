@@ -34,6 +34,9 @@ class WorkerStarted(_WorkerEvent):
 
 @register
 class WorkerStopped(_WorkerEvent):
+    """The worker's rpc-server ended: stopped, crashed (started again after a back-off), or given up on (it never
+    listened, or crashed too often within a minute)."""
+
     TYPE = "worker.stopped"
     AUDIT = True
 

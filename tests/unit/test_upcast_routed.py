@@ -3,16 +3,13 @@ structured. A v1 payload as a v1 daemon wrote it is a golden fixture: it must de
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from blazar.events.registry import decode, encode
 from blazar.events.requests import Evicted, RequestRouted
-
-GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "events" / "request.routed.v1.json"
+from tests.support.event_goldens.files import decode_golden, golden_path, load
 
 
 def test_the_v1_golden_payload_upcasts_to_structured_victims() -> None:
-    ev = decode(7, "request.routed", 1, GOLDEN.read_bytes())
+    ev = decode_golden(load(golden_path("request.routed", 1)))
     assert isinstance(ev, RequestRouted) and ev.V == 2
     assert ev.evicted == [Evicted(model="qwen", instance_id="q1", reason="memory"),
                           Evicted(model="llama3.2:1b", instance_id="a9f3e1c2d4b5", reason="max_loaded_models")]
