@@ -21,8 +21,6 @@ from blazar.adapters.engines import process
 from blazar.adapters.gpu import probe_devices
 from blazar.context import Blazar
 from blazar.durations import keep_alive_seconds
-
-# Re-exported: the errors a caller of the supervisor catches, importable from here as they always were.
 from blazar.errors import CircuitOpen, DoesNotFit, LoadFailed, ModelNotFound, ModelNotLoaded
 from blazar.events.instances import InstanceKeepAliveSet
 from blazar.fit import Device
@@ -42,6 +40,7 @@ from blazar.store.engines import ActiveEngine, active_engine
 if TYPE_CHECKING:
     from blazar.instances.kv_bank import KvBank
 
+# Importable from here as they always were: the handles, the errors a caller catches, the reasons and helpers.
 __all__ = ["UNSET", "CircuitOpen", "DoesNotFit", "EvictionReason", "Instance", "LoadFailed", "ModelNotLoaded",
            "RefusalReason", "ResolvedModel", "Route", "Supervisor", "reset_circuit", "restart_delay"]
 
@@ -50,6 +49,8 @@ _Live = Live
 
 
 class Supervisor:
+    """One engine child per loaded model: what callers ask of the instances, each job handed to a collaborator."""
+
     def __init__(self, app: Blazar, *, devices: Callable[[], list[Device]] = probe_devices,
                  engine: Callable[[Blazar], ActiveEngine] = active_engine, kv_bank: KvBank | None = None) -> None:
         self.app = app
