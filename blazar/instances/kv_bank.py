@@ -27,8 +27,8 @@ from blazar.context import Blazar
 from blazar.errors import EngineError, EngineUnreachable, OutsideHome
 from blazar.events.base import Event, Recorded
 from blazar.events.sessions import SaveReason, SessionDropped, SessionSaved, SessionSaveFailed
+from blazar.instances.live import Instance
 from blazar.instances.session_slots import SessionSlots
-from blazar.instances.supervisor import Instance
 from blazar.projections.sessions import BankEntry, bank_bytes, bank_entries, bank_entry, session_row
 from blazar.store.models import slot_dir
 

@@ -1,0 +1,99 @@
+"""Carries out the placement decisions (instances/placement_decision.py) for a load, under the supervisor's capacity
+lock: observes (the devices, the running instances, the idle RPC workers when the answer turns on them), asks the pure
+decider, and acts on its answer: evicts the victims and decides again, records a refusal and raises it, or hands back
+the plan to start. Before that, running instances of the same model that do not serve the new shape give way."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import replace
+
+from blazar.config import Settings
+from blazar.context import Blazar
+from blazar.fit import Device
+from blazar.instances.live import LiveSet, ResolvedModel, Route
+from blazar.instances.load_checks import record_refusal
+from blazar.instances.placement_decision import (
+    Evict,
+    GiveWay,
+    ProbeWorkers,
+    Refuse,
+    Running,
+    Shape,
+    Situation,
+    Start,
+    decide_give_way,
+    decide_placement,
+)
+from blazar.instances.stopping import Stopper
+from blazar.instances.worker import idle_workers, rpc_capable
+from blazar.store.engines import ActiveEngine
+
+MiB = 1 << 20
+
+
+class Placer:
+    """Makes room for a new instance of one model in `live`, through `stopper`, on the devices `devices` probes."""
+
+    def __init__(self, app: Blazar, live: LiveSet, stopper: Stopper, devices: Callable[[], list[Device]]) -> None:
+        self.app = app
+        self.live = live
+        self.stopper = stopper
+        self.devices = devices
+
+    async def reshape(self, name: str, ctx: int | None, embeddings: bool, route: Route | None,
+                      template: str = "") -> None:
+        """Ready instances of `name` give way to the new shape (decide_give_way), one by one: each is looked at as
+        it is when its turn comes, since evicting the one before awaited."""
+        for lv in self.live.ready_of(name):
+            shape = Shape(instance_id=lv.instance.instance_id, ctx_tokens=lv.instance.ctx_tokens,
+                          template=lv.instance.template, pinned=lv.pinned, in_flight=lv.in_flight)
+            decision = decide_give_way(name, shape, ctx=ctx, embeddings=embeddings, template=template)
+            if isinstance(decision, Refuse):
+                raise await record_refusal(self.app, name, decision.reason, decision.detail, decision.error,
+                                           decision.observations)
+            if isinstance(decision, GiveWay):
+                await self.stopper.evict(lv, "reshape", for_model=name, route=route,
+                                         observations=decision.observations)
+
+    async def place(self, model: ResolvedModel, ctx: int | None, settings: Settings, route: Route | None = None, *,
+                    swa_full: bool = False, engine: ActiveEngine | None = None) -> Start:
+        """The plan to start `model` with, once its victims are evicted; DoesNotFit (recorded) when nothing can make
+        room. Each decision is carried out, then decided again on what is true after it (at most: probe the workers,
+        evict, probe them again)."""
+        seen = await self._observe(model, ctx, settings, swa_full=swa_full, engine=engine)
+        while True:
+            decision = decide_placement(seen)
+            if isinstance(decision, Start):
+                return decision
+            if isinstance(decision, Refuse):
+                raise await record_refusal(self.app, model.name, decision.reason, decision.detail, decision.error,
+                                           decision.observations)
+            if isinstance(decision, ProbeWorkers):
+                # The probe awaited: the instances are looked at again (the devices are not probed again).
+                offered = await idle_workers(self.app, self.live.workers_in_use())
+                seen = replace(seen, workers=tuple(offered), running=self._running())
+                continue
+            await self._evict(decision, model.name, route)
+            seen = await self._observe(model, ctx, settings, swa_full=swa_full, engine=engine, room_made=True)
+
+    async def _evict(self, decision: Evict, name: str, route: Route | None) -> None:
+        # A victim that exited since it was seen is already gone: its memory is free.
+        victims = [lv for v in decision.victims.victims if (lv := self.live.get(v.instance_id)) is not None]
+        await asyncio.gather(*(self.stopper.evict(lv, decision.reason, for_model=name,
+                                                  observations=decision.observations, route=route)
+                               for lv in victims))
+
+    async def _observe(self, model: ResolvedModel, ctx: int | None, settings: Settings, *, swa_full: bool,
+                       engine: ActiveEngine | None, room_made: bool = False) -> Situation:
+        devices = await asyncio.to_thread(self.devices)
+        return Situation(
+            model=model.name, meta=model.metadata, ctx=ctx, swa_full=swa_full, default_ctx=settings.ctx,
+            default_slots=settings.slots, max_loaded_models=settings.max_loaded_models,
+            memory_limit_bytes=settings.memory_limit_mib * MiB, devices=tuple(devices), running=self._running(),
+            calibration=self.app.runner.state("calibration"),
+            rpc_capable=engine is not None and rpc_capable(engine), room_made=room_made)
+
+    def _running(self) -> tuple[Running, ...]:
+        return tuple(self.live.running(self.app.runner.state("residency"), self.app.clock.now()))

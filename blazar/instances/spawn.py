@@ -1,0 +1,193 @@
+"""Starting one child with the plan the placer chose: record the intent (`instance.starting`, with the argv and the
+port), spawn llama-server, record the spawn (`instance.started`, with the pid), then wait for /health and record
+`instance.ready` (or the reason it never was) and, off the caller's path, the memory measurement for calibration."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+from collections.abc import Coroutine
+from typing import Any
+
+from blazar.adapters.engines import process
+from blazar.adapters.engines.llama_server import build_argv, engine_key, redact_argv
+from blazar.confine import inside
+from blazar.context import Blazar
+from blazar.errors import EngineError, EngineIncompatible, LoadFailed, OutsideHome
+from blazar.events.instances import InstanceExited, InstanceReady, InstanceStarted, InstanceStarting
+from blazar.events.models import ModelMetadata
+from blazar.events.sessions import KvIdentity
+from blazar.fit import FitPlan
+from blazar.instances.calibration import record_measurement
+from blazar.instances.live import Instance, Live, LiveSet, ResolvedModel, Route, keyfile, pidfile, plan_workers
+from blazar.instances.load_checks import record_refusal
+from blazar.instances.stopping import Stopper
+from blazar.store.engines import ActiveEngine
+from blazar.store.model_settings import template_flags
+from blazar.store.models import slot_dir
+
+log = logging.getLogger("blazar.supervisor")
+
+
+class Spawner:
+    """Starts children into `live`; `stopper` watches them and stops one whose load times out; `poke` wakes the
+    idle reaper once one is ready. Owns the background work a load leaves (its memory measurement)."""
+
+    def __init__(self, app: Blazar, live: LiveSet, stopper: Stopper, poke: asyncio.Event) -> None:
+        self.app = app
+        self.live = live
+        self.stopper = stopper
+        self.poke = poke
+        self.tasks: set[asyncio.Task[Any]] = set()
+
+    async def launch(self, model: ResolvedModel, engine: ActiveEngine, fit: FitPlan, *, free_observed: int,
+                     keep_alive_s: float | None, pinned: bool, reason: str, embeddings: bool) -> Live:
+        """Record the intent (`instance.starting`, with the argv and port), then spawn, then record the spawn
+        (`instance.started`, with the pid). A spawn that fails is recorded as the intent's exit."""
+        app, name = self.app, model.name
+        instance_id = secrets.token_hex(6)
+        port = process.free_port()
+        log_path = app.paths.log / "instances" / f"{instance_id}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        argv, api_key = await self._argv(model, engine, fit, instance_id=instance_id, port=port,
+                                         embeddings=embeddings)
+        facts: dict[str, Any] = dict(
+                     instance_id=instance_id, model=name, engine_tag=engine.tag, port=port, argv=redact_argv(argv),
+                     log_path=str(log_path.relative_to(app.paths.log)), ctx_tokens=fit.ctx_per_slot,
+                     engine_ctx=fit.engine_ctx, slots=fit.slots, cache_type_k=fit.cache_type_k,
+                     cache_type_v=fit.cache_type_v, flash_attn=fit.flash_attn, gpu_layers=fit.gpu_layers,
+                     planned_bytes=fit.local_bytes, estimate_bytes=fit.local_estimate_bytes, keep_alive_s=keep_alive_s,
+                     pinned=pinned, reason="load" if reason == "load" else "request",
+                     free_bytes_observed=free_observed, workers=plan_workers(fit),
+                     node=app.node)
+        (intent,) = await app.record(InstanceStarting(**facts))
+        try:
+            proc = await process.spawn(argv, log_path=log_path)
+        except EngineError as e:
+            keyfile(app, instance_id).unlink(missing_ok=True)
+            await app.record(InstanceExited(instance_id=instance_id, model=name, reason="spawn_failed",
+                                            detail=e.message), cause=intent.seq)
+            raise
+        pid_path = pidfile(app, instance_id)
+        pid_path.parent.mkdir(parents=True, exist_ok=True)
+        pid_path.write_text(f"{proc.pid} {port}\n")
+        (started,) = await app.record(InstanceStarted(pid=proc.pid, **facts), cause=intent.seq)
+        inst = Instance(instance_id=instance_id, model=name, port=port, slots=fit.slots, ctx_tokens=fit.ctx_per_slot,
+                        engine_tag=engine.tag, embeddings=embeddings, api_key=api_key,
+                        served_as=name if engine.caps.has("--alias") else str(model.path), template=model.template,
+                        kv_identity=_kv_identity(engine, model, fit),
+                        kv_restorable=fit.swa_full or not model.metadata.sliding_window)
+        lv = Live(instance=inst, proc=proc, plan=fit, log_path=log_path, started_seq=started.seq,
+                  started_mono=app.clock.monotonic(), keep_alive_s=keep_alive_s, pinned=pinned)
+        self.live.add(lv)
+        lv.watcher = asyncio.create_task(self.stopper.watch(lv), name=f"blazar-watch-{instance_id}")
+        return lv
+
+    async def _argv(self, model: ResolvedModel, engine: ActiveEngine, fit: FitPlan, *, instance_id: str, port: int,
+                    embeddings: bool) -> tuple[list[str], str | None]:
+        """The child's argv and its own key (written 0600 beside its pid file). An engine that lacks a flag the plan
+        needs refuses the load (recorded)."""
+        app, name = self.app, model.name
+        settings = app.settings()
+        # Slot saves (llama-server's /slots?action=save) land per model, so a later instance of it finds them.
+        slots = slot_dir(app.paths.data_dir, name)
+        slots.mkdir(parents=True, exist_ok=True)
+        os.chmod(slots, 0o700)  # slot dumps hold conversations: for the owner only, whatever made the dir
+        try:  # the engine opens the model's file (and its other parts beside it): only inside the store
+            model_file = inside(app.paths.models, model.path, what=f"the catalog's entry for {name}")
+        except OutsideHome as e:
+            raise await record_refusal(app, name, "untrusted_path", e.message, e) from None
+        api_key, key_flags = engine_key(engine.caps, keyfile(app, instance_id))
+        try:
+            argv = build_argv(engine.binary, model_file, fit, engine.caps, port=port,
+                              threads=settings.engine_threads or None, load_mode=settings.load_mode,
+                              slot_save_path=slots if engine.caps.slot_save_path else None,
+                              extra=[*key_flags, *_alias_flags(engine, name),
+                                     *template_flags(engine.caps, model.settings, app.paths.data_dir / "templates"),
+                                     *(_embedding_flags(engine, model.metadata) if embeddings else ())])
+        except EngineIncompatible as e:
+            keyfile(app, instance_id).unlink(missing_ok=True)
+            raise await record_refusal(app, name, "engine_incompatible", e.message, e) from None
+        return argv, api_key
+
+    async def await_ready(self, lv: Live, route: Route | None) -> Instance:
+        """Wait for /health; record ready (or the reason it never was)."""
+        app, inst = self.app, lv.instance
+        name, settings = inst.model, app.settings()
+        try:
+            waited = await process.wait_healthy(lv.proc, inst.port, timeout_s=settings.load_timeout_s)
+        except process.LoadTimeout as e:
+            await self.stopper.terminate(lv, "load_timeout", detail=f"not healthy after {e.waited_s:.1f} s")
+            raise LoadFailed(f"{name} did not become ready within {settings.load_timeout_s:.0f} s (load_timeout_s); "
+                             f"the engine log: {lv.log_path}") from None
+        except process.ProcessExited:
+            assert lv.watcher is not None
+            await lv.watcher  # the watcher records the exit (load_failed, or stopped when a user stopped it)
+            tail = process.log_tail(lv.log_path, 5)
+            raise LoadFailed(f"{name} exited while loading (code {lv.proc.returncode}): "
+                             + (" | ".join(tail) or "no output") + f"; the engine log: {lv.log_path}") from None
+        if lv.state == "stopping":
+            raise LoadFailed(f"{name} was stopped while it loaded")
+        lv.state = "ready"
+        lv.last_used = app.clock.now()
+        inst.load_ms = int(waited * 1000)
+        if route is not None:
+            route.cold, route.load_ms = True, inst.load_ms
+        await app.record(InstanceReady(instance_id=inst.instance_id, model=name, load_ms=inst.load_ms),
+                         cause=lv.started_seq)
+        if not lv.ready.done():
+            lv.ready.set_result(inst)
+        # The measurement reads the whole engine log and appends one more event: off the caller's path.
+        self._background(self._measure(lv), f"blazar-measure-{inst.instance_id}")
+        self.poke.set()
+        return inst
+
+    async def drain(self) -> None:
+        """Wait for the background work started so far (memory measurements after loads)."""
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    def _background(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _measure(self, lv: Live) -> None:
+        """Record what the engine allocated beside the plan, for the next plan of this model. An instance split
+        across RPC workers is not measured: its log lists the workers' buffers (on other hosts) and its RSS only
+        this host's, so neither compares with a local plan."""
+        if plan_workers(lv.plan):
+            return
+        try:
+            text = await asyncio.to_thread(lv.log_path.read_text, errors="replace")
+            await record_measurement(
+                self.app, model=lv.instance.model, ctx_tokens=lv.plan.ctx_per_slot, slots=lv.plan.slots,
+                cache_type_k=lv.plan.cache_type_k, cache_type_v=lv.plan.cache_type_v,
+                planned_bytes=lv.plan.estimate_bytes, log_text=text, rss_bytes=process.rss_bytes(lv.proc.pid),
+                instance_id=lv.instance.instance_id)
+        except (OSError, ValueError) as e:
+            log.warning("no memory measurement for %s: %s", lv.instance.model, e)
+
+
+def _kv_identity(engine: ActiveEngine, model: ResolvedModel, fit: FitPlan) -> KvIdentity | None:
+    """What a slot saved from this instance is valid for; None when the engine cannot save slots."""
+    if not engine.caps.slot_save_path:
+        return None
+    return KvIdentity(engine=engine.tag, model_sha256=model.sha256, ctx_tokens=fit.ctx_per_slot,
+                      cache_type_k=fit.cache_type_k, cache_type_v=fit.cache_type_v, swa_full=fit.swa_full)
+
+
+def _embedding_flags(engine: ActiveEngine, meta: ModelMetadata) -> list[str]:
+    """Turn on llama-server's embeddings endpoint; a generative model (no pooling type of its own) pools by mean.
+    NOTE: this build keeps chat and completions working with the flag on, so one instance serves both."""
+    flags = ["--embeddings"] if engine.caps.has("--embeddings", "--embedding") else []
+    if flags and not meta.pooling_type and engine.caps.has("--pooling"):
+        flags += ["--pooling", "mean"]
+    return flags
+
+
+def _alias_flags(engine: ActiveEngine, name: str) -> list[str]:
+    """The engine answers with the store's name in `model`, not its file's path (which would leak where the store
+    is); the gateway puts the client's own name there when it asked by another (`name:latest`, an alias)."""
+    return ["--alias", name] if engine.caps.has("--alias") else []
