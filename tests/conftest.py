@@ -15,7 +15,7 @@ import pytest
 from blazar.bootstrap import bootstrap
 from blazar.clock import FakeClock
 from blazar.context import Blazar
-from blazar.events.log import EventLog
+from blazar.events.log_sqlite import SqliteEventLog
 from blazar.paths import Paths
 
 
@@ -37,9 +37,9 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-async def log(paths: Paths, clock: FakeClock) -> AsyncIterator[EventLog]:
+async def log(paths: Paths, clock: FakeClock) -> AsyncIterator[SqliteEventLog]:
     paths.ensure()
-    lg = await EventLog.open(paths.db, clock=clock)
+    lg = await SqliteEventLog.open(paths.db, clock=clock)
     try:
         yield lg
     finally:
