@@ -27,6 +27,7 @@ import orjson
 from blazar import config as settings
 from blazar.bootstrap import bootstrap
 from blazar.events.base import Event
+from blazar.events.location import LogLocation, PostgresUrl, SqliteFile
 from blazar.events.log import EventLog
 from blazar.events.registry import register
 from blazar.events.system import ConfigChanged
@@ -191,7 +192,7 @@ def time_cli_state(home: Path, *, register_bench_type: bool) -> tuple[float, dic
 async def run_bench(n: int, home: Path, progress: Callable[[str], None], url: str | None = None) -> dict[str, Any]:
     paths = Paths.from_env({"BLAZAR_HOME": str(home)})
     paths.ensure()
-    location: str | Path = url or paths.db
+    location: LogLocation = PostgresUrl.parse(url) if url else SqliteFile(paths.db)
     durable_n = min(DURABLE_EVENTS, n // 10)
     overrides: dict[str, Any] = {}
     results: dict[str, Any] = {}
@@ -244,9 +245,7 @@ async def run_bench(n: int, home: Path, progress: Callable[[str], None], url: st
 async def _database_bytes(url: str) -> int:
     import asyncpg
 
-    from blazar.events.log_pg import driver_url
-
-    conn = await asyncpg.connect(driver_url(url))
+    conn = await asyncpg.connect(PostgresUrl.parse(url).driver)
     try:
         sql = "SELECT pg_total_relation_size('events') + pg_total_relation_size('checkpoints')"
         return int(await conn.fetchval(sql))

@@ -13,12 +13,13 @@ import time
 from typing import Any
 
 from blazar.events import log_pg
+from blazar.events.location import PostgresUrl
 from blazar.events.log_pg import PgEventLog
 from blazar.events.system import ConfigChanged
 
 
 async def run(url: str, n: int) -> dict[str, Any]:
-    log = await PgEventLog.open(url)
+    log = await PgEventLog.open(PostgresUrl.parse(url))
     out: dict[str, Any] = {}
     try:
         for label, lock in (("with the advisory lock", True), ("without it", False), ("with it again", True)):

@@ -24,7 +24,7 @@ from blazar.cluster.remotes import health_loop
 from blazar.context import CHECKPOINT_ON_CLOSE_AFTER, Blazar
 from blazar.instances.kv_bank import KvBank
 from blazar.instances.supervisor import Supervisor
-from blazar.logdb import is_url, log_location, open_log
+from blazar.logdb import log_location, open_log
 from blazar.operations.config import reconcile_file
 from blazar.paths import Paths
 from blazar.projections import all_projections
@@ -81,7 +81,7 @@ async def bootstrap(
     clock = clock or SystemClock()
     location = log_location(paths, os.environ if env is None else env)
     # A shared log (PostgreSQL): this home is one node among the gateways that may share it.
-    node = node_name(paths, os.environ if env is None else env) if is_url(location) else ""
+    node = node_name(paths, os.environ if env is None else env) if location.shared else ""
     log = await open_log(location, clock=clock)
     runner = ProjectionRunner(log, all_projections(), node=node)
     try:

@@ -24,7 +24,8 @@ from pydantic.fields import FieldInfo
 
 from blazar.diskspace import disk_full, no_space
 from blazar.durations import parse_duration
-from blazar.errors import ConfigError
+from blazar.errors import ConfigError, InvalidLogLocation
+from blazar.events.location import PostgresUrl
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
 # Keys about this machine rather than the log's history: a restored snapshot never sets them here.
@@ -224,9 +225,10 @@ class Settings(BaseModel):
         v = v.strip()
         if not v:
             return v
-        if not v.startswith(("postgresql://", "postgresql+asyncpg://", "postgres://")):
-            raise ValueError("expected a PostgreSQL URL such as postgresql+asyncpg://blazar@db.lan:5432/blazar, or "
-                             "empty for the embedded SQLite log")
+        try:
+            PostgresUrl.parse(v)
+        except InvalidLogLocation as e:
+            raise ValueError(f"{e.message}, or empty for the embedded SQLite log") from None
         creds = urlsplit(v).password
         if creds:
             raise ValueError("the URL holds a password: put it in PGPASSWORD or ~/.pgpass (or the whole URL in "

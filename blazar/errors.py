@@ -7,6 +7,7 @@
     │   ├── MalformedEvent          a stored payload that does not validate (names the seq)
     │   ├── AppendOnlyViolation     UPDATE/DELETE refused by the log's triggers
     │   ├── LogUnreachable     503  the log's database (PostgreSQL) cannot be reached: control changes wait
+    │   ├── InvalidLogLocation 400  a log location that is neither a file path nor a PostgreSQL URL (a bad port)
     │   └── SchemaOutOfDate         the database needs `blazar db upgrade` (or is newer than this code)
     ├── ProjectionError             a projection halted at a seq
     ├── ConfigError            400  unknown key / invalid value / unreadable config.toml
@@ -74,9 +75,9 @@
         │   └── Forbidden      403  a key without the admin right
         └── EdgeRefused             the Host guard, the Origin check (403), a body that is not JSON (415)
 
-    Exit codes: 1 other, 2 input (config, model, engine tag), 3 snapshot, 4 daemon running, 5 audit chain,
-    6 does not fit / no usable engine, 7 engine build, 8 port in use, 9 model not loaded, 10 circuit open,
-    11 load failed, 12 disk full.
+    Exit codes: 1 other, 2 input (config, model, engine tag, log location), 3 snapshot, 4 daemon running,
+    5 audit chain, 6 does not fit / no usable engine, 7 engine build, 8 port in use, 9 model not loaded,
+    10 circuit open, 11 load failed, 12 disk full.
 API dialects map `code` to their own error shapes; the CLI prints `message` and exits non-zero.
 """
 
@@ -152,6 +153,15 @@ class LogUnreachable(LogError):
 
     code = "log_unavailable"
     http_status = 503
+
+
+class InvalidLogLocation(LogError):
+    """Where the log lives cannot be read: a URL with an unknown scheme, a bad port or host (from database_url,
+    BLAZAR_DATABASE_URL or a command's argument). Never taken for a file path instead."""
+
+    code = "invalid_log_location"
+    http_status = 400
+    exit_code = 2
 
 
 class SchemaOutOfDate(LogError):

@@ -1,29 +1,34 @@
-"""Where the log lives: the embedded SQLite file (the default), or a PostgreSQL database named by a URL
-(`BLAZAR_DATABASE_URL`, else `database_url` in config.toml, read before the log is opened: the log cannot hold the
-setting that says where the log is). PostgreSQL's code, and asyncpg, are imported only when a URL asks for them."""
+"""Where the log lives, read once at the edge: the embedded SQLite file (the default), or a PostgreSQL database named
+by a URL (`BLAZAR_DATABASE_URL`, else `database_url` in config.toml, read before the log is opened: the log cannot
+hold the setting that says where the log is). The answer is typed (`SqliteFile` or `PostgresUrl`, from
+blazar/events/location.py); a URL that cannot be read is an InvalidLogLocation, never a file. PostgreSQL's code, and
+asyncpg, are imported only when a URL asks for them."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 
 from blazar import config
 from blazar.clock import Clock
-from blazar.errors import ConfigError
+from blazar.errors import ConfigError, InvalidLogLocation
+from blazar.events.location import LogLocation, PostgresUrl, SqliteFile
 from blazar.events.log import EventLog
+from blazar.events.log_sqlite import SqliteEventLog
 from blazar.paths import Paths
 
-URL_PREFIXES = ("postgresql://", "postgresql+asyncpg://", "postgres://")
 
-
-def is_url(location: str | Path) -> bool:
-    return isinstance(location, str) and location.startswith(URL_PREFIXES)
-
-
-def log_location(paths: Paths, env: Mapping[str, str]) -> str | Path:
-    """The log's URL when one is configured, else its SQLite file."""
+def log_location(paths: Paths, env: Mapping[str, str]) -> LogLocation:
+    """The log's URL when one is configured, else its SQLite file. Raises InvalidLogLocation for a URL that cannot
+    be read (naming where it was set)."""
+    from_env = env.get("BLAZAR_DATABASE_URL", "").strip()
     url = local_value(paths, env, "database_url", "BLAZAR_DATABASE_URL")
-    return url if url else paths.db
+    if not url:
+        return SqliteFile(paths.db)
+    try:
+        return PostgresUrl.parse(url)
+    except InvalidLogLocation as e:
+        where = "BLAZAR_DATABASE_URL" if from_env else f"database_url in {paths.config_file}"
+        raise InvalidLogLocation(f"{where}: {e.message}") from None
 
 
 def local_value(paths: Paths, env: Mapping[str, str], key: str, variable: str) -> str:
@@ -38,10 +43,12 @@ def local_value(paths: Paths, env: Mapping[str, str], key: str, variable: str) -
         return ""  # a broken config.toml is reported where it is read in full (reconcile_file)
 
 
-async def open_log(location: str | Path, *, clock: Clock | None = None, migrate: bool = True) -> EventLog:
-    """Open the log at `location` (a PostgreSQL URL or a SQLite file)."""
-    if is_url(location):
-        from blazar.events.log_pg import PgEventLog
+async def open_log(location: LogLocation, *, clock: Clock | None = None, migrate: bool = True) -> EventLog:
+    """Open the log at `location`, with the store it names."""
+    match location:
+        case SqliteFile(path):
+            return await SqliteEventLog.open(path, clock=clock, migrate=migrate)
+        case PostgresUrl():
+            from blazar.events.log_pg import PgEventLog
 
-        return await PgEventLog.open(str(location), clock=clock, migrate=migrate)
-    return await EventLog.open(Path(location), clock=clock, migrate=migrate)
+            return await PgEventLog.open(location, clock=clock, migrate=migrate)

@@ -1,4 +1,6 @@
-"""Shared fixtures: an isolated BLAZAR_HOME, an open log, a bootstrapped Blazar, and the real CLI."""
+"""Shared fixtures: an isolated BLAZAR_HOME, an open log, a bootstrapped Blazar, and the real CLI. Every test runs in
+a temporary working directory of its own (so does every process it starts), and the session fails when the tests
+left anything new in the checkout (tests/support/checkout_guard.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +17,35 @@ import pytest
 from blazar.bootstrap import bootstrap
 from blazar.clock import FakeClock
 from blazar.context import Blazar
-from blazar.events.log import EventLog
+from blazar.events.log_sqlite import SqliteEventLog
 from blazar.paths import Paths
+from tests.support import checkout_guard
+
+_UNTRACKED_AT_START = pytest.StashKey[set[str] | None]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_UNTRACKED_AT_START] = checkout_guard.untracked()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    new = checkout_guard.left_behind(session.config.stash.get(_UNTRACKED_AT_START, None))
+    if not new:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write("\n")
+        reporter.write_line(checkout_guard.message(new), red=True, bold=True)
+    else:
+        print(checkout_guard.message(new), file=sys.stderr)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(autouse=True)
+def _working_directory_outside_the_checkout(tmp_path_factory: pytest.TempPathFactory,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative path a test (or the CLI, or a daemon it starts) writes lands in a temporary directory."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
 
 
 @pytest.fixture
@@ -37,9 +66,9 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-async def log(paths: Paths, clock: FakeClock) -> AsyncIterator[EventLog]:
+async def log(paths: Paths, clock: FakeClock) -> AsyncIterator[SqliteEventLog]:
     paths.ensure()
-    lg = await EventLog.open(paths.db, clock=clock)
+    lg = await SqliteEventLog.open(paths.db, clock=clock)
     try:
         yield lg
     finally:

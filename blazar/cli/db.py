@@ -13,7 +13,8 @@ from rich.table import Table
 from blazar.bootstrap import paths_from_env
 from blazar.cli.common import JSON_OPTION, out, print_json, run
 from blazar.events import migrate
-from blazar.logdb import is_url, log_location
+from blazar.events.location import PostgresUrl, SqliteFile
+from blazar.logdb import log_location
 
 app = typer.Typer(help="The log database: schema status and upgrades.", no_args_is_help=True)
 
@@ -38,13 +39,13 @@ def _contents(db: Path) -> dict[str, Any]:
 def status(as_json: bool = JSON_OPTION) -> None:
     """Show the schema revision, pending migrations, and what the log holds (does not migrate)."""
     paths = paths_from_env()
-    location = log_location(paths, os.environ)
-    if is_url(location):
-        info = run(_database_status(str(location)))
-    else:
-        st = migrate.status(paths.db)
-        info = {"path": str(paths.db), "current": st.current, "head": st.head, "pending": st.pending,
-                "up_to_date": st.up_to_date, **_contents(paths.db)}
+    match log_location(paths, os.environ):
+        case PostgresUrl() as url:
+            info = run(_database_status(url))
+        case SqliteFile(db):
+            st = migrate.status(db)
+            info = {"path": str(db), "current": st.current, "head": st.head, "pending": st.pending,
+                    "up_to_date": st.up_to_date, **_contents(db)}
     if as_json:
         print_json(info)
         return
@@ -59,31 +60,30 @@ def upgrade() -> None:
     """Apply pending schema migrations (Blazar also does this at start-up)."""
     paths = paths_from_env()
     paths.ensure()
-    location = log_location(paths, os.environ)
-    if is_url(location):
-        from blazar.events import migrate_pg
+    match log_location(paths, os.environ):
+        case PostgresUrl() as url:
+            from blazar.events import migrate_pg
 
-        before = run(migrate_pg.upgrade(str(location)))
-    else:
-        before = migrate.upgrade(paths.db)
-    where = before.path
+            before = run(migrate_pg.upgrade(url))
+        case SqliteFile(db):
+            before = migrate.upgrade(db)
+    where = before.location
     if before.up_to_date:
         out.print(f"{where}: already at {before.head}", markup=False)
     else:
         out.print(f"{where}: {before.current or 'new'} -> {before.head} ({', '.join(before.pending)})", markup=False)
 
 
-async def _database_status(url: str) -> dict[str, Any]:
+async def _database_status(url: PostgresUrl) -> dict[str, Any]:
     """The same facts for a log on PostgreSQL (the URL without its password)."""
     from blazar.events import migrate_pg
-    from blazar.events.log_pg import driver_url, redact
 
     st = await migrate_pg.status(url)
-    info: dict[str, Any] = {"path": redact(url), "backend": "postgresql", "current": st.current, "head": st.head,
+    info: dict[str, Any] = {"path": url.redacted, "backend": "postgresql", "current": st.current, "head": st.head,
                             "pending": st.pending, "up_to_date": st.up_to_date}
     import asyncpg
 
-    conn = await asyncpg.connect(driver_url(url))
+    conn = await asyncpg.connect(url.driver)
     try:
         if st.current is not None:
             count, first, last = await conn.fetchrow("SELECT COUNT(*), MIN(seq), MAX(seq) FROM events")
@@ -110,13 +110,15 @@ def migrate_to(
     from blazar.operations.migrate_to import migrate_to as copy_log
     from blazar.queries.audit import export_audit
 
+    target = PostgresUrl.parse(url)  # before anything opens: a URL that cannot be read is refused as it is
+
     async def chain(log: EventLog, now: float) -> tuple[int, str]:
         summary = await export_audit(log, io.BytesIO(), pii_scrub=False, now=now)
         return summary.records, summary.head
 
     async def go() -> Any:
         async with opened() as app_:
-            return await copy_log(app_, url, audit_chain=chain)
+            return await copy_log(app_, target, audit_chain=chain)
 
     done = run(go())
     if as_json:

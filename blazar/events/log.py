@@ -1,100 +1,52 @@
-"""The append-only log: one SQLite table, one writer connection, readers on their own connections.
+"""The event log's one interface, `EventLog`, and what its two stores share: the embedded SQLite file
+(`log_sqlite.SqliteEventLog`) and PostgreSQL (`log_pg.PgEventLog`), siblings under it.
 
-Appends are transactions under `BEGIN IMMEDIATE` that take `MAX(seq)+1` inside the transaction, so several
-processes (the daemon and a CLI command) can append safely; the insert trigger makes the log gap-free.
-`append` is the durable path (returns after COMMIT, with `synchronous=FULL`); the group-commit writer in
-`writer.py` batches request events through `commit_pending`. Reads stream rows in batches and decode them.
+Written once here: appending (events validated and encoded, seqs handed out, this process's listeners told), reads
+(the filters, keyset pagination on seq, decoding), follow's catch-up loop, the checkpoint table and the small
+look-ups. Each store brings what only it can do: how rows go in gap-free (`_insert`), how a statement runs
+(`_fetch`, `_execute_write`, `_snapshot`), how it learns that another process committed (`change_signature`,
+`changed_elsewhere`, a `ChangeWatch` for each tail) and its whole-log copy for snapshots (`snapshot_into`).
+SQL here is written with `?` placeholders; the PostgreSQL store numbers them.
+
+Open a store with `await SqliteEventLog.open(path)` or `await PgEventLog.open(url)`, or from a configured location
+with `blazar.logdb.open_log`; close it with `await log.close()`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sqlite3
+from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from sqlalchemy import event as sa_event
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-from sqlalchemy.pool import NullPool
-
-from blazar.clock import Clock, SystemClock
-from blazar.diskspace import disk_full, no_space
-from blazar.errors import AppendOnlyViolation, LogError
+from blazar.clock import Clock
 from blazar.events.base import Event, Pending, Recorded
+from blazar.events.location import LogLocation
 from blazar.events.migrate import ensure_schema
 from blazar.events.registry import decode, encode
 
-_COLUMNS = "seq, ts, type, v, stream, trace_id, actor, cause, data"
-_INSERT = f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-# A batch this small goes in as one statement (9 parameters a row, under SQLite's 32766), which is a transaction
-# of its own: one round trip to the driver's thread instead of four (BEGIN, MAX, insert, COMMIT).
-ONE_STATEMENT_ROWS = 3000
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
+COLUMNS = "seq, ts, type, v, stream, trace_id, actor, cause, data"
 READ_BATCH = 5000
 # This process's commits a follow() keeps until it yields them; past that it reads the database instead.
 FOLLOW_BUFFER = 10_000
-# Page cache of the writer connection, in KiB (SQLite's default is 2 MiB).
-WRITER_CACHE_KIB = 64 * 1024
+_CHECKPOINT_COLUMNS = "name, version, seq, anchor, state, sha256"
+# One statement both databases take (SQLite since 3.24): a checkpoint replaces the projection's older one.
+_PUT_CHECKPOINT = ("INSERT INTO checkpoints (name, version, seq, anchor, state, sha256, ts)"
+                   " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET version = excluded.version,"
+                   " seq = excluded.seq, anchor = excluded.anchor, state = excluded.state, sha256 = excluded.sha256,"
+                   " ts = excluded.ts")
+_INSERT_INTO_FILE = f"INSERT INTO events ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
-
-def _engine(db: Path, *, immediate: bool) -> AsyncEngine:
-    # NullPool: each reader opens its own connection (cheap for SQLite) and never shares one across tasks.
-    engine = create_async_engine(f"sqlite+aiosqlite:///{db}", poolclass=NullPool)
-
-    @sa_event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        # Take over transaction control from the driver so BEGIN is ours to choose.
-        dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA synchronous=FULL")
-        cur.execute("PRAGMA busy_timeout=10000")
-        if immediate:
-            # Request events have random trace ids, so each append lands on random pages of the stream and
-            # trace indexes; with SQLite's default 2 MiB cache a large log re-reads them on every batch.
-            # The cache fills only as pages are touched (a CLI command that appends one event stays small).
-            cur.execute(f"PRAGMA cache_size=-{WRITER_CACHE_KIB}")
-        cur.close()
-
-    @sa_event.listens_for(engine.sync_engine, "begin")
-    def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
-
-    return engine
-
-
-async def _insert_one_statement(driver: Any, encoded: Sequence[tuple[Pending, str]]) -> int:
-    """Insert the batch in one statement that numbers the rows from MAX(seq) itself (the sort makes SQLite read
-    MAX before the first insert); returns the seq before the first row."""
-    values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(encoded))
-    params: list[Any] = []
-    for i, (p, data) in enumerate(encoded):
-        params += (i + 1, p.ts, p.event.TYPE, p.event.V, p.stream, p.trace_id, p.actor, p.cause, data)
-    sql = (f"INSERT INTO events ({_COLUMNS}) SELECT base.s + r.column1, r.column2, r.column3, r.column4, r.column5,"
-           " r.column6, r.column7, r.column8, r.column9"
-           f" FROM (SELECT COALESCE(MAX(seq), 0) AS s FROM events) AS base, (VALUES {values}) AS r"
-           " ORDER BY r.column1 RETURNING seq")
-    seqs = await driver.execute_fetchall(sql, params)
-    return int(min(row[0] for row in seqs)) - 1
-
-
-async def _insert_in_transaction(driver: Any, encoded: Sequence[tuple[Pending, str]]) -> int:
-    """A batch too large for one statement: the rows inserted under BEGIN IMMEDIATE, numbered from MAX(seq)."""
-    await driver.execute("BEGIN IMMEDIATE")
-    try:
-        first = int((await driver.execute_fetchall("SELECT COALESCE(MAX(seq), 0) FROM events"))[0][0])
-        rows = [(first + i + 1, p.ts, p.event.TYPE, p.event.V, p.stream, p.trace_id, p.actor, p.cause, data)
-                for i, (p, data) in enumerate(encoded)]
-        await driver.executemany(_INSERT, rows)
-        await driver.execute("COMMIT")
-    except BaseException:
-        with contextlib.suppress(sqlite3.Error):
-            await driver.execute("ROLLBACK")
-        raise
-    return first
+Rows = list[tuple[Any, ...]]
+# Runs one statement (`?` placeholders) inside a store's read snapshot; returns its rows.
+Fetch = Callable[[str, Sequence[Any]], Awaitable[Rows]]
 
 
 def row_to_recorded(row: Sequence[Any]) -> Recorded:
@@ -112,63 +64,35 @@ def row_to_recorded(row: Sequence[Any]) -> Recorded:
     )
 
 
-class EventLog:
-    """The log. Open with `await EventLog.open(path)`; close with `await log.close()`."""
+class ChangeWatch(ABC):
+    """How one tail (`EventLog.follow`) learns that another process committed; this process's own commits it is
+    handed as they commit."""
 
-    backend = "sqlite"
+    @abstractmethod
+    def mark(self) -> None:
+        """The tail is about to read the log: whatever was committed before now is in that read."""
 
-    def __init__(self, path: Path, writer: AsyncEngine, reader: AsyncEngine, clock: Clock) -> None:
-        self.path = path
-        self.location = str(path)
+    @abstractmethod
+    async def wait(self, own_commit: asyncio.Event, poll_interval: float) -> bool:
+        """Wait for this process's next commit (`own_commit` is set) or for a sign of another's; True when the
+        tail must read the log to catch up."""
+
+
+class EventLog(ABC):
+    """The log: append-only, gap-free seqs from 1, one history read in seq order."""
+
+    backend: ClassVar[str]
+
+    def __init__(self, location: LogLocation, clock: Clock) -> None:
+        self.location = location  # str() of it is safe to show: a URL's password is left out
         self.clock = clock
-        self._writer_engine = writer
-        self._reader_engine = reader
-        self._wconn: AsyncConnection | None = None
-        self._write_lock = asyncio.Lock()
         self._last_seq = 0
         self._listeners: list[Callable[[list[Recorded]], None]] = []
-        self._data_version: int | None = None  # the writer connection's PRAGMA data_version, last read
-        self._driver_conn: Any = None  # the writer's aiosqlite connection, under SQLAlchemy's
-        self._file_names = (str(path), str(path) + "-wal")  # what files_signature stats, 4 times a second idle
-        self._lookup: AsyncConnection | None = None  # a reader kept open for has_trace (opened on first use)
-        self._lookup_lock = asyncio.Lock()
 
-    @classmethod
-    async def open(cls, path: Path, *, clock: Clock | None = None, migrate: bool = True) -> EventLog:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        log = cls(path, _engine(path, immediate=True), _engine(path, immediate=False), clock or SystemClock())
-        try:
-            if migrate:
-                await asyncio.to_thread(ensure_schema, path)
-            log._wconn = await log._writer_engine.connect()
-            log._last_seq = await log.last_seq()
-        except Exception as exc:
-            await log.close()
-            # A full disk fails even the open (SQLite cannot create the WAL's shared-memory index): say so.
-            full = log._no_space(exc)
-            if full is None:
-                raise
-            raise full from exc
-        return log
+    @abstractmethod
+    async def close(self) -> None: ...
 
-    def _no_space(self, exc: BaseException) -> BaseException | None:
-        """The DiskFull that `exc` means when no space caused it (None otherwise)."""
-        if no_space(exc, self.path.parent):
-            return disk_full(self.path.parent, writing=f"the event log {self.path}")
-        return None
-
-    async def close(self) -> None:
-        if self._lookup is not None:
-            await self._lookup.close()
-            self._lookup = None
-        if self._wconn is not None:
-            await self._wconn.close()
-            self._wconn = None
-            self._driver_conn = None
-        await self._writer_engine.dispose()
-        await self._reader_engine.dispose()
-
-    async def __aenter__(self) -> EventLog:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -214,46 +138,24 @@ class EventLog:
         if not batch:
             return []
         encoded = [(p, encode(p.event)) for p in batch]  # validate before touching the database
-        assert self._wconn is not None, "log is closed"
-        async with self._write_lock:
-            # NOTE: on the driver connection itself, as reads are: SQLAlchemy's statement machinery cost more CPU
-            # than the insert (a group commit is on every request's path).
-            driver = await self._driver()
-            try:
-                if len(encoded) <= ONE_STATEMENT_ROWS:
-                    first = await _insert_one_statement(driver, encoded)
-                else:
-                    first = await _insert_in_transaction(driver, encoded)
-            except sqlite3.IntegrityError as exc:
-                raise AppendOnlyViolation(f"append refused by the log: {exc}") from exc
-            except sqlite3.OperationalError as exc:
-                raise self._no_space(exc) or LogError(f"append failed: {exc}") from exc
-        rows = [(first + i + 1, p.ts, p.event.TYPE, p.event.V, p.stream, p.trace_id, p.actor, p.cause, data)
-                for i, (p, data) in enumerate(encoded)]
-        self._last_seq = rows[-1][0]
-        recorded = [
-            Recorded(
-                seq=r[0], ts=r[1], type=r[2], v=r[3], stream=r[4], trace_id=r[5], actor=r[6], cause=r[7],
-                event=p.event,
-            )
-            for r, (p, _) in zip(rows, encoded, strict=True)
-        ]
+        first = await self._insert(encoded)
+        recorded = [Recorded(seq=first + i + 1, ts=p.ts, type=p.event.TYPE, v=p.event.V, stream=p.stream,
+                             trace_id=p.trace_id, actor=p.actor, cause=p.cause, event=p.event)
+                    for i, (p, _) in enumerate(encoded)]
+        self._last_seq = first + len(encoded)
         for listener in self._listeners:
             listener(recorded)
         return recorded
+
+    @abstractmethod
+    async def _insert(self, encoded: Sequence[tuple[Pending, str]]) -> int:
+        """Insert the rows (event, payload text) in one transaction, numbered on from the log's last seq; returns
+        the seq before the first. Raises AppendOnlyViolation when the database refuses them."""
 
     @property
     def last_appended(self) -> int:
         """The last seq this process committed."""
         return self._last_seq
-
-    async def _driver(self) -> Any:
-        """The writer's aiosqlite connection (the same one SQLAlchemy holds), looked up once."""
-        if self._driver_conn is None:
-            assert self._wconn is not None, "log is closed"
-            self._driver_conn = (await self._wconn.get_raw_connection()).driver_connection
-            assert self._driver_conn is not None  # None only once the pool has invalidated the connection
-        return self._driver_conn
 
     def subscribe(self, listener: Callable[[list[Recorded]], None]) -> Callable[[], None]:
         """Call `listener` with every batch this process commits, as it commits (no read back); returns the
@@ -261,98 +163,79 @@ class EventLog:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener) if listener in self._listeners else None
 
+    # -- other processes' commits ----------------------------------------------------------------------------
+
+    @abstractmethod
+    def change_signature(self) -> tuple[tuple[int, int], ...]:
+        """A cheap value (no query) that moves whenever any process may have committed: asked often, it tells when
+        `changed_elsewhere` is worth asking."""
+
+    @abstractmethod
     async def changed_elsewhere(self) -> bool:
-        """Whether another connection (another process) committed since the last call: SQLite's data_version on
-        the writer connection moves for every commit but its own."""
-        version = await self._read_data_version()
-        changed = self._data_version is not None and version != self._data_version
-        first = self._data_version is None
-        self._data_version = version
-        return changed or first
+        """Whether another process committed since the last call (the first call says yes)."""
 
-    async def _read_data_version(self) -> int:
-        """The writer connection's PRAGMA data_version: it moves for every commit but this connection's own."""
-        assert self._wconn is not None, "log is closed"
-        async with self._write_lock:
-            rows = await (await self._driver()).execute_fetchall("PRAGMA data_version")
-        return int(next(iter(rows))[0])
+    @abstractmethod
+    async def _watch(self) -> ChangeWatch:
+        """A new watch for one tail."""
 
-    @contextlib.asynccontextmanager
-    async def write_transaction(self) -> AsyncIterator[AsyncConnection]:
-        """The writer connection inside `BEGIN IMMEDIATE`, for derived tables (checkpoints); never `events`."""
-        assert self._wconn is not None, "log is closed"
-        async with self._write_lock:
-            try:
-                async with self._wconn.begin():
-                    yield self._wconn
-            except Exception as exc:
-                full = self._no_space(exc)
-                if full is None:
-                    raise
-                raise full from exc
+    # -- connections -----------------------------------------------------------------------------------------
+
+    @abstractmethod
+    def reader(self) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
+        """A SQLAlchemy connection for reading."""
+
+    @abstractmethod
+    def write_transaction(self) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
+        """A SQLAlchemy connection inside a write transaction, for derived tables; never `events` (its triggers
+        refuse)."""
+
+    @abstractmethod
+    async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+        """The rows of one read-only statement."""
+
+    @abstractmethod
+    async def _execute_write(self, sql: str, rows: Sequence[Sequence[Any]] | None = None) -> None:
+        """One statement, once for each of `rows` (once without parameters when None), in one write transaction."""
+
+    @abstractmethod
+    def _snapshot(self) -> contextlib.AbstractAsyncContextManager[Fetch]:
+        """Statements that all read one snapshot of the log."""
 
     # -- derived tables (checkpoints) ------------------------------------------------------------------------
 
-    async def checkpoint_rows(self) -> list[tuple[Any, ...]]:
+    async def checkpoint_rows(self) -> Rows:
         """Every stored checkpoint: (name, version, seq, anchor, state, sha256)."""
-        async with self.reader() as conn:
-            rows = (await conn.exec_driver_sql("SELECT name, version, seq, anchor, state, sha256 FROM checkpoints"))
-            return [tuple(r) for r in rows.all()]
+        return await self._fetch(f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints")
 
     async def event_anchor(self, seq: int) -> tuple[str, float] | None:
         """(type, ts) of the event at `seq`, or None."""
-        async with self.reader() as conn:
-            row: Any = (await conn.exec_driver_sql("SELECT type, ts FROM events WHERE seq = ?", (seq,))).first()
-        return None if row is None else (row[0], row[1])
+        rows = await self._fetch("SELECT type, ts FROM events WHERE seq = ?", (seq,))
+        return (rows[0][0], rows[0][1]) if rows else None
 
     async def put_checkpoints(self, rows: list[tuple[Any, ...]]) -> None:
         """Write (name, version, seq, anchor, state, sha256, ts) rows, replacing older ones, in one transaction."""
-        async with self.write_transaction() as conn:
-            await conn.exec_driver_sql(
-                "INSERT OR REPLACE INTO checkpoints (name, version, seq, anchor, state, sha256, ts) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        await self._execute_write(_PUT_CHECKPOINT, rows)
 
     async def clear_checkpoints(self) -> None:
-        async with self.write_transaction() as conn:
-            await conn.exec_driver_sql("DELETE FROM checkpoints")
+        await self._execute_write("DELETE FROM checkpoints")
 
     # -- reading -------------------------------------------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def reader(self) -> AsyncIterator[AsyncConnection]:
-        async with self._reader_engine.connect() as conn:
-            yield conn
-
     async def last_seq(self) -> int:
-        async with self.reader() as conn:
-            return (await conn.exec_driver_sql("SELECT COALESCE(MAX(seq), 0) FROM events")).scalar_one()
+        return int((await self._fetch("SELECT COALESCE(MAX(seq), 0) FROM events"))[0][0])
 
     async def seq_at_time(self, ts: float) -> int:
         """The last seq recorded at or before `ts` (0 when none)."""
-        async with self.reader() as conn:
-            res = await conn.exec_driver_sql("SELECT COALESCE(MAX(seq), 0) FROM events WHERE ts <= ?", (ts,))
-            return res.scalar_one()
+        return int((await self._fetch("SELECT COALESCE(MAX(seq), 0) FROM events WHERE ts <= ?", (ts,)))[0][0])
 
     async def trace_ids_starting(self, prefix: str, *, limit: int = 2) -> list[str]:
         """The distinct trace ids that start with `prefix`, in order (a range over the trace index)."""
         sql = "SELECT DISTINCT trace_id FROM events WHERE trace_id >= ? AND trace_id < ? ORDER BY trace_id LIMIT ?"
-        async with self.reader() as conn:
-            rows = (await conn.exec_driver_sql(sql, (prefix, prefix + "\U0010ffff", limit))).all()
-        return [row[0] for row in rows]
+        return [row[0] for row in await self._fetch(sql, (prefix, prefix + "\U0010ffff", limit))]
 
+    @abstractmethod
     async def has_trace(self, trace_id: str) -> bool:
-        """Whether any event carries `trace_id`: one look-up in the trace index, on a reader connection kept open for
-        it (opening a connection costs ten times the query). Never the writer's: a busy writer does not delay it.
-
-        NOTE: statements go straight to the driver connection, whose isolation_level is None, so each runs in a
-        read transaction of its own: the kept connection never holds a snapshot that would pin the WAL."""
-        async with self._lookup_lock:
-            if self._lookup is None:
-                self._lookup = await self._reader_engine.connect()
-            driver = (await self._lookup.get_raw_connection()).driver_connection
-            assert driver is not None  # None only once the pool has invalidated the connection
-            rows = await driver.execute_fetchall("SELECT 1 FROM events WHERE trace_id = ? LIMIT 1", (trace_id,))
-        return bool(rows)
+        """Whether any event carries `trace_id` (one look-up in the trace index)."""
 
     async def read(
         self,
@@ -387,7 +270,7 @@ class EventLog:
         until: float | None = None,
         limit: int | None = None,
         batch: int = READ_BATCH,
-    ) -> AsyncIterator[list[tuple[Any, ...]]]:
+    ) -> AsyncIterator[Rows]:
         """Undecoded rows (plain tuples) in batches, keyset-paginated on seq, all from one read snapshot."""
         where = ["seq > ?"]
         params: list[Any] = [after]
@@ -409,17 +292,12 @@ class EventLog:
         if until is not None:
             where.append("ts <= ?")
             params.append(until)
-        sql = f"SELECT {_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
+        sql = f"SELECT {COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
         remaining = limit
-        async with self.reader() as conn, conn.begin():
-            # One read transaction, so every batch comes from the same snapshot of the log. Batches are fetched
-            # on the driver connection itself: plain tuples, without SQLAlchemy's per-row Row objects (about a
-            # tenth of replay time in bench/log.py).
-            driver = (await conn.get_raw_connection()).driver_connection
-            assert driver is not None  # None only once the pool has invalidated the connection
+        async with self._snapshot() as fetch:
             while remaining is None or remaining > 0:
                 n = batch if remaining is None else min(batch, remaining)
-                rows = list(await driver.execute_fetchall(sql, (*params, n)))
+                rows = await fetch(sql, (*params, n))
                 if not rows:
                     return
                 yield rows
@@ -445,10 +323,9 @@ class EventLog:
         This process's commits are handed over as they commit, with no read back, as long as their seqs run on
         from the last one seen (a query per commit would cost a reader connection each: about 1 ms of CPU per
         request with a console open). The database is read to catch up at the start, when the seqs jump (another
-        process committed in between, or the tail fell `FOLLOW_BUFFER` behind), and when another process's commit
-        shows while this one is quiet: the files' signature is stat-ed every `poll_interval`, and only when it
-        moved is SQLite's data_version asked whether the change was another connection's. An idle tail costs
-        the stat of two files per poll.
+        process committed in between, or the tail fell `FOLLOW_BUFFER` behind), and when the store's watch sees
+        another process's commit while this one is quiet (SQLite: a stat of its files every `poll_interval`, then
+        its data_version; PostgreSQL: a NOTIFY from another backend).
         """
         types_wanted = frozenset(types) if types else None
 
@@ -467,10 +344,10 @@ class EventLog:
 
         unsubscribe = self.subscribe(on_commit)
         try:
-            version = await self._read_data_version()
+            watch = await self._watch()
             while True:
                 # From the database: up to a seq read first, so that `after` passes the non-matching events too.
-                seen = self.files_signature()
+                watch.mark()
                 top = await self.last_seq()
                 async for rec in self.read(after=after, upto=top, types=types, stream=stream, trace_id=trace_id,
                                            since=since, until=until):
@@ -488,29 +365,26 @@ class EventLog:
                         if wanted(rec):
                             yield rec
                         continue
-                    arrived.clear()
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(poll_interval):
-                            await arrived.wait()
-                    if local:
-                        continue
-                    signature = self.files_signature()
-                    if signature != seen:
-                        seen = signature
-                        now = await self._read_data_version()
-                        if now != version:  # another connection committed: read it
-                            version = now
-                            break
+                    if await watch.wait(arrived, poll_interval):
+                        break
         finally:
             unsubscribe()
 
-    def files_signature(self) -> tuple[tuple[int, int], ...]:
-        """(mtime_ns, size) of the database and its WAL: any commit, by any process, changes one of them."""
-        out = []
-        for path in self._file_names:
-            try:
-                st = os.stat(path)
-                out.append((st.st_mtime_ns, st.st_size))
-            except OSError:
-                out.append((0, -1))
-        return tuple(out)
+    # -- whole logs (snapshots) ------------------------------------------------------------------------------
+
+    def snapshot_bytes(self) -> int:
+        """What a copy by `snapshot_into` may take on the local disk, beyond the headroom every write keeps."""
+        return 0
+
+    async def snapshot_into(self, target: Path) -> None:
+        """Every event, from one consistent read, into a new SQLite log at `target` (the snapshot format's file)."""
+        await asyncio.to_thread(ensure_schema, target)
+        conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False)
+        try:
+            await asyncio.to_thread(conn.execute, "BEGIN IMMEDIATE")
+            async for rows in self.read_rows():
+                await asyncio.to_thread(conn.executemany, _INSERT_INTO_FILE, rows)
+            await asyncio.to_thread(conn.execute, "COMMIT")
+            await asyncio.to_thread(conn.execute, "PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.close()

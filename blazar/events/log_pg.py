@@ -1,7 +1,7 @@
-"""The append-only log on PostgreSQL (`database_url = postgresql+asyncpg://...`): the same contract as the SQLite log
-(blazar/events/log.py), for several gateways sharing one history. SQLAlchemy's async engine with asyncpg holds the
-connections (Alembic migrates through it); appends, reads and LISTEN run on the asyncpg driver connections under it,
-as the SQLite log does on aiosqlite's, to keep SQLAlchemy's statement machinery off the request path.
+"""The append-only log on PostgreSQL (`database_url = postgresql+asyncpg://...`): the SQLite log's sibling under
+`log.EventLog`, the same contract, for several gateways sharing one history. SQLAlchemy's async engine with asyncpg
+holds the connections (Alembic migrates through it); appends, reads and LISTEN run on the asyncpg driver connections
+under it, as the SQLite log does on aiosqlite's, to keep SQLAlchemy's statement machinery off the request path.
 
     gap-free seq   every append takes one transaction-scoped advisory lock (`pg_advisory_xact_lock`), reads
                    MAX(seq) under it and numbers its rows from there: appends from every process and node serialise
@@ -11,6 +11,7 @@ as the SQLite log does on aiosqlite's, to keep SQLAlchemy's statement machinery 
                    commit); a tail LISTENs instead of polling, and reads only when another backend's commit shows
     snapshots      a REPEATABLE READ transaction reads one consistent snapshot of the whole log
 
+What the two stores share is `log.EventLog`'s; SQL written there with `?` placeholders is numbered here (`$1`...).
 asyncpg is imported only here, and this module only when a URL asks for PostgreSQL.
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -28,9 +29,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from blazar.clock import Clock, SystemClock
 from blazar.errors import AppendOnlyViolation, LogError, LogUnreachable
-from blazar.events.base import Pending, Recorded
-from blazar.events.log import FOLLOW_BUFFER, READ_BATCH, EventLog
-from blazar.events.registry import encode
+from blazar.events.base import Pending
+from blazar.events.location import PostgresUrl
+from blazar.events.log import COLUMNS, ChangeWatch, EventLog, Fetch, Rows
 
 T = TypeVar("T")
 # What says the connection or the server is gone (as opposed to a statement the database refused).
@@ -44,51 +45,29 @@ APPEND_LOCK = 0x626C617A6172
 # Off only in bench/pg_lock.py, which measures what the lock costs; never in Blazar (the trigger and the primary key
 # would then turn a race between two writers into a refused append instead of a wait).
 APPEND_LOCK_ENABLED = True
-_COLUMNS = "seq, ts, type, v, stream, trace_id, actor, cause, data"
-_INSERT = (f"INSERT INTO events ({_COLUMNS}) SELECT * FROM unnest($1::bigint[], $2::float8[], $3::text[], "
+_INSERT = (f"INSERT INTO events ({COLUMNS}) SELECT * FROM unnest($1::bigint[], $2::float8[], $3::text[], "
            "$4::int[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::text[])")
 
 
-def sqlalchemy_url(url: str) -> str:
-    """`postgresql://` and `postgres://` as SQLAlchemy's asyncpg URL."""
-    for prefix in ("postgresql+asyncpg://", "postgresql://", "postgres://"):
-        if url.startswith(prefix):
-            return "postgresql+asyncpg://" + url[len(prefix):]
-    raise LogError(f"not a PostgreSQL URL: {redact(url)}")
-
-
-def driver_url(url: str) -> str:
-    """The same URL as asyncpg takes it."""
-    return "postgresql://" + sqlalchemy_url(url)[len("postgresql+asyncpg://"):]
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for messages and the log."""
-    head, sep, rest = url.partition("://")
-    if "@" not in rest:
-        return url
-    creds, _, host = rest.rpartition("@")
-    user = creds.split(":", 1)[0]
-    return f"{head}{sep}{user}:***@{host}" if ":" in creds else url
+@functools.lru_cache(maxsize=256)
+def numbered(sql: str) -> str:
+    """`?` placeholders as PostgreSQL's `$1`, `$2`... (the shared SQL has no `?` inside a literal)."""
+    parts = sql.split("?")
+    return "".join(f"{part}${i}" for i, part in enumerate(parts[:-1], 1)) + parts[-1]
 
 
 class PgEventLog(EventLog):
-    """The log on PostgreSQL. Open with `await PgEventLog.open(url)`; close with `await log.close()`. What does not
-    touch the database (pending, append, subscribe, read's decoding) is the SQLite log's own."""
+    """The log on PostgreSQL. Open with `await PgEventLog.open(url)`; close with `await log.close()`."""
 
     backend = "postgresql"
 
-    def __init__(self, url: str, engine: AsyncEngine, clock: Clock) -> None:
+    def __init__(self, url: PostgresUrl, engine: AsyncEngine, clock: Clock) -> None:
+        super().__init__(url, clock)
         self.url = url
-        self.path = None  # type: ignore[assignment]  # no file: `location` says where it is
-        self.location = redact(url)
-        self.clock = clock
         self._engine = engine
         self._wconn: AsyncConnection | None = None
         self._driver_conn: Any = None
         self._write_lock = asyncio.Lock()
-        self._last_seq = 0
-        self._listeners: list[Callable[[list[Recorded]], None]] = []
         self._listen: Any = None  # an asyncpg connection of its own that LISTENs
         self._own_pid = 0
         self._elsewhere = 0  # notifications of other backends' commits seen
@@ -98,13 +77,12 @@ class PgEventLog(EventLog):
         self._relisten_at = 0.0
 
     @classmethod
-    async def open(cls, url: str, *, clock: Clock | None = None,  # type: ignore[override]
-                   migrate: bool = True) -> PgEventLog:
+    async def open(cls, url: PostgresUrl, *, clock: Clock | None = None, migrate: bool = True) -> PgEventLog:
         from blazar.events.migrate_pg import ensure_schema
 
         if migrate:
             await ensure_schema(url)
-        engine = create_async_engine(sqlalchemy_url(url), pool_size=4, max_overflow=8, pool_pre_ping=True)
+        engine = create_async_engine(url.sqlalchemy, pool_size=4, max_overflow=8, pool_pre_ping=True)
         log = cls(url, engine, clock or SystemClock())
         try:
             log._wconn = await engine.connect()
@@ -137,7 +115,7 @@ class PgEventLog(EventLog):
             with contextlib.suppress(Exception):
                 await old.close()
         try:
-            conn = await asyncpg.connect(driver_url(self.url))
+            conn = await asyncpg.connect(self.url.driver)
             await conn.add_listener(CHANNEL, self._on_notify)
         except _GONE:
             return False
@@ -164,12 +142,7 @@ class PgEventLog(EventLog):
 
     # -- writing ---------------------------------------------------------------------------------------------
 
-    async def commit_pending(self, batch: Sequence[Pending]) -> list[Recorded]:
-        """Commit a batch in one transaction, assigning consecutive seqs. All or nothing."""
-        if not batch:
-            return []
-        encoded = [(p, encode(p.event)) for p in batch]  # validate before touching the database
-
+    async def _insert(self, encoded: Sequence[tuple[Pending, str]]) -> int:
         async def insert(driver: Any) -> int:
             if APPEND_LOCK_ENABLED:
                 await driver.execute("SELECT pg_advisory_xact_lock($1)", APPEND_LOCK)
@@ -184,16 +157,9 @@ class PgEventLog(EventLog):
             return first
 
         try:
-            first = await self._write(insert)
+            return await self._write(insert)
         except asyncpg.IntegrityConstraintViolationError as exc:
             raise AppendOnlyViolation(f"append refused by the log: {exc}") from exc
-        self._last_seq = first + len(encoded)
-        recorded = [Recorded(seq=first + i + 1, ts=p.ts, type=p.event.TYPE, v=p.event.V, stream=p.stream,
-                             trace_id=p.trace_id, actor=p.actor, cause=p.cause, event=p.event)
-                    for i, (p, _) in enumerate(encoded)]
-        for listener in self._listeners:
-            listener(recorded)
-        return recorded
 
     async def _write(self, work: Callable[[Any], Awaitable[T]]) -> T:
         """`work` on the writer connection inside one transaction, whole or not at all.
@@ -249,6 +215,22 @@ class PgEventLog(EventLog):
             self._own_pid = self._driver_conn.get_server_pid()
         return self._driver_conn
 
+    async def _execute_write(self, sql: str, rows: Sequence[Sequence[Any]] | None = None) -> None:
+        async def run(driver: Any) -> None:
+            if rows is None:
+                await driver.execute(numbered(sql))
+            else:
+                await driver.executemany(numbered(sql), rows)
+
+        await self._write(run)
+
+    @contextlib.asynccontextmanager
+    async def write_transaction(self) -> AsyncIterator[AsyncConnection]:
+        async with self._write_lock, self._engine.begin() as conn:
+            yield conn
+
+    # -- other processes' commits ----------------------------------------------------------------------------
+
     async def changed_elsewhere(self) -> bool:
         """Whether another backend committed since the last call (its NOTIFY arrived); the first call says yes."""
         await self._listening()
@@ -256,39 +238,14 @@ class PgEventLog(EventLog):
         self._elsewhere_checked = self._elsewhere
         return changed
 
-    def files_signature(self) -> tuple[tuple[int, int], ...]:
-        """What moves when another backend commits: the count of its notifications (the SQLite log stats files).
-        A lost listener shows as a change, so that the caller asks `changed_elsewhere`, which reconnects it."""
+    def change_signature(self) -> tuple[tuple[int, int], ...]:
+        """The count of other backends' notifications, and whether the listener is lost: a lost one shows as a
+        change, so that the caller asks `changed_elsewhere`, which reconnects it."""
         lost = self._listen is None or self._listen.is_closed()
         return ((self._elsewhere, int(lost and not self._closed)),)
 
-    # -- derived tables (checkpoints) ------------------------------------------------------------------------
-
-    async def checkpoint_rows(self) -> list[tuple[Any, ...]]:
-        async with self._connection() as driver:
-            rows = await driver.fetch("SELECT name, version, seq, anchor, state, sha256 FROM checkpoints")
-        return [tuple(r) for r in rows]
-
-    async def event_anchor(self, seq: int) -> tuple[str, float] | None:
-        async with self._connection() as driver:
-            row = await driver.fetchrow("SELECT type, ts FROM events WHERE seq = $1", seq)
-        return None if row is None else (row[0], row[1])
-
-    async def put_checkpoints(self, rows: list[tuple[Any, ...]]) -> None:
-        async def upsert(driver: Any) -> None:
-            await driver.executemany(
-                "INSERT INTO checkpoints (name, version, seq, anchor, state, sha256, ts) "
-                "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name) DO UPDATE SET version = EXCLUDED.version,"
-                " seq = EXCLUDED.seq, anchor = EXCLUDED.anchor, state = EXCLUDED.state, sha256 = EXCLUDED.sha256,"
-                " ts = EXCLUDED.ts", rows)
-
-        await self._write(upsert)
-
-    async def clear_checkpoints(self) -> None:
-        async def clear(driver: Any) -> None:
-            await driver.execute("DELETE FROM checkpoints")
-
-        await self._write(clear)
+    async def _watch(self) -> ChangeWatch:
+        return _NotifyWatch(self)
 
     # -- whole logs (migrate-to, restore) --------------------------------------------------------------------
 
@@ -312,18 +269,12 @@ class PgEventLog(EventLog):
         self._last_seq = await self.last_seq()
         return written
 
-    @contextlib.asynccontextmanager
-    async def write_transaction(self) -> AsyncIterator[AsyncConnection]:
-        """A connection inside a transaction, for derived tables; never `events` (its triggers refuse)."""
-        async with self._write_lock, self._engine.begin() as conn:
-            yield conn
+    # -- reading ---------------------------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
     async def reader(self) -> AsyncIterator[AsyncConnection]:
         async with self._engine.connect() as conn:
             yield conn
-
-    # -- reading ---------------------------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[Any]:
@@ -348,122 +299,48 @@ class PgEventLog(EventLog):
         finally:
             await conn.close()
 
+    async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+        async with self._connection() as driver:
+            return [tuple(r) for r in await driver.fetch(numbered(sql), *params)]
+
     @contextlib.asynccontextmanager
-    async def _read_snapshot(self) -> AsyncIterator[Any]:
+    async def _snapshot(self) -> AsyncIterator[Fetch]:
         """A driver connection inside one REPEATABLE READ, read-only transaction: one snapshot of the log."""
         async with self._connection() as driver, driver.transaction(isolation="repeatable_read", readonly=True):
-            yield driver
+            async def fetch(sql: str, params: Sequence[Any]) -> Rows:
+                return [tuple(r) for r in await driver.fetch(numbered(sql), *params)]
 
-    async def last_seq(self) -> int:
-        async with self._connection() as driver:
-            return int(await driver.fetchval("SELECT COALESCE(MAX(seq), 0) FROM events"))
-
-    async def seq_at_time(self, ts: float) -> int:
-        async with self._connection() as driver:
-            return int(await driver.fetchval("SELECT COALESCE(MAX(seq), 0) FROM events WHERE ts <= $1", ts))
-
-    async def trace_ids_starting(self, prefix: str, *, limit: int = 2) -> list[str]:
-        sql = ("SELECT DISTINCT trace_id FROM events WHERE trace_id >= $1 AND trace_id < $2 ORDER BY trace_id "
-               "LIMIT $3")
-        async with self._connection() as driver:
-            rows = await driver.fetch(sql, prefix, prefix + "\U0010ffff", limit)
-        return [r[0] for r in rows]
+            yield fetch
 
     async def has_trace(self, trace_id: str) -> bool:
         async with self._connection() as driver:
             return await driver.fetchval("SELECT 1 FROM events WHERE trace_id = $1 LIMIT 1", trace_id) is not None
 
-    async def read_rows(self, *, after: int = 0, upto: int | None = None, types: Sequence[str] | None = None,
-                        stream: str | None = None, trace_id: str | None = None, since: float | None = None,
-                        until: float | None = None, limit: int | None = None, batch: int = READ_BATCH
-                        ) -> AsyncIterator[list[tuple[Any, ...]]]:
-        """Undecoded rows in batches, keyset-paginated on seq, all from one read snapshot."""
-        where, params = ["seq > $1"], [after]
 
-        def add(cond: str, value: Any) -> None:
-            params.append(value)
-            where.append(cond.replace("?", f"${len(params)}"))
+class _NotifyWatch(ChangeWatch):
+    """Another backend's commit, seen by a tail: its NOTIFY arrived (LISTEN: no polling query). While nobody
+    listens (the database away), the tail reads every `poll_interval`, at least 0.25 s apart."""
 
-        if upto is not None:
-            add("seq <= ?", upto)
-        if types:
-            add("type = ANY(?::text[])", list(types))
-        if stream is not None:
-            add("stream = ?", stream)
-        if trace_id is not None:
-            add("trace_id = ?", trace_id)
-        if since is not None:
-            add("ts >= ?", since)
-        if until is not None:
-            add("ts <= ?", until)
-        sql = f"SELECT {_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ${len(params) + 1}"
-        remaining = limit
-        async with self._read_snapshot() as driver:
-            while remaining is None or remaining > 0:
-                n = batch if remaining is None else min(batch, remaining)
-                rows = [tuple(r) for r in await driver.fetch(sql, *params, n)]
-                if not rows:
-                    return
-                yield rows
-                params[0] = rows[-1][0]
-                if remaining is not None:
-                    remaining -= len(rows)
-                if len(rows) < n:
-                    return
+    def __init__(self, log: PgEventLog) -> None:
+        self._log = log
+        self._seen = log._elsewhere
 
-    async def follow(self, *, after: int = 0, poll_interval: float = 0.25, types: Sequence[str] | None = None,
-                     stream: str | None = None, trace_id: str | None = None, since: float | None = None,
-                     until: float | None = None) -> AsyncIterator[Recorded]:
-        """A live tail: every matching event after `after`, then each new one as it is appended. This process's
-        commits come as they commit; another backend's NOTIFY makes it read (LISTEN: no polling query)."""
-        types_wanted = frozenset(types) if types else None
+    def mark(self) -> None:
+        self._seen = self._log._elsewhere
 
-        def wanted(rec: Recorded) -> bool:
-            return ((types_wanted is None or rec.type in types_wanted)
-                    and (stream is None or rec.stream == stream)
-                    and (trace_id is None or rec.trace_id == trace_id)
-                    and (since is None or rec.ts >= since) and (until is None or rec.ts <= until))
-
-        local: deque[Recorded] = deque(maxlen=FOLLOW_BUFFER)
-        arrived = asyncio.Event()
-
-        def on_commit(batch: list[Recorded]) -> None:
-            local.extend(batch)
-            arrived.set()
-
-        unsubscribe = self.subscribe(on_commit)
+    async def wait(self, own_commit: asyncio.Event, poll_interval: float) -> bool:
+        log = self._log
+        if log._elsewhere != self._seen:
+            return True  # another backend committed: read it
+        if not await log._listening():
+            await asyncio.sleep(max(poll_interval, 0.25))  # nobody listens: poll until someone does
+            return True
+        own_commit.clear()
+        log._notified.clear()
+        waits = [asyncio.ensure_future(own_commit.wait()), asyncio.ensure_future(log._notified.wait())]
         try:
-            while True:
-                seen = self._elsewhere
-                top = await self.last_seq()
-                async for rec in self.read(after=after, upto=top, types=types, stream=stream, trace_id=trace_id,
-                                           since=since, until=until):
-                    yield rec
-                after = max(after, top)
-                while True:
-                    while local and local[0].seq <= after:
-                        local.popleft()
-                    if local:
-                        if local[0].seq != after + 1:
-                            break
-                        rec = local.popleft()
-                        after = rec.seq
-                        if wanted(rec):
-                            yield rec
-                        continue
-                    if self._elsewhere != seen:
-                        break  # another backend committed: read it
-                    if not await self._listening():
-                        await asyncio.sleep(max(poll_interval, 0.25))  # nobody listens: poll until someone does
-                        break
-                    arrived.clear()
-                    self._notified.clear()
-                    waits = [asyncio.ensure_future(arrived.wait()), asyncio.ensure_future(self._notified.wait())]
-                    try:
-                        await asyncio.wait(waits, timeout=max(poll_interval, 5.0),
-                                           return_when=asyncio.FIRST_COMPLETED)
-                    finally:
-                        for w in waits:
-                            w.cancel()
+            await asyncio.wait(waits, timeout=max(poll_interval, 5.0), return_when=asyncio.FIRST_COMPLETED)
         finally:
-            unsubscribe()
+            for w in waits:
+                w.cancel()
+        return False

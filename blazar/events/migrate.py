@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from blazar.errors import SchemaOutOfDate
+from blazar.events.location import LogLocation, SqliteFile
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -49,7 +50,7 @@ def current_revision(db: Path) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class SchemaStatus:
-    path: Path
+    location: LogLocation
     current: str | None
     head: str
     pending: list[str]
@@ -85,7 +86,7 @@ def status(db: Path) -> SchemaStatus:
             break
         pending.append(script.revision)
     pending.reverse()
-    return SchemaStatus(path=db, current=current, head=head, pending=pending)
+    return SchemaStatus(location=SqliteFile(db), current=current, head=head, pending=pending)
 
 
 def upgrade(db: Path) -> SchemaStatus:

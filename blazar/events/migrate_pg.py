@@ -10,13 +10,13 @@ import asyncpg
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from blazar.errors import LogError, SchemaOutOfDate
-from blazar.events.log_pg import driver_url, redact, sqlalchemy_url
+from blazar.events.location import PostgresUrl
 from blazar.events.migrate import SCHEMA_HEAD, SchemaStatus, _script_directory
 
 MIGRATE_LOCK = 0x626C617A6D69  # "blazmi": only the migrations take it
 
 
-async def current_revision(url: str) -> str | None:
+async def current_revision(url: PostgresUrl) -> str | None:
     """The revision the database stands at, or None for an empty database."""
     conn = await _connect(url)
     try:
@@ -25,11 +25,11 @@ async def current_revision(url: str) -> str | None:
         await conn.close()
 
 
-async def _connect(url: str) -> Any:
+async def _connect(url: PostgresUrl) -> Any:
     try:
-        return await asyncpg.connect(driver_url(url))
+        return await asyncpg.connect(url.driver)
     except (OSError, asyncpg.PostgresError) as e:
-        raise LogError(f"cannot reach the log's database at {redact(url)}: {e}") from e
+        raise LogError(f"cannot reach the log's database at {url}: {e}") from e
 
 
 async def _revision(conn: Any) -> str | None:
@@ -38,16 +38,14 @@ async def _revision(conn: Any) -> str | None:
     return await conn.fetchval("SELECT version_num FROM alembic_version")
 
 
-async def status(url: str) -> SchemaStatus:
-    from pathlib import Path
-
+async def status(url: PostgresUrl) -> SchemaStatus:
     current = await current_revision(url)
     _, scripts = _script_directory()
     head = scripts.get_current_head()
     assert head is not None
     known = {s.revision for s in scripts.walk_revisions()}
     if current is not None and current not in known:
-        raise SchemaOutOfDate(f"{redact(url)} is at schema revision {current!r}, which this Blazar does not know: "
+        raise SchemaOutOfDate(f"{url} is at schema revision {current!r}, which this Blazar does not know: "
                               "it was written by a newer version")
     pending: list[str] = []
     for script in scripts.walk_revisions(base="base", head=head):
@@ -55,10 +53,10 @@ async def status(url: str) -> SchemaStatus:
             break
         pending.append(script.revision)
     pending.reverse()
-    return SchemaStatus(path=Path(redact(url)), current=current, head=head, pending=pending)
+    return SchemaStatus(location=url, current=current, head=head, pending=pending)
 
 
-async def upgrade(url: str) -> SchemaStatus:
+async def upgrade(url: PostgresUrl) -> SchemaStatus:
     """Run every pending migration, under the migration lock. Returns the status before."""
     before = await status(url)
     if before.up_to_date:
@@ -67,14 +65,14 @@ async def upgrade(url: str) -> SchemaStatus:
     return before
 
 
-async def ensure_schema(url: str) -> None:
+async def ensure_schema(url: PostgresUrl) -> None:
     """Start-up hook: upgrade when needed, cheaply skip when already at head."""
     if await current_revision(url) == SCHEMA_HEAD:
         return
     await _upgrade_locked(url)
 
 
-async def _upgrade_locked(url: str) -> None:
+async def _upgrade_locked(url: PostgresUrl) -> None:
     from alembic import command
 
     lock = await _connect(url)
@@ -83,7 +81,7 @@ async def _upgrade_locked(url: str) -> None:
         if await _revision(lock) == SCHEMA_HEAD:
             return
         cfg, _ = _script_directory()
-        engine = create_async_engine(sqlalchemy_url(url))
+        engine = create_async_engine(url.sqlalchemy)
         try:
             async with engine.begin() as conn:
                 def run(sync_conn: Any) -> None:

@@ -1,6 +1,6 @@
-"""Whole logs copied between backends, row for row (seq, ts, actor, cause and payload unchanged): a PostgreSQL log
-read into the snapshot format's SQLite file (snapshots, the log a restore keeps aside), and a SQLite file's rows
-read for a PostgreSQL log to take in (`blazar db migrate-to`, restores onto PostgreSQL)."""
+"""A SQLite log file's rows, read row for row (seq, ts, actor, cause and payload unchanged) for a PostgreSQL log to
+take in (`blazar db migrate-to`, restores onto PostgreSQL). The other way, a log into the snapshot format's SQLite
+file, is each store's `snapshot_into`."""
 
 from __future__ import annotations
 
@@ -10,28 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from blazar.events.log import READ_BATCH, EventLog
-from blazar.events.migrate import ensure_schema
-
-_INSERT = ("INSERT INTO events (seq, ts, type, v, stream, trace_id, actor, cause, data) "
-           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
-
-
-async def export_to_sqlite(log: EventLog, target: Path) -> int:
-    """Every event of `log`, from one consistent read, into a new SQLite log at `target`; returns how many."""
-    await asyncio.to_thread(ensure_schema, target)
-    conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False)
-    try:
-        await asyncio.to_thread(conn.execute, "BEGIN IMMEDIATE")
-        n = 0
-        async for rows in log.read_rows():
-            await asyncio.to_thread(conn.executemany, _INSERT, rows)
-            n += len(rows)
-        await asyncio.to_thread(conn.execute, "COMMIT")
-        await asyncio.to_thread(conn.execute, "PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        conn.close()
-    return n
+from blazar.events.log import READ_BATCH
 
 
 def _fetch(conn: sqlite3.Connection, after: int, batch: int) -> list[tuple[Any, ...]]:

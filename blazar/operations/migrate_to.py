@@ -12,6 +12,7 @@ from typing import Any
 
 from blazar.context import Blazar
 from blazar.errors import DaemonRunning, LogError
+from blazar.events.location import PostgresUrl, SqliteFile
 from blazar.events.log import EventLog
 from blazar.runlock import holder
 
@@ -44,10 +45,10 @@ async def rows_digest(log: EventLog) -> tuple[int, str]:
 AuditChain = Callable[[EventLog, float], Awaitable[tuple[int, str]]]
 
 
-async def migrate_to(app: Blazar, url: str, *, audit_chain: AuditChain) -> Migrated:
-    from blazar.events.log_pg import PgEventLog, redact  # asyncpg only now
+async def migrate_to(app: Blazar, url: PostgresUrl, *, audit_chain: AuditChain) -> Migrated:
+    from blazar.events.log_pg import PgEventLog  # asyncpg only now
 
-    if app.log.backend != "sqlite":
+    if not isinstance(app.log.location, SqliteFile):
         raise LogError(f"this home's log is already in a database ({app.log.location})")
     pid = holder(app.paths.daemon_lock)
     if pid is not None:
@@ -57,17 +58,17 @@ async def migrate_to(app: Blazar, url: str, *, audit_chain: AuditChain) -> Migra
     try:
         held = await target.last_seq()
         if held:
-            raise LogError(f"{redact(url)} already holds a log ({held} events): migrate-to needs an empty database")
+            raise LogError(f"{url} already holds a log ({held} events): migrate-to needs an empty database")
         copied = await target.copy_in(app.log.read_rows())
         now = app.clock.now()
         ours, theirs = await audit_chain(app.log, now), await audit_chain(target, now)
         if ours != theirs:
-            raise LogError(f"the copy in {redact(url)} does not verify: audit chain {theirs[0]} records, head "
+            raise LogError(f"the copy in {url} does not verify: audit chain {theirs[0]} records, head "
                            f"{theirs[1]}; the SQLite log has {ours[0]}, head {ours[1]}")
         (n_ours, d_ours), (n_theirs, d_theirs) = await rows_digest(app.log), await rows_digest(target)
         if (n_ours, d_ours) != (n_theirs, d_theirs):
-            raise LogError(f"the copy in {redact(url)} does not verify: {n_theirs} rows (sha256 {d_theirs}) against "
+            raise LogError(f"the copy in {url} does not verify: {n_theirs} rows (sha256 {d_theirs}) against "
                            f"{n_ours} ({d_ours})")
     finally:
         await target.close()
-    return Migrated(url=redact(url), events=copied, audit_records=ours[0], audit_head=ours[1], rows_sha256=d_ours)
+    return Migrated(url=url.redacted, events=copied, audit_records=ours[0], audit_head=ours[1], rows_sha256=d_ours)

@@ -1,6 +1,7 @@
-"""Backup and restore of the log. `take_snapshot` copies it online (SQLite `VACUUM INTO`) with a manifest
-and records `snapshot.taken`; `restore_snapshot` verifies a snapshot, swaps it in for the log (keeping the
-replaced one), rebuilds the projections and records `snapshot.restored`."""
+"""Backup and restore of the log. `take_snapshot` copies it online (the store's `snapshot_into`: SQLite's
+`VACUUM INTO`, or one consistent read of a database) with a manifest and records `snapshot.taken`;
+`restore_snapshot` verifies a snapshot, swaps it in for the log (keeping the replaced one), rebuilds the projections
+and records `snapshot.restored`."""
 
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ from blazar.context import Blazar
 from blazar.diskspace import LOG_HEADROOM_BYTES, disk_full, no_space, space
 from blazar.errors import ConfigError, DaemonRunning, SnapshotError
 from blazar.events.base import Recorded
+from blazar.events.location import LogLocation, PostgresUrl, SqliteFile
 from blazar.events.system import SnapshotRestored, SnapshotTaken
-from blazar.logdb import is_url, log_location, open_log
-from blazar.operations.log_copy import export_to_sqlite, sqlite_rows
+from blazar.logdb import log_location, open_log
+from blazar.operations.log_copy import sqlite_rows
 from blazar.operations.snapshot_verify import (
     CHUNK,
     DB_FILE,
@@ -90,14 +92,13 @@ def utc_stamp(ts: float) -> str:
 async def take_snapshot(app: Blazar, dest: Path | None = None) -> Taken:
     """Write a snapshot directory (default <data>/snapshots/blazar-<stamp>-seq<N>); record snapshot.taken."""
     now = app.clock.now()
-    needed = _needed_bytes(app.paths.db) if app.log.backend == "sqlite" else LOG_HEADROOM_BYTES
+    # What the copy takes (at most the SQLite file and its WAL) and the room recording it needs.
+    needed = app.log.snapshot_bytes() + LOG_HEADROOM_BYTES
     dest, staging = _staging(dest, app.paths.snapshots, needed)
     parent = staging.parent
     try:
-        if app.log.backend != "sqlite":  # one consistent read of the whole log, into the snapshot's own file
-            await export_to_sqlite(app.log, staging / DB_FILE)
-        manifest = await asyncio.to_thread(_write_snapshot, app.paths, staging, now,
-                                           copied=app.log.backend != "sqlite")
+        await app.log.snapshot_into(staging / DB_FILE)
+        manifest = await asyncio.to_thread(_write_snapshot, app.paths, staging, now)
         final = dest or parent / f"blazar-{utc_stamp(now)}-seq{manifest.seq_last}"
         _move_into_place(staging, final)
     except BaseException as exc:
@@ -109,16 +110,6 @@ async def take_snapshot(app: Blazar, dest: Path | None = None) -> Taken:
                           db_sha256=manifest.db_sha256, model_files=len(manifest.models))
     (rec,) = await app.record(taken)
     return Taken(final, manifest, rec.seq)
-
-
-def _needed_bytes(db: Path) -> int:
-    """What a snapshot of the SQLite log takes: its copy (at most the database and its WAL) and the room recording
-    it needs."""
-    found = 0
-    for f in (db, db.with_name(db.name + "-wal")):
-        with contextlib.suppress(OSError):
-            found += f.stat().st_size
-    return found + LOG_HEADROOM_BYTES
 
 
 def _refuse_unless_room(parent: Path, needed: int) -> None:
@@ -154,10 +145,9 @@ def _move_into_place(staging: Path, final: Path) -> None:
     _fsync_dir(final.parent)
 
 
-def _write_snapshot(paths: Paths, staging: Path, now: float, *, copied: bool = False) -> Manifest:
+def _write_snapshot(paths: Paths, staging: Path, now: float) -> Manifest:
+    """The manifest of the log's copy in `staging` (its file synced, then checked as a restore will)."""
     copy = staging / DB_FILE
-    if not copied:
-        _vacuum_into(paths.db, copy)
     _fsync_file(copy)
     size, sha = sha256_file(copy)
     facts = inspect_log(copy)  # the copy passes the checks a restore will make, or no snapshot is written
@@ -170,20 +160,6 @@ def _write_snapshot(paths: Paths, staging: Path, now: float, *, copied: bool = F
     body = orjson.dumps(manifest.model_dump(mode="json"), option=orjson.OPT_INDENT_2) + b"\n"
     _write_atomically(staging / MANIFEST, body)
     return manifest
-
-
-def _vacuum_into(db: Path, target: Path) -> None:
-    # VACUUM INTO runs inside one read transaction: a consistent copy while the daemon and others append.
-    conn = sqlite3.connect(f"{db.absolute().as_uri()}?mode=ro", uri=True, isolation_level=None, timeout=30)
-    try:
-        conn.execute("VACUUM INTO ?", (str(target),))
-    except sqlite3.Error as exc:
-        if no_space(exc, target.parent):
-            raise disk_full(target.parent, writing=f"a copy of the log at {target}",
-                            needed_bytes=_needed_bytes(db)) from exc
-        raise SnapshotError(f"cannot copy {db}: {exc}") from None
-    finally:
-        conn.close()
 
 
 def _iso(ts: float) -> str:
@@ -213,10 +189,11 @@ async def restore_snapshot(
         warnings.append(f"restored under a running daemon ({who}): restart it so it reads the restored log")
     paths.ensure()
     location = log_location(paths, os.environ)
-    if is_url(location):
-        previous_seq, kept = await _swap_in_database(paths, str(location), verified, utc_stamp(clock.now()))
-    else:
-        previous_seq, kept = await asyncio.to_thread(_swap_in, paths, verified, utc_stamp(clock.now()))
+    match location:
+        case PostgresUrl():
+            previous_seq, kept = await _swap_in_database(paths, location, verified, utc_stamp(clock.now()))
+        case SqliteFile():  # always this home's file (paths.db): there is no other place it could be
+            previous_seq, kept = await asyncio.to_thread(_swap_in, paths, verified, utc_stamp(clock.now()))
     app = await _open_restored(paths, location, clock, actor)
     try:
         rewritten = _align_config(app)
@@ -248,20 +225,20 @@ def _swap_in(paths: Paths, verified: VerifiedSnapshot, stamp: str) -> tuple[int,
     return previous_seq, kept
 
 
-async def _swap_in_database(paths: Paths, url: str, verified: VerifiedSnapshot, stamp: str) -> tuple[int, Path | None]:
+async def _swap_in_database(paths: Paths, url: PostgresUrl, verified: VerifiedSnapshot,
+                            stamp: str) -> tuple[int, Path | None]:
     """Replace a database log with the snapshot's events in one transaction; the replaced log is kept first, as a
     SQLite log file beside where the embedded one would be (the snapshot format's own file)."""
     from blazar.events.log_pg import PgEventLog  # only for a database URL: asyncpg is imported then
 
-    log = await open_log(url)
+    log = await PgEventLog.open(url)
     try:
         previous = await log.last_seq()
         kept = None
         if previous:
             kept = _unused(paths.db.with_name(f"{paths.db.name}.replaced-{stamp}-seq{previous}"))
-            await export_to_sqlite(log, kept)
+            await log.snapshot_into(kept)
             kept.chmod(_FILE_MODE)
-        assert isinstance(log, PgEventLog)
         await log.copy_in(sqlite_rows(verified.db), replace=True)
     finally:
         await log.close()
@@ -305,13 +282,13 @@ def _unused(path: Path) -> Path:
     return candidate
 
 
-async def _open_restored(paths: Paths, location: str | Path, clock: Clock, actor: str) -> Blazar:
+async def _open_restored(paths: Paths, location: LogLocation, clock: Clock, actor: str) -> Blazar:
     """Open the restored log (migrating an older schema) with every projection rebuilt from its events."""
     log = await open_log(location, clock=clock)
     try:
         await drop_checkpoints(log)  # they describe the snapshot's time; folding from scratch proves the log
         # On a shared log the restoring home is a node: its node-local checkpoints are its own.
-        node = node_name(paths, os.environ) if is_url(location) else ""
+        node = node_name(paths, os.environ) if location.shared else ""
         runner = ProjectionRunner(log, all_projections(), node=node)
         await runner.start(use_checkpoints=False)
         await runner.checkpoint()

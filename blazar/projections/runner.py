@@ -208,8 +208,9 @@ class ProjectionRunner:
 
     def follow(self, *, poll_interval: float = 0.25) -> None:
         """Start applying new events as they land: this process's commits as they are made (handed over by the log,
-        never read back), other processes' when the database changed under another connection (checked every
-        `poll_interval` with a stat of its files, then SQLite's data_version: an idle daemon runs no query)."""
+        never read back), other processes' when the log's change signature moved (checked every `poll_interval`:
+        SQLite's files stat-ed, PostgreSQL's notifications counted) and `changed_elsewhere` confirms it (SQLite's
+        data_version): an idle daemon runs no query."""
         if self._task is None:
             self._unsubscribe = self.log.subscribe(self._on_commit)
             self._task = asyncio.get_running_loop().create_task(self._follow(poll_interval), name="projections")
@@ -220,12 +221,12 @@ class ProjectionRunner:
         if recorded and recorded[0].seq == self.seq + 1:
             for rec in recorded:
                 self.apply(rec)
-        self._own_signature = self.log.files_signature()  # the files as this commit left them
+        self._own_signature = self.log.change_signature()  # the signature as this commit left it
         self._nudge.set()
 
     async def _follow(self, poll_interval: float) -> None:
         loop = asyncio.get_running_loop()
-        seen = checked = self.log.files_signature()
+        seen = checked = self.log.change_signature()
         checked_at = loop.time()
         await self.log.changed_elsewhere()  # the baseline
         await self.catch_up()
@@ -241,7 +242,7 @@ class ProjectionRunner:
                 async with asyncio.timeout(poll_interval):  # not wait_for: no task made per poll
                     await self._nudge.wait()
             self._nudge.clear()
-            now = self.log.files_signature()  # before the read: a write during it shows as a change next time
+            now = self.log.change_signature()  # before the read: a write during it shows as a change next time
             # A change that is not this process's own last commit is another process's; so may be a change seen
             # long enough ago, should another process have committed in the instant after ours (rechecked).
             suspect = now != seen and now != self._own_signature

@@ -1,20 +1,21 @@
 """The log backends the contract suite runs against: how to make a fresh one and how to open an `EventLog` on it.
 
 A backend is named by a string (the fixture's param) and located by another (`location`: a file path for SQLite,
-a URL for a server), so a child process given both can open the same log. Adding a backend is one entry in
-`BACKENDS` and one in `OPENERS`.
+a URL for a server, parsed by `parse_location` as the CLI's edge parses it), so a child process given both can open
+the same log. Adding a backend is one entry in `BACKENDS` (and a store `blazar.logdb.open_log` knows).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from blazar import config
 from blazar.clock import Clock
+from blazar.events.location import parse_location
 from blazar.events.log import EventLog
-from blazar.logdb import is_url
+from blazar.logdb import open_log as open_location
 from blazar.paths import Paths
 
 
@@ -23,7 +24,7 @@ class Backend:
     """One fresh, empty log and the Blazar home around it."""
 
     name: str
-    location: str  # what `open_log(name, location)` needs, in this process or a child
+    location: str  # what `open_log(location)` needs, in this process or a child
     paths: Paths  # the home: what `bootstrap()`, snapshots and the CLI work from
 
     @property
@@ -32,13 +33,7 @@ class Backend:
         return {"BLAZAR_HOME": str(self.paths.data_dir)}
 
     async def open(self, *, clock: Clock | None = None) -> EventLog:
-        return await open_log(self.name, self.location, clock=clock)
-
-
-async def _open_postgresql(location: str, clock: Clock | None) -> EventLog:
-    from blazar.events.log_pg import PgEventLog
-
-    return await PgEventLog.open(location, clock=clock)
+        return await open_log(self.location, clock=clock)
 
 
 def _make_postgresql(root: Path) -> Backend:
@@ -53,21 +48,15 @@ def _make_postgresql(root: Path) -> Backend:
     return Backend(name="postgresql", location=url, paths=paths)
 
 
-async def _open_sqlite(location: str, clock: Clock | None) -> EventLog:
-    return await EventLog.open(Path(location), clock=clock)
-
-
 def _make_sqlite(root: Path) -> Backend:
     paths = Paths.from_env({"BLAZAR_HOME": str(root)})
     paths.ensure()
     return Backend(name="sqlite", location=str(paths.db), paths=paths)
 
 
-OPENERS: dict[str, Callable[[str, Clock | None], Awaitable[EventLog]]] = {"sqlite": _open_sqlite,
-                                                                         "postgresql": _open_postgresql}
 BACKENDS: dict[str, Callable[[Path], Backend]] = {"sqlite": _make_sqlite, "postgresql": _make_postgresql}
 
 
-async def open_log(name: str, location: str, *, clock: Clock | None = None) -> EventLog:
-    """The log at `location` on backend `name` (a file path is always a SQLite log: what a restore keeps aside)."""
-    return await OPENERS[name if is_url(location) else "sqlite"](location, clock)
+async def open_log(location: str, *, clock: Clock | None = None) -> EventLog:
+    """The log at `location`: a URL names a database, a file path a SQLite log (what a restore keeps aside too)."""
+    return await open_location(parse_location(location), clock=clock)

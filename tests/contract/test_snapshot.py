@@ -139,7 +139,7 @@ async def test_restoring_over_a_home_rolls_it_back_and_keeps_the_replaced_log(
         assert await _views(log, upto=seq) == views
     finally:
         await log.close()
-    kept = await open_log(backend.name, ev.previous_kept_at)
+    kept = await open_log(ev.previous_kept_at)
     try:
         assert await _events(kept) == replaced
     finally:

@@ -56,7 +56,7 @@ def index_of(event: Event) -> int:
 
 
 async def _child(args: argparse.Namespace) -> None:
-    log = await open_log(args.backend, args.location)
+    log = await open_log(args.location)
     print("ready", flush=True)
     if args.wait:
         await asyncio.to_thread(sys.stdin.readline)
@@ -138,8 +138,9 @@ async def spawn(backend: Backend, mode: str, tag: str, count: int, *, wait: bool
     argv += ["--wait"] if wait else []
     argv += ["--die"] if die else []
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # In the backend's home, never the checkout: nothing a child makes may land there.
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.contract.workload", *argv, cwd=REPO, env=env,
+        sys.executable, "-m", "tests.contract.workload", *argv, cwd=backend.paths.data_dir, env=env,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     return Child(proc, tag)

@@ -22,7 +22,7 @@ from typing import ClassVar
 import pytest
 
 from blazar.events import Event, register
-from blazar.events.log import EventLog
+from blazar.events.log_sqlite import SqliteEventLog
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,7 @@ CHILD = textwrap.dedent(
     from typing import ClassVar
 
     from blazar.events import Event, register
-    from blazar.events.log import EventLog
+    from blazar.events.log_sqlite import SqliteEventLog
     from blazar.events.writer import GroupCommitWriter
 
     @register
@@ -62,7 +62,7 @@ CHILD = textwrap.dedent(
         return Probed(round=round_, n=n, token=f"r{round_}-n{n}-" + "x" * (n * 37 % 300))
 
     async def main(db: str, round_: int, mode: str, limit: int, seconds: float, burst: int) -> None:
-        log = await EventLog.open(Path(db))
+        log = await SqliteEventLog.open(Path(db))
         deadline = time.monotonic() + seconds  # bounded even if the parent never kills us
         print("ready", flush=True)
         n = 0
@@ -149,7 +149,7 @@ def _kill_after(script: Path, db: Path, round_: int, mode: str, *, acks: int, de
 
 async def _reopened(db: Path) -> list[tuple[int, _Probed]]:
     """Every row of the log after the crash, decoded (a torn record would fail to decode), in seq order."""
-    log = await EventLog.open(db)
+    log = await SqliteEventLog.open(db)
     try:
         async with log.reader() as conn:
             check = (await conn.exec_driver_sql("PRAGMA integrity_check")).all()

@@ -227,11 +227,11 @@ def test_restore_refuses_a_live_daemon_unless_forced(cli: Cli, paths: Paths, tmp
 _WRITER = """
 import asyncio, sys
 from pathlib import Path
-from blazar.events.log import EventLog
+from blazar.events.log_sqlite import SqliteEventLog
 from blazar.events.system import ConfigChanged
 
 async def main(db, stop):
-    log = await EventLog.open(Path(db))
+    log = await SqliteEventLog.open(Path(db))
     n = 0
     try:
         while not Path(stop).exists() and n < 50_000:

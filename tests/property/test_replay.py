@@ -19,6 +19,7 @@ from blazar import config
 from blazar.clock import FakeClock
 from blazar.events import Event, Recorded, register
 from blazar.events.log import EventLog
+from blazar.events.log_sqlite import SqliteEventLog
 from blazar.events.remotes import RemoteAdded, RemoteCircuitClosed, RemoteCircuitOpened, RemoteRemoved
 from blazar.events.requests import RequestPlaced
 from blazar.events.sessions import KvIdentity, SessionDropped, SessionRemoved, SessionRestored, SessionSaved
@@ -221,8 +222,8 @@ def _run(body: Callable[[EventLog, EventLog, FakeClock], Awaitable[None]]) -> No
         with tempfile.TemporaryDirectory(prefix="blazar-prop-") as tmp:
             db = Path(tmp) / "blazar.db"
             clock = FakeClock()
-            log = await EventLog.open(db, clock=clock)
-            other = await EventLog.open(db, clock=clock)
+            log = await SqliteEventLog.open(db, clock=clock)
+            other = await SqliteEventLog.open(db, clock=clock)
             try:
                 await body(log, other, clock)
             finally:

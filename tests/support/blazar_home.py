@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from blazar.bootstrap import bootstrap
-from blazar.events.log import EventLog
+from blazar.events.log_sqlite import SqliteEventLog
 from blazar.paths import Paths
 from blazar.store.models import import_model
 
@@ -24,7 +24,7 @@ def read_events(home: Path, *types: str) -> list[dict[str, Any]]:
         return []
 
     async def read() -> list[dict[str, Any]]:
-        log = await EventLog.open(db, migrate=False)
+        log = await SqliteEventLog.open(db, migrate=False)
         try:
             return [rec.to_json() async for rec in log.read(types=list(types) or None)]
         finally:

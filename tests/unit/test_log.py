@@ -12,6 +12,7 @@ from blazar.clock import FakeClock
 from blazar.errors import MalformedEvent, UnknownEventType
 from blazar.events import Event, register, upcaster
 from blazar.events.log import EventLog
+from blazar.events.log_sqlite import SqliteEventLog
 from blazar.events.system import ConfigChanged
 from blazar.events.writer import GroupCommitWriter
 
@@ -85,8 +86,8 @@ async def test_insert_out_of_line_seq_is_refused(log: EventLog) -> None:
 
 
 async def test_two_logs_on_one_file_interleave_without_gaps(paths, clock) -> None:
-    a = await EventLog.open(paths.db, clock=clock)
-    b = await EventLog.open(paths.db, clock=clock)
+    a = await SqliteEventLog.open(paths.db, clock=clock)
+    b = await SqliteEventLog.open(paths.db, clock=clock)
     try:
         await asyncio.gather(*(lg.append(_Ping(n=i), actor="t") for i in range(20) for lg in (a, b)))
         seqs = [r.seq async for r in a.read()]
@@ -169,8 +170,8 @@ async def test_follow_yields_existing_then_new_events(log: EventLog) -> None:
 
 
 async def test_follow_sees_appends_from_another_process_connection(paths, clock) -> None:
-    a = await EventLog.open(paths.db, clock=clock)
-    b = await EventLog.open(paths.db, clock=clock)
+    a = await SqliteEventLog.open(paths.db, clock=clock)
+    b = await SqliteEventLog.open(paths.db, clock=clock)
     try:
         got: list[int] = []
 

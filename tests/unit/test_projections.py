@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from blazar.events import Event, Recorded, register
 from blazar.events.log import EventLog
+from blazar.events.log_sqlite import SqliteEventLog
 from blazar.events.system import ConfigChanged, SnapshotTaken
 from blazar.projections import AuditProjection, ConfigProjection, StatsProjection, all_projections, fold
 from blazar.projections.base import Projection, State
@@ -115,7 +116,7 @@ async def test_runner_rebuilds_a_corrupt_checkpoint(log: EventLog) -> None:
 
 
 async def test_runner_rebuilds_a_checkpoint_from_another_history(paths, clock, tmp_path) -> None:
-    log = await EventLog.open(paths.db, clock=clock)
+    log = await SqliteEventLog.open(paths.db, clock=clock)
     await _fill(log, 3)
     r1 = ProjectionRunner(log, all_projections())
     await r1.start()
@@ -124,7 +125,7 @@ async def test_runner_rebuilds_a_checkpoint_from_another_history(paths, clock, t
     # A different log whose checkpoints table carries the first log's checkpoints.
     other = tmp_path / "other.db"
     clock.advance(1000)
-    log2 = await EventLog.open(other, clock=clock)
+    log2 = await SqliteEventLog.open(other, clock=clock)
     await _fill(log2, 4)
     src = sqlite3.connect(paths.db)
     rows = src.execute("SELECT name, version, seq, anchor, state, sha256, ts FROM checkpoints").fetchall()
@@ -221,7 +222,7 @@ async def test_a_following_runner_sees_another_connections_appends(log: EventLog
     runner = ProjectionRunner(log, all_projections())
     await runner.start()
     runner.follow(poll_interval=0.05)
-    other = await EventLog.open(paths.db)
+    other = await SqliteEventLog.open(paths.db)
     try:
         (got,) = await other.append(ConfigChanged(key="ctx", old=None, new=4096, source="cli"), actor="cli:b")
         async with asyncio.timeout(5):

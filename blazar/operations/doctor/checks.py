@@ -8,7 +8,9 @@ from collections.abc import Mapping
 
 from blazar.adapters.engines.build import cache_root
 from blazar.context import Blazar
-from blazar.logdb import is_url, log_location
+from blazar.errors import InvalidLogLocation
+from blazar.events.location import PostgresUrl, SqliteFile
+from blazar.logdb import log_location
 from blazar.operations.doctor import engine, machine, store, trust
 from blazar.operations.doctor.logdb import log_checks
 from blazar.operations.doctor.orphans import orphans
@@ -23,13 +25,7 @@ async def before_open(paths: Paths, env: Mapping[str, str], *, loose_modes: list
                       quick: bool = False) -> list[Check]:
     """What can be seen without opening the log (opening migrates it and tightens the home's modes)."""
     seen = machine.see_daemon(paths)
-    location = log_location(paths, env)
-    if is_url(location):
-        from blazar.operations.doctor import logdb_pg
-
-        log = await logdb_pg.log_checks(str(location), now=now)
-    else:
-        log = log_checks(paths.db, now=now, quick=quick)
+    log = await _log_health(paths, env, now=now, quick=quick)
     return [
         *log,
         machine.disk("home", paths.data_dir),
@@ -39,6 +35,21 @@ async def before_open(paths: Paths, env: Mapping[str, str], *, loose_modes: list
         machine.daemon_file(paths, seen),
         orphans(paths.engines, seen.holder if seen.live else None),
     ]
+
+
+async def _log_health(paths: Paths, env: Mapping[str, str], *, now: float, quick: bool) -> list[Check]:
+    """The log's own checks, for the store its location names (a location that cannot be read is the failure)."""
+    try:
+        location = log_location(paths, env)
+    except InvalidLogLocation as e:
+        return [Check("log", "database", "fail", e.message, fix="correct database_url / BLAZAR_DATABASE_URL")]
+    match location:
+        case PostgresUrl():
+            from blazar.operations.doctor import logdb_pg
+
+            return await logdb_pg.log_checks(location, now=now)
+        case SqliteFile(db):
+            return log_checks(db, now=now, quick=quick)
 
 
 def safe_to_open(checks: list[Check]) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from blazar.errors import BlazarError
+from blazar.events.location import PostgresUrl
 from blazar.operations.doctor.logdb import CLOCK_SLACK_S
 from blazar.operations.doctor.report import Check, ok
 
@@ -14,16 +15,15 @@ TRIGGERS = ("events_gap_free", "events_no_delete", "events_no_truncate", "events
 _RESTORE = "restore the latest snapshot: `blazar restore PATH` (`blazar snapshot` makes them)"
 
 
-async def log_checks(url: str, *, now: float | None = None) -> list[Check]:
+async def log_checks(url: PostgresUrl, *, now: float | None = None) -> list[Check]:
     import asyncpg
 
     from blazar.events import migrate_pg
-    from blazar.events.log_pg import driver_url, redact
 
     now = time.time() if now is None else now
-    where = redact(url)
+    where = url.redacted
     try:
-        conn = await asyncpg.connect(driver_url(url), timeout=10)
+        conn = await asyncpg.connect(url.driver, timeout=10)
     except (OSError, asyncpg.PostgresError, TimeoutError) as e:
         return [Check("log", "database", "fail", f"cannot reach the log's database {where}: {e}",
                       fix="start PostgreSQL, or correct database_url / BLAZAR_DATABASE_URL")]
