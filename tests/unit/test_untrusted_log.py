@@ -32,9 +32,9 @@ from blazar.store import engine_verify
 from blazar.store.engine_verify import spawn_problems, verify_for_spawn
 from blazar.store.engines import active_engine, install_engine
 from blazar.store.models import import_model, remove_model, slot_dir
+from tests.support.engine_store import stand_in
 from tests.support.events import recs
 from tests.support.gguf_factory import write_plain
-from tests.unit.test_engine_handlers import stand_in
 from tests.unit.test_sessions_unit import FakeSlotsEngine, instance
 
 SHA = "ab" * 32
