@@ -1,7 +1,8 @@
 """The contract suite's fixtures: every test here runs once per log backend (`BACKENDS`), on a fresh, empty log.
 
 `new_backend` is the one parametrized fixture (`backend` is the first home it makes): a new backend is a new entry
-in `tests/contract/backends.py`.
+in `tests/contract/backends.py` (and a marker of its name in pyproject.toml). Each test carries its backend's name as a
+marker: `-m "not postgresql"` runs the suite on SQLite only (`scripts/test --fast`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from blazar.events.log import EventLog
 from tests.contract.backends import BACKENDS, Backend
 
 
-@pytest.fixture(params=sorted(BACKENDS))
+@pytest.fixture(params=[pytest.param(name, marks=getattr(pytest.mark, name)) for name in sorted(BACKENDS)])
 def new_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], Backend]:
     """Makes fresh, empty backends of this run's kind, each in its own home (`label` names the home)."""
 

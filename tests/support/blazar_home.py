@@ -1,5 +1,6 @@
 """A test's view of a BLAZAR_HOME that the CLI writes to: its event log, read in the shape `blazar events --json`
-prints (one dict per event), and a model put in its store, each without the half second a CLI subprocess costs."""
+prints (one dict per event), a model put in its store and a config key set, each without the half second a CLI
+subprocess costs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from blazar.bootstrap import bootstrap
 from blazar.events.log_sqlite import SqliteEventLog
+from blazar.operations.config import set_value
 from blazar.paths import Paths
 from blazar.store.models import import_model
 
@@ -44,6 +46,19 @@ def import_into(home: Path, src: Path, name: str) -> None:
         app = await bootstrap(paths=home_paths(home), env={}, actor="test:pytest")
         try:
             await import_model(app, src, name)
+        finally:
+            await app.close()
+
+    asyncio.run(go())
+
+
+def configure(home: Path, key: str, text: str) -> None:
+    """`blazar config set KEY TEXT`, in this process."""
+
+    async def go() -> None:
+        app = await bootstrap(paths=home_paths(home), env={}, actor="test:pytest")
+        try:
+            await set_value(app, key, text)
         finally:
             await app.close()
 

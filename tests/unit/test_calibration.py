@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from blazar.context import Blazar
-from blazar.events import Event, Recorded
+from blazar.events import Recorded
 from blazar.events.models import InstanceMemoryMeasured
 from blazar.fit.buffers import GPU_ENGINE_FIXED_BYTES, HOST_ENGINE_FIXED_BYTES
 from blazar.instances.calibration import measured_bytes, parse_engine_buffers, record_measurement
 from blazar.projections import CalibrationProjection, fold
 from blazar.projections.calibration import RECENT_PER_MODEL, correction_for
+from tests.support.events import rec
 
 MiB = 1 << 20
 
@@ -76,12 +77,8 @@ def test_measured_bytes_adds_baselines_and_prefers_a_larger_rss() -> None:
         + HOST_ENGINE_FIXED_BYTES
 
 
-def _rec(seq: int, event: Event) -> Recorded:
-    return Recorded(seq, 100.0 + seq, event.TYPE, event.V, event.stream_key(), None, "test", None, event)
-
-
 def _measured(seq: int, model: str, ctx: int, slots: int, diff: int, ck: str = "f16") -> Recorded:
-    return _rec(seq, InstanceMemoryMeasured(model=model, ctx_tokens=ctx, slots=slots, cache_type_k=ck,
+    return rec(seq, InstanceMemoryMeasured(model=model, ctx_tokens=ctx, slots=slots, cache_type_k=ck,
                                             cache_type_v=ck, planned_bytes=1000, measured_bytes=1000 + diff))
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from blazar.events import Event, Recorded
 from blazar.events.models import (
     ModelImported,
     ModelMetadata,
@@ -14,13 +13,10 @@ from blazar.events.models import (
 )
 from blazar.projections import CatalogProjection, fold
 from blazar.projections.catalog import find
+from tests.support.events import rec
 
 META = ModelMetadata(architecture="llama", name="tiny", parameter_count=90_560, file_type="Q8_0", ctx_train=2048,
                      block_count=3, chat_template=True, tensor_count=30)
-
-
-def rec(seq: int, event: Event) -> Recorded:
-    return Recorded(seq, 1000.0 + seq, event.TYPE, event.V, event.stream_key(), None, "cli:alice", None, event)
 
 
 def imported(name: str, path: str | None = None, **overrides: object) -> ModelImported:
@@ -133,7 +129,6 @@ def test_find_takes_an_exact_name_or_the_latest_tag() -> None:
 
 
 def test_aliases_resolve_and_die_with_their_model() -> None:
-    from blazar.events.base import Recorded
     from blazar.events.models import ModelAliased, ModelAliasRemoved, ModelRemoved
     from blazar.projections.catalog import CatalogProjection, find
 
@@ -141,10 +136,6 @@ def test_aliases_resolve_and_die_with_their_model() -> None:
     state = proj.initial()
     state["models"]["gemma"] = {"name": "gemma", "path": "gemma.gguf"}
     state["models"]["qwen:latest"] = {"name": "qwen:latest", "path": "qwen.gguf"}
-
-    def rec(seq: int, ev) -> Recorded:
-        return Recorded(seq=seq, ts=float(seq), type=ev.TYPE, v=1, stream=ev.stream_key(), trace_id=None,
-                        actor="t", cause=None, event=ev)
 
     state = proj.apply(state, rec(1, ModelAliased(alias="gpt-4o", target="gemma")))
     state = proj.apply(state, rec(2, ModelAliased(alias="chat:latest", target="qwen:latest")))

@@ -29,6 +29,7 @@ from blazar.queries.dashboard import (
 )
 from blazar.queries.metrics import render_prometheus
 from blazar.queries.ps import ps_rows
+from tests.support.events import rec
 
 MiB = 1 << 20
 DOWN = DaemonStatus(up=False)
@@ -45,10 +46,9 @@ class Feed:
     def at(self, dt: float, event: Event) -> Recorded:
         self.clock.advance(dt)
         self.seq += 1
-        rec = Recorded(self.seq, self.clock.now(), event.TYPE, event.V, event.stream_key(),
-                       getattr(event, "trace_id", None), "daemon:test", None, event)
-        fold(self.activity, rec)
-        return rec
+        recorded = rec(self.seq, event, ts=self.clock.now())
+        fold(self.activity, recorded)
+        return recorded
 
     def completed(self, trace: str, *, model: str = "gemma", tokens: int = 100, decode_ms: float = 1000.0,
                   ttft_ms: float | None = 50.0) -> None:
@@ -118,9 +118,8 @@ def test_records_seen_already_are_not_folded_twice() -> None:
     f.completed("a")
     again = Activity()
     again.seq = f.activity.seq
-    rec = Recorded(1, 0.0, "request.received", 1, "trace:x", "x", "d", None,
-                   RequestReceived(trace_id="x", dialect="openai", route="/", model="m"))
-    assert fold(again, rec).open_traces == {}
+    seen = rec(1, RequestReceived(trace_id="x", dialect="openai", route="/", model="m"), ts=0.0, actor="d")
+    assert fold(again, seen).open_traces == {}
 
 
 def _residency(clock: FakeClock) -> dict:
@@ -134,7 +133,7 @@ def _residency(clock: FakeClock) -> dict:
         InstanceMemoryMeasured(model="gemma", instance_id="g1", ctx_tokens=4096, slots=2, planned_bytes=300 * MiB,
                                measured_bytes=280 * MiB),
     ], start=1):
-        state = proj.apply(state, Recorded(seq, clock.now(), ev.TYPE, ev.V, ev.stream_key(), None, "d", None, ev))
+        state = proj.apply(state, rec(seq, ev, ts=clock.now()))
     return state
 
 

@@ -18,6 +18,7 @@ import orjson
 import pytest
 
 from blazar import runlock
+from blazar.adapters.engines.process import free_port
 from blazar.bootstrap import bootstrap
 from blazar.clock import FakeClock
 from blazar.operations.doctor import checks, machine, store
@@ -29,7 +30,7 @@ from blazar.paths import Paths
 from blazar.queries.file_modes import loose_modes
 from blazar.store.models import import_model
 from tests.support import gguf_factory
-from tests.support.blazar_home import home_paths, import_into, read_events
+from tests.support.blazar_home import configure, home_paths, import_into, read_events
 
 SLEEP = shutil.which("sleep")
 
@@ -83,6 +84,7 @@ def statuses(found: dict[str, Check], *ids: str) -> list[str]:
 
 
 def test_a_healthy_home_passes_the_log_store_and_machine_checks(home: Path, with_model: Path) -> None:
+    configure(home, "port", str(free_port()))  # the default port is taken whenever a gateway runs on this machine
     found = run_checks(home)
     healthy = ["log.integrity", "log.seq", "log.triggers", "log.schema", "log.clock", "log.checkpoints",
                "store.integrity", "store.missing", "store.unrecorded", "machine.file_modes", "machine.config",

@@ -3,7 +3,7 @@ rollback target through a chain of activations and rollbacks."""
 
 from __future__ import annotations
 
-from blazar.events import Event, Recorded
+from blazar.events import Event
 from blazar.events.engines import (
     EngineActivated,
     EngineActivationRefused,
@@ -15,12 +15,9 @@ from blazar.events.engines import (
 )
 from blazar.projections import EnginesProjection, all_projections, fold
 from blazar.projections.engines import previous_engine, rollback_target
+from tests.support.events import rec, recs
 
 MANIFEST = {"flags": [{"names": ["--port"], "metavar": "N", "choices": [], "env": None, "help": "port"}]}
-
-
-def rec(seq: int, event: Event) -> Recorded:
-    return Recorded(seq, 1000.0 + seq, event.TYPE, event.V, event.stream_key(), None, "test", None, event)
 
 
 def installed(tag: str) -> EngineInstalled:
@@ -32,7 +29,7 @@ def installed(tag: str) -> EngineInstalled:
 
 
 def fold_events(*events: Event) -> dict:
-    return fold(EnginesProjection(), [rec(i + 1, e) for i, e in enumerate(events)])
+    return fold(EnginesProjection(), recs(*events))
 
 
 def test_engines_projection_is_registered() -> None:

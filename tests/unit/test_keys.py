@@ -19,10 +19,7 @@ from blazar.projections.base import fold
 from blazar.projections.keys import KeysProjection, auth_on
 from blazar.projections.keys import key as api_key
 from blazar.serving.principal import Principal, is_admin
-
-
-def rec(seq: int, event: Event) -> Recorded:
-    return Recorded(seq, 1000.0 + seq, event.TYPE, event.V, event.stream_key(), None, "cli:test", None, event)
+from tests.support.events import rec
 
 
 def created(name: str, secret: str | None = None, **kw: object) -> tuple[KeyCreated, str]:
@@ -277,7 +274,7 @@ def test_metrics_count_requests_and_tokens_by_the_key_that_is_the_actor() -> Non
     from blazar.queries.metrics import render_prometheus
 
     def by(seq: int, event: Event, actor: str, ts: float = 2 * 86400 + 5) -> Recorded:
-        return Recorded(seq, ts, event.TYPE, event.V, event.stream_key(), "t", actor, None, event)
+        return rec(seq, event, ts=ts, actor=actor)
 
     recs = [by(1, RequestReceived(trace_id="t1", dialect="openai", route="/v1/chat/completions", model="g"),
                "key:alice"),
@@ -305,9 +302,9 @@ def test_why_says_who_asked() -> None:
     from blazar.events.requests import RequestReceived, RequestRejected
     from blazar.queries.why import explain
 
-    recs = [Recorded(1, 10.0, "request.received", 1, "trace:t", "t", "key:alice", None,
-                     RequestReceived(trace_id="t", dialect="openai", route="/v1/chat/completions", model="g")),
-            Recorded(2, 10.1, "request.rejected", 1, "trace:t", "t", "key:alice", None,
-                     RequestRejected(trace_id="t", model="g", status=403, reason="model_not_allowed", detail="no"))]
+    recs = [rec(1, RequestReceived(trace_id="t", dialect="openai", route="/v1/chat/completions", model="g"),
+                ts=10.0, actor="key:alice"),
+            rec(2, RequestRejected(trace_id="t", model="g", status=403, reason="model_not_allowed", detail="no"),
+                ts=10.1, actor="key:alice")]
     e = explain(recs)
     assert e.actor == "key:alice" and e.to_json()["actor"] == "key:alice" and "scope" in e.verdict

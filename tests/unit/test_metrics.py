@@ -30,6 +30,7 @@ from blazar.projections import traces as traces_mod
 from blazar.projections.checkpoints import dump_state
 from blazar.projections.metrics import ITL_BUCKETS_S, QUEUE_WAIT_BUCKETS_S, REFUSAL_BUCKETS_S, TTFT_BUCKETS_S
 from blazar.queries.metrics import escape_label, render_prometheus
+from tests.support.events import rec
 
 MiB = 1 << 20
 FAMILIES = {
@@ -44,11 +45,6 @@ FAMILIES = {
     "blazar_otlp_spans_exported_total": "counter", "blazar_otlp_spans_failed_total": "counter",
     "blazar_otlp_spans_dropped_total": "counter", "blazar_otlp_queue_spans": "gauge",
 }
-
-
-def rec(seq: int, event: Event) -> Recorded:
-    return Recorded(seq, 1000.0 + seq, event.TYPE, event.V, event.stream_key(), getattr(event, "trace_id", None),
-                    "daemon:test", None, event)
 
 
 def received(trace: str, model: str = "gemma", dialect: str = "openai", stream: bool = True) -> RequestReceived:
@@ -383,8 +379,7 @@ def test_a_refusals_server_time_lands_in_the_refusal_histogram() -> None:
                               duration_ms=7.0)]
     state = MetricsProjection().initial()
     for i, ev in enumerate(events, 1):
-        state = MetricsProjection().apply(state, Recorded(i, 1000.0 + i, ev.TYPE, ev.V, ev.stream_key(), "r", "d",
-                                                          None, ev))
+        state = MetricsProjection().apply(state, rec(i, ev, actor="d"))
     h = state["histograms"]["refusal"]["gemma"]
     assert h["count"] == 2 and h["sum"] == pytest.approx(0.0078)
     assert h["counts"][REFUSAL_BUCKETS_S.index(0.001)] == 1 and h["counts"][REFUSAL_BUCKETS_S.index(0.01)] == 1

@@ -12,7 +12,6 @@ import pytest
 from blazar.adapters.engines.llama_server import Capabilities, FlagSpec
 from blazar.context import Blazar
 from blazar.errors import EngineIncompatible, InvalidModelSettings, ModelExists, ModelNotFound
-from blazar.events import Event, Recorded
 from blazar.events.model_settings import ModelConfigured, ModelSettings, ModelVariantCreated
 from blazar.events.models import ModelImported, ModelMetadata, ModelRemoved
 from blazar.projections import CatalogProjection, fold
@@ -34,6 +33,7 @@ from blazar.store.model_settings import (
 )
 from blazar.store.models import alias_model, import_model, remove_model
 from tests.support import gguf_factory
+from tests.support.events import rec
 
 JINJA = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}<|assistant|>"
 GO = "{{ if .System }}<|system|>{{ .System }}{{ end }}<|user|>{{ .Prompt }}<|assistant|>"
@@ -116,10 +116,6 @@ def test_a_change_sets_clears_and_says_what_it_changed() -> None:
 # -- the catalog, fed events ---------------------------------------------------------------------------------------
 
 META = ModelMetadata(architecture="gemma3", name="g", parameter_count=268_000_000)
-
-
-def rec(seq: int, event: Event) -> Recorded:
-    return Recorded(seq, 1000.0 + seq, event.TYPE, event.V, event.stream_key(), None, "cli:alice", None, event)
 
 
 def base_import() -> ModelImported:

@@ -21,7 +21,6 @@ from blazar.cluster.nodes import (
 )
 from blazar.context import Blazar
 from blazar.errors import ConfigError, NodeError, UnsafeNodeUrl
-from blazar.events.base import Recorded
 from blazar.events.instances import InstanceReady, InstanceStarting
 from blazar.events.log import EventLog
 from blazar.events.models import ModelImported, ModelMetadata
@@ -33,12 +32,7 @@ from blazar.projections.catalog import models as catalog_models
 from blazar.projections.nodes import NodesProjection, node, nodes
 from blazar.projections.residency import ResidencyProjection, instances
 from blazar.projections.runner import ProjectionRunner
-
-
-def rec(seq: int, ev: object, ts: float | None = None) -> Recorded:
-    return Recorded(seq=seq, ts=ts if ts is not None else 100.0 + seq, type=ev.TYPE, v=1,  # type: ignore[attr-defined]
-                    stream=ev.stream_key(), trace_id=None, actor="daemon:x", cause=None,  # type: ignore[attr-defined]
-                    event=ev)  # type: ignore[arg-type]
+from tests.support.events import rec
 
 
 def started(name: str, url: str = "http://h:1") -> NodeStarted:

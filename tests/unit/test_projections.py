@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 from typing import ClassVar
 
@@ -14,10 +15,10 @@ from blazar.projections import AuditProjection, ConfigProjection, StatsProjectio
 from blazar.projections.base import Projection, State
 from blazar.projections.checkpoints import load_checkpoints
 from blazar.projections.runner import ProjectionRunner
+from tests.support import events
 
-
-def rec(seq: int, event: Event, *, ts: float = 100.0, actor: str = "cli:alice") -> Recorded:
-    return Recorded(seq, ts + seq, event.TYPE, event.V, event.stream_key(), None, actor, None, event)
+# The stats projection's range is read back as timestamps, the audit's actors as who did it.
+rec = functools.partial(events.rec, epoch=100.0, actor="cli:alice")
 
 
 @register

@@ -8,15 +8,10 @@ import pytest
 from blazar.cluster.remotes import RemoteBreaker, add_remote, normalize_url, remote_instance, remove_remote
 from blazar.context import Blazar
 from blazar.errors import RemoteCommandError
-from blazar.events.base import Recorded
 from blazar.events.remotes import RemoteAdded, RemoteCircuitClosed, RemoteCircuitOpened, RemoteRemoved
 from blazar.projections.base import fold
 from blazar.projections.remotes import RemotesProjection, remote, remotes, serving
-
-
-def rec(seq: int, ev: object) -> Recorded:
-    return Recorded(seq=seq, ts=100.0 + seq, type=ev.TYPE, v=1, stream=ev.stream_key(),  # type: ignore[attr-defined]
-                    trace_id=None, actor="cli:x", cause=None, event=ev)  # type: ignore[arg-type]
+from tests.support.events import rec
 
 
 def test_the_projection_keeps_remotes_their_models_and_circuits() -> None:

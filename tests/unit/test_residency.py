@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 
 from blazar.clock import FakeClock
-from blazar.events import Event, Recorded
+from blazar.events import Recorded
 from blazar.events.instances import (
     InstanceEvicted,
     InstanceExited,
@@ -31,13 +31,9 @@ from blazar.projections.residency import (
     running,
 )
 from blazar.projections.runner import ProjectionRunner
+from tests.support.events import rec
 
 MiB = 1 << 20
-
-
-def rec(seq: int, event: Event, *, ts: float | None = None) -> Recorded:
-    return Recorded(seq, 1000.0 + seq if ts is None else ts, event.TYPE, event.V, event.stream_key(), None, "daemon",
-                    None, event)
 
 
 def started(iid: str, model: str = "qwen", tag: str = "b1", **overrides: object) -> InstanceStarted:

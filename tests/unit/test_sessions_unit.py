@@ -11,7 +11,6 @@ import pytest
 
 from blazar.context import Blazar
 from blazar.errors import EngineUnreachable
-from blazar.events.base import Recorded
 from blazar.events.requests import RequestPlaced
 from blazar.events.sessions import KvIdentity, SessionDropped, SessionRemoved, SessionRestored, SessionSaved
 from blazar.instances.kv_bank import KvBank, bank_file_name
@@ -20,14 +19,10 @@ from blazar.instances.supervisor import Instance
 from blazar.projections.base import fold
 from blazar.projections.sessions import SessionsProjection, bank_bytes, bank_entries, bank_entry, session_row
 from blazar.store.models import slot_dir
+from tests.support.events import rec
 
 IDENT = KvIdentity(engine="b1", model_sha256="aa", ctx_tokens=4096, cache_type_k="f16", cache_type_v="f16",
                    swa_full=True)
-
-
-def rec(seq: int, ev: Any, ts: float | None = None) -> Recorded:
-    return Recorded(seq=seq, ts=ts if ts is not None else 1000.0 + seq, type=ev.TYPE, v=ev.V, stream=ev.stream_key(),
-                    trace_id=getattr(ev, "trace_id", None), actor="daemon", cause=None, event=ev)
 
 
 def saved(session: str, model: str = "gemma", nbytes: int = 100, tokens: int = 50) -> SessionSaved:

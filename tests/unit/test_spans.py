@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 
-from blazar.events import Event, Recorded
+from blazar.events import Recorded
 from blazar.events.requests import (
     Evicted,
     RequestAdmitted,
@@ -19,14 +19,10 @@ from blazar.events.requests import (
     RequestRouted,
 )
 from blazar.projections.spans import Span, SpanFold, otel_trace_id, span_ids
+from tests.support.events import rec
 
 T = "0af7651916cd43dd8448eb211c80319c"
 S = 1_700_000_000.0  # the received event's ts
-
-
-def rec(seq: int, event: Event, ts: float, actor: str = "daemon:test") -> Recorded:
-    return Recorded(seq, ts, event.TYPE, event.V, event.stream_key(), getattr(event, "trace_id", None), actor,
-                    None, event)
 
 
 def ns(ts: float) -> int:
@@ -37,19 +33,19 @@ def streamed_cold_queued(trace: str = T, *, actor: str = "daemon:test", **receiv
     """received -> routed (cold, evicting one) -> queued -> admitted -> first token -> completed."""
     return [
         rec(1, RequestReceived(trace_id=trace, dialect="openai", route="/v1/chat/completions", model="gemma",
-                               stream=True, max_tokens=32, **received), S, actor),  # type: ignore[arg-type]
+                               stream=True, max_tokens=32, **received), ts=S, actor=actor),  # type: ignore[arg-type]
         rec(2, RequestRouted(trace_id=trace, model="gemma3-270m", instance_id="i2", port=40001, cold=True,
                              load_ms=800, evicted=[Evicted(model="qwen", instance_id="i1", reason="memory")]),
-            S + 1.0, actor),
+            ts=S + 1.0, actor=actor),
         rec(3, RequestQueued(trace_id=trace, model="gemma3-270m", instance_id="i2", position=1, depth=1, slots=1,
-                             busy=1), S + 1.1, actor),
+                             busy=1), ts=S + 1.1, actor=actor),
         rec(4, RequestAdmitted(trace_id=trace, model="gemma3-270m", instance_id="i2", waited_ms=400.0, slots=1,
-                               busy=1), S + 1.5, actor),
-        rec(5, RequestFirstToken(trace_id=trace, model="gemma3-270m", ttft_ms=1700.0), S + 1.7, actor),
+                               busy=1), ts=S + 1.5, actor=actor),
+        rec(5, RequestFirstToken(trace_id=trace, model="gemma3-270m", ttft_ms=1700.0), ts=S + 1.7, actor=actor),
         rec(6, RequestCompleted(trace_id=trace, model="gemma3-270m", instance_id="i2", duration_ms=2500.0,
                                 prompt_tokens=12, completion_tokens=20, finish_reason="length", chunks=21,
                                 engine_timings={"prompt_ms": 150.0, "predicted_ms": 700.0,
-                                                "predicted_per_second": 28.5}), S + 2.5, actor),
+                                                "predicted_per_second": 28.5}), ts=S + 2.5, actor=actor),
     ]
 
 
@@ -105,12 +101,12 @@ def test_the_request_span_carries_the_genai_and_decision_attributes() -> None:
 
 def test_a_whole_answer_splits_prefill_and_decode_by_the_engines_prompt_ms() -> None:
     events = [
-        rec(1, RequestReceived(trace_id=T, dialect="ollama", route="/api/generate", model="gemma"), S),
-        rec(2, RequestRouted(trace_id=T, model="gemma3-270m", instance_id="i1", port=1, cold=False), S + 0.01),
-        rec(3, RequestAdmitted(trace_id=T, model="gemma3-270m", slots=1, busy=1), S + 0.02),
-        rec(4, RequestFirstToken(trace_id=T, model="gemma3-270m", ttft_ms=990.0), S + 0.99),
+        rec(1, RequestReceived(trace_id=T, dialect="ollama", route="/api/generate", model="gemma"), ts=S),
+        rec(2, RequestRouted(trace_id=T, model="gemma3-270m", instance_id="i1", port=1, cold=False), ts=S + 0.01),
+        rec(3, RequestAdmitted(trace_id=T, model="gemma3-270m", slots=1, busy=1), ts=S + 0.02),
+        rec(4, RequestFirstToken(trace_id=T, model="gemma3-270m", ttft_ms=990.0), ts=S + 0.99),
         rec(5, RequestCompleted(trace_id=T, model="gemma3-270m", duration_ms=1000.0,
-                                engine_timings={"prompt_ms": 100.0}), S + 1.0),
+                                engine_timings={"prompt_ms": 100.0}), ts=S + 1.0),
     ]
     spans = only(SpanFold().feed(events))
     assert set(spans) == {"text_completion", "blazar.prefill", "blazar.decode"}  # warm, not queued
@@ -122,11 +118,11 @@ def test_a_whole_answer_splits_prefill_and_decode_by_the_engines_prompt_ms() -> 
 
 def test_a_refusal_is_an_error_span_with_its_reason_and_no_engine_children() -> None:
     events = [
-        rec(1, RequestReceived(trace_id=T, dialect="openai", route="/v1/embeddings", model="gemma"), S),
-        rec(2, RequestRouted(trace_id=T, model="gemma3-270m", instance_id="i1", port=1, cold=False), S + 0.01),
-        rec(3, RequestQueued(trace_id=T, model="gemma3-270m", position=3, depth=3, slots=1, busy=1), S + 0.02),
+        rec(1, RequestReceived(trace_id=T, dialect="openai", route="/v1/embeddings", model="gemma"), ts=S),
+        rec(2, RequestRouted(trace_id=T, model="gemma3-270m", instance_id="i1", port=1, cold=False), ts=S + 0.01),
+        rec(3, RequestQueued(trace_id=T, model="gemma3-270m", position=3, depth=3, slots=1, busy=1), ts=S + 0.02),
         rec(4, RequestRejected(trace_id=T, model="gemma3-270m", status=503, reason="queue_timeout",
-                               detail="waited 2 s for a slot", retry_after_s=1.0), S + 2.02),
+                               detail="waited 2 s for a slot", retry_after_s=1.0), ts=S + 2.02),
     ]
     spans = only(SpanFold().feed(events))
     assert set(spans) == {"embeddings", "blazar.queue"}
@@ -141,7 +137,7 @@ def test_a_refusal_is_an_error_span_with_its_reason_and_no_engine_children() -> 
 
 def test_a_failure_after_the_first_token_marks_the_decode_span() -> None:
     failed = RequestFailed(trace_id=T, model="gemma3-270m", status=499, reason="client_disconnected", detail="gone")
-    events = [*streamed_cold_queued()[:5], rec(6, failed, S + 2.0)]
+    events = [*streamed_cold_queued()[:5], rec(6, failed, ts=S + 2.0)]
     spans = only(SpanFold().feed(events))
     assert spans["chat"].error == "failed: client_disconnected (HTTP 499)"
     assert spans["chat"].attributes["blazar.failure.reason"] == "client_disconnected"
@@ -189,9 +185,9 @@ TEXT_ATTRIBUTES = {
 def test_no_text_but_names_ids_and_reasons_reaches_a_span() -> None:
     failed = RequestFailed(trace_id=T, model="m", status=502, reason="engine_error", detail="the engine said: hi")
     requests = [streamed_cold_queued(actor="key:ci", client_trace_id="mine-0001"),
-                [*streamed_cold_queued()[:4], rec(9, failed, S + 2)],
+                [*streamed_cold_queued()[:4], rec(9, failed, ts=S + 2)],
                 [streamed_cold_queued()[0], rec(2, RequestRejected(trace_id=T, status=404, reason="model_not_found",
-                                                                   detail="no model gemma"), S + 1)]]
+                                                                   detail="no model gemma"), ts=S + 1)]]
     texts = set()
     for events in requests:
         for s in SpanFold().feed(events)[0]:
@@ -205,9 +201,9 @@ def test_requests_in_flight_are_bounded_and_strays_are_counted() -> None:
     fold = SpanFold(max_in_flight=2)
     for i, trace in enumerate(("a" * 32, "b" * 32, "c" * 32)):
         fold.feed([rec(i + 1, RequestReceived(trace_id=trace, dialect="openai", route="/v1/chat/completions",
-                                              model="m"), S + i)])
+                                              model="m"), ts=S + i)])
     assert fold.in_flight == 2 and fold.abandoned == 1
-    assert fold.feed([rec(9, RequestCompleted(trace_id="a" * 32, model="m", duration_ms=1.0), S + 9)]) == []
+    assert fold.feed([rec(9, RequestCompleted(trace_id="a" * 32, model="m", duration_ms=1.0), ts=S + 9)]) == []
     assert fold.unmatched == 1
-    (tree,) = fold.feed([rec(10, RequestCompleted(trace_id="c" * 32, model="m", duration_ms=1.0), S + 10)])
+    (tree,) = fold.feed([rec(10, RequestCompleted(trace_id="c" * 32, model="m", duration_ms=1.0), ts=S + 10)])
     assert [s.name for s in tree] == ["chat m"]  # never admitted: no engine children

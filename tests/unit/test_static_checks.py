@@ -1,4 +1,5 @@
-"""The static checks as tests: mypy over blazar/ and the import contracts, both configured in pyproject.toml.
+"""The static checks as tests: ruff over the repository, mypy over blazar/ and the import contracts, all configured
+in pyproject.toml.
 
 They run the tools from this interpreter's environment (the bin dir beside sys.executable), from the repo root
 so that pyproject.toml is the configuration they read.
@@ -14,12 +15,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+RUFF = BIN / "ruff"
 MYPY = BIN / "mypy"
 LINT_IMPORTS = BIN / "lint-imports"
 
 
-def _run(tool: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(tool)], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+def _run(tool: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(tool), *args], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_ruff_finds_nothing_to_fix() -> None:
+    assert RUFF.exists(), f"ruff is not installed in {BIN} (pip install -e '.[dev]')"
+    result = _run(RUFF, "check")  # the whole repository, .gitignore'd paths aside
+    assert result.returncode == 0, f"ruff failed (exit {result.returncode}):\n{result.stdout}{result.stderr}"
 
 
 @pytest.mark.slow

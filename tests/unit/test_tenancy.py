@@ -25,6 +25,7 @@ from blazar.serving.flights import flight_key
 from blazar.serving.principal import Principal
 from blazar.serving.request import Request
 from blazar.serving.tenancy import may_prioritize, qualify, split_session, tenant_named, tenant_of
+from tests.support.events import rec
 
 
 def api(name: str, *, group: str | None = None, prioritize: bool = False, admin: bool = False) -> ApiKey:
@@ -141,10 +142,6 @@ def test_identical_requests_share_a_generation_only_within_one_tenant() -> None:
 
 # -- the key events -------------------------------------------------------------------------------------------------
 
-def rec(seq: int, event: Event) -> Recorded:
-    return Recorded(seq, 1000.0 + seq, event.TYPE, event.V, event.stream_key(), None, "cli:test", None, event)
-
-
 def test_the_keys_projection_folds_cache_groups_and_the_right_to_prioritize() -> None:
     made = KeyCreated(name="a", prefix="abcdefgh", salt="00", hash="00", cache_group="team", may_prioritize=True)
     state = fold(KeysProjection(), [rec(1, made)])
@@ -174,7 +171,7 @@ async def test_key_commands_set_and_check_cache_groups_and_the_right(app: Blazar
 
 def test_a_failed_streams_relayed_tokens_count_against_its_keys_day() -> None:
     def by(seq: int, event: Event) -> Recorded:
-        return Recorded(seq, 2 * 86400 + seq, event.TYPE, event.V, event.stream_key(), "t", "key:a", None, event)
+        return rec(seq, event, epoch=2 * 86400, actor="key:a")
 
     state = fold(MetricsProjection(), [
         by(1, RequestReceived(trace_id="t1", dialect="openai", route="/v1/chat/completions", model="g")),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from blazar.events import Event, Recorded
+from blazar.events import Recorded
 from blazar.events.requests import (
     RequestAdmitted,
     RequestCompleted,
@@ -18,14 +18,9 @@ from blazar.events.requests import (
 from blazar.projections import TracesProjection, fold
 from blazar.projections.checkpoints import dump_state
 from blazar.projections.traces import TRACES_KEPT, recent
+from tests.support.events import rec
 
 T1, T2, T3 = "a" * 32, "b" * 32, "c" * 32
-
-
-def rec(seq: int, event: Event, *, ts: float | None = None) -> Recorded:
-    trace = getattr(event, "trace_id", None)
-    return Recorded(seq, 1000.0 + seq if ts is None else ts, event.TYPE, event.V, event.stream_key(), trace,
-                    "daemon:test", None, event)
 
 
 def received(trace: str, model: str = "gemma", dialect: str = "openai") -> RequestReceived:

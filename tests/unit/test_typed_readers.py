@@ -4,7 +4,6 @@ usage; known traces; config overrides)."""
 
 from __future__ import annotations
 
-from blazar.events import Event, Recorded
 from blazar.events.engines import EngineActivated, EngineFile, EngineInstalled, EngineRemoved
 from blazar.events.instances import (
     InstanceExited,
@@ -36,18 +35,10 @@ from blazar.projections import (
     traces,
 )
 from blazar.projections.metrics import DAY_S
+from tests.support.events import rec, recs
 
 MiB = 1 << 20
 META = ModelMetadata(architecture="llama", parameter_count=90_560, file_type="Q8_0", block_count=3)
-
-
-def rec(seq: int, event: Event, *, ts: float | None = None, actor: str = "daemon") -> Recorded:
-    return Recorded(seq, 1000.0 + seq if ts is None else ts, event.TYPE, event.V, event.stream_key(), None, actor,
-                    None, event)
-
-
-def recs(*events: Event) -> list[Recorded]:
-    return [rec(i + 1, e) for i, e in enumerate(events)]
 
 
 # -- residency -----------------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import pytest
 
 from blazar.context import Blazar
 from blazar.errors import EngineVerifyFailed, ModelNotFound, OutsideHome, SessionNotFound
-from blazar.events import Event, Recorded
+from blazar.events import Event
 from blazar.events.engines import EngineActivated, EngineFile, EngineInstalled
 from blazar.events.instances import InstanceStarting
 from blazar.events.models import ModelImported, ShardFile
@@ -32,8 +32,9 @@ from blazar.store import engine_verify
 from blazar.store.engine_verify import spawn_problems, verify_for_spawn
 from blazar.store.engines import active_engine, install_engine
 from blazar.store.models import import_model, remove_model, slot_dir
+from tests.support.engine_store import stand_in
+from tests.support.events import recs
 from tests.support.gguf_factory import write_plain
-from tests.unit.test_engine_handlers import stand_in
 from tests.unit.test_sessions_unit import FakeSlotsEngine, instance
 
 SHA = "ab" * 32
@@ -41,12 +42,8 @@ IDENT = KvIdentity(engine="b1", model_sha256="aa", ctx_tokens=4096, cache_type_k
                    swa_full=True)
 
 
-def rec(seq: int, event: Event) -> Recorded:
-    return Recorded(seq, 1000.0 + seq, event.TYPE, event.V, event.stream_key(), None, "test", None, event)
-
-
 def folded(projection: Any, *events: Event) -> dict[str, Any]:
-    return fold(projection, [rec(i + 1, e) for i, e in enumerate(events)])
+    return fold(projection, recs(*events))
 
 
 def imported(name: str, path: str, shards: list[str] | None = None) -> ModelImported:

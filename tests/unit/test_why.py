@@ -20,6 +20,7 @@ from blazar.events.requests import (
     RequestRouted,
 )
 from blazar.queries.why import explain, fmt_ms
+from tests.support.events import rec
 
 T = "0123456789abcdef0123456789abcdef"
 T0 = 1_700_000_000.0
@@ -33,8 +34,7 @@ class Log:
         self.records: list[Recorded] = []
 
     def at(self, offset_s: float, event: Event) -> Log:
-        self.records.append(Recorded(len(self.records) + 1, T0 + offset_s, event.TYPE, event.V, event.stream_key(),
-                                     getattr(event, "trace_id", None), "daemon:test", None, event))
+        self.records.append(rec(len(self.records) + 1, event, ts=T0 + offset_s))
         return self
 
 

@@ -16,7 +16,6 @@ from blazar.adapters.engines.llama_server import Capabilities, build_argv, parse
 from blazar.adapters.engines.package import RPC_SERVER, from_binary
 from blazar.addresses import is_loopback, is_unspecified
 from blazar.errors import WorkerError
-from blazar.events.base import Recorded
 from blazar.events.instances import InstanceStarting
 from blazar.events.workers import WorkerStarted, WorkerStopped
 from blazar.fit.devices import gpus_of, rpc_of
@@ -26,16 +25,12 @@ from blazar.instances.worker import run_worker
 from blazar.projections.base import fold
 from blazar.projections.residency import ResidencyProjection, instances
 from blazar.projections.workers import WorkersProjection, workers
+from tests.support.events import rec
 from tests.unit.fit_models import GiB, MiB, gemma3_270m, gpu, host
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llama_server"
 BIN, MODEL = Path("/opt/llama-server"), Path("/models/gemma.gguf")
 W1, W2 = "127.0.0.1:50061", "127.0.0.1:50062"
-
-
-def rec(seq: int, ev: object) -> Recorded:
-    return Recorded(seq=seq, ts=100.0 + seq, type=ev.TYPE, v=1, stream=ev.stream_key(),  # type: ignore[attr-defined]
-                    trace_id=None, actor="cli:x", cause=None, event=ev)  # type: ignore[arg-type]
 
 
 def limited_host(limit_mib: int) -> list:
