@@ -17,6 +17,7 @@ import pytest
 from blazar.adapters.engines.package import RPC_SERVER, closure, elf_needed, find_package
 from blazar.context import Blazar
 from blazar.errors import EngineError, EngineExists, EngineNotFound, EngineRefused, EngineVerifyFailed, NoEngine
+from blazar.projections.engines import EnginesState
 from blazar.store.engines import (
     active_engine,
     install_engine,
@@ -44,7 +45,7 @@ def size_and_sha256(path: Path) -> tuple[int, str]:
 
 
 def engines_state(app: Blazar) -> dict:
-    return app.runner.state("engines")
+    return app.runner.raw_state("engines")
 
 
 def stand_in(path: Path, serve: str, *, note: str = "") -> Path:
@@ -242,10 +243,11 @@ async def test_use_switches_engines_and_rollback_reactivates_the_previous(app: B
 def test_prune_candidates_keep_the_active_the_rollback_target_the_previous_and_those_in_use() -> None:
     state = {"engines": {t: {} for t in "abcde"}, "active": "c", "history": ["a", "b", "c", "d", "c"],
              "stack": ["a", "b", "c"]}
-    assert prune_candidates(state) == ["a", "e"]  # b: rollback target; d: active just before c
-    assert prune_candidates(state, keep_previous=False) == ["a", "b", "d", "e"]
-    assert prune_candidates(state, keep_previous=False, in_use={"e"}) == ["a", "b", "d"]
-    assert "c" not in prune_candidates({**state, "history": [], "stack": []}, keep_previous=False)
+    typed = EnginesState(state)
+    assert prune_candidates(typed) == ["a", "e"]  # b: rollback target; d: active just before c
+    assert prune_candidates(typed, keep_previous=False) == ["a", "b", "d", "e"]
+    assert prune_candidates(typed, keep_previous=False, in_use={"e"}) == ["a", "b", "d"]
+    assert "c" not in prune_candidates(EnginesState({**state, "history": [], "stack": []}), keep_previous=False)
 
 
 async def test_prune_removes_old_engines_but_never_the_active_one_and_rollback_still_works(
