@@ -325,13 +325,13 @@ class EventLog:
 
     async def last_seq(self) -> int:
         async with self.reader() as conn:
-            return (await conn.exec_driver_sql("SELECT COALESCE(MAX(seq), 0) FROM events")).scalar_one()
+            return int((await conn.exec_driver_sql("SELECT COALESCE(MAX(seq), 0) FROM events")).scalar_one())
 
     async def seq_at_time(self, ts: float) -> int:
         """The last seq recorded at or before `ts` (0 when none)."""
         async with self.reader() as conn:
             res = await conn.exec_driver_sql("SELECT COALESCE(MAX(seq), 0) FROM events WHERE ts <= ?", (ts,))
-            return res.scalar_one()
+            return int(res.scalar_one())
 
     async def trace_ids_starting(self, prefix: str, *, limit: int = 2) -> list[str]:
         """The distinct trace ids that start with `prefix`, in order (a range over the trace index)."""
