@@ -829,18 +829,18 @@ def auth_phase(*, keys: int = AUTH_KEYS, batch: int = AUTH_BATCH, batches: int =
     from blazar.events.keys import KeyCreated
     from blazar.operations.keys import new_secret
     from blazar.projections.base import fold
-    from blazar.projections.keys import KeysProjection
+    from blazar.projections.keys import KeysProjection, KeysState
 
     made = [new_secret() for _ in range(keys)]
     events = [KeyCreated(name=f"key{i}", prefix=m.prefix, salt=m.salt, hash=m.hash, models=["gemma*"], rpm=600)
               for i, m in enumerate(made)]
-    state = fold(KeysProjection(), [Recorded(i, 0.0, e.TYPE, e.V, e.stream_key(), None, "bench", None, e)
-                                    for i, e in enumerate(events, 1)])
-    off = KeysProjection().initial()
+    state = KeysState(fold(KeysProjection(), [Recorded(i, 0.0, e.TYPE, e.V, e.stream_key(), None, "bench", None, e)
+                                              for i, e in enumerate(events, 1)]))
+    off = KeysState(KeysProjection().initial())
     secret = made[keys // 2].secret
     wrong = secret[:12] + "x" * (len(secret) - 12)
 
-    def per_request_us(st: dict[str, Any], token: str | None) -> float:
+    def per_request_us(st: KeysState, token: str | None) -> float:
         auth = Auth(Authenticator(lambda: st, SystemClock(), admin_token="blzadm_bench"))
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         path = CanonicalPath()

@@ -14,7 +14,7 @@ from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.context import Blazar
 from blazar.durations import keep_alive_seconds
 from blazar.instances.supervisor import UNSET
-from blazar.projections.residency import open_circuits
+from blazar.queries.ps import open_circuits
 from blazar.serving.ports import SupervisorPort
 from blazar.serving.principal import is_admin
 
@@ -64,7 +64,7 @@ class PsResource:
         self.app, self.supervisor = app, supervisor
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        circuits = open_circuits(self.app.runner.state("residency"), now=self.app.clock.now())
+        circuits = open_circuits(self.app, now=self.app.clock.now())
         rows = self.supervisor.ps()
         if not is_admin(principal_of(req)):  # NOTE: the engine port is for admins only (the route is admin's anyway)
             rows = [{k: v for k, v in r.items() if k not in ENGINE_ONLY} for r in rows]

@@ -13,8 +13,8 @@ from blazar.api import admin, auth, bounds, console, dashboard, edge, errors, pa
 from blazar.api.context import RequestContext
 from blazar.cluster.nodes import cluster_key
 from blazar.context import Blazar
-from blazar.projections.keys import auth_on
-from blazar.projections.traces import known
+from blazar.queries.keys import keys_on
+from blazar.queries.traces import known
 from blazar.serving.ports import SupervisorPort
 
 if TYPE_CHECKING:
@@ -37,12 +37,12 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
     settings = app.settings()
     peers_key = cluster_key(app.env) if app.node else None  # forwarding between nodes sharing a log
     middleware: list[Any] = [RequestContext(max_body_bytes=settings.max_body_mib << 20,
-                                               known=lambda t: known(app.runner.state("traces"), t),
+                                               known=lambda t: known(app, t),
                                                seen=app.log.has_trace,
                                                cluster_key=peers_key)]
     middleware.append(paths.CanonicalPath())  # NOTE: before any decision: a path that is not canonical is 404
     policy = edge.EdgePolicy.of(bind_host, settings.allowed_hosts, settings.cors_origins)
-    middleware.append(edge.Edge(policy, lambda: auth_on(app.runner.state("keys")), scheme=scheme))
+    middleware.append(edge.Edge(policy, lambda: keys_on(app), scheme=scheme))
     middleware.append(auth.Auth(auth.Authenticator(lambda: app.runner.state("keys"), app.clock,
                                                    admin_token=admin_token, admin_actor=auth.admin_actor(app.actor),
                                                    cluster_key=peers_key)))

@@ -22,8 +22,7 @@ import falcon.asgi
 from blazar.clock import Clock
 from blazar.errors import Forbidden, Unauthenticated
 from blazar.operations.keys import digest, prefix_of
-from blazar.projections.base import State
-from blazar.projections.keys import auth_on, live_by_prefix
+from blazar.queries.keys import KeysState, auth_on, live_by_prefix
 from blazar.serving.principal import Principal
 
 
@@ -113,7 +112,7 @@ class Authenticator:
     """Secret -> principal, against the keys projection's live state (read through `keys`, never copied, so a key
     created, rotated or revoked by another process counts as soon as the daemon folds its event)."""
 
-    def __init__(self, keys: Callable[[], State], clock: Clock, *, admin_token: str | None = None,
+    def __init__(self, keys: Callable[[], KeysState], clock: Clock, *, admin_token: str | None = None,
                  admin_actor: str = "cli:admin", cluster_key: str | None = None) -> None:
         self._keys = keys
         self.clock = clock

@@ -28,11 +28,11 @@ from blazar.context import Blazar
 from blazar.errors import BlazarError, EngineVerifyFailed, TraceNotFound
 from blazar.fit import FitRequest
 from blazar.instances.fit import devices_now, fit_model
-from blazar.projections.catalog import aliases, models
-from blazar.projections.engines import installed, rollback_target
-from blazar.projections.traces import last_failed
+from blazar.queries.catalog import aliases, models
+from blazar.queries.engines import active_tag, engine, engine_json, installed_engines
 from blazar.queries.event_tail import tail
 from blazar.queries.nodes import where
+from blazar.queries.traces import last_failed
 from blazar.queries.why import explain, load_trace, resolve_trace
 from blazar.serving.ports import SupervisorPort
 from blazar.store.engines import verify_engine
@@ -135,7 +135,7 @@ class Why:
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, trace: str) -> None:
         if trace == "last":
-            found = last_failed(self.app.runner.state("traces"))
+            found = last_failed(self.app)
             if found is None:
                 raise TraceNotFound("no request has failed or been rejected yet")
             trace = found
@@ -161,7 +161,6 @@ class Models:
         self.app, self.supervisor = app, supervisor
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        catalog = self.app.runner.state("catalog")
         settings = self.app.settings()
         request = FitRequest(ctx=settings.ctx or None, slots=settings.slots or None)
         devices = await asyncio.to_thread(devices_now)
@@ -170,7 +169,7 @@ class Models:
             loaded.setdefault(row["model"], []).append({"instance_id": row["instance_id"], "state": row["state"],
                                                         "pinned": row["pinned"]})
         rows = []
-        for m in models(catalog)[:MODELS_SHOWN]:
+        for m in models(self.app)[:MODELS_SHOWN]:
             md = m.metadata
             try:
                 fit: dict[str, Any] = _fit_json(await fit_model(self.app, m.name, request, devices))
@@ -180,19 +179,7 @@ class Models:
                          "added_ts": m.added_ts, "architecture": md.architecture,
                          "parameter_count": md.parameter_count, "file_type": md.file_type, "ctx_train": md.ctx_train,
                          "instances": loaded.get(m.name, []), "fit": fit})
-        resp.media = {"models": rows, "aliases": aliases(catalog)}
-
-
-def engine_json(entry: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
-    """An engine as the console lists it: the install record without its files and flag texts."""
-    files = entry.get("files") or []
-    return {"tag": entry["tag"], "active": state["active"] == entry["tag"],
-            "rollback_target": rollback_target(state) == entry["tag"], "source_kind": entry.get("source_kind"),
-            "source": entry.get("source"), "version": entry.get("version"),
-            "build_options": entry.get("build_options") or [], "installed_ts": entry.get("installed_ts"),
-            "activated_ts": entry.get("activated_ts"), "file_count": sum(1 for f in files if not f.get("link_to")),
-            "bytes": sum(int(f.get("bytes") or 0) for f in files), "smoke": entry.get("smoke"),
-            "verified": entry.get("verified"), "refused": entry.get("refused")}
+        resp.media = {"models": rows, "aliases": aliases(self.app)}
 
 
 class Engines:
@@ -202,10 +189,8 @@ class Engines:
         self.app = app
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        state = self.app.runner.state("engines")
-        rows = sorted((engine_json(e, state) for e in state["engines"].values()),
-                      key=lambda r: r["installed_ts"] or 0)
-        resp.media = {"active": state["active"], "engines": rows}
+        rows = [engine_json(self.app, e) for e in installed_engines(self.app)]
+        resp.media = {"active": active_tag(self.app), "engines": rows}
 
 
 class VerifyBody(BaseModel):
@@ -223,7 +208,7 @@ class Verify:
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         media = await req.get_media(default_when_empty={})
         body = VerifyBody.model_validate(media)
-        if body.tag is not None and installed(self.app.runner.state("engines"), body.tag) is None:
+        if body.tag is not None and engine(self.app, body.tag) is None:
             raise falcon.HTTPNotFound(description=f"no engine tagged {body.tag!r} (see: blazar engine list)")
         try:
             ev = await verify_engine(self.app, body.tag)

@@ -14,6 +14,7 @@ import falcon.asgi
 from blazar.context import Blazar
 from blazar.events.base import Recorded
 from blazar.queries.dashboard import REQUEST_TYPES, SEED_EVENTS, Activity, DaemonStatus, fold, read_recent, snapshot
+from blazar.queries.metrics import queue_depth
 from blazar.queries.ps import ps_rows
 from blazar.serving.ports import SupervisorPort
 
@@ -64,8 +65,8 @@ class DashboardResource:
             queues = {m: int(s.get("queued", 0)) for m, s in live.items() if not m.startswith("_")}
             rows = self.supervisor.ps()
         else:  # an admin-only app (tests): the log's figures
-            queues = dict(self.app.runner.state("metrics")["queue_depth"])
-            rows = ps_rows(self.app.runner.state("residency"), now=now)
+            queues = queue_depth(self.app)
+            rows = [r.to_json() for r in ps_rows(self.app, now=now)]
         dash = snapshot(activity, rows=rows, now=now, daemon=DaemonStatus(up=True, url=req.prefix), queues=queues,
                         live_rows=self.gateway is not None)
         resp.media = dash.model_dump(mode="json")

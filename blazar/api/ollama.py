@@ -19,8 +19,8 @@ from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.context import Blazar
 from blazar.dialects.modelfile import render_modelfile, render_parameters
 from blazar.errors import BlazarError, DialectError, ModelNotFound
-from blazar.projections.catalog import StoredModel, alias_target, aliases, is_model, models, stored
-from blazar.projections.residency import instance
+from blazar.queries.catalog import StoredModel, alias_target, aliases, is_model, model, models
+from blazar.queries.ps import instance
 from blazar.serving.ports import SupervisorPort
 from blazar.store.models import alias_model, remove_model, unalias_model
 
@@ -103,10 +103,9 @@ class Tags:
         self.app = app
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        catalog = self.app.runner.state("catalog")
         rows = []
-        names = {m.name: m for m in models(catalog)}
-        names.update({a: names[t] for a, t in aliases(catalog).items() if t in names})
+        names = {m.name: m for m in models(self.app)}
+        names.update({a: names[t] for a, t in aliases(self.app).items() if t in names})
         p = principal_of(req)  # a key sees only the models in its scope
         for name, m in sorted(names.items()):
             if p is not None and not p.allows(name, m.name):
@@ -124,16 +123,14 @@ class Ps:
         self.app, self.supervisor = app, supervisor
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        catalog = self.app.runner.state("catalog")
-        residency = self.app.runner.state("residency")
         rows = []
         p = principal_of(req)  # a key sees only the models in its scope, as in /api/tags
         for r in self.supervisor.ps():
             if p is not None and not p.allows(r["model"]):
                 continue
-            entry = stored(catalog, r["model"])
+            entry = model(self.app, r["model"])
             size = r.get("measured_bytes") or r.get("planned_bytes") or 0
-            inst = instance(residency, r["instance_id"])
+            inst = instance(self.app, r["instance_id"])
             gpu = inst.gpu_layers if inst is not None else 0
             expires = FOREVER if r.get("expires_at") is None else rfc3339(r["expires_at"])
             rows.append({"name": r["model"], "model": r["model"], "size": size,
@@ -152,7 +149,7 @@ class Show:
 
     async def _show(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         body = await _body(req, ModelBody)
-        entry = stored(self.app.runner.state("catalog"), body.model)
+        entry = model(self.app, body.model)
         p = principal_of(req)  # a model outside the key's scope is not shown, as if it did not exist
         if entry is None or (p is not None and not p.allows(body.model, entry.name)):
             raise ModelNotFound(f"model '{body.model}' not found")
@@ -194,14 +191,13 @@ class Delete:
     async def _delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         body = await _body(req, ModelBody)
         await self.app.runner.catch_up()
-        catalog = self.app.runner.state("catalog")
         # An alias (what /api/copy makes) is dropped as a name; the model it names stays.
         for name in (body.model, f"{body.model}:latest") if ":" not in body.model else (body.model,):
-            if alias_target(catalog, name) is not None and not is_model(catalog, name):
+            if alias_target(self.app, name) is not None and not is_model(self.app, name):
                 await unalias_model(self.app, name)
                 resp.status = 200
                 return
-        if stored(catalog, body.model) is None:
+        if model(self.app, body.model) is None:
             raise ModelNotFound(f"model '{body.model}' not found")
         await remove_model(self.app, body.model)
         resp.status = 200
@@ -217,7 +213,7 @@ class Copy:
     async def _copy(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         body = await _body(req, CopyBody)
         await self.app.runner.catch_up()
-        if stored(self.app.runner.state("catalog"), body.source) is None:
+        if model(self.app, body.source) is None:
             raise ModelNotFound(f"model '{body.source}' not found")
         await alias_model(self.app, body.destination, body.source)
         resp.status = 200

@@ -20,7 +20,7 @@ from blazar.api.ollama import _body, _guard
 from blazar.context import Blazar
 from blazar.dialects import modelfile
 from blazar.errors import DialectError
-from blazar.projections.catalog import stored
+from blazar.queries.catalog import model
 from blazar.store.model_settings import SettingsChange, create_variant, parse_parameters
 
 
@@ -102,7 +102,7 @@ class Create:
 
     def _progress(self, change: SettingsChange, base: str) -> list[dict[str, str]]:
         """Ollama's status lines for what was done: the base's layer reused, one per setting, the manifest."""
-        origin = stored(self.app.runner.state("catalog"), base)
+        origin = model(self.app, base)
         lines = [{"status": "reading model metadata"}]
         if origin is not None:
             lines.append({"status": f"using existing layer sha256:{origin.sha256}"})

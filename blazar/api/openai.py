@@ -19,8 +19,8 @@ from blazar.api.proxy import Proxy
 from blazar.context import Blazar
 from blazar.dialects.schema import check_response_format, check_tools
 from blazar.errors import Refused
-from blazar.projections.catalog import StoredModel, models, stored
-from blazar.projections.remotes import remotes
+from blazar.queries.catalog import StoredModel, model, models
+from blazar.queries.remotes import remotes
 from blazar.serving.gateway import Gateway
 from blazar.serving.request import Request
 
@@ -109,9 +109,9 @@ class Models:
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         p = principal_of(req)  # a key sees only the models in its scope
-        local = [_model_json(m) for m in models(self.app.runner.state("catalog")) if p is None or p.allows(m.name)]
+        local = [_model_json(m) for m in models(self.app) if p is None or p.allows(m.name)]
         served = [{"id": name, "object": "model", "created": int(r.added_ts), "owned_by": f"remote:{r.name}"}
-                  for r in remotes(self.app.runner.state("remotes")) for name in r.models
+                  for r in remotes(self.app) for name in r.models
                   if p is None or p.allows(name)]
         resp.media = {"object": "list", "data": local + served}
 
@@ -121,7 +121,7 @@ class Model:
         self.app = app
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, model_id: str) -> None:
-        m = stored(self.app.runner.state("catalog"), model_id)
+        m = model(self.app, model_id)
         p = principal_of(req)
         if m is None or (p is not None and not p.allows(model_id, m.name)):
             raise Refused(f"The model '{model_id}' does not exist", reason="model_not_found", http_status=404)

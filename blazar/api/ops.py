@@ -16,7 +16,7 @@ import falcon.asgi
 from blazar.context import Blazar
 from blazar.errors import EngineError, EngineVerifyFailed
 from blazar.queries.log_writer import writer_check
-from blazar.queries.metrics import render_prometheus
+from blazar.queries.metrics import metrics_text
 from blazar.serving.gateway import Gateway
 from blazar.store.engines import active_engine, prove_generates
 
@@ -80,8 +80,7 @@ class Metrics:
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         live = {k: v for k, v in self.gateway.admission.snapshot().items() if not k.startswith("_")}
         otlp = self.app.span_export_stats() if self.app.span_export_stats is not None else None
-        text = render_prometheus(self.app.runner.state("metrics"), self.app.runner.state("residency"), live=live,
-                                 otlp=otlp)
+        text = metrics_text(self.app, live=live, otlp=otlp)
         resp.content_type = "text/plain; version=0.0.4; charset=utf-8"
         resp.text = text
 

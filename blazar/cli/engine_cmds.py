@@ -14,8 +14,9 @@ from rich.text import Text
 
 from blazar.adapters.engines.llama_server import Capabilities
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
+from blazar.context import Blazar
 from blazar.errors import EngineError, EngineNotFound
-from blazar.projections.engines import rollback_target
+from blazar.queries.engines import InstalledEngine, active_tag, engine, engine_json, installed_engines
 from blazar.store import engines as handler
 
 app = typer.Typer(
@@ -51,18 +52,11 @@ def _verified(v: dict[str, Any] | None) -> str:
     return ("ok" if v["ok"] else "FAILED: " + "; ".join(v["problems"])) + f" ({fmt_ts(v['ts'])})"
 
 
-def summary(entry: dict[str, Any], state: dict[str, Any], engines_dir: Path) -> dict[str, Any]:
+def summary(app_: Blazar, e: InstalledEngine) -> dict[str, Any]:
     """An engine as `list --json` and `show --json` print it: the install record without the flag texts."""
-    caps = Capabilities.model_validate(entry["manifest"])
+    caps = Capabilities.model_validate(e.manifest)
     return {
-        "tag": entry["tag"], "active": state["active"] == entry["tag"],
-        "rollback_target": rollback_target(state) == entry["tag"], "source_kind": entry["source_kind"],
-        "source": entry["source"], "version": entry["version"], "dir": str(engines_dir / entry["tag"]),
-        "binary": str(engines_dir / entry["tag"] / entry["binary"]), "files": entry["files"],
-        "file_count": sum(1 for f in entry["files"] if not f.get("link_to")),
-        "bytes": sum(f["bytes"] for f in entry["files"]), "build_options": entry["build_options"],
-        "installed_ts": entry["installed_ts"], "activated_ts": entry["activated_ts"], "smoke": entry["smoke"],
-        "verified": entry["verified"], "refused": entry["refused"],
+        **engine_json(app_, e, engines_dir=app_.paths.engines),
         "manifest": {
             "flags": len(caps.flags), "metrics": caps.metrics, "slots_endpoint": caps.slots_endpoint,
             "slot_save_path": caps.slot_save_path, "flash_attn": list(caps.flash_attn_choices),
@@ -73,8 +67,15 @@ def summary(entry: dict[str, Any], state: dict[str, Any], engines_dir: Path) -> 
     }
 
 
-def _active_line(state: dict[str, Any]) -> str:
-    return f"active engine: {state['active']}" if state["active"] else "no engine is active"
+def _installed(app_: Blazar, tag: str) -> InstalledEngine:
+    found = engine(app_, tag)
+    if found is None:
+        raise EngineNotFound(f"no engine tagged {tag!r} (see: blazar engine list)")
+    return found
+
+
+def _active_line(tag: str | None) -> str:
+    return f"active engine: {tag}" if tag else "no engine is active"
 
 
 @app.command()
@@ -97,8 +98,7 @@ def install(
         async with opened() as app_:
             t = await handler.install_engine(app_, source=source, path=path, tag=tag, activate=not no_activate,
                                              progress=_progress(as_json))
-            state = app_.runner.state("engines")
-            return summary(state["engines"][t], state, app_.paths.engines)
+            return summary(app_, _installed(app_, t))
 
     info = run(go())
     _report(info, as_json, "installed")
@@ -138,8 +138,7 @@ def build(
             t = await handler.build_engine(app_, tag=tag, jobs=jobs, sdist=sdist, cuda=cuda,
                                            activate=not no_activate, progress=_progress(as_json),
                                            rpc=target == "rpc-server")
-            state = app_.runner.state("engines")
-            return summary(state["engines"][t], state, app_.paths.engines)
+            return summary(app_, _installed(app_, t))
 
     try:
         info = run(go())
@@ -155,9 +154,7 @@ def list_(as_json: bool = JSON_OPTION) -> None:
 
     async def go() -> list[dict[str, Any]]:
         async with opened() as app_:
-            state = app_.runner.state("engines")
-            rows = [summary(e, state, app_.paths.engines) for e in state["engines"].values()]
-            return sorted(rows, key=lambda r: r["installed_ts"])
+            return [summary(app_, e) for e in installed_engines(app_)]
 
     rows = run(go())
     if as_json:
@@ -185,7 +182,7 @@ def use(tag: Annotated[str, typer.Argument(help="An engine tag from `blazar engi
     async def go() -> str:
         async with opened() as app_:
             await handler.use_engine(app_, tag, progress=_progress(False))
-            return _active_line(app_.runner.state("engines"))
+            return _active_line(active_tag(app_))
 
     out.print(Text(run(go())))
 
@@ -228,16 +225,16 @@ def prune(
 ) -> None:
     """Remove every engine except the active one, the previous one (and the rollback target) and any in use."""
 
-    async def go() -> tuple[list[str], dict[str, Any]]:
+    async def go() -> tuple[list[str], str | None, list[str]]:
         async with opened() as app_:
             removed = await handler.prune_engines(app_, keep_previous=not all_inactive)
-            return removed, app_.runner.state("engines")
+            return removed, active_tag(app_), sorted(e.tag for e in installed_engines(app_))
 
-    removed, state = run(go())
+    removed, active, kept_tags = run(go())
     if as_json:
-        print_json({"removed": removed, "active": state["active"], "kept": sorted(state["engines"])})
+        print_json({"removed": removed, "active": active, "kept": kept_tags})
         return
-    kept = ", ".join(sorted(state["engines"])) or "none"
+    kept = ", ".join(kept_tags) or "none"
     out.print(Text(f"removed {len(removed)} engine(s){': ' + ', '.join(removed) if removed else ''}; kept {kept}"))
 
 
@@ -251,14 +248,10 @@ def show(
 
     async def go() -> dict[str, Any]:
         async with opened() as app_:
-            state = app_.runner.state("engines")
-            name = tag or state["active"]
+            name = tag or active_tag(app_)
             if name is None:
                 raise EngineError("no engine is active: name one (see: blazar engine list)")
-            entry = state["engines"].get(name)
-            if entry is None:
-                raise EngineNotFound(f"no engine tagged {name!r} (see: blazar engine list)")
-            return summary(entry, state, app_.paths.engines)
+            return summary(app_, _installed(app_, name))
 
     info = run(go())
     if as_json:

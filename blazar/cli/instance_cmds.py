@@ -20,7 +20,7 @@ from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json,
 from blazar.cli.daemon_client import AdminClient, daemon_log, find_daemon, start_daemon
 from blazar.durations import format_duration, keep_alive_seconds
 from blazar.instances.supervisor import ModelNotLoaded, reset_circuit
-from blazar.projections.catalog import find
+from blazar.queries.catalog import model as stored_model
 from blazar.queries.ps import open_circuits, ps_rows
 
 _VERBATIM: dict[str, Any] = {"markup": False, "emoji": False}
@@ -143,8 +143,8 @@ def ps(
     else:
         async def go() -> tuple[list[dict], dict[str, float], float]:
             async with opened() as app:
-                state, now = app.runner.state("residency"), app.clock.now()
-                return ps_rows(state, now=now), open_circuits(state, now=now), now
+                now = app.clock.now()
+                return [r.to_json() for r in ps_rows(app, now=now)], open_circuits(app, now=now), now
 
         rows, circuits, now = run(go())
     if as_json:
@@ -170,8 +170,8 @@ def _reset(model: str, info: daemon.DaemonInfo | None, *, as_json: bool) -> None
     else:
         async def go() -> bool:
             async with opened() as app:
-                entry = find(app.runner.state("catalog"), model)
-                return await reset_circuit(app, entry["name"] if entry else model)
+                entry = stored_model(app, model)
+                return await reset_circuit(app, entry.name if entry else model)
 
         was_open = run(go())
     if as_json:

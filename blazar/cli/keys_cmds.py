@@ -13,7 +13,7 @@ from blazar.cli.daemon_client import tell_daemon
 from blazar.context import Blazar
 from blazar.operations import keys as handlers
 from blazar.paths import Paths
-from blazar.projections.keys import public
+from blazar.queries.keys import ApiKey, all_keys, key, usage
 
 app = typer.Typer(help="API keys: once one exists, every route but /health needs one (Authorization: Bearer, or "
                   "x-api-key). Each change is a key.* event; only a salted hash of a secret is stored.",
@@ -28,13 +28,22 @@ _PRIORITIZE_HELP = ("Let the key use X-Blazar-Priority and deadlines (X-Blazar-D
                     "without it they are ignored and the answer says so (x-blazar-ignored).")
 
 
-def _row(app_: Blazar, key: dict[str, Any]) -> dict[str, Any]:
+def _row(app_: Blazar, k: ApiKey) -> dict[str, Any]:
+    """The key as `blazar keys --json` prints it: its public fields, its state now and today's usage (UTC)."""
     now = app_.clock.now()
-    usage = app_.runner.state("metrics").get("keys", {}).get(key["name"]) or {}
-    today = usage.get("day") == int(now // 86400)
-    state = "revoked" if key["revoked"] else "expired" if key["expires_ts"] and key["expires_ts"] <= now else "live"
-    return {**public(key), "state": state, "requests_today": usage.get("requests_today", 0) if today else 0,
-            "tokens_today": usage.get("tokens_today", 0) if today else 0}
+    used = usage(app_, k.name)
+    today = used if used is not None and used.day == int(now // 86400) else None
+    state = "revoked" if k.revoked else "expired" if k.expires_ts and k.expires_ts <= now else "live"
+    return {**k.public(), "state": state, "requests_today": today.requests_today if today else 0,
+            "tokens_today": today.tokens_today if today else 0}
+
+
+def _existing(app_: Blazar, name: str) -> ApiKey:
+    """Key `name`, which the command just created or changed."""
+    found = key(app_, name)
+    if found is None:
+        raise handlers.KeyCommandError(f"no key named {name!r} (see `blazar keys list`)")
+    return found
 
 
 def _limits_text(k: dict[str, Any]) -> str:
@@ -76,7 +85,7 @@ def create(
                                                 daily_tokens=daily_tokens, max_concurrent=max_concurrent,
                                                 admin=admin, expires=expires, cache_group=cache_group,
                                                 may_prioritize=may_prioritize)
-            return {**_row(app_, app_.runner.state("keys")["keys"][name]), "seq": rec.seq}, secret, app_.paths
+            return {**_row(app_, _existing(app_, name)), "seq": rec.seq}, secret, app_.paths
 
     row, secret, paths = run(go())
     tell_daemon(paths)
@@ -91,8 +100,7 @@ def list_(as_json: bool = JSON_OPTION) -> None:
 
     async def go() -> list[dict[str, Any]]:
         async with opened() as app_:
-            return [_row(app_, k) for k in sorted(app_.runner.state("keys")["keys"].values(),
-                                                   key=lambda k: k["name"])]
+            return [_row(app_, k) for k in all_keys(app_)]
 
     rows = run(go())
     if as_json:
@@ -115,10 +123,7 @@ def show(name: Annotated[str, _NAME], as_json: bool = JSON_OPTION) -> None:
 
     async def go() -> dict[str, Any]:
         async with opened() as app_:
-            key = app_.runner.state("keys")["keys"].get(name)
-            if key is None:
-                raise handlers.KeyCommandError(f"no key named {name!r} (see `blazar keys list`)")
-            return _row(app_, key)
+            return _row(app_, _existing(app_, name))
 
     row = run(go())
     if as_json:
@@ -141,7 +146,7 @@ def rotate(name: Annotated[str, _NAME], as_json: bool = JSON_OPTION) -> None:
     async def go() -> tuple[int, str, str, Paths]:
         async with opened() as app_:
             rec, secret = await handlers.rotate(app_, name)
-            return rec.seq, secret, app_.runner.state("keys")["keys"][name]["prefix"], app_.paths
+            return rec.seq, secret, _existing(app_, name).prefix, app_.paths
 
     seq, secret, prefix, paths = run(go())
     tell_daemon(paths)
@@ -194,7 +199,7 @@ def limits(
     async def go() -> tuple[dict[str, Any], bool, Paths]:
         async with opened() as app_:
             rec = await handlers.change_limits(app_, name, changed)
-            return _row(app_, app_.runner.state("keys")["keys"][name]), rec is not None, app_.paths
+            return _row(app_, _existing(app_, name)), rec is not None, app_.paths
 
     row, did, paths = run(go())
     if did:

@@ -12,10 +12,10 @@ from rich.table import Table
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
 from blazar.cli.model_settings_cmds import describe
 from blazar.cluster.nodes import pull_on_node
-from blazar.events.model_settings import ModelSettings
-from blazar.fit import FitRequest
+from blazar.fit import FitPlan, FitRequest
 from blazar.instances.fit import fit_model
-from blazar.projections.catalog import find, settings_of
+from blazar.queries.catalog import StoredModel, aliases, models
+from blazar.queries.catalog import model as stored_model
 from blazar.store.models import alias_model, import_model, remove_model, unalias_model
 from blazar.store.pull import pull as pull_model
 
@@ -120,24 +120,23 @@ def pull(
 def list_(as_json: bool = JSON_OPTION) -> None:
     """List the models in the store."""
 
-    async def go() -> dict:
+    async def go() -> list[StoredModel]:
         async with opened() as app:
-            return app.runner.state("catalog")["models"]
+            return models(app)
 
-    models = run(go())
-    rows = sorted(models.values(), key=lambda m: m["name"])
+    rows = run(go())
     if as_json:
-        print_json(rows)
+        print_json([m.to_json() for m in rows])
         return
     if not rows:
         out.print("no models yet: blazar pull gemma3-270m, or blazar import FILE --name NAME")
         return
     table = Table("name", "arch", "params", "quant", "ctx", "size", "added", box=None, header_style="bold")
     for m in rows:
-        md = m["metadata"]
-        shown = m["name"] + (f" (variant of {m['base']})" if m.get("base") else "")
-        table.add_row(shown, md["architecture"], _params(md["parameter_count"]), md.get("file_type") or "-",
-                      str(md.get("ctx_train") or "-"), _human(m["bytes"]), fmt_ts(m["added_ts"]))
+        md = m.metadata
+        shown = m.name + (f" (variant of {m.base})" if m.base else "")
+        table.add_row(shown, md.architecture, _params(md.parameter_count), md.file_type or "-",
+                      str(md.ctx_train or "-"), _human(m.bytes), fmt_ts(m.added_ts))
     out.print(table)
 
 
@@ -148,41 +147,39 @@ def show(
     """Everything known about one model: metadata, capabilities, file, sha256, where it came from."""
     from blazar.errors import ModelNotFound
 
-    async def go() -> dict:
+    async def go() -> tuple[StoredModel, Path, FitPlan]:
         async with opened() as app:
-            entry = find(app.runner.state("catalog"), model)
+            entry = stored_model(app, model)
             if entry is None:
                 raise ModelNotFound(f"no model named {model!r} in the store (see: blazar list)")
-            plan = await fit_model(app, entry["name"], FitRequest())
-            settings = settings_of(app.runner.state("catalog"), entry["name"])
-            return {**entry, "file": str(app.paths.models / entry["path"]),
-                    "settings": settings.model_dump(mode="json") if settings is not None else None,
-                    "fit": {"fits": plan.fits, "summary": plan.summary, "ctx_per_slot": plan.ctx_per_slot,
-                            "slots": plan.slots, "cache_type_k": plan.cache_type_k, "cache_type_v": plan.cache_type_v,
-                            "total_bytes": plan.total_bytes}}
+            return entry, app.paths.models / entry.file, await fit_model(app, entry.name, FitRequest())
 
-    info = run(go())
-    md = info["metadata"]
-    caps = ["completion"] + (["chat"] if md["chat_template"] else []) + (["embedding"] if md["embedding_model"] else [])
-    info["capabilities"] = caps
+    entry, file, plan = run(go())
+    md = entry.metadata
+    caps = ["completion"] + (["chat"] if md.chat_template else []) + (["embedding"] if md.embedding_model else [])
     if as_json:
-        print_json(info)
+        print_json({**entry.to_json(), "file": str(file),
+                    "settings": entry.settings.model_dump(mode="json") if entry.settings is not None else None,
+                    "fit": {"fits": plan.fits, "summary": plan.summary, "ctx_per_slot": plan.ctx_per_slot,
+                            "slots": plan.slots, "cache_type_k": plan.cache_type_k,
+                            "cache_type_v": plan.cache_type_v, "total_bytes": plan.total_bytes},
+                    "capabilities": caps})
         return
     table = Table(show_header=False, box=None)
     rows = [
-        ("name", info["name"]), ("file", info["file"]), ("size", _human(info["bytes"])), ("sha256", info["sha256"]),
-        ("source", f"{info['source']} ({info['source_kind']})"), ("added", fmt_ts(info["added_ts"])),
-        ("architecture", md["architecture"]), ("parameters", _params(md["parameter_count"])),
-        ("quantization", md.get("file_type") or "-"), ("context (trained)", str(md.get("ctx_train") or "-")),
-        ("layers", str(md["block_count"])),
-        ("heads / kv heads", f"{md.get('head_count') or '-'} / {md.get('head_count_kv') or '-'}"),
-        ("key / value length", f"{md.get('key_length') or '-'} / {md.get('value_length') or '-'}"),
-        ("sliding window", str(md.get("sliding_window") or "-")),
-        ("experts", f"{md['expert_count']} ({md.get('expert_used_count')} used)" if md.get("expert_count") else "-"),
+        ("name", entry.name), ("file", str(file)), ("size", _human(entry.bytes)), ("sha256", entry.sha256),
+        ("source", f"{entry.source} ({entry.source_kind})"), ("added", fmt_ts(entry.added_ts)),
+        ("architecture", md.architecture), ("parameters", _params(md.parameter_count)),
+        ("quantization", md.file_type or "-"), ("context (trained)", str(md.ctx_train or "-")),
+        ("layers", str(md.block_count)),
+        ("heads / kv heads", f"{md.head_count or '-'} / {md.head_count_kv or '-'}"),
+        ("key / value length", f"{md.key_length or '-'} / {md.value_length or '-'}"),
+        ("sliding window", str(md.sliding_window or "-")),
+        ("experts", f"{md.expert_count} ({md.expert_used_count} used)" if md.expert_count else "-"),
         ("capabilities", ", ".join(caps)),
-        ("fit here", info["fit"]["summary"]),
-        *([("variant of", info["base"])] if info.get("base") else []),
-        *describe(ModelSettings.model_validate(info["settings"]) if info["settings"] else None),
+        ("fit here", plan.summary),
+        *([("variant of", entry.base)] if entry.base else []),
+        *describe(entry.settings),
     ]
     for k, v in rows:
         table.add_row(f"[bold]{k}[/bold]", v)
@@ -216,7 +213,7 @@ def alias(
     async def go() -> Any:
         async with opened() as app:
             if name is None:
-                return dict(app.runner.state("catalog").get("aliases", {}))
+                return aliases(app)
             if remove:
                 return await unalias_model(app, name)
             if model is None:

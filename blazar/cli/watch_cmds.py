@@ -31,6 +31,7 @@ from blazar.queries.dashboard import (
     read_recent,
     snapshot,
 )
+from blazar.queries.metrics import queue_depth
 from blazar.queries.ps import ps_rows
 from blazar.queries.why import fmt_bytes, fmt_ms
 
@@ -53,11 +54,11 @@ class _Watch:
 
     def dashboard(self) -> Dashboard:
         now = self.app.clock.now()
-        rows = ps_rows(self.app.runner.state("residency"), now=now)
+        rows = [r.to_json() for r in ps_rows(self.app, now=now)]
         if self.sample is not None and self.daemon.up:
             queues, busy = self.sample.queue_depth, self.sample.slots_busy
         else:  # no daemon: the log's queue gauge, and nobody is being served
-            queues, busy = dict(self.app.runner.state("metrics")["queue_depth"]), None
+            queues, busy = queue_depth(self.app), None
         return snapshot(self.activity, rows=rows, now=now, daemon=self.daemon, queues=queues, slots_busy=busy)
 
     async def follow(self, emit: bool) -> None:

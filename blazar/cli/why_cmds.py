@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from blazar.cli.common import JSON_OPTION, fmt_ts, opened, out, print_json, run
+from blazar.queries.traces import last_failed
 from blazar.queries.why import MIN_PREFIX, Explanation, explain, load_trace, resolve_trace
 
 _NONE = "no request has failed or been rejected: give a trace id (the x-blazar-trace-id response header)"
@@ -25,7 +26,7 @@ def why(
 
     async def go() -> Explanation | None:
         async with opened() as app:
-            trace_id = trace.strip() if trace else app.runner.state("traces")["last_failed"]
+            trace_id = trace.strip() if trace else last_failed(app)
             if trace_id is None:
                 return None
             trace_id = await resolve_trace(app.log, trace_id)

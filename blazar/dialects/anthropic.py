@@ -88,7 +88,7 @@ def _stream(body: dict[str, Any], out: dict[str, Any]) -> None:
         out["stream_options"] = {"include_usage": True}
 
 
-def _output_format(config: Any) -> dict[str, Any] | None:
+def _output_format(config: Any) -> dict[str, Any] | bool | None:
     """Structured output: `output_config.format` {type: json_schema, schema} (the schema is checked here)."""
     if config is None:
         return None
@@ -99,8 +99,7 @@ def _output_format(config: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or "schema" not in fmt:
         raise DialectError("output_config.format: expected {\"type\": \"json_schema\", \"schema\": {...}}")
-    check_schema(fmt["schema"], "output_config.format.schema")
-    return fmt["schema"]
+    return check_schema(fmt["schema"], "output_config.format.schema")
 
 
 def _system(system: Any) -> list[dict[str, Any]]:

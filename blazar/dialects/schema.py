@@ -10,14 +10,14 @@ from jsonschema import SchemaError, validators
 from blazar.dialects.errors import DialectError
 
 
-def check_schema(schema: Any, where: str) -> None:
-    """Raise DialectError naming `where` when `schema` is not a valid JSON schema (by its own $schema's meta-schema,
-    draft 2020-12 when it names none)."""
+def check_schema(schema: Any, where: str) -> dict[str, Any] | bool:
+    """`schema`, typed, when it is a valid JSON schema (by its own $schema's meta-schema, draft 2020-12 when it names
+    none); else DialectError naming `where`."""
     if not isinstance(schema, dict | bool):
         raise DialectError(f"{where}: a JSON schema must be an object, not {type(schema).__name__}",
                            code="invalid_schema")
     if isinstance(schema, bool):
-        return
+        return schema
     if "$schema" in schema and not isinstance(schema["$schema"], str):
         raise DialectError(f"{where}.$schema: must be a string (a meta-schema URI)", code="invalid_schema")
     try:
@@ -28,6 +28,7 @@ def check_schema(schema: Any, where: str) -> None:
                            code="invalid_schema") from None
     except RecursionError:  # bodies are bounded in depth before this; a schema that still recurses is refused
         raise DialectError(f"{where}: the JSON schema nests too deeply to check", code="invalid_schema") from None
+    return schema
 
 
 def check_response_format(rf: Any) -> None:

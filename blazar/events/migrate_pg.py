@@ -35,7 +35,8 @@ async def _connect(url: PostgresUrl) -> Any:
 async def _revision(conn: Any) -> str | None:
     if await conn.fetchval("SELECT to_regclass('alembic_version')") is None:
         return None
-    return await conn.fetchval("SELECT version_num FROM alembic_version")
+    version = await conn.fetchval("SELECT version_num FROM alembic_version")
+    return None if version is None else str(version)
 
 
 async def status(url: PostgresUrl) -> SchemaStatus:

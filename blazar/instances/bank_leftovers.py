@@ -13,13 +13,12 @@ from __future__ import annotations
 import stat
 import time
 from pathlib import Path
-from typing import Any
 
 from blazar.confine import BANK_DIR
 from blazar.context import Blazar
 from blazar.events.base import Recorded
 from blazar.events.doctor import DoctorFixed
-from blazar.projections.sessions import bank_entries
+from blazar.projections.sessions import SessionsState, bank_entries
 
 CHECK = "store.kv_bank"
 WHY = "a KV-bank save no session.saved event records (a daemon stopped during the save)"
@@ -28,7 +27,7 @@ WHY = "a KV-bank save no session.saved event records (a daemon stopped during th
 GRACE_PAST_TIMEOUT_S = 60.0
 
 
-def unrecorded_saves(data_dir: Path, sessions: dict[str, Any], *, younger_kept_s: float | None = None,
+def unrecorded_saves(data_dir: Path, sessions: SessionsState, *, younger_kept_s: float | None = None,
                      now: float | None = None) -> list[Path]:
     """Regular files under the bank's model directories that no bank entry names, oldest path first. Symlinks and
     anything else that is not a plain file are never listed (never removed). `younger_kept_s`: leave out files

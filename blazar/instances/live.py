@@ -18,8 +18,7 @@ from blazar.events.sessions import KvIdentity
 from blazar.fit import FitPlan
 from blazar.instances.decide import Candidate
 from blazar.instances.placement_decision import Running
-from blazar.projections.base import State
-from blazar.projections.residency import instance
+from blazar.projections.residency import ResidencyState, instance
 from blazar.store.model_settings import template_key
 
 
@@ -150,12 +149,12 @@ class LiveSet:
                 return lv
         return None
 
-    def measured(self, residency: State) -> dict[str, int | None]:
+    def measured(self, residency: ResidencyState) -> dict[str, int | None]:
         """What the engine was measured to hold, per live instance (None: not measured yet)."""
         return {iid: inst.measured_bytes if (inst := instance(residency, iid)) is not None else None
                 for iid in self.by_id}
 
-    def running(self, residency: State, now: float) -> list[Running]:
+    def running(self, residency: ResidencyState, now: float) -> list[Running]:
         """Every live instance as the placement decider sees it: its state and what evicting it frees and costs."""
         measured = self.measured(residency)
         return [Running(state=lv.state, candidate=Candidate(

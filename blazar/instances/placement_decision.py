@@ -28,8 +28,7 @@ from blazar.instances.placement import (
     worker_bytes_needed,
     worker_devices,
 )
-from blazar.projections.base import State
-from blazar.projections.calibration import correction_for
+from blazar.projections.calibration import CalibrationState, correction_for
 
 MiB = 1 << 20
 
@@ -57,7 +56,7 @@ class Situation:
     memory_limit_bytes: int  # 0: no limit
     devices: tuple[Device, ...]  # as probed: the budget takes what the running instances are charged off the host
     running: tuple[Running, ...]
-    calibration: State  # the calibration projection: the measured correction for each plan's shape
+    calibration: CalibrationState  # the calibration projection: the measured correction for each plan's shape
     rpc_capable: bool  # the engine can put layers on RPC workers (built with the RPC backend)
     workers: tuple[tuple[str, int], ...] | None = None  # idle workers (address, bytes offered); None: not probed
     room_made: bool = False  # an Evict's victims are gone: plan again, spill if need be, never evict again

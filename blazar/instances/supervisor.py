@@ -94,7 +94,7 @@ class Supervisor:
 
     def ps(self) -> list[dict[str, Any]]:
         live = {iid: {"in_flight": lv.in_flight, "last_used": lv.last_used or None} for iid, lv in self._live.items()}
-        return ps_rows(self.app.runner.state("residency"), now=self.app.clock.now(), live=live)
+        return [r.to_json() for r in ps_rows(self.app.runner.state("residency"), now=self.app.clock.now(), live=live)]
 
     def instances(self, model: str | None = None) -> list[Instance]:
         return self.live.instances(model)

@@ -17,8 +17,7 @@ from blazar.context import Blazar
 from blazar.errors import ModelNotFound
 from blazar.events.base import Recorded
 from blazar.operations import keys
-from blazar.projections.base import State
-from blazar.projections.catalog import find
+from blazar.projections.catalog import CatalogState, models, stored
 from blazar.projections.keys import auth_on
 
 KEY_NAME_PREFIX = "launch-"
@@ -51,14 +50,14 @@ class LaunchKey:
     created: Recorded
 
 
-def pick_model(catalog: State, asked: str | None) -> Target | None:
+def pick_model(catalog: CatalogState, asked: str | None) -> Target | None:
     """`--model` when given (it must be in the store); else the store's only model; else none (the command chooses)."""
     if asked is not None:
-        entry = find(catalog, asked)
+        entry = stored(catalog, asked)
         if entry is None:
             raise ModelNotFound(f"no model named {asked!r} in the store (see `blazar list`)")
-        return Target(asked=asked, name=str(entry["name"]))
-    names = sorted(catalog["models"])
+        return Target(asked=asked, name=entry.name)
+    names = [m.name for m in models(catalog)]
     return Target(asked=names[0], name=names[0]) if len(names) == 1 else None
 
 

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from blazar.events.base import Recorded
-from blazar.projections.base import Projection, State
+from blazar.projections.base import Projection, State, TypedState
 
 RECENT = 20
 
@@ -50,8 +50,15 @@ def audit_record(rec: Recorded, *, pii_scrub: bool = True) -> dict[str, Any] | N
     }
 
 
+class AuditState(TypedState):
+    """The `audit` projection's state; `blazar state` shows it (no reader: the export reads the log itself)."""
+
+    __slots__ = ()
+
+
 class AuditProjection(Projection):
     name = "audit"
+    state_type = AuditState
     version = 1
     types = None  # audit relevance is a property of the event class, checked in apply
 

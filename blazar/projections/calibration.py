@@ -9,7 +9,7 @@ from typing import Any
 
 from blazar.events.base import Recorded
 from blazar.events.models import InstanceMemoryMeasured
-from blazar.projections.base import Projection, State
+from blazar.projections.base import Projection, State, TypedState
 
 # Differences kept per model, newest last. Few on purpose: a new engine build or driver changes the numbers, and
 # the median of a short window follows that within a few loads.
@@ -20,9 +20,16 @@ def shape_key(ctx: int, slots: int, cache_type_k: str, cache_type_v: str) -> str
     return f"{ctx}|{slots}|{cache_type_k.lower()}|{cache_type_v.lower()}"
 
 
+class CalibrationState(TypedState):
+    """The `calibration` projection's state, read through `correction_for`."""
+
+    __slots__ = ()
+
+
 class CalibrationProjection(Projection):
     node_local = True
     name = "calibration"
+    state_type = CalibrationState
     version = 1
     types = frozenset({InstanceMemoryMeasured.TYPE})
 
@@ -47,10 +54,11 @@ class CalibrationProjection(Projection):
         return state
 
 
-def correction_for(state: State, model: str, ctx: int, slots: int, cache_type_k: str, cache_type_v: str) -> int:
+def correction_for(state: CalibrationState, model: str, ctx: int, slots: int, cache_type_k: str,
+                   cache_type_v: str) -> int:
     """Bytes to add to the next plan of `model`: the latest difference measured at this very shape, else the
     median of the model's recent differences (the higher middle value: when in doubt, plan for more), else 0."""
-    recent = state.get("models", {}).get(model, {}).get("recent", [])
+    recent = state._raw.get("models", {}).get(model, {}).get("recent", [])
     if not recent:
         return 0
     key = shape_key(ctx, slots, cache_type_k, cache_type_v)

@@ -21,13 +21,21 @@ from blazar.events.models import (
     ModelPullFailed,
     ModelPullStarted,
     ModelRemoved,
+    ShardFile,
 )
-from blazar.projections.base import Projection, State
+from blazar.projections.base import Projection, RefusedEvent, State, TypedState, refused_events
+
+
+class CatalogState(TypedState):
+    """The `catalog` projection's state, read through `stored`, `models`, `aliases` and the other readers below."""
+
+    __slots__ = ()
 
 
 class CatalogProjection(Projection):
     node_local = True
     name = "catalog"
+    state_type = CatalogState
     version = 4
     types = frozenset({
         ModelImported.TYPE, ModelRemoved.TYPE, ModelPullStarted.TYPE, ModelPullCompleted.TYPE, ModelPullFailed.TYPE,
@@ -85,10 +93,10 @@ class CatalogProjection(Projection):
         return state
 
 
-def find(state: State, name: str) -> dict[str, Any] | None:
+def _find(state: State, name: str) -> dict[str, Any] | None:
     """A model by exact name, by `name` meaning `name:latest` (Ollama's convention), or by an alias of either."""
-    by_name = state["models"]
-    targets = state.get("aliases", {})
+    by_name: dict[str, dict[str, Any]] = state["models"]
+    targets: dict[str, str] = state.get("aliases", {})
     for candidate in (name, f"{name}:latest") if ":" not in name else (name,):
         hit = by_name.get(candidate) or by_name.get(targets.get(candidate, ""))
         if hit is not None:
@@ -108,26 +116,51 @@ class StoredModel:
     seq: int
     source: str = ""  # where it came from: a local path, a hub target, a python package
     added_ts: float = 0.0
-    shards: tuple[str, ...] = ()  # a split model's parts (relative to the models directory); () for one file
+    parts: tuple[ShardFile, ...] = ()  # a split model's parts, in order; () for one file
     settings: ModelSettings | None = None  # its template, system prompt and default parameters; None: none set
     base: str | None = None  # a variant: the model it was made from; None for a model of its own
+    source_kind: str = "file"
+    linked: bool = False  # its file is a hardlink (not a copy)
+    configured: ModelSettings | None = None  # its settings as last set, even when empty; None: never set
+    settings_seq: int | None = None  # the event that set them
+
+    @property
+    def shards(self) -> tuple[str, ...]:
+        """A split model's parts (relative to the models directory); () for one file."""
+        return tuple(p.path for p in self.parts)
 
     @property
     def files(self) -> tuple[str, ...]:
         """What the model occupies in the store: its parts, or its one file."""
         return self.shards or (self.file,)
 
+    def to_json(self) -> dict[str, Any]:
+        """The catalog's record of the model, as `blazar list --json` and `blazar show --json` print it."""
+        out: dict[str, Any] = {
+            "name": self.name, "path": self.file, "bytes": self.bytes, "sha256": self.sha256, "source": self.source,
+            "source_kind": self.source_kind, "linked": self.linked, "added_ts": self.added_ts, "seq": self.seq,
+            "metadata": self.metadata.model_dump(mode="json"),
+            "shards": [p.model_dump(mode="json") for p in self.parts],
+        }
+        if self.base is not None:
+            out["base"] = self.base
+        if self.configured is not None:
+            out["settings"] = self.configured.model_dump(mode="json")
+            out["settings_seq"] = self.settings_seq
+        return out
 
-# Validating a GGUF summary costs more than the lookup: once per imported version (its seq), not per request. The
-# cached entry keeps the state's own metadata dict and is used only for that very dict: another state (a replay, a
-# test's fold) with the same seq validates its own.
-_METADATA: dict[int, tuple[dict[str, Any], ModelMetadata]] = {}
+
+# Validating a GGUF summary (and a split model's parts) costs more than the lookup: once per imported version (its
+# seq), not per request. The cached entry keeps the state's own metadata dict and is used only for that very dict:
+# another state (a replay, a test's fold) with the same seq validates its own. An entry's file facts never change
+# after the event that made it (a configure changes its settings alone).
+_METADATA: dict[int, tuple[dict[str, Any], ModelMetadata, tuple[ShardFile, ...]]] = {}
 _METADATA_KEEP = 512
 
 
-def stored(state: State, name: str) -> StoredModel | None:
-    """`find`, typed: the model `name` resolves to (exact, `:latest` or an alias), or None."""
-    entry = find(state, name)
+def stored(state: CatalogState, name: str) -> StoredModel | None:
+    """The model `name` resolves to (exact, `:latest` or an alias), or None."""
+    entry = _find(state._raw, name)
     return None if entry is None else _typed(entry)
 
 
@@ -136,18 +169,24 @@ def _typed(entry: dict[str, Any]) -> StoredModel:
     raw = entry["metadata"]
     cached = _METADATA.get(seq) if seq else None
     if cached is not None and cached[0] is raw:
-        meta = cached[1]
+        meta, parts = cached[1], cached[2]
     else:
         meta = ModelMetadata.model_validate(raw)
+        parts = tuple(ShardFile.model_validate(sh) for sh in entry.get("shards") or ())
         if seq:
             if len(_METADATA) >= _METADATA_KEEP:
                 _METADATA.clear()
-            _METADATA[seq] = (raw, meta)
+            _METADATA[seq] = (raw, meta, parts)
+    configured = _settings(entry)
+    settings_seq = entry.get("settings_seq")
     return StoredModel(name=str(entry["name"]), file=str(entry["path"]), sha256=str(entry.get("sha256") or ""),
                        bytes=int(entry.get("bytes") or 0), metadata=meta, seq=seq,
                        source=str(entry.get("source") or ""), added_ts=float(entry.get("added_ts") or 0.0),
-                       shards=tuple(str(s["path"]) for s in entry.get("shards") or ()),
-                       settings=_settings(entry), base=entry.get("base"))
+                       parts=parts,
+                       settings=None if configured is None or configured.is_empty() else configured,
+                       base=entry.get("base"), source_kind=str(entry.get("source_kind") or "file"),
+                       linked=bool(entry.get("linked")), configured=configured,
+                       settings_seq=None if settings_seq is None else int(settings_seq))
 
 
 # Like the metadata: validated once per change of settings (its seq), not per request.
@@ -155,58 +194,66 @@ _SETTINGS: dict[int, tuple[dict[str, Any], ModelSettings]] = {}
 
 
 def _settings(entry: dict[str, Any]) -> ModelSettings | None:
+    """The settings as recorded (empty ones too), or None when they were never set."""
     raw = entry.get("settings")
     if raw is None:
         return None
     seq = int(entry.get("settings_seq") or 0)
     cached = _SETTINGS.get(seq) if seq else None
     if cached is not None and cached[0] is raw:
-        typed = cached[1]
-    else:
-        typed = ModelSettings.model_validate(raw)
-        if seq:
-            if len(_SETTINGS) >= _METADATA_KEEP:
-                _SETTINGS.clear()
-            _SETTINGS[seq] = (raw, typed)
-    return None if typed.is_empty() else typed
+        return cached[1]
+    typed = ModelSettings.model_validate(raw)
+    if seq:
+        if len(_SETTINGS) >= _METADATA_KEEP:
+            _SETTINGS.clear()
+        _SETTINGS[seq] = (raw, typed)
+    return typed
 
 
-def settings_of(state: State, name: str) -> ModelSettings | None:
+def settings_of(state: CatalogState, name: str) -> ModelSettings | None:
     """The settings of the model `name` resolves to (exact, `:latest` or an alias); None when it has none."""
-    entry = find(state, name)
-    return None if entry is None else _settings(entry)
+    entry = _find(state._raw, name)
+    typed = None if entry is None else _settings(entry)
+    return None if typed is None or typed.is_empty() else typed
 
 
-def ever_configured(state: State, name: str) -> bool:
+def ever_configured(state: CatalogState, name: str) -> bool:
     """`name` (a model's own name) has had its settings set at least once, even if they are empty now."""
-    entry = state["models"].get(name)
+    entry = state._raw["models"].get(name)
     return entry is not None and "settings_seq" in entry
 
 
-def sharing_files(state: State, name: str) -> list[str]:
+def sharing_files(state: CatalogState, name: str) -> list[str]:
     """The other models (variants, or the base of one) whose entry names the same file as `name`'s."""
-    entry = state["models"].get(name)
+    by_name: dict[str, dict[str, Any]] = state._raw["models"]
+    entry = by_name.get(name)
     if entry is None:
         return []
-    return sorted(n for n, m in state["models"].items() if n != name and m["path"] == entry["path"])
+    return sorted(n for n, m in by_name.items() if n != name and m["path"] == entry["path"])
 
 
-def models(state: State) -> list[StoredModel]:
+def models(state: CatalogState) -> list[StoredModel]:
     """Every model in the store, by name."""
-    return [_typed(state["models"][n]) for n in sorted(state["models"])]
+    by_name = state._raw["models"]
+    return [_typed(by_name[n]) for n in sorted(by_name)]
 
 
-def is_model(state: State, name: str) -> bool:
+def is_model(state: CatalogState, name: str) -> bool:
     """`name` is a model's own name (not an alias, not `name:latest`)."""
-    return name in state["models"]
+    return name in state._raw["models"]
 
 
-def aliases(state: State) -> dict[str, str]:
+def aliases(state: CatalogState) -> dict[str, str]:
     """Every alias with the model's name it stands for (a copy)."""
-    return dict(state.get("aliases", {}))
+    return dict(state._raw.get("aliases", {}))
 
 
-def alias_target(state: State, alias: str) -> str | None:
+def alias_target(state: CatalogState, alias: str) -> str | None:
     """The model `alias` names, or None when it is no alias."""
-    target = state.get("aliases", {}).get(alias)
+    target = state._raw.get("aliases", {}).get(alias)
     return None if target is None else str(target)
+
+
+def refusals(state: CatalogState) -> list[RefusedEvent]:
+    """The imports and variants this projection would not trust (a path could lead out of the store), by seq."""
+    return refused_events(state._raw.get("refused", []))

@@ -7,11 +7,18 @@ from typing import Any
 from blazar import config as settings
 from blazar.events.base import Recorded
 from blazar.events.system import ConfigChanged
-from blazar.projections.base import Projection, State
+from blazar.projections.base import Projection, State, TypedState
+
+
+class ConfigState(TypedState):
+    """The `config` projection's state, read through `overrides`."""
+
+    __slots__ = ()
 
 
 class ConfigProjection(Projection):
     name = "config"
+    state_type = ConfigState
     version = 1
     types = frozenset({ConfigChanged.TYPE})
 
@@ -35,6 +42,7 @@ class ConfigProjection(Projection):
         return {**state, "effective": settings.effective(known)}
 
 
-def overrides(state: State) -> dict[str, Any]:
-    """The overrides the log has recorded, key to value (a copy; unknown keys included, as recorded)."""
-    return dict(state["overrides"])
+def overrides(state: ConfigState) -> dict[str, Any]:
+    """The overrides the log has recorded, key to value (a copy; unknown keys included, as recorded): the values
+    are whatever JSON `config.changed` recorded, which blazar.config validates."""
+    return dict(state._raw["overrides"])

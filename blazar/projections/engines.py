@@ -25,12 +25,20 @@ from blazar.events.engines import (
     EngineSmokeTested,
     EngineVerified,
 )
-from blazar.projections.base import Projection, State
+from blazar.projections.base import Projection, RefusedEvent, State, TypedState, refused_events
+
+
+class EnginesState(TypedState):
+    """The `engines` projection's state, read through `installed`, `engines`, `active`, `rollback_target` and the
+    other readers below."""
+
+    __slots__ = ()
 
 
 class EnginesProjection(Projection):
     node_local = True
     name = "engines"
+    state_type = EnginesState
     version = 2
     types = frozenset({
         EngineInstalled.TYPE, EngineSmokeTested.TYPE, EngineVerified.TYPE, EngineActivated.TYPE,
@@ -97,24 +105,67 @@ class EnginesProjection(Projection):
         return {**state, "engines": engines}
 
 
-def rollback_target(state: State) -> str | None:
+def rollback_target(state: EnginesState) -> str | None:
     """The engine `engine rollback` would activate: the one active before the current, still installed."""
-    active = state["active"]
-    for tag in reversed(state["stack"]):
-        if tag != active and tag in state["engines"]:
-            return tag
+    raw = state._raw
+    active = raw["active"]
+    for tag in reversed(raw["stack"]):
+        if tag != active and tag in raw["engines"]:
+            return str(tag)
     return None
 
 
-def previous_engine(state: State) -> str | None:
+def previous_engine(state: EnginesState) -> str | None:
     """The most recent engine active before the current one, still installed (after a rollback: the one rolled
     back from, which `engine use` can bring back)."""
-    active = state["active"]
-    return next((t for t in reversed(state["history"]) if t != active and t in state["engines"]), None)
+    raw = state._raw
+    active = raw["active"]
+    return next((str(t) for t in reversed(raw["history"]) if t != active and t in raw["engines"]), None)
 
 
-def engine(state: State, tag: str) -> dict[str, Any] | None:
-    return state["engines"].get(tag)
+@dataclass(frozen=True, slots=True)
+class SmokeTest:
+    """The engine's last smoke test (a tiny model asked for a few tokens)."""
+
+    passed: bool
+    duration_ms: int
+    tokens: int
+    detail: str  # why it failed, in one line
+    exit_code: int | None  # when the engine died
+    ts: float
+    seq: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"passed": self.passed, "duration_ms": self.duration_ms, "tokens": self.tokens, "detail": self.detail,
+                "exit_code": self.exit_code, "ts": self.ts, "seq": self.seq}
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    """The engine's last check of its files against the install record."""
+
+    ok: bool
+    checked_files: int
+    problems: tuple[str, ...]
+    ts: float
+    seq: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "checked_files": self.checked_files, "problems": list(self.problems), "ts": self.ts,
+                "seq": self.seq}
+
+
+@dataclass(frozen=True, slots=True)
+class ActivationRefusal:
+    """Why the engine's last activation was refused (cleared when it is activated)."""
+
+    reason: str
+    detail: str
+    ts: float
+    seq: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reason": self.reason, "detail": self.detail, "ts": self.ts, "seq": self.seq}
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,31 +183,62 @@ class InstalledEngine:
     version: Mapping[str, Any]
     manifest: Mapping[str, Any]
     installed_seq: int
+    build_options: tuple[str, ...] = ()
+    installed_ts: float | None = None
+    activated_ts: float | None = None  # its latest activation
+    smoke: SmokeTest | None = None
+    verified: Verification | None = None
+    refused: ActivationRefusal | None = None
 
 
-def installed(state: State, tag: str) -> InstalledEngine | None:
+def _typed(e: dict[str, Any]) -> InstalledEngine:
+    smoke, verified, refusal = e.get("smoke"), e.get("verified"), e.get("refused")
+    return InstalledEngine(
+        tag=e["tag"], kind=str(e.get("kind") or ""), source_kind=str(e.get("source_kind") or ""),
+        source=str(e.get("source") or ""), binary=e["binary"],
+        files=tuple(EngineFile.model_validate(f) for f in e["files"]), version=e["version"], manifest=e["manifest"],
+        installed_seq=int(e.get("installed_seq") or 0), build_options=tuple(e.get("build_options") or ()),
+        installed_ts=e.get("installed_ts"), activated_ts=e.get("activated_ts"),
+        smoke=None if smoke is None else SmokeTest(
+            passed=bool(smoke["passed"]), duration_ms=smoke["duration_ms"], tokens=int(smoke.get("tokens") or 0),
+            detail=str(smoke.get("detail") or ""), exit_code=smoke.get("exit_code"), ts=float(smoke["ts"]),
+            seq=int(smoke["seq"])),
+        verified=None if verified is None else Verification(
+            ok=bool(verified["ok"]), checked_files=int(verified["checked_files"]),
+            problems=tuple(verified.get("problems") or ()), ts=float(verified["ts"]), seq=int(verified["seq"])),
+        refused=None if refusal is None else ActivationRefusal(
+            reason=str(refusal["reason"]), detail=str(refusal["detail"]), ts=float(refusal["ts"]),
+            seq=int(refusal["seq"])))
+
+
+def installed(state: EnginesState, tag: str) -> InstalledEngine | None:
     """The engine tagged `tag`, or None when none is installed under it."""
-    e = state["engines"].get(tag)
-    if e is None:
-        return None
-    return InstalledEngine(tag=e["tag"], kind=str(e.get("kind") or ""), source_kind=str(e.get("source_kind") or ""),
-                           source=str(e.get("source") or ""), binary=e["binary"],
-                           files=tuple(EngineFile.model_validate(f) for f in e["files"]), version=e["version"],
-                           manifest=e["manifest"], installed_seq=int(e.get("installed_seq") or 0))
+    e = state._raw["engines"].get(tag)
+    return None if e is None else _typed(e)
 
 
-def active_tag(state: State) -> str | None:
+def engines(state: EnginesState) -> list[InstalledEngine]:
+    """Every installed engine, in the order the state holds them (sort them where the order matters)."""
+    return [_typed(e) for e in state._raw["engines"].values()]
+
+
+def active_tag(state: EnginesState) -> str | None:
     """The tag of the engine new instances start with, or None when none is active."""
-    tag = state["active"]
+    tag = state._raw["active"]
     return None if tag is None else str(tag)
 
 
-def active(state: State) -> InstalledEngine | None:
+def active(state: EnginesState) -> InstalledEngine | None:
     """The active engine, or None when none is."""
     tag = active_tag(state)
     return None if tag is None else installed(state, tag)
 
 
-def tags(state: State) -> list[str]:
+def tags(state: EnginesState) -> list[str]:
     """Every installed engine's tag, sorted."""
-    return sorted(state["engines"])
+    return sorted(state._raw["engines"])
+
+
+def refusals(state: EnginesState) -> list[RefusedEvent]:
+    """The installs (and activations of them) this projection would not trust, by seq."""
+    return refused_events(state._raw.get("refused", []))

@@ -9,13 +9,20 @@ from typing import Any
 
 from blazar.events.base import Recorded
 from blazar.events.keys import KeyCreated, KeyLimitsChanged, KeyRevoked, KeyRotated
-from blazar.projections.base import Projection, State
+from blazar.projections.base import Projection, State, TypedState
 
 LIMIT_FIELDS = ("models", "rpm", "tpm", "daily_tokens", "max_concurrent", "cache_group", "may_prioritize")
 
 
+class KeysState(TypedState):
+    """The `keys` projection's state, read through `key`, `keys`, `live_by_prefix`, `prefixes_in_use`, `auth_on`."""
+
+    __slots__ = ()
+
+
 class KeysProjection(Projection):
     name = "keys"
+    state_type = KeysState
     version = 2  # 2: cache groups and the right to prioritize
     types = frozenset({KeyCreated.TYPE, KeyRotated.TYPE, KeyRevoked.TYPE, KeyLimitsChanged.TYPE})
 
@@ -62,17 +69,12 @@ class KeysProjection(Projection):
 
     def view(self, state: State) -> Any:
         """`blazar state` shows no salt or hash."""
-        return {"keys": {n: public(k) for n, k in state["keys"].items()}, "live": state["live"]}
+        return {"keys": {n: _public(k) for n, k in state["keys"].items()}, "live": state["live"]}
 
 
-def public(key: dict[str, Any]) -> dict[str, Any]:
+def _public(key: dict[str, Any]) -> dict[str, Any]:
     """A key's row without its salt and hash."""
     return {k: v for k, v in key.items() if k not in ("salt", "hash")}
-
-
-def auth_on(state: State) -> bool:
-    """Auth is on as soon as one key is not revoked (an expired key still counts: expiry never opens the door)."""
-    return bool(state["live"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +96,17 @@ class ApiKey:
     created_ts: float
     cache_group: str | None = None
     may_prioritize: bool = False
+    rotated_ts: float | None = None
+    revoked_ts: float | None = None
+    actor: str = ""  # who created it
 
+    def public(self) -> dict[str, Any]:
+        """The key as `blazar keys --json` shows it: every field but its salt and hash."""
+        return {"name": self.name, "prefix": self.prefix, "models": list(self.models), "rpm": self.rpm,
+                "tpm": self.tpm, "daily_tokens": self.daily_tokens, "max_concurrent": self.max_concurrent,
+                "admin": self.admin, "expires_ts": self.expires_ts, "cache_group": self.cache_group,
+                "may_prioritize": self.may_prioritize, "created_ts": self.created_ts, "rotated_ts": self.rotated_ts,
+                "revoked": self.revoked, "revoked_ts": self.revoked_ts, "actor": self.actor}
 
 
 def _typed(k: dict[str, Any]) -> ApiKey:
@@ -102,21 +114,33 @@ def _typed(k: dict[str, Any]) -> ApiKey:
                   models=tuple(k.get("models") or ()), rpm=k.get("rpm"), tpm=k.get("tpm"),
                   daily_tokens=k.get("daily_tokens"), max_concurrent=k.get("max_concurrent"), admin=bool(k["admin"]),
                   expires_ts=k.get("expires_ts"), revoked=bool(k["revoked"]), created_ts=float(k["created_ts"]),
-                  cache_group=k.get("cache_group"), may_prioritize=bool(k.get("may_prioritize")))
+                  cache_group=k.get("cache_group"), may_prioritize=bool(k.get("may_prioritize")),
+                  rotated_ts=k.get("rotated_ts"), revoked_ts=k.get("revoked_ts"), actor=str(k.get("actor") or ""))
 
 
-def key(state: State, name: str) -> ApiKey | None:
+def auth_on(state: KeysState) -> bool:
+    """Auth is on as soon as one key is not revoked (an expired key still counts: expiry never opens the door)."""
+    return bool(state._raw["live"])
+
+
+def key(state: KeysState, name: str) -> ApiKey | None:
     """The key named `name` (revoked ones too), or None."""
-    k = state["keys"].get(name)
+    k = state._raw["keys"].get(name)
     return None if k is None else _typed(k)
 
 
-def live_by_prefix(state: State, prefix: str) -> ApiKey | None:
+def keys(state: KeysState) -> list[ApiKey]:
+    """Every key (revoked ones too), by name."""
+    raw = state._raw["keys"]
+    return [_typed(raw[n]) for n in sorted(raw)]
+
+
+def live_by_prefix(state: KeysState, prefix: str) -> ApiKey | None:
     """The live (not revoked) key whose secret starts with `prefix`: auth's one look-up."""
-    name = state["by_prefix"].get(prefix)
+    name = state._raw["by_prefix"].get(prefix)
     return None if name is None else key(state, name)
 
 
-def prefixes_in_use(state: State) -> set[str]:
+def prefixes_in_use(state: KeysState) -> set[str]:
     """The prefixes of the live keys (a new secret never shares one)."""
-    return set(state["by_prefix"])
+    return set(state._raw["by_prefix"])

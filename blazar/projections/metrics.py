@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from blazar.events.base import Recorded
 from blazar.events.instances import InstanceEvicted, InstanceExited, InstanceReady
@@ -27,7 +27,7 @@ from blazar.events.requests import (
     RequestRejected,
     RequestShared,
 )
-from blazar.projections.base import Projection, State
+from blazar.projections.base import Projection, State, TypedState
 
 SEP = "|"
 
@@ -38,7 +38,8 @@ ITL_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.25
 QUEUE_WAIT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 # A refusal should cost the server well under 5 ms: the buckets are fine below that.
 REFUSAL_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
-BUCKETS: dict[str, tuple[float, ...]] = {
+HistogramName = Literal["ttft", "itl", "queue_wait", "refusal"]
+BUCKETS: dict[HistogramName, tuple[float, ...]] = {
     "ttft": TTFT_BUCKETS_S, "itl": ITL_BUCKETS_S, "queue_wait": QUEUE_WAIT_BUCKETS_S, "refusal": REFUSAL_BUCKETS_S,
 }
 
@@ -56,7 +57,7 @@ def key(*values: object) -> str:
     return SEP.join(str(v) for v in values)
 
 
-def observe(state: State, histogram: str, model: str, seconds: float) -> None:
+def observe(state: State, histogram: HistogramName, model: str, seconds: float) -> None:
     bounds = BUCKETS[histogram]
     h = state["histograms"][histogram].get(model)
     if h is None:
@@ -89,8 +90,16 @@ def _prune(state: State) -> None:
         _dequeue(state, pending.pop(trace_id))
 
 
+class MetricsState(TypedState):
+    """The `metrics` projection's state, read through `counter`, `histograms`, `queue_depth`, `key_usage` and
+    `tokens_on`."""
+
+    __slots__ = ()
+
+
 class MetricsProjection(Projection):
     name = "metrics"
+    state_type = MetricsState
     version = 5  # 3: the refusal histogram; 4: shared generations (single-flight); 5: tokens relayed before a failure
     types = frozenset({
         RequestReceived.TYPE, RequestQueued.TYPE, RequestAdmitted.TYPE, RequestRejected.TYPE,
@@ -225,6 +234,40 @@ def split(k: str, n: int) -> list[str]:
     return k.split(SEP, n - 1)
 
 
+# The counters and how many label values each joins into its keys (the model, where there is one, last).
+Counter = Literal["requests", "tokens", "loads", "evictions", "crashes", "key_requests", "key_tokens", "shared",
+                  "session_turns"]
+LABELS: dict[Counter, int] = {"requests": 3, "tokens": 2, "loads": 2, "evictions": 1, "crashes": 1,
+                              "key_requests": 2, "key_tokens": 2, "shared": 2, "session_turns": 2}
+
+
+def counter(state: MetricsState, name: Counter) -> list[tuple[tuple[str, ...], int]]:
+    """Counter `name`'s samples, each its label values (in the order the comment in `initial` gives) and its count,
+    in a stable order (by the joined key)."""
+    n = LABELS[name]
+    return [(tuple(split(k, n)), int(v)) for k, v in sorted(state._raw.get(name, {}).items())]
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """One model's histogram: per-bucket counts (not cumulative; the last is the +Inf bucket), sum and count."""
+
+    counts: tuple[int, ...]
+    sum: float
+    count: int
+
+
+def histograms(state: MetricsState, name: HistogramName) -> list[tuple[str, Histogram]]:
+    """Histogram `name` per model, by model."""
+    return [(model, Histogram(counts=tuple(h["counts"]), sum=float(h["sum"]), count=int(h["count"])))
+            for model, h in sorted(state._raw["histograms"][name].items())]
+
+
+def queue_depth(state: MetricsState) -> dict[str, int]:
+    """Requests queued now per model, as far as the log knows (a copy)."""
+    return dict(state._raw["queue_depth"])
+
+
 @dataclass(frozen=True, slots=True)
 class KeyUsage:
     """What a key used on one UTC day (the day of its latest ended request), as the log tells."""
@@ -234,14 +277,14 @@ class KeyUsage:
     tokens_today: int
 
 
-def key_usage(state: State, name: str) -> KeyUsage | None:
+def key_usage(state: MetricsState, name: str) -> KeyUsage | None:
     """Key `name`'s usage on the UTC day of its latest ended request, or None before its first."""
-    u = state["keys"].get(name)
+    u = state._raw["keys"].get(name)
     return None if u is None else KeyUsage(day=int(u["day"]), requests_today=int(u["requests_today"]),
                                            tokens_today=int(u["tokens_today"]))
 
 
-def tokens_on(state: State, name: str, day: int) -> int:
+def tokens_on(state: MetricsState, name: str, day: int) -> int:
     """The tokens key `name` used on UTC day `day` (a restarted daemon keeps counting the daily limit)."""
     u = key_usage(state, name)
     return u.tokens_today if u is not None and u.day == day else 0

@@ -8,11 +8,18 @@ from dataclasses import dataclass
 
 from blazar.events.base import Recorded
 from blazar.events.nodes import NodeDown, NodeHeartbeat, NodeStarted, NodeStopped
-from blazar.projections.base import Projection, State
+from blazar.projections.base import Projection, State, TypedState
+
+
+class NodesState(TypedState):
+    """The `nodes` projection's state, read through `nodes` and `node`."""
+
+    __slots__ = ()
 
 
 class NodesProjection(Projection):
     name = "nodes"
+    state_type = NodesState
     version = 2
     types = frozenset({NodeStarted.TYPE, NodeHeartbeat.TYPE, NodeStopped.TYPE, NodeDown.TYPE})
 
@@ -63,11 +70,11 @@ class Node:
     insecure_cluster: bool = False
 
 
-def nodes(state: State, *, up_only: bool = False) -> list[Node]:
-    out = [Node(**n) for n in sorted(state["nodes"].values(), key=lambda n: n["name"])]
+def nodes(state: NodesState, *, up_only: bool = False) -> list[Node]:
+    out = [Node(**n) for n in sorted(state._raw["nodes"].values(), key=lambda n: n["name"])]
     return [n for n in out if n.up] if up_only else out
 
 
-def node(state: State, name: str) -> Node | None:
-    n = state["nodes"].get(name)
+def node(state: NodesState, name: str) -> Node | None:
+    n = state._raw["nodes"].get(name)
     return Node(**n) if n is not None else None

@@ -8,11 +8,18 @@ from typing import Any
 
 from blazar.events.base import Recorded
 from blazar.events.remotes import RemoteAdded, RemoteCircuitClosed, RemoteCircuitOpened, RemoteRemoved
-from blazar.projections.base import Projection, State
+from blazar.projections.base import Projection, State, TypedState
+
+
+class RemotesState(TypedState):
+    """The `remotes` projection's state, read through `remotes`, `remote` and `serving`."""
+
+    __slots__ = ()
 
 
 class RemotesProjection(Projection):
     name = "remotes"
+    state_type = RemotesState
     version = 1
     types = frozenset({RemoteAdded.TYPE, RemoteRemoved.TYPE, RemoteCircuitOpened.TYPE, RemoteCircuitClosed.TYPE})
 
@@ -58,16 +65,16 @@ def _typed(raw: dict[str, Any]) -> Remote:
                   circuit_open_until=raw["circuit_open_until"], circuit_reason=raw["circuit_reason"])
 
 
-def remotes(state: State) -> list[Remote]:
-    return [_typed(r) for r in sorted(state["remotes"].values(), key=lambda r: r["name"])]
+def remotes(state: RemotesState) -> list[Remote]:
+    return [_typed(r) for r in sorted(state._raw["remotes"].values(), key=lambda r: r["name"])]
 
 
-def remote(state: State, name: str) -> Remote | None:
-    raw = state["remotes"].get(name)
+def remote(state: RemotesState, name: str) -> Remote | None:
+    raw = state._raw["remotes"].get(name)
     return _typed(raw) if raw is not None else None
 
 
-def serving(state: State, model: str) -> Remote | None:
+def serving(state: RemotesState, model: str) -> Remote | None:
     """The remote registered for `model` (the first by name when several are)."""
     for r in remotes(state):
         if model in r.models:

@@ -23,7 +23,7 @@ from blazar.events.instances import (
 )
 from blazar.events.models import InstanceMemoryMeasured
 from blazar.events.nodes import NodeDown
-from blazar.projections.base import Projection, State
+from blazar.projections.base import Projection, State, TypedState
 
 # Exits that count towards a model's crash circuit: the process failed, not a decision of ours.
 CRASH_REASONS = frozenset({"crashed", "load_failed", "load_timeout"})
@@ -32,7 +32,8 @@ CRASHES_KEPT = 32
 
 
 def _model(state: State, model: str) -> dict[str, Any]:
-    return state["models"].setdefault(model, {
+    models: dict[str, dict[str, Any]] = state["models"]
+    return models.setdefault(model, {
         "crashes": [], "circuit": None, "loads": 0, "evictions": 0, "refusals": 0,
         "last_exit": None, "last_refusal": None,
     })
@@ -149,8 +150,16 @@ _APPLY: dict[type[Event], Callable[[State, Recorded, Any], None]] = {
 }
 
 
+class ResidencyState(TypedState):
+    """The `residency` projection's state, read through `instances`, `instance`, `circuit`, `ps_rows` and the other
+    readers below."""
+
+    __slots__ = ()
+
+
 class ResidencyProjection(Projection):
     name = "residency"
+    state_type = ResidencyState
     version = 2  # 2: instance.starting (the intent before the spawn) opens an instance with no pid yet
     types = frozenset(cls.TYPE for cls in _APPLY)
 
@@ -164,39 +173,21 @@ class ResidencyProjection(Projection):
         return state
 
 
-def running(state: State) -> list[dict[str, Any]]:
+def _running(state: State) -> list[dict[str, Any]]:
     """Every instance whose process the log says exists (starting, ready or stopping), oldest start first."""
     return sorted(state["instances"].values(), key=lambda i: i["started_seq"])
 
 
-def for_model(state: State, model: str) -> list[dict[str, Any]]:
-    """The instances of `model`, oldest start first."""
-    return [i for i in running(state) if i["model"] == model]
-
-
-def crashes_within(state: State, model: str, now: float, window_s: float) -> int:
+def crashes_within(state: ResidencyState, model: str, now: float, window_s: float) -> int:
     """How many crash-like exits of `model` happened in the last `window_s` seconds before `now`."""
-    m = state["models"].get(model)
+    m = state._raw["models"].get(model)
     return 0 if m is None else sum(1 for ts in m["crashes"] if ts >= now - window_s)
 
 
-def recent_crashes(state: State, model: str) -> list[float]:
+def recent_crashes(state: ResidencyState, model: str) -> list[float]:
     """When `model`'s crash-like exits happened (oldest first, at most CRASHES_KEPT)."""
-    m = state["models"].get(model)
+    m = state._raw["models"].get(model)
     return list(m["crashes"]) if m is not None else []
-
-
-def circuit_open(state: State, model: str, now: float) -> dict[str, Any] | None:
-    """The open circuit of `model` ({open_until, crashes, seq}), or None once it expired or was reset."""
-    m = state["models"].get(model)
-    circuit = None if m is None else m["circuit"]
-    return circuit if circuit is not None and now < circuit["open_until"] else None
-
-
-def resident_bytes(inst: dict[str, Any]) -> int:
-    """What an instance holds: the larger of its plan and its measurement (a plan can undershoot)."""
-    measured = inst.get("measured_bytes")
-    return max(inst["planned_bytes"], measured) if measured is not None else inst["planned_bytes"]
 
 
 # -- typed readers: what handlers and the api read instead of the state's dicts ------------------------------------
@@ -256,46 +247,87 @@ def _typed(inst: dict[str, Any]) -> ResidentInstance:
         node=str(inst.get("node") or ""), load_ms=inst.get("load_ms"))
 
 
-def instances(state: State, *, node: str | None = None) -> list[ResidentInstance]:
+def instances(state: ResidencyState, *, node: str | None = None) -> list[ResidentInstance]:
     """Every instance the log says is loaded, oldest start first; `node`: only that node's (where several gateways
     share the log; an instance recorded before nodes existed is the only node's, so any node's own)."""
-    out = [_typed(i) for i in running(state)]
+    out = [_typed(i) for i in _running(state._raw)]
     return out if node is None else [i for i in out if i.node in ("", node)]
 
 
-def instance(state: State, instance_id: str) -> ResidentInstance | None:
-    inst = state["instances"].get(instance_id)
+def instance(state: ResidencyState, instance_id: str) -> ResidentInstance | None:
+    inst = state._raw["instances"].get(instance_id)
     return None if inst is None else _typed(inst)
 
 
-def instances_of(state: State, model: str) -> list[ResidentInstance]:
+def instances_of(state: ResidencyState, model: str) -> list[ResidentInstance]:
     """The loaded instances of `model`, oldest start first."""
-    return [_typed(i) for i in for_model(state, model)]
+    return [_typed(i) for i in _running(state._raw) if i["model"] == model]
 
 
-def engine_tags_in_use(state: State) -> set[str]:
+def engine_tags_in_use(state: ResidencyState) -> set[str]:
     """The engine tags some loaded instance runs (`engine prune` keeps them)."""
-    return {tag for tag, n in state["engine_tags_in_use"].items() if n}
+    return {tag for tag, n in state._raw["engine_tags_in_use"].items() if n}
 
 
-def circuit(state: State, model: str, now: float) -> Circuit | None:
-    """`circuit_open`, typed: the open circuit of `model`, or None once it expired or was reset."""
-    c = circuit_open(state, model, now)
-    return None if c is None else Circuit(model=model, open_until=float(c["open_until"]), crashes=int(c["crashes"]),
-                                          seq=int(c["seq"]))
+def models_seen(state: ResidencyState) -> set[str]:
+    """Every model the residency has a record of: loaded now or ever, refused or crashed."""
+    return set(state._raw["models"])
 
 
-def open_circuits(state: State, *, now: float) -> dict[str, float]:
+def circuit(state: ResidencyState, model: str, now: float) -> Circuit | None:
+    """The open crash circuit of `model`, or None once it expired or was reset."""
+    m = state._raw["models"].get(model)
+    c = None if m is None else m["circuit"]
+    if c is None or now >= c["open_until"]:
+        return None
+    return Circuit(model=model, open_until=float(c["open_until"]), crashes=int(c["crashes"]), seq=int(c["seq"]))
+
+
+def open_circuits(state: ResidencyState, *, now: float) -> dict[str, float]:
     """Models whose circuit is open now, with when it closes by itself."""
     out = {}
-    for model in state["models"]:
+    for model in state._raw["models"]:
         c = circuit(state, model, now)
         if c is not None:
             out[model] = c.open_until
     return out
 
 
-def ps_rows(state: State, *, now: float, live: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class PsRow:
+    """One row of `blazar ps`: a loaded instance with the figures of now (idleness, when keep-alive ends)."""
+
+    model: str
+    instance_id: str
+    state: str
+    pid: int | None
+    port: int
+    ctx_tokens: int
+    slots: int
+    planned_bytes: int
+    measured_bytes: int | None
+    idle_s: float | None  # None: busy, not ready, or never used
+    expires_at: float | None  # epoch s when keep-alive unloads it; None: busy, pinned, forever or not ready
+    keep_alive_s: float | None
+    pinned: bool
+    engine_tag: str
+    in_flight: int
+    started_ts: float
+    circuit_open_until: float | None
+    workers: dict[str, int]
+    node: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as `blazar ps --json` and GET /api/blazar/ps give it."""
+        return {"model": self.model, "instance_id": self.instance_id, "state": self.state, "pid": self.pid,
+                "port": self.port, "ctx_tokens": self.ctx_tokens, "slots": self.slots,
+                "planned_bytes": self.planned_bytes, "measured_bytes": self.measured_bytes, "idle_s": self.idle_s,
+                "expires_at": self.expires_at, "keep_alive_s": self.keep_alive_s, "pinned": self.pinned,
+                "engine_tag": self.engine_tag, "in_flight": self.in_flight, "started_ts": self.started_ts,
+                "circuit_open_until": self.circuit_open_until, "workers": dict(self.workers), "node": self.node}
+
+
+def ps_rows(state: ResidencyState, *, now: float, live: Mapping[str, Mapping[str, Any]] | None = None) -> list[PsRow]:
     """`blazar ps` rows, sorted by model then start time. `live[instance_id]` may carry in_flight and last_used
     (epoch s), the figures only the running supervisor knows.
 
@@ -312,13 +344,11 @@ def ps_rows(state: State, *, now: float, live: Mapping[str, Mapping[str, Any]] |
         expires_at = None
         if ready and not in_flight and inst.keep_alive_s is not None and not inst.pinned and last_used:
             expires_at = last_used + inst.keep_alive_s
-        rows.append({
-            "model": inst.model, "instance_id": inst.instance_id, "state": inst.state, "pid": inst.pid,
-            "port": inst.port, "ctx_tokens": inst.ctx_tokens, "slots": inst.slots,
-            "planned_bytes": inst.planned_bytes, "measured_bytes": inst.measured_bytes, "idle_s": idle_s,
-            "expires_at": expires_at, "keep_alive_s": inst.keep_alive_s, "pinned": inst.pinned,
-            "engine_tag": inst.engine_tag, "in_flight": in_flight, "started_ts": inst.started_ts,
-            "circuit_open_until": circuits.get(inst.model), "workers": dict(inst.workers), "node": inst.node,
-        })
-    rows.sort(key=lambda r: (r["model"], r["started_ts"] or 0))
+        rows.append(PsRow(
+            model=inst.model, instance_id=inst.instance_id, state=inst.state, pid=inst.pid, port=inst.port,
+            ctx_tokens=inst.ctx_tokens, slots=inst.slots, planned_bytes=inst.planned_bytes,
+            measured_bytes=inst.measured_bytes, idle_s=idle_s, expires_at=expires_at, keep_alive_s=inst.keep_alive_s,
+            pinned=inst.pinned, engine_tag=inst.engine_tag, in_flight=in_flight, started_ts=inst.started_ts,
+            circuit_open_until=circuits.get(inst.model), workers=dict(inst.workers), node=inst.node))
+    rows.sort(key=lambda r: (r.model, r.started_ts or 0))
     return rows

@@ -13,7 +13,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, overload
 
 import orjson
 
@@ -21,7 +21,10 @@ from blazar.errors import BlazarError, DiskFull, LogUnreachable, ProjectionError
 from blazar.events.base import Event, NodeLocal, Recorded
 from blazar.events.log import EventLog
 from blazar.events.registry import decode
-from blazar.projections.base import Projection, State
+from blazar.projections.audit import AuditState
+from blazar.projections.base import Projection, State, TypedState
+from blazar.projections.calibration import CalibrationState
+from blazar.projections.catalog import CatalogState
 from blazar.projections.checkpoints import (
     StoredCheckpoint,
     anchor_at,
@@ -31,6 +34,17 @@ from blazar.projections.checkpoints import (
     save_checkpoints,
     state_sha256,
 )
+from blazar.projections.config import ConfigState
+from blazar.projections.engines import EnginesState
+from blazar.projections.keys import KeysState
+from blazar.projections.metrics import MetricsState
+from blazar.projections.nodes import NodesState
+from blazar.projections.remotes import RemotesState
+from blazar.projections.residency import ResidencyState
+from blazar.projections.sessions import SessionsState
+from blazar.projections.stats import StatsState
+from blazar.projections.traces import TracesState
+from blazar.projections.workers import WorkersState
 
 log = logging.getLogger(__name__)
 # How long a change of the database files may go unexplained before SQLite is asked whether it was ours.
@@ -53,6 +67,7 @@ class _Slot:
     restored_anchor: str = ""
     last_type: str | None = None
     last_ts: float = 0.0
+    typed: TypedState | None = None  # the handle `state()` gave for `state`, reused while `state` is that object
 
     @property
     def anchor(self) -> str:
@@ -94,7 +109,48 @@ class ProjectionRunner:
 
     # -- queries -------------------------------------------------------------------------------------------
 
-    def state(self, name: str) -> State:
+    # One overload per projection: `state("catalog")` is a CatalogState, which only blazar.projections.catalog's
+    # readers open (tests/unit/test_typed_state.py checks each overload names its projection's own state_type).
+    @overload
+    def state(self, name: Literal["audit"]) -> AuditState: ...
+    @overload
+    def state(self, name: Literal["calibration"]) -> CalibrationState: ...
+    @overload
+    def state(self, name: Literal["catalog"]) -> CatalogState: ...
+    @overload
+    def state(self, name: Literal["config"]) -> ConfigState: ...
+    @overload
+    def state(self, name: Literal["engines"]) -> EnginesState: ...
+    @overload
+    def state(self, name: Literal["keys"]) -> KeysState: ...
+    @overload
+    def state(self, name: Literal["metrics"]) -> MetricsState: ...
+    @overload
+    def state(self, name: Literal["nodes"]) -> NodesState: ...
+    @overload
+    def state(self, name: Literal["remotes"]) -> RemotesState: ...
+    @overload
+    def state(self, name: Literal["residency"]) -> ResidencyState: ...
+    @overload
+    def state(self, name: Literal["sessions"]) -> SessionsState: ...
+    @overload
+    def state(self, name: Literal["stats"]) -> StatsState: ...
+    @overload
+    def state(self, name: Literal["traces"]) -> TracesState: ...
+    @overload
+    def state(self, name: Literal["workers"]) -> WorkersState: ...
+
+    def state(self, name: str) -> TypedState:
+        """Projection `name`'s state now, typed: read it with its module's readers (`stored(state, "gemma")`)."""
+        slot = self._slots[name]
+        typed = slot.typed
+        if typed is None or typed._raw is not slot.state:  # a restore or an apply that returned a new object
+            typed = slot.typed = slot.projection.state_type(slot.state)
+        return typed
+
+    def raw_state(self, name: str) -> State:
+        """Projection `name`'s plain JSON state: for replay checks and the tests of the projection itself. Code
+        outside blazar/projections/ reads `state(name)` through the readers (tests/unit/test_typed_state.py)."""
         return self._slots[name].state
 
     def views(self) -> dict[str, Any]:

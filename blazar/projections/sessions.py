@@ -26,15 +26,23 @@ from blazar.events.sessions import (
     SessionSaved,
     SessionSaveFailed,
 )
-from blazar.projections.base import Projection, State
+from blazar.projections.base import Projection, RefusedEvent, State, TypedState, refused_events
 
 EXPIRE_S = 86400.0  # a session with nothing in the bank is forgotten a day after its last turn
 SWEEP_S = 3600.0  # expired rows are looked for at the first event of each hour (by the events' times)
 
 
+class SessionsState(TypedState):
+    """The `sessions` projection's state, read through `bank_entry`, `bank_entries`, `bank_bytes`, `session_row`,
+    `session_rows` and `refused_saves`."""
+
+    __slots__ = ()
+
+
 class SessionsProjection(Projection):
     node_local = True
     name = "sessions"
+    state_type = SessionsState
     version = 3  # 2: expiry; 3: saves that could lead out refused
     types = frozenset({RequestPlaced.TYPE, SessionSaved.TYPE, SessionSaveFailed.TYPE, SessionDropped.TYPE,
                        SessionRestored.TYPE, SessionRemoved.TYPE})
@@ -160,27 +168,32 @@ def _entry(session: str, model: str, raw: dict[str, Any]) -> BankEntry:
                      seq=int(raw.get("seq") or 0))
 
 
-def bank_entry(state: State, session: str, model: str) -> BankEntry | None:
-    raw = state["bank"].get(session, {}).get(model)
+def bank_entry(state: SessionsState, session: str, model: str) -> BankEntry | None:
+    raw = state._raw["bank"].get(session, {}).get(model)
     return _entry(session, model, raw) if raw is not None else None
 
 
-def bank_entries(state: State, session: str | None = None) -> list[BankEntry]:
+def bank_entries(state: SessionsState, session: str | None = None) -> list[BankEntry]:
     """Every bank entry (or one session's), oldest save first: the order the bank's bound drops them in."""
-    out = [_entry(s, m, raw) for s, by_model in state["bank"].items() if session is None or s == session
+    out = [_entry(s, m, raw) for s, by_model in state._raw["bank"].items() if session is None or s == session
            for m, raw in by_model.items()]
     return sorted(out, key=lambda e: (e.saved_ts, e.session, e.model))
 
 
-def bank_bytes(state: State) -> int:
-    return int(state["bank_bytes"])
+def bank_bytes(state: SessionsState) -> int:
+    return int(state._raw["bank_bytes"])
 
 
-def session_row(state: State, name: str) -> SessionRow | None:
-    raw = state["sessions"].get(name)
+def session_row(state: SessionsState, name: str) -> SessionRow | None:
+    raw = state._raw["sessions"].get(name)
     return SessionRow(**raw) if raw is not None else None
 
 
-def session_rows(state: State) -> list[SessionRow]:
+def session_rows(state: SessionsState) -> list[SessionRow]:
     """Every session, the most recently used first."""
-    return sorted((SessionRow(**raw) for raw in state["sessions"].values()), key=lambda r: -r.last_ts)
+    return sorted((SessionRow(**raw) for raw in state._raw["sessions"].values()), key=lambda r: -r.last_ts)
+
+
+def refusals(state: SessionsState) -> list[RefusedEvent]:
+    """The saves this projection would not trust (their file could lead out of the bank), by seq."""
+    return refused_events(state._raw.get("refused", []))

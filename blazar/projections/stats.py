@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 from blazar.events.base import Recorded
-from blazar.projections.base import Projection, State
+from blazar.projections.base import Projection, State, TypedState
+
+
+class StatsState(TypedState):
+    """The `stats` projection's state; `blazar state` shows it (no reader: nothing else reads it)."""
+
+    __slots__ = ()
 
 
 class StatsProjection(Projection):
     name = "stats"
+    state_type = StatsState
     version = 1
     types = None
 

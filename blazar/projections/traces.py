@@ -18,7 +18,7 @@ from blazar.events.requests import (
     RequestRejected,
     RequestRouted,
 )
-from blazar.projections.base import Projection, State
+from blazar.projections.base import Projection, State, TypedState
 
 # Summaries kept, newest last; the oldest is dropped past this.
 TRACES_KEPT = 1000
@@ -53,8 +53,15 @@ def _end(state: State, s: dict[str, Any], rec: Recorded, outcome: str, status: i
     state["counts"][outcome] += 1
 
 
+class TracesState(TypedState):
+    """The `traces` projection's state, read through `known` and `last_failed`."""
+
+    __slots__ = ()
+
+
 class TracesProjection(Projection):
     name = "traces"
+    state_type = TracesState
     version = 1
     types = frozenset({
         RequestReceived.TYPE, RequestQueued.TYPE, RequestAdmitted.TYPE, RequestRejected.TYPE, RequestRouted.TYPE,
@@ -109,10 +116,10 @@ class TracesProjection(Projection):
         """Counts, the latest failure and the newest summaries: all kept ones would drown `blazar state`."""
         return {"counts": state["counts"], "last_failed": state["last_failed"], "kept": len(state["order"]),
                 "in_progress": sum(1 for s in state["traces"].values() if s["outcome"] == "in_progress"),
-                "recent": recent(state, VIEW_RECENT)}
+                "recent": _recent(state, VIEW_RECENT)}
 
 
-def recent(state: State, n: int = VIEW_RECENT, *, outcome: str | None = None) -> list[dict[str, Any]]:
+def _recent(state: State, n: int = VIEW_RECENT, *, outcome: str | None = None) -> list[dict[str, Any]]:
     """Up to `n` summaries, newest first, optionally only those with this outcome."""
     rows = []
     for trace_id in reversed(state["order"]):
@@ -124,12 +131,12 @@ def recent(state: State, n: int = VIEW_RECENT, *, outcome: str | None = None) ->
     return rows
 
 
-def known(state: State, trace_id: str) -> bool:
+def known(state: TracesState, trace_id: str) -> bool:
     """The log holds a summary of `trace_id` (one of the newest TRACES_KEPT requests)."""
-    return trace_id in state["traces"]
+    return trace_id in state._raw["traces"]
 
 
-def last_failed(state: State) -> str | None:
+def last_failed(state: TracesState) -> str | None:
     """The trace id of the latest failed or rejected request, or None."""
-    trace_id = state["last_failed"]
+    trace_id = state._raw["last_failed"]
     return None if trace_id is None else str(trace_id)

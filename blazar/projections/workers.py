@@ -7,11 +7,18 @@ from dataclasses import dataclass
 
 from blazar.events.base import Recorded
 from blazar.events.workers import WorkerStarted, WorkerStopped
-from blazar.projections.base import Projection, State
+from blazar.projections.base import Projection, State, TypedState
+
+
+class WorkersState(TypedState):
+    """The `workers` projection's state, read through `workers`."""
+
+    __slots__ = ()
 
 
 class WorkersProjection(Projection):
     name = "workers"
+    state_type = WorkersState
     version = 1
     types = frozenset({WorkerStarted.TYPE, WorkerStopped.TYPE})
 
@@ -57,6 +64,6 @@ class Worker:
         return f"{self.host}:{self.port}"
 
 
-def workers(state: State, *, up_only: bool = False) -> list[Worker]:
-    out = [Worker(**w) for w in sorted(state["workers"].values(), key=lambda w: w["name"])]
+def workers(state: WorkersState, *, up_only: bool = False) -> list[Worker]:
+    out = [Worker(**w) for w in sorted(state._raw["workers"].values(), key=lambda w: w["name"])]
     return [w for w in out if w.up] if up_only else out

@@ -11,14 +11,15 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from blazar.projections.base import State
-from blazar.projections.metrics import BUCKETS, split
-from blazar.projections.residency import running
+from blazar.context import Blazar
+from blazar.projections import metrics
+from blazar.projections.metrics import BUCKETS, HistogramName, MetricsState, counter, histograms
+from blazar.projections.residency import ResidencyState, instances, models_seen
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 INSTANCE_STATES = ("starting", "ready", "stopping")
 
-_HISTOGRAMS = (
+_HISTOGRAMS: tuple[tuple[HistogramName, str, str], ...] = (
     ("ttft", "blazar_ttft_seconds", "Time from a streamed request's arrival to its first generated token, in "
      "seconds."),
     ("itl", "blazar_inter_token_latency_seconds",
@@ -54,6 +55,17 @@ def fmt_le(bound: float) -> str:
     return "+Inf" if math.isinf(bound) else repr(float(bound))
 
 
+def metrics_text(app: Blazar, *, live: Mapping[str, Mapping[str, Any]] | None = None,
+                 otlp: Mapping[str, int] | None = None) -> str:
+    """`/metrics` now: `render_prometheus` over the live metrics and residency projections."""
+    return render_prometheus(app.runner.state("metrics"), app.runner.state("residency"), live=live, otlp=otlp)
+
+
+def queue_depth(app: Blazar) -> dict[str, int]:
+    """Requests queued now per model as far as the log knows (a running daemon's admission snapshot knows better)."""
+    return metrics.queue_depth(app.runner.state("metrics"))
+
+
 class _Writer:
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -70,7 +82,7 @@ class _Writer:
         return "\n".join(self.lines) + "\n"
 
 
-def render_prometheus(metrics_state: State, residency_state: State, *,
+def render_prometheus(metrics_state: MetricsState, residency_state: ResidencyState, *,
                       live: Mapping[str, Mapping[str, Any]] | None = None,
                       otlp: Mapping[str, int] | None = None) -> str:
     """The exposition text. `live` ({model: {"queued", "busy", "slots"}}, from the admission controller of a
@@ -80,51 +92,44 @@ def render_prometheus(metrics_state: State, residency_state: State, *,
     m = metrics_state
 
     w.family("blazar_requests_total", "counter", "Requests that ended, by model, HTTP status and API dialect.")
-    for k, n in sorted(m["requests"].items()):
-        status, dialect, model = split(k, 3)
+    for (status, dialect, model), n in counter(m, "requests"):
         w.sample("blazar_requests_total", (("model", model), ("status", status), ("dialect", dialect)), n)
     _histograms(w, m)
     _queue_and_slots(w, m, live)
 
     w.family("blazar_tokens_total", "counter", "Tokens of completed requests, by model and direction (in: prompt, "
              "out: completion).")
-    for k, n in sorted(m["tokens"].items()):
-        direction, model = split(k, 2)
+    for (direction, model), n in counter(m, "tokens"):
         w.sample("blazar_tokens_total", (("model", model), ("direction", direction)), n)
 
     w.family("blazar_key_requests_total", "counter", "Requests that ended, by API key and HTTP status.")
-    for k, n in sorted(m.get("key_requests", {}).items()):
-        status, name = split(k, 2)
+    for (status, name), n in counter(m, "key_requests"):
         w.sample("blazar_key_requests_total", (("key", name), ("status", status)), n)
     w.family("blazar_key_tokens_total", "counter", "Tokens of completed requests, by API key and direction (in: "
              "prompt, out: completion).")
-    for k, n in sorted(m.get("key_tokens", {}).items()):
-        direction, name = split(k, 2)
+    for (direction, name), n in counter(m, "key_tokens"):
         w.sample("blazar_key_tokens_total", (("key", name), ("direction", direction)), n)
 
     _instances(w, residency_state)
 
     w.family("blazar_loads_total", "counter", "Instance loads that ended, by model and outcome (ready, load_failed, "
              "load_timeout).")
-    for k, n in sorted(m["loads"].items()):
-        outcome, model = split(k, 2)
+    for (outcome, model), n in counter(m, "loads"):
         w.sample("blazar_loads_total", (("model", model), ("outcome", outcome)), n)
     w.family("blazar_evictions_total", "counter", "Instances chosen for eviction, by reason.")
-    for reason, n in sorted(m["evictions"].items()):
+    for (reason,), n in counter(m, "evictions"):
         w.sample("blazar_evictions_total", (("reason", reason),), n)
     w.family("blazar_engine_crashes_total", "counter", "Engine instances that crashed (exited on their own), "
              "by model.")
-    for model, n in sorted(m["crashes"].items()):
+    for (model,), n in counter(m, "crashes"):
         w.sample("blazar_engine_crashes_total", (("model", model),), n)
     w.family("blazar_shared_requests_total", "counter", "Requests in a shared generation (single-flight), by model and "
              "role: leader (ran it), follower (got its answer), promoted (took it over when the leader left).")
-    for k, n in sorted(m.get("shared", {}).items()):
-        role, model = split(k, 2)
+    for (role, model), n in counter(m, "shared"):
         w.sample("blazar_shared_requests_total", (("model", model), ("role", role)), n)
     w.family("blazar_session_turns_total", "counter", "Session turns by model and how they found the session's prefix: "
              "warm (still in its slot), restored (from the KV bank), cold.")
-    for k, n in sorted(m.get("session_turns", {}).items()):
-        kv, model = split(k, 2)
+    for (kv, model), n in counter(m, "session_turns"):
         w.sample("blazar_session_turns_total", (("model", model), ("kv", kv)), n)
     _otlp(w, otlp)
     return w.text()
@@ -148,23 +153,23 @@ def _otlp(w: _Writer, otlp: Mapping[str, int] | None) -> None:
             w.sample(name, (), otlp.get(key, 0))
 
 
-def _histograms(w: _Writer, m: State) -> None:
+def _histograms(w: _Writer, m: MetricsState) -> None:
     """One cumulative histogram family per entry of `_HISTOGRAMS`, a series per model."""
     for name, metric, help_text in _HISTOGRAMS:
         w.family(metric, "histogram", help_text)
         bounds = (*BUCKETS[name], math.inf)
-        for model, h in sorted(m["histograms"][name].items()):
+        for model, h in histograms(m, name):
             cumulative = 0
-            for bound, count in zip(bounds, h["counts"], strict=True):
+            for bound, count in zip(bounds, h.counts, strict=True):
                 cumulative += count
                 w.sample(f"{metric}_bucket", (("model", model), ("le", fmt_le(bound))), cumulative)
-            w.sample(f"{metric}_sum", (("model", model),), float(h["sum"]))
-            w.sample(f"{metric}_count", (("model", model),), h["count"])
+            w.sample(f"{metric}_sum", (("model", model),), h.sum)
+            w.sample(f"{metric}_count", (("model", model),), h.count)
 
 
-def _queue_and_slots(w: _Writer, m: State, live: Mapping[str, Mapping[str, Any]] | None) -> None:
+def _queue_and_slots(w: _Writer, m: MetricsState, live: Mapping[str, Mapping[str, Any]] | None) -> None:
     """The queue depth gauge (from `live` when given, else the log's), and the slot gauges only `live` knows."""
-    depth: dict[str, int] = dict(m["queue_depth"])
+    depth = metrics.queue_depth(m)
     if live is not None:
         live = {model: s for model, s in live.items() if not model.startswith("_")}  # "_global" is no model
         # NOTE: the snapshot is the truth while a daemon runs; a model it does not list has nobody waiting.
@@ -181,20 +186,20 @@ def _queue_and_slots(w: _Writer, m: State, live: Mapping[str, Mapping[str, Any]]
             w.sample("blazar_slots", (("model", model),), int(s.get("slots", 0)))
 
 
-def _instances(w: _Writer, residency: State) -> None:
+def _instances(w: _Writer, residency: ResidencyState) -> None:
     """Instance gauges from `residency`, the projection `blazar ps` and the supervisor read, so they agree. A model
     ever loaded keeps its series at 0 once unloaded instead of vanishing."""
-    models = set(residency.get("models", {}))
+    models = models_seen(residency)
     count: dict[tuple[str, str], int] = {}
     planned: dict[str, int] = {}
     measured: dict[str, int] = {}
-    for inst in running(residency):
-        model = inst["model"]
+    for inst in instances(residency):
+        model = inst.model
         models.add(model)
-        count[model, inst["state"]] = count.get((model, inst["state"]), 0) + 1
-        planned[model] = planned.get(model, 0) + inst["planned_bytes"]
-        if inst.get("measured_bytes") is not None:
-            measured[model] = measured.get(model, 0) + inst["measured_bytes"]
+        count[model, inst.state] = count.get((model, inst.state), 0) + 1
+        planned[model] = planned.get(model, 0) + inst.planned_bytes
+        if inst.measured_bytes is not None:
+            measured[model] = measured.get(model, 0) + inst.measured_bytes
     w.family("blazar_instances", "gauge", "Engine instances now, by model and state (starting, ready, stopping).")
     for model in sorted(models):
         for state in INSTANCE_STATES:

@@ -12,7 +12,7 @@ from blazar.errors import SessionNotFound, SessionUnavailable
 from blazar.events.base import Recorded
 from blazar.events.sessions import SessionRemoved, SessionRestored
 from blazar.instances.kv_bank import KvBank, bank_path
-from blazar.projections.sessions import bank_entries, session_row
+from blazar.projections.sessions import SessionsState, bank_entries, session_row
 from blazar.serving.gateway import Gateway
 from blazar.serving.tenancy import split_session
 
@@ -22,7 +22,7 @@ def shown(session: str) -> str:
     return split_session(session)[1]
 
 
-def _state(app: Blazar) -> dict[str, Any]:
+def _state(app: Blazar) -> SessionsState:
     return app.runner.state("sessions")
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from blazar.adapters.engines import build as builder
 from blazar.adapters.engines.llama_server import Capabilities, EngineVersion, probe
@@ -46,6 +46,7 @@ from blazar.events.engines import (
     EngineVerified,
 )
 from blazar.projections.engines import (
+    EnginesState,
     InstalledEngine,
     active,
     active_tag,
@@ -72,7 +73,7 @@ class ActiveEngine:
     files: tuple[EngineFile, ...] = ()  # the install record, verified before each spawn (engine_verify.py)
 
 
-def _state(app: Blazar) -> dict[str, Any]:
+def _state(app: Blazar) -> EnginesState:
     return app.runner.state("engines")
 
 
@@ -376,7 +377,7 @@ async def verify_engine(app: Blazar, tag: str | None = None) -> EngineVerified:
     return event
 
 
-def prune_candidates(state: dict[str, Any], *, keep_previous: bool = True,
+def prune_candidates(state: EnginesState, *, keep_previous: bool = True,
                      in_use: set[str] | frozenset[str] = frozenset()) -> list[str]:
     """Every engine but the active one, any in use, and unless `keep_previous` is off, the rollback target and the
     engine active just before the current one (they differ after a rollback)."""

@@ -266,7 +266,7 @@ async def _write_all(log: EventLog, other: EventLog, clock: FakeClock, steps: li
 
 def _states(runner: ProjectionRunner) -> dict[str, bytes]:
     """Every projection's state and view, as the bytes a checkpoint would store (exact, key order aside)."""
-    out = {name: dump_state(runner.state(name)) for name in NAMES}
+    out = {name: dump_state(runner.raw_state(name)) for name in NAMES}
     out["views"] = dump_state(runner.views())
     return out
 

@@ -26,7 +26,7 @@ def size_and_sha256(path: Path) -> tuple[int, str]:
 
 
 def engines_state(app: Blazar) -> dict:
-    return app.runner.state("engines")
+    return app.runner.raw_state("engines")
 
 
 def stand_in(path: Path, serve: str, *, note: str = "") -> Path:

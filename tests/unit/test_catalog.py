@@ -12,7 +12,7 @@ from blazar.events.models import (
     ShardFile,
 )
 from blazar.projections import CatalogProjection, fold
-from blazar.projections.catalog import find
+from blazar.projections.catalog import _find as find
 from tests.support.events import rec
 
 META = ModelMetadata(architecture="llama", name="tiny", parameter_count=90_560, file_type="Q8_0", ctx_train=2048,
@@ -130,7 +130,8 @@ def test_find_takes_an_exact_name_or_the_latest_tag() -> None:
 
 def test_aliases_resolve_and_die_with_their_model() -> None:
     from blazar.events.models import ModelAliased, ModelAliasRemoved, ModelRemoved
-    from blazar.projections.catalog import CatalogProjection, find
+    from blazar.projections.catalog import CatalogProjection
+    from blazar.projections.catalog import _find as find
 
     proj = CatalogProjection()
     state = proj.initial()

@@ -16,7 +16,7 @@ from blazar.events.requests import (
     RequestReceived,
     RequestRejected,
 )
-from blazar.projections.residency import ResidencyProjection
+from blazar.projections.residency import ResidencyProjection, ResidencyState, ps_rows
 from blazar.queries.dashboard import (
     RECENT_REQUESTS,
     Activity,
@@ -28,7 +28,6 @@ from blazar.queries.dashboard import (
     tokens_per_s,
 )
 from blazar.queries.metrics import render_prometheus
-from blazar.queries.ps import ps_rows
 from tests.support.events import rec
 
 MiB = 1 << 20
@@ -141,13 +140,14 @@ def test_an_instance_shows_memory_slots_and_keep_alive_left() -> None:
     f = Feed()
     state = _residency(f.clock)
     f.clock.advance(100.0)
-    rows = ps_rows(state, now=f.clock.now())
+    rows = [r.to_json() for r in ps_rows(ResidencyState(state), now=f.clock.now())]
     [inst] = f.snap(rows, slots_busy={"gemma": 1}).instances
     assert (inst.model, inst.state, inst.planned_bytes, inst.measured_bytes, inst.slots, inst.slots_busy) == (
         "gemma", "ready", 300 * MiB, 280 * MiB, 2, 1)
     assert inst.keep_alive_left_s == 200.0 and inst.ctx_tokens == 4096
     assert f.snap(rows).instances[0].slots_busy is None  # nothing says how busy it is
-    live = ps_rows(state, now=f.clock.now(), live={"g1": {"in_flight": 2, "last_used": f.clock.now()}})
+    live = [r.to_json() for r in ps_rows(ResidencyState(state), now=f.clock.now(),
+                                         live={"g1": {"in_flight": 2, "last_used": f.clock.now()}})]
     [busy] = f.snap(live, live_rows=True).instances
     assert busy.slots_busy == 2 and busy.keep_alive_left_s is None  # busy: the countdown has not started
 
@@ -163,10 +163,11 @@ def test_the_same_picture_ignores_only_the_time() -> None:
 
 
 def test_parse_metrics_reads_what_render_prometheus_writes() -> None:
-    from blazar.projections.metrics import MetricsProjection
+    from blazar.projections.metrics import MetricsProjection, MetricsState
 
     live = {'we"ird\\name': {"queued": 3, "busy": 1, "slots": 2}, "gemma": {"queued": 0, "busy": 2, "slots": 2}}
-    text = render_prometheus(MetricsProjection().initial(), ResidencyProjection().initial(), live=live)
+    text = render_prometheus(MetricsState(MetricsProjection().initial()),
+                             ResidencyState(ResidencyProjection().initial()), live=live)
     sample = parse_metrics(text)
     assert sample.queue_depth == {'we"ird\\name': 3, "gemma": 0}
     assert sample.slots_busy == {'we"ird\\name': 1, "gemma": 2}

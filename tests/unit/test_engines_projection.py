@@ -14,7 +14,7 @@ from blazar.events.engines import (
     EngineVerified,
 )
 from blazar.projections import EnginesProjection, all_projections, fold
-from blazar.projections.engines import previous_engine, rollback_target
+from blazar.projections.engines import EnginesState, previous_engine, rollback_target
 from tests.support.events import rec, recs
 
 MANIFEST = {"flags": [{"names": ["--port"], "metavar": "N", "choices": [], "env": None, "help": "port"}]}
@@ -39,7 +39,7 @@ def test_engines_projection_is_registered() -> None:
 def test_install_records_files_version_and_manifest_without_activating() -> None:
     state = fold_events(installed("a"))
     entry = state["engines"]["a"]
-    assert state["active"] is None and state["history"] == [] and rollback_target(state) is None
+    assert state["active"] is None and state["history"] == [] and rollback_target(EnginesState(state)) is None
     assert entry["files"][1] == {"path": "libx.so.0", "bytes": 0, "sha256": "", "link_to": "libx.so.0.1"}
     assert (entry["version"]["version"], entry["manifest"], entry["installed_ts"], entry["installed_seq"]) == (
         "0.6.0", MANIFEST, 1001.0, 1)
@@ -78,14 +78,14 @@ def test_rollback_walks_back_through_activations_one_at_a_time() -> None:
         EngineActivated(tag="b", previous="a", reason="use"),
         EngineActivated(tag="c", previous="b", reason="build"),
     )
-    assert rollback_target(state) == "b" and previous_engine(state) == "b"
+    assert rollback_target(EnginesState(state)) == "b" and previous_engine(EnginesState(state)) == "b"
     p = EnginesProjection()
     state = p.apply(state, rec(7, EngineActivated(tag="b", previous="c", reason="rollback")))
-    assert state["active"] == "b" and rollback_target(state) == "a"
+    assert state["active"] == "b" and rollback_target(EnginesState(state)) == "a"
     # After a rollback, the engine rolled back from is still "previous" (prune keeps it), but not a rollback target.
-    assert previous_engine(state) == "c"
+    assert previous_engine(EnginesState(state)) == "c"
     state = p.apply(state, rec(8, EngineActivated(tag="a", previous="b", reason="rollback")))
-    assert state["active"] == "a" and rollback_target(state) is None
+    assert state["active"] == "a" and rollback_target(EnginesState(state)) is None
     assert state["history"] == ["a", "b", "c", "b", "a"]
 
 
@@ -96,7 +96,7 @@ def test_use_of_an_older_engine_pushes_it_and_rollback_returns_to_the_one_before
         EngineActivated(tag="b", previous="a", reason="install"),
         EngineActivated(tag="a", previous="b", reason="use"),
     )
-    assert state["active"] == "a" and rollback_target(state) == "b"
+    assert state["active"] == "a" and rollback_target(EnginesState(state)) == "b"
 
 
 def test_removal_drops_the_engine_from_the_rollback_chain() -> None:
@@ -108,7 +108,7 @@ def test_removal_drops_the_engine_from_the_rollback_chain() -> None:
         EngineRemoved(tag="b", reason="prune", freed_bytes=10),
     )
     assert "b" not in state["engines"] and state["active"] == "c"
-    assert rollback_target(state) == "a" and previous_engine(state) == "a"
+    assert rollback_target(EnginesState(state)) == "a" and previous_engine(EnginesState(state)) == "a"
 
 
 def test_removing_the_active_engine_leaves_none_active() -> None:

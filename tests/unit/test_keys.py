@@ -16,7 +16,7 @@ from blazar.events.keys import KeyCreated, KeyLimitsChanged, KeyRevoked, KeyRota
 from blazar.operations import keys as handlers
 from blazar.operations.keys import KeyCommandError, digest, new_secret, prefix_of
 from blazar.projections.base import fold
-from blazar.projections.keys import KeysProjection, auth_on
+from blazar.projections.keys import KeysProjection, KeysState, auth_on
 from blazar.projections.keys import key as api_key
 from blazar.serving.principal import Principal, is_admin
 from tests.support.events import rec
@@ -39,7 +39,7 @@ def test_projection_indexes_live_keys_by_prefix_and_marks_revoked_ones() -> None
     assert state["by_prefix"] == {a.prefix: "alice"}
     assert state["keys"]["alice"]["models"] == ["gemma*"] and state["keys"]["alice"]["rpm"] == 5
     assert state["keys"]["bob"]["revoked"] is True and state["keys"]["bob"]["revoked_ts"] == 1003.0
-    assert state["live"] == 1 and auth_on(state)
+    assert state["live"] == 1 and auth_on(KeysState(state))
 
 
 def test_rotation_moves_the_index_to_the_new_prefix_and_limits_change_only_the_given_fields() -> None:
@@ -56,9 +56,9 @@ def test_rotation_moves_the_index_to_the_new_prefix_and_limits_change_only_the_g
 
 def test_auth_is_off_with_no_key_and_again_once_every_key_is_revoked() -> None:
     a, _ = created("alice")
-    assert not auth_on(KeysProjection().initial())
-    assert auth_on(fold(KeysProjection(), [rec(1, a)]))
-    assert not auth_on(fold(KeysProjection(), [rec(1, a), rec(2, KeyRevoked(name="alice"))]))
+    assert not auth_on(KeysState(KeysProjection().initial()))
+    assert auth_on(KeysState(fold(KeysProjection(), [rec(1, a)])))
+    assert not auth_on(KeysState(fold(KeysProjection(), [rec(1, a), rec(2, KeyRevoked(name="alice"))])))
 
 
 def test_a_revoked_key_is_not_brought_back_by_a_later_rotation_or_limit_change() -> None:
@@ -100,7 +100,7 @@ def test_a_new_secret_never_reuses_a_live_prefix() -> None:
 
 def _auth(events: list[Event], clock: FakeClock | None = None, admin_token: str | None = None) -> Authenticator:
     state = fold(KeysProjection(), [rec(i, e) for i, e in enumerate(events, 1)])
-    return Authenticator(lambda: state, clock or FakeClock(), admin_token=admin_token, admin_actor="cli:me")
+    return Authenticator(lambda: KeysState(state), clock or FakeClock(), admin_token=admin_token, admin_actor="cli:me")
 
 
 def test_auth_off_lets_everything_through_without_a_principal() -> None:
@@ -178,7 +178,7 @@ def test_inference_and_listing_routes_take_any_valid_key(route: str) -> None:
 def test_the_cluster_key_may_pull_and_infer_and_nothing_admin() -> None:
     a, _ = created("alice")
     state = fold(KeysProjection(), [rec(1, a)])
-    auth = Authenticator(lambda: state, FakeClock(), cluster_key="c" * 40)
+    auth = Authenticator(lambda: KeysState(state), FakeClock(), cluster_key="c" * 40)
     for route in ("/api/pull", "/v1/chat/completions", "/api/chat"):
         p = auth.check("POST", route, "c" * 40)
         assert p is not None and p.cluster and not p.admin
@@ -204,12 +204,12 @@ def test_scope_matches_the_clients_name_or_the_stores_and_no_pattern_means_every
     a, _ = created("a", models=["gemma*", "qwen3:8b"])
     b, _ = created("b")
     state = fold(KeysProjection(), [rec(1, a), rec(2, b)])
-    p = Principal("key:a", False, api_key(state, "a"))
+    p = Principal("key:a", False, api_key(KeysState(state), "a"))
     assert p.models == ("gemma*", "qwen3:8b")
     assert p.allows("gemma3")
     assert p.allows("my-alias", "gemma3")  # an alias of an allowed model
     assert p.allows("qwen3:8b") and not p.allows("qwen3:4b") and not p.allows("llama", "llama")
-    assert Principal("key:b", False, api_key(state, "b")).allows("anything")
+    assert Principal("key:b", False, api_key(KeysState(state), "b")).allows("anything")
     assert is_admin(None) and not is_admin(p)
 
 
@@ -220,7 +220,7 @@ async def test_create_records_the_hash_not_the_secret_and_refuses_a_duplicate(ap
     ev = rec_.event
     assert isinstance(ev, KeyCreated) and ev.hash == digest(ev.salt, secret) and ev.prefix == secret[4:12]
     assert secret not in rec_.to_json().__repr__()
-    assert app.runner.state("keys")["by_prefix"] == {ev.prefix: "alice"}
+    assert app.runner.raw_state("keys")["by_prefix"] == {ev.prefix: "alice"}
     with pytest.raises(KeyCommandError, match="exists already"):
         await handlers.create(app, "alice")
     seq = await app.log.last_seq()
@@ -233,7 +233,7 @@ async def test_create_records_the_hash_not_the_secret_and_refuses_a_duplicate(ap
 async def test_create_refuses_unsafe_names(app: Blazar, name: str) -> None:
     with pytest.raises(KeyCommandError, match="invalid key name"):
         await handlers.create(app, name)
-    assert app.runner.state("keys")["keys"] == {}
+    assert app.runner.raw_state("keys")["keys"] == {}
 
 
 async def test_create_refuses_bad_limits_patterns_and_expiry(app: Blazar) -> None:
@@ -245,7 +245,7 @@ async def test_create_refuses_bad_limits_patterns_and_expiry(app: Blazar) -> Non
         await handlers.create(app, "a", expires="-5m")
     with pytest.raises(KeyCommandError):
         await handlers.create(app, "a", expires="soon")
-    assert app.runner.state("keys")["keys"] == {}
+    assert app.runner.raw_state("keys")["keys"] == {}
     rec_, _ = await handlers.create(app, "a", expires="30d")
     assert rec_.event.expires_ts == pytest.approx(app.clock.now() + 30 * 86400)  # type: ignore[attr-defined]
 
@@ -253,7 +253,7 @@ async def test_create_refuses_bad_limits_patterns_and_expiry(app: Blazar) -> Non
 async def test_rotate_revoke_and_limits(app: Blazar) -> None:
     _, old = await handlers.create(app, "alice", rpm=5)
     _, new = await handlers.rotate(app, "alice")
-    state = app.runner.state("keys")
+    state = app.runner.raw_state("keys")
     assert prefix_of(new) in state["by_prefix"] and prefix_of(old) not in state["by_prefix"]
     assert await handlers.change_limits(app, "alice", {"rpm": 5}) is None  # nothing changed: no event
     rec_ = await handlers.change_limits(app, "alice", {"rpm": 0, "tpm": 50})
@@ -269,8 +269,8 @@ async def test_rotate_revoke_and_limits(app: Blazar) -> None:
 
 def test_metrics_count_requests_and_tokens_by_the_key_that_is_the_actor() -> None:
     from blazar.events.requests import RequestCompleted, RequestReceived, RequestRejected
-    from blazar.projections.metrics import MetricsProjection
-    from blazar.projections.residency import ResidencyProjection
+    from blazar.projections.metrics import MetricsProjection, MetricsState
+    from blazar.projections.residency import ResidencyProjection, ResidencyState
     from blazar.queries.metrics import render_prometheus
 
     def by(seq: int, event: Event, actor: str, ts: float = 2 * 86400 + 5) -> Recorded:
@@ -286,7 +286,7 @@ def test_metrics_count_requests_and_tokens_by_the_key_that_is_the_actor() -> Non
                "daemon:root")]
     state = fold(MetricsProjection(), recs)
     assert state["keys"]["alice"] == {"day": 2, "requests_today": 2, "tokens_today": 10}
-    text = render_prometheus(state, ResidencyProjection().initial())
+    text = render_prometheus(MetricsState(state), ResidencyState(ResidencyProjection().initial()))
     assert 'blazar_key_requests_total{key="alice",status="200"} 1' in text
     assert 'blazar_key_requests_total{key="alice",status="429"} 1' in text
     assert 'blazar_key_tokens_total{key="alice",direction="in"} 7' in text

@@ -10,14 +10,23 @@ import pytest
 from blazar.clock import FakeClock
 from blazar.context import Blazar
 from blazar.errors import KeyCommandError, ModelNotFound
+from blazar.events import Recorded
+from blazar.events.models import ModelAliased, ModelImported, ModelMetadata
 from blazar.operations import keys, launch
+from blazar.projections import CatalogProjection, fold
+from blazar.projections.catalog import CatalogState
 from blazar.projections.keys import key as api_key
 
 URL = "http://127.0.0.1:11435"
 
 
-def catalog(*names: str, aliases: dict[str, str] | None = None) -> dict:
-    return {"models": {n: {"name": n} for n in names}, "aliases": aliases or {}}
+def catalog(*names: str, aliases: dict[str, str] | None = None) -> CatalogState:
+    """A store holding `names` (and `aliases`), folded from the events that made it."""
+    events = [ModelImported(name=n, path=f"{n}.gguf", source="/src", bytes=1, sha256="ab" * 32, linked=True,
+                            metadata=ModelMetadata(architecture="llama")) for n in names]
+    events += [ModelAliased(alias=a, target=t) for a, t in (aliases or {}).items()]
+    recs = [Recorded(i, 1000.0 + i, e.TYPE, e.V, e.stream_key(), None, "t", None, e) for i, e in enumerate(events, 1)]
+    return CatalogState(fold(CatalogProjection(), recs))
 
 
 # -- the environment ---------------------------------------------------------------------------------------------
@@ -109,9 +118,9 @@ def test_a_key_name_says_launch_and_the_command_and_is_a_valid_unique_name(comma
 
 
 async def test_with_keys_off_no_key_is_minted_so_auth_stays_off(app: Blazar) -> None:
-    before = app.runner.state("keys")["live"]
+    before = app.runner.raw_state("keys")["live"]
     assert await launch.mint(app, "python", None, expires="1h") is None
-    assert app.runner.state("keys")["live"] == before == 0
+    assert app.runner.raw_state("keys")["live"] == before == 0
 
 
 async def test_with_keys_on_the_key_is_scoped_expiring_and_not_admin_and_revoke_ends_it(app: Blazar,
@@ -141,7 +150,7 @@ async def test_without_a_model_the_key_may_use_every_model(app: Blazar) -> None:
 async def test_a_bad_expiry_is_refused_before_anything_is_recorded(app: Blazar, keys_on: bool) -> None:
     if keys_on:
         await keys.create(app, "root", admin=True)
-    count = len(app.runner.state("keys")["keys"])
+    count = len(app.runner.raw_state("keys")["keys"])
     with pytest.raises(KeyCommandError, match="--expires"):
         await launch.mint(app, "python", None, expires="soon")
-    assert len(app.runner.state("keys")["keys"]) == count
+    assert len(app.runner.raw_state("keys")["keys"]) == count

@@ -28,7 +28,14 @@ from blazar.projections import MetricsProjection, ResidencyProjection, TracesPro
 from blazar.projections import metrics as metrics_mod
 from blazar.projections import traces as traces_mod
 from blazar.projections.checkpoints import dump_state
-from blazar.projections.metrics import ITL_BUCKETS_S, QUEUE_WAIT_BUCKETS_S, REFUSAL_BUCKETS_S, TTFT_BUCKETS_S
+from blazar.projections.metrics import (
+    ITL_BUCKETS_S,
+    QUEUE_WAIT_BUCKETS_S,
+    REFUSAL_BUCKETS_S,
+    TTFT_BUCKETS_S,
+    MetricsState,
+)
+from blazar.projections.residency import ResidencyState
 from blazar.queries.metrics import escape_label, render_prometheus
 from tests.support.events import rec
 
@@ -45,6 +52,12 @@ FAMILIES = {
     "blazar_otlp_spans_exported_total": "counter", "blazar_otlp_spans_failed_total": "counter",
     "blazar_otlp_spans_dropped_total": "counter", "blazar_otlp_queue_spans": "gauge",
 }
+
+
+def render(m: dict[str, Any], r: dict[str, Any], **kw: Any) -> str:
+    """/metrics over folded states (the projections' JSON, as the runner holds it)."""
+    return render_prometheus(MetricsState(m), ResidencyState(r), **kw)
+
 
 
 def received(trace: str, model: str = "gemma", dialect: str = "openai", stream: bool = True) -> RequestReceived:
@@ -273,14 +286,14 @@ def test_state_survives_a_checkpoint_round_trip() -> None:
 # -- the rendering -------------------------------------------------------------------------------------------------
 
 def test_every_family_is_announced_with_help_and_type_even_on_an_empty_log() -> None:
-    text = render_prometheus(MetricsProjection().initial(), ResidencyProjection().initial())
+    text = render(MetricsProjection().initial(), ResidencyProjection().initial())
     families = parse(text)
     assert {n: f["type"] for n, f in families.items()} == FAMILIES
     assert all(f["help"] and not f["samples"] for f in families.values())
 
 
 def test_rendered_counters_and_gauges_match_the_log() -> None:
-    fams = parse(render_prometheus(*states()))
+    fams = parse(render(*states()))
     assert {n: f["type"] for n, f in fams.items()} == FAMILIES
     assert value(fams, "blazar_requests_total", model="gemma", status="200", dialect="openai") == 2
     assert value(fams, "blazar_requests_total", model="", status="404", dialect="openai") == 1
@@ -301,7 +314,7 @@ def test_rendered_counters_and_gauges_match_the_log() -> None:
 
 
 def test_rendered_histograms_are_cumulative_and_end_at_the_count() -> None:
-    fams = parse(render_prometheus(*states()))
+    fams = parse(render(*states()))
     ttft = buckets(fams, "blazar_ttft_seconds", "gemma")
     assert list(ttft) == [*TTFT_BUCKETS_S, math.inf]
     assert ttft[0.1] == 0 and ttft[0.25] == 1 and ttft[1.0] == 1 and ttft[2.5] == 2 and ttft[math.inf] == 2
@@ -311,26 +324,26 @@ def test_rendered_histograms_are_cumulative_and_end_at_the_count() -> None:
     assert itl[0.035] == 0 and itl[0.05] == 1 and itl[math.inf] == 1
     wait = buckets(fams, "blazar_queue_wait_seconds", "gemma")
     assert wait[0.005] == 1 and wait[1.0] == 1 and wait[2.5] == 2
-    assert 'le="0.005"' in render_prometheus(*states()) and 'le="60.0"' in render_prometheus(*states())
+    assert 'le="0.005"' in render(*states()) and 'le="60.0"' in render(*states())
 
 
 def test_the_live_snapshot_replaces_the_queue_depth_and_adds_slot_gauges() -> None:
     m, r = states()
     live = {"qwen": {"queued": 3, "busy": 2, "slots": 2}, "_global": {"cap": 0, "busy": 2, "queued": 3}}
-    fams = parse(render_prometheus(m, r, live=live))
+    fams = parse(render(m, r, live=live))
     assert value(fams, "blazar_queue_depth", model="qwen") == 3
     assert value(fams, "blazar_queue_depth", model="gemma") == 0  # the snapshot lists nobody waiting for gemma
     assert fams["blazar_slots_busy"]["type"] == "gauge" and value(fams, "blazar_slots_busy", model="qwen") == 2
     assert value(fams, "blazar_slots", model="qwen") == 2
     assert len(fams["blazar_slots"]["samples"]) == 1  # "_global" is not a model
-    assert "blazar_slots" not in parse(render_prometheus(m, r))
+    assert "blazar_slots" not in parse(render(m, r))
 
 
 def test_label_values_are_escaped() -> None:
     assert escape_label('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
     odd = 'we"ird\\mo\ndel'
     m = fold(MetricsProjection(), [rec(1, received("t", model=odd)), rec(2, done("t", 10.0, 1, model=odd))])
-    fams = parse(render_prometheus(m, ResidencyProjection().initial()))
+    fams = parse(render(m, ResidencyProjection().initial()))
     assert value(fams, "blazar_requests_total", model=odd, status="200", dialect="openai") == 1
 
 
@@ -383,14 +396,14 @@ def test_a_refusals_server_time_lands_in_the_refusal_histogram() -> None:
     h = state["histograms"]["refusal"]["gemma"]
     assert h["count"] == 2 and h["sum"] == pytest.approx(0.0078)
     assert h["counts"][REFUSAL_BUCKETS_S.index(0.001)] == 1 and h["counts"][REFUSAL_BUCKETS_S.index(0.01)] == 1
-    fams = parse(render_prometheus(state, ResidencyProjection().initial()))
+    fams = parse(render(state, ResidencyProjection().initial()))
     assert buckets(fams, "blazar_refusal_seconds", "gemma")[0.005] == 1
 
 
 def test_the_otlp_export_counters_are_sampled_only_while_spans_are_exported() -> None:
     m, r = MetricsProjection().initial(), ResidencyProjection().initial()
-    assert not parse(render_prometheus(m, r))["blazar_otlp_spans_dropped_total"]["samples"]
-    fams = parse(render_prometheus(m, r, otlp={"exported": 12, "failed": 3, "dropped": 5, "queued": 2}))
+    assert not parse(render(m, r))["blazar_otlp_spans_dropped_total"]["samples"]
+    fams = parse(render(m, r, otlp={"exported": 12, "failed": 3, "dropped": 5, "queued": 2}))
     assert value(fams, "blazar_otlp_spans_exported_total") == 12
     assert value(fams, "blazar_otlp_spans_failed_total") == 3
     assert value(fams, "blazar_otlp_spans_dropped_total") == 5

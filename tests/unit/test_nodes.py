@@ -29,8 +29,8 @@ from blazar.paths import Paths
 from blazar.projections import all_projections
 from blazar.projections.base import fold
 from blazar.projections.catalog import models as catalog_models
-from blazar.projections.nodes import NodesProjection, node, nodes
-from blazar.projections.residency import ResidencyProjection, instances
+from blazar.projections.nodes import NodesProjection, NodesState, node, nodes
+from blazar.projections.residency import ResidencyProjection, ResidencyState, instances
 from blazar.projections.runner import ProjectionRunner
 from tests.support.events import rec
 
@@ -48,30 +48,32 @@ def test_the_projection_follows_joins_heartbeats_stops_and_verdicts() -> None:
     p = NodesProjection()
     state = fold(p, [rec(1, started("a")), rec(2, started("b", "http://b:2")),
                      rec(3, NodeHeartbeat(name="b", instances=2, in_flight=1), ts=150.0)])
-    b = node(state, "b")
+    b = node(NodesState(state), "b")
     assert b is not None and b.up and b.last_seen_ts == 150.0 and b.instances == 2 and b.url == "http://b:2"
     state = fold(p, [rec(4, NodeDown(name="b", detail="no heartbeat for 30 s", noticed_by="a", last_seen_ts=150.0)),
                      rec(5, NodeDown(name="b", detail="later verdict", noticed_by="c")),
                      rec(6, NodeHeartbeat(name="b"), ts=200.0)], state)
-    b = node(state, "b")
+    b = node(NodesState(state), "b")
     assert b is not None and not b.up and b.down_reason == "no heartbeat for 30 s" and b.noticed_by == "a"
     assert b.last_seen_ts == 150.0  # a heartbeat racing the verdict does not bring it back
     state = fold(p, [rec(7, started("b")), rec(8, NodeStopped(name="a"))], state)
-    assert [n.name for n in nodes(state, up_only=True)] == ["b"]
-    a = node(state, "a")
+    assert [n.name for n in nodes(NodesState(state), up_only=True)] == ["b"]
+    a = node(NodesState(state), "a")
     assert a is not None and a.down_reason == "stopped"
     # A verdict or a heartbeat about a node never seen is ignored.
-    assert node(fold(p, [rec(1, NodeHeartbeat(name="z")), rec(2, NodeDown(name="z", noticed_by="a"))]), "z") is None
+    unseen = fold(p, [rec(1, NodeHeartbeat(name="z")), rec(2, NodeDown(name="z", noticed_by="a"))])
+    assert node(NodesState(unseen), "z") is None
 
 
 def test_residency_is_per_node_and_a_down_node_loses_its_instances() -> None:
     p = ResidencyProjection()
     state = fold(p, [rec(1, starting("i1", "a")), rec(2, starting("i2", "b")), rec(3, starting("i3", "b", "n")),
                      rec(4, starting("i0", ""))])
-    assert [i.instance_id for i in instances(state, node="a")] == ["i1", "i0"]  # "": from before nodes, anyone's
-    assert {i.node for i in instances(state)} == {"a", "b", ""}
+    # "": from before nodes, anyone's
+    assert [i.instance_id for i in instances(ResidencyState(state), node="a")] == ["i1", "i0"]
+    assert {i.node for i in instances(ResidencyState(state))} == {"a", "b", ""}
     state = fold(p, [rec(5, NodeDown(name="b", noticed_by="a", instances_lost=["i2", "i3"]))], state)
-    assert [i.instance_id for i in instances(state)] == ["i1", "i0"]
+    assert [i.instance_id for i in instances(ResidencyState(state))] == ["i1", "i0"]
     assert state["models"]["n"]["last_exit"]["reason"] == "node_lost"
     assert state["engine_tags_in_use"] == {"t": 2}
 

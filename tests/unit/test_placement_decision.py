@@ -26,7 +26,7 @@ from blazar.instances.placement_decision import (
     decide_give_way,
     decide_placement,
 )
-from blazar.projections.calibration import shape_key
+from blazar.projections.calibration import CalibrationState, shape_key
 from tests.unit.fit_models import GiB, MiB, gemma3_270m, host
 
 W1, W2 = "127.0.0.1:50061", "127.0.0.1:50062"
@@ -50,8 +50,9 @@ def situation(*, limit_mib: int = 4000, ctx: int | None = None, default_ctx: int
     """Gemma 3 270M asked for on a 24 GiB host (20 GiB free) whose instances may use `limit_mib` MiB in all."""
     return Situation(model="gemma", meta=gemma3_270m(), ctx=ctx, swa_full=False, default_ctx=default_ctx,
                      default_slots=default_slots, max_loaded_models=max_loaded, memory_limit_bytes=limit_mib * MiB,
-                     devices=(host(20 * GiB, 24 * GiB),), running=running, calibration=calibration or {},
-                     rpc_capable=rpc, workers=workers, room_made=room_made)
+                     devices=(host(20 * GiB, 24 * GiB),), running=running,
+                     calibration=CalibrationState(calibration or {}), rpc_capable=rpc, workers=workers,
+                     room_made=room_made)
 
 
 def outline(d: PlacementDecision) -> tuple[Any, ...]:

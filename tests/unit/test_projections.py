@@ -94,7 +94,7 @@ async def test_runner_rebuilds_when_version_changes(log: EventLog) -> None:
     r2 = ProjectionRunner(log, [StatsV2()])
     await r2.start()
     assert r2.status()[0].origin == "rebuilt: version 1 -> 2"
-    assert r2.state("stats")["total"] == 2
+    assert r2.raw_state("stats")["total"] == 2
 
 
 async def test_runner_rebuilds_a_corrupt_checkpoint(log: EventLog) -> None:
@@ -138,7 +138,7 @@ async def test_runner_rebuilds_a_checkpoint_from_another_history(paths, clock, t
     r2 = ProjectionRunner(log2, all_projections())
     await r2.start()
     assert {s.origin for s in r2.status()} == {"rebuilt: checkpoint belongs to another history"}
-    assert r2.state("stats")["total"] == 4
+    assert r2.raw_state("stats")["total"] == 4
     await log2.close()
 
 
@@ -149,7 +149,7 @@ async def test_runner_time_travel_ignores_checkpoints_past_the_target(log: Event
     await r1.checkpoint()
     r2 = ProjectionRunner(log, all_projections())
     await r2.start(upto=4)
-    assert r2.seq == 4 and r2.state("config")["overrides"] == {"checkpoint_every": 103}
+    assert r2.seq == 4 and r2.raw_state("config")["overrides"] == {"checkpoint_every": 103}
     assert r2.status()[0].origin.startswith("folded from the start")
 
 
@@ -173,7 +173,7 @@ async def test_a_failing_projection_halts_at_its_seq_and_the_others_go_on(log: E
     await runner.start()
     by_name = {s.name: s for s in runner.status()}
     assert by_name["fragile"].halted == "projection 'fragile' halted at seq 2: ValueError: unlucky"
-    assert by_name["fragile"].seq == 1 and runner.state("fragile") == {"seen": [1]}
+    assert by_name["fragile"].seq == 1 and runner.raw_state("fragile") == {"seen": [1]}
     assert by_name["stats"].seq == 3 and by_name["stats"].halted is None
 
 
@@ -185,7 +185,7 @@ async def test_live_follow_applies_new_events_and_checkpoints(log: EventLog) -> 
                             actor="t")
     async with asyncio.timeout(5):
         await runner.wait_for(recs[-1].seq)
-    assert runner.state("config")["overrides"] == {"log_level": "error"}
+    assert runner.raw_state("config")["overrides"] == {"log_level": "error"}
     stored = await load_checkpoints(log)
     for _ in range(100):  # the periodic checkpoint is written by the follow task: give it a bounded moment
         if "stats" in stored:
@@ -228,7 +228,7 @@ async def test_a_following_runner_sees_another_connections_appends(log: EventLog
         (got,) = await other.append(ConfigChanged(key="ctx", old=None, new=4096, source="cli"), actor="cli:b")
         async with asyncio.timeout(5):
             await runner.wait_for(got.seq)
-        assert runner.state("config")["overrides"]["ctx"] == 4096
+        assert runner.raw_state("config")["overrides"]["ctx"] == 4096
     finally:
         await other.close()
         await runner.stop(checkpoint=False)

@@ -24,11 +24,13 @@ from blazar.projections import ResidencyProjection, all_projections, fold
 from blazar.projections.checkpoints import dump_state
 from blazar.projections.residency import (
     CRASHES_KEPT,
-    circuit_open,
+    Circuit,
+    ResidencyState,
+    circuit,
     crashes_within,
-    for_model,
-    resident_bytes,
-    running,
+    instance,
+    instances,
+    instances_of,
 )
 from blazar.projections.runner import ProjectionRunner
 from tests.support.events import rec
@@ -148,12 +150,18 @@ def test_a_measurement_for_a_known_instance_sets_measured_bytes_and_others_are_i
     state = fold(p, [rec(1, started("i1")), rec(2, measured("qwen", None, 900 * MiB)),
                      rec(3, measured("qwen", "gone", 900 * MiB))])
     assert state["instances"]["i1"]["measured_bytes"] is None
-    assert resident_bytes(state["instances"]["i1"]) == 500 * MiB
+    assert _resident_bytes(state, "i1") == 500 * MiB
     state = fold(p, [rec(4, measured("qwen", "i1", 520 * MiB))], state)
     assert state["instances"]["i1"]["measured_bytes"] == 520 * MiB
-    assert resident_bytes(state["instances"]["i1"]) == 520 * MiB
+    assert _resident_bytes(state, "i1") == 520 * MiB
     state = fold(p, [rec(5, measured("qwen", "i1", 100 * MiB))], state)
-    assert resident_bytes(state["instances"]["i1"]) == 500 * MiB  # the plan, when the engine used less
+    assert _resident_bytes(state, "i1") == 500 * MiB  # the plan, when the engine used less
+
+
+def _resident_bytes(state: dict, instance_id: str) -> int:
+    inst = instance(ResidencyState(state), instance_id)
+    assert inst is not None
+    return inst.resident_bytes
 
 
 def test_refusals_are_counted_per_model_with_the_last_reason() -> None:
@@ -179,25 +187,26 @@ def test_a_circuit_opens_until_its_time_and_a_reset_closes_it_and_forgives_the_c
             ts=120.0),
     ])
     assert state["models"]["qwen"]["circuit"] == {"open_until": 420.0, "crashes": 3, "seq": 4}
-    assert circuit_open(state, "qwen", 419.9) == {"open_until": 420.0, "crashes": 3, "seq": 4}
-    assert circuit_open(state, "qwen", 420.0) is None  # expired by itself
-    assert circuit_open(state, "never-loaded", 0.0) is None
-    assert crashes_within(state, "qwen", 120.0, 60.0) == 3
-    assert crashes_within(state, "qwen", 165.0, 60.0) == 2  # the one at 100 is out of the window
-    assert crashes_within(state, "never-loaded", 120.0, 60.0) == 0
-    state = fold(p, [rec(5, ModelCircuitReset(model="qwen"), ts=130.0)], state)
-    assert circuit_open(state, "qwen", 130.0) is None
-    assert crashes_within(state, "qwen", 130.0, 60.0) == 0
+    typed = ResidencyState(state)
+    assert circuit(typed, "qwen", 419.9) == Circuit(model="qwen", open_until=420.0, crashes=3, seq=4)
+    assert circuit(typed, "qwen", 420.0) is None  # expired by itself
+    assert circuit(typed, "never-loaded", 0.0) is None
+    assert crashes_within(typed, "qwen", 120.0, 60.0) == 3
+    assert crashes_within(typed, "qwen", 165.0, 60.0) == 2  # the one at 100 is out of the window
+    assert crashes_within(typed, "never-loaded", 120.0, 60.0) == 0
+    typed = ResidencyState(fold(p, [rec(5, ModelCircuitReset(model="qwen"), ts=130.0)], state))
+    assert circuit(typed, "qwen", 130.0) is None
+    assert crashes_within(typed, "qwen", 130.0, 60.0) == 0
 
 
-def test_running_and_for_model_list_instances_in_start_order() -> None:
-    state = fold(ResidencyProjection(), [
+def test_instances_and_instances_of_list_them_in_start_order() -> None:
+    state = ResidencyState(fold(ResidencyProjection(), [
         rec(1, started("z", model="qwen")), rec(2, started("a", model="gemma")), rec(3, started("m", model="qwen")),
         rec(4, exited("a", "stopped", model="gemma")), rec(5, started("b", model="gemma")),
-    ])
-    assert [i["instance_id"] for i in running(state)] == ["z", "m", "b"]
-    assert [i["instance_id"] for i in for_model(state, "qwen")] == ["z", "m"]
-    assert for_model(state, "llama") == []
+    ]))
+    assert [i.instance_id for i in instances(state)] == ["z", "m", "b"]
+    assert [i.instance_id for i in instances_of(state, "qwen")] == ["z", "m"]
+    assert instances_of(state, "llama") == []
 
 
 def test_the_projection_ignores_unknown_instances_without_failing() -> None:
@@ -260,8 +269,8 @@ async def test_runner_resumes_residency_from_a_checkpoint_to_the_same_state(log:
     assert resumed.status()[0].origin == "checkpoint at 6" and resumed.folded_at_start == 6
     rebuilt = ProjectionRunner(log, [ResidencyProjection()])
     await rebuilt.start(use_checkpoints=False)
-    assert dump_state(resumed.state("residency")) == dump_state(rebuilt.state("residency"))
-    assert set(rebuilt.state("residency")["instances"]) == {"i3"}
+    assert dump_state(resumed.raw_state("residency")) == dump_state(rebuilt.raw_state("residency"))
+    assert set(rebuilt.raw_state("residency")["instances"]) == {"i3"}
 
 
 def starting(iid: str, model: str = "qwen", tag: str = "b1") -> InstanceStarting:

@@ -17,7 +17,14 @@ from blazar.instances.kv_bank import KvBank, bank_file_name
 from blazar.instances.session_slots import SessionSlots
 from blazar.instances.supervisor import Instance
 from blazar.projections.base import fold
-from blazar.projections.sessions import SessionsProjection, bank_bytes, bank_entries, bank_entry, session_row
+from blazar.projections.sessions import (
+    SessionsProjection,
+    SessionsState,
+    bank_bytes,
+    bank_entries,
+    bank_entry,
+    session_row,
+)
 from blazar.store.models import slot_dir
 from tests.support.events import rec
 
@@ -40,7 +47,7 @@ def placed(session: str, kv: str, restored: int | None = None) -> RequestPlaced:
 def test_the_projection_counts_turns_by_how_they_found_the_prefix() -> None:
     state = fold(SessionsProjection(), [rec(1, placed("a", "cold")), rec(2, placed("a", "warm")),
                                         rec(3, placed("a", "restored", restored=700))])
-    row = session_row(state, "a")
+    row = session_row(SessionsState(state), "a")
     assert row is not None
     assert (row.turns, row.cold, row.warm, row.restored, row.restored_tokens) == (3, 1, 1, 1, 700)
     assert (row.first_ts, row.last_ts, row.last_kv, row.instance_id, row.slot_id) == (1001.0, 1003.0, "restored",
@@ -51,16 +58,17 @@ def test_a_newer_save_replaces_the_older_and_the_bank_size_follows_saves_drops_a
     p = SessionsProjection()
     state = fold(p, [rec(1, saved("a", nbytes=100)), rec(2, saved("b", nbytes=30)), rec(3, saved("a", nbytes=70)),
                      rec(4, saved("a", model="qwen", nbytes=5))])
-    assert bank_bytes(state) == 105
-    assert [(e.session, e.model, e.bytes) for e in bank_entries(state)] == [("b", "gemma", 30), ("a", "gemma", 70),
+    typed = SessionsState(state)
+    assert bank_bytes(typed) == 105
+    assert [(e.session, e.model, e.bytes) for e in bank_entries(typed)] == [("b", "gemma", 30), ("a", "gemma", 70),
                                                                             ("a", "qwen", 5)]
-    entry = bank_entry(state, "a", "gemma")
+    entry = bank_entry(typed, "a", "gemma")
     assert entry is not None and entry.identity == IDENT and entry.saved_ts == 1003.0
     state = fold(p, [rec(5, SessionDropped(session="b", model="gemma", file="f", bytes=30, reason="bank_full"))],
                  state)
-    assert bank_bytes(state) == 75 and bank_entry(state, "b", "gemma") is None
+    assert bank_bytes(typed) == 75 and bank_entry(typed, "b", "gemma") is None
     state = fold(p, [rec(6, SessionRemoved(session="a", files=["x", "y"], bytes=75))], state)
-    assert bank_bytes(state) == 0 and bank_entries(state) == [] and session_row(state, "a") is None
+    assert bank_bytes(typed) == 0 and bank_entries(typed) == [] and session_row(typed, "a") is None
     assert (state["saves"], state["drops"]) == (4, 1)
 
 
@@ -77,20 +85,22 @@ def test_a_session_expires_a_day_after_its_last_turn_unless_the_bank_holds_it() 
     # does one with a turn since.
     then = [rec(5, placed("busy", "warm"), ts=later)]
     state = fold(p, then, state)
-    assert session_row(state, "old") is None
-    assert session_row(state, "kept") is not None and session_row(state, "busy") is not None
+    typed = SessionsState(state)
+    assert session_row(typed, "old") is None
+    assert session_row(typed, "kept") is not None and session_row(typed, "busy") is not None
     # Once its save is dropped, the saved one goes too; replaying the whole log gives the same state.
     last = [rec(6, SessionDropped(session="kept", model="gemma", file="f", bytes=100, reason="bank_full"),
                 ts=later + 1)]
     state = fold(p, last, state)
-    assert session_row(state, "kept") is None and session_row(state, "busy") is not None
+    typed = SessionsState(state)
+    assert session_row(typed, "kept") is None and session_row(typed, "busy") is not None
     assert fold(p, first + then + last) == state
 
 
 def test_a_restore_by_command_moves_the_session_to_its_slot() -> None:
     state = fold(SessionsProjection(), [rec(1, SessionRestored(session="a", model="gemma", instance_id="i9",
                                                                slot_id=2, tokens=500, duration_ms=4.0))])
-    row = session_row(state, "a")
+    row = session_row(SessionsState(state), "a")
     assert row is not None and (row.instance_id, row.slot_id, row.restored_tokens, row.turns) == ("i9", 2, 500, 0)
 
 

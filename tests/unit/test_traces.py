@@ -17,7 +17,8 @@ from blazar.events.requests import (
 )
 from blazar.projections import TracesProjection, fold
 from blazar.projections.checkpoints import dump_state
-from blazar.projections.traces import TRACES_KEPT, recent
+from blazar.projections.traces import TRACES_KEPT
+from blazar.projections.traces import _recent as recent
 from tests.support.events import rec
 
 T1, T2, T3 = "a" * 32, "b" * 32, "c" * 32

@@ -4,6 +4,9 @@ usage; known traces; config overrides)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from blazar.events import Recorded
 from blazar.events.engines import EngineActivated, EngineFile, EngineInstalled, EngineRemoved
 from blazar.events.instances import (
     InstanceExited,
@@ -34,11 +37,17 @@ from blazar.projections import (
     residency,
     traces,
 )
+from blazar.projections.base import Projection, TypedState
 from blazar.projections.metrics import DAY_S
 from tests.support.events import rec, recs
 
 MiB = 1 << 20
 META = ModelMetadata(architecture="llama", parameter_count=90_560, file_type="Q8_0", block_count=3)
+
+
+def typed(projection: Projection, records: list[Recorded], after: TypedState | None = None) -> Any:
+    """`fold`, handed back as the runner hands it out: the projection's typed state (after `after`, when given)."""
+    return projection.state_type(fold(projection, records, None if after is None else after._raw))
 
 
 # -- residency -----------------------------------------------------------------------------------------------------
@@ -57,7 +66,7 @@ def started(iid: str, **overrides: object) -> InstanceStarted:
 
 
 def test_instances_are_typed_oldest_first_with_the_intent_before_its_pid() -> None:
-    state = fold(ResidencyProjection(), recs(
+    state = typed(ResidencyProjection(), recs(
         started("i1"), InstanceStarting(**_facts("i2", model="gemma", tag="b2")),  # type: ignore[arg-type]
         InstanceReady(instance_id="i1", model="qwen", load_ms=800),
         InstanceMemoryMeasured(model="qwen", instance_id="i1", ctx_tokens=4096, slots=2, planned_bytes=480 * MiB,
@@ -75,15 +84,15 @@ def test_instances_are_typed_oldest_first_with_the_intent_before_its_pid() -> No
 
 
 def test_engine_tags_in_use_follow_the_instances_until_they_exit() -> None:
-    state = fold(ResidencyProjection(), recs(started("i1", tag="b1"), started("i2", tag="b2"),
+    state = typed(ResidencyProjection(), recs(started("i1", tag="b1"), started("i2", tag="b2"),
                                              started("i3", tag="b1"), InstanceExited(instance_id="i2", model="qwen",
                                                                                      reason="stopped")))
     assert residency.engine_tags_in_use(state) == {"b1"}
-    assert residency.engine_tags_in_use(fold(ResidencyProjection(), [])) == set()
+    assert residency.engine_tags_in_use(typed(ResidencyProjection(), [])) == set()
 
 
 def test_a_typed_circuit_and_the_open_circuits_until_expiry_or_reset() -> None:
-    state = fold(ResidencyProjection(), recs(
+    state = typed(ResidencyProjection(), recs(
         ModelCircuitOpened(model="qwen", crashes=3, window_s=60.0, open_until=2000.0),
         ModelCircuitOpened(model="gemma", crashes=2, window_s=60.0, open_until=3000.0),
         ModelCircuitReset(model="gemma")))
@@ -95,21 +104,27 @@ def test_a_typed_circuit_and_the_open_circuits_until_expiry_or_reset() -> None:
 
 
 def test_ps_rows_lay_live_figures_over_the_log_and_count_idleness_and_expiry() -> None:
-    state = fold(ResidencyProjection(), recs(
+    state = typed(ResidencyProjection(), recs(
         started("i1", model="zeta"), started("i2", model="alpha", pinned=True),
         InstanceReady(instance_id="i1", model="zeta", load_ms=5), InstanceReady(instance_id="i2", model="alpha",
                                                                                 load_ms=5),
         started("i3", model="zeta", keep_alive_s=None),
         ModelCircuitOpened(model="zeta", crashes=3, window_s=60.0, open_until=1500.0)))
     rows = residency.ps_rows(state, now=1100.0, live={"i1": {"in_flight": 0, "last_used": 1050.0}})
-    assert [(r["model"], r["instance_id"]) for r in rows] == [("alpha", "i2"), ("zeta", "i1"), ("zeta", "i3")]
+    assert [(r.model, r.instance_id) for r in rows] == [("alpha", "i2"), ("zeta", "i1"), ("zeta", "i3")]
     alpha, z1, z3 = rows
-    assert alpha["pinned"] is True and alpha["expires_at"] is None and alpha["idle_s"] == 1100.0 - 1004.0
-    assert z1["idle_s"] == 50.0 and z1["expires_at"] == 1350.0 and z1["circuit_open_until"] == 1500.0
-    assert z3["state"] == "starting" and z3["idle_s"] is None and z3["expires_at"] is None
-    assert alpha["circuit_open_until"] is None
+    assert alpha.pinned is True and alpha.expires_at is None and alpha.idle_s == 1100.0 - 1004.0
+    assert z1.idle_s == 50.0 and z1.expires_at == 1350.0 and z1.circuit_open_until == 1500.0
+    assert z3.state == "starting" and z3.idle_s is None and z3.expires_at is None
+    assert alpha.circuit_open_until is None
     busy = residency.ps_rows(state, now=1100.0, live={"i1": {"in_flight": 2, "last_used": 1050.0}})
-    assert busy[1]["in_flight"] == 2 and busy[1]["idle_s"] is None and busy[1]["expires_at"] is None
+    assert busy[1].in_flight == 2 and busy[1].idle_s is None and busy[1].expires_at is None
+    # The JSON `blazar ps --json` and GET /api/blazar/ps give: every field, by its name.
+    assert z1.to_json() == {
+        "model": "zeta", "instance_id": "i1", "state": "ready", "pid": 4242, "port": 40001, "ctx_tokens": 4096,
+        "slots": 2, "planned_bytes": 500 * MiB, "measured_bytes": None, "idle_s": 50.0, "expires_at": 1350.0,
+        "keep_alive_s": 300.0, "pinned": False, "engine_tag": "b1", "in_flight": 0, "started_ts": 1001.0,
+        "circuit_open_until": 1500.0, "workers": {}, "node": ""}
 
 
 # -- catalog -------------------------------------------------------------------------------------------------------
@@ -123,7 +138,7 @@ def imported(name: str, **overrides: object) -> ModelImported:
 def test_catalog_models_are_typed_sorted_by_name_and_aliases_name_their_model() -> None:
     shards = [ShardFile(path="big/big-00001-of-00002.gguf", bytes=60, sha256="01" * 32),
               ShardFile(path="big/big-00002-of-00002.gguf", bytes=40, sha256="02" * 32)]
-    state = fold(CatalogProjection(), recs(
+    state = typed(CatalogProjection(), recs(
         imported("tiny:q8"), imported("big", path=shards[0].path, shards=shards),
         ModelAliased(alias="small", target="tiny:q8")))
     got = catalog.models(state)
@@ -151,14 +166,14 @@ def installed(tag: str) -> EngineInstalled:
 
 
 def test_installed_and_active_engines_are_typed_and_a_removal_leaves_none_active() -> None:
-    state = fold(EnginesProjection(), recs(installed("a"), installed("b"), EngineActivated(tag="a", reason="install")))
+    state = typed(EnginesProjection(), recs(installed("a"), installed("b"), EngineActivated(tag="a", reason="install")))
     a = engines.installed(state, "a")
     assert a is not None and a.tag == "a" and a.binary == "llama-server" and a.files == tuple(FILES)
     assert (a.source_kind, a.source, a.installed_seq) == ("path", "/opt/a", 1)
     assert a.version == {"version": "0.6.0"} and a.manifest == {"flags": []}
     assert engines.active_tag(state) == "a" and engines.active(state) == a
     assert engines.installed(state, "nope") is None and engines.tags(state) == ["a", "b"]
-    gone = fold(EnginesProjection(), [rec(4, EngineRemoved(tag="a", reason="prune"))], state)
+    gone = typed(EnginesProjection(), [rec(4, EngineRemoved(tag="a", reason="prune"))], state)
     assert engines.active_tag(gone) is None and engines.active(gone) is None and engines.tags(gone) == ["b"]
 
 
@@ -169,7 +184,7 @@ def key_created(name: str, prefix: str, **kw: object) -> KeyCreated:
 
 
 def test_keys_are_typed_and_only_live_ones_are_found_by_prefix() -> None:
-    state = fold(KeysProjection(), recs(
+    state = typed(KeysProjection(), recs(
         key_created("alice", "aaaaaaaa", models=["gemma*"], rpm=5, expires_ts=9999.0),
         key_created("bob", "bbbbbbbb", admin=True), KeyRevoked(name="bob"),
         KeyLimitsChanged(name="alice", changed={"tpm": 100, "models": ["q*", "gemma*"]}),
@@ -200,11 +215,11 @@ def test_a_keys_usage_counts_its_ended_requests_of_the_latest_utc_day() -> None:
                                detail="rpm"), ts=t0 + 2,
             actor="key:alice"),
     ]
-    state = fold(MetricsProjection(), events)
+    state = typed(MetricsProjection(), events)
     assert metrics.key_usage(state, "alice") == metrics.KeyUsage(day=day, requests_today=2, tokens_today=15)
     assert metrics.key_usage(state, "bob") is None
     assert metrics.tokens_on(state, "alice", day) == 15 and metrics.tokens_on(state, "alice", day + 1) == 0
-    later = fold(MetricsProjection(), [rec(4, RequestCompleted(trace_id="t3", model="m", duration_ms=1.0,
+    later = typed(MetricsProjection(), [rec(4, RequestCompleted(trace_id="t3", model="m", duration_ms=1.0,
                                                                prompt_tokens=1), ts=t0 + DAY_S, actor="key:alice")],
                  state)
     assert metrics.key_usage(later, "alice") == metrics.KeyUsage(day=day + 1, requests_today=1, tokens_today=1)
@@ -213,16 +228,16 @@ def test_a_keys_usage_counts_its_ended_requests_of_the_latest_utc_day() -> None:
 # -- traces and config ---------------------------------------------------------------------------------------------
 
 def test_a_trace_is_known_once_received_and_the_latest_failure_is_named() -> None:
-    state = fold(TracesProjection(), recs(
+    state = typed(TracesProjection(), recs(
         RequestReceived(trace_id="t1", dialect="openai", route="/v1/models", model="m"),
         RequestRejected(trace_id="t2", model="m", status=404, reason="model_not_found", detail="no such model")))
     assert traces.known(state, "t1") and traces.known(state, "t2") and not traces.known(state, "t3")
     assert traces.last_failed(state) == "t2"
-    assert traces.last_failed(fold(TracesProjection(), [])) is None
+    assert traces.last_failed(typed(TracesProjection(), [])) is None
 
 
 def test_config_overrides_are_a_copy_of_what_the_log_set_and_unset() -> None:
-    state = fold(ConfigProjection(), recs(ConfigChanged(key="ctx", new=8192), ConfigChanged(key="slots", new=2),
+    state = typed(ConfigProjection(), recs(ConfigChanged(key="ctx", new=8192), ConfigChanged(key="slots", new=2),
                                           ConfigChanged(key="slots", old=2, new=None)))
     got = config.overrides(state)
     assert got == {"ctx": 8192}

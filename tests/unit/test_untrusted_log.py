@@ -24,9 +24,9 @@ from blazar.instances.reconcile import reconcile
 from blazar.instances.supervisor import Supervisor
 from blazar.operations.config import set_value
 from blazar.projections import CatalogProjection, EnginesProjection, fold
-from blazar.projections.catalog import stored
-from blazar.projections.engines import active_tag
-from blazar.projections.sessions import SessionsProjection, bank_bytes, bank_entries
+from blazar.projections.catalog import CatalogState, stored
+from blazar.projections.engines import EnginesState, active_tag
+from blazar.projections.sessions import SessionsProjection, SessionsState, bank_bytes, bank_entries
 from blazar.serving.session_commands import remove_session
 from blazar.store import engine_verify
 from blazar.store.engine_verify import spawn_problems, verify_for_spawn
@@ -87,14 +87,14 @@ def test_an_import_naming_a_file_outside_the_store_is_no_model_and_is_kept_as_re
         (2, "model.imported", "gemma"), (3, "model.imported", "victim"), (4, "model.imported", "split"),
         (5, "model.imported", "flat")]
     assert state["refused"][0]["paths"] == ["path '/home/me/precious.txt' is absolute"]
-    assert stored(state, "victim") is None
+    assert stored(CatalogState(state), "victim") is None
 
 
 def test_an_engine_installed_outside_its_directory_is_never_installed_nor_activated() -> None:
     state = folded(EnginesProjection(), installed("good"), EngineActivated(tag="good", reason="install"),
                    installed("evil", binary="/tmp/outside/evil.sh"), EngineActivated(tag="evil", reason="use"))
     assert set(state["engines"]) == {"good"}
-    assert active_tag(state) == "good" and state["history"] == ["good"]
+    assert active_tag(EnginesState(state)) == "good" and state["history"] == ["good"]
     assert [(r["seq"], r["type"]) for r in state["refused"]] == [(3, "engine.installed"), (4, "engine.activated")]
     assert "binary '/tmp/outside/evil.sh' is absolute" in state["refused"][0]["paths"]
 
@@ -102,7 +102,8 @@ def test_an_engine_installed_outside_its_directory_is_never_installed_nor_activa
 def test_a_save_naming_a_file_outside_the_bank_enters_no_bank_and_counts_nowhere() -> None:
     state = folded(SessionsProjection(), saved("ok", "slots/gemma/a.bin"), saved("evil", "/home/me/precious.txt"),
                    saved("evil2", "slots/../../precious.txt"))
-    assert [e.session for e in bank_entries(state)] == ["ok"] and bank_bytes(state) == 100
+    typed = SessionsState(state)
+    assert [e.session for e in bank_entries(typed)] == ["ok"] and bank_bytes(typed) == 100
     assert set(state["sessions"]) == {"ok"}
     assert [r["seq"] for r in state["refused"]] == [2, 3]
 

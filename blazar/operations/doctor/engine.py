@@ -90,8 +90,7 @@ def cpu(app: Blazar, flags: frozenset[str]) -> Check | None:
     entry = _active(app)
     if entry is None:
         return None
-    options = app.runner.state("engines")["engines"][entry.tag].get("build_options") or []
-    return cpu_fit(entry.tag, options, flags)
+    return cpu_fit(entry.tag, entry.build_options, flags)
 
 
 async def smoke(app: Blazar) -> Check | None:

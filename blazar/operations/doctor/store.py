@@ -7,9 +7,9 @@ import hashlib
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from blazar.operations.doctor.report import Check, ok
+from blazar.projections.catalog import CatalogState, models
 
 # --quick hashes files in random order until this many bytes are read (at least one file, whatever its size).
 QUICK_HASH_BYTES = 1 << 30
@@ -25,13 +25,14 @@ class RecordedFile:
     sha256: str
 
 
-def recorded_files(catalog: dict[str, Any]) -> list[RecordedFile]:
+def recorded_files(catalog: CatalogState) -> list[RecordedFile]:
     """Each model's one file, or each part of a split one, with its size and hash as imported."""
     out: list[RecordedFile] = []
-    for name in sorted(catalog["models"]):
-        m = catalog["models"][name]
-        parts = m.get("shards") or [{"path": m["path"], "bytes": m["bytes"], "sha256": m["sha256"]}]
-        out += [RecordedFile(name, str(p["path"]), int(p["bytes"]), str(p["sha256"])) for p in parts]
+    for m in models(catalog):
+        if m.parts:
+            out += [RecordedFile(m.name, p.path, p.bytes, p.sha256) for p in m.parts]
+        else:
+            out.append(RecordedFile(m.name, m.file, m.bytes, m.sha256))
     return out
 
 
@@ -54,7 +55,7 @@ def _to_hash(files: list[RecordedFile], quick: bool) -> list[RecordedFile]:
     return picked
 
 
-def model_files(models_dir: Path, catalog: dict[str, Any], *, quick: bool) -> list[Check]:
+def model_files(models_dir: Path, catalog: CatalogState, *, quick: bool) -> list[Check]:
     """Three checks: recorded files present and intact, none missing, none unrecorded."""
     files = recorded_files(catalog)
     present = [f for f in files if (models_dir / f.path).is_file()]
@@ -77,7 +78,7 @@ def model_files(models_dir: Path, catalog: dict[str, Any], *, quick: bool) -> li
                             fix="; ".join(f"blazar rm {m}" for m in sorted({f.model for f in missing})[:3])
                             + " (then pull or import it again)"))
     else:
-        checks.append(ok("store", "missing", f"every recorded file of {len(catalog['models'])} model(s) is there"))
+        checks.append(ok("store", "missing", f"every recorded file of {len(models(catalog))} model(s) is there"))
     checks.append(_strays(models_dir, {f.path for f in files}))
     return checks
 

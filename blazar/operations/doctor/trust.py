@@ -9,35 +9,34 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from blazar.context import Blazar
 from blazar.instances import bank_leftovers
 from blazar.operations.doctor.machine import see_daemon
 from blazar.operations.doctor.report import Action, Check, ok
+from blazar.projections import catalog, engines, sessions
+from blazar.projections.base import RefusedEvent
 
-# The projections that keep the events they would not trust, under `refused`.
-_KEEPERS = ("catalog", "engines", "sessions")
 _LISTED = 5
 
 
-def refused_events(app: Blazar) -> list[dict[str, Any]]:
-    """Every event a projection refused to trust, by seq."""
-    found = [r for name in _KEEPERS for r in app.runner.state(name).get("refused", [])]
-    return sorted(found, key=lambda r: int(r["seq"]))
+def refused_events(app: Blazar) -> list[RefusedEvent]:
+    """Every event a projection refused to trust (the catalog, the engines, the sessions keep them), by seq."""
+    found = [*catalog.refusals(app.runner.state("catalog")), *engines.refusals(app.runner.state("engines")),
+             *sessions.refusals(app.runner.state("sessions"))]
+    return sorted(found, key=lambda r: r.seq)
 
 
 def untrusted_paths(app: Blazar) -> Check:
     refused = refused_events(app)
     if not refused:
         return ok("log", "untrusted_paths", "no event names a path outside the home")
-    listing = "; ".join(f"seq {r['seq']} {r['type']}: {', '.join(r['paths'])}" for r in refused[:_LISTED])
+    listing = "; ".join(f"seq {r.seq} {r.type}: {', '.join(r.paths)}" for r in refused[:_LISTED])
     more = f" (and {len(refused) - _LISTED} more)" if len(refused) > _LISTED else ""
     return Check("log", "untrusted_paths", "fail",
                  f"{len(refused)} event(s) name paths outside the home, so nothing was made of them (no model, "
                  f"engine or KV-bank entry; nothing run, opened or removed there): {listing}{more}",
                  fix=f"Blazar never wrote these: find where they came from (blazar events --json --after "
-                     f"{int(refused[0]['seq']) - 1}); restore a snapshot from before seq {refused[0]['seq']} if the "
+                     f"{refused[0].seq - 1}); restore a snapshot from before seq {refused[0].seq} if the "
                      "log was tampered with")
 
 
