@@ -38,7 +38,7 @@ import httpx2
 
 from blazar.adapters.gguf_inspect import inspect_gguf
 from blazar.fit import Device, FitRequest, plan
-from blazar.instances.placement import budget_devices, worker_devices
+from blazar.instances.budget import budget_devices, worker_devices
 
 RPC_SERVER = "ggml-rpc-server"
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle. " * 4

@@ -24,7 +24,7 @@ class _Generation(Proxy):
 
     dialect = "ollama"
     chat: bool
-    translate: Callable[[dict[str, Any]], ollama_dialect.ChatPlan]
+    translate: Callable[[dict[str, Any]], ollama_dialect.ChatTranslation]
     stream_class: type[ollama_dialect.ChatStream] | type[ollama_dialect.GenerateStream]
     answer: Callable[[dict[str, Any], str, Any], dict[str, Any]]
 
@@ -40,7 +40,7 @@ class _Generation(Proxy):
                     reply=lambda reply, call: answer(reply, call.model, call),
                     instead=(lambda: self.load_or_unload(cp)) if cp.empty else None)
 
-    async def load_or_unload(self, cp: ollama_dialect.ChatPlan) -> dict[str, Any]:
+    async def load_or_unload(self, cp: ollama_dialect.ChatTranslation) -> dict[str, Any]:
         """An empty request: load the model (with its keep_alive and num_ctx), or unload it for keep_alive 0."""
         sup = self.gateway.supervisor
         model = sup.resolve(cp.model)

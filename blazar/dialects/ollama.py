@@ -35,7 +35,7 @@ class CallTimes(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class ChatPlan:
+class ChatTranslation:
     model: str
     engine_path: str
     engine_body: dict[str, Any]
@@ -300,7 +300,7 @@ def _engine_body(model: str, stream: bool, sampling: dict[str, Any]) -> dict[str
     return body
 
 
-def chat_request(body: dict[str, Any]) -> ChatPlan:
+def chat_request(body: dict[str, Any]) -> ChatTranslation:
     """/api/chat → the engine's /v1/chat/completions body."""
     model = _model(body)
     stream = _stream(body)
@@ -317,11 +317,11 @@ def chat_request(body: dict[str, Any]) -> ChatPlan:
     think, kwargs = _think(body)
     if kwargs is not None:
         engine["chat_template_kwargs"] = kwargs
-    return ChatPlan(model=model, engine_path=CHAT_PATH, engine_body=engine, stream=stream, ctx=ctx, keep_alive=keep,
-                    empty=not messages, max_tokens=sampling.get("max_tokens"), think=think)
+    return ChatTranslation(model=model, engine_path=CHAT_PATH, engine_body=engine, stream=stream, ctx=ctx,
+                           keep_alive=keep, empty=not messages, max_tokens=sampling.get("max_tokens"), think=think)
 
 
-def generate_request(body: dict[str, Any]) -> ChatPlan:
+def generate_request(body: dict[str, Any]) -> ChatTranslation:
     """/api/generate → a chat turn (system + prompt) on /v1/chat/completions, or `raw` text on /v1/completions."""
     model = _model(body)
     stream = _stream(body)
@@ -365,8 +365,8 @@ def generate_request(body: dict[str, Any]) -> ChatPlan:
         if kwargs is not None:
             engine["chat_template_kwargs"] = kwargs
         path = CHAT_PATH
-    return ChatPlan(model=model, engine_path=path, engine_body=engine, stream=stream, ctx=ctx, keep_alive=keep,
-                    empty=empty, max_tokens=sampling.get("max_tokens"), think=think)
+    return ChatTranslation(model=model, engine_path=path, engine_body=engine, stream=stream, ctx=ctx, keep_alive=keep,
+                           empty=empty, max_tokens=sampling.get("max_tokens"), think=think)
 
 
 # ---------------------------------------------------------------------------------------------- answers

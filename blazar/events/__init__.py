@@ -16,7 +16,7 @@ from blazar.events import sessions as sessions
 from blazar.events import system as system
 from blazar.events import workers as workers
 from blazar.events.base import Event, Pending, Recorded
-from blazar.events.registry import decode, encode, event_class, known_types, register, upcaster
+from blazar.events.kinds import decode, encode, event_class, known_types, register, upcaster
 
 __all__ = [
     "Event",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Literal
 
 from blazar.events.base import Event
-from blazar.events.registry import register
+from blazar.events.kinds import register
 
 
 @register

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.events.base import NodeLocal
-from blazar.events.registry import register
+from blazar.events.kinds import register
 
 EngineSource = Literal["package", "path", "PATH", "build"]
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from blazar.events.base import Event
-from blazar.events.registry import register
+from blazar.events.kinds import register
 
 ExitReason = Literal[
     "stopped",  # `blazar stop`, keep_alive 0, or a user's unload

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import Field
 
 from blazar.events.base import Event
-from blazar.events.registry import register
+from blazar.events.kinds import register
 
 # What audit_details leaves out of every key event: a hash and its salt are no one's business outside the daemon.
 _SECRET_FIELDS = frozenset({"salt", "hash"})

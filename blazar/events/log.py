@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from blazar.clock import Clock
 from blazar.events.base import Event, Pending, Recorded
+from blazar.events.kinds import decode, encode
 from blazar.events.location import LogLocation
 from blazar.events.migrate import ensure_schema
-from blazar.events.registry import decode, encode
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.events.base import Event, NodeLocal
-from blazar.events.registry import register
+from blazar.events.kinds import register
 
 # A default parameter's value: a number, or (for `stop`) the list of stop strings.
 ParameterValue = int | float | list[str]

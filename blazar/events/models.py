@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.errors import PullFailReason
 from blazar.events.base import Event, NodeLocal
-from blazar.events.registry import register
+from blazar.events.kinds import register
 
 
 class ModelMetadata(BaseModel):

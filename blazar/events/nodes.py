@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from blazar.events.base import Event
-from blazar.events.registry import register
+from blazar.events.kinds import register
 
 
 class _NodeEvent(Event):

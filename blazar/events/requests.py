@@ -13,7 +13,7 @@ from typing import Any, Literal, TypeGuard, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.events.base import Event
-from blazar.events.registry import register, upcaster
+from blazar.events.kinds import register, upcaster
 
 Dialect = Literal["openai", "ollama", "anthropic"]
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from blazar.events.base import NodeLocal
-from blazar.events.registry import register
+from blazar.events.kinds import register
 
 SaveReason = Literal["evicted", "stopped", "shutdown", "requested"]
 

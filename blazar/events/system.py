@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from blazar.events.base import Event
-from blazar.events.registry import register
+from blazar.events.kinds import register
 
 JsonValue = Any
 

@@ -59,7 +59,7 @@ class DeviceUse(BaseModel):
         return self.layers + (1 if self.holds_output else 0)
 
 
-def place_layers(n_layer: int, gpu_layers: int, gpus: list[Device]) -> list[str]:
+def assign_layers(n_layer: int, gpu_layers: int, gpus: list[Device]) -> list[str]:
     """Device key for layers 0..n_layer-1 and, last, the output layer (llama_model::load_tensors).
 
     i_gpu_start = n_layer + 1 - gpu_layers; a layer past it goes to the GPU whose cumulative share of free memory
@@ -118,7 +118,7 @@ def price(
         geom, ctx, cache_type_k=shape.cache_type_k, cache_type_v=shape.cache_type_v, n_swa=meta.sliding_window or 0,
         n_ubatch=n_ubatch, swa_full=shape.swa_full, flash_attn=shape.flash_attn,
     )
-    place = place_layers(n_layer, shape.gpu_layers, gpus)
+    place = assign_layers(n_layer, shape.gpu_layers, gpus)
     weights = layer_weights(meta)
     keys = [g.key for g in gpus] + [host.key]
     acc = {k: {"layers": 0, "weights": 0, "kv": 0, "compute": 0, "output": 0, "fixed": 0, "corr": 0} for k in keys}

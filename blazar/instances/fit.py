@@ -13,7 +13,7 @@ from blazar.context import Blazar
 from blazar.errors import ModelFileError, ModelNotFound
 from blazar.events.models import ModelMetadata
 from blazar.fit import CoresidePlan, Device, FitPlan, FitRequest, coreside, plan
-from blazar.instances.placement import Resident, budget_devices, worker_devices
+from blazar.instances.budget import Resident, budget_devices, worker_devices
 from blazar.instances.worker import idle_workers
 from blazar.projections.calibration import correction_for
 from blazar.projections.catalog import stored

@@ -1,7 +1,7 @@
 """The supervisor's children as it holds them: the handle a caller gets (`Instance`), the model a request resolved
-(`ResolvedModel`), what a load did for its caller (`Route`), the record of one running child (`Live`) and the table of
-them (`LiveSet`), with the views the pure deciders take of it. No I/O: the collaborators around the supervisor
-(spawn, stopping, reaper, placer) change these records; the deciders read views of them."""
+(`ResolvedModel`), what a load did for its caller (`LoadReport`), the record of one running child (`Live`) and the
+table of them (`LiveSet`), with the views the pure deciders take of it. No I/O: the collaborators around the supervisor
+(spawn, stopping, reaper, room) change these records; the deciders read views of them."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from blazar.events.requests import Evicted
 from blazar.events.sessions import KvIdentity
 from blazar.fit import FitPlan
 from blazar.instances.decide import Candidate
-from blazar.instances.placement_decision import Running
+from blazar.instances.load_decision import Running
 from blazar.projections.residency import ResidencyState, instance
 from blazar.store.model_settings import template_key
 
@@ -77,7 +77,7 @@ class ResolvedModel:
 
 
 @dataclass
-class Route:
+class LoadReport:
     """What `ensure` did for one caller: whether it waited for a load, how long that took, what made room."""
 
     cold: bool = False
@@ -155,7 +155,7 @@ class LiveSet:
                 for iid in self.by_id}
 
     def running(self, residency: ResidencyState, now: float) -> list[Running]:
-        """Every live instance as the placement decider sees it: its state and what evicting it frees and costs."""
+        """Every live instance as the load decider sees it: its state and what evicting it frees and costs."""
         measured = self.measured(residency)
         return [Running(state=lv.state, candidate=Candidate(
             instance_id=iid, model=lv.instance.model, bytes=lv.charged_bytes(measured.get(iid)),

@@ -1,4 +1,4 @@
-"""Starting one child with the plan the placer chose: record the intent (`instance.starting`, with the argv and the
+"""Starting one child with the plan the room chose: record the intent (`instance.starting`, with the argv and the
 port), spawn llama-server, record the spawn (`instance.started`, with the pid), then wait for /health and record
 `instance.ready` (or the reason it never was) and, off the caller's path, the memory measurement for calibration."""
 
@@ -21,7 +21,7 @@ from blazar.events.models import ModelMetadata
 from blazar.events.sessions import KvIdentity
 from blazar.fit import FitPlan
 from blazar.instances.calibration import record_measurement
-from blazar.instances.live import Instance, Live, LiveSet, ResolvedModel, Route, keyfile, pidfile, plan_workers
+from blazar.instances.live import Instance, Live, LiveSet, LoadReport, ResolvedModel, keyfile, pidfile, plan_workers
 from blazar.instances.load_checks import record_refusal
 from blazar.instances.stopping import Stopper
 from blazar.store.engines import ActiveEngine
@@ -112,7 +112,7 @@ class Spawner:
             raise await record_refusal(app, name, "engine_incompatible", e.message, e) from None
         return argv, api_key
 
-    async def await_ready(self, lv: Live, route: Route | None) -> Instance:
+    async def await_ready(self, lv: Live, report: LoadReport | None) -> Instance:
         """Wait for /health; record ready (or the reason it never was)."""
         app, inst = self.app, lv.instance
         name, settings = inst.model, app.settings()
@@ -133,8 +133,8 @@ class Spawner:
         lv.state = "ready"
         lv.last_used = app.clock.now()
         inst.load_ms = int(waited * 1000)
-        if route is not None:
-            route.cold, route.load_ms = True, inst.load_ms
+        if report is not None:
+            report.cold, report.load_ms = True, inst.load_ms
         await app.record(InstanceReady(instance_id=inst.instance_id, model=name, load_ms=inst.load_ms),
                          cause=lv.started_seq)
         if not lv.ready.done():

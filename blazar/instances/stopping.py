@@ -16,7 +16,7 @@ from blazar.errors import LoadFailed
 from blazar.events.instances import ExitReason, InstanceEvicted, InstanceExited
 from blazar.events.requests import Evicted
 from blazar.events.sessions import SaveReason
-from blazar.instances.live import Live, LiveSet, Route, keyfile, pidfile
+from blazar.instances.live import Live, LiveSet, LoadReport, keyfile, pidfile
 from blazar.instances.load_checks import open_circuit_if_due
 
 if TYPE_CHECKING:
@@ -39,12 +39,12 @@ class Stopper:
         self.poke = poke
 
     async def evict(self, lv: Live, reason: EvictionReason, *, for_model: str | None = None,
-                    observations: dict[str, Any] | None = None, route: Route | None = None) -> None:
+                    observations: dict[str, Any] | None = None, report: LoadReport | None = None) -> None:
         if lv.state == "stopping":
             return  # already going (the reaper and a load may pick the same victim)
         lv.state = "stopping"
-        if route is not None:
-            route.evicted.append(Evicted(model=lv.instance.model, instance_id=lv.instance.instance_id, reason=reason))
+        if report is not None:
+            report.evicted.append(Evicted(model=lv.instance.model, instance_id=lv.instance.instance_id, reason=reason))
         idle = max(0.0, self.app.clock.now() - lv.last_used) if lv.last_used else 0.0
         await self.save_sessions(lv, "evicted")
         measured = self.live.measured(self.app.runner.state("residency")).get(lv.instance.instance_id)

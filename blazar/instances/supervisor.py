@@ -1,11 +1,11 @@
 """The supervisor: one engine child per loaded model. The front of the instances package: callers (the gateway, the
 api, the CLI) ask it for a ready instance, hold one while a request runs, stop and reset models; it holds the live
 children (instances/live.py) and hands each job to one collaborator: the pure deciders decide (placement_decision,
-decide), the Placer makes room and chooses the plan, the Spawner starts a child, the Stopper ends one, the Reaper
+decide), the RoomMaker makes room and chooses the plan, the Spawner starts a child, the Stopper ends one, the Reaper
 evicts idle ones.
 
 Flow of a load: resolve the model → circuit and engine checks (load_checks) → (capacity lock) the same model's other
-shapes give way, the placement decided and carried out (victims evicted), spawn, record `instance.started` →
+shapes give way, the load decided and carried out (victims evicted), spawn, record `instance.started` →
 (outside the lock) wait for /health → `instance.ready` and the calibration measurement; or `instance.exited` with
 the reason and the log tail.
 """
@@ -25,11 +25,11 @@ from blazar.errors import CircuitOpen, DoesNotFit, LoadFailed, ModelNotFound, Mo
 from blazar.events.instances import InstanceKeepAliveSet
 from blazar.fit import Device
 from blazar.instances.bank_leftovers import remove_at_start
-from blazar.instances.live import Instance, Live, LiveSet, ResolvedModel, Route
+from blazar.instances.live import Instance, Live, LiveSet, LoadReport, ResolvedModel
 from blazar.instances.load_checks import RefusalReason, check_load, reset_circuit, restart_delay
-from blazar.instances.placer import Placer
 from blazar.instances.reaper import Reaper
 from blazar.instances.reconcile import reconcile
+from blazar.instances.room import RoomMaker
 from blazar.instances.spawn import Spawner
 from blazar.instances.stopping import EvictionReason, Stopper
 from blazar.projections.catalog import stored
@@ -41,8 +41,21 @@ if TYPE_CHECKING:
     from blazar.instances.kv_bank import KvBank
 
 # Importable from here as they always were: the handles, the errors a caller catches, the reasons and helpers.
-__all__ = ["UNSET", "CircuitOpen", "DoesNotFit", "EvictionReason", "Instance", "LoadFailed", "ModelNotLoaded",
-           "RefusalReason", "ResolvedModel", "Route", "Supervisor", "reset_circuit", "restart_delay"]
+__all__ = [
+    "UNSET",
+    "CircuitOpen",
+    "DoesNotFit",
+    "EvictionReason",
+    "Instance",
+    "LoadFailed",
+    "LoadReport",
+    "ModelNotLoaded",
+    "RefusalReason",
+    "ResolvedModel",
+    "Supervisor",
+    "reset_circuit",
+    "restart_delay",
+]
 
 # The name tests/unit/test_dead_engine.py builds a child's record by.
 _Live = Live
@@ -61,7 +74,7 @@ class Supervisor:
         self.stopper = Stopper(app, self.live, kv_bank, poke)
         self.reaper = Reaper(app, self.live, kv_bank, self.stopper, poke)
         self.spawner = Spawner(app, self.live, self.stopper, poke)
-        self.placer = Placer(app, self.live, self.stopper, devices)
+        self.room = RoomMaker(app, self.live, self.stopper, devices)
         self._capacity = asyncio.Lock()
         self._loading: dict[str, asyncio.Task[Instance]] = {}
         self._reaper_task: asyncio.Task[None] | None = None
@@ -112,9 +125,9 @@ class Supervisor:
 
     async def ensure(self, model: ResolvedModel, *, ctx: int | None = None, keep_alive: Any = UNSET,
                      pinned: bool | None = None, reason: str = "request", embeddings: bool = False,
-                     route: Route | None = None, session: bool = False) -> Instance:
+                     report: LoadReport | None = None, session: bool = False) -> Instance:
         """A ready instance of `model` whose context per slot covers `ctx` (and that serves embeddings when asked):
-        reused, awaited, or started. `route`, when given, is filled with what it took (cold load, evictions). A
+        reused, awaited, or started. `report`, when given, is filled with what it took (cold load, evictions). A
         `session` request starts a sliding-window model with its full window cache (session_swa_full), which
         restoring a saved slot needs."""
         name = model.name
@@ -122,9 +135,9 @@ class Supervisor:
         while True:
             lv = self.live.ready_for(name, ctx, embeddings, model.template)
             if lv is not None:
-                if route is not None and route.cold is False and self.app.clock.monotonic() - started > 0.001:
-                    route.cold = True  # it waited for another caller's load
-                    route.load_ms = lv.instance.load_ms
+                if report is not None and report.cold is False and self.app.clock.monotonic() - started > 0.001:
+                    report.cold = True  # it waited for another caller's load
+                    report.load_ms = lv.instance.load_ms
                 await self._apply_keep_alive(lv, keep_alive, pinned)
                 lv.last_used = self.app.clock.now()
                 self.reaper.wake_for(lv)
@@ -138,7 +151,7 @@ class Supervisor:
         # NOTE: the load runs in a task of its own: a caller that goes away (a client hanging up) never leaves a
         # half-started child or an unrecorded spawn behind; the load finishes and the next caller finds it ready.
         task = asyncio.create_task(self._start(model, ctx=ctx, keep_alive=keep_alive, pinned=bool(pinned),
-                                               reason=reason, embeddings=embeddings, route=route, session=session),
+                                               reason=reason, embeddings=embeddings, report=report, session=session),
                                    name=f"blazar-load-{name}")
         self._loading[name] = task
         task.add_done_callback(lambda t: self._loading.pop(name, None) if self._loading.get(name) is t else None)
@@ -219,18 +232,18 @@ class Supervisor:
         return True
 
     async def _start(self, model: ResolvedModel, *, ctx: int | None, keep_alive: Any, pinned: bool, reason: str,
-                     embeddings: bool = False, route: Route | None = None, session: bool = False) -> Instance:
+                     embeddings: bool = False, report: LoadReport | None = None, session: bool = False) -> Instance:
         """Check, make room, record the intent, spawn, await ready: each step its collaborator's."""
         engine = await check_load(self.app, self._engine, model.name)
         settings = self.app.settings()
         keep = keep_alive_seconds(settings.keep_alive) if keep_alive is UNSET else keep_alive
         swa_full = session and settings.session_swa_full and bool(model.metadata.sliding_window)
         async with self._capacity:
-            await self.placer.reshape(model.name, ctx, embeddings, route, model.template)
-            start = await self.placer.place(model, ctx, settings, route, swa_full=swa_full, engine=engine)
+            await self.room.reshape(model.name, ctx, embeddings, report, model.template)
+            start = await self.room.make_room(model, ctx, settings, report, swa_full=swa_full, engine=engine)
             lv = await self.spawner.launch(model, engine, start.fit, free_observed=start.host_free_bytes,
                                            keep_alive_s=keep, pinned=pinned, reason=reason, embeddings=embeddings)
-        return await self.spawner.await_ready(lv, route)
+        return await self.spawner.await_ready(lv, report)
 
     async def _apply_keep_alive(self, lv: Live, keep_alive: Any, pinned: bool | None) -> None:
         keep = lv.keep_alive_s if keep_alive is UNSET else keep_alive

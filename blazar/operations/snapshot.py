@@ -100,7 +100,7 @@ async def take_snapshot(app: Blazar, dest: Path | None = None) -> Taken:
         await app.log.snapshot_into(staging / DB_FILE)
         manifest = await asyncio.to_thread(_write_snapshot, app.paths, staging, now)
         final = dest or parent / f"blazar-{utc_stamp(now)}-seq{manifest.seq_last}"
-        _move_into_place(staging, final)
+        _rename_into(staging, final)
     except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(exc, Exception) and no_space(exc, parent):
@@ -136,7 +136,7 @@ def _refuse_unless_empty(dest: Path) -> None:
         raise SnapshotError(f"{dest} exists and is not an empty directory; choose a new path")
 
 
-def _move_into_place(staging: Path, final: Path) -> None:
+def _rename_into(staging: Path, final: Path) -> None:
     _refuse_unless_empty(final)
     try:
         os.replace(staging, final)  # onto a missing or empty directory only: rename(2) refuses a full one

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from blazar.confine import describe, untrusted
 from blazar.errors import LogError, SnapshotError
 from blazar.events import migrate  # importing the package registers every event type decode must know
-from blazar.events.registry import decode
+from blazar.events.kinds import decode
 
 FORMAT: Final = "blazar-snapshot"
 FORMAT_VERSION: Final = 1

@@ -15,8 +15,8 @@ from typing import Any, BinaryIO
 import orjson
 
 from blazar.errors import AuditChainBroken, LogError
+from blazar.events.kinds import event_class, known_types
 from blazar.events.log import EventLog
-from blazar.events.registry import event_class, known_types
 from blazar.projections.audit import audit_record, iso
 
 FORMAT = "blazar-audit"

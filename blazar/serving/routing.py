@@ -36,7 +36,7 @@ from blazar.events.requests import (
     RequestRouted,
 )
 from blazar.instances.kv_bank import KvBank
-from blazar.instances.supervisor import Instance, ResolvedModel, Route
+from blazar.instances.supervisor import Instance, LoadReport, ResolvedModel
 from blazar.projections.keys import auth_on
 from blazar.projections.remotes import remote, serving
 from blazar.serving.admission import Admission, Ticket
@@ -103,7 +103,7 @@ class Router:
         """Get a ready instance (loading on demand; a remote engine's stand-in), check the context, take a slot and
         place the request on it."""
         assert call.resolved is not None
-        route = Route()
+        report = LoadReport()
         if call.remote is not None:
             inst = self._route_remote(call, call.remote)
         elif call.peer is not None:  # not in this node's store, ready on another
@@ -115,18 +115,18 @@ class Router:
         else:
             try:
                 inst = await self.supervisor.ensure(call.resolved, ctx=call.ctx, keep_alive=call.request.keep_alive,
-                                                    embeddings=call.request.embeddings, route=route,
+                                                    embeddings=call.request.embeddings, report=report,
                                                     session=call.request.session is not None)
             except BlazarError as e:
                 raise Refused(e.message, reason=e.code, http_status=e.http_status) from None
         call.instance = inst
-        call.load_ms = route.load_ms if route.cold else None
+        call.load_ms = report.load_ms if report.cold else None
         call.emit(RequestRouted(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
-                                port=inst.port, cold=route.cold, load_ms=route.load_ms, evicted=route.evicted,
+                                port=inst.port, cold=report.cold, load_ms=report.load_ms, evicted=report.evicted,
                                 ctx_tokens=None if inst.remote else inst.ctx_tokens))
         if not inst.remote:
             await self._check_context(call, inst)
-        ticket = await self._admit(call, inst, route)
+        ticket = await self._admit(call, inst, report)
         if not inst.remote:
             await self._place(call, inst, ticket.slot_id)
 
@@ -198,7 +198,7 @@ class Router:
 
     # -- the slot ------------------------------------------------------------------------------------------------------
 
-    async def _admit(self, call: Call, inst: Instance, route: Route) -> Ticket:
+    async def _admit(self, call: Call, inst: Instance, report: LoadReport) -> Ticket:
         """A slot of `inst` (or a place in its queue), recorded; the instance held against eviction."""
         request = call.request
 
@@ -212,8 +212,8 @@ class Router:
         try:
             if deadline_s is not None and deadline_s <= 0:
                 raise DeadlineUnmeetable(f"{inst.model}: the deadline of {request.deadline_ms} ms passed before a slot "
-                                         f"was asked for ({'the model loaded' if route.cold else 'routing'} took it)",
-                                         observations={"deadline_ms": request.deadline_ms, "load_ms": route.load_ms})
+                                         f"was asked for ({'the model loaded' if report.cold else 'routing'} took it)",
+                                         observations={"deadline_ms": request.deadline_ms, "load_ms": report.load_ms})
             ticket = await self.admission.acquire(
                 inst.lane, inst.slots, priority=request.priority, max_tokens=call.max_tokens, on_queued=on_queued,
                 deadline_s=deadline_s,

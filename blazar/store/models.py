@@ -82,7 +82,7 @@ def link_or_copy(src: Path, dest: Path) -> bool:
     return False
 
 
-def place_file(src: Path, models_dir: Path, filename: str, expected_sha256: str | None) -> tuple[Path, bool, str, int]:
+def store_file(src: Path, models_dir: Path, filename: str, expected_sha256: str | None) -> tuple[Path, bool, str, int]:
     """Put `src` into the store as `filename`: linked or copied under a temporary name, hashed, then renamed.
 
     Returns (dest, linked, sha256, size). On any failure nothing is left in the store.
@@ -105,9 +105,9 @@ def place_file(src: Path, models_dir: Path, filename: str, expected_sha256: str 
     return dest, linked, digest, dest.stat().st_size
 
 
-def place_split(srcs: list[Path], models_dir: Path, dirname: str) -> tuple[list[ShardFile], bool]:
+def store_split(srcs: list[Path], models_dir: Path, dirname: str) -> tuple[list[ShardFile], bool]:
     """Put every part of a split model into `models_dir/dirname/` under its own name (llama-server finds the
-    other parts beside the first by name). All or nothing, like `place_file`."""
+    other parts beside the first by name). All or nothing, like `store_file`."""
     final = models_dir / dirname
     staging = models_dir / f".{dirname}.{os.getpid()}.importing"
     shutil.rmtree(staging, ignore_errors=True)
@@ -115,7 +115,7 @@ def place_split(srcs: list[Path], models_dir: Path, dirname: str) -> tuple[list[
     try:
         shards, all_linked = [], True
         for src in srcs:
-            _, linked, digest, size = place_file(src, staging, src.name, None)
+            _, linked, digest, size = store_file(src, staging, src.name, None)
             all_linked &= linked
             shards.append(ShardFile(path=f"{dirname}/{src.name}", bytes=size, sha256=digest))
         if final.exists():
@@ -158,12 +158,12 @@ async def import_model(
     shards: list[ShardFile] = []
     if len(parts) == 1:
         dest, linked, digest, size = await asyncio.to_thread(
-            place_file, parts[0], app.paths.models, store_filename(name), expected_sha256
+            store_file, parts[0], app.paths.models, store_filename(name), expected_sha256
         )
         rel, placed = dest.name, [dest]
     else:
         dirname = store_filename(name)[: -len(".gguf")]
-        shards, linked = await asyncio.to_thread(place_split, parts, app.paths.models, dirname)
+        shards, linked = await asyncio.to_thread(store_split, parts, app.paths.models, dirname)
         rel, digest, size = shards[0].path, shards[0].sha256, sum(s.bytes for s in shards)
         placed = [app.paths.models / dirname]
     event = ModelImported(

@@ -22,7 +22,7 @@ import pytest
 from blazar import runlock
 from blazar.bootstrap import bootstrap
 from blazar.events.base import Recorded
-from blazar.events.registry import decode
+from blazar.events.kinds import decode
 from blazar.operations.config import set_value, unset_value
 from blazar.operations.snapshot import take_snapshot
 from blazar.operations.snapshot_verify import verify_snapshot

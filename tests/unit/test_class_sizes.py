@@ -1,6 +1,6 @@
 """No class over MAX_CLASS_LINES in the serving path (blazar/serving, blazar/instances), measured with `ast` from a
 class's `class` line to its last line: a class that long does several jobs; split it into collaborators with one
-each (as the supervisor was: instances/placer.py, spawn.py, stopping.py, reaper.py, live.py)."""
+each (as the supervisor was: instances/room.py, spawn.py, stopping.py, reaper.py, live.py)."""
 
 from __future__ import annotations
 

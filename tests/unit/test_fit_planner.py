@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from blazar.fit import FitPlan, FitRequest, budget_bytes, plan
-from blazar.fit.layout import place_layers
+from blazar.fit.layout import assign_layers
 from tests.unit.fit_models import GiB, MiB, gemma3_270m, gpu, gpu_for_budget, host, host_for_budget, transformer
 
 
@@ -164,12 +164,12 @@ def test_tied_output_copies_the_token_embedding_to_the_gpu() -> None:
 
 def test_layers_split_across_gpus_by_free_memory() -> None:
     devs = [gpu(40 * GiB, 0), gpu(40 * GiB, 1)]
-    place = place_layers(32, 33, devs)
+    place = assign_layers(32, 33, devs)
     # layer il goes to the first GPU whose cumulative share exceeds il / 33: 0..16 -> cuda:0, 17..32 -> cuda:1
     assert place[:17] == ["cuda:0"] * 17 and place[17:] == ["cuda:1"] * 16
-    lopsided = place_layers(32, 33, [gpu(30 * GiB, 0), gpu(10 * GiB, 1)])
+    lopsided = assign_layers(32, 33, [gpu(30 * GiB, 0), gpu(10 * GiB, 1)])
     assert lopsided.count("cuda:0") == 25 and lopsided.count("cuda:1") == 8
-    assert place_layers(32, 10, devs)[:23] == ["host"] * 23
+    assert assign_layers(32, 10, devs)[:23] == ["host"] * 23
 
 
 def test_no_gpu_means_cpu_only_whatever_gpu_layers_says() -> None:

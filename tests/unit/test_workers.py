@@ -20,7 +20,7 @@ from blazar.events.instances import InstanceStarting
 from blazar.events.workers import WorkerStarted, WorkerStopped
 from blazar.fit.devices import gpus_of, rpc_of
 from blazar.fit.planner import FitRequest, plan
-from blazar.instances.placement import budget_devices, worker_bytes_needed, worker_devices
+from blazar.instances.budget import budget_devices, worker_bytes_needed, worker_devices
 from blazar.instances.worker import run_worker
 from blazar.projections.base import fold
 from blazar.projections.residency import ResidencyProjection, ResidencyState, instances

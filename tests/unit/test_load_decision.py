@@ -1,5 +1,5 @@
 """Where a new instance goes, as tables: each row a situation (the model, the memory limit, the instances running,
-the idle RPC workers) and the decision decide_placement makes for it (start it here, on workers or at a fallback
+the idle RPC workers) and the decision decide_load makes for it (start it here, on workers or at a fallback
 shape; evict these first; probe the workers; refuse, with the levers). Then which running instances of the same
 model give way to a new shape (decide_give_way). The real planner prices every row (Gemma 3 270M's header)."""
 
@@ -13,10 +13,10 @@ import pytest
 from blazar.errors import DoesNotFit, ModelPinned
 from blazar.instances.decide import Candidate
 from blazar.instances.live import plan_workers
-from blazar.instances.placement_decision import (
+from blazar.instances.load_decision import (
     Evict,
     GiveWay,
-    PlacementDecision,
+    LoadDecision,
     ProbeWorkers,
     Refuse,
     Running,
@@ -24,7 +24,7 @@ from blazar.instances.placement_decision import (
     Situation,
     Start,
     decide_give_way,
-    decide_placement,
+    decide_load,
 )
 from blazar.projections.calibration import CalibrationState, shape_key
 from tests.unit.fit_models import GiB, MiB, gemma3_270m, host
@@ -55,7 +55,7 @@ def situation(*, limit_mib: int = 4000, ctx: int | None = None, default_ctx: int
                      room_made=room_made)
 
 
-def outline(d: PlacementDecision) -> tuple[Any, ...]:
+def outline(d: LoadDecision) -> tuple[Any, ...]:
     """What a row expects of a decision: its kind and the facts that tell one outcome from another."""
     if isinstance(d, Start):
         return ("start", d.via, d.fit.ctx_per_slot, sum(plan_workers(d.fit).values()))  # layers spilled to workers
@@ -133,7 +133,7 @@ ROWS: list[tuple[str, Situation, tuple[Any, ...]]] = [
 
 @pytest.mark.parametrize(("s", "want"), [(s, want) for _, s, want in ROWS], ids=[name for name, _, _ in ROWS])
 def test_the_placement_for_each_situation(s: Situation, want: tuple[Any, ...]) -> None:
-    assert outline(decide_placement(s)) == want
+    assert outline(decide_load(s)) == want
 
 
 @pytest.mark.parametrize("s", [s for _, s, _ in ROWS], ids=[name for name, _, _ in ROWS])
@@ -141,13 +141,13 @@ def test_the_decisions_end(s: Situation) -> None:
     """Carried out, every decision leads to a start or a refusal: workers are asked for at most once per
     observation, and once room was made nothing more is evicted."""
     probed = replace(s, workers=s.workers if s.workers is not None else ())
-    assert not isinstance(decide_placement(probed), ProbeWorkers)
-    assert not isinstance(decide_placement(replace(probed, room_made=True)), Evict)
-    assert decide_placement(s) == decide_placement(s)  # the same situation, the same answer
+    assert not isinstance(decide_load(probed), ProbeWorkers)
+    assert not isinstance(decide_load(replace(probed, room_made=True)), Evict)
+    assert decide_load(s) == decide_load(s)  # the same situation, the same answer
 
 
 def test_an_eviction_records_the_needs_the_scores_and_why() -> None:
-    d = decide_placement(situation(limit_mib=1500, running=(run("recent", 400, idle_s=5),
+    d = decide_load(situation(limit_mib=1500, running=(run("recent", 400, idle_s=5),
                                                             run("old", 400, idle_s=600, pinned=True),
                                                             run("older", 400, idle_s=900))))
     assert isinstance(d, Evict) and d.victims.ids == ["older"]
@@ -158,7 +158,7 @@ def test_an_eviction_records_the_needs_the_scores_and_why() -> None:
 
 
 def test_a_refusal_carries_the_plans_levers_and_what_workers_would_have_to_offer() -> None:
-    d = decide_placement(situation(limit_mib=330, ctx=4096, running=(run("busy", 10, in_flight=1),)))
+    d = decide_load(situation(limit_mib=330, ctx=4096, running=(run("busy", 10, in_flight=1),)))
     assert isinstance(d, Refuse) and d.error is DoesNotFit and d.fit is not None and not d.fit.fits
     assert [lv.kind for lv in d.levers][:1] == ["ctx"]  # a smaller context would fit
     assert d.worker_bytes is not None and 100 * MiB < d.worker_bytes < 600 * MiB
@@ -167,18 +167,18 @@ def test_a_refusal_carries_the_plans_levers_and_what_workers_would_have_to_offer
     assert "blazar engine build --target rpc-server" in d.detail  # this engine cannot use workers yet
     assert d.observations["busy_or_pinned"] == ["busy"] and d.observations["need_bytes"] > 0
     # An engine with the RPC backend is told only to start workers.
-    rpc = decide_placement(situation(limit_mib=330, ctx=4096, rpc=True, workers=()))
+    rpc = decide_load(situation(limit_mib=330, ctx=4096, rpc=True, workers=()))
     assert isinstance(rpc, Refuse) and "--target rpc-server" not in rpc.detail and "blazar worker --mem" in rpc.detail
 
 
 def test_a_host_too_small_even_for_the_embeddings_names_no_worker_lever() -> None:
-    d = decide_placement(situation(limit_mib=200, rpc=True, workers=BOTH_WORKERS))
+    d = decide_load(situation(limit_mib=200, rpc=True, workers=BOTH_WORKERS))
     assert isinstance(d, Refuse) and d.reason == "does_not_fit" and d.worker_bytes is None
     assert "RPC workers" not in d.detail
 
 
 def test_the_count_refusal_names_the_limit_and_what_holds_it() -> None:
-    d = decide_placement(situation(max_loaded=1, running=(run("a", 300, pinned=True),)))
+    d = decide_load(situation(max_loaded=1, running=(run("a", 300, pinned=True),)))
     assert isinstance(d, Refuse) and d.reason == "no_room" and d.fit is None and d.levers == []
     assert d.detail == ("1 instances loaded (max_loaded_models 1) and none can be evicted: every one is busy or "
                         "pinned")
@@ -187,7 +187,7 @@ def test_the_count_refusal_names_the_limit_and_what_holds_it() -> None:
 
 
 def test_a_spread_start_names_each_workers_layers_and_the_free_memory_it_saw() -> None:
-    d = decide_placement(situation(limit_mib=300, rpc=True, workers=BOTH_WORKERS))
+    d = decide_load(situation(limit_mib=300, rpc=True, workers=BOTH_WORKERS))
     assert isinstance(d, Start) and d.fit.fits
     spilled = plan_workers(d.fit)
     assert set(spilled) == {W1, W2} and all(n > 0 for n in spilled.values())

@@ -1,4 +1,4 @@
-"""The Placer carries the placement decisions out: it evicts the victims and decides again in the room they left,
+"""The RoomMaker carries the placement decisions out: it evicts the victims and decides again in the room they left,
 records a refusal before raising it, probes the RPC workers only when the decision turns on them, and lets the same
 model's other shapes give way (or refuses for a pinned one). The real app, log and planner; a stopper that only
 records what it was told to stop (the real one is tests/integration/test_supervisor.py's)."""
@@ -13,10 +13,10 @@ import pytest
 from blazar.context import Blazar
 from blazar.errors import DoesNotFit, ModelPinned
 from blazar.fit import FitRequest, plan
-from blazar.instances import placer as placer_module
-from blazar.instances.live import Instance, Live, LiveSet, ResolvedModel, Route
-from blazar.instances.placement import Resident, budget_devices
-from blazar.instances.placer import Placer
+from blazar.instances import room as room_module
+from blazar.instances.budget import Resident, budget_devices
+from blazar.instances.live import Instance, Live, LiveSet, LoadReport, ResolvedModel
+from blazar.instances.room import RoomMaker
 from blazar.instances.stopping import Stopper
 from blazar.operations.config import set_value
 from blazar.store.engines import ActiveEngine
@@ -27,17 +27,17 @@ MODEL = ResolvedModel(name="gemma", path=Path("/store/gemma.gguf"), metadata=MET
 
 
 class RecordingStopper:
-    """Stops nothing: notes each eviction, fills the route as the real one does, and forgets the child."""
+    """Stops nothing: notes each eviction, fills the report as the real one does, and forgets the child."""
 
     def __init__(self, live: LiveSet) -> None:
         self.live = live
         self.evicted: list[tuple[str, str, dict[str, Any]]] = []
 
     async def evict(self, lv: Live, reason: str, *, for_model: str | None = None,
-                    observations: dict[str, Any] | None = None, route: Route | None = None) -> None:
+                    observations: dict[str, Any] | None = None, report: LoadReport | None = None) -> None:
         self.evicted.append((lv.instance.instance_id, reason, observations or {}))
-        if route is not None:
-            route.evicted.append(cast(Any, lv.instance.instance_id))
+        if report is not None:
+            report.evicted.append(cast(Any, lv.instance.instance_id))
         self.live.drop(lv)
 
 
@@ -52,10 +52,10 @@ def live(iid: str, *, model: str = "other", ctx: int = 4096, last_used: float = 
 
 
 @pytest.fixture
-def world(app: Blazar) -> tuple[Placer, LiveSet, RecordingStopper]:
+def world(app: Blazar) -> tuple[RoomMaker, LiveSet, RecordingStopper]:
     children = LiveSet()
     stopper = RecordingStopper(children)
-    return Placer(app, children, cast(Stopper, stopper), lambda: [host(20 * GiB, 24 * GiB)]), children, stopper
+    return RoomMaker(app, children, cast(Stopper, stopper), lambda: [host(20 * GiB, 24 * GiB)]), children, stopper
 
 
 async def _events(app: Blazar, kind: str) -> list[Any]:
@@ -63,17 +63,17 @@ async def _events(app: Blazar, kind: str) -> list[Any]:
 
 
 async def test_the_victims_go_and_the_plan_is_made_in_the_room_they_left(
-        app: Blazar, world: tuple[Placer, LiveSet, RecordingStopper], clock: Any) -> None:
-    placer, children, stopper = world
+        app: Blazar, world: tuple[RoomMaker, LiveSet, RecordingStopper], clock: Any) -> None:
+    room, children, stopper = world
     await set_value(app, "memory_limit_mib", "1000")
     now = clock.now()
     children.add(live("recent", last_used=now - 5))
     children.add(live("old", last_used=now - 600))
-    route = Route()
-    start = await placer.place(MODEL, None, app.settings(), route)
+    report = LoadReport()
+    start = await room.make_room(MODEL, None, app.settings(), report)
     assert [(iid, reason) for iid, reason, _ in stopper.evicted] == [("old", "memory")]
     assert stopper.evicted[0][2]["need_bytes"] > 0 and "old" in stopper.evicted[0][2]["why"]
-    assert route.evicted == ["old"] and [lv.instance.instance_id for lv in children] == ["recent"]
+    assert report.evicted == ["old"] and [lv.instance.instance_id for lv in children] == ["recent"]
     # Planned again after the eviction: in what "recent" leaves of the limit, not in what both left.
     recent = children.get("recent")
     assert recent is not None and start.via == "here" and start.fit.fits
@@ -82,47 +82,48 @@ async def test_the_victims_go_and_the_plan_is_made_in_the_room_they_left(
     assert start.host_free_bytes == budget.free_bytes
 
 
-async def test_a_refusal_is_recorded_then_raised(app: Blazar, world: tuple[Placer, LiveSet, RecordingStopper]) -> None:
-    placer, _, stopper = world
+async def test_a_refusal_is_recorded_then_raised(app: Blazar,
+                                                 world: tuple[RoomMaker, LiveSet, RecordingStopper]) -> None:
+    room, _, stopper = world
     await set_value(app, "memory_limit_mib", "330")
     with pytest.raises(DoesNotFit, match="does not fit") as raised:
-        await placer.place(MODEL, 4096, app.settings())
+        await room.make_room(MODEL, 4096, app.settings())
     (refused,) = await _events(app, "instance.load_refused")
     assert refused.reason == "does_not_fit" and refused.model == "gemma" and refused.detail == raised.value.message
     assert refused.observations["need_bytes"] > 0 and stopper.evicted == []
 
 
 async def test_workers_are_probed_only_when_the_decision_turns_on_them(
-        app: Blazar, world: tuple[Placer, LiveSet, RecordingStopper], monkeypatch: pytest.MonkeyPatch) -> None:
-    placer, _, _ = world
+        app: Blazar, world: tuple[RoomMaker, LiveSet, RecordingStopper], monkeypatch: pytest.MonkeyPatch) -> None:
+    room, _, _ = world
     probes: list[set[str]] = []
 
     async def idle_workers(_app: Blazar, busy: set[str]) -> list[tuple[str, int]]:
         probes.append(busy)
         return [("127.0.0.1:50061", 300 * MiB), ("127.0.0.1:50062", 300 * MiB)]
 
-    monkeypatch.setattr(placer_module, "idle_workers", idle_workers)
-    monkeypatch.setattr(placer_module, "rpc_capable", lambda _engine: True)
+    monkeypatch.setattr(room_module, "idle_workers", idle_workers)
+    monkeypatch.setattr(room_module, "rpc_capable", lambda _engine: True)
     engine = cast(ActiveEngine, object())
     await set_value(app, "memory_limit_mib", "1000")
-    here = await placer.place(MODEL, None, app.settings(), engine=engine)
+    here = await room.make_room(MODEL, None, app.settings(), engine=engine)
     assert here.via == "here" and probes == []  # it fits: no worker was asked
     await set_value(app, "memory_limit_mib", "300")
-    spread = await placer.place(MODEL, None, app.settings(), engine=engine)
+    spread = await room.make_room(MODEL, None, app.settings(), engine=engine)
     assert spread.via == "workers" and probes == [set()]
     assert {u.name for u in spread.fit.devices if u.kind == "rpc" and u.offloaded} == {"127.0.0.1:50061",
                                                                                         "127.0.0.1:50062"}
 
 
 async def test_a_smaller_shape_of_the_model_gives_way_and_a_pinned_one_refuses(
-        app: Blazar, world: tuple[Placer, LiveSet, RecordingStopper]) -> None:
-    placer, children, stopper = world
+        app: Blazar, world: tuple[RoomMaker, LiveSet, RecordingStopper]) -> None:
+    room, children, stopper = world
     children.add(live("small", model="gemma", ctx=512))
     children.add(live("busy", model="gemma", ctx=512, in_flight=1))
-    await placer.reshape("gemma", 1024, False, None)
+    await room.reshape("gemma", 1024, False, None)
     assert stopper.evicted == [("small", "reshape", {"ctx_wanted": 1024, "ctx_had": 512, "embeddings_wanted": False})]
     children.add(live("pinned", model="gemma", ctx=1024, pinned=True))
     with pytest.raises(ModelPinned, match="blazar load gemma --unpin"):
-        await placer.reshape("gemma", 2048, False, None)
+        await room.reshape("gemma", 2048, False, None)
     (refused,) = await _events(app, "instance.load_refused")
     assert refused.reason == "no_room" and refused.observations["pinned"] == "pinned"

@@ -1,12 +1,12 @@
-"""Where a new instance goes, decided without touching anything. `decide_placement` takes what a load asks for and
+"""Where a new instance goes, decided without touching anything. `decide_load` takes what a load asks for and
 what the supervisor observed (the devices, the instances running, the idle RPC workers once probed) and answers one
 of: start it with this plan (`Start`: as planned, spread over workers, or at a fallback shape), evict these first
 and decide again (`Evict`), refuse with the plan's levers and what workers would have to offer (`Refuse`), or probe
 the workers and decide again (`ProbeWorkers`: probing costs a connection per worker, so only when the answer turns
 on them). `decide_give_way` says whether a running instance of the same model gives way to a new shape.
 
-The Placer (instances/placer.py) observes, carries each answer out and records it. No I/O, no clock: the same
-situation always gets the same answer, so the tests are tables (tests/unit/test_placement_decision.py).
+The RoomMaker (instances/room.py) observes, carries each answer out and records it. No I/O, no clock: the same
+situation always gets the same answer, so the tests are tables (tests/unit/test_load_decision.py).
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from blazar.events.models import ModelMetadata
 from blazar.fit import Device, FitPlan, FitRequest
 from blazar.fit.planner import MIN_AUTO_CTX
 from blazar.fit.refusal import Lever
-from blazar.instances.decide import Candidate, Victims, decide_victims
-from blazar.instances.placement import (
+from blazar.instances.budget import (
     Resident,
     budget_devices,
     shortfall_bytes,
@@ -28,6 +27,7 @@ from blazar.instances.placement import (
     worker_bytes_needed,
     worker_devices,
 )
+from blazar.instances.decide import Candidate, Victims, decide_victims
 from blazar.projections.calibration import CalibrationState, correction_for
 
 MiB = 1 << 20
@@ -35,7 +35,7 @@ MiB = 1 << 20
 
 @dataclass(frozen=True)
 class Running:
-    """A live instance as the placement decider sees it: its state (starting | ready | exiting | stopping) and, as
+    """A live instance as the load decider sees it: its state (starting | ready | exiting | stopping) and, as
     the eviction decider sees it, what evicting it frees and costs."""
 
     state: str
@@ -44,7 +44,7 @@ class Running:
 
 @dataclass(frozen=True)
 class Situation:
-    """Everything decide_placement reads: the load asked for, the settings that shape it, what was observed."""
+    """Everything decide_load reads: the load asked for, the settings that shape it, what was observed."""
 
     model: str
     meta: ModelMetadata
@@ -102,10 +102,10 @@ class ProbeWorkers:
     """The answer turns on the idle RPC workers: probe them, then decide again with `workers` set."""
 
 
-PlacementDecision = Start | Evict | Refuse | ProbeWorkers
+LoadDecision = Start | Evict | Refuse | ProbeWorkers
 
 
-def decide_placement(s: Situation) -> PlacementDecision:
+def decide_load(s: Situation) -> LoadDecision:
     """Where the new instance goes.
 
     First the plan at the budget the running instances leave (with the calibration correction for its shape). At
@@ -164,7 +164,7 @@ def decide_placement(s: Situation) -> PlacementDecision:
     return _refuse_unfit(s, budget, request, fit, reason, obs)
 
 
-def _after_eviction(s: Situation, budget: list[Device], request: FitRequest, fit: FitPlan) -> PlacementDecision:
+def _after_eviction(s: Situation, budget: list[Device], request: FitRequest, fit: FitPlan) -> LoadDecision:
     """The victims are gone: the plan as it is now, else spread over workers, else refused."""
     free = host_free(budget)
     if fit.fits:

@@ -1,4 +1,4 @@
-"""Carries out the placement decisions (instances/placement_decision.py) for a load, under the supervisor's capacity
+"""Makes room for a load: carries out the load decisions (instances/load_decision.py) under the supervisor's capacity
 lock: observes (the devices, the running instances, the idle RPC workers when the answer turns on them), asks the pure
 decider, and acts on its answer: evicts the victims and decides again, records a refusal and raises it, or hands back
 the plan to start. Before that, running instances of the same model that do not serve the new shape give way."""
@@ -12,9 +12,9 @@ from dataclasses import replace
 from blazar.config import Settings
 from blazar.context import Blazar
 from blazar.fit import Device
-from blazar.instances.live import LiveSet, ResolvedModel, Route
+from blazar.instances.live import LiveSet, LoadReport, ResolvedModel
 from blazar.instances.load_checks import record_refusal
-from blazar.instances.placement_decision import (
+from blazar.instances.load_decision import (
     Evict,
     GiveWay,
     ProbeWorkers,
@@ -24,7 +24,7 @@ from blazar.instances.placement_decision import (
     Situation,
     Start,
     decide_give_way,
-    decide_placement,
+    decide_load,
 )
 from blazar.instances.stopping import Stopper
 from blazar.instances.worker import idle_workers, rpc_capable
@@ -33,7 +33,7 @@ from blazar.store.engines import ActiveEngine
 MiB = 1 << 20
 
 
-class Placer:
+class RoomMaker:
     """Makes room for a new instance of one model in `live`, through `stopper`, on the devices `devices` probes."""
 
     def __init__(self, app: Blazar, live: LiveSet, stopper: Stopper, devices: Callable[[], list[Device]]) -> None:
@@ -42,7 +42,7 @@ class Placer:
         self.stopper = stopper
         self.devices = devices
 
-    async def reshape(self, name: str, ctx: int | None, embeddings: bool, route: Route | None,
+    async def reshape(self, name: str, ctx: int | None, embeddings: bool, report: LoadReport | None,
                       template: str = "") -> None:
         """Ready instances of `name` give way to the new shape (decide_give_way), one by one: each is looked at as
         it is when its turn comes, since evicting the one before awaited."""
@@ -54,17 +54,18 @@ class Placer:
                 raise await record_refusal(self.app, name, decision.reason, decision.detail, decision.error,
                                            decision.observations)
             if isinstance(decision, GiveWay):
-                await self.stopper.evict(lv, "reshape", for_model=name, route=route,
+                await self.stopper.evict(lv, "reshape", for_model=name, report=report,
                                          observations=decision.observations)
 
-    async def place(self, model: ResolvedModel, ctx: int | None, settings: Settings, route: Route | None = None, *,
-                    swa_full: bool = False, engine: ActiveEngine | None = None) -> Start:
+    async def make_room(self, model: ResolvedModel, ctx: int | None, settings: Settings,
+                        report: LoadReport | None = None, *, swa_full: bool = False,
+                        engine: ActiveEngine | None = None) -> Start:
         """The plan to start `model` with, once its victims are evicted; DoesNotFit (recorded) when nothing can make
         room. Each decision is carried out, then decided again on what is true after it (at most: probe the workers,
         evict, probe them again)."""
         seen = await self._observe(model, ctx, settings, swa_full=swa_full, engine=engine)
         while True:
-            decision = decide_placement(seen)
+            decision = decide_load(seen)
             if isinstance(decision, Start):
                 return decision
             if isinstance(decision, Refuse):
@@ -75,14 +76,14 @@ class Placer:
                 offered = await idle_workers(self.app, self.live.workers_in_use())
                 seen = replace(seen, workers=tuple(offered), running=self._running())
                 continue
-            await self._evict(decision, model.name, route)
+            await self._evict(decision, model.name, report)
             seen = await self._observe(model, ctx, settings, swa_full=swa_full, engine=engine, room_made=True)
 
-    async def _evict(self, decision: Evict, name: str, route: Route | None) -> None:
+    async def _evict(self, decision: Evict, name: str, report: LoadReport | None) -> None:
         # A victim that exited since it was seen is already gone: its memory is free.
         victims = [lv for v in decision.victims.victims if (lv := self.live.get(v.instance_id)) is not None]
         await asyncio.gather(*(self.stopper.evict(lv, decision.reason, for_model=name,
-                                                  observations=decision.observations, route=route)
+                                                  observations=decision.observations, report=report)
                                for lv in victims))
 
     async def _observe(self, model: ResolvedModel, ctx: int | None, settings: Settings, *, swa_full: bool,
