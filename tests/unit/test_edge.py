@@ -188,3 +188,16 @@ def test_an_origin_without_its_scheme_is_refused_saying_why() -> None:
         config.parse_value("cors_origins", "app.example")
     with pytest.raises(ConfigError, match="not a host name"):
         config.parse_value("allowed_hosts", "a b")
+
+
+def test_what_start_up_made_is_frozen_out_of_the_collectors_reach() -> None:
+    import gc
+
+    from blazar.daemon import freeze_startup_heap
+
+    before = gc.get_freeze_count()
+    try:
+        freeze_startup_heap()
+        assert gc.get_freeze_count() > before  # a full collection no longer scans the modules and the app
+    finally:
+        gc.unfreeze()
