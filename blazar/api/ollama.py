@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import falcon
 import falcon.asgi
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 import blazar
 from blazar.api import bounds
@@ -32,8 +32,10 @@ _Body = TypeVar("_Body", bound=BaseModel)
 
 
 class ModelBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # like Ollama: fields it does not act on are ignored
-    model: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    # Like Ollama: fields it does not act on are ignored, and the model is `model` or, as its older clients send it
+    # (LiteLLM, aider), `name`.
+    model_config = ConfigDict(extra="ignore")
+    model: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS, validation_alias=AliasChoices("model", "name"))
 
 
 class CopyBody(BaseModel):
@@ -93,9 +95,16 @@ class Root:
         resp.content_length = len("Ollama is running")
 
 
+# The Ollama API Blazar answers as: Ollama clients read /api/version as Ollama's own and refuse one they find too old
+# (Codex --oss asks for 0.13.4 or newer). Blazar's own version goes in its own header.
+OLLAMA_API_VERSION = "0.13.5"
+VERSION_HEADER = "x-blazar-version"
+
+
 class Version:
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        resp.media = {"version": blazar.__version__}
+        resp.set_header(VERSION_HEADER, blazar.__version__)
+        resp.media = {"version": OLLAMA_API_VERSION}
 
 
 class Tags:

@@ -473,8 +473,10 @@ def _operations() -> dict[str, dict[str, dict[str, Any]]]:
         # Ollama.
         "/": {"get": _op("/", "Ollama's liveness answer", None, ok_types=(TEXT,)),
               "head": _op("/", "Ollama's liveness answer, head only", None)},
-        "/api/version": {"get": _op("/api/version", "The version", {
-            "type": "object", "required": ["version"], "properties": {"version": {"const": blazar.__version__}}})},
+        "/api/version": {"get": _op(
+            "/api/version", "The Ollama API version Blazar answers as (its own is in x-blazar-version)",
+            {"type": "object", "required": ["version"],
+             "properties": {"version": {"const": ollama.OLLAMA_API_VERSION}}})},
         "/api/tags": {"get": _op("/api/tags", "The models in the store", _ref("Tags")),
                       "head": _op("/api/tags", "The models in the store, head only", None)},
         "/api/ps": {"get": _op("/api/ps", "The loaded models", _ref("OllamaPs"))},

@@ -12,6 +12,7 @@ import ollama
 import pytest
 
 import blazar
+from blazar.api.ollama import OLLAMA_API_VERSION
 from tests.support.serving import blazar_cli, serving_gemma
 
 MODEL = "gemma"
@@ -41,7 +42,10 @@ def test_root_and_version(daemon: Daemon) -> None:
     assert r.status_code == 200 and r.text == "Ollama is running"
     assert httpx2.head(f"{daemon.base}/", trust_env=False).status_code == 200
     r = httpx2.get(f"{daemon.base}/api/version", trust_env=False)
-    assert r.status_code == 200 and r.json() == {"version": blazar.__version__}
+    # Ollama's API version, as Ollama clients read it (Codex --oss needs 0.13.4 or newer); Blazar's in its header.
+    assert r.status_code == 200 and r.json() == {"version": OLLAMA_API_VERSION}
+    assert r.headers["x-blazar-version"] == blazar.__version__
+    assert tuple(int(n) for n in r.json()["version"].split(".")) >= (0, 13, 4)
 
 
 def test_list_shows_the_store_with_details(daemon: Daemon) -> None:
@@ -70,6 +74,12 @@ def test_show_unknown_is_404_in_ollama_shape(daemon: Daemon) -> None:
     assert r.status_code == 400 and "error" in r.json()
     r = httpx2.post(f"{daemon.base}/api/show", json={"name": 3}, trust_env=False)
     assert r.status_code == 400 and isinstance(r.json()["error"], str)
+
+
+def test_show_takes_the_older_name_field_as_litellm_and_aider_send_it(daemon: Daemon) -> None:
+    r = httpx2.post(f"{daemon.base}/api/show", json={"name": MODEL}, trust_env=False)
+    assert r.status_code == 200 and r.json()["model_info"]["gemma3.context_length"] > 0
+    assert httpx2.post(f"{daemon.base}/api/show", json={"name": "nosuch"}, trust_env=False).status_code == 404
 
 
 def test_ps_is_empty_then_shows_the_loaded_model(daemon: Daemon) -> None:
