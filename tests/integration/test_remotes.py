@@ -173,13 +173,20 @@ def test_the_fake_engine_itself_serves_as_a_remote_and_its_concurrency_is_admitt
         _daemon(cli, a_port)
         client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{a_port}/v1", api_key="x", max_retries=0, timeout=60)
 
-        async def both() -> list[Any]:
-            return await asyncio.gather(*(client.chat.completions.with_raw_response.create(
-                model="up", messages=[{"role": "user", "content": f"hi {i}"}], max_tokens=8) for i in range(2)))
+        async def one(i: int) -> tuple[str | None, str]:
+            # Streamed: the fake engine sleeps between chunks only when streaming, so the first answer surely
+            # holds the remote's one slot while the second arrives.
+            raw = await client.chat.completions.with_raw_response.create(
+                model="up", messages=[{"role": "user", "content": f"hi {i}"}], max_tokens=8, stream=True)
+            text = "".join([c.choices[0].delta.content or "" async for c in raw.parse() if c.choices])
+            return raw.headers.get("x-blazar-queue-position"), text
+
+        async def both() -> list[tuple[str | None, str]]:
+            return await asyncio.gather(*(one(i) for i in range(2)))
 
         answers = asyncio.run(both())
-        assert [r.parse().choices[0].message.content for r in answers] == [fake_engine.answer_text(8)] * 2
-        queued = [h for r in answers if (h := r.headers.get("x-blazar-queue-position"))]
+        assert [text for _, text in answers] == [fake_engine.answer_text(8)] * 2
+        queued = [h for h, _ in answers if h]
         assert queued == ["1"]  # one of the two waited for the remote's single slot
     finally:
         stop_daemon(cli.home)
