@@ -5,7 +5,8 @@ auth and its error types are what a caller of these routes uses).
 The packaged Gemma 3 270M has no rerank head: it is refused with a clear 400 until `blazar model set gemma --rerank`
 forces rerank mode, and then the whole path runs on the real engine (llama-server --reranking). Its scores mean
 nothing; the shape, the order, top_n, the documents and the usage are real, and so are the trace and the instance
-in rerank mode beside the chat one."""
+in rerank mode beside the chat one. The scoring path itself runs on a tiny reranker written at test time
+(tests/support/tiny_reranker.py: bert, pooling type rank, a classifier head), which needs no setting at all."""
 
 from __future__ import annotations
 
@@ -15,14 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import ollama
 import openai
 import pytest
 
 from tests.integration.test_daemon import wait_for
 from tests.support.blazar_home import read_events
 from tests.support.serving import blazar_cli, serving_gemma
+from tests.support.tiny_reranker import write_tiny_reranker
 
 MODEL = "gemma"
+RERANKER = "tiny-reranker"
 QUERY = "Which animal is a bear that eats bamboo?"
 DOCS = ["The giant panda eats bamboo.", "Paris is the capital of France.", "Tea is a drink.",
         "The stock market fell today."]
@@ -44,11 +48,14 @@ class Daemon:
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_path: Path) -> Iterator[Daemon]:
     home = tmp_path_factory.mktemp("rerank-home")
+    gguf = write_tiny_reranker(tmp_path_factory.mktemp("reranker") / "tiny-reranker.gguf")
+    blazar_cli(home, "import", str(gguf), "--name", RERANKER)
     with serving_gemma(home, engine_binary, gemma_path, MODEL, {"ctx": 1024, "slots": 2}) as (port, proc):
         yield Daemon(home, port, proc)
 
 
 def test_a_model_without_a_rerank_head_is_refused_with_what_it_can_do(daemon: Daemon) -> None:
+    assert "rerank" not in capabilities(daemon, MODEL)
     with pytest.raises(openai.BadRequestError) as e:
         daemon.rerank({"model": MODEL, "query": QUERY, "documents": DOCS})
     message = e.value.body["message"] if isinstance(e.value.body, dict) else str(e.value.body)
@@ -76,6 +83,7 @@ def test_forced_rerank_mode_ranks_through_the_real_engine(daemon: Daemon) -> Non
     blazar_cli(daemon.home, "model", "set", MODEL, "--rerank")
     shown = blazar_cli(daemon.home, "show", MODEL, "--json").stdout
     assert '"rerank"' in shown  # the capability, as `blazar show` lists it
+    assert "rerank" in capabilities(daemon, MODEL)
     got = daemon.rerank({"model": MODEL, "query": QUERY, "documents": DOCS})
     assert got["model"] == MODEL and got["object"] == "list"
     results = got["results"]
@@ -100,7 +108,7 @@ def test_a_rerank_instance_serves_rerank_only_and_chat_gets_its_own(daemon: Daem
     chat = daemon.client().completions.create(model=MODEL, prompt="Once upon a time", max_tokens=4)
     assert chat.choices[0].text is not None
     daemon.rerank({"model": MODEL, "query": QUERY, "documents": DOCS[:2]})
-    started = read_events(daemon.home, "instance.started")
+    started = [e for e in read_events(daemon.home, "instance.started") if e["data"]["model"] == MODEL]
     rerank_mode = [e for e in started if "--reranking" in e["data"]["argv"]]
     plain = [e for e in started if "--reranking" not in e["data"]["argv"]]
     # One instance in rerank mode (reused by every rerank request), one for the completion beside it: neither was
@@ -124,3 +132,27 @@ def test_a_rerank_request_is_traced_and_counted_like_embeddings(daemon: Daemon) 
     assert types[0] == "request.received" and "request.routed" in types and "request.admitted" in types
     assert evs[0]["data"]["route"] == "/v1/rerank"
     assert evs[-1]["data"]["prompt_tokens"] == r.json()["usage"]["prompt_tokens"] > 0
+
+
+def test_a_reranker_gguf_is_scored_by_the_real_engine(daemon: Daemon) -> None:
+    """A GGUF whose pooling type is rank reranks as it is: its capability shows, and the engine's classifier head
+    scores each pair (the same scores every time; different documents, different scores)."""
+    assert "rerank" in capabilities(daemon, RERANKER)
+    docs = ["the panda eats bamboo", "paris is in france", "tea is a drink", "bears sleep in winter"]
+    got = daemon.rerank({"model": RERANKER, "query": "which bear eats bamboo", "documents": docs})
+    scores = {r["index"]: r["relevance_score"] for r in got["results"]}
+    assert sorted(scores) == [0, 1, 2, 3] and len(set(scores.values())) == 4
+    assert [r["relevance_score"] for r in got["results"]] == sorted(scores.values(), reverse=True)
+    again = daemon.rerank({"model": RERANKER, "query": "which bear eats bamboo", "documents": docs[::-1],
+                           "top_n": 2, "return_documents": False})
+    # The same pairs score the same whatever their order in the request; top_n keeps the best two.
+    assert [(3 - r["index"], r["relevance_score"]) for r in again["results"]] == \
+        [(r["index"], r["relevance_score"]) for r in got["results"][:2]]
+    started = [e["data"] for e in read_events(daemon.home, "instance.started") if e["data"]["model"] == RERANKER]
+    assert len(started) == 1 and "--reranking" in started[0]["argv"]
+
+
+def capabilities(daemon: Daemon, model: str) -> list[str]:
+    """The model's capabilities as Ollama's /api/show lists them, read through the ollama SDK."""
+    shown = ollama.Client(host=daemon.base, timeout=60, trust_env=False).show(model)
+    return list(shown.capabilities or [])
