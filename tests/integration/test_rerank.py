@@ -10,6 +10,7 @@ in rerank mode beside the chat one. The scoring path itself runs on a tiny reran
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,7 +73,7 @@ def test_bad_rerank_bodies_are_400_in_openais_shape(daemon: Daemon) -> None:
                  {"model": MODEL, "documents": DOCS},
                  {"model": MODEL, "query": QUERY, "documents": [3]},
                  {"model": MODEL, "query": QUERY, "documents": DOCS, "top_n": 0}):
-        r = httpx2.post(f"{daemon.base}/v1/rerank", json=body, trust_env=False)
+        r = httpx2.post(f"{daemon.base}/v1/rerank", json=body, trust_env=False, timeout=120)
         assert r.status_code == 400, body
         assert isinstance(r.json()["error"]["message"], str)
     with pytest.raises(openai.NotFoundError):
@@ -99,7 +100,7 @@ def test_forced_rerank_mode_ranks_through_the_real_engine(daemon: Daemon) -> Non
     assert len(top["results"]) == 2 and all("document" not in r for r in top["results"])
     assert [r["index"] for r in top["results"]] == [r["index"] for r in results[:2]]  # the same engine, same order
     r = httpx2.post(f"{daemon.base}/rerank", json={"model": MODEL, "query": QUERY, "documents": DOCS[:2]},
-                    trust_env=False)
+                    trust_env=False, timeout=120)
     assert r.status_code == 200 and len(r.json()["results"]) == 2 and r.headers["x-blazar-trace-id"]
 
 
@@ -119,7 +120,7 @@ def test_a_rerank_instance_serves_rerank_only_and_chat_gets_its_own(daemon: Daem
 
 def test_a_rerank_request_is_traced_and_counted_like_embeddings(daemon: Daemon) -> None:
     r = httpx2.post(f"{daemon.base}/v1/rerank", json={"model": MODEL, "query": QUERY, "documents": DOCS[:3]},
-                    trust_env=False)
+                    trust_env=False, timeout=120)
     assert r.status_code == 200
     trace = r.headers["x-blazar-trace-id"]
 
@@ -154,5 +155,32 @@ def test_a_reranker_gguf_is_scored_by_the_real_engine(daemon: Daemon) -> None:
 
 def capabilities(daemon: Daemon, model: str) -> list[str]:
     """The model's capabilities as Ollama's /api/show lists them, read through the ollama SDK."""
-    shown = ollama.Client(host=daemon.base, timeout=60, trust_env=False).show(model)
+    shown = ollama.Client(host=daemon.base, timeout=120, trust_env=False).show(model)
     return list(shown.capabilities or [])
+
+
+def test_keys_apply_to_rerank_as_to_every_inference_route(daemon: Daemon) -> None:
+    """Last in this module: it turns keys on. No key is a 401; a model outside the key's scope a 403; in scope, the
+    answer, recorded as the key's."""
+    secret = json.loads(blazar_cli(daemon.home, "keys", "create", "ranker", "--models", "tiny-*",
+                                   "--json").stdout)["secret"]
+    body = {"model": RERANKER, "query": "which bear eats bamboo", "documents": ["the panda eats bamboo", "tea"]}
+
+    def client(key: str) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{daemon.base}/v1", api_key=key, max_retries=0, timeout=120)
+
+    def refused() -> bool:
+        try:
+            client("none").post("/rerank", cast_to=object, body=body)
+        except openai.AuthenticationError:
+            return True
+        return False
+
+    wait_for(refused, "keys on")  # the daemon folds the key's event
+    with pytest.raises(openai.PermissionDeniedError):
+        client(secret).post("/rerank", cast_to=object, body={**body, "model": MODEL})
+    got = client(secret).post("/rerank", cast_to=object, body=body)
+    assert [r["index"] for r in got["results"]] and got["model"] == RERANKER
+    done = wait_for(lambda: [e for e in read_events(daemon.home, "request.completed") if e["actor"] == "key:ranker"],
+                    "the key's request.completed")
+    assert done[-1]["data"]["prompt_tokens"] == got["usage"]["prompt_tokens"]
