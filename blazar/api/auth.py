@@ -51,6 +51,8 @@ ROUTES: dict[str, Access] = {
     "/v1/completions": Access.KEY,
     "/v1/embeddings": Access.KEY,
     "/v1/responses": Access.KEY,
+    "/v1/responses/{response_id}": Access.KEY,  # a key sees only its own (blazar/api/responses.py)
+    "/v1/responses/{response_id}/input_items": Access.KEY,
     "/v1/messages": Access.KEY,
     "/v1/messages/count_tokens": Access.KEY,
     "/api/version": Access.KEY,
