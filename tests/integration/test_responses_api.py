@@ -165,6 +165,32 @@ def test_a_variants_num_predict_bounds_a_response_without_max_output_tokens(daem
     assert r.status == "incomplete" and r.incomplete_details is not None
 
 
+def test_best_of_cascades_and_sessions_apply_as_for_chat(daemon: Daemon) -> None:
+    client = daemon.client()
+    raw = client.responses.with_raw_response.create(
+        model=MODEL, input="Is water wet? Answer yes or no.", text={"format": YES_NO}, max_output_tokens=40,
+        extra_headers={"X-Blazar-Best-Of": "2"})
+    assert raw.headers["x-blazar-best-of"].startswith("asked=2")
+    best = raw.parse()
+    assert best.status == "completed" and json.loads(best.output_text)["answer"] in ("yes", "no")
+    assert client.responses.retrieve(best.id).output_text == best.output_text
+    trace = raw.headers["x-blazar-trace-id"]
+    wait_for(lambda: any(e["trace_id"] == trace for e in daemon.events("request.best_of_chosen")), "best-of chosen",
+             timeout=20)
+    raw = client.responses.with_raw_response.create(model=MODEL, input="Hi", max_output_tokens=2,
+                                                    extra_body={"cascade": [MODEL, MODEL]})
+    assert raw.headers["x-blazar-cascade"] and raw.parse().model == MODEL
+    with pytest.raises(openai.BadRequestError) as e:  # as for chat: best-of only for an answer read whole
+        client.responses.create(model=MODEL, input="Hi", stream=True, extra_headers={"X-Blazar-Best-Of": "2"})
+    assert "X-Blazar-Best-Of" in e.value.body["message"]
+    raw = client.responses.with_raw_response.create(model=MODEL, input="Hello", max_output_tokens=2,
+                                                    extra_headers={"X-Blazar-Session": "resp-1"})
+    trace = raw.headers["x-blazar-trace-id"]
+    received = wait_for(lambda: next((e["data"] for e in daemon.events("request.received")
+                                      if e["trace_id"] == trace), None), "received", timeout=20)
+    assert received["session"] == "resp-1" and received["route"] == "/v1/responses"
+
+
 def test_the_agents_sdk_runs_an_agent_on_the_responses_model(daemon: Daemon) -> None:
     from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
     from pydantic import BaseModel
