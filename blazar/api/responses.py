@@ -52,7 +52,7 @@ class StoredResponse:
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, response_id: str) -> None:
         await self.conversations.sweep()
-        resp.media = self.conversations.get(tenant_of(principal_of(req)), response_id).response
+        resp.media = (await self.conversations.get(tenant_of(principal_of(req)), response_id)).response
 
     async def on_delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, response_id: str) -> None:
         await self.conversations.sweep()
@@ -66,7 +66,7 @@ class InputItems:
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, response_id: str) -> None:
         await self.conversations.sweep()
-        items = self.conversations.get(tenant_of(principal_of(req)), response_id).input
+        items = (await self.conversations.get(tenant_of(principal_of(req)), response_id)).input
         order = req.get_param("order") or "desc"
         if order not in ("asc", "desc"):
             raise DialectError(f"order: expected 'asc' or 'desc', got {order[:20]!r}")

@@ -361,6 +361,11 @@ def _text_item(item_id: str, text: str, status: str) -> dict[str, Any]:
             "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
 
 
+def _reasoning_item(item_id: str, text: str, status: str) -> dict[str, Any]:
+    return {"id": item_id, "type": "reasoning", "summary": [], "status": status,
+            "content": [{"type": "reasoning_text", "text": text}]}
+
+
 def _call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
     return {"id": item_id, "type": "function_call", "call_id": call_id, "name": name, "arguments": arguments,
             "status": status}
@@ -374,6 +379,8 @@ def render(answer: dict[str, Any], echo: Echo) -> dict[str, Any]:
     cut = choice.get("finish_reason") == "length"
     status = "incomplete" if cut else "completed"
     output: list[dict[str, Any]] = []
+    if message.get("reasoning_content"):
+        output.append(_reasoning_item(new_id("rs"), str(message["reasoning_content"]), "completed"))
     if message.get("content"):
         output.append(_text_item(new_id("msg"), str(message["content"]), status))
     for call in message.get("tool_calls") or []:
@@ -401,7 +408,7 @@ class ResponsesStream:
         self._started = False
         self._ended = False
         self._output: list[dict[str, Any]] = []
-        self._text: list[str] | None = None  # the open message item's text, while it is open
+        self._text: list[str] | None = None  # the open message or reasoning item's text, while it is open
         self._calls: dict[int, int] = {}  # the engine's tool-call index → our output index
         self._finish: str | None = None
         self._usage: Any = None
@@ -417,12 +424,19 @@ class ResponsesStream:
         return self._event("response.created", response=head) + self._event("response.in_progress", response=head)
 
     def _close_text(self) -> bytes:
+        """Close the open message or reasoning item, if one is open."""
         if self._text is None:
             return b""
         index = len(self._output) - 1
         item = self._output[index]
         text = "".join(self._text)
         self._text = None
+        if item["type"] == "reasoning":
+            item["content"] = [{"type": "reasoning_text", "text": text}]
+            item["status"] = "completed"
+            return (self._event("response.reasoning_text.done", item_id=item["id"], output_index=index,
+                                content_index=0, text=text)
+                    + self._event("response.output_item.done", output_index=index, item=item))
         part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
         item["content"] = [part]
         item["status"] = "incomplete" if self._finish == "length" else "completed"
@@ -431,6 +445,26 @@ class ResponsesStream:
                 + self._event("response.content_part.done", item_id=item["id"], output_index=index,
                               content_index=0, part=part)
                 + self._event("response.output_item.done", output_index=index, item=item))
+
+    def _open(self, kind: str) -> bytes:
+        """Open a message or reasoning item for text deltas (closing another kind that is open)."""
+        if self._text is not None and self._output[-1]["type"] == kind:
+            return b""
+        out = self._close_text()
+        if kind == "reasoning":
+            item = _reasoning_item(new_id("rs"), "", "in_progress")
+        else:
+            item = _text_item(new_id("msg"), "", "in_progress")
+        item["content"] = []
+        self._output.append(item)
+        self._text = []
+        index = len(self._output) - 1
+        out += self._event("response.output_item.added", output_index=index, item=dict(item))
+        if kind == "message":
+            out += self._event("response.content_part.added", item_id=item["id"], output_index=index,
+                               content_index=0, part={"type": "output_text", "text": "", "annotations": [],
+                                                      "logprobs": []})
+        return out
 
     def event(self, chunk: dict[str, Any]) -> bytes:
         if self._ended:
@@ -445,22 +479,18 @@ class ResponsesStream:
         if choice.get("finish_reason"):
             self._finish = choice["finish_reason"]
         delta = choice.get("delta") or {}
-        text = delta.get("content")
-        if text:
-            if self._text is None:
-                item = _text_item(new_id("msg"), "", "in_progress")
-                item["content"] = []
-                self._output.append(item)
-                self._text = []
-                index = len(self._output) - 1
-                out += self._event("response.output_item.added", output_index=index, item=dict(item))
-                out += self._event("response.content_part.added", item_id=item["id"], output_index=index,
-                                   content_index=0, part={"type": "output_text", "text": "", "annotations": [],
-                                                          "logprobs": []})
+        for kind, key, event in (("reasoning", "reasoning_content", "response.reasoning_text.delta"),
+                                 ("message", "content", "response.output_text.delta")):
+            text = delta.get(key)
+            if not text:
+                continue
+            out += self._open(kind)
+            assert self._text is not None
             self._text.append(text)
             index = len(self._output) - 1
-            out += self._event("response.output_text.delta", item_id=self._output[index]["id"], output_index=index,
-                               content_index=0, delta=text, logprobs=[])
+            extra: dict[str, Any] = {"logprobs": []} if kind == "message" else {}
+            out += self._event(event, item_id=self._output[index]["id"], output_index=index, content_index=0,
+                               delta=text, **extra)
         for call in delta.get("tool_calls") or []:
             out += self._call_delta(call)
         return out

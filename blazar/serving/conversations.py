@@ -11,6 +11,7 @@ request gets too: it IS a chat request until its answer is rendered. Usable outs
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -39,15 +40,16 @@ def not_found(response_id: str, param: str | None = None) -> Refused:
 
 
 class Conversations:
-    """The content store with its events: what is kept, read and deleted, per tenant."""
+    """The content store with its events: what is kept, read and deleted, per tenant. The routes' reads and deletes
+    run in a thread; `keep` writes at once (one small row as an answer ends, before its last event is sent)."""
 
     def __init__(self, app: Blazar, store: ResponseStore | None = None) -> None:
         self.app = app
         self.store = store if store is not None else ResponseStore(
             app.paths.data_dir / FILE, lambda: app.settings().responses_retention_s)
 
-    def get(self, tenant: str | None, response_id: str) -> Stored:
-        stored = self.store.get(tenant, response_id)
+    async def get(self, tenant: str | None, response_id: str) -> Stored:
+        stored = await asyncio.to_thread(self.store.get, tenant, response_id)
         if stored is None:
             raise not_found(response_id)
         return stored
@@ -64,7 +66,7 @@ class Conversations:
             input_tokens=int(usage.get("input_tokens") or 0), output_tokens=int(usage.get("output_tokens") or 0)))
 
     async def delete(self, tenant: str | None, response_id: str) -> None:
-        size = self.store.delete(tenant, response_id)
+        size = await asyncio.to_thread(self.store.delete, tenant, response_id)
         if size is None:
             raise not_found(response_id)
         await self.app.record(ResponseDeleted(response_id=response_id, tenant=tenant, reason="requested",
@@ -72,7 +74,7 @@ class Conversations:
 
     async def sweep(self) -> None:
         """Delete what outlived `responses_retention_s` (at most once a minute), each deletion recorded."""
-        gone = self.store.sweep()
+        gone = await asyncio.to_thread(self.store.sweep)
         if gone:
             await self.app.record([ResponseDeleted(response_id=s.id, tenant=s.tenant, reason="expired",
                                                    content_bytes=s.content_bytes) for s in gone])

@@ -193,3 +193,25 @@ def test_a_stream_cut_by_the_limit_ends_incomplete_and_a_broken_one_with_an_erro
     broken = d.ResponsesStream(d.Echo("resp_5", 1, "m"))
     payload = orjson.loads(broken.error("boom").split(b"\n\n")[-2].split(b"\n")[1].removeprefix(b"data: "))
     assert payload["type"] == "error" and payload["message"] == "boom" and payload["error"]["message"] == "boom"
+
+
+def test_reasoning_comes_out_as_a_reasoning_item_whole_and_streamed() -> None:
+    whole = Response.model_validate(d.render({"choices": [{"message": {"reasoning_content": "Think.",
+                                                                       "content": "Done."},
+                                                           "finish_reason": "stop"}]}, d.Echo("r", 1, "m")))
+    assert [o.type for o in whole.output] == ["reasoning", "message"] and whole.output_text == "Done."
+    assert whole.output[0].content[0].text == "Think."
+    s = d.ResponsesStream(d.Echo("r2", 1, "m"))
+    events = _events(s.event(_chunk({"reasoning_content": "Hm"})) + s.event(_chunk({"reasoning_content": "m."}))
+                     + s.event(_chunk({"content": "Yes."}, finish="stop")) + s.end())
+    assert [e.type for e in events] == [
+        "response.created", "response.in_progress", "response.output_item.added", "response.reasoning_text.delta",
+        "response.reasoning_text.delta", "response.reasoning_text.done", "response.output_item.done",
+        "response.output_item.added", "response.content_part.added", "response.output_text.delta",
+        "response.output_text.done", "response.content_part.done", "response.output_item.done",
+        "response.completed"]
+    final = events[-1].response
+    assert final.output[0].content[0].text == "Hmm." and final.output_text == "Yes."
+    # Stored reasoning is not replayed to the engine as history.
+    assert d.messages_of(d.render({"choices": [{"message": {"reasoning_content": "x", "content": "y"}}]},
+                                  d.Echo("r3", 1, "m"))["output"]) == [{"role": "assistant", "content": "y"}]
