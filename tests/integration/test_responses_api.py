@@ -216,12 +216,15 @@ def test_the_agents_sdk_runs_an_agent_on_the_responses_model(daemon: Daemon) -> 
                    model_settings=ModelSettings(tool_choice="required", max_tokens=60, temperature=0),
                    tool_use_behavior="stop_on_first_tool")
 
-    async def run() -> tuple[Any, Any]:  # one event loop: the client's connections belong to it
+    async def run() -> tuple[Any, Any, Any, list[str]]:  # one event loop: the client's connections belong to it
+        streamed = Runner.run_streamed(plain, "Is grass green? Answer yes or no.")
+        kinds = [e.data.type async for e in streamed.stream_events() if e.type == "raw_response_event"]
         return (await Runner.run(plain, "Is the sky blue? Answer yes or no."),
-                await Runner.run(tooled, "What is the weather in Rome?"))
+                await Runner.run(tooled, "What is the weather in Rome?"), streamed, kinds)
 
-    answered, called = asyncio.run(run())
-    assert isinstance(answered.final_output, Verdict)
+    answered, called, streamed, kinds = asyncio.run(run())
+    assert isinstance(answered.final_output, Verdict) and isinstance(streamed.final_output, Verdict)
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
     assert len(asked) == 1 and called.final_output == f"sunny in {asked[0]}"
 
 
