@@ -111,6 +111,10 @@ class Settings(BaseModel):
                     "its last use, if its keep_alive is shorter (idle eviction only: memory pressure still evicts it, "
                     "saving the session's slot).",
     )
+    responses_retention_s: float = Field(
+        default=30 * 86400.0, ge=60.0, le=10 * 31_536_000.0,
+        description="Seconds a stored Response (/v1/responses with store: true) is kept; older ones are deleted.",
+    )
     session_bank_mib: int = Field(
         default=2048, ge=0, le=1 << 24,
         description="MiB of disk the KV bank may hold for saved session slots; the oldest saves are dropped first "

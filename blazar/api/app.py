@@ -58,9 +58,21 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
     dashboard.add_routes(api, app, supervisor, gateway)
     console.add_routes(api, app, supervisor)
     if gateway is not None:
-        from blazar.api import anthropic, ollama, ollama_chat, ollama_create, ollama_pull, openai, openapi, ops, rerank
+        from blazar.api import (
+            anthropic,
+            ollama,
+            ollama_chat,
+            ollama_create,
+            ollama_pull,
+            openai,
+            openapi,
+            ops,
+            rerank,
+            responses,
+        )
 
         openai.add_routes(api, app, gateway)
+        responses.add_routes(api, app, gateway)
         anthropic.add_routes(api, gateway)
         ops.add_routes(api, app, gateway)
         ollama.add_routes(api, app, supervisor)

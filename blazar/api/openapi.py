@@ -176,7 +176,7 @@ SCHEMAS: dict[str, Schema] = {
         "object": _STR, "model": _STR, "usage": _USAGE, "data": {"type": "array", "items": {
             "type": "object", "required": ["embedding"], "properties": {
                 "index": _INT, "object": _STR, "embedding": {"type": ["array", "string"], "items": _NUM}}}}}},
-    "Response": {"type": "object", "description": "the engine's Responses object, passed on as it wrote it",
+    "Response": {"type": "object", "description": "a Response: output items (message, function_call) and usage",
                  "required": ["id", "object", "output"], "properties": {
                      "id": _STR, "object": {"const": "response"}, "status": _STR, "model": _STR,
                      "output": {"type": "array", "items": _OBJ}, "usage": {"type": ["object", "null"]}}},
@@ -477,6 +477,18 @@ def _operations() -> dict[str, dict[str, dict[str, Any]]]:
                                       "RerankBody", "RerankList", None)},
         "/rerank": {"post": _infer("/rerank", "Rerank (the same as /v1/rerank)", "RerankBody", "RerankList", None)},
         "/v1/responses": {"post": _infer("/v1/responses", "Responses", "ResponsesBody", "Response", SSE)},
+        "/v1/responses/{response_id}": {
+            "get": _op("/v1/responses/{response_id}", "A stored response (the caller's own)", _ref("Response"),
+                       statuses=(404,)),
+            "delete": _op("/v1/responses/{response_id}", "Delete a stored response and its content", {
+                "type": "object", "required": ["id", "object", "deleted"],
+                "properties": {"id": _STR, "object": {"const": "response"}, "deleted": _BOOL}}, statuses=(404,))},
+        "/v1/responses/{response_id}/input_items": {"get": _op(
+            "/v1/responses/{response_id}/input_items", "The input items a stored response was given", {
+                "type": "object", "required": ["object", "data", "has_more"],
+                "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": _OBJ},
+                               "first_id": {"type": ["string", "null"]}, "last_id": {"type": ["string", "null"]},
+                               "has_more": _BOOL}}, statuses=(400, 404))},
         # Anthropic.
         "/v1/messages": {"post": _infer("/v1/messages", "Messages", "MessagesBody", "Message", SSE)},
         "/v1/messages/count_tokens": {"post": _op("/v1/messages/count_tokens", "Count a prompt's tokens",
