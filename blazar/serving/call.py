@@ -113,6 +113,7 @@ class Call:
         # -- the step's target: a cascade's step changes it (`retarget`)
         self.model = request.cascade[0] if request.cascade else request.model
         self.max_tokens = request.max_tokens
+        self.bounded_max_tokens: int | None = None  # max_tokens capped to what the context left (routing.py)
         self.ctx = request.ctx
         self._body = request.body  # copied before its first change: the Request's is never changed
         self._own_body = False
@@ -223,6 +224,7 @@ class Call:
         """A cascade's next step: the request as the client sent it, pointed at `model` (its settings applied), its
         previous step's way there forgotten."""
         self.model, self.max_tokens, self.ctx = model, self.request.max_tokens, self.request.ctx
+        self.bounded_max_tokens = None
         self._body, self._own_body, self._payload = self.request.body, False, None
         self.instance, self.peer, self.resolved, self.remote = None, None, resolved, remote
         if resolved.settings is not None:

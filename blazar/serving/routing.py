@@ -29,6 +29,7 @@ from blazar.errors import (
 )
 from blazar.events.requests import (
     RequestAdmitted,
+    RequestBounded,
     RequestForwarded,
     RequestPlaced,
     RequestQueued,
@@ -41,6 +42,7 @@ from blazar.projections.keys import auth_on
 from blazar.projections.remotes import remote, serving
 from blazar.serving.admission import Admission, Ticket
 from blazar.serving.call import Call
+from blazar.serving.context_fit import bound_body, decide_max_tokens
 from blazar.serving.fanout import Candidate
 from blazar.serving.limits import Limiter
 from blazar.serving.ports import SupervisorPort
@@ -253,8 +255,10 @@ class Router:
                                     restored_tokens=placed.restored_tokens, restore_ms=placed.restore_ms))
 
     async def _check_context(self, call: Call, inst: Instance) -> None:
-        """Prompt plus max_tokens must fit the slot's context: a clear 400, never silent truncation. The exact count
-        (the engine's tokenizer, template applied) is asked only when a cheap upper bound does not settle it."""
+        """Prompt plus max_tokens must fit the slot's context (blazar/serving/context_fit.py decides): as asked, the
+        output bounded to what the context leaves (recorded as `request.bounded`), or a clear 400; never silent
+        truncation of the prompt. The exact count (the engine's tokenizer, template applied) is asked only when a
+        cheap upper bound does not settle it."""
         if call.request.embeddings:
             return
         need_out = call.max_tokens or 0
@@ -268,11 +272,16 @@ class Router:
             return  # the engine refuses an oversized prompt itself
         if n is None:
             return
-        if n + need_out > inst.ctx_tokens or n >= inst.ctx_tokens:
-            raise Refused(f"this request needs {n} prompt tokens + {need_out} max_tokens = {n + need_out} tokens, "
-                          f"but {inst.model}'s context is {inst.ctx_tokens} tokens per request; shorten the prompt "
-                          "or lower max_tokens", reason="context_length_exceeded", http_status=400,
-                          observations={"prompt_tokens": n, "max_tokens": need_out, "ctx_tokens": inst.ctx_tokens})
+        bounded = decide_max_tokens(n, call.max_tokens, inst.ctx_tokens, inst.model,
+                                    self.app.settings().max_tokens_over_context)
+        if bounded is None:
+            return
+        for name, value in bound_body(call.engine_body(), call.request.engine_path, bounded).items():
+            call.set_engine_field(name, value)
+        call.emit(RequestBounded(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
+                                 prompt_tokens=n, max_tokens=need_out, bounded_max_tokens=bounded,
+                                 ctx_tokens=inst.ctx_tokens))
+        call.max_tokens = call.bounded_max_tokens = bounded
 
     # -- what a fan-out takes more of ----------------------------------------------------------------------------------
 
