@@ -134,12 +134,14 @@ class Router:
 
     def reroute(self, call: Call, detail: str) -> None:
         """The first attempt's engine was gone before it took the request: its slot (no hold time learnt from it)
-        and its hold given back, what its placement told that engine forgotten, the decision recorded. The key's
+        and its hold given back, what its placement told that engine and any cap its context put on the output
+        forgotten, the decision recorded. The key's
         lease stays: it is the request's, given back when the request ends."""
         inst = call.instance
         assert inst is not None
         call.give_back_slot(learn=False)
         call.drop_engine_fields("id_slot", "cache_prompt")
+        call.unbound()
         call.instance, call.queue_position, call.rerouted = None, 0, True
         call.emit(RequestRerouted(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
                                   detail=detail[:500]))
@@ -276,12 +278,10 @@ class Router:
                                     self.app.settings().max_tokens_over_context)
         if bounded is None:
             return
-        for name, value in bound_body(call.engine_body(), call.request.engine_path, bounded).items():
-            call.set_engine_field(name, value)
+        call.bound_output(bounded, bound_body(call.engine_body(), call.request.engine_path, bounded))
         call.emit(RequestBounded(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
                                  prompt_tokens=n, max_tokens=need_out, bounded_max_tokens=bounded,
                                  ctx_tokens=inst.ctx_tokens))
-        call.max_tokens = call.bounded_max_tokens = bounded
 
     # -- what a fan-out takes more of ----------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from blazar.context import Blazar
 from blazar.errors import Refused
 from blazar.instances.supervisor import Instance, ResolvedModel
 from blazar.serving.admission import Admission
+from blazar.serving.call import Call
 from blazar.serving.context_fit import BOUNDED_HEADER
 from blazar.serving.gateway import Gateway
 from blazar.serving.request import Request
@@ -89,3 +90,14 @@ async def test_refuse_keeps_todays_400(app: Blazar, monkeypatch: pytest.MonkeyPa
         await gateway.serve(ask("c" * 32, max_tokens=32000))
     assert (e.value.http_status, e.value.reason) == (400, "context_length_exceeded") and not engine.bodies
     assert [r.type for r in await trace_of(app, "c" * 32)][-1] == "request.rejected"
+
+
+def test_a_request_routed_again_forgets_the_cap_of_its_first_instance() -> None:
+    call = Call(ask("d" * 32, max_tokens=32000), Gateway.__new__(Gateway))
+    call.bound_output(24, {"max_tokens": 24, "n_predict": 24})
+    assert call.engine_body()["max_tokens"] == call.engine_body()["n_predict"] == 24
+    assert (call.max_tokens, call.bounded_max_tokens) == (24, 24)
+    call.unbound()
+    assert call.engine_body()["max_tokens"] == 32000 and "n_predict" not in call.engine_body()
+    assert (call.max_tokens, call.bounded_max_tokens) == (32000, None)
+    assert call.request.parsed["max_tokens"] == 32000  # the client's body was never changed
