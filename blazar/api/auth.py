@@ -50,6 +50,8 @@ ROUTES: dict[str, Access] = {
     "/v1/chat/completions": Access.KEY,
     "/v1/completions": Access.KEY,
     "/v1/embeddings": Access.KEY,
+    "/v1/rerank": Access.KEY,
+    "/rerank": Access.KEY,
     "/v1/responses": Access.KEY,
     "/v1/messages": Access.KEY,
     "/v1/messages/count_tokens": Access.KEY,

@@ -22,6 +22,7 @@ from blazar.errors import BlazarError, DialectError, ModelNotFound
 from blazar.queries.catalog import StoredModel, alias_target, aliases, is_model, model, models
 from blazar.queries.ps import instance
 from blazar.serving.ports import SupervisorPort
+from blazar.store.model_settings import reranks
 from blazar.store.models import alias_model, remove_model, unalias_model
 
 # What Ollama answers for a model kept loaded forever: a time far past any real expiry.
@@ -178,6 +179,7 @@ class Show:
         if md.vocab_size is not None:
             info[f"{arch}.vocab_size"] = md.vocab_size
         caps = ["completion"] + (["embedding"] if md.embedding_model else [])
+        caps += ["rerank"] if reranks(md, entry.settings) else []
         s = entry.settings
         template, system = (s.template, s.system) if s is not None else (None, None)
         params = dict(s.parameters) if s is not None else {}

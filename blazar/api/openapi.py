@@ -14,7 +14,7 @@ import falcon.asgi
 from pydantic import BaseModel
 
 import blazar
-from blazar.api import admin, anthropic, auth, console, ollama, ollama_create, ollama_pull, openai, sessions
+from blazar.api import admin, anthropic, auth, console, ollama, ollama_create, ollama_pull, openai, rerank, sessions
 
 JSON = "application/json"
 SSE = "text/event-stream"
@@ -153,6 +153,12 @@ SCHEMAS: dict[str, Schema] = {
     "ChatBody": _model(openai.ChatBody, messages={"type": "array", "minItems": 1, "items": _OPENAI_MESSAGE}),
     "CompletionBody": _model(openai.CompletionBody),
     "EmbeddingBody": _model(openai.EmbeddingBody),
+    "RerankBody": _model(rerank.RerankBody),
+    "RerankList": {"type": "object", "required": ["model", "results", "usage"], "properties": {
+        "model": _STR, "object": _STR, "usage": _USAGE, "results": {"type": "array", "items": {
+            "type": "object", "required": ["index", "relevance_score"], "properties": {
+                "index": _INT, "relevance_score": _NUM, "document": {
+                    "type": "object", "required": ["text"], "properties": {"text": _STR}}}}}}},
     "ResponsesBody": _model(openai.ResponsesBody),
     "Model": {"type": "object", "required": ["id", "object", "created", "owned_by"], "properties": {
         "id": _STR, "object": {"const": "model"}, "created": _INT, "owned_by": _STR}},
@@ -286,6 +292,8 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
     "CompletionBody": [{"model": _M, "prompt": "Once upon a time", "max_tokens": 16},
                        {"model": _M, "prompt": "Once upon a time", "stream": True}],
     "EmbeddingBody": [{"model": _M, "input": ["hello", "world"]}],
+    "RerankBody": [{"model": _M, "query": "What is a panda?", "documents": ["hi", "The giant panda is a bear."],
+                    "top_n": 1}],
     "ResponsesBody": [{"model": _M, "input": "Why is the sky blue?"}],
     "MessagesBody": [{"model": _M, "max_tokens": 64, "messages": _HELLO},
                      {"model": _M, "max_tokens": 64, "messages": _HELLO, "stream": True, "system": "Be brief."}],
@@ -465,6 +473,9 @@ def _operations() -> dict[str, dict[str, dict[str, Any]]]:
         "/v1/completions": {"post": _infer("/v1/completions", "Text completion", "CompletionBody", "Completion",
                                            SSE)},
         "/v1/embeddings": {"post": _infer("/v1/embeddings", "Embeddings", "EmbeddingBody", "EmbeddingList", None)},
+        "/v1/rerank": {"post": _infer("/v1/rerank", "Rerank documents by relevance to a query (Jina/Cohere)",
+                                      "RerankBody", "RerankList", None)},
+        "/rerank": {"post": _infer("/rerank", "Rerank (the same as /v1/rerank)", "RerankBody", "RerankList", None)},
         "/v1/responses": {"post": _infer("/v1/responses", "Responses", "ResponsesBody", "Response", SSE)},
         # Anthropic.
         "/v1/messages": {"post": _infer("/v1/messages", "Messages", "MessagesBody", "Message", SSE)},

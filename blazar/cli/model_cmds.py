@@ -16,6 +16,7 @@ from blazar.fit import FitPlan, FitRequest
 from blazar.instances.fit import fit_model
 from blazar.queries.catalog import StoredModel, aliases, models
 from blazar.queries.catalog import model as stored_model
+from blazar.store.model_settings import reranks
 from blazar.store.models import alias_model, import_model, remove_model, unalias_model
 from blazar.store.pull import pull as pull_model
 
@@ -157,6 +158,7 @@ def show(
     entry, file, plan = run(go())
     md = entry.metadata
     caps = ["completion"] + (["chat"] if md.chat_template else []) + (["embedding"] if md.embedding_model else [])
+    caps += ["rerank"] if reranks(md, entry.settings) else []
     if as_json:
         print_json({**entry.to_json(), "file": str(file),
                     "settings": entry.settings.model_dump(mode="json") if entry.settings is not None else None,

@@ -47,6 +47,7 @@ from blazar.serving.fanout import Candidate
 from blazar.serving.limits import Limiter
 from blazar.serving.ports import SupervisorPort
 from blazar.serving.principal import scope_refusal
+from blazar.serving.rerank import refuse_unless_reranker
 from blazar.serving.tenancy import TENANT_HEADER, split_session
 
 log = logging.getLogger("blazar.gateway")
@@ -78,7 +79,8 @@ class Router:
     # -- which model -----------------------------------------------------------------------------------------------
 
     def resolve(self, call: Call) -> None:
-        """The call's model: this node's store's, else a remote engine's, else one only another node stores."""
+        """The call's model: this node's store's, else a remote engine's, else one only another node stores. A
+        rerank request's model of this store must rerank (a remote engine's answers for itself)."""
         try:
             call.resolved = self.supervisor.resolve(call.model)
         except ModelNotFound as e:
@@ -90,6 +92,9 @@ class Router:
                 call.remote, call.resolved = served.name, resolved_remote(call.model)
             else:
                 call.peer, call.resolved = peer, resolved_remote(call.model)  # not stored here: only there
+            return
+        if call.request.rerank:
+            refuse_unless_reranker(call.resolved)
 
     # -- where, and which slot ---------------------------------------------------------------------------------------
 
@@ -118,7 +123,8 @@ class Router:
             try:
                 inst = await self.supervisor.ensure(call.resolved, ctx=call.ctx, keep_alive=call.request.keep_alive,
                                                     embeddings=call.request.embeddings, report=report,
-                                                    session=call.request.session is not None)
+                                                    session=call.request.session is not None,
+                                                    rerank=call.request.rerank)
             except BlazarError as e:
                 raise Refused(e.message, reason=e.code, http_status=e.http_status) from None
         call.instance = inst
@@ -169,10 +175,10 @@ class Router:
 
     def _may_forward(self, call: Call) -> bool:
         """Whether this request may go to another node at all (a node, the cluster key, not a request already
-        forwarded here: one hop at most; not embeddings, whose instance must be started for them). Cheap: asked
-        before anything is looked up."""
+        forwarded here: one hop at most; not embeddings or rerank, whose instance must be started for them). Cheap:
+        asked before anything is looked up."""
         return (bool(self.app.node) and self._cluster_key is not None and call.request.forwarded_from is None
-                and not call.request.embeddings)
+                and not call.request.embeddings and not call.request.rerank)
 
     def _peer_for(self, call: Call) -> Peer | None:
         """Another node with the call's model ready, where this one may forward."""
@@ -248,7 +254,7 @@ class Router:
         restored from the KV bank), recorded as `request.placed`."""
         session = call.request.session
         placed = await self.kv.place(inst, slot_id, session, tenant=call.request.tenant)
-        isolate = self.isolating() and not call.request.embeddings
+        isolate = self.isolating() and not (call.request.embeddings or call.request.rerank)
         for name, value in placed.engine_fields(slot_id, isolate=isolate).items():
             call.set_engine_field(name, value)
         if session is not None and placed.kv is not None:
@@ -261,8 +267,8 @@ class Router:
         output bounded to what the context leaves (recorded as `request.bounded`), or a clear 400; never silent
         truncation of the prompt. The exact count (the engine's tokenizer, template applied) is asked only when a
         cheap upper bound does not settle it."""
-        if call.request.embeddings:
-            return
+        if call.request.embeddings or call.request.rerank:
+            return  # nothing generated; the engine refuses an input over its context itself
         need_out = call.max_tokens or 0
         if _prompt_upper_bound(call.engine_body()) + need_out <= inst.ctx_tokens:
             return
