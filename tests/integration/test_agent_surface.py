@@ -94,6 +94,29 @@ def test_claude_code_answers_through_blazar(daemon: Daemon, tmp_path: Path) -> N
     assert daemon.event("request.completed", trace)["status"] == 200
 
 
+def test_the_anthropic_sdk_sends_what_claude_code_does(daemon: Daemon) -> None:
+    """The beta client's anthropic-beta header, `?beta=true` (the TypeScript SDK's, which Claude Code uses),
+    cache_control, a system message inside messages."""
+    client = anthropic.Anthropic(base_url=daemon.base, api_key="unused", max_retries=0, timeout=120)
+    raw = client.beta.messages.with_raw_response.create(
+        model=MODEL, max_tokens=3, betas=["claude-code-20250219", "mid-conversation-system-2026-04-07"],
+        system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+        messages=[{"role": "user", "content": [{"type": "text", "text": "Hi", "cache_control": {"type": "ephemeral"}}]},
+                  {"role": "system", "content": "Answer in French."},  # type: ignore[list-item]
+                  {"role": "assistant", "content": "Bonjour"}, {"role": "user", "content": "Encore"}],
+        extra_body={"context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}},
+        thinking={"type": "disabled"}, metadata={"user_id": "someone"}, extra_query={"beta": "true"})
+    assert raw.http_request.url.params.get("beta") == "true"
+    msg = raw.parse()
+    assert msg.content and msg.usage.input_tokens > 0
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client.beta.messages.create(model=MODEL, max_tokens=3, betas=["files-api-2025-04-14"],
+                                    messages=[{"role": "user", "content": "Hi"}])
+    assert e.value.status_code == 400 and e.value.body["type"] == "error"
+    assert e.value.body["error"]["type"] == "invalid_request_error"
+    assert "files-api-2025-04-14" in e.value.body["error"]["message"]
+
+
 # -- bounded output -------------------------------------------------------------------------------------------------
 
 
