@@ -206,19 +206,30 @@ def test_refuse_keeps_the_400_for_an_output_over_the_context(daemon: Daemon) -> 
 # -- quiet logs -----------------------------------------------------------------------------------------------------
 
 
-def test_a_client_hang_up_mid_stream_is_one_info_line(daemon: Daemon) -> None:
-    with httpx2.stream("POST", f"{daemon.base}/v1/chat/completions", trust_env=False, timeout=120, json={
-            "model": MODEL, "messages": [{"role": "user", "content": "Count"}], "max_tokens": 400,
-            "stream": True}) as r:
-        trace = r.headers["x-blazar-trace-id"]
+def test_a_client_hang_up_is_one_info_line_mid_stream_or_before_the_answer(daemon: Daemon) -> None:
+    def hang_ups() -> list[dict]:
+        return [e["data"] for e in daemon.events("request.failed") if e["data"]["reason"] == "client_disconnected"]
+
+    before, recorded = daemon.output.read_text().count("the client hung up"), len(hang_ups())
+    ask = {"model": MODEL, "messages": [{"role": "user", "content": "Count"}], "max_tokens": 4000}  # ~500 bounded
+    with httpx2.stream("POST", f"{daemon.base}/v1/chat/completions", trust_env=False, timeout=120,
+                       json={**ask, "stream": True}) as r:
+        streamed = r.headers["x-blazar-trace-id"]
         for line in r.iter_lines():
             if line.startswith("data: "):
                 break  # the first chunk came: hang up mid-stream
-    failed = daemon.event("request.failed", trace)
+    failed = daemon.event("request.failed", streamed)
     assert (failed["status"], failed["reason"]) == (499, "client_disconnected")
-    lines = wait_for(lambda: [ln for ln in daemon.output.read_text().splitlines() if "the client hung up" in ln],
-                     "the hang-up's log line", timeout=10)
-    time.sleep(0.5)  # anything the hang-up would still log
+    # A whole answer's client gives up while it is generated.
+    with pytest.raises(httpx2.TimeoutException):
+        httpx2.post(f"{daemon.base}/v1/chat/completions", trust_env=False, timeout=1, json=ask)
+    assert wait_for(lambda: len(hang_ups()) == recorded + 2, "the second hang-up recorded", timeout=30)
+
+    def hang_up_lines() -> list[str]:
+        return [ln for ln in daemon.output.read_text().splitlines() if "the client hung up" in ln][before:]
+
+    lines = wait_for(lambda: len(hang_up_lines()) >= 2 and hang_up_lines(), "the hang-ups' log lines", timeout=10)
+    time.sleep(0.5)  # anything the hang-ups would still log
     output = daemon.output.read_text()
     assert "Traceback" not in output and "CancelledError" not in output, output[-3000:]
-    assert len(lines) == 1 and " INFO " in lines[0] and "POST /v1/chat/completions" in lines[0]
+    assert len(lines) == 2 and all(" INFO " in ln and "POST /v1/chat/completions" in ln for ln in lines)
