@@ -132,6 +132,12 @@ class Settings(BaseModel):
         description="Instances a session's request loads keep a full-size sliding-window cache (SWA models), which "
                     "restoring a saved slot needs; it costs memory, and the fit counts it.",
     )
+    max_tokens_over_context: Literal["bound", "refuse"] = Field(
+        default="bound",
+        description="When a prompt fits the context but prompt + max_tokens does not: bound (the output is capped "
+                    "at what the context leaves, and the answer says so) or refuse (400 context_length_exceeded). A "
+                    "prompt that does not fit is refused either way.",
+    )
     cascade_min_logprob: float = Field(
         default=-1.0, ge=-100.0, le=0.0,
         description="The mean token log-probability a cascade's answer needs to be accepted (else the next model is "

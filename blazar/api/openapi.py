@@ -67,7 +67,7 @@ _ANTHROPIC_MESSAGES: Schema = {"type": "object", "required": ["model", "max_toke
     "model": {"type": "string", "minLength": 1},
     "max_tokens": {"type": "integer", "minimum": 1},
     "messages": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["role", "content"],
-                 "properties": {"role": {"type": "string", "enum": ["user", "assistant"]},
+                 "properties": {"role": {"type": "string", "enum": ["user", "assistant", "system"]},
                                 "content": {"oneOf": [_STR, {"type": "array", "items": _ANTHROPIC_BLOCK}]}}}},
     "system": {"oneOf": [_STR, {"type": "array", "items": {"type": "object", "required": ["type", "text"],
                                  "properties": {"type": {"const": "text"}, "text": _STR}}}]},

@@ -29,6 +29,7 @@ from blazar.errors import (
 )
 from blazar.events.requests import (
     RequestAdmitted,
+    RequestBounded,
     RequestForwarded,
     RequestPlaced,
     RequestQueued,
@@ -41,6 +42,7 @@ from blazar.projections.keys import auth_on
 from blazar.projections.remotes import remote, serving
 from blazar.serving.admission import Admission, Ticket
 from blazar.serving.call import Call
+from blazar.serving.context_fit import bound_body, decide_max_tokens
 from blazar.serving.fanout import Candidate
 from blazar.serving.limits import Limiter
 from blazar.serving.ports import SupervisorPort
@@ -138,12 +140,14 @@ class Router:
 
     def reroute(self, call: Call, detail: str) -> None:
         """The first attempt's engine was gone before it took the request: its slot (no hold time learnt from it)
-        and its hold given back, what its placement told that engine forgotten, the decision recorded. The key's
+        and its hold given back, what its placement told that engine and any cap its context put on the output
+        forgotten, the decision recorded. The key's
         lease stays: it is the request's, given back when the request ends."""
         inst = call.instance
         assert inst is not None
         call.give_back_slot(learn=False)
         call.drop_engine_fields("id_slot", "cache_prompt")
+        call.unbound()
         call.instance, call.queue_position, call.rerouted = None, 0, True
         call.emit(RequestRerouted(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
                                   detail=detail[:500]))
@@ -259,8 +263,10 @@ class Router:
                                     restored_tokens=placed.restored_tokens, restore_ms=placed.restore_ms))
 
     async def _check_context(self, call: Call, inst: Instance) -> None:
-        """Prompt plus max_tokens must fit the slot's context: a clear 400, never silent truncation. The exact count
-        (the engine's tokenizer, template applied) is asked only when a cheap upper bound does not settle it."""
+        """Prompt plus max_tokens must fit the slot's context (blazar/serving/context_fit.py decides): as asked, the
+        output bounded to what the context leaves (recorded as `request.bounded`), or a clear 400; never silent
+        truncation of the prompt. The exact count (the engine's tokenizer, template applied) is asked only when a
+        cheap upper bound does not settle it."""
         if call.request.embeddings or call.request.rerank:
             return  # nothing generated; the engine refuses an input over its context itself
         need_out = call.max_tokens or 0
@@ -274,11 +280,14 @@ class Router:
             return  # the engine refuses an oversized prompt itself
         if n is None:
             return
-        if n + need_out > inst.ctx_tokens or n >= inst.ctx_tokens:
-            raise Refused(f"this request needs {n} prompt tokens + {need_out} max_tokens = {n + need_out} tokens, "
-                          f"but {inst.model}'s context is {inst.ctx_tokens} tokens per request; shorten the prompt "
-                          "or lower max_tokens", reason="context_length_exceeded", http_status=400,
-                          observations={"prompt_tokens": n, "max_tokens": need_out, "ctx_tokens": inst.ctx_tokens})
+        bounded = decide_max_tokens(n, call.max_tokens, inst.ctx_tokens, inst.model,
+                                    self.app.settings().max_tokens_over_context)
+        if bounded is None:
+            return
+        call.bound_output(bounded, bound_body(call.engine_body(), call.request.engine_path, bounded))
+        call.emit(RequestBounded(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
+                                 prompt_tokens=n, max_tokens=need_out, bounded_max_tokens=bounded,
+                                 ctx_tokens=inst.ctx_tokens))
 
     # -- what a fan-out takes more of ----------------------------------------------------------------------------------
 

@@ -148,12 +148,14 @@ def test_bad_json_wrong_types_and_oversized_bodies_are_4xx(daemon: Daemon) -> No
 
 
 def test_context_overflow_is_400_with_the_numbers_never_truncation(daemon: Daemon) -> None:
+    # A prompt over the context (an output over it is bounded instead: tests/integration/test_agent_surface.py).
     with pytest.raises(openai.BadRequestError) as e:
         daemon.client().chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "word " * 900}], max_tokens=400)
+            model=MODEL, messages=[{"role": "user", "content": "word " * 1200}], max_tokens=400)
     body = e.value.body
     assert body["code"] == "context_length_exceeded"
-    assert "400 max_tokens" in body["message"] and f"context is {CTX} tokens" in body["message"]
+    assert "prompt is" in body["message"] and f"context is {CTX} tokens" in body["message"]
+    assert "never truncated" in body["message"]
 
 
 def test_a_client_supplied_trace_id_is_kept(daemon: Daemon) -> None:
