@@ -258,6 +258,7 @@ async def serve(app: Blazar, services: Services, *, host: str, port: int,
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
+            await services.stop_batches()
             await supervisor.close()
             if keeper is not None:
                 await keeper.stop()  # after the instances' own stops: the node leaves with nothing running

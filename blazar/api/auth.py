@@ -51,6 +51,13 @@ ROUTES: dict[str, Access] = {
     "/v1/completions": Access.KEY,
     "/v1/embeddings": Access.KEY,
     "/v1/responses": Access.KEY,
+    # Files and batches: each handler shows and touches only the caller's own (blazar/api/files.py, batches.py).
+    "/v1/files": Access.KEY,
+    "/v1/files/{file_id}": Access.KEY,
+    "/v1/files/{file_id}/content": Access.KEY,
+    "/v1/batches": Access.KEY,
+    "/v1/batches/{batch_id}": Access.KEY,
+    "/v1/batches/{batch_id}/cancel": Access.KEY,
     "/v1/messages": Access.KEY,
     "/v1/messages/count_tokens": Access.KEY,
     "/api/version": Access.KEY,
