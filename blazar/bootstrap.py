@@ -121,11 +121,12 @@ class Services:
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _batches: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        """The daemon's background work beside serving: the remote engines' health checks, the batch runner."""
+    def start(self, stopping: asyncio.Event | None = None) -> None:
+        """The daemon's background work beside serving: the remote engines' health checks, the batch runner (which
+        starts no line once `stopping` is set)."""
         self._tasks.append(asyncio.create_task(health_loop(self.gateway.app, self.gateway.remotes),
                                                name="blazar-remote-health"))
-        runner = BatchRunner(self.gateway.app, self.gateway, line_asker(self.gateway))
+        runner = BatchRunner(self.gateway.app, self.gateway, line_asker(self.gateway), stopping=stopping)
         self._batches = asyncio.create_task(runner.run(), name="blazar-batches")
 
     async def stop_batches(self) -> None:

@@ -19,7 +19,7 @@ from falcon.media.multipart import MultipartParseError
 
 from blazar.api.auth import principal_of
 from blazar.config import Settings
-from blazar.context import Blazar
+from blazar.context import Blazar, stamp_node
 from blazar.errors import DialectError
 from blazar.events.base import Event
 from blazar.events.batches import FileDeleted, FileUploaded
@@ -48,6 +48,7 @@ def owner_of(principal: Principal | None) -> str:
 
 async def record(app: Blazar, events: list[Event], principal: Principal | None) -> None:
     """Control events, durable before the answer, as the caller."""
+    events = [stamp_node(e, app.node) for e in events] if app.node else events
     await app.log.append(events, actor=principal.actor if principal is not None else app.actor)
     await app.runner.catch_up()
 

@@ -5,6 +5,9 @@ The log keeps ids, sizes, hashes, owners, statuses and token counts; never a fil
 answer (those live in the content store under the home, blazar/store/files.py). `owner` is the key that made the
 file or batch ("key:<name>"), "" for the machine's owner (auth off, or the CLI's admin token): another key sees
 neither.
+
+Both are node-local (`NodeLocal`): a file's bytes are on the disk of the gateway that stored it, so where several
+gateways share the log each sees, and runs, only its own files and batches.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from blazar.events.base import Event
+from blazar.events.base import NodeLocal
 from blazar.events.kinds import register
 
 # Ids are ours, and become file names in the content store: the fold trusts no other shape (the log is data).
@@ -27,7 +30,7 @@ BatchEndpoint = Literal["/v1/chat/completions", "/v1/completions", "/v1/embeddin
 LineStatus = Literal["completed", "failed"]
 
 
-class _FileEvent(Event):
+class _FileEvent(NodeLocal):
     AUDIT = True
     file_id: str
     owner: str = ""
@@ -67,7 +70,7 @@ class BatchError(BaseModel):
     param: str | None = None
 
 
-class _BatchEvent(Event):
+class _BatchEvent(NodeLocal):
     AUDIT = True
     batch_id: str
 

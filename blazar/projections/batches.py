@@ -77,6 +77,7 @@ class BatchRow:
 
 
 class BatchesProjection(Projection):
+    node_local = True  # a file's bytes, and so its batches, are on one gateway's disk
     name = "batches"
     state_type = BatchesState
     version = 1

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import orjson
 
-from blazar.context import Blazar
+from blazar.context import Blazar, stamp_node
 from blazar.dialects.tools import force
 from blazar.errors import Refused
 from blazar.events.base import Event
@@ -74,8 +74,11 @@ def derived_file_id(batch_id: str, which: str) -> str:
 
 
 class BatchRunner:
-    def __init__(self, app: Blazar, gateway: Gateway, ask: Ask, store: FileStore | None = None) -> None:
+    def __init__(self, app: Blazar, gateway: Gateway, ask: Ask, store: FileStore | None = None, *,
+                 retry_pause_s: float = 1.0, stopping: asyncio.Event | None = None) -> None:
         self.app = app
+        self._stopping = stopping  # set when the daemon is stopping: no line starts after it
+        self.retry_pause_s = retry_pause_s  # the first pause before a line refused for want of room is tried again
         self.gateway = gateway
         self.ask = ask
         self.store = store if store is not None else FileStore(app.paths)
@@ -124,7 +127,7 @@ class BatchRunner:
             elif b.completed + b.failed >= b.total:
                 await self._finish(b, "completed")
         limit = self.app.settings().batch_concurrency
-        while len(self._flying) < limit:
+        while len(self._flying) < limit and not (self._stopping is not None and self._stopping.is_set()):
             job = await self._next_line(now)
             if job is None:
                 return
@@ -183,7 +186,7 @@ class BatchRunner:
     # -- one line ------------------------------------------------------------------------------------------------------
 
     async def _line(self, b: BatchRow, index: int, line: Line) -> None:
-        pause = 1.0
+        pause = self.retry_pause_s
         while True:
             trace_id = new_trace_id()
             try:
@@ -290,7 +293,8 @@ class BatchRunner:
 
     async def _record(self, events: Sequence[Event], owner: str) -> None:
         """Durable (control events), as the batch's owner where it is a key, and folded before the next step."""
-        await self.app.log.append(list(events), actor=owner or self.app.actor)
+        node = self.app.node
+        await self.app.log.append([stamp_node(e, node) if node else e for e in events], actor=owner or self.app.actor)
         await self.app.runner.catch_up()
 
 
