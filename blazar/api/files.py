@@ -163,7 +163,10 @@ class FileContent:
         if row is None:
             raise not_found("File", file_id)
         path = self.store.open_file(file_id)  # confined to the store's directory, checked now
-        handle = await asyncio.to_thread(path.open, "rb")
+        try:
+            handle = await asyncio.to_thread(path.open, "rb")
+        except FileNotFoundError:
+            raise falcon.HTTPNotFound(description=f"the content of {file_id} is gone from {path.parent}") from None
 
         async def chunks() -> AsyncIterator[bytes]:
             try:
