@@ -218,6 +218,12 @@ def test_another_keys_files_and_batches_are_404(served: Served) -> None:
     assert batch.id not in [b.id for b in bob.batches.list()]
     assert batch.id in [b.id for b in alice.batches.list(limit=5)]
     assert wait_batch(alice, batch.id).status == "completed"
+    # Newest first, a page at a time.
+    every = [b.id for b in alice.batches.list(limit=100).data]
+    first = alice.batches.list(limit=1)
+    assert [b.id for b in first.data] == [batch.id] == every[:1] and first.has_more == (len(every) > 1)
+    assert [b.id for b in alice.batches.list(limit=100, after=batch.id).data] == every[1:]
+    assert all(f.purpose == "batch" for f in alice.files.list(purpose="batch"))
 
 
 def test_cancel_stops_a_batch_and_keeps_what_ran(served: Served) -> None:
