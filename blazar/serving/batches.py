@@ -150,7 +150,13 @@ class BatchRunner:
         for b in open_batches(state):
             if b.status != "in_progress" or now >= b.expires_at:
                 continue
-            lines = await self._lines(b.batch_id)
+            try:
+                lines = await self._lines(b.batch_id)
+            except OSError as e:  # the batch's copy of its input is gone (a home restored without it)
+                await self._record([BatchFailed(batch_id=b.batch_id, errors=[BatchError(
+                    code="file_not_found", message=f"the batch's copy of its input file is gone ({e.strerror})")])],
+                    b.owner)
+                continue
             i = self._cursor.get(b.batch_id, 0)
             while i < b.total and (line_done(state, b.batch_id, i) or (b.batch_id, i) in self._flying):
                 i += 1
@@ -261,10 +267,14 @@ class BatchRunner:
                 (out if done[index] else err).append(data)
         unfinished = 0
         if ending == "expired":
-            lines = await self._lines(b.batch_id) if b.total else []
+            try:
+                lines = await self._lines(b.batch_id) if b.total else []
+            except OSError:
+                lines = []  # the input is gone: the unfinished lines cannot be named, only counted
             for index in range(b.total):
-                if index not in done and index < len(lines):
-                    err.append(batch_lines.expired(lines[index].custom_id))
+                if index not in done:
+                    if index < len(lines):
+                        err.append(batch_lines.expired(lines[index].custom_id))
                     unfinished += 1
         events: list[Event] = []
         files: dict[str, str | None] = {}

@@ -185,3 +185,15 @@ def test_completion_windows(window: str, seconds: float | None) -> None:
     from blazar.serving.batch_lines import window_seconds
 
     assert window_seconds(window) == seconds
+
+
+async def test_a_batch_whose_input_copy_is_gone_fails_instead_of_stalling(app: Blazar) -> None:
+    batch_id = await a_batch(app, line(0) + line(1))
+    first = BatchRunner(app, Pipeline(), ask)  # type: ignore[arg-type]
+    await first._step()  # validated, line 0 started
+    await asyncio.gather(*first._flying.values())
+    FileStore(app.paths).input_path(batch_id).unlink()  # a home restored without it
+    restarted = BatchRunner(app, Pipeline(), ask)  # type: ignore[arg-type]
+    assert await run_until(restarted, batch_id, {"failed", "completed"}) == "failed"
+    row = batch_row(app.runner.state("batches"), batch_id)
+    assert row is not None and [e.code for e in row.errors] == ["file_not_found"] and row.completed == 1
