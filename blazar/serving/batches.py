@@ -36,6 +36,7 @@ from blazar.dialects.tools import force
 from blazar.errors import Refused
 from blazar.events.base import Event
 from blazar.events.batches import (
+    BATCH_ID,
     BatchCancelled,
     BatchCompleted,
     BatchError,
@@ -95,6 +96,7 @@ class BatchRunner:
 
     async def run(self) -> None:
         """Until cancelled: settle what changed, start lines while there is room, wait a tick."""
+        self._sweep()  # NOTE: synchronous, before the first await: no create can be under way yet
         try:
             while True:
                 try:
@@ -111,6 +113,18 @@ class BatchRunner:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _sweep(self) -> None:
+        """Working directories no open batch owns (a batch that ended just before a crash removed its own, one whose
+        `batch.created` never made it to the log) are removed at start."""
+        try:
+            names = [p.name for p in self.store.batches_dir.iterdir()]
+        except FileNotFoundError:
+            return
+        open_ids = {b.batch_id for b in open_batches(self._state())}
+        for name in names:
+            if BATCH_ID.fullmatch(name) and name not in open_ids:
+                self.store.remove_batch_work(name)
 
     async def _step(self) -> None:
         now = self.app.clock.now()

@@ -64,7 +64,7 @@ async def record(app: Blazar, *events: Event) -> None:
     await app.runner.catch_up()
 
 
-async def a_batch(app: Blazar, data: bytes, window_s: float = 86400.0) -> str:
+async def a_batch(app: Blazar, data: bytes, window_s: float = 86400.0, owner: str = "") -> str:
     store = FileStore(app.paths)
     file_id = new_file_id()
     writing = store.writing(1 << 20)
@@ -74,7 +74,7 @@ async def a_batch(app: Blazar, data: bytes, window_s: float = 86400.0) -> str:
     store.link_input(batch_id, file_id)
     await record(app, FileUploaded(file_id=file_id, filename="in.jsonl", purpose="batch", bytes=stored.bytes,
                                    sha256=stored.sha256),
-             BatchCreated(batch_id=batch_id, input_file_id=file_id, endpoint="/v1/completions",
+             BatchCreated(batch_id=batch_id, owner=owner, input_file_id=file_id, endpoint="/v1/completions",
                           completion_window="24h", window_s=window_s))
     return batch_id
 
@@ -197,3 +197,24 @@ async def test_a_batch_whose_input_copy_is_gone_fails_instead_of_stalling(app: B
     assert await run_until(restarted, batch_id, {"failed", "completed"}) == "failed"
     row = batch_row(app.runner.state("batches"), batch_id)
     assert row is not None and [e.code for e in row.errors] == ["file_not_found"] and row.completed == 1
+
+
+async def test_the_lines_of_a_key_revoked_since_fail_and_never_reach_the_pipeline(app: Blazar) -> None:
+    batch_id = await a_batch(app, line(0), owner="key:ghost")  # no such key (any more)
+    pipeline = Pipeline()
+    runner = BatchRunner(app, pipeline, ask)  # type: ignore[arg-type]
+    assert await run_until(runner, batch_id, {"completed"}) == "completed"
+    row = batch_row(app.runner.state("batches"), batch_id)
+    assert row is not None and (row.completed, row.failed) == (0, 1) and pipeline.seen == []
+    (err,) = output(app, row.error_file_id)
+    assert err["response"]["status_code"] == 401 and "ghost" in err["response"]["body"]["error"]["message"]
+
+
+async def test_at_start_the_working_files_of_no_open_batch_are_swept(app: Blazar) -> None:
+    running = await a_batch(app, line(0))
+    store = FileStore(app.paths)
+    orphan = new_batch_id()  # its batch.created never reached the log
+    store.write_line(orphan, 0, b"{}")
+    runner = BatchRunner(app, Pipeline(), ask)  # type: ignore[arg-type]
+    runner._sweep()
+    assert not store.batch_dir(orphan).exists() and store.input_path(running).exists()
