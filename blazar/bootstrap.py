@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from blazar.adapters.engines.client import EngineClient
 from blazar.adapters.otel.target import otlp_target
+from blazar.api.batches import line_asker
 from blazar.clock import Clock, SystemClock
 from blazar.cluster.nodes import node_name
 from blazar.cluster.remotes import health_loop
@@ -31,6 +32,7 @@ from blazar.projections import all_projections
 from blazar.projections.runner import ProjectionRunner
 from blazar.queries.file_modes import loose_modes
 from blazar.serving.admission import Admission
+from blazar.serving.batches import BatchRunner
 from blazar.serving.gateway import Gateway
 from blazar.serving.ports import SupervisorPort
 
@@ -117,13 +119,27 @@ class Services:
     client: EngineClient
     tracing: Tracing | None = None  # the OTLP span export, where a collector is configured
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _batches: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        """The daemon's background work beside serving: the remote engines' health checks."""
+    def start(self, stopping: asyncio.Event | None = None) -> None:
+        """The daemon's background work beside serving: the remote engines' health checks, the batch runner (which
+        starts no line once `stopping` is set)."""
         self._tasks.append(asyncio.create_task(health_loop(self.gateway.app, self.gateway.remotes),
                                                name="blazar-remote-health"))
+        ask, build = line_asker(self.gateway)
+        runner = BatchRunner(self.gateway.app, self.gateway, ask, build=build, stopping=stopping)
+        self._batches = asyncio.create_task(runner.run(), name="blazar-batches")
+
+    async def stop_batches(self) -> None:
+        """Before the engines stop: the lines in flight end unrecorded (they run again after a restart) rather than
+        fail on an engine going away."""
+        if self._batches is not None:
+            self._batches.cancel()
+            await asyncio.gather(self._batches, return_exceptions=True)
+            self._batches = None
 
     async def close(self) -> None:
+        await self.stop_batches()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -105,6 +105,15 @@ class Settings(BaseModel):
         default=32, ge=1, le=1024,
         description="The largest request body accepted, in MiB (else 413).",
     )
+    files_max_bytes: int = Field(
+        default=100 << 20, ge=1, le=1 << 40,
+        description="The largest file /v1/files accepts, in bytes (else 413); it is written to disk as it arrives.",
+    )
+    batch_concurrency: int = Field(
+        default=1, ge=1, le=64,
+        description="Batch lines in flight at once across every batch (each holds a slot while it runs; they queue "
+                    "behind every interactive request).",
+    )
     session_keep_s: float = Field(
         default=1800.0, ge=0.0, le=31_536_000.0,
         description="While a slot of an instance holds a session, the instance stays loaded this many seconds after "

@@ -248,7 +248,7 @@ async def serve(app: Blazar, services: Services, *, host: str, port: int,
         keeper = _node_keeper(app, supervisor, port=port, scheme=scheme, insecure_cluster=insecure_cluster)
         try:
             await supervisor.start()
-            services.start()
+            services.start(stopping=stop)  # no batch line starts once the daemon is stopping
             # Other processes append too (`blazar pull`, `import`, `config set`, `engine use`): fold them as they land.
             app.runner.follow()
             if keeper is not None:
@@ -260,6 +260,7 @@ async def serve(app: Blazar, services: Services, *, host: str, port: int,
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
+            await services.stop_batches()
             await supervisor.close()
             if keeper is not None:
                 await keeper.stop()  # after the instances' own stops: the node leaves with nothing running

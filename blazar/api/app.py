@@ -9,7 +9,7 @@ import falcon.asgi
 import falcon.media
 import orjson
 
-from blazar.api import admin, auth, bounds, console, dashboard, edge, errors, paths, sessions
+from blazar.api import admin, auth, batches, bounds, console, dashboard, edge, errors, files, paths, sessions
 from blazar.api.context import RequestContext
 from blazar.cluster.nodes import cluster_key
 from blazar.context import Blazar
@@ -39,7 +39,8 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
     middleware: list[Any] = [RequestContext(max_body_bytes=settings.max_body_mib << 20,
                                                known=lambda t: known(app, t),
                                                seen=app.log.has_trace,
-                                               cluster_key=peers_key)]
+                                               cluster_key=peers_key,
+                                               path_limits=files.path_limits(settings))]
     middleware.append(paths.CanonicalPath())  # NOTE: before any decision: a path that is not canonical is 404
     policy = edge.EdgePolicy.of(bind_host, settings.allowed_hosts, settings.cors_origins)
     middleware.append(edge.Edge(policy, lambda: keys_on(app), scheme=scheme))
@@ -81,5 +82,7 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
         ollama_create.add_routes(api, app)
         rerank.add_routes(api, gateway)
         sessions.add_routes(api, gateway)
+        files.add_routes(api, app)
+        batches.add_routes(api, app)
         openapi.add_routes(api)
     return api

@@ -55,6 +55,13 @@ ROUTES: dict[str, Access] = {
     "/v1/responses": Access.KEY,
     "/v1/responses/{response_id}": Access.KEY,  # a key sees only its own (blazar/api/responses.py)
     "/v1/responses/{response_id}/input_items": Access.KEY,
+    # Files and batches: each handler shows and touches only the caller's own (blazar/api/files.py, batches.py).
+    "/v1/files": Access.KEY,
+    "/v1/files/{file_id}": Access.KEY,
+    "/v1/files/{file_id}/content": Access.KEY,
+    "/v1/batches": Access.KEY,
+    "/v1/batches/{batch_id}": Access.KEY,
+    "/v1/batches/{batch_id}/cancel": Access.KEY,
     "/v1/messages": Access.KEY,
     "/v1/messages/count_tokens": Access.KEY,
     "/api/version": Access.KEY,

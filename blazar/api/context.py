@@ -58,8 +58,10 @@ class RequestContext:
     while unused, is the request's trace id (before `x-blazar-trace-id`)."""
 
     def __init__(self, *, max_body_bytes: int, known: Callable[[str], bool] | None = None,
-                 seen: Callable[[str], Awaitable[bool]] | None = None, cluster_key: str | None = None) -> None:
+                 seen: Callable[[str], Awaitable[bool]] | None = None, cluster_key: str | None = None,
+                 path_limits: dict[str, int] | None = None) -> None:
         self.max_body_bytes = max_body_bytes
+        self.path_limits = path_limits or {}  # a route with its own bound (a file upload: files_max_bytes)
         self.known = known or (lambda _trace_id: False)
         self.seen = seen
         self.cluster_key = cluster_key.encode() if cluster_key else None
@@ -133,10 +135,12 @@ class RequestContext:
 
     def _check_length(self, req: falcon.asgi.Request) -> None:
         length = req.content_length
-        if length is not None and length > self.max_body_bytes:
+        limit = self.path_limits.get(req.path, self.max_body_bytes) if req.method == "POST" else self.max_body_bytes
+        setting = "max_body_mib" if limit == self.max_body_bytes else "files_max_bytes"
+        if length is not None and length > limit:
             raise falcon.HTTPContentTooLarge(
-                description=f"the request body is {length} bytes; the limit is {self.max_body_bytes} (max_body_mib)")
-        limit_body(req, self.max_body_bytes)
+                description=f"the request body is {length} bytes; the limit is {limit} ({setting})")
+        limit_body(req, limit)
 
 
 def limit_body(req: falcon.asgi.Request, limit: int) -> None:

@@ -118,7 +118,11 @@ class Edge:
                 raise EdgeRefused(f"requests from the web origin {origin[:100]!r} are refused: add it to cors_origins "
                                   "(`blazar config set cors_origins ORIGIN`) to allow it", status=403,
                                   code="origin_not_allowed")
-        if req.method in BODY_METHODS and not json_content_type(req.content_type):
+        # NOTE: a file upload (blazar/api/files.py: `multipart = True`) is a form; a browser sends one cross-site only
+        # with an Origin, refused above unless allowed.
+        multipart = getattr(resource, "multipart", False) and (req.content_type or "").startswith(
+            "multipart/form-data")
+        if req.method in BODY_METHODS and not json_content_type(req.content_type) and not multipart:
             raise EdgeRefused(f"the request body must be JSON (Content-Type: application/json), not "
                               f"{(req.content_type or '')[:100]!r}", status=415, code="unsupported_media_type")
 

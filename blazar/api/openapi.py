@@ -436,6 +436,38 @@ def _sessions() -> dict[str, dict[str, dict[str, Any]]]:
     }
 
 
+def _files_batches() -> dict[str, dict[str, dict[str, Any]]]:
+    """OpenAI's files and batches (blazar/api/files.py, blazar/api/batches.py): each key's own."""
+    file_obj = {"type": "object", "required": ["id", "object", "bytes", "filename", "purpose"], "properties": {
+        "id": _STR, "object": {"const": "file"}, "bytes": _INT, "created_at": _INT, "filename": _STR,
+        "purpose": _STR}}
+    batch = {"type": "object", "required": ["id", "object", "status", "endpoint", "input_file_id"], "properties": {
+        "id": _STR, "object": {"const": "batch"}, "status": _STR, "endpoint": _STR, "input_file_id": _STR,
+        "request_counts": _OBJ}}
+    listed = {"type": "object", "required": ["object", "data"], "properties": {"object": {"const": "list"},
+                                                                               "data": {"type": "array"}}}
+    upload = _op("/v1/files", "Upload a file (multipart: file, purpose)", file_obj, statuses=(400, 413))
+    upload["requestBody"] = {"required": True, "content": {"multipart/form-data": {"schema": {
+        "type": "object", "required": ["file", "purpose"], "properties": {
+            "file": {"type": "string", "format": "binary"}, "purpose": {"enum": ["batch", "user_data"]}}}}}}
+    create = _op("/v1/batches", "Create a batch from an uploaded file", batch, statuses=(400, 404))
+    create["requestBody"] = {"required": True, "content": {JSON: {"schema": {
+        "type": "object", "required": ["input_file_id", "endpoint", "completion_window"], "properties": {
+            "input_file_id": _STR, "endpoint": _STR, "completion_window": _STR, "metadata": _OBJ}}}}}
+    return {
+        "/v1/files": {"post": upload, "get": _op("/v1/files", "The caller's files", listed, statuses=(400,))},
+        "/v1/files/{file_id}": {"get": _op("/v1/files/{file_id}", "One file", file_obj, statuses=(404,)),
+                                "delete": _op("/v1/files/{file_id}", "Delete a file", _OBJ, statuses=(404,))},
+        "/v1/files/{file_id}/content": {"get": _op("/v1/files/{file_id}/content", "A file's content", None,
+                                                   statuses=(404,), ok_types=("application/octet-stream",))},
+        "/v1/batches": {"post": create, "get": _op("/v1/batches", "The caller's batches, newest first", listed,
+                                                   statuses=(400,))},
+        "/v1/batches/{batch_id}": {"get": _op("/v1/batches/{batch_id}", "One batch", batch, statuses=(404,))},
+        "/v1/batches/{batch_id}/cancel": {"post": _op("/v1/batches/{batch_id}/cancel", "Cancel a batch", batch,
+                                                      statuses=(404, 409))},
+    }
+
+
 def _operations() -> dict[str, dict[str, dict[str, Any]]]:
     p: dict[str, dict[str, dict[str, Any]]] = {
         "/health": {"get": _op("/health", "The listener is up", {"type": "object", "required": ["status"],
@@ -489,6 +521,7 @@ def _operations() -> dict[str, dict[str, dict[str, Any]]]:
                 "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": _OBJ},
                                "first_id": {"type": ["string", "null"]}, "last_id": {"type": ["string", "null"]},
                                "has_more": _BOOL}}, statuses=(400, 404))},
+        **_files_batches(),
         # Anthropic.
         "/v1/messages": {"post": _infer("/v1/messages", "Messages", "MessagesBody", "Message", SSE)},
         "/v1/messages/count_tokens": {"post": _op("/v1/messages/count_tokens", "Count a prompt's tokens",

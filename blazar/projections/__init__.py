@@ -2,6 +2,7 @@
 
 from blazar.projections.audit import AuditProjection
 from blazar.projections.base import Projection, State, fold
+from blazar.projections.batches import BatchesProjection
 from blazar.projections.calibration import CalibrationProjection
 from blazar.projections.catalog import CatalogProjection
 from blazar.projections.config import ConfigProjection
@@ -22,11 +23,12 @@ def all_projections() -> list[Projection]:
     return [ConfigProjection(), AuditProjection(), StatsProjection(), CatalogProjection(), CalibrationProjection(),
             ResidencyProjection(), EnginesProjection(), TracesProjection(), MetricsProjection(),
             KeysProjection(), SessionsProjection(), RemotesProjection(), WorkersProjection(),
-            NodesProjection()]
+            NodesProjection(), BatchesProjection()]
 
 
 __all__ = [
     "AuditProjection",
+    "BatchesProjection",
     "CalibrationProjection",
     "CatalogProjection",
     "ConfigProjection",

@@ -23,6 +23,7 @@ from blazar.events.kinds import decode
 from blazar.events.log import EventLog
 from blazar.projections.audit import AuditState
 from blazar.projections.base import Projection, State, TypedState
+from blazar.projections.batches import BatchesState
 from blazar.projections.calibration import CalibrationState
 from blazar.projections.catalog import CatalogState
 from blazar.projections.checkpoints import (
@@ -113,6 +114,8 @@ class ProjectionRunner:
     # readers open (tests/unit/test_typed_state.py checks each overload names its projection's own state_type).
     @overload
     def state(self, name: Literal["audit"]) -> AuditState: ...
+    @overload
+    def state(self, name: Literal["batches"]) -> BatchesState: ...
     @overload
     def state(self, name: Literal["calibration"]) -> CalibrationState: ...
     @overload

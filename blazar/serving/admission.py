@@ -39,6 +39,9 @@ _EWMA_ALPHA = 0.2
 
 _NAMED_PRIORITIES = {"high": 10, "normal": 0, "low": -10}
 _PRIORITY_RANGE = 100
+# A batch line's priority (blazar/serving/batches.py): below any a client may name, so every interactive waiter
+# ranks ahead of it; and batch waiters take no place in the queue depth that refuses interactive requests.
+BACKGROUND_PRIORITY = -1000
 _INTEGER = re.compile(r"[+-]?[0-9]{1,3}")
 
 
@@ -392,7 +395,7 @@ class Admission:
 
     def _check_depth(self, key: str, lane: _Lane, priority: int, max_tokens: int | None = None) -> None:
         observations = self._observations(key, lane, priority)
-        queued = len(lane.waiters)
+        queued = sum(1 for w in lane.waiters if w.priority > BACKGROUND_PRIORITY)
         if queued >= self._depth_limit:
             raise QueueFull(
                 f"{key}: {queued} requests already waiting for {lane.slots} slot(s) (queue depth {self._depth_limit})",

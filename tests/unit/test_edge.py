@@ -201,3 +201,29 @@ def test_what_start_up_made_is_frozen_out_of_the_collectors_reach() -> None:
         assert gc.get_freeze_count() > before  # a full collection no longer scans the modules and the app
     finally:
         gc.unfreeze()
+
+
+class _Upload:
+    multipart = True  # as blazar/api/files.py's upload route says
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        resp.media = {"ok": True}
+
+
+def test_a_form_is_taken_only_by_an_upload_route_and_never_from_another_origin() -> None:
+    api = falcon.asgi.App(middleware=[RequestContext(max_body_bytes=1 << 10, path_limits={"/v1/upload": 1 << 20}),
+                                      Edge(EdgePolicy.of("127.0.0.1", [], []), lambda: False)])
+    errors.register(api)
+    api.add_route("/v1/upload", _Upload())
+    api.add_route("/v1/echo", _Echo())
+    c = _Local(api)
+    form = {"Content-Type": "multipart/form-data; boundary=x"}
+    assert c.simulate_post("/v1/upload", body=b"--x--", headers=form).status_code == 200
+    assert c.simulate_post("/v1/echo", body=b"--x--", headers=form).status_code == 415
+    cross = c.simulate_post("/v1/upload", body=b"--x--", headers={**form, "Origin": "https://evil.example"})
+    assert cross.status_code == 403
+    # The upload route's own body bound, not max_body_bytes; every other route keeps that one.
+    assert c.simulate_post("/v1/upload", body=b"x" * 4096, headers=form).status_code == 200
+    big = c.simulate_post("/v1/echo", body=b"x" * 4096, headers={"Content-Type": "application/json"})
+    assert big.status_code == 413
+    assert c.simulate_post("/v1/upload", body=b"x" * (2 << 20), headers=form).status_code == 413

@@ -36,7 +36,8 @@ KEYS_OWN = frozenset({"/api/blazar/sessions", "/api/blazar/sessions/{name}", "/a
 CLUSTER_MAY = frozenset({"/api/pull"})
 # Plausible values for the path parameters.
 PARAMS = {"name": "chat-1", "trace": "0123456789abcdef0123456789abcdef", "model_id": "gemma3",
-          "response_id": "resp_0123456789abcdef"}
+          "response_id": "resp_0123456789abcdef", "file_id": "file-0123456789abcdef01234567",
+          "batch_id": "batch_0123456789abcdef01234567"}
 STATIC_NAME = "console.js"
 
 

@@ -104,9 +104,9 @@ def _untyped(tp: Any, where: str, seen: set[type]) -> Iterator[str]:
 def test_there_are_readers_for_every_projection_with_readers() -> None:
     found = {module for module, _, _ in _readers()}
     # audit and stats have none: `blazar state` shows them whole, through the projection's view.
-    assert found == {f"blazar.projections.{n}" for n in ("calibration", "catalog", "config", "engines", "keys",
-                                                         "metrics", "nodes", "remotes", "residency", "sessions",
-                                                         "traces", "workers")}
+    assert found == {f"blazar.projections.{n}" for n in ("batches", "calibration", "catalog", "config", "engines",
+                                                         "keys", "metrics", "nodes", "remotes", "residency",
+                                                         "sessions", "traces", "workers")}
 
 
 def test_every_reader_returns_typed_values_never_the_states_json() -> None:

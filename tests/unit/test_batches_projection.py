@@ -1,0 +1,125 @@
+"""The `batches` projection, fed events: a batch's statuses, counts and done lines (what a restarted runner resumes
+from), files owned and deleted, and events it will not trust."""
+
+from __future__ import annotations
+
+from blazar.events.batches import (
+    BatchCancelled,
+    BatchCancelling,
+    BatchCompleted,
+    BatchCreated,
+    BatchError,
+    BatchExpired,
+    BatchFailed,
+    BatchLineDone,
+    BatchValidated,
+    FileDeleted,
+    FileUploaded,
+)
+from blazar.projections.base import fold
+from blazar.projections.batches import (
+    BatchesProjection,
+    BatchesState,
+    batch_row,
+    batch_rows,
+    done_lines,
+    file_row,
+    file_rows,
+    line_done,
+    open_batches,
+)
+from tests.support.events import EPOCH, recs
+
+B = "batch_" + "a" * 24
+B2 = "batch_" + "b" * 24
+F = "file-" + "1" * 24
+OUT = "file-" + "2" * 24
+
+
+def state_of(*events: object) -> BatchesState:
+    p = BatchesProjection()
+    return BatchesState(fold(p, recs(*events)))  # type: ignore[arg-type]
+
+
+def created(batch_id: str = B, owner: str = "key:alice", window_s: float = 86400.0) -> BatchCreated:
+    return BatchCreated(batch_id=batch_id, owner=owner, input_file_id=F, endpoint="/v1/chat/completions",
+                        completion_window="24h", window_s=window_s)
+
+
+def done(index: int, status: str = "completed", batch_id: str = B) -> BatchLineDone:
+    return BatchLineDone(batch_id=batch_id, index=index, status=status,  # type: ignore[arg-type]
+                         status_code=200 if status == "completed" else 404, trace_id=f"{index:032x}",
+                         prompt_tokens=5, completion_tokens=3)
+
+
+def test_a_batch_goes_from_validating_to_in_progress_and_counts_each_line_once() -> None:
+    s = state_of(created(), BatchValidated(batch_id=B, lines=3, models=["gemma"]), done(0), done(2, "failed"),
+                 done(0, "failed"))  # a second outcome for a line changes nothing
+    row = batch_row(s, B)
+    assert row is not None and row.status == "in_progress"
+    assert (row.total, row.completed, row.failed) == (3, 1, 1)
+    assert (row.prompt_tokens, row.completion_tokens) == (10, 6)
+    assert done_lines(s, B) == {0: True, 2: False}
+    assert line_done(s, B, 0) and not line_done(s, B, 1) and line_done(s, B, 2)
+    assert row.created_at == EPOCH + 1 and row.expires_at == EPOCH + 1 + 86400.0
+    assert [b.batch_id for b in open_batches(s)] == [B]
+
+
+def test_a_line_outside_the_batch_is_not_counted() -> None:
+    s = state_of(created(), BatchValidated(batch_id=B, lines=2, models=["gemma"]), done(5), done(-1))
+    row = batch_row(s, B)
+    assert row is not None and (row.completed, row.failed) == (0, 0)
+
+
+def test_a_batch_that_fails_validation_keeps_its_errors_and_runs_nothing() -> None:
+    error = BatchError(code="invalid_json_line", message="line 2 is not valid JSON", line=2)
+    s = state_of(created(), BatchFailed(batch_id=B, errors=[error]), done(0))
+    row = batch_row(s, B)
+    assert row is not None and row.status == "failed" and row.errors == [error]
+    assert row.times["failed_at"] == EPOCH + 2 and row.completed == 0
+    assert open_batches(s) == []
+
+
+def test_cancelling_then_cancelled_and_the_ended_batch_holds_its_files() -> None:
+    s = state_of(created(), BatchValidated(batch_id=B, lines=4, models=["gemma"]), done(0), BatchCancelling(
+        batch_id=B), done(1), BatchCancelled(batch_id=B, output_file_id=OUT))
+    row = batch_row(s, B)
+    assert row is not None and row.status == "cancelled" and row.output_file_id == OUT
+    assert row.completed == 2 and set(row.times) == {"in_progress_at", "cancelling_at", "cancelled_at"}
+    assert open_batches(s) == [] and done_lines(s, B) == {}
+    # Nothing changes an ended batch.
+    again = state_of(created(), BatchValidated(batch_id=B, lines=4, models=["gemma"]), BatchCompleted(batch_id=B),
+                     done(3), BatchCancelling(batch_id=B))
+    row = batch_row(again, B)
+    assert row is not None and row.status == "completed" and row.completed == 0
+
+
+def test_an_expired_batch_counts_its_unfinished_lines_as_failed() -> None:
+    s = state_of(created(window_s=60), BatchValidated(batch_id=B, lines=5, models=["gemma"]), done(0),
+                 BatchExpired(batch_id=B, error_file_id=OUT, expired_lines=4))
+    row = batch_row(s, B)
+    assert row is not None and row.status == "expired" and (row.completed, row.failed) == (1, 4)
+    assert row.error_file_id == OUT and row.expires_at == EPOCH + 1 + 60
+
+
+def test_batches_and_files_belong_to_their_owner() -> None:
+    s = state_of(created(B, "key:alice"), created(B2, "key:bob"),
+                 FileUploaded(file_id=F, owner="key:alice", filename="in.jsonl", purpose="batch", bytes=10,
+                              sha256="0" * 64),
+                 FileUploaded(file_id=OUT, owner="key:bob", filename="b.jsonl", purpose="batch_output", bytes=3,
+                              sha256="1" * 64, batch_id=B2))
+    assert [b.batch_id for b in batch_rows(s, "key:alice")] == [B]
+    assert [b.batch_id for b in batch_rows(s)] == [B2, B]  # newest first
+    assert [f.file_id for f in file_rows(s, "key:bob")] == [OUT]
+    row = file_row(s, F)
+    assert row is not None and (row.owner, row.bytes, row.purpose) == ("key:alice", 10, "batch")
+    gone = state_of(FileUploaded(file_id=F, filename="x", purpose="batch", bytes=1, sha256="0" * 64),
+                    FileDeleted(file_id=F))
+    assert file_row(gone, F) is None
+
+
+def test_ids_that_could_name_a_path_are_refused() -> None:
+    s = state_of(FileUploaded(file_id="../../etc/passwd", filename="x", purpose="batch", bytes=1, sha256="0" * 64),
+                 created("batch_../x"))
+    assert file_rows(s) == [] and batch_rows(s) == []
+    assert len(s._raw["refused"]) == 2
