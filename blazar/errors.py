@@ -23,6 +23,8 @@
     ├── TraceNotFound          404  `blazar why` of a trace the log does not hold
     ├── KeyCommandError        400  a key command that cannot be carried out (bad pattern, unknown limit)
     ├── DialectError           400  a request a dialect cannot serve as written (`code` says which rule it broke)
+    ├── FileTooLarge           413  an upload to /v1/files over files_max_bytes
+    ├── BatchConflict          409  a batch change its status does not allow (cancel a finished batch)
     ├── ShortRead                   internal to GGUF parsing: the bytes end before `needed`
     ├── ModelFileError         422  a model file that cannot be read as GGUF (names the file)
     │   └── HeaderIncomplete        a header prefix too short to parse: fetch `needed_bytes`
@@ -533,6 +535,20 @@ class KeyCommandError(BlazarError):
     code = "invalid_key_command"
     http_status = 400
     exit_code = 2
+
+
+class FileTooLarge(BlazarError):
+    """An upload to /v1/files over `files_max_bytes`."""
+
+    code = "invalid_request"
+    http_status = 413
+
+
+class BatchConflict(BlazarError):
+    """A change a batch's status does not allow (cancelling one that is done)."""
+
+    code = "invalid_request"
+    http_status = 409
 
 
 class DialectError(BlazarError):

@@ -23,7 +23,7 @@ from blazar.api.proxy import Proxy
 from blazar.api.responses import Responses
 from blazar.context import Blazar
 from blazar.dialects import responses as responses_dialect
-from blazar.errors import BlazarError, DialectError
+from blazar.errors import BatchConflict, DialectError
 from blazar.events.batches import BatchCancelling, BatchCreated, BatchEndpoint
 from blazar.queries.batches import batch_json, own_batch, own_batches, own_file
 from blazar.serving.batch_lines import Ask, Build, window_seconds
@@ -34,11 +34,6 @@ from blazar.store.files import FileStore, new_batch_id
 
 ENDPOINTS: tuple[str, ...] = get_args(BatchEndpoint)
 MAX_METADATA = 16
-
-
-class Conflict(BlazarError):
-    code = "invalid_request"
-    http_status = 409
 
 
 class CreateBody(BaseModel):
@@ -149,7 +144,7 @@ class BatchCancel:
             row = own_batch(self.app, batch_id, owner)
             assert row is not None
         elif row.status != "cancelling":
-            raise Conflict(f"Cannot cancel a batch with status '{row.status}'.")
+            raise BatchConflict(f"Cannot cancel a batch with status '{row.status}'.")
         resp.media = batch_json(row)
 
 

@@ -20,12 +20,12 @@ from falcon.media.multipart import MultipartParseError
 from blazar.api.auth import principal_of
 from blazar.config import Settings
 from blazar.context import Blazar, stamp_node
-from blazar.errors import DialectError
+from blazar.errors import DialectError, FileTooLarge
 from blazar.events.base import Event
 from blazar.events.batches import FileDeleted, FileUploaded
 from blazar.queries.batches import file_json, own_file, own_files
 from blazar.serving.principal import Principal
-from blazar.store.files import FileStore, TooLarge, new_file_id
+from blazar.store.files import FileStore, new_file_id
 
 STORED_PURPOSES = ("batch", "user_data")
 OTHER_PURPOSES = ("assistants", "fine-tune", "vision", "evals")
@@ -97,7 +97,7 @@ class Files:
                                    f"{' and '.join(STORED_PURPOSES)}", code="invalid_request")
             file_id = new_file_id()
             stored = await asyncio.to_thread(writing.keep, file_id)
-        except TooLarge as e:
+        except FileTooLarge as e:
             raise falcon.HTTPContentTooLarge(description=str(e), headers={"Connection": "close"}) from None
         except MultipartParseError as e:
             raise DialectError(f"the multipart form is malformed: {e.description}", code="invalid_request") from None

@@ -20,12 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from blazar.confine import inside
+from blazar.errors import FileTooLarge
 from blazar.events.batches import BATCH_ID, FILE_ID
 from blazar.paths import Paths
-
-
-class TooLarge(Exception):
-    """An upload past the store's bound (files_max_bytes)."""
 
 
 def new_file_id() -> str:
@@ -57,7 +54,7 @@ class Writing:
     def write(self, chunk: bytes) -> None:
         self.bytes += len(chunk)
         if self.bytes > self._limit:
-            raise TooLarge(f"the file is over the limit of {self._limit} bytes (files_max_bytes)")
+            raise FileTooLarge(f"the file is over the limit of {self._limit} bytes (files_max_bytes)")
         self._hash.update(chunk)
         view = memoryview(chunk)
         while view:
