@@ -10,6 +10,7 @@ the caller's to load (the content store); this module turns stored items back in
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -62,10 +63,10 @@ def read(body: dict[str, Any]) -> Asked:
     instructions, store, previous = _state(body)
     items = input_items(body.get("input"))
     chat: dict[str, Any] = {"model": model, "messages": messages_of(items)}
-    tools = _tools(body.get("tools"))
+    tools, names = offered(body.get("tools"))
     if tools:
         chat["tools"] = tools
-    _tool_choice(body.get("tool_choice"), tools, chat)
+    _tool_choice(body.get("tool_choice"), tools, names, chat)
     _sampling(body, chat)
     text = _text_format(body.get("text"), chat)
     metadata = body.get("metadata")
@@ -146,27 +147,25 @@ def input_items(value: Any) -> list[dict[str, Any]]:
         kind = item.get("type", "message")
         if kind == "message":
             out.append(_message_item(item, where))
-        elif kind == "function_call":
-            for name in ("call_id", "name", "arguments"):
-                if not isinstance(item.get(name), str):
-                    raise DialectError(f"{where}.{name}: required, a string")
-            out.append({"id": _id_or(item, "fc"), "type": "function_call", "call_id": item["call_id"],
-                        "name": item["name"], "arguments": item["arguments"], "status": "completed"})
-        elif kind == "function_call_output":
-            if not isinstance(item.get("call_id"), str) or not item["call_id"]:
+        elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
+            out.append(_call_input(item, kind, where))
+        elif kind in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
+            # NOTE: a local_shell_call_output names its call by `id` (OpenAI's shape); the others by `call_id`
+            call_id = item.get("call_id") or (item.get("id") if kind == "local_shell_call_output" else None)
+            if not isinstance(call_id, str) or not call_id:
                 raise DialectError(f"{where}.call_id: required, a string")
             output = item.get("output")
             if isinstance(output, list):
                 output = "\n".join(_part_text(p, f"{where}.output.{j}") for j, p in enumerate(output))
             if not isinstance(output, str):
                 raise DialectError(f"{where}.output: expected a string or a list of text parts")
-            out.append({"id": _id_or(item, "fco"), "type": "function_call_output", "call_id": item["call_id"],
-                        "output": output, "status": "completed"})
+            out.append({"id": _id_or(item, "fco"), "type": kind, "call_id": call_id, "output": output,
+                        "status": "completed"})
         elif kind == "reasoning":
             continue  # NOTE: the engine re-thinks each turn; earlier reasoning is not replayed to it
         else:
             raise DialectError(f"{where}.type: {kind!r} items are not supported (message, function_call, "
-                               "function_call_output)")
+                               "function_call_output, custom_tool_call(_output), local_shell_call(_output))")
     if not out:
         raise DialectError("input: no message or function call items")
     return out
@@ -175,6 +174,25 @@ def input_items(value: Any) -> list[dict[str, Any]]:
 def _id_or(item: dict[str, Any], prefix: str) -> str:
     given = item.get("id")
     return given if isinstance(given, str) and given else new_id(prefix)
+
+
+def _call_input(item: dict[str, Any], kind: str, where: str) -> dict[str, Any]:
+    """A tool call the model made on an earlier turn, as the client sends it back: checked and kept as its item."""
+    wanted = {"function_call": ("call_id", "name", "arguments"), "custom_tool_call": ("call_id", "name", "input"),
+              "local_shell_call": ("call_id",)}[kind]
+    for name in wanted:
+        if not isinstance(item.get(name), str):
+            raise DialectError(f"{where}.{name}: required, a string")
+    kept = {"id": _id_or(item, "fc"), "type": kind, **{name: item[name] for name in wanted}, "status": "completed"}
+    if kind == "local_shell_call":
+        action = item.get("action")
+        if not isinstance(action, dict) or not isinstance(action.get("command"), list) \
+                or not all(isinstance(a, str) for a in action["command"]):
+            raise DialectError(f"{where}.action.command: required, a list of strings")
+        kept["action"] = action
+    elif isinstance(item.get("namespace"), str) and item["namespace"]:
+        kept["namespace"] = item["namespace"]
+    return kept
 
 
 def _message_item(item: dict[str, Any], where: str) -> dict[str, Any]:
@@ -234,59 +252,160 @@ def messages_of(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
             else:
                 content = "\n".join(str(p.get("text", "")) for p in parts)
             out.append({"role": _SYSTEM_ROLES.get(role, role), "content": content})
-        elif kind == "function_call":
-            call = {"id": item["call_id"], "type": "function",
-                    "function": {"name": item["name"], "arguments": item["arguments"]}}
+        elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
+            call = {"id": item["call_id"], "type": "function", "function": _called(item)}
             last = out[-1] if out else None
             if last is not None and last["role"] == "assistant":
                 last.setdefault("tool_calls", []).append(call)
             else:
                 out.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        elif kind == "function_call_output":
+        elif kind in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
             out.append({"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]})
     return out
 
 
-def _tools(tools: Any) -> list[dict[str, Any]]:
+def _called(item: dict[str, Any]) -> dict[str, Any]:
+    """A call item → the chat function call the model made: under the name it was offered (`offered`), with the
+    arguments it wrote (a custom tool's input as `{"input": ...}`, a shell call's action as the function's)."""
+    kind = item["type"]
+    if kind == "local_shell_call":
+        action = item["action"]
+        args: dict[str, Any] = {"command": action["command"]}
+        if action.get("working_directory"):
+            args["workdir"] = action["working_directory"]
+        if action.get("timeout_ms") is not None:
+            args["timeout_ms"] = action["timeout_ms"]
+        return {"name": LOCAL_SHELL["name"], "arguments": json.dumps(args)}
+    name = _flat(str(item["name"]), item.get("namespace"))
+    if kind == "custom_tool_call":
+        return {"name": name, "arguments": json.dumps({"input": item["input"]})}
+    return {"name": name, "arguments": item["arguments"]}
+
+
+# NOTE: tools OpenAI's own servers run (a search, a code sandbox, a remote MCP server reached from OpenAI). Offered in
+# `tools` they are an offer, not a demand: the model is simply not offered them here (Codex offers `web_search` on
+# every turn). Forced by `tool_choice` they are a demand Blazar cannot meet: a 400.
+HOSTED = frozenset({"web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11",
+                    "file_search", "code_interpreter", "image_generation", "computer", "computer_use",
+                    "computer_use_preview", "mcp", "tool_search"})
+NAMESPACE_JOIN = "__"  # a namespace's function `f` in namespace `ns` is offered to the model as `ns__f`
+# The function a `local_shell` tool is offered as: its arguments are the exec action Codex runs.
+LOCAL_SHELL = {"name": "local_shell", "description": "Run a command on the local shell and read its output.",
+               "parameters": {"type": "object", "required": ["command"], "properties": {
+                   "command": {"type": "array", "items": {"type": "string"},
+                               "description": "The command and its arguments, e.g. [\"ls\", \"-la\"]"},
+                   "workdir": {"type": "string"}, "timeout_ms": {"type": "integer"}}}}
+_CUSTOM_PARAMETERS = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
+
+
+@dataclass(frozen=True)
+class Offered:
+    """A tool as the client named it, behind the function name the model is offered: `kind` says which output
+    item a call to it becomes (function_call, custom_tool_call, local_shell_call)."""
+
+    kind: str  # "function" | "custom" | "local_shell"
+    name: str
+    namespace: str | None = None
+
+
+def _flat(name: str, namespace: str | None) -> str:
+    return f"{namespace}{NAMESPACE_JOIN}{name}" if namespace else name
+
+
+def offered(tools: Any) -> tuple[list[dict[str, Any]], dict[str, Offered]]:
+    """The request's `tools` → the chat tools the model is offered, and what each offered name stands for.
+    function: as is; custom (freeform): a function of one string argument `input`; namespace: its functions and
+    custom tools, each named `namespace__name`; local_shell: the `local_shell` function; hosted tools: left out."""
     if tools is None:
-        return []
+        return [], {}
     if not isinstance(tools, list):
         raise DialectError("tools: expected a list")
-    out = []
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict):
-            raise DialectError(f"tools.{i}: expected an object")
-        if tool.get("type") != "function":
-            raise DialectError(f"tools.{i}.type: {tool.get('type')!r} tools are not supported (function tools are)")
-        name = tool.get("name")
-        if not isinstance(name, str) or not name:
-            raise DialectError(f"tools.{i}.name: required, a string")
-        fn: dict[str, Any] = {"name": name, "parameters": tool.get("parameters") or {"type": "object"}}
-        check_schema(fn["parameters"], f"tools.{i}.parameters")
-        if tool.get("description") is not None:
-            if not isinstance(tool["description"], str):
-                raise DialectError(f"tools.{i}.description: expected a string")
-            fn["description"] = tool["description"]
+    out: list[dict[str, Any]] = []
+    names: dict[str, Offered] = {}
+
+    def add(fn: dict[str, Any], what: Offered, where: str) -> None:
+        if fn["name"] in names:
+            raise DialectError(f"{where}.name: {fn['name']!r} is offered twice")
+        names[fn["name"]] = what
         out.append({"type": "function", "function": fn})
-    return out
+
+    for i, tool in enumerate(tools):
+        where = f"tools.{i}"
+        if not isinstance(tool, dict):
+            raise DialectError(f"{where}: expected an object")
+        kind = tool.get("type")
+        if kind in HOSTED:
+            continue
+        if kind == "local_shell":
+            add(dict(LOCAL_SHELL), Offered("local_shell", "local_shell"), where)
+        elif kind == "namespace":
+            space = _name(tool, where)
+            inner = tool.get("tools")
+            if not isinstance(inner, list):
+                raise DialectError(f"{where}.tools: expected a list of function or custom tools")
+            for j, sub in enumerate(inner):
+                at = f"{where}.tools.{j}"
+                if not isinstance(sub, dict) or sub.get("type") not in ("function", "custom"):
+                    raise DialectError(f"{at}.type: expected 'function' or 'custom' inside a namespace")
+                add(_function(sub, at, space), Offered(sub["type"], sub["name"], space), at)
+        elif kind in ("function", "custom"):
+            add(_function(tool, where, None), Offered(kind, tool["name"]), where)
+        else:
+            raise DialectError(f"{where}.type: {kind!r} tools are not supported (function, custom, namespace, "
+                               "local_shell; hosted tools are left out)")
+    return out, names
 
 
-def _tool_choice(choice: Any, tools: list[dict[str, Any]], chat: dict[str, Any]) -> None:
+def _name(tool: dict[str, Any], where: str) -> str:
+    name = tool.get("name")
+    if not isinstance(name, str) or not name:
+        raise DialectError(f"{where}.name: required, a string")
+    return name
+
+
+def _function(tool: dict[str, Any], where: str, namespace: str | None) -> dict[str, Any]:
+    """A function or custom tool as the chat function the model is offered."""
+    name = _name(tool, where)
+    if tool.get("type") == "custom":
+        # NOTE: a freeform tool's input is text; a grammar in `format` is not enforced, only shown to the model.
+        fn: dict[str, Any] = {"name": _flat(name, namespace), "parameters": _CUSTOM_PARAMETERS}
+        form = tool.get("format")
+        shown = [tool["description"]] if isinstance(tool.get("description"), str) else []
+        if isinstance(form, dict) and form.get("type") == "grammar" and isinstance(form.get("definition"), str):
+            shown.append(f"The input follows this {form.get('syntax') or ''} grammar:\n{form['definition']}")
+        if shown:
+            fn["description"] = "\n\n".join(shown)
+        return fn
+    fn = {"name": _flat(name, namespace), "parameters": tool.get("parameters") or {"type": "object"}}
+    check_schema(fn["parameters"], f"{where}.parameters")
+    if tool.get("description") is not None:
+        if not isinstance(tool["description"], str):
+            raise DialectError(f"{where}.description: expected a string")
+        fn["description"] = tool["description"]
+    return fn
+
+
+def _tool_choice(choice: Any, tools: list[dict[str, Any]], names: dict[str, Offered], chat: dict[str, Any]) -> None:
     if choice is None:
         return
-    names = [t["function"]["name"] for t in tools]
     if choice in ("auto", "none", "required"):
         mapped: Any = choice
-    elif isinstance(choice, dict) and choice.get("type") == "function":
-        name = choice.get("name")
-        if not isinstance(name, str) or name not in names:
-            raise DialectError(f"tool_choice.name: {name!r} is not one of the tools ({', '.join(names)})")
-        mapped = {"type": "function", "function": {"name": name}}
+    elif isinstance(choice, dict) and choice.get("type") in HOSTED:
+        raise DialectError(f"tool_choice: {choice['type']!r} is a tool OpenAI's servers run; Blazar cannot run it")
+    elif isinstance(choice, dict) and choice.get("type") in ("function", "custom", "local_shell"):
+        name = "local_shell" if choice["type"] == "local_shell" else choice.get("name")
+        space = choice.get("namespace") if isinstance(choice.get("namespace"), str) else None
+        flat = _flat(name, space) if isinstance(name, str) else None
+        if flat not in names or names[flat].kind != choice["type"]:
+            offers = ", ".join(f"{o.kind} {_flat(o.name, o.namespace)}" for o in names.values())
+            raise DialectError(f"tool_choice.name: {name!r} is not one of the {choice['type']} tools ({offers})")
+        mapped = {"type": "function", "function": {"name": flat}}
     else:
         raise DialectError("tool_choice: expected 'auto', 'none', 'required' or {\"type\": \"function\", "
                            "\"name\": ...}")
     if mapped not in ("auto", "none") and not tools:
-        raise DialectError("tool_choice: forcing a tool call needs tools")
+        raise DialectError("tool_choice: forcing a tool call needs tools Blazar can offer the model "
+                           "(hosted tools are not)")
     if tools:
         chat["tool_choice"] = mapped
 
@@ -344,6 +463,10 @@ class Echo:
             "truncation": "disabled", "usage": usage, "user": None, "metadata": f.get("metadata") or {},
         }
 
+    def names(self) -> dict[str, Offered]:
+        """What each function name the model was offered stands for (the request's tools, read by `offered`)."""
+        return offered(self.fields.get("tools"))[1]
+
 
 def usage_of(usage: Any) -> dict[str, Any]:
     """The engine's chat usage → a Response's."""
@@ -366,9 +489,38 @@ def _reasoning_item(item_id: str, text: str, status: str) -> dict[str, Any]:
             "content": [{"type": "reasoning_text", "text": text}]}
 
 
-def _call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
-    return {"id": item_id, "type": "function_call", "call_id": call_id, "name": name, "arguments": arguments,
-            "status": status}
+def _call_item(item_id: str, call_id: str, name: str, arguments: str, status: str,
+               names: dict[str, Offered]) -> dict[str, Any]:
+    """The model's call of an offered function → the output item of the tool it stands for: a `function_call`
+    (with its `namespace` when it came from one), a `custom_tool_call` whose `input` is the `input` argument (or,
+    when the model wrote something else, its arguments as written), or a `local_shell_call` whose exec action is the
+    arguments (a shell call with no list of strings as its command stays a function_call the client can refuse)."""
+    what = names.get(name) or Offered("function", name)
+    space = {"namespace": what.namespace} if what.namespace else {}
+    if what.kind == "custom":
+        args = _json_object(arguments)
+        text = args["input"] if isinstance(args.get("input"), str) else arguments
+        return {"id": item_id, "type": "custom_tool_call", "call_id": call_id, "name": what.name, "input": text,
+                "status": status, **space}
+    if what.kind == "local_shell":
+        args = _json_object(arguments)
+        command = args.get("command")
+        if isinstance(command, list) and command and all(isinstance(c, str) for c in command):
+            action: dict[str, Any] = {"type": "exec", "command": command, "env": {}, "user": None,
+                      "timeout_ms": args["timeout_ms"] if isinstance(args.get("timeout_ms"), int) else None,
+                      "working_directory": args["workdir"] if isinstance(args.get("workdir"), str) else None}
+            return {"id": item_id, "type": "local_shell_call", "call_id": call_id, "action": action,
+                    "status": status}
+    return {"id": item_id, "type": "function_call", "call_id": call_id, "name": what.name, "arguments": arguments,
+            "status": status, **space}
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def render(answer: dict[str, Any], echo: Echo) -> dict[str, Any]:
@@ -383,10 +535,11 @@ def render(answer: dict[str, Any], echo: Echo) -> dict[str, Any]:
         output.append(_reasoning_item(new_id("rs"), str(message["reasoning_content"]), "completed"))
     if message.get("content"):
         output.append(_text_item(new_id("msg"), str(message["content"]), status))
+    names = echo.names()
     for call in message.get("tool_calls") or []:
         fn = call.get("function") or {}
         output.append(_call_item(new_id("fc"), call.get("id") or new_id("call"), fn.get("name") or "",
-                                 fn.get("arguments") or "{}", "completed"))
+                                 fn.get("arguments") or "{}", "completed", names))
     return echo.response(status=status, output=output, usage=usage_of(answer.get("usage")), incomplete=cut)
 
 
@@ -410,6 +563,10 @@ class ResponsesStream:
         self._output: list[dict[str, Any]] = []
         self._text: list[str] | None = None  # the open message or reasoning item's text, while it is open
         self._calls: dict[int, int] = {}  # the engine's tool-call index → our output index
+        self._names = echo.names()
+        # NOTE: a call to a custom or shell tool is sent whole at the end (its item is only known from all of
+        # its arguments); a function call streams its arguments as they come.
+        self._whole: dict[int, tuple[str, str, list[str]]] = {}  # output index → (call id, name, arguments)
         self._finish: str | None = None
         self._usage: Any = None
 
@@ -500,18 +657,44 @@ class ResponsesStream:
         position = call.get("index", 0)
         fn = call.get("function") or {}
         if position not in self._calls:
-            item = _call_item(new_id("fc"), call.get("id") or new_id("call"), fn.get("name") or "", "",
-                              "in_progress")
+            call_id, name = call.get("id") or new_id("call"), fn.get("name") or ""
+            item = _call_item(new_id("fc"), call_id, name, "", "in_progress", self._names)
             self._output.append(item)
-            self._calls[position] = len(self._output) - 1
-            out += self._event("response.output_item.added", output_index=self._calls[position], item=dict(item))
+            index = self._calls[position] = len(self._output) - 1
+            if name in self._names and self._names[name].kind != "function":
+                self._whole[index] = (call_id, name, [])
+            else:
+                out += self._event("response.output_item.added", output_index=index, item=dict(item))
         index = self._calls[position]
         arguments = fn.get("arguments")
-        if arguments:
+        if arguments and index in self._whole:
+            self._whole[index][2].append(arguments)
+        elif arguments:
             self._output[index]["arguments"] += arguments
             out += self._event("response.function_call_arguments.delta", item_id=self._output[index]["id"],
                                output_index=index, delta=arguments)
         return out
+
+    def _call_done(self, index: int) -> bytes:
+        item = self._output[index]
+        if index not in self._whole:
+            item["status"] = "completed"
+            return (self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                                arguments=item["arguments"])
+                    + self._event("response.output_item.done", output_index=index, item=item))
+        call_id, name, parts = self._whole[index]
+        item = self._output[index] = _call_item(item["id"], call_id, name, "".join(parts), "completed",
+                                                self._names)
+        out = self._event("response.output_item.added", output_index=index, item={**item, "status": "in_progress"})
+        if item["type"] == "custom_tool_call":
+            out += self._event("response.custom_tool_call_input.delta", item_id=item["id"], output_index=index,
+                               delta=item["input"])
+            out += self._event("response.custom_tool_call_input.done", item_id=item["id"], output_index=index,
+                               input=item["input"])
+        elif item["type"] == "function_call":  # a shell call the model wrote no command for
+            out += self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                               arguments=item["arguments"])
+        return out + self._event("response.output_item.done", output_index=index, item=item)
 
     def end(self) -> bytes:
         if self._ended:
@@ -520,11 +703,7 @@ class ResponsesStream:
         out = b"" if self._started else self._start()
         out += self._close_text()
         for index in self._calls.values():
-            item = self._output[index]
-            item["status"] = "completed"
-            out += self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
-                               arguments=item["arguments"])
-            out += self._event("response.output_item.done", output_index=index, item=item)
+            out += self._call_done(index)
         cut = self._finish == "length"
         final = self._echo.response(status="incomplete" if cut else "completed", output=self._output,
                                     usage=usage_of(self._usage), incomplete=cut)

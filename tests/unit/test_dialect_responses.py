@@ -93,7 +93,18 @@ def test_streaming_asks_the_engine_for_usage() -> None:
     ({"model": "m", "input": [{"role": "robot", "content": "x"}]}, "input.0.role"),
     ({"model": "m", "input": [{"type": "item_reference", "id": "x"}]}, "input.0.type"),
     ({"model": "m", "input": [{"type": "function_call_output", "output": "x"}]}, "input.0.call_id"),
-    ({"model": "m", "input": "x", "tools": [{"type": "web_search"}]}, "tools.0.type"),
+    ({"model": "m", "input": "x", "tools": [{"type": "shell"}]}, "tools.0.type"),
+    ({"model": "m", "input": "x", "tools": [{"type": "namespace", "name": "ns", "tools": [{"type": "web_search"}]}]},
+     "tools.0.tools.0.type"),
+    ({"model": "m", "input": "x", "tools": [TOOL, TOOL]}, "tools.1.name"),
+    ({"model": "m", "input": "x", "tools": [TOOL, {"type": "web_search"}], "tool_choice": {"type": "web_search"}},
+     "tool_choice"),
+    ({"model": "m", "input": "x", "tools": [{"type": "web_search"}], "tool_choice": "required"}, "tool_choice"),
+    ({"model": "m", "input": "x", "tools": [TOOL], "tool_choice": {"type": "custom", "name": "get_weather"}},
+     "tool_choice.name"),
+    ({"model": "m", "input": [{"type": "custom_tool_call", "call_id": "c", "name": "apply_patch"}]}, "input.0.input"),
+    ({"model": "m", "input": [{"type": "local_shell_call", "call_id": "c", "action": {"command": "ls"}}]},
+     "input.0.action.command"),
     ({"model": "m", "input": "x", "tools": [TOOL], "tool_choice": {"type": "function", "name": "nope"}},
      "tool_choice.name"),
     ({"model": "m", "input": "x", "tool_choice": "required"}, "tool_choice"),
@@ -215,3 +226,117 @@ def test_reasoning_comes_out_as_a_reasoning_item_whole_and_streamed() -> None:
     # Stored reasoning is not replayed to the engine as history.
     assert d.messages_of(d.render({"choices": [{"message": {"reasoning_content": "x", "content": "y"}}]},
                                   d.Echo("r3", 1, "m"))["output"]) == [{"role": "assistant", "content": "y"}]
+
+
+# What Codex 0.171 (`codex exec --oss`) offers, in its shapes: functions, a namespace of functions, a freeform
+# (custom) tool, the local shell, and a hosted web search; with the fields it sends beside them.
+PATCH = {"type": "custom", "name": "apply_patch", "description": "Edit files.",
+         "format": {"type": "grammar", "syntax": "lark", "definition": "start: begin_patch hunk+ end_patch"}}
+AGENTS = {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents.", "tools": [
+    {"type": "function", "name": "spawn_agent", "description": "Start one.", "strict": False,
+     "parameters": {"type": "object", "properties": {"task": {"type": "string"}}, "required": ["task"]}}]}
+CODEX = {"model": "m", "input": "Say hi", "stream": True, "store": False, "tool_choice": "auto",
+         "parallel_tool_calls": True, "reasoning": {"summary": "auto"}, "include": ["reasoning.encrypted_content"],
+         "prompt_cache_key": "k", "client_metadata": {"thread_id": "t"},
+         "tools": [TOOL, AGENTS, PATCH, {"type": "local_shell"}, {"type": "web_search", "external_web_access": False}]}
+
+
+def test_codex_tools_are_offered_as_functions_and_hosted_ones_are_left_out() -> None:
+    chat = d.read(CODEX).chat
+    fns = {t["function"]["name"]: t["function"] for t in chat["tools"]}
+    assert list(fns) == ["get_weather", "multi_agent_v1__spawn_agent", "apply_patch", "local_shell"]
+    assert fns["multi_agent_v1__spawn_agent"]["parameters"]["required"] == ["task"]
+    assert fns["apply_patch"]["parameters"] == {"type": "object", "properties": {"input": {"type": "string"}},
+                                                "required": ["input"]}
+    assert "Edit files." in fns["apply_patch"]["description"] and "begin_patch" in fns["apply_patch"]["description"]
+    assert fns["local_shell"]["parameters"]["properties"]["command"]["type"] == "array"
+    assert chat["tool_choice"] == "auto" and chat["parallel_tool_calls"] is True
+    for ignored in ("reasoning", "include", "prompt_cache_key", "client_metadata", "store"):
+        assert ignored not in chat
+    only_hosted = d.read({**CODEX, "tools": [{"type": "web_search"}, {"type": "file_search"}]}).chat
+    assert "tools" not in only_hosted and "tool_choice" not in only_hosted
+
+
+def test_a_named_choice_of_a_custom_namespaced_or_shell_tool_forces_its_function() -> None:
+    for choice, name in (({"type": "custom", "name": "apply_patch"}, "apply_patch"),
+                         ({"type": "function", "name": "spawn_agent", "namespace": "multi_agent_v1"},
+                          "multi_agent_v1__spawn_agent"),
+                         ({"type": "local_shell"}, "local_shell")):
+        chat = d.read({**CODEX, "tool_choice": choice}).chat
+        assert chat["tool_choice"] == {"type": "function", "function": {"name": name}}
+
+
+def _codex_answer(*calls: tuple[str, str]) -> dict[str, Any]:
+    return {"choices": [{"message": {"content": None, "tool_calls": [
+        {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
+        for i, (n, a) in enumerate(calls)]}, "finish_reason": "tool_calls"}], "usage": {}}
+
+
+def test_calls_render_back_as_the_items_of_the_tools_they_stand_for() -> None:
+    echo = d.Echo("resp_c", 1, "m", d.read(CODEX).echo)
+    r = Response.model_validate(d.render(_codex_answer(
+        ("multi_agent_v1__spawn_agent", "{\"task\": \"t\"}"), ("apply_patch", "{\"input\": \"*** Begin Patch\"}"),
+        ("apply_patch", "not json"), ("local_shell", "{\"command\": [\"ls\", \"-la\"], \"workdir\": \"/tmp\"}"),
+        ("local_shell", "{}"), ("get_weather", "{}")), echo))
+    spawn, patch, raw, shell, bad, plain = r.output
+    assert spawn.type == "function_call" and (spawn.name, spawn.namespace) == ("spawn_agent", "multi_agent_v1")
+    assert patch.type == "custom_tool_call" and (patch.name, patch.input) == ("apply_patch", "*** Begin Patch")
+    assert raw.type == "custom_tool_call" and raw.input == "not json"
+    assert shell.type == "local_shell_call" and shell.call_id == "call_3"
+    assert shell.action.command == ["ls", "-la"] and shell.action.working_directory == "/tmp"
+    assert bad.type == "function_call" and bad.name == "local_shell"  # no command: the client refuses it
+    assert plain.type == "function_call" and plain.name == "get_weather" and plain.namespace is None
+    assert [t.type for t in r.tools] == ["function", "namespace", "custom", "local_shell", "web_search"]
+
+
+def test_codex_call_items_sent_back_become_the_functions_the_model_called() -> None:
+    asked = d.read({**CODEX, "input": [
+        {"type": "message", "role": "user", "content": "Fix it"},
+        {"type": "function_call", "call_id": "a", "name": "spawn_agent", "namespace": "multi_agent_v1",
+         "arguments": "{\"task\":\"t\"}"},
+        {"type": "function_call_output", "call_id": "a", "output": "started"},
+        {"type": "custom_tool_call", "call_id": "b", "name": "apply_patch", "input": "*** Begin Patch"},
+        {"type": "custom_tool_call_output", "call_id": "b", "output": "Done!"},
+        {"type": "local_shell_call", "id": "ls_1", "call_id": "c", "status": "completed",
+         "action": {"type": "exec", "command": ["ls"], "env": {}, "working_directory": "/w"}},
+        {"type": "local_shell_call_output", "id": "c", "output": "a.txt"},
+    ]})
+    messages = d.chat_messages(asked)
+    calls = messages[1]["tool_calls"]
+    assert [c["function"]["name"] for c in calls] == ["multi_agent_v1__spawn_agent"]
+    assert messages[3]["tool_calls"][0]["function"] == {"name": "apply_patch",
+                                                         "arguments": "{\"input\": \"*** Begin Patch\"}"}
+    assert orjson.loads(messages[5]["tool_calls"][0]["function"]["arguments"]) == {"command": ["ls"],
+                                                                                   "workdir": "/w"}
+    assert [(m["role"], m.get("tool_call_id"), m.get("content")) for m in messages[2::2]] == [
+        ("tool", "a", "started"), ("tool", "b", "Done!"), ("tool", "c", "a.txt")]
+    assert [i["type"] for i in asked.items][1:] == ["function_call", "function_call_output", "custom_tool_call",
+                                                   "custom_tool_call_output", "local_shell_call",
+                                                   "local_shell_call_output"]
+
+
+def test_a_stream_of_codex_calls_sends_custom_and_shell_calls_whole() -> None:
+    s = d.ResponsesStream(d.Echo("resp_s", 1, "m", d.read(CODEX).echo))
+    raw = b"".join([
+        s.event(_chunk({"tool_calls": [{"index": 0, "id": "c0", "function": {"name": "apply_patch",
+                                                                            "arguments": "{\"input\": "}}]})),
+        s.event(_chunk({"tool_calls": [{"index": 0, "function": {"arguments": "\"patch\"}"}}]})),
+        s.event(_chunk({"tool_calls": [{"index": 1, "id": "c1", "function": {
+            "name": "multi_agent_v1__spawn_agent", "arguments": "{}"}}]})),
+        s.event(_chunk({"tool_calls": [{"index": 2, "id": "c2", "function": {
+            "name": "local_shell", "arguments": "{\"command\": [\"pwd\"]}"}}]})),
+        s.event(_chunk(finish="tool_calls")), s.end()])
+    events = _events(raw)
+    assert [e.type for e in events] == [
+        "response.created", "response.in_progress",
+        "response.output_item.added", "response.function_call_arguments.delta",  # the namespaced function, live
+        "response.output_item.added", "response.custom_tool_call_input.delta",
+        "response.custom_tool_call_input.done", "response.output_item.done",  # apply_patch, whole
+        "response.function_call_arguments.done", "response.output_item.done",
+        "response.output_item.added", "response.output_item.done",  # the shell call, whole
+        "response.completed"]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    patch, spawn, shell = events[-1].response.output
+    assert patch.type == "custom_tool_call" and patch.input == "patch" and events[6].input == "patch"
+    assert spawn.type == "function_call" and spawn.namespace == "multi_agent_v1" and spawn.name == "spawn_agent"
+    assert shell.type == "local_shell_call" and shell.action.command == ["pwd"]
