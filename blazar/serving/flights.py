@@ -3,7 +3,7 @@
 Identical means the same tenant (a key, or the cache group an admin put keys in: keys are tenants, so a follower
 never learns that another key sent the same prompt), the same route, the same client body (model name included)
 and a deterministic sampling (`temperature` 0, or an explicit non-negative `seed`), and no session, best-of-N or
-cascade. The first such request
+cascade, nor a Responses request (each Response has its own id and stored conversation). The first such request
 leads: it runs the pipeline as any request does. A second one arriving while it runs follows: it gets the leader's
 answer, a stream replayed from its first byte, under its own trace (`request.shared`), and costs the engine nothing.
 
@@ -34,6 +34,7 @@ from blazar.serving.request import Answer
 log = logging.getLogger("blazar.gateway")
 
 SHARED_HEADER = "x-blazar-shared"
+RESPONSES = "/v1/responses"
 
 # The pipeline after the caller's checks (`Gateway.generate`): what a leader runs.
 Generate = Callable[[Call, "asyncio.Task[None] | None"], Awaitable[Answer]]
@@ -53,6 +54,8 @@ def flight_key(call: Call) -> str | None:
     if r.embeddings or r.session is not None or (r.best_of or 1) > 1 or r.cascade \
             or not deterministic(call.engine_body()):
         return None
+    if r.path == RESPONSES:
+        return None  # every Response is its own (its id, and with `store` its conversation): none is another's copy
     try:
         canon = orjson.dumps([r.tenant, r.path, call.name, r.parsed], option=orjson.OPT_SORT_KEYS)
     except TypeError:

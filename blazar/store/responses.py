@@ -75,7 +75,10 @@ class ResponseStore:
         if self._conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
-            conn.execute("PRAGMA journal_mode=DELETE")
+            # WAL with synchronous=NORMAL: a put (on the event loop, as an answer ends) syncs nothing, so it costs
+            # microseconds; a crash may lose the last puts, never corrupt the file. secure_delete overwrites a
+            # deleted row's pages, and a TRUNCATE checkpoint after each delete empties the WAL, which held copies.
+            conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA secure_delete=ON")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.executescript(_SCHEMA)
@@ -110,7 +113,13 @@ class ResponseStore:
                 "DELETE FROM responses WHERE id = ? AND tenant = ? AND created_at >= ? "
                 "RETURNING length(input) + length(response)",
                 (response_id, tenant or _OWNER, self._cutoff())).fetchone()
+            if row is not None:
+                self._forget()
         return None if row is None else int(row[0])
+
+    def _forget(self) -> None:
+        """What a delete removed leaves the WAL too: checkpointed into the (overwritten) pages and truncated."""
+        self._db().execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def sweep(self, *, force: bool = False) -> list[Swept]:
         """Delete what outlived the retention period (at most once a minute unless `force`): what was removed."""
@@ -122,6 +131,8 @@ class ResponseStore:
             rows = self._db().execute(
                 "DELETE FROM responses WHERE created_at < ? RETURNING id, tenant, length(input) + length(response)",
                 (self._cutoff(),)).fetchall()
+            if rows:
+                self._forget()
         return [Swept(r[0], r[1] or None, int(r[2])) for r in rows]
 
     def close(self) -> None:

@@ -3,6 +3,7 @@ wins), single-flight's notion of identical and deterministic, and the X-Blazar-*
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, cast
 
 import pytest
@@ -89,6 +90,13 @@ def test_identical_means_the_same_route_model_and_body() -> None:
     with_session = _plan(temperature=0, session="s")
     best = _plan(temperature=0, best_of=2)
     assert flight_key(with_session) is None and flight_key(best) is None
+
+
+def test_a_responses_request_never_shares_as_each_response_is_its_own() -> None:
+    a = _plan(temperature=0)
+    responses = Call(replace(a.request, path="/v1/responses"), cast(Desk, object()))
+    responses.resolved = resolved("m")
+    assert flight_key(a) is not None and flight_key(responses) is None
 
 
 # -- the request options -----------------------------------------------------------------------------------------------
