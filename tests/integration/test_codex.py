@@ -1,17 +1,21 @@
 """Codex's `--oss` mode working unchanged against Blazar, to an answer: the real Codex CLI (`@openai/codex`, `codex
 exec --oss --local-provider ollama`) finds the model through Ollama's discovery routes, then sends its turn to
 `/v1/responses` with every tool it offers (functions, a namespace of functions, a hosted web search), and prints the
-model's reply. Real `blazar serve`, real llama-server, the real Gemma 3 270M."""
+model's reply; and those tool shapes through the openai SDK, each call coming back as the item of the tool it was
+offered as. Real `blazar serve`, real llama-server, the real Gemma 3 270M."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
+import openai
 import pytest
 
 from tests.support.agent_clients import agent_env, codex
@@ -73,3 +77,37 @@ def test_codex_oss_answers_through_blazar(daemon: tuple[Path, str], tmp_path: Pa
     answered = [done[t["trace_id"]] for t in turns if t["trace_id"] in done]
     assert answered and all(d["status"] == 200 and d["completion_tokens"] > 0 for d in answered), answered
     assert out.strip(), f"Codex printed no answer: {err[-3000:]}"
+
+
+# The tool shapes Codex offers, through the openai SDK on the real engine: a forced call of a namespace's function
+# and of a freeform tool comes back as the item the client offered, hosted tools are left out, and one forced is a
+# 400 in OpenAI's error shape.
+AGENTS = {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents.", "tools": [
+    {"type": "function", "name": "wait_agent", "description": "Wait for an agent.", "strict": False,
+     "parameters": {"type": "object", "properties": {"mode": {"enum": ["all", "any"]}}, "required": ["mode"],
+                    "additionalProperties": False}}]}
+PATCH = {"type": "custom", "name": "apply_patch", "description": "Edit files with a patch."}
+SEARCH = {"type": "web_search", "external_web_access": False}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_codex_tool_shapes_come_back_as_their_own_items(daemon: tuple[Path, str], stream: bool) -> None:
+    client = openai.OpenAI(base_url=f"{daemon[1]}/v1", api_key="unused", max_retries=0, timeout=300)
+    tools: list[Any] = [AGENTS, PATCH, SEARCH]
+
+    def forced(choice: Any) -> Any:
+        kwargs: dict[str, Any] = {"model": MODEL, "input": "Wait for the agents.", "tools": tools,
+                                  "tool_choice": choice, "max_output_tokens": 64, "store": False}
+        if not stream:
+            return client.responses.create(**kwargs)
+        with client.responses.stream(**kwargs) as events:
+            return events.get_final_response()
+
+    wait = forced({"type": "function", "name": "wait_agent", "namespace": "multi_agent_v1"}).output[-1]
+    assert wait.type == "function_call" and (wait.name, wait.namespace) == ("wait_agent", "multi_agent_v1")
+    assert json.loads(wait.arguments)["mode"] in ("all", "any")
+    patch = forced({"type": "custom", "name": "apply_patch"}).output[-1]
+    assert patch.type == "custom_tool_call" and patch.name == "apply_patch" and isinstance(patch.input, str)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model=MODEL, input="x", tools=tools, tool_choice={"type": "web_search_preview"})
+    assert "tool_choice" in refused.value.message
