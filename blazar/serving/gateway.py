@@ -211,12 +211,17 @@ class Gateway:
             if call.remote is not None:
                 await self.remotes.failed(call.remote, e.message, source="request")
             raise Refused(e.message, reason="engine_error", http_status=502) from None
-        if call.remote is not None:
-            if upstream.status_code >= 500:
-                await self.remotes.failed(call.remote, f"answered {upstream.status_code}", source="request")
-            else:
-                await self.remotes.succeeded(call.remote)
+        await self._feed_circuit(call, upstream.status_code)
         return upstream
+
+    async def _feed_circuit(self, call: Call, status: int) -> None:
+        """A remote's answer counts for its circuit: a 5xx as a failure, anything else as a success."""
+        if call.remote is None:
+            return
+        if status >= 500:
+            await self.remotes.failed(call.remote, f"answered {status}", source="request")
+        else:
+            await self.remotes.succeeded(call.remote)
 
     async def _read_whole(self, call: Call, upstream: EngineResponse) -> bytes:
         """Read a whole (non-stream or error) body and end the call with it."""
@@ -287,11 +292,7 @@ class Gateway:
             status, data = 502, orjson.dumps({"error": {"message": e.message, "type": "engine_error"}})
         else:
             status = upstream.status_code
-        if call.remote is not None:
-            if status >= 500:
-                await self.remotes.failed(call.remote, f"answered {status}", source="request")
-            else:
-                await self.remotes.succeeded(call.remote)
+        await self._feed_circuit(call, status)
         try:
             parsed = orjson.loads(data)
         except orjson.JSONDecodeError:

@@ -208,13 +208,20 @@ def test_an_enum_in_place_of_a_literal_with_the_same_values_changes_nothing(monk
     assert drift(Enumerated) is None
 
 
-def test_the_script_refuses_an_incompatible_change_and_records_a_compatible_one(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+@pytest.fixture
+def scratch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tuple[Path, Path]:
+    """Copies of the goldens and the data-model doc for the script to write, in place of the real ones."""
     fixtures, doc = tmp_path / "events", tmp_path / "DATA_MODEL.md"
     shutil.copytree(files.FIXTURES, fixtures)
     shutil.copy(table.DOC, doc)
     monkeypatch.setattr(files, "FIXTURES", fixtures)
     monkeypatch.setattr(table, "DOC", doc)
+    return fixtures, doc
+
+
+def test_the_script_refuses_an_incompatible_change_and_records_a_compatible_one(
+        monkeypatch: pytest.MonkeyPatch, scratch: tuple[Path, Path]) -> None:
+    fixtures, doc = scratch
     golden = fixtures / "request.rerouted.v1.json"
     before = golden.read_bytes()
 
@@ -251,12 +258,8 @@ def test_the_script_refuses_an_incompatible_change_and_records_a_compatible_one(
 
 
 def test_a_new_version_gets_its_golden_and_the_old_one_must_upcast(monkeypatch: pytest.MonkeyPatch,
-                                                                    tmp_path: Path) -> None:
-    fixtures, doc = tmp_path / "events", tmp_path / "DATA_MODEL.md"
-    shutil.copytree(files.FIXTURES, fixtures)
-    shutil.copy(table.DOC, doc)
-    monkeypatch.setattr(files, "FIXTURES", fixtures)
-    monkeypatch.setattr(table, "DOC", doc)
+                                                                    scratch: tuple[Path, Path]) -> None:
+    fixtures, _doc = scratch
 
     class RenamedV2(_RequestEvent):
         """The connection's words are `said` now."""
