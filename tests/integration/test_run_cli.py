@@ -201,3 +201,24 @@ def test_interactive_chat_keeps_the_conversation_and_ctrl_c_stops_only_the_reply
     # and the stopped one included.
     prompt_1, prompt_3 = (int(_flat(t).split("prompt ")[1].split()[0]) for t in (first, third))
     assert prompt_3 >= prompt_1 + len(fake_engine.answer_text(n).split()) + 2
+
+
+def test_interactive_run_on_a_base_model_continues_each_line_on_its_own(cli, fake_home: Path) -> None:
+    term = _Pty(cli, "tiny", "--max-tokens", "4", "--verbose")
+    try:
+        term.expect(b"is a base model", timeout=WAIT_S + 30)
+        term.expect(b"each line is continued on its own")
+        term.expect(b">>> ")
+        term.send(b"The sea\r")
+        first = term.expect(b">>> ").decode()
+        assert fake_engine.answer_text(4) in first
+        term.send(b"The sea again\r")
+        second = term.expect(b">>> ").decode()
+        term.send(b"/bye\r")
+        assert term.close() == 0
+    finally:
+        if term.proc.poll() is None:
+            term.proc.kill()
+    # No conversation is carried: the second prompt is its own words only (the fake engine counts them).
+    prompt_1, prompt_2 = (int(_flat(t).split("prompt ")[1].split()[0]) for t in (first, second))
+    assert prompt_2 == prompt_1 + 1
