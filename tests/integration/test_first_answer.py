@@ -84,11 +84,13 @@ def test_show_says_which_template_and_where_it_comes_from(served: tuple[Path, st
                            "template": "gemma (by architecture: the GGUF has none)"}
     assert "<start_of_turn>" in s["template"] and s["capabilities"] == ["completion"]
     # A template set for the model wins, and show says so.
-    blazar_cli(home, "model", "set", MODEL, "--template", "chatml")
+    said = blazar_cli(home, "model", "set", MODEL, "--template", "chatml").stdout
     try:
+        assert "template: built-in chatml (set for this model)" in said
         assert "built-in chatml (set for this model)" in blazar_cli(home, "show", MODEL).stdout
     finally:
-        blazar_cli(home, "model", "set", MODEL, "--clear-template")
+        said = blazar_cli(home, "model", "set", MODEL, "--clear-template").stdout
+    assert "template: gemma (by architecture: the GGUF has none)" in said
 
 
 def test_show_on_an_architecture_without_a_known_template_says_chatml_is_the_fallback(tmp_path: Path) -> None:
