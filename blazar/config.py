@@ -111,6 +111,10 @@ class Settings(BaseModel):
                     "its last use, if its keep_alive is shorter (idle eviction only: memory pressure still evicts it, "
                     "saving the session's slot).",
     )
+    responses_retention_s: float = Field(
+        default=30 * 86400.0, ge=60.0, le=10 * 31_536_000.0,
+        description="Seconds a stored Response (/v1/responses with store: true) is kept; older ones are deleted.",
+    )
     session_bank_mib: int = Field(
         default=2048, ge=0, le=1 << 24,
         description="MiB of disk the KV bank may hold for saved session slots; the oldest saves are dropped first "
@@ -127,6 +131,12 @@ class Settings(BaseModel):
         default=True,
         description="Instances a session's request loads keep a full-size sliding-window cache (SWA models), which "
                     "restoring a saved slot needs; it costs memory, and the fit counts it.",
+    )
+    max_tokens_over_context: Literal["bound", "refuse"] = Field(
+        default="bound",
+        description="When a prompt fits the context but prompt + max_tokens does not: bound (the output is capped "
+                    "at what the context leaves, and the answer says so) or refuse (400 context_length_exceeded). A "
+                    "prompt that does not fit is refused either way.",
     )
     cascade_min_logprob: float = Field(
         default=-1.0, ge=-100.0, le=0.0,

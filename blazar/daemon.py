@@ -35,6 +35,7 @@ from granian.server.embed import Server
 from blazar import runlock
 from blazar.addresses import is_loopback
 from blazar.api.app import create_app
+from blazar.api.disconnect import QuietHangUps
 from blazar.api.incoming import IncomingBodies
 from blazar.bootstrap import Services
 from blazar.cluster.nodes import NodeKeeper, check_node_url, node_url
@@ -86,11 +87,12 @@ def tls_files(cert: str, key: str) -> tuple[Path, Path] | None:
     return pair
 
 
-def incoming_bodies(target: Any, settings: Settings) -> IncomingBodies:
+def incoming_bodies(target: Any, settings: Settings) -> QuietHangUps:
     """The app behind the request-body limits. Each connection holds one of granian's `max_connections` permits
-    until it closes, so bodies still arriving may hold at most half of them: fast requests always find one."""
-    return IncomingBodies(target, idle_s=settings.body_idle_timeout_s, total_s=settings.body_timeout_s,
-                          limit=max(1, min(settings.max_incoming_bodies, settings.max_connections // 2)))
+    until it closes, so bodies still arriving may hold at most half of them: fast requests always find one. Outside
+    them, a client's hang-up ends quietly (blazar/api/disconnect.py)."""
+    return QuietHangUps(IncomingBodies(target, idle_s=settings.body_idle_timeout_s, total_s=settings.body_timeout_s,
+                          limit=max(1, min(settings.max_incoming_bodies, settings.max_connections // 2))))
 
 
 def freeze_startup_heap() -> None:

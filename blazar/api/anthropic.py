@@ -31,6 +31,10 @@ class CountBody(BaseModel):
 class Messages(Proxy):
     dialect = "anthropic"
 
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        dialect.check_betas(req.get_header("anthropic-beta"))  # a feature the engine cannot honour: a 400 first
+        await super().on_post(req, resp)
+
     def ask(self, data: dict[str, Any]) -> Request:
         body = dialect.to_openai(data)
         check_tools(body.get("tools"))
@@ -48,6 +52,7 @@ class CountTokens:
         self.gateway = gateway
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        dialect.check_betas(req.get_header("anthropic-beta"))
         _, data = await read_json(req)
         CountBody.model_validate(data)
         body = dialect.to_openai({"max_tokens": 1, **data})

@@ -58,15 +58,28 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
     dashboard.add_routes(api, app, supervisor, gateway)
     console.add_routes(api, app, supervisor)
     if gateway is not None:
-        from blazar.api import anthropic, ollama, ollama_chat, ollama_create, ollama_pull, openai, openapi, ops
+        from blazar.api import (
+            anthropic,
+            ollama,
+            ollama_chat,
+            ollama_create,
+            ollama_pull,
+            openai,
+            openapi,
+            ops,
+            rerank,
+            responses,
+        )
 
         openai.add_routes(api, app, gateway)
+        responses.add_routes(api, app, gateway)
         anthropic.add_routes(api, gateway)
         ops.add_routes(api, app, gateway)
         ollama.add_routes(api, app, supervisor)
         ollama_chat.add_routes(api, gateway)
         ollama_pull.add_routes(api, app)
         ollama_create.add_routes(api, app)
+        rerank.add_routes(api, gateway)
         sessions.add_routes(api, gateway)
         openapi.add_routes(api)
     return api

@@ -50,7 +50,11 @@ ROUTES: dict[str, Access] = {
     "/v1/chat/completions": Access.KEY,
     "/v1/completions": Access.KEY,
     "/v1/embeddings": Access.KEY,
+    "/v1/rerank": Access.KEY,
+    "/rerank": Access.KEY,
     "/v1/responses": Access.KEY,
+    "/v1/responses/{response_id}": Access.KEY,  # a key sees only its own (blazar/api/responses.py)
+    "/v1/responses/{response_id}/input_items": Access.KEY,
     "/v1/messages": Access.KEY,
     "/v1/messages/count_tokens": Access.KEY,
     "/api/version": Access.KEY,

@@ -24,6 +24,7 @@ from blazar.queries.catalog import StoredModel, alias_target, aliases, is_model,
 from blazar.queries.ps import instance
 from blazar.serving.ports import SupervisorPort
 from blazar.store.chat_templates import completion_only, served_template
+from blazar.store.model_settings import reranks
 from blazar.store.models import alias_model, remove_model, unalias_model
 
 # What Ollama answers for a model kept loaded forever: a time far past any real expiry.
@@ -192,6 +193,7 @@ class Show:
             info[f"{arch}.vocab_size"] = md.vocab_size
         # Ollama's words: an embedding model embeds only; any other model completes (chat or not).
         caps = ["embedding"] if md.embedding_model else ["completion"]
+        caps += ["rerank"] if reranks(md, entry.settings) else []
         s = entry.settings
         system = s.system if s is not None else None
         params = dict(s.parameters) if s is not None else {}

@@ -1,4 +1,5 @@
-"""The OpenAI dialect: /v1/models, /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses.
+"""The OpenAI dialect: /v1/models, /v1/chat/completions, /v1/completions, /v1/embeddings (/v1/responses, translated
+to chat, is blazar/api/responses.py).
 
 Thin resources: validate the fields Blazar acts on (the rest passes through to llama-server untouched: the engine
 speaks this dialect), and let blazar/api/proxy.py run the call and send the engine's bytes back as they are: SSE
@@ -92,13 +93,6 @@ class Embeddings(Proxy):
         return Request(model=body.model, engine_path="/v1/embeddings", body=None, stream=False, embeddings=True)
 
 
-class Responses(Proxy):
-    def ask(self, data: dict[str, Any]) -> Request:
-        body = ResponsesBody.model_validate(data)
-        return Request(model=body.model, engine_path="/v1/responses", body=None, stream=body.stream,
-                    max_tokens=body.max_output_tokens)
-
-
 def _model_json(m: StoredModel) -> dict[str, Any]:
     return {"id": m.name, "object": "model", "created": int(m.added_ts), "owned_by": "blazar"}
 
@@ -134,4 +128,3 @@ def add_routes(api: falcon.asgi.App, app: Blazar, gateway: Gateway) -> None:
     api.add_route("/v1/chat/completions", ChatCompletions(gateway))
     api.add_route("/v1/completions", Completions(gateway))
     api.add_route("/v1/embeddings", Embeddings(gateway))
-    api.add_route("/v1/responses", Responses(gateway))

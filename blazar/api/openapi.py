@@ -14,7 +14,7 @@ import falcon.asgi
 from pydantic import BaseModel
 
 import blazar
-from blazar.api import admin, anthropic, auth, console, ollama, ollama_create, ollama_pull, openai, sessions
+from blazar.api import admin, anthropic, auth, console, ollama, ollama_create, ollama_pull, openai, rerank, sessions
 
 JSON = "application/json"
 SSE = "text/event-stream"
@@ -67,7 +67,7 @@ _ANTHROPIC_MESSAGES: Schema = {"type": "object", "required": ["model", "max_toke
     "model": {"type": "string", "minLength": 1},
     "max_tokens": {"type": "integer", "minimum": 1},
     "messages": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["role", "content"],
-                 "properties": {"role": {"type": "string", "enum": ["user", "assistant"]},
+                 "properties": {"role": {"type": "string", "enum": ["user", "assistant", "system"]},
                                 "content": {"oneOf": [_STR, {"type": "array", "items": _ANTHROPIC_BLOCK}]}}}},
     "system": {"oneOf": [_STR, {"type": "array", "items": {"type": "object", "required": ["type", "text"],
                                  "properties": {"type": {"const": "text"}, "text": _STR}}}]},
@@ -160,6 +160,12 @@ SCHEMAS: dict[str, Schema] = {
     "ChatBody": _model(openai.ChatBody, messages={"type": "array", "minItems": 1, "items": _OPENAI_MESSAGE}),
     "CompletionBody": _model(openai.CompletionBody),
     "EmbeddingBody": _model(openai.EmbeddingBody),
+    "RerankBody": _model(rerank.RerankBody),
+    "RerankList": {"type": "object", "required": ["model", "results", "usage"], "properties": {
+        "model": _STR, "object": _STR, "usage": _USAGE, "results": {"type": "array", "items": {
+            "type": "object", "required": ["index", "relevance_score"], "properties": {
+                "index": _INT, "relevance_score": _NUM, "document": {
+                    "type": "object", "required": ["text"], "properties": {"text": _STR}}}}}}},
     "ResponsesBody": _model(openai.ResponsesBody),
     "Model": {"type": "object", "required": ["id", "object", "created", "owned_by"], "properties": {
         "id": _STR, "object": {"const": "model"}, "created": _INT, "owned_by": _STR}},
@@ -177,7 +183,7 @@ SCHEMAS: dict[str, Schema] = {
         "object": _STR, "model": _STR, "usage": _USAGE, "data": {"type": "array", "items": {
             "type": "object", "required": ["embedding"], "properties": {
                 "index": _INT, "object": _STR, "embedding": {"type": ["array", "string"], "items": _NUM}}}}}},
-    "Response": {"type": "object", "description": "the engine's Responses object, passed on as it wrote it",
+    "Response": {"type": "object", "description": "a Response: output items (message, function_call) and usage",
                  "required": ["id", "object", "output"], "properties": {
                      "id": _STR, "object": {"const": "response"}, "status": _STR, "model": _STR,
                      "output": {"type": "array", "items": _OBJ}, "usage": {"type": ["object", "null"]}}},
@@ -296,6 +302,8 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
     "CompletionBody": [{"model": _M, "prompt": "Once upon a time", "max_tokens": 16},
                        {"model": _M, "prompt": "Once upon a time", "stream": True}],
     "EmbeddingBody": [{"model": _M, "input": ["hello", "world"]}],
+    "RerankBody": [{"model": _M, "query": "What is a panda?", "documents": ["hi", "The giant panda is a bear."],
+                    "top_n": 1}],
     "ResponsesBody": [{"model": _M, "input": "Why is the sky blue?"}],
     "MessagesBody": [{"model": _M, "max_tokens": 64, "messages": _HELLO},
                      {"model": _M, "max_tokens": 64, "messages": _HELLO, "stream": True, "system": "Be brief."}],
@@ -475,7 +483,22 @@ def _operations() -> dict[str, dict[str, dict[str, Any]]]:
         "/v1/completions": {"post": _infer("/v1/completions", "Text completion", "CompletionBody", "Completion",
                                            SSE)},
         "/v1/embeddings": {"post": _infer("/v1/embeddings", "Embeddings", "EmbeddingBody", "EmbeddingList", None)},
+        "/v1/rerank": {"post": _infer("/v1/rerank", "Rerank documents by relevance to a query (Jina/Cohere)",
+                                      "RerankBody", "RerankList", None)},
+        "/rerank": {"post": _infer("/rerank", "Rerank (the same as /v1/rerank)", "RerankBody", "RerankList", None)},
         "/v1/responses": {"post": _infer("/v1/responses", "Responses", "ResponsesBody", "Response", SSE)},
+        "/v1/responses/{response_id}": {
+            "get": _op("/v1/responses/{response_id}", "A stored response (the caller's own)", _ref("Response"),
+                       statuses=(404,)),
+            "delete": _op("/v1/responses/{response_id}", "Delete a stored response and its content", {
+                "type": "object", "required": ["id", "object", "deleted"],
+                "properties": {"id": _STR, "object": {"const": "response"}, "deleted": _BOOL}}, statuses=(404,))},
+        "/v1/responses/{response_id}/input_items": {"get": _op(
+            "/v1/responses/{response_id}/input_items", "The input items a stored response was given", {
+                "type": "object", "required": ["object", "data", "has_more"],
+                "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": _OBJ},
+                               "first_id": {"type": ["string", "null"]}, "last_id": {"type": ["string", "null"]},
+                               "has_more": _BOOL}}, statuses=(400, 404))},
         # Anthropic.
         "/v1/messages": {"post": _infer("/v1/messages", "Messages", "MessagesBody", "Message", SSE)},
         "/v1/messages/count_tokens": {"post": _op("/v1/messages/count_tokens", "Count a prompt's tokens",

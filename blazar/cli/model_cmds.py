@@ -17,6 +17,7 @@ from blazar.instances.fit import fit_model
 from blazar.queries.catalog import StoredModel, aliases, models
 from blazar.queries.catalog import model as stored_model
 from blazar.store.chat_templates import capabilities, served_template
+from blazar.store.model_settings import reranks
 from blazar.store.models import alias_model, import_model, remove_model, unalias_model
 from blazar.store.pull import pull as pull_model
 
@@ -158,7 +159,7 @@ def show(
     entry, file, plan = run(go())
     md = entry.metadata
     served = served_template(md, entry.settings)
-    caps = capabilities(md)
+    caps = capabilities(md) + (["rerank"] if reranks(md, entry.settings) else [])
     template = {"source": served.source, "name": served.name if served.source == "architecture" else None,
                 "summary": served.describe()}
     if as_json:

@@ -54,8 +54,11 @@ def describe(settings: ModelSettings | None) -> list[tuple[str, str]]:
         f"built-in {settings.template}" if settings.template_kind == "builtin"
         else f"Jinja, {len(settings.template)} characters")
     params = ", ".join(f"{k}={v}" for k, v in sorted(settings.parameters.items())) or "-"
-    return [("template", template), ("system prompt", settings.system if settings.system is not None else "-"),
+    rows = [("template", template), ("system prompt", settings.system if settings.system is not None else "-"),
             ("default parameters", params)]
+    if settings.rerank:
+        rows.append(("rerank", "forced (served in rerank mode for /v1/rerank, with or without a rerank head)"))
+    return rows
 
 
 @app.command("set")
@@ -74,14 +77,18 @@ def set_(
     clear_system: Annotated[bool, typer.Option("--clear-system", help="Remove the system prompt.")] = False,
     clear_param: Annotated[list[str] | None, typer.Option(
         "--clear-param", help="Remove a default parameter (KEY, or 'all'); repeat for more.")] = None,
+    rerank: Annotated[bool | None, typer.Option(
+        "--rerank/--no-rerank", help="Serve rerank requests (/v1/rerank) in rerank mode even without a rerank head "
+        "in the GGUF (its scores then mean nothing); --no-rerank: only with one.")] = None,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Set a model's chat template, system prompt or default parameters (a request's own values always win)."""
-    if not any((template, system is not None, param, clear_template, clear_system, clear_param)):
-        raise typer.BadParameter("nothing to set: give --template, --system, --param or a --clear-* option")
+    if not any((template, system is not None, param, clear_template, clear_system, clear_param,
+                rerank is not None)):
+        raise typer.BadParameter("nothing to set: give --template, --system, --param, --rerank or a --clear-* option")
     change = SettingsChange(template=_template_text(template) if template is not None else None, system=system,
                             parameters=parse_parameters(_pairs(param or [])), clear_template=clear_template,
-                            clear_system=clear_system, clear_parameters=tuple(clear_param or ()))
+                            clear_system=clear_system, clear_parameters=tuple(clear_param or ()), rerank=rerank)
 
     async def go() -> Any:
         async with opened() as app_:

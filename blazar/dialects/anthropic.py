@@ -2,7 +2,12 @@
 coming out (`from_openai`), the stream's events (`MessagesStream`) and the error envelope (`error_body`).
 
 The engine only speaks OpenAI; everything Anthropic-specific (content blocks, tool_use/tool_result turns, the
-named SSE event sequence) is rebuilt here. Bad input raises `DialectError` naming the field.
+named SSE event sequence) is rebuilt here. Bad input raises `DialectError` naming the field; so does an
+`anthropic-beta` feature the engine cannot honour (`check_betas`).
+
+`cache_control` (on system, message and tool blocks) is accepted and ignored: it asks the server to cache the prompt
+up to that block, and llama-server already reuses the longest cached prefix of every prompt in its slot
+(`cache_prompt`), so there is nothing to mark.
 """
 
 from __future__ import annotations
@@ -18,8 +23,31 @@ from blazar.dialects.stream import named_sse
 
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 # NOTE: accepted and dropped: billing/routing hints and features the engine has no notion of. Unknown keys are
-# ignored too, so a newer SDK sending a new optional field still works.
+# ignored too, so a newer SDK sending a new optional field still works. `thinking` ({"type": "enabled" | "adaptive" |
+# "disabled"}): a reasoning model thinks by its template, whatever is asked; `output_config.effort` likewise.
 _IGNORED = ("metadata", "service_tier", "thinking", "container", "mcp_servers")
+
+# `anthropic-beta` features, by prefix (a value is "<name>-<date>"). Refused: a feature whose point is something
+# Anthropic's servers do that no local engine does (run tools, hold files or skills, reach MCP servers, a 1M-token
+# window); the request would silently lose it. Every other value, known or not, is accepted and ignored: it either
+# unlocks a request field handled (or refused) by itself below, or changes how Anthropic's servers bill, cache or
+# stream, which the engine's answer does not depend on. Those Claude Code sends (2.1): claude-code,
+# interleaved-thinking, thinking-token-count, context-management (its clear_thinking edit: earlier thinking is never
+# replayed to the engine anyway), prompt-caching-scope (llama-server caches prefixes by itself),
+# mid-conversation-system (system messages are merged into the leading system text: see `_messages`), effort.
+REFUSED_BETAS = {
+    "code-execution": "code execution runs tools on Anthropic's servers",
+    "computer-use": "computer use needs Anthropic's own tool definitions",
+    "mcp-client": "MCP servers are reached by Anthropic's servers",
+    "files-api": "files are held by Anthropic's Files API",
+    "skills": "skills run in Anthropic's containers",
+    "web-fetch": "web fetch runs on Anthropic's servers",
+    "web-search": "web search runs on Anthropic's servers",
+    "context-1m": "the context is what the model's instance was loaded with (ask for a larger one with Ollama's "
+                  "num_ctx or `blazar config set ctx`), not a 1M-token window",
+}
+# `context_management.edits`: the types whose effect the translation already has.
+_CONTEXT_EDITS_DONE = ("clear_thinking_",)
 
 
 def _is_number(value: Any) -> TypeGuard[int | float]:
@@ -44,8 +72,15 @@ def to_openai(body: dict[str, Any]) -> dict[str, Any]:
     if not _is_int(max_tokens) or max_tokens < 1:
         raise DialectError("max_tokens: required, an integer >= 1")
 
-    out: dict[str, Any] = {"model": model, "messages": _system(body.get("system")), "max_tokens": max_tokens}
-    out["messages"].extend(_messages(body.get("messages")))
+    system = _system(body.get("system"))
+    messages, more_system = _messages(body.get("messages"))
+    texts = [t for t in (system, *more_system) if t]
+    # NOTE: one system message, leading. Chat templates allow a system message only first (Gemma's and Llama's
+    # raise on one later), so a system message inside `messages` (Claude Code sends one at messages[1]) joins the
+    # `system` field's text, in order: its words reach the model, before the turns rather than between them.
+    lead = [{"role": "system", "content": "\n\n".join(texts)}] if texts else []
+    out: dict[str, Any] = {"model": model, "messages": [*lead, *messages], "max_tokens": max_tokens}
+    _context_management(body.get("context_management"))
     _sampling(body, out)
     _stream(body, out)
 
@@ -102,32 +137,63 @@ def _output_format(config: Any) -> dict[str, Any] | bool | None:
     return check_schema(fmt["schema"], "output_config.format.schema")
 
 
-def _system(system: Any) -> list[dict[str, Any]]:
-    if system is None or system == "":
-        return []
+def check_betas(header: str | None) -> None:
+    """The `anthropic-beta` header (comma-separated features): a DialectError for the first one refused."""
+    for value in (header or "").split(","):
+        name = value.strip()
+        for prefix, why in REFUSED_BETAS.items():
+            if name == prefix or name.startswith(prefix + "-"):
+                raise DialectError(f"anthropic-beta: {name!r} is not supported: {why}")
+
+
+def _context_management(config: Any) -> None:
+    """`context_management.edits`: accepted where the translation already does what the edit asks."""
+    if config is None:
+        return
+    if not isinstance(config, dict):
+        raise DialectError("context_management: expected an object")
+    edits = config.get("edits") or []
+    if not isinstance(edits, list):
+        raise DialectError("context_management.edits: expected a list")
+    for i, edit in enumerate(edits):
+        kind = edit.get("type") if isinstance(edit, dict) else None
+        if not isinstance(kind, str) or not kind.startswith(_CONTEXT_EDITS_DONE):
+            raise DialectError(f"context_management.edits.{i}.type: {kind!r} is not supported (only clear_thinking "
+                               "edits: earlier thinking is never replayed to the engine)")
+
+
+def _system(system: Any, where: str = "system") -> str:
+    """The text of a system prompt: a string, or text blocks joined by newlines."""
+    if system is None:
+        return ""
     if isinstance(system, str):
-        return [{"role": "system", "content": system}]
+        return system
     if not isinstance(system, list):
-        raise DialectError("system: expected a string or a list of text blocks")
+        raise DialectError(f"{where}: expected a string or a list of text blocks")
     texts = []
     for i, block in enumerate(system):
         if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
-            raise DialectError(f"system.{i}: expected a text block {{type: 'text', text: string}}")
+            raise DialectError(f"{where}.{i}: expected a text block {{type: 'text', text: string}}")
         texts.append(block["text"])
-    return [{"role": "system", "content": "\n".join(texts)}] if texts else []
+    return "\n".join(texts)
 
 
-def _messages(messages: Any) -> list[dict[str, Any]]:
+def _messages(messages: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """The turns as OpenAI messages, and the texts of the system messages among them, in order."""
     if not isinstance(messages, list) or not messages:
         raise DialectError("messages: required, a non-empty list")
     out: list[dict[str, Any]] = []
+    system: list[str] = []
     for i, message in enumerate(messages):
         where = f"messages.{i}"
         if not isinstance(message, dict):
             raise DialectError(f"{where}: expected an object with role and content")
         role = message.get("role")
+        if role == "system":
+            system.append(_system(message.get("content"), f"{where}.content"))
+            continue
         if role not in ("user", "assistant"):
-            raise DialectError(f"{where}.role: expected 'user' or 'assistant', got {role!r}")
+            raise DialectError(f"{where}.role: expected 'user', 'assistant' or 'system', got {role!r}")
         content = message.get("content")
         if isinstance(content, str):
             out.append({"role": role, "content": content})
@@ -135,7 +201,9 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
             out.extend(_user_turn(content, where) if role == "user" else [_assistant_turn(content, where)])
         else:
             raise DialectError(f"{where}.content: expected a string or a list of content blocks")
-    return out
+    if not out:
+        raise DialectError("messages: at least one user or assistant message is required")
+    return out, system
 
 
 def _block_type(block: Any, where: str) -> str:

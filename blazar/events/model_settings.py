@@ -30,9 +30,12 @@ class ModelSettings(BaseModel):
     system: str | None = None  # the first system message of a request that has none
     # Ollama's names (temperature, top_k, num_ctx, num_predict, stop, ...), already validated.
     parameters: dict[str, ParameterValue] = Field(default_factory=dict)
+    # Serve rerank requests in rerank mode (llama-server --reranking) though the GGUF has no rerank head (pooling
+    # type rank): its scores then mean nothing, but the whole path runs (how the tests drive the demo model).
+    rerank: bool = False
 
     def is_empty(self) -> bool:
-        return self.template is None and self.system is None and not self.parameters
+        return self.template is None and self.system is None and not self.parameters and not self.rerank
 
 
 @register

@@ -199,6 +199,22 @@ def _routed_v1(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 @register
+class RequestBounded(_RequestEvent):
+    """A decision: the prompt fits the slot's context but prompt + max_tokens does not, so the output is capped at
+    what the context leaves (`max_tokens_over_context = bound`); the answer's header says so, and a generation that
+    reaches the cap finishes with `length`."""
+
+    TYPE = "request.bounded"
+
+    model: str
+    instance_id: str
+    prompt_tokens: int  # the engine's exact count, template applied
+    max_tokens: int  # what the client (or the model's settings) asked
+    bounded_max_tokens: int  # what it runs with: ctx_tokens - prompt_tokens
+    ctx_tokens: int  # the slot's context
+
+
+@register
 class RequestRerouted(_RequestEvent):
     """A decision: the engine child the request was routed to was gone before it took the request (its port refused
     or dropped the connection, and its process had exited or was exiting), so the request is routed again, once.

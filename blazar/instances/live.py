@@ -34,6 +34,7 @@ class Instance:
     engine_tag: str
     load_ms: int | None = None
     embeddings: bool = False  # started with the engine's embeddings endpoint on
+    rerank: bool = False  # started in rerank mode (--reranking): it serves rerank requests and nothing else
     # The child's own secret (llama-server's --api-key-file): in memory and in a 0600 file, never in an event.
     api_key: str | None = field(default=None, repr=False)
     served_as: str = ""  # what the engine writes in an answer's `model` (its --alias, else its file's path)
@@ -139,13 +140,15 @@ class LiveSet:
     def ready_of(self, model: str) -> list[Live]:
         return [lv for lv in self.by_id.values() if lv.instance.model == model and lv.state == "ready"]
 
-    def ready_for(self, name: str, ctx: int | None, embeddings: bool = False, template: str = "") -> Live | None:
+    def ready_for(self, name: str, ctx: int | None, embeddings: bool = False, template: str = "",
+                  rerank: bool = False) -> Live | None:
         """A ready instance that serves this request as the model is set now: one started with another template
-        (the model's was changed since) is never reused."""
+        (the model's was changed since) is never reused; a rerank instance serves rerank requests only, and only one
+        serves them. Any context at least the one asked for will do (an embeddings request asks for none)."""
         for lv in self.ready_of(name):
             inst = lv.instance
             if ((ctx is None or inst.ctx_tokens >= ctx) and (inst.embeddings or not embeddings)
-                    and inst.template == template):
+                    and inst.rerank == rerank and inst.template == template):
                 return lv
         return None
 

@@ -3,7 +3,9 @@ what the supervisor observed (the devices, the instances running, the idle RPC w
 of: start it with this plan (`Start`: as planned, spread over workers, or at a fallback shape), evict these first
 and decide again (`Evict`), refuse with the plan's levers and what workers would have to offer (`Refuse`), or probe
 the workers and decide again (`ProbeWorkers`: probing costs a connection per worker, so only when the answer turns
-on them). `decide_give_way` says whether a running instance of the same model gives way to a new shape.
+on them). `decide_give_way` says whether a running instance of the same model gives way to a new shape, and
+`carried_shape` what the new one takes over from those that gave way (so that a client alternating two shapes, chat
+at a large context and embeddings, say, reloads the model once, not at every turn).
 
 The RoomMaker (instances/room.py) observes, carries each answer out and records it. No I/O, no clock: the same
 situation always gets the same answer, so the tests are tables (tests/unit/test_load_decision.py).
@@ -232,6 +234,8 @@ class Shape:
     template: str
     pinned: bool
     in_flight: int
+    embeddings: bool = False  # it serves embeddings too
+    rerank: bool = False  # it is in rerank mode (serves rerank requests only)
 
 
 @dataclass(frozen=True)
@@ -242,10 +246,13 @@ class GiveWay:
 
 
 def decide_give_way(model: str, shape: Shape, *, ctx: int | None, embeddings: bool,
-                    template: str) -> GiveWay | Refuse | None:
-    """Whether a ready instance of `model` that does not serve the new load gives way to it. One started with the
-    model's old template gives way once idle, pinned or not (the user changed the model); otherwise a pinned one
-    refuses the load, an idle one gives way, and a busy one stays (None)."""
+                    template: str, rerank: bool = False) -> GiveWay | Refuse | None:
+    """Whether a ready instance of `model` that does not serve the new load gives way to it. One in the other mode
+    (rerank, or not) stays: it serves requests this load would not, and memory decides whether it goes. One started
+    with the model's old template gives way once idle, pinned or not (the user changed the model); otherwise a pinned
+    one refuses the load, an idle one gives way, and a busy one stays (None)."""
+    if shape.rerank != rerank:
+        return None
     if shape.template != template:
         if shape.in_flight == 0:
             return GiveWay({"template_wanted": template, "template_had": shape.template})
@@ -261,3 +268,17 @@ def decide_give_way(model: str, shape: Shape, *, ctx: int | None, embeddings: bo
     if shape.in_flight == 0:
         return GiveWay({"ctx_wanted": ctx, "ctx_had": shape.ctx_tokens, "embeddings_wanted": embeddings})
     return None
+
+
+def carried_shape(ctx: int | None, embeddings: bool, gone: list[Shape]) -> tuple[int | None, bool]:
+    """The shape a new instance is started at: what its request needs, widened to serve whatever the instances
+    that gave way to it served (their context, their embeddings endpoint). Without this, a client that alternates
+    chat at a large context with embeddings at the default one would reload the model at every turn; with it the
+    first reload serves both. A rerank instance carries nothing: it serves one kind of request."""
+    for s in gone:
+        if s.rerank:
+            continue
+        if s.ctx_tokens > (ctx or 0):
+            ctx = s.ctx_tokens
+        embeddings = embeddings or s.embeddings
+    return ctx, embeddings

@@ -23,6 +23,7 @@ from blazar.instances.load_decision import (
     Shape,
     Situation,
     Start,
+    carried_shape,
     decide_give_way,
     decide_load,
 )
@@ -43,19 +44,24 @@ class RoomMaker:
         self.devices = devices
 
     async def reshape(self, name: str, ctx: int | None, embeddings: bool, report: LoadReport | None,
-                      template: str = "") -> None:
+                      template: str = "", rerank: bool = False) -> tuple[int | None, bool]:
         """Ready instances of `name` give way to the new shape (decide_give_way), one by one: each is looked at as
-        it is when its turn comes, since evicting the one before awaited."""
+        it is when its turn comes, since evicting the one before awaited. Returns the (ctx, embeddings) the new
+        instance is started at: the request's, widened to what those that gave way served (carried_shape)."""
+        gone: list[Shape] = []
         for lv in self.live.ready_of(name):
-            shape = Shape(instance_id=lv.instance.instance_id, ctx_tokens=lv.instance.ctx_tokens,
-                          template=lv.instance.template, pinned=lv.pinned, in_flight=lv.in_flight)
-            decision = decide_give_way(name, shape, ctx=ctx, embeddings=embeddings, template=template)
+            inst = lv.instance
+            shape = Shape(instance_id=inst.instance_id, ctx_tokens=inst.ctx_tokens, template=inst.template,
+                          pinned=lv.pinned, in_flight=lv.in_flight, embeddings=inst.embeddings, rerank=inst.rerank)
+            decision = decide_give_way(name, shape, ctx=ctx, embeddings=embeddings, template=template, rerank=rerank)
             if isinstance(decision, Refuse):
                 raise await record_refusal(self.app, name, decision.reason, decision.detail, decision.error,
                                            decision.observations)
             if isinstance(decision, GiveWay):
                 await self.stopper.evict(lv, "reshape", for_model=name, report=report,
                                          observations=decision.observations)
+                gone.append(shape)
+        return carried_shape(ctx, embeddings, gone)
 
     async def make_room(self, model: ResolvedModel, ctx: int | None, settings: Settings,
                         report: LoadReport | None = None, *, swa_full: bool = False,

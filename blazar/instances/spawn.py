@@ -44,7 +44,8 @@ class Spawner:
         self.tasks: set[asyncio.Task[Any]] = set()
 
     async def launch(self, model: ResolvedModel, engine: ActiveEngine, fit: FitPlan, *, free_observed: int,
-                     keep_alive_s: float | None, pinned: bool, reason: str, embeddings: bool) -> Live:
+                     keep_alive_s: float | None, pinned: bool, reason: str, embeddings: bool,
+                     rerank: bool = False) -> Live:
         """Record the intent (`instance.starting`, with the argv and port), then spawn, then record the spawn
         (`instance.started`, with the pid). A spawn that fails is recorded as the intent's exit."""
         app, name = self.app, model.name
@@ -53,7 +54,7 @@ class Spawner:
         log_path = app.paths.log / "instances" / f"{instance_id}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         argv, api_key = await self._argv(model, engine, fit, instance_id=instance_id, port=port,
-                                         embeddings=embeddings)
+                                         embeddings=embeddings, rerank=rerank)
         facts: dict[str, Any] = dict(
                      instance_id=instance_id, model=name, engine_tag=engine.tag, port=port, argv=redact_argv(argv),
                      log_path=str(log_path.relative_to(app.paths.log)), ctx_tokens=fit.ctx_per_slot,
@@ -76,7 +77,7 @@ class Spawner:
         pid_path.write_text(f"{proc.pid} {port}\n")
         (started,) = await app.record(InstanceStarted(pid=proc.pid, **facts), cause=intent.seq)
         inst = Instance(instance_id=instance_id, model=name, port=port, slots=fit.slots, ctx_tokens=fit.ctx_per_slot,
-                        engine_tag=engine.tag, embeddings=embeddings, api_key=api_key,
+                        engine_tag=engine.tag, embeddings=embeddings and not rerank, rerank=rerank, api_key=api_key,
                         served_as=name if engine.caps.has("--alias") else str(model.path), template=model.template,
                         kv_identity=_kv_identity(engine, model, fit),
                         kv_restorable=fit.swa_full or not model.metadata.sliding_window)
@@ -87,7 +88,7 @@ class Spawner:
         return lv
 
     async def _argv(self, model: ResolvedModel, engine: ActiveEngine, fit: FitPlan, *, instance_id: str, port: int,
-                    embeddings: bool) -> tuple[list[str], str | None]:
+                    embeddings: bool, rerank: bool = False) -> tuple[list[str], str | None]:
         """The child's argv and its own key (written 0600 beside its pid file). An engine that lacks a flag the plan
         needs refuses the load (recorded)."""
         app, name = self.app, model.name
@@ -110,7 +111,7 @@ class Spawner:
                                          model.metadata, model.settings,
                                          jinja_files=engine.caps.has("--chat-template-file")),
                                          app.paths.data_dir / "templates"),
-                                     *(_embedding_flags(engine, model.metadata) if embeddings else ())])
+                                     *_mode_flags(engine, model.metadata, embeddings=embeddings, rerank=rerank)])
         except EngineIncompatible as e:
             keyfile(app, instance_id).unlink(missing_ok=True)
             raise await record_refusal(app, name, "engine_incompatible", e.message, e) from None
@@ -180,6 +181,16 @@ def _kv_identity(engine: ActiveEngine, model: ResolvedModel, fit: FitPlan) -> Kv
         return None
     return KvIdentity(engine=engine.tag, model_sha256=model.sha256, ctx_tokens=fit.ctx_per_slot,
                       cache_type_k=fit.cache_type_k, cache_type_v=fit.cache_type_v, swa_full=fit.swa_full)
+
+
+def _mode_flags(engine: ActiveEngine, meta: ModelMetadata, *, embeddings: bool, rerank: bool) -> list[str]:
+    """The flags of the instance's mode: rerank (llama-server's --reranking: its rerank endpoint, pooling by the
+    model's classifier head; refused by an engine without it), embeddings, or neither."""
+    if rerank:
+        if not engine.caps.has("--reranking", "--rerank"):
+            raise EngineIncompatible("--reranking", "rerank requests need it (a newer llama-server has it)")
+        return ["--reranking"]
+    return _embedding_flags(engine, meta) if embeddings else []
 
 
 def _embedding_flags(engine: ActiveEngine, meta: ModelMetadata) -> list[str]:

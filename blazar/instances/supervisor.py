@@ -125,15 +125,15 @@ class Supervisor:
 
     async def ensure(self, model: ResolvedModel, *, ctx: int | None = None, keep_alive: Any = UNSET,
                      pinned: bool | None = None, reason: str = "request", embeddings: bool = False,
-                     report: LoadReport | None = None, session: bool = False) -> Instance:
-        """A ready instance of `model` whose context per slot covers `ctx` (and that serves embeddings when asked):
-        reused, awaited, or started. `report`, when given, is filled with what it took (cold load, evictions). A
-        `session` request starts a sliding-window model with its full window cache (session_swa_full), which
-        restoring a saved slot needs."""
+                     report: LoadReport | None = None, session: bool = False, rerank: bool = False) -> Instance:
+        """A ready instance of `model` whose context per slot covers `ctx` (and that serves embeddings when asked;
+        in rerank mode for a rerank request, never otherwise): reused, awaited, or started. `report`, when given, is
+        filled with what it took (cold load, evictions). A `session` request starts a sliding-window model with its
+        full window cache (session_swa_full), which restoring a saved slot needs."""
         name = model.name
         started = self.app.clock.monotonic()
         while True:
-            lv = self.live.ready_for(name, ctx, embeddings, model.template)
+            lv = self.live.ready_for(name, ctx, embeddings, model.template, rerank)
             if lv is not None:
                 if report is not None and report.cold is False and self.app.clock.monotonic() - started > 0.001:
                     report.cold = True  # it waited for another caller's load
@@ -151,7 +151,8 @@ class Supervisor:
         # NOTE: the load runs in a task of its own: a caller that goes away (a client hanging up) never leaves a
         # half-started child or an unrecorded spawn behind; the load finishes and the next caller finds it ready.
         task = asyncio.create_task(self._start(model, ctx=ctx, keep_alive=keep_alive, pinned=bool(pinned),
-                                               reason=reason, embeddings=embeddings, report=report, session=session),
+                                               reason=reason, embeddings=embeddings, report=report, session=session,
+                                               rerank=rerank),
                                    name=f"blazar-load-{name}")
         self._loading[name] = task
         task.add_done_callback(lambda t: self._loading.pop(name, None) if self._loading.get(name) is t else None)
@@ -232,17 +233,20 @@ class Supervisor:
         return True
 
     async def _start(self, model: ResolvedModel, *, ctx: int | None, keep_alive: Any, pinned: bool, reason: str,
-                     embeddings: bool = False, report: LoadReport | None = None, session: bool = False) -> Instance:
-        """Check, make room, record the intent, spawn, await ready: each step its collaborator's."""
+                     embeddings: bool = False, report: LoadReport | None = None, session: bool = False,
+                     rerank: bool = False) -> Instance:
+        """Check, make room, record the intent, spawn, await ready: each step its collaborator's. The instances of
+        the model that give way hand their shape on (RoomMaker.reshape): the new one serves what they served."""
         engine = await check_load(self.app, self._engine, model.name)
         settings = self.app.settings()
         keep = keep_alive_seconds(settings.keep_alive) if keep_alive is UNSET else keep_alive
         swa_full = session and settings.session_swa_full and bool(model.metadata.sliding_window)
         async with self._capacity:
-            await self.room.reshape(model.name, ctx, embeddings, report, model.template)
+            ctx, embeddings = await self.room.reshape(model.name, ctx, embeddings, report, model.template, rerank)
             start = await self.room.make_room(model, ctx, settings, report, swa_full=swa_full, engine=engine)
             lv = await self.spawner.launch(model, engine, start.fit, free_observed=start.host_free_bytes,
-                                           keep_alive_s=keep, pinned=pinned, reason=reason, embeddings=embeddings)
+                                           keep_alive_s=keep, pinned=pinned, reason=reason, embeddings=embeddings,
+                                           rerank=rerank)
         return await self.spawner.await_ready(lv, report)
 
     async def _apply_keep_alive(self, lv: Live, keep_alive: Any, pinned: bool | None) -> None:

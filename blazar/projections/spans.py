@@ -40,6 +40,7 @@ _OPERATIONS = {
     "/v1/chat/completions": "chat", "/v1/messages": "chat", "/api/chat": "chat", "/v1/responses": "chat",
     "/v1/completions": "text_completion", "/api/generate": "text_completion",
     "/v1/embeddings": "embeddings", "/api/embed": "embeddings", "/api/embeddings": "embeddings",
+    "/v1/rerank": "rerank", "/rerank": "rerank",
 }
 _TERMINAL = (RequestCompleted, RequestFailed, RequestRejected)
 _KINDS = frozenset({RequestReceived, RequestQueued, RequestAdmitted, RequestRouted, RequestFirstToken, *_TERMINAL})
@@ -239,7 +240,7 @@ def _engine_spans(req: _Request, end: Recorded, op: str, error: str | None, chil
                               ("predicted_per_second", "blazar.engine.tokens_per_s", decode_attrs)):
         if isinstance(timings.get(name), int | float):
             target[key] = timings[name]
-    if op == "embeddings":
+    if op in ("embeddings", "rerank"):
         return [child("prefill", "blazar.prefill", start, end.ts, prefill_attrs, error)]
     first = req.first_token_ts
     if not received.stream and isinstance(timings.get("prompt_ms"), int | float):

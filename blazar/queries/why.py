@@ -24,6 +24,7 @@ from blazar.events.requests import (
     HOP_ACTOR,
     RequestAdmitted,
     RequestBestOfChosen,
+    RequestBounded,
     RequestCandidateScored,
     RequestCascadeJudged,
     RequestCompleted,
@@ -377,6 +378,11 @@ def _rerouted(s: _Story, ev: RequestRerouted) -> str:
             "given back, routed again")
 
 
+def _bounded(s: _Story, ev: RequestBounded) -> str:
+    return (f"output bounded: {ev.prompt_tokens} prompt tokens + {ev.max_tokens} max_tokens exceed the context of "
+            f"{ev.ctx_tokens}, so max_tokens is {ev.bounded_max_tokens}")
+
+
 def _first(s: _Story, ev: RequestFirstToken) -> str:
     when = fmt_ms(ev.ttft_ms)
     return f"first token at {when}" if s.streamed else f"whole answer ready at {when} (not streamed)"
@@ -438,6 +444,7 @@ _TEXT: dict[type, Callable[[_Story, Any], str]] = {
     RequestRouted: _routed, RequestFirstToken: _first, RequestCompleted: _completed, RequestFailed: _failed,
     RequestPlaced: _placed, RequestShared: _shared, RequestCandidateScored: _candidate, RequestBestOfChosen: _best_of,
     RequestCascadeJudged: _cascade, RequestForwarded: _forwarded, RequestRerouted: _rerouted,
+    RequestBounded: _bounded,
     InstanceStarting: _starting, InstanceStarted: _started, InstanceReady: _ready, InstanceEvicted: _eviction,
     InstanceExited: _exited,
 }

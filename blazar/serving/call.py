@@ -113,6 +113,8 @@ class Call:
         # -- the step's target: a cascade's step changes it (`retarget`)
         self.model = request.cascade[0] if request.cascade else request.model
         self.max_tokens = request.max_tokens
+        self.bounded_max_tokens: int | None = None  # max_tokens capped to what the context left (routing.py)
+        self._unbounded: tuple[int | None, dict[str, Any]] | None = None  # what the cap replaced
         self.ctx = request.ctx
         self._body = request.body  # copied before its first change: the Request's is never changed
         self._own_body = False
@@ -215,6 +217,28 @@ class Call:
             self._payload = self.request.raw if self._body is None else orjson.dumps(self._body)
         return self._payload
 
+    def bound_output(self, max_tokens: int, fields: dict[str, int]) -> None:
+        """The output capped at `max_tokens` (routing's context decision) by setting the engine's limit `fields`;
+        what they were is kept for `unbound`."""
+        body = self.writable_body()
+        if self._unbounded is None:
+            self._unbounded = (self.max_tokens, {name: body.get(name) for name in fields})
+        body.update(fields)
+        self.max_tokens = self.bounded_max_tokens = max_tokens
+
+    def unbound(self) -> None:
+        """The cap forgotten (a request routed again: the next instance's context decides afresh)."""
+        if self._unbounded is None:
+            return
+        self.max_tokens, fields = self._unbounded
+        body = self.writable_body()
+        for name, value in fields.items():
+            if value is None:
+                body.pop(name, None)
+            else:
+                body[name] = value
+        self._unbounded = self.bounded_max_tokens = None
+
     def use_settings(self, settings: ModelSettings) -> None:
         """The model's settings applied (blazar/serving/model_defaults.py)."""
         apply_settings(self, settings)
@@ -223,6 +247,7 @@ class Call:
         """A cascade's next step: the request as the client sent it, pointed at `model` (its settings applied), its
         previous step's way there forgotten."""
         self.model, self.max_tokens, self.ctx = model, self.request.max_tokens, self.request.ctx
+        self.bounded_max_tokens, self._unbounded = None, None
         self._body, self._own_body, self._payload = self.request.body, False, None
         self.instance, self.peer, self.resolved, self.remote = None, None, resolved, remote
         if resolved.settings is not None:

@@ -34,6 +34,7 @@ from blazar.projections.metrics import tokens_on
 from blazar.serving import fanout, relay
 from blazar.serving.admission import Admission, Ticket
 from blazar.serving.call import Call, Completed, Failed, outcome_of
+from blazar.serving.context_fit import BOUNDED_HEADER
 from blazar.serving.fanout import Candidate
 from blazar.serving.flights import Flights, flight_key
 from blazar.serving.limits import Lease, Limiter, LimitExceeded
@@ -126,6 +127,8 @@ class Gateway:
                 self.router.reroute(call, gone.message)
         call.guard(upstream)
         headers = {"x-blazar-queue-position": str(call.queue_position)} if call.queue_position else {}
+        if call.bounded_max_tokens is not None:
+            headers[BOUNDED_HEADER] = str(call.bounded_max_tokens)
         if call.request.stream and upstream.status_code == 200:
             return self._streamed(call, upstream, watcher, headers)
         try:
@@ -263,6 +266,8 @@ class Gateway:
         r = call.request
         if r.forced is not None:
             answer = r.forced.answer(answer)
+        if call.bounded_max_tokens is not None:  # a fan-out's answer too
+            headers.setdefault(BOUNDED_HEADER, str(call.bounded_max_tokens))
         return Answer(status=status, media=r.reply(answer, call) if r.reply else answer, headers=headers)
 
     # -- what a fan-out asks of the pipeline (blazar/serving/fanout.py's Pipeline) -------------------------------------

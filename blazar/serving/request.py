@@ -37,6 +37,7 @@ class Request:
     ctx: int | None = None  # the context per slot the caller asked for (Ollama's num_ctx): any covering instance
     keep_alive: Any = UNSET  # the caller's keep_alive for the model (Ollama's), else the instance's own
     embeddings: bool = False
+    rerank: bool = False  # served by an instance in rerank mode (llama-server --reranking), and only by one
     stream_as: Callable[[Call], Translator] | None = None  # None relays the engine's SSE untouched
     reply: Callable[[dict[str, Any], Call], Any] | None = None  # None answers the engine's bytes untouched
     forced: Forced | None = None

@@ -29,6 +29,7 @@ from blazar.errors import (
 )
 from blazar.events.requests import (
     RequestAdmitted,
+    RequestBounded,
     RequestForwarded,
     RequestPlaced,
     RequestQueued,
@@ -41,10 +42,12 @@ from blazar.projections.keys import auth_on
 from blazar.projections.remotes import remote, serving
 from blazar.serving.admission import Admission, Ticket
 from blazar.serving.call import Call
+from blazar.serving.context_fit import bound_body, decide_max_tokens
 from blazar.serving.fanout import Candidate
 from blazar.serving.limits import Limiter
 from blazar.serving.ports import SupervisorPort
 from blazar.serving.principal import scope_refusal
+from blazar.serving.rerank import refuse_unless_reranker
 from blazar.serving.tenancy import TENANT_HEADER, split_session
 
 log = logging.getLogger("blazar.gateway")
@@ -76,7 +79,8 @@ class Router:
     # -- which model -----------------------------------------------------------------------------------------------
 
     def resolve(self, call: Call) -> None:
-        """The call's model: this node's store's, else a remote engine's, else one only another node stores."""
+        """The call's model: this node's store's, else a remote engine's, else one only another node stores. A
+        rerank request's model of this store must rerank (a remote engine's answers for itself)."""
         try:
             call.resolved = self.supervisor.resolve(call.model)
         except ModelNotFound as e:
@@ -88,6 +92,9 @@ class Router:
                 call.remote, call.resolved = served.name, resolved_remote(call.model)
             else:
                 call.peer, call.resolved = peer, resolved_remote(call.model)  # not stored here: only there
+            return
+        if call.request.rerank:
+            refuse_unless_reranker(call.resolved)
 
     # -- where, and which slot ---------------------------------------------------------------------------------------
 
@@ -116,7 +123,8 @@ class Router:
             try:
                 inst = await self.supervisor.ensure(call.resolved, ctx=call.ctx, keep_alive=call.request.keep_alive,
                                                     embeddings=call.request.embeddings, report=report,
-                                                    session=call.request.session is not None)
+                                                    session=call.request.session is not None,
+                                                    rerank=call.request.rerank)
             except BlazarError as e:
                 raise Refused(e.message, reason=e.code, http_status=e.http_status) from None
         call.instance = inst
@@ -132,12 +140,14 @@ class Router:
 
     def reroute(self, call: Call, detail: str) -> None:
         """The first attempt's engine was gone before it took the request: its slot (no hold time learnt from it)
-        and its hold given back, what its placement told that engine forgotten, the decision recorded. The key's
+        and its hold given back, what its placement told that engine and any cap its context put on the output
+        forgotten, the decision recorded. The key's
         lease stays: it is the request's, given back when the request ends."""
         inst = call.instance
         assert inst is not None
         call.give_back_slot(learn=False)
         call.drop_engine_fields("id_slot", "cache_prompt")
+        call.unbound()
         call.instance, call.queue_position, call.rerouted = None, 0, True
         call.emit(RequestRerouted(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
                                   detail=detail[:500]))
@@ -165,10 +175,10 @@ class Router:
 
     def _may_forward(self, call: Call) -> bool:
         """Whether this request may go to another node at all (a node, the cluster key, not a request already
-        forwarded here: one hop at most; not embeddings, whose instance must be started for them). Cheap: asked
-        before anything is looked up."""
+        forwarded here: one hop at most; not embeddings or rerank, whose instance must be started for them). Cheap:
+        asked before anything is looked up."""
         return (bool(self.app.node) and self._cluster_key is not None and call.request.forwarded_from is None
-                and not call.request.embeddings)
+                and not call.request.embeddings and not call.request.rerank)
 
     def _peer_for(self, call: Call) -> Peer | None:
         """Another node with the call's model ready, where this one may forward."""
@@ -244,7 +254,7 @@ class Router:
         restored from the KV bank), recorded as `request.placed`."""
         session = call.request.session
         placed = await self.kv.place(inst, slot_id, session, tenant=call.request.tenant)
-        isolate = self.isolating() and not call.request.embeddings
+        isolate = self.isolating() and not (call.request.embeddings or call.request.rerank)
         for name, value in placed.engine_fields(slot_id, isolate=isolate).items():
             call.set_engine_field(name, value)
         if session is not None and placed.kv is not None:
@@ -253,10 +263,12 @@ class Router:
                                     restored_tokens=placed.restored_tokens, restore_ms=placed.restore_ms))
 
     async def _check_context(self, call: Call, inst: Instance) -> None:
-        """Prompt plus max_tokens must fit the slot's context: a clear 400, never silent truncation. The exact count
-        (the engine's tokenizer, template applied) is asked only when a cheap upper bound does not settle it."""
-        if call.request.embeddings:
-            return
+        """Prompt plus max_tokens must fit the slot's context (blazar/serving/context_fit.py decides): as asked, the
+        output bounded to what the context leaves (recorded as `request.bounded`), or a clear 400; never silent
+        truncation of the prompt. The exact count (the engine's tokenizer, template applied) is asked only when a
+        cheap upper bound does not settle it."""
+        if call.request.embeddings or call.request.rerank:
+            return  # nothing generated; the engine refuses an input over its context itself
         need_out = call.max_tokens or 0
         if _prompt_upper_bound(call.engine_body()) + need_out <= inst.ctx_tokens:
             return
@@ -268,11 +280,14 @@ class Router:
             return  # the engine refuses an oversized prompt itself
         if n is None:
             return
-        if n + need_out > inst.ctx_tokens or n >= inst.ctx_tokens:
-            raise Refused(f"this request needs {n} prompt tokens + {need_out} max_tokens = {n + need_out} tokens, "
-                          f"but {inst.model}'s context is {inst.ctx_tokens} tokens per request; shorten the prompt "
-                          "or lower max_tokens", reason="context_length_exceeded", http_status=400,
-                          observations={"prompt_tokens": n, "max_tokens": need_out, "ctx_tokens": inst.ctx_tokens})
+        bounded = decide_max_tokens(n, call.max_tokens, inst.ctx_tokens, inst.model,
+                                    self.app.settings().max_tokens_over_context)
+        if bounded is None:
+            return
+        call.bound_output(bounded, bound_body(call.engine_body(), call.request.engine_path, bounded))
+        call.emit(RequestBounded(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
+                                 prompt_tokens=n, max_tokens=need_out, bounded_max_tokens=bounded,
+                                 ctx_tokens=inst.ctx_tokens))
 
     # -- what a fan-out takes more of ----------------------------------------------------------------------------------
 

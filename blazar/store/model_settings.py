@@ -29,6 +29,7 @@ from blazar.errors import (
 )
 from blazar.events.base import Recorded
 from blazar.events.model_settings import ModelConfigured, ModelSettings, ModelVariantCreated, ParameterValue
+from blazar.events.models import ModelMetadata
 from blazar.projections.catalog import alias_target, ever_configured, is_model, stored
 from blazar.store.models import check_name
 
@@ -187,6 +188,7 @@ class SettingsChange:
     clear_template: bool = False
     clear_system: bool = False
     clear_parameters: tuple[str, ...] = ()  # names (any accepted spelling); "all" clears every one
+    rerank: bool | None = None  # force rerank mode on (True) or off (False); None: leave as is
 
     def applied_to(self, old: ModelSettings | None, known: Iterable[str] = BUILTIN_TEMPLATES
                    ) -> tuple[ModelSettings, list[str]]:
@@ -217,7 +219,11 @@ class SettingsChange:
         for name, value in self.parameters.items():
             params[name] = value
             changed.append(f"parameters.{name}")
-        new = ModelSettings(template_kind=kind, template=template, system=system, parameters=params)
+        rerank = base.rerank
+        if self.rerank is not None and self.rerank != rerank:
+            rerank = self.rerank
+            changed.append("rerank")
+        new = ModelSettings(template_kind=kind, template=template, system=system, parameters=params, rerank=rerank)
         return new, list(dict.fromkeys(changed))
 
 
@@ -327,3 +333,9 @@ def template_flags(caps: Capabilities, settings: ModelSettings | None, templates
         tmp.write_text(settings.template, encoding="utf-8")
         os.replace(tmp, path)  # NOTE: whole or absent: a concurrent load never reads half a template
     return [*(["--jinja"] if caps.has("--jinja") else []), "--chat-template-file", str(path)]
+
+
+def reranks(metadata: ModelMetadata, settings: ModelSettings | None) -> bool:
+    """Whether a model serves rerank requests: its GGUF's pooling type is rank (a classifier head scores a query
+    and document pair), or its settings force rerank mode (`blazar model set NAME --rerank`)."""
+    return metadata.pooling_type == "rank" or (settings is not None and settings.rerank)

@@ -26,7 +26,7 @@ def test_set_show_and_clear_each_setting(cli: Cli, tmp_path: Path) -> None:
     assert "template; system; parameters.temperature; parameters.stop; parameters.num_ctx changed" in out
     shown = cli("show", "tiny", "--json").json()["settings"]
     assert shown == {"template_kind": "jinja", "template": JINJA, "system": "Be brief.",
-                     "parameters": {"temperature": 0.25, "stop": ["<x>", "<y>"], "num_ctx": 512}}
+                     "parameters": {"temperature": 0.25, "stop": ["<x>", "<y>"], "num_ctx": 512}, "rerank": False}
     text = cli("show", "tiny").stdout
     assert f"Jinja, {len(JINJA)} characters" in text and "Be brief." in text and "temperature=0.25" in text
     cli("model", "set", "tiny", "--template", "chatml", "--clear-system", "--clear-param", "stop")
@@ -63,3 +63,18 @@ def test_refusals_are_clear_and_change_nothing(cli: Cli, tmp_path: Path) -> None
     r = cli("model", "set", "nope", "--system", "x", check=False)
     assert r.code == 2 and "nope" in r.stderr
     assert cli("events", "--type", "model.configured", "--json").stdout.strip() == ""
+
+
+def test_rerank_mode_is_forced_and_undone_and_shows_as_a_capability(cli: Cli, tmp_path: Path) -> None:
+    _imported(cli, tmp_path)
+    assert "rerank" not in cli("show", "tiny", "--json").json()["capabilities"]
+    assert "rerank changed" in cli("model", "set", "tiny", "--rerank").stdout
+    shown = cli("show", "tiny", "--json").json()
+    assert shown["settings"]["rerank"] is True and "rerank" in shown["capabilities"]
+    assert "forced" in cli("show", "tiny").stdout
+    assert "nothing changed" in cli("model", "set", "tiny", "--rerank").stdout
+    cli("model", "set", "tiny", "--no-rerank")
+    shown = cli("show", "tiny", "--json").json()
+    assert shown["settings"] is None and "rerank" not in shown["capabilities"]
+    events = cli("events", "--type", "model.configured", "--json").json_lines()
+    assert [e["data"]["changed"] for e in events] == [["rerank"], [], ["rerank"]]

@@ -22,15 +22,17 @@ def blazar_cli(home: Path, *args: str, timeout: float = 300, check: bool = True)
 
 @contextlib.contextmanager
 def serving_gemma(home: Path, engine_binary: Path, gemma_path: Path, model: str,
-                  settings: dict[str, object]) -> Iterator[tuple[int, subprocess.Popen]]:
+                  settings: dict[str, object], output: Path | None = None) -> Iterator[tuple[int, subprocess.Popen]]:
+    """`output`: a file the daemon's stdout and stderr both go to (granian writes its own lines to stdout)."""
     blazar_cli(home, "engine", "install", "--path", str(engine_binary))
     blazar_cli(home, "import", str(gemma_path), "--name", model)
     for key, value in settings.items():
         blazar_cli(home, "config", "set", key, str(value))
     port = free_port()
     env = {**os.environ, "BLAZAR_HOME": str(home)}
+    sink = output.open("w") if output is not None else None
     proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=sink or subprocess.DEVNULL, stderr=sink or subprocess.PIPE, text=True)
     try:
         wait_for(lambda: healthy(port), "/health", proc=proc)
         yield port, proc
@@ -38,6 +40,8 @@ def serving_gemma(home: Path, engine_binary: Path, gemma_path: Path, model: str,
         stop_daemon(proc)
         if proc.stderr:
             proc.stderr.close()
+        if sink is not None:
+            sink.close()
 
 
 def stop_daemon(proc: subprocess.Popen, timeout_s: float = 60) -> None:

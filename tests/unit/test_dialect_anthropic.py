@@ -12,7 +12,7 @@ import pydantic
 import pytest
 from anthropic.types import Message, RawMessageStreamEvent
 
-from blazar.dialects.anthropic import MessagesStream, error_body, from_openai, to_openai
+from blazar.dialects.anthropic import MessagesStream, check_betas, error_body, from_openai, to_openai
 from blazar.dialects.errors import DialectError
 
 WEATHER = {"name": "get_weather", "description": "Weather for a city",
@@ -35,6 +35,45 @@ def test_system_string_and_blocks_become_a_leading_system_message() -> None:
     assert to_openai(body(system="Be brief."))["messages"][0] == {"role": "system", "content": "Be brief."}
     blocks = [{"type": "text", "text": "One."}, {"type": "text", "text": "Two.", "cache_control": {"type": "x"}}]
     assert to_openai(body(system=blocks))["messages"][0] == {"role": "system", "content": "One.\nTwo."}
+
+
+def test_system_messages_anywhere_join_the_system_text_in_order() -> None:
+    # Claude Code 2.1's shape: system blocks (with cache_control), then a system message at messages[1].
+    out = to_openai(body(system=[{"type": "text", "text": "One.", "cache_control": {"type": "ephemeral"}}],
+                         messages=[{"role": "user", "content": [{"type": "text", "text": "Hi",
+                                                                "cache_control": {"type": "ephemeral"}}]},
+                                   {"role": "system", "content": "Two."},
+                                   {"role": "assistant", "content": "Hello"},
+                                   {"role": "system", "content": [{"type": "text", "text": "Three."},
+                                                                  {"type": "text", "text": "Four."}]},
+                                   {"role": "user", "content": "Bye"}]))
+    assert out["messages"] == [{"role": "system", "content": "One.\n\nTwo.\n\nThree.\nFour."},
+                               {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
+                               {"role": "user", "content": "Bye"}]
+    only_inside = to_openai(body(messages=[{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}]))
+    assert only_inside["messages"] == [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}]
+    assert to_openai(body(system=""))["messages"] == [{"role": "user", "content": "Hi"}]
+
+
+def test_what_claude_code_sends_besides_is_accepted() -> None:
+    out = to_openai(body(thinking={"type": "adaptive"}, output_config={"effort": "high"},
+                         context_management={"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+                         metadata={"user_id": "{}"},
+                         tools=[{**WEATHER, "cache_control": {"type": "ephemeral"}}]))
+    assert not {"thinking", "output_config", "context_management", "metadata", "response_format"} & out.keys()
+    assert out["tools"][0]["function"]["name"] == "get_weather"
+
+
+def test_betas_that_change_nothing_pass_and_those_the_engine_cannot_honour_are_refused() -> None:
+    check_betas(None)
+    check_betas("claude-code-20250219,interleaved-thinking-2025-05-14,thinking-token-count-2026-05-13,"
+                "context-management-2025-06-27,prompt-caching-scope-2026-01-05,mid-conversation-system-2026-04-07,"
+                "effort-2025-11-24, some-future-beta-2030-01-01")
+    for refused in ("code-execution-2025-08-25", "mcp-client-2025-04-04", "files-api-2025-04-14",
+                    "context-1m-2025-08-07", "computer-use-2025-01-24", "skills-2025-10-02"):
+        with pytest.raises(DialectError, match=r"anthropic-beta: .* is not supported") as caught:
+            check_betas(f"claude-code-20250219, {refused}")
+        assert refused in str(caught.value) and caught.value.http_status == 400
 
 
 def test_sampling_fields_stop_sequences_and_stream_are_copied() -> None:
@@ -116,7 +155,12 @@ def test_tools_and_tool_choice_map() -> None:
     ({"max_tokens": True}, "max_tokens"),
     ({"messages": []}, "messages"),
     ({"messages": "hi"}, "messages"),
-    ({"messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
+    ({"messages": [{"role": "system", "content": "x"}]}, "messages"),  # no turn to answer
+    ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0.role"),
+    ({"messages": [{"role": "system", "content": [{"type": "image"}]}]}, "messages.0.content.0"),
+    ({"messages": [{"role": "system", "content": 3}, {"role": "user", "content": "a"}]}, "messages.0.content"),
+    ({"context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}}, "context_management.edits.0.type"),
+    ({"context_management": "all"}, "context_management"),
     ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
     ({"messages": [{"role": "user", "content": [{"type": "video"}]}]}, "messages.0.content.0.type"),
     ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages.0.content.0.text"),

@@ -23,6 +23,7 @@ from blazar.instances.load_decision import (
     Shape,
     Situation,
     Start,
+    carried_shape,
     decide_give_way,
     decide_load,
 )
@@ -224,3 +225,44 @@ def test_a_pinned_instance_refuses_a_new_shape_with_the_way_out(ctx: int | None,
     assert isinstance(d, Refuse) and d.reason == "no_room" and d.error is ModelPinned
     assert d.detail.startswith(why) and "blazar load gemma --unpin" in d.detail
     assert d.observations == {"ctx_wanted": ctx, "ctx_had": 512, "embeddings_wanted": embeddings, "pinned": "i1"}
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_an_instance_in_the_other_mode_stays_whatever_it_is(pinned: bool) -> None:
+    """A rerank instance serves what a chat or embeddings one does not, and the other way round: neither gives way to
+    the other (memory decides whether one goes), and a pinned one refuses nothing."""
+    rerank = Shape(instance_id="r", ctx_tokens=512, template="", pinned=pinned, in_flight=0, rerank=True)
+    assert decide_give_way("gemma", rerank, ctx=1024, embeddings=False, template="") is None
+    assert decide_give_way("gemma", rerank, ctx=None, embeddings=True, template="") is None
+    chat = shape(pinned=pinned)
+    assert decide_give_way("gemma", chat, ctx=None, embeddings=False, template="", rerank=True) is None
+    # In its own mode, a rerank instance with a smaller context gives way like any other.
+    assert isinstance(decide_give_way("gemma", Shape(instance_id="r", ctx_tokens=512, template="", pinned=False,
+                                                     in_flight=0, rerank=True),
+                                      ctx=1024, embeddings=False, template="", rerank=True), GiveWay)
+
+
+def gone(ctx_tokens: int, *, embeddings: bool = False, rerank: bool = False) -> Shape:
+    return Shape(instance_id="g", ctx_tokens=ctx_tokens, template="", pinned=False, in_flight=0,
+                 embeddings=embeddings, rerank=rerank)
+
+
+@pytest.mark.parametrize(("ctx", "embeddings", "gave_way", "want"), [
+    # Nothing gave way: the request's own shape (None: the default context).
+    (None, True, [], (None, True)),
+    (4096, False, [], (4096, False)),
+    # Embeddings at the default context after chat at 4096: the new instance keeps the 4096 (the next chat turn
+    # needs it) and turns embeddings on.
+    (None, True, [gone(4096)], (4096, True)),
+    # Chat at 8192 after an instance that served embeddings at 4096: the larger context, embeddings kept.
+    (8192, False, [gone(4096, embeddings=True)], (8192, True)),
+    # A request for more than what gave way: its own context wins.
+    (2048, False, [gone(1024)], (2048, False)),
+    # Several gave way: the largest context, and embeddings if any served them.
+    (None, False, [gone(1024, embeddings=True), gone(4096)], (4096, True)),
+    # A rerank instance hands nothing on: it serves one kind of request.
+    (None, True, [gone(8192, rerank=True)], (None, True)),
+])
+def test_a_new_shape_carries_what_the_instances_that_gave_way_served(
+        ctx: int | None, embeddings: bool, gave_way: list[Shape], want: tuple[int | None, bool]) -> None:
+    assert carried_shape(ctx, embeddings, gave_way) == want

@@ -42,10 +42,11 @@ class RecordingStopper:
 
 
 def live(iid: str, *, model: str = "other", ctx: int = 4096, last_used: float = 0.0, pinned: bool = False,
-         in_flight: int = 0) -> Live:
+         in_flight: int = 0, embeddings: bool = False, rerank: bool = False) -> Live:
     """A ready child of `model` planned at `ctx` tokens (about 353 MiB at 4096 for Gemma 3 270M)."""
     fit = plan(META, [host(20 * GiB, 24 * GiB)], FitRequest(ctx=ctx))
-    inst = Instance(instance_id=iid, model=model, port=1, slots=1, ctx_tokens=ctx, engine_tag="t", load_ms=2000)
+    inst = Instance(instance_id=iid, model=model, port=1, slots=1, ctx_tokens=ctx, engine_tag="t", load_ms=2000,
+                    embeddings=embeddings, rerank=rerank)
     return Live(instance=inst, proc=cast(Any, None), plan=fit, log_path=Path("/nowhere"), started_seq=0,
                 started_mono=0.0, keep_alive_s=300.0, pinned=pinned, state="ready", in_flight=in_flight,
                 last_used=last_used)
@@ -127,3 +128,33 @@ async def test_a_smaller_shape_of_the_model_gives_way_and_a_pinned_one_refuses(
         await room.reshape("gemma", 2048, False, None)
     (refused,) = await _events(app, "instance.load_refused")
     assert refused.reason == "no_room" and refused.observations["pinned"] == "pinned"
+
+
+async def test_an_embeddings_load_takes_over_the_chat_instance_it_replaces_at_its_context(
+        world: tuple[RoomMaker, LiveSet, RecordingStopper]) -> None:
+    """The churn a client alternating chat at a large num_ctx with embeddings caused: the new instance keeps the
+    context of the one that gave way, and serves both from then on (LiveSet.ready_for finds it for each)."""
+    room, children, stopper = world
+    children.add(live("chat", model="gemma", ctx=4096))
+    children.add(live("ranker", model="gemma", ctx=512, rerank=True))
+    assert await room.reshape("gemma", None, True, None) == (4096, True)
+    assert [e[0] for e in stopper.evicted] == ["chat"]  # the rerank instance is another mode: it stays
+    children.add(live("both", model="gemma", ctx=4096, embeddings=True))
+    assert children.ready_for("gemma", None, embeddings=True).instance.instance_id == "both"
+    assert children.ready_for("gemma", 4096).instance.instance_id == "both"
+    assert children.ready_for("gemma", 8192) is None
+
+
+async def test_rerank_requests_are_served_by_a_rerank_instance_only_and_nothing_else_by_one(
+        world: tuple[RoomMaker, LiveSet, RecordingStopper]) -> None:
+    room, children, stopper = world
+    children.add(live("ranker", model="gemma", ctx=4096, rerank=True))
+    assert children.ready_for("gemma", None) is None
+    assert children.ready_for("gemma", None, embeddings=True) is None
+    assert children.ready_for("gemma", None, rerank=True).instance.instance_id == "ranker"
+    children.add(live("chat", model="gemma", ctx=4096, embeddings=True))
+    assert children.ready_for("gemma", None, rerank=True).instance.instance_id == "ranker"
+    assert children.ready_for("gemma", 2048).instance.instance_id == "chat"
+    # A rerank load at a larger context: the smaller rerank instance gives way, the chat one stays, nothing carried.
+    assert await room.reshape("gemma", 8192, False, None, rerank=True) == (8192, False)
+    assert [e[0] for e in stopper.evicted] == ["ranker"]

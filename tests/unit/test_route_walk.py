@@ -35,7 +35,8 @@ KEYS_OWN = frozenset({"/api/blazar/sessions", "/api/blazar/sessions/{name}", "/a
                       "/api/blazar/sessions/{name}/restore"})
 CLUSTER_MAY = frozenset({"/api/pull"})
 # Plausible values for the path parameters.
-PARAMS = {"name": "chat-1", "trace": "0123456789abcdef0123456789abcdef", "model_id": "gemma3"}
+PARAMS = {"name": "chat-1", "trace": "0123456789abcdef0123456789abcdef", "model_id": "gemma3",
+          "response_id": "resp_0123456789abcdef"}
 STATIC_NAME = "console.js"
 
 
