@@ -45,6 +45,7 @@ class ChatTranslation:
     empty: bool  # only loads/unloads the model: nothing to generate
     max_tokens: int | None
     think: bool | None
+    top_logprobs: int = 0  # alternatives per token asked for (the engine sends its own number: cut to this)
 
 
 # ---------------------------------------------------------------------------------------------- request fields
@@ -334,7 +335,8 @@ def chat_request(body: dict[str, Any]) -> ChatTranslation:
         engine["chat_template_kwargs"] = kwargs
     engine.update(_logprobs(body))
     return ChatTranslation(model=model, engine_path=CHAT_PATH, engine_body=engine, stream=stream, ctx=ctx,
-                           keep_alive=keep, empty=not messages, max_tokens=sampling.get("max_tokens"), think=think)
+                           keep_alive=keep, empty=not messages, max_tokens=sampling.get("max_tokens"), think=think,
+                           top_logprobs=engine.get("top_logprobs", 0))
 
 
 def generate_request(body: dict[str, Any]) -> ChatTranslation:
@@ -386,7 +388,8 @@ def generate_request(body: dict[str, Any]) -> ChatTranslation:
         engine.update(logprobs)
         path = CHAT_PATH
     return ChatTranslation(model=model, engine_path=path, engine_body=engine, stream=stream, ctx=ctx, keep_alive=keep,
-                           empty=empty, max_tokens=sampling.get("max_tokens"), think=think)
+                           empty=empty, max_tokens=sampling.get("max_tokens"), think=think,
+                           top_logprobs=logprobs.get("top_logprobs", 0))
 
 
 # ---------------------------------------------------------------------------------------------- answers
@@ -452,16 +455,17 @@ def _token(t: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def ollama_logprobs(logprobs: Any) -> list[dict[str, Any]] | None:
-    """The engine's `choices[].logprobs.content` (OpenAI's shape) → Ollama's `logprobs` list; None when absent."""
+def ollama_logprobs(logprobs: Any, top: int = 0) -> list[dict[str, Any]] | None:
+    """The engine's `choices[].logprobs.content` (OpenAI's shape) → Ollama's `logprobs` list, with `top` alternatives
+    per token as asked (llama-server sends its own number whatever was asked); None when absent."""
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
     if not content:
         return None
     out = []
     for t in content:
         entry = _token(t)
-        if t.get("top_logprobs"):
-            entry["top_logprobs"] = [_token(alt) for alt in t["top_logprobs"]]
+        if top and t.get("top_logprobs"):
+            entry["top_logprobs"] = [_token(alt) for alt in t["top_logprobs"][:top]]
         out.append(entry)
     return out
 
@@ -471,7 +475,7 @@ def _first_choice(answer: dict[str, Any]) -> dict[str, Any]:
     return choices[0] or {}
 
 
-def chat_reply(answer: dict[str, Any], model: str, call: CallTimes) -> dict[str, Any]:
+def chat_reply(answer: dict[str, Any], model: str, call: CallTimes, top_logprobs: int = 0) -> dict[str, Any]:
     """A whole /v1/chat/completions answer → Ollama's /api/chat reply."""
     choice = _first_choice(answer)
     m = choice.get("message") or {}
@@ -483,12 +487,12 @@ def chat_reply(answer: dict[str, Any], model: str, call: CallTimes) -> dict[str,
     out = {"model": model, "created_at": _now(), "message": message, "done": True,
            "done_reason": _done_reason(choice.get("finish_reason")),
            **_stats(answer.get("usage"), answer.get("timings"), call)}
-    if (lp := ollama_logprobs(choice.get("logprobs"))) is not None:
+    if (lp := ollama_logprobs(choice.get("logprobs"), top_logprobs)) is not None:
         out["logprobs"] = lp
     return out
 
 
-def generate_reply(answer: dict[str, Any], model: str, call: CallTimes) -> dict[str, Any]:
+def generate_reply(answer: dict[str, Any], model: str, call: CallTimes, top_logprobs: int = 0) -> dict[str, Any]:
     """A whole /v1/chat/completions or /v1/completions answer → Ollama's /api/generate reply."""
     choice = _first_choice(answer)
     m = choice.get("message") or {}
@@ -498,7 +502,7 @@ def generate_reply(answer: dict[str, Any], model: str, call: CallTimes) -> dict[
         out["thinking"] = m["reasoning_content"]
     out.update(done=True, done_reason=_done_reason(choice.get("finish_reason")),
                **_stats(answer.get("usage"), answer.get("timings"), call))
-    if (lp := ollama_logprobs(choice.get("logprobs"))) is not None:
+    if (lp := ollama_logprobs(choice.get("logprobs"), top_logprobs)) is not None:
         out["logprobs"] = lp
     return out
 
@@ -508,8 +512,8 @@ class _Stream(ABC):
 
     content_type = "application/x-ndjson"
 
-    def __init__(self, model: str, call: CallTimes) -> None:
-        self.model, self.call = model, call
+    def __init__(self, model: str, call: CallTimes, top_logprobs: int = 0) -> None:
+        self.model, self.call, self.top_logprobs = model, call, top_logprobs
         self.usage: dict[str, Any] | None = None
         self.timings: dict[str, Any] | None = None
         self.finish: Any = None
@@ -581,7 +585,7 @@ class _Stream(ABC):
             out += self.line("", thinking=delta["reasoning_content"])
         text = delta.get("content") or choice.get("text")  # chat deltas, or /v1/completions (raw) text
         if text:
-            out += self.line(text, logprobs=ollama_logprobs(choice.get("logprobs")))
+            out += self.line(text, logprobs=ollama_logprobs(choice.get("logprobs"), self.top_logprobs))
         if choice.get("finish_reason"):
             out += self.calls_line()
         return out

@@ -483,19 +483,22 @@ LOGPROBS = {"content": [{"token": "Hi", "logprob": -0.5, "bytes": [72, 105],
 
 def test_logprobs_are_asked_of_the_engine_and_come_back_in_ollamas_shape() -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 2}
-    engine = chat_request(body).engine_body
-    assert (engine["logprobs"], engine["top_logprobs"]) == (True, 2)
+    cp = chat_request(body)
+    assert (cp.engine_body["logprobs"], cp.engine_body["top_logprobs"], cp.top_logprobs) == (True, 2, 2)
     assert "logprobs" not in chat_request({**body, "logprobs": None, "top_logprobs": None}).engine_body
     assert generate_request({"model": "m", "prompt": "x", "logprobs": True}).engine_body["logprobs"] is True
     answer = {"choices": [{"message": {"content": "Hi"}, "finish_reason": "stop", "logprobs": LOGPROBS}]}
-    reply = ollama.ChatResponse.model_validate(chat_reply(answer, "m", call()))
+    reply = ollama.ChatResponse.model_validate(chat_reply(answer, "m", call(), 2))
     assert reply.logprobs is not None and reply.logprobs[0].token == "Hi" and reply.logprobs[0].logprob == -0.5
     assert [t.token for t in reply.logprobs[0].top_logprobs or ()] == ["Hi", "Yo"]
+    # llama-server sends its own number of alternatives whatever was asked: cut to what the client asked for.
+    assert [t["token"] for t in chat_reply(answer, "m", call(), 1)["logprobs"][0]["top_logprobs"]] == ["Hi"]
+    assert "top_logprobs" not in chat_reply(answer, "m", call())["logprobs"][0]
     assert "logprobs" not in chat_reply({"choices": [{"message": {"content": "Hi"}}]}, "m", call())
-    got = run(ChatStream("m", call()), [
+    got = run(ChatStream("m", call(), 2), [
         {"choices": [{"index": 0, "delta": {"content": "Hi"}, "logprobs": LOGPROBS}]},
         chunk({}, finish="stop")])
-    assert ollama.ChatResponse.model_validate(got[0]).logprobs is not None
+    assert ollama.ChatResponse.model_validate(got[0]).logprobs and len(got[0]["logprobs"][0]["top_logprobs"]) == 2
     lines = run(GenerateStream("m", call()), [
         {"choices": [{"index": 0, "delta": {"content": "Hi"}, "logprobs": LOGPROBS}]}, chunk({}, finish="stop")])
     assert lines[0]["logprobs"][0]["bytes"] == [72, 105]
