@@ -57,7 +57,7 @@ def test_run_with_chat_sends_a_chat_turn_to_the_base_model_anyway(run_home: Path
 def served(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_path: Path
            ) -> Iterator[tuple[Path, str]]:
     home = tmp_path_factory.mktemp("arch-template")
-    with serving_gemma(home, engine_binary, gemma_path, MODEL, {"ctx": 1024}) as (port, _):
+    with serving_gemma(home, engine_binary, gemma_path, MODEL, {"ctx": 1024}, template=None) as (port, _):
         yield home, f"http://127.0.0.1:{port}"
 
 
