@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import falcon
 import falcon.asgi
 import orjson
+from gguf.constants import LlamaFileType
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 import blazar
@@ -22,6 +23,7 @@ from blazar.errors import BlazarError, DialectError, ModelNotFound
 from blazar.queries.catalog import StoredModel, alias_target, aliases, is_model, model, models
 from blazar.queries.ps import instance
 from blazar.serving.ports import SupervisorPort
+from blazar.store.chat_templates import completion_only, served_template
 from blazar.store.model_settings import reranks
 from blazar.store.models import alias_model, remove_model, unalias_model
 
@@ -56,6 +58,15 @@ def parameter_size(n: int) -> str:
     if n >= 1e6:
         return f"{n / 1e6:.2f}M"
     return f"{n / 1e3:.2f}K" if n >= 1e3 else str(n)
+
+
+def file_type_number(name: str | None) -> int | None:
+    """"Q4_K_M" → 15, llama.cpp's file type number (what the GGUF's general.file_type holds)."""
+    for prefix in ("MOSTLY_", "ALL_", ""):
+        member = LlamaFileType.__members__.get(f"{prefix}{name}")
+        if member is not None:
+            return int(member)
+    return None
 
 
 def details(m: StoredModel) -> dict[str, Any]:
@@ -166,8 +177,10 @@ class Show:
         md = entry.metadata
         arch = md.architecture or ""
         info: dict[str, Any] = {"general.architecture": arch, "general.parameter_count": md.parameter_count}
-        if md.file_type:
-            info["general.file_type"] = md.file_type
+        if (ftype := file_type_number(md.file_type)) is not None:
+            info["general.file_type"] = ftype  # a number in the GGUF and in Ollama's answer, as "Q4_K_M" is in details
+        if md.name:
+            info["general.name"] = md.name
         for key, field in (("context_length", "ctx_train"), ("block_count", "block_count"),
                            ("embedding_length", "embedding_length"), ("attention.head_count", "head_count"),
                            ("attention.head_count_kv", "head_count_kv"), ("attention.key_length", "key_length"),
@@ -178,15 +191,25 @@ class Show:
                 info[f"{arch}.{key}"] = value
         if md.vocab_size is not None:
             info[f"{arch}.vocab_size"] = md.vocab_size
-        caps = ["completion"] + (["embedding"] if md.embedding_model else [])
+        # Ollama's words: an embedding model embeds only; any other model completes (chat or not).
+        caps = ["embedding"] if md.embedding_model else ["completion"]
         caps += ["rerank"] if reranks(md, entry.settings) else []
         s = entry.settings
-        template, system = (s.template, s.system) if s is not None else (None, None)
+        system = s.system if s is not None else None
         params = dict(s.parameters) if s is not None else {}
+        served = served_template(md, s)
+        # The template the model is served with, as text, where Blazar holds it (set, or by architecture); the
+        # GGUF's own stays in the file ("").
+        template = served.template if served.source in ("settings", "architecture") else None
         media: dict[str, Any] = {
-            "modelfile": render_modelfile(entry.name, entry.base or entry.name, template, system, params),
+            "modelfile": render_modelfile(entry.name, entry.base or entry.name, s.template if s else None, system,
+                                          params),
             "parameters": render_parameters(params), "template": template or "", "details": details(entry),
-            "model_info": info, "capabilities": caps, "modified_at": rfc3339(entry.added_ts)}
+            "model_info": info, "capabilities": caps, "modified_at": rfc3339(entry.added_ts),
+            # Blazar's own, beside Ollama's fields: whether the model only continues text (`blazar run` reads it),
+            # and where its chat template comes from.
+            "blazar": {"completion_only": completion_only(md), "template_source": served.source,
+                       "template": served.describe()}}
         if system is not None:
             media["system"] = system
         resp.media = media

@@ -26,7 +26,7 @@ class _Generation(Proxy):
     chat: bool
     translate: Callable[[dict[str, Any]], ollama_dialect.ChatTranslation]
     stream_class: type[ollama_dialect.ChatStream] | type[ollama_dialect.GenerateStream]
-    answer: Callable[[dict[str, Any], str, Any], dict[str, Any]]
+    answer: Callable[[dict[str, Any], str, Any, int], dict[str, Any]]
 
     def ask(self, data: dict[str, Any]) -> Request:
         cp = self.translate(data)
@@ -36,8 +36,8 @@ class _Generation(Proxy):
         stream_class, answer = self.stream_class, self.answer
         return Request(model=cp.model, engine_path=cp.engine_path, body=cp.engine_body, stream=cp.stream,
                     max_tokens=cp.max_tokens, ctx=cp.ctx, keep_alive=cp.keep_alive,
-                    stream_as=lambda call: stream_class(cp.model, call),
-                    reply=lambda reply, call: answer(reply, call.model, call),
+                    stream_as=lambda call: stream_class(cp.model, call, cp.top_logprobs),
+                    reply=lambda reply, call: answer(reply, call.model, call, cp.top_logprobs),
                     instead=(lambda: self.load_or_unload(cp)) if cp.empty else None)
 
     async def load_or_unload(self, cp: ollama_dialect.ChatTranslation) -> dict[str, Any]:

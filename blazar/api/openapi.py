@@ -93,7 +93,9 @@ _OLLAMA_COMMON: Schema = {"model": {"type": "string", "minLength": 1}, "stream":
                           "options": _OLLAMA_OPTIONS, "keep_alive": _DURATION,
                           "format": {"oneOf": [{"enum": ["", "json"]}, _OBJ, {"type": "null"}]},
                           "think": {"oneOf": [{"type": ["boolean", "null"]},
-                                              {"enum": ["low", "medium", "high", "max"]}]}}
+                                              {"enum": ["low", "medium", "high", "max"]}]},
+                          "logprobs": {"type": ["boolean", "null"], "description": "refused with raw"},
+                          "top_logprobs": {"type": ["integer", "null"], "minimum": 0, "maximum": 20}}
 _OLLAMA_CHAT: Schema = {"type": "object", "required": ["model"], "properties": {
     **_OLLAMA_COMMON,
     "messages": {"type": ["array", "null"], "items": {"type": "object", "required": ["role"], "properties": {
@@ -124,6 +126,11 @@ _OLLAMA_DETAILS = {"type": "object", "properties": {
     "parameter_size": _STR, "quantization_level": _STR}}
 _OLLAMA_STATS = {k: _INT for k in ("total_duration", "load_duration", "prompt_eval_count", "prompt_eval_duration",
                                    "eval_count", "eval_duration")}
+_TOKEN_FIELDS: Schema = {"token": _STR, "logprob": _NUM, "bytes": {"type": "array", "items": _INT}}
+_TOKEN_LOGPROB: Schema = {"type": "object", "required": ["token", "logprob"], "properties": _TOKEN_FIELDS}
+_OLLAMA_LOGPROBS: Schema = {"type": "array", "items": {"type": "object", "required": ["token", "logprob"],
+                                                       "properties": {**_TOKEN_FIELDS, "top_logprobs": {
+                                                           "type": "array", "items": _TOKEN_LOGPROB}}}}
 
 SCHEMAS: dict[str, Schema] = {
     # The three error shapes (blazar/api/errors.py renders each by route).
@@ -213,14 +220,17 @@ SCHEMAS: dict[str, Schema] = {
             "expires_at": _STR, "size_vram": _INT, "context_length": {"type": ["integer", "null"]}}}}}},
     "Show": {"type": "object", "required": ["details", "model_info", "capabilities"], "properties": {
         "modelfile": _STR, "parameters": _STR, "template": _STR, "system": _STR, "details": _OLLAMA_DETAILS,
-        "model_info": _OBJ, "capabilities": {"type": "array", "items": _STR}, "modified_at": _STR}},
+        "model_info": _OBJ, "capabilities": {"type": "array", "items": _STR}, "modified_at": _STR,
+        "blazar": {"type": "object", "properties": {"completion_only": _BOOL, "template_source": {
+            "enum": ["settings", "gguf", "architecture", "fallback"]}, "template": _STR}}}},
     "ChatResponse": {"type": "object", "required": ["model", "created_at", "message", "done"], "properties": {
         "model": _STR, "created_at": _STR, "done": _BOOL, "done_reason": _STR, **_OLLAMA_STATS,
         "message": {"type": "object", "required": ["role", "content"], "properties": {
-            "role": _STR, "content": _STR, "thinking": _STR, "tool_calls": {"type": "array"}}}}},
+            "role": _STR, "content": _STR, "thinking": _STR, "tool_calls": {"type": "array"}}},
+        "logprobs": _OLLAMA_LOGPROBS}},
     "GenerateResponse": {"type": "object", "required": ["model", "created_at", "response", "done"], "properties": {
         "model": _STR, "created_at": _STR, "response": _STR, "thinking": _STR, "done": _BOOL, "done_reason": _STR,
-        **_OLLAMA_STATS}},
+        "logprobs": _OLLAMA_LOGPROBS, **_OLLAMA_STATS}},
     "EmbedResponse": {"type": "object", "required": ["model", "embeddings"], "properties": {
         "model": _STR, "embeddings": {"type": "array", "items": {"type": "array", "items": _NUM}},
         "total_duration": _INT, "load_duration": _INT, "prompt_eval_count": _INT}},

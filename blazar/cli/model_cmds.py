@@ -16,6 +16,7 @@ from blazar.fit import FitPlan, FitRequest
 from blazar.instances.fit import fit_model
 from blazar.queries.catalog import StoredModel, aliases, models
 from blazar.queries.catalog import model as stored_model
+from blazar.store.chat_templates import capabilities, served_template
 from blazar.store.model_settings import reranks
 from blazar.store.models import alias_model, import_model, remove_model, unalias_model
 from blazar.store.pull import pull as pull_model
@@ -157,15 +158,17 @@ def show(
 
     entry, file, plan = run(go())
     md = entry.metadata
-    caps = ["completion"] + (["chat"] if md.chat_template else []) + (["embedding"] if md.embedding_model else [])
-    caps += ["rerank"] if reranks(md, entry.settings) else []
+    served = served_template(md, entry.settings)
+    caps = capabilities(md) + (["rerank"] if reranks(md, entry.settings) else [])
+    template = {"source": served.source, "name": served.name if served.source == "architecture" else None,
+                "summary": served.describe()}
     if as_json:
         print_json({**entry.to_json(), "file": str(file),
                     "settings": entry.settings.model_dump(mode="json") if entry.settings is not None else None,
                     "fit": {"fits": plan.fits, "summary": plan.summary, "ctx_per_slot": plan.ctx_per_slot,
                             "slots": plan.slots, "cache_type_k": plan.cache_type_k,
                             "cache_type_v": plan.cache_type_v, "total_bytes": plan.total_bytes},
-                    "capabilities": caps})
+                    "capabilities": caps, "template": template})
         return
     table = Table(show_header=False, box=None)
     rows = [
@@ -181,7 +184,7 @@ def show(
         ("capabilities", ", ".join(caps)),
         ("fit here", plan.summary),
         *([("variant of", entry.base)] if entry.base else []),
-        *describe(entry.settings),
+        *[(k, served.describe() if k == "template" else v) for k, v in describe(entry.settings)],
     ]
     for k, v in rows:
         table.add_row(f"[bold]{k}[/bold]", v)

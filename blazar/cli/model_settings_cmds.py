@@ -12,6 +12,8 @@ from blazar.cli.common import JSON_OPTION, opened, out, print_json, run
 from blazar.cli.daemon_client import tell_daemon
 from blazar.errors import InvalidModelSettings
 from blazar.events.model_settings import ModelSettings
+from blazar.queries.catalog import model as stored_model
+from blazar.store.chat_templates import served_template
 from blazar.store.model_settings import PARAMETERS, SettingsChange, configure_model, parse_parameters
 
 app = typer.Typer(help="A model's serving settings: chat template, system prompt, default parameters (recorded as "
@@ -91,9 +93,10 @@ def set_(
     async def go() -> Any:
         async with opened() as app_:
             rec = await configure_model(app_, name, change)
-            return rec, app_.paths
+            entry = stored_model(app_, name)
+            return rec, app_.paths, entry.metadata if entry is not None else None
 
-    rec, paths = run(go())
+    rec, paths, metadata = run(go())
     tell_daemon(paths)
     ev = rec.event
     if as_json:
@@ -102,4 +105,6 @@ def set_(
     out.print(f"{ev.name}: " + ("; ".join(ev.changed) + " changed" if ev.changed else "nothing changed"),
               **_VERBATIM)
     for key, value in describe(ev.settings):
+        if key == "template" and metadata is not None:  # what the engine gets, and why (blazar show says the same)
+            value = served_template(metadata, ev.settings).describe()
         out.print(f"  {key}: {value}", **_VERBATIM)

@@ -1,5 +1,9 @@
 """`blazar run MODEL [PROMPT]`: chat with a model through the daemon's OpenAI route (starting the daemon when none
-runs), printing the reply as it streams. One shot with a prompt (or a piped stdin), else an interactive loop."""
+runs), printing the reply as it streams. One shot with a prompt (or a piped stdin), else an interactive loop.
+
+A base model (completion only: blazar/store/chat_templates.py decides, the daemon's /api/show says) continues the
+prompt as text through /v1/completions instead, and one line on stderr says so: asked a question as a chat turn, a
+model never tuned to answer one mostly repeats it."""
 
 from __future__ import annotations
 
@@ -30,6 +34,8 @@ from blazar.cli.daemon_client import (
 from blazar.daemon import DaemonInfo
 
 PROMPT = ">>> "
+CHAT_PATH = "/v1/chat/completions"
+COMPLETIONS_PATH = "/v1/completions"
 BYE = "/bye"
 # A reply may wait for a load and then stream for minutes: no read deadline; Ctrl-C ends the wait.
 TIMEOUT = httpx2.Timeout(None, connect=HEALTH_TIMEOUT_S)
@@ -68,7 +74,7 @@ class ChatClient:
     """POST /v1/chat/completions on one daemon, streamed (SSE) or whole."""
 
     def __init__(self, info: DaemonInfo) -> None:
-        self.url = info.url
+        self.info, self.url = info, info.url
         # trust_env=False: a proxy from the environment must never sit between the CLI and a loopback daemon.
         # The CLI's admin credential (run/admin.token): `blazar run` keeps working once keys are on.
         self._http = httpx2.Client(base_url=info.url, trust_env=False, timeout=TIMEOUT, headers=auth_headers(),
@@ -77,9 +83,21 @@ class ChatClient:
     def close(self) -> None:
         self._http.close()
 
-    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+    def completion_only(self, model: str) -> bool:
+        """Whether the daemon serves `model` as a base model (False when it cannot say: the chat route decides)."""
         try:
-            r = self._http.post("/v1/chat/completions", content=orjson.dumps({**body, "stream": False}),
+            r = self._http.post("/api/show", content=orjson.dumps({"model": model}),
+                                headers={"content-type": "application/json"})
+        except httpx2.TransportError as e:
+            raise DaemonUnavailable(f"the daemon at {self.url} did not answer: {e}") from None
+        if not r.is_success:
+            return False  # an unknown or remote model: the chat request says what is wrong
+        own = r.json().get("blazar")
+        return isinstance(own, dict) and own.get("completion_only") is True
+
+    def complete(self, body: dict[str, Any], path: str = CHAT_PATH) -> dict[str, Any]:
+        try:
+            r = self._http.post(path, content=orjson.dumps({**body, "stream": False}),
                                 headers={"content-type": "application/json"})
         except httpx2.TransportError as e:
             raise DaemonUnavailable(f"the daemon at {self.url} did not answer: {e}") from None
@@ -88,11 +106,12 @@ class ChatClient:
         data: dict[str, Any] = r.json()
         return data
 
-    def stream(self, body: dict[str, Any], reply: Reply) -> Iterator[str]:
-        """The content deltas as they arrive; `reply` collects the text, the usage and the token times."""
+    def stream(self, body: dict[str, Any], reply: Reply, path: str = CHAT_PATH) -> Iterator[str]:
+        """The content deltas (or, on /v1/completions, the text) as they arrive; `reply` collects the text, the usage
+        and the token times."""
         payload = orjson.dumps({**body, "stream": True, "stream_options": {"include_usage": True}})
         try:
-            with self._http.stream("POST", "/v1/chat/completions", content=payload,
+            with self._http.stream("POST", path, content=payload,
                                    headers={"content-type": "application/json", "accept": "text/event-stream"}) as r:
                 if not r.is_success:
                     raise _remote_error(r.status_code, r.read())
@@ -110,7 +129,7 @@ class ChatClient:
                     for choice in event.get("choices") or ():
                         if choice.get("finish_reason"):
                             reply.finish_reason = choice["finish_reason"]
-                        text = (choice.get("delta") or {}).get("content")
+                        text = (choice.get("delta") or {}).get("content") or choice.get("text")
                         if text:
                             now = time.perf_counter()
                             if reply.first_token is None:
@@ -145,11 +164,11 @@ def _daemon() -> DaemonInfo:
     return info
 
 
-def _say(client: ChatClient, body: dict[str, Any], reply: Reply, *, verbose: bool) -> None:
+def _say(client: ChatClient, body: dict[str, Any], reply: Reply, *, verbose: bool, path: str = CHAT_PATH) -> None:
     """Stream one reply to stdout, collected in `reply`. Ctrl-C stops it (closing the connection, so the engine
     stops generating) and propagates, with what came before it in `reply`."""
     try:
-        for text in client.stream(body, reply):
+        for text in client.stream(body, reply, path):
             sys.stdout.write(text)
             sys.stdout.flush()
     finally:
@@ -158,6 +177,29 @@ def _say(client: ChatClient, body: dict[str, Any], reply: Reply, *, verbose: boo
         sys.stdout.flush()
     if verbose:
         err.print(reply.stats(), style="dim", **_VERBATIM)
+
+
+def _completion_loop(client: ChatClient, base: dict[str, Any], *, verbose: bool) -> None:
+    """A base model, interactively: each line is continued on its own (a base model keeps no conversation)."""
+    while True:
+        try:
+            line = input(PROMPT)
+        except EOFError:
+            sys.stdout.write("\n")
+            return
+        except KeyboardInterrupt:
+            sys.stdout.write(f"\n(type {BYE} or press Ctrl-D to leave)\n")
+            continue
+        if not line.strip():
+            continue
+        if line.strip() == BYE:
+            return
+        try:
+            _say(client, {**base, "prompt": line}, Reply(), verbose=verbose, path=COMPLETIONS_PATH)
+        except KeyboardInterrupt:
+            sys.stdout.write("(stopped)\n")
+        except RemoteError as e:
+            err.print(f"error: {e.message}", style="bold red", **_VERBATIM)
 
 
 def _chat_loop(client: ChatClient, base: dict[str, Any], messages: list[dict[str, Any]], *, verbose: bool) -> None:
@@ -204,8 +246,12 @@ def run(
                                           "instead of streaming text (needs a prompt).")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Timing on stderr after each reply: time to "
                                           "first token, tokens/s (from the usage the engine reports).")] = False,
+    chat: Annotated[bool, typer.Option("--chat", help="Send the prompt as a chat turn even to a base model (one "
+                                       "whose GGUF has no chat template and is not tuned for instructions), "
+                                       "which otherwise continues the prompt as text.")] = False,
 ) -> None:
-    """Chat with a model through the daemon (starting it when none runs); the model loads on first use."""
+    """Chat with a model through the daemon (starting it when none runs); the model loads on first use. A base
+    model continues the prompt as text instead (one line on stderr says so; --chat overrides)."""
     if prompt is None and not sys.stdin.isatty():
         prompt = sys.stdin.read()
         if not prompt.strip():
@@ -221,6 +267,12 @@ def run(
     info = _daemon()
     client = ChatClient(info)
     try:
+        if not chat and client.completion_only(model):
+            err.print(f"{model} is a base model (no chat template, not tuned for instructions): it continues your "
+                      "text rather than answering it (--chat sends a chat turn anyway)", style="dim", soft_wrap=True,
+                      **_VERBATIM)
+            _complete(client, model, base, prompt, system, as_json=as_json, verbose=verbose)
+            return
         if prompt is not None:
             body = {**base, "messages": [*messages, {"role": "user", "content": prompt}]}
             if as_json:
@@ -239,3 +291,25 @@ def run(
         _chat_loop(client, base, messages, verbose=verbose)
     finally:
         client.close()
+
+
+def _complete(client: ChatClient, model: str, base: dict[str, Any], prompt: str | None, system: str | None, *,
+              as_json: bool, verbose: bool) -> None:
+    """`blazar run` on a base model: the prompt (after --system's text, if any) continued as text."""
+    if prompt is None:
+        with AdminClient(client.info) as admin:
+            admin.load(model)
+        err.print(f"{model} is ready; each line is continued on its own; {BYE} or Ctrl-D ends", style="dim",
+                  **_VERBATIM)
+        _completion_loop(client, base, verbose=verbose)
+        return
+    body = {**base, "prompt": f"{system}\n\n{prompt}" if system else prompt}
+    if as_json:
+        print_json(client.complete(body, COMPLETIONS_PATH))
+        return
+    sys.stdout.write(prompt)  # the continuation reads on from the prompt, as text does
+    sys.stdout.flush()
+    try:
+        _say(client, body, Reply(), verbose=verbose, path=COMPLETIONS_PATH)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None

@@ -45,6 +45,7 @@ class ChatTranslation:
     empty: bool  # only loads/unloads the model: nothing to generate
     max_tokens: int | None
     think: bool | None
+    top_logprobs: int = 0  # alternatives per token asked for (the engine sends its own number: cut to this)
 
 
 # ---------------------------------------------------------------------------------------------- request fields
@@ -148,6 +149,21 @@ def _think(body: dict[str, Any]) -> tuple[bool | None, dict[str, Any] | None]:
     if think in ("low", "medium", "high", "max"):
         return True, {"enable_thinking": True, "reasoning_effort": think}
     raise DialectError(f"think: expected true, false, \"low\", \"medium\", \"high\" or \"max\", got {think!r}")
+
+
+MAX_TOP_LOGPROBS = 20  # Ollama's bound, and OpenAI's
+
+
+def _logprobs(body: dict[str, Any]) -> dict[str, Any]:
+    """`logprobs` / `top_logprobs` → the engine's chat fields (either one asks for the tokens' log probabilities)."""
+    want, top = body.get("logprobs"), body.get("top_logprobs")
+    if want is not None and not isinstance(want, bool):
+        raise DialectError("logprobs: expected true or false")
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_TOP_LOGPROBS):
+        raise DialectError(f"top_logprobs: expected an integer from 0 to {MAX_TOP_LOGPROBS}, got {top!r}")
+    if not want and not top:
+        return {}
+    return {"logprobs": True, **({"top_logprobs": top} if top else {})}
 
 
 def _model(body: Any) -> str:
@@ -317,8 +333,10 @@ def chat_request(body: dict[str, Any]) -> ChatTranslation:
     think, kwargs = _think(body)
     if kwargs is not None:
         engine["chat_template_kwargs"] = kwargs
+    engine.update(_logprobs(body))
     return ChatTranslation(model=model, engine_path=CHAT_PATH, engine_body=engine, stream=stream, ctx=ctx,
-                           keep_alive=keep, empty=not messages, max_tokens=sampling.get("max_tokens"), think=think)
+                           keep_alive=keep, empty=not messages, max_tokens=sampling.get("max_tokens"), think=think,
+                           top_logprobs=engine.get("top_logprobs", 0))
 
 
 def generate_request(body: dict[str, Any]) -> ChatTranslation:
@@ -349,9 +367,12 @@ def generate_request(body: dict[str, Any]) -> ChatTranslation:
     rf = format_to_response_format(body.get("format"))
     think, kwargs = _think(body)
     engine = _engine_body(model, stream, sampling)
+    logprobs = _logprobs(body)
     if raw:
         if images:
             raise DialectError("images: not supported with raw: true")
+        if logprobs:
+            raise DialectError("logprobs: not supported with raw: true")
         engine["prompt"] = prompt or ""
         if rf is not None:  # /v1/completions takes a schema directly (an empty one: any JSON value)
             engine["json_schema"] = rf["json_schema"]["schema"] if rf["type"] == "json_schema" else {"type": "object"}
@@ -364,9 +385,11 @@ def generate_request(body: dict[str, Any]) -> ChatTranslation:
             engine["response_format"] = rf
         if kwargs is not None:
             engine["chat_template_kwargs"] = kwargs
+        engine.update(logprobs)
         path = CHAT_PATH
     return ChatTranslation(model=model, engine_path=path, engine_body=engine, stream=stream, ctx=ctx, keep_alive=keep,
-                           empty=empty, max_tokens=sampling.get("max_tokens"), think=think)
+                           empty=empty, max_tokens=sampling.get("max_tokens"), think=think,
+                           top_logprobs=logprobs.get("top_logprobs", 0))
 
 
 # ---------------------------------------------------------------------------------------------- answers
@@ -425,12 +448,34 @@ def _ollama_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _token(t: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"token": t.get("token") or "", "logprob": t.get("logprob", 0.0)}
+    if t.get("bytes") is not None:
+        out["bytes"] = t["bytes"]
+    return out
+
+
+def ollama_logprobs(logprobs: Any, top: int = 0) -> list[dict[str, Any]] | None:
+    """The engine's `choices[].logprobs.content` (OpenAI's shape) → Ollama's `logprobs` list, with `top` alternatives
+    per token as asked (llama-server sends its own number whatever was asked); None when absent."""
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not content:
+        return None
+    out = []
+    for t in content:
+        entry = _token(t)
+        if top and t.get("top_logprobs"):
+            entry["top_logprobs"] = [_token(alt) for alt in t["top_logprobs"][:top]]
+        out.append(entry)
+    return out
+
+
 def _first_choice(answer: dict[str, Any]) -> dict[str, Any]:
     choices = answer.get("choices") or [{}]
     return choices[0] or {}
 
 
-def chat_reply(answer: dict[str, Any], model: str, call: CallTimes) -> dict[str, Any]:
+def chat_reply(answer: dict[str, Any], model: str, call: CallTimes, top_logprobs: int = 0) -> dict[str, Any]:
     """A whole /v1/chat/completions answer → Ollama's /api/chat reply."""
     choice = _first_choice(answer)
     m = choice.get("message") or {}
@@ -439,12 +484,15 @@ def chat_reply(answer: dict[str, Any], model: str, call: CallTimes) -> dict[str,
         message["thinking"] = m["reasoning_content"]
     if m.get("tool_calls"):
         message["tool_calls"] = _ollama_calls(m["tool_calls"])
-    return {"model": model, "created_at": _now(), "message": message, "done": True,
-            "done_reason": _done_reason(choice.get("finish_reason")),
-            **_stats(answer.get("usage"), answer.get("timings"), call)}
+    out = {"model": model, "created_at": _now(), "message": message, "done": True,
+           "done_reason": _done_reason(choice.get("finish_reason")),
+           **_stats(answer.get("usage"), answer.get("timings"), call)}
+    if (lp := ollama_logprobs(choice.get("logprobs"), top_logprobs)) is not None:
+        out["logprobs"] = lp
+    return out
 
 
-def generate_reply(answer: dict[str, Any], model: str, call: CallTimes) -> dict[str, Any]:
+def generate_reply(answer: dict[str, Any], model: str, call: CallTimes, top_logprobs: int = 0) -> dict[str, Any]:
     """A whole /v1/chat/completions or /v1/completions answer → Ollama's /api/generate reply."""
     choice = _first_choice(answer)
     m = choice.get("message") or {}
@@ -454,6 +502,8 @@ def generate_reply(answer: dict[str, Any], model: str, call: CallTimes) -> dict[
         out["thinking"] = m["reasoning_content"]
     out.update(done=True, done_reason=_done_reason(choice.get("finish_reason")),
                **_stats(answer.get("usage"), answer.get("timings"), call))
+    if (lp := ollama_logprobs(choice.get("logprobs"), top_logprobs)) is not None:
+        out["logprobs"] = lp
     return out
 
 
@@ -462,8 +512,8 @@ class _Stream(ABC):
 
     content_type = "application/x-ndjson"
 
-    def __init__(self, model: str, call: CallTimes) -> None:
-        self.model, self.call = model, call
+    def __init__(self, model: str, call: CallTimes, top_logprobs: int = 0) -> None:
+        self.model, self.call, self.top_logprobs = model, call, top_logprobs
         self.usage: dict[str, Any] | None = None
         self.timings: dict[str, Any] | None = None
         self.finish: Any = None
@@ -513,8 +563,9 @@ class _Stream(ABC):
         return ndjson({"error": message})
 
     @abstractmethod
-    def line(self, text: str, thinking: str | None = None) -> bytes:
-        """One not-done line carrying generated text (or thinking), in the route's own shape."""
+    def line(self, text: str, thinking: str | None = None, logprobs: list[dict[str, Any]] | None = None) -> bytes:
+        """One not-done line carrying generated text (or thinking), in the route's own shape, with the log
+        probabilities of its tokens when asked for."""
 
     @abstractmethod
     def end(self) -> bytes:
@@ -534,7 +585,7 @@ class _Stream(ABC):
             out += self.line("", thinking=delta["reasoning_content"])
         text = delta.get("content") or choice.get("text")  # chat deltas, or /v1/completions (raw) text
         if text:
-            out += self.line(text)
+            out += self.line(text, logprobs=ollama_logprobs(choice.get("logprobs"), self.top_logprobs))
         if choice.get("finish_reason"):
             out += self.calls_line()
         return out
@@ -543,14 +594,17 @@ class _Stream(ABC):
 class ChatStream(_Stream):
     """The engine's chat chunks → /api/chat NDJSON lines; tool calls are sent whole, once, at the finish."""
 
-    def line(self, text: str, thinking: str | None = None) -> bytes:
+    def line(self, text: str, thinking: str | None = None, logprobs: list[dict[str, Any]] | None = None) -> bytes:
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if thinking is not None:
             message["thinking"] = thinking
-        return self._line(message)
+        return self._line(message, logprobs)
 
-    def _line(self, message: dict[str, Any]) -> bytes:
-        return ndjson({"model": self.model, "created_at": self.stamp(), "message": message, "done": False})
+    def _line(self, message: dict[str, Any], logprobs: list[dict[str, Any]] | None = None) -> bytes:
+        line: dict[str, Any] = {"model": self.model, "created_at": self.stamp(), "message": message, "done": False}
+        if logprobs is not None:
+            line["logprobs"] = logprobs
+        return ndjson(line)
 
     def calls_line(self) -> bytes:
         calls = self.flush_calls()
@@ -564,11 +618,13 @@ class ChatStream(_Stream):
 class GenerateStream(_Stream):
     """The engine's chat or /v1/completions chunks → /api/generate NDJSON lines."""
 
-    def line(self, text: str, thinking: str | None = None) -> bytes:
+    def line(self, text: str, thinking: str | None = None, logprobs: list[dict[str, Any]] | None = None) -> bytes:
         line: dict[str, Any] = {"model": self.model, "created_at": self.stamp(), "response": text}
         if thinking is not None:
             line["thinking"] = thinking
         line["done"] = False
+        if logprobs is not None:
+            line["logprobs"] = logprobs
         return ndjson(line)
 
     def end(self) -> bytes:

@@ -24,6 +24,7 @@ from blazar.instances.calibration import record_measurement
 from blazar.instances.live import Instance, Live, LiveSet, LoadReport, ResolvedModel, keyfile, pidfile, plan_workers
 from blazar.instances.load_checks import record_refusal
 from blazar.instances.stopping import Stopper
+from blazar.store.chat_templates import served_settings
 from blazar.store.engines import ActiveEngine
 from blazar.store.model_settings import template_flags
 from blazar.store.models import slot_dir
@@ -106,7 +107,10 @@ class Spawner:
                               threads=settings.engine_threads or None, load_mode=settings.load_mode,
                               slot_save_path=slots if engine.caps.slot_save_path else None,
                               extra=[*key_flags, *_alias_flags(engine, name),
-                                     *template_flags(engine.caps, model.settings, app.paths.data_dir / "templates"),
+                                     *template_flags(engine.caps, served_settings(
+                                         model.metadata, model.settings,
+                                         jinja_files=engine.caps.has("--chat-template-file")),
+                                         app.paths.data_dir / "templates"),
                                      *_mode_flags(engine, model.metadata, embeddings=embeddings, rerank=rerank)])
         except EngineIncompatible as e:
             keyfile(app, instance_id).unlink(missing_ok=True)

@@ -52,6 +52,21 @@ def test_chat_answers_with_ollamas_fields_and_records_the_request(daemon: Daemon
     assert completed["prompt_tokens"] == r.prompt_eval_count and completed["completion_tokens"] == r.eval_count
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_and_generate_return_the_tokens_log_probabilities_when_asked(daemon: Daemon, stream: bool) -> None:
+    client = daemon.client()
+    chat = client.chat(MODEL, messages=[{"role": "user", "content": "Hello"}], stream=stream, logprobs=True,
+                       top_logprobs=2, options={"num_predict": 4, "temperature": 0})
+    gen = client.generate(MODEL, "The sea is", stream=stream, logprobs=True, options={"num_predict": 4})
+    for answer in (chat, gen):
+        parts = list(answer) if stream else [answer]
+        probs = [t for p in parts for t in (p.logprobs or ())]
+        assert 0 < len(probs) <= 4 and all(t.logprob <= 0 for t in probs)
+    if not stream:
+        assert chat.logprobs and all(len(t.top_logprobs or ()) == 2 for t in chat.logprobs)
+        assert gen.logprobs and not gen.logprobs[0].top_logprobs
+
+
 def test_chat_streams_ndjson_by_default(daemon: Daemon) -> None:
     parts = list(daemon.client().chat(MODEL, messages=[{"role": "user", "content": "Count to five"}], stream=True,
                                       options={"num_predict": 8}))

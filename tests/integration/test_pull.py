@@ -383,9 +383,10 @@ def test_registry_shortname_pulls_the_demo_model_from_its_python_package_offline
         package.EXPECTED_SHA256, "gemma3-270m", "python-package")
     assert info["metadata"]["architecture"] == "gemma3"
     assert hashlib.sha256(Path(info["file"]).read_bytes()).hexdigest() == package.EXPECTED_SHA256
-    # The registry's settings follow the pull: the GGUF has no chat template, the registry gives it Gemma's.
-    assert event_types(home) == ["model.pull_started", "model.imported", "model.pull_completed", "model.configured"]
-    assert info["settings"]["template_kind"] == "builtin" and info["settings"]["template"] == "gemma"
+    # The GGUF has no chat template and the registry sets none: it is served with its architecture's (Gemma's).
+    assert event_types(home) == ["model.pull_started", "model.imported", "model.pull_completed"]
+    assert info["settings"] is None
+    assert info["template"]["source"] == "architecture" and info["template"]["name"] == "gemma"
     assert store_files(home) == {"gemma3-270m.gguf"}  # the package's copy in .partial is gone
 
 

@@ -91,28 +91,37 @@ def _flat(text: str) -> str:
 
 
 def test_run_with_a_prompt_starts_the_daemon_and_prints_the_reply(cli, fake_home: Path) -> None:
-    res = cli("run", "tiny", "hi", "--max-tokens", "5", "--verbose", timeout=WAIT_S + 30)
+    res = cli("run", "tiny", "--chat", "hi", "--max-tokens", "5", "--verbose", timeout=WAIT_S + 30)
     assert res.stdout == fake_engine.answer_text(5) + "\n"
     assert "starting one in the background" in _flat(res.stderr)
     assert "ttft" in res.stderr and "5 tokens" in res.stderr
     # The next one finds the daemon; the engine's default length applies without --max-tokens.
-    res = cli("run", "tiny", "again")
+    res = cli("run", "tiny", "--chat", "again")
     assert res.stdout == fake_engine.answer_text(fake_engine.DEFAULT_CHUNKS) + "\n"
     assert "starting" not in res.stderr
 
 
 def test_run_reads_the_prompt_from_piped_stdin(cli, fake_home: Path) -> None:
-    res = cli("run", "tiny", "--max-tokens", "3", input="a question from a pipe\n", timeout=WAIT_S + 30)
+    res = cli("run", "tiny", "--chat", "--max-tokens", "3", input="a question from a pipe\n", timeout=WAIT_S + 30)
     assert res.stdout == fake_engine.answer_text(3) + "\n"
-    res = cli("run", "tiny", input="  \n", check=False)
+    res = cli("run", "tiny", "--chat", input="  \n", check=False)
     assert res.code == 2 and "stdin was empty" in _flat(res.stderr)
 
 
 def test_run_json_prints_the_whole_answer(cli, fake_home: Path) -> None:
-    answer = cli("run", "tiny", "hi", "--max-tokens", "2", "--json", timeout=WAIT_S + 30).json()
+    answer = cli("run", "tiny", "--chat", "hi", "--max-tokens", "2", "--json", timeout=WAIT_S + 30).json()
     assert answer["object"] == "chat.completion"
     assert answer["choices"][0]["message"]["content"] == fake_engine.answer_text(2)
     assert answer["usage"]["completion_tokens"] == 2
+
+
+def test_run_on_a_base_model_continues_the_prompt_through_the_completion_route(cli, fake_home: Path) -> None:
+    # The tiny GGUF has no chat template and no instruction-tuned name: a base model.
+    res = cli("run", "tiny", "The sea", "--max-tokens", "3", timeout=WAIT_S + 30)
+    assert res.stdout == "The sea" + fake_engine.answer_text(3) + "\n"
+    said = [line for line in res.stderr.splitlines() if "is a base model" in line]
+    assert len(said) == 1 and "--chat" in said[0]
+    assert cli("run", "tiny", "The sea", "--max-tokens", "2", "--json").json()["object"] == "text_completion"
 
 
 def test_run_an_unknown_model_exits_2_with_the_daemons_message(cli, fake_home: Path) -> None:
@@ -170,7 +179,7 @@ def test_interactive_chat_keeps_the_conversation_and_ctrl_c_stops_only_the_reply
     slow = fake_engine.write_executable(fake_home.parent / "slow" / "llama-server", delay_ms=10)
     cli("engine", "install", "--path", str(slow), timeout=120)
     n = 100
-    term = _Pty(cli, "tiny", "--max-tokens", str(n), "--verbose")
+    term = _Pty(cli, "tiny", "--chat", "--max-tokens", str(n), "--verbose")
     try:
         term.expect(b">>> ", timeout=WAIT_S + 30)
         term.send(b"hello\r")
@@ -192,3 +201,24 @@ def test_interactive_chat_keeps_the_conversation_and_ctrl_c_stops_only_the_reply
     # and the stopped one included.
     prompt_1, prompt_3 = (int(_flat(t).split("prompt ")[1].split()[0]) for t in (first, third))
     assert prompt_3 >= prompt_1 + len(fake_engine.answer_text(n).split()) + 2
+
+
+def test_interactive_run_on_a_base_model_continues_each_line_on_its_own(cli, fake_home: Path) -> None:
+    term = _Pty(cli, "tiny", "--max-tokens", "4", "--verbose")
+    try:
+        term.expect(b"is a base model", timeout=WAIT_S + 30)
+        term.expect(b"each line is continued on its own")
+        term.expect(b">>> ")
+        term.send(b"The sea\r")
+        first = term.expect(b">>> ").decode()
+        assert fake_engine.answer_text(4) in first
+        term.send(b"The sea again\r")
+        second = term.expect(b">>> ").decode()
+        term.send(b"/bye\r")
+        assert term.close() == 0
+    finally:
+        if term.proc.poll() is None:
+            term.proc.kill()
+    # No conversation is carried: the second prompt is its own words only (the fake engine counts them).
+    prompt_1, prompt_2 = (int(_flat(t).split("prompt ")[1].split()[0]) for t in (first, second))
+    assert prompt_2 == prompt_1 + 1

@@ -20,12 +20,25 @@ def blazar_cli(home: Path, *args: str, timeout: float = 300, check: bool = True)
                           timeout=timeout, check=check)
 
 
+# ChatML as a Jinja text: what llama-server used for the demo GGUF (it has no template) before Blazar gave a GGUF
+# without one its architecture's template. The dialect tests were written against it: under Gemma's turns the base
+# model pads grammar-bound JSON with whitespace and runs out of tokens (tests/integration/test_first_answer.py covers
+# the architecture template itself).
+CHATML = ("{%- for m in messages -%}{{ '<|im_start|>' + m['role'] + '\\n' + (m['content'] or '') + '<|im_end|>\\n' }}"
+          "{%- endfor -%}{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}")
+
+
 @contextlib.contextmanager
 def serving_gemma(home: Path, engine_binary: Path, gemma_path: Path, model: str,
-                  settings: dict[str, object], output: Path | None = None) -> Iterator[tuple[int, subprocess.Popen]]:
-    """`output`: a file the daemon's stdout and stderr both go to (granian writes its own lines to stdout)."""
+                  settings: dict[str, object], output: Path | None = None, *,
+                  template: str | None = CHATML) -> Iterator[tuple[int, subprocess.Popen]]:
+    """`output`: a file the daemon's stdout and stderr both go to (granian writes its own lines to stdout).
+    `template`: a Jinja text the model is served with; None serves it as Blazar serves an imported GGUF."""
     blazar_cli(home, "engine", "install", "--path", str(engine_binary))
     blazar_cli(home, "import", str(gemma_path), "--name", model)
+    if template is not None:
+        (home / "test-template.jinja").write_text(template)
+        blazar_cli(home, "model", "set", model, "--template", str(home / "test-template.jinja"))
     for key, value in settings.items():
         blazar_cli(home, "config", "set", key, str(value))
     port = free_port()

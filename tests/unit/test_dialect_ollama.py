@@ -475,3 +475,39 @@ def test_non_finite_keep_alive_is_refused(value: Any) -> None:
 def test_integers_out_of_range_are_refused(options: dict) -> None:
     with pytest.raises(DialectError):
         map_options(options)
+
+
+LOGPROBS = {"content": [{"token": "Hi", "logprob": -0.5, "bytes": [72, 105],
+                         "top_logprobs": [{"token": "Hi", "logprob": -0.5}, {"token": "Yo", "logprob": -1.5}]}]}
+
+
+def test_logprobs_are_asked_of_the_engine_and_come_back_in_ollamas_shape() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 2}
+    cp = chat_request(body)
+    assert (cp.engine_body["logprobs"], cp.engine_body["top_logprobs"], cp.top_logprobs) == (True, 2, 2)
+    assert "logprobs" not in chat_request({**body, "logprobs": None, "top_logprobs": None}).engine_body
+    assert generate_request({"model": "m", "prompt": "x", "logprobs": True}).engine_body["logprobs"] is True
+    answer = {"choices": [{"message": {"content": "Hi"}, "finish_reason": "stop", "logprobs": LOGPROBS}]}
+    reply = ollama.ChatResponse.model_validate(chat_reply(answer, "m", call(), 2))
+    assert reply.logprobs is not None and reply.logprobs[0].token == "Hi" and reply.logprobs[0].logprob == -0.5
+    assert [t.token for t in reply.logprobs[0].top_logprobs or ()] == ["Hi", "Yo"]
+    # llama-server sends its own number of alternatives whatever was asked: cut to what the client asked for.
+    assert [t["token"] for t in chat_reply(answer, "m", call(), 1)["logprobs"][0]["top_logprobs"]] == ["Hi"]
+    assert "top_logprobs" not in chat_reply(answer, "m", call())["logprobs"][0]
+    assert "logprobs" not in chat_reply({"choices": [{"message": {"content": "Hi"}}]}, "m", call())
+    got = run(ChatStream("m", call(), 2), [
+        {"choices": [{"index": 0, "delta": {"content": "Hi"}, "logprobs": LOGPROBS}]},
+        chunk({}, finish="stop")])
+    assert ollama.ChatResponse.model_validate(got[0]).logprobs and len(got[0]["logprobs"][0]["top_logprobs"]) == 2
+    lines = run(GenerateStream("m", call()), [
+        {"choices": [{"index": 0, "delta": {"content": "Hi"}, "logprobs": LOGPROBS}]}, chunk({}, finish="stop")])
+    assert lines[0]["logprobs"][0]["bytes"] == [72, 105]
+
+
+@pytest.mark.parametrize(("body", "field"), [({"logprobs": "yes"}, "logprobs"), ({"top_logprobs": 21}, "top_logprobs"),
+                                             ({"top_logprobs": True}, "top_logprobs")])
+def test_bad_logprobs_name_the_field(body: dict[str, Any], field: str) -> None:
+    with pytest.raises(DialectError, match=rf"^{field}:"):
+        chat_request({"model": "m", "messages": [], **body})
+    with pytest.raises(DialectError, match=r"^logprobs: not supported with raw"):
+        generate_request({"model": "m", "prompt": "x", "raw": True, "logprobs": True})

@@ -289,10 +289,17 @@ def test_the_template_identifies_an_instance() -> None:
     assert a and b and a != b
 
 
-async def test_pulling_a_registry_model_again_gives_it_the_registrys_settings_once(app: Blazar,
-                                                                                   tmp_path: Path) -> None:
+async def test_pulling_a_registry_model_again_gives_it_the_registrys_settings_once(
+        app: Blazar, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from blazar import registry
     from blazar.store.pull import pull
 
+    # The demo's registry entry sets nothing now (its architecture's template serves it): give it a template here.
+    entries = registry.load()
+    entries["gemma3-270m"] = replace(entries["gemma3-270m"], template="gemma")
+    monkeypatch.setattr(registry, "load", lambda text=None: entries)
     src = tmp_path / "g.gguf"
     gguf_factory.write_plain(src)
     # A store that pulled the demo model before the registry gave it a template.

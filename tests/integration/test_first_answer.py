@@ -1,0 +1,103 @@
+"""The first answer a newcomer sees, on the real engine and the real Gemma 3 270M base model: `blazar run` continues
+the prompt as text (and says so in one line), and a GGUF with no chat template chats with its architecture's template
+(Gemma's turns, not llama-server's ChatML fallback), as `blazar show` and /api/show say."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import openai
+import pytest
+
+from tests.integration.test_run_cli import free_port, stop_daemon
+from tests.support.serving import blazar_cli, serving_gemma
+
+MODEL = "gemma"
+CHATML = ("<|im_start|>", "<|im_end|>")
+BASE_LINE = "is a base model"
+
+
+@pytest.fixture(scope="module")
+def run_home(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_path: Path) -> Iterator[Path]:
+    """A home with the real engine and the demo GGUF imported; `blazar run` starts its daemon, stopped at the end."""
+    home = tmp_path_factory.mktemp("first-answer")
+    blazar_cli(home, "engine", "install", "--path", str(engine_binary))
+    blazar_cli(home, "import", str(gemma_path), "--name", MODEL)
+    for key, value in (("ctx", 1024), ("port", free_port())):
+        blazar_cli(home, "config", "set", key, str(value))
+    try:
+        yield home
+    finally:
+        stop_daemon(home)
+
+
+def test_run_on_the_base_model_continues_the_text_and_says_so_in_one_line(run_home: Path) -> None:
+    prompt = "Once upon a time, in a small village by the sea,"
+    r = blazar_cli(run_home, "run", MODEL, prompt, "--max-tokens", "20", "--temperature", "0")
+    said = [line for line in r.stderr.splitlines() if BASE_LINE in line]
+    assert len(said) == 1 and "continues your text" in said[0], r.stderr
+    assert r.stdout.startswith(prompt)  # the continuation reads on from the prompt
+    continued = r.stdout[len(prompt):].strip()
+    assert len(continued.split()) >= 5 and not continued.startswith(prompt), r.stdout
+    # Through the completion route: the whole answer is a text completion.
+    j = json.loads(blazar_cli(run_home, "run", MODEL, prompt, "--max-tokens", "5", "--json").stdout)
+    assert j["object"] == "text_completion" and j["choices"][0]["text"]
+
+
+def test_run_with_chat_sends_a_chat_turn_to_the_base_model_anyway(run_home: Path) -> None:
+    r = blazar_cli(run_home, "run", MODEL, "Hello", "--max-tokens", "5", "--chat", "--json")
+    assert BASE_LINE not in r.stderr
+    assert json.loads(r.stdout)["object"] == "chat.completion"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_path: Path
+           ) -> Iterator[tuple[Path, str]]:
+    home = tmp_path_factory.mktemp("arch-template")
+    with serving_gemma(home, engine_binary, gemma_path, MODEL, {"ctx": 1024}, template=None) as (port, _):
+        yield home, f"http://127.0.0.1:{port}"
+
+
+def test_a_gguf_without_a_template_chats_with_its_architectures_template(served: tuple[Path, str]) -> None:
+    home, base = served
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="none", http_client=openai.DefaultHttpxClient(
+        trust_env=False))
+    answer = client.chat.completions.create(model=MODEL, max_tokens=40, temperature=0, messages=[
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is the capital of France?"}])
+    text = answer.choices[0].message.content or ""
+    assert not any(marker in text for marker in CHATML), text  # ChatML's markers were the fallback's tell
+    # The engine was given Gemma's template as a file.
+    argv = (home / "templates").glob("*.jinja")
+    assert any("<start_of_turn>" in p.read_text() for p in argv)
+
+
+def test_show_says_which_template_and_where_it_comes_from(served: tuple[Path, str]) -> None:
+    home, base = served
+    shown = blazar_cli(home, "show", MODEL).stdout
+    assert "gemma (by architecture: the GGUF has none)" in shown
+    assert json.loads(blazar_cli(home, "show", MODEL, "--json").stdout)["template"]["source"] == "architecture"
+    s = httpx2.post(f"{base}/api/show", json={"model": MODEL}, trust_env=False).json()
+    assert s["blazar"] == {"completion_only": True, "template_source": "architecture",
+                           "template": "gemma (by architecture: the GGUF has none)"}
+    assert "<start_of_turn>" in s["template"] and s["capabilities"] == ["completion"]
+    # A template set for the model wins, and show says so.
+    said = blazar_cli(home, "model", "set", MODEL, "--template", "chatml").stdout
+    try:
+        assert "template: built-in chatml (set for this model)" in said
+        assert "built-in chatml (set for this model)" in blazar_cli(home, "show", MODEL).stdout
+    finally:
+        said = blazar_cli(home, "model", "set", MODEL, "--clear-template").stdout
+    assert "template: gemma (by architecture: the GGUF has none)" in said
+
+
+def test_show_on_an_architecture_without_a_known_template_says_chatml_is_the_fallback(tmp_path: Path) -> None:
+    from blazar.adapters.engines.tiny_model import write_tiny_model  # a llama GGUF: no architecture template
+
+    home = tmp_path / "home"
+    home.mkdir()
+    blazar_cli(home, "import", str(write_tiny_model(tmp_path / "tiny.gguf")), "--name", "tiny")
+    shown = json.loads(blazar_cli(home, "show", "tiny", "--json").stdout)
+    assert shown["template"]["source"] == "fallback" and "ChatML" in shown["template"]["summary"]
