@@ -23,7 +23,7 @@ from blazar.context import Blazar, stamp_node
 from blazar.errors import DialectError, FileTooLarge
 from blazar.events.base import Event
 from blazar.events.batches import FileDeleted, FileUploaded
-from blazar.queries.batches import file_json, own_file, own_files
+from blazar.queries.batches import FileRow, file_json, own_file, own_files
 from blazar.serving.principal import Principal
 from blazar.store.files import FileStore, new_file_id
 
@@ -55,6 +55,14 @@ async def record(app: Blazar, events: list[Event], principal: Principal | None) 
 
 def not_found(kind: str, ident: str) -> falcon.HTTPNotFound:
     return falcon.HTTPNotFound(description=f"No such {kind} object: {ident[:80]}")
+
+
+def _owned(app: Blazar, file_id: str, principal: Principal | None) -> FileRow:
+    """The caller's own file by id, or the 404 another key's (or none) gets."""
+    row = own_file(app, file_id, owner_of(principal))
+    if row is None:
+        raise not_found("File", file_id)
+    return row
 
 
 def _filename(name: str | None) -> str:
@@ -139,16 +147,11 @@ class File:
         self.app, self.store = app, store
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, file_id: str) -> None:
-        row = own_file(self.app, file_id, owner_of(principal_of(req)))
-        if row is None:
-            raise not_found("File", file_id)
-        resp.media = file_json(row)
+        resp.media = file_json(_owned(self.app, file_id, principal_of(req)))
 
     async def on_delete(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, file_id: str) -> None:
         principal = principal_of(req)
-        row = own_file(self.app, file_id, owner_of(principal))
-        if row is None:
-            raise not_found("File", file_id)
+        row = _owned(self.app, file_id, principal)
         await record(self.app, [FileDeleted(file_id=file_id, owner=row.owner)], principal)
         await asyncio.to_thread(self.store.remove_file, file_id)
         resp.media = {"id": file_id, "object": "file", "deleted": True}
@@ -159,9 +162,7 @@ class FileContent:
         self.app, self.store = app, store
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, file_id: str) -> None:
-        row = own_file(self.app, file_id, owner_of(principal_of(req)))
-        if row is None:
-            raise not_found("File", file_id)
+        row = _owned(self.app, file_id, principal_of(req))
         path = self.store.open_file(file_id)  # confined to the store's directory, checked now
         try:
             handle = await asyncio.to_thread(path.open, "rb")

@@ -179,30 +179,9 @@ def _say(client: ChatClient, body: dict[str, Any], reply: Reply, *, verbose: boo
         err.print(reply.stats(), style="dim", **_VERBATIM)
 
 
-def _completion_loop(client: ChatClient, base: dict[str, Any], *, verbose: bool) -> None:
-    """A base model, interactively: each line is continued on its own (a base model keeps no conversation)."""
-    while True:
-        try:
-            line = input(PROMPT)
-        except EOFError:
-            sys.stdout.write("\n")
-            return
-        except KeyboardInterrupt:
-            sys.stdout.write(f"\n(type {BYE} or press Ctrl-D to leave)\n")
-            continue
-        if not line.strip():
-            continue
-        if line.strip() == BYE:
-            return
-        try:
-            _say(client, {**base, "prompt": line}, Reply(), verbose=verbose, path=COMPLETIONS_PATH)
-        except KeyboardInterrupt:
-            sys.stdout.write("(stopped)\n")
-        except RemoteError as e:
-            err.print(f"error: {e.message}", style="bold red", **_VERBATIM)
-
-
-def _chat_loop(client: ChatClient, base: dict[str, Any], messages: list[dict[str, Any]], *, verbose: bool) -> None:
+def _lines() -> Iterator[str]:
+    """What the user types, line by line, until Ctrl-D or /bye; blank lines skipped, Ctrl-C at the prompt says how
+    to leave."""
     while True:
         try:
             line = input(PROMPT)
@@ -217,6 +196,22 @@ def _chat_loop(client: ChatClient, base: dict[str, Any], messages: list[dict[str
             continue
         if text == BYE:
             return
+        yield line
+
+
+def _completion_loop(client: ChatClient, base: dict[str, Any], *, verbose: bool) -> None:
+    """A base model, interactively: each line is continued on its own (a base model keeps no conversation)."""
+    for line in _lines():
+        try:
+            _say(client, {**base, "prompt": line}, Reply(), verbose=verbose, path=COMPLETIONS_PATH)
+        except KeyboardInterrupt:
+            sys.stdout.write("(stopped)\n")
+        except RemoteError as e:
+            err.print(f"error: {e.message}", style="bold red", **_VERBATIM)
+
+
+def _chat_loop(client: ChatClient, base: dict[str, Any], messages: list[dict[str, Any]], *, verbose: bool) -> None:
+    for line in _lines():
         messages.append({"role": "user", "content": line})
         reply = Reply()
         try:
