@@ -2,7 +2,7 @@
 the same llama-server argv called directly, and through LiteLLM's proxy when bench/setup-litellm has made its venv
 (interleaved rounds, C=1 and C=4), the gateway's own ceiling with bench/fake_engine.py as the engine (forwarded
 chunks/s, CPU per chunk, added TTFT and per-chunk latency), and the translated dialects (Anthropic /v1/messages,
-Ollama /api/chat) against the relayed OpenAI path, with both engines.
+Ollama /api/chat, OpenAI /v1/responses) against the relayed OpenAI path, with both engines.
 
 Also, each on its own: the API-key check (`--only auth`: the auth middleware's cost per request with 100 keys, in
 µs), the daemon's CPU (`--only cpu`: idle, per short request, per relayed chunk) and a refusal flood (`--only
@@ -123,6 +123,11 @@ class Wire:
 
     def read(self, ev: bytes) -> tuple[int | None, str | None]:
         """(completion tokens, error) from a final event: the dialect's own count of what it generated."""
+        if self.name == "responses":  # `event: response.completed|incomplete` (response.usage) or an error event
+            data = orjson.loads(ev[ev.index(b"\ndata: ") + 7:])
+            if data.get("type") in ("error", "response.failed"):
+                return None, str(data.get("error") or data.get("response"))[:300]
+            return ((data.get("response") or {}).get("usage") or {}).get("output_tokens"), None
         if self.name == "anthropic":  # `event: message_delta` (usage.output_tokens) or `event: error`
             data = orjson.loads(ev[ev.index(b"\ndata: ") + 7:])
             if data.get("type") == "error":
@@ -141,7 +146,10 @@ OPENAI = Wire("openai", "/v1/chat/completions", b"\n\n", b"data: ", b'"delta":{"
 ANTHROPIC = Wire("anthropic", "/v1/messages", b"\n\n", b"event: ", b'"type":"text_delta"',
                  (b"event: message_delta", b"event: error"))
 OLLAMA = Wire("ollama", "/api/chat", b"\n", b"{", b'"done":false', (b'"done":true', b'{"error"'))
-WIRES = {w.name: w for w in (OPENAI, ANTHROPIC, OLLAMA)}
+RESPONSES = Wire("responses", "/v1/responses", b"\n\n", b"event: ", b'"type":"response.output_text.delta"',
+                 (b"event: response.completed", b"event: response.incomplete", b"event: response.failed",
+                  b"event: error"))
+WIRES = {w.name: w for w in (OPENAI, ANTHROPIC, OLLAMA, RESPONSES)}
 
 
 async def stream_once(client: httpx2.AsyncClient, url: str, payload: bytes, wire: Wire = OPENAI,
@@ -255,6 +263,8 @@ def varied(payload: bytes, i: int, wire: Wire = OPENAI) -> bytes:
     body = orjson.loads(payload)
     if wire is ANTHROPIC:
         body["metadata"] = {"user_id": f"bench-{i}"}
+    elif wire is RESPONSES:  # no seed in the Responses API; Blazar never shares a Response's generation
+        body["metadata"] = {"bench": str(i)}
     elif wire is OLLAMA:
         body.setdefault("options", {})["seed"] = i + 1
     else:
@@ -276,6 +286,9 @@ def dialect_payload(wire: Wire, model: str, max_tokens: int) -> bytes:
     if wire is ANTHROPIC:
         return orjson.dumps({"model": model, "messages": messages, "max_tokens": max_tokens, "stream": True,
                              "temperature": 0})
+    if wire is RESPONSES:  # `store: false`: the bench measures the path, not the content store
+        return orjson.dumps({"model": model, "input": PROMPT, "max_output_tokens": max_tokens, "stream": True,
+                             "temperature": 0, "store": False})
     if wire is OLLAMA:  # streams unless told not to
         return orjson.dumps({"model": model, "messages": messages,
                              "options": {"num_predict": max_tokens, "temperature": 0, "seed": 1}})
@@ -588,9 +601,9 @@ async def ceiling_phase(client: httpx2.AsyncClient, root: Path, *, rounds: int, 
 async def dialect_engine_phase(client: httpx2.AsyncClient, root: Path, server: Path, model: Path, *, rounds: int,
                                max_tokens: int, concurrency: list[int], per_worker: int, threads: int,
                                engine_cpus: set[int] | None, say: Any) -> dict[str, Any]:
-    """(d) one `blazar serve` and one engine, three lanes: OpenAI chat (relayed), Anthropic messages and Ollama chat
-    (translated), interleaved round by round with the order rotated. With `engine_cpus`, the engine runs there and
-    the gateway and this client on the other CPUs."""
+    """(d) one `blazar serve` and one engine, four lanes: OpenAI chat (relayed), Anthropic messages, Ollama chat and
+    Responses (translated), interleaved round by round with the order rotated. With `engine_cpus`, the engine runs
+    there and the gateway and this client on the other CPUs."""
     say("dialect lanes (engine): installing the engine, importing the model, starting blazar serve")
     home = engine_home(root, "dialect-engine-home", server, model, threads)
     own_affinity = os.sched_getaffinity(0)
@@ -607,7 +620,7 @@ async def dialect_engine_phase(client: httpx2.AsyncClient, root: Path, server: P
         results: list[Round] = []
         for c in concurrency:
             for r in range(rounds):
-                for w in wires[r % 3:] + wires[:r % 3]:
+                for w in wires[r % len(wires):] + wires[:r % len(wires)]:
                     rd = await run_round(client, home.url + w.path, payloads[w.name], lane=w.name, concurrency=c,
                                          per_worker=per_worker, cpu_pid=home.daemon.pid, wire=w)
                     results.append(rd)
@@ -627,7 +640,7 @@ async def dialect_engine_phase(client: httpx2.AsyncClient, root: Path, server: P
 
 async def dialect_ceiling_phase(client: httpx2.AsyncClient, root: Path, *, rounds: int, concurrency: list[int],
                                 chunks_per_round: int, pin: bool, say: Any) -> dict[str, Any]:
-    """(e) the three lanes through the gateway with the fake engine: forwarded token chunks/s and the gateway's CPU
+    """(e) the four lanes through the gateway with the fake engine: forwarded token chunks/s and the gateway's CPU
     per token chunk, so what the translation itself costs per chunk shows."""
     say("dialect lanes (ceiling): installing the fake engine as the engine, starting blazar serve")
     home = fake_home(root, "dialect-fake-home")
@@ -644,7 +657,7 @@ async def dialect_ceiling_phase(client: httpx2.AsyncClient, root: Path, *, round
         for c in concurrency:
             per_worker = max(1, math.ceil(chunks_per_round / FAKE_CHUNKS / c))
             for r in range(rounds):
-                for w in wires[r % 3:] + wires[:r % 3]:
+                for w in wires[r % len(wires):] + wires[:r % len(wires)]:
                     rd = await run_round(client, home.url + w.path, payloads[w.name], lane=w.name, concurrency=c,
                                          per_worker=per_worker, cpu_pid=home.daemon.pid, wire=w)
                     results.append(rd)
