@@ -270,5 +270,6 @@ def test_https_serves_the_openai_sdk_and_blazar_run(tmp_path: Path, engine_binar
         answer = client.chat.completions.create(model="gemma", max_tokens=4,
                                                 messages=[{"role": "user", "content": "Say hi."}])
         assert answer.choices[0].finish_reason in ("length", "stop")
-        ran = blazar_cli(home, "run", "gemma", "Say hi.", "--max-tokens", "4", "--json")
+        ran = blazar_cli(home, "run", "gemma", "Say hi.", "--max-tokens", "4", "--json",
+                         "--chat")
         assert '"chat.completion"' in ran.stdout

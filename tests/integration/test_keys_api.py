@@ -253,7 +253,8 @@ def test_the_cli_keeps_working_with_keys_on(keyed: Keyed) -> None:
     assert loaded["model"] == MODEL
     ps = json.loads(blazar_cli(keyed.home, "ps", "--json").stdout)
     assert [r["model"] for r in ps["instances"]] == [MODEL]
-    answer = json.loads(blazar_cli(keyed.home, "run", MODEL, "Hi", "--max-tokens", "2", "--json").stdout)
+    answer = json.loads(blazar_cli(keyed.home, "run", MODEL, "Hi", "--max-tokens", "2", "--json",
+                                   "--chat").stdout)
     assert answer["object"] == "chat.completion"
     assert blazar_cli(keyed.home, "stop", MODEL).returncode == 0
     token = (keyed.home / "run" / "admin.token")
