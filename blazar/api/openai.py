@@ -24,6 +24,8 @@ from blazar.queries.catalog import StoredModel, model, models
 from blazar.queries.remotes import remotes
 from blazar.serving.gateway import Gateway
 from blazar.serving.request import Request
+from blazar.store.chat_templates import capabilities
+from blazar.store.model_settings import reranks
 
 
 class OpenAIBody(BaseModel):
@@ -94,7 +96,12 @@ class Embeddings(Proxy):
 
 
 def _model_json(m: StoredModel) -> dict[str, Any]:
-    return {"id": m.name, "object": "model", "created": int(m.added_ts), "owned_by": "blazar"}
+    # Beside OpenAI's four fields: what the model can do, in the words of `blazar show` and Ollama's /api/show
+    # ("completion", "chat", "embedding", "rerank", and "vision"/"audio" from its projector), as other gateways list
+    # a model's abilities beside it; an OpenAI SDK keeps unknown fields (`model.capabilities`).
+    caps = capabilities(m.metadata, m.projector.modalities if m.projector is not None else ())
+    caps += ["rerank"] if reranks(m.metadata, m.settings) else []
+    return {"id": m.name, "object": "model", "created": int(m.added_ts), "owned_by": "blazar", "capabilities": caps}
 
 
 class Models:

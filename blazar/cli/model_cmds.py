@@ -184,7 +184,8 @@ def show(
                     "settings": entry.settings.model_dump(mode="json") if entry.settings is not None else None,
                     "fit": {"fits": plan.fits, "summary": plan.summary, "ctx_per_slot": plan.ctx_per_slot,
                             "slots": plan.slots, "cache_type_k": plan.cache_type_k,
-                            "cache_type_v": plan.cache_type_v, "total_bytes": plan.total_bytes},
+                            "cache_type_v": plan.cache_type_v, "total_bytes": plan.total_bytes,
+                            "projector_bytes": plan.projector_bytes, "projector_device": plan.projector_device},
                     "capabilities": caps, "template": template})
         return
     table = Table(show_header=False, box=None)
@@ -199,6 +200,7 @@ def show(
         ("sliding window", str(md.sliding_window or "-")),
         ("experts", f"{md.expert_count} ({md.expert_used_count} used)" if md.expert_count else "-"),
         ("capabilities", ", ".join(caps)),
+        ("projector", _projector_row(entry)),
         ("fit here", plan.summary),
         *([("variant of", entry.base)] if entry.base else []),
         *[(k, served.describe() if k == "template" else v) for k, v in describe(entry.settings)],
@@ -206,6 +208,15 @@ def show(
     for k, v in rows:
         table.add_row(f"[bold]{k}[/bold]", v)
     out.print(table)
+
+
+def _projector_row(entry: StoredModel) -> str:
+    proj = entry.projector
+    if proj is None:
+        return "- (text only; blazar model set NAME --mmproj FILE adds one)"
+    meta = proj.metadata
+    return (f"{meta.projector_type or '?'} ({', '.join(proj.modalities)}), {_human(proj.bytes)}, "
+            f"sha256 {proj.sha256[:16]}…, from {proj.source}")
 
 
 def rm(model: Annotated[str, typer.Argument(help="A model name from `blazar list`.")]) -> None:
