@@ -104,9 +104,14 @@ def pull(
     node: Annotated[str | None, typer.Option(
         "--node", help="Into that node's store instead (gateways sharing a PostgreSQL log; needs "
         "BLAZAR_CLUSTER_KEY): it downloads, this command follows its progress.")] = None,
+    no_mmproj: Annotated[bool, typer.Option(
+        "--no-mmproj", help="Leave out the projector (mmproj-*.gguf) a hub repo has beside the model: text only.")
+    ] = False,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Download a model (resumable, verified by sha256) from the registry or a Hugging Face hub (HF_ENDPOINT)."""
+    """Download a model (resumable, verified by sha256) from the registry or a Hugging Face hub (HF_ENDPOINT). From a
+    hub repo with a projector beside the model (mmproj-*.gguf: the one in the model's precision, else F16, else the
+    first), that comes too, so the model takes images."""
     if node is not None:
         _pull_on_node(target, node, name, as_json)
         return
@@ -120,7 +125,7 @@ def pull(
 
         async def go() -> Any:
             async with opened() as app:
-                return await pull_model(app, target, name=name, progress=progress)
+                return await pull_model(app, target, name=name, progress=progress, mmproj=not no_mmproj)
 
         try:
             result = run(go())
@@ -133,6 +138,9 @@ def pull(
         out.print(f"{result.name} is already in the store ({_human(result.bytes)})", **_VERBATIM)
     else:
         out.print(f"pulled {result.name}: {_human(result.bytes)}, sha256 {result.sha256[:16]}… verified", **_VERBATIM)
+        if result.projector is not None:
+            out.print(f"with its projector {result.projector} (blazar show {result.name} says what it takes in; "
+                      "pull with --no-mmproj to leave it out)", **_VERBATIM)
 
 
 def list_(as_json: bool = JSON_OPTION) -> None:

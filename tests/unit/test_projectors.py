@@ -130,3 +130,22 @@ def test_projector_info_is_ollamas_clip_keys() -> None:
     assert info["general.architecture"] == "clip" and info["clip.has_vision_encoder"] is True
     assert info["clip.projector_type"] == "gemma3" and info["clip.vision.image_size"] == 112
     assert info["clip.vision.projection_dim"] == 640
+
+
+# -- which projector a hub pull takes --------------------------------------------------------------------------
+
+
+def test_a_pull_picks_the_projector_in_the_models_precision_else_f16_else_the_first() -> None:
+    from blazar.adapters.hub import RemoteFile, pick_projector
+
+    def f(path: str) -> RemoteFile:
+        return RemoteFile(path, 1, None)
+
+    q8, q4 = [f("gemma-3-4b-it-Q8_0.gguf")], [f("gemma-3-4b-it-Q4_K_M.gguf")]
+    files = [f("mmproj-BF16.gguf"), f("mmproj-Q8_0.gguf"), f("mmproj-model-f16.gguf"), q8[0], q4[0]]
+    assert pick_projector(files, q8) == f("mmproj-Q8_0.gguf")
+    assert pick_projector(files, q4) == f("mmproj-model-f16.gguf")  # "f16", any case; BF16 is not F16
+    assert pick_projector([f("mmproj-F32.gguf"), f("mmproj-BF16.gguf")], q4) == f("mmproj-BF16.gguf")
+    assert pick_projector([q4[0]], q4) is None
+    # only beside the model: another directory's projector belongs to another model
+    assert pick_projector([f("other/mmproj-F16.gguf"), f("sub/m-Q4_K_M.gguf")], [f("sub/m-Q4_K_M.gguf")]) is None
