@@ -16,6 +16,7 @@ from blazar.events.models import (
     ModelAliased,
     ModelAliasRemoved,
     ModelImported,
+    ModelKind,
     ModelMetadata,
     ModelPullCompleted,
     ModelPullFailed,
@@ -36,7 +37,7 @@ class CatalogProjection(Projection):
     node_local = True
     name = "catalog"
     state_type = CatalogState
-    version = 4
+    version = 5
     types = frozenset({
         ModelImported.TYPE, ModelRemoved.TYPE, ModelPullStarted.TYPE, ModelPullCompleted.TYPE, ModelPullFailed.TYPE,
         ModelAliased.TYPE, ModelAliasRemoved.TYPE, ModelConfigured.TYPE, ModelVariantCreated.TYPE,
@@ -54,7 +55,7 @@ class CatalogProjection(Projection):
                 "name": ev.name, "path": ev.path, "bytes": ev.bytes, "sha256": ev.sha256, "source": ev.source,
                 "source_kind": ev.source_kind, "linked": ev.linked, "added_ts": rec.ts, "seq": rec.seq,
                 "metadata": ev.metadata.model_dump(mode="json"),
-                "shards": [sh.model_dump(mode="json") for sh in ev.shards],
+                "shards": [sh.model_dump(mode="json") for sh in ev.shards], "kind": ev.kind,
             }
         elif isinstance(ev, ModelRemoved):
             state["models"].pop(ev.name, None)
@@ -68,6 +69,7 @@ class CatalogProjection(Projection):
                 state["models"][ev.name] = {
                     **{k: base[k] for k in ("path", "bytes", "sha256", "source", "source_kind", "linked", "metadata",
                                             "shards")},
+                    "kind": base.get("kind", "llama-server"),
                     "name": ev.name, "base": ev.base, "added_ts": rec.ts, "seq": rec.seq,
                     "settings": ev.settings.model_dump(mode="json"), "settings_seq": rec.seq,
                 }
@@ -123,6 +125,12 @@ class StoredModel:
     linked: bool = False  # its file is a hardlink (not a copy)
     configured: ModelSettings | None = None  # its settings as last set, even when empty; None: never set
     settings_seq: int | None = None  # the event that set them
+    kind: ModelKind = "llama-server"  # what runs it: llama-server (a GGUF), whisper or piper (a directory of files)
+
+    @property
+    def gguf(self) -> bool:
+        """Its file is a GGUF (its metadata is a GGUF header's): only a llama-server model's is."""
+        return self.kind == "llama-server"
 
     @property
     def shards(self) -> tuple[str, ...]:
@@ -140,7 +148,7 @@ class StoredModel:
             "name": self.name, "path": self.file, "bytes": self.bytes, "sha256": self.sha256, "source": self.source,
             "source_kind": self.source_kind, "linked": self.linked, "added_ts": self.added_ts, "seq": self.seq,
             "metadata": self.metadata.model_dump(mode="json"),
-            "shards": [p.model_dump(mode="json") for p in self.parts],
+            "shards": [p.model_dump(mode="json") for p in self.parts], "kind": self.kind,
         }
         if self.base is not None:
             out["base"] = self.base
@@ -186,7 +194,8 @@ def _typed(entry: dict[str, Any]) -> StoredModel:
                        settings=None if configured is None or configured.is_empty() else configured,
                        base=entry.get("base"), source_kind=str(entry.get("source_kind") or "file"),
                        linked=bool(entry.get("linked")), configured=configured,
-                       settings_seq=None if settings_seq is None else int(settings_seq))
+                       settings_seq=None if settings_seq is None else int(settings_seq),
+                       kind=entry.get("kind") or "llama-server")
 
 
 # Like the metadata: validated once per change of settings (its seq), not per request.
