@@ -39,6 +39,7 @@
     │   ├── ModelInUse         409  `rm` of a model that is loaded
     │   ├── ModelNotLoaded     404  `stop` of a model with no running instance
     │   ├── InvalidModelName   400  a name outside [a-z0-9._-] (with an optional :tag)
+    │   ├── WrongModelKind     400  a route the model's kind does not serve (chat to a whisper model): says what it does
     │   └── InvalidModelSettings 400 a template, system prompt, parameter or Modelfile Blazar cannot serve as given
     ├── RemoteCommandError     400  `blazar remote add|rm` that cannot be carried out (a bad name, URL or model)
     ├── WorkerError            400  `blazar worker` that cannot run (no rpc-server, a bind wider than loopback)
@@ -55,6 +56,7 @@
     ├── EngineError            503  an engine binary that cannot be run or whose output cannot be read
     │   ├── EngineIncompatible 503  the binary lacks a flag (or value) the plan needs (names the flag)
     │   ├── NoEngine           503  no engine is active (names the command that installs one)
+    │   ├── EngineExtraMissing 503  a whisper or piper model whose Python extra is not installed (names the pip command)
     │   ├── EngineNotFound          no engine by that tag
     │   ├── EngineExists            the tag is taken by different files
     │   ├── EngineRefused           activation refused by verify or the smoke gate (carries the event's seq)
@@ -278,6 +280,14 @@ class InvalidModelName(ModelError):
     http_status = 400
 
 
+class WrongModelKind(ModelError):
+    """A request for a route the model's kind does not serve (a chat to a whisper model): the message names the model,
+    its kind and the routes it does serve. Raised before any load."""
+
+    code = "model_kind_mismatch"
+    http_status = 400
+
+
 class InvalidModelSettings(ModelError):
     """A model setting (`blazar model set`, Ollama's /api/create) that cannot be served: says what is accepted."""
 
@@ -365,6 +375,15 @@ class NoEngine(EngineError):
     def __init__(self) -> None:
         super().__init__("no engine is active: build one for this machine with `blazar engine build`, or bring "
                          "your own llama-server with `blazar engine install --path BIN`")
+
+
+class EngineExtraMissing(EngineError):
+    """A whisper or piper model's runtime is a Python extra that is not installed here: the message names the pip
+    command that installs it."""
+
+    code = "engine_extra_missing"
+    http_status = 503
+    exit_code = 6
 
 
 class EngineNotFound(EngineError):
