@@ -25,10 +25,13 @@ from blazar.events.engines import EngineInstalled
 from blazar.events.instances import InstanceStarted, InstanceStarting
 from blazar.events.model_settings import ModelVariantCreated
 from blazar.events.models import ModelImported
+from blazar.events.projectors import ModelProjectorSet
 from blazar.events.sessions import SessionDropped, SessionRemoved, SessionSaved
 
 # The KV bank's files, relative to the data directory: slots/<model's store name>/<hash>.bin (kv_bank.py).
 BANK_DIR = "slots"
+# Projectors, relative to the models directory: mmproj/<sha256>.gguf (blazar/store/projectors.py).
+PROJECTOR_DIR = "mmproj"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +119,16 @@ def _bank_file(field: str, file: str, out: list[Untrusted]) -> None:
     _check(out, field, file, problem)
 
 
+def _projector(ev: ModelProjectorSet, out: list[Untrusted]) -> None:
+    _check(out, "name", ev.name, name_problem(ev.name))
+    problem = relative_problem(ev.path)
+    if problem is None:
+        parts = PurePosixPath(ev.path).parts
+        if len(parts) != 2 or parts[0] != PROJECTOR_DIR:
+            problem = f"is not {PROJECTOR_DIR}/<file>, where the store keeps projectors"
+    _check(out, "path", ev.path, problem)
+
+
 def untrusted(event: Event) -> list[Untrusted]:
     """Every path `event` names that could lead out of the home's directory for it; [] for a trustworthy event (and
     for every event that names no path)."""
@@ -124,6 +137,8 @@ def untrusted(event: Event) -> list[Untrusted]:
         _model(event, out)
     elif isinstance(event, ModelVariantCreated):
         _check(out, "name", event.name, name_problem(event.name))
+    elif isinstance(event, ModelProjectorSet):
+        _projector(event, out)
     elif isinstance(event, EngineInstalled):
         _engine(event, out)
     elif isinstance(event, SessionSaved | SessionDropped):

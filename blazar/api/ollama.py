@@ -26,6 +26,7 @@ from blazar.serving.ports import SupervisorPort
 from blazar.store.chat_templates import completion_only, served_template
 from blazar.store.model_settings import reranks
 from blazar.store.models import alias_model, remove_model, unalias_model
+from blazar.store.projectors import projector_info
 
 # What Ollama answers for a model kept loaded forever: a time far past any real expiry.
 FOREVER = "2318-01-01T00:00:00Z"
@@ -194,6 +195,8 @@ class Show:
         # Ollama's words: an embedding model embeds only; any other model completes (chat or not).
         caps = ["embedding"] if md.embedding_model else ["completion"]
         caps += ["rerank"] if reranks(md, entry.settings) else []
+        # What its projector lets it take in, in Ollama's words ("vision"; "audio" for an audio projector).
+        caps += list(entry.projector.modalities) if entry.projector is not None and not md.embedding_model else []
         s = entry.settings
         system = s.system if s is not None else None
         params = dict(s.parameters) if s is not None else {}
@@ -212,6 +215,8 @@ class Show:
                        "template": served.describe()}}
         if system is not None:
             media["system"] = system
+        if entry.projector is not None:
+            media["projector_info"] = projector_info(entry.projector.metadata)
         resp.media = media
 
 

@@ -159,7 +159,8 @@ def show(
     entry, file, plan = run(go())
     md = entry.metadata
     served = served_template(md, entry.settings)
-    caps = capabilities(md) + (["rerank"] if reranks(md, entry.settings) else [])
+    modalities = entry.projector.modalities if entry.projector is not None else ()
+    caps = capabilities(md, modalities) + (["rerank"] if reranks(md, entry.settings) else [])
     template = {"source": served.source, "name": served.name if served.source == "architecture" else None,
                 "summary": served.describe()}
     if as_json:

@@ -11,6 +11,7 @@ from blazar.events import keys as keys
 from blazar.events import model_settings as model_settings
 from blazar.events import models as models
 from blazar.events import nodes as nodes
+from blazar.events import projectors as projectors
 from blazar.events import remotes as remotes
 from blazar.events import requests as requests
 from blazar.events import responses as responses

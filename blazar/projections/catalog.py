@@ -23,6 +23,7 @@ from blazar.events.models import (
     ModelRemoved,
     ShardFile,
 )
+from blazar.events.projectors import ModelProjectorRemoved, ModelProjectorSet, ProjectorMetadata
 from blazar.projections.base import Projection, RefusedEvent, State, TypedState, refused_events
 
 
@@ -36,10 +37,11 @@ class CatalogProjection(Projection):
     node_local = True
     name = "catalog"
     state_type = CatalogState
-    version = 4
+    version = 5
     types = frozenset({
         ModelImported.TYPE, ModelRemoved.TYPE, ModelPullStarted.TYPE, ModelPullCompleted.TYPE, ModelPullFailed.TYPE,
         ModelAliased.TYPE, ModelAliasRemoved.TYPE, ModelConfigured.TYPE, ModelVariantCreated.TYPE,
+        ModelProjectorSet.TYPE, ModelProjectorRemoved.TYPE,
     })
 
     def initial(self) -> State:
@@ -47,7 +49,7 @@ class CatalogProjection(Projection):
 
     def apply(self, state: State, rec: Recorded) -> State:
         ev = rec.event
-        if isinstance(ev, ModelImported | ModelVariantCreated) and (problems := untrusted(ev)):
+        if isinstance(ev, ModelImported | ModelVariantCreated | ModelProjectorSet) and (problems := untrusted(ev)):
             state["refused"].append(refused(rec, problems, name=ev.name))
         elif isinstance(ev, ModelImported):
             state["models"][ev.name] = {
@@ -68,6 +70,8 @@ class CatalogProjection(Projection):
                 state["models"][ev.name] = {
                     **{k: base[k] for k in ("path", "bytes", "sha256", "source", "source_kind", "linked", "metadata",
                                             "shards")},
+                    # A variant sees what its base sees: the same projector (its file is shared, content-addressed).
+                    **{k: base[k] for k in ("projector",) if k in base},
                     "name": ev.name, "base": ev.base, "added_ts": rec.ts, "seq": rec.seq,
                     "settings": ev.settings.model_dump(mode="json"), "settings_seq": rec.seq,
                 }
@@ -76,21 +80,40 @@ class CatalogProjection(Projection):
             if entry is not None:
                 entry["settings"] = ev.settings.model_dump(mode="json")
                 entry["settings_seq"] = rec.seq
+        elif isinstance(ev, ModelProjectorSet | ModelProjectorRemoved):
+            _apply_projector(state, ev, rec.seq)
         elif isinstance(ev, ModelAliased):
             state["aliases"][ev.alias] = ev.target
         elif isinstance(ev, ModelAliasRemoved):
             state["aliases"].pop(ev.alias, None)
-        elif isinstance(ev, ModelPullStarted):
-            state["pulls"][ev.name] = {"target": ev.target, "status": "running", "started_ts": rec.ts,
-                                       "total_bytes": ev.total_bytes, "seq": rec.seq}
-        elif isinstance(ev, ModelPullCompleted):
-            pull = state["pulls"].setdefault(ev.name, {"target": ev.target})
-            pull.update(status="completed", ended_ts=rec.ts, bytes=ev.bytes, duration_ms=ev.duration_ms)
-        elif isinstance(ev, ModelPullFailed):
-            pull = state["pulls"].setdefault(ev.name, {"target": ev.target})
-            pull.update(status="failed", ended_ts=rec.ts, reason=ev.reason, detail=ev.detail,
-                        partial_bytes=ev.partial_bytes)
+        elif isinstance(ev, ModelPullStarted | ModelPullCompleted | ModelPullFailed):
+            _apply_pull(state, ev, rec)
         return state
+
+
+def _apply_pull(state: State, ev: ModelPullStarted | ModelPullCompleted | ModelPullFailed, rec: Recorded) -> None:
+    if isinstance(ev, ModelPullStarted):
+        state["pulls"][ev.name] = {"target": ev.target, "status": "running", "started_ts": rec.ts,
+                                   "total_bytes": ev.total_bytes, "seq": rec.seq}
+        return
+    pull = state["pulls"].setdefault(ev.name, {"target": ev.target})
+    if isinstance(ev, ModelPullCompleted):
+        pull.update(status="completed", ended_ts=rec.ts, bytes=ev.bytes, duration_ms=ev.duration_ms)
+    else:
+        pull.update(status="failed", ended_ts=rec.ts, reason=ev.reason, detail=ev.detail,
+                    partial_bytes=ev.partial_bytes)
+
+
+def _apply_projector(state: State, ev: ModelProjectorSet | ModelProjectorRemoved, seq: int) -> None:
+    entry = state["models"].get(ev.name)
+    if entry is None:
+        return
+    if isinstance(ev, ModelProjectorRemoved):
+        entry.pop("projector", None)
+        return
+    entry["projector"] = {"path": ev.path, "bytes": ev.bytes, "sha256": ev.sha256, "source": ev.source,
+                          "source_kind": ev.source_kind, "linked": ev.linked, "seq": seq,
+                          "metadata": ev.metadata.model_dump(mode="json")}
 
 
 def _find(state: State, name: str) -> dict[str, Any] | None:
@@ -102,6 +125,28 @@ def _find(state: State, name: str) -> dict[str, Any] | None:
         if hit is not None:
             return hit
     return None
+
+
+@dataclass(frozen=True)
+class Projector:
+    """A model's multimodal projector (llama.cpp's --mmproj file), typed."""
+
+    path: str  # relative to the store's models directory: mmproj/<sha256>.gguf
+    sha256: str
+    bytes: int
+    metadata: ProjectorMetadata
+    seq: int  # the model.projector_set event
+    source: str = ""
+
+    @property
+    def modalities(self) -> tuple[str, ...]:
+        """What the projector lets the model take in: ("vision",), ("audio",) or both."""
+        return tuple(self.metadata.modalities)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "sha256": self.sha256, "bytes": self.bytes, "source": self.source,
+                "seq": self.seq, "modalities": list(self.modalities),
+                "metadata": self.metadata.model_dump(mode="json")}
 
 
 @dataclass(frozen=True)
@@ -123,6 +168,7 @@ class StoredModel:
     linked: bool = False  # its file is a hardlink (not a copy)
     configured: ModelSettings | None = None  # its settings as last set, even when empty; None: never set
     settings_seq: int | None = None  # the event that set them
+    projector: Projector | None = None  # its vision/audio projector (--mmproj); None: text only
 
     @property
     def shards(self) -> tuple[str, ...]:
@@ -147,6 +193,8 @@ class StoredModel:
         if self.configured is not None:
             out["settings"] = self.configured.model_dump(mode="json")
             out["settings_seq"] = self.settings_seq
+        if self.projector is not None:
+            out["projector"] = self.projector.to_json()
         return out
 
 
@@ -186,7 +234,36 @@ def _typed(entry: dict[str, Any]) -> StoredModel:
                        settings=None if configured is None or configured.is_empty() else configured,
                        base=entry.get("base"), source_kind=str(entry.get("source_kind") or "file"),
                        linked=bool(entry.get("linked")), configured=configured,
-                       settings_seq=None if settings_seq is None else int(settings_seq))
+                       settings_seq=None if settings_seq is None else int(settings_seq),
+                       projector=_projector(entry))
+
+
+# Like the metadata: validated once per projector event (its seq), not per request.
+_PROJECTORS: dict[int, tuple[dict[str, Any], Projector]] = {}
+
+
+def _projector(entry: dict[str, Any]) -> Projector | None:
+    raw = entry.get("projector")
+    if raw is None:
+        return None
+    seq = int(raw.get("seq") or 0)
+    cached = _PROJECTORS.get(seq) if seq else None
+    if cached is not None and cached[0] is raw:
+        return cached[1]
+    typed = Projector(path=str(raw["path"]), sha256=str(raw.get("sha256") or ""), bytes=int(raw.get("bytes") or 0),
+                      metadata=ProjectorMetadata.model_validate(raw["metadata"]), seq=seq,
+                      source=str(raw.get("source") or ""))
+    if seq:
+        if len(_PROJECTORS) >= _METADATA_KEEP:
+            _PROJECTORS.clear()
+        _PROJECTORS[seq] = (raw, typed)
+    return typed
+
+
+def projector_users(state: CatalogState, path: str) -> list[str]:
+    """Every model (variants included) whose projector is the file `path`: it stays while any of them names it."""
+    by_name: dict[str, dict[str, Any]] = state._raw["models"]
+    return sorted(n for n, m in by_name.items() if (m.get("projector") or {}).get("path") == path)
 
 
 # Like the metadata: validated once per change of settings (its seq), not per request.

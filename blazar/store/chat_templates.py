@@ -12,6 +12,7 @@ and llama-server then refuses any request with tools ("tools param requires --ji
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -99,8 +100,10 @@ def completion_only(metadata: ModelMetadata) -> bool:
     return not words & _TUNED
 
 
-def capabilities(metadata: ModelMetadata) -> list[str]:
-    """What `blazar show` lists: "completion" (continues text), "chat" (answers turns), "embedding"."""
+def capabilities(metadata: ModelMetadata, modalities: Sequence[str] = ()) -> list[str]:
+    """What `blazar show`, /api/show and /v1/models list: "completion" (continues text), "chat" (answers turns),
+    "embedding"; then what its projector lets it take in ("vision", "audio": `StoredModel.projector.modalities`)."""
     if metadata.embedding_model:
         return ["embedding"]
-    return ["completion"] + ([] if completion_only(metadata) else ["chat"])
+    text = ["completion"] + ([] if completion_only(metadata) else ["chat"])
+    return text + [m for m in ("vision", "audio") if m in modalities]
