@@ -71,8 +71,7 @@ def projector_modalities(catalog: CatalogState, model: str) -> tuple[str, tuple[
     got = stored(catalog, model)
     if got is None:
         return None
-    projector = getattr(got, "projector", None)
-    return got.name, (tuple(projector.modalities) if projector is not None else None)
+    return got.name, (tuple(got.projector.modalities) if got.projector is not None else None)
 
 
 async def prepare(request: Request, settings: Settings, catalog: CatalogState) -> Request:
