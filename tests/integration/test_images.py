@@ -134,6 +134,15 @@ def test_an_image_to_a_model_without_a_projector_is_400_in_each_shape(daemon: Da
         with pytest.raises(ollama.ResponseError) as o:
             call()
         assert o.value.status_code == 400 and o.value.error == fix
+    # Audio the same way: OpenAI's input_audio part needs a projector with audio (the tiny one has vision only).
+    wav = base64.b64encode(b"RIFF\x24\x00\x00\x00WAVEfmt " + bytes(28)).decode()
+    clip = {"type": "input_audio", "input_audio": {"data": wav, "format": "wav"}}
+    with pytest.raises(openai.BadRequestError) as e:
+        openai_chat(daemon, DEMO, clip)
+    assert e.value.body["message"].startswith(f"model '{DEMO}' has no audio projector")
+    with pytest.raises(openai.BadRequestError) as e:
+        openai_chat(daemon, SEER, clip)
+    assert e.value.body["message"].startswith(f"model '{SEER}' has a projector for vision, not audio")
     # Refused before any load: the demo model was never started.
     assert not [e for e in daemon.events("instance.started") if e["data"]["model"] == DEMO]
 
