@@ -12,6 +12,7 @@ from rich.table import Table
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
 from blazar.cli.model_settings_cmds import describe
 from blazar.cluster.nodes import pull_on_node
+from blazar.events.projectors import ModelProjectorSet
 from blazar.fit import FitPlan, FitRequest
 from blazar.instances.fit import fit_model
 from blazar.queries.catalog import StoredModel, aliases, models
@@ -19,6 +20,7 @@ from blazar.queries.catalog import model as stored_model
 from blazar.store.chat_templates import capabilities, served_template
 from blazar.store.model_settings import reranks
 from blazar.store.models import alias_model, import_model, remove_model, unalias_model
+from blazar.store.projectors import import_with_projector
 from blazar.store.pull import pull as pull_model
 
 # Messages that carry a model name: "x:smile" followed by ": ..." must not print as an emoji.
@@ -42,22 +44,36 @@ def _params(n: int) -> str:
 def import_(
     file: Annotated[Path, typer.Argument(help="A GGUF file to bring into the store.")],
     name: Annotated[str, typer.Option("--name", "-n", help="The name to serve it under, e.g. mymodel:q4.")],
+    mmproj: Annotated[Path | None, typer.Option(
+        "--mmproj", help="Its multimodal projector (a vision or audio mmproj-*.gguf): loaded beside it with "
+        "--mmproj, so it takes images (or audio).")] = None,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Validate a GGUF file and add it to the store (hardlinked; copied when a link is impossible)."""
 
     async def go() -> Any:
         async with opened() as app:
-            return await import_model(app, file.absolute(), name)
+            if mmproj is None:
+                return await import_model(app, file.absolute(), name), None
+            return await import_with_projector(app, file.absolute(), name, mmproj.absolute())
 
-    rec = run(go())
+    rec, proj = run(go())
     ev = rec.event
     if as_json:
-        print_json(rec.to_json())
+        print_json({**rec.to_json(), "projector": proj.to_json() if proj is not None else None})
         return
     how = "linked" if ev.linked else "copied (a hardlink was not possible across these filesystems)"
     out.print(f"imported {ev.name}: {ev.metadata.architecture}, {ev.metadata.file_type or '?'}, "
               f"{_human(ev.bytes)}, {how}; sha256 {ev.sha256[:16]}…", **_VERBATIM)
+    if proj is not None:
+        out.print(projector_line(proj.event), **_VERBATIM)
+
+
+def projector_line(ev: ModelProjectorSet) -> str:
+    """One line saying which projector a model got and what it lets it take in."""
+    meta = ev.metadata
+    return (f"projector for {ev.name}: {meta.projector_type or '?'} ({', '.join(meta.modalities)}), "
+            f"{_human(ev.bytes)} from {ev.source}; sha256 {ev.sha256[:16]}…")
 
 
 def _pull_on_node(target: str, node: str, name: str | None, as_json: bool) -> None:

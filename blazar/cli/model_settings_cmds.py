@@ -80,12 +80,27 @@ def set_(
     rerank: Annotated[bool | None, typer.Option(
         "--rerank/--no-rerank", help="Serve rerank requests (/v1/rerank) in rerank mode even without a rerank head "
         "in the GGUF (its scores then mean nothing); --no-rerank: only with one.")] = None,
+    mmproj: Annotated[Path | None, typer.Option(
+        "--mmproj", help="Serve it with this multimodal projector (a vision or audio mmproj-*.gguf, verified and "
+        "stored by sha256); it replaces any it had. A loaded instance without it is replaced on the next request "
+        "that needs it.")] = None,
+    no_mmproj: Annotated[bool, typer.Option("--no-mmproj", help="Serve it without its projector (text only).")] = False,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Set a model's chat template, system prompt or default parameters (a request's own values always win)."""
-    if not any((template, system is not None, param, clear_template, clear_system, clear_param,
-                rerank is not None)):
-        raise typer.BadParameter("nothing to set: give --template, --system, --param, --rerank or a --clear-* option")
+    """Set a model's chat template, system prompt or default parameters (a request's own values always win), or its
+    projector."""
+    settings_given = any((template, system is not None, param, clear_template, clear_system, clear_param,
+                          rerank is not None))
+    if mmproj is not None and no_mmproj:
+        raise typer.BadParameter("--mmproj and --no-mmproj together: give one")
+    if mmproj is not None or no_mmproj:
+        if settings_given:
+            raise typer.BadParameter("set the projector on its own (--mmproj or --no-mmproj alone)")
+        _set_projector(name, mmproj, as_json)
+        return
+    if not settings_given:
+        raise typer.BadParameter("nothing to set: give --template, --system, --param, --rerank, --mmproj or a "
+                                 "--clear-* option")
     change = SettingsChange(template=_template_text(template) if template is not None else None, system=system,
                             parameters=parse_parameters(_pairs(param or [])), clear_template=clear_template,
                             clear_system=clear_system, clear_parameters=tuple(clear_param or ()), rerank=rerank)
@@ -108,3 +123,28 @@ def set_(
         if key == "template" and metadata is not None:  # what the engine gets, and why (blazar show says the same)
             value = served_template(metadata, ev.settings).describe()
         out.print(f"  {key}: {value}", **_VERBATIM)
+
+
+def _set_projector(name: str, mmproj: Path | None, as_json: bool) -> None:
+    from blazar.store.projectors import remove_projector, set_projector
+
+    src = mmproj.absolute() if mmproj is not None else None
+
+    async def go() -> Any:
+        async with opened() as app_:
+            if src is None:
+                return await remove_projector(app_, name), app_.paths
+            return await set_projector(app_, name, src), app_.paths
+
+    rec, paths = run(go())
+    tell_daemon(paths)
+    ev = rec.event
+    if as_json:
+        print_json(rec.to_json())
+    elif mmproj is None:
+        out.print(f"{ev.name}: projector removed (text only)" + ("; its file deleted" if ev.file_deleted else ""),
+                  **_VERBATIM)
+    else:
+        meta = ev.metadata
+        out.print(f"{ev.name}: projector set: {meta.projector_type or '?'} ({', '.join(meta.modalities)}), "
+                  f"sha256 {ev.sha256[:16]}…", **_VERBATIM)

@@ -15,6 +15,7 @@ from blazar.events.models import ModelMetadata
 from blazar.fit import buffers
 from blazar.fit.devices import Device, budget_bytes, gpus_of, host_of
 from blazar.fit.kv import KvLayout, LayerGeom, context_shape, kv_layout
+from blazar.fit.projector import ProjectorCost
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,7 @@ class DeviceUse(BaseModel):
     output_bytes: int = 0
     fixed_bytes: int = 0
     correction_bytes: int = 0
+    projector_bytes: int = 0  # the multimodal projector's weights and compute buffer, where it runs
     total_bytes: int = 0
     budget_bytes: int = 0
     free_bytes: int = 0
@@ -105,10 +107,19 @@ def tied_copy_bytes(meta: ModelMetadata) -> int:
     return meta.input_bytes if meta.output_bytes < meta.vocab_size * meta.embedding_length // 16 else 0
 
 
+def projector_device(devices: list[Device], on_gpu: bool) -> str:
+    """Where llama.cpp runs the projector: the first local GPU (tools/mtmd/clip.cpp takes the first GPU backend,
+    never an RPC worker), or the host with --no-mmproj-offload or without a GPU."""
+    local = [d for d in gpus_of(devices) if d.kind == "cuda"]
+    return local[0].key if on_gpu and local else host_of(devices).key
+
+
 def price(
-    meta: ModelMetadata, geom: list[LayerGeom], devices: list[Device], shape: Shape, correction: int = 0
+    meta: ModelMetadata, geom: list[LayerGeom], devices: list[Device], shape: Shape, correction: int = 0,
+    projector: ProjectorCost | None = None, projector_on_gpu: bool = True,
 ) -> tuple[list[DeviceUse], KvLayout]:
-    """Per-device bytes for `shape`. Pure arithmetic; a caller decides what fits."""
+    """Per-device bytes for `shape` (with the model's projector, when it has one, on the device it runs on). Pure
+    arithmetic; a caller decides what fits."""
     gpus, host = gpus_of(devices), host_of(devices)
     n_layer = meta.block_count
     ctx = context_shape(shape.ctx_arg, shape.slots, shape.unified)
@@ -121,7 +132,8 @@ def price(
     place = assign_layers(n_layer, shape.gpu_layers, gpus)
     weights = layer_weights(meta)
     keys = [g.key for g in gpus] + [host.key]
-    acc = {k: {"layers": 0, "weights": 0, "kv": 0, "compute": 0, "output": 0, "fixed": 0, "corr": 0} for k in keys}
+    acc = {k: {"layers": 0, "weights": 0, "kv": 0, "compute": 0, "output": 0, "fixed": 0, "corr": 0, "proj": 0}
+           for k in keys}
     widest = dict.fromkeys(keys, 0)
     for il in range(n_layer):
         a = acc[place[il]]
@@ -167,16 +179,21 @@ def price(
     if acc[primary]["layers"] == 0:
         primary = host.key
     acc[primary]["corr"] = correction
+    if projector is not None:
+        where = projector_device(devices, projector_on_gpu)
+        acc[where]["proj"] = projector.total_bytes
+        if where != host.key and not acc[where]["fixed"]:
+            acc[where]["fixed"] = buffers.GPU_ENGINE_FIXED_BYTES  # a GPU holding only the projector: its context
 
     uses = []
     for d in [*gpus, host]:
         a = acc[d.key]
-        total = max(0, a["weights"] + a["kv"] + a["compute"] + a["output"] + a["fixed"] + a["corr"])
+        total = max(0, a["weights"] + a["kv"] + a["compute"] + a["output"] + a["fixed"] + a["corr"] + a["proj"])
         budget = budget_bytes(d)
         uses.append(DeviceUse(
             key=d.key, kind=d.kind, name=d.name, layers=a["layers"], holds_output=d.key == out_key and d.kind != "host",
             weights_bytes=a["weights"], kv_bytes=a["kv"],
             compute_bytes=a["compute"], output_bytes=a["output"], fixed_bytes=a["fixed"], correction_bytes=a["corr"],
-            total_bytes=total, budget_bytes=budget, free_bytes=budget - total,
+            projector_bytes=a["proj"], total_bytes=total, budget_bytes=budget, free_bytes=budget - total,
         ))
     return uses, kvl

@@ -11,10 +11,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.events.models import ModelMetadata
+from blazar.events.projectors import ProjectorMetadata
 from blazar.fit.devices import Device, gpus_of
 from blazar.fit.ggml_types import LADDER, cache_type, is_quantized
 from blazar.fit.kv import context_shape, layer_geometry
-from blazar.fit.layout import DeviceUse, Shape, price
+from blazar.fit.layout import DeviceUse, Shape, price, projector_device
+from blazar.fit.projector import decide_placement, projector_cost
 from blazar.fit.refusal import Lever, Refusal, levers_for, over_budget, summary
 from blazar.fit.search import Pricer, fewest_gpu_layers, max_ctx, max_gpu_layers, max_slots
 
@@ -41,6 +43,8 @@ class FitRequest(BaseModel):
     correction: bytes from calibration (measured - planned) added where most of the model lives.
     offload: "most" offloads every layer the GPUs hold (local GPUs are faster than the CPU); "fewest" offloads only
         what the host cannot hold (RPC workers: each layer away costs a network hop per token).
+    projector: the model's multimodal projector (--mmproj), priced where it runs (blazar/fit/projector.py); None:
+        a text-only load.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -57,6 +61,7 @@ class FitRequest(BaseModel):
     swa_full: bool = False
     correction: int = 0
     offload: Literal["most", "fewest"] = "most"
+    projector: ProjectorMetadata | None = None
 
 
 class FitPlan(BaseModel):
@@ -90,6 +95,11 @@ class FitPlan(BaseModel):
     refusal: Refusal | None = None
     notes: list[str] = Field(default_factory=list)
     summary: str = ""
+    # The model's multimodal projector (--mmproj): its weights and compute buffer, the device it runs on, and
+    # whether it is offloaded there (False: --no-mmproj-offload, on the host while a GPU is present).
+    projector_bytes: int = 0
+    projector_device: str | None = None
+    projector_offload: bool = True
 
     @property
     def local_bytes(self) -> int:
@@ -108,7 +118,8 @@ def _type_choices(req: FitRequest) -> list[tuple[str, str]]:
 
 
 def plan(meta: ModelMetadata, devices: list[Device], request: FitRequest | None = None) -> FitPlan:
-    """Plan one engine instance of `meta` on `devices`; see FitRequest for what a None asks for."""
+    """Plan one engine instance of `meta` (with its multimodal projector, when the request names one) on `devices`;
+    see FitRequest for what a None asks for."""
     req = request or FitRequest()
     notes: list[str] = []
     cap = meta.ctx_train or UNKNOWN_CTX_TRAIN_CAP
@@ -134,32 +145,31 @@ def plan(meta: ModelMetadata, devices: list[Device], request: FitRequest | None 
         return _refuse_early(meta, req, choices[0], notes, "metadata_incomplete",
                              "the header lacks the layer count, head counts or head sizes the KV size needs")
     base = Shape(0, 1, "f16", "f16", 0, req.n_ubatch, req.n_batch, req.kv_unified, req.flash_attn, req.swa_full)
-    p = Pricer(meta, geom, devices, base, req.correction)
-
+    cost = projector_cost(req.projector, flash_attn=req.flash_attn) if req.projector is not None else None
+    p = Pricer(meta, geom, devices, base, req.correction, cost)
     target_ctx = ctx_req if ctx_req is not None else min(MIN_AUTO_CTX, cap)
     target_slots = req.slots or 1
-    picked: tuple[tuple[str, str], int] | None = None
-    tried: list[tuple[tuple[str, str], int, bool]] = []
-    for types in choices:
-        fewest = req.offload == "fewest"
-        search = fewest_gpu_layers if fewest else max_gpu_layers
-        g = g_req if g_req is not None else search(p, target_ctx, target_slots, types)
-        ok = p.fits(target_ctx, target_slots, types, g)
-        tried.append((types, g, ok))
-        if ok and (g_req is not None or fewest or not p.has_gpu or g == full_layers):
-            picked = (types, g)
-            break
-    if picked is None:
-        fitting = [(t, g) for t, g, ok in tried if ok]
-        picked = max(fitting, key=lambda tg: tg[1]) if fitting else (tried[0][0], tried[0][1])
-    types, g = picked
+    types, g, ok = _pick(p, req, choices, g_req, target_ctx, target_slots)
+    placement = None
+    if cost is not None and p.has_gpu and projector_device(devices, True) != "host":
+        # NOTE: the projector's place is decided before the context grows: at the target context, whichever place
+        # keeps more of the model's layers on the GPU (the layers serve every token; the projector, each image).
+        alt: tuple[Pricer, tuple[str, str], int, bool] | None = None
+        if not (ok and g >= full_layers):
+            p_host = Pricer(meta, geom, devices, base, req.correction, cost, projector_on_gpu=False)
+            alt = (p_host, *_pick(p_host, req, choices, g_req, target_ctx, target_slots))
+        placement = decide_placement(cost, gpu=projector_device(devices, True), layers_total=full_layers,
+                                     on_gpu=(ok, g), on_host=None if alt is None else (alt[3], alt[2]))
+        if alt is not None and not placement.on_gpu:
+            p, types, g, ok = alt
+        notes.append(placement.why)
     if types != choices[0]:
         notes.append(f"KV cache {choices[0][0]} does not fit; using {types[0]}/{types[1]}")
 
     ctx = ctx_req if ctx_req is not None else (max_ctx(p, cap, target_slots, types, g) or target_ctx)
     slots = req.slots if req.slots is not None else (max_slots(p, ctx, types, g, SLOTS_AUTO_MAX) or 1)
     shape = p.shape(ctx, slots, types, g)
-    uses, kvl = price(meta, geom, devices, shape, req.correction)
+    uses, kvl = price(meta, geom, devices, shape, req.correction, cost, p.projector_on_gpu)
     fits = all(u.free_bytes >= 0 for u in uses)
     refusal = None
     if not fits:
@@ -174,8 +184,32 @@ def plan(meta: ModelMetadata, devices: list[Device], request: FitRequest | None 
         estimate_bytes=sum(u.total_bytes - u.correction_bytes for u in uses),
         correction_bytes=req.correction, devices=uses, max_ctx_at_slots=max_ctx(p, cap, slots, types, g),
         max_slots_at_ctx=max_slots(p, ctx, types, g, SLOTS_MAX), refusal=refusal, notes=notes,
+        projector_bytes=cost.total_bytes if cost is not None else 0,
+        projector_device=projector_device(devices, p.projector_on_gpu) if cost is not None else None,
+        projector_offload=placement is None or placement.on_gpu,
     )
     return result.model_copy(update={"summary": summary(result)})
+
+
+def _pick(p: Pricer, req: FitRequest, choices: list[tuple[str, str]], g_req: int | None, ctx: int, slots: int
+          ) -> tuple[tuple[str, str], int, bool]:
+    """The first cache types (widest first) with which every layer is offloaded (or the pinned -ngl, or the fewest
+    for RPC workers) and the plan fits at `ctx` x `slots`; else the fitting choice with the most GPU layers; else the
+    first. Returns (types, gpu layers, fits)."""
+    tried: list[tuple[tuple[str, str], int, bool]] = []
+    fewest = req.offload == "fewest"
+    search = fewest_gpu_layers if fewest else max_gpu_layers
+    for types in choices:
+        g = g_req if g_req is not None else search(p, ctx, slots, types)
+        ok = p.fits(ctx, slots, types, g)
+        tried.append((types, g, ok))
+        if ok and (g_req is not None or fewest or not p.has_gpu or g == p.full_layers):
+            return types, g, True
+    fitting = [(t, g) for t, g, ok in tried if ok]
+    if fitting:
+        types, g = max(fitting, key=lambda tg: tg[1])
+        return types, g, True
+    return tried[0][0], tried[0][1], False
 
 
 def _refuse_early(

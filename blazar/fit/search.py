@@ -13,6 +13,7 @@ from blazar.events.models import ModelMetadata
 from blazar.fit.devices import Device, gpus_of
 from blazar.fit.kv import CTX_PAD, LayerGeom
 from blazar.fit.layout import DeviceUse, Shape, price
+from blazar.fit.projector import ProjectorCost
 
 Types = tuple[str, str]
 
@@ -21,9 +22,11 @@ class Pricer:
     """Prices shapes that differ from `base` only in ctx per slot, slots, cache types and GPU layers."""
 
     def __init__(
-        self, meta: ModelMetadata, geom: list[LayerGeom], devices: list[Device], base: Shape, correction: int
+        self, meta: ModelMetadata, geom: list[LayerGeom], devices: list[Device], base: Shape, correction: int,
+        projector: ProjectorCost | None = None, projector_on_gpu: bool = True,
     ) -> None:
         self.meta, self.geom, self.devices, self.base, self.correction = meta, geom, devices, base, correction
+        self.projector, self.projector_on_gpu = projector, projector_on_gpu
         self.has_gpu = bool(gpus_of(devices))
         self.full_layers = meta.block_count + 1
 
@@ -32,7 +35,8 @@ class Pricer:
                        gpu_layers=gpu_layers)
 
     def uses(self, ctx: int, slots: int, types: Types, g: int) -> list[DeviceUse]:
-        return price(self.meta, self.geom, self.devices, self.shape(ctx, slots, types, g), self.correction)[0]
+        return price(self.meta, self.geom, self.devices, self.shape(ctx, slots, types, g), self.correction,
+                     self.projector, self.projector_on_gpu)[0]
 
     def fits(self, ctx: int, slots: int, types: Types, g: int, gpus_only: bool = False) -> bool:
         return all(u.free_bytes >= 0 for u in self.uses(ctx, slots, types, g) if not gpus_only or u.kind != "host")

@@ -73,6 +73,9 @@ async def fit_model(app: Blazar, model_or_target: str, request: FitRequest,
     """Plan `model_or_target`, with the calibration correction for the planned shape when the store has it."""
     name, meta, in_store = await metadata_for(app, model_or_target)
     devs = devices if devices is not None else await asyncio.to_thread(devices_now)
+    got = stored(app.runner.state("catalog"), name) if in_store else None
+    if got is not None and got.projector is not None and request.projector is None:
+        request = request.model_copy(update={"projector": got.projector.metadata})  # it loads with its projector
     meta = meta.model_copy(update={"name": name})  # plans and their summaries speak of the store's name
     first = plan(meta, devs, request)
     if not in_store:

@@ -18,6 +18,7 @@ from blazar.events.sessions import KvIdentity
 from blazar.fit import FitPlan
 from blazar.instances.decide import Candidate
 from blazar.instances.load_decision import Running
+from blazar.projections.catalog import Projector
 from blazar.projections.residency import ResidencyState, instance
 from blazar.store.model_settings import template_key
 
@@ -71,10 +72,16 @@ class ResolvedModel:
     metadata: ModelMetadata
     settings: ModelSettings | None = None  # its template (on the argv), system prompt and default parameters
     sha256: str = ""  # the file's, as recorded: part of a saved slot's identity
+    projector: Projector | None = None  # its --mmproj (path relative to the models directory), or None
 
     @property
     def template(self) -> str:
-        return template_key(self.settings)
+        """What an instance must have been started with to serve this model as it is set now: its template and,
+        when it has one, its projector (NOTE: an instance started without the projector, or with another, is another
+        load shape: it never serves a request for the model as set now, and gives way like one with an old
+        template)."""
+        key = template_key(self.settings)
+        return key if self.projector is None else f"{key}+mmproj:{self.projector.sha256[:16]}"
 
 
 @dataclass

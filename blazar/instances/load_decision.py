@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from blazar.errors import BlazarError, DoesNotFit, ModelPinned
 from blazar.events.models import ModelMetadata
+from blazar.events.projectors import ProjectorMetadata
 from blazar.fit import Device, FitPlan, FitRequest
 from blazar.fit.planner import MIN_AUTO_CTX
 from blazar.fit.refusal import Lever
@@ -62,6 +63,7 @@ class Situation:
     rpc_capable: bool  # the engine can put layers on RPC workers (built with the RPC backend)
     workers: tuple[tuple[str, int], ...] | None = None  # idle workers (address, bytes offered); None: not probed
     room_made: bool = False  # an Evict's victims are gone: plan again, spill if need be, never evict again
+    projector: ProjectorMetadata | None = None  # the model's --mmproj, priced with it
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,8 @@ def decide_load(s: Situation) -> LoadDecision:
     default context only) the largest context that fits in what is free, else a refusal with the levers.
     """
     explicit_ctx = s.ctx is not None
-    request = FitRequest(ctx=s.ctx or s.default_ctx or None, slots=s.default_slots or None, swa_full=s.swa_full)
+    request = FitRequest(ctx=s.ctx or s.default_ctx or None, slots=s.default_slots or None, swa_full=s.swa_full,
+                         projector=s.projector)
     budget = budget_devices(list(s.devices), [Resident(r.candidate.instance_id, r.candidate.bytes) for r in s.running],
                             memory_limit_bytes=s.memory_limit_bytes)
     free = host_free(budget)
@@ -153,7 +156,7 @@ def decide_load(s: Situation) -> LoadDecision:
             return Start(spread, free, "workers")
         if not fit.fits and not explicit_ctx:
             # Nothing can go for the default shape: take the largest context that fits in what is free.
-            fallback = _plan(s, budget, FitRequest(ctx=None, slots=None, swa_full=s.swa_full))
+            fallback = _plan(s, budget, FitRequest(ctx=None, slots=None, swa_full=s.swa_full, projector=s.projector))
             if fallback.fits:
                 return Start(fallback, free, "fallback")
     obs = {"need_bytes": need_bytes, "need_count": need_count, "loaded": len(s.running),

@@ -100,7 +100,8 @@ class RoomMaker:
             default_slots=settings.slots, max_loaded_models=settings.max_loaded_models,
             memory_limit_bytes=settings.memory_limit_mib * MiB, devices=tuple(devices), running=self._running(),
             calibration=self.app.runner.state("calibration"),
-            rpc_capable=engine is not None and rpc_capable(engine), room_made=room_made)
+            rpc_capable=engine is not None and rpc_capable(engine), room_made=room_made,
+            projector=model.projector.metadata if model.projector is not None else None)
 
     def _running(self) -> tuple[Running, ...]:
         return tuple(self.live.running(self.app.runner.state("residency"), self.app.clock.now()))

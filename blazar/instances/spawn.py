@@ -99,11 +99,14 @@ class Spawner:
         os.chmod(slots, 0o700)  # slot dumps hold conversations: for the owner only, whatever made the dir
         try:  # the engine opens the model's file (and its other parts beside it): only inside the store
             model_file = inside(app.paths.models, model.path, what=f"the catalog's entry for {name}")
+            proj = model.projector
+            projector = None if proj is None else inside(
+                app.paths.models, proj.path, what=f"model.projector_set (seq {proj.seq}) of {name}")
         except OutsideHome as e:
             raise await record_refusal(app, name, "untrusted_path", e.message, e) from None
         api_key, key_flags = engine_key(engine.caps, keyfile(app, instance_id))
         try:
-            argv = build_argv(engine.binary, model_file, fit, engine.caps, port=port,
+            argv = build_argv(engine.binary, model_file, fit, engine.caps, port=port, projector=projector,
                               threads=settings.engine_threads or None, load_mode=settings.load_mode,
                               slot_save_path=slots if engine.caps.slot_save_path else None,
                               extra=[*key_flags, *_alias_flags(engine, name),

@@ -210,6 +210,10 @@ async def remove_model(app: Blazar, name: str) -> Recorded:
     if loaded:
         pids = ", ".join(str(i.pid) for i in loaded)
         raise ModelInUse(f"{entry.name} is loaded (engine pid {pids}); stop it first: blazar stop {entry.name}")
+    if entry.projector is not None:
+        from blazar.store.projectors import release_with_model  # it builds on this module's file helpers
+
+        await release_with_model(app, entry.name)
     if sharing_files(catalog, entry.name):
         # A variant and its base name one file: it stays while any of them does (the last one removed frees it).
         deleted = False

@@ -268,7 +268,7 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
 
 def build_argv(binary: Path, model: Path, plan: FitPlan, caps: Capabilities, *, port: int, host: str = "127.0.0.1",
                threads: int | None = None, slot_save_path: Path | None = None, load_mode: str = "auto",
-               extra: Sequence[str] = ()) -> list[str]:
+               projector: Path | None = None, extra: Sequence[str] = ()) -> list[str]:
     """The argv of one instance of `plan`, from flags `caps` lists. What the plan's memory depends on, and what
     the caller asked for, is required (EngineIncompatible names the flag); observability flags are skipped when
     absent. Warmup stays on: its empty decode makes /health's "ok" mean the engine has decoded once."""
@@ -277,6 +277,10 @@ def build_argv(binary: Path, model: Path, plan: FitPlan, caps: Capabilities, *, 
     argv = [str(binary)]
     add = _FlagAdder(caps, argv)
     add(("-m", "--model"), str(model), need="the model file")
+    if projector is not None:
+        add(("-mm", "--mmproj"), str(projector), need="the model's projector (images or audio)")
+        if not plan.projector_offload:
+            add(("--no-mmproj-offload",), need="the projector planned on the host (VRAM is tight)")
     add(("--host",), host, need="loopback binding")
     add(("--port",), str(port), need="the port Blazar routes to")
     add(("-c", "--ctx-size"), str(plan.engine_ctx), need=f"the planned context ({plan.engine_ctx} tokens)")
