@@ -160,6 +160,8 @@ class Gateway:
         """What is the caller's own: the model resolved, the key's scope and limits (its lease taken), the model's
         settings applied (before routing: num_ctx and num_predict shape it). Raises Refused."""
         self.router.resolve(call)
+        if call.request.media is not None and call.remote is None and call.peer is None:
+            media.refuse_unless_projector(self.app.runner.state("catalog"), call.model, call.request.media)
         self._authorize(call)
         assert call.resolved is not None
         if call.resolved.settings is not None:

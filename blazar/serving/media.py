@@ -2,7 +2,8 @@
 Anthropic's `image` blocks, Responses' `input_image`) into OpenAI `image_url` / `input_audio` parts, so one pass here
 checks them all, after the route built the Request and before `Gateway.serve`.
 
-    the model can take them (its projector's modalities; else 400 naming the fix, before any load)
+    the model can take them (its projector's modalities; else 400 naming the fix): here when a URL would be
+       fetched, else in the gateway once the model is resolved (`refuse_unless_projector`: recorded, before any load)
     -> each part's bytes: a data: URL decoded, an http(s) URL fetched when `image_fetch` allows it
     -> checked by their bytes (blazar/adapters/images.py) and bounded per request (count, bytes, pixels)
     -> the Request with the facts (`MediaFacts`: counts, types, sizes; never the bytes) and, where a URL was fetched
@@ -83,9 +84,12 @@ async def prepare(request: Request, settings: Settings, catalog: CatalogState) -
     parts = media_parts(body)
     if not parts:
         return request
-    known = projector_modalities(catalog, request.model)
-    if known is not None:
-        check_projector(request.model, known[0], known[1], needed_modalities(parts))
+    if any(_to_fetch(p) for _, _, p in parts):
+        # NOTE: before any fetch: a model that cannot take the image is never a reason to reach out. Without a fetch
+        # the gateway refuses it (recorded, `refuse_unless_projector`) once the model is resolved.
+        known = projector_modalities(catalog, request.model)
+        if known is not None:
+            check_projector(request.model, known[0], known[1], needed_modalities(parts))
     if len(parts) > settings.image_max_count:
         raise DialectError(f"{len(parts)} images or audio parts in one request, over the {settings.image_max_count} "
                            f"allowed (image_max_count)", code="too_many_images")
@@ -100,6 +104,20 @@ async def prepare(request: Request, settings: Settings, catalog: CatalogState) -
     if not rewritten:
         return replace(request, media=facts)
     return replace(request, body=_rewrite(body, rewritten), media=facts)
+
+
+def refuse_unless_projector(catalog: CatalogState, model: str, facts: MediaFacts) -> None:
+    """Refused (400) when the stored model `model` lacks a projector for the images or audio a request carries."""
+    needed = frozenset(m for m, n in (("vision", facts.images), ("audio", facts.audio_clips)) if n)
+    known = projector_modalities(catalog, model)
+    if needed and known is not None:
+        check_projector(model, known[0], known[1], needed)
+
+
+def _to_fetch(part: dict[str, Any]) -> bool:
+    spec = part.get("image_url")
+    url = spec.get("url") if isinstance(spec, dict) else spec
+    return isinstance(url, str) and url.startswith(("http://", "https://"))
 
 
 def _rewrite(body: dict[str, Any], parts: dict[tuple[int, int], dict[str, Any]]) -> dict[str, Any]:

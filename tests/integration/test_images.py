@@ -124,6 +124,11 @@ def test_an_image_to_a_model_without_a_projector_is_400_in_each_shape(daemon: Da
     with pytest.raises(openai.BadRequestError) as e:
         openai_chat(daemon, DEMO, image_part(f"data:image/jpeg;base64,{B64}"))
     assert e.value.status_code == 400 and e.value.body["message"] == fix
+    # A decision, recorded: `blazar why` tells it.
+    trace = e.value.response.headers["x-blazar-trace-id"]
+    assert daemon.wait_trace(trace, "request.rejected") == ["request.received", "request.rejected"]
+    rejected = next(ev for ev in daemon.events("request.rejected") if ev["trace_id"] == trace)["data"]
+    assert rejected["reason"] == "invalid_request" and rejected["detail"] == fix
     with pytest.raises(anthropic.BadRequestError) as a:
         an(daemon).messages.create(model=DEMO, max_tokens=2, messages=[{"role": "user", "content": [
             {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": B64}}]}])

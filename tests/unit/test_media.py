@@ -18,6 +18,7 @@ from blazar.adapters.images import inspect_audio, inspect_image
 from blazar.config import Settings
 from blazar.errors import DialectError, Refused
 from blazar.projections.catalog import CatalogProjection, CatalogState
+from blazar.serving import media
 from blazar.serving.media import check_projector, media_parts, prepare
 from blazar.serving.request import Request
 
@@ -227,3 +228,14 @@ async def test_a_fetched_image_reaches_the_engine_as_a_data_url(server: str) -> 
     assert got.body is not None and got.media is not None and got.media.images_fetched == 1
     assert got.body["messages"][0]["content"][0]["image_url"]["url"] == data_url(picture("PNG"))
 
+
+
+async def test_the_projector_is_checked_before_a_fetch_and_otherwise_by_the_gateway(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(media, "projector_modalities", lambda catalog, model: ("demo", None))
+    got = await prepared(chat(data_url(picture())))  # data only: left to the gateway, which records the refusal
+    assert got.media is not None and got.media.images == 1
+    with pytest.raises(Refused, match="has no vision projector"):
+        media.refuse_unless_projector(CatalogState(CatalogProjection().initial()), "demo", got.media)
+    with pytest.raises(Refused, match="has no vision projector"):  # a URL: refused before anything is fetched
+        await prepared(chat("http://203.0.113.9/cat.png"), image_fetch=True)
