@@ -23,6 +23,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from blazar.errors import DialectError
 
 MAX_REDIRECTS = 3
+_ALLOW = " (an admin may allow the host with image_fetch_allow_hosts)"
 
 
 def _refused(url: str, why: str) -> DialectError:
@@ -63,8 +64,7 @@ class _CheckedResolver(AbstractResolver):
             if not allowed and not is_public(address):
                 # NOTE: one non-global answer refuses the host outright, rather than trying the others: a name that
                 # resolves into the private network is not one to reach on a client's behalf.
-                raise _NotPublic(f"{host} resolves to {address}, not a public address (an admin may allow the host "
-                                 f"with image_fetch_allow_hosts)")
+                raise PermissionError(f"{host} resolves to {address}, not a public address{_ALLOW}")
             out.append(ResolveResult(hostname=host, host=address, port=int(sockaddr[1]), family=fam, proto=proto,
                                      flags=socket.AI_NUMERICHOST))
         if not out:
@@ -73,10 +73,6 @@ class _CheckedResolver(AbstractResolver):
 
     async def close(self) -> None:
         return None
-
-
-class _NotPublic(OSError):
-    pass
 
 
 async def fetch_image(url: str, *, max_bytes: int, timeout_s: float, allow_hosts: Sequence[str]) -> bytes:
@@ -111,11 +107,11 @@ async def _fetch(url: str, *, max_bytes: int, allow_hosts: Sequence[str]) -> byt
                     if not ctype.startswith("image/"):
                         raise _refused(current, f"the server says it is {ctype or 'untyped'}, not an image")
                     return await _bounded(resp, current, max_bytes)
-            except _NotPublic as e:
+            except PermissionError as e:  # a refused address (an OSError, as aiohttp expects of a resolver)
                 raise _refused(current, str(e)) from None
             except aiohttp.ClientConnectorError as e:
                 cause: Any = e.os_error
-                if isinstance(cause, _NotPublic):
+                if isinstance(cause, PermissionError):
                     raise _refused(current, str(cause)) from None
                 raise _refused(current, f"cannot connect ({cause})") from None
             except aiohttp.ClientError as e:
@@ -136,7 +132,7 @@ def _check_url(url: str, allow: frozenset[str]) -> None:
         return  # a name: checked where it is resolved (_CheckedResolver)
     # NOTE: aiohttp connects to an address literal without asking the resolver: it is checked here instead.
     if host.lower() not in allow and not is_public(host):
-        raise _NotPublic(f"{host} is not a public address (an admin may allow the host with image_fetch_allow_hosts)")
+        raise PermissionError(f"{host} is not a public address{_ALLOW}")
 
 
 async def _bounded(resp: aiohttp.ClientResponse, url: str, max_bytes: int) -> bytes:
