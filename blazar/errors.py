@@ -24,6 +24,10 @@
     ├── KeyCommandError        400  a key command that cannot be carried out (bad pattern, unknown limit)
     ├── DialectError           400  a request a dialect cannot serve as written (`code` says which rule it broke)
     ├── FileTooLarge           413  an upload to /v1/files over files_max_bytes
+    ├── AudioError             400  an upload the speech lanes cannot take as audio
+    │   ├── NotAudio           400  FFmpeg cannot read it as audio (or it holds no sound)
+    │   └── AudioTooLong       400  longer than the duration limit (names both)
+    ├── ChildRefused           400  a whisper child's answer to a request it cannot serve (its own status and param)
     ├── BatchConflict          409  a batch change its status does not allow (cancel a finished batch)
     ├── ShortRead                   internal to GGUF parsing: the bytes end before `needed`
     ├── ModelFileError         422  a model file that cannot be read as GGUF (names the file)
@@ -35,6 +39,7 @@
     │   ├── ModelInUse         409  `rm` of a model that is loaded
     │   ├── ModelNotLoaded     404  `stop` of a model with no running instance
     │   ├── InvalidModelName   400  a name outside [a-z0-9._-] (with an optional :tag)
+    │   ├── WrongModelKind     400  a route the model's kind does not serve (chat to a whisper model): says what it does
     │   └── InvalidModelSettings 400 a template, system prompt, parameter or Modelfile Blazar cannot serve as given
     ├── RemoteCommandError     400  `blazar remote add|rm` that cannot be carried out (a bad name, URL or model)
     ├── WorkerError            400  `blazar worker` that cannot run (no rpc-server, a bind wider than loopback)
@@ -51,6 +56,7 @@
     ├── EngineError            503  an engine binary that cannot be run or whose output cannot be read
     │   ├── EngineIncompatible 503  the binary lacks a flag (or value) the plan needs (names the flag)
     │   ├── NoEngine           503  no engine is active (names the command that installs one)
+    │   ├── EngineExtraMissing 503  a whisper or piper model whose Python extra is not installed (names the pip command)
     │   ├── EngineNotFound          no engine by that tag
     │   ├── EngineExists            the tag is taken by different files
     │   ├── EngineRefused           activation refused by verify or the smoke gate (carries the event's seq)
@@ -59,6 +65,7 @@
     │   ├── EngineUnreachable  502  a child's port did not answer
     │   │   └── EngineGone     502  ... because the child had exited: the gateway routes the request again, once
     │   ├── EngineStreamBroken 502  a child's answer broke off mid-body
+    │   ├── SynthesisFailed    502  the piper child answered with an error or with audio that is not 16-bit WAV
     │   ├── ProcessExited      502  the child exited before it was healthy
     │   ├── LoadTimeout        504  the child was not healthy in time
     │   ├── DoesNotFit         507  a load no eviction can make room for (the planner's reason)
@@ -273,6 +280,14 @@ class InvalidModelName(ModelError):
     http_status = 400
 
 
+class WrongModelKind(ModelError):
+    """A request for a route the model's kind does not serve (a chat to a whisper model): the message names the model,
+    its kind and the routes it does serve. Raised before any load."""
+
+    code = "model_kind_mismatch"
+    http_status = 400
+
+
 class InvalidModelSettings(ModelError):
     """A model setting (`blazar model set`, Ollama's /api/create) that cannot be served: says what is accepted."""
 
@@ -360,6 +375,15 @@ class NoEngine(EngineError):
     def __init__(self) -> None:
         super().__init__("no engine is active: build one for this machine with `blazar engine build`, or bring "
                          "your own llama-server with `blazar engine install --path BIN`")
+
+
+class EngineExtraMissing(EngineError):
+    """A whisper or piper model's runtime is a Python extra that is not installed here: the message names the pip
+    command that installs it."""
+
+    code = "engine_extra_missing"
+    http_status = 503
+    exit_code = 6
 
 
 class EngineNotFound(EngineError):
@@ -476,6 +500,13 @@ class EngineUnreachable(EngineError):
     http_status = 502
 
 
+class SynthesisFailed(EngineError):
+    """The piper child answered /synthesize with an error (text with nothing to speak) or not with 16-bit WAV."""
+
+    code = "synthesis_failed"
+    http_status = 502
+
+
 class EngineGone(EngineUnreachable):
     """The request's engine child had exited before it took the request: the gateway routes the request again
     (once), so a client never sees this one."""
@@ -542,6 +573,39 @@ class FileTooLarge(BlazarError):
 
     code = "invalid_request"
     http_status = 413
+
+
+class AudioError(BlazarError):
+    """An upload to a speech route that cannot be served as audio: a 400 invalid_request_error in OpenAI's shape."""
+
+    code = "invalid_audio"
+    http_status = 400
+
+
+class NotAudio(AudioError):
+    """FFmpeg's demuxers cannot read the bytes as audio, or they hold no sound."""
+
+    code = "not_audio"
+
+
+class AudioTooLong(AudioError):
+    """Audio longer than the duration limit (the message names both)."""
+
+    code = "audio_too_long"
+
+
+class ChildRefused(BlazarError):
+    """A request one of Blazar's own children (blazar/children/) answers with an OpenAI error: the status (400,
+    401, 404, 411, 413, 503), the form field at fault and OpenAI's error type are the instance's."""
+
+    code = "invalid_request"
+    http_status = 400
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 error_type: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.http_status, self.param, self.error_type = status, param, error_type
+        self.code = code or "invalid_request"
 
 
 class BatchConflict(BlazarError):

@@ -141,6 +141,11 @@ class Hub:
                            f"{_listing([g[0].path for g in groups])}; name the file instead", repo=repo)
         return _complete(repo, groups[0])
 
+    def projector_for(self, repo: str, model: list[RemoteFile]) -> RemoteFile | None:
+        """The projector (`mmproj*.gguf`) beside `model` in `repo`, at the commit the model was listed at; None when
+        there is none (see `pick_projector`)."""
+        return pick_projector(self.list_gguf_files(repo, model[0].revision), model)
+
     # -- download -----------------------------------------------------------------------------------------------
 
     def download(self, repo: str, file: RemoteFile, dest_dir: Path, progress: Progress | None = None,
@@ -347,6 +352,22 @@ def _quant_matches(files: list[RemoteFile], quant: str) -> list[RemoteFile]:
     # Whole-token match: "Q4_K" must not pick "Q4_K_M" files, nor "Q4_K_M" pick "IQ4_K_M" ones.
     token = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(quant)}(?![A-Za-z0-9_])", re.IGNORECASE)
     return [f for f in files if token.search(f.path) and not _is_projector(f)]
+
+
+def pick_projector(files: list[RemoteFile], model: list[RemoteFile]) -> RemoteFile | None:
+    """Of the projectors in the model's directory: the one in the model's own precision (a Q8_0 model, an
+    mmproj-...-Q8_0), else F16 (what converters write by default), else the first by path."""
+    where = PurePosixPath(model[0].path).parent
+    found = sorted((f for f in files if _is_projector(f) and PurePosixPath(f.path).parent == where),
+                   key=lambda f: f.path)
+    if not found:
+        return None
+    own = {m.upper() for m in _QUANT.findall(model[0].name)}
+    for wanted in (own, {"F16"}):
+        match = [f for f in found if {m.upper() for m in _QUANT.findall(f.name)} & wanted]
+        if match:
+            return match[0]
+    return found[0]
 
 
 def _is_projector(file: RemoteFile) -> bool:

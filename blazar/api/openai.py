@@ -14,6 +14,7 @@ import falcon
 import falcon.asgi
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
 
+from blazar.adapters.engines.kinds import engine_kind
 from blazar.api.auth import principal_of
 from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.api.proxy import Proxy
@@ -24,6 +25,8 @@ from blazar.queries.catalog import StoredModel, model, models
 from blazar.queries.remotes import remotes
 from blazar.serving.gateway import Gateway
 from blazar.serving.request import Request
+from blazar.store.chat_templates import capabilities
+from blazar.store.model_settings import reranks
 
 
 class OpenAIBody(BaseModel):
@@ -99,7 +102,18 @@ class Embeddings(Proxy):
 
 
 def _model_json(m: StoredModel) -> dict[str, Any]:
-    return {"id": m.name, "object": "model", "created": int(m.added_ts), "owned_by": "blazar"}
+    # Beside OpenAI's four fields: what the model can do, in the words of `blazar show` and Ollama's /api/show
+    # ("completion", "chat", "embedding", "rerank", and "vision"/"audio" from its projector), as other gateways list
+    # a model's abilities beside it; an OpenAI SDK keeps unknown fields (`model.capabilities`).
+    # A whisper model or piper voice lists the routes its kind serves, as /api/show and `blazar show` do.
+    # `kind` is Blazar's own too: what runs it (llama-server, whisper, piper), hence its routes.
+    if m.gguf:
+        caps = capabilities(m.metadata, m.projector.modalities if m.projector is not None else ())
+        caps += ["rerank"] if reranks(m.metadata, m.settings) else []
+    else:
+        caps = sorted(engine_kind(m.kind).routes)
+    return {"id": m.name, "object": "model", "created": int(m.added_ts), "owned_by": "blazar", "kind": m.kind,
+            "capabilities": caps}
 
 
 class Models:

@@ -168,7 +168,8 @@ SCHEMAS: dict[str, Schema] = {
                     "type": "object", "required": ["text"], "properties": {"text": _STR}}}}}}},
     "ResponsesBody": _model(openai.ResponsesBody),
     "Model": {"type": "object", "required": ["id", "object", "created", "owned_by"], "properties": {
-        "id": _STR, "object": {"const": "model"}, "created": _INT, "owned_by": _STR}},
+        "id": _STR, "object": {"const": "model"}, "created": _INT, "owned_by": _STR, "kind": _STR,
+        "capabilities": {"type": "array", "items": _STR}}},
     "ModelList": {"type": "object", "required": ["object", "data"], "properties": {
         "object": {"const": "list"}, "data": {"type": "array", "items": _ref("Model")}}},
     "ChatCompletion": {"type": "object", "required": ["choices"], "properties": {

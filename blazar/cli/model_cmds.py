@@ -9,6 +9,7 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 from rich.table import Table
 
+from blazar.adapters.engines.kinds import ROUTE_PATHS, engine_kind
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
 from blazar.cli.model_settings_cmds import describe
 from blazar.cluster.nodes import pull_on_node
@@ -42,14 +43,16 @@ def _params(n: int) -> str:
 
 
 def import_(
-    file: Annotated[Path, typer.Argument(help="A GGUF file to bring into the store.")],
+    file: Annotated[Path, typer.Argument(
+        help="A GGUF file, a CTranslate2 whisper model directory, or a piper VOICE.onnx (its .onnx.json beside it).")],
     name: Annotated[str, typer.Option("--name", "-n", help="The name to serve it under, e.g. mymodel:q4.")],
     mmproj: Annotated[Path | None, typer.Option(
         "--mmproj", help="Its multimodal projector (a vision or audio mmproj-*.gguf): loaded beside it with "
         "--mmproj, so it takes images (or audio).")] = None,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Validate a GGUF file and add it to the store (hardlinked; copied when a link is impossible)."""
+    """Validate a model and add it to the store (hardlinked; copied when a link is impossible): a GGUF (served by
+    llama-server), a whisper model directory (speech to text) or a piper voice (text to speech), told by its files."""
 
     async def go() -> Any:
         async with opened() as app:
@@ -63,6 +66,10 @@ def import_(
         print_json({**rec.to_json(), "projector": proj.to_json() if proj is not None else None})
         return
     how = "linked" if ev.linked else "copied (a hardlink was not possible across these filesystems)"
+    if ev.kind != "llama-server":
+        out.print(f"imported {ev.name}: a {ev.kind} model ({engine_kind(ev.kind).describes}), {len(ev.shards)} "
+                  f"files, {_human(ev.bytes)}, {how}; sha256 {ev.sha256[:16]}…", **_VERBATIM)
+        return
     out.print(f"imported {ev.name}: {ev.metadata.architecture}, {ev.metadata.file_type or '?'}, "
               f"{_human(ev.bytes)}, {how}; sha256 {ev.sha256[:16]}…", **_VERBATIM)
     if proj is not None:
@@ -104,9 +111,14 @@ def pull(
     node: Annotated[str | None, typer.Option(
         "--node", help="Into that node's store instead (gateways sharing a PostgreSQL log; needs "
         "BLAZAR_CLUSTER_KEY): it downloads, this command follows its progress.")] = None,
+    no_mmproj: Annotated[bool, typer.Option(
+        "--no-mmproj", help="Leave out the projector (mmproj-*.gguf) a hub repo has beside the model: text only.")
+    ] = False,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Download a model (resumable, verified by sha256) from the registry or a Hugging Face hub (HF_ENDPOINT)."""
+    """Download a model (resumable, verified by sha256) from the registry or a Hugging Face hub (HF_ENDPOINT). From a
+    hub repo with a projector beside the model (mmproj-*.gguf: the one in the model's precision, else F16, else the
+    first), that comes too, so the model takes images."""
     if node is not None:
         _pull_on_node(target, node, name, as_json)
         return
@@ -120,7 +132,7 @@ def pull(
 
         async def go() -> Any:
             async with opened() as app:
-                return await pull_model(app, target, name=name, progress=progress)
+                return await pull_model(app, target, name=name, progress=progress, mmproj=not no_mmproj)
 
         try:
             result = run(go())
@@ -133,6 +145,9 @@ def pull(
         out.print(f"{result.name} is already in the store ({_human(result.bytes)})", **_VERBATIM)
     else:
         out.print(f"pulled {result.name}: {_human(result.bytes)}, sha256 {result.sha256[:16]}… verified", **_VERBATIM)
+        if result.projector is not None:
+            out.print(f"with its projector {result.projector} (blazar show {result.name} says what it takes in; "
+                      "pull with --no-mmproj to leave it out)", **_VERBATIM)
 
 
 def list_(as_json: bool = JSON_OPTION) -> None:
@@ -149,11 +164,14 @@ def list_(as_json: bool = JSON_OPTION) -> None:
     if not rows:
         out.print("no models yet: blazar pull gemma3-270m, or blazar import FILE --name NAME")
         return
-    table = Table("name", "arch", "params", "quant", "ctx", "size", "added", box=None, header_style="bold")
+    table = Table("name", "kind", "arch", "params", "quant", "ctx", "size", "added", box=None, header_style="bold")
     for m in rows:
         md = m.metadata
         shown = m.name + (f" (variant of {m.base})" if m.base else "")
-        table.add_row(shown, md.architecture, _params(md.parameter_count), md.file_type or "-",
+        if not m.gguf:  # a whisper model or a piper voice: no GGUF facts to show
+            table.add_row(shown, m.kind, md.architecture, "-", "-", "-", _human(m.bytes), fmt_ts(m.added_ts))
+            continue
+        table.add_row(shown, m.kind, md.architecture, _params(md.parameter_count), md.file_type or "-",
                       str(md.ctx_train or "-"), _human(m.bytes), fmt_ts(m.added_ts))
     out.print(table)
 
@@ -173,6 +191,9 @@ def show(
             return entry, app.paths.models / entry.file, await fit_model(app, entry.name, FitRequest())
 
     entry, file, plan = run(go())
+    if not entry.gguf:
+        _show_other_kind(entry, file, plan, as_json)
+        return
     md = entry.metadata
     served = served_template(md, entry.settings)
     modalities = entry.projector.modalities if entry.projector is not None else ()
@@ -184,7 +205,8 @@ def show(
                     "settings": entry.settings.model_dump(mode="json") if entry.settings is not None else None,
                     "fit": {"fits": plan.fits, "summary": plan.summary, "ctx_per_slot": plan.ctx_per_slot,
                             "slots": plan.slots, "cache_type_k": plan.cache_type_k,
-                            "cache_type_v": plan.cache_type_v, "total_bytes": plan.total_bytes},
+                            "cache_type_v": plan.cache_type_v, "total_bytes": plan.total_bytes,
+                            "projector_bytes": plan.projector_bytes, "projector_device": plan.projector_device},
                     "capabilities": caps, "template": template})
         return
     table = Table(show_header=False, box=None)
@@ -199,9 +221,39 @@ def show(
         ("sliding window", str(md.sliding_window or "-")),
         ("experts", f"{md.expert_count} ({md.expert_used_count} used)" if md.expert_count else "-"),
         ("capabilities", ", ".join(caps)),
+        ("projector", _projector_row(entry)),
         ("fit here", plan.summary),
         *([("variant of", entry.base)] if entry.base else []),
         *[(k, served.describe() if k == "template" else v) for k, v in describe(entry.settings)],
+    ]
+    for k, v in rows:
+        table.add_row(f"[bold]{k}[/bold]", v)
+    out.print(table)
+
+
+def _projector_row(entry: StoredModel) -> str:
+    proj = entry.projector
+    if proj is None:
+        return "- (text only; blazar model set NAME --mmproj FILE adds one)"
+    meta = proj.metadata
+    return (f"{meta.projector_type or '?'} ({', '.join(proj.modalities)}), {_human(proj.bytes)}, "
+            f"sha256 {proj.sha256[:16]}…, from {proj.source}")
+def _show_other_kind(entry: StoredModel, file: Path, plan: FitPlan, as_json: bool) -> None:
+    """`blazar show` of a whisper model or a piper voice: its kind, what it serves and its files (no GGUF facts)."""
+    kind = engine_kind(entry.kind)
+    serves = [ROUTE_PATHS[r] for r in ROUTE_PATHS if kind.serves(r)]
+    if as_json:
+        print_json({**entry.to_json(), "file": str(file), "serves": serves, "describes": kind.describes,
+                    "fit": {"fits": plan.fits, "summary": plan.summary, "total_bytes": plan.total_bytes},
+                    "capabilities": sorted(kind.routes)})
+        return
+    table = Table(show_header=False, box=None)
+    rows = [
+        ("name", entry.name), ("kind", f"{kind.name} ({kind.describes})"), ("serves", ", ".join(serves)),
+        ("files", ", ".join(Path(f).name for f in entry.files)), ("directory", str(file.parent)),
+        ("size", _human(entry.bytes)), ("sha256", f"{entry.sha256} (over its files' sha256 lines)"),
+        ("source", f"{entry.source} ({entry.source_kind})"), ("added", fmt_ts(entry.added_ts)),
+        ("fit here", plan.summary),
     ]
     for k, v in rows:
         table.add_row(f"[bold]{k}[/bold]", v)

@@ -54,8 +54,15 @@ class ModelMetadata(BaseModel):
     tensor_count: int = 0
 
 
+# What runs a model: llama.cpp's llama-server (GGUF), Blazar's whisper child (a CTranslate2 whisper directory) or
+# piper's own HTTP server (an .onnx voice with its .onnx.json). blazar/adapters/engines/kinds.py holds each one's
+# argv, readiness probe, memory model and routes.
+ModelKind = Literal["llama-server", "whisper", "piper"]
+
+
 class ShardFile(BaseModel):
-    """One part of a split GGUF (`x-00001-of-00003.gguf`), as placed in the store."""
+    """One part of a split GGUF (`x-00001-of-00003.gguf`), or one file of a directory model (a whisper model's
+    model.bin, config.json...; a piper voice's .onnx and .onnx.json), as placed in the store."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -66,7 +73,9 @@ class ShardFile(BaseModel):
 
 @register
 class ModelImported(NodeLocal):
-    """A GGUF file entered the store under `name` (hardlinked, or copied when a link was impossible)."""
+    """A model entered the store under `name` (hardlinked, or copied when a link was impossible): a GGUF (kind
+    llama-server), or the files of a whisper model or a piper voice in a directory of their own (`shards`; `path` is
+    the first of them, `sha256` the directory digest: blazar/store/kinds.py)."""
 
     TYPE = "model.imported"
     AUDIT = True
@@ -78,9 +87,11 @@ class ModelImported(NodeLocal):
     bytes: int
     sha256: str
     linked: bool  # True: hardlink; False: copied
-    metadata: ModelMetadata
-    # For a split model: every part in order (`path` is then the first part, `bytes` the total). Else empty.
+    metadata: ModelMetadata  # for a whisper or piper model: its architecture (the kind's name) alone, no GGUF facts
+    # For a split model: every part in order (`path` is then the first part, `bytes` the total). For a directory
+    # model (whisper, piper): every file of it. Else empty.
     shards: list[ShardFile] = Field(default_factory=list)
+    kind: ModelKind = "llama-server"  # what runs it (events written before kinds existed: llama-server)
 
     def stream_key(self) -> str:
         return f"model:{self.name}"

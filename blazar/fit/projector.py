@@ -4,8 +4,8 @@ header summary alone, and where it runs when a GPU is there (on the device, or o
 
 llama.cpp loads the projector on one backend (tools/mtmd/clip.cpp: the first GPU, or the CPU with
 --no-mmproj-offload) and reserves its compute buffer there with a warm-up image of the projector's own size. The
-formula (docs/4.FIT.md "Projectors"), per vision encoder, with S the image side, p the patch, P = (S/p)^2 patches,
-E the tower's width, F its feed-forward width, H its heads, T = P / scale^2 output tokens, D the projection width:
+formula (docs/10.SCIENTIFIC.md §13), per vision encoder, with S the image side, p the patch, P = (S/p)^2 patches, E
+the tower's width, F its feed-forward width, H its heads, T = P / scale^2 output tokens, D the projection width:
 
     weights  = every tensor's bytes (the header's)
     compute  = 4 * (3 S^2            the decoded image, f32

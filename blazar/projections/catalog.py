@@ -16,6 +16,7 @@ from blazar.events.models import (
     ModelAliased,
     ModelAliasRemoved,
     ModelImported,
+    ModelKind,
     ModelMetadata,
     ModelPullCompleted,
     ModelPullFailed,
@@ -56,7 +57,7 @@ class CatalogProjection(Projection):
                 "name": ev.name, "path": ev.path, "bytes": ev.bytes, "sha256": ev.sha256, "source": ev.source,
                 "source_kind": ev.source_kind, "linked": ev.linked, "added_ts": rec.ts, "seq": rec.seq,
                 "metadata": ev.metadata.model_dump(mode="json"),
-                "shards": [sh.model_dump(mode="json") for sh in ev.shards],
+                "shards": [sh.model_dump(mode="json") for sh in ev.shards], "kind": ev.kind,
             }
         elif isinstance(ev, ModelRemoved):
             state["models"].pop(ev.name, None)
@@ -72,6 +73,7 @@ class CatalogProjection(Projection):
                                             "shards")},
                     # A variant sees what its base sees: the same projector (its file is shared, content-addressed).
                     **{k: base[k] for k in ("projector",) if k in base},
+                    "kind": base.get("kind", "llama-server"),
                     "name": ev.name, "base": ev.base, "added_ts": rec.ts, "seq": rec.seq,
                     "settings": ev.settings.model_dump(mode="json"), "settings_seq": rec.seq,
                 }
@@ -169,6 +171,12 @@ class StoredModel:
     configured: ModelSettings | None = None  # its settings as last set, even when empty; None: never set
     settings_seq: int | None = None  # the event that set them
     projector: Projector | None = None  # its vision/audio projector (--mmproj); None: text only
+    kind: ModelKind = "llama-server"  # what runs it: llama-server (a GGUF), whisper or piper (a directory of files)
+
+    @property
+    def gguf(self) -> bool:
+        """Its file is a GGUF (its metadata is a GGUF header's): only a llama-server model's is."""
+        return self.kind == "llama-server"
 
     @property
     def shards(self) -> tuple[str, ...]:
@@ -186,7 +194,7 @@ class StoredModel:
             "name": self.name, "path": self.file, "bytes": self.bytes, "sha256": self.sha256, "source": self.source,
             "source_kind": self.source_kind, "linked": self.linked, "added_ts": self.added_ts, "seq": self.seq,
             "metadata": self.metadata.model_dump(mode="json"),
-            "shards": [p.model_dump(mode="json") for p in self.parts],
+            "shards": [p.model_dump(mode="json") for p in self.parts], "kind": self.kind,
         }
         if self.base is not None:
             out["base"] = self.base
@@ -235,7 +243,7 @@ def _typed(entry: dict[str, Any]) -> StoredModel:
                        base=entry.get("base"), source_kind=str(entry.get("source_kind") or "file"),
                        linked=bool(entry.get("linked")), configured=configured,
                        settings_seq=None if settings_seq is None else int(settings_seq),
-                       projector=_projector(entry))
+                       projector=_projector(entry), kind=entry.get("kind") or "llama-server")
 
 
 # Like the metadata: validated once per projector event (its seq), not per request.

@@ -89,6 +89,9 @@ async def set_projector(app: Blazar, name: str, src: Path, *, source: str | None
     entry = stored(catalog, name)
     if entry is None:
         raise ModelNotFound(f"no model named {name!r} in the store (see: blazar list)")
+    if not entry.gguf:
+        raise InvalidModelSettings(f"{entry.name} is a {entry.kind} model: only a GGUF model (served by llama-server) "
+                                   "takes a projector")
     if metadata is None:
         metadata = await asyncio.to_thread(inspect_projector, src)
     check_pairing(entry.name, entry.metadata, metadata, str(src))

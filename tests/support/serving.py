@@ -31,11 +31,12 @@ CHATML = ("{%- for m in messages -%}{{ '<|im_start|>' + m['role'] + '\\n' + (m['
 @contextlib.contextmanager
 def serving_gemma(home: Path, engine_binary: Path, gemma_path: Path, model: str,
                   settings: dict[str, object], output: Path | None = None, *,
-                  template: str | None = CHATML) -> Iterator[tuple[int, subprocess.Popen]]:
+                  template: str | None = CHATML, mmproj: Path | None = None) -> Iterator[tuple[int, subprocess.Popen]]:
     """`output`: a file the daemon's stdout and stderr both go to (granian writes its own lines to stdout).
-    `template`: a Jinja text the model is served with; None serves it as Blazar serves an imported GGUF."""
+    `template`: a Jinja text the model is served with; None serves it as Blazar serves an imported GGUF.
+    `mmproj`: a projector imported with the model (`blazar import --mmproj`: tests/support/tiny_mmproj.py)."""
     blazar_cli(home, "engine", "install", "--path", str(engine_binary))
-    blazar_cli(home, "import", str(gemma_path), "--name", model)
+    blazar_cli(home, "import", str(gemma_path), "--name", model, *(["--mmproj", str(mmproj)] if mmproj else []))
     if template is not None:
         (home / "test-template.jinja").write_text(template)
         blazar_cli(home, "model", "set", model, "--template", str(home / "test-template.jinja"))

@@ -12,6 +12,7 @@ from blazar.events.models import (
     ShardFile,
 )
 from blazar.projections import CatalogProjection, fold
+from blazar.projections.catalog import CatalogState, stored
 from blazar.projections.catalog import _find as find
 from tests.support.events import rec
 
@@ -33,7 +34,7 @@ def test_an_import_adds_the_model_with_its_file_hash_source_and_metadata() -> No
         "models": {"tiny:q8": {
             "name": "tiny:q8", "path": "tiny--q8.gguf", "bytes": 100, "sha256": "ab" * 32,
             "source": "/src/tiny:q8.gguf", "source_kind": "file", "linked": True, "added_ts": 1001.0, "seq": 1,
-            "metadata": META.model_dump(mode="json"), "shards": [],
+            "metadata": META.model_dump(mode="json"), "shards": [], "kind": "llama-server",
         }},
         "pulls": {},
         "aliases": {},
@@ -146,3 +147,20 @@ def test_aliases_resolve_and_die_with_their_model() -> None:
     assert find(state, "chat") is None
     state = proj.apply(state, rec(4, ModelRemoved(name="gemma", path="gemma.gguf", file_deleted=True)))
     assert find(state, "gpt-4o") is None and state["aliases"] == {}
+
+
+def test_an_import_without_a_kind_is_a_llama_server_model_and_a_whisper_import_keeps_its_kind_and_files() -> None:
+    files = [ShardFile(path=f"whisper-base/{f}", bytes=10, sha256=f"{i}" * 64)
+             for i, f in enumerate(("model.bin", "config.json", "tokenizer.json", "vocabulary.txt"))]
+    old = {k: v for k, v in imported("old").model_dump(mode="json").items() if k != "kind"}  # a log from before kinds
+    state = fold(CatalogProjection(), [
+        rec(1, ModelImported.model_validate(old)),
+        rec(2, imported("whisper-base", path=files[0].path, shards=files, kind="whisper",
+                        metadata=ModelMetadata(architecture="whisper"))),
+    ])
+    typed = CatalogState(state)
+    assert stored(typed, "old") is not None and stored(typed, "old").kind == "llama-server"  # type: ignore[union-attr]
+    whisper = stored(typed, "whisper-base")
+    assert whisper is not None and whisper.kind == "whisper" and not whisper.gguf
+    assert whisper.files == tuple(f.path for f in files)
+    assert whisper.to_json()["kind"] == "whisper"

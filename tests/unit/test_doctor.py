@@ -360,3 +360,27 @@ def test_the_exit_code_is_the_worst_status() -> None:
     assert exit_code([good]) == 0
     assert exit_code([good, Check("log", "b", "warn", "")]) == 1
     assert exit_code([Check("log", "c", "fail", ""), good, Check("log", "b", "warn", "")]) == 2
+
+
+def test_a_projector_is_a_recorded_file_checked_like_a_model(home: Path, with_model: Path, tmp_path: Path) -> None:
+    from tests.support.tiny_mmproj import write_tiny_mmproj
+
+    async def go() -> None:
+        from blazar.store.projectors import set_projector
+
+        app = await bootstrap(paths=home_paths(home), env={}, actor="test:pytest")
+        try:
+            await set_projector(app, "tiny:q8", write_tiny_mmproj(tmp_path / "mmproj.gguf", n_embd=64))
+        finally:
+            await app.close()
+
+    asyncio.run(go())
+    found = run_checks(home)
+    assert statuses(found, "store.integrity", "store.unrecorded") == ["ok", "ok"]
+    assert "sha256 and size of 2 file(s): all match" in found["store.integrity"].observation
+    (proj,) = (home / "models" / "mmproj").glob("*.gguf")
+    data = bytearray(proj.read_bytes())
+    data[-1] ^= 0xFF
+    proj.write_bytes(bytes(data))
+    found = run_checks(home)
+    assert found["store.integrity"].status == "fail" and str(proj) in found["store.integrity"].observation

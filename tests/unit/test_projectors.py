@@ -130,3 +130,91 @@ def test_projector_info_is_ollamas_clip_keys() -> None:
     assert info["general.architecture"] == "clip" and info["clip.has_vision_encoder"] is True
     assert info["clip.projector_type"] == "gemma3" and info["clip.vision.image_size"] == 112
     assert info["clip.vision.projection_dim"] == 640
+
+
+# -- which projector a hub pull takes --------------------------------------------------------------------------
+
+
+def test_a_pull_picks_the_projector_in_the_models_precision_else_f16_else_the_first() -> None:
+    from blazar.adapters.hub import RemoteFile, pick_projector
+
+    def f(path: str) -> RemoteFile:
+        return RemoteFile(path, 1, None)
+
+    q8, q4 = [f("gemma-3-4b-it-Q8_0.gguf")], [f("gemma-3-4b-it-Q4_K_M.gguf")]
+    files = [f("mmproj-BF16.gguf"), f("mmproj-Q8_0.gguf"), f("mmproj-model-f16.gguf"), q8[0], q4[0]]
+    assert pick_projector(files, q8) == f("mmproj-Q8_0.gguf")
+    assert pick_projector(files, q4) == f("mmproj-model-f16.gguf")  # "f16", any case; BF16 is not F16
+    assert pick_projector([f("mmproj-F32.gguf"), f("mmproj-BF16.gguf")], q4) == f("mmproj-BF16.gguf")
+    assert pick_projector([q4[0]], q4) is None
+    # only beside the model: another directory's projector belongs to another model
+    assert pick_projector([f("other/mmproj-F16.gguf"), f("sub/m-Q4_K_M.gguf")], [f("sub/m-Q4_K_M.gguf")]) is None
+
+
+# -- the store's commands --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def app(paths, clock):  # type: ignore[no-untyped-def]
+    from blazar.bootstrap import bootstrap
+
+    a = await bootstrap(paths=paths, clock=clock, actor="test:pytest", env={})
+    try:
+        yield a
+    finally:
+        await a.close()
+
+
+def _types(app) -> list[str]:  # type: ignore[no-untyped-def]
+    import sqlite3
+
+    with sqlite3.connect(app.paths.db) as db:
+        return [r[0] for r in db.execute("SELECT type FROM events ORDER BY seq")]
+
+
+async def test_a_projector_of_another_width_is_refused_and_nothing_enters_the_store(app, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from blazar.store.models import import_model
+    from blazar.store.projectors import import_with_projector, set_projector
+
+    model = tmp_path / "m.gguf"
+    gguf_factory.write_plain(model)  # embedding width 64
+    wide = write_tiny_mmproj(tmp_path / "wide.gguf", n_embd=640)
+    with pytest.raises(ModelFileError, match="projects to 640 wide, but m's embedding width is 64"):
+        await import_with_projector(app, model, "m", wide)
+    assert "model.imported" not in _types(app) and not (app.paths.models / "mmproj").exists()
+    await import_model(app, model, "m")
+    with pytest.raises(ModelFileError, match="projects to 640 wide"):
+        await set_projector(app, "m", wide)
+    assert "model.projector_set" not in _types(app) and not any((app.paths.models / "mmproj").glob("*.gguf"))
+
+
+async def test_replacing_a_projector_records_the_old_ones_removal_and_deletes_its_file(app, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from blazar.store.models import import_model
+    from blazar.store.projectors import set_projector
+
+    model = tmp_path / "m.gguf"
+    gguf_factory.write_plain(model)
+    await import_model(app, model, "m")
+    first = await set_projector(app, "m", write_tiny_mmproj(tmp_path / "a.gguf", n_embd=64))
+    old = app.paths.models / first.event.path
+    other = tmp_path / "b.gguf"
+    write_tiny_mmproj(other, n_embd=64)
+    with other.open("ab") as f:
+        f.write(b"\0" * 32)  # other bytes, the same projector: another file in the store
+    second = await set_projector(app, "m", other)
+    assert second.event.path != first.event.path and not old.exists()
+    assert (app.paths.models / second.event.path).is_file()
+    assert _types(app)[-3:] == ["model.projector_set", "model.projector_removed", "model.projector_set"]
+
+
+async def test_only_a_gguf_model_takes_a_projector(app, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from blazar.errors import InvalidModelSettings
+    from blazar.events.models import ModelImported
+    from blazar.store.projectors import remove_projector, set_projector
+
+    await app.record(ModelImported(name="ears", path="ears/model.bin", source="/src", bytes=1, sha256="ab" * 32,
+                                   linked=False, metadata=ModelMetadata(architecture="whisper"), kind="whisper"))
+    with pytest.raises(InvalidModelSettings, match="ears is a whisper model"):
+        await set_projector(app, "ears", write_tiny_mmproj(tmp_path / "p.gguf"))
+    with pytest.raises(InvalidModelSettings, match="has no projector"):
+        await remove_projector(app, "ears")

@@ -26,13 +26,18 @@ class RecordedFile:
 
 
 def recorded_files(catalog: CatalogState) -> list[RecordedFile]:
-    """Each model's one file, or each part of a split one, with its size and hash as imported."""
+    """Each model's one file, or each part of a split one, with its size and hash as imported; and each projector
+    (--mmproj) once, however many models name it."""
     out: list[RecordedFile] = []
+    projectors: set[str] = set()
     for m in models(catalog):
         if m.parts:
             out += [RecordedFile(m.name, p.path, p.bytes, p.sha256) for p in m.parts]
         else:
             out.append(RecordedFile(m.name, m.file, m.bytes, m.sha256))
+        if m.projector is not None and m.projector.path not in projectors:
+            projectors.add(m.projector.path)
+            out.append(RecordedFile(m.name, m.projector.path, m.projector.bytes, m.projector.sha256))
     return out
 
 
