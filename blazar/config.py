@@ -109,6 +109,31 @@ class Settings(BaseModel):
         default=100 << 20, ge=1, le=1 << 40,
         description="The largest file /v1/files accepts, in bytes (else 413); it is written to disk as it arrives.",
     )
+    image_max_count: int = Field(
+        default=8, ge=0, le=256,
+        description="Images (and audio parts) one chat request may carry (0: none; more is a 400).",
+    )
+    image_max_mib: int = Field(
+        default=20, ge=1, le=1024,
+        description="MiB of image and audio bytes (decoded) one chat request may carry in all (more is a 400).",
+    )
+    image_max_megapixels: int = Field(
+        default=33, ge=1, le=1000,
+        description="Megapixels of images one chat request may carry in all (more is a 400; bombs never decoded).",
+    )
+    image_fetch: bool = Field(
+        default=False,
+        description="Fetch http(s) image URLs in chat requests (off: such a URL is a 400; data: URLs always work). "
+                    "Never to private, loopback or link-local addresses unless image_fetch_allow_hosts names the host.",
+    )
+    image_fetch_timeout_s: float = Field(
+        default=10.0, ge=0.5, le=300.0, description="Seconds one image fetch may take, redirects included.",
+    )
+    image_fetch_allow_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts (exact names or addresses) image_fetch may reach even at non-global addresses (a test or "
+                    "intranet server); others must resolve only to global addresses.",
+    )
     batch_concurrency: int = Field(
         default=1, ge=1, le=64,
         description="Batch lines in flight at once across every batch (each holds a slot while it runs; they queue "
@@ -270,7 +295,7 @@ class Settings(BaseModel):
             raise ValueError("expected http(s)://HOST:PORT, without credentials")
         return v
 
-    @field_validator("allowed_hosts", "cors_origins")
+    @field_validator("allowed_hosts", "cors_origins", "image_fetch_allow_hosts")
     @classmethod
     def _names(cls, v: list[str]) -> list[str]:
         out = []

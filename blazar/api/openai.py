@@ -20,7 +20,7 @@ from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.api.proxy import Proxy
 from blazar.context import Blazar
 from blazar.dialects.schema import check_response_format, check_tools
-from blazar.errors import Refused
+from blazar.errors import DialectError, Refused
 from blazar.queries.catalog import StoredModel, model, models
 from blazar.queries.remotes import remotes
 from blazar.serving.gateway import Gateway
@@ -86,6 +86,11 @@ class Completions(Proxy):
     def ask(self, data: dict[str, Any]) -> Request:
         body = CompletionBody.model_validate(data)
         check_response_format(data.get("response_format"))
+        prompts = body.prompt if isinstance(body.prompt, list) else [body.prompt]
+        if any(isinstance(p, dict) and "multimodal_data" in p for p in prompts):
+            # NOTE: llama-server's own extension would take images past every check (bytes, bounds, projector).
+            raise DialectError("prompt: multimodal_data is not accepted here; send images as image_url parts to "
+                               "/v1/chat/completions")
         return Request(model=body.model, engine_path="/v1/completions", body=None, stream=body.stream,
                     max_tokens=body.max_tokens)
 

@@ -93,7 +93,7 @@ class Proxy(ABC):
             self.gateway.check_scope(principal_of(req), asked.model)  # a load is a use of the model too
             resp.media = await asked.instead()
             return
-        request = self.request_of(req, resp, asked, raw, data)
+        request = await self.gateway.check_media(self.request_of(req, resp, asked, raw, data))
         watcher = disconnect.watch(req)
         try:
             answer = await self.gateway.serve(request, watcher)

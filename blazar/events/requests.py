@@ -66,6 +66,23 @@ class _RequestEvent(Event):
         return f"trace:{self.trace_id}"
 
 
+class MediaFacts(BaseModel):
+    """The images and audio clips a chat request carried, as their bytes showed them (never the bytes): how many, of
+    which types, how large. What they cost in tokens is in the request's usage (`request.completed`'s
+    prompt_tokens, which counts them with the text)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    images: int = 0
+    image_types: list[str] = Field(default_factory=list)  # image/png, ... one per image, in order
+    image_bytes: int = 0  # decoded, all images together
+    image_pixels: int = 0
+    images_fetched: int = 0  # of them, fetched from http(s) URLs (image_fetch)
+    audio_clips: int = 0
+    audio_formats: list[str] = Field(default_factory=list)  # wav, mp3
+    audio_bytes: int = 0
+
+
 @register
 class RequestReceived(_RequestEvent):
     """A request arrived: what the client asked, as its dialect parsed it (sizes and options, never the content), and
@@ -97,6 +114,8 @@ class RequestReceived(_RequestEvent):
     # Whose prompts, sessions and cache it shares (keys are tenants): "key:<name>" or "group:<cache group>"; None for
     # the machine's owner (keys off, the CLI's own credential).
     tenant: str | None = None
+    # Its images and audio parts (counts, types, sizes), checked before the pipeline; None when it had none.
+    media: MediaFacts | None = None
 
 
 @register

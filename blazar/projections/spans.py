@@ -279,6 +279,13 @@ def _request_attributes(req: _Request, end: Recorded, op: str) -> Attributes:
         a["blazar.client_trace_id"] = received.client_trace_id
     if rec.actor.startswith("key:"):
         a["blazar.key_name"] = rec.actor.removeprefix("key:")
+    media = received.media
+    if media is not None:  # their facts, never their bytes
+        if media.images:
+            a.update({"blazar.images.count": media.images, "blazar.images.bytes": media.image_bytes,
+                      "blazar.images.types": ",".join(sorted(set(media.image_types)))})
+        if media.audio_clips:
+            a.update({"blazar.audio.count": media.audio_clips, "blazar.audio.bytes": media.audio_bytes})
     routed = req.routed
     if routed is not None:
         a.update({"gen_ai.response.model": routed.model, "blazar.instance_id": routed.instance_id,

@@ -22,6 +22,7 @@ from blazar.events.instances import (
 from blazar.events.log import EventLog
 from blazar.events.requests import (
     HOP_ACTOR,
+    MediaFacts,
     RequestAdmitted,
     RequestBestOfChosen,
     RequestBounded,
@@ -288,6 +289,19 @@ class _Story:
                 "when the daemon stopped")
 
 
+def _media(m: MediaFacts) -> str:
+    """What a request's images and audio were (their bytes are never recorded): their tokens are in its usage."""
+    said = []
+    if m.images:
+        fetched = f", {m.images_fetched} fetched" if m.images_fetched else ""
+        said.append(f"{m.images} image{'s' if m.images != 1 else ''} ({', '.join(m.image_types)}; {m.image_bytes} B, "
+                    f"{m.image_pixels / 1e6:.2f} Mpx{fetched})")
+    if m.audio_clips:
+        said.append(f"{m.audio_clips} audio clip{'s' if m.audio_clips != 1 else ''} ({', '.join(m.audio_formats)}; "
+                    f"{m.audio_bytes} B)")
+    return " and ".join(said)
+
+
 def _received(s: _Story, ev: RequestReceived) -> str:
     extra = [p for p in (
         "streaming" if ev.stream else None,
@@ -295,6 +309,7 @@ def _received(s: _Story, ev: RequestReceived) -> str:
         f"max_tokens {ev.max_tokens}" if ev.max_tokens is not None else None,
         f"priority {ev.priority}" if ev.priority else None,
         f"from {ev.client}" if ev.client else None,
+        _media(ev.media) if ev.media is not None else None,
     ) if p]
     head = f"on the node it was forwarded to by {ev.forwarded_from}: " if ev.forwarded_from else ""
     return f"{head}received {ev.route} ({ev.dialect}) for {ev.model}" + (f": {', '.join(extra)}" if extra else "")

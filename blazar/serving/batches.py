@@ -33,7 +33,7 @@ import orjson
 
 from blazar.context import Blazar, stamp_node
 from blazar.dialects.tools import force
-from blazar.errors import Refused
+from blazar.errors import DialectError, Refused
 from blazar.events.base import Event
 from blazar.events.batches import (
     BATCH_ID,
@@ -245,6 +245,10 @@ class BatchRunner:
                           parsed=body, priority=BACKGROUND_PRIORITY, principal=principal, tenant=tenant,
                           forced=force(asked.body) if asked.body is not None and b.endpoint == "/v1/chat/completions"
                           else asked.forced)
+        try:
+            request = await self.gateway.check_media(request)  # a line's images are checked as a request's are
+        except DialectError as e:
+            return 400, _error_body(e.message, 400, e.code)
         try:
             answer = await self.gateway.serve(request)
         except Refused:

@@ -31,7 +31,7 @@ from blazar.events.requests import RequestReceived
 from blazar.instances.kv_bank import KvBank
 from blazar.instances.supervisor import Instance, ResolvedModel
 from blazar.projections.metrics import tokens_on
-from blazar.serving import fanout, relay
+from blazar.serving import fanout, media, relay
 from blazar.serving.admission import Admission, Ticket
 from blazar.serving.call import Call, Completed, Failed, outcome_of
 from blazar.serving.context_fit import BOUNDED_HEADER
@@ -153,12 +153,15 @@ class Gateway:
                                   max_tokens=r.max_tokens, client=r.client, client_trace_id=r.client_trace_id,
                                   parent_trace_id=r.parent_trace_id, parent_span_id=r.parent_span_id,
                                   session=r.session, deadline_ms=r.deadline_ms, best_of=r.best_of,
-                                  cascade=list(r.cascade), forwarded_from=r.forwarded_from, tenant=r.tenant))
+                                  cascade=list(r.cascade), forwarded_from=r.forwarded_from, tenant=r.tenant,
+                                  media=r.media))
 
     def _caller(self, call: Call) -> None:
         """What is the caller's own: the model resolved, the key's scope and limits (its lease taken), the model's
         settings applied (before routing: num_ctx and num_predict shape it). Raises Refused."""
         self.router.resolve(call)
+        if call.request.media is not None and call.remote is None and call.peer is None:
+            media.refuse_unless_projector(self.app.runner.state("catalog"), call.model, call.request.media)
         self._authorize(call)
         assert call.resolved is not None
         if call.resolved.settings is not None:
@@ -181,6 +184,11 @@ class Gateway:
         except LimitExceeded as e:
             raise Refused(e.message, reason="rate_limit_exceeded", http_status=429, retry_after_s=e.retry_after_s,
                           observations={"key": p.key_name, "limit": e.limit, "value": e.value}) from None
+
+    async def check_media(self, request: Request) -> Request:
+        """The request with its images and audio checked (blazar/serving/media.py): a 400 before anything else when
+        the model cannot take them or they are not what they claim or over the bounds."""
+        return await media.prepare(request, self.app.settings(), self.app.runner.state("catalog"))
 
     def check_scope(self, principal: Principal | None, model: str) -> None:
         """The scope check alone, for what a dialect answers without the pipeline (Ollama's load or unload)."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from blazar.dialects.stream import Translator
 from blazar.dialects.tools import Forced
-from blazar.events.requests import HOP_ACTOR, Dialect
+from blazar.events.requests import HOP_ACTOR, Dialect, MediaFacts
 from blazar.sentinels import UNSET
 from blazar.serving.principal import Principal
 
@@ -64,6 +64,7 @@ class Request:
     best_of: int | None = None
     cascade: tuple[str, ...] = ()
     received: float = field(default_factory=time.perf_counter)
+    media: MediaFacts | None = None  # its images' and audio's facts, once checked (blazar/serving/media.py)
 
     @property
     def actor(self) -> str | None:

@@ -4,6 +4,7 @@ supervisor and a fake engine client behind the real app, gateway and admission: 
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -182,3 +183,22 @@ async def test_unknown_model_is_404_in_each_dialect(client: ASGIConductor) -> No
     assert r.status_code == 404 and r.json["error"]["type"] == "not_found_error"
     r = await client.simulate_post("/v1/chat/completions", json={"model": "missing", "messages": ask})
     assert r.status_code == 404 and r.json["error"]["code"] == "model_not_found"
+
+
+async def test_bad_images_are_400s_in_each_dialects_shape_before_the_engine(client: ASGIConductor,
+                                                                           engine: FakeEngine) -> None:
+    fake = base64.b64encode(b"%PDF-1.7 not a picture").decode()
+    part = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{fake}"}}
+    r = await client.simulate_post("/v1/chat/completions", json={"model": "m", "messages": [
+        {"role": "user", "content": [part]}]})
+    assert r.status_code == 400 and r.json["error"]["code"] == "invalid_image"
+    r = await client.simulate_post("/v1/messages", json={"model": "m", "max_tokens": 3, "messages": [
+        {"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "http://example.com/a.png"}}]}]})
+    assert r.status_code == 400 and r.json["type"] == "error" and "image_fetch is off" in r.json["error"]["message"]
+    r = await client.simulate_post("/api/generate", json={"model": "m", "prompt": "x", "images": [
+        base64.b64encode(b"\x89PNG\r\n\x1a\n truncated").decode()]})
+    assert r.status_code == 400 and list(r.json) == ["error"] and "the image cannot be read" in r.json["error"]
+    r = await client.simulate_post("/v1/completions", json={"model": "m", "prompt": [
+        {"prompt_string": "x", "multimodal_data": [fake]}]})
+    assert r.status_code == 400 and "multimodal_data" in r.json["error"]["message"]
+    assert engine.sent == []

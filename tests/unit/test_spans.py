@@ -9,6 +9,7 @@ import hashlib
 from blazar.events import Recorded
 from blazar.events.requests import (
     Evicted,
+    MediaFacts,
     RequestAdmitted,
     RequestCompleted,
     RequestFailed,
@@ -207,3 +208,14 @@ def test_requests_in_flight_are_bounded_and_strays_are_counted() -> None:
     assert fold.unmatched == 1
     (tree,) = fold.feed([rec(10, RequestCompleted(trace_id="c" * 32, model="m", duration_ms=1.0), ts=S + 10)])
     assert [s.name for s in tree] == ["chat m"]  # never admitted: no engine children
+
+
+def test_a_requests_images_are_counted_on_its_span_never_their_bytes() -> None:
+    media = MediaFacts(images=2, image_types=["image/png", "image/jpeg"], image_bytes=5000, image_pixels=2048,
+                       audio_clips=1, audio_formats=["wav"], audio_bytes=900)
+    root = only(SpanFold().feed(streamed_cold_queued(media=media)))["chat"]
+    assert root.attributes["blazar.images.count"] == 2 and root.attributes["blazar.images.bytes"] == 5000
+    assert root.attributes["blazar.images.types"] == "image/jpeg,image/png"
+    assert root.attributes["blazar.audio.count"] == 1 and root.attributes["blazar.audio.bytes"] == 900
+    plain = only(SpanFold().feed(streamed_cold_queued()))["chat"]
+    assert not any(k.startswith(("blazar.images", "blazar.audio")) for k in plain.attributes)

@@ -9,6 +9,7 @@ from blazar.events import Event, Recorded
 from blazar.events.instances import InstanceEvicted, InstanceExited, InstanceReady, InstanceStarted
 from blazar.events.requests import (
     Evicted,
+    MediaFacts,
     RequestAdmitted,
     RequestCompleted,
     RequestFailed,
@@ -202,3 +203,12 @@ def test_a_request_routed_again_after_its_instance_was_gone() -> None:
                          "127.0.0.1:40002): its slot given back, routed again")
     assert ex.verdict.startswith("completed 200 in 1.5 s: routed again: instance i1 of gemma was gone; "
                                  "cold load 880 ms")
+
+
+def test_a_requests_images_and_audio_are_told_by_their_facts() -> None:
+    media = MediaFacts(images=2, image_types=["image/png", "image/jpeg"], image_bytes=5000, image_pixels=1_500_000,
+                       images_fetched=1, audio_clips=1, audio_formats=["wav"], audio_bytes=900)
+    ev = RequestReceived(trace_id=T, dialect="anthropic", route="/v1/messages", model="seer", media=media)
+    assert texts(Log().at(0.0, ev).records)[0][2] == (
+        "received /v1/messages (anthropic) for seer: 2 images (image/png, image/jpeg; 5000 B, 1.50 Mpx, 1 fetched) "
+        "and 1 audio clip (wav; 900 B)")

@@ -1,0 +1,67 @@
+"""What an image (or audio clip) in a chat request really is, read from its bytes: the gateway checks every media part
+here before an engine sees it (blazar/serving/media.py). The type a client declares is never trusted: Pillow reads
+the header, the pixel count is bounded before anything is decoded (a decompression bomb is refused unread), and the
+image is then decoded whole so a truncated or corrupt file is a 400 here, not the engine's error.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+
+from PIL import Image, UnidentifiedImageError
+
+from blazar.errors import DialectError
+
+# Pillow's format names → the media types the engine is told (its data: URL).
+IMAGE_TYPES = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif",
+               "BMP": "image/bmp"}
+ACCEPTED = "PNG, JPEG, WebP, GIF or BMP"
+AUDIO_FORMATS = ("wav", "mp3")
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    media_type: str  # image/png, ... as the bytes say
+    width: int
+    height: int
+
+    @property
+    def pixels(self) -> int:
+        return self.width * self.height
+
+
+def inspect_image(data: bytes, *, where: str, max_pixels: int) -> ImageInfo:
+    """The image `data` holds, or a DialectError (400) saying why it is not one Blazar accepts: not an image, a type
+    outside PNG/JPEG/WebP/GIF/BMP, more than `max_pixels`, or bytes that do not decode."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data), formats=list(IMAGE_TYPES))
+    except (UnidentifiedImageError, Image.DecompressionBombWarning, Image.DecompressionBombError):
+        raise DialectError(f"{where}: not an image Blazar accepts (send {ACCEPTED}; the type is read from the "
+                           f"bytes, not the declared media type)", code="invalid_image") from None
+    except (OSError, ValueError, SyntaxError) as e:
+        raise DialectError(f"{where}: the image cannot be read ({e})", code="invalid_image") from None
+    with img:
+        width, height = img.size
+        if width * height > max_pixels:  # checked from the header alone: nothing decoded yet
+            raise DialectError(f"{where}: the image is {width}x{height} ({width * height / 1e6:.1f} Mpx), over the "
+                               f"{max_pixels / 1e6:.0f} Mpx a request may carry (image_max_megapixels)",
+                               code="image_too_large")
+        fmt = img.format or ""
+        try:
+            img.load()  # the whole image: a truncated or corrupt one is refused here
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+            raise DialectError(f"{where}: the {fmt} image does not decode ({e})", code="invalid_image") from None
+    return ImageInfo(media_type=IMAGE_TYPES[fmt], width=width, height=height)
+
+
+def inspect_audio(data: bytes, *, where: str) -> str:
+    """The format of an `input_audio` clip by its bytes ("wav" or "mp3", what the engine decodes), or a 400."""
+    if len(data) >= 12 and data[:4] == b"RIFF" and data[8:12] == b"WAVE":
+        return "wav"
+    if data[:3] == b"ID3" or (len(data) >= 2 and data[0] == 0xFF and data[1] & 0xE0 == 0xE0):
+        return "mp3"
+    raise DialectError(f"{where}: not a WAV or MP3 clip (the format is read from the bytes)", code="invalid_audio")
