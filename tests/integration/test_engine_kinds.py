@@ -231,6 +231,11 @@ def test_a_restart_after_sigkill_stops_the_orphaned_children_of_every_kind(tmp_p
         proc.kill()  # SIGKILL: the children live on with no supervisor
         proc.wait(timeout=10)
         assert all(process.pid_alive(p) for p in pids.values())
+    # `blazar doctor` names both orphans (by their launcher and a model path in this home's store).
+    report = json.loads(blazar_cli(h, "doctor", "--json", check=False).stdout)
+    orphaned = next(c for c in report["checks"] if c["check"] == "machine.orphans")
+    assert orphaned["status"] == "fail" and orphaned["fixable"]
+    assert all(f"pid {p} " in orphaned["observation"] for p in pids.values()), orphaned
     with serving(h):
         exits = {e["data"]["model"]: e["data"]["reason"] for e in read_events(h, "instance.exited")}
         assert exits == {"whisper-base": "orphan_stopped", "joe": "orphan_stopped"}
