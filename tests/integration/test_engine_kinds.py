@@ -176,6 +176,8 @@ def test_model_lists_say_each_models_kind_and_invent_no_gguf_facts(daemon: int) 
 def test_each_kind_loads_as_its_own_child_is_listed_with_its_kind_and_stops(home: Path, daemon: int) -> None:
     loaded = json.loads(blazar_cli(home, "load", "whisper-base", "--json").stdout)
     assert loaded["kind"] == "whisper" and loaded["engine_tag"] == "whisper"
+    again = json.loads(blazar_cli(home, "load", "whisper-base", "--ctx", "4096", "--json").stdout)
+    assert again["instance_id"] == loaded["instance_id"]  # a speech child has no context to grow: reused
     assert "is ready on port" in blazar_cli(home, "load", "joe").stdout
     rows = {r["model"]: r for r in _ps(home)}
     assert {m: (r["kind"], r["state"]) for m, r in rows.items()} == {"whisper-base": ("whisper", "ready"),
