@@ -136,7 +136,8 @@ class RequestContext:
     def _check_length(self, req: falcon.asgi.Request) -> None:
         length = req.content_length
         limit = self.path_limits.get(req.path, self.max_body_bytes) if req.method == "POST" else self.max_body_bytes
-        setting = "max_body_mib" if limit == self.max_body_bytes else "files_max_bytes"
+        setting = ("max_body_mib" if limit == self.max_body_bytes else
+                   "max_audio_mib" if req.path.startswith("/v1/audio/") else "files_max_bytes")
         if length is not None and length > limit:
             raise falcon.HTTPContentTooLarge(
                 description=f"the request body is {length} bytes; the limit is {limit} ({setting})")
