@@ -24,6 +24,10 @@
     ├── KeyCommandError        400  a key command that cannot be carried out (bad pattern, unknown limit)
     ├── DialectError           400  a request a dialect cannot serve as written (`code` says which rule it broke)
     ├── FileTooLarge           413  an upload to /v1/files over files_max_bytes
+    ├── AudioError             400  an upload the speech lanes cannot take as audio
+    │   ├── NotAudio           400  FFmpeg cannot read it as audio (or it holds no sound)
+    │   └── AudioTooLong       400  longer than the duration limit (names both)
+    ├── ChildRefused           400  a whisper child's answer to a request it cannot serve (its own status and param)
     ├── BatchConflict          409  a batch change its status does not allow (cancel a finished batch)
     ├── ShortRead                   internal to GGUF parsing: the bytes end before `needed`
     ├── ModelFileError         422  a model file that cannot be read as GGUF (names the file)
@@ -61,6 +65,7 @@
     │   ├── EngineUnreachable  502  a child's port did not answer
     │   │   └── EngineGone     502  ... because the child had exited: the gateway routes the request again, once
     │   ├── EngineStreamBroken 502  a child's answer broke off mid-body
+    │   ├── SynthesisFailed    502  the piper child answered with an error or with audio that is not 16-bit WAV
     │   ├── ProcessExited      502  the child exited before it was healthy
     │   ├── LoadTimeout        504  the child was not healthy in time
     │   ├── DoesNotFit         507  a load no eviction can make room for (the planner's reason)
@@ -495,6 +500,13 @@ class EngineUnreachable(EngineError):
     http_status = 502
 
 
+class SynthesisFailed(EngineError):
+    """The piper child answered /synthesize with an error (text with nothing to speak) or not with 16-bit WAV."""
+
+    code = "synthesis_failed"
+    http_status = 502
+
+
 class EngineGone(EngineUnreachable):
     """The request's engine child had exited before it took the request: the gateway routes the request again
     (once), so a client never sees this one."""
@@ -561,6 +573,39 @@ class FileTooLarge(BlazarError):
 
     code = "invalid_request"
     http_status = 413
+
+
+class AudioError(BlazarError):
+    """An upload to a speech route that cannot be served as audio: a 400 invalid_request_error in OpenAI's shape."""
+
+    code = "invalid_audio"
+    http_status = 400
+
+
+class NotAudio(AudioError):
+    """FFmpeg's demuxers cannot read the bytes as audio, or they hold no sound."""
+
+    code = "not_audio"
+
+
+class AudioTooLong(AudioError):
+    """Audio longer than the duration limit (the message names both)."""
+
+    code = "audio_too_long"
+
+
+class ChildRefused(BlazarError):
+    """A request one of Blazar's own children (blazar/children/) answers with an OpenAI error: the status (400,
+    401, 404, 411, 413, 503), the form field at fault and OpenAI's error type are the instance's."""
+
+    code = "invalid_request"
+    http_status = 400
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 error_type: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.http_status, self.param, self.error_type = status, param, error_type
+        self.code = code or "invalid_request"
 
 
 class BatchConflict(BlazarError):

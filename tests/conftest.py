@@ -138,6 +138,22 @@ def gemma_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return g.assemble(tmp_path_factory.mktemp("gemma") / g.MODEL_NAME)
 
 
+@pytest.fixture(scope="session")
+def whisper_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Systran's faster-whisper-base, assembled once per session (worker) from its two PyPI packages."""
+    from tests.support.speech_models import whisper_base_dir
+
+    return whisper_base_dir(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(scope="session")
+def joe() -> tuple[Path, Path]:
+    """Piper's en_US-joe-medium voice: (.onnx, .onnx.json)."""
+    from tests.support.speech_models import joe_voice
+
+    return joe_voice()
+
+
 def _find_test_engine() -> Path | None:
     explicit = os.environ.get("BLAZAR_TEST_ENGINE")
     if explicit:
