@@ -122,6 +122,13 @@ def _multipart(up: _Upload, data: bytes) -> tuple[str, bytes]:
     return f"multipart/form-data; boundary={boundary}", b"".join(out)
 
 
+def _no_session(request: Request) -> Request:
+    """Sessions keep a conversation's KV cache in a llama-server slot: an audio request has none to keep."""
+    if request.session is not None:
+        raise DialectError("sessions (X-Blazar-Session) do not apply to the audio routes")
+    return request
+
+
 class Transcriptions(Proxy):
     """POST /v1/audio/transcriptions (and, with `route = "translations"`, /v1/audio/translations)."""
 
@@ -140,7 +147,7 @@ class Transcriptions(Proxy):
         up = await _read_form(req, uploads_dir(self.app), settings.max_audio_mib << 20)
         try:
             asked, fields = await self._asked(up, settings.max_audio_s)
-            request = self.request_of(req, resp, asked, asked.raw, fields)
+            request = _no_session(self.request_of(req, resp, asked, asked.raw, fields))
             watcher = disconnect.watch(req)
             try:
                 answer = await self.gateway.serve(request, watcher)
@@ -224,7 +231,7 @@ class Speech(Proxy):
         raw, data = await read_json(req)
         asked = self.ask(data)
         check_name(asked.model)
-        request = self.request_of(req, resp, asked, raw, data)
+        request = _no_session(self.request_of(req, resp, asked, raw, data))
         self.render(req, resp, await self.gateway.serve(request, None))
 
 

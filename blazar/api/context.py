@@ -141,10 +141,10 @@ class RequestContext:
         if length is not None and length > limit:
             raise falcon.HTTPContentTooLarge(
                 description=f"the request body is {length} bytes; the limit is {limit} ({setting})")
-        limit_body(req, limit)
+        limit_body(req, limit, setting)
 
 
-def limit_body(req: falcon.asgi.Request, limit: int) -> None:
+def limit_body(req: falcon.asgi.Request, limit: int, setting: str = "max_body_mib") -> None:
     """Count the body's bytes as they arrive (a chunked body has no Content-Length to check): past `limit`, reading
     it raises 413, so nothing is parsed or forwarded. Every body is read through falcon's ASGI receive channel."""
     receive = req._receive
@@ -153,7 +153,7 @@ def limit_body(req: falcon.asgi.Request, limit: int) -> None:
 
     def too_large() -> falcon.HTTPContentTooLarge:
         return falcon.HTTPContentTooLarge(description=f"the request body is over the limit of {limit} bytes "
-                                                      "(max_body_mib)")
+                                                      f"({setting})")
 
     if seen > limit:
         raise too_large()

@@ -355,7 +355,7 @@ class Call:
         started = self.engine_at if self.engine_at is not None else self.received
         processing_ms = round((time.perf_counter() - started) * 1000, 3)
         seconds = round(self.audio_seconds or 0.0, 3)
-        kind = self.instance.kind if self.instance is not None and hasattr(self.instance, "kind") else "unknown"
+        kind = getattr(self.instance, "kind", None) or getattr(self.resolved, "kind", None) or "unknown"
         return RequestAudio(trace_id=self.trace_id, model=self.name or self.model, kind=str(kind),
                             route=asked.route, audio_seconds=seconds,  # type: ignore[arg-type]
                             response_format=asked.response_format, processing_ms=processing_ms,
