@@ -282,8 +282,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"whisper child: {args.model} loaded, serving on {args.host}:{args.port}", file=sys.stderr)
         except Exception as e:  # a model that cannot load ends the child: the supervisor records why
             print(f"whisper child: cannot load {args.model}: {e}", file=sys.stderr, flush=True)
-            server.shutdown()
             child.load_failed = True
+            server.shutdown()
 
     threading.Thread(target=load, name="load", daemon=True).start()
     try:

@@ -105,6 +105,10 @@ def load(
     if as_json:
         print_json(inst)
         return
+    if inst.get("kind", "llama-server") != "llama-server":
+        out.print(f"{inst['model']} ({inst['kind']}) is ready on port {inst['port']}: instance "
+                  f"{inst['instance_id']}", **_VERBATIM)
+        return
     out.print(f"{inst['model']} is ready on port {inst['port']}: instance {inst['instance_id']}, "
               f"{inst['slots']} slot(s) of {inst['ctx_tokens']} tokens", **_VERBATIM)
 
@@ -212,10 +216,12 @@ def _expires(row: dict, now: float) -> str:
 
 def _table(rows: list[dict], now: float) -> Table:
     clustered = any(r.get("node") for r in rows)  # gateways sharing a log: say whose each instance is
-    table = Table(*(("NODE",) if clustered else ()), "MODEL", "STATE", "PID", "PORT", "CTX", "SLOTS", "PLANNED",
-                  "MEASURED", "IDLE", "EXPIRES", box=None, header_style="bold")
+    table = Table(*(("NODE",) if clustered else ()), "MODEL", "KIND", "STATE", "PID", "PORT", "CTX", "SLOTS",
+                  "PLANNED", "MEASURED", "IDLE", "EXPIRES", box=None, header_style="bold")
     for r in rows:
-        table.add_row(*((Text(r.get("node") or "-"),) if clustered else ()), Text(r["model"]), r["state"],
-                      str(r["pid"]), str(r["port"]), str(r["ctx_tokens"]), str(r["slots"]), _bytes(r["planned_bytes"]),
+        kind = r.get("kind") or "llama-server"
+        ctx = str(r["ctx_tokens"]) if kind == "llama-server" else "-"  # a speech child has no context
+        table.add_row(*((Text(r.get("node") or "-"),) if clustered else ()), Text(r["model"]), kind, r["state"],
+                      str(r["pid"]), str(r["port"]), ctx, str(r["slots"]), _bytes(r["planned_bytes"]),
                       _bytes(r["measured_bytes"]), _idle(r), _expires(r, now))
     return table

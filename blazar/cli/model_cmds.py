@@ -9,6 +9,7 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 from rich.table import Table
 
+from blazar.adapters.engines.kinds import ROUTE_PATHS, engine_kind
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
 from blazar.cli.model_settings_cmds import describe
 from blazar.cluster.nodes import pull_on_node
@@ -40,11 +41,13 @@ def _params(n: int) -> str:
 
 
 def import_(
-    file: Annotated[Path, typer.Argument(help="A GGUF file to bring into the store.")],
+    file: Annotated[Path, typer.Argument(
+        help="A GGUF file, a CTranslate2 whisper model directory, or a piper VOICE.onnx (its .onnx.json beside it).")],
     name: Annotated[str, typer.Option("--name", "-n", help="The name to serve it under, e.g. mymodel:q4.")],
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Validate a GGUF file and add it to the store (hardlinked; copied when a link is impossible)."""
+    """Validate a model and add it to the store (hardlinked; copied when a link is impossible): a GGUF (served by
+    llama-server), a whisper model directory (speech to text) or a piper voice (text to speech), told by its files."""
 
     async def go() -> Any:
         async with opened() as app:
@@ -56,6 +59,10 @@ def import_(
         print_json(rec.to_json())
         return
     how = "linked" if ev.linked else "copied (a hardlink was not possible across these filesystems)"
+    if ev.kind != "llama-server":
+        out.print(f"imported {ev.name}: a {ev.kind} model ({engine_kind(ev.kind).describes}), {len(ev.shards)} "
+                  f"files, {_human(ev.bytes)}, {how}; sha256 {ev.sha256[:16]}…", **_VERBATIM)
+        return
     out.print(f"imported {ev.name}: {ev.metadata.architecture}, {ev.metadata.file_type or '?'}, "
               f"{_human(ev.bytes)}, {how}; sha256 {ev.sha256[:16]}…", **_VERBATIM)
 
@@ -133,11 +140,14 @@ def list_(as_json: bool = JSON_OPTION) -> None:
     if not rows:
         out.print("no models yet: blazar pull gemma3-270m, or blazar import FILE --name NAME")
         return
-    table = Table("name", "arch", "params", "quant", "ctx", "size", "added", box=None, header_style="bold")
+    table = Table("name", "kind", "arch", "params", "quant", "ctx", "size", "added", box=None, header_style="bold")
     for m in rows:
         md = m.metadata
         shown = m.name + (f" (variant of {m.base})" if m.base else "")
-        table.add_row(shown, md.architecture, _params(md.parameter_count), md.file_type or "-",
+        if not m.gguf:  # a whisper model or a piper voice: no GGUF facts to show
+            table.add_row(shown, m.kind, md.architecture, "-", "-", "-", _human(m.bytes), fmt_ts(m.added_ts))
+            continue
+        table.add_row(shown, m.kind, md.architecture, _params(md.parameter_count), md.file_type or "-",
                       str(md.ctx_train or "-"), _human(m.bytes), fmt_ts(m.added_ts))
     out.print(table)
 
@@ -157,6 +167,9 @@ def show(
             return entry, app.paths.models / entry.file, await fit_model(app, entry.name, FitRequest())
 
     entry, file, plan = run(go())
+    if not entry.gguf:
+        _show_other_kind(entry, file, plan, as_json)
+        return
     md = entry.metadata
     served = served_template(md, entry.settings)
     caps = capabilities(md) + (["rerank"] if reranks(md, entry.settings) else [])
@@ -185,6 +198,28 @@ def show(
         ("fit here", plan.summary),
         *([("variant of", entry.base)] if entry.base else []),
         *[(k, served.describe() if k == "template" else v) for k, v in describe(entry.settings)],
+    ]
+    for k, v in rows:
+        table.add_row(f"[bold]{k}[/bold]", v)
+    out.print(table)
+
+
+def _show_other_kind(entry: StoredModel, file: Path, plan: FitPlan, as_json: bool) -> None:
+    """`blazar show` of a whisper model or a piper voice: its kind, what it serves and its files (no GGUF facts)."""
+    kind = engine_kind(entry.kind)
+    serves = [ROUTE_PATHS[r] for r in ROUTE_PATHS if kind.serves(r)]
+    if as_json:
+        print_json({**entry.to_json(), "file": str(file), "serves": serves, "describes": kind.describes,
+                    "fit": {"fits": plan.fits, "summary": plan.summary, "total_bytes": plan.total_bytes},
+                    "capabilities": sorted(kind.routes)})
+        return
+    table = Table(show_header=False, box=None)
+    rows = [
+        ("name", entry.name), ("kind", f"{kind.name} ({kind.describes})"), ("serves", ", ".join(serves)),
+        ("files", ", ".join(Path(f).name for f in entry.files)), ("directory", str(file.parent)),
+        ("size", _human(entry.bytes)), ("sha256", f"{entry.sha256} (over its files' sha256 lines)"),
+        ("source", f"{entry.source} ({entry.source_kind})"), ("added", fmt_ts(entry.added_ts)),
+        ("fit here", plan.summary),
     ]
     for k, v in rows:
         table.add_row(f"[bold]{k}[/bold]", v)

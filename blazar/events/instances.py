@@ -13,6 +13,7 @@ from pydantic import Field
 
 from blazar.events.base import Event
 from blazar.events.kinds import register
+from blazar.events.models import ModelKind
 
 ExitReason = Literal[
     "stopped",  # `blazar stop`, keep_alive 0, or a user's unload
@@ -51,6 +52,9 @@ class _InstanceStart(Event):
     free_bytes_observed: int | None = None  # what the budget offered when this was planned
     workers: dict[str, int] = Field(default_factory=dict)  # RPC workers holding layers (host:port: layers)
     node: str = ""  # the gateway that runs it, where several share the log on PostgreSQL ("": the only one)
+    # What the child is (blazar/adapters/engines/kinds.py): llama-server, or a whisper or piper child (whose
+    # engine_tag is its kind's name, and whose plan is its memory model's charge: no context, cache or layers).
+    kind: ModelKind = "llama-server"
 
     def stream_key(self) -> str:
         return f"instance:{self.instance_id}"
@@ -159,9 +163,10 @@ class InstanceLoadRefused(Event):
 
     model: str
     # engine_unverified: the engine's files differ from its install record (or lead out of the home) at the check
-    # before the spawn; untrusted_path: the model's file leads out of the models directory.
+    # before the spawn; untrusted_path: the model's file leads out of the models directory; extra_missing: a whisper or
+    # piper model whose Python extra (stt, tts) is not installed.
     reason: Literal["does_not_fit", "circuit_open", "no_engine", "no_room", "engine_incompatible", "engine_unverified",
-                    "untrusted_path"]
+                    "untrusted_path", "extra_missing"]
     detail: str
     observations: dict[str, Any] = Field(default_factory=dict)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+from blazar.adapters.engines.kinds import engine_kind
 from blazar.adapters.gguf_header import ShortRead, parse_header
 from blazar.adapters.gguf_inspect import header_bytes_needed_hint, inspect_gguf_header, inspect_split_headers
 from blazar.adapters.gpu import probe_devices
@@ -13,6 +14,7 @@ from blazar.context import Blazar
 from blazar.errors import ModelFileError, ModelNotFound
 from blazar.events.models import ModelMetadata
 from blazar.fit import CoresidePlan, Device, FitPlan, FitRequest, coreside, plan
+from blazar.fit.fixed import fixed_plan
 from blazar.instances.budget import Resident, budget_devices, worker_devices
 from blazar.instances.worker import idle_workers
 from blazar.projections.calibration import correction_for
@@ -70,7 +72,13 @@ def devices_now() -> list[Device]:
 
 async def fit_model(app: Blazar, model_or_target: str, request: FitRequest,
                     devices: list[Device] | None = None) -> FitPlan:
-    """Plan `model_or_target`, with the calibration correction for the planned shape when the store has it."""
+    """Plan `model_or_target`, with the calibration correction for the planned shape when the store has it. A
+    whisper or piper model in the store is charged its kind's memory model (fit/fixed.py), never planned as a GGUF."""
+    got = stored(app.runner.state("catalog"), model_or_target)
+    memory = None if got is None else engine_kind(got.kind).memory
+    if got is not None and memory is not None:
+        devs = devices if devices is not None else await asyncio.to_thread(devices_now)
+        return fixed_plan(got.name, got.kind, memory.bytes_for(got.bytes), devs)
     name, meta, in_store = await metadata_for(app, model_or_target)
     devs = devices if devices is not None else await asyncio.to_thread(devices_now)
     meta = meta.model_copy(update={"name": name})  # plans and their summaries speak of the store's name

@@ -46,6 +46,7 @@ class Instance:
     url: str = ""  # a remote engine's API root; "" for a child of ours (loopback, `port`)
     # Sent with every request to a remote: a forwarded request's hop and trace (another node's gateway).
     headers: dict[str, str] = field(default_factory=dict, repr=False)
+    kind: str = "llama-server"  # what the child is: llama-server, whisper or piper (adapters/engines/kinds.py)
 
     @property
     def base_url(self) -> str:
@@ -71,6 +72,12 @@ class ResolvedModel:
     metadata: ModelMetadata
     settings: ModelSettings | None = None  # its template (on the argv), system prompt and default parameters
     sha256: str = ""  # the file's, as recorded: part of a saved slot's identity
+    kind: str = "llama-server"  # what runs it; `path` is then its GGUF, whisper model.bin, or piper .onnx
+    bytes: int = 0  # its files in the store: what a kind's memory model charges
+
+    @property
+    def gguf(self) -> bool:
+        return self.kind == "llama-server"
 
     @property
     def template(self) -> str:

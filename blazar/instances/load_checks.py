@@ -10,8 +10,9 @@ import logging
 from collections.abc import Callable
 from typing import Any, Literal
 
+from blazar.adapters.engines.kinds import engine_kind
 from blazar.context import Blazar
-from blazar.errors import BlazarError, CircuitOpen, EngineError, EngineVerifyFailed
+from blazar.errors import BlazarError, CircuitOpen, EngineError, EngineExtraMissing, EngineVerifyFailed
 from blazar.events.instances import InstanceLoadRefused, ModelCircuitOpened, ModelCircuitReset
 from blazar.instances.decide import decide_circuit
 from blazar.projections.residency import circuit, recent_crashes
@@ -21,7 +22,7 @@ from blazar.store.engines import ActiveEngine
 log = logging.getLogger("blazar.supervisor")
 
 RefusalReason = Literal["does_not_fit", "circuit_open", "no_engine", "no_room", "engine_incompatible",
-                        "engine_unverified", "untrusted_path"]
+                        "engine_unverified", "untrusted_path", "extra_missing"]
 
 # Restart backoff after a crash: 0.5 s doubling per crash in the window, at most this.
 BACKOFF_MAX_S = 10.0
@@ -45,9 +46,11 @@ def restart_delay(crash_ts: list[float], now: float, *, window_s: float) -> floa
     return max(0.0, delay - (now - recent[-1]))
 
 
-async def check_load(app: Blazar, engine_of: Callable[[Blazar], ActiveEngine], name: str) -> ActiveEngine:
-    """The engine to start `name` with. Refuses (recorded) while the model's crash circuit is open or no engine is
-    active or its files changed; after a recent crash, waits out the restart backoff."""
+async def check_load(app: Blazar, engine_of: Callable[[Blazar], ActiveEngine], name: str,
+                     kind: str = "llama-server") -> ActiveEngine | None:
+    """The engine to start `name` with (None for a whisper or piper model: its runtime is Python's). Refuses
+    (recorded) while the model's crash circuit is open, or no engine is active or its files changed, or a speech
+    kind's extra is not installed; after a recent crash, waits out the restart backoff."""
     now = app.clock.now()
     settings = app.settings()
     residency = app.runner.state("residency")
@@ -59,11 +62,17 @@ async def check_load(app: Blazar, engine_of: Callable[[Blazar], ActiveEngine], n
             f"{name} crashed {opened.crashes} times within {settings.crash_window_s:.0f} s; loads are refused "
             f"for {until - now:.0f} s more "
             f"or until `blazar ps --reset {name}`", CircuitOpen, {"open_until": until})
+    engine: ActiveEngine | None = None
     try:
-        engine = engine_of(app)
-        # NOTE: before every spawn, not only at activation: a file changed since is never executed. Hashed in a
-        # thread, and only when a file's (inode, size, mtime, ctime) changed since it was last hashed.
-        await asyncio.to_thread(verify_for_spawn, app.paths.engines, engine.tag, engine.files)
+        engine_kind(kind).check_runtime()
+    except EngineExtraMissing as e:
+        raise await record_refusal(app, name, "extra_missing", e.message, e, {"kind": kind}) from None
+    try:
+        if kind == "llama-server":
+            engine = engine_of(app)
+            # NOTE: before every spawn, not only at activation: a file changed since is never executed. Hashed in a
+            # thread, and only when a file's (inode, size, mtime, ctime) changed since it was last hashed.
+            await asyncio.to_thread(verify_for_spawn, app.paths.engines, engine.tag, engine.files)
     except EngineVerifyFailed as e:
         raise await record_refusal(app, name, "engine_unverified", e.message, e,
                                    {"engine": e.tag, "problems": e.problems}) from None

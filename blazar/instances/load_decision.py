@@ -18,7 +18,9 @@ from typing import Any, Literal
 
 from blazar.errors import BlazarError, DoesNotFit, ModelPinned
 from blazar.events.models import ModelMetadata
-from blazar.fit import Device, FitPlan, FitRequest
+from blazar.fit import Device, FitPlan, FitRequest, budget_bytes
+from blazar.fit.devices import host_of
+from blazar.fit.fixed import fixed_plan
 from blazar.fit.planner import MIN_AUTO_CTX
 from blazar.fit.refusal import Lever
 from blazar.instances.budget import (
@@ -62,6 +64,10 @@ class Situation:
     rpc_capable: bool  # the engine can put layers on RPC workers (built with the RPC backend)
     workers: tuple[tuple[str, int], ...] | None = None  # idle workers (address, bytes offered); None: not probed
     room_made: bool = False  # an Evict's victims are gone: plan again, spill if need be, never evict again
+    # A model that is no GGUF (a whisper or piper model): what its kind's memory model charges, on the host alone
+    # (no context, slots, offload or workers to choose). None: the GGUF planner.
+    fixed_bytes: int | None = None
+    kind: str = "llama-server"
 
 
 @dataclass(frozen=True)
@@ -126,7 +132,8 @@ def decide_load(s: Situation) -> LoadDecision:
     if s.room_made:
         return _after_eviction(s, budget, request, fit)
     via: Literal["here", "workers"] = "here"
-    if fit.fits and not explicit_ctx and fit.ctx_per_slot < min(MIN_AUTO_CTX, s.meta.ctx_train or MIN_AUTO_CTX):
+    cramped = s.fixed_bytes is None and fit.ctx_per_slot < min(MIN_AUTO_CTX, s.meta.ctx_train or MIN_AUTO_CTX)
+    if fit.fits and not explicit_ctx and cramped:
         # It fits here only with a cramped context: idle workers may give it the context it would get anywhere.
         spread = _on_workers(s, budget, request)
         if isinstance(spread, ProbeWorkers):
@@ -135,8 +142,7 @@ def decide_load(s: Situation) -> LoadDecision:
             fit, via = spread, "workers"
     counted = sum(1 for r in s.running if r.state not in ("stopping", "exiting"))
     need_count = max(0, counted - s.max_loaded_models + 1) if s.max_loaded_models else 0
-    need_bytes = 0 if fit.fits else shortfall_bytes(s.meta, budget, request.model_copy(
-        update={"correction": fit.correction_bytes}))
+    need_bytes = 0 if fit.fits else _shortfall(s, budget, request, fit)
     if not (need_count or need_bytes):
         return Start(fit, free, via)
     cands = [r.candidate for r in s.running if r.state == "ready"]  # a loading one is busy; a stopping one going
@@ -151,7 +157,7 @@ def decide_load(s: Situation) -> LoadDecision:
             return spread
         if spread is not None:
             return Start(spread, free, "workers")
-        if not fit.fits and not explicit_ctx:
+        if not fit.fits and not explicit_ctx and s.fixed_bytes is None:
             # Nothing can go for the default shape: take the largest context that fits in what is free.
             fallback = _plan(s, budget, FitRequest(ctx=None, slots=None, swa_full=s.swa_full))
             if fallback.fits:
@@ -182,14 +188,14 @@ def _after_eviction(s: Situation, budget: list[Device], request: FitRequest, fit
 def _refuse_unfit(s: Situation, budget: list[Device], request: FitRequest, fit: FitPlan,
                   reason: Literal["does_not_fit", "no_room"], obs: dict[str, Any]) -> Refuse:
     """A refusal of a plan that does not fit: its summary (with the levers) and what workers would have to offer."""
-    need = worker_bytes_needed(s.meta, budget, request)
+    need = None if s.fixed_bytes is not None else worker_bytes_needed(s.meta, budget, request)
     return Refuse(reason, fit.summary + workers_lever(need, s.rpc_capable), obs, fit=fit, worker_bytes=need)
 
 
 def _on_workers(s: Situation, budget: list[Device], request: FitRequest) -> FitPlan | ProbeWorkers | None:
     """A plan that puts the layers the host cannot hold on the idle RPC workers, the fewest layers away, when the
-    engine can use workers and one fits."""
-    if not s.rpc_capable:
+    engine can use workers and one fits (a model that is no GGUF runs on the host alone)."""
+    if not s.rpc_capable or s.fixed_bytes is not None:
         return None
     if s.workers is None:
         return ProbeWorkers()
@@ -199,8 +205,18 @@ def _on_workers(s: Situation, budget: list[Device], request: FitRequest) -> FitP
     return fit if fit.fits else None
 
 
+def _shortfall(s: Situation, budget: list[Device], request: FitRequest, fit: FitPlan) -> int:
+    """Bytes to free before the plan fits: the GGUF planner's answer, or what a fixed charge lacks on the host."""
+    if s.fixed_bytes is not None:
+        return max(0, s.fixed_bytes - budget_bytes(host_of(budget)))
+    return shortfall_bytes(s.meta, budget, request.model_copy(update={"correction": fit.correction_bytes}))
+
+
 def _plan(s: Situation, budget: list[Device], request: FitRequest) -> FitPlan:
-    """The plan, again with the correction calibration measured for its shape when there is one."""
+    """The plan, again with the correction calibration measured for its shape when there is one; a model that is no
+    GGUF gets its kind's fixed charge (fit/fixed.py)."""
+    if s.fixed_bytes is not None:
+        return fixed_plan(s.model, s.kind, s.fixed_bytes, budget)
     first = try_plan(s.meta, budget, request)
     correction = correction_for(s.calibration, s.model, first.ctx_per_slot, first.slots, first.cache_type_k,
                                 first.cache_type_v)

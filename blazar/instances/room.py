@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 
+from blazar.adapters.engines.kinds import engine_kind
 from blazar.config import Settings
 from blazar.context import Blazar
 from blazar.fit import Device
@@ -100,7 +101,15 @@ class RoomMaker:
             default_slots=settings.slots, max_loaded_models=settings.max_loaded_models,
             memory_limit_bytes=settings.memory_limit_mib * MiB, devices=tuple(devices), running=self._running(),
             calibration=self.app.runner.state("calibration"),
-            rpc_capable=engine is not None and rpc_capable(engine), room_made=room_made)
+            rpc_capable=engine is not None and rpc_capable(engine), room_made=room_made,
+            fixed_bytes=_charge(model), kind=model.kind)
 
     def _running(self) -> tuple[Running, ...]:
         return tuple(self.live.running(self.app.runner.state("residency"), self.app.clock.now()))
+
+
+def _charge(model: ResolvedModel) -> int | None:
+    """What a model that is no GGUF is charged: its kind's memory model over its files' bytes (None: a GGUF)."""
+    memory = engine_kind(model.kind).memory
+    return None if memory is None else memory.bytes_for(model.bytes)
+

@@ -9,15 +9,17 @@ import logging
 import os
 import secrets
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any
 
 from blazar.adapters.engines import process
+from blazar.adapters.engines.kinds import EngineKind, Launch, engine_kind, write_key
 from blazar.adapters.engines.llama_server import build_argv, engine_key, redact_argv
 from blazar.confine import inside
 from blazar.context import Blazar
 from blazar.errors import EngineError, EngineIncompatible, LoadFailed, OutsideHome
 from blazar.events.instances import InstanceExited, InstanceReady, InstanceStarted, InstanceStarting
-from blazar.events.models import ModelMetadata
+from blazar.events.models import InstanceMemoryMeasured, ModelMetadata
 from blazar.events.sessions import KvIdentity
 from blazar.fit import FitPlan
 from blazar.instances.calibration import record_measurement
@@ -43,20 +45,29 @@ class Spawner:
         self.poke = poke
         self.tasks: set[asyncio.Task[Any]] = set()
 
-    async def launch(self, model: ResolvedModel, engine: ActiveEngine, fit: FitPlan, *, free_observed: int,
+    async def launch(self, model: ResolvedModel, engine: ActiveEngine | None, fit: FitPlan, *, free_observed: int,
                      keep_alive_s: float | None, pinned: bool, reason: str, embeddings: bool,
                      rerank: bool = False) -> Live:
         """Record the intent (`instance.starting`, with the argv and port), then spawn, then record the spawn
-        (`instance.started`, with the pid). A spawn that fails is recorded as the intent's exit."""
+        (`instance.started`, with the pid). A spawn that fails is recorded as the intent's exit. A llama-server
+        model runs `engine`; a whisper or piper model its kind's child (`engine` None)."""
         app, name = self.app, model.name
+        kind = engine_kind(model.kind)
         instance_id = secrets.token_hex(6)
         port = process.free_port()
         log_path = app.paths.log / "instances" / f"{instance_id}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        argv, api_key = await self._argv(model, engine, fit, instance_id=instance_id, port=port,
-                                         embeddings=embeddings, rerank=rerank)
+        cwd: Path | None = None
+        if engine is not None:
+            argv, api_key = await self._argv(model, engine, fit, instance_id=instance_id, port=port,
+                                             embeddings=embeddings, rerank=rerank)
+            engine_tag = engine.tag
+        else:
+            argv, api_key, cwd = await self._child_argv(model, kind, instance_id=instance_id, port=port)
+            engine_tag = kind.name
         facts: dict[str, Any] = dict(
-                     instance_id=instance_id, model=name, engine_tag=engine.tag, port=port, argv=redact_argv(argv),
+                     instance_id=instance_id, model=name, engine_tag=engine_tag, kind=kind.name, port=port,
+                     argv=redact_argv(argv),
                      log_path=str(log_path.relative_to(app.paths.log)), ctx_tokens=fit.ctx_per_slot,
                      engine_ctx=fit.engine_ctx, slots=fit.slots, cache_type_k=fit.cache_type_k,
                      cache_type_v=fit.cache_type_v, flash_attn=fit.flash_attn, gpu_layers=fit.gpu_layers,
@@ -66,7 +77,7 @@ class Spawner:
                      node=app.node)
         (intent,) = await app.record(InstanceStarting(**facts))
         try:
-            proc = await process.spawn(argv, log_path=log_path)
+            proc = await process.spawn(argv, log_path=log_path, cwd=cwd)
         except EngineError as e:
             keyfile(app, instance_id).unlink(missing_ok=True)
             await app.record(InstanceExited(instance_id=instance_id, model=name, reason="spawn_failed",
@@ -76,11 +87,17 @@ class Spawner:
         pid_path.parent.mkdir(parents=True, exist_ok=True)
         pid_path.write_text(f"{proc.pid} {port}\n")
         (started,) = await app.record(InstanceStarted(pid=proc.pid, **facts), cause=intent.seq)
-        inst = Instance(instance_id=instance_id, model=name, port=port, slots=fit.slots, ctx_tokens=fit.ctx_per_slot,
-                        engine_tag=engine.tag, embeddings=embeddings and not rerank, rerank=rerank, api_key=api_key,
-                        served_as=name if engine.caps.has("--alias") else str(model.path), template=model.template,
-                        kv_identity=_kv_identity(engine, model, fit),
-                        kv_restorable=fit.swa_full or not model.metadata.sliding_window)
+        if engine is not None:
+            inst = Instance(instance_id=instance_id, model=name, port=port, slots=fit.slots,
+                            ctx_tokens=fit.ctx_per_slot, engine_tag=engine.tag, embeddings=embeddings and not rerank,
+                            rerank=rerank, api_key=api_key,
+                            served_as=name if engine.caps.has("--alias") else str(model.path),
+                            template=model.template, kv_identity=_kv_identity(engine, model, fit),
+                            kv_restorable=fit.swa_full or not model.metadata.sliding_window)
+        else:
+            inst = Instance(instance_id=instance_id, model=name, port=port, slots=fit.slots, ctx_tokens=0,
+                            engine_tag=engine_tag, api_key=api_key, served_as=name, template=model.template,
+                            kind=kind.name)
         lv = Live(instance=inst, proc=proc, plan=fit, log_path=log_path, started_seq=started.seq,
                   started_mono=app.clock.monotonic(), keep_alive_s=keep_alive_s, pinned=pinned)
         self.live.add(lv)
@@ -117,12 +134,30 @@ class Spawner:
             raise await record_refusal(app, name, "engine_incompatible", e.message, e) from None
         return argv, api_key
 
+    async def _child_argv(self, model: ResolvedModel, kind: EngineKind, *, instance_id: str,
+                          port: int) -> tuple[list[str], str | None, Path | None]:
+        """A whisper or piper child's argv, its key (written 0600 beside its pid file; None for a kind whose child
+        checks none) and its working directory. What it opens stays inside the store."""
+        app, name = self.app, model.name
+        try:  # whisper opens its model's directory, piper its .onnx (and the .onnx.json beside it)
+            first = inside(app.paths.models, model.path, what=f"the catalog's entry for {name}")
+            opened = inside(app.paths.models, first.parent, what=f"the catalog's entry for {name}") \
+                if kind.name == "whisper" else first
+        except OutsideHome as e:
+            raise await record_refusal(app, name, "untrusted_path", e.message, e) from None
+        key_path = keyfile(app, instance_id)
+        api_key = write_key(key_path) if kind.keyed else None
+        launch = Launch(model=opened, port=port, key_file=key_path if kind.keyed else None,
+                        threads=app.settings().engine_threads or None)
+        return kind.argv(launch), api_key, kind.cwd(launch)
+
     async def await_ready(self, lv: Live, report: LoadReport | None) -> Instance:
         """Wait for /health; record ready (or the reason it never was)."""
         app, inst = self.app, lv.instance
         name, settings = inst.model, app.settings()
         try:
-            waited = await process.wait_healthy(lv.proc, inst.port, timeout_s=settings.load_timeout_s)
+            waited = await process.wait_healthy(lv.proc, inst.port, timeout_s=settings.load_timeout_s,
+                                                path=engine_kind(inst.kind).probe_path)
         except process.LoadTimeout as e:
             await self.stopper.terminate(lv, "load_timeout", detail=f"not healthy after {e.waited_s:.1f} s")
             raise LoadFailed(f"{name} did not become ready within {settings.load_timeout_s:.0f} s (load_timeout_s); "
@@ -164,6 +199,9 @@ class Spawner:
         this host's, so neither compares with a local plan."""
         if plan_workers(lv.plan):
             return
+        if lv.instance.kind != "llama-server":
+            await self._measure_rss(lv)
+            return
         try:
             text = await asyncio.to_thread(lv.log_path.read_text, errors="replace")
             await record_measurement(
@@ -173,6 +211,17 @@ class Spawner:
                 instance_id=lv.instance.instance_id)
         except (OSError, ValueError) as e:
             log.warning("no memory measurement for %s: %s", lv.instance.model, e)
+
+
+    async def _measure_rss(self, lv: Live) -> None:
+        """A whisper or piper child logs no buffers: its resident memory after the load is the measurement, charged
+        when it is above its memory model's figure."""
+        rss = process.rss_bytes(lv.proc.pid)
+        if rss is None:
+            return
+        await self.app.record(InstanceMemoryMeasured(
+            model=lv.instance.model, instance_id=lv.instance.instance_id, ctx_tokens=0, slots=lv.plan.slots,
+            planned_bytes=lv.plan.estimate_bytes, measured_bytes=rss, rss_bytes=rss))
 
 
 def _kv_identity(engine: ActiveEngine, model: ResolvedModel, fit: FitPlan) -> KvIdentity | None:

@@ -195,7 +195,7 @@ class Supervisor:
             raise ModelNotFound(f"no model named {model!r} in the store (blazar list shows them; blazar pull adds one)")
         return ResolvedModel(name=got.name, path=self.app.paths.models / got.file,
                              metadata=got.metadata.model_copy(update={"name": got.name}), settings=got.settings,
-                             sha256=got.sha256)
+                             sha256=got.sha256, kind=got.kind, bytes=got.bytes)
 
     def _resolve(self, model: str) -> str:
         """The store's name for `model`, or `model` itself (stop and reset act on names that may be gone)."""
@@ -237,7 +237,7 @@ class Supervisor:
                      rerank: bool = False) -> Instance:
         """Check, make room, record the intent, spawn, await ready: each step its collaborator's. The instances of
         the model that give way hand their shape on (RoomMaker.reshape): the new one serves what they served."""
-        engine = await check_load(self.app, self._engine, model.name)
+        engine = await check_load(self.app, self._engine, model.name, model.kind)
         settings = self.app.settings()
         keep = keep_alive_seconds(settings.keep_alive) if keep_alive is UNSET else keep_alive
         swa_full = session and settings.session_swa_full and bool(model.metadata.sliding_window)

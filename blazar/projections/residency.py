@@ -66,7 +66,7 @@ def _starting(state: State, rec: Recorded, ev: InstanceStarting | InstanceStarte
         "planned_bytes": ev.planned_bytes, "estimate_bytes": ev.estimate_bytes, "measured_bytes": None,
         "keep_alive_s": ev.keep_alive_s, "pinned": ev.pinned, "state": "starting",
         "started_ts": rec.ts, "ready_ts": None, "load_ms": None, "started_seq": rec.seq, "eviction": None,
-        "workers": dict(ev.workers), "node": ev.node,
+        "workers": dict(ev.workers), "node": ev.node, "kind": ev.kind,
     }
     tags = state["engine_tags_in_use"]
     tags[ev.engine_tag] = tags.get(ev.engine_tag, 0) + 1
@@ -160,7 +160,7 @@ class ResidencyState(TypedState):
 class ResidencyProjection(Projection):
     name = "residency"
     state_type = ResidencyState
-    version = 2  # 2: instance.starting (the intent before the spawn) opens an instance with no pid yet
+    version = 3  # 2: instance.starting (the intent before the spawn) opens an instance with no pid yet; 3: its kind
     types = frozenset(cls.TYPE for cls in _APPLY)
 
     def initial(self) -> State:
@@ -218,6 +218,7 @@ class ResidentInstance:
     workers: dict[str, int] = field(default_factory=dict)  # RPC workers holding layers (host:port: layers)
     node: str = ""  # the gateway running it, where several share the log ("": the only one)
     load_ms: int | None = None
+    kind: str = "llama-server"  # llama-server, whisper or piper (blazar/adapters/engines/kinds.py)
 
     @property
     def resident_bytes(self) -> int:
@@ -244,7 +245,7 @@ def _typed(inst: dict[str, Any]) -> ResidentInstance:
         keep_alive_s=inst.get("keep_alive_s"), pinned=bool(inst.get("pinned")), state=inst["state"],
         started_ts=float(inst["started_ts"]), ready_ts=inst.get("ready_ts"), started_seq=int(inst["started_seq"]),
         workers=dict(inst.get("workers") or {}),  # a checkpoint from before workers existed has none
-        node=str(inst.get("node") or ""), load_ms=inst.get("load_ms"))
+        node=str(inst.get("node") or ""), load_ms=inst.get("load_ms"), kind=str(inst.get("kind") or "llama-server"))
 
 
 def instances(state: ResidencyState, *, node: str | None = None) -> list[ResidentInstance]:
@@ -316,6 +317,7 @@ class PsRow:
     circuit_open_until: float | None
     workers: dict[str, int]
     node: str
+    kind: str = "llama-server"
 
     def to_json(self) -> dict[str, Any]:
         """The row as `blazar ps --json` and GET /api/blazar/ps give it."""
@@ -324,7 +326,8 @@ class PsRow:
                 "planned_bytes": self.planned_bytes, "measured_bytes": self.measured_bytes, "idle_s": self.idle_s,
                 "expires_at": self.expires_at, "keep_alive_s": self.keep_alive_s, "pinned": self.pinned,
                 "engine_tag": self.engine_tag, "in_flight": self.in_flight, "started_ts": self.started_ts,
-                "circuit_open_until": self.circuit_open_until, "workers": dict(self.workers), "node": self.node}
+                "circuit_open_until": self.circuit_open_until, "workers": dict(self.workers), "node": self.node,
+                "kind": self.kind}
 
 
 def ps_rows(state: ResidencyState, *, now: float, live: Mapping[str, Mapping[str, Any]] | None = None) -> list[PsRow]:
@@ -349,6 +352,7 @@ def ps_rows(state: ResidencyState, *, now: float, live: Mapping[str, Mapping[str
             ctx_tokens=inst.ctx_tokens, slots=inst.slots, planned_bytes=inst.planned_bytes,
             measured_bytes=inst.measured_bytes, idle_s=idle_s, expires_at=expires_at, keep_alive_s=inst.keep_alive_s,
             pinned=inst.pinned, engine_tag=inst.engine_tag, in_flight=in_flight, started_ts=inst.started_ts,
-            circuit_open_until=circuits.get(inst.model), workers=dict(inst.workers), node=inst.node))
+            circuit_open_until=circuits.get(inst.model), workers=dict(inst.workers), node=inst.node,
+            kind=inst.kind))
     rows.sort(key=lambda r: (r.model, r.started_ts or 0))
     return rows

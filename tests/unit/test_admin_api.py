@@ -87,7 +87,8 @@ async def test_load_passes_parsed_keep_alive_pin_and_ctx(client: ASGIConductor, 
                                                               "ctx": 4096})
     assert r.status_code == 200
     assert r.json == {"instance_id": "abc123", "model": "m", "port": 40001, "slots": 2, "ctx_tokens": 4096,
-                      "engine_tag": "b1234", "load_ms": 420, "embeddings": False, "rerank": False}
+                      "engine_tag": "b1234", "load_ms": 420, "embeddings": False, "rerank": False,
+                      "kind": "llama-server"}
     assert sup.calls == [("load", {"model": "m", "keep_alive": 5400.0, "pinned": True, "ctx": 4096})]
 
 

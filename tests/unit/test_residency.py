@@ -66,7 +66,7 @@ def test_a_start_adds_a_starting_instance_with_its_shape_and_counts_the_load() -
             "engine_ctx": 8192, "slots": 2, "cache_type_k": "q8_0", "cache_type_v": "f16", "flash_attn": False,
             "gpu_layers": 99, "planned_bytes": 500 * MiB, "estimate_bytes": 480 * MiB, "measured_bytes": None,
             "keep_alive_s": 300.0, "pinned": True, "state": "starting", "started_ts": 1001.0, "ready_ts": None,
-            "load_ms": None, "started_seq": 1, "eviction": None, "workers": {}, "node": "",
+            "load_ms": None, "started_seq": 1, "eviction": None, "workers": {}, "node": "", "kind": "llama-server",
         }},
         "models": {"qwen": {"crashes": [], "circuit": None, "loads": 1, "evictions": 0, "refusals": 0,
                             "last_exit": None, "last_refusal": None}},

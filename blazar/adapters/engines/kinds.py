@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import os
+import secrets
 import sys
 import wave
 from collections.abc import Mapping, Sequence
@@ -182,9 +184,10 @@ class Piper(EngineKind):
     keyed = False
     extra = "tts"
     module = "piper"
-    # NOTE: measured (docs/16.MULTIMODAL.md): en_US-joe-medium (63 MB .onnx) holds about 200 MiB RSS after a
-    # synthesis: onnxruntime's session takes about twice the weights, Flask and espeak-ng the rest.
-    memory = MemoryModel(factor=2.0, overhead_bytes=128 * MiB)
+    # NOTE: measured (docs/16.MULTIMODAL.md): en_US-joe-medium (63 MB .onnx) is 154 MiB RSS once loaded, 232 MiB after
+    # a 5 s two-sentence synthesis and 626 MiB after one 24 s sentence (onnxruntime's arena grows with the longest
+    # sentence): twice the weights plus 512 MiB covers that.
+    memory = MemoryModel(factor=2.0, overhead_bytes=512 * MiB)
 
     def argv(self, launch: Launch) -> list[str]:
         # --host is given: piper's server binds 0.0.0.0 by default.
@@ -199,6 +202,16 @@ class Piper(EngineKind):
     def usage(self, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
         seconds = wav_seconds(body)
         return {} if seconds is None else {"audio_seconds": seconds}
+
+
+def write_key(path: Path) -> str:
+    """A fresh secret for one child, written to `path` (0600) for its --api-key-file."""
+    secret = "eng_" + secrets.token_urlsafe(32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secret + "\n")
+    return secret
 
 
 def wav_seconds(body: bytes) -> float | None:

@@ -64,9 +64,11 @@ def child_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k in CHILD_ENV_NAMES or k.startswith(CHILD_ENV_PREFIXES)}
 
 
-async def spawn(argv: list[str], *, log_path: Path, env: Mapping[str, str] | None = None) -> asyncio.subprocess.Process:
+async def spawn(argv: list[str], *, log_path: Path, env: Mapping[str, str] | None = None,
+                cwd: Path | None = None) -> asyncio.subprocess.Process:
     """Start `argv` with stdout and stderr appended to `log_path` (0600) and stdin closed. `env` is the child's
-    whole environment (None: ours through `child_env`). A missing or unrunnable binary is an EngineError naming it."""
+    whole environment (None: ours through `child_env`); `cwd` its working directory (None: ours). A missing or
+    unrunnable binary is an EngineError naming it."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     # NOTE: a file, not a pipe: a child whose reader died (a killed daemon) would die of SIGPIPE on its next log line.
     # start_new_session: Ctrl-C on the daemon's terminal reaches the daemon, which stops its children in order.
@@ -76,6 +78,7 @@ async def spawn(argv: list[str], *, log_path: Path, env: Mapping[str, str] | Non
         return await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.DEVNULL, stdout=log_fd, stderr=asyncio.subprocess.STDOUT,
             env=dict(env) if env is not None else child_env(os.environ), start_new_session=True, umask=0o077,
+            cwd=cwd,
         )
     except OSError as e:
         raise EngineError(f"cannot start {argv[0]}: {e.strerror or e}") from e
@@ -84,9 +87,10 @@ async def spawn(argv: list[str], *, log_path: Path, env: Mapping[str, str] | Non
 
 
 async def wait_healthy(proc: asyncio.subprocess.Process, port: int, *, timeout_s: float, host: str = "127.0.0.1",
-                       interval_s: float = 0.05) -> float:
-    """Poll GET /health until it answers 200 and return the seconds waited. ProcessExited when the child exits
-    first; LoadTimeout when `timeout_s` passes (the child is left running: stopping it is the caller's decision)."""
+                       interval_s: float = 0.05, path: str = "/health") -> float:
+    """Poll GET `path` (the kind's readiness probe) until it answers 200 and return the seconds waited.
+    ProcessExited when the child exits first; LoadTimeout when `timeout_s` passes (the child is left running:
+    stopping it is the caller's decision)."""
     loop = asyncio.get_running_loop()
     start = loop.time()
     deadline = start + timeout_s
@@ -102,7 +106,7 @@ async def wait_healthy(proc: asyncio.subprocess.Process, port: int, *, timeout_s
                     raise LoadTimeout(loop.time() - start, pid=proc.pid)
                 try:
                     # 503 means loading; a refused connection means not listening yet. Both: poll again.
-                    resp = await client.get(f"http://{host}:{port}/health", timeout=min(remaining, 2.0))
+                    resp = await client.get(f"http://{host}:{port}{path}", timeout=min(remaining, 2.0))
                     if resp.status_code == 200:
                         return loop.time() - start
                 except httpx2.TransportError:
