@@ -137,6 +137,8 @@ class Gateway:
         headers = {"x-blazar-queue-position": str(call.queue_position)} if call.queue_position else {}
         if call.bounded_max_tokens is not None:
             headers[BOUNDED_HEADER] = str(call.bounded_max_tokens)
+        if call.request.audio is not None and call.audio_seconds is not None:  # the child's measure, passed on
+            headers[AUDIO_SECONDS_HEADER] = f"{call.audio_seconds:.3f}"
         if call.request.stream and upstream.status_code == 200:
             return self._streamed(call, upstream, watcher, headers)
         try:
