@@ -34,8 +34,8 @@ CHAT = "gemma"  # a llama-server model: the wrong kind for the audio routes
 # The sentence, and one more so that one word wrong is under one in ten.
 SAID = "Hello from Blazar, this is a test. The quick brown fox jumps over the lazy dog."
 MAX_AUDIO_MIB = 2
-WAIT_S = 180.0
-REPEATS = 2  # the killed child's clip: SAID this many times  # a cold start of a child plus a transcription on two shared cores
+WAIT_S = 180.0  # a cold start of a child plus a transcription on two shared cores
+REPEATS = 2  # the killed child's clip: SAID this many times
 
 
 def words(text: str) -> list[str]:
