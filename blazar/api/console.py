@@ -167,7 +167,7 @@ class Models:
         loaded: dict[str, list[dict[str, Any]]] = {}
         for row in self.supervisor.ps():
             loaded.setdefault(row["model"], []).append({"instance_id": row["instance_id"], "state": row["state"],
-                                                        "pinned": row["pinned"]})
+                                                        "pinned": row["pinned"], "kind": row.get("kind")})
         rows = []
         for m in models(self.app)[:MODELS_SHOWN]:
             md = m.metadata
@@ -175,7 +175,7 @@ class Models:
                 fit: dict[str, Any] = _fit_json(await fit_model(self.app, m.name, request, devices))
             except BlazarError as e:  # a file that no longer reads: said on its row, the rest still listed
                 fit = {"fits": False, "summary": e.message, "error": e.code}
-            rows.append({"name": m.name, "bytes": m.bytes, "sha256": m.sha256, "source": m.source,
+            rows.append({"name": m.name, "kind": m.kind, "bytes": m.bytes, "sha256": m.sha256, "source": m.source,
                          "added_ts": m.added_ts, "architecture": md.architecture,
                          "parameter_count": md.parameter_count, "file_type": md.file_type, "ctx_train": md.ctx_train,
                          "instances": loaded.get(m.name, []), "fit": fit})

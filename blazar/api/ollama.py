@@ -14,6 +14,7 @@ from gguf.constants import LlamaFileType
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 import blazar
+from blazar.adapters.engines.kinds import ROUTE_PATHS, engine_kind
 from blazar.api import bounds
 from blazar.api.auth import principal_of
 from blazar.api.bounds import MAX_NAME_CHARS
@@ -69,11 +70,29 @@ def file_type_number(name: str | None) -> int | None:
     return None
 
 
+# The format of a model that is no GGUF, by its kind (Ollama's `details.format`).
+_FORMATS = {"whisper": "ctranslate2", "piper": "onnx"}
+
+
 def details(m: StoredModel) -> dict[str, Any]:
     md = m.metadata
     arch = md.architecture or ""
+    if not m.gguf:  # a whisper model or a piper voice: no parameter count or quantization is known, none invented
+        return {"parent_model": m.base or "", "format": _FORMATS.get(m.kind, m.kind), "family": m.kind,
+                "families": [m.kind], "parameter_size": "", "quantization_level": ""}
     return {"parent_model": m.base or "", "format": "gguf", "family": arch, "families": [arch] if arch else None,
             "parameter_size": parameter_size(md.parameter_count), "quantization_level": md.file_type or ""}
+
+
+def show_other_kind(entry: StoredModel) -> dict[str, Any]:
+    """/api/show of a whisper model or a piper voice: its kind and the routes it serves; no GGUF facts, template or
+    parameters (it has none)."""
+    kind = engine_kind(entry.kind)
+    return {"modelfile": f"FROM {entry.name}\n", "parameters": "", "template": "", "details": details(entry),
+            "model_info": {"general.architecture": entry.kind}, "capabilities": sorted(kind.routes),
+            "modified_at": rfc3339(entry.added_ts),
+            "blazar": {"kind": kind.name, "describes": kind.describes,
+                       "serves": [ROUTE_PATHS[r] for r in ROUTE_PATHS if kind.serves(r)]}}
 
 
 async def _body(req: falcon.asgi.Request, model: type[_Body]) -> _Body:
@@ -174,6 +193,9 @@ class Show:
         p = principal_of(req)  # a model outside the key's scope is not shown, as if it did not exist
         if entry is None or (p is not None and not p.allows(body.model, entry.name)):
             raise ModelNotFound(f"model '{body.model}' not found")
+        if not entry.gguf:
+            resp.media = show_other_kind(entry)
+            return
         md = entry.metadata
         arch = md.architecture or ""
         info: dict[str, Any] = {"general.architecture": arch, "general.parameter_count": md.parameter_count}

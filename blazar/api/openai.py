@@ -94,7 +94,8 @@ class Embeddings(Proxy):
 
 
 def _model_json(m: StoredModel) -> dict[str, Any]:
-    return {"id": m.name, "object": "model", "created": int(m.added_ts), "owned_by": "blazar"}
+    # `kind` is Blazar's own beside OpenAI's fields: what runs it (llama-server, whisper, piper), hence its routes.
+    return {"id": m.name, "object": "model", "created": int(m.added_ts), "owned_by": "blazar", "kind": m.kind}
 
 
 class Models:

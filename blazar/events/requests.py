@@ -28,6 +28,8 @@ RejectReason = Literal[
     "model_not_allowed", "rate_limit_exceeded",
     # A deadline the measured drain says cannot be met (or that passed in the queue).
     "deadline_unmeetable",
+    # A route the model's kind does not serve (a chat to a whisper model), refused before any load.
+    "model_kind_mismatch",
     # A remote engine whose circuit is open, or whose key the daemon's environment lacks.
     "remote_unavailable",
 ]

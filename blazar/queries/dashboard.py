@@ -75,6 +75,7 @@ class InstanceRow(_Frozen):
     keep_alive_left_s: float | None
     pinned: bool
     ctx_tokens: int | None = None
+    kind: str = "llama-server"  # llama-server, whisper or piper
 
 
 class RequestRow(_Frozen):
@@ -241,7 +242,8 @@ def snapshot(activity: Activity, *, rows: Sequence[Mapping[str, Any]], now: floa
         instances.append(InstanceRow(
             model=r["model"], instance_id=r["instance_id"], state=r["state"], planned_bytes=int(r["planned_bytes"]),
             measured_bytes=r.get("measured_bytes"), slots=int(r.get("slots") or 0), slots_busy=busy,
-            keep_alive_left_s=left, pinned=bool(r.get("pinned")), ctx_tokens=r.get("ctx_tokens")))
+            keep_alive_left_s=left, pinned=bool(r.get("pinned")), ctx_tokens=r.get("ctx_tokens"),
+            kind=str(r.get("kind") or "llama-server")))
     return Dashboard(at=now, seq=activity.seq, daemon=daemon, instances=instances,
                      queues={m: int(n) for m, n in sorted(queues.items())},
                      tokens_per_s=tokens_per_s(activity, now=now), requests=list(activity.requests),

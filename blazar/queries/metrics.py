@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from blazar.adapters.engines.kinds import KINDS
 from blazar.context import Blazar
 from blazar.projections import metrics
 from blazar.projections.metrics import BUCKETS, HistogramName, MetricsState, counter, histograms
@@ -209,9 +210,11 @@ def _instances(w: _Writer, residency: ResidencyState) -> None:
     count: dict[tuple[str, str], int] = {}
     planned: dict[str, int] = {}
     measured: dict[str, int] = {}
+    kinds: dict[str, int] = {}
     for inst in instances(residency):
         model = inst.model
         models.add(model)
+        kinds[inst.kind] = kinds.get(inst.kind, 0) + 1
         count[model, inst.state] = count.get((model, inst.state), 0) + 1
         planned[model] = planned.get(model, 0) + inst.planned_bytes
         if inst.measured_bytes is not None:
@@ -220,6 +223,10 @@ def _instances(w: _Writer, residency: ResidencyState) -> None:
     for model in sorted(models):
         for state in INSTANCE_STATES:
             w.sample("blazar_instances", (("model", model), ("state", state)), count.get((model, state), 0))
+    w.family("blazar_instances_by_kind", "gauge", "Engine instances now, by engine kind (llama-server, whisper, "
+             "piper).")
+    for kind in KINDS if models else ():  # once anything was loaded, every kind has its series (0 when none runs)
+        w.sample("blazar_instances_by_kind", (("kind", kind),), kinds.get(kind, 0))
     w.family("blazar_instance_planned_bytes", "gauge", "Memory the fit plan reserved for the running instances, "
              "by model.")
     for model in sorted(models):

@@ -419,14 +419,21 @@ def _failed(s: _Story, ev: RequestFailed) -> str:
             + (f" after {fmt_ms(ev.duration_ms)}" if ev.duration_ms else ""))
 
 
+def _shape(ev: InstanceStarting | InstanceStarted) -> str:
+    """A llama-server child's slots and context; a whisper or piper child's kind (it has no context)."""
+    if ev.kind != "llama-server":
+        return f"a {ev.kind} child, {_plural(ev.slots, 'slot')}"
+    return f"{_plural(ev.slots, 'slot')} of {ev.ctx_tokens} ctx"
+
+
 def _started(s: _Story, ev: InstanceStarted) -> str:
-    shape = f"{_plural(ev.slots, 'slot')} of {ev.ctx_tokens} ctx"
+    shape = _shape(ev)
     return (f"instance {ev.instance_id} of {ev.model} spawned (pid {ev.pid}, port {ev.port}, {shape}, "
             f"planned {fmt_bytes(ev.planned_bytes)})")
 
 
 def _starting(s: _Story, ev: InstanceStarting) -> str:
-    shape = f"{_plural(ev.slots, 'slot')} of {ev.ctx_tokens} ctx"
+    shape = _shape(ev)
     return (f"instance {ev.instance_id} of {ev.model} starting (port {ev.port}, {shape}, "
             f"planned {fmt_bytes(ev.planned_bytes)})")
 

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import orjson
 
 from blazar.adapters.engines.client import EngineClient
+from blazar.adapters.engines.kinds import engine_kind, route_of
 from blazar.cluster.nodes import FORWARD_HEADER, Peer, ready_peer
 from blazar.cluster.remotes import remote_instance, resolved_remote
 from blazar.context import Blazar
@@ -93,6 +94,7 @@ class Router:
             else:
                 call.peer, call.resolved = peer, resolved_remote(call.model)  # not stored here: only there
             return
+        refuse_unless_served(call.resolved, call.request.engine_path)
         if call.request.rerank:
             refuse_unless_reranker(call.resolved)
         if call.request.audio is not None:
@@ -354,6 +356,18 @@ class Router:
             raise Refused(scope_refusal(p, name, resolved.name), reason="model_not_allowed", http_status=403,
                           error_type="permission_error")
         return resolved, remote
+
+
+def refuse_unless_served(model: ResolvedModel, engine_path: str) -> None:
+    """Refused (400), before any load, when the model's kind does not serve the route asked for (a chat to a whisper
+    model): the message names the model, its kind and the routes it does serve."""
+    route = route_of(engine_path)
+    kind = engine_kind(model.kind)
+    if route is None or kind.serves(route):
+        return
+    raise Refused(kind.refusal(model.name), reason="model_kind_mismatch", http_status=400,
+                  error_type="invalid_request_error",
+                  observations={"kind": kind.name, "route": route, "serves": sorted(kind.routes)})
 
 
 def _hop_tenancy(call: Call) -> dict[str, str]:

@@ -266,3 +266,30 @@ def gone(ctx_tokens: int, *, embeddings: bool = False, rerank: bool = False) -> 
 def test_a_new_shape_carries_what_the_instances_that_gave_way_served(
         ctx: int | None, embeddings: bool, gave_way: list[Shape], want: tuple[int | None, bool]) -> None:
     assert carried_shape(ctx, embeddings, gave_way) == want
+
+
+# -- a model that is no GGUF: its kind's memory model, on the host alone ------------------------------------------
+
+def whisper(**kw: Any) -> Situation:
+    """A whisper model charged 461 MiB (its memory model) instead of a GGUF plan; workers are never its answer."""
+    return replace(situation(rpc=True, **kw), model="whisper-base", fixed_bytes=461 * MiB, kind="whisper")
+
+
+def test_a_whisper_model_is_charged_its_memory_model_on_the_host() -> None:
+    d = decide_load(whisper())
+    assert isinstance(d, Start) and d.via == "here" and d.fit.fits
+    assert d.fit.local_bytes == 461 * MiB and d.fit.architecture == "whisper" and d.fit.ctx_per_slot == 0
+    assert [u.kind for u in d.fit.devices] == ["host"]
+
+
+def test_a_whisper_model_evicts_the_idle_instance_its_charge_needs_room_from() -> None:
+    d = decide_load(whisper(limit_mib=1000, running=(run("recent", 400, idle_s=5), run("old", 400, idle_s=600))))
+    assert outline(d) == ("evict", "memory", ["old"])
+    assert d.observations["need_bytes"] == (461 + 800 - 1000) * MiB  # type: ignore[union-attr]
+
+
+def test_a_whisper_model_that_cannot_fit_is_refused_without_a_workers_lever_or_a_probe() -> None:
+    d = decide_load(whisper(limit_mib=300))
+    assert isinstance(d, Refuse) and d.reason == "does_not_fit" and d.worker_bytes is None
+    assert "whisper-base (whisper, charged by its memory model) does not fit" in d.detail
+    assert "RPC workers" not in d.detail

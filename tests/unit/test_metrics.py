@@ -46,6 +46,7 @@ FAMILIES = {
     "blazar_inter_token_latency_seconds": "histogram", "blazar_queue_wait_seconds": "histogram",
     "blazar_refusal_seconds": "histogram",
     "blazar_queue_depth": "gauge", "blazar_tokens_total": "counter", "blazar_instances": "gauge",
+    "blazar_instances_by_kind": "gauge",
     "blazar_instance_planned_bytes": "gauge", "blazar_instance_measured_bytes": "gauge",
     "blazar_loads_total": "counter", "blazar_evictions_total": "counter", "blazar_engine_crashes_total": "counter",
     "blazar_shared_requests_total": "counter", "blazar_session_turns_total": "counter",
@@ -312,6 +313,8 @@ def test_rendered_counters_and_gauges_match_the_log() -> None:
     assert value(fams, "blazar_instances", model="llama", state="stopping") == 1
     assert value(fams, "blazar_instances", model="llama", state="ready") == 0
     assert len(fams["blazar_instances"]["samples"]) == 3 * 3
+    assert value(fams, "blazar_instances_by_kind", kind="llama-server") == 3
+    assert value(fams, "blazar_instances_by_kind", kind="whisper") == 0
     assert value(fams, "blazar_instance_planned_bytes", model="qwen") == 500 * MiB
     # qwen's measured instance crashed; the one running now was never measured.
     assert fams["blazar_instance_measured_bytes"]["samples"] == []

@@ -151,9 +151,10 @@ class Whisper(EngineKind):
     routes = frozenset({"transcriptions", "translations"})
     extra = "stt"
     module = "faster_whisper"
-    # NOTE: measured (docs/16.MULTIMODAL.md): faster-whisper-base (145 MB model.bin, int8 on CPU) settles at about
-    # 300 MiB RSS after a transcription; the interpreter, CTranslate2, av and tokenizers are most of it.
-    memory = MemoryModel(factor=1.0, overhead_bytes=256 * MiB)
+    # NOTE: measured (docs/16.MULTIMODAL.md): faster-whisper-base (148 MB of files) is 173 MiB RSS once loaded; its
+    # peak is 322 MiB over a 5 s clip and 443 MiB over a 24 s one (whisper decodes 30 s windows, so longer audio
+    # peaks no higher); it settles near 217 MiB. The files once plus 320 MiB covers the peak.
+    memory = MemoryModel(factor=1.0, overhead_bytes=320 * MiB)
 
     def argv(self, launch: Launch) -> list[str]:
         argv = [launch.python, "-m", "blazar.children.whisper", "--model", str(launch.model),
@@ -233,6 +234,14 @@ def engine_kind(name: str) -> EngineKind:
         return _KINDS[name]
     except KeyError:
         raise EngineError(f"no engine kind {name!r} (known: {', '.join(_KINDS)})") from None
+
+
+_ROUTE_OF_PATH = {path: route for route, path in ROUTE_PATHS.items()}
+
+
+def route_of(engine_path: str) -> str | None:
+    """The route an engine path asks for (`/v1/chat/completions` → chat); None for a path no kind names."""
+    return _ROUTE_OF_PATH.get(engine_path)
 
 
 def serves(kind_name: str, route: str) -> bool:

@@ -189,7 +189,7 @@ function keepAliveLeft(row) {
 function renderInstances(rows) {
   const tbody = $("instances").tBodies[0];
   fill(tbody, rows.map((r) => el("tr", { "data-model": r.model, "data-state": r.state },
-    td(r.model), td(r.instance_id, "mono"),
+    td(r.kind && r.kind !== "llama-server" ? `${r.model} (${r.kind})` : r.model), td(r.instance_id, "mono"),
     td(r.state, r.state === "ready" ? "ok" : r.state === "failed" ? "bad" : "warn"),
     td(`${bytes(r.planned_bytes)} / ${bytes(r.measured_bytes)}`, "num"),
     td(`${r.in_flight ?? 0} / ${r.slots ?? "-"}`, "num"),
