@@ -90,7 +90,8 @@ _NO_END = re.compile(r"(?:\b(?:Mr|Mrs|Ms|Dr|Prof|St|Sr|Jr|vs|etc|e\.g|i\.e)|\b[A
 
 def split_sentences(text: str, *, max_chars: int = 400) -> list[str]:
     """`text` as the sentences piper speaks one at a time (so the first is heard before the last is made); a
-    sentence over `max_chars` is cut at its last comma, semicolon or space before the limit."""
+    sentence over `max_chars` is cut at its last comma, semicolon or space before the limit. Pieces with no letter
+    or digit are dropped (piper answers "..." with an error): no sentences left means nothing to say."""
     out: list[str] = []
     start = 0
     for m in _END.finditer(text):
@@ -100,7 +101,7 @@ def split_sentences(text: str, *, max_chars: int = 400) -> list[str]:
         out.extend(_cut(piece.strip(), max_chars))
         start = m.end()
     out.extend(_cut(text[start:].strip(), max_chars))
-    return [s for s in out if s]
+    return [s for s in out if any(c.isalnum() for c in s)]
 
 
 def _cut(sentence: str, max_chars: int) -> list[str]:

@@ -57,7 +57,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @contextlib.contextmanager
 def whisper_child(model_dir: Path, workdir: Path, *, threads: int = 2, max_bytes: int | None = None,
-                  wait: bool = True) -> Iterator[Child]:
+                  wait: bool = True, beam_size: int | None = None) -> Iterator[Child]:
     """The whisper child on `model_dir`, with a fresh key in `workdir`; ready (GET /health 200) unless `wait` is
     False."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -69,6 +69,8 @@ def whisper_child(model_dir: Path, workdir: Path, *, threads: int = 2, max_bytes
             "--port", str(port), "--api-key-file", str(key_file), "--threads", str(threads)]
     if max_bytes is not None:
         argv += ["--max-bytes", str(max_bytes)]
+    if beam_size is not None:
+        argv += ["--beam-size", str(beam_size)]
     log = workdir / f"whisper-{port}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=workdir)

@@ -149,4 +149,5 @@ def test_sentences_keep_every_word_and_long_ones_are_cut_at_commas() -> None:
     parts = split_sentences(long, max_chars=100)
     assert all(len(p) <= 100 for p in parts) and len(parts) > 5
     assert " ".join(parts).split() == long.split()
-    assert split_sentences("   ") == []
+    assert split_sentences("   ") == [] and split_sentences("... — !") == []
+    assert split_sentences("Well... — Fine.") == ["Well...", "— Fine."]
