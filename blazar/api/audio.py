@@ -223,7 +223,8 @@ class Speech(Proxy):
         if len(body.input) > limit:
             raise DialectError(f"the input is {len(body.input)} characters; the limit is {limit} (max_speech_chars)")
         produce = speech.producer(self.gateway, body.input, body.response_format, float(body.speed), body.voice)
-        return Request(model=body.model, engine_path="/synthesize", body=None, stream=True, produce=produce,
+        # The engine path names the route (the kind check reads it); piper is asked sentence by sentence by `produce`.
+        return Request(model=body.model, engine_path="/v1/audio/speech", body=None, stream=True, produce=produce,
                        audio=AudioAsked(route="speech", response_format=body.response_format,
                                         input_chars=len(body.input), voice=body.voice))
 

@@ -1,10 +1,8 @@
-"""The checks a request's route adds to the pipeline: a rerank request's model reranks (blazar/store/model_settings.py's
-`reranks`), else a clear 400 that names the model, what it can do, and how to force rerank mode; a speech request's
-model is of a kind that serves its route (blazar/adapters/engines/kinds.py), else a 400 that says what it serves."""
+"""The one check a rerank request adds to the pipeline: its model reranks (blazar/store/model_settings.py's
+`reranks`), else a clear 400 that names the model, what it can do, and how to force rerank mode."""
 
 from __future__ import annotations
 
-from blazar.adapters.engines.kinds import engine_kind
 from blazar.errors import Refused
 from blazar.instances.supervisor import ResolvedModel
 from blazar.store.model_settings import reranks
@@ -22,12 +20,3 @@ def refuse_unless_reranker(model: ResolvedModel) -> None:
                   f"blazar model set {model.name} --rerank", reason="invalid_request", http_status=400,
                   observations={"pooling_type": meta.pooling_type, "architecture": meta.architecture})
 
-
-def refuse_unless_serves(model: ResolvedModel, route: str) -> None:
-    """Refused (400, model_kind_mismatch) when `model`'s kind does not serve `route` (a transcription to a chat
-    model, speech to a whisper model)."""
-    kind = engine_kind(getattr(model, "kind", "llama-server"))
-    if kind.serves(route):
-        return
-    raise Refused(kind.refusal(model.name), reason="model_kind_mismatch", http_status=400,
-                  observations={"kind": kind.name, "route": route})

@@ -48,7 +48,7 @@ from blazar.serving.fanout import Candidate
 from blazar.serving.limits import Limiter
 from blazar.serving.ports import SupervisorPort
 from blazar.serving.principal import scope_refusal
-from blazar.serving.rerank import refuse_unless_reranker, refuse_unless_serves
+from blazar.serving.rerank import refuse_unless_reranker
 from blazar.serving.tenancy import TENANT_HEADER, split_session
 
 log = logging.getLogger("blazar.gateway")
@@ -97,8 +97,6 @@ class Router:
         refuse_unless_served(call.resolved, call.request.engine_path)
         if call.request.rerank:
             refuse_unless_reranker(call.resolved)
-        if call.request.audio is not None:
-            refuse_unless_serves(call.resolved, call.request.audio.route)
 
     # -- where, and which slot ---------------------------------------------------------------------------------------
 
