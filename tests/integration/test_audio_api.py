@@ -317,3 +317,16 @@ def test_metrics_count_audio_seconds_and_the_real_time_factor(daemon: Daemon) ->
     assert re.search(rf'blazar_audio_seconds_total{{model="{TTS}",route="speech"}} [1-9]', text)
     assert f'blazar_audio_real_time_factor_count{{model="{STT}"}}' in text
     assert 'blazar_route_requests_total{route="/v1/audio/speech"}' in text
+
+
+def test_sessions_and_sse_speech_are_refused_in_openai_s_shape(daemon: Daemon, spoken: bytes) -> None:
+    with pytest.raises(openai.BadRequestError) as e:
+        daemon.client().with_options(default_headers={"x-blazar-session": "chat-1"}).audio.transcriptions.create(
+            model=STT, file=("said.wav", spoken, "audio/wav"))
+    assert "sessions" in e.value.message
+    with pytest.raises(openai.BadRequestError) as e:
+        daemon.client().audio.speech.create(model=TTS, voice="joe", input="Hi.", stream_format="sse")
+    assert e.value.status_code == 400 and "stream_format" in e.value.message
+    with pytest.raises(openai.BadRequestError) as e:
+        daemon.client().audio.speech.create(model=TTS, voice="joe", input="Hi.", speed=5.0)
+    assert "speed" in e.value.message
