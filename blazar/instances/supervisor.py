@@ -131,6 +131,8 @@ class Supervisor:
         filled with what it took (cold load, evictions). A `session` request starts a sliding-window model with its
         full window cache (session_swa_full), which restoring a saved slot needs."""
         name = model.name
+        if not model.gguf:  # a speech child has no context, embeddings or rerank mode: one shape serves every request
+            ctx, embeddings, rerank = None, False, False
         started = self.app.clock.monotonic()
         while True:
             lv = self.live.ready_for(name, ctx, embeddings, model.template, rerank)

@@ -176,6 +176,8 @@ def test_model_lists_say_each_models_kind_and_invent_no_gguf_facts(daemon: int) 
 def test_each_kind_loads_as_its_own_child_is_listed_with_its_kind_and_stops(home: Path, daemon: int) -> None:
     loaded = json.loads(blazar_cli(home, "load", "whisper-base", "--json").stdout)
     assert loaded["kind"] == "whisper" and loaded["engine_tag"] == "whisper"
+    again = json.loads(blazar_cli(home, "load", "whisper-base", "--ctx", "4096", "--json").stdout)
+    assert again["instance_id"] == loaded["instance_id"]  # a speech child has no context to grow: reused
     assert "is ready on port" in blazar_cli(home, "load", "joe").stdout
     rows = {r["model"]: r for r in _ps(home)}
     assert {m: (r["kind"], r["state"]) for m, r in rows.items()} == {"whisper-base": ("whisper", "ready"),
@@ -231,6 +233,11 @@ def test_a_restart_after_sigkill_stops_the_orphaned_children_of_every_kind(tmp_p
         proc.kill()  # SIGKILL: the children live on with no supervisor
         proc.wait(timeout=10)
         assert all(process.pid_alive(p) for p in pids.values())
+    # `blazar doctor` names both orphans (by their launcher and a model path in this home's store).
+    report = json.loads(blazar_cli(h, "doctor", "--json", check=False).stdout)
+    orphaned = next(c for c in report["checks"] if c["check"] == "machine.orphans")
+    assert orphaned["status"] == "fail" and orphaned["fixable"]
+    assert all(f"pid {p} " in orphaned["observation"] for p in pids.values()), orphaned
     with serving(h):
         exits = {e["data"]["model"]: e["data"]["reason"] for e in read_events(h, "instance.exited")}
         assert exits == {"whisper-base": "orphan_stopped", "joe": "orphan_stopped"}

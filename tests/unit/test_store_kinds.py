@@ -120,3 +120,16 @@ def test_the_routes_a_kind_serves_pass() -> None:
     refuse_unless_served(_resolved("llama-server"), "/v1/some/other/path")  # a path no kind names: not this check's
     with pytest.raises(Refused, match="is a llama-server"):
         refuse_unless_served(_resolved("llama-server"), "/v1/audio/transcriptions")
+
+
+def test_doctor_knows_a_speech_child_by_its_launcher_and_a_model_path_in_this_home(tmp_path: Path) -> None:
+    from blazar.operations.doctor.orphans import speech_child
+
+    models = tmp_path / "models"
+    py = "/usr/bin/python3"
+    assert speech_child([py, "-m", "blazar.children.whisper", "--model", str(models / "w"), "--port", "1"], models)
+    assert speech_child([py, "-m", "piper.http_server", "-m", str(models / "joe" / "v.onnx"), "--host", "h"], models)
+    assert not speech_child([py, "-m", "piper.http_server", "-m", "/elsewhere/v.onnx"], models)  # another home's
+    assert not speech_child([py, "-m", "http.server", "-m", str(models / "x")], models)
+    assert not speech_child([py, "-m", "blazar.children.whisper"], models)
+    assert not speech_child(None, models)

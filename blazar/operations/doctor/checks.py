@@ -33,7 +33,7 @@ async def before_open(paths: Paths, env: Mapping[str, str], *, loose_modes: list
         machine.file_modes(loose_modes),
         machine.config_file(paths.config_file),
         machine.daemon_file(paths, seen),
-        orphans(paths.engines, seen.holder if seen.live else None),
+        orphans(paths.engines, seen.holder if seen.live else None, paths.models),
     ]
 
 

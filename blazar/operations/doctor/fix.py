@@ -77,7 +77,7 @@ async def _remove_unrecorded_saves(app: Blazar, check: str, actions: list[Action
 async def _stop_orphan(app: Blazar, check: str, action: Action) -> DoctorFixed | None:
     assert action.pid is not None
     seen = see_daemon(app.paths)
-    now = next((p for p in engine_processes(app.paths.engines) if p.pid == action.pid), None)
+    now = next((p for p in engine_processes(app.paths.engines, app.paths.models) if p.pid == action.pid), None)
     if now is None or str(now.exe) != action.path:
         return None  # gone already, or the pid now runs something else
     why = orphan_reason(now, seen.holder if seen.live else None)

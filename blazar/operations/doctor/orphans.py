@@ -1,9 +1,12 @@
 """Engine children nobody supervises: processes running an engine binary of this home's store (their executable,
-from /proc, lies under `engines/`) whose parent is neither our daemon nor another Blazar command (a smoke test in
-`blazar engine use`). A daemon that died (SIGKILL, OOM) leaves such children holding memory and ports.
+from /proc, lies under `engines/`), or a speech child of this home (Blazar's whisper child or piper's server: a
+Python launcher whose model argument lies under `models/`), whose parent is neither our daemon nor another Blazar
+command (a smoke test in `blazar engine use`). A daemon that died (SIGKILL, OOM) leaves such children holding memory
+and ports.
 
-A process is only ever called ours by its executable, so a recycled pid or a stranger's llama-server is never
-named (nor stopped by `--fix`)."""
+A process is only ever called ours by its executable, or a speech child by its launcher module and a model path in
+this home's store, so a recycled pid or a stranger's llama-server (or whisper) is never named (nor stopped by
+`--fix`)."""
 
 from __future__ import annotations
 
@@ -44,8 +47,23 @@ def _exe(pid: int) -> Path | None:
         return None
 
 
-def engine_processes(engines_dir: Path) -> list[EngineProcess]:
-    """Every live process whose executable is inside `engines_dir`."""
+# The launchers of the speech kinds (blazar/adapters/engines/kinds.py), and the flag that names their model.
+_SPEECH_LAUNCHERS = {"blazar.children.whisper": "--model", "piper.http_server": "-m"}
+
+
+def speech_child(cmdline: list[str] | None, models_dir: Path) -> bool:
+    """`cmdline` is a speech kind's child of this home: `python -m <launcher> ... <flag> <a path under models/>`."""
+    if not cmdline or len(cmdline) < 3 or cmdline[1] != "-m" or cmdline[2] not in _SPEECH_LAUNCHERS:
+        return False
+    flag = _SPEECH_LAUNCHERS[cmdline[2]]
+    args = cmdline[3:]
+    model = next((args[i + 1] for i, a in enumerate(args[:-1]) if a == flag), None)
+    return model is not None and Path(model).resolve().is_relative_to(models_dir.resolve())
+
+
+def engine_processes(engines_dir: Path, models_dir: Path | None = None) -> list[EngineProcess]:
+    """Every live process whose executable is inside `engines_dir`, and every speech child of a model inside
+    `models_dir` (when given)."""
     root = engines_dir.resolve()
     found: list[EngineProcess] = []
     for entry in _PROC.iterdir():
@@ -53,7 +71,9 @@ def engine_processes(engines_dir: Path) -> list[EngineProcess]:
             continue
         pid = int(entry.name)
         exe = _exe(pid)
-        if exe is None or not exe.is_relative_to(root) or not pid_alive(pid):
+        if exe is None or not pid_alive(pid):
+            continue
+        if not exe.is_relative_to(root) and (models_dir is None or not speech_child(pid_cmdline(pid), models_dir)):
             continue
         ppid = _ppid(pid)
         if ppid is None:
@@ -77,8 +97,8 @@ def orphan_reason(proc: EngineProcess, daemon_pid: int | None) -> str | None:
     return f"parent pid {proc.ppid} ({parent}) is not a Blazar process"
 
 
-def orphans(engines_dir: Path, daemon_pid: int | None) -> Check:
-    procs = engine_processes(engines_dir)
+def orphans(engines_dir: Path, daemon_pid: int | None, models_dir: Path | None = None) -> Check:
+    procs = engine_processes(engines_dir, models_dir)
     lost = [(p, why) for p in procs if (why := orphan_reason(p, daemon_pid)) is not None]
     if not lost:
         owned = f"{len(procs)} engine process(es), each owned by " + (f"the daemon (pid {daemon_pid}) or " if
