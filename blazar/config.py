@@ -134,6 +134,19 @@ class Settings(BaseModel):
         description="Hosts (exact names or addresses) image_fetch may reach even at non-global addresses (a test or "
                     "intranet server); others must resolve only to global addresses.",
     )
+    max_audio_mib: int = Field(
+        default=25, ge=1, le=1024,
+        description="The largest audio file /v1/audio/transcriptions and /translations accept, in MiB (else 413); "
+                    "it is written to a temporary file under the home as it arrives.",
+    )
+    max_audio_s: float = Field(
+        default=3600.0, ge=1.0, le=86400.0,
+        description="The longest audio, in seconds, a transcription or translation accepts (else 400).",
+    )
+    max_speech_chars: int = Field(
+        default=4096, ge=1, le=1_000_000,
+        description="The longest text /v1/audio/speech speaks, in characters (else 400).",
+    )
     batch_concurrency: int = Field(
         default=1, ge=1, le=64,
         description="Batch lines in flight at once across every batch (each holds a slot while it runs; they queue "

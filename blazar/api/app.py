@@ -10,6 +10,7 @@ import falcon.media
 import orjson
 
 from blazar.api import admin, auth, batches, bounds, console, dashboard, edge, errors, files, paths, sessions
+from blazar.api.audio import path_limits as audio_limits
 from blazar.api.context import RequestContext
 from blazar.cluster.nodes import cluster_key
 from blazar.context import Blazar
@@ -40,7 +41,8 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
                                                known=lambda t: known(app, t),
                                                seen=app.log.has_trace,
                                                cluster_key=peers_key,
-                                               path_limits=files.path_limits(settings))]
+                                               path_limits={**files.path_limits(settings),
+                                                            **audio_limits(settings.max_audio_mib)})]
     middleware.append(paths.CanonicalPath())  # NOTE: before any decision: a path that is not canonical is 404
     policy = edge.EdgePolicy.of(bind_host, settings.allowed_hosts, settings.cors_origins)
     middleware.append(edge.Edge(policy, lambda: keys_on(app), scheme=scheme))
@@ -61,6 +63,7 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
     if gateway is not None:
         from blazar.api import (
             anthropic,
+            audio,
             ollama,
             ollama_chat,
             ollama_create,
@@ -81,6 +84,7 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
         ollama_pull.add_routes(api, app)
         ollama_create.add_routes(api, app)
         rerank.add_routes(api, gateway)
+        audio.add_routes(api, app, gateway)
         sessions.add_routes(api, gateway)
         files.add_routes(api, app)
         batches.add_routes(api, app)

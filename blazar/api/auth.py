@@ -52,6 +52,10 @@ ROUTES: dict[str, Access] = {
     "/v1/embeddings": Access.KEY,
     "/v1/rerank": Access.KEY,
     "/rerank": Access.KEY,
+    "/v1/audio/transcriptions": Access.KEY,
+    "/v1/audio/translations": Access.KEY,
+    "/v1/audio/speech": Access.KEY,
+    "/v1/audio/voices": Access.KEY,
     "/v1/responses": Access.KEY,
     "/v1/responses/{response_id}": Access.KEY,  # a key sees only its own (blazar/api/responses.py)
     "/v1/responses/{response_id}/input_items": Access.KEY,

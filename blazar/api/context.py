@@ -136,14 +136,15 @@ class RequestContext:
     def _check_length(self, req: falcon.asgi.Request) -> None:
         length = req.content_length
         limit = self.path_limits.get(req.path, self.max_body_bytes) if req.method == "POST" else self.max_body_bytes
-        setting = "max_body_mib" if limit == self.max_body_bytes else "files_max_bytes"
+        setting = ("max_body_mib" if limit == self.max_body_bytes else
+                   "max_audio_mib" if req.path.startswith("/v1/audio/") else "files_max_bytes")
         if length is not None and length > limit:
             raise falcon.HTTPContentTooLarge(
                 description=f"the request body is {length} bytes; the limit is {limit} ({setting})")
-        limit_body(req, limit)
+        limit_body(req, limit, setting)
 
 
-def limit_body(req: falcon.asgi.Request, limit: int) -> None:
+def limit_body(req: falcon.asgi.Request, limit: int, setting: str = "max_body_mib") -> None:
     """Count the body's bytes as they arrive (a chunked body has no Content-Length to check): past `limit`, reading
     it raises 413, so nothing is parsed or forwarded. Every body is read through falcon's ASGI receive channel."""
     receive = req._receive
@@ -152,7 +153,7 @@ def limit_body(req: falcon.asgi.Request, limit: int) -> None:
 
     def too_large() -> falcon.HTTPContentTooLarge:
         return falcon.HTTPContentTooLarge(description=f"the request body is over the limit of {limit} bytes "
-                                                      "(max_body_mib)")
+                                                      f"({setting})")
 
     if seen > limit:
         raise too_large()

@@ -14,7 +14,19 @@ import falcon.asgi
 from pydantic import BaseModel
 
 import blazar
-from blazar.api import admin, anthropic, auth, console, ollama, ollama_create, ollama_pull, openai, rerank, sessions
+from blazar.api import (
+    admin,
+    anthropic,
+    audio,
+    auth,
+    console,
+    ollama,
+    ollama_create,
+    ollama_pull,
+    openai,
+    rerank,
+    sessions,
+)
 
 JSON = "application/json"
 SSE = "text/event-stream"
@@ -161,6 +173,7 @@ SCHEMAS: dict[str, Schema] = {
     "CompletionBody": _model(openai.CompletionBody),
     "EmbeddingBody": _model(openai.EmbeddingBody),
     "RerankBody": _model(rerank.RerankBody),
+    "SpeechBody": _model(audio.SpeechBody),
     "RerankList": {"type": "object", "required": ["model", "results", "usage"], "properties": {
         "model": _STR, "object": _STR, "usage": _USAGE, "results": {"type": "array", "items": {
             "type": "object", "required": ["index", "relevance_score"], "properties": {
@@ -287,6 +300,8 @@ def _content(*types: str, schema: Schema | None = None, line: Schema | None = No
                                  **(line or {"oneOf": [schema or _OBJ, _ref("OllamaError")]})}}
         elif t == SSE:
             out[t] = {"schema": _SSE_EVENT}
+        elif t.startswith("audio/"):
+            out[t] = {"schema": {"type": "string", "format": "binary"}}
         else:
             out[t] = {"schema": _STR}
     return out
@@ -447,6 +462,31 @@ def _sessions() -> dict[str, dict[str, dict[str, Any]]]:
     }
 
 
+def _audio() -> dict[str, dict[str, dict[str, Any]]]:
+    """OpenAI's audio routes (blazar/api/audio.py): uploads as multipart forms, speech as audio bytes."""
+    form = {"type": "object", "required": ["file", "model"], "properties": {
+        "file": {"type": "string", "format": "binary"}, "model": _STR, "language": _STR, "prompt": _STR,
+        "response_format": {"enum": list(audio.TRANSCRIPTION_FORMATS)}, "temperature": _NUM,
+        "timestamp_granularities[]": {"type": "array", "items": {"enum": ["word", "segment"]}},
+        "stream": _BOOL}}
+    text = {"type": "object", "required": ["text"], "properties": {"text": _STR}}
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for route, summary in (("transcriptions", "Speech to text (a whisper model)"),
+                           ("translations", "Speech to English text (a whisper model)")):
+        path = f"/v1/audio/{route}"
+        op = _op(path, summary, text, statuses=(*_ENGINE, 413), ok_types=(JSON, TEXT, SSE), engine_errors=True)
+        op["requestBody"] = {"required": True, "content": {"multipart/form-data": {"schema": form}}}
+        out[path] = {"post": op}
+    speech = _op("/v1/audio/speech", "Text to speech (a piper voice), streamed as it is made", None,
+                 statuses=_ENGINE, body="SpeechBody", engine_errors=True,
+                 ok_types=("audio/mpeg", "audio/opus", "audio/aac", "audio/flac", "audio/wav", "audio/pcm"))
+    out["/v1/audio/speech"] = {"post": speech}
+    out["/v1/audio/voices"] = {"get": _op("/v1/audio/voices", "The piper voices in the store and their speakers", {
+        "type": "object", "required": ["object", "data"],
+        "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": _OBJ}}})}
+    return out
+
+
 def _files_batches() -> dict[str, dict[str, dict[str, Any]]]:
     """OpenAI's files and batches (blazar/api/files.py, blazar/api/batches.py): each key's own."""
     file_obj = {"type": "object", "required": ["id", "object", "bytes", "filename", "purpose"], "properties": {
@@ -533,6 +573,7 @@ def _operations() -> dict[str, dict[str, dict[str, Any]]]:
                                "first_id": {"type": ["string", "null"]}, "last_id": {"type": ["string", "null"]},
                                "has_more": _BOOL}}, statuses=(400, 404))},
         **_files_batches(),
+        **_audio(),
         # Anthropic.
         "/v1/messages": {"post": _infer("/v1/messages", "Messages", "MessagesBody", "Message", SSE)},
         "/v1/messages/count_tokens": {"post": _op("/v1/messages/count_tokens", "Count a prompt's tokens",

@@ -35,7 +35,8 @@ def _row(app_: Blazar, k: ApiKey) -> dict[str, Any]:
     today = used if used is not None and used.day == int(now // 86400) else None
     state = "revoked" if k.revoked else "expired" if k.expires_ts and k.expires_ts <= now else "live"
     return {**k.public(), "state": state, "requests_today": today.requests_today if today else 0,
-            "tokens_today": today.tokens_today if today else 0}
+            "tokens_today": today.tokens_today if today else 0,
+            "audio_seconds_today": round(today.audio_seconds_today, 3) if today else 0.0}
 
 
 def _existing(app_: Blazar, name: str) -> ApiKey:
@@ -131,7 +132,7 @@ def show(name: Annotated[str, _NAME], as_json: bool = JSON_OPTION) -> None:
         return
     for field in ("name", "prefix", "state", "admin", "models", "rpm", "tpm", "daily_tokens", "max_concurrent",
                   "cache_group", "may_prioritize", "expires_ts", "created_ts", "rotated_ts", "revoked_ts", "actor",
-                  "requests_today", "tokens_today"):
+                  "requests_today", "tokens_today", "audio_seconds_today"):
         value = row.get(field)
         if field.endswith("_ts"):
             value = fmt_ts(value)

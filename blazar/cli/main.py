@@ -11,6 +11,7 @@ from rich.text import Text
 from blazar import __version__
 from blazar.bootstrap import paths_from_env
 from blazar.cli import (
+    audio_cmds,
     audit_cmds,
     config_cmds,
     db,
@@ -69,6 +70,8 @@ app.command("load")(instance_cmds.load)
 app.command("stop")(instance_cmds.stop)
 app.command("ps")(instance_cmds.ps)
 app.command("run")(run_cmds.run)
+app.command("transcribe")(audio_cmds.transcribe)
+app.command("speak")(audio_cmds.speak)
 app.command("fit")(fit_cmds.fit)
 app.command("coreside")(fit_cmds.coreside)
 app.command("events")(log_cmds.events)

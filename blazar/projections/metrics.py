@@ -1,7 +1,9 @@
 """The `metrics` projection: the counters and histograms that `/metrics` exposes (blazar/queries/metrics.py),
-folded from request and instance events: requests by model, status and dialect; TTFT, inter-token latency and
+folded from request and instance events: requests by model, status and dialect, and by route;
+TTFT, inter-token latency and
 queue wait; queue depth; tokens; loads, evictions and engine crashes; per API key (the actor "key:<name>" of its
-request events) requests by status, tokens, and the UTC day's usage. Instance gauges come from `residency`.
+request events) requests by status, tokens, audio seconds, and the UTC day's usage; speech requests' audio seconds
+and real-time factor (`request.audio`). Instance gauges come from `residency`.
 
 Label values are joined with SEP into plain string keys, the model always last so that a model name is the only
 value that may itself hold SEP (`split(SEP, n - 1)` gives it back whole).
@@ -13,6 +15,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from blazar.events.audio import RequestAudio
 from blazar.events.base import Recorded
 from blazar.events.instances import InstanceEvicted, InstanceExited, InstanceReady
 from blazar.events.requests import (
@@ -38,9 +41,12 @@ ITL_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.25
 QUEUE_WAIT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 # A refusal should cost the server well under 5 ms: the buckets are fine below that.
 REFUSAL_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
-HistogramName = Literal["ttft", "itl", "queue_wait", "refusal"]
+# Processing seconds per audio second (under 1: faster than real time), not seconds.
+RTF_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
+HistogramName = Literal["ttft", "itl", "queue_wait", "refusal", "rtf"]
 BUCKETS: dict[HistogramName, tuple[float, ...]] = {
     "ttft": TTFT_BUCKETS_S, "itl": ITL_BUCKETS_S, "queue_wait": QUEUE_WAIT_BUCKETS_S, "refusal": REFUSAL_BUCKETS_S,
+    "rtf": RTF_BUCKETS,
 }
 
 # Requests with no outcome yet. Their outcome is lost when the daemon dies mid-request (or with the writer's last
@@ -100,9 +106,11 @@ class MetricsState(TypedState):
 class MetricsProjection(Projection):
     name = "metrics"
     state_type = MetricsState
-    version = 5  # 3: the refusal histogram; 4: shared generations (single-flight); 5: tokens relayed before a failure
+    # 3: the refusal histogram; 4: shared generations (single-flight); 5: tokens relayed before a failure; 6: audio
+    # seconds and the real-time factor, requests by route
+    version = 6
     types = frozenset({
-        RequestReceived.TYPE, RequestQueued.TYPE, RequestAdmitted.TYPE, RequestRejected.TYPE,
+        RequestAudio.TYPE, RequestReceived.TYPE, RequestQueued.TYPE, RequestAdmitted.TYPE, RequestRejected.TYPE,
         RequestFirstToken.TYPE, RequestCompleted.TYPE, RequestFailed.TYPE, RequestShared.TYPE, RequestPlaced.TYPE,
         InstanceReady.TYPE, InstanceExited.TYPE, InstanceEvicted.TYPE,
     })
@@ -122,12 +130,17 @@ class MetricsProjection(Projection):
             "keys": {},  # key -> {day (UTC day number), requests_today, tokens_today}
             "shared": {},  # role|model -> requests that led, followed or took over a shared generation
             "session_turns": {},  # kv|model -> a session's turns by how they found its prefix: warm, restored, cold
+            "routes": {},  # route -> requests received (the client's HTTP route: bounded, never the model typed)
+            "audio_requests": {},  # route|model -> speech requests completed (transcriptions, translations, speech)
+            "audio_seconds": {},  # route|model -> seconds of audio heard or made (a float)
+            "key_audio_seconds": {},  # key -> seconds of audio (a float)
         }
 
     def apply(self, state: State, rec: Recorded) -> State:
         ev = rec.event
-        if isinstance(ev, InstanceReady | InstanceExited | InstanceEvicted | RequestShared | RequestPlaced):
-            self._count(state, ev)
+        if isinstance(ev, InstanceReady | InstanceExited | InstanceEvicted | RequestShared | RequestPlaced
+                      | RequestAudio):
+            self._count(state, ev, rec)
             return state
         assert isinstance(ev, RequestReceived | RequestQueued | RequestAdmitted | RequestRejected
                           | RequestFirstToken | RequestCompleted | RequestFailed)
@@ -135,6 +148,7 @@ class MetricsProjection(Projection):
             return state  # a forwarded request's hop: counted once, where it came in (its tokens are in that answer)
         pending: dict[str, dict[str, Any]] = state["pending"]
         if isinstance(ev, RequestReceived):
+            _inc(state["routes"], ev.route)
             pending[ev.trace_id] = {"seq": rec.seq, "dialect": ev.dialect, "model": ev.model, "stream": ev.stream,
                                     "queued": None, "ttft_ms": None}
             _prune(state)
@@ -191,8 +205,12 @@ class MetricsProjection(Projection):
             observe(state, "itl", ev.model, (ev.duration_ms - ttft) / (n - 1) / 1000.0)
 
     def _count(self, state: State,
-               ev: InstanceReady | InstanceExited | InstanceEvicted | RequestShared | RequestPlaced) -> None:
-        if isinstance(ev, RequestShared):
+               ev: InstanceReady | InstanceExited | InstanceEvicted | RequestShared | RequestPlaced | RequestAudio,
+               rec: Recorded) -> None:
+        if isinstance(ev, RequestAudio):
+            if not rec.actor.startswith(HOP_ACTOR):  # counted once, where the request came in
+                _audio(state, rec, ev)
+        elif isinstance(ev, RequestShared):
             _inc(state["shared"], key(ev.role, ev.model))
         elif isinstance(ev, RequestPlaced):
             _inc(state["session_turns"], key(ev.kv, ev.model))
@@ -208,6 +226,25 @@ class MetricsProjection(Projection):
     def view(self, state: State) -> Any:
         """Everything but the table of requests still in flight (shown as a count)."""
         return {k: v for k, v in state.items() if k != "pending"} | {"in_flight": len(state["pending"])}
+
+
+def _audio(state: State, rec: Recorded, ev: RequestAudio) -> None:
+    """A speech request's audio: its seconds by route and model (and its key's), its real-time factor."""
+    _inc(state["audio_requests"], key(ev.route, ev.model))
+    seconds = state["audio_seconds"]
+    k = key(ev.route, ev.model)
+    seconds[k] = seconds.get(k, 0.0) + ev.audio_seconds
+    if ev.real_time_factor is not None:
+        observe(state, "rtf", ev.model, ev.real_time_factor)
+    if rec.actor.startswith(KEY_ACTOR):
+        name = rec.actor[len(KEY_ACTOR):]
+        by_key = state["key_audio_seconds"]
+        by_key[name] = by_key.get(name, 0.0) + ev.audio_seconds
+        day = int(rec.ts // DAY_S)
+        usage = state["keys"].get(name)
+        if usage is None or usage["day"] != day:
+            usage = state["keys"][name] = {"day": day, "requests_today": 0, "tokens_today": 0}
+        usage["audio_seconds_today"] = usage.get("audio_seconds_today", 0.0) + ev.audio_seconds
 
 
 def _by_key(state: State, name: str, rec: Recorded, ev: RequestCompleted | RequestRejected | RequestFailed) -> None:
@@ -236,9 +273,10 @@ def split(k: str, n: int) -> list[str]:
 
 # The counters and how many label values each joins into its keys (the model, where there is one, last).
 Counter = Literal["requests", "tokens", "loads", "evictions", "crashes", "key_requests", "key_tokens", "shared",
-                  "session_turns"]
+                  "session_turns", "routes", "audio_requests"]
 LABELS: dict[Counter, int] = {"requests": 3, "tokens": 2, "loads": 2, "evictions": 1, "crashes": 1,
-                              "key_requests": 2, "key_tokens": 2, "shared": 2, "session_turns": 2}
+                              "key_requests": 2, "key_tokens": 2, "shared": 2, "session_turns": 2, "routes": 1,
+                              "audio_requests": 2}
 
 
 def counter(state: MetricsState, name: Counter) -> list[tuple[tuple[str, ...], int]]:
@@ -246,6 +284,20 @@ def counter(state: MetricsState, name: Counter) -> list[tuple[tuple[str, ...], i
     in a stable order (by the joined key)."""
     n = LABELS[name]
     return [(tuple(split(k, n)), int(v)) for k, v in sorted(state._raw.get(name, {}).items())]
+
+
+def audio_seconds(state: MetricsState) -> list[tuple[tuple[str, str], float]]:
+    """Seconds of audio heard or made, by (route, model), in a stable order."""
+    out: list[tuple[tuple[str, str], float]] = []
+    for k, v in sorted(state._raw.get("audio_seconds", {}).items()):
+        route, model = split(k, 2)
+        out.append(((route, model), float(v)))
+    return out
+
+
+def key_audio_seconds(state: MetricsState) -> dict[str, float]:
+    """Seconds of audio per key, ever (a copy)."""
+    return {k: float(v) for k, v in state._raw.get("key_audio_seconds", {}).items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,13 +327,15 @@ class KeyUsage:
     day: int  # UTC day number (epoch s // 86400)
     requests_today: int
     tokens_today: int
+    audio_seconds_today: float = 0.0
 
 
 def key_usage(state: MetricsState, name: str) -> KeyUsage | None:
     """Key `name`'s usage on the UTC day of its latest ended request, or None before its first."""
     u = state._raw["keys"].get(name)
     return None if u is None else KeyUsage(day=int(u["day"]), requests_today=int(u["requests_today"]),
-                                           tokens_today=int(u["tokens_today"]))
+                                           tokens_today=int(u["tokens_today"]),
+                                           audio_seconds_today=float(u.get("audio_seconds_today", 0.0)))
 
 
 def tokens_on(state: MetricsState, name: str, day: int) -> int:

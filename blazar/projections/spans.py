@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from blazar.events.audio import RequestAudio
 from blazar.events.base import Recorded
 from blazar.events.requests import (
     RequestAdmitted,
@@ -41,9 +42,13 @@ _OPERATIONS = {
     "/v1/completions": "text_completion", "/api/generate": "text_completion",
     "/v1/embeddings": "embeddings", "/api/embed": "embeddings", "/api/embeddings": "embeddings",
     "/v1/rerank": "rerank", "/rerank": "rerank",
+    "/v1/audio/transcriptions": "transcription", "/v1/audio/translations": "translation", "/v1/audio/speech": "speech",
 }
+# What runs a speech request's engine kind, as gen_ai.provider.name names it.
+_AUDIO_PROVIDERS = {"whisper": "faster-whisper", "piper": "piper"}
 _TERMINAL = (RequestCompleted, RequestFailed, RequestRejected)
-_KINDS = frozenset({RequestReceived, RequestQueued, RequestAdmitted, RequestRouted, RequestFirstToken, *_TERMINAL})
+_KINDS = frozenset({RequestReceived, RequestQueued, RequestAdmitted, RequestRouted, RequestFirstToken, RequestAudio,
+                    *_TERMINAL})
 
 
 @dataclass(slots=True)
@@ -109,6 +114,7 @@ class _Request:
     admitted_ts: float = 0.0
     first_token_ts: float | None = None
     ttft_ms: float | None = None
+    audio: RequestAudio | None = None
 
 
 class SpanFold:
@@ -152,6 +158,8 @@ class SpanFold:
                 req.admitted, req.admitted_ts = ev, rec.ts
             elif isinstance(ev, RequestFirstToken):
                 req.first_token_ts, req.ttft_ms = rec.ts, ev.ttft_ms
+            elif isinstance(ev, RequestAudio):
+                req.audio = ev
             else:
                 del self._open[trace_id]
                 out.append(tuple(build_spans(req, rec)))
@@ -279,13 +287,7 @@ def _request_attributes(req: _Request, end: Recorded, op: str) -> Attributes:
         a["blazar.client_trace_id"] = received.client_trace_id
     if rec.actor.startswith("key:"):
         a["blazar.key_name"] = rec.actor.removeprefix("key:")
-    media = received.media
-    if media is not None:  # their facts, never their bytes
-        if media.images:
-            a.update({"blazar.images.count": media.images, "blazar.images.bytes": media.image_bytes,
-                      "blazar.images.types": ",".join(sorted(set(media.image_types)))})
-        if media.audio_clips:
-            a.update({"blazar.audio.count": media.audio_clips, "blazar.audio.bytes": media.audio_bytes})
+    a.update(_media_attributes(received))
     routed = req.routed
     if routed is not None:
         a.update({"gen_ai.response.model": routed.model, "blazar.instance_id": routed.instance_id,
@@ -303,7 +305,39 @@ def _request_attributes(req: _Request, end: Recorded, op: str) -> Attributes:
         a["blazar.admission.decision"] = "rejected"
     if req.ttft_ms is not None and received.stream:
         a["blazar.ttft_ms"] = req.ttft_ms
+    a.update(_audio_attributes(req))
     a.update(_outcome_attributes(terminal))
+    return a
+
+
+def _media_attributes(received: RequestReceived) -> Attributes:
+    """A chat's images and audio clips: their facts, never their bytes."""
+    a: Attributes = {}
+    media = received.media
+    if media is None:
+        return a
+    if media.images:
+        a.update({"blazar.images.count": media.images, "blazar.images.bytes": media.image_bytes,
+                  "blazar.images.types": ",".join(sorted(set(media.image_types)))})
+    if media.audio_clips:
+        a.update({"blazar.audio.count": media.audio_clips, "blazar.audio.bytes": media.audio_bytes})
+    return a
+
+
+def _audio_attributes(req: _Request) -> Attributes:
+    """An audio route's request: the speech kind's provider, the audio's length, format and real-time factor."""
+    a: Attributes = {}
+    au = req.audio
+    if au is None:
+        return a
+    provider = _AUDIO_PROVIDERS.get(au.kind, au.kind)
+    a.update({"gen_ai.provider.name": provider, "gen_ai.system": provider, "blazar.engine_kind": au.kind,
+              "blazar.audio.seconds": au.audio_seconds, "blazar.audio.format": au.response_format,
+              "blazar.audio.processing_ms": au.processing_ms})
+    if au.real_time_factor is not None:
+        a["blazar.audio.real_time_factor"] = au.real_time_factor
+    if au.language:
+        a["blazar.audio.language"] = au.language
     return a
 
 

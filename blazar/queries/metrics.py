@@ -28,6 +28,8 @@ _HISTOGRAMS: tuple[tuple[HistogramName, str, str], ...] = (
     ("queue_wait", "blazar_queue_wait_seconds", "Time a request waited for a slot before admission, in seconds."),
     ("refusal", "blazar_refusal_seconds", "Time from a refused request's arrival to its refusal, at the server, in "
      "seconds."),
+    ("rtf", "blazar_audio_real_time_factor", "Speech requests' processing seconds per second of audio heard or made "
+     "(under 1: faster than real time)."),
 )
 
 
@@ -132,6 +134,20 @@ def render_prometheus(metrics_state: MetricsState, residency_state: ResidencySta
              "warm (still in its slot), restored (from the KV bank), cold.")
     for (kv, model), n in counter(m, "session_turns"):
         w.sample("blazar_session_turns_total", (("model", model), ("kv", kv)), n)
+    w.family("blazar_route_requests_total", "counter", "Requests received, by the client's HTTP route.")
+    for (route,), n in counter(m, "routes"):
+        w.sample("blazar_route_requests_total", (("route", route),), n)
+    w.family("blazar_audio_requests_total", "counter", "Speech requests completed, by model and route "
+             "(transcriptions, translations, speech).")
+    for (route, model), n in counter(m, "audio_requests"):
+        w.sample("blazar_audio_requests_total", (("model", model), ("route", route)), n)
+    w.family("blazar_audio_seconds_total", "counter", "Seconds of audio transcribed, translated or spoken, by model "
+             "and route.")
+    for (route, model), seconds in metrics.audio_seconds(m):
+        w.sample("blazar_audio_seconds_total", (("model", model), ("route", route)), seconds)
+    w.family("blazar_key_audio_seconds_total", "counter", "Seconds of audio of completed speech requests, by API key.")
+    for name, seconds in sorted(metrics.key_audio_seconds(m).items()):
+        w.sample("blazar_key_audio_seconds_total", (("key", name),), seconds)
     _otlp(w, otlp)
     return w.text()
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from blazar.errors import TraceNotFound
+from blazar.events.audio import RequestAudio
 from blazar.events.base import Recorded
 from blazar.events.instances import (
     InstanceEvicted,
@@ -144,6 +145,14 @@ def tokens_per_s(done: RequestCompleted, ttft_ms: float | None) -> float | None:
 
 # -- the story -----------------------------------------------------------------------------------------------------
 
+# The events a story keeps one of, by the attribute that holds it.
+_ONE_OF: dict[type, str] = {
+    RequestReceived: "received", RequestQueued: "queued", RequestAdmitted: "admitted", RequestRouted: "routed",
+    RequestFirstToken: "first", RequestPlaced: "placed", RequestShared: "shared", RequestBestOfChosen: "best_of",
+    RequestRerouted: "rerouted", RequestAudio: "audio",
+}
+
+
 class _Story:
     """Reads one trace's records in seq order, keeping what the verdict needs."""
 
@@ -160,31 +169,17 @@ class _Story:
         self.cascade: list[RequestCascadeJudged] = []
         self.rerouted: RequestRerouted | None = None
         self.end: RequestCompleted | RequestFailed | RequestRejected | None = None
+        self.audio: RequestAudio | None = None
         self.evictions: dict[str, InstanceEvicted] = {}
         for rec in records:
             ev = rec.event
             if rec.actor.startswith(HOP_ACTOR):
                 continue  # the hop on the node it was forwarded to: its steps are shown, the verdict is this node's
-            if isinstance(ev, RequestReceived):
-                self.received = ev
-            elif isinstance(ev, RequestQueued):
-                self.queued = ev
-            elif isinstance(ev, RequestAdmitted):
-                self.admitted = ev
-            elif isinstance(ev, RequestRouted):
-                self.routed = ev
-            elif isinstance(ev, RequestFirstToken):
-                self.first = ev
-            elif isinstance(ev, RequestPlaced):
-                self.placed = ev
-            elif isinstance(ev, RequestShared):
-                self.shared = ev
-            elif isinstance(ev, RequestBestOfChosen):
-                self.best_of = ev
+            one = _ONE_OF.get(type(ev))
+            if one is not None:
+                setattr(self, one, ev)  # the last of its type is the one the verdict reads
             elif isinstance(ev, RequestCascadeJudged):
                 self.cascade.append(ev)
-            elif isinstance(ev, RequestRerouted):
-                self.rerouted = ev
             elif isinstance(ev, RequestCompleted | RequestFailed | RequestRejected):
                 self.end = ev
             elif isinstance(ev, InstanceEvicted):
@@ -277,6 +272,8 @@ class _Story:
             return "; ".join([head, *context])
         if isinstance(end, RequestCompleted):
             parts = context or ["no wait, warm instance"]
+            if self.audio is not None:
+                parts.append(_audio_words(self.audio))
             if self.ttft_ms is not None:
                 parts.append(f"first token at {fmt_ms(self.ttft_ms)}")
             tps = tokens_per_s(end, self.ttft_ms)
@@ -416,6 +413,22 @@ def _completed(s: _Story, ev: RequestCompleted) -> str:
     return f"completed {ev.status} in {fmt_ms(ev.duration_ms)}: " + ", ".join(parts)
 
 
+def _audio_words(ev: RequestAudio) -> str:
+    """A speech request's audio in words: what was heard or made, its format, how fast."""
+    did = {"transcriptions": "transcribed", "translations": "translated", "speech": "spoke"}[ev.route]
+    rtf = f", real-time factor {ev.real_time_factor:.3f}" if ev.real_time_factor is not None else ""
+    size = (f" from {ev.input_chars} characters" if ev.input_chars is not None
+            else f" ({fmt_bytes(ev.input_bytes)} uploaded)" if ev.input_bytes is not None else "")
+    return f"{ev.kind} {did} {ev.audio_seconds:.2f} s of audio{size} as {ev.response_format}{rtf}"
+
+
+def _audio(s: _Story, ev: RequestAudio) -> str:
+    extra = [p for p in (f"language {ev.language}" if ev.language else None,
+                         f"voice {ev.voice}" if ev.voice else None, "streamed" if ev.streamed else None) if p]
+    return (f"{ev.model}: {_audio_words(ev)} in {fmt_ms(ev.processing_ms)}"
+            + (f" ({', '.join(extra)})" if extra else ""))
+
+
 def _failed(s: _Story, ev: RequestFailed) -> str:
     return (f"failed {ev.status}: {FAIL_WORDS.get(ev.reason, ev.reason)}" + (f": {ev.detail}" if ev.detail else "")
             + (f" after {fmt_ms(ev.duration_ms)}" if ev.duration_ms else ""))
@@ -466,7 +479,7 @@ _TEXT: dict[type, Callable[[_Story, Any], str]] = {
     RequestRouted: _routed, RequestFirstToken: _first, RequestCompleted: _completed, RequestFailed: _failed,
     RequestPlaced: _placed, RequestShared: _shared, RequestCandidateScored: _candidate, RequestBestOfChosen: _best_of,
     RequestCascadeJudged: _cascade, RequestForwarded: _forwarded, RequestRerouted: _rerouted,
-    RequestBounded: _bounded,
+    RequestBounded: _bounded, RequestAudio: _audio,
     InstanceStarting: _starting, InstanceStarted: _started, InstanceReady: _ready, InstanceEvicted: _eviction,
     InstanceExited: _exited,
 }
@@ -519,6 +532,9 @@ def explain(records: Iterable[Recorded]) -> Explanation:
         "tokens_out": done.completion_tokens if done is not None else None,
         "tokens_per_s": tokens_per_s(done, story.ttft_ms) if done is not None else None,
     }
+    if story.audio is not None:
+        figures |= {"audio_seconds": story.audio.audio_seconds, "real_time_factor": story.audio.real_time_factor,
+                    "processing_ms": story.audio.processing_ms}
     return Explanation(
         trace_id=trace_id, outcome=outcome, status=end_ev.status if end_ev is not None else None, model=model,
         dialect=story.received.dialect if story.received else None,

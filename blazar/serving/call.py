@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from blazar.errors import Refused
+from blazar.events.audio import RequestAudio
 from blazar.events.base import Event
 from blazar.events.requests import (
     FailReason,
@@ -38,7 +39,7 @@ from blazar.instances.supervisor import Instance, ResolvedModel
 from blazar.serving.admission import Ticket
 from blazar.serving.limits import Lease
 from blazar.serving.model_defaults import apply_settings
-from blazar.serving.request import Request
+from blazar.serving.request import AudioAsked, Request
 
 if TYPE_CHECKING:
     from blazar.adapters.engines.client import EngineResponse
@@ -135,6 +136,9 @@ class Call:
         self._ticket: Ticket | None = None
         self._held: Instance | None = None
         self._guard: tuple[asyncio.Task[Any], Callable[[asyncio.Task[Any]], None]] | None = None
+        # -- a speech request's audio (blazar/events/audio.py): its seconds once known, when its engine got it
+        self.audio_seconds: float | None = request.audio.audio_seconds if request.audio is not None else None
+        self.engine_at: float | None = None
         # -- how it ended
         self.outcome: Outcome | None = None
         self._heir: Call | None = None  # a single-flight generation handed over: its end is the heir's
@@ -342,7 +346,22 @@ class Call:
         call.give_back_slot(tokens=tokens)
         if call.request.key_name is not None and charged:
             call._desk.charge(call.request.key_name, charged)  # tpm and daily_tokens: a hang-up is no way around them
+        if isinstance(outcome, Completed) and call.request.audio is not None:
+            call.emit(call._audio_event(call.request.audio))
         call.emit(call._terminal_event(outcome))
+
+    def _audio_event(self, asked: AudioAsked) -> Event:
+        """What the request's audio was and how fast it was made (before the terminal event: `why` reads both)."""
+        started = self.engine_at if self.engine_at is not None else self.received
+        processing_ms = round((time.perf_counter() - started) * 1000, 3)
+        seconds = round(self.audio_seconds or 0.0, 3)
+        kind = getattr(self.instance, "kind", None) or getattr(self.resolved, "kind", None) or "unknown"
+        return RequestAudio(trace_id=self.trace_id, model=self.name or self.model, kind=str(kind),
+                            route=asked.route, audio_seconds=seconds,  # type: ignore[arg-type]
+                            response_format=asked.response_format, processing_ms=processing_ms,
+                            real_time_factor=round(processing_ms / 1000 / seconds, 4) if seconds > 0 else None,
+                            input_bytes=asked.input_bytes, input_chars=asked.input_chars, language=asked.language,
+                            voice=asked.voice, streamed=self.request.stream)
 
     def _terminal_event(self, outcome: Outcome) -> Event:
         model = self.name or self.model

@@ -51,6 +51,8 @@ def deterministic(body: dict[str, Any]) -> bool:
 def flight_key(call: Call) -> str | None:
     """What makes requests identical (a hash), or None when this one may not share."""
     r = call.request
+    if r.audio is not None:
+        return None  # an upload's bytes are not in its parsed fields; speech is made by its own exchange
     if r.embeddings or r.session is not None or (r.best_of or 1) > 1 or r.cascade \
             or not deterministic(call.engine_body()):
         return None

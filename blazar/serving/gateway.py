@@ -14,7 +14,9 @@ call here, in `serve`, by what it raised; an answer still streaming ends when it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from typing import Any
 
 import orjson
@@ -46,6 +48,7 @@ from blazar.serving.routing import Router
 log = logging.getLogger("blazar.gateway")
 
 SSE = "text/event-stream"
+AUDIO_SECONDS_HEADER = "x-audio-seconds"
 
 
 class Gateway:
@@ -121,6 +124,11 @@ class Gateway:
         while True:  # twice at most: EngineGone is raised only while the request was not routed again
             try:
                 await self.router.admit(call)
+                if call.request.produce is not None:  # the route's own exchange with the instance (speech)
+                    if watcher is not None:
+                        watcher.cancel()
+                    call.engine_at = time.perf_counter()
+                    return await call.request.produce(call)
                 upstream = await self._open_upstream(call)
                 break
             except EngineGone as gone:
@@ -129,6 +137,8 @@ class Gateway:
         headers = {"x-blazar-queue-position": str(call.queue_position)} if call.queue_position else {}
         if call.bounded_max_tokens is not None:
             headers[BOUNDED_HEADER] = str(call.bounded_max_tokens)
+        if call.request.audio is not None and call.audio_seconds is not None:  # the child's measure, passed on
+            headers[AUDIO_SECONDS_HEADER] = f"{call.audio_seconds:.3f}"
         if call.request.stream and upstream.status_code == 200:
             return self._streamed(call, upstream, watcher, headers)
         try:
@@ -212,7 +222,11 @@ class Gateway:
         inst = call.instance
         assert inst is not None
         try:
-            extra = {"headers": inst.headers} if inst.headers else {}  # a hop to another node
+            sent = dict(inst.headers or {})  # a hop to another node
+            if call.request.content_type is not None:  # a multipart upload (speech to text)
+                sent["Content-Type"] = call.request.content_type
+            extra = {"headers": sent} if sent else {}
+            call.engine_at = time.perf_counter()
             upstream = await self.client.open(inst.base_url, call.request.engine_path, call.payload(),
                                               api_key=inst.api_key, **extra)
         except EngineError as e:
@@ -223,6 +237,10 @@ class Gateway:
                 await self.remotes.failed(call.remote, e.message, source="request")
             raise Refused(e.message, reason="engine_error", http_status=502) from None
         await self._feed_circuit(call, upstream.status_code)
+        heard = upstream.headers.get(AUDIO_SECONDS_HEADER)
+        if heard is not None:  # the whisper child's measure of the audio it decoded
+            with contextlib.suppress(ValueError):
+                call.audio_seconds = float(heard)
         return upstream
 
     async def _feed_circuit(self, call: Call, status: int) -> None:

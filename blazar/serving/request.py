@@ -25,6 +25,20 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
+class AudioAsked:
+    """What a speech request asked, for its `request.audio` event: the route (an engine kind's: transcriptions,
+    translations, speech), the answer's format, and the input's size (never its content)."""
+
+    route: str
+    response_format: str
+    audio_seconds: float | None = None  # an upload's duration, probed before it is sent
+    input_bytes: int | None = None
+    input_chars: int | None = None
+    language: str | None = None
+    voice: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Request:
     """What a client asked, as its dialect parsed it, and the request around it."""
 
@@ -43,6 +57,12 @@ class Request:
     forced: Forced | None = None
     # A request the dialect answers without the engine (Ollama's load-only request, nothing to embed): the answer.
     instead: Callable[[], Awaitable[dict[str, Any]]] | None = None
+    # -- a speech request (blazar/api/audio.py): served by an engine kind other than llama-server
+    audio: AudioAsked | None = None
+    content_type: str | None = None  # the engine body's media type when it is not JSON (a multipart upload)
+    # The answer made by the route's own exchange with the admitted instance (text to speech: sentence by sentence),
+    # instead of one request relayed; it ends the call when its answer ends.
+    produce: Callable[[Call], Awaitable[Answer]] | None = None
 
     # -- the request around it (the route sets these)
     trace_id: str = ""

@@ -19,3 +19,4 @@ def refuse_unless_reranker(model: ResolvedModel) -> None:
                   f"model, or serve this one in rerank mode anyway (its scores would mean nothing): "
                   f"blazar model set {model.name} --rerank", reason="invalid_request", http_status=400,
                   observations={"pooling_type": meta.pooling_type, "architecture": meta.architecture})
+

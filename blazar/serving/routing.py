@@ -134,10 +134,11 @@ class Router:
         call.emit(RequestRouted(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
                                 port=inst.port, cold=report.cold, load_ms=report.load_ms, evicted=report.evicted,
                                 ctx_tokens=None if inst.remote else inst.ctx_tokens))
-        if not inst.remote:
+        audio = call.request.audio is not None  # a whisper or piper child: no context, no slots to place on
+        if not inst.remote and not audio:
             await self._check_context(call, inst)
         ticket = await self._admit(call, inst, report)
-        if not inst.remote:
+        if not inst.remote and not audio:
             await self._place(call, inst, ticket.slot_id)
 
     def reroute(self, call: Call, detail: str) -> None:
@@ -180,7 +181,7 @@ class Router:
         forwarded here: one hop at most; not embeddings or rerank, whose instance must be started for them). Cheap:
         asked before anything is looked up."""
         return (bool(self.app.node) and self._cluster_key is not None and call.request.forwarded_from is None
-                and not call.request.embeddings and not call.request.rerank)
+                and not call.request.embeddings and not call.request.rerank and call.request.audio is None)
 
     def _peer_for(self, call: Call) -> Peer | None:
         """Another node with the call's model ready, where this one may forward."""

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from blazar.events import Event, Recorded
+from blazar.events.audio import RequestAudio
 from blazar.events.instances import InstanceEvicted, InstanceExited, InstanceReady, InstanceStarted
 from blazar.events.models import InstanceMemoryMeasured
 from blazar.events.requests import (
@@ -52,6 +53,9 @@ FAMILIES = {
     "blazar_key_requests_total": "counter", "blazar_key_tokens_total": "counter",
     "blazar_otlp_spans_exported_total": "counter", "blazar_otlp_spans_failed_total": "counter",
     "blazar_otlp_spans_dropped_total": "counter", "blazar_otlp_queue_spans": "gauge",
+    "blazar_audio_real_time_factor": "histogram", "blazar_route_requests_total": "counter",
+    "blazar_audio_requests_total": "counter", "blazar_audio_seconds_total": "counter",
+    "blazar_key_audio_seconds_total": "counter",
 }
 
 
@@ -411,3 +415,39 @@ def test_the_otlp_export_counters_are_sampled_only_while_spans_are_exported() ->
     assert value(fams, "blazar_otlp_spans_failed_total") == 3
     assert value(fams, "blazar_otlp_spans_dropped_total") == 5
     assert value(fams, "blazar_otlp_queue_spans") == 2
+
+
+# -- speech requests -----------------------------------------------------------------------------------------------
+
+def audio(trace: str, route: str, seconds: float, rtf: float | None, model: str = "whisper-base") -> RequestAudio:
+    return RequestAudio(trace_id=trace, model=model, kind="whisper" if route != "speech" else "piper",
+                        route=route, audio_seconds=seconds, response_format="json",  # type: ignore[arg-type]
+                        processing_ms=(rtf or 0) * seconds * 1000, real_time_factor=rtf)
+
+
+def test_audio_seconds_and_the_real_time_factor_count_by_route_model_and_key() -> None:
+    def transcription(trace: str, seconds: float, rtf: float) -> list[Event]:
+        return [RequestReceived(trace_id=trace, dialect="openai", route="/v1/audio/transcriptions",
+                                model="whisper-base"), audio(trace, "transcriptions", seconds, rtf),
+                done(trace, 100.0, None, prompt=0, model="whisper-base")]
+
+    events = [*transcription("a", 3.0, 0.04), *transcription("b", 1.5, 0.3)]
+    m = fold(MetricsProjection(), [rec(i, e, actor="key:alice") for i, e in enumerate(events, 1)])
+    assert m["audio_seconds"] == {"transcriptions|whisper-base": 4.5}
+    assert m["audio_requests"] == {"transcriptions|whisper-base": 2}
+    assert m["routes"] == {"/v1/audio/transcriptions": 2}
+    assert m["key_audio_seconds"] == {"alice": 4.5}
+    assert m["keys"]["alice"]["audio_seconds_today"] == 4.5 and m["keys"]["alice"]["requests_today"] == 2
+    assert m["histograms"]["rtf"]["whisper-base"]["count"] == 2
+    text = render(m, ResidencyProjection().initial())
+    assert 'blazar_audio_seconds_total{model="whisper-base",route="transcriptions"} 4.5' in text
+    assert 'blazar_key_audio_seconds_total{key="alice"} 4.5' in text
+    assert 'blazar_audio_real_time_factor_bucket{model="whisper-base",le="0.05"} 1' in text
+    assert 'blazar_route_requests_total{route="/v1/audio/transcriptions"} 2' in text
+    usage = metrics_mod.key_usage(MetricsState(m), "alice")
+    assert usage is not None and usage.audio_seconds_today == 4.5
+
+
+def test_a_forwarded_hop_s_audio_is_counted_where_it_came_in_only() -> None:
+    m = fold(MetricsProjection(), [rec(1, audio("t", "speech", 2.0, 0.1, model="joe"), actor="node:a")])
+    assert m["audio_seconds"] == {} and m["histograms"]["rtf"] == {}

@@ -219,3 +219,21 @@ def test_a_requests_images_are_counted_on_its_span_never_their_bytes() -> None:
     assert root.attributes["blazar.audio.count"] == 1 and root.attributes["blazar.audio.bytes"] == 900
     plain = only(SpanFold().feed(streamed_cold_queued()))["chat"]
     assert not any(k.startswith(("blazar.images", "blazar.audio")) for k in plain.attributes)
+
+
+def test_an_audio_request_span_names_its_operation_provider_and_audio() -> None:
+    from blazar.events.audio import RequestAudio
+
+    t = "a" * 32
+    events = [
+        RequestReceived(trace_id=t, dialect="openai", route="/v1/audio/transcriptions", model="whisper-base"),
+        RequestAudio(trace_id=t, model="whisper-base", kind="whisper", route="transcriptions", audio_seconds=6.5,
+                     response_format="srt", processing_ms=650.0, real_time_factor=0.1, language="en"),
+        RequestCompleted(trace_id=t, model="whisper-base", duration_ms=700.0),
+    ]
+    spans = only(SpanFold().feed([rec(i, e) for i, e in enumerate(events, 1)]))
+    a = spans["transcription"].attributes  # the request span is named by its operation
+    assert a["gen_ai.operation.name"] == "transcription" and a["gen_ai.request.model"] == "whisper-base"
+    assert a["gen_ai.provider.name"] == "faster-whisper" and a["blazar.engine_kind"] == "whisper"
+    assert a["blazar.audio.seconds"] == 6.5 and a["blazar.audio.real_time_factor"] == 0.1
+    assert a["blazar.audio.format"] == "srt" and a["blazar.audio.language"] == "en"

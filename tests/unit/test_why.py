@@ -212,3 +212,22 @@ def test_a_requests_images_and_audio_are_told_by_their_facts() -> None:
     assert texts(Log().at(0.0, ev).records)[0][2] == (
         "received /v1/messages (anthropic) for seer: 2 images (image/png, image/jpeg; 5000 B, 1.50 Mpx, 1 fetched) "
         "and 1 audio clip (wav; 900 B)")
+
+
+def test_an_audio_request_tells_its_audio_and_real_time_factor() -> None:
+    from blazar.events.audio import RequestAudio
+    from blazar.events.requests import RequestAdmitted, RequestCompleted, RequestReceived, RequestRouted
+
+    t = "t-audio"
+    events: list[Event] = [
+        RequestReceived(trace_id=t, dialect="openai", route="/v1/audio/speech", model="joe", stream=True),
+        RequestRouted(trace_id=t, model="joe", instance_id="p1", port=1, cold=False),
+        RequestAdmitted(trace_id=t, model="joe", instance_id="p1", waited_ms=0.0, slots=1, busy=1),
+        RequestAudio(trace_id=t, model="joe", kind="piper", route="speech", audio_seconds=4.0, response_format="mp3",
+                     processing_ms=800.0, real_time_factor=0.2, input_chars=60, voice="alloy", streamed=True),
+        RequestCompleted(trace_id=t, model="joe", duration_ms=820.0, status=200),
+    ]
+    ex = explain([rec(i, e) for i, e in enumerate(events, 1)])
+    assert "piper spoke 4.00 s of audio from 60 characters as mp3, real-time factor 0.200" in ex.verdict
+    assert ex.steps[3].text.startswith("joe: piper spoke 4.00 s") and "voice alloy" in ex.steps[3].text
+    assert ex.figures["audio_seconds"] == 4.0 and ex.figures["real_time_factor"] == 0.2

@@ -1,0 +1,253 @@
+"""OpenAI's audio API: POST /v1/audio/transcriptions and /v1/audio/translations (speech to text, served by a
+model of the whisper kind), POST /v1/audio/speech (text to speech, a model of the piper kind) and GET
+/v1/audio/voices (the piper voices in the store and their speakers).
+
+Thin resources like every inference route: the upload is streamed to a temporary file under the home as it arrives
+(bounded by `max_audio_mib`: 413), probed (not audio: 400; over `max_audio_s`: 400), then handed to the same pipeline
+as chat (`Gateway.serve`: the key's scope and limits, admission, keep-alive, eviction, the crash circuit, the trace)
+as a multipart body for the model's whisper child. Speech is made by blazar/serving/speech.py sentence by sentence
+and streamed as it is encoded. Sessions do not apply. Errors take OpenAI's shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any, Literal
+
+import falcon
+import falcon.asgi
+from falcon.media.multipart import MultipartParseError
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
+
+from blazar.adapters import audio as codec
+from blazar.api import disconnect
+from blazar.api.bounds import MAX_NAME_CHARS, check_name
+from blazar.api.proxy import Proxy, read_json
+from blazar.context import Blazar
+from blazar.errors import DialectError
+from blazar.queries.voices import voices
+from blazar.serving import speech
+from blazar.serving.gateway import Gateway
+from blazar.serving.request import AudioAsked, Request
+
+TRANSCRIPTION_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+CHUNK = 1 << 20
+FORM_OVERHEAD = 64 << 10  # the form's boundaries and small fields beside the file
+MAX_FIELD_CHARS = 4096  # a prompt, a language: text fields are small
+UPLOAD_ROUTES = ("/v1/audio/transcriptions", "/v1/audio/translations")
+
+
+def path_limits(max_audio_mib: int) -> dict[str, int]:
+    """The body bound of the upload routes (the middleware's, before routing): the audio bound, not max_body_mib."""
+    return {route: (max_audio_mib << 20) + FORM_OVERHEAD for route in UPLOAD_ROUTES}
+
+
+def uploads_dir(app: Blazar) -> Path:
+    d = app.paths.data_dir / "uploads"
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return d
+
+
+class _Upload:
+    """The form as it came: its text fields, and its file written to a temporary file under the home."""
+
+    def __init__(self) -> None:
+        self.fields: dict[str, list[str]] = {}
+        self.path: Path | None = None
+        self.filename = "audio"
+        self.file_type = "application/octet-stream"
+        self.bytes = 0
+
+    def one(self, name: str) -> str | None:
+        values = self.fields.get(name)
+        return values[-1] if values else None
+
+    def discard(self) -> None:
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+            self.path = None
+
+
+async def _read_form(req: falcon.asgi.Request, directory: Path, limit: int) -> _Upload:
+    """Stream the multipart form: the file part to disk (past `limit` bytes: 413), the rest kept as text."""
+    if req.content_type is None or not req.content_type.startswith("multipart/form-data"):
+        raise DialectError("upload the audio as multipart/form-data with the fields `file` and `model`")
+    up = _Upload()
+    try:
+        form: Any = await req.get_media()
+        async for part in form:
+            if part.name == "file" and up.path is None:
+                up.filename = "".join(c for c in (part.filename or "audio") if c.isprintable())[:255] or "audio"
+                up.file_type = part.content_type or up.file_type
+                fd, name = tempfile.mkstemp(prefix="audio-", dir=directory)
+                up.path = Path(name)
+                with os.fdopen(fd, "wb") as out:
+                    async for chunk in part.stream:
+                        up.bytes += len(chunk)
+                        if up.bytes > limit:
+                            raise falcon.HTTPContentTooLarge(
+                                description=f"the audio file is over the limit of {limit >> 20} MiB (max_audio_mib)",
+                                headers={"Connection": "close"})
+                        await asyncio.to_thread(out.write, chunk)
+            elif part.name:
+                text = await part.get_text() or ""
+                if len(text) > MAX_FIELD_CHARS:
+                    raise DialectError(f"the form field {part.name[:40]!r} is over {MAX_FIELD_CHARS} characters")
+                up.fields.setdefault(part.name, []).append(text)
+    except MultipartParseError as e:
+        up.discard()
+        raise DialectError(f"the multipart form is malformed: {e.description}") from None
+    except BaseException:
+        up.discard()
+        raise
+    return up
+
+
+def _multipart(up: _Upload, data: bytes) -> tuple[str, bytes]:
+    """The form again, for the whisper child: its fields as the client sent them and the file's bytes."""
+    boundary = uuid.uuid4().hex
+    out: list[bytes] = []
+    for name, values in up.fields.items():
+        for value in values:
+            out.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'.encode()
+                       + value.encode() + b"\r\n")
+    safe = up.filename.replace('"', "'")
+    out.append(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{safe}"\r\n'
+               f"Content-Type: {up.file_type}\r\n\r\n".encode() + data + b"\r\n")
+    out.append(f"--{boundary}--\r\n".encode())
+    return f"multipart/form-data; boundary={boundary}", b"".join(out)
+
+
+def _no_session(request: Request) -> Request:
+    """Sessions keep a conversation's KV cache in a llama-server slot: an audio request has none to keep."""
+    if request.session is not None:
+        raise DialectError("sessions (X-Blazar-Session) do not apply to the audio routes")
+    return request
+
+
+class Transcriptions(Proxy):
+    """POST /v1/audio/transcriptions (and, with `route = "translations"`, /v1/audio/translations)."""
+
+    multipart = True  # the edge lets this route's forms through (blazar/api/edge.py)
+    route: Literal["transcriptions", "translations"] = "transcriptions"
+
+    def __init__(self, gateway: Gateway, app: Blazar) -> None:
+        super().__init__(gateway)
+        self.app = app
+
+    def ask(self, data: dict[str, Any]) -> Request:  # the form is read by on_post: see `_asked`
+        raise NotImplementedError
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        settings = self.app.settings()
+        up = await _read_form(req, uploads_dir(self.app), settings.max_audio_mib << 20)
+        try:
+            asked, fields = await self._asked(up, settings.max_audio_s)
+            request = _no_session(self.request_of(req, resp, asked, asked.raw, fields))
+            watcher = disconnect.watch(req)
+            try:
+                answer = await self.gateway.serve(request, watcher)
+            except BaseException:
+                disconnect.stop(watcher)
+                raise
+        finally:
+            up.discard()
+        self.render(req, resp, answer)
+
+    async def _asked(self, up: _Upload, max_audio_s: float) -> tuple[Request, dict[str, Any]]:
+        """Check the form and the audio, and say what the whisper child is asked."""
+        if up.path is None:
+            raise DialectError("the form has no `file` part", code="invalid_request")
+        model = up.one("model")
+        if not model:
+            raise DialectError("the form has no `model` field", code="invalid_request")
+        check_name(model)
+        fmt = up.one("response_format") or "json"
+        if fmt not in TRANSCRIPTION_FORMATS:
+            raise DialectError(f"response_format {fmt[:40]!r} is not one of {', '.join(TRANSCRIPTION_FORMATS)}")
+        stream_text = (up.one("stream") or "false").lower()
+        if stream_text not in ("true", "false"):
+            raise DialectError("stream must be true or false")
+        stream = stream_text == "true"
+        if stream and self.route == "translations":
+            raise DialectError("translations do not stream (OpenAI's API has no stream for them)")
+        temperature = up.one("temperature")
+        if temperature is not None:
+            try:
+                t = float(temperature)
+            except ValueError:
+                t = -1.0
+            if not 0.0 <= t <= 1.0:
+                raise DialectError("temperature must be a number from 0 to 1")
+        # Not audio (NotAudio) or longer than max_audio_s (AudioTooLong): a 400 before anything is recorded.
+        info = await asyncio.to_thread(codec.probe, up.path, max_duration_s=max_audio_s)
+        data = await asyncio.to_thread(up.path.read_bytes)
+        content_type, body = _multipart(up, data)
+        fields: dict[str, Any] = {k: v[-1] for k, v in up.fields.items()}
+        asked = Request(model=model, engine_path=f"/v1/audio/{self.route}", body=None, stream=stream, raw=body,
+                        content_type=content_type,
+                        audio=AudioAsked(route=self.route, response_format=fmt, audio_seconds=info.duration_s,
+                                         input_bytes=up.bytes, language=up.one("language")))
+        return asked, fields
+
+
+class Translations(Transcriptions):
+    route = "translations"
+
+
+class SpeechBody(BaseModel):
+    model_config = ConfigDict(extra="allow")  # OpenAI's `instructions` and what may come: accepted, unused
+
+    model: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    input: StrictStr = Field(min_length=1)
+    voice: StrictStr | None = Field(None, max_length=MAX_NAME_CHARS)
+    response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"
+    speed: StrictFloat | StrictInt = Field(1.0, ge=0.25, le=4.0)
+    stream_format: Literal["audio"] = "audio"  # OpenAI's "sse" is not offered: the audio itself streams
+
+
+class Speech(Proxy):
+    """POST /v1/audio/speech: the text spoken by a piper voice, streamed in the format asked."""
+
+    def __init__(self, gateway: Gateway, app: Blazar) -> None:
+        super().__init__(gateway)
+        self.app = app
+
+    def ask(self, data: dict[str, Any]) -> Request:
+        body = SpeechBody.model_validate(data)
+        limit = self.app.settings().max_speech_chars
+        if len(body.input) > limit:
+            raise DialectError(f"the input is {len(body.input)} characters; the limit is {limit} (max_speech_chars)")
+        produce = speech.producer(self.gateway, body.input, body.response_format, float(body.speed), body.voice)
+        # The engine path names the route (the kind check reads it); piper is asked sentence by sentence by `produce`.
+        return Request(model=body.model, engine_path="/v1/audio/speech", body=None, stream=True, produce=produce,
+                       audio=AudioAsked(route="speech", response_format=body.response_format,
+                                        input_chars=len(body.input), voice=body.voice))
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        raw, data = await read_json(req)
+        asked = self.ask(data)
+        check_name(asked.model)
+        request = _no_session(self.request_of(req, resp, asked, raw, data))
+        self.render(req, resp, await self.gateway.serve(request, None))
+
+
+class Voices:
+    """GET /v1/audio/voices: every piper voice in the store, with its speakers (the `voice` a request may name)."""
+
+    def __init__(self, app: Blazar) -> None:
+        self.app = app
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        resp.media = {"object": "list", "data": voices(self.app)}
+
+
+def add_routes(api: falcon.asgi.App, app: Blazar, gateway: Gateway) -> None:
+    api.add_route("/v1/audio/transcriptions", Transcriptions(gateway, app))
+    api.add_route("/v1/audio/translations", Translations(gateway, app))
+    api.add_route("/v1/audio/speech", Speech(gateway, app))
+    api.add_route("/v1/audio/voices", Voices(app))
