@@ -159,8 +159,9 @@ def test_a_chat_to_a_whisper_model_is_400_in_every_dialect_before_any_load(home:
 def test_model_lists_say_each_models_kind_and_invent_no_gguf_facts(daemon: int) -> None:
     base = f"http://127.0.0.1:{daemon}"
     listed = {m.id: m for m in openai.OpenAI(base_url=f"{base}/v1", api_key="unused").models.list()}
-    assert listed["whisper-base"].model_extra == {"kind": "whisper"}
-    assert listed["joe"].model_extra == {"kind": "piper"}
+    # The routes a speech model serves are its capabilities, as a projector's modalities are a GGUF's.
+    assert listed["whisper-base"].model_extra == {"kind": "whisper", "capabilities": ["transcriptions", "translations"]}
+    assert listed["joe"].model_extra == {"kind": "piper", "capabilities": ["speech", "voices"]}
     tags = {m.model: m for m in ollama.Client(host=base, trust_env=False).list().models}
     assert tags["whisper-base"].details.format == "ctranslate2" and tags["joe"].details.format == "onnx"
     assert tags["joe"].details.family == "piper" and tags["joe"].details.parameter_size == ""
