@@ -8,7 +8,7 @@ Resources raise (BlazarError, pydantic's ValidationError, falcon's HTTPError); t
     401     invalid_api_key        Unauthenticated (blazar/api/auth.py; type authentication_error, WWW-Authenticate)
     403     admin_key_required     Forbidden (a key that is not --admin on an admin route; type permission_error)
     403     model_not_allowed      a model outside the key's --models scope (the gateway's refusal)
-    429     rate_limit_exceeded    a key's rpm, tpm, daily_tokens or max_concurrent (with Retry-After)
+    429     rate_limit_exceeded    a key's rpm, tpm, daily_tokens, daily_audio_s or max_concurrent (Retry-After)
     404     model_not_found        ModelNotFound
     404     model_not_loaded       ModelNotLoaded
     503     circuit_open           CircuitOpen

@@ -68,6 +68,8 @@ def create(
     rpm: Annotated[int | None, typer.Option("--rpm", min=1, help="Requests per minute (sliding 60 s).")] = None,
     tpm: Annotated[int | None, typer.Option("--tpm", min=1, help="Tokens (prompt + completion) per minute.")] = None,
     daily_tokens: Annotated[int | None, typer.Option("--daily-tokens", min=1, help="Tokens per UTC day.")] = None,
+    daily_audio_s: Annotated[int | None, typer.Option("--daily-audio-s", min=1, help="Seconds of audio per UTC day "
+                                                      "(transcribed or spoken: /v1/audio/*).")] = None,
     max_concurrent: Annotated[int | None, typer.Option(
         "--max-concurrent", min=1, help="Requests running at once (an open stream counts until it ends).")] = None,
     admin: Annotated[bool, typer.Option("--admin", help="May use the admin routes too (/api/blazar/*, pull, delete, "
@@ -85,7 +87,7 @@ def create(
             rec, secret = await handlers.create(app_, name, models=models, rpm=rpm, tpm=tpm,
                                                 daily_tokens=daily_tokens, max_concurrent=max_concurrent,
                                                 admin=admin, expires=expires, cache_group=cache_group,
-                                                may_prioritize=may_prioritize)
+                                                may_prioritize=may_prioritize, daily_audio_s=daily_audio_s)
             return {**_row(app_, _existing(app_, name)), "seq": rec.seq}, secret, app_.paths
 
     row, secret, paths = run(go())
@@ -130,8 +132,9 @@ def show(name: Annotated[str, _NAME], as_json: bool = JSON_OPTION) -> None:
     if as_json:
         print_json(row)
         return
-    for field in ("name", "prefix", "state", "admin", "models", "rpm", "tpm", "daily_tokens", "max_concurrent",
-                  "cache_group", "may_prioritize", "expires_ts", "created_ts", "rotated_ts", "revoked_ts", "actor",
+    for field in ("name", "prefix", "state", "admin", "models", "rpm", "tpm", "daily_tokens", "daily_audio_s",
+                  "max_concurrent", "cache_group", "may_prioritize", "expires_ts", "created_ts", "rotated_ts",
+                  "revoked_ts", "actor",
                   "requests_today", "tokens_today", "audio_seconds_today"):
         value = row.get(field)
         if field.endswith("_ts"):
@@ -181,6 +184,8 @@ def limits(
     tpm: Annotated[int | None, typer.Option("--tpm", min=0, help="Tokens per minute; 0: no limit.")] = None,
     daily_tokens: Annotated[int | None, typer.Option("--daily-tokens", min=0, help="Tokens per UTC day; 0: no "
                                                      "limit.")] = None,
+    daily_audio_s: Annotated[int | None, typer.Option("--daily-audio-s", min=0, help="Seconds of audio per UTC day; "
+                                                      "0: no limit.")] = None,
     max_concurrent: Annotated[int | None, typer.Option("--max-concurrent", min=0, help="Requests at once; 0: no "
                                                        "limit.")] = None,
     cache_group: Annotated[str | None, typer.Option("--cache-group", help=_GROUP_HELP + " \"\": no group.")] = None,
@@ -192,8 +197,9 @@ def limits(
     if models and all_models:
         raise typer.BadParameter("--models and --all-models exclude each other", param_hint="--all-models")
     changed: dict[str, Any] = {f: v for f, v in (("rpm", rpm), ("tpm", tpm), ("daily_tokens", daily_tokens),
-                                                 ("max_concurrent", max_concurrent), ("cache_group", cache_group),
-                                                 ("may_prioritize", may_prioritize)) if v is not None}
+                                                 ("daily_audio_s", daily_audio_s), ("max_concurrent", max_concurrent),
+                                                 ("cache_group", cache_group), ("may_prioritize", may_prioritize))
+                               if v is not None}
     if models or all_models:
         changed["models"] = [] if all_models else models
 

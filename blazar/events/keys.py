@@ -43,6 +43,7 @@ class KeyCreated(_KeyEvent):
     tpm: int | None = None
     daily_tokens: int | None = None
     max_concurrent: int | None = None
+    daily_audio_s: int | None = None  # seconds of audio (speech in or out) per UTC day
     admin: bool = False
     expires_ts: float | None = None
     # Keys are tenants: a key's prompts reuse KV only with its own (or its cache group's: keys an admin put in one

@@ -30,7 +30,7 @@ NAME_MAX = 64
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 _PATTERN_OK = re.compile(r"^[A-Za-z0-9._:/*?\[\]!-]+\Z")
 PATTERN_MAX = 256
-LIMITS = ("rpm", "tpm", "daily_tokens", "max_concurrent")
+LIMITS = ("rpm", "tpm", "daily_tokens", "max_concurrent", "daily_audio_s")
 # What `change_limits` takes besides the limits and the scope: tenancy (blazar/serving/tenancy.py).
 TENANCY = ("cache_group", "may_prioritize")
 
@@ -139,7 +139,7 @@ def _taken(app: Blazar) -> set[str]:
 async def create(app: Blazar, name: str, *, models: list[str] | None = None, rpm: int | None = None,
                  tpm: int | None = None, daily_tokens: int | None = None, max_concurrent: int | None = None,
                  admin: bool = False, expires: str | None = None, cache_group: str | None = None,
-                 may_prioritize: bool = False) -> tuple[Recorded, str]:
+                 may_prioritize: bool = False, daily_audio_s: int | None = None) -> tuple[Recorded, str]:
     """Record the key; returns the event and the secret (shown once, stored nowhere). `cache_group` puts it in a
     group whose keys share sessions, KV reuse and shared generations; `may_prioritize` lets it use
     X-Blazar-Priority and deadlines."""
@@ -147,7 +147,8 @@ async def create(app: Blazar, name: str, *, models: list[str] | None = None, rpm
     if _key(app, name) is not None:
         raise KeyCommandError(f"a key named {name!r} exists already (names are never reused, revoked ones included)")
     limits = {f: check_limit(f, v) for f, v in
-              (("rpm", rpm), ("tpm", tpm), ("daily_tokens", daily_tokens), ("max_concurrent", max_concurrent))}
+              (("rpm", rpm), ("tpm", tpm), ("daily_tokens", daily_tokens), ("max_concurrent", max_concurrent),
+               ("daily_audio_s", daily_audio_s))}
     made = new_secret(_taken(app))
     ev = KeyCreated(name=name, prefix=made.prefix, salt=made.salt, hash=made.hash, models=check_patterns(models),
                     admin=admin, expires_ts=expiry_ts(expires, now=app.clock.now()),

@@ -11,7 +11,9 @@ from blazar.events.base import Recorded
 from blazar.events.keys import KeyCreated, KeyLimitsChanged, KeyRevoked, KeyRotated
 from blazar.projections.base import Projection, State, TypedState
 
-LIMIT_FIELDS = ("models", "rpm", "tpm", "daily_tokens", "max_concurrent", "cache_group", "may_prioritize")
+LIMIT_FIELDS = (
+    "models", "rpm", "tpm", "daily_tokens", "max_concurrent", "daily_audio_s", "cache_group", "may_prioritize",
+)
 
 
 class KeysState(TypedState):
@@ -40,7 +42,8 @@ class KeysProjection(Projection):
             keys[ev.name] = {
                 "name": ev.name, "prefix": ev.prefix, "salt": ev.salt, "hash": ev.hash, "models": list(ev.models),
                 "rpm": ev.rpm, "tpm": ev.tpm, "daily_tokens": ev.daily_tokens, "max_concurrent": ev.max_concurrent,
-                "admin": ev.admin, "expires_ts": ev.expires_ts, "cache_group": ev.cache_group,
+                "daily_audio_s": ev.daily_audio_s, "admin": ev.admin, "expires_ts": ev.expires_ts,
+                "cache_group": ev.cache_group,
                 "may_prioritize": ev.may_prioritize, "created_ts": rec.ts, "rotated_ts": None,
                 "revoked": False, "revoked_ts": None, "actor": rec.actor,
             }
@@ -96,6 +99,7 @@ class ApiKey:
     created_ts: float
     cache_group: str | None = None
     may_prioritize: bool = False
+    daily_audio_s: int | None = None
     rotated_ts: float | None = None
     revoked_ts: float | None = None
     actor: str = ""  # who created it
@@ -104,7 +108,8 @@ class ApiKey:
         """The key as `blazar keys --json` shows it: every field but its salt and hash."""
         return {"name": self.name, "prefix": self.prefix, "models": list(self.models), "rpm": self.rpm,
                 "tpm": self.tpm, "daily_tokens": self.daily_tokens, "max_concurrent": self.max_concurrent,
-                "admin": self.admin, "expires_ts": self.expires_ts, "cache_group": self.cache_group,
+                "daily_audio_s": self.daily_audio_s, "admin": self.admin, "expires_ts": self.expires_ts,
+                "cache_group": self.cache_group,
                 "may_prioritize": self.may_prioritize, "created_ts": self.created_ts, "rotated_ts": self.rotated_ts,
                 "revoked": self.revoked, "revoked_ts": self.revoked_ts, "actor": self.actor}
 
@@ -115,6 +120,7 @@ def _typed(k: dict[str, Any]) -> ApiKey:
                   daily_tokens=k.get("daily_tokens"), max_concurrent=k.get("max_concurrent"), admin=bool(k["admin"]),
                   expires_ts=k.get("expires_ts"), revoked=bool(k["revoked"]), created_ts=float(k["created_ts"]),
                   cache_group=k.get("cache_group"), may_prioritize=bool(k.get("may_prioritize")),
+                  daily_audio_s=k.get("daily_audio_s"),
                   rotated_ts=k.get("rotated_ts"), revoked_ts=k.get("revoked_ts"), actor=str(k.get("actor") or ""))
 
 

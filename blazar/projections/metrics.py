@@ -338,6 +338,12 @@ def key_usage(state: MetricsState, name: str) -> KeyUsage | None:
                                            audio_seconds_today=float(u.get("audio_seconds_today", 0.0)))
 
 
+def audio_seconds_on(state: MetricsState, name: str, day: int) -> float:
+    """The seconds of audio key `name` used on UTC day `day` (a restarted daemon keeps counting daily_audio_s)."""
+    u = key_usage(state, name)
+    return u.audio_seconds_today if u is not None and u.day == day else 0.0
+
+
 def tokens_on(state: MetricsState, name: str, day: int) -> int:
     """The tokens key `name` used on UTC day `day` (a restarted daemon keeps counting the daily limit)."""
     u = key_usage(state, name)

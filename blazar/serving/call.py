@@ -103,6 +103,7 @@ class Desk(Protocol):
     def unhold(self, instance: Instance) -> None: ...
     def release_lease(self, lease: Lease) -> None: ...
     def charge(self, key_name: str, tokens: int) -> None: ...
+    def charge_audio(self, key_name: str, seconds: float) -> None: ...
 
 
 class Call:
@@ -347,10 +348,13 @@ class Call:
         if call.request.key_name is not None and charged:
             call._desk.charge(call.request.key_name, charged)  # tpm and daily_tokens: a hang-up is no way around them
         if isinstance(outcome, Completed) and call.request.audio is not None:
-            call.emit(call._audio_event(call.request.audio))
+            audio = call._audio_event(call.request.audio)
+            if call.request.key_name is not None:
+                call._desk.charge_audio(call.request.key_name, audio.audio_seconds)  # daily_audio_s
+            call.emit(audio)
         call.emit(call._terminal_event(outcome))
 
-    def _audio_event(self, asked: AudioAsked) -> Event:
+    def _audio_event(self, asked: AudioAsked) -> RequestAudio:
         """What the request's audio was and how fast it was made (before the terminal event: `why` reads both)."""
         started = self.engine_at if self.engine_at is not None else self.received
         processing_ms = round((time.perf_counter() - started) * 1000, 3)

@@ -32,7 +32,7 @@ from blazar.events.base import Event
 from blazar.events.requests import RequestReceived
 from blazar.instances.kv_bank import KvBank
 from blazar.instances.supervisor import Instance, ResolvedModel
-from blazar.projections.metrics import tokens_on
+from blazar.projections.metrics import audio_seconds_on, tokens_on
 from blazar.serving import fanout, media, relay
 from blazar.serving.admission import Admission, Ticket
 from blazar.serving.call import Call, Completed, Failed, outcome_of
@@ -63,7 +63,7 @@ class Gateway:
         self.remotes = RemoteBreaker(app)  # remote engines' circuits
         self._writer = app.request_writer()
         self._actor = app.actor
-        self.limits = Limiter(app.clock, seed=self._tokens_today)
+        self.limits = Limiter(app.clock, seed=self._tokens_today, audio_seed=self._audio_today)
         # Forwarding to other nodes needs the cluster key.
         self.router = Router(app, supervisor, admission, client, self.kv,
                              cluster_key(app.env) if app.node else None)
@@ -71,6 +71,10 @@ class Gateway:
     def _tokens_today(self, key_name: str, day: int) -> int:
         """What the log says a key used on UTC day `day` (a restarted daemon keeps counting the daily limit)."""
         return tokens_on(self.app.runner.state("metrics"), key_name, day)
+
+    def _audio_today(self, key_name: str, day: int) -> float:
+        """The seconds of audio the log says a key used on UTC day `day` (the daily_audio_s limit)."""
+        return audio_seconds_on(self.app.runner.state("metrics"), key_name, day)
 
     # -- what a call records to and gives back to (blazar/serving/call.py's Desk) --------------------------------------
 
@@ -95,6 +99,9 @@ class Gateway:
 
     def charge(self, key_name: str, tokens: int) -> None:
         self.limits.add_tokens(key_name, tokens)
+
+    def charge_audio(self, key_name: str, seconds: float) -> None:
+        self.limits.add_audio(key_name, seconds)
 
     # -- the pipeline --------------------------------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Per-key limits, in memory in the daemon: requests per minute and tokens per minute over a sliding 60 s window,
-tokens per UTC day, and concurrent requests (a lease taken before a request runs and given back when its answer
-ends). Pure apart from the clock it is given; the gateway records a refusal as `request.rejected`.
+tokens and seconds of audio per UTC day, and concurrent requests (a lease taken before a request runs and given back
+when its answer ends). Pure apart from the clock it is given; the gateway records a refusal as `request.rejected`.
 
     LimitExceeded (BlazarError)   429 rate_limit_exceeded: which limit, its value, and when to retry
 """
@@ -31,10 +31,11 @@ class KeyLimits:
     tpm: int | None = None
     daily_tokens: int | None = None
     max_concurrent: int | None = None
+    daily_audio_s: int | None = None
 
     @classmethod
     def of(cls, key: ApiKey) -> KeyLimits:
-        return cls(key.name, key.rpm, key.tpm, key.daily_tokens, key.max_concurrent)
+        return cls(key.name, key.rpm, key.tpm, key.daily_tokens, key.max_concurrent, key.daily_audio_s)
 
 
 @dataclass(slots=True)
@@ -44,6 +45,7 @@ class _Usage:
     tokens_in_window: int = 0
     day: int = -1  # UTC day number the daily count is for
     tokens_today: int = 0
+    audio_today: float = 0.0  # seconds of audio of completed speech requests
     in_flight: int = 0
 
 
@@ -60,12 +62,15 @@ def utc_day(ts: float) -> int:
 
 
 class Limiter:
-    """`acquire` before a request runs (raises LimitExceeded), `add_tokens` when it completes, `release` when its
-    answer ends. `seed(name, day)` gives the tokens a key already used that UTC day (from the log, at start)."""
+    """`acquire` before a request runs (raises LimitExceeded), `add_tokens` (and `add_audio`) when it completes,
+    `release` when its answer ends. `seed(name, day)` gives the tokens a key already used that UTC day and
+    `audio_seed(name, day)` its seconds of audio (from the log, at start)."""
 
-    def __init__(self, clock: Clock, *, seed: Callable[[str, int], int] | None = None) -> None:
+    def __init__(self, clock: Clock, *, seed: Callable[[str, int], int] | None = None,
+                 audio_seed: Callable[[str, int], float] | None = None) -> None:
         self.clock = clock
         self.seed = seed
+        self.audio_seed = audio_seed
         self._usage: dict[str, _Usage] = {}
 
     def _of(self, name: str) -> _Usage:
@@ -84,6 +89,7 @@ class Limiter:
         if u.day != day:
             u.day = day
             u.tokens_today = self.seed(name, day) if self.seed is not None else 0
+            u.audio_today = self.audio_seed(name, day) if self.audio_seed is not None else 0.0
 
     def acquire(self, limits: KeyLimits) -> Lease:
         mono, wall = self.clock.monotonic(), self.clock.now()
@@ -106,6 +112,11 @@ class Limiter:
             wait = (u.day + 1) * DAY_S - wall
             raise LimitExceeded(f"{who} used {u.tokens_today} tokens today (UTC), its daily_tokens limit is "
                                 f"{limits.daily_tokens}", limit="daily_tokens", value=limits.daily_tokens,
+                                retry_after_s=_ceil(wait))
+        if limits.daily_audio_s is not None and u.audio_today >= limits.daily_audio_s:
+            wait = (u.day + 1) * DAY_S - wall
+            raise LimitExceeded(f"{who} used {u.audio_today:.1f} s of audio today (UTC), its daily_audio_s limit is "
+                                f"{limits.daily_audio_s}", limit="daily_audio_s", value=limits.daily_audio_s,
                                 retry_after_s=_ceil(wait))
         u.requests.append(mono)
         u.in_flight += 1
@@ -140,6 +151,14 @@ class Limiter:
         u.tokens.append((mono, tokens))
         u.tokens_in_window += tokens
         u.tokens_today += tokens
+
+    def add_audio(self, name: str, seconds: float) -> None:
+        """A completed speech request's seconds of audio (what it transcribed or spoke) against the daily limit."""
+        if seconds <= 0:
+            return
+        u = self._of(name)
+        self._roll(name, u, self.clock.monotonic(), self.clock.now())
+        u.audio_today += seconds
 
     def release(self, lease: Lease) -> None:
         if lease.released:

@@ -103,7 +103,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, whisper_base: Path, joe: tu
     try:
         wait_for(lambda: healthy(port), "/health", proc=proc)
         d = Daemon(home, port, proc)
-        for name, args in (("all", ()), ("speaker", ("--models", TTS))):
+        for name, args in (("all", ()), ("speaker", ("--models", TTS)), ("metered", ("--daily-audio-s", "2"))):
             d.secrets[name] = json.loads(d.cli("keys", "create", name, *args, "--json").stdout)["secret"]
         yield d
     finally:
@@ -224,6 +224,19 @@ def test_a_key_scoped_to_another_model_is_403(daemon: Daemon, spoken: bytes) -> 
     row = wait_for(lambda: (r := json.loads(daemon.cli("keys", "show", "speaker", "--json").stdout))
                    ["audio_seconds_today"] > 0 and r, "the key's audio seconds")
     assert row["audio_seconds_today"] < 5.0
+
+
+def test_a_keys_daily_audio_seconds_are_a_limit_of_their_own(daemon: Daemon) -> None:
+    said = "Good morning. This sentence is long enough to make more than two seconds of speech."
+    daemon.client("metered").audio.speech.create(model=TTS, voice="joe", input=said, response_format="wav")
+    row = wait_for(lambda: (r := json.loads(daemon.cli("keys", "show", "metered", "--json").stdout))
+                   ["audio_seconds_today"] > 0 and r, "the key's audio seconds")
+    assert row["audio_seconds_today"] > 2 and row["daily_audio_s"] == 2 and row["tokens_today"] == 0
+    with pytest.raises(openai.RateLimitError) as e:  # the limiter was charged before the log was
+        daemon.client("metered").audio.speech.create(model=TTS, voice="joe", input="More.", response_format="wav")
+    assert e.value.code == "rate_limit_exceeded" and "daily_audio_s" in e.value.message
+    assert e.value.response.headers.get("retry-after")
+    daemon.client("all").audio.speech.create(model=TTS, voice="joe", input="Mine.", response_format="wav")
 
 
 def test_a_model_of_the_wrong_kind_is_400(daemon: Daemon, spoken: bytes) -> None:

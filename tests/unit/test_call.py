@@ -46,6 +46,9 @@ class Desk:
     def release_lease(self, lease: Lease) -> None:
         self.given.append("lease")
 
+    def charge_audio(self, key_name: str, seconds: float) -> None:
+        pass
+
     def charge(self, key_name: str, tokens: int) -> None:
         self.given.append(f"charge:{key_name}:{tokens}")
 

@@ -250,6 +250,16 @@ async def test_create_refuses_bad_limits_patterns_and_expiry(app: Blazar) -> Non
     assert rec_.event.expires_ts == pytest.approx(app.clock.now() + 30 * 86400)  # type: ignore[attr-defined]
 
 
+def test_a_daily_audio_limit_is_kept_changed_and_read_like_the_others() -> None:
+    a, _ = created("alice", daily_tokens=1000, daily_audio_s=600)
+    state = fold(KeysProjection(), [rec(1, a)])
+    assert api_key(KeysState(state), "alice").daily_audio_s == 600  # type: ignore[union-attr]
+    state = fold(KeysProjection(), [rec(1, a), rec(2, KeyLimitsChanged(name="alice", changed={"daily_audio_s": 60}))])
+    k = api_key(KeysState(state), "alice")
+    assert k is not None and (k.daily_audio_s, k.daily_tokens) == (60, 1000)
+    assert k.public()["daily_audio_s"] == 60
+
+
 async def test_rotate_revoke_and_limits(app: Blazar) -> None:
     _, old = await handlers.create(app, "alice", rpm=5)
     _, new = await handlers.rotate(app, "alice")
@@ -258,6 +268,10 @@ async def test_rotate_revoke_and_limits(app: Blazar) -> None:
     assert await handlers.change_limits(app, "alice", {"rpm": 5}) is None  # nothing changed: no event
     rec_ = await handlers.change_limits(app, "alice", {"rpm": 0, "tpm": 50})
     assert rec_ is not None and rec_.event.changed == {"rpm": None, "tpm": 50}  # type: ignore[attr-defined]
+    rec_ = await handlers.change_limits(app, "alice", {"daily_audio_s": 120})
+    assert rec_ is not None and rec_.event.changed == {"daily_audio_s": 120}  # type: ignore[attr-defined]
+    with pytest.raises(KeyCommandError):
+        await handlers.change_limits(app, "alice", {"daily_audio_s": 1.5})
     await handlers.revoke(app, "alice")
     assert state["keys"]["alice"]["revoked"] and not state["live"]
     for op in (handlers.rotate(app, "alice"), handlers.revoke(app, "alice"), handlers.rotate(app, "nobody")):

@@ -1,5 +1,5 @@
-"""Per-key limits with a fake clock: rpm over a sliding minute, tpm counted at completion, daily tokens per UTC day,
-and the concurrency lease."""
+"""Per-key limits with a fake clock: rpm over a sliding minute, tpm counted at completion, daily tokens and audio
+seconds per UTC day, and the concurrency lease."""
 
 from __future__ import annotations
 
@@ -61,6 +61,24 @@ def test_daily_tokens_reset_at_utc_midnight_and_start_from_the_seed() -> None:
     assert e.value.limit == "daily_tokens" and e.value.retry_after_s == 100.0
     clock.advance(100)
     lim.acquire(k)
+
+
+def test_daily_audio_seconds_count_apart_from_tokens_reset_at_utc_midnight_and_start_from_the_seed() -> None:
+    clock = FakeClock(start=10 * DAY_S + DAY_S - 100)
+    lim = Limiter(clock, seed=lambda name, day: 0, audio_seed=lambda name, day: 50.0 if day == 10 else 0.0)
+    k = KeyLimits("a", daily_tokens=1000, daily_audio_s=60)
+    lim.acquire(k)
+    lim.add_tokens("a", 10)  # tokens are not seconds: neither limit borrows from the other
+    lim.add_audio("a", 9.5)  # 50 s from the log + 9.5 s: under 60
+    lim.acquire(k)
+    lim.add_audio("a", 0.5)
+    with pytest.raises(LimitExceeded) as e:
+        lim.acquire(k)
+    assert e.value.limit == "daily_audio_s" and e.value.value == 60 and e.value.retry_after_s == 100.0
+    assert "60.0 s of audio today" in e.value.message
+    lim.acquire(KeyLimits("b", daily_audio_s=60))  # another key's audio is its own
+    clock.advance(100)
+    lim.acquire(k)  # a new UTC day
 
 
 def test_max_concurrent_is_a_lease_given_back_once() -> None:
