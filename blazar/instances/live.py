@@ -193,6 +193,11 @@ def keyfile(app: Blazar, instance_id: str) -> Path:
     return app.paths.run / "instances" / f"{instance_id}.key"
 
 
+def scratchdir(app: Blazar, instance_id: str) -> Path:
+    """A speech child's own directory for what it would otherwise write beside its model (removed at its exit)."""
+    return app.paths.run / "instances" / f"{instance_id}.d"
+
+
 def pidfile(app: Blazar, instance_id: str) -> Path:
     """Written between spawn and `instance.started`: reconcile finds a child whose start never reached the log."""
     return app.paths.run / "instances" / f"{instance_id}.pid"

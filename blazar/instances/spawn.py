@@ -8,6 +8,7 @@ import asyncio
 import logging
 import os
 import secrets
+import shutil
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,17 @@ from blazar.events.models import InstanceMemoryMeasured, ModelMetadata
 from blazar.events.sessions import KvIdentity
 from blazar.fit import FitPlan
 from blazar.instances.calibration import record_measurement
-from blazar.instances.live import Instance, Live, LiveSet, LoadReport, ResolvedModel, keyfile, pidfile, plan_workers
+from blazar.instances.live import (
+    Instance,
+    Live,
+    LiveSet,
+    LoadReport,
+    ResolvedModel,
+    keyfile,
+    pidfile,
+    plan_workers,
+    scratchdir,
+)
 from blazar.instances.load_checks import record_refusal
 from blazar.instances.stopping import Stopper
 from blazar.store.chat_templates import served_settings
@@ -80,6 +91,7 @@ class Spawner:
             proc = await process.spawn(argv, log_path=log_path, cwd=cwd)
         except EngineError as e:
             keyfile(app, instance_id).unlink(missing_ok=True)
+            shutil.rmtree(scratchdir(app, instance_id), ignore_errors=True)
             await app.record(InstanceExited(instance_id=instance_id, model=name, reason="spawn_failed",
                                             detail=e.message), cause=intent.seq)
             raise
@@ -150,8 +162,10 @@ class Spawner:
             raise await record_refusal(app, name, "untrusted_path", e.message, e) from None
         key_path = keyfile(app, instance_id)
         api_key = write_key(key_path) if kind.keyed else None
+        scratch = scratchdir(app, instance_id)
+        scratch.mkdir(mode=0o700, parents=True, exist_ok=True)
         launch = Launch(model=opened, port=port, key_file=key_path if kind.keyed else None,
-                        threads=app.settings().engine_threads or None)
+                        threads=app.settings().engine_threads or None, scratch=scratch)
         return kind.argv(launch), api_key, kind.cwd(launch)
 
     async def await_ready(self, lv: Live, report: LoadReport | None) -> Instance:

@@ -190,6 +190,10 @@ def test_each_kind_loads_as_its_own_child_is_listed_with_its_kind_and_stops(home
     assert "--api-key-file" in starts["whisper-base"]["argv"]
     assert starts["joe"]["argv"][1:3] == ["-m", "piper.http_server"]
     assert starts["joe"]["argv"][starts["joe"]["argv"].index("--host") + 1] == "127.0.0.1"
+    # piper's keyless /download writes into the child's own 0700 scratch directory (gone at its exit), not the store.
+    scratch = Path(starts["joe"]["argv"][starts["joe"]["argv"].index("--download-dir") + 1])
+    assert scratch == home / "run" / "instances" / f"{rows['joe']['instance_id']}.d"
+    assert scratch.is_dir() and scratch.stat().st_mode & 0o777 == 0o700
     # The whisper child wants its key; piper's server answers (it has none).
     w = rows["whisper-base"]
     key = (home / "run" / "instances" / f"{w['instance_id']}.key").read_text().strip()
@@ -206,7 +210,7 @@ def test_each_kind_loads_as_its_own_child_is_listed_with_its_kind_and_stops(home
     assert measured
     blazar_cli(home, "stop", "joe")
     blazar_cli(home, "stop", "whisper-base")
-    assert _ps(home) == []
+    assert _ps(home) == [] and not scratch.exists()
     exits = {e["data"]["model"]: e["data"]["reason"] for e in read_events(home, "instance.exited")}
     assert exits == {"whisper-base": "stopped", "joe": "stopped"}
     assert not process.pid_alive(w["pid"])

@@ -65,10 +65,11 @@ def test_the_whisper_argv_runs_blazars_child_on_loopback_with_its_key_file_and_t
 def test_the_piper_argv_runs_pipers_own_server_bound_to_loopback_in_the_voices_directory(tmp_path: Path) -> None:
     voice = tmp_path / "joe" / "en_US-joe-medium.onnx"
     kind = engine_kind("piper")
-    launch = Launch(model=voice, port=5000, key_file=tmp_path / "unused.key", threads=2)
+    launch = Launch(model=voice, port=5000, key_file=tmp_path / "unused.key", threads=2, scratch=tmp_path / "i.d")
+    # piper's /download (no key: any local process may call it) writes to the child's own scratch, not the store.
     assert kind.argv(launch) == [sys.executable, "-m", "piper.http_server", "-m", str(voice), "--host", "127.0.0.1",
-                                 "--port", "5000"]
-    assert kind.cwd(launch) == voice.parent  # piper looks for (and downloads) voices in its working directory
+                                 "--port", "5000", "--download-dir", str(tmp_path / "i.d")]
+    assert kind.cwd(launch) == voice.parent  # piper looks for voices in its working directory
     assert kind.probe_path == "/info" and not kind.keyed
 
 

@@ -70,6 +70,8 @@ class Launch:
     threads: int | None = None
     host: str = "127.0.0.1"
     python: str = field(default_factory=lambda: sys.executable)
+    # A directory of the child's own (0700, removed when it exits) for what it would write beside the model.
+    scratch: Path | None = None
     # llama-server: the binary, the plan, the flags it lists and what the supervisor adds (key, alias, template...)
     binary: Path | None = None
     plan: FitPlan | None = None
@@ -192,12 +194,15 @@ class Piper(EngineKind):
 
     def argv(self, launch: Launch) -> list[str]:
         # --host is given: piper's server binds 0.0.0.0 by default.
+        # --download-dir: piper's /download (open to any local process: no key) writes into the child's scratch
+        # directory, never into the store beside the voice.
+        scratch = ["--download-dir", str(launch.scratch)] if launch.scratch is not None else []
         return [launch.python, "-m", "piper.http_server", "-m", str(launch.model), "--host", launch.host,
-                "--port", str(launch.port)]
+                "--port", str(launch.port), *scratch]
 
     def cwd(self, launch: Launch) -> Path | None:
-        # NOTE: piper's server looks for voices (and /download writes them) in its data dirs, the first being its
-        # working directory: the voice's own directory in the store, never ours.
+        # NOTE: piper's server looks for voices in its data dirs, the first being its working directory: the voice's
+        # own directory in the store, never ours (its downloads go to the scratch directory: argv).
         return launch.model.parent
 
     def usage(self, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
