@@ -68,8 +68,8 @@ class _RequestEvent(Event):
 
 class MediaFacts(BaseModel):
     """The images and audio clips a chat request carried, as their bytes showed them (never the bytes): how many, of
-    which types, how large. What they cost in tokens is in the request's usage (`request.completed`'s
-    prompt_tokens, which counts them with the text)."""
+    which types, how large, and (where the projector says) the prompt tokens they become; the
+    request's usage (`request.completed`'s prompt_tokens) counts them with the text."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -78,6 +78,9 @@ class MediaFacts(BaseModel):
     image_bytes: int = 0  # decoded, all images together
     image_pixels: int = 0
     images_fetched: int = 0  # of them, fetched from http(s) URLs (image_fetch)
+    # The prompt tokens (embeddings) the images become, where the projector makes every image the same size
+    # (blazar/fit/projector.py `tokens_per_image`); None where only the engine knows (then see prompt_tokens).
+    image_tokens: int | None = None
     audio_clips: int = 0
     audio_formats: list[str] = Field(default_factory=list)  # wav, mp3
     audio_bytes: int = 0

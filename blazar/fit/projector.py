@@ -47,6 +47,25 @@ class ProjectorCost:
         return self.weights_bytes + self.compute_bytes
 
 
+# Projector types that resize every image to one side (`clip.vision.image_size`), so each image becomes the same
+# number of embeddings; others (qwen2vl, pixtral, ...) tile or keep an image's own size: known only to the engine.
+FIXED_SIZE_TYPES = frozenset({"gemma3"})
+# Patches merged per side when the header gives no scale factor: llama.cpp's default for gemma3 (every Gemma 3 size
+# pools 64x64 patches to 16x16; only its test models write `clip.vision.projector.scale_factor`).
+DEFAULT_MERGE = {"gemma3": 4}
+
+
+def tokens_per_image(meta: ProjectorMetadata) -> int | None:
+    """The embeddings one image becomes in the prompt (P / scale^2; gemma3: 896 px / 14 = 64^2 patches pooled by 4
+    = 256), or None where that depends on the image. The model's own marker tokens around it are not counted."""
+    enc = meta.vision
+    kind = (enc.projector_type if enc is not None else None) or meta.projector_type
+    if enc is None or kind not in FIXED_SIZE_TYPES or not enc.image_size or not enc.patch_size:
+        return None
+    scale = enc.scale_factor or DEFAULT_MERGE.get(kind, 1)
+    return max(1, (enc.image_size // enc.patch_size) ** 2 // (scale * scale))
+
+
 def _vision_compute(enc: EncoderShape, *, flash_attn: bool) -> int:
     side, patch = enc.image_size or 0, enc.patch_size or 1
     n_patches = (side // patch) ** 2

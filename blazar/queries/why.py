@@ -287,12 +287,14 @@ class _Story:
 
 
 def _media(m: MediaFacts) -> str:
-    """What a request's images and audio were (their bytes are never recorded): their tokens are in its usage."""
+    """What a request's images and audio were (their bytes are never recorded), and the prompt tokens the images
+    became where the projector says; the usage counts them with the text."""
     said = []
     if m.images:
         fetched = f", {m.images_fetched} fetched" if m.images_fetched else ""
+        tokens = f", {m.image_tokens} prompt tokens" if m.image_tokens is not None else ""
         said.append(f"{m.images} image{'s' if m.images != 1 else ''} ({', '.join(m.image_types)}; {m.image_bytes} B, "
-                    f"{m.image_pixels / 1e6:.2f} Mpx{fetched})")
+                    f"{m.image_pixels / 1e6:.2f} Mpx{tokens}{fetched})")
     if m.audio_clips:
         said.append(f"{m.audio_clips} audio clip{'s' if m.audio_clips != 1 else ''} ({', '.join(m.audio_formats)}; "
                     f"{m.audio_bytes} B)")

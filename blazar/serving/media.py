@@ -25,6 +25,7 @@ from blazar.adapters.images import inspect_audio, inspect_image
 from blazar.config import Settings
 from blazar.errors import DialectError, Refused
 from blazar.events.requests import MediaFacts
+from blazar.fit.projector import tokens_per_image
 from blazar.projections.catalog import CatalogState, stored
 from blazar.serving.request import Request
 
@@ -100,10 +101,17 @@ async def prepare(request: Request, settings: Settings, catalog: CatalogState) -
         new = await (checker.image(part, where) if part["type"] == "image_url" else checker.audio(part, where))
         if new is not None:
             rewritten[(i, j)] = new
-    facts = checker.facts()
+    facts = _with_image_tokens(checker.facts(), catalog, request.model)
     if not rewritten:
         return replace(request, media=facts)
     return replace(request, body=_rewrite(body, rewritten), media=facts)
+
+
+def _with_image_tokens(facts: MediaFacts, catalog: CatalogState, model: str) -> MediaFacts:
+    """The facts with the prompt tokens the images become, where the model's projector makes every image one size."""
+    got = stored(catalog, model)
+    per = tokens_per_image(got.projector.metadata) if got is not None and got.projector is not None else None
+    return facts if per is None or not facts.images else facts.model_copy(update={"image_tokens": per * facts.images})
 
 
 def refuse_unless_projector(catalog: CatalogState, model: str, facts: MediaFacts) -> None:

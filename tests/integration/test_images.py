@@ -92,7 +92,8 @@ def test_an_image_costs_prompt_tokens_through_each_sdk(daemon: Daemon) -> None:
     assert chat.usage is not None and chat.usage.prompt_tokens > without.prompt_tokens
     media = media_of(daemon, raw.headers["x-blazar-trace-id"])
     assert media == {"images": 1, "image_types": ["image/jpeg"], "image_bytes": len(IMAGE), "image_pixels": 64 * 48,
-                     "images_fetched": 0, "audio_clips": 0, "audio_formats": [], "audio_bytes": 0}
+                     "images_fetched": 0, "image_tokens": 16, "audio_clips": 0, "audio_formats": [],
+                     "audio_bytes": 0}
     # Anthropic: an image block, base64 (declared PNG: the bytes say JPEG, and that is what the engine is told).
     text_only = an(daemon).messages.create(model=SEER, max_tokens=2, messages=[{"role": "user", "content": PROMPT}])
     msg = an(daemon).messages.create(model=SEER, max_tokens=2, messages=[{"role": "user", "content": [
@@ -116,7 +117,7 @@ def test_why_tells_the_images_facts(daemon: Daemon) -> None:
     trace = raw.headers["x-blazar-trace-id"]
     daemon.wait_trace(trace, "request.completed")
     told = blazar_cli(daemon.home, "why", trace).stdout
-    assert f"1 image (image/jpeg; {len(IMAGE)} B, 0.00 Mpx)" in told
+    assert f"1 image (image/jpeg; {len(IMAGE)} B, 0.00 Mpx, 16 prompt tokens)" in told
 
 
 def test_an_image_to_a_model_without_a_projector_is_400_in_each_shape(daemon: Daemon) -> None:

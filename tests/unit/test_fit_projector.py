@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from blazar.events.projectors import EncoderShape, ProjectorMetadata
 from blazar.fit import FitRequest, plan
-from blazar.fit.projector import ProjectorCost, decide_placement, projector_cost
+from blazar.fit.projector import ProjectorCost, decide_placement, projector_cost, tokens_per_image
 from tests.unit.fit_models import GiB, MiB, gemma3_270m, gpu, host, transformer
 
 # The tiny test projector (tests/support/tiny_mmproj.py), as its header reads.
@@ -112,3 +112,12 @@ def test_the_argv_carries_the_projector_and_no_offload_only_when_planned_on_the_
     assert "--no-mmproj-offload" in argv
     text_only = build_argv(Path("/bin/llama-server"), Path("/m.gguf"), roomy, caps, port=1)
     assert "--mmproj" not in text_only and "-mm" not in text_only
+
+
+def test_an_image_becomes_a_fixed_number_of_prompt_tokens_only_where_the_projector_resizes_every_image() -> None:
+    assert tokens_per_image(TINY) == 16  # 112 px / 14 = 8x8 patches, pooled by 2: 4x4 (+2 markers: 18 measured)
+    assert tokens_per_image(SIGLIP) == 256  # Gemma 3: 64x64 patches pooled by llama.cpp's default 4
+    dynamic = ProjectorMetadata(projector_type="qwen2vl_merger", modalities=["vision"],
+                                vision=EncoderShape(image_size=560, patch_size=14))
+    assert tokens_per_image(dynamic) is None  # its images keep their own size: only the engine knows
+    assert tokens_per_image(ProjectorMetadata(projector_type="ultravox", modalities=["audio"])) is None

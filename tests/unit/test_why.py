@@ -207,11 +207,11 @@ def test_a_request_routed_again_after_its_instance_was_gone() -> None:
 
 def test_a_requests_images_and_audio_are_told_by_their_facts() -> None:
     media = MediaFacts(images=2, image_types=["image/png", "image/jpeg"], image_bytes=5000, image_pixels=1_500_000,
-                       images_fetched=1, audio_clips=1, audio_formats=["wav"], audio_bytes=900)
+                       images_fetched=1, image_tokens=512, audio_clips=1, audio_formats=["wav"], audio_bytes=900)
     ev = RequestReceived(trace_id=T, dialect="anthropic", route="/v1/messages", model="seer", media=media)
     assert texts(Log().at(0.0, ev).records)[0][2] == (
-        "received /v1/messages (anthropic) for seer: 2 images (image/png, image/jpeg; 5000 B, 1.50 Mpx, 1 fetched) "
-        "and 1 audio clip (wav; 900 B)")
+        "received /v1/messages (anthropic) for seer: 2 images (image/png, image/jpeg; 5000 B, 1.50 Mpx, "
+        "512 prompt tokens, 1 fetched) and 1 audio clip (wav; 900 B)")
 
 
 def test_an_audio_request_tells_its_audio_and_real_time_factor() -> None:
