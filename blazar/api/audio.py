@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 
 from blazar.adapters import audio as codec
 from blazar.api import disconnect
+from blazar.api.auth import principal_of
 from blazar.api.bounds import MAX_NAME_CHARS, check_name
 from blazar.api.proxy import Proxy, read_json
 from blazar.context import Blazar
@@ -243,7 +244,8 @@ class Voices:
         self.app = app
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        resp.media = {"object": "list", "data": voices(self.app)}
+        p = principal_of(req)  # a key sees only the voices in its scope, as /v1/models lists only its models
+        resp.media = {"object": "list", "data": [v for v in voices(self.app) if p is None or p.allows(v["model"])]}
 
 
 def add_routes(api: falcon.asgi.App, app: Blazar, gateway: Gateway) -> None:

@@ -103,7 +103,8 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, whisper_base: Path, joe: tu
     try:
         wait_for(lambda: healthy(port), "/health", proc=proc)
         d = Daemon(home, port, proc)
-        for name, args in (("all", ()), ("speaker", ("--models", TTS)), ("metered", ("--daily-audio-s", "2"))):
+        for name, args in (("all", ()), ("speaker", ("--models", TTS)), ("metered", ("--daily-audio-s", "2")),
+                           ("scribe", ("--models", STT))):
             d.secrets[name] = json.loads(d.cli("keys", "create", name, *args, "--json").stdout)["secret"]
         yield d
     finally:
@@ -198,6 +199,10 @@ def test_voices_lists_the_piper_voice(daemon: Daemon) -> None:
     assert r.status_code == 200
     voices = {v["id"]: v for v in r.json()["data"]}
     assert set(voices) == {TTS} and voices[TTS]["sample_rate"] == 22050
+    # A key sees the voices in its scope only, as /v1/models lists only its models.
+    r = httpx2.get(f"{daemon.base}/v1/audio/voices", headers={"authorization": f"Bearer {daemon.secrets['scribe']}"},
+                   trust_env=False, timeout=30)
+    assert r.status_code == 200 and r.json()["data"] == []
 
 
 def test_an_upload_that_is_not_audio_is_400(daemon: Daemon) -> None:
