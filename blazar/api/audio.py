@@ -248,7 +248,19 @@ class Voices:
         resp.media = {"object": "list", "data": [v for v in voices(self.app) if p is None or p.allows(v["model"])]}
 
 
+def clear_uploads(app: Blazar) -> int:
+    """Remove what a daemon that died mid-request left in the uploads directory (someone's audio: it is kept only
+    while its request runs). Called once as the routes are made, before any request; returns how many."""
+    d = app.paths.data_dir / "uploads"
+    gone = 0
+    for left in d.glob("audio-*") if d.is_dir() else ():
+        left.unlink(missing_ok=True)
+        gone += 1
+    return gone
+
+
 def add_routes(api: falcon.asgi.App, app: Blazar, gateway: Gateway) -> None:
+    clear_uploads(app)
     api.add_route("/v1/audio/transcriptions", Transcriptions(gateway, app))
     api.add_route("/v1/audio/translations", Translations(gateway, app))
     api.add_route("/v1/audio/speech", Speech(gateway, app))
