@@ -223,11 +223,24 @@ class Speech(Proxy):
         limit = self.app.settings().max_speech_chars
         if len(body.input) > limit:
             raise DialectError(f"the input is {len(body.input)} characters; the limit is {limit} (max_speech_chars)")
+        if not codec.split_sentences(body.input):
+            raise DialectError("the input has nothing to say (no letters or digits)", code="invalid_request")
+        self._check_voice(body.model, body.voice)
         produce = speech.producer(self.gateway, body.input, body.response_format, float(body.speed), body.voice)
         # The engine path names the route (the kind check reads it); piper is asked sentence by sentence by `produce`.
         return Request(model=body.model, engine_path="/v1/audio/speech", body=None, stream=True, produce=produce,
                        audio=AudioAsked(route="speech", response_format=body.response_format,
                                         input_chars=len(body.input), voice=body.voice))
+
+    def _check_voice(self, model: str, voice: str | None) -> None:
+        """A multi-speaker voice speaks as one of its speakers: another name is a 400 naming them, never piper's
+        default in silence. A single-speaker voice takes any name (OpenAI's clients always send one: `alloy`)."""
+        known = next((v for v in voices(self.app) if model in (v["id"], v["model"])), None)
+        speakers = known["speakers"] if known is not None else []
+        if voice and speakers and voice not in speakers:
+            more = " ..." if len(speakers) > 20 else ""
+            raise DialectError(f"voice {voice[:60]!r} is not a speaker of {model!r}; its speakers: "
+                               f"{', '.join(speakers[:20])}{more}", code="invalid_request")
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         raw, data = await read_json(req)

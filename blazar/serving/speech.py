@@ -54,7 +54,7 @@ async def _synthesize(gateway: Gateway, call: Call, text: str, speed: float, voi
     assert inst is not None
     body: dict[str, Any] = {"text": text, "length_scale": round(codec.length_scale_for(speed), 4)}
     if voice:
-        body["speaker"] = voice  # a multi-speaker voice's speaker (piper keeps its default for a name it lacks)
+        body["speaker"] = voice  # a multi-speaker voice's speaker (the route checked it is one)
     try:
         upstream = await gateway.client.open(inst.base_url, "/synthesize", orjson.dumps(body), api_key=inst.api_key)
         try:
@@ -79,7 +79,7 @@ def producer(gateway: Gateway, text: str, fmt: str, speed: float,
     answer starts (a failure then is a clean error, not a broken stream), the rest as the stream goes."""
 
     async def produce(call: Call) -> Answer:
-        sentences = codec.split_sentences(text) or [text]
+        sentences = codec.split_sentences(text)  # never empty: the route refused an input with nothing to say
         first = await _synthesize(gateway, call, sentences[0], speed, voice)
         call.first_token()
         _settle_with_task(call)

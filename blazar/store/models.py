@@ -71,9 +71,12 @@ def sha256_file(path: Path) -> str:
 
 
 def link_or_copy(src: Path, dest: Path) -> bool:
-    """Hardlink `src` to `dest`; copy when the filesystem refuses a link. Returns True for a link."""
+    """Hardlink `src` to `dest`; copy when the filesystem refuses a link. Returns True for a link.
+
+    NOTE: the link is to what `src` leads to: on Linux os.link links a symlink itself (link(2) does not follow it),
+    which would leave in the store a link to a path outside the home that every later use refuses."""
     try:
-        os.link(src, dest)
+        os.link(os.path.realpath(src), dest)
         return True
     except OSError as exc:
         if exc.errno not in _NO_LINK:

@@ -348,3 +348,26 @@ def test_sessions_and_sse_speech_are_refused_in_openai_s_shape(daemon: Daemon, s
     with pytest.raises(openai.BadRequestError) as e:
         daemon.client().audio.speech.create(model=TTS, voice="joe", input="Hi.", speed=5.0)
     assert "speed" in e.value.message
+    with pytest.raises(openai.BadRequestError) as e:  # piper would answer 500 to text with nothing to say
+        daemon.client().audio.speech.create(model=TTS, voice="joe", input="... —")
+    assert "nothing to say" in e.value.message
+
+
+def test_a_multi_speaker_voice_refuses_a_name_it_lacks_and_names_its_speakers(
+        daemon: Daemon, joe: tuple[Path, Path], tmp_path: Path) -> None:
+    # joe's voice with a config that says two speakers: the route checks the name before piper sees it.
+    onnx = tmp_path / "duo.onnx"
+    onnx.symlink_to(joe[0])
+    config = json.loads(joe[1].read_text())
+    (tmp_path / "duo.onnx.json").write_text(json.dumps({**config, "num_speakers": 2,
+                                                        "speaker_id_map": {"ann": 0, "bob": 1}}))
+    blazar_cli(daemon.home, "import", str(onnx), "--name", "duo")
+    with pytest.raises(openai.BadRequestError) as e:
+        daemon.client().audio.speech.create(model="duo", voice="alloy", input="Hello.")
+    assert "'alloy' is not a speaker of 'duo'" in e.value.message and "ann, bob" in e.value.message
+    assert not [x for x in daemon.events("instance.starting") if x["data"]["model"] == "duo"]  # refused, not loaded
+    r = httpx2.get(f"{daemon.base}/v1/audio/voices", headers={"authorization": f"Bearer {daemon.secrets['all']}"},
+                   trust_env=False, timeout=30)
+    assert {v["id"]: v["speakers"] for v in r.json()["data"]}["duo"] == ["ann", "bob"]
+    gone = blazar_cli(daemon.home, "rm", "duo", check=False)
+    assert gone.returncode == 0, gone.stderr

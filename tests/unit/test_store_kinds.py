@@ -16,6 +16,7 @@ from blazar.events.models import ModelMetadata, ShardFile
 from blazar.instances.live import ResolvedModel
 from blazar.serving.routing import refuse_unless_served
 from blazar.store.kinds import detect, directory_digest
+from blazar.store.models import link_or_copy
 
 
 def whisper_dir(root: Path, *, vocabulary: str = "vocabulary.txt", skip: str | None = None) -> Path:
@@ -133,3 +134,16 @@ def test_doctor_knows_a_speech_child_by_its_launcher_and_a_model_path_in_this_ho
     assert not speech_child([py, "-m", "http.server", "-m", str(models / "x")], models)
     assert not speech_child([py, "-m", "blazar.children.whisper"], models)
     assert not speech_child(None, models)
+
+
+def test_a_symlink_given_to_import_is_linked_by_what_it_leads_to_never_as_a_link(tmp_path: Path) -> None:
+    # On Linux os.link links a symlink itself: the store would hold a link to a path outside the home.
+    real = tmp_path / "elsewhere" / "voice.onnx"
+    real.parent.mkdir()
+    real.write_bytes(b"onnx bytes")
+    alias = tmp_path / "alias.onnx"
+    alias.symlink_to(real)
+    dest = tmp_path / "store" / "voice.onnx"
+    dest.parent.mkdir()
+    assert link_or_copy(alias, dest) is True
+    assert not dest.is_symlink() and dest.stat().st_ino == real.stat().st_ino
