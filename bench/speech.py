@@ -7,6 +7,7 @@ the difference of the medians.
     .venv/bin/python bench/speech.py [--runs 5] [--threads 2] [--json]
     .venv/bin/python bench/speech.py --through http://127.0.0.1:11434 --key KEY --stt-model whisper-base \\
         --tts-model joe
+    .venv/bin/python bench/speech.py --gateway     # through a `blazar serve` of its own, in a temporary home
 
 The children are started here, on loopback, on the models from the `speech-models` extra (assembled in a temporary
 directory), and stopped at the end. Through Blazar, the gateway's own children serve (its models must exist).
@@ -17,10 +18,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +34,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from blazar.adapters.audio import PiperClient, SpeechEncoder, probe
+from tests.support.serving import blazar_cli, free_port, healthy, stop_daemon
 from tests.support.speech_children import piper_child, whisper_child
 from tests.support.speech_models import joe_voice, whisper_base_dir
 
@@ -104,12 +110,34 @@ def bench_speech_through(url: str, key: str, model: str, voice: str, runs: int) 
             "median_s": round(_median(total), 3), "rtf": round(_median(total) / audio_s, 4)}
 
 
+@contextmanager
+def own_gateway(work: Path, whisper_dir: Path, voice: Path) -> Iterator[str]:
+    """`blazar serve` in a home of its own under `work` with the two models imported (no keys: auth off); its URL."""
+    home = work / "gateway-home"
+    blazar_cli(home, "import", str(whisper_dir), "--name", "whisper-base")
+    blazar_cli(home, "import", str(voice), "--name", "joe")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)],
+                            env={**os.environ, "BLAZAR_HOME": str(home)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not healthy(port):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("the gateway did not start")
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_daemon(proc)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--threads", type=int, default=2, help="the whisper child's CPU threads")
     p.add_argument("--beam-size", type=int, default=5, help="the whisper child's beams per decode")
     p.add_argument("--through", help="a Blazar gateway's base URL: measure through it as well")
+    p.add_argument("--gateway", action="store_true", help="measure through a `blazar serve` started here as well")
     p.add_argument("--key", default="", help="an API key of the gateway (with --through)")
     p.add_argument("--stt-model", default="whisper-base", help="the gateway's whisper model (with --through)")
     p.add_argument("--tts-model", default="joe", help="the gateway's piper voice model (with --through)")
@@ -128,13 +156,24 @@ def main() -> int:
                            beam_size=args.beam_size) as whisper:
             assert whisper.key is not None
             out["whisper_direct"] = bench_whisper(whisper.base_url, whisper.key, "whisper-1", wav, args.runs)
+        if args.gateway:
+            with own_gateway(work, whisper_base_dir(work), onnx) as url:
+                _through(out, args, url, wav)
     if args.through:
-        url = args.through.rstrip("/")
-        out["whisper_through"] = bench_whisper(url, args.key, args.stt_model, wav, args.runs)
-        out["whisper_added_s"] = round(out["whisper_through"]["median_s"] - out["whisper_direct"]["median_s"], 3)
-        out["piper_through"] = bench_speech_through(url, args.key, args.tts_model, args.voice, args.runs)
-        out["piper_added_s"] = round(out["piper_through"]["median_s"] - out["piper_direct"]["median_s"], 3)
-    if args.json:
+        _through(out, args, args.through.rstrip("/"), wav)
+    _print(out, as_json=args.json)
+    return 0
+
+
+def _through(out: dict[str, Any], args: argparse.Namespace, url: str, wav: bytes) -> None:
+    out["whisper_through"] = bench_whisper(url, args.key, args.stt_model, wav, args.runs)
+    out["whisper_added_s"] = round(out["whisper_through"]["median_s"] - out["whisper_direct"]["median_s"], 3)
+    out["piper_through"] = bench_speech_through(url, args.key, args.tts_model, args.voice, args.runs)
+    out["piper_added_s"] = round(out["piper_through"]["median_s"] - out["piper_direct"]["median_s"], 3)
+
+
+def _print(out: dict[str, Any], *, as_json: bool) -> None:
+    if as_json:
         print(json.dumps(out, indent=2))
     else:
         for name in ("piper_direct", "whisper_direct", "piper_through", "whisper_through"):
@@ -146,7 +185,6 @@ def main() -> int:
         for name in ("piper_added_s", "whisper_added_s"):
             if name in out:
                 print(f"{name:16} {out[name]:+.3f} s per request")
-    return 0
 
 
 if __name__ == "__main__":
