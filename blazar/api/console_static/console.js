@@ -342,11 +342,13 @@ async function removeModel(name) {
   await run(() => api("/api/delete", { method: "DELETE", body: { model: name } }), `remove ${name}`);
 }
 
-function fitCell(fit) {
+function fitCell(fit, kind) {
   const cell = el("td", { class: fit.fits ? "ok" : "bad", title: fit.summary });
-  cell.textContent = fit.fits
-    ? `fits: ctx ${fit.ctx_per_slot} × ${fit.slots} slot(s), ${bytes(fit.total_bytes)}, KV ${fit.cache_type_k}`
-    : `does not fit: ${fit.summary}`;
+  // A speech child (whisper, piper) has no context or KV cache: its kind's memory model is its whole charge.
+  const shape = kind && kind !== "llama-server"
+    ? `${bytes(fit.total_bytes)} (the ${kind} memory model)`
+    : `ctx ${fit.ctx_per_slot} × ${fit.slots} slot(s), ${bytes(fit.total_bytes)}, KV ${fit.cache_type_k}`;
+  cell.textContent = fit.fits ? `fits: ${shape}` : `does not fit: ${fit.summary}`;
   return cell;
 }
 
@@ -356,8 +358,9 @@ async function refreshModels() {
     const loaded = m.instances.length > 0;
     const pinned = m.instances.some((i) => i.pinned);
     return el("tr", { "data-model": m.name },
-      td(m.name), td(bytes(m.bytes), "num"), td([m.architecture, m.file_type].filter(Boolean).join(" ")),
-      fitCell(m.fit), td(loaded ? m.instances.map((i) => i.state).join(", ") : "-"),
+      td(m.name), td(bytes(m.bytes), "num"),
+      td(m.kind && m.kind !== "llama-server" ? m.kind : [m.architecture, m.file_type].filter(Boolean).join(" ")),
+      fitCell(m.fit, m.kind), td(loaded ? m.instances.map((i) => i.state).join(", ") : "-"),
       el("td", { class: "actions" },
         button("load", () => loadModel(m.name)),
         button(pinned ? "unpin" : "pin", () => loadModel(m.name, !pinned)),
