@@ -70,9 +70,14 @@ def bench_piper(base_url: str, runs: int) -> tuple[dict[str, Any], bytes]:
             "rtf": round(_median(times) / audio_s, 4)}, wav
 
 
+def _auth(key: str) -> dict[str, str]:
+    """The key's header; none without a key (a gateway with no keys: auth off)."""
+    return {"authorization": f"Bearer {key}"} if key else {}
+
+
 def _transcribe(client: httpx.Client, url: str, key: str, model: str, wav: bytes) -> float:
     t0 = time.perf_counter()
-    r = client.post(url + "/v1/audio/transcriptions", headers={"authorization": f"Bearer {key}"},
+    r = client.post(url + "/v1/audio/transcriptions", headers=_auth(key),
                     files={"file": ("clip.wav", wav, "audio/wav")}, data={"model": model})
     r.raise_for_status()
     return time.perf_counter() - t0
@@ -95,7 +100,7 @@ def bench_speech_through(url: str, key: str, model: str, voice: str, runs: int) 
             t0 = time.perf_counter()
             body = b""
             t_first = None
-            with client.stream("POST", url + "/v1/audio/speech", headers={"authorization": f"Bearer {key}"},
+            with client.stream("POST", url + "/v1/audio/speech", headers=_auth(key),
                                json={"model": model, "input": TEXT, "voice": voice, "response_format": "wav"}) as r:
                 r.raise_for_status()
                 for chunk in r.iter_bytes():
