@@ -11,6 +11,7 @@ from rich.table import Table
 
 from blazar.adapters.engines.kinds import ROUTE_PATHS, engine_kind
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
+from blazar.cli.daemon_client import tell_daemon
 from blazar.cli.model_settings_cmds import describe
 from blazar.cluster.nodes import pull_on_node
 from blazar.events.projectors import ModelProjectorSet
@@ -57,10 +58,11 @@ def import_(
     async def go() -> Any:
         async with opened() as app:
             if mmproj is None:
-                return await import_model(app, file.absolute(), name), None
-            return await import_with_projector(app, file.absolute(), name, mmproj.absolute())
+                return await import_model(app, file.absolute(), name), None, app.paths
+            return *await import_with_projector(app, file.absolute(), name, mmproj.absolute()), app.paths
 
-    rec, proj = run(go())
+    rec, proj, paths = run(go())
+    tell_daemon(paths)  # a running daemon serves it from the very next request
     ev = rec.event
     if as_json:
         print_json({**rec.to_json(), "projector": proj.to_json() if proj is not None else None})
@@ -265,9 +267,10 @@ def rm(model: Annotated[str, typer.Argument(help="A model name from `blazar list
 
     async def go() -> Any:
         async with opened() as app:
-            return await remove_model(app, model)
+            return await remove_model(app, model), app.paths
 
-    rec = run(go())
+    rec, paths = run(go())
+    tell_daemon(paths)  # a running daemon stops listing it at once
     if rec.type == "model.alias_removed":
         out.print(f"removed alias {rec.event.alias} (its model {rec.event.target} stays)", **_VERBATIM)
         return
