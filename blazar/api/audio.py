@@ -140,8 +140,9 @@ class Transcriptions(Proxy):
         super().__init__(gateway)
         self.app = app
 
-    def ask(self, data: dict[str, Any]) -> Request:  # the form is read by on_post: see `_asked`
-        raise NotImplementedError
+    def ask(self, data: dict[str, Any]) -> Request:
+        """A JSON body is no upload: this route reads a multipart form (on_post, `_asked`)."""
+        raise DialectError("upload the audio as multipart/form-data with the fields `file` and `model`")
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         settings = self.app.settings()

@@ -17,6 +17,7 @@ import os
 import secrets
 import sys
 import wave
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,7 +82,7 @@ class Launch:
     extra: Sequence[str] = ()
 
 
-class EngineKind:
+class EngineKind(ABC):
     """The port. `name` is the kind (`ModelImported.kind`); `describes` what it does, in words a user reads."""
 
     name: str = ""
@@ -98,8 +99,9 @@ class EngineKind:
     def serves(self, route: str) -> bool:
         return route in self.routes
 
+    @abstractmethod
     def argv(self, launch: Launch) -> list[str]:
-        raise NotImplementedError
+        """The command line that starts one child of this kind."""
 
     def cwd(self, launch: Launch) -> Path | None:
         """The child's working directory (None: inherit ours)."""
