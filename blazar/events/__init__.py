@@ -18,6 +18,7 @@ from blazar.events import requests as requests
 from blazar.events import responses as responses
 from blazar.events import sessions as sessions
 from blazar.events import system as system
+from blazar.events import tuning as tuning
 from blazar.events import workers as workers
 from blazar.events.base import Event, Pending, Recorded
 from blazar.events.kinds import decode, encode, event_class, known_types, register, upcaster

@@ -14,6 +14,7 @@ from pydantic import Field
 from blazar.events.base import Event
 from blazar.events.kinds import register
 from blazar.events.models import ModelKind
+from blazar.events.tuning import Posture
 
 ExitReason = Literal[
     "stopped",  # `blazar stop`, keep_alive 0, or a user's unload
@@ -55,6 +56,10 @@ class _InstanceStart(Event):
     # What the child is (blazar/adapters/engines/kinds.py): llama-server, or a whisper or piper child (whose
     # engine_tag is its kind's name, and whose plan is its memory model's charge: no context, cache or layers).
     kind: ModelKind = "llama-server"
+    # The posture it runs beyond the fit (blazar/events/tuning.py): speculation, cache types, threads, batches,
+    # slots; None: the defaults. `profile_seq` is the profile.adopted that chose it (None: no profile applied).
+    posture: Posture | None = None
+    profile_seq: int | None = None
 
     def stream_key(self) -> str:
         return f"instance:{self.instance_id}"
