@@ -15,6 +15,7 @@ from blazar.events.model_settings import ModelSettings
 from blazar.events.models import ModelMetadata
 from blazar.events.requests import Evicted
 from blazar.events.sessions import KvIdentity
+from blazar.events.tuning import Posture
 from blazar.fit import FitPlan
 from blazar.instances.decide import Candidate
 from blazar.instances.load_decision import Running
@@ -48,6 +49,9 @@ class Instance:
     # Sent with every request to a remote: a forwarded request's hop and trace (another node's gateway).
     headers: dict[str, str] = field(default_factory=dict, repr=False)
     kind: str = "llama-server"  # what the child is: llama-server, whisper or piper (adapters/engines/kinds.py)
+    # The tuned posture it runs (blazar/events/tuning.py; None: the defaults) and the profile.adopted that chose it.
+    posture: Posture | None = None
+    profile_seq: int | None = None
 
     @property
     def base_url(self) -> str:
