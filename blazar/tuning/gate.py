@@ -14,11 +14,13 @@ from blazar.events.tuning import BenchRecorded, EngineGateChecked, GateModel, Po
 from blazar.projections import catalog, metrics, residency
 from blazar.store.engines import ActiveEngine, Gate, Progress, active_engine, engine_of
 from blazar.tuning.gate_rules import MAX_MODELS, Run, Selection, compare, decide, schedule, select_models, table
+from blazar.tuning.measure import measure as bench_measure
 
 # Measurements per build and model, in the order A B B A (gate_rules.schedule): a machine getting busier or quieter
 # at a steady pace weighs on both builds alike, and the median of two is their mean.
 RUNS = 2
 MAX_TOKENS = 32  # tokens per request: enough for a steady decode rate, short enough to keep the gate brief
+REQUESTS = 2  # of the chat workload's, per run
 
 
 # blazar.tuning.measure.measure's shape (a fake in unit tests of the decisions).
@@ -59,7 +61,7 @@ async def _measure_model(app: Blazar, model: str, builds: dict[str, ActiveEngine
     got: dict[str, list[Run]] = {"active": [], "candidate": []}
     for i, side in enumerate(schedule(runs)):
         bench = await measure(app, model, Posture(), engine=builds[side], workloads=("chat",), concurrency=(1,),
-                              purpose="gate", max_tokens=MAX_TOKENS)
+                              purpose="gate", max_tokens=MAX_TOKENS, requests=REQUESTS)
         got[side].append(Run(_decode_tps(bench), bench.bench_id))
         say(f"gate: {model} on {side} build {builds[side].tag}: {got[side][-1].decode_tps:.1f} t/s "
             f"({i + 1}/{2 * runs})")
@@ -82,10 +84,7 @@ async def check_engine(app: Blazar, tag: str, *, cause: int | None = None, force
         return None  # no engine active (the first activation), or one that cannot run: nothing to compare with
     if active.tag == tag:
         return None
-    if measure is None:
-        from blazar.tuning.measure import measure as bench_measure
-
-        measure = bench_measure
+    measure = measure or bench_measure
     selection = gate_selection(app)
     threshold = settings.engine_gate_threshold
     models: list[GateModel] = []
