@@ -10,15 +10,18 @@ from typing import Any
 
 import pytest
 
+from blazar.config import Settings
 from blazar.context import Blazar
 from blazar.errors import EngineRefused
 from blazar.events.engines import EngineActivated
+from blazar.events.instances import InstanceStarted
 from blazar.events.models import ModelImported, ModelMetadata
+from blazar.events.requests import RequestCompleted, RequestReceived, RequestRejected
 from blazar.events.system import ConfigChanged
 from blazar.events.tuning import BenchRecorded, Machine, Posture, WorkloadResult
 from blazar.projections.engines import active_tag
 from blazar.store.engines import install_engine
-from blazar.tuning.gate import check_engine
+from blazar.tuning.gate import check_engine, gate_selection
 from blazar.tuning.gate_rules import Run, compare, decide, schedule, select_models, table
 from tests.support.engine_store import events, stand_in
 
@@ -49,6 +52,47 @@ def test_nothing_pinned_or_requested_selects_none() -> None:
     s = select_models(configured=[], pinned=[], requests={}, servable=STORE)
     assert s == select_models(configured=[], pinned=[], requests={"gemma": 0}, servable=STORE)
     assert s.models == () and s.note.startswith("no model is pinned or has been requested")
+
+
+def test_the_setting_names_at_most_two_models() -> None:
+    assert Settings(engine_gate_models=[" gemma ", ""]).engine_gate_models == ["gemma"]
+    with pytest.raises(ValueError, match="at most 2"):
+        Settings(engine_gate_models=["a", "b", "c"])
+
+
+def _import(*names: str) -> list[ModelImported]:
+    return [ModelImported(name=n, path=f"{n}.gguf", source="/src", bytes=1, sha256="ab" * 32, linked=True,
+                          metadata=ModelMetadata(architecture="gemma3")) for n in names]
+
+
+def _loaded(iid: str, model: str, *, pinned: bool = False, keep_alive_s: float | None = 300.0) -> InstanceStarted:
+    return InstanceStarted(instance_id=iid, model=model, engine_tag="old", pid=4242, port=40001, argv=["x"],
+                           log_path=f"instances/{iid}.log", ctx_tokens=512, engine_ctx=512, slots=1,
+                           planned_bytes=1, estimate_bytes=1, keep_alive_s=keep_alive_s, pinned=pinned)
+
+
+async def _requests(app: Blazar, model: str, n: int, *, status: int = 200) -> None:
+    for i in range(n):
+        trace = f"{model}-{status}-{i}"
+        done = (RequestCompleted(trace_id=trace, model=model, duration_ms=1.0) if status == 200 else
+                RequestRejected(trace_id=trace, model=model, status=status, reason="queue_full", detail="full"))
+        await app.record([RequestReceived(trace_id=trace, dialect="openai", route="/v1/chat/completions",
+                                          model=model), done])
+
+
+async def test_the_selection_reads_loaded_pins_and_completed_requests_from_the_log(app: Blazar) -> None:
+    await app.record(_import("gemma", "qwen", "phi", "llama"))
+    await _requests(app, "qwen", 3)
+    await _requests(app, "phi", 1)
+    await _requests(app, "llama", 5, status=429)  # refusals are not completed requests
+    s = gate_selection(app)
+    assert (s.models, s.source) == (("qwen", "phi"), "requests")
+    await app.record([_loaded("i1", "gemma", keep_alive_s=None), _loaded("i2", "phi", pinned=True),
+                      _loaded("i3", "llama")])
+    s = gate_selection(app)
+    assert (s.models, s.source) == (("gemma", "phi"), "pinned")
+    await app.record(ConfigChanged(key="engine_gate_models", new=["llama"]))
+    assert gate_selection(app).models == ("llama",)
 
 
 # -- the order and the verdict ---------------------------------------------------------------------------------------
