@@ -11,6 +11,7 @@ from typing import Any
 
 from blazar.confine import refused, untrusted
 from blazar.events.base import Recorded
+from blazar.events.lora import LoraAdded, LoraMetadata, LoraRemoved
 from blazar.events.model_settings import ModelConfigured, ModelSettings, ModelVariantCreated
 from blazar.events.models import (
     ModelAliased,
@@ -24,7 +25,6 @@ from blazar.events.models import (
     ModelRemoved,
     ShardFile,
 )
-from blazar.events.lora import LoraAdded, LoraMetadata, LoraRemoved
 from blazar.events.projectors import ModelProjectorRemoved, ModelProjectorSet, ProjectorMetadata
 from blazar.projections.base import Projection, RefusedEvent, State, TypedState, refused_events
 
