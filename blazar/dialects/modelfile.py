@@ -2,7 +2,8 @@
 "quoted" or \"\"\"triple-quoted\"\"\" across lines) parsed into its parts, and a model's settings rendered back as
 `/api/show` gives them (`parameters` in Ollama's text format, `modelfile`).
 
-What Blazar cannot serve is refused by name here (ADAPTER, MESSAGE, LICENSE); whether a value is acceptable (a
+ADAPTER names a LoRA adapter already added to the FROM model (`blazar lora add`): the handler resolves it.
+What Blazar cannot serve is refused by name here (MESSAGE, LICENSE); whether a value is acceptable (a
 template's kind, a parameter's type) is the handler's decision (blazar/store/model_settings.py).
 """
 
@@ -18,8 +19,6 @@ from blazar.errors import DialectError
 MAX_MODELFILE_CHARS = 256 * 1024
 _COMMANDS = ("from", "template", "system", "parameter", "adapter", "license", "message")
 _REFUSED = {
-    "adapter": "ADAPTER is not supported: Blazar serves GGUF models without LoRA adapters (merge the adapter into "
-               "the model, then import the merged GGUF)",
     "message": "MESSAGE is not supported: a model carries no pre-seeded conversation here; send the messages with "
                "the request",
     "license": "LICENSE is not supported: Blazar keeps no license text with a model; remove the LICENSE lines",
@@ -35,6 +34,7 @@ class Modelfile:
     template: str | None = None
     system: str | None = None
     parameters: list[tuple[str, str]] = field(default_factory=list)
+    adapters: list[str] = field(default_factory=list)  # ADAPTER values, as written (a name; a path is refused later)
 
 
 def parse(text: str) -> Modelfile:
@@ -45,6 +45,7 @@ def parse(text: str) -> Modelfile:
     template: str | None = None
     system: str | None = None
     params: list[tuple[str, str]] = []
+    adapters: list[str] = []
     pos, n = 0, len(text)
     while pos < n:
         line_no = text.count("\n", 0, pos) + 1
@@ -79,9 +80,11 @@ def parse(text: str) -> Modelfile:
             from_ = value
         elif command == "template":
             template = value
+        elif command == "adapter":
+            adapters.append(value)
         else:
             system = value
-    return Modelfile(from_=from_, template=template, system=system, parameters=params)
+    return Modelfile(from_=from_, template=template, system=system, parameters=params, adapters=adapters)
 
 
 def _eol(text: str, pos: int) -> int:
