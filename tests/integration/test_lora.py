@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import anthropic
 import httpx2
 import ollama
 import openai
@@ -156,3 +157,30 @@ def test_removed_adapters_and_a_removed_model_take_their_files(daemon: Daemon, g
     assert not (daemon.home / "models" / entry["path"]).exists()
     gone = [e for e in daemon.events("lora.removed") if e["model"] == "second"]
     assert len(gone) == 2 and gone[-1]["file_deleted"]
+
+
+def test_the_responses_and_anthropic_dialects_take_the_same_list(daemon: Daemon, adapter: Path) -> None:
+    if not json.loads(daemon.cli("lora", "list", MODEL, "--json").stdout):
+        daemon.cli("lora", "add", MODEL, str(adapter), "--name", "tiny")
+    oa = daemon.openai()
+
+    def respond(scale: float) -> str:
+        return oa.responses.create(model=MODEL, input=PROMPT, max_output_tokens=10, temperature=0,
+                                   extra_body={"lora": [{"name": "tiny", "scale": scale}]}).output_text
+
+    assert respond(1) != respond(0)
+    claude = anthropic.Anthropic(base_url=daemon.base, api_key="unused", max_retries=0, timeout=180)
+    msgs = [{"role": "user", "content": PROMPT}]
+
+    def message(scale: float) -> str:
+        r = claude.messages.create(model=MODEL, max_tokens=10, messages=msgs,
+                                   extra_body={"temperature": 0, "lora": [{"name": "tiny", "scale": scale}]})
+        return "".join(b.text for b in r.content if b.type == "text")
+
+    assert message(1) != message(0)
+    with pytest.raises(openai.BadRequestError) as e:
+        oa.responses.create(model=MODEL, input=PROMPT, max_output_tokens=2, extra_body={"lora": [{"name": "nosuch"}]})
+    assert "nosuch" in e.value.message
+    with pytest.raises(anthropic.BadRequestError) as a:
+        claude.messages.create(model=MODEL, max_tokens=2, messages=msgs, extra_body={"lora": [{"name": "nosuch"}]})
+    assert "nosuch" in str(a.value) and a.value.body["type"] == "error"  # type: ignore[index]
