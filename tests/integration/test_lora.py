@@ -106,6 +106,8 @@ def test_an_ollama_variant_with_adapter_applies_it(daemon: Daemon, adapter: Path
     tuned = client.generate(model="tuned", prompt=PROMPT, options=opts).response
     own = client.generate(model=MODEL, prompt=PROMPT, options=opts).response
     assert tuned != own
+    shown = client.show("tuned")
+    assert shown.modelfile is not None and "ADAPTER tiny" in shown.modelfile
     # The variant's own request can still turn it off.
     assert complete(daemon, "tuned", [{"name": "tiny", "scale": 0}]) == complete(daemon, MODEL)
     # A legacy Modelfile names it; a file path from the client is refused with how to add one.

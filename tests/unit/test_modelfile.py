@@ -76,3 +76,8 @@ def test_a_rendered_modelfile_parses_back_to_the_same_settings() -> None:
     mf = parse(text)
     assert (mf.from_, mf.template, mf.system) == ("gemma3-270m", "gemma", "Be brief.\nVery.")
     assert mf.parameters == [("stop", "<eos>"), ("temperature", "0.2")]
+
+
+def test_a_rendered_modelfile_names_the_adapters_it_applies() -> None:
+    text = render_modelfile("tuned", "gemma3-270m", None, None, {}, ["tiny", "other"])
+    assert parse(text).adapters == ["tiny", "other"]
