@@ -186,3 +186,20 @@ def test_the_responses_and_anthropic_dialects_take_the_same_list(daemon: Daemon,
     with pytest.raises(anthropic.BadRequestError) as a:
         claude.messages.create(model=MODEL, max_tokens=2, messages=msgs, extra_body={"lora": [{"name": "nosuch"}]})
     assert "nosuch" in str(a.value) and a.value.body["type"] == "error"  # type: ignore[index]
+
+
+def test_a_key_scoped_to_a_model_reaches_only_that_models_adapters(daemon: Daemon, adapter: Path) -> None:
+    """Last in this file: once a key exists, every request needs one."""
+    if not json.loads(daemon.cli("lora", "list", MODEL, "--json").stdout):
+        daemon.cli("lora", "add", MODEL, str(adapter), "--name", "tiny")
+    daemon.ollama().create(model="scoped-out", from_=MODEL, adapters={"tiny": ""})
+    secret = json.loads(daemon.cli("keys", "create", "tenant", "--models", MODEL, "--json").stdout)["secret"]
+    keyed = openai.OpenAI(base_url=f"{daemon.base}/v1", api_key=secret, max_retries=0, timeout=180)
+    r = keyed.completions.create(model=MODEL, prompt=PROMPT, max_tokens=10, temperature=0,
+                                 extra_body={"lora": [{"name": "tiny", "scale": 1}]})
+    assert r.choices[0].text
+    with pytest.raises(openai.PermissionDeniedError):  # another model's adapters: its variant, outside the scope
+        keyed.completions.create(model="scoped-out", prompt=PROMPT, max_tokens=2)
+    shown = httpx2.post(f"{daemon.base}/api/show", json={"model": "scoped-out"}, trust_env=False,
+                        headers={"Authorization": f"Bearer {secret}"})
+    assert shown.status_code in (403, 404) and "ADAPTER" not in shown.text  # hidden, as any model outside it
