@@ -23,6 +23,7 @@ from blazar.errors import OutsideHome
 from blazar.events.base import Event, Recorded
 from blazar.events.engines import EngineInstalled
 from blazar.events.instances import InstanceStarted, InstanceStarting
+from blazar.events.lora import LoraAdded
 from blazar.events.model_settings import ModelVariantCreated
 from blazar.events.models import ModelImported
 from blazar.events.projectors import ModelProjectorSet
@@ -32,6 +33,8 @@ from blazar.events.sessions import SessionDropped, SessionRemoved, SessionSaved
 BANK_DIR = "slots"
 # Projectors, relative to the models directory: mmproj/<sha256>.gguf (blazar/store/projectors.py).
 PROJECTOR_DIR = "mmproj"
+# LoRA adapters, relative to the models directory: lora/<sha256>.gguf (blazar/store/lora.py).
+LORA_DIR = "lora"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,12 +124,16 @@ def _bank_file(field: str, file: str, out: list[Untrusted]) -> None:
 
 def _projector(ev: ModelProjectorSet, out: list[Untrusted]) -> None:
     _check(out, "name", ev.name, name_problem(ev.name))
-    problem = relative_problem(ev.path)
+    _store_file(ev.path, PROJECTOR_DIR, "projectors", out)
+
+
+def _store_file(path: str, directory: str, what: str, out: list[Untrusted]) -> None:
+    problem = relative_problem(path)
     if problem is None:
-        parts = PurePosixPath(ev.path).parts
-        if len(parts) != 2 or parts[0] != PROJECTOR_DIR:
-            problem = f"is not {PROJECTOR_DIR}/<file>, where the store keeps projectors"
-    _check(out, "path", ev.path, problem)
+        parts = PurePosixPath(path).parts
+        if len(parts) != 2 or parts[0] != directory:
+            problem = f"is not {directory}/<file>, where the store keeps {what}"
+    _check(out, "path", path, problem)
 
 
 def untrusted(event: Event) -> list[Untrusted]:
@@ -139,6 +146,9 @@ def untrusted(event: Event) -> list[Untrusted]:
         _check(out, "name", event.name, name_problem(event.name))
     elif isinstance(event, ModelProjectorSet):
         _projector(event, out)
+    elif isinstance(event, LoraAdded):
+        _check(out, "model", event.model, name_problem(event.model))
+        _store_file(event.path, LORA_DIR, "LoRA adapters", out)
     elif isinstance(event, EngineInstalled):
         _engine(event, out)
     elif isinstance(event, SessionSaved | SessionDropped):

@@ -228,7 +228,7 @@ class Show:
         template = served.template if served.source in ("settings", "architecture") else None
         media: dict[str, Any] = {
             "modelfile": render_modelfile(entry.name, entry.base or entry.name, s.template if s else None, system,
-                                          params),
+                                          params, list(s.lora) if s else ()),
             "parameters": render_parameters(params), "template": template or "", "details": details(entry),
             "model_info": info, "capabilities": caps, "modified_at": rfc3339(entry.added_ts),
             # Blazar's own, beside Ollama's fields: whether the model only continues text (`blazar run` reads it),

@@ -2,12 +2,14 @@
 and default parameters, from the request's fields or a legacy `modelfile` text (fields win over its lines). Parse and
 render only: what is accepted and what is recorded is decided by blazar/store/model_settings.py.
 
-Refused with a 400 in Ollama's shape: quantize, files (blob uploads), adapters/ADAPTER, messages/MESSAGE,
-license/LICENSE, and a FROM that is not a model in the store.
+Refused with a 400 in Ollama's shape: quantize, files (blob uploads), messages/MESSAGE, license/LICENSE, a FROM that
+is not a model in the store, and an adapter (`adapters`, ADAPTER) that is not one the FROM model already has in the
+store (`blazar lora add`): by its name, or (the SDK's `adapters={file: "sha256:..."}`) by its digest.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import falcon
@@ -52,8 +54,6 @@ def refusals(body: CreateBody) -> str | None:
     if body.files:
         return ("files: uploading model blobs is not supported; FROM must name a model in the store (blazar import "
                 "FILE --name NAME adds one)")
-    if body.adapters:
-        return "adapters: " + modelfile._REFUSED["adapter"]
     if body.messages:
         return "messages: " + modelfile._REFUSED["message"]
     if body.license:
@@ -70,6 +70,25 @@ def _from(value: str | None) -> str:
         raise DialectError(f"FROM {value!r}: must name a model in the store, not a file; import the file first "
                            "(blazar import FILE --name NAME), then FROM NAME")
     return value
+
+
+def _adapters(app: Blazar, base: str, asked: list[tuple[str, Any]]) -> dict[str, float]:
+    """The FROM model's adapters that ADAPTER lines and the `adapters` field name, each applied at scale 1: by
+    name, or by the digest of its bytes (the SDK sends {file name: "sha256:<hex>"})."""
+    origin = model(app, base)
+    if origin is None:
+        return {}  # create_variant refuses the FROM, naming it
+    by_digest = {a.sha256: a.name for a in origin.loras}
+    names: dict[str, float] = {}
+    for key, value in asked:
+        digest = value.removeprefix("sha256:") if isinstance(value, str) else None
+        name = key if key in {a.name for a in origin.loras} else by_digest.get(digest or "")
+        if name is None:
+            raise DialectError(f"ADAPTER {key!r}: {origin.name} has no LoRA adapter by that name or digest; a file "
+                               f"from a client is not taken: add it on the server first (blazar lora add "
+                               f"{origin.name} FILE --name NAME), then ADAPTER NAME")
+        names[name] = 1.0
+    return names
 
 
 class Create:
@@ -92,6 +111,9 @@ class Create:
                                 system=body.system if body.system is not None else mf.system,
                                 parameters=parse_parameters(pairs))
         base = _from(body.from_ or mf.from_)
+        asked = [*((a, None) for a in mf.adapters), *((k, v) for k, v in (body.adapters or {}).items())]
+        if asked:
+            change = replace(change, lora=_adapters(self.app, base, asked))
         await create_variant(self.app, name, base, change)
         lines = [{"status": "success"}]
         if body.stream:
@@ -107,7 +129,7 @@ class Create:
         if origin is not None:
             lines.append({"status": f"using existing layer sha256:{origin.sha256}"})
         for part, given in (("template", change.template), ("system", change.system),
-                            ("params", change.parameters)):
+                            ("params", change.parameters), ("adapter", change.lora)):
             if given:
                 lines.append({"status": f"creating {part} layer"})
         lines.append({"status": "writing manifest"})

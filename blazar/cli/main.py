@@ -22,6 +22,7 @@ from blazar.cli import (
     keys_cmds,
     launch_cmds,
     log_cmds,
+    lora_cmds,
     model_cmds,
     model_settings_cmds,
     node_cmds,
@@ -88,6 +89,7 @@ app.add_typer(audit_cmds.app, name="audit")
 app.add_typer(engine_cmds.app, name="engine")
 app.add_typer(keys_cmds.app, name="keys")
 app.add_typer(model_settings_cmds.app, name="model")
+app.add_typer(lora_cmds.app, name="lora")
 app.add_typer(session_cmds.app, name="session")
 app.add_typer(remote_cmds.app, name="remote")
 app.add_typer(worker_cmds.app, name="worker")

@@ -224,6 +224,7 @@ def show(
         ("experts", f"{md.expert_count} ({md.expert_used_count} used)" if md.expert_count else "-"),
         ("capabilities", ", ".join(caps)),
         ("projector", _projector_row(entry)),
+        ("adapters", _lora_row(entry)),
         ("fit here", plan.summary),
         *([("variant of", entry.base)] if entry.base else []),
         *[(k, served.describe() if k == "template" else v) for k, v in describe(entry.settings)],
@@ -231,6 +232,14 @@ def show(
     for k, v in rows:
         table.add_row(f"[bold]{k}[/bold]", v)
     out.print(table)
+
+
+def _lora_row(entry: StoredModel) -> str:
+    """Its LoRA adapters in load order (a request's {"id": i} is the i-th)."""
+    if not entry.loras:
+        return "- (blazar lora add NAME FILE --name ADAPTER adds one)"
+    return "; ".join(f"{i}: {a.name} (rank {a.metadata.rank or '?'}, {_human(a.bytes)}, sha256 {a.sha256[:16]}…)"
+                     for i, a in enumerate(entry.loras))
 
 
 def _projector_row(entry: StoredModel) -> str:

@@ -105,6 +105,8 @@ def _sampling(body: dict[str, Any], out: dict[str, Any]) -> None:
         if not _is_int(body["top_k"]):
             raise DialectError("top_k: expected an integer")
         out["top_k"] = body["top_k"]
+    if body.get("lora") is not None:  # LoRA adapters by name: checked with the model's (blazar/serving/lora.py)
+        out["lora"] = body["lora"]
     stops = body.get("stop_sequences")
     if stops is not None:
         if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):

@@ -113,6 +113,8 @@ def _sampling(body: dict[str, Any], chat: dict[str, Any]) -> None:
             if not _is_number(body[key]):
                 raise DialectError(f"{key}: expected a number")
             chat[key] = body[key]
+    if body.get("lora") is not None:  # LoRA adapters by name: checked with the model's (blazar/serving/lora.py)
+        chat["lora"] = body["lora"]
     stream = body.get("stream") or False
     if not isinstance(stream, bool):
         raise DialectError("stream: expected a boolean")

@@ -9,6 +9,7 @@ from blazar.events import doctor as doctor
 from blazar.events import engines as engines
 from blazar.events import instances as instances
 from blazar.events import keys as keys
+from blazar.events import lora as lora
 from blazar.events import model_settings as model_settings
 from blazar.events import models as models
 from blazar.events import nodes as nodes

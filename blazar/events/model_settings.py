@@ -33,9 +33,12 @@ class ModelSettings(BaseModel):
     # Serve rerank requests in rerank mode (llama-server --reranking) though the GGUF has no rerank head (pooling
     # type rank): its scores then mean nothing, but the whole path runs (how the tests drive the demo model).
     rerank: bool = False
+    # LoRA adapters (the model's own, by name) applied at these scales when a request names none (Ollama's ADAPTER).
+    lora: dict[str, float] = Field(default_factory=dict)
 
     def is_empty(self) -> bool:
-        return self.template is None and self.system is None and not self.parameters and not self.rerank
+        return (self.template is None and self.system is None and not self.parameters and not self.rerank
+                and not self.lora)
 
 
 @register

@@ -15,7 +15,7 @@ from blazar.events.projectors import ProjectorMetadata
 from blazar.fit.devices import Device, gpus_of
 from blazar.fit.ggml_types import LADDER, cache_type, is_quantized
 from blazar.fit.kv import context_shape, layer_geometry
-from blazar.fit.layout import DeviceUse, Shape, price, projector_device
+from blazar.fit.layout import DeviceUse, Shape, layer_weights, price, projector_device
 from blazar.fit.projector import decide_placement, projector_cost
 from blazar.fit.refusal import Lever, Refusal, levers_for, over_budget, summary
 from blazar.fit.search import Pricer, fewest_gpu_layers, max_ctx, max_gpu_layers, max_slots
@@ -45,6 +45,8 @@ class FitRequest(BaseModel):
         what the host cannot hold (RPC workers: each layer away costs a network hop per token).
     projector: the model's multimodal projector (--mmproj), priced where it runs (blazar/fit/projector.py); None:
         a text-only load.
+    lora_bytes: the tensor bytes of the LoRA adapters loaded with it (--lora): llama.cpp puts each adapter tensor
+        beside the weight it adapts, so they are priced with the layers.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -62,6 +64,7 @@ class FitRequest(BaseModel):
     correction: int = 0
     offload: Literal["most", "fewest"] = "most"
     projector: ProjectorMetadata | None = None
+    lora_bytes: int = Field(default=0, ge=0)
 
 
 class FitPlan(BaseModel):
@@ -117,11 +120,25 @@ def _type_choices(req: FitRequest) -> list[tuple[str, str]]:
     return [(cache_type(req.cache_type_k or "f16").name, cache_type(req.cache_type_v or "f16").name)]
 
 
+def with_lora_bytes(meta: ModelMetadata, lora_bytes: int) -> ModelMetadata:
+    """`meta` with the adapters' tensor bytes spread over its blocks (each adapter tensor lies where the weight it
+    adapts does; an even split is close enough for adapters that target every block alike)."""
+    n = meta.block_count
+    if n <= 0:
+        return meta.model_copy(update={"input_bytes": meta.input_bytes + lora_bytes,
+                                       "weights_bytes": meta.weights_bytes + lora_bytes})
+    layers = [w + lora_bytes // n + (1 if i < lora_bytes % n else 0) for i, w in enumerate(layer_weights(meta))]
+    return meta.model_copy(update={"layer_bytes": layers, "weights_bytes": meta.weights_bytes + lora_bytes})
+
+
 def plan(meta: ModelMetadata, devices: list[Device], request: FitRequest | None = None) -> FitPlan:
     """Plan one engine instance of `meta` (with its multimodal projector, when the request names one) on `devices`;
     see FitRequest for what a None asks for."""
     req = request or FitRequest()
     notes: list[str] = []
+    if req.lora_bytes:
+        meta = with_lora_bytes(meta, req.lora_bytes)
+        notes.append(f"LoRA adapters: {req.lora_bytes / 2**20:.1f} MiB beside the layers")
     cap = meta.ctx_train or UNKNOWN_CTX_TRAIN_CAP
     if not meta.ctx_train:
         notes.append(f"the file states no training context; an unpinned ctx is capped at {cap}")

@@ -84,6 +84,8 @@ async def fit_model(app: Blazar, model_or_target: str, request: FitRequest,
     got = stored(app.runner.state("catalog"), name) if in_store else None
     if got is not None and got.projector is not None and request.projector is None:
         request = request.model_copy(update={"projector": got.projector.metadata})  # it loads with its projector
+    if got is not None and got.loras and not request.lora_bytes:  # and with its LoRA adapters
+        request = request.model_copy(update={"lora_bytes": sum(a.metadata.tensor_bytes for a in got.loras)})
     meta = meta.model_copy(update={"name": name})  # plans and their summaries speak of the store's name
     first = plan(meta, devs, request)
     if not in_store:

@@ -19,7 +19,7 @@ from blazar.events.tuning import Posture
 from blazar.fit import FitPlan
 from blazar.instances.decide import Candidate
 from blazar.instances.load_decision import Running
-from blazar.projections.catalog import Projector
+from blazar.projections.catalog import Lora, Projector
 from blazar.projections.residency import ResidencyState, instance
 from blazar.store.model_settings import template_key
 
@@ -80,6 +80,7 @@ class ResolvedModel:
     projector: Projector | None = None  # its --mmproj (path relative to the models directory), or None
     kind: str = "llama-server"  # what runs it; `path` is then its GGUF, whisper model.bin, or piper .onnx
     bytes: int = 0  # its files in the store: what a kind's memory model charges
+    loras: tuple[Lora, ...] = ()  # its LoRA adapters (--lora, unapplied), in load order: their ids on the engine
 
     @property
     def gguf(self) -> bool:
@@ -92,7 +93,11 @@ class ResolvedModel:
         load shape: it never serves a request for the model as set now, and gives way like one with an old
         template)."""
         key = template_key(self.settings)
-        return key if self.projector is None else f"{key}+mmproj:{self.projector.sha256[:16]}"
+        if self.projector is not None:
+            key += f"+mmproj:{self.projector.sha256[:16]}"
+        if self.loras:  # another set of adapters (or another order: other ids) is another load shape
+            key += "+lora:" + ",".join(a.sha256[:16] for a in self.loras)
+        return key
 
 
 @dataclass

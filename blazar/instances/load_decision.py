@@ -66,6 +66,7 @@ class Situation:
     workers: tuple[tuple[str, int], ...] | None = None  # idle workers (address, bytes offered); None: not probed
     room_made: bool = False  # an Evict's victims are gone: plan again, spill if need be, never evict again
     projector: ProjectorMetadata | None = None  # the model's --mmproj, priced with it
+    lora_bytes: int = 0  # its LoRA adapters' tensors (--lora), priced with its layers
     # A model that is no GGUF (a whisper or piper model): what its kind's memory model charges, on the host alone
     # (no context, slots, offload or workers to choose). None: the GGUF planner.
     fixed_bytes: int | None = None
@@ -127,7 +128,7 @@ def decide_load(s: Situation) -> LoadDecision:
     """
     explicit_ctx = s.ctx is not None
     request = FitRequest(ctx=s.ctx or s.default_ctx or None, slots=s.default_slots or None, swa_full=s.swa_full,
-                         projector=s.projector)
+                         projector=s.projector, lora_bytes=s.lora_bytes)
     budget = budget_devices(list(s.devices), [Resident(r.candidate.instance_id, r.candidate.bytes) for r in s.running],
                             memory_limit_bytes=s.memory_limit_bytes)
     free = host_free(budget)
@@ -162,7 +163,8 @@ def decide_load(s: Situation) -> LoadDecision:
             return Start(spread, free, "workers")
         if not fit.fits and not explicit_ctx and s.fixed_bytes is None:
             # Nothing can go for the default shape: take the largest context that fits in what is free.
-            fallback = _plan(s, budget, FitRequest(ctx=None, slots=None, swa_full=s.swa_full, projector=s.projector))
+            fallback = _plan(s, budget, FitRequest(ctx=None, slots=None, swa_full=s.swa_full, projector=s.projector,
+                                                     lora_bytes=s.lora_bytes))
             if fallback.fits:
                 return Start(fallback, free, "fallback")
     obs = {"need_bytes": need_bytes, "need_count": need_count, "loaded": len(s.running),

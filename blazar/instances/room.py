@@ -103,6 +103,7 @@ class RoomMaker:
             calibration=self.app.runner.state("calibration"),
             rpc_capable=engine is not None and rpc_capable(engine), room_made=room_made,
             projector=model.projector.metadata if model.projector is not None else None,
+            lora_bytes=sum(a.metadata.tensor_bytes for a in model.loras),
             fixed_bytes=_charge(model), kind=model.kind)
 
     def _running(self) -> tuple[Running, ...]:

@@ -16,6 +16,7 @@ from typing import Any
 from blazar.adapters.engines import process
 from blazar.adapters.engines.kinds import EngineKind, Launch, engine_kind, write_key
 from blazar.adapters.engines.llama_server import build_argv, engine_key, redact_argv
+from blazar.adapters.engines.lora import lora_flags
 from blazar.confine import inside
 from blazar.context import Blazar
 from blazar.errors import EngineError, EngineIncompatible, LoadFailed, OutsideHome
@@ -131,6 +132,9 @@ class Spawner:
             proj = model.projector
             projector = None if proj is None else inside(
                 app.paths.models, proj.path, what=f"model.projector_set (seq {proj.seq}) of {name}")
+            # LoRA: each adapter confined to the store too, in the model's order (their ids on the engine).
+            adapters = [inside(app.paths.models, a.path, what=f"lora.added {a.name} (seq {a.seq}) of {name}")
+                        for a in model.loras] if not rerank else []
         except OutsideHome as e:
             raise await record_refusal(app, name, "untrusted_path", e.message, e) from None
         api_key, key_flags = engine_key(engine.caps, keyfile(app, instance_id))
@@ -143,7 +147,8 @@ class Spawner:
                                          model.metadata, model.settings,
                                          jinja_files=engine.caps.has("--chat-template-file")),
                                          app.paths.data_dir / "templates"),
-                                     *_mode_flags(engine, model.metadata, embeddings=embeddings, rerank=rerank)])
+                                     *_mode_flags(engine, model.metadata, embeddings=embeddings, rerank=rerank),
+                                     *lora_flags(engine.caps, adapters)])
         except EngineIncompatible as e:
             keyfile(app, instance_id).unlink(missing_ok=True)
             raise await record_refusal(app, name, "engine_incompatible", e.message, e) from None

@@ -197,7 +197,8 @@ class Supervisor:
             raise ModelNotFound(f"no model named {model!r} in the store (blazar list shows them; blazar pull adds one)")
         return ResolvedModel(name=got.name, path=self.app.paths.models / got.file,
                              metadata=got.metadata.model_copy(update={"name": got.name}), settings=got.settings,
-                             sha256=got.sha256, projector=got.projector, kind=got.kind, bytes=got.bytes)
+                             sha256=got.sha256, projector=got.projector, kind=got.kind, bytes=got.bytes,
+                             loras=got.loras)
 
     def _resolve(self, model: str) -> str:
         """The store's name for `model`, or `model` itself (stop and reset act on names that may be gone)."""

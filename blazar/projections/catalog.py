@@ -11,6 +11,7 @@ from typing import Any
 
 from blazar.confine import refused, untrusted
 from blazar.events.base import Recorded
+from blazar.events.lora import LoraAdded, LoraMetadata, LoraRemoved
 from blazar.events.model_settings import ModelConfigured, ModelSettings, ModelVariantCreated
 from blazar.events.models import (
     ModelAliased,
@@ -38,11 +39,11 @@ class CatalogProjection(Projection):
     node_local = True
     name = "catalog"
     state_type = CatalogState
-    version = 5
+    version = 6
     types = frozenset({
         ModelImported.TYPE, ModelRemoved.TYPE, ModelPullStarted.TYPE, ModelPullCompleted.TYPE, ModelPullFailed.TYPE,
         ModelAliased.TYPE, ModelAliasRemoved.TYPE, ModelConfigured.TYPE, ModelVariantCreated.TYPE,
-        ModelProjectorSet.TYPE, ModelProjectorRemoved.TYPE,
+        ModelProjectorSet.TYPE, ModelProjectorRemoved.TYPE, LoraAdded.TYPE, LoraRemoved.TYPE,
     })
 
     def initial(self) -> State:
@@ -52,6 +53,8 @@ class CatalogProjection(Projection):
         ev = rec.event
         if isinstance(ev, ModelImported | ModelVariantCreated | ModelProjectorSet) and (problems := untrusted(ev)):
             state["refused"].append(refused(rec, problems, name=ev.name))
+        elif isinstance(ev, LoraAdded) and (problems := untrusted(ev)):
+            state["refused"].append(refused(rec, problems, name=ev.model))
         elif isinstance(ev, ModelImported):
             state["models"][ev.name] = {
                 "name": ev.name, "path": ev.path, "bytes": ev.bytes, "sha256": ev.sha256, "source": ev.source,
@@ -72,7 +75,7 @@ class CatalogProjection(Projection):
                     **{k: base[k] for k in ("path", "bytes", "sha256", "source", "source_kind", "linked", "metadata",
                                             "shards")},
                     # A variant sees what its base sees: the same projector (its file is shared, content-addressed).
-                    **{k: base[k] for k in ("projector",) if k in base},
+                    **{k: base[k] for k in ("projector", "loras") if k in base},
                     "kind": base.get("kind", "llama-server"),
                     "name": ev.name, "base": ev.base, "added_ts": rec.ts, "seq": rec.seq,
                     "settings": ev.settings.model_dump(mode="json"), "settings_seq": rec.seq,
@@ -84,6 +87,8 @@ class CatalogProjection(Projection):
                 entry["settings_seq"] = rec.seq
         elif isinstance(ev, ModelProjectorSet | ModelProjectorRemoved):
             _apply_projector(state, ev, rec.seq)
+        elif isinstance(ev, LoraAdded | LoraRemoved):
+            _apply_lora(state, ev, rec.seq)
         elif isinstance(ev, ModelAliased):
             state["aliases"][ev.alias] = ev.target
         elif isinstance(ev, ModelAliasRemoved):
@@ -116,6 +121,18 @@ def _apply_projector(state: State, ev: ModelProjectorSet | ModelProjectorRemoved
     entry["projector"] = {"path": ev.path, "bytes": ev.bytes, "sha256": ev.sha256, "source": ev.source,
                           "source_kind": ev.source_kind, "linked": ev.linked, "seq": seq,
                           "metadata": ev.metadata.model_dump(mode="json")}
+
+
+def _apply_lora(state: State, ev: LoraAdded | LoraRemoved, seq: int) -> None:
+    entry = state["models"].get(ev.model)
+    if entry is None:
+        return
+    # A new list each time: a variant made earlier holds its own copy of the base's list, never this one.
+    kept = [a for a in entry.get("loras", []) if a["name"] != ev.name]
+    if isinstance(ev, LoraAdded):
+        kept.append({"name": ev.name, "path": ev.path, "bytes": ev.bytes, "sha256": ev.sha256, "source": ev.source,
+                     "linked": ev.linked, "seq": seq, "metadata": ev.metadata.model_dump(mode="json")})
+    entry["loras"] = kept
 
 
 def _find(state: State, name: str) -> dict[str, Any] | None:
@@ -152,6 +169,24 @@ class Projector:
 
 
 @dataclass(frozen=True)
+class Lora:
+    """One of a model's LoRA adapters (llama.cpp's --lora file), typed. Its id on the engine is its place in the
+    model's list (the order of the --lora flags)."""
+
+    name: str
+    path: str  # relative to the store's models directory: lora/<sha256>.gguf
+    sha256: str
+    bytes: int
+    metadata: LoraMetadata
+    seq: int  # the lora.added event
+    source: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "path": self.path, "sha256": self.sha256, "bytes": self.bytes,
+                "source": self.source, "seq": self.seq, "metadata": self.metadata.model_dump(mode="json")}
+
+
+@dataclass(frozen=True)
 class StoredModel:
     """A model in the store, typed: what the request path and the supervisor read instead of the state's dicts."""
 
@@ -172,6 +207,7 @@ class StoredModel:
     settings_seq: int | None = None  # the event that set them
     projector: Projector | None = None  # its vision/audio projector (--mmproj); None: text only
     kind: ModelKind = "llama-server"  # what runs it: llama-server (a GGUF), whisper or piper (a directory of files)
+    loras: tuple[Lora, ...] = ()  # its LoRA adapters, in the order they were added (their ids on the engine)
 
     @property
     def gguf(self) -> bool:
@@ -203,6 +239,8 @@ class StoredModel:
             out["settings_seq"] = self.settings_seq
         if self.projector is not None:
             out["projector"] = self.projector.to_json()
+        if self.loras:
+            out["loras"] = [a.to_json() for a in self.loras]
         return out
 
 
@@ -243,7 +281,8 @@ def _typed(entry: dict[str, Any]) -> StoredModel:
                        base=entry.get("base"), source_kind=str(entry.get("source_kind") or "file"),
                        linked=bool(entry.get("linked")), configured=configured,
                        settings_seq=None if settings_seq is None else int(settings_seq),
-                       projector=_projector(entry), kind=entry.get("kind") or "llama-server")
+                       projector=_projector(entry), kind=entry.get("kind") or "llama-server",
+                       loras=tuple(_lora(raw) for raw in entry.get("loras") or ()))
 
 
 # Like the metadata: validated once per projector event (its seq), not per request.
@@ -266,6 +305,31 @@ def _projector(entry: dict[str, Any]) -> Projector | None:
             _PROJECTORS.clear()
         _PROJECTORS[seq] = (raw, typed)
     return typed
+
+
+# Like the metadata: validated once per lora.added event (its seq), not per request.
+_LORAS: dict[int, tuple[dict[str, Any], Lora]] = {}
+
+
+def _lora(raw: dict[str, Any]) -> Lora:
+    seq = int(raw.get("seq") or 0)
+    cached = _LORAS.get(seq) if seq else None
+    if cached is not None and cached[0] is raw:
+        return cached[1]
+    typed = Lora(name=str(raw["name"]), path=str(raw["path"]), sha256=str(raw.get("sha256") or ""),
+                 bytes=int(raw.get("bytes") or 0), metadata=LoraMetadata.model_validate(raw["metadata"]), seq=seq,
+                 source=str(raw.get("source") or ""))
+    if seq:
+        if len(_LORAS) >= _METADATA_KEEP:
+            _LORAS.clear()
+        _LORAS[seq] = (raw, typed)
+    return typed
+
+
+def lora_users(state: CatalogState, path: str) -> list[str]:
+    """Every model (variants included) with an adapter stored as the file `path`: it stays while any names it."""
+    by_name: dict[str, dict[str, Any]] = state._raw["models"]
+    return sorted(n for n, m in by_name.items() if any(a.get("path") == path for a in m.get("loras") or ()))
 
 
 def projector_users(state: CatalogState, path: str) -> list[str]:

@@ -38,6 +38,7 @@ from blazar.events.requests import (
 from blazar.instances.supervisor import Instance, ResolvedModel
 from blazar.serving.admission import Ticket
 from blazar.serving.limits import Lease
+from blazar.serving.lora import apply_lora
 from blazar.serving.model_defaults import apply_settings
 from blazar.serving.request import AudioAsked, Request
 
@@ -257,6 +258,7 @@ class Call:
         self.instance, self.peer, self.resolved, self.remote = None, None, resolved, remote
         if resolved.settings is not None:
             self.use_settings(resolved.settings)
+        apply_lora(self)  # the next model's adapters (or none)
 
     # -- what it holds -------------------------------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ from blazar.serving.context_fit import BOUNDED_HEADER
 from blazar.serving.fanout import Candidate
 from blazar.serving.flights import Flights, flight_key
 from blazar.serving.limits import Lease, Limiter, LimitExceeded
+from blazar.serving.lora import apply_lora
 from blazar.serving.ports import SupervisorPort
 from blazar.serving.principal import Principal, scope_refusal
 from blazar.serving.request import Answer, Request
@@ -183,6 +184,7 @@ class Gateway:
         assert call.resolved is not None
         if call.resolved.settings is not None:
             call.use_settings(call.resolved.settings)
+        apply_lora(call)
 
     def _authorize(self, call: Call) -> None:
         """The caller's key: is the model in its scope (by the client's name or the store's), and do its limits

@@ -189,6 +189,7 @@ class SettingsChange:
     clear_system: bool = False
     clear_parameters: tuple[str, ...] = ()  # names (any accepted spelling); "all" clears every one
     rerank: bool | None = None  # force rerank mode on (True) or off (False); None: leave as is
+    lora: Mapping[str, float] | None = None  # the LoRA adapters applied by default (names); None: leave as is
 
     def applied_to(self, old: ModelSettings | None, known: Iterable[str] = BUILTIN_TEMPLATES
                    ) -> tuple[ModelSettings, list[str]]:
@@ -223,7 +224,12 @@ class SettingsChange:
         if self.rerank is not None and self.rerank != rerank:
             rerank = self.rerank
             changed.append("rerank")
-        new = ModelSettings(template_kind=kind, template=template, system=system, parameters=params, rerank=rerank)
+        lora = dict(base.lora)
+        if self.lora is not None and dict(self.lora) != lora:
+            lora = dict(self.lora)
+            changed.append("lora")
+        new = ModelSettings(template_kind=kind, template=template, system=system, parameters=params, rerank=rerank,
+                            lora=lora)
         return new, list(dict.fromkeys(changed))
 
 
@@ -267,6 +273,12 @@ async def create_variant(app: Blazar, name: str, base: str, change: SettingsChan
         raise ModelNotFound(f"FROM {base!r}: no model by that name in the store (blazar list shows them; blazar pull "
                             "or blazar import adds one)")
     known = known_templates(app)
+    unknown = [n for n in change.lora or () if n not in {a.name for a in origin.loras}]
+    if unknown:  # NOTE: only adapters already in the store under the model: a client's file path is not trusted
+        have = ", ".join(a.name for a in origin.loras) or "none"
+        raise InvalidModelSettings(f"ADAPTER {unknown[0]!r}: {origin.name} has no LoRA adapter by that name (it has: "
+                                   f"{have}); add the file on the server first (blazar lora add {origin.name} FILE "
+                                   f"--name NAME), then ADAPTER NAME")
     existing = stored(catalog, name)
     if existing is not None and existing.name == origin.name:
         settings, changed = change.applied_to(origin.settings, known)

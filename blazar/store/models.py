@@ -241,6 +241,10 @@ async def remove_model(app: Blazar, name: str) -> Recorded:
         from blazar.store.projectors import release_with_model  # it builds on this module's file helpers
 
         await release_with_model(app, entry.name)
+    if entry.loras:
+        from blazar.store.lora import release_with_model as release_loras  # it builds on this module's file helpers
+
+        await release_loras(app, entry.name)
     if sharing_files(catalog, entry.name):
         # A variant and its base name one file: it stays while any of them does (the last one removed frees it).
         deleted = False

@@ -155,7 +155,7 @@ def test_a_legacy_modelfile_makes_a_variant(daemon: Daemon) -> None:
 
 
 @pytest.mark.parametrize(("body", "words"), [
-    ({"model": "x", "modelfile": f"FROM {MODEL}\nADAPTER ./lora.gguf\n"}, ["ADAPTER is not supported"]),
+    ({"model": "x", "modelfile": f"FROM {MODEL}\nADAPTER ./lora.gguf\n"}, ["'./lora.gguf'", "blazar lora add"]),
     ({"model": "x", "modelfile": f"FROM {MODEL}\nPARAMETER top_k lots\n"}, ["top_k", "integer"]),
     ({"model": "x", "modelfile": f"FROM {MODEL}\nPARAMETER temprature 0.5\n"}, ["temprature", "unknown"]),
     ({"model": "x", "modelfile": "FROM ./gemma.gguf\n"}, ["must name a model in the store"]),

@@ -35,12 +35,16 @@ def test_a_triple_quoted_system_keeps_its_lines() -> None:
     assert mf.from_ == "m"
 
 
+def test_adapter_lines_are_kept_in_order_for_the_handler_to_resolve() -> None:
+    mf = parse('FROM m\nADAPTER tuned\nADAPTER "./other.gguf"\n')
+    assert mf.adapters == ["tuned", "./other.gguf"]
+
+
 def test_an_empty_modelfile_sets_nothing() -> None:
     assert parse("\n# only a comment\n\n") == Modelfile()
 
 
 @pytest.mark.parametrize(("text", "words"), [
-    ("FROM m\nADAPTER ./lora.gguf\n", ["line 2", "ADAPTER is not supported"]),
     ("FROM m\nMESSAGE user hello\n", ["line 2", "MESSAGE is not supported"]),
     ('FROM m\nLICENSE """MIT"""\n', ["line 2", "LICENSE is not supported"]),
     ("FROM m\nQUANTIZE q4\n", ["line 2", "unknown command 'QUANTIZE'"]),
@@ -72,3 +76,8 @@ def test_a_rendered_modelfile_parses_back_to_the_same_settings() -> None:
     mf = parse(text)
     assert (mf.from_, mf.template, mf.system) == ("gemma3-270m", "gemma", "Be brief.\nVery.")
     assert mf.parameters == [("stop", "<eos>"), ("temperature", "0.2")]
+
+
+def test_a_rendered_modelfile_names_the_adapters_it_applies() -> None:
+    text = render_modelfile("tuned", "gemma3-270m", None, None, {}, ["tiny", "other"])
+    assert parse(text).adapters == ["tiny", "other"]

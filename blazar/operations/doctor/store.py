@@ -27,7 +27,7 @@ class RecordedFile:
 
 def recorded_files(catalog: CatalogState) -> list[RecordedFile]:
     """Each model's one file, or each part of a split one, with its size and hash as imported; and each projector
-    (--mmproj) once, however many models name it."""
+    (--mmproj) and LoRA adapter (--lora) once, however many models name it."""
     out: list[RecordedFile] = []
     projectors: set[str] = set()
     for m in models(catalog):
@@ -38,6 +38,10 @@ def recorded_files(catalog: CatalogState) -> list[RecordedFile]:
         if m.projector is not None and m.projector.path not in projectors:
             projectors.add(m.projector.path)
             out.append(RecordedFile(m.name, m.projector.path, m.projector.bytes, m.projector.sha256))
+        for a in m.loras:  # each LoRA adapter (--lora) once too
+            if a.path not in projectors:
+                projectors.add(a.path)
+                out.append(RecordedFile(m.name, a.path, a.bytes, a.sha256))
     return out
 
 
