@@ -140,7 +140,7 @@ class Spawner:
             proj = model.projector
             projector = None if proj is None else inside(
                 app.paths.models, proj.path, what=f"model.projector_set (seq {proj.seq}) of {name}")
-            draft = self._draft(name, posture)
+            draft = draft_file(app, name, posture)
         except OutsideHome as e:
             raise await record_refusal(app, name, "untrusted_path", e.message, e) from None
         except ModelNotFound as e:
@@ -162,18 +162,6 @@ class Spawner:
             keyfile(app, instance_id).unlink(missing_ok=True)
             raise await record_refusal(app, name, "engine_incompatible", e.message, e) from None
         return argv, api_key
-
-    def _draft(self, name: str, posture: PostureChoice) -> Path | None:
-        """The draft model's file a posture names (a model in the store), confined to the store like the model's
-        own; ModelNotFound when it is not in the store."""
-        tuned = posture.posture
-        if tuned is None or not tuned.speculative or tuned.draft_model is None:
-            return None
-        what = f"the draft model {tuned.draft_model!r} of {name}'s profile.adopted (seq {posture.profile_seq})"
-        got = stored(self.app.runner.state("catalog"), tuned.draft_model)
-        if got is None:
-            raise ModelNotFound(f"{what} is not in the store (blazar list shows what is; blazar tune {name} again)")
-        return inside(self.app.paths.models, self.app.paths.models / got.file, what=what)
 
     async def _child_argv(self, model: ResolvedModel, kind: EngineKind, *, instance_id: str,
                           port: int) -> tuple[list[str], str | None, Path | None]:
@@ -265,6 +253,19 @@ class Spawner:
         await self.app.record(InstanceMemoryMeasured(
             model=lv.instance.model, instance_id=lv.instance.instance_id, ctx_tokens=0, slots=lv.plan.slots,
             planned_bytes=lv.plan.estimate_bytes, measured_bytes=rss, rss_bytes=rss))
+
+
+def draft_file(app: Blazar, name: str, posture: PostureChoice) -> Path | None:
+    """The draft model's file a posture names (a model in the store), confined to the store like the model's own;
+    ModelNotFound when it is not in the store."""
+    tuned = posture.posture
+    if tuned is None or not tuned.speculative or tuned.draft_model is None:
+        return None
+    what = f"the draft model {tuned.draft_model!r} of {name}'s profile.adopted (seq {posture.profile_seq})"
+    got = stored(app.runner.state("catalog"), tuned.draft_model)
+    if got is None:
+        raise ModelNotFound(f"{what} is not in the store (blazar list shows what is; blazar tune {name} again)")
+    return inside(app.paths.models, app.paths.models / got.file, what=what)
 
 
 def _kv_identity(engine: ActiveEngine, model: ResolvedModel, fit: FitPlan) -> KvIdentity | None:

@@ -3,9 +3,15 @@ reset clears it), a profile stale on another engine build or machine, and a node
 
 from __future__ import annotations
 
+import pytest
+
+from blazar.context import Blazar
+from blazar.errors import ModelNotFound
 from blazar.events.log import EventLog
+from blazar.events.models import ModelImported, ModelMetadata
 from blazar.events.tuning import BenchRecorded, Machine, Posture, ProfileAdopted, ProfileReset, WorkloadResult
 from blazar.instances.posture_choice import PostureChoice, choose_posture
+from blazar.instances.spawn import draft_file
 from blazar.projections import ProfilesProjection, all_projections, fold
 from blazar.projections.profiles import ProfilesState, bench, benches, last_reset, profile, stale_reason
 from blazar.projections.runner import ProjectionRunner
@@ -91,3 +97,16 @@ def test_a_load_takes_the_adopted_posture_only_on_its_engine_build() -> None:
     assert choose_posture(profile(state, "none"), "build-1") == PostureChoice()
     # The defaults adopted: a plain load, with the profile that chose it named.
     assert choose_posture(profile(state, "d"), "build-1") == PostureChoice(profile_seq=2)
+
+
+async def test_a_postures_draft_model_is_resolved_from_the_store_and_confined_to_it(app: Blazar) -> None:
+    await app.record(ModelImported(name="small", path="small.gguf", source="/x", bytes=1, sha256="0" * 64,
+                                   linked=True, metadata=ModelMetadata(architecture="gemma3", name="small")))
+    await app.runner.catch_up()
+    draft = Posture(spec_type="draft-simple", draft_model="small", spec_n_max=4)
+    assert draft_file(app, "big", PostureChoice(posture=draft, profile_seq=3)) == app.paths.models / "small.gguf"
+    assert draft_file(app, "big", PostureChoice(posture=NGRAM, profile_seq=3)) is None  # self-speculation
+    assert draft_file(app, "big", PostureChoice()) is None
+    gone = draft.model_copy(update={"draft_model": "removed"})
+    with pytest.raises(ModelNotFound, match=r"draft model 'removed' of big's profile.adopted \(seq 3\) is not in"):
+        draft_file(app, "big", PostureChoice(posture=gone, profile_seq=3))
