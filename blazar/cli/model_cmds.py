@@ -16,6 +16,7 @@ from blazar.cli.model_settings_cmds import describe
 from blazar.cluster.nodes import pull_on_node
 from blazar.events.projectors import ModelProjectorSet
 from blazar.fit import FitPlan, FitRequest
+from blazar.fit.posture import with_posture
 from blazar.instances.fit import fit_model
 from blazar.queries.catalog import StoredModel, aliases, models
 from blazar.queries.catalog import model as stored_model
@@ -191,8 +192,10 @@ def show(
             entry = stored_model(app, model)
             if entry is None:
                 raise ModelNotFound(f"no model named {model!r} in the store (see: blazar list)")
-            return (entry, app.paths.models / entry.file, await fit_model(app, entry.name, FitRequest()),
-                    profile_status(app, entry.name))
+            tuned = profile_status(app, entry.name)  # an applied profile shapes the fit a load would make
+            posture = tuned.profile.posture if tuned.status == "applied" and tuned.profile is not None else None
+            return (entry, app.paths.models / entry.file,
+                    await fit_model(app, entry.name, with_posture(FitRequest(), posture)), tuned)
 
     entry, file, plan, tuned = run(go())
     if not entry.gguf:

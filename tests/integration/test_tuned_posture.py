@@ -106,8 +106,10 @@ def test_loads_run_at_the_adopted_profile_and_say_so_and_a_stale_or_reset_one_is
     home, port = served
     seq, tag = record(home, lambda t: ProfileAdopted(model=MODEL, posture=TUNED, engine_tag=t, machine=MACHINE,
                                                    rule="code decode 1.4x the defaults' (test)", bench_id="bench-1"))
-    shown = cli_json(home, "show", MODEL)["profile"]
+    whole = cli_json(home, "show", MODEL)
+    shown = whole["profile"]
     assert (shown["status"], shown["profile"]["seq"], shown["profile"]["posture"]) == ("applied", seq, TUNED.label())
+    assert (whole["fit"]["cache_type_k"], whole["fit"]["cache_type_v"]) == ("q8_0", "q8_0")  # the fit a load makes
     assert shown["active_engine_tag"] == tag and "rule: code decode 1.4x" in shown["summary"]
 
     # Applied: the argv carries the posture's flags, and ps, why and the live instance say which profile chose it.
