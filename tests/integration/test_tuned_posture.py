@@ -150,3 +150,21 @@ def test_loads_run_at_the_adopted_profile_and_say_so_and_a_stale_or_reset_one_is
     start = last_start(home)
     assert flag(start["argv"], "--spec-type") is None
     assert (start["posture"], start["profile_seq"], start["profile_stale_seq"]) == (None, None, None)
+
+
+def test_a_posture_the_engine_cannot_run_refuses_the_load_naming_the_flag(served: tuple[Path, int]) -> None:
+    home, port = served
+    blazar_cli(home, "stop", MODEL, check=False)  # whatever the test before left loaded
+    record(home, lambda t: ProfileAdopted(model=MODEL, posture=Posture(spec_type="ngram-nonesuch"), engine_tag=t,
+                                          machine=MACHINE, rule="a type this build does not list"))
+    try:
+        with pytest.raises(openai.APIStatusError) as caught:
+            ask(port)
+        assert caught.value.status_code == 503 and "--spec-type ngram-nonesuch" in caught.value.message
+        refused = read_events(home, "instance.load_refused")[-1]["data"]
+        assert refused["reason"] == "engine_incompatible" and "--spec-type ngram-nonesuch" in refused["detail"]
+        assert "ngram-simple" in refused["detail"]  # what this build offers instead
+    finally:
+        record(home, lambda t: ProfileReset(model=MODEL))
+    ask(port)  # reset: loads again, at the defaults
+    assert last_start(home)["posture"] is None
