@@ -79,7 +79,8 @@ class LoadResource:
         body: LoadBody = await _body(req, LoadBody)
         inst = await self.supervisor.load(body.model, keep_alive=body.keep_alive_s(), pinned=body.pin, ctx=body.ctx,
                                           session=bool(body.sessions))
-        resp.media = {k: v for k, v in asdict(inst).items() if k not in PRIVATE}
+        resp.media = {k: v for k, v in asdict(inst).items() if k not in PRIVATE} | {
+            "posture": inst.posture.label() if inst.posture is not None else "defaults"}  # as blazar ps says it
 
 
 class StopResource:

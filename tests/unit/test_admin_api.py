@@ -11,6 +11,7 @@ from blazar.api.app import create_app
 from blazar.context import Blazar
 from blazar.errors import BlazarError, ModelNotFound, ModelPinned, NoEngine
 from blazar.events.instances import ModelCircuitOpened
+from blazar.events.tuning import Posture
 from blazar.instances.supervisor import UNSET, CircuitOpen, DoesNotFit, Instance, LoadFailed, ModelNotLoaded
 from tests.support.asgi import LocalConductor as ASGIConductor
 
@@ -22,6 +23,8 @@ class FakeSupervisor:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.fail: Exception | None = None
         self.rows: list[dict] = []
+        self.posture: Posture | None = None
+        self.profile_seq: int | None = None
 
     def _maybe_fail(self) -> None:
         if self.fail is not None:
@@ -33,7 +36,7 @@ class FakeSupervisor:
                            | ({"session": True} if session else {})))
         self._maybe_fail()
         return Instance(instance_id="abc123", model=model, port=40001, slots=2, ctx_tokens=ctx or 8192,
-                        engine_tag="b1234", load_ms=420)
+                        engine_tag="b1234", load_ms=420, posture=self.posture, profile_seq=self.profile_seq)
 
     async def stop(self, model: str) -> list[str]:
         self.calls.append(("stop", {"model": model}))
@@ -88,8 +91,15 @@ async def test_load_passes_parsed_keep_alive_pin_and_ctx(client: ASGIConductor, 
     assert r.status_code == 200
     assert r.json == {"instance_id": "abc123", "model": "m", "port": 40001, "slots": 2, "ctx_tokens": 4096,
                       "engine_tag": "b1234", "load_ms": 420, "embeddings": False, "rerank": False,
-                      "kind": "llama-server"}
+                      "kind": "llama-server", "posture": "defaults", "profile_seq": None}
     assert sup.calls == [("load", {"model": "m", "keep_alive": 5400.0, "pinned": True, "ctx": 4096})]
+
+
+async def test_load_says_the_posture_the_instance_runs(client: ASGIConductor, sup: FakeSupervisor) -> None:
+    sup.posture, sup.profile_seq = Posture(spec_type="ngram-simple", threads=2), 17
+    r = await client.simulate_post("/api/blazar/load", json={"model": "m"})
+    assert r.status_code == 200
+    assert (r.json["posture"], r.json["profile_seq"]) == ("spec=ngram-simple t=2", 17)
 
 
 async def test_load_ready_for_sessions_is_passed_on(client: ASGIConductor, sup: FakeSupervisor) -> None:
