@@ -32,6 +32,11 @@ POSTURE = Posture(spec_type="ngram-simple", slots=1)
 SETTINGS = {"ctx": 1024, "slots": 1, "queue_depth": 16, "queue_timeout_s": 300, "spec_window_s": 1.0}
 # Counting with a pattern: the n-gram draft finds the continuation in the prompt, so most drafted tokens are accepted.
 PROMPT = " ".join(str(i % 10) for i in range(60))
+
+
+def prompt(n: int) -> str:
+    """A different repetitive prompt per n: identical deterministic requests would share one generation."""
+    return " ".join(str((i + n) % 10) for i in range(60))
 SATURATING = 4  # concurrent requests for the one slot
 
 
@@ -99,7 +104,7 @@ def test_saturation_turns_speculation_off_with_its_numbers_and_it_comes_back_on(
         client = openai.AsyncOpenAI(base_url=f"{daemon.base}/v1", api_key="unused", max_retries=0, timeout=300)
         async with client:
             raws = await asyncio.gather(*(client.completions.with_raw_response.create(
-                model=MODEL, prompt=PROMPT, max_tokens=32, temperature=0) for _ in range(SATURATING)))
+                model=MODEL, prompt=prompt(n), max_tokens=32, temperature=0) for n in range(1, SATURATING + 1)))
         return [r.headers["x-blazar-trace-id"] for r in raws]
 
     before = len(daemon.events("spec.switched"))
