@@ -217,11 +217,22 @@ def _expires(row: dict, now: float) -> str:
 def _table(rows: list[dict], now: float) -> Table:
     clustered = any(r.get("node") for r in rows)  # gateways sharing a log: say whose each instance is
     table = Table(*(("NODE",) if clustered else ()), "MODEL", "KIND", "STATE", "PID", "PORT", "CTX", "SLOTS",
-                  "PLANNED", "MEASURED", "IDLE", "EXPIRES", box=None, header_style="bold")
+                  "PLANNED", "MEASURED", "IDLE", "EXPIRES", "POSTURE", box=None, header_style="bold")
     for r in rows:
         kind = r.get("kind") or "llama-server"
         ctx = str(r["ctx_tokens"]) if kind == "llama-server" else "-"  # a speech child has no context
         table.add_row(*((Text(r.get("node") or "-"),) if clustered else ()), Text(r["model"]), kind, r["state"],
                       str(r["pid"]), str(r["port"]), ctx, str(r["slots"]), _bytes(r["planned_bytes"]),
-                      _bytes(r["measured_bytes"]), _idle(r), _expires(r, now))
+                      _bytes(r["measured_bytes"]), _idle(r), _expires(r, now), Text(_posture(r)))
     return table
+
+
+def _posture(row: dict) -> str:
+    """The tuned posture it runs and the profile.adopted that chose it; "defaults (stale profile N)" when a profile
+    measured on another engine build was passed by."""
+    label = row.get("posture") or "defaults"
+    if row.get("profile_seq") is not None:
+        return f"{label} (profile {row['profile_seq']})"
+    if row.get("profile_stale_seq") is not None:
+        return f"{label} (stale profile {row['profile_stale_seq']})"
+    return label

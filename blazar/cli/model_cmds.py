@@ -19,6 +19,7 @@ from blazar.fit import FitPlan, FitRequest
 from blazar.instances.fit import fit_model
 from blazar.queries.catalog import StoredModel, aliases, models
 from blazar.queries.catalog import model as stored_model
+from blazar.queries.profiles import ProfileStatus, profile_status
 from blazar.store.chat_templates import capabilities, served_template
 from blazar.store.model_settings import reranks
 from blazar.store.models import alias_model, import_model, remove_model, unalias_model
@@ -185,14 +186,15 @@ def show(
     """Everything known about one model: metadata, capabilities, file, sha256, where it came from."""
     from blazar.errors import ModelNotFound
 
-    async def go() -> tuple[StoredModel, Path, FitPlan]:
+    async def go() -> tuple[StoredModel, Path, FitPlan, ProfileStatus]:
         async with opened() as app:
             entry = stored_model(app, model)
             if entry is None:
                 raise ModelNotFound(f"no model named {model!r} in the store (see: blazar list)")
-            return entry, app.paths.models / entry.file, await fit_model(app, entry.name, FitRequest())
+            return (entry, app.paths.models / entry.file, await fit_model(app, entry.name, FitRequest()),
+                    profile_status(app, entry.name))
 
-    entry, file, plan = run(go())
+    entry, file, plan, tuned = run(go())
     if not entry.gguf:
         _show_other_kind(entry, file, plan, as_json)
         return
@@ -209,7 +211,7 @@ def show(
                             "slots": plan.slots, "cache_type_k": plan.cache_type_k,
                             "cache_type_v": plan.cache_type_v, "total_bytes": plan.total_bytes,
                             "projector_bytes": plan.projector_bytes, "projector_device": plan.projector_device},
-                    "capabilities": caps, "template": template})
+                    "capabilities": caps, "template": template, "profile": tuned.to_json()})
         return
     table = Table(show_header=False, box=None)
     rows = [
@@ -225,6 +227,7 @@ def show(
         ("capabilities", ", ".join(caps)),
         ("projector", _projector_row(entry)),
         ("fit here", plan.summary),
+        ("posture", tuned.summary()),
         *([("variant of", entry.base)] if entry.base else []),
         *[(k, served.describe() if k == "template" else v) for k, v in describe(entry.settings)],
     ]

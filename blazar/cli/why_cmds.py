@@ -54,6 +54,8 @@ def why(
     out.print(table)
     style = {"completed": "green", "in_progress": "yellow"}.get(result.outcome, "red")
     out.print(Text.assemble(("verdict: ", "bold"), (result.verdict, style)))
+    if result.posture is not None:
+        out.print(Text.assemble(("posture: ", "bold"), result.posture.text()))
 
 
 def _offset(ms: float) -> str:

@@ -60,6 +60,8 @@ class _InstanceStart(Event):
     # slots; None: the defaults. `profile_seq` is the profile.adopted that chose it (None: no profile applied).
     posture: Posture | None = None
     profile_seq: int | None = None
+    # A profile.adopted measured on another engine build (stale): not applied, the load went at the defaults.
+    profile_stale_seq: int | None = None
 
     def stream_key(self) -> str:
         return f"instance:{self.instance_id}"
@@ -169,9 +171,10 @@ class InstanceLoadRefused(Event):
     model: str
     # engine_unverified: the engine's files differ from its install record (or lead out of the home) at the check
     # before the spawn; untrusted_path: the model's file leads out of the models directory; extra_missing: a whisper or
-    # piper model whose Python extra (stt, tts) is not installed.
+    # piper model whose Python extra (stt, tts) is not installed; draft_missing: the adopted profile's draft model is
+    # not in the store.
     reason: Literal["does_not_fit", "circuit_open", "no_engine", "no_room", "engine_incompatible", "engine_unverified",
-                    "untrusted_path", "extra_missing"]
+                    "untrusted_path", "extra_missing", "draft_missing"]
     detail: str
     observations: dict[str, Any] = Field(default_factory=dict)
 

@@ -22,7 +22,7 @@ from blazar.store.engines import ActiveEngine
 log = logging.getLogger("blazar.supervisor")
 
 RefusalReason = Literal["does_not_fit", "circuit_open", "no_engine", "no_room", "engine_incompatible",
-                        "engine_unverified", "untrusted_path", "extra_missing"]
+                        "engine_unverified", "untrusted_path", "extra_missing", "draft_missing"]
 
 # Restart backoff after a crash: 0.5 s doubling per crash in the window, at most this.
 BACKOFF_MAX_S = 10.0

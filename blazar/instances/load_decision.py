@@ -13,16 +13,18 @@ situation always gets the same answer, so the tests are tables (tests/unit/test_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from blazar.errors import BlazarError, DoesNotFit, ModelPinned
 from blazar.events.models import ModelMetadata
 from blazar.events.projectors import ProjectorMetadata
+from blazar.events.tuning import Posture
 from blazar.fit import Device, FitPlan, FitRequest, budget_bytes
 from blazar.fit.devices import host_of
 from blazar.fit.fixed import fixed_plan
 from blazar.fit.planner import MIN_AUTO_CTX
+from blazar.fit.posture import with_posture
 from blazar.fit.refusal import Lever
 from blazar.instances.budget import (
     Resident,
@@ -70,6 +72,7 @@ class Situation:
     # (no context, slots, offload or workers to choose). None: the GGUF planner.
     fixed_bytes: int | None = None
     kind: str = "llama-server"
+    posture: Posture | None = None  # the adopted profile's (instances/posture_choice.py): what it pins, the fit keeps
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ class Start:
     fit: FitPlan
     host_free_bytes: int  # the host's free memory the plan was made against (instance.starting's observation)
     via: Literal["here", "workers", "fallback"]
+    posture: Posture | None = None  # the posture the plan keeps (None: the defaults, or the posture did not fit)
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,23 @@ LoadDecision = Start | Evict | Refuse | ProbeWorkers
 
 
 def decide_load(s: Situation) -> LoadDecision:
+    """Where the new instance goes, at the situation's posture. A posture that fits only at the fallback shape, or
+    not at all, gives way to the defaults when they fit at the shape asked for (or at all): a tuned posture is a
+    preference, never a reason to cramp or refuse a load. `Start.posture` says whether the plan keeps it."""
+    decision = _decide(s)
+    if s.posture is None or s.posture.is_default():
+        return decision
+    tuned = replace(decision, posture=s.posture) if isinstance(decision, Start) else decision
+    cramped = isinstance(decision, Start) and decision.via == "fallback"
+    if not (cramped or (isinstance(decision, Refuse) and decision.fit is not None)):
+        return tuned
+    plain = _decide(replace(s, posture=None))
+    if isinstance(plain, Start) and plain.via != "fallback":
+        return plain
+    return plain if isinstance(decision, Refuse) and not isinstance(plain, Refuse) else tuned
+
+
+def _decide(s: Situation) -> LoadDecision:
     """Where the new instance goes.
 
     First the plan at the budget the running instances leave (with the calibration correction for its shape). At
@@ -126,8 +147,8 @@ def decide_load(s: Situation) -> LoadDecision:
     default context only) the largest context that fits in what is free, else a refusal with the levers.
     """
     explicit_ctx = s.ctx is not None
-    request = FitRequest(ctx=s.ctx or s.default_ctx or None, slots=s.default_slots or None, swa_full=s.swa_full,
-                         projector=s.projector)
+    request = with_posture(FitRequest(ctx=s.ctx or s.default_ctx or None, slots=s.default_slots or None,
+                                      swa_full=s.swa_full, projector=s.projector), s.posture)
     budget = budget_devices(list(s.devices), [Resident(r.candidate.instance_id, r.candidate.bytes) for r in s.running],
                             memory_limit_bytes=s.memory_limit_bytes)
     free = host_free(budget)
@@ -162,7 +183,8 @@ def decide_load(s: Situation) -> LoadDecision:
             return Start(spread, free, "workers")
         if not fit.fits and not explicit_ctx and s.fixed_bytes is None:
             # Nothing can go for the default shape: take the largest context that fits in what is free.
-            fallback = _plan(s, budget, FitRequest(ctx=None, slots=None, swa_full=s.swa_full, projector=s.projector))
+            fallback = _plan(s, budget, with_posture(
+                FitRequest(ctx=None, slots=None, swa_full=s.swa_full, projector=s.projector), s.posture))
             if fallback.fits:
                 return Start(fallback, free, "fallback")
     obs = {"need_bytes": need_bytes, "need_count": need_count, "loaded": len(s.running),

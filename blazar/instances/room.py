@@ -12,6 +12,7 @@ from dataclasses import replace
 from blazar.adapters.engines.kinds import engine_kind
 from blazar.config import Settings
 from blazar.context import Blazar
+from blazar.events.tuning import Posture
 from blazar.fit import Device
 from blazar.instances.live import LiveSet, LoadReport, ResolvedModel
 from blazar.instances.load_checks import record_refusal
@@ -66,11 +67,11 @@ class RoomMaker:
 
     async def make_room(self, model: ResolvedModel, ctx: int | None, settings: Settings,
                         report: LoadReport | None = None, *, swa_full: bool = False,
-                        engine: ActiveEngine | None = None) -> Start:
-        """The plan to start `model` with, once its victims are evicted; DoesNotFit (recorded) when nothing can make
-        room. Each decision is carried out, then decided again on what is true after it (at most: probe the workers,
-        evict, probe them again)."""
-        seen = await self._observe(model, ctx, settings, swa_full=swa_full, engine=engine)
+                        engine: ActiveEngine | None = None, posture: Posture | None = None) -> Start:
+        """The plan to start `model` with (at `posture` where it fits: `Start.posture` says), once its victims are
+        evicted; DoesNotFit (recorded) when nothing can make room. Each decision is carried out, then decided again on
+        what is true after it (at most: probe the workers, evict, probe them again)."""
+        seen = await self._observe(model, ctx, settings, swa_full=swa_full, engine=engine, posture=posture)
         while True:
             decision = decide_load(seen)
             if isinstance(decision, Start):
@@ -84,7 +85,8 @@ class RoomMaker:
                 seen = replace(seen, workers=tuple(offered), running=self._running())
                 continue
             await self._evict(decision, model.name, report)
-            seen = await self._observe(model, ctx, settings, swa_full=swa_full, engine=engine, room_made=True)
+            seen = await self._observe(model, ctx, settings, swa_full=swa_full, engine=engine, room_made=True,
+                                       posture=posture)
 
     async def _evict(self, decision: Evict, name: str, report: LoadReport | None) -> None:
         # A victim that exited since it was seen is already gone: its memory is free.
@@ -94,7 +96,8 @@ class RoomMaker:
                                for lv in victims))
 
     async def _observe(self, model: ResolvedModel, ctx: int | None, settings: Settings, *, swa_full: bool,
-                       engine: ActiveEngine | None, room_made: bool = False) -> Situation:
+                       engine: ActiveEngine | None, room_made: bool = False,
+                       posture: Posture | None = None) -> Situation:
         devices = await asyncio.to_thread(self.devices)
         return Situation(
             model=model.name, meta=model.metadata, ctx=ctx, swa_full=swa_full, default_ctx=settings.ctx,
@@ -103,7 +106,7 @@ class RoomMaker:
             calibration=self.app.runner.state("calibration"),
             rpc_capable=engine is not None and rpc_capable(engine), room_made=room_made,
             projector=model.projector.metadata if model.projector is not None else None,
-            fixed_bytes=_charge(model), kind=model.kind)
+            fixed_bytes=_charge(model), kind=model.kind, posture=posture)
 
     def _running(self) -> tuple[Running, ...]:
         return tuple(self.live.running(self.app.runner.state("residency"), self.app.clock.now()))

@@ -16,9 +16,10 @@ from typing import Any
 from blazar.adapters.engines import process
 from blazar.adapters.engines.kinds import EngineKind, Launch, engine_kind, write_key
 from blazar.adapters.engines.llama_server import build_argv, engine_key, redact_argv
+from blazar.adapters.engines.posture import posture_flags
 from blazar.confine import inside
 from blazar.context import Blazar
-from blazar.errors import EngineError, EngineIncompatible, LoadFailed, OutsideHome
+from blazar.errors import EngineError, EngineIncompatible, LoadFailed, ModelNotFound, OutsideHome
 from blazar.events.instances import InstanceExited, InstanceReady, InstanceStarted, InstanceStarting
 from blazar.events.models import InstanceMemoryMeasured, ModelMetadata
 from blazar.events.sessions import KvIdentity
@@ -36,7 +37,9 @@ from blazar.instances.live import (
     scratchdir,
 )
 from blazar.instances.load_checks import record_refusal
+from blazar.instances.posture_choice import PostureChoice
 from blazar.instances.stopping import Stopper
+from blazar.projections.catalog import stored
 from blazar.store.chat_templates import served_settings
 from blazar.store.engines import ActiveEngine
 from blazar.store.model_settings import template_flags
@@ -58,10 +61,12 @@ class Spawner:
 
     async def launch(self, model: ResolvedModel, engine: ActiveEngine | None, fit: FitPlan, *, free_observed: int,
                      keep_alive_s: float | None, pinned: bool, reason: str, embeddings: bool,
-                     rerank: bool = False) -> Live:
+                     rerank: bool = False, posture: PostureChoice | None = None) -> Live:
         """Record the intent (`instance.starting`, with the argv and port), then spawn, then record the spawn
         (`instance.started`, with the pid). A spawn that fails is recorded as the intent's exit. A llama-server
-        model runs `engine`; a whisper or piper model its kind's child (`engine` None)."""
+        model runs `engine` (at `posture`, the adopted profile's, whose fit `fit` already is); a whisper or piper
+        model its kind's child (`engine` None)."""
+        chosen = posture or PostureChoice()
         app, name = self.app, model.name
         kind = engine_kind(model.kind)
         instance_id = secrets.token_hex(6)
@@ -71,7 +76,7 @@ class Spawner:
         cwd: Path | None = None
         if engine is not None:
             argv, api_key = await self._argv(model, engine, fit, instance_id=instance_id, port=port,
-                                             embeddings=embeddings, rerank=rerank)
+                                             embeddings=embeddings, rerank=rerank, posture=chosen)
             engine_tag = engine.tag
         else:
             argv, api_key, cwd = await self._child_argv(model, kind, instance_id=instance_id, port=port)
@@ -85,7 +90,8 @@ class Spawner:
                      planned_bytes=fit.local_bytes, estimate_bytes=fit.local_estimate_bytes, keep_alive_s=keep_alive_s,
                      pinned=pinned, reason="load" if reason == "load" else "request",
                      free_bytes_observed=free_observed, workers=plan_workers(fit),
-                     node=app.node)
+                     node=app.node, posture=chosen.posture, profile_seq=chosen.profile_seq,
+                     profile_stale_seq=chosen.stale_seq)
         (intent,) = await app.record(InstanceStarting(**facts))
         try:
             proc = await process.spawn(argv, log_path=log_path, cwd=cwd)
@@ -105,7 +111,8 @@ class Spawner:
                             rerank=rerank, api_key=api_key,
                             served_as=name if engine.caps.has("--alias") else str(model.path),
                             template=model.template, kv_identity=_kv_identity(engine, model, fit),
-                            kv_restorable=fit.swa_full or not model.metadata.sliding_window)
+                            kv_restorable=fit.swa_full or not model.metadata.sliding_window,
+                            posture=chosen.posture, profile_seq=chosen.profile_seq)
         else:
             inst = Instance(instance_id=instance_id, model=name, port=port, slots=fit.slots, ctx_tokens=0,
                             engine_tag=engine_tag, api_key=api_key, served_as=name, template=model.template,
@@ -117,9 +124,11 @@ class Spawner:
         return lv
 
     async def _argv(self, model: ResolvedModel, engine: ActiveEngine, fit: FitPlan, *, instance_id: str, port: int,
-                    embeddings: bool, rerank: bool = False) -> tuple[list[str], str | None]:
+                    embeddings: bool, rerank: bool = False,
+                    posture: PostureChoice = PostureChoice()) -> tuple[list[str], str | None]:
         """The child's argv and its own key (written 0600 beside its pid file). An engine that lacks a flag the plan
-        needs refuses the load (recorded)."""
+        or the posture needs refuses the load (recorded)."""
+        tuned = posture.posture
         app, name = self.app, model.name
         settings = app.settings()
         # Slot saves (llama-server's /slots?action=save) land per model, so a later instance of it finds them.
@@ -131,23 +140,40 @@ class Spawner:
             proj = model.projector
             projector = None if proj is None else inside(
                 app.paths.models, proj.path, what=f"model.projector_set (seq {proj.seq}) of {name}")
+            draft = self._draft(name, posture)
         except OutsideHome as e:
             raise await record_refusal(app, name, "untrusted_path", e.message, e) from None
+        except ModelNotFound as e:
+            raise await record_refusal(app, name, "draft_missing", e.message, e) from None
         api_key, key_flags = engine_key(engine.caps, keyfile(app, instance_id))
         try:
             argv = build_argv(engine.binary, model_file, fit, engine.caps, port=port, projector=projector,
-                              threads=settings.engine_threads or None, load_mode=settings.load_mode,
+                              threads=(tuned.threads if tuned else None) or settings.engine_threads or None,
+                              load_mode=settings.load_mode,
                               slot_save_path=slots if engine.caps.slot_save_path else None,
                               extra=[*key_flags, *_alias_flags(engine, name),
                                      *template_flags(engine.caps, served_settings(
                                          model.metadata, model.settings,
                                          jinja_files=engine.caps.has("--chat-template-file")),
                                          app.paths.data_dir / "templates"),
-                                     *_mode_flags(engine, model.metadata, embeddings=embeddings, rerank=rerank)])
+                                     *_mode_flags(engine, model.metadata, embeddings=embeddings, rerank=rerank),
+                                     *posture_flags(engine.caps, tuned, draft)])
         except EngineIncompatible as e:
             keyfile(app, instance_id).unlink(missing_ok=True)
             raise await record_refusal(app, name, "engine_incompatible", e.message, e) from None
         return argv, api_key
+
+    def _draft(self, name: str, posture: PostureChoice) -> Path | None:
+        """The draft model's file a posture names (a model in the store), confined to the store like the model's
+        own; ModelNotFound when it is not in the store."""
+        tuned = posture.posture
+        if tuned is None or not tuned.speculative or tuned.draft_model is None:
+            return None
+        what = f"the draft model {tuned.draft_model!r} of {name}'s profile.adopted (seq {posture.profile_seq})"
+        got = stored(self.app.runner.state("catalog"), tuned.draft_model)
+        if got is None:
+            raise ModelNotFound(f"{what} is not in the store (blazar list shows what is; blazar tune {name} again)")
+        return inside(self.app.paths.models, self.app.paths.models / got.file, what=what)
 
     async def _child_argv(self, model: ResolvedModel, kind: EngineKind, *, instance_id: str,
                           port: int) -> tuple[list[str], str | None, Path | None]:

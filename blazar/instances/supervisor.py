@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -27,12 +28,14 @@ from blazar.fit import Device
 from blazar.instances.bank_leftovers import remove_at_start
 from blazar.instances.live import Instance, Live, LiveSet, LoadReport, ResolvedModel
 from blazar.instances.load_checks import RefusalReason, check_load, reset_circuit, restart_delay
+from blazar.instances.posture_choice import PostureChoice, choose_posture
 from blazar.instances.reaper import Reaper
 from blazar.instances.reconcile import reconcile
 from blazar.instances.room import RoomMaker
 from blazar.instances.spawn import Spawner
 from blazar.instances.stopping import EvictionReason, Stopper
 from blazar.projections.catalog import stored
+from blazar.projections.profiles import profile
 from blazar.projections.residency import ps_rows
 from blazar.sentinels import UNSET
 from blazar.store.engines import ActiveEngine, active_engine
@@ -59,6 +62,8 @@ __all__ = [
 
 # The name tests/unit/test_dead_engine.py builds a child's record by.
 _Live = Live
+
+log = logging.getLogger("blazar.supervisor")
 
 
 class Supervisor:
@@ -243,13 +248,30 @@ class Supervisor:
         settings = self.app.settings()
         keep = keep_alive_seconds(settings.keep_alive) if keep_alive is UNSET else keep_alive
         swa_full = session and settings.session_swa_full and bool(model.metadata.sliding_window)
+        choice = self._posture(model.name, engine)
         async with self._capacity:
             ctx, embeddings = await self.room.reshape(model.name, ctx, embeddings, report, model.template, rerank)
-            start = await self.room.make_room(model, ctx, settings, report, swa_full=swa_full, engine=engine)
+            start = await self.room.make_room(model, ctx, settings, report, swa_full=swa_full, engine=engine,
+                                              posture=choice.posture)
+            if choice.posture is not None and start.posture is None:
+                log.warning("%s: the posture of profile.adopted seq %s does not fit now; loading at the defaults",
+                            model.name, choice.profile_seq)
+                choice = PostureChoice()
             lv = await self.spawner.launch(model, engine, start.fit, free_observed=start.host_free_bytes,
                                            keep_alive_s=keep, pinned=pinned, reason=reason, embeddings=embeddings,
-                                           rerank=rerank)
+                                           rerank=rerank, posture=choice)
         return await self.spawner.await_ready(lv, report)
+
+    def _posture(self, name: str, engine: ActiveEngine | None) -> PostureChoice:
+        """The adopted profile's posture when it was measured on `engine` (a llama-server model's); a stale one is
+        said and passed by."""
+        if engine is None:
+            return PostureChoice()
+        choice = choose_posture(profile(self.app.runner.state("profiles"), name), engine.tag)
+        if choice.stale is not None:
+            log.warning("%s: profile.adopted seq %s is stale (%s): loading at the defaults; run blazar tune %s again",
+                        name, choice.stale_seq, choice.stale, name)
+        return choice
 
     async def _apply_keep_alive(self, lv: Live, keep_alive: Any, pinned: bool | None) -> None:
         keep = lv.keep_alive_s if keep_alive is UNSET else keep_alive

@@ -23,6 +23,7 @@ from blazar.events.instances import (
 )
 from blazar.events.models import InstanceMemoryMeasured
 from blazar.events.nodes import NodeDown
+from blazar.events.tuning import Posture
 from blazar.projections.base import Projection, State, TypedState
 
 # Exits that count towards a model's crash circuit: the process failed, not a decision of ours.
@@ -67,6 +68,8 @@ def _starting(state: State, rec: Recorded, ev: InstanceStarting | InstanceStarte
         "keep_alive_s": ev.keep_alive_s, "pinned": ev.pinned, "state": "starting",
         "started_ts": rec.ts, "ready_ts": None, "load_ms": None, "started_seq": rec.seq, "eviction": None,
         "workers": dict(ev.workers), "node": ev.node, "kind": ev.kind,
+        "posture": None if ev.posture is None else ev.posture.model_dump(mode="json"),
+        "profile_seq": ev.profile_seq, "profile_stale_seq": ev.profile_stale_seq,
     }
     tags = state["engine_tags_in_use"]
     tags[ev.engine_tag] = tags.get(ev.engine_tag, 0) + 1
@@ -160,7 +163,8 @@ class ResidencyState(TypedState):
 class ResidencyProjection(Projection):
     name = "residency"
     state_type = ResidencyState
-    version = 3  # 2: instance.starting (the intent before the spawn) opens an instance with no pid yet; 3: its kind
+    # 2: instance.starting (the intent before the spawn) opens an instance with no pid yet; 3: its kind; 4: its posture
+    version = 4
     types = frozenset(cls.TYPE for cls in _APPLY)
 
     def initial(self) -> State:
@@ -219,6 +223,9 @@ class ResidentInstance:
     node: str = ""  # the gateway running it, where several share the log ("": the only one)
     load_ms: int | None = None
     kind: str = "llama-server"  # llama-server, whisper or piper (blazar/adapters/engines/kinds.py)
+    posture: Posture | None = None  # the adopted profile's posture it runs (None: the defaults)
+    profile_seq: int | None = None  # the profile.adopted that chose it
+    profile_stale_seq: int | None = None  # a stale profile.adopted passed by at its load
 
     @property
     def resident_bytes(self) -> int:
@@ -245,7 +252,9 @@ def _typed(inst: dict[str, Any]) -> ResidentInstance:
         keep_alive_s=inst.get("keep_alive_s"), pinned=bool(inst.get("pinned")), state=inst["state"],
         started_ts=float(inst["started_ts"]), ready_ts=inst.get("ready_ts"), started_seq=int(inst["started_seq"]),
         workers=dict(inst.get("workers") or {}),  # a checkpoint from before workers existed has none
-        node=str(inst.get("node") or ""), load_ms=inst.get("load_ms"), kind=str(inst.get("kind") or "llama-server"))
+        node=str(inst.get("node") or ""), load_ms=inst.get("load_ms"), kind=str(inst.get("kind") or "llama-server"),
+        posture=None if inst.get("posture") is None else Posture.model_validate(inst["posture"]),
+        profile_seq=inst.get("profile_seq"), profile_stale_seq=inst.get("profile_stale_seq"))
 
 
 def instances(state: ResidencyState, *, node: str | None = None) -> list[ResidentInstance]:
@@ -318,6 +327,13 @@ class PsRow:
     workers: dict[str, int]
     node: str
     kind: str = "llama-server"
+    posture: Posture | None = None  # the tuned posture it runs (None: the defaults)
+    profile_seq: int | None = None  # the profile.adopted that chose it
+    profile_stale_seq: int | None = None  # a stale profile.adopted passed by at its load
+
+    @property
+    def posture_label(self) -> str:
+        return self.posture.label() if self.posture is not None else "defaults"
 
     def to_json(self) -> dict[str, Any]:
         """The row as `blazar ps --json` and GET /api/blazar/ps give it."""
@@ -327,7 +343,9 @@ class PsRow:
                 "expires_at": self.expires_at, "keep_alive_s": self.keep_alive_s, "pinned": self.pinned,
                 "engine_tag": self.engine_tag, "in_flight": self.in_flight, "started_ts": self.started_ts,
                 "circuit_open_until": self.circuit_open_until, "workers": dict(self.workers), "node": self.node,
-                "kind": self.kind}
+                "kind": self.kind, "posture": self.posture_label,
+                "posture_fields": None if self.posture is None else self.posture.model_dump(exclude_none=True),
+                "profile_seq": self.profile_seq, "profile_stale_seq": self.profile_stale_seq}
 
 
 def ps_rows(state: ResidencyState, *, now: float, live: Mapping[str, Mapping[str, Any]] | None = None) -> list[PsRow]:
@@ -353,6 +371,7 @@ def ps_rows(state: ResidencyState, *, now: float, live: Mapping[str, Mapping[str
             measured_bytes=inst.measured_bytes, idle_s=idle_s, expires_at=expires_at, keep_alive_s=inst.keep_alive_s,
             pinned=inst.pinned, engine_tag=inst.engine_tag, in_flight=in_flight, started_ts=inst.started_ts,
             circuit_open_until=circuits.get(inst.model), workers=dict(inst.workers), node=inst.node,
-            kind=inst.kind))
+            kind=inst.kind, posture=inst.posture, profile_seq=inst.profile_seq,
+            profile_stale_seq=inst.profile_stale_seq))
     rows.sort(key=lambda r: (r.model, r.started_ts or 0))
     return rows

@@ -41,6 +41,7 @@ from blazar.events.requests import (
     RequestRouted,
     RequestShared,
 )
+from blazar.events.tuning import Posture
 
 # A trace id prefix shorter than this is too likely to be ambiguous to be worth a look-up.
 MIN_PREFIX = 8
@@ -94,11 +95,43 @@ class Explanation:
     actor: str | None  # who asked: "key:<name>" where keys are on, else the daemon's actor
     # queue_wait_ms, load_ms, ttft_ms, duration_ms, tokens_in, tokens_out, tokens_per_s (None: not recorded)
     figures: dict[str, float | None]
+    posture: ServedPosture | None = None  # the posture of the instance that served it (None: no start in the log)
 
     def to_json(self) -> dict[str, Any]:
         return {"trace_id": self.trace_id, "outcome": self.outcome, "status": self.status, "model": self.model,
                 "dialect": self.dialect, "route": self.route, "actor": self.actor, "received_ts": self.received_ts,
-                "verdict": self.verdict, "figures": self.figures, "steps": [s.to_json() for s in self.steps]}
+                "verdict": self.verdict, "figures": self.figures, "steps": [s.to_json() for s in self.steps],
+                "posture": None if self.posture is None else self.posture.to_json()}
+
+
+@dataclass(frozen=True)
+class ServedPosture:
+    """The tuned posture the instance that served a request ran (from its instance.starting), and the
+    profile.adopted that chose it, or the stale one its load passed by."""
+
+    instance_id: str
+    posture: Posture | None
+    profile_seq: int | None
+    profile_stale_seq: int | None
+
+    @property
+    def label(self) -> str:
+        return self.posture.label() if self.posture is not None else "defaults"
+
+    def text(self) -> str:
+        if self.profile_seq is not None:
+            why = f"chosen by profile.adopted seq {self.profile_seq}"
+        elif self.profile_stale_seq is not None:
+            why = (f"profile.adopted seq {self.profile_stale_seq} was stale (measured on another engine build) and "
+                   "not applied")
+        else:
+            why = "no profile adopted"
+        return f"instance {self.instance_id} ran at {self.label}: {why}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"instance_id": self.instance_id, "posture": self.label,
+                "posture_fields": None if self.posture is None else self.posture.model_dump(exclude_none=True),
+                "profile_seq": self.profile_seq, "profile_stale_seq": self.profile_stale_seq, "text": self.text()}
 
 
 # -- words and numbers ---------------------------------------------------------------------------------------------
@@ -561,7 +594,21 @@ def explain(records: Iterable[Recorded]) -> Explanation:
         dialect=story.received.dialect if story.received else None,
         route=story.received.route if story.received else None, received_ts=start,
         verdict=story.verdict(duration), steps=steps, figures=figures, actor=first.actor,
+        posture=_served_posture(recs, probe.routed),
     )
+
+
+def _served_posture(recs: list[Recorded], routed: RequestRouted | None) -> ServedPosture | None:
+    """The posture of the instance the request was routed to, from its start (however long before the request it
+    was: load_trace reads that instance's events)."""
+    if routed is None:
+        return None
+    for rec in recs:
+        ev = rec.event
+        if isinstance(ev, InstanceStarting | InstanceStarted) and ev.instance_id == routed.instance_id:
+            return ServedPosture(instance_id=ev.instance_id, posture=ev.posture, profile_seq=ev.profile_seq,
+                                 profile_stale_seq=ev.profile_stale_seq)
+    return None
 
 
 # -- reading the log -----------------------------------------------------------------------------------------------

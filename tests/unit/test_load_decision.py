@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from blazar.errors import DoesNotFit, ModelPinned
+from blazar.events.tuning import Posture
 from blazar.instances.decide import Candidate
 from blazar.instances.live import plan_workers
 from blazar.instances.load_decision import (
@@ -47,13 +48,13 @@ def run(iid: str, mib: int, *, idle_s: float = 0.0, state: str = "ready", in_fli
 def situation(*, limit_mib: int = 4000, ctx: int | None = None, default_ctx: int = 0, default_slots: int = 1,
               running: tuple[Running, ...] = (), max_loaded: int = 0, rpc: bool = False,
               workers: tuple[tuple[str, int], ...] | None = None, room_made: bool = False,
-              calibration: dict[str, Any] | None = None) -> Situation:
+              calibration: dict[str, Any] | None = None, posture: Posture | None = None) -> Situation:
     """Gemma 3 270M asked for on a 24 GiB host (20 GiB free) whose instances may use `limit_mib` MiB in all."""
     return Situation(model="gemma", meta=gemma3_270m(), ctx=ctx, swa_full=False, default_ctx=default_ctx,
                      default_slots=default_slots, max_loaded_models=max_loaded, memory_limit_bytes=limit_mib * MiB,
                      devices=(host(20 * GiB, 24 * GiB),), running=running,
                      calibration=CalibrationState(calibration or {}), rpc_capable=rpc, workers=workers,
-                     room_made=room_made)
+                     room_made=room_made, posture=posture)
 
 
 def outline(d: LoadDecision) -> tuple[Any, ...]:
@@ -193,6 +194,54 @@ def test_a_spread_start_names_each_workers_layers_and_the_free_memory_it_saw() -
     spilled = plan_workers(d.fit)
     assert set(spilled) == {W1, W2} and all(n > 0 for n in spilled.values())
     assert d.host_free_bytes > 0
+
+
+# -- an adopted posture (instances/posture_choice.py) ----------------------------------------------------------------
+
+Q8 = Posture(spec_type="ngram-simple", cache_type_k="q8_0", cache_type_v="q8_0", flash_attn=True, threads=1)
+FOUR = Posture(slots=4)
+
+POSTURE_ROWS: list[tuple[str, Situation, tuple[Any, ...]]] = [
+    ("no posture: the fit's own choices", situation(), ("start", "here", 32768, 1, "f16", "defaults")),
+    ("the posture pins the cache types and flash attention; speculation and threads are the argv's",
+     situation(posture=Q8), ("start", "here", 32768, 1, "q8_0", Q8.label())),
+    ("the posture's slots win over the settings'", situation(posture=FOUR, default_slots=2),
+     ("start", "here", 32768, 4, "f16", "np=4")),
+    ("four slots fit at the asked context by quantising the cache", situation(ctx=4096, limit_mib=400, posture=FOUR),
+     ("start", "here", 4096, 4, "q8_0", "np=4")),
+    ("the posture does not fit at the asked context: the defaults do, and go",
+     situation(ctx=4096, limit_mib=360, posture=FOUR), ("start", "here", 4096, 1, "f16", "defaults")),
+    ("the posture fits only cramped at the default shape: the defaults fit it, and go",
+     situation(default_ctx=4096, limit_mib=360, posture=FOUR), ("start", "here", 4096, 1, "f16", "defaults")),
+    ("a posture pinning f16 that does not fit: the defaults quantise the cache and go",
+     situation(ctx=8192, limit_mib=360, posture=Posture(cache_type_k="f16", cache_type_v="f16")),
+     ("start", "here", 8192, 1, "q8_0", "defaults")),
+    ("neither the posture nor the defaults fit: the posture's refusal, with its plan",
+     situation(ctx=4096, limit_mib=300, posture=FOUR), ("refuse", "does_not_fit", 4)),
+]
+
+
+def posture_outline(d: LoadDecision) -> tuple[Any, ...]:
+    if isinstance(d, Start):
+        return ("start", d.via, d.fit.ctx_per_slot, d.fit.slots, d.fit.cache_type_k,
+                d.posture.label() if d.posture else "defaults")
+    if isinstance(d, Refuse):
+        return ("refuse", d.reason, d.fit.slots if d.fit else None)
+    return outline(d)
+
+
+@pytest.mark.parametrize(("s", "want"), [(s, want) for _, s, want in POSTURE_ROWS],
+                         ids=[name for name, _, _ in POSTURE_ROWS])
+def test_the_placement_at_an_adopted_posture(s: Situation, want: tuple[Any, ...]) -> None:
+    assert posture_outline(decide_load(s)) == want
+
+
+def test_a_posture_keeps_evictions_as_they_are() -> None:
+    d = decide_load(situation(limit_mib=1000, posture=Q8,
+                              running=(run("recent", 400, idle_s=5), run("old", 400, idle_s=600))))
+    assert isinstance(d, Evict) and d.victims.ids == ["old"]
+    after = decide_load(situation(limit_mib=1000, posture=Q8, room_made=True, running=(run("recent", 400),)))
+    assert isinstance(after, Start) and after.posture == Q8 and after.fit.cache_type_v == "q8_0"
 
 
 # -- a new shape of a running model ---------------------------------------------------------------------------------

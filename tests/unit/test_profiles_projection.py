@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from blazar.events.log import EventLog
 from blazar.events.tuning import BenchRecorded, Machine, Posture, ProfileAdopted, ProfileReset, WorkloadResult
+from blazar.instances.posture_choice import PostureChoice, choose_posture
 from blazar.projections import ProfilesProjection, all_projections, fold
 from blazar.projections.profiles import ProfilesState, bench, benches, last_reset, profile, stale_reason
 from blazar.projections.runner import ProjectionRunner
@@ -80,3 +81,13 @@ async def test_a_nodes_runner_folds_only_its_own_nodes_profiles(log: EventLog) -
     state = runner.state("profiles")
     assert profile(state, "mine") is not None and profile(state, "old") is not None
     assert profile(state, "theirs") is None and benches(state, "theirs") == []
+
+
+def test_a_load_takes_the_adopted_posture_only_on_its_engine_build() -> None:
+    state = ProfilesState(fold(ProfilesProjection(), [rec(1, adopted("m")), rec(2, adopted("d", Posture()))]))
+    assert choose_posture(profile(state, "m"), "build-1") == PostureChoice(posture=NGRAM, profile_seq=1)
+    assert choose_posture(profile(state, "m"), "build-2") == PostureChoice(
+        stale_seq=1, stale="measured on engine build-1, active is build-2")
+    assert choose_posture(profile(state, "none"), "build-1") == PostureChoice()
+    # The defaults adopted: a plain load, with the profile that chose it named.
+    assert choose_posture(profile(state, "d"), "build-1") == PostureChoice(profile_seq=2)

@@ -20,6 +20,7 @@ from blazar.events.instances import (
 )
 from blazar.events.log import EventLog
 from blazar.events.models import InstanceMemoryMeasured
+from blazar.events.tuning import Posture
 from blazar.projections import ResidencyProjection, all_projections, fold
 from blazar.projections.checkpoints import dump_state
 from blazar.projections.residency import (
@@ -31,6 +32,7 @@ from blazar.projections.residency import (
     instance,
     instances,
     instances_of,
+    ps_rows,
 )
 from blazar.projections.runner import ProjectionRunner
 from tests.support.events import rec
@@ -67,6 +69,7 @@ def test_a_start_adds_a_starting_instance_with_its_shape_and_counts_the_load() -
             "gpu_layers": 99, "planned_bytes": 500 * MiB, "estimate_bytes": 480 * MiB, "measured_bytes": None,
             "keep_alive_s": 300.0, "pinned": True, "state": "starting", "started_ts": 1001.0, "ready_ts": None,
             "load_ms": None, "started_seq": 1, "eviction": None, "workers": {}, "node": "", "kind": "llama-server",
+            "posture": None, "profile_seq": None, "profile_stale_seq": None,
         }},
         "models": {"qwen": {"crashes": [], "circuit": None, "loads": 1, "evictions": 0, "refusals": 0,
                             "last_exit": None, "last_refusal": None}},
@@ -300,3 +303,18 @@ def test_an_intent_whose_spawn_failed_is_closed_by_its_exit_and_is_not_a_crash()
 def test_a_log_from_before_the_intent_event_still_folds_from_started_alone() -> None:
     state = fold(ResidencyProjection(), [rec(1, started("a1"))])
     assert state["instances"]["a1"]["pid"] == 4242 and state["models"]["qwen"]["loads"] == 1
+
+
+def test_an_instance_keeps_the_posture_it_runs_and_the_profile_that_chose_it() -> None:
+    tuned = Posture(spec_type="ngram-simple", cache_type_k="q8_0", cache_type_v="q8_0", flash_attn=True, threads=1)
+    state = ResidencyState(fold(ResidencyProjection(), [
+        rec(1, started("i1", posture=tuned, profile_seq=7)),
+        rec(2, started("i2", model="other", profile_stale_seq=9))]))
+    one, two = sorted(instances(state), key=lambda i: i.instance_id)
+    assert (one.posture, one.profile_seq, one.profile_stale_seq) == (tuned, 7, None)
+    assert (two.posture, two.profile_seq, two.profile_stale_seq) == (None, None, 9)
+    rows = {r.instance_id: r for r in ps_rows(state, now=1100.0)}
+    assert rows["i1"].posture_label == "spec=ngram-simple kv=q8_0/q8_0 fa=on t=1"
+    assert rows["i1"].to_json()["posture_fields"] == {"spec_type": "ngram-simple", "cache_type_k": "q8_0",
+                                                      "cache_type_v": "q8_0", "flash_attn": True, "threads": 1}
+    assert rows["i2"].to_json()["posture"] == "defaults" and rows["i2"].to_json()["profile_stale_seq"] == 9

@@ -124,7 +124,8 @@ def test_ps_rows_lay_live_figures_over_the_log_and_count_idleness_and_expiry() -
         "model": "zeta", "instance_id": "i1", "state": "ready", "pid": 4242, "port": 40001, "ctx_tokens": 4096,
         "slots": 2, "planned_bytes": 500 * MiB, "measured_bytes": None, "idle_s": 50.0, "expires_at": 1350.0,
         "keep_alive_s": 300.0, "pinned": False, "engine_tag": "b1", "in_flight": 0, "started_ts": 1001.0,
-        "circuit_open_until": 1500.0, "workers": {}, "node": "", "kind": "llama-server"}
+        "circuit_open_until": 1500.0, "workers": {}, "node": "", "kind": "llama-server", "posture": "defaults",
+        "posture_fields": None, "profile_seq": None, "profile_stale_seq": None}
 
 
 # -- catalog -------------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from blazar.events.requests import (
     RequestRerouted,
     RequestRouted,
 )
+from blazar.events.tuning import Posture
 from blazar.queries.why import explain, fmt_ms
 from tests.support.events import rec
 
@@ -246,3 +247,30 @@ def test_an_audio_request_tells_its_audio_and_real_time_factor() -> None:
     assert "piper spoke 4.00 s of audio from 60 characters as mp3, real-time factor 0.200" in ex.verdict
     assert ex.steps[3].text.startswith("joe: piper spoke 4.00 s") and "voice alloy" in ex.steps[3].text
     assert ex.figures["audio_seconds"] == 4.0 and ex.figures["real_time_factor"] == 0.2
+
+
+def test_the_posture_of_the_instance_that_served_it_and_the_profile_that_chose_it() -> None:
+    tuned = Posture(spec_type="ngram-simple", cache_type_k="q8_0", cache_type_v="q8_0", flash_attn=True, threads=1)
+    log = (Log()
+           .at(-3600, started("i1", "gemma").model_copy(update={"posture": tuned, "profile_seq": 42}))
+           .at(0.0, received())
+           .at(0.002, RequestRouted(trace_id=T, model="gemma", instance_id="i1", port=40002, cold=False))
+           .at(1.0, RequestCompleted(trace_id=T, model="gemma", duration_ms=1000.0, completion_tokens=4)))
+    ex = explain(log.records)
+    assert ex.posture is not None and ex.posture.text() == (
+        "instance i1 ran at spec=ngram-simple kv=q8_0/q8_0 fa=on t=1: chosen by profile.adopted seq 42")
+    got = ex.to_json()["posture"]
+    assert (got["posture"], got["profile_seq"], got["posture_fields"]["spec_type"]) == (tuned.label(), 42,
+                                                                                      "ngram-simple")
+    assert "instance.started" not in [s.type for s in ex.steps]  # an hour before: still not part of the story
+    stale = (Log()
+             .at(-10, started("i2", "gemma").model_copy(update={"profile_stale_seq": 7}))
+             .at(0.0, received())
+             .at(0.002, RequestRouted(trace_id=T, model="gemma", instance_id="i2", port=40002, cold=False)))
+    ex = explain(stale.records)
+    assert ex.posture is not None and ex.posture.text() == (
+        "instance i2 ran at defaults: profile.adopted seq 7 was stale (measured on another engine build) and not "
+        "applied")
+    rejected = Log().at(0.0, received()).at(0.1, RequestRejected(trace_id=T, model="gemma", status=429,
+                                                                 reason="queue_full", detail="full"))
+    assert explain(rejected.records).posture is None  # never routed: no instance served it
