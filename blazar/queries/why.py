@@ -361,7 +361,7 @@ def _queued(s: _Story, ev: RequestQueued) -> str:
 
 
 _SPEC_WORDS = {"on": "speculative decoding on", "off_client": "speculative decoding off (the client asked)",
-               "off_governor": "speculative decoding off (the governor turned it off: `blazar log --type "
+               "off_governor": "speculative decoding off (the governor turned it off: `blazar events --type "
                                "spec.switched` says why)"}
 
 
