@@ -10,7 +10,9 @@ The rule, in order:
    accepted: off (the verification work is mostly wasted). Nothing can be measured while it is off, so it is
    re-probed: back on after `reprobe_s`, doubled after each probe that still found acceptance low (at most 16x);
    a probe that finds acceptance at or above the threshold resets the wait.
-A window with too little drafting to judge (an idle instance, short answers) changes nothing.
+A window with too little drafting to judge (an idle instance, short answers) changes nothing. NOTE: llama-server adds a
+request's drafted and accepted tokens (and its generation time) to its /metrics counters when the request ends, so a
+window judges the requests that ended in it; saturation is read from admission's demand instead, as it happens.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ def decide_spec(state: SpecState, window: SpecWindow, rule: SpecRule, now: float
     judged = window.drafted >= rule.min_drafted and acceptance is not None
     if state.enabled:
         if saturated:
-            reason = (f"{window.peak_demand} requests for {window.slots} slots "
+            reason = (f"{_n(window.peak_demand, 'request')} for {_n(window.slots, 'slot')} "
                       f"({window.saturated}/{window.samples} samples saturated)")
             return _off(state, "saturation", reason, now, failed=state.failed_probes), Switch(False, reason)
         if judged and acceptance is not None and acceptance < rule.min_acceptance:
@@ -95,13 +97,17 @@ def decide_spec(state: SpecState, window: SpecWindow, rule: SpecRule, now: float
     if window.saturated > 0:
         return state, None  # stays off (hysteresis; and a re-probe under saturation would lose either way)
     if state.off_reason == "saturation":
-        reason = f"saturation gone (at most {window.peak_demand} requests for {window.slots} slots)"
+        reason = f"saturation gone (at most {_n(window.peak_demand, 'request')} for {_n(window.slots, 'slot')})"
         return _on(state, reason, probing=False), Switch(True, reason)
     wait = rule.reprobe_s * 2 ** min(state.failed_probes, MAX_BACKOFF_DOUBLINGS)
     if now - state.off_since >= wait:
         reason = f"re-probe after {now - state.off_since:.0f} s off for low acceptance"
         return _on(state, reason, probing=True), Switch(True, reason)
     return state, None
+
+
+def _n(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _off(state: SpecState, why: OffReason, reason: str, now: float, *, failed: int) -> SpecState:

@@ -1,5 +1,5 @@
 """Speculation governed while serving, end to end: `blazar serve` with the real llama-server and Gemma 3 270M at an
-adopted n-gram posture (`--spec-type ngram-simple`, one slot), a one-second governor window. A repetitive request
+adopted n-gram posture (`--spec-type ngram-simple`, one slot), a half-second governor window. A repetitive request
 drafts (the engine's counters grow); more concurrent requests than slots turn speculation off, recorded as
 `spec.switched` with the window's numbers, and it comes back on once they are done; a client turns it off per request
 with `X-Blazar-Spec: off` (OpenAI and Anthropic SDKs) or Ollama's `options.spec` (ollama SDK); a bad value is a 400
@@ -29,7 +29,7 @@ from tests.support.serving import blazar_cli, serving_gemma
 
 MODEL = "gemma"
 POSTURE = Posture(spec_type="ngram-simple", slots=1)
-SETTINGS = {"ctx": 1024, "slots": 1, "queue_depth": 16, "queue_timeout_s": 300, "spec_window_s": 1.0}
+SETTINGS = {"ctx": 1024, "slots": 1, "queue_depth": 16, "queue_timeout_s": 300, "spec_window_s": 0.5}
 # Counting with a pattern: the n-gram draft finds the continuation in the prompt, so most drafted tokens are accepted.
 PROMPT = " ".join(str(i % 10) for i in range(60))
 
@@ -104,15 +104,17 @@ def test_saturation_turns_speculation_off_with_its_numbers_and_it_comes_back_on(
         client = openai.AsyncOpenAI(base_url=f"{daemon.base}/v1", api_key="unused", max_retries=0, timeout=300)
         async with client:
             raws = await asyncio.gather(*(client.completions.with_raw_response.create(
-                model=MODEL, prompt=prompt(n), max_tokens=32, temperature=0) for n in range(1, SATURATING + 1)))
+                model=MODEL, prompt=prompt(n), max_tokens=48, temperature=0) for n in range(1, SATURATING + 1)))
         return [r.headers["x-blazar-trace-id"] for r in raws]
 
     before = len(daemon.events("spec.switched"))
     traces = asyncio.run(asyncio.wait_for(burst(), 300))
     off = wait_for(lambda: next((e["data"] for e in daemon.events("spec.switched")[before:]
                                  if not e["data"]["enabled"]), None), "spec.switched off", timeout=30)
-    assert off["slots"] == 1 and off["in_flight"] > 1 and "slots" in off["reason"]
-    assert off["window_s"] >= 1.0 and off["drafted"] is not None and off["decode_tps"] is not None
+    assert off["slots"] == 1 and off["in_flight"] > 1 and "requests for 1 slot" in off["reason"]
+    # The engine adds a request's drafts and times to its counters when the request ends: a window in which none
+    # ended has zeros (and no rate), which is why saturation is judged from admission's demand, not from them.
+    assert off["window_s"] >= 0.5 and off["drafted"] >= 0 and off["accepted"] >= 0
     # Requests admitted after the switch were told not to draft.
     specs = [daemon.of("request.admitted", t)["spec"] for t in traces]
     assert "off_governor" in specs, specs
