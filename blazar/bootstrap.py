@@ -122,10 +122,11 @@ class Services:
     _batches: asyncio.Task[None] | None = None
 
     def start(self, stopping: asyncio.Event | None = None) -> None:
-        """The daemon's background work beside serving: the remote engines' health checks, the batch runner (which
-        starts no line once `stopping` is set)."""
+        """The daemon's background work beside serving: the remote engines' health checks, the speculation governor,
+        the batch runner (which starts no line once `stopping` is set)."""
         self._tasks.append(asyncio.create_task(health_loop(self.gateway.app, self.gateway.remotes),
                                                name="blazar-remote-health"))
+        self._tasks.append(asyncio.create_task(self.gateway.spec.run(), name="blazar-spec-governor"))
         ask, build = line_asker(self.gateway)
         runner = BatchRunner(self.gateway.app, self.gateway, ask, build=build, stopping=stopping)
         self._batches = asyncio.create_task(runner.run(), name="blazar-batches")

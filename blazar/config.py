@@ -291,6 +291,30 @@ class Settings(BaseModel):
                     "loaded, else the most requested).",
     )
 
+    # -- the speculation governor (blazar/serving/spec_rule.py; issue 28) --
+    spec_governor: bool = Field(
+        default=True,
+        description="Govern speculative decoding while serving: per speculative instance, turn it off per request "
+                    "when it loses (low acceptance, or more requests than slots) and back on when it would win.",
+    )
+    spec_window_s: float = Field(
+        default=10.0, ge=0.2, le=3600.0,
+        description="Seconds of each window the speculation governor judges (acceptance, throughput, demand).",
+    )
+    spec_min_acceptance: float = Field(
+        default=0.4, ge=0.0, le=1.0,
+        description="Speculation is turned off when fewer than this share of its drafted tokens are accepted.",
+    )
+    spec_min_drafted: int = Field(
+        default=32, ge=1, le=1_000_000,
+        description="Tokens a window must have drafted before its acceptance is judged.",
+    )
+    spec_reprobe_s: float = Field(
+        default=60.0, ge=1.0, le=86400.0,
+        description="Seconds after speculation was turned off for low acceptance before it is tried again "
+                    "(doubled after each try that still finds it low, at most 16x).",
+    )
+
     @field_validator("database_url")
     @classmethod
     def _database_url(cls, v: str) -> str:

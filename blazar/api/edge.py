@@ -27,7 +27,8 @@ ALLOW_METHODS = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
 # Asked for by a preflight and echoed for an allowed origin (the SDKs send their own x-stainless-* headers); these
 # when the browser names none.
 ALLOW_HEADERS = ("authorization, content-type, x-api-key, anthropic-version, x-blazar-trace-id, x-blazar-priority, "
-                 "traceparent, x-blazar-session, x-blazar-deadline-ms, x-blazar-best-of, x-blazar-cascade")
+                 "traceparent, x-blazar-session, x-blazar-deadline-ms, x-blazar-best-of, x-blazar-cascade, "
+                 "x-blazar-spec")
 EXPOSE_HEADERS = ("x-blazar-trace-id, x-blazar-queue-position, retry-after, x-blazar-shared, x-blazar-best-of, "
                   "x-blazar-cascade, x-blazar-ignored")
 PREFLIGHT_MAX_AGE_S = 600

@@ -6,6 +6,8 @@ the header wins where both are given. Anything malformed is a 400 in the caller'
     X-Blazar-Deadline-Ms: N         deadline_ms  (ms from arrival until the answer should be complete)
     X-Blazar-Best-Of: N             best_of      (1..8 candidates, 1 being one answer; more: non-streamed chat)
     X-Blazar-Cascade: small,large   cascade      (models tried in turn; non-streamed chat)
+    X-Blazar-Spec: off|auto         spec         (Ollama: options.spec, also false|true; off: this request never
+                                                  drafts on a speculative instance; auto: the governor decides)
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class RequestOptions:
     deadline_ms: int | None = None
     best_of: int | None = None  # None or 1: one answer
     cascade: tuple[str, ...] = ()
+    spec: str | None = None  # "off" or "auto" (None: auto)
 
     @property
     def fans_out(self) -> bool:
@@ -76,6 +79,29 @@ def _cascade(value: Any, where: str) -> tuple[str, ...]:
     return tuple(check_name(n) for n in names)
 
 
+SPEC_CHOICES = ("off", "auto")
+
+
+def spec_choice(value: Any, where: str) -> str:
+    """"off" or "auto"; where Ollama's options take it (`options.spec`), false and true mean the same."""
+    if where == "options.spec" and isinstance(value, bool):
+        return "auto" if value else "off"
+    if isinstance(value, str) and value.strip().lower() in SPEC_CHOICES:
+        return value.strip().lower()
+    allowed = "off, auto, false or true" if where == "options.spec" else "off or auto"
+    raise DialectError(f"{where}: expected {allowed}, got {shown(str(value))}")
+
+
+def _spec_given(req: falcon.asgi.Request, data: dict[str, Any], dialect: str) -> tuple[Any, str]:
+    value = req.get_header("X-Blazar-Spec")
+    if value is not None:
+        return value, "X-Blazar-Spec"
+    options = data.get("options") if dialect == "ollama" else None
+    if isinstance(options, dict) and options.get("spec") is not None:
+        return options["spec"], "options.spec"
+    return None, "X-Blazar-Spec"
+
+
 def request_options(req: falcon.asgi.Request, data: dict[str, Any], *, stream: bool, chat: bool,
                     dialect: str = "openai") -> RequestOptions:
     """The options of one request; best-of-N and cascades only on non-streamed chat (a 400 elsewhere)."""
@@ -84,11 +110,13 @@ def request_options(req: falcon.asgi.Request, data: dict[str, Any], *, stream: b
     deadline, d_where = _given(req, "X-Blazar-Deadline-Ms", data, "deadline_ms", metadata=meta)
     best_of, b_where = _given(req, "X-Blazar-Best-Of", data, "best_of", metadata=meta)
     cascade, c_where = _given(req, "X-Blazar-Cascade", data, "cascade", metadata=meta)
+    spec, s_where = _spec_given(req, data, dialect)
     out = RequestOptions(
         session=session_name(session, where) if session is not None else None,
         deadline_ms=_integer(deadline, d_where, 1, DEADLINE_MAX_MS) if deadline is not None else None,
         best_of=_integer(best_of, b_where, 1, BEST_OF_MAX) if best_of is not None else None,
         cascade=_cascade(cascade, c_where) if cascade is not None else (),
+        spec=spec_choice(spec, s_where) if spec is not None else None,
     )
     if out.fans_out and (stream or not chat):
         what = "X-Blazar-Best-Of" if (out.best_of or 1) > 1 else "X-Blazar-Cascade"

@@ -73,6 +73,8 @@ _INT_OPTIONS = {"top_k": "top_k", "seed": "seed", "repeat_last_n": "repeat_last_
 _IGNORED_OPTIONS = frozenset({"num_batch", "num_gpu", "main_gpu", "num_thread", "use_mmap", "use_mlock", "low_vram",
                               "f16_kv", "vocab_only", "numa", "penalize_newline", "logits_all", "embedding_only",
                               "tfs_z"})
+# Blazar's own options, validated where the request's options are (blazar/api/request_options.py): spec (off|auto).
+_BLAZAR_OPTIONS = frozenset({"spec"})
 
 
 def _number(name: str, v: Any) -> float:
@@ -102,7 +104,7 @@ def map_options(options: dict[str, Any] | None) -> tuple[dict[str, Any], int | N
     out: dict[str, Any] = {}
     ctx: int | None = None
     for name, v in options.items():
-        if v is None:  # the SDK's Options model may send unset fields as null
+        if v is None or name in _BLAZAR_OPTIONS:  # the SDK's Options model may send unset fields as null
             continue
         if name in _FLOAT_OPTIONS:
             out[_FLOAT_OPTIONS[name]] = _number(name, v)

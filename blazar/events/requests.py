@@ -163,6 +163,9 @@ class RequestAdmitted(_RequestEvent):
     busy: int  # after admitting this one
     queued_behind: int = 0  # how many were ahead of it when it queued
     slot_id: int | None = None  # the engine slot it holds (llama-server's id_slot)
+    # On a speculative instance: whether it may draft ("on"), or was sent speculative.n_max 0 because its client
+    # asked (X-Blazar-Spec: off) or the speculation governor had turned it off. None: the instance does not speculate.
+    spec: Literal["on", "off_client", "off_governor"] | None = None
 
 
 @register

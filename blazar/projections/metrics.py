@@ -3,7 +3,8 @@ folded from request and instance events: requests by model, status and dialect, 
 TTFT, inter-token latency and
 queue wait; queue depth; tokens; loads, evictions and engine crashes; per API key (the actor "key:<name>" of its
 request events) requests by status, tokens, audio seconds, and the UTC day's usage; speech requests' audio seconds
-and real-time factor (`request.audio`). Instance gauges come from `residency`.
+and real-time factor (`request.audio`); the speculation governor's switches (`spec.switched`) and verdict per
+instance, and requests by whether they could draft. Instance gauges come from `residency`.
 
 Label values are joined with SEP into plain string keys, the model always last so that a model name is the only
 value that may itself hold SEP (`split(SEP, n - 1)` gives it back whole).
@@ -30,6 +31,7 @@ from blazar.events.requests import (
     RequestRejected,
     RequestShared,
 )
+from blazar.events.tuning import SpecSwitched
 from blazar.projections.base import Projection, State, TypedState
 
 SEP = "|"
@@ -107,12 +109,12 @@ class MetricsProjection(Projection):
     name = "metrics"
     state_type = MetricsState
     # 3: the refusal histogram; 4: shared generations (single-flight); 5: tokens relayed before a failure; 6: audio
-    # seconds and the real-time factor, requests by route
-    version = 6
+    # seconds and the real-time factor, requests by route; 7: speculation (switches, verdicts, requests)
+    version = 7
     types = frozenset({
         RequestAudio.TYPE, RequestReceived.TYPE, RequestQueued.TYPE, RequestAdmitted.TYPE, RequestRejected.TYPE,
         RequestFirstToken.TYPE, RequestCompleted.TYPE, RequestFailed.TYPE, RequestShared.TYPE, RequestPlaced.TYPE,
-        InstanceReady.TYPE, InstanceExited.TYPE, InstanceEvicted.TYPE,
+        InstanceReady.TYPE, InstanceExited.TYPE, InstanceEvicted.TYPE, SpecSwitched.TYPE,
     })
 
     def initial(self) -> State:
@@ -134,12 +136,15 @@ class MetricsProjection(Projection):
             "audio_requests": {},  # route|model -> speech requests completed (transcriptions, translations, speech)
             "audio_seconds": {},  # route|model -> seconds of audio heard or made (a float)
             "key_audio_seconds": {},  # key -> seconds of audio (a float)
+            "spec_switches": {},  # on|model, off|model -> times the governor switched speculation
+            "spec_enabled": {},  # instance id -> [model, 1 or 0]: the governor's verdict (instances it switched)
+            "spec_requests": {},  # on|model, off_client|model, off_governor|model -> requests on speculative instances
         }
 
     def apply(self, state: State, rec: Recorded) -> State:
         ev = rec.event
         if isinstance(ev, InstanceReady | InstanceExited | InstanceEvicted | RequestShared | RequestPlaced
-                      | RequestAudio):
+                      | RequestAudio | SpecSwitched):
             self._count(state, ev, rec)
             return state
         assert isinstance(ev, RequestReceived | RequestQueued | RequestAdmitted | RequestRejected
@@ -166,8 +171,7 @@ class MetricsProjection(Projection):
                 p["queued"] = ev.model
                 _inc(state["queue_depth"], ev.model)
         elif isinstance(ev, RequestAdmitted):
-            _dequeue(state, p)
-            observe(state, "queue_wait", ev.model, ev.waited_ms / 1000.0)
+            _admitted(state, p, ev)
         elif isinstance(ev, RequestFirstToken):
             p["ttft_ms"] = ev.ttft_ms
             # NOTE: only streamed requests: a whole (non-streamed) answer's "first token" is its last one too, which
@@ -205,9 +209,14 @@ class MetricsProjection(Projection):
             observe(state, "itl", ev.model, (ev.duration_ms - ttft) / (n - 1) / 1000.0)
 
     def _count(self, state: State,
-               ev: InstanceReady | InstanceExited | InstanceEvicted | RequestShared | RequestPlaced | RequestAudio,
-               rec: Recorded) -> None:
-        if isinstance(ev, RequestAudio):
+               ev: InstanceReady | InstanceExited | InstanceEvicted | RequestShared | RequestPlaced | RequestAudio
+               | SpecSwitched, rec: Recorded) -> None:
+        if isinstance(ev, InstanceExited):
+            state["spec_enabled"].pop(ev.instance_id, None)
+        if isinstance(ev, SpecSwitched):
+            _inc(state["spec_switches"], key("on" if ev.enabled else "off", ev.model))
+            state["spec_enabled"][ev.instance_id] = [ev.model, int(ev.enabled)]
+        elif isinstance(ev, RequestAudio):
             if not rec.actor.startswith(HOP_ACTOR):  # counted once, where the request came in
                 _audio(state, rec, ev)
         elif isinstance(ev, RequestShared):
@@ -226,6 +235,13 @@ class MetricsProjection(Projection):
     def view(self, state: State) -> Any:
         """Everything but the table of requests still in flight (shown as a count)."""
         return {k: v for k, v in state.items() if k != "pending"} | {"in_flight": len(state["pending"])}
+
+
+def _admitted(state: State, p: dict[str, Any], ev: RequestAdmitted) -> None:
+    _dequeue(state, p)
+    observe(state, "queue_wait", ev.model, ev.waited_ms / 1000.0)
+    if ev.spec is not None:
+        _inc(state["spec_requests"], key(ev.spec, ev.model))
 
 
 def _audio(state: State, rec: Recorded, ev: RequestAudio) -> None:
@@ -273,10 +289,10 @@ def split(k: str, n: int) -> list[str]:
 
 # The counters and how many label values each joins into its keys (the model, where there is one, last).
 Counter = Literal["requests", "tokens", "loads", "evictions", "crashes", "key_requests", "key_tokens", "shared",
-                  "session_turns", "routes", "audio_requests"]
+                  "session_turns", "routes", "audio_requests", "spec_switches", "spec_requests"]
 LABELS: dict[Counter, int] = {"requests": 3, "tokens": 2, "loads": 2, "evictions": 1, "crashes": 1,
                               "key_requests": 2, "key_tokens": 2, "shared": 2, "session_turns": 2, "routes": 1,
-                              "audio_requests": 2}
+                              "audio_requests": 2, "spec_switches": 2, "spec_requests": 2}
 
 
 def counter(state: MetricsState, name: Counter) -> list[tuple[tuple[str, ...], int]]:
@@ -284,6 +300,11 @@ def counter(state: MetricsState, name: Counter) -> list[tuple[tuple[str, ...], i
     in a stable order (by the joined key)."""
     n = LABELS[name]
     return [(tuple(split(k, n)), int(v)) for k, v in sorted(state._raw.get(name, {}).items())]
+
+
+def spec_enabled(state: MetricsState) -> dict[str, tuple[str, int]]:
+    """The governor's verdict per running instance it has switched: instance id -> (model, 1 on / 0 off)."""
+    return {iid: (v[0], int(v[1])) for iid, v in state._raw.get("spec_enabled", {}).items()}
 
 
 def audio_seconds(state: MetricsState) -> list[tuple[tuple[str, str], float]]:

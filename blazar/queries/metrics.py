@@ -148,8 +148,26 @@ def render_prometheus(metrics_state: MetricsState, residency_state: ResidencySta
     w.family("blazar_key_audio_seconds_total", "counter", "Seconds of audio of completed speech requests, by API key.")
     for name, seconds in sorted(metrics.key_audio_seconds(m).items()):
         w.sample("blazar_key_audio_seconds_total", (("key", name),), seconds)
+    _spec(w, m)
     _otlp(w, otlp)
     return w.text()
+
+
+def _spec(w: _Writer, m: MetricsState) -> None:
+    """The speculation governor (blazar/serving/spec_governor.py): its switches, its verdict per instance it has
+    switched, and requests on speculative instances by whether they could draft."""
+    w.family("blazar_spec_switches_total", "counter", "Times the speculation governor turned speculative decoding "
+             "on or off, by model and direction.")
+    for (direction, model), n in counter(m, "spec_switches"):
+        w.sample("blazar_spec_switches_total", (("model", model), ("to", direction)), n)
+    w.family("blazar_spec_enabled", "gauge", "Whether speculative decoding is on (1) or turned off (0) by the "
+             "governor, per running instance it has switched.")
+    for iid, (model, on) in sorted(metrics.spec_enabled(m).items()):
+        w.sample("blazar_spec_enabled", (("model", model), ("instance", iid)), on)
+    w.family("blazar_spec_requests_total", "counter", "Requests on speculative instances, by model and whether they "
+             "could draft (on, off_client: the client asked, off_governor: the governor had turned it off).")
+    for (spec, model), n in counter(m, "spec_requests"):
+        w.sample("blazar_spec_requests_total", (("model", model), ("spec", spec)), n)
 
 
 _OTLP = (

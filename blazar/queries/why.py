@@ -360,9 +360,26 @@ def _queued(s: _Story, ev: RequestQueued) -> str:
             f"{ev.depth} waiting)")
 
 
+_SPEC_WORDS = {"on": "speculative decoding on", "off_client": "speculative decoding off (the client asked)",
+               "off_governor": "speculative decoding off (the governor turned it off: `blazar events --type "
+                               "spec.switched` says why)"}
+
+
 def _admitted(s: _Story, ev: RequestAdmitted) -> str:
     when = f"after {fmt_ms(ev.waited_ms)}" if ev.waited_ms > 0 else "at once"
-    return f"admitted {when} ({ev.busy} of {ev.slots} slots busy now)"
+    spec = f"; {_SPEC_WORDS[ev.spec]}" if ev.spec is not None else ""
+    return f"admitted {when} ({ev.busy} of {ev.slots} slots busy now{spec})"
+
+
+def _drafted(s: _Story, ev: RequestCompleted) -> str | None:
+    """What speculation did for the request (the engine's timings), and whether an "off" was honoured."""
+    drafted, accepted = ev.engine_timings.get("draft_n"), ev.engine_timings.get("draft_n_accepted")
+    if not drafted:
+        return None
+    words = f"{drafted:.0f} tokens drafted, {accepted or 0:.0f} accepted"
+    if s.admitted is not None and s.admitted.spec in ("off_client", "off_governor"):
+        words += " although speculation was off (this engine build ignores speculative.n_max per request)"
+    return words
 
 
 def _placed(s: _Story, ev: RequestPlaced) -> str:
@@ -445,6 +462,8 @@ def _completed(s: _Story, ev: RequestCompleted) -> str:
         parts.append(f"{ev.cached_tokens} prompt tokens cached")
     if ev.finish_reason:
         parts.append(f"finish: {ev.finish_reason}")
+    if (drafted := _drafted(s, ev)) is not None:
+        parts.append(drafted)
     return f"completed {ev.status} in {fmt_ms(ev.duration_ms)}: " + ", ".join(parts)
 
 

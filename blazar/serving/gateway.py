@@ -45,6 +45,7 @@ from blazar.serving.ports import SupervisorPort
 from blazar.serving.principal import Principal, scope_refusal
 from blazar.serving.request import Answer, Request
 from blazar.serving.routing import Router
+from blazar.serving.spec_governor import SpecGovernor
 
 log = logging.getLogger("blazar.gateway")
 
@@ -65,9 +66,10 @@ class Gateway:
         self._writer = app.request_writer()
         self._actor = app.actor
         self.limits = Limiter(app.clock, seed=self._tokens_today, audio_seed=self._audio_today)
+        self.spec = SpecGovernor(app, supervisor, admission, client)  # its task: Services.start
         # Forwarding to other nodes needs the cluster key.
         self.router = Router(app, supervisor, admission, client, self.kv,
-                             cluster_key(app.env) if app.node else None)
+                             cluster_key(app.env) if app.node else None, spec=self.spec)
 
     def _tokens_today(self, key_name: str, day: int) -> int:
         """What the log says a key used on UTC day `day` (a restarted daemon keeps counting the daily limit)."""

@@ -83,6 +83,7 @@ class Request:
     deadline_ms: int | None = None  # from `received`: EDF in the queue, refused at once when it cannot be met
     best_of: int | None = None
     cascade: tuple[str, ...] = ()
+    spec: str | None = None  # speculation asked: "off" (never drafts), "auto" or None (the governor decides)
     received: float = field(default_factory=time.perf_counter)
     media: MediaFacts | None = None  # its images' and audio's facts, once checked (blazar/serving/media.py)
 

@@ -49,6 +49,7 @@ from blazar.serving.limits import Limiter
 from blazar.serving.ports import SupervisorPort
 from blazar.serving.principal import scope_refusal
 from blazar.serving.rerank import refuse_unless_reranker
+from blazar.serving.spec_governor import N_MAX_FIELD, SpecGovernor
 from blazar.serving.tenancy import TENANT_HEADER, split_session
 
 log = logging.getLogger("blazar.gateway")
@@ -65,8 +66,9 @@ FORWARD_HOP_MS = 5
 
 class Router:
     def __init__(self, app: Blazar, supervisor: SupervisorPort, admission: Admission, client: EngineClient,
-                 kv: KvBank, cluster_key: str | None) -> None:
+                 kv: KvBank, cluster_key: str | None, spec: SpecGovernor | None = None) -> None:
         self.app = app
+        self.spec = spec  # whether a request on a speculative instance may draft (the governor's verdict)
         self.supervisor = supervisor
         self.admission = admission
         self.client = client
@@ -149,7 +151,7 @@ class Router:
         inst = call.instance
         assert inst is not None
         call.give_back_slot(learn=False)
-        call.drop_engine_fields("id_slot", "cache_prompt")
+        call.drop_engine_fields("id_slot", "cache_prompt", N_MAX_FIELD)
         call.unbound()
         call.instance, call.queue_position, call.rerouted = None, 0, True
         call.emit(RequestRerouted(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
@@ -245,10 +247,13 @@ class Router:
                     raise EngineGone(e.message) from None
                 raise Refused(e.message, reason=e.code, http_status=e.http_status) from None
             call.holding(inst)
+        spec = self.spec.request_spec(inst, request.spec) if self.spec is not None else None
+        if spec is not None and spec != "on":
+            call.set_engine_field(N_MAX_FIELD, 0)  # this request never drafts; the child runs on as it is
         call.emit(RequestAdmitted(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
                                   waited_ms=round(ticket.waited_s * 1000, 3), slots=ticket.slots,
                                   busy=ticket.busy_after, queued_behind=max(0, ticket.position_when_queued - 1),
-                                  slot_id=None if inst.remote else ticket.slot_id))
+                                  slot_id=None if inst.remote else ticket.slot_id, spec=spec))
         return ticket
 
     async def _place(self, call: Call, inst: Instance, slot_id: int) -> None:

@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tests.integration.test_daemon import free_port, healthy, wait_for
@@ -31,10 +31,12 @@ CHATML = ("{%- for m in messages -%}{{ '<|im_start|>' + m['role'] + '\\n' + (m['
 @contextlib.contextmanager
 def serving_gemma(home: Path, engine_binary: Path, gemma_path: Path, model: str,
                   settings: dict[str, object], output: Path | None = None, *,
-                  template: str | None = CHATML, mmproj: Path | None = None) -> Iterator[tuple[int, subprocess.Popen]]:
+                  template: str | None = CHATML, mmproj: Path | None = None,
+                  before_serve: Callable[[Path], None] | None = None) -> Iterator[tuple[int, subprocess.Popen]]:
     """`output`: a file the daemon's stdout and stderr both go to (granian writes its own lines to stdout).
     `template`: a Jinja text the model is served with; None serves it as Blazar serves an imported GGUF.
-    `mmproj`: a projector imported with the model (`blazar import --mmproj`: tests/support/tiny_mmproj.py)."""
+    `mmproj`: a projector imported with the model (`blazar import --mmproj`: tests/support/tiny_mmproj.py).
+    `before_serve`: called with the home once it is set up, before the daemon starts (to record a profile...)."""
     blazar_cli(home, "engine", "install", "--path", str(engine_binary))
     blazar_cli(home, "import", str(gemma_path), "--name", model, *(["--mmproj", str(mmproj)] if mmproj else []))
     if template is not None:
@@ -42,6 +44,8 @@ def serving_gemma(home: Path, engine_binary: Path, gemma_path: Path, model: str,
         blazar_cli(home, "model", "set", model, "--template", str(home / "test-template.jinja"))
     for key, value in settings.items():
         blazar_cli(home, "config", "set", key, str(value))
+    if before_serve is not None:
+        before_serve(home)
     port = free_port()
     env = {**os.environ, "BLAZAR_HOME": str(home)}
     sink = output.open("w") if output is not None else None

@@ -25,6 +25,7 @@ from blazar.events.requests import (
     RequestReceived,
     RequestRejected,
 )
+from blazar.events.tuning import SpecSwitched
 from blazar.projections import MetricsProjection, ResidencyProjection, TracesProjection, fold
 from blazar.projections import metrics as metrics_mod
 from blazar.projections import traces as traces_mod
@@ -56,6 +57,7 @@ FAMILIES = {
     "blazar_audio_real_time_factor": "histogram", "blazar_route_requests_total": "counter",
     "blazar_audio_requests_total": "counter", "blazar_audio_seconds_total": "counter",
     "blazar_key_audio_seconds_total": "counter",
+    "blazar_spec_switches_total": "counter", "blazar_spec_enabled": "gauge", "blazar_spec_requests_total": "counter",
 }
 
 
@@ -289,6 +291,27 @@ def test_state_survives_a_checkpoint_round_trip() -> None:
 
 
 # -- the rendering -------------------------------------------------------------------------------------------------
+
+def test_the_speculation_governor_counts_its_switches_its_verdicts_and_the_requests() -> None:
+    switched = [SpecSwitched(instance_id=iid, model="gemma", enabled=on, reason="r", window_s=1.0)
+                for iid, on in (("s1", False), ("s1", True), ("s1", False), ("s2", False))]
+    events: list[Event] = [
+        *switched, exited("s2", "gemma", "stopped"),
+        received("a"), RequestAdmitted(trace_id="a", model="gemma", instance_id="s1", slots=2, busy=1,
+                                       spec="off_governor"),
+        received("b"), RequestAdmitted(trace_id="b", model="gemma", instance_id="s1", slots=2, busy=2,
+                                       spec="off_client"),
+        received("c"), admitted("c"),  # not a speculative instance: not counted
+    ]
+    fams = parse(render(fold(MetricsProjection(), [rec(i + 1, e) for i, e in enumerate(events)]),
+                        ResidencyProjection().initial()))
+    assert value(fams, "blazar_spec_switches_total", model="gemma", to="off") == 3
+    assert value(fams, "blazar_spec_switches_total", model="gemma", to="on") == 1
+    assert fams["blazar_spec_enabled"]["samples"] == [("blazar_spec_enabled", {"model": "gemma", "instance": "s1"}, 0)]
+    assert value(fams, "blazar_spec_requests_total", model="gemma", spec="off_governor") == 1
+    assert value(fams, "blazar_spec_requests_total", model="gemma", spec="off_client") == 1
+    assert len(fams["blazar_spec_requests_total"]["samples"]) == 2
+
 
 def test_every_family_is_announced_with_help_and_type_even_on_an_empty_log() -> None:
     text = render(MetricsProjection().initial(), ResidencyProjection().initial())

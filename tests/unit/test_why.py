@@ -84,6 +84,21 @@ def test_a_warm_completed_request() -> None:
                           "tokens_in": 12, "tokens_out": 40, "tokens_per_s": pytest.approx(39 / 1.026)}
 
 
+def test_why_says_whether_the_request_could_draft_and_what_an_ignored_off_did() -> None:
+    log = (Log()
+           .at(0.0, received())
+           .at(0.001, RequestAdmitted(trace_id=T, model="gemma", instance_id="i1", slots=2, busy=1,
+                                      spec="off_client"))
+           .at(1.0, RequestCompleted(trace_id=T, model="gemma", instance_id="i1", duration_ms=1000.0,
+                                     prompt_tokens=12, completion_tokens=40,
+                                     engine_timings={"draft_n": 30, "draft_n_accepted": 28})))
+    steps = {s.type: s.text for s in explain(log.records).steps}
+    assert steps["request.admitted"] == ("admitted at once (1 of 2 slots busy now; speculative decoding off (the "
+                                         "client asked))")
+    assert steps["request.completed"].endswith("30 tokens drafted, 28 accepted although speculation was off (this "
+                                               "engine build ignores speculative.n_max per request)")
+
+
 def test_a_queued_request_that_waited_for_a_cold_load_which_evicted_another_model() -> None:
     log = (Log()
            .at(0.0, received())

@@ -160,6 +160,35 @@ class EngineClient:
         return await self.post_json(base_url, f"/slots/{slot_id}?action={action}", {"filename": filename},
                                     api_key=api_key, timeout_s=timeout_s)
 
+    async def metrics(self, base_url: str, *, api_key: str | None = None,
+                      timeout_s: float = COUNT_TIMEOUT_S) -> dict[str, float]:
+        """llama-server's `GET /metrics` (started with --metrics), its unlabelled samples by name without the
+        `llamacpp:` prefix. EngineUnreachable when it does not answer 200 within `timeout_s`."""
+        try:
+            async with self._session().get(base_url + "/metrics", headers=engine_headers(api_key),
+                                           timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+                status, content = r.status, await r.read()
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise EngineUnreachable(f"the engine at {base_url} did not answer /metrics: {e}") from e
+        if status != 200:
+            raise EngineUnreachable(f"the engine at {base_url} answered /metrics with {status}")
+        return parse_metrics(content.decode("utf-8", "replace"))
+
     async def aclose(self) -> None:
         if self._http is not None:
             await self._http.close()
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text → {name: value} for the unlabelled samples ("llamacpp:" dropped; comments and labelled series,
+    such as the per-position acceptance, skipped)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#") or "{" in line:
+            continue
+        name, _, value = line.partition(" ")
+        try:
+            out[name.removeprefix("llamacpp:")] = float(value.split()[0])
+        except (ValueError, IndexError):
+            continue
+    return out
