@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import httpx2
 
 from blazar.events.tuning import Posture
 
@@ -84,14 +84,14 @@ def _headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-async def tokenize(client: httpx.AsyncClient, base_url: str, api_key: str | None, text: str) -> list[int]:
+async def tokenize(client: httpx2.AsyncClient, base_url: str, api_key: str | None, text: str) -> list[int]:
     r = await client.post(f"{base_url}/tokenize", json={"content": text, "add_special": True},
                           headers=_headers(api_key))
     r.raise_for_status()
     return [int(t) for t in r.json()["tokens"]]
 
 
-async def _complete(client: httpx.AsyncClient, base_url: str, api_key: str | None,
+async def _complete(client: httpx2.AsyncClient, base_url: str, api_key: str | None,
                     body: dict[str, Any]) -> dict[str, Any]:
     r = await client.post(f"{base_url}/completion", headers=_headers(api_key), json={
         "temperature": 0, "top_k": 1, "seed": 0, "return_tokens": True, **body})
@@ -100,14 +100,14 @@ async def _complete(client: httpx.AsyncClient, base_url: str, api_key: str | Non
     return out
 
 
-async def greedy_tokens(client: httpx.AsyncClient, base_url: str, api_key: str | None, prompt: list[int],
+async def greedy_tokens(client: httpx2.AsyncClient, base_url: str, api_key: str | None, prompt: list[int],
                         n: int = GUARD_TOKENS) -> list[int]:
     """The greedy continuation's token ids (the prompt is token ids, so both sides see exactly the same input)."""
     out = await _complete(client, base_url, api_key, {"prompt": prompt, "n_predict": n, "cache_prompt": False})
     return [int(t) for t in out.get("tokens") or []]
 
 
-async def score_along(client: httpx.AsyncClient, base_url: str, api_key: str | None, prompt: list[int],
+async def score_along(client: httpx2.AsyncClient, base_url: str, api_key: str | None, prompt: list[int],
                       reference: list[int]) -> list[Scored]:
     """Teacher-forced: at each position of `reference`, the engine's top-1 after prompt + reference[:i] and its
     log-probability of reference[i]. One one-token request per position (the cached prefix makes each cheap)."""
