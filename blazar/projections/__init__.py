@@ -10,6 +10,7 @@ from blazar.projections.engines import EnginesProjection
 from blazar.projections.keys import KeysProjection
 from blazar.projections.metrics import MetricsProjection
 from blazar.projections.nodes import NodesProjection
+from blazar.projections.profiles import ProfilesProjection
 from blazar.projections.remotes import RemotesProjection
 from blazar.projections.residency import ResidencyProjection
 from blazar.projections.sessions import SessionsProjection
@@ -23,7 +24,7 @@ def all_projections() -> list[Projection]:
     return [ConfigProjection(), AuditProjection(), StatsProjection(), CatalogProjection(), CalibrationProjection(),
             ResidencyProjection(), EnginesProjection(), TracesProjection(), MetricsProjection(),
             KeysProjection(), SessionsProjection(), RemotesProjection(), WorkersProjection(),
-            NodesProjection(), BatchesProjection()]
+            NodesProjection(), BatchesProjection(), ProfilesProjection()]
 
 
 __all__ = [
@@ -33,7 +34,8 @@ __all__ = [
     "CatalogProjection",
     "ConfigProjection",
     "EnginesProjection", "KeysProjection",
-    "MetricsProjection", "NodesProjection", "Projection", "RemotesProjection", "ResidencyProjection",
+    "MetricsProjection", "NodesProjection", "ProfilesProjection", "Projection", "RemotesProjection",
+    "ResidencyProjection",
     "SessionsProjection", "State",
     "StatsProjection",
     "TracesProjection", "WorkersProjection", "all_projections", "fold"]

@@ -40,6 +40,7 @@ from blazar.projections.engines import EnginesState
 from blazar.projections.keys import KeysState
 from blazar.projections.metrics import MetricsState
 from blazar.projections.nodes import NodesState
+from blazar.projections.profiles import ProfilesState
 from blazar.projections.remotes import RemotesState
 from blazar.projections.residency import ResidencyState
 from blazar.projections.sessions import SessionsState
@@ -130,6 +131,8 @@ class ProjectionRunner:
     def state(self, name: Literal["metrics"]) -> MetricsState: ...
     @overload
     def state(self, name: Literal["nodes"]) -> NodesState: ...
+    @overload
+    def state(self, name: Literal["profiles"]) -> ProfilesState: ...
     @overload
     def state(self, name: Literal["remotes"]) -> RemotesState: ...
     @overload
