@@ -13,6 +13,7 @@ from blazar.bootstrap import paths_from_env
 from blazar.cli import (
     audio_cmds,
     audit_cmds,
+    bench_cmds,
     config_cmds,
     db,
     doctor_cmds,
@@ -74,6 +75,7 @@ app.command("run")(run_cmds.run)
 app.command("transcribe")(audio_cmds.transcribe)
 app.command("speak")(audio_cmds.speak)
 app.command("fit")(fit_cmds.fit)
+app.command("bench")(bench_cmds.bench)
 app.command("coreside")(fit_cmds.coreside)
 app.command("events")(log_cmds.events)
 app.command("state")(log_cmds.state)
