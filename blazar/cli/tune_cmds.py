@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -18,7 +18,7 @@ from blazar.tuning.candidates import FAMILIES, parse_only
 from blazar.tuning.tune import TuneResult, reset, tune
 from blazar.tuning.workloads import WORKLOADS, workload
 
-_VERBATIM = {"markup": False, "emoji": False}
+_VERBATIM: dict[str, Any] = {"markup": False, "emoji": False}
 
 
 def _ratio(v: CandidateVerdict) -> str:
@@ -66,6 +66,8 @@ def tune_command(
                                                         f"{', '.join(WORKLOADS)}. Default: all.")] = None,
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=1, help="Cap the tokens of every measured "
                                                    "request (faster, noisier).")] = None,
+    requests: Annotated[int | None, typer.Option("--requests", min=1, help="Measure only the first N requests of "
+                                                 "each workload (faster, noisier).")] = None,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Measure postures of MODEL (speculation, KV-cache types, threads, batch sizes, slots) against the defaults on
@@ -106,7 +108,8 @@ def tune_command(
                     bar.update(task, description=what, completed=done, total=planned)
 
                 result = await tune(app, model, budget_s=budget_s, apply=apply, only=families, workloads=names,
-                                    progress=progress, max_tokens=max_tokens)
+                                    progress=progress, max_tokens=max_tokens,
+                                    requests=requests)
             return result, app.paths
 
     result, paths = run(go())

@@ -48,7 +48,9 @@ def identity_verdict(reference: Sequence[Sequence[int]], candidate: Sequence[Seq
             return GuardResult(False, f"greedy output differs from the defaults' on prompt {i} at token {at + 1} "
                                       f"of {len(ref)}")
     total = sum(len(r) for r in reference)
-    return GuardResult(True, f"token-identical to the defaults over {len(reference)} prompts ({total} tokens)")
+    n = len(reference)
+    return GuardResult(True, f"token-identical to the defaults over {n} prompt{'s' if n != 1 else ''} "
+                             f"({total} tokens)")
 
 
 @dataclass(frozen=True)

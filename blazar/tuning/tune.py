@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import httpx2
 
@@ -21,14 +21,13 @@ from blazar.events.tuning import BenchRecorded, CandidateVerdict, Machine, Postu
 from blazar.projections.profiles import profile
 from blazar.store.engines import ActiveEngine, active_engine
 from blazar.tuning import guards
-from blazar.tuning.candidates import (TUNE_CTX, candidate_postures, drafts_for, parse_only, slots_that_fit,
-                                      usable_cores)
+from blazar.tuning.candidates import TUNE_CTX, candidate_postures, drafts_for, parse_only, slots_that_fit, usable_cores
 from blazar.tuning.child import engine_child, resolve_model
 from blazar.tuning.measure import measure
-from blazar.tuning.rule import Standing, decide, prune, ratios
+from blazar.tuning.rule import FLOOR, Standing, decide, prune, ratios
 from blazar.tuning.workloads import WORKLOADS, workload
 
-FIRST_PASS_TOKENS = 32  # tokens per request in the pruning pass
+FIRST_PASS_TOKENS = 32  # tokens per request in the pruning pass (one request per workload)
 GUARD_PROMPTS = 3
 GUARD_TIMEOUT_S = 120.0
 
@@ -125,12 +124,101 @@ class _Guard:
         return guards.drift_verdict(flat_ref, [s for b in self.base_scored for s in b], [s for c in cand for s in c])
 
 
+@dataclass
+class _Run:
+    """One tuning run's state between its phases."""
+
+    app: Blazar
+    model: str
+    engine: ActiveEngine
+    workloads: tuple[str, ...]
+    budget_s: float
+    max_tokens: int | None
+    requests: int | None
+    progress: Progress | None
+    t0: float = field(default_factory=time.monotonic)
+    done: int = 0
+    planned: int = 1
+    verdicts: dict[Posture, CandidateVerdict] = field(default_factory=dict)
+
+    def step(self, what: str) -> None:
+        if self.progress is not None:
+            self.progress(what, self.done, self.planned)
+        self.done += 1
+
+    def spent(self) -> bool:
+        return time.monotonic() - self.t0 > self.budget_s
+
+    async def bench(self, p: Posture, *, first: bool) -> BenchRecorded:
+        tokens = (min(FIRST_PASS_TOKENS, self.max_tokens or FIRST_PASS_TOKENS)) if first else self.max_tokens
+        return await measure(self.app, self.model, p, engine=self.engine, workloads=self.workloads, ctx=TUNE_CTX,
+                             purpose="tune", max_tokens=tokens, requests=1 if first else self.requests)
+
+    async def first_pass(self, cands: list[Posture]) -> tuple[dict[str, float], dict[Posture, dict[str, float]]]:
+        """The defaults and every candidate, one short request per workload; the clear losers pruned."""
+        self.planned = 2 + 2 * len(cands)
+        self.step("defaults: first pass")
+        base = decode_by_workload(await self.bench(Posture(), first=True))
+        first: dict[Posture, dict[str, float]] = {}
+        for p in cands:
+            self.step(f"{p.label()}: first pass")
+            if self.spent():
+                self.verdicts[p] = CandidateVerdict(
+                    posture=p, outcome="pruned", reason=f"the budget ({self.budget_s:.0f} s) was spent before it was "
+                                                        "measured")
+                continue
+            try:
+                first[p] = decode_by_workload(await self.bench(p, first=True))
+            except BlazarError as e:
+                self.verdicts[p] = CandidateVerdict(posture=p, outcome="rejected", reason=f"could not run: {e}")
+                continue
+            why = prune(base, first[p])
+            if why is not None:
+                self.verdicts[p] = CandidateVerdict(posture=p, decode_tps=first[p], ratio=ratios(base, first[p]),
+                                                    outcome="pruned", reason=why)
+        return base, first
+
+    async def full_pass(self, survivors: list[Posture], base_first: dict[str, float],
+                        first: dict[Posture, dict[str, float]]) -> tuple[BenchRecorded, dict[Posture, BenchRecorded]]:
+        self.planned = self.done + 1 + 2 * len(survivors) + 1
+        self.step("defaults: full measurement")
+        base = await self.bench(Posture(), first=False)
+        full: dict[Posture, BenchRecorded] = {}
+        for p in survivors:
+            self.step(f"{p.label()}: full measurement")
+            if self.spent():
+                self.verdicts[p] = CandidateVerdict(
+                    posture=p, decode_tps=first[p], ratio=ratios(base_first, first[p]), outcome="pruned",
+                    reason=f"the budget ({self.budget_s:.0f} s) was spent before its full measurement")
+                continue
+            try:
+                full[p] = await self.bench(p, first=False)
+            except BlazarError as e:
+                self.verdicts[p] = CandidateVerdict(posture=p, outcome="rejected", reason=f"could not run: {e}")
+        return base, full
+
+    async def guard_all(self, base: dict[str, float],
+                        full: dict[Posture, BenchRecorded]) -> dict[Posture, guards.GuardResult]:
+        guard = _Guard(self.app, self.model, self.engine, guard_prompts(self.workloads))
+        results: dict[Posture, guards.GuardResult] = {}
+        for p, b in full.items():
+            self.step(f"{p.label()}: guard")
+            if min(ratios(base, decode_by_workload(b)).values(), default=0.0) < FLOOR:
+                continue  # the rule refuses it whatever its guard says: no need to spend the time
+            try:
+                results[p] = await guard.check(p)
+            except (BlazarError, httpx2.HTTPError, ValueError, KeyError) as e:
+                results[p] = guards.GuardResult(False, f"the guard could not run: {e}")
+        return results
+
+
 async def tune(app: Blazar, model: str, *, budget_s: float, apply: bool, only: str | Sequence[str] | None = None,
                workloads: Sequence[str] = WORKLOADS, progress: Progress | None = None,
-               max_tokens: int | None = None, postures: Sequence[Posture] | None = None) -> TuneResult:
-    """Tune `model` on the active engine. `postures` replaces the candidates (tests, and a caller that knows what to
-    try); `max_tokens` caps every workload request of the full measurement."""
-    t0 = time.monotonic()
+               max_tokens: int | None = None, requests: int | None = None,
+               postures: Sequence[Posture] | None = None) -> TuneResult:
+    """Tune `model` on the active engine. `postures` replaces the candidates (a caller that knows what to try);
+    `max_tokens` caps every workload request of the full measurement, `requests` takes the first N of each workload
+    (the first pass always takes one)."""
     families = parse_only(only)
     for w in workloads:
         workload(w)  # ValueError names the shipped ones
@@ -141,99 +229,38 @@ async def tune(app: Blazar, model: str, *, budget_s: float, apply: bool, only: s
         cands, notes = await candidates_for(app, got.name, engine, families)
     else:
         cands = list(dict.fromkeys(p for p in postures if not p.is_default()))
-    first_tokens = min(FIRST_PASS_TOKENS, max_tokens) if max_tokens else FIRST_PASS_TOKENS
-    planned = 2 + 2 * len(cands)  # baseline twice, each candidate up to twice; guards counted with the full pass
-    done = 0
-
-    def step(what: str) -> None:
-        nonlocal done
-        if progress is not None:
-            progress(what, done, planned)
-        done += 1
-
-    async def bench(p: Posture, tokens: int | None) -> BenchRecorded:
-        return await measure(app, got.name, p, engine=engine, workloads=tuple(workloads), ctx=TUNE_CTX,
-                             purpose="tune", max_tokens=tokens)
-
-    def spent() -> bool:
-        return time.monotonic() - t0 > budget_s
-
-    step("defaults: first pass")
-    base_first = decode_by_workload(await bench(Posture(), first_tokens))
-    verdicts: dict[Posture, CandidateVerdict] = {}
-    first: dict[Posture, dict[str, float]] = {}
-    for p in cands:
-        step(f"{p.label()}: first pass")
-        if spent():
-            verdicts[p] = CandidateVerdict(posture=p, outcome="pruned",
-                                           reason=f"the budget ({budget_s:.0f} s) was spent before it was measured")
-            continue
-        try:
-            first[p] = decode_by_workload(await bench(p, first_tokens))
-        except BlazarError as e:
-            verdicts[p] = CandidateVerdict(posture=p, outcome="rejected", reason=f"could not run: {e}")
-            continue
-        why = prune(base_first, first[p])
-        if why is not None:
-            verdicts[p] = CandidateVerdict(posture=p, decode_tps=first[p], ratio=ratios(base_first, first[p]),
-                                           outcome="pruned", reason=why)
-    survivors = [p for p in cands if p not in verdicts]
-    planned = done + 1 + 2 * len(survivors)
-    step("defaults: full measurement")
-    base_bench = await bench(Posture(), max_tokens)
+    run = _Run(app, got.name, engine, tuple(workloads), budget_s, max_tokens, requests, progress)
+    base_first, first = await run.first_pass(cands)
+    base_bench, full = await run.full_pass([p for p in cands if p not in run.verdicts], base_first, first)
     base = decode_by_workload(base_bench)
-    full: dict[Posture, BenchRecorded] = {}
-    for p in survivors:
-        step(f"{p.label()}: full measurement")
-        if spent():
-            verdicts[p] = CandidateVerdict(posture=p, decode_tps=first[p], ratio=ratios(base_first, first[p]),
-                                           outcome="pruned", reason=f"the budget ({budget_s:.0f} s) was spent "
-                                                                    "before its full measurement")
-            continue
-        try:
-            full[p] = await bench(p, max_tokens)
-        except BlazarError as e:
-            verdicts[p] = CandidateVerdict(posture=p, outcome="rejected", reason=f"could not run: {e}")
-    guard = _Guard(app, got.name, engine, guard_prompts(workloads))
-    results: dict[Posture, guards.GuardResult] = {}
-    for p in full:
-        step(f"{p.label()}: guard")
-        if min(ratios(base, decode_by_workload(full[p])).values(), default=0.0) <= 0:
-            continue  # measured nothing on a workload: the rule refuses it, no guard needed
-        try:
-            results[p] = await guard.check(p)
-        except (BlazarError, httpx2.HTTPError, ValueError, KeyError) as e:
-            results[p] = guards.GuardResult(False, f"the guard could not run: {e}")
-    standings = [Standing(p.label(), decode_by_workload(b), results.get(p, guards.GuardResult(False, "")).passed)
-                 for p, b in full.items()]
-    decision = decide(base, standings)
-    winner: Posture | None = None
+    results = await run.guard_all(base, full)
+    decision = decide(base, [Standing(p.label(), decode_by_workload(b), p not in results or results[p].passed)
+                             for p, b in full.items()])
+    winner = next((p for p in full if p.label() == decision.winner), None)
     for p, b in full.items():
-        tps = decode_by_workload(b)
-        g = results.get(p)
-        common = {"posture": p, "bench_id": b.bench_id, "decode_tps": tps, "ratio": ratios(base, tps),
-                  "guard": "not_run" if g is None else ("passed" if g.passed else "failed"),
-                  "guard_detail": None if g is None else g.detail}
-        if decision.winner == p.label():
-            winner = p
-            verdicts[p] = CandidateVerdict(**common, outcome="adopted")
-        else:
-            reason = decision.reasons.get(p.label(), "")
-            if g is not None and not g.passed:
-                reason = f"failed its guard: {g.detail}"
-            verdicts[p] = CandidateVerdict(**common, outcome="rejected", reason=reason)
+        run.verdicts[p] = _verdict(p, b, base, results.get(p), decision.reasons.get(p.label(), ""), p == winner)
     baseline = CandidateVerdict(posture=Posture(), bench_id=base_bench.bench_id, decode_tps=base,
                                 ratio=dict.fromkeys(base, 1.0), outcome="baseline")
-    ordered = [baseline, *(verdicts[p] for p in cands)]
-    result = TuneResult(model=got.name, engine_tag=engine.tag, machine=base_bench.machine, verdicts=ordered,
-                        winner=winner, rule=decision.summary, notes=notes,
-                        bench_id=full[winner].bench_id if winner is not None else None)
+    result = TuneResult(model=got.name, engine_tag=engine.tag, machine=base_bench.machine,
+                        verdicts=[baseline, *(run.verdicts[p] for p in cands)], winner=winner, rule=decision.summary,
+                        notes=notes, bench_id=full[winner].bench_id if winner is not None else None)
     if apply:
         rec = await _record(app, result)
         if rec is not None:
             result.recorded, result.seq = rec.event.TYPE, rec.seq
-    step("done")
+    run.step("done")
     return result
+
+
+def _verdict(p: Posture, b: BenchRecorded, base: dict[str, float], g: guards.GuardResult | None, reason: str,
+             won: bool) -> CandidateVerdict:
+    tps = decode_by_workload(b)
+    guard: Literal["passed", "failed", "not_run"] = "not_run" if g is None else ("passed" if g.passed else "failed")
+    if g is not None and not g.passed:
+        reason = f"failed its guard: {g.detail}"
+    return CandidateVerdict(posture=p, bench_id=b.bench_id, decode_tps=tps, ratio=ratios(base, tps), guard=guard,
+                            guard_detail=None if g is None else g.detail, outcome="adopted" if won else "rejected",
+                            reason=None if won else reason)
 
 
 async def _record(app: Blazar, result: TuneResult) -> Recorded | None:
