@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,11 +21,14 @@ from blazar.store.engines import active_engine
 from blazar.tuning.candidates import drafts_for
 from blazar.tuning.tune import _Guard, guard_prompts, tune
 from tests.conftest import Cli
-from tests.support.blazar_home import read_events
 
 MODEL, DRAFT = "gemma", "gemma-twin"
 NGRAM = Posture(spec_type="ngram-simple")
 SELF_DRAFT = Posture(spec_type="draft-simple", draft_model=DRAFT)
+
+
+async def read_events(app: Blazar, kind: str) -> list[dict[str, Any]]:
+    return [rec.to_json() async for rec in app.log.read(types=[kind])]
 
 
 @pytest.fixture
@@ -55,7 +59,7 @@ async def test_tune_adopts_ngram_speculation_for_code_and_not_the_self_draft(tun
     assert ngram.guard == "passed" and ngram.guard_detail and "token-identical" in ngram.guard_detail
     assert twin.outcome in ("rejected", "pruned") and twin.reason and twin.decode_tps["code"] > 0
 
-    [adopted] = read_events(home, "profile.adopted")
+    [adopted] = await read_events(app, "profile.adopted")
     data = adopted["data"]
     assert data["model"] == MODEL and data["posture"]["spec_type"] == "ngram-simple"
     assert data["engine_tag"] == active_engine(app).tag and data["bench_id"] == ngram.bench_id
@@ -64,7 +68,7 @@ async def test_tune_adopts_ngram_speculation_for_code_and_not_the_self_draft(tun
     assert (None, "baseline") in recorded and ("ngram-simple", "adopted") in recorded
     assert ("draft-simple", twin.outcome) in recorded
     assert all(c["decode_tps"] for c in data["candidates"])  # every candidate with its numbers
-    benches = read_events(home, "bench.recorded")
+    benches = await read_events(app, "bench.recorded")
     assert benches and all(b["data"]["purpose"] == "tune" for b in benches)
     assert ngram.bench_id in {b["data"]["bench_id"] for b in benches}
 
@@ -73,7 +77,7 @@ async def test_tune_adopts_ngram_speculation_for_code_and_not_the_self_draft(tun
 
     res = cli("tune", MODEL, "--reset", "--json")
     assert res.json()["recorded"] == "profile.reset"
-    [reset] = read_events(home, "profile.reset")
+    [reset] = await read_events(app, "profile.reset")
     assert reset["data"]["model"] == MODEL
     await app.runner.catch_up()
     assert profile(app.runner.state("profiles"), MODEL) is None
