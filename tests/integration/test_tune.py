@@ -102,3 +102,22 @@ def test_tune_refuses_bad_input(cli: Cli) -> None:
     assert res.code == 2 and "unknown workload" in res.stderr
     res = cli("tune", "nosuch", "--budget", "1s", check=False)
     assert res.code != 0 and "nosuch" in res.stderr
+
+
+async def test_tune_cli_within_a_spent_budget_measures_the_defaults_and_adopts_nothing(tuned_home: Blazar,
+                                                                                        cli: Cli) -> None:
+    """The budget bounds the run: past it, every candidate is reported as pruned and the defaults stay. The
+    candidates are the build's own n-gram types and the twin as a draft."""
+    res = cli("tune", MODEL, "--only", "spec", "--workload", "code", "--max-tokens", "4", "--requests", "1",
+              "--budget", "1s", "--apply", "--json", timeout=600)
+    out = res.json()
+    assert out["winner"] is None and out["recorded"] is None
+    outcomes = [(c["posture"].get("spec_type"), c["outcome"]) for c in out["candidates"]]
+    assert outcomes[0] == (None, "baseline")
+    assert ("ngram-simple", "pruned") in outcomes and ("draft-simple", "pruned") in outcomes
+    assert all("budget" in c["reason"] for c in out["candidates"][1:])
+    assert await read_events(tuned_home, "profile.adopted") == []
+    table = cli("tune", MODEL, "--only", "spec", "--workload", "code", "--max-tokens", "4", "--requests", "1",
+                "--budget", "1s", timeout=600)
+    assert "spec=ngram-simple" in table.stdout and "pruned" in table.stdout
+    assert "the defaults won: nothing to adopt" in table.stdout
