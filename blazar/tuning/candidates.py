@@ -5,7 +5,6 @@ that fit in, postures out. `drafts_for` and `slots_that_fit` ask the store and t
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterable
 
 from blazar.adapters.gguf_tokenizer import TokenizerIdentity, tokenizer_identity
@@ -41,10 +40,6 @@ def parse_only(only: str | Iterable[str] | None) -> tuple[str, ...]:
 def thread_counts(cores: int) -> tuple[int, ...]:
     """All cores, all but one (leaves one to the gateway and the OS), and one (when there is more than one)."""
     return tuple(dict.fromkeys(n for n in (cores, cores - 1, 1) if n >= 1))
-
-
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0))
 
 
 def candidate_postures(*, families: Iterable[str], ngram_types: Iterable[str], drafts: Iterable[str], cores: int,

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import httpx2
 
 from blazar.adapters.engines.posture import ngram_types
+from blazar.adapters.machine import usable_cores
 from blazar.context import Blazar
 from blazar.errors import BlazarError
 from blazar.events.base import Recorded
@@ -21,7 +22,7 @@ from blazar.events.tuning import BenchRecorded, CandidateVerdict, Machine, Postu
 from blazar.projections.profiles import profile
 from blazar.store.engines import ActiveEngine, active_engine
 from blazar.tuning import guards
-from blazar.tuning.candidates import TUNE_CTX, candidate_postures, drafts_for, parse_only, slots_that_fit, usable_cores
+from blazar.tuning.candidates import TUNE_CTX, candidate_postures, drafts_for, parse_only, slots_that_fit
 from blazar.tuning.child import engine_child, resolve_model
 from blazar.tuning.measure import measure
 from blazar.tuning.rule import FLOOR, Standing, decide, prune, ratios

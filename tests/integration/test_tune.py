@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from blazar.adapters.machine import this_machine
 from blazar.bootstrap import bootstrap
 from blazar.context import Blazar
-from blazar.events.tuning import Posture
+from blazar.events.tuning import Posture, ProfileAdopted
 from blazar.paths import Paths
 from blazar.projections.profiles import profile
 from blazar.store.engines import active_engine
@@ -106,17 +107,23 @@ def test_tune_refuses_bad_input(cli: Cli) -> None:
 
 async def test_tune_cli_within_a_spent_budget_measures_the_defaults_and_adopts_nothing(tuned_home: Blazar,
                                                                                         cli: Cli) -> None:
-    """The budget bounds the run: past it, every candidate is reported as pruned and the defaults stay. The
-    candidates are the build's own n-gram types and the twin as a draft."""
+    """The budget bounds the run: past it, every candidate is reported as pruned and the defaults stay (an adopted
+    profile is reset). The candidates are the build's own n-gram types and the twin as a draft."""
+    app = tuned_home
+    await app.record(ProfileAdopted(model=MODEL, posture=NGRAM, engine_tag=active_engine(app).tag,
+                                    machine=this_machine(), rule="test: adopted before"))
     res = cli("tune", MODEL, "--only", "spec", "--workload", "code", "--max-tokens", "4", "--requests", "1",
               "--budget", "1s", "--apply", "--json", timeout=600)
     out = res.json()
-    assert out["winner"] is None and out["recorded"] is None
+    assert out["winner"] is None and out["recorded"] == "profile.reset"
     outcomes = [(c["posture"].get("spec_type"), c["outcome"]) for c in out["candidates"]]
     assert outcomes[0] == (None, "baseline")
     assert ("ngram-simple", "pruned") in outcomes and ("draft-simple", "pruned") in outcomes
     assert all("budget" in c["reason"] for c in out["candidates"][1:])
-    assert await read_events(tuned_home, "profile.adopted") == []
+    [reset] = await read_events(app, "profile.reset")
+    assert "the defaults won" in reset["data"]["reason"]
+    await app.runner.catch_up()
+    assert profile(app.runner.state("profiles"), MODEL) is None
     table = cli("tune", MODEL, "--only", "spec", "--workload", "code", "--max-tokens", "4", "--requests", "1",
                 "--budget", "1s", timeout=600)
     assert "spec=ngram-simple" in table.stdout and "pruned" in table.stdout
