@@ -13,6 +13,7 @@ from blazar.bootstrap import paths_from_env
 from blazar.cli import (
     audio_cmds,
     audit_cmds,
+    bench_cmds,
     config_cmds,
     db,
     doctor_cmds,
@@ -30,6 +31,7 @@ from blazar.cli import (
     run_cmds,
     session_cmds,
     snapshot_cmds,
+    tune_cmds,
     watch_cmds,
     why_cmds,
     worker_cmds,
@@ -74,12 +76,14 @@ app.command("run")(run_cmds.run)
 app.command("transcribe")(audio_cmds.transcribe)
 app.command("speak")(audio_cmds.speak)
 app.command("fit")(fit_cmds.fit)
+app.command("bench")(bench_cmds.bench)
 app.command("coreside")(fit_cmds.coreside)
 app.command("events")(log_cmds.events)
 app.command("state")(log_cmds.state)
 app.command("snapshot")(snapshot_cmds.snapshot)
 app.command("restore")(snapshot_cmds.restore)
 app.command("why")(why_cmds.why)
+app.command("tune")(tune_cmds.tune_command)
 app.command("watch")(watch_cmds.watch)
 app.command("doctor")(doctor_cmds.doctor)
 app.command("launch", context_settings={"allow_interspersed_args": False})(launch_cmds.launch)

@@ -120,7 +120,8 @@ async def measure(app: Blazar, model: str, posture: Posture, *, engine: ActiveEn
 
 def _version(engine: ActiveEngine) -> str:
     v = engine.version
-    return v.version + (f" (build {v.build})" if v.build else "") + (f" {v.commit}" if v.commit else "")
+    commit = f" {v.commit}" if v.commit and v.commit != "unknown" else ""
+    return v.version + (f" (build {v.build})" if v.build else "") + commit
 
 
 async def _round(child: EngineChild, client: httpx2.AsyncClient, meter: EnergyMeter, name: str, concurrency: int,
