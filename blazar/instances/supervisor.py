@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from blazar.adapters.engines import process
 from blazar.adapters.gpu import probe_devices
+from blazar.adapters.machine import this_machine
 from blazar.context import Blazar
 from blazar.durations import keep_alive_seconds
 from blazar.errors import CircuitOpen, DoesNotFit, LoadFailed, ModelNotFound, ModelNotLoaded
 from blazar.events.instances import InstanceKeepAliveSet
+from blazar.events.tuning import Machine
 from blazar.fit import Device
 from blazar.instances.bank_leftovers import remove_at_start
 from blazar.instances.live import Instance, Live, LiveSet, LoadReport, ResolvedModel
@@ -70,8 +72,11 @@ class Supervisor:
     """One engine child per loaded model: what callers ask of the instances, each job handed to a collaborator."""
 
     def __init__(self, app: Blazar, *, devices: Callable[[], list[Device]] = probe_devices,
-                 engine: Callable[[Blazar], ActiveEngine] = active_engine, kv_bank: KvBank | None = None) -> None:
+                 engine: Callable[[Blazar], ActiveEngine] = active_engine, kv_bank: KvBank | None = None,
+                 machine: Callable[[], Machine] = this_machine) -> None:
         self.app = app
+        self._machine = machine
+        self._fingerprint: str | None = None  # this machine's, once a posture is first chosen (it probes the GPUs)
         self.kv_bank = kv_bank  # saves the session slots of an instance before its child is stopped
         self._engine = engine
         self.live = LiveSet()
@@ -268,7 +273,10 @@ class Supervisor:
         said and passed by."""
         if engine is None:
             return PostureChoice()
-        choice = choose_posture(profile(self.app.runner.state("profiles"), name), engine.tag)
+        adopted = profile(self.app.runner.state("profiles"), name)
+        if adopted is not None and self._fingerprint is None:
+            self._fingerprint = self._machine().fingerprint
+        choice = choose_posture(adopted, engine.tag, self._fingerprint)
         if choice.stale is not None:
             log.warning("%s: profile.adopted seq %s is stale (%s): loading at the defaults; run blazar tune %s again",
                         name, choice.stale_seq, choice.stale, name)

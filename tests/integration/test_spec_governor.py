@@ -20,8 +20,9 @@ import ollama
 import openai
 import pytest
 
+from blazar.adapters.machine import this_machine
 from blazar.bootstrap import bootstrap
-from blazar.events.tuning import Machine, Posture, ProfileAdopted
+from blazar.events.tuning import Posture, ProfileAdopted
 from blazar.store.engines import active_engine
 from tests.integration.test_daemon import wait_for
 from tests.support.blazar_home import home_paths, read_events
@@ -46,9 +47,8 @@ def _adopt(home: Path) -> None:
     async def go() -> None:
         app = await bootstrap(paths=home_paths(home), env={}, actor="test:pytest")
         try:
-            machine = Machine(fingerprint="0" * 16, cpu="test", cores=2, memory_bytes=1 << 30)
             await app.record(ProfileAdopted(model=MODEL, posture=POSTURE, engine_tag=active_engine(app).tag,
-                                            machine=machine, rule="recorded by the test"))
+                                            machine=this_machine(), rule="recorded by the test"))
         finally:
             await app.close()
 

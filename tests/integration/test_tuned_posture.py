@@ -15,10 +15,11 @@ from typing import Any
 import openai
 import pytest
 
+from blazar.adapters.machine import this_machine
 from blazar.bootstrap import bootstrap
 from blazar.cli.daemon_client import tell_daemon
 from blazar.events import Event
-from blazar.events.tuning import Machine, Posture, ProfileAdopted, ProfileReset
+from blazar.events.tuning import Posture, ProfileAdopted, ProfileReset
 from blazar.paths import Paths
 from blazar.queries.engines import active_tag
 from tests.integration.test_daemon import wait_for
@@ -27,7 +28,7 @@ from tests.support.serving import blazar_cli, serving_gemma
 
 MODEL = "gemma"
 TUNED = Posture(spec_type="ngram-simple", cache_type_k="q8_0", cache_type_v="q8_0", flash_attn=True, threads=1)
-MACHINE = Machine(fingerprint="0" * 16, cpu="the test machine", cores=1, memory_bytes=1 << 30)
+MACHINE = this_machine()  # a profile applies only on the machine it was measured on
 
 
 @pytest.fixture(scope="module")
