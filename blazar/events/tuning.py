@@ -46,9 +46,10 @@ class Posture(BaseModel):
         return self.spec_type is not None and self.spec_type != "none"
 
     def lossless(self) -> bool:
-        """Whether greedy output must stay token-identical to the defaults: everything but the KV-cache types (a
-        quantised cache changes the numbers attention sees; its guard is agreement and drift, not identity)."""
-        return self.cache_type_k in (None, "f16") and self.cache_type_v in (None, "f16")
+        """Whether greedy output must stay token-identical to the defaults: everything but the KV-cache types and a
+        switched attention kernel (a quantised cache changes the numbers attention sees, and flash attention the
+        order of its arithmetic: measured, 1 greedy token in 100; their guard is agreement and drift)."""
+        return self.cache_type_k in (None, "f16") and self.cache_type_v in (None, "f16") and self.flash_attn is None
 
     def label(self) -> str:
         """A short name for tables and logs: "defaults", or the fields that differ ("spec=ngram-simple kv=q8_0")."""

@@ -35,7 +35,7 @@ class GuardResult:
 
 def guard_kind(posture: Posture) -> str:
     """"identity" (greedy output must be token-identical) or "drift" (top-1 agreement and log-probability drift)."""
-    return "identity" if posture.lossless() and posture.flash_attn is None else "drift"
+    return "identity" if posture.lossless() else "drift"
 
 
 def identity_verdict(reference: Sequence[Sequence[int]], candidate: Sequence[Sequence[int]]) -> GuardResult:
