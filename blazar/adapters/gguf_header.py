@@ -45,6 +45,8 @@ class ArrayValue:
     item_type: GGUFValueType
     count: int
     items: tuple[int | float | bool, ...] | None = None
+    # Where its elements lie in the buffer, [start, end): lets a caller hash a long array (the token list) unread.
+    span: tuple[int, int] | None = field(default=None, compare=False)
 
 
 KVValue = int | float | bool | str | ArrayValue
@@ -190,13 +192,14 @@ def _read_array(cur: _Cursor, depth: int) -> ArrayValue:
         raise cur.error(f"arrays nested deeper than {_MAX_ARRAY_DEPTH} at byte {cur.pos}")
     item_type = _value_type(cur, cur.u32(), "an array")
     count = cur.u64()
+    start = cur.pos
     code = _SCALAR_CODES.get(item_type)
     if code is not None:
         size = struct.calcsize(code)
         if count <= DECODE_LIMIT:
-            return ArrayValue(item_type, count, cur.take(f"{count}{code}"))
+            return ArrayValue(item_type, count, cur.take(f"{count}{code}"), span=(start, cur.pos))
         cur.skip(count * size)
-        return ArrayValue(item_type, count)
+        return ArrayValue(item_type, count, span=(start, cur.pos))
     # strings and nested arrays: walk each element, since only its own length says where the next begins
     min_item = 8 if item_type == GGUFValueType.STRING else 4 + 8
     for i in range(count):
@@ -207,7 +210,7 @@ def _read_array(cur: _Cursor, depth: int) -> ArrayValue:
                 _read_array(cur, depth + 1)
         except ShortRead as short:
             raise ShortRead(short.needed + (count - i - 1) * min_item) from None
-    return ArrayValue(item_type, count)
+    return ArrayValue(item_type, count, span=(start, cur.pos))
 
 
 def _read_tensor_infos(cur: _Cursor, count: int) -> list[TensorInfo]:

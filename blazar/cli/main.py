@@ -30,6 +30,7 @@ from blazar.cli import (
     run_cmds,
     session_cmds,
     snapshot_cmds,
+    tune_cmds,
     watch_cmds,
     why_cmds,
     worker_cmds,
@@ -81,6 +82,7 @@ app.command("state")(log_cmds.state)
 app.command("snapshot")(snapshot_cmds.snapshot)
 app.command("restore")(snapshot_cmds.restore)
 app.command("why")(why_cmds.why)
+app.command("tune")(tune_cmds.tune_command)
 app.command("watch")(watch_cmds.watch)
 app.command("doctor")(doctor_cmds.doctor)
 app.command("launch", context_settings={"allow_interspersed_args": False})(launch_cmds.launch)

@@ -1,0 +1,121 @@
+"""The postures `blazar tune` tries for one model on this machine and engine build (blazar/tuning/tune.py measures
+them). `candidate_postures` is pure: the build's n-gram types, the eligible drafts, the cores and the slot counts
+that fit in, postures out. `drafts_for` and `slots_that_fit` ask the store and the fit planner."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterable
+
+from blazar.adapters.gguf_tokenizer import TokenizerIdentity, tokenizer_identity
+from blazar.confine import inside
+from blazar.context import Blazar
+from blazar.errors import ModelFileError
+from blazar.events.tuning import Posture
+from blazar.fit import FitRequest
+from blazar.instances.fit import coreside_models, fit_model
+from blazar.projections.catalog import StoredModel, models, stored
+
+FAMILIES = ("spec", "kv", "threads", "batch", "slots")
+# The draft speculation type: a small model drafts, the target verifies (llama-server --spec-type draft-simple).
+DRAFT_TYPE = "draft-simple"
+KV_TYPES = ("f16", "q8_0", "q4_0")
+# (n_batch, n_ubatch) besides the defaults (2048, 512): a smaller and a larger physical batch.
+BATCHES = ((512, 256), (4096, 1024))
+SLOT_COUNTS = (1, 2, 4)
+TUNE_CTX = 4096  # the context every candidate is fitted and measured at (the workloads' longest prompt fits)
+
+
+def parse_only(only: str | Iterable[str] | None) -> tuple[str, ...]:
+    """`--only spec,kv` as families, in FAMILIES order; None or empty: all. An unknown family is a ValueError."""
+    if only is None:
+        return FAMILIES
+    names = [p.strip() for p in (only.split(",") if isinstance(only, str) else only) if p.strip()]
+    unknown = [n for n in names if n not in FAMILIES]
+    if unknown:
+        raise ValueError(f"unknown --only {', '.join(unknown)} (choose from {', '.join(FAMILIES)})")
+    return tuple(f for f in FAMILIES if f in names) or FAMILIES
+
+
+def thread_counts(cores: int) -> tuple[int, ...]:
+    """All cores, all but one (leaves one to the gateway and the OS), and one (when there is more than one)."""
+    return tuple(dict.fromkeys(n for n in (cores, cores - 1, 1) if n >= 1))
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def candidate_postures(*, families: Iterable[str], ngram_types: Iterable[str], drafts: Iterable[str], cores: int,
+                       slots: Iterable[int]) -> list[Posture]:
+    """Every posture to try, one change from the defaults each (a change that wins is measured on its own, so the
+    table says what each lever is worth). The defaults themselves are the baseline, never a candidate."""
+    fams = set(families)
+    out: list[Posture] = []
+    if "spec" in fams:
+        out += [Posture(spec_type=t) for t in ngram_types]
+        out += [Posture(spec_type=DRAFT_TYPE, draft_model=d) for d in drafts]
+    if "kv" in fams:
+        for k in KV_TYPES:
+            for fa in (True, False):
+                if k == "f16" and fa:
+                    continue  # the defaults (the fit keeps f16 and flash attention on when memory allows)
+                # a quantised V cache needs flash attention: with it off only K is quantised
+                out.append(Posture(cache_type_k=k, cache_type_v=(k if fa else "f16"), flash_attn=fa)
+                           if k != "f16" else Posture(flash_attn=False))
+    if "threads" in fams:
+        out += [Posture(threads=n) for n in thread_counts(cores)]
+    if "batch" in fams:
+        out += [Posture(n_batch=b, n_ubatch=u) for b, u in BATCHES]
+    if "slots" in fams:
+        out += [Posture(slots=n) for n in slots]
+    return list(dict.fromkeys(out))
+
+
+async def identity_of(app: Blazar, m: StoredModel) -> TokenizerIdentity | None:
+    """The tokenizer of a stored model's file (confined to the store first: the catalog names it); None when
+    unreadable."""
+    path = inside(app.paths.models, m.file, what=f"the catalog's entry for {m.name}")
+    try:
+        return await asyncio.to_thread(tokenizer_identity, path)
+    except ModelFileError:
+        return None
+
+
+async def drafts_for(app: Blazar, model: str) -> list[tuple[str, str]]:
+    """Models in the store that could draft for `model`: another GGUF (another name; one file may be imported
+    twice) whose tokenizer identity is the model's, and that fits beside it. (name, why) for every other GGUF: why
+    is "" for an eligible draft, else the reason it is not one."""
+    catalog = app.runner.state("catalog")
+    target = stored(catalog, model)
+    if target is None or not target.gguf:
+        return []
+    mine = await identity_of(app, target)
+    out: list[tuple[str, str]] = []
+    for m in models(catalog):
+        if m.name == target.name or not m.gguf or m.metadata.embedding_model or m.parts:
+            continue
+        theirs = await identity_of(app, m)
+        if mine is None or theirs is None or not mine.matches(theirs):
+            out.append((m.name, "another tokenizer"))
+            continue
+        if m.bytes > target.bytes:
+            out.append((m.name, "larger than the model"))
+            continue
+        plan, _ = await coreside_models(app, [target.name, m.name], FitRequest(ctx=TUNE_CTX, slots=1))
+        if plan.deferred:
+            out.append((m.name, f"does not fit beside it: {plan.deferred[0].reason}"))
+            continue
+        out.append((m.name, ""))
+    return out
+
+
+async def slots_that_fit(app: Blazar, model: str) -> list[int]:
+    """The slot counts of SLOT_COUNTS that fit at TUNE_CTX each."""
+    fits = []
+    for n in SLOT_COUNTS:
+        p = await fit_model(app, model, FitRequest(ctx=TUNE_CTX, slots=n))
+        if p.fits:
+            fits.append(n)
+    return fits
