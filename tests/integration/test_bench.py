@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,3 +97,34 @@ def test_bench_beside_a_running_daemon_says_the_numbers_share_the_machine(
         assert "share the machine" in res.stdout
         hist = blazar_cli(home, "bench", "--history", MODEL, "--json")
         assert len(json.loads(hist.stdout)) == 1
+
+
+_ADOPT = """
+import asyncio
+from blazar.adapters.machine import this_machine
+from blazar.cli.common import opened
+from blazar.events.tuning import Posture, ProfileAdopted
+from blazar.store.engines import active_engine
+
+async def main():
+    async with opened() as app:
+        await app.record(ProfileAdopted(model="gemma", posture=Posture(spec_type="ngram-simple"),
+                                        engine_tag=active_engine(app).tag, machine=this_machine(), rule="test"))
+
+asyncio.run(main())
+"""
+
+
+def test_bench_measures_the_adopted_profile_and_counts_what_it_drafted(gemma_home: Cli, home: Path) -> None:
+    subprocess.run([sys.executable, "-c", _ADOPT], env={**os.environ, "BLAZAR_HOME": str(home)}, check=True,
+                   timeout=60)
+    res = gemma_home("bench", MODEL, "--workload", "code", "--requests", "1", "--max-tokens", "24", "--json",
+                     timeout=300)
+    data = json.loads(res.stdout)
+    assert data["posture"]["spec_type"] == "ngram-simple"
+    (r,) = data["results"]
+    # the code workload's continuation repeats the file: n-gram drafts are made and some accepted
+    assert r["draft_tokens"] is not None and r["draft_tokens"] > 0
+    assert 0 <= r["accepted_tokens"] <= r["draft_tokens"]
+    table = gemma_home("bench", MODEL, "--workload", "chat", "--requests", "1", "--max-tokens", "4")
+    assert "posture: its adopted profile" in table.stdout and "spec=ngram-simple" in table.stdout
