@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -128,3 +130,24 @@ def test_bench_measures_the_adopted_profile_and_counts_what_it_drafted(gemma_hom
     assert 0 <= r["accepted_tokens"] <= r["draft_tokens"]
     table = gemma_home("bench", MODEL, "--workload", "chat", "--requests", "1", "--max-tokens", "4")
     assert "posture: its adopted profile" in table.stdout and "spec=ngram-simple" in table.stdout
+
+
+def test_a_bench_stopped_with_sigterm_stops_its_engine_child_and_records_nothing(gemma_home: Cli, home: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "bench", MODEL, "--workload", "long"],
+                            env=gemma_home.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not _engine_children(home):  # the child is up: the bench is measuring
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted" in stderr
+    deadline = time.monotonic() + 30
+    while _engine_children(home) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _engine_children(home) == []
+    assert read_events(home, "bench.recorded") == []
