@@ -47,6 +47,9 @@ def parse_posture(text: str) -> Posture:
     for part in text.split():
         key, _, value = part.partition("=")
         if key == "spec":
+            value, _, n_max = value.partition("/n")  # the label writes spec_n_max as a "/nN" suffix
+            if n_max:
+                fields["spec_n_max"] = int(n_max)
             kind, _, draft = value.partition("+")
             fields["spec_type"] = kind
             fields["draft_model"] = draft or None
