@@ -11,8 +11,9 @@ run, measured with Blazar's own bench (blazar/tuning/measure.py: a private llama
   llm/llama_server.go (startLlamaServer, appendBatchArgs, appendFlashAttentionArgs); num_batch 512 is Ollama's
   default option (api DefaultOptions).
 
-The postures are measured in interleaved rounds (defaults, tuned, ollama; again) so drift on a shared machine falls
-on all of them alike; each cell is the median over rounds. Ratios are to the defaults. Targets: decode per stream on
+The three postures' children run at once and every request is sent to each in turn (the order rotating), so load
+from elsewhere on a shared machine falls on all of them alike; a cell pools every request of its posture and
+workload. Ratios are to the defaults. Targets: decode per stream on
 code editing >= 1.3x the defaults, on free chat >= 0.98x.
 
 Run: `.venv/bin/python bench/tuning.py [--server PATH] [--tuned "spec=ngram-simple" | --tune-only spec --budget 900]
@@ -23,8 +24,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,7 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from blazar.events.tuning import BenchRecorded, Posture, WorkloadResult
+import httpx2
+
+from blazar.events.tuning import Posture, WorkloadResult
 
 HERE = Path(__file__).resolve().parent
 MODEL = "gemma"
@@ -96,10 +99,10 @@ def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-async def _run(args: argparse.Namespace, home: Path) -> tuple[dict[str, list[BenchRecorded]], str, Posture]:
+async def _run(args: argparse.Namespace, home: Path) -> tuple[dict[str, list[WorkloadResult]], dict[str, Any], str,
+                                                             Posture]:
     os.environ["BLAZAR_HOME"] = str(home)
     from blazar.cli.common import opened
-    from blazar.tuning.measure import measure
 
     workloads = tuple(args.workloads.split(","))
     async with opened() as app:
@@ -118,52 +121,83 @@ async def _run(args: argparse.Namespace, home: Path) -> tuple[dict[str, list[Ben
                       f"{result.rule}")
         _say(f"tuned posture: {tuned.label()} ({source})")
         lanes = {"defaults": (Posture(), args.ctx), "tuned": (tuned, args.ctx), "ollama": (OLLAMA, OLLAMA_CTX)}
-        runs: dict[str, list[BenchRecorded]] = {k: [] for k in lanes}
-        for r in range(args.rounds):
-            for name, (posture, ctx) in lanes.items():
-                _say(f"round {r + 1}/{args.rounds}: {name} ({posture.label()})")
-                runs[name].append(await measure(app, MODEL, posture, workloads=workloads, concurrency=(1,), ctx=ctx,
-                                                max_tokens=args.max_tokens, requests=args.requests))
-    return runs, source, tuned
+        results, facts = await _interleaved(app, lanes, workloads, args)
+    return results, facts, source, tuned
 
 
-def _median(runs: list[BenchRecorded], w: str, field: str) -> float:
-    values = [getattr(r, field) for b in runs for r in b.results if r.workload == w]
-    return statistics.median(v for v in values if v is not None)
+async def _interleaved(app: Any, lanes: dict[str, tuple[Posture, int]], workloads: tuple[str, ...],
+                       args: argparse.Namespace) -> tuple[dict[str, list[WorkloadResult]], dict[str, Any]]:
+    """The three postures' children up at once; every request sent to each in turn (the order rotating), so load
+    from elsewhere on a shared machine falls on all three alike. Blazar's own bench pieces: engine_child,
+    one_request, summarise (blazar/tuning/child.py, measure.py)."""
+    from blazar.adapters.machine import this_machine
+    from blazar.store.engines import active_engine
+    from blazar.tuning.child import engine_child
+    from blazar.tuning.measure import Outcome, one_request, summarise
+    from blazar.tuning.workloads import workload
+
+    engine = active_engine(app)
+    facts: dict[str, Any] = {"engine": f"{engine.tag} ({engine.version.version})", "machine": this_machine(),
+                             "labels": {}}
+    results: dict[str, list[WorkloadResult]] = {n: [] for n in lanes}
+    async with contextlib.AsyncExitStack() as stack:
+        children, clients = {}, {}
+        for name, (posture, ctx) in lanes.items():
+            _say(f"starting {name} ({posture.label()}, ctx {ctx})")
+            child = await stack.enter_async_context(engine_child(app, MODEL, posture, ctx=ctx, slots=1))
+            children[name] = child
+            clients[name] = await stack.enter_async_context(httpx2.AsyncClient(
+                base_url=child.base_url, headers=child.headers, trust_env=False, timeout=600))
+            facts["labels"][name] = f"{posture.label()}, ctx {child.plan.ctx_per_slot}"
+        order = list(lanes)
+        for w in workloads:
+            reqs = workload(w).requests[:args.requests] if args.requests else workload(w).requests
+            outs: dict[str, list[Outcome]] = {n: [] for n in lanes}
+            walls = dict.fromkeys(lanes, 0.0)
+            before = {n: await c.metrics() for n, c in children.items()}
+            turn = 0
+            for r in range(args.rounds):
+                for req in reqs:
+                    _say(f"{w}: round {r + 1}/{args.rounds}, request {turn % len(reqs) + 1}/{len(reqs)}")
+                    for name in order[turn % 3:] + order[:turn % 3]:
+                        t0 = time.monotonic()
+                        outs[name].append(await one_request(clients[name], req, model=children[name].model,
+                                                            max_tokens=args.max_tokens))
+                        walls[name] += time.monotonic() - t0
+                    turn += 1
+            for name, child in children.items():
+                results[name].append(summarise(w, 1, outs[name], wall_s=walls[name], before=before[name],
+                                               after=await child.metrics(), energy_j=None,
+                                               speculative=child.posture.speculative))
+    return results, facts
 
 
-def _result(runs: list[BenchRecorded], w: str) -> WorkloadResult:
-    return next(r for r in runs[0].results if r.workload == w)
-
-
-def render(runs: dict[str, list[BenchRecorded]], source: str, tuned: Posture, command: str) -> tuple[str, bool]:
-    workloads = [r.workload for r in runs["defaults"][0].results]
+def render(results: dict[str, list[WorkloadResult]], facts: dict[str, Any], source: str, tuned: Posture,
+           command: str, rounds: int) -> tuple[str, bool]:
     lines = ["| workload | posture | decode t/s per stream | decode t/s system | TTFT p50 ms | TTFT p95 ms | "
              "drafted/accepted | decode vs defaults |", "|---|---|---|---|---|---|---|---|"]
     ok = True
     verdicts = []
-    for w in workloads:
-        base = _median(runs["defaults"], w, "decode_tps_stream")
-        for name in runs:
-            label = {"defaults": "llama-server defaults", "ollama": "Ollama's posture"}.get(name, "tuned")
-            label += f" ({runs[name][0].posture.label()}, ctx {runs[name][0].ctx})"
-            dec = _median(runs[name], w, "decode_tps_stream")
-            drafted = [r for b in runs[name] for r in b.results if r.workload == w and r.draft_tokens is not None]
-            spec = "-" if not drafted else (f"{sum(r.draft_tokens or 0 for r in drafted)}/"
-                                           f"{sum(r.accepted_tokens or 0 for r in drafted)}")
-            lines.append(f"| {w} | {label} | {dec:.1f} | {_median(runs[name], w, 'decode_tps_system'):.1f} | "
-                         f"{_median(runs[name], w, 'ttft_ms_p50'):.0f} | {_median(runs[name], w, 'ttft_ms_p95'):.0f} | "
-                         f"{spec} | {dec / base:.2f}x |")
+    names = {"defaults": "llama-server defaults", "tuned": "tuned", "ollama": "Ollama's posture"}
+    for i, base in enumerate(results["defaults"]):
+        w = base.workload
+        for name, rs in results.items():
+            r = rs[i]
+            spec = "-" if r.draft_tokens is None else f"{r.draft_tokens}/{r.accepted_tokens}"
+            lines.append(f"| {w} | {names[name]} ({facts['labels'][name]}) | {r.decode_tps_stream:.1f} | "
+                         f"{r.decode_tps_system:.1f} | {r.ttft_ms_p50:.0f} | {r.ttft_ms_p95:.0f} | {spec} | "
+                         f"{r.decode_tps_stream / base.decode_tps_stream:.2f}x |")
         if w in TARGETS:
-            ratio = _median(runs["tuned"], w, "decode_tps_stream") / base
+            ratio = results["tuned"][i].decode_tps_stream / base.decode_tps_stream
             hit = ratio >= TARGETS[w]
             ok &= hit
             verdicts.append(f"- {w}: tuned decode {ratio:.2f}x the defaults (target >= {TARGETS[w]}x): "
                             f"{'met' if hit else 'MISSED'}")
-    first = runs["defaults"][0]
-    head = [f"Gemma 3 270M (Q4_K_M), engine {first.engine_tag} ({first.engine_version}), {first.machine.cpu}, "
-            f"{first.machine.cores} cores usable, {first.machine.memory_bytes / 2**30:.0f} GiB; "
-            f"{len(runs['defaults'])} interleaved rounds, medians; concurrency 1.",
+    m = facts["machine"]
+    reqs = results["defaults"][0].requests
+    head = [f"Gemma 3 270M (Q4_K_M), engine {facts['engine']}, {m.cpu}, {m.cores} cores usable, "
+            f"{m.memory_bytes / 2**30:.0f} GiB; concurrency 1; each request sent to the three postures in turn "
+            f"(rotating order), {rounds} rounds ({reqs} requests per posture and workload).",
             f"Tuned posture: {tuned.label()}: {source}.", "", f"Command: `{command}`", ""]
     return "\n".join([*head, *lines, "", *verdicts]), ok
 
@@ -174,7 +208,7 @@ def main() -> None:
     ap.add_argument("--tuned", help='the tuned posture in label words, e.g. "spec=ngram-simple" (skips blazar tune)')
     ap.add_argument("--tune-only", default="spec", help="families blazar tune tries (default: spec)")
     ap.add_argument("--budget", type=float, default=900.0, help="blazar tune's budget in seconds")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2, help="passes over each workload's requests")
     ap.add_argument("--max-tokens", type=int, default=None, help="cap each request (default: each workload's own)")
     ap.add_argument("--requests", type=int, default=None, help="first N requests of each workload (default: all)")
     ap.add_argument("--ctx", type=int, default=4096, help="context per slot for the defaults and the tuned posture")
@@ -188,8 +222,8 @@ def main() -> None:
         home.mkdir()
         _say(f"home {home}: installing {server} and the demo model")
         _prepare(home, server)
-        runs, source, tuned = asyncio.run(_run(args, home))
-    text, ok = render(runs, source, tuned, command)
+        results, facts, source, tuned = asyncio.run(_run(args, home))
+    text, ok = render(results, facts, source, tuned, command, args.rounds)
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
