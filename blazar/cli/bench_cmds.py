@@ -4,6 +4,8 @@ it side by side, from the profiles projection."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from typing import Annotated, Any
 
 import typer
@@ -71,6 +73,7 @@ def bench(
     names = parse_workloads(workload)
 
     async def go() -> tuple[BenchRecorded, str, str, bool, Any]:
+        _cancel_on_signals()
         async with opened() as app:
             daemon = find_daemon(app.paths) is not None
             posture, source = _posture(app, model)
@@ -85,12 +88,26 @@ def bench(
                                    max_tokens=max_tokens, requests=requests, progress=progress)
             return ev, source, EnergyMeter().describe(), daemon, app.paths
 
-    ev, source, energy, daemon, paths = run(go())
+    try:
+        ev, source, energy, daemon, paths = run(go())
+    except asyncio.CancelledError:
+        err.print("interrupted: the bench's engine child was stopped; nothing recorded", **_VERBATIM)
+        raise typer.Exit(130) from None
     tell_daemon(paths)
     if as_json:
         print_json(ev.model_dump(mode="json"))
         return
     _render(ev, source=source, energy=energy, daemon=daemon)
+
+
+def _cancel_on_signals() -> None:
+    """Ctrl-C or SIGTERM cancels the bench, so its engine child (in a session of its own, which neither signal
+    reaches) is stopped on the way out instead of left running."""
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
 
 
 def _posture(app: Blazar, model: str) -> tuple[Posture, str]:

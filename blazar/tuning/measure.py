@@ -133,7 +133,7 @@ async def _round(child: EngineChild, client: httpx2.AsyncClient, meter: EnergyMe
     async def stream() -> None:
         while queue:
             req = queue.pop(0)
-            outcomes.append(await _one(client, req, model=child.model, max_tokens=max_tokens))
+            outcomes.append(await one_request(client, req, model=child.model, max_tokens=max_tokens))
             tick()
 
     before, e0 = await child.metrics(), meter.read()
@@ -176,7 +176,8 @@ def _round2(x: float | None) -> float | None:
     return None if x is None else round(x, 2)
 
 
-async def _one(client: httpx2.AsyncClient, req: BenchRequest, *, model: str, max_tokens: int | None) -> Outcome:
+async def one_request(client: httpx2.AsyncClient, req: BenchRequest, *, model: str,
+                      max_tokens: int | None) -> Outcome:
     """Stream one request; TTFT at the first chunk that carries text, the rest from the final chunk's `timings`
     and `usage`. An engine error is an EngineError with its status and body."""
     start = time.monotonic()
