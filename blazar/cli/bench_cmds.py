@@ -4,8 +4,6 @@ it side by side, from the profiles projection."""
 
 from __future__ import annotations
 
-import asyncio
-import signal
 from typing import Annotated, Any
 
 import typer
@@ -14,7 +12,7 @@ from rich.table import Table
 
 from blazar.adapters.energy import EnergyMeter
 from blazar.bootstrap import Blazar
-from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
+from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run, run_stoppable
 from blazar.cli.daemon_client import find_daemon, tell_daemon
 from blazar.events.tuning import BenchRecorded, Posture, WorkloadResult
 from blazar.projections.catalog import stored
@@ -73,7 +71,6 @@ def bench(
     names = parse_workloads(workload)
 
     async def go() -> tuple[BenchRecorded, str, str, bool, Any]:
-        _cancel_on_signals()
         async with opened() as app:
             daemon = find_daemon(app.paths) is not None
             posture, source = _posture(app, model)
@@ -88,26 +85,12 @@ def bench(
                                    max_tokens=max_tokens, requests=requests, progress=progress)
             return ev, source, EnergyMeter().describe(), daemon, app.paths
 
-    try:
-        ev, source, energy, daemon, paths = run(go())
-    except asyncio.CancelledError:
-        err.print("interrupted: the bench's engine child was stopped; nothing recorded", **_VERBATIM)
-        raise typer.Exit(130) from None
+    ev, source, energy, daemon, paths = run_stoppable(go(), "the bench's engine child was stopped; nothing recorded")
     tell_daemon(paths)
     if as_json:
         print_json(ev.model_dump(mode="json"))
         return
     _render(ev, source=source, energy=energy, daemon=daemon)
-
-
-def _cancel_on_signals() -> None:
-    """Ctrl-C or SIGTERM cancels the bench, so its engine child (in a session of its own, which neither signal
-    reaches) is stopped on the way out instead of left running."""
-    task = asyncio.current_task()
-    assert task is not None
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, task.cancel)
 
 
 def _posture(app: Blazar, model: str) -> tuple[Posture, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import sys
 from collections.abc import AsyncIterator, Coroutine
 from datetime import UTC, datetime
@@ -27,6 +28,26 @@ JSON_OPTION = typer.Option(False, "--json", help="Print JSON instead of a table.
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
+
+
+def run_stoppable(coro: Coroutine[Any, Any, T], interrupted: str) -> T:
+    """`run` for a command that starts engine children of its own (bench, tune, the engine gate): Ctrl-C or SIGTERM
+    cancels it, so the children (each in a session of its own, which neither signal reaches) are stopped on the way
+    out instead of left running; then `interrupted` is said and the exit code is 130."""
+
+    async def guarded() -> T:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        return await coro
+
+    try:
+        return asyncio.run(guarded())
+    except asyncio.CancelledError:
+        err.print(f"interrupted: {interrupted}", markup=False, highlight=False)
+        raise typer.Exit(130) from None
 
 
 @contextlib.asynccontextmanager

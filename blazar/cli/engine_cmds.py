@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from blazar.adapters.engines.llama_server import Capabilities
-from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
+from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run, run_stoppable
 from blazar.context import Blazar
 from blazar.errors import EngineError, EngineNotFound
 from blazar.queries.engines import InstalledEngine, active_tag, engine, engine_json, installed_engines
@@ -106,7 +106,7 @@ def install(
                                              gate=engine_gate(force=force, progress=_progress(as_json)))
             return summary(app_, _installed(app_, t))
 
-    info = run(go())
+    info = run_stoppable(go(), "the engine gate's children were stopped; nothing activated")
     _report(info, as_json, "installed")
 
 
@@ -195,7 +195,7 @@ def use(tag: Annotated[str, typer.Argument(help="An engine tag from `blazar engi
                                      gate=engine_gate(force=force, progress=_progress(False)))
             return _active_line(active_tag(app_))
 
-    out.print(Text(run(go())))
+    out.print(Text(run_stoppable(go(), "the engine gate's children were stopped; nothing activated")))
 
 
 @app.command()

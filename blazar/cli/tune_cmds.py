@@ -9,7 +9,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from blazar.cli.common import JSON_OPTION, err, opened, out, print_json, run
+from blazar.cli.common import JSON_OPTION, err, opened, out, print_json, run, run_stoppable
 from blazar.cli.daemon_client import tell_daemon
 from blazar.durations import parse_duration
 from blazar.events.tuning import CandidateVerdict, ProfileReset
@@ -112,7 +112,7 @@ def tune_command(
                                     requests=requests)
             return result, app.paths
 
-    result, paths = run(go())
+    result, paths = run_stoppable(go(), "the tune's engine children were stopped; nothing adopted")
     if result.recorded:
         tell_daemon(paths)
     if as_json:
