@@ -9,10 +9,7 @@ loads with every adapter it has (`--lora`, unapplied); a request applies the one
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import re
-import secrets
 from pathlib import Path
 
 from blazar.adapters.lora_inspect import inspect_lora
@@ -22,7 +19,7 @@ from blazar.errors import InvalidModelSettings, ModelExists, ModelFileError, Mod
 from blazar.events.base import Recorded
 from blazar.events.lora import LoraAdded, LoraMetadata, LoraRemoved
 from blazar.projections.catalog import StoredModel, lora_users, stored
-from blazar.store.models import link_or_copy, sha256_file, unlink_counting
+from blazar.store.models import store_by_digest, unlink_counting
 
 # An adapter's name: what a request's `lora: [{"name": ...}]` and a Modelfile's ADAPTER say.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -44,27 +41,8 @@ def check_pairing(model: StoredModel, meta: LoraMetadata, source: str) -> None:
 
 
 def store_lora(src: Path, models_dir: Path, expected_sha256: str | None) -> tuple[str, bool, str, int]:
-    """Put `src` into the store as `lora/<sha256>.gguf`: linked or copied under a temporary name, hashed (and
-    compared with `expected_sha256`, when given), then renamed (or dropped when those very bytes are stored
-    already). Returns (path relative to `models_dir`, linked, sha256, size). On any failure nothing is left."""
-    ldir = models_dir / LORA_DIR
-    ldir.mkdir(parents=True, exist_ok=True)
-    tmp = ldir / f".{os.getpid()}.{secrets.token_hex(4)}.importing"
-    try:
-        linked = link_or_copy(src, tmp)
-        digest = sha256_file(tmp)
-        if expected_sha256 is not None and digest != expected_sha256.lower():
-            raise ModelFileError(f"{src}: sha256 {digest} does not match the expected {expected_sha256}")
-        dest = ldir / f"{digest}.gguf"
-        if dest.exists() and sha256_file(dest) == digest:
-            tmp.unlink()  # another model's adapter: the same bytes, one file
-        else:
-            os.replace(tmp, dest)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
-    return f"{LORA_DIR}/{digest}.gguf", linked, digest, dest.stat().st_size
+    """`src` stored as `lora/<sha256>.gguf` (store_by_digest)."""
+    return store_by_digest(src, models_dir, LORA_DIR, expected_sha256)
 
 
 async def add_lora(app: Blazar, model: str, src: Path, name: str, *, expected_sha256: str | None = None) -> Recorded:

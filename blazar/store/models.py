@@ -14,6 +14,7 @@ import errno
 import hashlib
 import os
 import re
+import secrets
 import shutil
 from pathlib import Path
 from typing import Literal
@@ -108,6 +109,32 @@ def store_file(src: Path, models_dir: Path, filename: str, expected_sha256: str 
             tmp.unlink()
         raise
     return dest, linked, digest, dest.stat().st_size
+
+
+def store_by_digest(src: Path, models_dir: Path, subdir: str,
+                    expected_sha256: str | None) -> tuple[str, bool, str, int]:
+    """Put `src` into the store as `<subdir>/<sha256>.gguf` (projectors, LoRA adapters: files shared by every model
+    that names the same bytes): linked or copied under a temporary name, hashed (and compared with
+    `expected_sha256`, when given), then renamed, or dropped when those very bytes are stored already. Returns (path
+    relative to `models_dir`, linked, sha256, size). On any failure nothing is left in the store."""
+    where = models_dir / subdir
+    where.mkdir(parents=True, exist_ok=True)
+    tmp = where / f".{os.getpid()}.{secrets.token_hex(4)}.importing"
+    try:
+        linked = link_or_copy(src, tmp)
+        digest = sha256_file(tmp)
+        if expected_sha256 is not None and digest != expected_sha256.lower():
+            raise ModelFileError(f"{src}: sha256 {digest} does not match the expected {expected_sha256}")
+        dest = where / f"{digest}.gguf"
+        if dest.exists() and sha256_file(dest) == digest:
+            tmp.unlink()  # another model's: the same bytes, one file
+        else:
+            os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    return f"{subdir}/{digest}.gguf", linked, digest, dest.stat().st_size
 
 
 def store_split(srcs: list[Path], models_dir: Path, dirname: str) -> tuple[list[ShardFile], bool]:

@@ -8,9 +8,6 @@ model and its variants) that name the same bytes share one file, which goes when
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import secrets
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,7 +19,7 @@ from blazar.events.base import Recorded
 from blazar.events.models import ModelMetadata
 from blazar.events.projectors import ModelProjectorRemoved, ModelProjectorSet, ProjectorMetadata
 from blazar.projections.catalog import projector_users, stored
-from blazar.store.models import import_model, link_or_copy, sha256_file, unlink_counting
+from blazar.store.models import import_model, store_by_digest, unlink_counting
 
 
 def projector_info(meta: ProjectorMetadata) -> dict[str, Any]:
@@ -56,27 +53,8 @@ def check_pairing(model: str, metadata: ModelMetadata, projector: ProjectorMetad
 
 
 def store_projector(src: Path, models_dir: Path, expected_sha256: str | None) -> tuple[str, bool, str, int]:
-    """Put `src` into the store as `mmproj/<sha256>.gguf`: linked or copied under a temporary name, hashed, then
-    renamed (or dropped when those very bytes are stored already). Returns (path relative to `models_dir`, linked,
-    sha256, size). On any failure nothing is left in the store."""
-    pdir = models_dir / PROJECTOR_DIR
-    pdir.mkdir(parents=True, exist_ok=True)
-    tmp = pdir / f".{os.getpid()}.{secrets.token_hex(4)}.importing"
-    try:
-        linked = link_or_copy(src, tmp)
-        digest = sha256_file(tmp)
-        if expected_sha256 is not None and digest != expected_sha256:
-            raise ModelFileError(f"{src}: sha256 {digest} does not match the expected {expected_sha256}")
-        dest = pdir / f"{digest}.gguf"
-        if dest.exists() and sha256_file(dest) == digest:
-            tmp.unlink()  # another model's projector: the same bytes, one file
-        else:
-            os.replace(tmp, dest)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
-    return f"{PROJECTOR_DIR}/{digest}.gguf", linked, digest, dest.stat().st_size
+    """`src` stored as `mmproj/<sha256>.gguf` (store_by_digest)."""
+    return store_by_digest(src, models_dir, PROJECTOR_DIR, expected_sha256)
 
 
 async def set_projector(app: Blazar, name: str, src: Path, *, source: str | None = None,
