@@ -25,7 +25,8 @@ def defaults(as_json: bool = JSON_OPTION) -> None:
     if as_json:
         print_json(values)
         return
-    for key, value in values.items():
+    # A mapping's TOML is a [table] that takes every key after it: the mappings go last so the whole is valid TOML.
+    for key, value in sorted(values.items(), key=lambda kv: isinstance(kv[1], dict)):
         # NOTE: markup off: a mapping's TOML is a [table] header, which rich would take for a style tag.
         out.print(f"# {settings.FIELDS[key].description} ({settings.describe(key)})", markup=False)
         out.print(tomli_w.dumps({key: value}), end="", markup=False)

@@ -19,6 +19,7 @@ import httpx2
 import openai
 import pytest
 
+from blazar import config as settings
 from tests.conftest import Cli
 from tests.integration.test_daemon import free_port, healthy, wait_for
 from tests.support.blazar_home import read_events
@@ -224,7 +225,8 @@ def test_the_last_requests_spans_leave_when_the_daemon_stops(tmp_path: Path, eng
 
 
 def test_the_otlp_keys_through_the_cli(cli: Cli) -> None:
-    assert tomllib.loads(cli("config", "defaults").stdout)["otlp_headers"] == {}  # all of it is valid TOML
+    parsed = tomllib.loads(cli("config", "defaults").stdout)  # all of it is valid TOML, every key at the top level
+    assert parsed["otlp_headers"] == {} and set(parsed) == set(settings.defaults())
     cli("config", "set", "otlp_headers", "x-team=ml, x-env=dev")
     assert cli("config", "get", "otlp_headers", "--json").json()["value"] == {"x-team": "ml", "x-env": "dev"}
     bad = cli("config", "set", "otlp_endpoint", "localhost:4318", check=False)
