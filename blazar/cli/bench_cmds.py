@@ -16,8 +16,8 @@ from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json,
 from blazar.cli.daemon_client import find_daemon, tell_daemon
 from blazar.events.tuning import BenchRecorded, Posture, WorkloadResult
 from blazar.projections.catalog import stored
-from blazar.projections.profiles import BenchEntry, benches, profile, stale_reason
-from blazar.store.engines import active_engine
+from blazar.projections.profiles import BenchEntry, benches
+from blazar.queries.profiles import profile_status
 from blazar.tuning.measure import MAX_CONCURRENCY, check_concurrency, measure
 from blazar.tuning.workloads import WORKLOADS
 
@@ -94,16 +94,16 @@ def bench(
 
 
 def _posture(app: Blazar, model: str) -> tuple[Posture, str]:
-    """The posture a load of `model` would run at now: its adopted profile where that applies to the active engine,
-    else the defaults; and a line saying which. (An unknown model is measure's ModelNotFound.)"""
+    """The posture a load of `model` would run at now (its adopted profile where it applies to the active engine and
+    this machine, else the defaults: `profile_status`, as `blazar show` says it), and a line saying which. (An
+    unknown model is measure's ModelNotFound.)"""
     got = stored(app.runner.state("catalog"), model)
-    adopted = profile(app.runner.state("profiles"), got.name) if got is not None else None
-    if adopted is None:
+    status = profile_status(app, got.name) if got is not None else None
+    if status is None or status.profile is None:
         return Posture(), "the defaults (no profile adopted)"
-    why = stale_reason(adopted, active_engine(app).tag)
-    if why is not None:
-        return Posture(), f"the defaults (its profile, seq {adopted.seq}, is stale: {why})"
-    return adopted.posture, f"its adopted profile (seq {adopted.seq})"
+    if status.stale is not None:
+        return Posture(), f"the defaults (its profile, seq {status.profile.seq}, is stale: {status.stale})"
+    return status.profile.posture, f"its adopted profile (seq {status.profile.seq})"
 
 
 def _render(ev: BenchRecorded, *, source: str, energy: str, daemon: bool) -> None:

@@ -1,12 +1,13 @@
 """A model's tuned profile as `blazar show` (and the console) read it: the posture adopted, the rule and the
-measurement that chose it, and whether it applies on the active engine build or is stale (measured on another
-build: loads pass it by until the model is measured again)."""
+measurement that chose it, and whether it applies on the active engine build and this machine or is stale
+(measured on another build or machine: loads pass it by until the model is measured again)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from blazar.adapters.machine import this_machine
 from blazar.context import Blazar
 from blazar.projections import engines
 from blazar.projections.profiles import BenchEntry, Profile, Reset, bench, benches, last_reset, profile, stale_reason
@@ -58,12 +59,11 @@ class ProfileStatus:
 
 
 def profile_status(app: Blazar, model: str) -> ProfileStatus:
-    """`model`'s profile against the active engine build (the machine is checked by the fingerprint the profile
-    carries only where a measurement of this machine is at hand: see docs/17.TUNING.md)."""
+    """`model`'s profile against the active engine build and this machine, as the supervisor judges it at a load."""
     state = app.runner.state("profiles")
     tag = engines.active_tag(app.runner.state("engines"))
     p = profile(state, model)
-    why = None if p is None else stale_reason(p, tag)
+    why = None if p is None else stale_reason(p, tag, this_machine().fingerprint)
     winner = None if p is None or p.bench_id is None else bench(state, model, p.bench_id)
     status: Literal["applied", "stale", "none"] = "none" if p is None else "stale" if why else "applied"
     return ProfileStatus(model=model, status=status, profile=p, active_engine_tag=tag, stale=why, winner=winner,
