@@ -45,7 +45,6 @@ from blazar.serving.request import AudioAsked, Request
 if TYPE_CHECKING:
     from blazar.adapters.engines.client import EngineResponse
     from blazar.cluster.nodes import Peer
-    from blazar.events.model_settings import ModelSettings
 
 
 # -- outcomes ----------------------------------------------------------------------------------------------------------
@@ -245,9 +244,13 @@ class Call:
                 body[name] = value
         self._unbounded = self.bounded_max_tokens = None
 
-    def use_settings(self, settings: ModelSettings) -> None:
-        """The model's settings applied (blazar/serving/model_defaults.py)."""
-        apply_settings(self, settings)
+    def use_model(self) -> None:
+        """What the resolved model brings to the request: its settings (blazar/serving/model_defaults.py) and its
+        LoRA adapters (blazar/serving/lora.py)."""
+        assert self.resolved is not None
+        if self.resolved.settings is not None:
+            apply_settings(self, self.resolved.settings)
+        apply_lora(self)
 
     def retarget(self, model: str, resolved: ResolvedModel, remote: str | None) -> None:
         """A cascade's next step: the request as the client sent it, pointed at `model` (its settings applied), its
@@ -256,9 +259,7 @@ class Call:
         self.bounded_max_tokens, self._unbounded = None, None
         self._body, self._own_body, self._payload = self.request.body, False, None
         self.instance, self.peer, self.resolved, self.remote = None, None, resolved, remote
-        if resolved.settings is not None:
-            self.use_settings(resolved.settings)
-        apply_lora(self)  # the next model's adapters (or none)
+        self.use_model()
 
     # -- what it holds -------------------------------------------------------------------------------------------------
 

@@ -40,7 +40,6 @@ from blazar.serving.context_fit import BOUNDED_HEADER
 from blazar.serving.fanout import Candidate
 from blazar.serving.flights import Flights, flight_key
 from blazar.serving.limits import Lease, Limiter, LimitExceeded
-from blazar.serving.lora import apply_lora
 from blazar.serving.ports import SupervisorPort
 from blazar.serving.principal import Principal, scope_refusal
 from blazar.serving.request import Answer, Request
@@ -183,10 +182,7 @@ class Gateway:
         if call.request.media is not None and call.remote is None and call.peer is None:
             media.refuse_unless_projector(self.app.runner.state("catalog"), call.model, call.request.media)
         self._authorize(call)
-        assert call.resolved is not None
-        if call.resolved.settings is not None:
-            call.use_settings(call.resolved.settings)
-        apply_lora(call)
+        call.use_model()
 
     def _authorize(self, call: Call) -> None:
         """The caller's key: is the model in its scope (by the client's name or the store's), and do its limits
