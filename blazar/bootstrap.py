@@ -25,7 +25,7 @@ from blazar.cluster.remotes import health_loop
 from blazar.context import CHECKPOINT_ON_CLOSE_AFTER, Blazar
 from blazar.instances.kv_bank import KvBank
 from blazar.instances.supervisor import Supervisor
-from blazar.logdb import log_location, open_log
+from blazar.logdb import archive_location, log_location, open_log
 from blazar.operations.config import reconcile_file
 from blazar.paths import Paths
 from blazar.projections import all_projections
@@ -84,7 +84,7 @@ async def bootstrap(
     location = log_location(paths, os.environ if env is None else env)
     # A shared log (PostgreSQL): this home is one node among the gateways that may share it.
     node = node_name(paths, os.environ if env is None else env) if location.shared else ""
-    log = await open_log(location, clock=clock)
+    log = await open_log(location, clock=clock, archive=archive_location(paths, os.environ if env is None else env))
     runner = ProjectionRunner(log, all_projections(), node=node)
     try:
         await runner.start()

@@ -30,7 +30,7 @@ from blazar.events.location import PostgresUrl
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
 # Keys about this machine rather than the log's history: a restored snapshot never sets them here.
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-LOCAL_KEYS = frozenset({"database_url", "node_name", "node_url"})
+LOCAL_KEYS = frozenset({"database_url", "node_name", "node_url", "archive_dir"})
 
 
 class Settings(BaseModel):
@@ -246,6 +246,25 @@ class Settings(BaseModel):
                     "Read at start, before the log opens; BLAZAR_DATABASE_URL wins over it. A password goes in "
                     "PGPASSWORD or ~/.pgpass, never here (this file's changes are recorded in the log).",
     )
+    archive_dir: str = Field(
+        default="",
+        description="Where archive segments go (empty: the home's archive/ directory; BLAZAR_ARCHIVE_DIR wins). An "
+                    "absolute path. Local to this home: on a shared PostgreSQL log, every node that reads archived "
+                    "events needs the same directory (shared storage).",
+    )
+    request_retention: str = Field(
+        default="30d",
+        description="How long request traces and node heartbeats stay in the live log before they move into archive "
+                    "segments: 30d, 12h, 3600; 0: keep everything live (nothing is archived).",
+    )
+    archive_every_s: float = Field(
+        default=3600.0, ge=10.0, le=7 * 86400.0,
+        description="Seconds between the daemon's archive runs (off the request path; each run is recorded).",
+    )
+    log_disk_share: float = Field(
+        default=0.25, gt=0.0, le=1.0,
+        description="`blazar doctor` warns when the live log or the archive takes more than this share of its disk.",
+    )
     node_name: str = Field(
         default="",
         description="This gateway's name among the nodes sharing a PostgreSQL log (empty: the host name; "
@@ -398,6 +417,25 @@ class Settings(BaseModel):
     def _keep_alive(cls, v: str) -> str:
         parse_duration(v)
         return v.strip()
+
+    @field_validator("request_retention")
+    @classmethod
+    def _request_retention(cls, v: str) -> str:
+        if parse_duration(v) < 0:
+            raise ValueError("a retention is 0 (keep everything) or a positive duration such as 30d")
+        return v.strip()
+
+    @field_validator("archive_dir")
+    @classmethod
+    def _archive_dir(cls, v: str) -> str:
+        v = v.strip()
+        if v and not Path(v).expanduser().is_absolute():
+            raise ValueError(f"archive_dir must be an absolute path, not {v!r}")
+        return v
+
+    def retention_s(self) -> float:
+        """request_retention in seconds; 0 keeps everything live."""
+        return parse_duration(self.request_retention)
 
 
 FIELDS: dict[str, FieldInfo] = dict(Settings.model_fields)

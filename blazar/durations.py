@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 import re
 
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h|d)")
+_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 # The longest duration anything takes: ten years. Past it a value is a mistake (or an overflow waiting to happen in
 # a timestamp sum); "forever" is said with a negative value.
 MAX_DURATION_S = 10 * 365 * 86400.0
@@ -32,7 +32,7 @@ def _parse(value: str | float | int) -> float:
             raise ValueError(f"not a duration: {value!r}")
         return float(value)
     if len(value) > 64:
-        raise ValueError(f"not a duration: {value[:40]!r}… (use seconds like 300, or 45s, 5m, 1h30m; negative: "
+        raise ValueError(f"not a duration: {value[:40]!r}… (use seconds like 300, or 45s, 5m, 1h30m, 30d; negative: "
                          "forever)")
     text = value.strip()
     sign = -1.0 if text.startswith("-") else 1.0
@@ -52,7 +52,7 @@ def _parse(value: str | float | int) -> float:
         total += float(m.group(1)) * _UNIT[m.group(2)]
         pos = m.end()
     if not body or pos != len(body):
-        raise ValueError(f"not a duration: {value!r} (use seconds like 300, or 45s, 5m, 1h30m; negative: forever)")
+        raise ValueError(f"not a duration: {value!r} (use seconds like 300, or 45s, 5m, 1h30m, 30d; negative: forever)")
     return sign * total
 
 

@@ -8,7 +8,11 @@
     │   ├── AppendOnlyViolation     UPDATE/DELETE refused by the log's triggers
     │   ├── LogUnreachable     503  the log's database (PostgreSQL) cannot be reached: control changes wait
     │   ├── InvalidLogLocation 400  a log location that is neither a file path nor a PostgreSQL URL (a bad port)
-    │   └── SchemaOutOfDate         the database needs `blazar db upgrade` (or is newer than this code)
+    │   ├── SchemaOutOfDate         the database needs `blazar db upgrade` (or is newer than this code)
+    │   └── ArchiveError            archiving refused or impossible (a segment that does not verify, a range mismatch)
+    │       ├── ArchiveBusy         another archive run holds this archive directory's lock
+    │       ├── SegmentMissing      a segment the log names is not in the archive directory (names it and its seqs)
+    │       └── SegmentBroken       a segment edited, truncated or reordered (names the segment and the first bad line)
     ├── ProjectionError             a projection halted at a seq
     ├── ConfigError            400  unknown key / invalid value / unreadable config.toml
     ├── SnapshotError               a snapshot that cannot be written or restored (damaged, foreign, untrusted paths)
@@ -175,6 +179,35 @@ class InvalidLogLocation(LogError):
 
 class SchemaOutOfDate(LogError):
     code = "schema_out_of_date"
+
+
+class ArchiveError(LogError):
+    code = "archive_error"
+    exit_code = 5
+
+
+class ArchiveBusy(ArchiveError):
+    code = "archive_busy"
+    http_status = 409
+
+
+class SegmentMissing(ArchiveError):
+    code = "segment_missing"
+
+    def __init__(self, name: str, first_seq: int, last_seq: int, detail: str = "") -> None:
+        extra = f" ({detail})" if detail else ""
+        super().__init__(f"archive segment {name} (seq {first_seq}..{last_seq}) is missing{extra}")
+        self.name = name
+
+
+class SegmentBroken(ArchiveError):
+    code = "segment_broken"
+
+    def __init__(self, name: str, line: int | None, detail: str) -> None:
+        where = f" line {line}" if line is not None else ""
+        super().__init__(f"archive segment {name}{where}: {detail}")
+        self.name = name
+        self.line = line
 
 
 class ProjectionError(BlazarError):

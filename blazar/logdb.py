@@ -7,6 +7,7 @@ asyncpg, are imported only when a URL asks for them."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 from blazar import config
 from blazar.clock import Clock
@@ -14,6 +15,7 @@ from blazar.errors import ConfigError, InvalidLogLocation
 from blazar.events.location import LogLocation, PostgresUrl, SqliteFile
 from blazar.events.log import EventLog
 from blazar.events.log_sqlite import SqliteEventLog
+from blazar.events.segment_store import SegmentStore
 from blazar.paths import Paths
 
 
@@ -43,12 +45,29 @@ def local_value(paths: Paths, env: Mapping[str, str], key: str, variable: str) -
         return ""  # a broken config.toml is reported where it is read in full (reconcile_file)
 
 
-async def open_log(location: LogLocation, *, clock: Clock | None = None, migrate: bool = True) -> EventLog:
-    """Open the log at `location`, with the store it names."""
+def archive_location(paths: Paths, env: Mapping[str, str]) -> Path:
+    """Where this home's archive segments are: `archive_dir` (BLAZAR_ARCHIVE_DIR, else config.toml), else the home's
+    archive/ directory. A local key: the log never says where files go."""
+    given = local_value(paths, env, "archive_dir", "BLAZAR_ARCHIVE_DIR")
+    if not given:
+        return paths.archive
+    path = Path(given).expanduser()
+    if not path.is_absolute():
+        raise ConfigError(f"archive_dir must be an absolute path, not {given!r}")
+    return path
+
+
+async def open_log(location: LogLocation, *, clock: Clock | None = None, migrate: bool = True,
+                   archive: Path | None = None) -> EventLog:
+    """Open the log at `location`, with the store it names; `archive` is where its segments are read from (a
+    SQLite log defaults to archive/ beside its file)."""
     match location:
         case SqliteFile(path):
-            return await SqliteEventLog.open(path, clock=clock, migrate=migrate)
+            return await SqliteEventLog.open(path, clock=clock, migrate=migrate, archive=archive)
         case PostgresUrl():
             from blazar.events.log_pg import PgEventLog
 
-            return await PgEventLog.open(location, clock=clock, migrate=migrate)
+            log = await PgEventLog.open(location, clock=clock, migrate=migrate)
+            if archive is not None:
+                log.archive = SegmentStore(archive)
+            return log

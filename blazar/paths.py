@@ -42,6 +42,11 @@ class Paths:
         return self.data_dir / "log"
 
     @property
+    def archive(self) -> Path:
+        """Archive segments (unless `archive_dir` says elsewhere: `blazar.logdb.archive_location`)."""
+        return self.data_dir / "archive"
+
+    @property
     def snapshots(self) -> Path:
         return self.data_dir / "snapshots"
 

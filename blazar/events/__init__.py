@@ -3,6 +3,7 @@
 Importing this package registers every event type.
 """
 
+from blazar.events import archive as archive
 from blazar.events import audio as audio
 from blazar.events import batches as batches
 from blazar.events import doctor as doctor

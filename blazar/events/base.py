@@ -24,6 +24,9 @@ class Event(BaseModel):
     AUDIT: ClassVar[bool] = False
     # Control events must be committed before a command is acknowledged (the durable path).
     CONTROL: ClassVar[bool] = True
+    # Request history: leaves the live log for archive segments once older than `request_retention`
+    # (blazar/events/archive.py). Everything else (control events) stays live for good.
+    ARCHIVABLE: ClassVar[bool] = False
 
     def stream_key(self) -> str:
         """The stream this event belongs to (`model:<name>`, `trace:<id>`, ...). Default: `system`."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import sqlite3
 from abc import ABC, abstractmethod
 from collections import deque
@@ -24,10 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from blazar.clock import Clock
+from blazar.errors import ArchiveError
 from blazar.events.base import Event, Pending, Recorded
 from blazar.events.kinds import decode, encode
 from blazar.events.location import LogLocation
 from blazar.events.migrate import ensure_schema
+from blazar.events.segment import Filters
+from blazar.events.segment_store import ARCHIVED_COLUMNS, ArchivedRange, SegmentStore
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -64,6 +68,51 @@ def row_to_recorded(row: Sequence[Any]) -> Recorded:
     )
 
 
+def _where(*, types: Sequence[str] | None, stream: str | None, trace_id: str | None, since: float | None,
+           until: float | None) -> tuple[list[str], list[Any]]:
+    """The filters as SQL conditions (after the seq bounds) and their parameters."""
+    where: list[str] = []
+    params: list[Any] = []
+    if types:
+        where.append(f"type IN ({', '.join('?' * len(types))})")
+        params.extend(types)
+    if stream is not None:
+        where.append("stream = ?")
+        params.append(stream)
+    if trace_id is not None:
+        where.append("trace_id = ?")
+        params.append(trace_id)
+    if since is not None:
+        where.append("ts >= ?")
+        params.append(since)
+    if until is not None:
+        where.append("ts <= ?")
+        params.append(until)
+    return where, params
+
+
+async def _live_batches(fetch: Fetch, where: list[str], params: list[Any], after: int, upto: int | None,
+                        limit: int | None, batch: int) -> AsyncIterator[Rows]:
+    """Live rows with seq in (after, upto] matching `where`, keyset-paginated on seq."""
+    if upto is not None and upto <= after:
+        return
+    bounds = ["seq > ?"] + (["seq <= ?"] if upto is not None else [])
+    sql = f"SELECT {COLUMNS} FROM events WHERE {' AND '.join(bounds + where)} ORDER BY seq LIMIT ?"
+    tail = ([upto] if upto is not None else []) + params
+    remaining = limit
+    while remaining is None or remaining > 0:
+        n = batch if remaining is None else min(batch, remaining)
+        rows = await fetch(sql, (after, *tail, n))
+        if not rows:
+            return
+        yield rows
+        after = rows[-1][0]
+        if remaining is not None:
+            remaining -= len(rows)
+        if len(rows) < n:
+            return
+
+
 class ChangeWatch(ABC):
     """How one tail (`EventLog.follow`) learns that another process committed; this process's own commits it is
     handed as they commit."""
@@ -88,6 +137,8 @@ class EventLog(ABC):
         self.clock = clock
         self._last_seq = 0
         self._listeners: list[Callable[[list[Recorded]], None]] = []
+        # Where archived segments are read from (reads reach across them); None: this log has no archive to read.
+        self.archive: SegmentStore | None = None
 
     @abstractmethod
     async def close(self) -> None: ...
@@ -152,6 +203,25 @@ class EventLog(ABC):
         """Insert the rows (event, payload text) in one transaction, numbered on from the log's last seq; returns
         the seq before the first. Raises AppendOnlyViolation when the database refuses them."""
 
+    async def commit_archived(self, pending: Pending, rng: ArchivedRange, types: Sequence[str]) -> Recorded:
+        """The one path that removes rows from the log, in one transaction: append `pending` (the `log.archived`
+        event), insert `rng` into `archived` (its `archived_seq` is set to that event's seq), then delete the rows
+        of `types` in `rng`'s seq range, which must number exactly `rng.count` (else nothing happens). The
+        database's delete trigger refuses any row outside a range `archived` names."""
+        data = encode(pending.event)
+        seq = await self._insert_archived(pending, data, rng, types)
+        rec = Recorded(seq=seq, ts=pending.ts, type=pending.event.TYPE, v=pending.event.V, stream=pending.stream,
+                       trace_id=pending.trace_id, actor=pending.actor, cause=pending.cause, event=pending.event)
+        self._last_seq = seq
+        for listener in self._listeners:
+            listener([rec])
+        return rec
+
+    @abstractmethod
+    async def _insert_archived(self, pending: Pending, data: str, rng: ArchivedRange, types: Sequence[str]) -> int:
+        """`commit_archived`'s transaction; returns the seq of the `log.archived` row. Raises ArchiveError when the
+        rows to remove do not number `rng.count` (the transaction rolled back)."""
+
     @property
     def last_appended(self) -> int:
         """The last seq this process committed."""
@@ -208,9 +278,13 @@ class EventLog(ABC):
         return await self._fetch(f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints")
 
     async def event_anchor(self, seq: int) -> tuple[str, float] | None:
-        """(type, ts) of the event at `seq`, or None."""
+        """(type, ts) of the event at `seq`, live or archived, or None."""
         rows = await self._fetch("SELECT type, ts FROM events WHERE seq = ?", (seq,))
-        return (rows[0][0], rows[0][1]) if rows else None
+        if rows:
+            return rows[0][0], rows[0][1]
+        async for batch in self.read_rows(after=seq - 1, upto=seq):
+            return batch[0][2], batch[0][1]
+        return None
 
     async def put_checkpoints(self, rows: list[tuple[Any, ...]]) -> None:
         """Write (name, version, seq, anchor, state, sha256, ts) rows, replacing older ones, in one transaction."""
@@ -224,18 +298,45 @@ class EventLog(ABC):
     async def last_seq(self) -> int:
         return int((await self._fetch("SELECT COALESCE(MAX(seq), 0) FROM events"))[0][0])
 
+    async def archived_ranges(self) -> list[ArchivedRange]:
+        """Every range moved into an archive segment, oldest first."""
+        rows = await self._fetch(f"SELECT {ARCHIVED_COLUMNS} FROM archived ORDER BY segment")
+        return [ArchivedRange.of(r) for r in rows]
+
+    def _segments(self) -> SegmentStore:
+        if self.archive is None:
+            raise ArchiveError("the log has archived segments but no archive directory to read them from")
+        return self.archive
+
     async def seq_at_time(self, ts: float) -> int:
-        """The last seq recorded at or before `ts` (0 when none)."""
-        return int((await self._fetch("SELECT COALESCE(MAX(seq), 0) FROM events WHERE ts <= ?", (ts,)))[0][0])
+        """The last seq recorded at or before `ts` (0 when none), archived events included."""
+        live = int((await self._fetch("SELECT COALESCE(MAX(seq), 0) FROM events WHERE ts <= ?", (ts,)))[0][0])
+        ranges = [r for r in await self.archived_ranges() if r.last_seq > live]
+        if not ranges:
+            return live
+        return max(live, await asyncio.to_thread(self._segments().seq_at_time, ranges, ts))
 
     async def trace_ids_starting(self, prefix: str, *, limit: int = 2) -> list[str]:
-        """The distinct trace ids that start with `prefix`, in order (a range over the trace index)."""
+        """The distinct trace ids that start with `prefix`, in order (a range over the trace index, and over each
+        archive segment's)."""
         sql = "SELECT DISTINCT trace_id FROM events WHERE trace_id >= ? AND trace_id < ? ORDER BY trace_id LIMIT ?"
-        return [row[0] for row in await self._fetch(sql, (prefix, prefix + "\U0010ffff", limit))]
+        found = [row[0] for row in await self._fetch(sql, (prefix, prefix + "\U0010ffff", limit))]
+        ranges = await self.archived_ranges()
+        if ranges:
+            more = await asyncio.to_thread(self._segments().trace_ids_starting, ranges, prefix, limit=limit)
+            found = sorted(set(found) | set(more))[:limit]
+        return found
+
+    async def has_trace(self, trace_id: str) -> bool:
+        """Whether any event carries `trace_id`: the live trace index, then the archive segments' indexes."""
+        if await self._has_live_trace(trace_id):
+            return True
+        ranges = await self.archived_ranges()
+        return bool(ranges) and await asyncio.to_thread(self._segments().has_trace, ranges, trace_id)
 
     @abstractmethod
-    async def has_trace(self, trace_id: str) -> bool:
-        """Whether any event carries `trace_id` (one look-up in the trace index)."""
+    async def _has_live_trace(self, trace_id: str) -> bool:
+        """Whether any live event carries `trace_id` (one look-up in the trace index)."""
 
     async def read(
         self,
@@ -271,41 +372,60 @@ class EventLog(ABC):
         limit: int | None = None,
         batch: int = READ_BATCH,
     ) -> AsyncIterator[Rows]:
-        """Undecoded rows (plain tuples) in batches, keyset-paginated on seq, all from one read snapshot."""
-        where = ["seq > ?"]
-        params: list[Any] = [after]
-        if upto is not None:
-            where.append("seq <= ?")
-            params.append(upto)
-        if types:
-            where.append(f"type IN ({', '.join('?' * len(types))})")
-            params.extend(types)
-        if stream is not None:
-            where.append("stream = ?")
-            params.append(stream)
-        if trace_id is not None:
-            where.append("trace_id = ?")
-            params.append(trace_id)
-        if since is not None:
-            where.append("ts >= ?")
-            params.append(since)
-        if until is not None:
-            where.append("ts <= ?")
-            params.append(until)
-        sql = f"SELECT {COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
+        """Undecoded rows (plain tuples) in batches, keyset-paginated on seq, all from one read snapshot.
+
+        Archived events are read from their segments and merged in seq order with the live rows, so a reader sees
+        one history whether or not parts of it were archived (slower: a segment block is inflated and parsed)."""
+        where, params = _where(types=types, stream=stream, trace_id=trace_id, since=since, until=until)
+        filters = Filters(types=frozenset(types) if types else None, stream=stream, trace_id=trace_id,
+                          since=since, until=until)
         remaining = limit
         async with self._snapshot() as fetch:
-            while remaining is None or remaining > 0:
-                n = batch if remaining is None else min(batch, remaining)
-                rows = await fetch(sql, (*params, n))
-                if not rows:
-                    return
-                yield rows
-                params[0] = rows[-1][0]
+            ranges = await self._ranges_after(fetch, after, upto)
+            if not ranges:  # the common case: nothing archived in the range asked for
+                async for rows in _live_batches(fetch, where, params, after, upto, remaining, batch):
+                    yield rows
+                return
+            async for rows in self._merged(fetch, ranges, where, params, filters, after, upto, batch):
                 if remaining is not None:
+                    rows = rows[:remaining]
                     remaining -= len(rows)
-                if len(rows) < n:
+                if rows:
+                    yield rows
+                if remaining is not None and remaining <= 0:
                     return
+
+    async def _ranges_after(self, fetch: Fetch, after: int, upto: int | None) -> list[ArchivedRange]:
+        sql = f"SELECT {ARCHIVED_COLUMNS} FROM archived WHERE last_seq > ?"
+        params: list[Any] = [after]
+        if upto is not None:
+            sql += " AND first_seq <= ?"
+            params.append(upto)
+        return [ArchivedRange.of(r) for r in await fetch(sql + " ORDER BY first_seq", params)]
+
+    async def _merged(self, fetch: Fetch, ranges: list[ArchivedRange], where: list[str], params: list[Any],
+                      filters: Filters, after: int, upto: int | None, batch: int) -> AsyncIterator[Rows]:
+        """Live rows and archived rows in seq order: block by block, each block's rows merged with the live rows
+        in its seq span (the control events recorded meanwhile), the live rows between blocks read as they are."""
+        store = self._segments()
+        cursor = after
+        for rng in ranges:
+            blocks = await asyncio.to_thread(store.blocks, rng, after=cursor, upto=upto, filters=filters)
+            for block in blocks:
+                async for rows in _live_batches(fetch, where, params, cursor, block.first_seq - 1, None, batch):
+                    yield rows
+                cursor = max(cursor, block.first_seq - 1)
+                archived = await asyncio.to_thread(store.block_rows, rng, block, after=cursor, upto=upto,
+                                                   filters=filters)
+                top = block.last_seq if upto is None else min(block.last_seq, upto)
+                live = [r async for rows in _live_batches(fetch, where, params, cursor, top, None, batch)
+                        for r in rows]
+                merged = list(heapq.merge(archived, live, key=lambda r: r[0]))
+                for i in range(0, len(merged), batch):
+                    yield merged[i:i + batch]
+                cursor = top
+        async for rows in _live_batches(fetch, where, params, cursor, upto, None, batch):
+            yield rows
 
     async def follow(
         self,

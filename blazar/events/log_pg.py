@@ -28,10 +28,11 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from blazar.clock import Clock, SystemClock
-from blazar.errors import AppendOnlyViolation, LogError, LogUnreachable
+from blazar.errors import AppendOnlyViolation, ArchiveError, LogError, LogUnreachable
 from blazar.events.base import Pending
 from blazar.events.location import PostgresUrl
 from blazar.events.log import COLUMNS, ChangeWatch, EventLog, Fetch, Rows
+from blazar.events.segment_store import ARCHIVED_COLUMNS, ArchivedRange
 
 T = TypeVar("T")
 # What says the connection or the server is gone (as opposed to a statement the database refused).
@@ -47,6 +48,7 @@ APPEND_LOCK = 0x626C617A6172
 APPEND_LOCK_ENABLED = True
 _INSERT = (f"INSERT INTO events ({COLUMNS}) SELECT * FROM unnest($1::bigint[], $2::float8[], $3::text[], "
            "$4::int[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::text[])")
+_INSERT_ONE = f"INSERT INTO events ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 
 @functools.lru_cache(maxsize=256)
@@ -160,6 +162,32 @@ class PgEventLog(EventLog):
             return await self._write(insert)
         except asyncpg.IntegrityConstraintViolationError as exc:
             raise AppendOnlyViolation(f"append refused by the log: {exc}") from exc
+
+    async def _insert_archived(self, pending: Pending, data: str, rng: ArchivedRange, types: Sequence[str]) -> int:
+        p = pending
+
+        async def archive(driver: Any) -> int:
+            if APPEND_LOCK_ENABLED:
+                await driver.execute("SELECT pg_advisory_xact_lock($1)", APPEND_LOCK)
+            seq = int(await driver.fetchval("SELECT COALESCE(MAX(seq), 0) FROM events")) + 1
+            await driver.execute(numbered(_INSERT_ONE), seq, p.ts, p.event.TYPE, p.event.V, p.stream, p.trace_id,
+                                 p.actor, p.cause, data)
+            await driver.execute(numbered(f"INSERT INTO archived ({ARCHIVED_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"),
+                                 rng.segment, rng.name, rng.first_seq, rng.last_seq, rng.count, rng.sha256, seq)
+            status = await driver.execute(
+                numbered("DELETE FROM events WHERE seq BETWEEN ? AND ? AND type = ANY(?::text[])"),
+                rng.first_seq, rng.last_seq, list(types))
+            removed = int(status.split()[-1])
+            if removed != rng.count:
+                raise ArchiveError(f"segment {rng.name} holds {rng.count} events but the live log has {removed} "
+                                   f"archivable events in seq {rng.first_seq}..{rng.last_seq}: nothing removed")
+            await driver.execute("SELECT pg_notify($1, $2)", CHANNEL, str(seq))
+            return seq
+
+        try:
+            return await self._write(archive)
+        except asyncpg.IntegrityConstraintViolationError as exc:
+            raise AppendOnlyViolation(f"archiving refused by the log: {exc}") from exc
 
     async def _write(self, work: Callable[[Any], Awaitable[T]]) -> T:
         """`work` on the writer connection inside one transaction, whole or not at all.
@@ -312,7 +340,7 @@ class PgEventLog(EventLog):
 
             yield fetch
 
-    async def has_trace(self, trace_id: str) -> bool:
+    async def _has_live_trace(self, trace_id: str) -> bool:
         async with self._connection() as driver:
             return await driver.fetchval("SELECT 1 FROM events WHERE trace_id = $1 LIMIT 1", trace_id) is not None
 

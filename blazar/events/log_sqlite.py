@@ -23,11 +23,12 @@ from sqlalchemy.pool import NullPool
 
 from blazar.clock import Clock, SystemClock
 from blazar.diskspace import LOG_HEADROOM_BYTES, disk_full, no_space
-from blazar.errors import AppendOnlyViolation, LogError, SnapshotError
+from blazar.errors import AppendOnlyViolation, ArchiveError, LogError, SnapshotError
 from blazar.events.base import Pending
 from blazar.events.location import SqliteFile
 from blazar.events.log import COLUMNS, ChangeWatch, EventLog, Fetch, Rows
 from blazar.events.migrate import ensure_schema
+from blazar.events.segment_store import ARCHIVED_COLUMNS, ArchivedRange, SegmentStore
 
 _INSERT = f"INSERT INTO events ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 # A batch this small goes in as one statement (9 parameters a row, under SQLite's 32766), which is a transaction
@@ -113,9 +114,12 @@ class SqliteEventLog(EventLog):
         self._lookup_lock = asyncio.Lock()
 
     @classmethod
-    async def open(cls, path: Path, *, clock: Clock | None = None, migrate: bool = True) -> SqliteEventLog:
+    async def open(cls, path: Path, *, clock: Clock | None = None, migrate: bool = True,
+                   archive: Path | None = None) -> SqliteEventLog:
+        """`archive`: the directory of its archive segments (default: `archive/` beside the file)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         log = cls(path, _engine(path, immediate=True), _engine(path, immediate=False), clock or SystemClock())
+        log.archive = SegmentStore(archive or path.parent / "archive")
         try:
             if migrate:
                 await asyncio.to_thread(ensure_schema, path)
@@ -163,6 +167,39 @@ class SqliteEventLog(EventLog):
                 raise AppendOnlyViolation(f"append refused by the log: {exc}") from exc
             except sqlite3.OperationalError as exc:
                 raise self._no_space(exc) or LogError(f"append failed: {exc}") from exc
+
+    async def _insert_archived(self, pending: Pending, data: str, rng: ArchivedRange, types: Sequence[str]) -> int:
+        assert self._wconn is not None, "log is closed"
+        p = pending
+        async with self._write_lock:
+            driver = await self._driver()
+            try:
+                await driver.execute("BEGIN IMMEDIATE")
+                try:
+                    seq = int((await driver.execute_fetchall("SELECT COALESCE(MAX(seq), 0) FROM events"))[0][0]) + 1
+                    await driver.execute(_INSERT, (seq, p.ts, p.event.TYPE, p.event.V, p.stream, p.trace_id,
+                                                   p.actor, p.cause, data))
+                    await driver.execute(
+                        f"INSERT INTO archived ({ARCHIVED_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (rng.segment, rng.name, rng.first_seq, rng.last_seq, rng.count, rng.sha256, seq))
+                    marks = ", ".join("?" * len(types))
+                    cur = await driver.execute(
+                        f"DELETE FROM events WHERE seq BETWEEN ? AND ? AND type IN ({marks})",
+                        (rng.first_seq, rng.last_seq, *types))
+                    if cur.rowcount != rng.count:
+                        raise ArchiveError(
+                            f"segment {rng.name} holds {rng.count} events but the live log has {cur.rowcount} "
+                            f"archivable events in seq {rng.first_seq}..{rng.last_seq}: nothing removed")
+                    await driver.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        await driver.execute("ROLLBACK")
+                    raise
+            except sqlite3.IntegrityError as exc:
+                raise AppendOnlyViolation(f"archiving refused by the log: {exc}") from exc
+            except sqlite3.OperationalError as exc:
+                raise self._no_space(exc) or LogError(f"archiving failed: {exc}") from exc
+            return seq
 
     async def _driver(self) -> Any:
         """The writer's aiosqlite connection (the same one SQLAlchemy holds), looked up once."""
@@ -250,7 +287,7 @@ class SqliteEventLog(EventLog):
 
             yield fetch
 
-    async def has_trace(self, trace_id: str) -> bool:
+    async def _has_live_trace(self, trace_id: str) -> bool:
         """Whether any event carries `trace_id`: one look-up in the trace index, on a reader connection kept open for
         it (opening a connection costs ten times the query). Never the writer's: a busy writer does not delay it.
 

@@ -102,8 +102,9 @@ def drop_and_upgrade(sync_conn: Any) -> None:
     migrations themselves (a restore replaces the whole log; PostgreSQL's DDL is transactional: all or nothing)."""
     from alembic import command
 
-    sync_conn.exec_driver_sql("DROP TABLE IF EXISTS events, checkpoints, alembic_version")
-    sync_conn.exec_driver_sql("DROP FUNCTION IF EXISTS blazar_events_append_only(), blazar_events_gap_free()")
+    sync_conn.exec_driver_sql("DROP TABLE IF EXISTS events, checkpoints, archived, alembic_version")
+    sync_conn.exec_driver_sql("DROP FUNCTION IF EXISTS blazar_events_append_only(), blazar_events_gap_free(), "
+                              "blazar_events_archived_only()")
     cfg, _ = _script_directory()
     cfg.attributes["connection"] = sync_conn
     command.upgrade(cfg, "head")

@@ -42,6 +42,7 @@ class NodeHeartbeat(_NodeEvent):
     crash means)."""
 
     TYPE = "node.heartbeat"
+    ARCHIVABLE = True
 
     instances: int = 0  # its live instances, for `blazar node list`
     in_flight: int = 0

@@ -59,6 +59,7 @@ HOP_ACTOR = "node:"
 class _RequestEvent(Event):
     CONTROL = False
     AUDIT = False
+    ARCHIVABLE = True
 
     trace_id: str
 

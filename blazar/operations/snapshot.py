@@ -29,7 +29,7 @@ from blazar.errors import ConfigError, DaemonRunning, SnapshotError
 from blazar.events.base import Recorded
 from blazar.events.location import LogLocation, PostgresUrl, SqliteFile
 from blazar.events.system import SnapshotRestored, SnapshotTaken
-from blazar.logdb import log_location, open_log
+from blazar.logdb import archive_location, log_location, open_log
 from blazar.operations.log_copy import sqlite_rows
 from blazar.operations.snapshot_verify import (
     CHUNK,
@@ -284,7 +284,7 @@ def _unused(path: Path) -> Path:
 
 async def _open_restored(paths: Paths, location: LogLocation, clock: Clock, actor: str) -> Blazar:
     """Open the restored log (migrating an older schema) with every projection rebuilt from its events."""
-    log = await open_log(location, clock=clock)
+    log = await open_log(location, clock=clock, archive=archive_location(paths, os.environ))
     try:
         await drop_checkpoints(log)  # they describe the snapshot's time; folding from scratch proves the log
         # On a shared log the restoring home is a node: its node-local checkpoints are its own.

@@ -5,7 +5,6 @@ names the first edited, dropped or reordered line of such a file. Read side: it 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -15,13 +14,13 @@ from typing import Any, BinaryIO
 import orjson
 
 from blazar.errors import AuditChainBroken, LogError
+from blazar.events.chain import GENESIS, line_hash, seal
 from blazar.events.kinds import event_class, known_types
 from blazar.events.log import EventLog
 from blazar.projections.audit import audit_record, iso
 
 FORMAT = "blazar-audit"
 VERSION = 1
-GENESIS = "0" * 64
 # Only what the chain check itself needs; every other field is covered by the line's hash.
 HEADER_KEYS = frozenset({"kind", "format", "version", "count", "first_seq", "last_seq", "prev", "hash"})
 RECORD_KEYS = frozenset({"kind", "seq", "prev", "hash"})
@@ -49,20 +48,6 @@ class ChainSummary:
 
 
 # -- the line format -----------------------------------------------------------------------------------------
-
-
-def line_hash(obj: Mapping[str, Any]) -> str:
-    """sha256 of the line's canonical JSON (sorted keys, compact) without its own `hash`; it covers `prev`."""
-    body = {k: v for k, v in obj.items() if k != "hash"}
-    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
-
-
-def seal(body: Mapping[str, Any], prev: str) -> tuple[bytes, str]:
-    """The JSONL line for `body` chained after `prev`, and its hash."""
-    obj = {**body, "prev": prev}
-    digest = line_hash(obj)
-    obj["hash"] = digest
-    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE), digest
 
 
 def audit_types() -> list[str]:

@@ -33,7 +33,7 @@ class Backend:
         return {"BLAZAR_HOME": str(self.paths.data_dir)}
 
     async def open(self, *, clock: Clock | None = None) -> EventLog:
-        return await open_log(self.location, clock=clock)
+        return await open_log(self.location, clock=clock, archive=self.paths.archive)
 
 
 def _make_postgresql(root: Path) -> Backend:
@@ -57,6 +57,6 @@ def _make_sqlite(root: Path) -> Backend:
 BACKENDS: dict[str, Callable[[Path], Backend]] = {"sqlite": _make_sqlite, "postgresql": _make_postgresql}
 
 
-async def open_log(location: str, *, clock: Clock | None = None) -> EventLog:
+async def open_log(location: str, *, clock: Clock | None = None, archive: Path | None = None) -> EventLog:
     """The log at `location`: a URL names a database, a file path a SQLite log (what a restore keeps aside too)."""
-    return await open_location(parse_location(location), clock=clock)
+    return await open_location(parse_location(location), clock=clock, archive=archive)

@@ -1,0 +1,126 @@
+"""Archiving on every store: request history older than the cutoff leaves the live log for a verified segment,
+every read answers as before, the one delete path is guarded, and an altered or missing segment is said."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from blazar.clock import FakeClock
+from blazar.errors import AppendOnlyViolation, SegmentBroken, SegmentMissing
+from blazar.events.archive import LogArchived
+from blazar.events.base import Recorded
+from blazar.events.log import EventLog
+from blazar.operations.archive import archive
+from tests.contract.test_reads import CASES, T0, _seed, _seqs
+from tests.contract.workload import aliased, received
+
+
+@pytest.fixture
+async def seeded(event_log: EventLog, clock: FakeClock) -> list[Recorded]:
+    assert clock.now() == T0
+    return await _seed(event_log, clock)
+
+
+async def _live_seqs(log: EventLog) -> list[int]:
+    return [r[0] for r in await log._fetch("SELECT seq FROM events ORDER BY seq")]
+
+
+async def test_archiving_moves_old_request_events_and_records_it_first(
+        event_log: EventLog, seeded: list[Recorded]) -> None:
+    run = await archive(event_log, cutoff=T0 + 50, now=T0 + 100)
+    assert [s.count for s in run.segments] == [2]
+    (seg,) = run.segments
+    assert (seg.first_seq, seg.last_seq, seg.segment) == (1, 6, 1)
+    # seqs 3 and 4 (request.received at T0+10) left; 7 (T0+60) is newer than the cutoff; control events stay.
+    assert await _live_seqs(event_log) == [1, 2, 5, 6, 7, 8, 9, 10]
+    (rec,) = [r async for r in event_log.read(after=9)]
+    assert isinstance(rec.event, LogArchived) and rec.event.sha256 == seg.sha256
+    assert [r.name for r in await event_log.archived_ranges()] == [seg.name]
+    # A second run finds nothing new to move.
+    again = await archive(event_log, cutoff=T0 + 50, now=T0 + 200)
+    assert again.segments == [] and await event_log.last_seq() == 10
+
+
+@pytest.mark.parametrize(("filters", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+async def test_every_read_answers_as_before_archiving(
+        event_log: EventLog, seeded: list[Recorded], filters: dict[str, Any], expected: list[int]) -> None:
+    await archive(event_log, cutoff=T0 + 70, now=T0 + 100)
+    assert 3 not in await _live_seqs(event_log) and 7 not in await _live_seqs(event_log)
+    for batch in (1, 2, 3, 5000):  # seq 10 is the log.archived event itself
+        assert [s for s in await _seqs(event_log, batch=batch, **filters) if s != 10] == expected, batch
+
+
+async def test_records_lookups_and_time_answer_across_the_archive(
+        event_log: EventLog, seeded: list[Recorded]) -> None:
+    await archive(event_log, cutoff=T0 + 70, now=T0 + 100)
+    assert [r async for r in event_log.read(upto=9)] == seeded
+    assert await event_log.has_trace("t1-0000") and await event_log.has_trace("t2-0000")
+    assert not await event_log.has_trace("t1-000")
+    assert await event_log.trace_ids_starting("t", limit=5) == ["t1-0000", "t2-0000"]
+    assert await event_log.seq_at_time(T0 + 10) == 4
+    assert await event_log.seq_at_time(T0 + 65) == 7
+    assert await event_log.event_anchor(4) == ("request.received", T0 + 10)
+
+
+async def test_segments_chain_one_to_the_next(event_log: EventLog, clock: FakeClock,
+                                              seeded: list[Recorded]) -> None:
+    first = (await archive(event_log, cutoff=T0 + 50, now=T0 + 100)).segments[0]
+    clock.advance(100)
+    await event_log.append(received("t9", 0), actor="gateway", trace_id="t9-0000")
+    second = (await archive(event_log, cutoff=clock.now() + 1, now=clock.now())).segments
+    assert [s.segment for s in second] == [2]
+    assert second[0].prev == first.head and second[0].first_seq == first.last_seq + 1
+    assert await _seqs(event_log, trace_id="t9-0000") == [11]
+
+
+async def test_a_segment_of_many_blocks_and_segments_reads_back_in_order(
+        event_log: EventLog, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("blazar.events.segment.BLOCK_EVENTS", 7)
+    for i in range(60):
+        await event_log.append(received("bulk", i), actor="gateway", trace_id=f"bulk-{i:04d}")
+        if i % 10 == 0:
+            await event_log.append(aliased("ctl", i), actor="cli")
+        clock.advance(1)
+    before = [r async for r in event_log.read()]
+    cutoff = clock.now() - 5
+    run = await archive(event_log, cutoff=cutoff, now=clock.now(), segment_events=25)
+    assert [s.count for s in run.segments] == [25, 25, 5]  # 55 request events before the cutoff
+    assert sum(1 for r in before if r.ts < cutoff and r.type == "request.received") == 55
+    assert [r async for r in event_log.read()] == before + [r async for r in event_log.read(after=len(before))]
+    got = [r async for r in event_log.read(upto=len(before))]
+    assert got == before
+    assert [r.seq async for r in event_log.read(trace_id="bulk-0033")] == [b.seq for b in before
+                                                                            if b.trace_id == "bulk-0033"]
+
+
+async def test_the_log_refuses_a_delete_outside_an_archived_range(event_log: EventLog,
+                                                                 seeded: list[Recorded]) -> None:
+    with pytest.raises((AppendOnlyViolation, Exception)) as info:
+        await event_log._execute_write("DELETE FROM events WHERE seq = 3")
+    assert "append-only" in str(info.value)
+    await archive(event_log, cutoff=T0 + 50, now=T0 + 100)
+    for seq in (5, 10):  # a control event inside the range; the log.archived row itself
+        with pytest.raises(Exception, match="append-only"):
+            await event_log._execute_write(f"DELETE FROM events WHERE seq = {seq}")
+    with pytest.raises(Exception, match="append-only"):
+        await event_log._execute_write("DELETE FROM archived")
+    assert await _live_seqs(event_log) == [1, 2, 5, 6, 7, 8, 9, 10]
+
+
+async def test_an_altered_or_missing_segment_is_named_when_read(event_log: EventLog, seeded: list[Recorded]) -> None:
+    (seg,) = (await archive(event_log, cutoff=T0 + 50, now=T0 + 100)).segments
+    assert event_log.archive is not None
+    data = event_log.archive.path(seg.name, ".jsonl.gz")
+    raw = bytearray(data.read_bytes())
+    raw[-12] ^= 0xFF
+    data.write_bytes(bytes(raw))
+    event_log.archive.forget()
+    with pytest.raises(SegmentBroken, match=seg.name):
+        await _seqs(event_log, trace_id="t1-0000")
+    data.unlink()
+    with pytest.raises(SegmentMissing, match=seg.name):
+        await _seqs(event_log)
+    # Reads that do not reach the archived range never open it.
+    assert await _seqs(event_log, after=6) == [7, 8, 9, 10]
