@@ -52,6 +52,11 @@ def known_types() -> list[str]:
     return sorted(_classes)
 
 
+def audit_types() -> list[str]:
+    """Wire names of the audit-relevant event types. AUDIT is a class property, so the log filters on type."""
+    return [t for t, cls in sorted(_classes.items()) if cls.AUDIT]
+
+
 def decode(seq: int | None, type_name: str, v: int, data: str | bytes) -> Event:
     """Stored row -> current typed event, upcasting old versions."""
     cls = _classes.get(type_name)

@@ -76,7 +76,7 @@ class Manifest:
     first_seq: int  # the range this segment answers for (every archivable event in it is here)
     last_seq: int
     count: int
-    bytes: int
+    size: int  # the data file's bytes
     sha256: str
     prev: str
     head: str
@@ -91,7 +91,7 @@ class Manifest:
     def to_json(self) -> dict[str, Any]:
         return {
             "format": FORMAT, "version": VERSION, "segment": self.segment, "name": self.name,
-            "first_seq": self.first_seq, "last_seq": self.last_seq, "count": self.count, "bytes": self.bytes,
+            "first_seq": self.first_seq, "last_seq": self.last_seq, "count": self.count, "bytes": self.size,
             "sha256": self.sha256, "prev": self.prev, "head": self.head, "ts_min": self.ts_min,
             "ts_max": self.ts_max, "cutoff": self.cutoff, "audit_records": self.audit_records,
             "types": dict(sorted(self.types.items())), "blocks": [b.to_json() for b in self.blocks],
@@ -109,7 +109,7 @@ class Manifest:
                 raise SegmentBroken(name, None, f"manifest is not a {FORMAT} v{VERSION} manifest")
             return cls(
                 segment=int(obj["segment"]), name=str(obj["name"]), first_seq=int(obj["first_seq"]),
-                last_seq=int(obj["last_seq"]), count=int(obj["count"]), bytes=int(obj["bytes"]),
+                last_seq=int(obj["last_seq"]), count=int(obj["count"]), size=int(obj["bytes"]),
                 sha256=str(obj["sha256"]), prev=str(obj["prev"]), head=str(obj["head"]),
                 ts_min=float(obj["ts_min"]), ts_max=float(obj["ts_max"]), cutoff=float(obj["cutoff"]),
                 audit_records=int(obj["audit_records"]), types={str(k): int(v) for k, v in obj["types"].items()},

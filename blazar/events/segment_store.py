@@ -128,7 +128,7 @@ class SegmentStore:
                     continue
                 rows = self.block_rows(rng, block, after=0, upto=None, filters=Filters(until=ts))
                 if rows:
-                    best = max(best, rows[-1][0])
+                    best = max(best, int(rows[-1][0]))
                     if block.ts_max <= ts:  # every row of it counts: no later block of this segment is older
                         return best
         return best

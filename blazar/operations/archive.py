@@ -29,7 +29,7 @@ from blazar.errors import ArchiveBusy, ArchiveError
 from blazar.events.archive import LogArchived, archivable_types
 from blazar.events.base import Recorded
 from blazar.events.chain import GENESIS
-from blazar.events.kinds import decode
+from blazar.events.kinds import audit_types, decode
 from blazar.events.log import EventLog
 from blazar.events.segment import (
     Manifest,
@@ -44,7 +44,6 @@ from blazar.events.segment import (
     write_index,
 )
 from blazar.events.segment_store import ArchivedRange, SegmentStore
-from blazar.queries.audit import audit_types
 
 SEGMENT_EVENTS = 100_000
 ACTOR = "archiver"
@@ -179,7 +178,7 @@ async def _one_segment(log: EventLog, store: SegmentStore, *, after: int, top: i
     ts_min = min(b.ts_min for b in writer.blocks)
     ts_max = max(b.ts_max for b in writer.blocks)
     manifest = Manifest(segment=segment, name=name, first_seq=after + 1, last_seq=last_seq, count=writer.count,
-                        bytes=size, sha256=sha256, prev=prev, head=writer.head, ts_min=ts_min, ts_max=ts_max,
+                        size=size, sha256=sha256, prev=prev, head=writer.head, ts_min=ts_min, ts_max=ts_max,
                         cutoff=cutoff, audit_records=writer.audit_records, types=writer.types,
                         blocks=tuple(writer.blocks), created_at=now)
     encoded = manifest.encode()

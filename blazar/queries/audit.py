@@ -15,7 +15,7 @@ import orjson
 
 from blazar.errors import AuditChainBroken, LogError
 from blazar.events.chain import GENESIS, line_hash, seal
-from blazar.events.kinds import event_class, known_types
+from blazar.events.kinds import audit_types
 from blazar.events.log import EventLog
 from blazar.projections.audit import audit_record, iso
 
@@ -48,11 +48,6 @@ class ChainSummary:
 
 
 # -- the line format -----------------------------------------------------------------------------------------
-
-
-def audit_types() -> list[str]:
-    """Wire names of the audit-relevant event types. AUDIT is a class property, so the log filters on type."""
-    return [t for t in known_types() if (cls := event_class(t)) is not None and cls.AUDIT]
 
 
 # -- export --------------------------------------------------------------------------------------------------

@@ -69,6 +69,20 @@ _text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=1
 _hex = st.text(alphabet="0123456789abcdef", min_size=32, max_size=32)
 
 
+# Keys whose valid values a generic strategy cannot guess (durations, paths, URLs, names).
+_SAMPLES: dict[str, list[str]] = {
+    "keep_alive": ["5m", "300", "-1", "0", "1h30m", "45s"],
+    "tls_cert": ["", "/etc/blazar/cert.pem"],
+    "tls_key": ["", "/etc/blazar/cert.pem"],
+    "database_url": ["", "postgresql+asyncpg://blazar@db.lan:5432/blazar"],
+    "node_name": ["", "gpu-1", "box.lan"],
+    "node_url": ["", "http://10.0.0.2:11434", "https://gw.example"],
+    "otlp_endpoint": ["", "http://127.0.0.1:4318", "https://otel.example/v1/traces"],
+    "request_retention": ["30d", "0", "12h", "3600"],
+    "archive_dir": ["", "/srv/blazar-archive"],
+}
+
+
 def _config_value(key: str) -> st.SearchStrategy[Any]:
     """A valid value for `key`, from the settings schema itself (a new key needs no change here)."""
     info = config.FIELDS[key]
@@ -77,18 +91,8 @@ def _config_value(key: str) -> st.SearchStrategy[Any]:
         return st.sampled_from(typing.get_args(ann))
     if ann is bool:
         return st.booleans()
-    if key == "keep_alive":
-        return st.sampled_from(["5m", "300", "-1", "0", "1h30m", "45s"])
-    if key in ("tls_cert", "tls_key"):
-        return st.sampled_from(["", "/etc/blazar/cert.pem"])
-    if key == "database_url":
-        return st.sampled_from(["", "postgresql+asyncpg://blazar@db.lan:5432/blazar"])
-    if key == "node_name":
-        return st.sampled_from(["", "gpu-1", "box.lan"])
-    if key == "node_url":
-        return st.sampled_from(["", "http://10.0.0.2:11434", "https://gw.example"])
-    if key == "otlp_endpoint":
-        return st.sampled_from(["", "http://127.0.0.1:4318", "https://otel.example/v1/traces"])
+    if key in _SAMPLES:
+        return st.sampled_from(_SAMPLES[key])
     if ann == dict[str, str]:
         return st.dictionaries(st.sampled_from(["x-team", "x-env"]), st.sampled_from(["ml", "dev"]), max_size=2)
     if ann is str:

@@ -13,7 +13,7 @@ from blazar.events import migrate
 def test_schema_head_constant_matches_the_migration_scripts(tmp_path) -> None:
     st = migrate.status(tmp_path / "new.db")
     assert st.head == migrate.SCHEMA_HEAD
-    assert st.current is None and st.pending == [migrate.SCHEMA_HEAD]
+    assert st.current is None and st.pending[-1] == migrate.SCHEMA_HEAD and st.pending[0] == "0001"
 
 
 def test_upgrade_creates_the_schema_once(tmp_path) -> None:
@@ -49,3 +49,44 @@ def test_two_processes_starting_on_a_new_home_both_succeed(tmp_path) -> None:
     errors = [p.communicate(timeout=60)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
     assert migrate.current_revision(db) == migrate.SCHEMA_HEAD
+
+
+def test_a_log_from_before_archiving_upgrades_keeping_its_events_and_guards_deletes(tmp_path) -> None:
+    """0001 -> 0002: the events stay; DELETE is still refused unless an archived range covers request history."""
+    from alembic import command
+    from sqlalchemy import create_engine
+
+    db = tmp_path / "old.db"
+    cfg, _ = migrate._script_directory()
+    engine = create_engine(f"sqlite:///{db}")
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0001")
+    engine.dispose()
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("INSERT INTO events (seq, ts, type, v, stream, trace_id, actor, cause, data) VALUES "
+                     "(1, 1.0, 'request.received', 1, 'trace:t', 't', 'gw', NULL, '{}')")
+    conn.close()
+    assert migrate.upgrade(db).current == "0001"
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 1
+        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+            conn.execute("DELETE FROM events")
+        with conn:
+            conn.execute("INSERT INTO archived VALUES (1, 'seg-000001-1-1', 1, 1, 1, 'x', 2)")
+            conn.execute("DELETE FROM events WHERE seq = 1")  # request history inside an archived range
+        assert conn.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 0
+    finally:
+        conn.close()
+
+
+def test_the_delete_trigger_knows_exactly_the_archivable_types() -> None:
+    """The schema's guard (0002: `request.*` and `node.heartbeat`) and the event classes' ARCHIVABLE agree."""
+    import blazar.events  # noqa: F401  (registers every type)
+    from blazar.events.archive import archivable_types
+    from blazar.events.kinds import known_types
+
+    guarded = [t for t in known_types() if t.startswith("request.") or t == "node.heartbeat"]
+    assert archivable_types() == guarded
