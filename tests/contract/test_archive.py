@@ -124,3 +124,25 @@ async def test_an_altered_or_missing_segment_is_named_when_read(event_log: Event
         await _seqs(event_log)
     # Reads that do not reach the archived range never open it.
     assert await _seqs(event_log, after=6) == [7, 8, 9, 10]
+
+
+async def test_a_copy_of_an_archived_log_keeps_its_ranges_and_reads_the_same(
+        event_log: EventLog, seeded: list[Recorded], tmp_path: Any) -> None:
+    """`snapshot_into` (PostgreSQL's copy into the snapshot's SQLite file; SQLite's VACUUM INTO) carries the live rows
+    and the archived ranges; opened on the same archive, the copy reads like the original."""
+    from blazar.events.log_sqlite import SqliteEventLog
+
+    await archive(event_log, cutoff=T0 + 70, now=T0 + 100)
+    before = [r async for r in event_log.read()]
+    target = tmp_path / "copy.db"
+    await event_log.snapshot_into(target)
+    assert event_log.archive is not None
+    copy = await SqliteEventLog.open(target, archive=event_log.archive.root)
+    try:
+        assert [r async for r in copy.read()] == before
+        assert [r.name for r in await copy.archived_ranges()] == [r.name for r in await event_log.archived_ranges()]
+        # The copy goes on gap-free from its last seq.
+        (rec,) = await copy.append(aliased("after", 0), actor="cli")
+        assert rec.seq == before[-1].seq + 1
+    finally:
+        await copy.close()
