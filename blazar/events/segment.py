@@ -87,6 +87,7 @@ class Manifest:
     types: dict[str, int]
     blocks: tuple[Block, ...]
     created_at: float
+    index_sha256: str  # the index file as written (a different one is rebuilt from the data file)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -95,7 +96,7 @@ class Manifest:
             "sha256": self.sha256, "prev": self.prev, "head": self.head, "ts_min": self.ts_min,
             "ts_max": self.ts_max, "cutoff": self.cutoff, "audit_records": self.audit_records,
             "types": dict(sorted(self.types.items())), "blocks": [b.to_json() for b in self.blocks],
-            "created_at": self.created_at,
+            "created_at": self.created_at, "index_sha256": self.index_sha256,
         }
 
     def encode(self) -> bytes:
@@ -114,7 +115,7 @@ class Manifest:
                 ts_min=float(obj["ts_min"]), ts_max=float(obj["ts_max"]), cutoff=float(obj["cutoff"]),
                 audit_records=int(obj["audit_records"]), types={str(k): int(v) for k, v in obj["types"].items()},
                 blocks=tuple(Block(**{k: b[k] for k in Block.__slots__}) for b in obj["blocks"]),
-                created_at=float(obj["created_at"]),
+                created_at=float(obj["created_at"]), index_sha256=str(obj["index_sha256"]),
             )
         except SegmentBroken:
             raise

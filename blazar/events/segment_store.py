@@ -55,7 +55,8 @@ ARCHIVED_COLUMNS = "segment, name, first_seq, last_seq, count, sha256, archived_
 class SegmentStore:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self._checked: dict[str, Manifest] = {}  # stem -> manifest, for segments whose file matched the log
+        self._manifests: dict[str, Manifest] = {}  # stem -> manifest, checked against the log's range
+        self._data_ok: set[str] = set()  # stems whose data file's sha256 matched the log's record
         self._lock = threading.Lock()
 
     def path(self, name: str, suffix: str) -> Path:
@@ -66,33 +67,52 @@ class SegmentStore:
     # -- opening -------------------------------------------------------------------------------------------
 
     def manifest(self, rng: ArchivedRange) -> Manifest:
-        """The segment's manifest, once its data file is checked against the sha256 the log recorded."""
+        """The segment's manifest, checked against the range the log recorded, with its index in place (rebuilt from
+        the checked data file when missing). Cheap: the data file is hashed only before a block of it is first read
+        (`_checked_data`). NOTE: the index is derived and not hashed here (that would cost every `blazar why` a
+        read of every segment's index): rows only ever come from the checked data file and are filtered again, so a
+        damaged index can hide rows from a look-up, never change them; `audit verify --archive` checks it."""
         with self._lock:
-            got = self._checked.get(rng.name)
+            got = self._manifests.get(rng.name)
         if got is not None:
             return got
         data = self.path(rng.name, ".jsonl.gz")
         mpath = self.path(rng.name, ".manifest.json")
-        if not data.is_file():
-            raise SegmentMissing(rng.name, rng.first_seq, rng.last_seq, f"no {data}")
-        if not mpath.is_file():
-            raise SegmentMissing(rng.name, rng.first_seq, rng.last_seq, f"no {mpath}")
-        if file_sha256(data) != rng.sha256:
-            raise SegmentBroken(rng.name, None, "the data file's sha256 differs from the one the log recorded: "
-                                "it was altered (run `blazar audit verify --archive` for the first bad line)")
+        for path in (data, mpath):
+            if not path.is_file():
+                raise SegmentMissing(rng.name, rng.first_seq, rng.last_seq, f"no {path}")
         manifest = Manifest.decode(rng.name, mpath.read_bytes())
         if (manifest.sha256, manifest.first_seq, manifest.last_seq, manifest.count) != (
                 rng.sha256, rng.first_seq, rng.last_seq, rng.count):
             raise SegmentBroken(rng.name, None, "the manifest does not describe the segment the log recorded")
-        if not self.path(rng.name, ".index").is_file():
+        index = self.path(rng.name, ".index")
+        if not index.is_file():
+            self._checked_data(rng)
             self._rebuild_index(rng.name, manifest)
         with self._lock:
-            self._checked[rng.name] = manifest
+            self._manifests[rng.name] = manifest
         return manifest
 
-    def forget(self) -> None:
+    def _checked_data(self, rng: ArchivedRange) -> Path:
+        """The data file, once its sha256 is the one the log recorded (hashed once per process)."""
+        data = self.path(rng.name, ".jsonl.gz")
         with self._lock:
-            self._checked.clear()
+            if rng.name in self._data_ok:
+                return data
+        if not data.is_file():
+            raise SegmentMissing(rng.name, rng.first_seq, rng.last_seq, f"no {data}")
+        if file_sha256(data) != rng.sha256:
+            raise SegmentBroken(rng.name, None, "the data file's sha256 differs from the one the log recorded: "
+                                "it was altered (run `blazar audit verify --archive` for the first bad line)")
+        with self._lock:
+            self._data_ok.add(rng.name)
+        return data
+
+    def forget(self) -> None:
+        """Check every segment again on next use (after files were replaced)."""
+        with self._lock:
+            self._manifests.clear()
+            self._data_ok.clear()
 
     def _rebuild_index(self, name: str, manifest: Manifest) -> None:
         with self.path(name, ".jsonl.gz").open("rb") as fh:
@@ -104,6 +124,8 @@ class SegmentStore:
     def blocks(self, rng: ArchivedRange, *, after: int, upto: int | None, filters: Filters) -> list[Block]:
         """The blocks of the segment that may hold matching rows with seq in (after, upto]."""
         manifest = self.manifest(rng)
+        if filters.types is not None and filters.types.isdisjoint(manifest.types):
+            return []  # e.g. the audit export: no audit-relevant type was archived here
         wanted: set[int] | None = None
         key = "t" + filters.trace_id if filters.trace_id is not None else (
             "s" + filters.stream if filters.stream is not None else None)
@@ -115,7 +137,7 @@ class SegmentStore:
 
     def block_rows(self, rng: ArchivedRange, block: Block, *, after: int, upto: int | None,
                    filters: Filters) -> list[Row]:
-        with self.path(rng.name, ".jsonl.gz").open("rb") as fh:
+        with self._checked_data(rng).open("rb") as fh:
             rows = read_block(fh, rng.name, block)
         return [r for r in rows if r[0] > after and (upto is None or r[0] <= upto) and filters.matches(r)]
 

@@ -180,7 +180,8 @@ async def _one_segment(log: EventLog, store: SegmentStore, *, after: int, top: i
     manifest = Manifest(segment=segment, name=name, first_seq=after + 1, last_seq=last_seq, count=writer.count,
                         size=size, sha256=sha256, prev=prev, head=writer.head, ts_min=ts_min, ts_max=ts_max,
                         cutoff=cutoff, audit_records=writer.audit_records, types=writer.types,
-                        blocks=tuple(writer.blocks), created_at=now)
+                        blocks=tuple(writer.blocks), created_at=now,
+                        index_sha256=await asyncio.to_thread(file_sha256, store.path(name, ".index")))
     encoded = manifest.encode()
     await asyncio.to_thread(write_atomically, store.path(name, ".manifest.json"), encoded)
     await asyncio.to_thread(fsync_dir, store.root)
