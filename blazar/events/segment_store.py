@@ -179,8 +179,7 @@ class SegmentStore:
     def orphans(self, known: set[str]) -> list[Path]:
         """Segment files (and their temporaries) that no archived range names: a run that stopped before its
         commit left them, and nothing reads them."""
-        found = [p for p in self.files() if next(s for s in SUFFIXES if p.name.endswith(s)) and
-                 p.name.split(".", 1)[0] not in known]
+        found = [p for p in self.files() if p.name.split(".", 1)[0] not in known]
         if self.root.is_dir():
             found += [p for p in self.root.iterdir() if p.name.startswith(".seg-") and p.name.endswith(".tmp")]
         return sorted(found)
