@@ -26,6 +26,7 @@ from blazar.context import CHECKPOINT_ON_CLOSE_AFTER, Blazar
 from blazar.instances.kv_bank import KvBank
 from blazar.instances.supervisor import Supervisor
 from blazar.logdb import archive_location, log_location, open_log
+from blazar.operations.archive_schedule import archive_loop
 from blazar.operations.config import reconcile_file
 from blazar.paths import Paths
 from blazar.projections import all_projections
@@ -123,9 +124,11 @@ class Services:
 
     def start(self, stopping: asyncio.Event | None = None) -> None:
         """The daemon's background work beside serving: the remote engines' health checks, the speculation governor,
-        the batch runner (which starts no line once `stopping` is set)."""
+        the archiver (request history past `request_retention` into segments, every `archive_every_s`), the batch
+        runner (which starts no line once `stopping` is set)."""
         self._tasks.append(asyncio.create_task(health_loop(self.gateway.app, self.gateway.remotes),
                                                name="blazar-remote-health"))
+        self._tasks.append(asyncio.create_task(archive_loop(self.gateway.app), name="blazar-archiver"))
         self._tasks.append(asyncio.create_task(self.gateway.spec.run(), name="blazar-spec-governor"))
         ask, build = line_asker(self.gateway)
         runner = BatchRunner(self.gateway.app, self.gateway, ask, build=build, stopping=stopping)

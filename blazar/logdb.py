@@ -6,6 +6,7 @@ asyncpg, are imported only when a URL asks for them."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -71,3 +72,17 @@ async def open_log(location: LogLocation, *, clock: Clock | None = None, migrate
             if archive is not None:
                 log.archive = SegmentStore(archive)
             return log
+
+
+async def live_bytes(log: EventLog) -> int:
+    """What the live log takes: its SQLite file and WAL, or `pg_total_relation_size` of the events table (its rows,
+    indexes and TOAST) on PostgreSQL."""
+    match log.location:
+        case SqliteFile(path):
+            total = 0
+            for p in (path, path.with_name(path.name + "-wal")):
+                with contextlib.suppress(FileNotFoundError):
+                    total += p.stat().st_size
+            return total
+        case PostgresUrl():
+            return int((await log._fetch("SELECT pg_total_relation_size('events')"))[0][0])

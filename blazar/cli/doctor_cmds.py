@@ -89,7 +89,9 @@ def doctor(
 ) -> None:
     """Check this home: the engine (active, files verify, runs on this CPU: its build options against the CPU flags
     and a smoke test), the model store (files match their sha256 and size; nothing unrecorded, nothing missing), the
-    log (integrity, gap-free seq, append-only triggers, checkpoints, schema at head) and the machine (disk free,
+    log (integrity, seq whole with the archived ranges counted, append-only triggers, checkpoints, schema at head,
+    the live log's and the archive's share of their disks, every archive segment present and unaltered, no leftover
+    segment files) and the machine (disk free,
     file modes, the port, a stale run/daemon.json, orphan engine processes, config.toml, the clock). Each check is
     ok, warn or fail, with what it saw and the command that fixes it. Exit code: 0 all ok, 1 a warning, 2 a
     failure."""

@@ -12,6 +12,7 @@ from blazar.errors import InvalidLogLocation
 from blazar.events.location import PostgresUrl, SqliteFile
 from blazar.logdb import log_location
 from blazar.operations.doctor import engine, machine, store, trust
+from blazar.operations.doctor.archive import archive_checks
 from blazar.operations.doctor.logdb import log_checks
 from blazar.operations.doctor.orphans import orphans
 from blazar.operations.doctor.report import Check, ok
@@ -85,7 +86,8 @@ async def with_log(app: Blazar, *, quick: bool) -> list[Check]:
     settings = app.settings()
     seen = machine.see_daemon(app.paths)
     stored = await asyncio.to_thread(store.model_files, app.paths.models, app.runner.state("catalog"), quick=quick)
-    checks = [checkpoints(app), trust.untrusted_paths(app), machine.port(settings.host, settings.port, seen), *stored,
+    checks = [checkpoints(app), *await archive_checks(app, quick=quick), trust.untrusted_paths(app),
+              machine.port(settings.host, settings.port, seen), *stored,
               await asyncio.to_thread(trust.kv_bank, app), engine.active_engine(app)]
     files = await asyncio.to_thread(engine.files, app)
     for found in (files, engine.cpu(app, engine.cpu_flags()), await engine.smoke(app)):

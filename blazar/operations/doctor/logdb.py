@@ -14,6 +14,7 @@ from pathlib import Path
 from blazar.diskspace import LOG_HEADROOM_BYTES, no_space, size, space
 from blazar.errors import BlazarError
 from blazar.events import migrate
+from blazar.operations.doctor import seqcheck
 from blazar.operations.doctor.report import Check, ok
 
 TRIGGERS = ("events_gap_free", "events_no_delete", "events_no_update")
@@ -80,16 +81,18 @@ def _integrity(conn: sqlite3.Connection, db: Path, pragma: str) -> Check:
 
 
 def _seq(conn: sqlite3.Connection) -> Check:
-    count, first, last = conn.execute("SELECT COUNT(*), MIN(seq), MAX(seq) FROM events").fetchone()
-    if count == 0:
-        return ok("log", "seq", "no events yet")
-    if first == 1 and last == count:
-        return ok("log", "seq", f"seq 1..{last} without gaps ({count} events)")
-    hole = conn.execute("SELECT MIN(seq) + 1 FROM events e WHERE seq < ? AND NOT EXISTS "
-                        "(SELECT 1 FROM events n WHERE n.seq = e.seq + 1)", (last,)).fetchone()[0]
-    where = f"seq {first} is the first" if first != 1 else f"the first missing is seq {hole}"
-    return Check("log", "seq", "fail", f"{last - count} seq number(s) missing between 1 and {last} "
-                 f"({where}): events were deleted outside Blazar", fix=_RESTORE)
+    """Seq 1..last whole, the archived ranges counted (blazar/operations/doctor/seqcheck.py)."""
+    count, last = conn.execute("SELECT COUNT(*), COALESCE(MAX(seq), 0) FROM events").fetchone()
+    has_archived = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='archived'").fetchone()
+    ranges = conn.execute("SELECT first_seq, last_seq, count FROM archived").fetchall() if has_archived else []
+    facts = seqcheck.SeqFacts(count=count, last=last, ranges=[tuple(r) for r in ranges])
+    live_in = sum(conn.execute("SELECT COUNT(*) FROM events WHERE seq BETWEEN ? AND ?", span).fetchone()[0]
+                  for span in facts.union())
+    gaps = None
+    if not seqcheck.whole(facts, live_in):
+        gaps = conn.execute(seqcheck.gaps_sql(has_archived=bool(has_archived)),
+                            (last, len(ranges) + seqcheck.GAPS_READ)).fetchall()
+    return seqcheck.verdict(facts, live_in, gaps)
 
 
 def _triggers(conn: sqlite3.Connection) -> Check:

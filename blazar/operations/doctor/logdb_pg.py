@@ -5,9 +5,11 @@ integrity pragma to run.)"""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from blazar.errors import BlazarError
 from blazar.events.location import PostgresUrl
+from blazar.operations.doctor import seqcheck
 from blazar.operations.doctor.logdb import CLOCK_SLACK_S
 from blazar.operations.doctor.report import Check, ok
 
@@ -40,12 +42,7 @@ async def log_checks(url: PostgresUrl, *, now: float | None = None) -> list[Chec
         checks.append(ok("log", "schema", f"schema at head ({st.head})") if st.up_to_date else
                       Check("log", "schema", "warn", f"schema at {st.current}, head is {st.head}",
                             fix="blazar db upgrade"))
-        count, first, last = await conn.fetchrow("SELECT COUNT(*), MIN(seq), MAX(seq) FROM events")
-        if count == 0 or (first == 1 and last == count):
-            checks.append(ok("log", "seq", f"seq 1..{last or 0} without gaps ({count} events)"))
-        else:
-            checks.append(Check("log", "seq", "fail", f"{(last or 0) - count} seq number(s) missing between 1 and "
-                                f"{last}: events were deleted outside Blazar", fix=_RESTORE))
+        checks.append(await _seq(conn))
         have = {r[0] for r in await conn.fetch(
             "SELECT tgname FROM pg_trigger WHERE tgrelid = 'events'::regclass AND NOT tgisinternal")}
         missing = [t for t in TRIGGERS if t not in have]
@@ -61,3 +58,26 @@ async def log_checks(url: PostgresUrl, *, now: float | None = None) -> list[Chec
         return checks
     finally:
         await conn.close()
+
+
+def _numbered(sql: str) -> str:
+    """`?` placeholders as asyncpg's $1, $2, ..."""
+    parts = sql.split("?")
+    return "".join(p + (f"${i + 1}" if i < len(parts) - 1 else "") for i, p in enumerate(parts))
+
+
+async def _seq(conn: Any) -> Check:
+    """Seq 1..last whole, the archived ranges counted (blazar/operations/doctor/seqcheck.py)."""
+    count, last = await conn.fetchrow("SELECT COUNT(*), COALESCE(MAX(seq), 0) FROM events")
+    has_archived = await conn.fetchval("SELECT to_regclass('archived') IS NOT NULL")
+    ranges = await conn.fetch("SELECT first_seq, last_seq, count FROM archived") if has_archived else []
+    facts = seqcheck.SeqFacts(count=int(count), last=int(last), ranges=[(int(a), int(b), int(c)) for a, b, c in ranges])
+    live_in = 0
+    for lo, hi in facts.union():
+        live_in += int(await conn.fetchval("SELECT COUNT(*) FROM events WHERE seq BETWEEN $1 AND $2", lo, hi))
+    gaps = None
+    if not seqcheck.whole(facts, live_in):
+        rows = await conn.fetch(_numbered(seqcheck.gaps_sql(has_archived=bool(has_archived))), int(last),
+                                len(ranges) + seqcheck.GAPS_READ)
+        gaps = [(int(lo), int(hi)) for lo, hi in rows]
+    return seqcheck.verdict(facts, live_in, gaps)
