@@ -11,6 +11,7 @@ from rich.text import Text
 from blazar import __version__
 from blazar.bootstrap import paths_from_env
 from blazar.cli import (
+    archive_cmds,
     audio_cmds,
     audit_cmds,
     bench_cmds,
@@ -90,6 +91,7 @@ app.command("launch", context_settings={"allow_interspersed_args": False})(launc
 app.add_typer(db.app, name="db")
 app.add_typer(config_cmds.app, name="config")
 app.add_typer(audit_cmds.app, name="audit")
+app.add_typer(archive_cmds.app, name="log")
 app.add_typer(engine_cmds.app, name="engine")
 app.add_typer(keys_cmds.app, name="keys")
 app.add_typer(model_settings_cmds.app, name="model")

@@ -99,7 +99,7 @@ def _sized(store: SegmentStore, rng: ArchivedRange) -> None:
         if not p.is_file():
             raise SegmentMissing(rng.name, rng.first_seq, rng.last_seq, f"no {p}")
     manifest = Manifest.decode(rng.name, mpath.read_bytes())
-    if manifest.sha256 != rng.sha256 or data.stat().st_size != manifest.bytes:
+    if manifest.sha256 != rng.sha256 or data.stat().st_size != manifest.size:
         raise SegmentBroken(rng.name, None, "its data file or manifest is not the one the log recorded: it was "
                             "altered (run `blazar doctor` without --quick, or `blazar audit verify`)")
 
