@@ -14,6 +14,7 @@ from rich.text import Text
 
 from blazar.bootstrap import paths_from_env
 from blazar.cli.common import err, opened, out, print_json, run
+from blazar.errors import ArchiveError
 from blazar.events.base import Recorded
 from blazar.operations.doctor import checks
 from blazar.operations.doctor.fix import apply_fixes
@@ -34,8 +35,11 @@ async def _check_all(paths: Paths, *, quick: bool) -> list[Check]:
     found = await _before_open(paths, quick=quick)
     if not checks.safe_to_open(found):
         return found + checks.not_opened(disk_full=checks.disk_full(found))
-    async with opened(reconcile_config=False) as app:
-        return found + await checks.with_log(app, quick=quick)
+    try:
+        async with opened(reconcile_config=False) as app:
+            return found + await checks.with_log(app, quick=quick)
+    except ArchiveError as e:  # start-up had to read a segment (no checkpoint past it) that is missing or altered
+        return found + checks.segments_unreadable(e)
 
 
 async def _fix(paths: Paths, found: list[Check], *, quick: bool) -> tuple[list[Check], list[Recorded]]:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from blazar.adapters.engines.build import cache_root
 from blazar.context import Blazar
-from blazar.errors import InvalidLogLocation
+from blazar.errors import ArchiveError, InvalidLogLocation
 from blazar.events.location import PostgresUrl, SqliteFile
 from blazar.logdb import log_location
 from blazar.operations.doctor import engine, machine, store, trust
@@ -109,3 +109,12 @@ def not_opened(*, disk_full: bool = False) -> list[Check]:
         why, fix = "not checked: the log is not safe to open (see the log checks above)", "fix the log first"
     return [Check("engine", "active", "warn", why, fix=fix),
             Check("store", "integrity", "warn", why, fix=fix)]
+
+
+def segments_unreadable(error: ArchiveError) -> list[Check]:
+    """When start-up could not fold the log: it had to read an archived range (no checkpoint past it) whose segment
+    is missing or altered."""
+    return [Check("log", "segments", "fail", f"the projections cannot be rebuilt: {error.message}",
+                  fix="put the segment's files back from a copy (a snapshot holds them); every later read of that "
+                      "range fails the same way"),
+            *not_opened()]
