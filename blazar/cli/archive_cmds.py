@@ -13,9 +13,9 @@ from rich.table import Table
 from blazar.bootstrap import paths_from_env
 from blazar.cli.common import JSON_OPTION, fmt_ts, opened, out, print_json, run
 from blazar.cli.daemon_client import tell_daemon
-from blazar.diskspace import size
+from blazar.diskspace import explain, size
 from blazar.durations import parse_duration
-from blazar.errors import ArchiveBusy
+from blazar.errors import ArchiveBusy, ArchiveError
 from blazar.operations.archive_schedule import archive_now
 from blazar.queries.log_status import Retention, log_status
 
@@ -133,6 +133,12 @@ def archive_cmd(
             except ArchiveBusy as e:
                 raise ArchiveBusy(f"another archive run is under way (the daemon's schedule, or another `blazar log "
                                   f"archive`): nothing done; try again once it ends ({e.message})") from None
+            except ArchiveError as e:
+                raise ArchiveError(f"archiving failed (recorded as log.archive_failed): {e.message}") from None
+            except OSError as e:
+                where = app_.log.archive.root if app_.log.archive is not None else app_.paths.data_dir
+                raise explain(e, where, writing="archive segments") or ArchiveError(
+                    f"archiving failed (recorded as log.archive_failed): {e}") from None
             return {"skipped": None, "retention": setting, "older_than_s": retention, **done.to_json()}
 
     result = run(go())
