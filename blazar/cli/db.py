@@ -18,26 +18,34 @@ from blazar.logdb import log_location
 
 app = typer.Typer(help="The log database: schema status and upgrades.", no_args_is_help=True)
 
+# What left the live log for archive segments: `events` counts the live rows only, so seq_last - events of them
+# are in segments (`blazar log status` lists them).
+_ARCHIVED = "SELECT COUNT(*), COALESCE(SUM(count), 0) FROM archived"
+
 
 def _contents(db: Path) -> dict[str, Any]:
     if not db.exists():
-        return {"events": 0, "seq_first": None, "seq_last": None, "bytes": 0, "journal_mode": None}
+        return {"events": 0, "seq_first": None, "seq_last": None, "archived_events": 0, "archived_segments": 0,
+                "bytes": 0, "journal_mode": None}
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        has = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='events'").fetchone()
-        count, first, last = conn.execute("SELECT COUNT(*), MIN(seq), MAX(seq) FROM events").fetchone() if has else (
-            0, None, None)
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        count, first, last = conn.execute("SELECT COUNT(*), MIN(seq), MAX(seq) FROM events").fetchone() if (
+            "events" in tables) else (0, None, None)
+        segments, archived = conn.execute(_ARCHIVED).fetchone() if "archived" in tables else (0, 0)
         mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
     finally:
         conn.close()
     wal = db.with_name(db.name + "-wal")
     size = db.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
-    return {"events": count, "seq_first": first, "seq_last": last, "bytes": size, "journal_mode": mode}
+    return {"events": count, "seq_first": first, "seq_last": last, "archived_events": archived,
+            "archived_segments": segments, "bytes": size, "journal_mode": mode}
 
 
 @app.command()
 def status(as_json: bool = JSON_OPTION) -> None:
-    """Show the schema revision, pending migrations, and what the log holds (does not migrate)."""
+    """Show the schema revision, pending migrations, and what the log holds (does not migrate): its live events and
+    seq range, and how many events archive segments hold."""
     paths = paths_from_env()
     match log_location(paths, os.environ):
         case PostgresUrl() as url:
@@ -87,8 +95,11 @@ async def _database_status(url: PostgresUrl) -> dict[str, Any]:
     try:
         if st.current is not None:
             count, first, last = await conn.fetchrow("SELECT COUNT(*), MIN(seq), MAX(seq) FROM events")
+            segments, archived = (await conn.fetchrow(_ARCHIVED) if await conn.fetchval(
+                "SELECT to_regclass('archived') IS NOT NULL") else (0, 0))
             size = await conn.fetchval("SELECT pg_total_relation_size('events')")
-            info.update(events=count, seq_first=first, seq_last=last, bytes=size)
+            info.update(events=count, seq_first=first, seq_last=last, archived_events=int(archived),
+                        archived_segments=int(segments), bytes=size)
     finally:
         await conn.close()
     return info

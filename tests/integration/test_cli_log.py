@@ -111,7 +111,8 @@ def test_a_broken_config_file_is_reported_and_can_be_repaired(cli: Cli) -> None:
 
 COMMANDS = [
     [], ["events"], ["state"], ["db"], ["db", "status"], ["db", "upgrade"], ["config"], ["config", "defaults"],
-    ["config", "list"], ["config", "get"], ["config", "set"], ["config", "unset"],
+    ["config", "list"], ["config", "get"], ["config", "set"], ["config", "unset"], ["log"], ["log", "status"],
+    ["log", "archive"],
 ]
 
 

@@ -22,12 +22,13 @@ from tests.support.blazar_home import home_paths
 DAY_S = 86400.0
 
 
-def seed_history(home: Path, *, age_s: float, traces: int, prefix: str = "old") -> None:
+def seed_history(home: Path, *, age_s: float, traces: int, prefix: str = "old", env: dict[str, str] | None = None
+                 ) -> None:
     """`traces` request traces (received + completed) and one control event, recorded `age_s` ago."""
 
     async def go() -> None:
         clock = FakeClock(time.time() - age_s)
-        app = await bootstrap(paths=home_paths(home), env={}, actor="test:pytest", clock=clock)
+        app = await bootstrap(paths=home_paths(home), env=env or {}, actor="test:pytest", clock=clock)
         try:
             await app.log.append(ModelAliased(alias=f"{prefix}-alias", target="m"), actor="test:pytest")
             for i in range(traces):
@@ -78,6 +79,31 @@ def test_status_then_archive_then_the_traces_still_read(cli: Cli) -> None:
     again = cli("log", "archive")
     assert "nothing to archive" in again.stdout
     assert len(cli("events", "--type", "log.archived", "--json").json_lines()) == 1
+    db = cli("db", "status", "--json").json()
+    assert (db["events"], db["seq_last"], db["archived_events"], db["archived_segments"]) == (5, 15, 10, 1)
+
+
+def test_status_and_archive_on_a_postgresql_log(cli: Cli) -> None:
+    from tests.support.postgres import cluster
+
+    url = cluster().new_database()
+    cli.env["BLAZAR_DATABASE_URL"] = url
+    seed_history(cli.home, age_s=40 * DAY_S, traces=3, env={"BLAZAR_DATABASE_URL": url})
+    before = cli("log", "status", "--json").json()
+    assert before["backend"] == "postgresql" and before["live"]["bytes"] > 0
+    assert before["retention"]["archivable_now"] == 6
+    old_trace = cli("events", "--trace", "old-1", "--json").json_lines()
+    done = cli("log", "archive", "--json").json()
+    assert done["events"] == 6 and len(done["segments"]) == 1
+    assert cli("events", "--trace", "old-1", "--json").json_lines() == old_trace
+    after = cli("log", "status", "--json").json()
+    assert after["archive"]["count"] == 1 and after["types"]["request.received"] == {"live": 0, "archived": 3}
+    db = cli("db", "status", "--json").json()
+    assert (db["events"], db["archived_events"], db["archived_segments"]) == (2, 6, 1)
+    found = {c["check"]: c for c in cli("doctor", "--json", check=False).json()["checks"]}
+    for name in ("log.seq", "log.segments", "log.archive_orphans", "log.disk_share"):
+        assert found[name]["status"] == "ok", found[name]
+    assert "PostgreSQL" in found["log.disk_share"]["observation"]
 
 
 def test_retention_zero_archives_nothing_and_says_so(cli: Cli) -> None:
