@@ -17,7 +17,7 @@ from collections.abc import Callable
 from blazar.context import Blazar
 from blazar.errors import ArchiveBusy, BlazarError
 from blazar.events.archive import LogArchiveFailed
-from blazar.operations.archive import ACTOR, ArchiveRun, archive
+from blazar.operations.archive import ACTOR, ArchiveRun, archive, cutoff_seq
 
 log = logging.getLogger("blazar.archive")
 
@@ -56,6 +56,9 @@ async def scheduled_run(app: Blazar, *, actor: str = ACTOR) -> ArchiveRun | None
     if retention <= 0:
         return None
     cutoff = app.clock.now() - retention
+    ranges = await app.log.archived_ranges()
+    if await cutoff_seq(app.log, cutoff) <= (ranges[-1].last_seq if ranges else 0):
+        return ArchiveRun(cutoff=cutoff)  # nothing new before the cutoff: no run, no archive directory made
     try:
         run = await archive_now(app, cutoff=cutoff, actor=actor)
     except ArchiveBusy as e:

@@ -65,8 +65,17 @@ async def test_a_run_archives_records_and_checkpoints(app: Blazar) -> None:
     assert app.runner.seq >= rec.seq
     stored = await app.log.checkpoint_rows()
     assert stored and min(int(r[2]) for r in stored) >= rec.seq  # start-up folds from past the archived range
-    assert await scheduled_run(app) is not None  # a run with nothing to move is no error
+    again = await scheduled_run(app)  # nothing to move is no error
+    assert again is not None and again.segments == []
     assert len(await _of(app, "log.archived")) == 1
+
+
+async def test_nothing_old_enough_makes_no_archive_directory(app: Blazar) -> None:
+    await _old_traces(app)
+    app.clock.advance(-40 * DAY_S + 60)  # the traces are a minute old
+    run = await scheduled_run(app)
+    assert run is not None and run.segments == []
+    assert app.log.archive is not None and not app.log.archive.root.exists()
 
 
 async def test_a_run_under_way_is_skipped_without_a_record(app: Blazar) -> None:
