@@ -50,8 +50,9 @@ def status(
 def _render_status(info: dict[str, Any]) -> None:
     live, ret, arch, growth = info["live"], info["retention"], info["archive"], info["growth"]
     oldest = live["oldest"]
+    seqs = f", seq {live['first_seq']}..{live['last_seq']}" if live["events"] else ""
     out.print(f"[bold]live log[/bold] ({info['backend']}, {escape(info['location'])}): {size(live['bytes'])}, "
-              f"{live['events']} events, seq {live['first_seq']}..{live['last_seq']}")
+              f"{live['events']} events{seqs}")
     if oldest:
         out.print(f"  oldest event: seq {oldest['seq']} at {fmt_ts(oldest['ts'])} ({oldest['type']})")
     arch_oldest = live["oldest_archivable"]
@@ -88,10 +89,11 @@ def _render_status(info: dict[str, Any]) -> None:
             types = ", ".join(f"{t} {n}" for t, n in sorted(day["types"].items(), key=lambda kv: -kv[1]))
             table.add_row(day["day"], str(day["events"]), types)
         out.print(table)
-    table = Table("type", "live", "archived", box=None, header_style="bold")
-    for type_name, n in info["types"].items():
-        table.add_row(type_name, str(n["live"]), str(n["archived"]))
-    out.print(table)
+    if info["types"]:
+        table = Table("type", "live", "archived", box=None, header_style="bold")
+        for type_name, n in info["types"].items():
+            table.add_row(type_name, str(n["live"]), str(n["archived"]))
+        out.print(table)
 
 
 def _older_than(value: str | None) -> float | None:
