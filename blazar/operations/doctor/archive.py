@@ -17,7 +17,7 @@ from blazar.context import Blazar
 from blazar.diskspace import size, space
 from blazar.errors import SegmentBroken, SegmentMissing
 from blazar.events.location import SqliteFile
-from blazar.events.segment import Manifest
+from blazar.events.segment import Manifest, file_sha256
 from blazar.events.segment_store import ArchivedRange, SegmentStore
 from blazar.logdb import live_bytes
 from blazar.operations.doctor.report import Check, ok
@@ -81,7 +81,7 @@ def segments(store: SegmentStore, ranges: list[ArchivedRange], *, quick: bool = 
             if quick:
                 _sized(store, rng)
             else:
-                store.manifest(rng)
+                _hashed(store, rng)
         except (SegmentMissing, SegmentBroken) as e:
             bad.append(e.message)
     events = sum(r.count for r in ranges)
@@ -90,6 +90,14 @@ def segments(store: SegmentStore, ranges: list[ArchivedRange], *, quick: bool = 
         return ok("log", "segments", f"{len(ranges)} segment(s) of {events} archived events: {how}")
     return Check("log", "segments", "warn", f"{len(bad)} of {len(ranges)} segment(s) unusable: " + "; ".join(bad[:3])
                  + (f"; and {len(bad) - 3} more" if len(bad) > 3 else ""), fix=_RECOVER)
+
+
+def _hashed(store: SegmentStore, rng: ArchivedRange) -> None:
+    """The manifest describes the range the log recorded, and the data file's sha256 is the one it recorded."""
+    store.manifest(rng)  # the files present, the manifest matching the range
+    if file_sha256(store.path(rng.name, ".jsonl.gz")) != rng.sha256:
+        raise SegmentBroken(rng.name, None, "the data file's sha256 differs from the one the log recorded: it was "
+                            "altered (run `blazar audit verify --archive` for the first bad line)")
 
 
 def _sized(store: SegmentStore, rng: ArchivedRange) -> None:
