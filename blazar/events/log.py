@@ -218,6 +218,12 @@ class EventLog(ABC):
             listener([rec])
         return rec
 
+    @contextlib.asynccontextmanager
+    async def archive_lock(self) -> AsyncIterator[None]:
+        """Held for an archive run beside the archive directory's own lock: nothing more for a SQLite log (one
+        machine); PostgreSQL's takes an advisory lock every node sharing the log sees."""
+        yield
+
     @abstractmethod
     async def _insert_archived(self, pending: Pending, data: str, rng: ArchivedRange, types: Sequence[str]) -> int:
         """`commit_archived`'s transaction; returns the seq of the `log.archived` row. Raises ArchiveError when the

@@ -28,7 +28,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from blazar.clock import Clock, SystemClock
-from blazar.errors import AppendOnlyViolation, ArchiveError, LogError, LogUnreachable
+from blazar.errors import AppendOnlyViolation, ArchiveBusy, ArchiveError, LogError, LogUnreachable
 from blazar.events.base import Pending
 from blazar.events.location import PostgresUrl
 from blazar.events.log import COLUMNS, ChangeWatch, EventLog, Fetch, Rows
@@ -46,6 +46,8 @@ APPEND_LOCK = 0x626C617A6172
 # Off only in bench/pg_lock.py, which measures what the lock costs; never in Blazar (the trigger and the primary key
 # would then turn a race between two writers into a refused append instead of a wait).
 APPEND_LOCK_ENABLED = True
+# Held by an archive run for its whole length ("blazarc"), so nodes with separate archive directories never race.
+ARCHIVE_LOCK = 0x626C617A617263
 _INSERT = (f"INSERT INTO events ({COLUMNS}) SELECT * FROM unnest($1::bigint[], $2::float8[], $3::text[], "
            "$4::int[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::text[])")
 _INSERT_ONE = f"INSERT INTO events ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -188,6 +190,21 @@ class PgEventLog(EventLog):
             return await self._write(archive)
         except asyncpg.IntegrityConstraintViolationError as exc:
             raise AppendOnlyViolation(f"archiving refused by the log: {exc}") from exc
+
+    @contextlib.asynccontextmanager
+    async def archive_lock(self) -> AsyncIterator[None]:
+        """One archive run at a time among every node sharing this database: a session advisory lock on a connection
+        of its own, released when the run ends (or its process dies)."""
+        try:
+            conn = await asyncpg.connect(self.url.driver)
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise LogUnreachable(f"the log's database at {self.location} cannot be reached: {exc}") from exc
+        try:
+            if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", ARCHIVE_LOCK):
+                raise ArchiveBusy("another node's archive run holds this log's archive lock")
+            yield
+        finally:
+            await conn.close()
 
     async def _write(self, work: Callable[[Any], Awaitable[T]]) -> T:
         """`work` on the writer connection inside one transaction, whole or not at all.

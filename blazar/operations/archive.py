@@ -92,8 +92,9 @@ async def archive(log: EventLog, *, cutoff: float, now: float, actor: str = ACTO
     store = log.archive
     await asyncio.to_thread(store.root.mkdir, mode=0o700, parents=True, exist_ok=True)
     with _run_lock(store):
-        return await _archive_locked(log, store, cutoff=cutoff, now=now, actor=actor, segment_events=segment_events,
-                                     max_segments=max_segments, step=step)
+        async with log.archive_lock():
+            return await _archive_locked(log, store, cutoff=cutoff, now=now, actor=actor, segment_events=segment_events,
+                                         max_segments=max_segments, step=step)
 
 
 @contextlib.contextmanager

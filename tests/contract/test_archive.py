@@ -3,6 +3,7 @@ every read answers as before, the one delete path is guarded, and an altered or 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -146,3 +147,29 @@ async def test_a_copy_of_an_archived_log_keeps_its_ranges_and_reads_the_same(
         assert rec.seq == before[-1].seq + 1
     finally:
         await copy.close()
+
+
+async def test_one_archive_run_at_a_time_even_across_archive_directories(
+        event_log: EventLog, second_log: EventLog, seeded: list[Recorded], tmp_path: Any) -> None:
+    """Nodes sharing a PostgreSQL log may keep separate archive directories: the log's own lock still lets one run
+    at a time (SQLite: one machine, the directory's lock)."""
+    from blazar.errors import ArchiveBusy
+    from blazar.events.segment_store import SegmentStore
+
+    second_log.archive = SegmentStore(tmp_path / "elsewhere")
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_first() -> Any:
+        async with event_log.archive_lock():
+            started.set()
+            await release.wait()
+
+    task = asyncio.create_task(slow_first())
+    await started.wait()
+    if event_log.backend == "postgresql":
+        with pytest.raises(ArchiveBusy, match="archive lock"):
+            await archive(second_log, cutoff=T0 + 50, now=T0 + 100)
+    release.set()
+    await task
+    run = await archive(second_log, cutoff=T0 + 50, now=T0 + 100)
+    assert [s.count for s in run.segments] == [2]
