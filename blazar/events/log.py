@@ -395,6 +395,16 @@ class EventLog(ABC):
                 if remaining is not None and remaining <= 0:
                     return
 
+    async def read_live_rows(self, *, types: Sequence[str] | None = None,
+                             batch: int = READ_BATCH) -> AsyncIterator[Rows]:
+        """The rows the live log holds, in seq order, without reaching into a segment: what a copy of the log
+        carries beside its segment files (gaps and all), and the control events that never leave it (a segment
+        that fails its check does not stop this read)."""
+        where, params = _where(types=types, stream=None, trace_id=None, since=None, until=None)
+        async with self._snapshot() as fetch:
+            async for rows in _live_batches(fetch, where, params, 0, None, None, batch):
+                yield rows
+
     async def _ranges_after(self, fetch: Fetch, after: int, upto: int | None) -> list[ArchivedRange]:
         sql = f"SELECT {ARCHIVED_COLUMNS} FROM archived WHERE last_seq > ?"
         params: list[Any] = [after]
