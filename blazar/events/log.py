@@ -47,6 +47,7 @@ _PUT_CHECKPOINT = ("INSERT INTO checkpoints (name, version, seq, anchor, state, 
                    " seq = excluded.seq, anchor = excluded.anchor, state = excluded.state, sha256 = excluded.sha256,"
                    " ts = excluded.ts")
 _INSERT_INTO_FILE = f"INSERT INTO events ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+INSERT_ARCHIVED = f"INSERT INTO archived ({ARCHIVED_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
 
 Rows = list[tuple[Any, ...]]
 # Runs one statement (`?` placeholders) inside a store's read snapshot; returns its rows.
@@ -507,13 +508,18 @@ class EventLog(ABC):
         return 0
 
     async def snapshot_into(self, target: Path) -> None:
-        """Every event, from one consistent read, into a new SQLite log at `target` (the snapshot format's file)."""
+        """The log as it is stored, from one consistent read, into a new SQLite log at `target` (the snapshot
+        format's file): the `archived` ranges first, then the live rows, gaps and all (the segments the ranges
+        name travel beside it as files)."""
         await asyncio.to_thread(ensure_schema, target)
         conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False)
         try:
             await asyncio.to_thread(conn.execute, "BEGIN IMMEDIATE")
-            async for rows in self.read_rows():
-                await asyncio.to_thread(conn.executemany, _INSERT_INTO_FILE, rows)
+            async with self._snapshot() as fetch:
+                ranges = await fetch(f"SELECT {ARCHIVED_COLUMNS} FROM archived ORDER BY segment", ())
+                await asyncio.to_thread(conn.executemany, INSERT_ARCHIVED, ranges)
+                async for rows in _live_batches(fetch, [], [], 0, None, None, READ_BATCH):
+                    await asyncio.to_thread(conn.executemany, _INSERT_INTO_FILE, rows)
             await asyncio.to_thread(conn.execute, "COMMIT")
             await asyncio.to_thread(conn.execute, "PRAGMA wal_checkpoint(TRUNCATE)")
         finally:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
-SCHEMA_HEAD = "0002"
+SCHEMA_HEAD = "0003"
 
 
 def migrations_dir() -> Path:
