@@ -30,7 +30,7 @@ from blazar.events.base import Recorded
 from blazar.events.location import LogLocation, PostgresUrl, SqliteFile
 from blazar.events.system import SnapshotRestored, SnapshotTaken
 from blazar.logdb import archive_location, log_location, open_log
-from blazar.operations.log_copy import sqlite_rows
+from blazar.operations.log_copy import sqlite_archived, sqlite_rows
 from blazar.operations.snapshot_segments import copy_segments, discard, settle_segments, stage_segments
 from blazar.operations.snapshot_verify import (
     CHUNK,
@@ -255,7 +255,8 @@ async def _swap_in_database(paths: Paths, url: PostgresUrl, verified: VerifiedSn
             kept = _unused(paths.db.with_name(f"{paths.db.name}.replaced-{stamp}-seq{previous}"))
             await log.snapshot_into(kept)
             kept.chmod(_FILE_MODE)
-        await log.copy_in(sqlite_rows(verified.db), replace=True)
+        archived = await asyncio.to_thread(sqlite_archived, verified.db)
+        await log.copy_in(sqlite_rows(verified.db), replace=True, archived=archived)
     finally:
         await log.close()
     return previous, kept
