@@ -161,7 +161,7 @@ def _write_snapshot(paths: Paths, staging: Path, now: float, archive: Path | Non
         event_count=facts.event_count, counts_by_type=facts.counts_by_type, db_file=DB_FILE, db_bytes=size,
         db_sha256=sha, models=list_model_files(paths.models), segments=segments,
     )
-    body = orjson.dumps(manifest.model_dump(mode="json"), option=orjson.OPT_INDENT_2) + b"\n"
+    body = orjson.dumps(manifest.to_json(), option=orjson.OPT_INDENT_2) + b"\n"
     _write_atomically(staging / MANIFEST, body)
     return manifest
 

@@ -103,6 +103,11 @@ class Manifest(BaseModel):
     models: list[ModelFile]
     segments: list[SegmentFile] = []  # every segment file the log's archived ranges name (none: nothing archived)
 
+    def to_json(self) -> dict[str, object]:
+        """The manifest as written: `segments` only when there are some, so a snapshot of a log with nothing
+        archived stays readable by a Blazar from before segments."""
+        return self.model_dump(mode="json", exclude=None if self.segments else {"segments"})
+
     @field_validator("db_file")
     @classmethod
     def _plain_name(cls, value: str) -> str:
