@@ -69,6 +69,16 @@ async def _archive_all(home: Path) -> int:
         await log.close()
 
 
+async def _lookups(home: Path, trace: str) -> tuple[bool, list[str], bool]:
+    """has_trace, the trace ids its prefix names, and has_trace of an id that is only a prefix."""
+    log = await open_log_only(paths=Paths.from_env({"BLAZAR_HOME": str(home)}))
+    try:
+        return (await log.has_trace(trace), await log.trace_ids_starting(trace[:MIN_PREFIX + 2], limit=5),
+                await log.has_trace(trace[:-1]))
+    finally:
+        await log.close()
+
+
 async def _timed_why(home: Path, trace: str) -> float:
     """Seconds for one in-process why of `trace` (resolve + load + explain), on a fresh log handle."""
     from blazar.queries.why import explain, load_trace, resolve_trace
@@ -128,6 +138,7 @@ def test_why_events_and_state_answer_the_same_live_and_archived(
         assert moved >= 10 and all(_live_request_rows(home, t) == 0 for t in traces)
     for t in traces:
         assert _answers(home, t, done[t]["seq"], since, until) == before[t]
+        assert asyncio.run(_lookups(home, t)) == (True, [t], False)  # from the segments' indexes alone
     archived_ms = 1000 * asyncio.run(_timed_why(home, traces[0]))
     t0 = time.perf_counter()
     blazar_cli(home, "why", traces[0], "--json", timeout=120)
