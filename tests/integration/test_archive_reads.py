@@ -40,6 +40,7 @@ def _answers(home: Path, trace: str, seq: int, since: float, until: float) -> di
         "events_trace": cli("events", "--trace", trace, "--json"),
         "events_window": cli("events", "--since", repr(since), "--until", repr(until), "--json"),
         "state_at": cli("state", "--at", str(seq), "--json"),
+        "state_at_time": cli("state", "--at", repr(until), "--json"),
     }
 
 
