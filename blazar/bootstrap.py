@@ -23,6 +23,7 @@ from blazar.clock import Clock, SystemClock
 from blazar.cluster.nodes import node_name
 from blazar.cluster.remotes import health_loop
 from blazar.context import CHECKPOINT_ON_CLOSE_AFTER, Blazar
+from blazar.events.log import EventLog
 from blazar.instances.kv_bank import KvBank
 from blazar.instances.supervisor import Supervisor
 from blazar.logdb import archive_location, log_location, open_log
@@ -109,6 +110,18 @@ async def bootstrap(
             await app.close()
             raise
     return app
+
+
+async def open_log_only(*, paths: Paths | None = None, env: Mapping[str, str] | None = None,
+                        clock: Clock | None = None) -> EventLog:
+    """The home's log (with its archive directory), opened without folding any projection: for the checks that
+    must answer when a fold would stop on the very damage they look for (`blazar audit verify --archive`)."""
+    os.umask(PRIVATE_UMASK)
+    paths = paths or paths_from_env(env)
+    paths.ensure()
+    environ = os.environ if env is None else env
+    return await open_log(log_location(paths, environ), clock=clock or SystemClock(),
+                          archive=archive_location(paths, environ))
 
 
 @dataclass

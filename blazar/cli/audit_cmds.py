@@ -1,6 +1,7 @@
 """`blazar audit export|verify`: the compliance export of the audit trail and its tamper check.
 
-Both mirror `blazar.queries.audit`; export reads the log, verify reads only the file it is given.
+Both mirror `blazar.queries.audit`; export reads the log, verify reads only the file it is given (or, with
+`--archive`, the archive segments the log names: `blazar.queries.archive_verify`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from blazar.bootstrap import open_log_only
 from blazar.cli.common import err, opened, out, print_json, run, time_option
 from blazar.errors import AuditChainBroken
+from blazar.queries.archive_verify import ArchiveReport, verify_archive
 from blazar.queries.audit import ChainSummary, export_audit, export_to_file, verify_file
 
 app = typer.Typer(
@@ -31,7 +34,11 @@ OutOption = Annotated[
     typer.Option("--out", "-o", dir_okay=False, help="Write to this file (atomically) instead of stdout."),
 ]
 FileArgument = Annotated[
-    Path, typer.Argument(exists=True, dir_okay=False, readable=True, help="A file written by `audit export`.")
+    Path | None,
+    typer.Argument(exists=True, dir_okay=False, readable=True, help="A file written by `audit export`."),
+]
+ArchiveOption = Annotated[
+    bool, typer.Option("--archive", help="Verify every archive segment the log names instead of an export file.")
 ]
 VerifyJsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
 
@@ -62,11 +69,23 @@ def export(since: SinceOption = None, until: UntilOption = None, out_file: OutOp
 
 
 @app.command()
-def verify(file: FileArgument, as_json: VerifyJsonOption = False) -> None:
+def verify(file: FileArgument = None, archive: ArchiveOption = False, as_json: VerifyJsonOption = False) -> None:
     """Check FILE's hash chain: exit 0 when intact, else exit 5 naming the first bad line.
 
     Detects an edited line, a dropped, inserted or reordered line, and a tail cut short of the header's count.
+
+    With --archive (no FILE): every archive segment the live log names, against what `log.archived` recorded:
+    each file present, its sha256 and its manifest's, every line's hash and link (the first bad line named by its
+    number inside the segment), its count and head, and its link to the segment before it. Exit 5 when any is
+    missing or broken.
     """
+    if archive == (file is not None):
+        raise typer.BadParameter("give either FILE (an audit export) or --archive (the log's archive segments)",
+                                 param_hint="FILE")
+    if archive:
+        _verify_archive(as_json)
+        return
+    assert file is not None
     try:
         summary = verify_file(file)
     except AuditChainBroken as exc:
@@ -78,3 +97,26 @@ def verify(file: FileArgument, as_json: VerifyJsonOption = False) -> None:
         print_json(summary.to_json())
     else:
         out.print(f"ok: {summary.describe()}")
+
+
+def _verify_archive(as_json: bool) -> None:
+    async def go() -> ArchiveReport:
+        # The bare log: a fold at start-up would stop on the very damage this looks for.
+        log = await open_log_only()
+        try:
+            return await verify_archive(log)
+        finally:
+            await log.close()
+
+    report = run(go())
+    if as_json:
+        print_json(report.to_json())
+    for seg in report.segments:
+        if seg.error is not None:
+            err.print(f"[bold red]error:[/bold red] {escape(seg.error.message)}", soft_wrap=True)
+    first = report.first_error
+    if first is not None:
+        raise typer.Exit(first.exit_code)
+    if not as_json:
+        where = f" in {escape(report.archive_dir)}" if report.archive_dir else ""
+        out.print(f"ok: {escape(report.describe())}{where}", soft_wrap=True)

@@ -32,7 +32,7 @@ def snapshot(
     taken = run(go())
     m = taken.manifest
     if as_json:
-        print_json({"path": str(taken.path), **m.model_dump(mode="json")})
+        print_json({"path": str(taken.path), **m.to_json()})
         return
     out.print(f"snapshot written to {taken.path}", markup=False)
     out.print(f"  events:      {m.event_count} (seq {m.seq_first}..{m.seq_last}), schema {m.schema_revision}")

@@ -47,7 +47,7 @@ _PUT_CHECKPOINT = ("INSERT INTO checkpoints (name, version, seq, anchor, state, 
                    " seq = excluded.seq, anchor = excluded.anchor, state = excluded.state, sha256 = excluded.sha256,"
                    " ts = excluded.ts")
 _INSERT_INTO_FILE = f"INSERT INTO events ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-_INSERT_ARCHIVED_INTO_FILE = f"INSERT INTO archived ({ARCHIVED_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+INSERT_ARCHIVED = f"INSERT INTO archived ({ARCHIVED_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
 
 Rows = list[tuple[Any, ...]]
 # Runs one statement (`?` placeholders) inside a store's read snapshot; returns its rows.
@@ -402,6 +402,16 @@ class EventLog(ABC):
                 if remaining is not None and remaining <= 0:
                     return
 
+    async def read_live_rows(self, *, types: Sequence[str] | None = None,
+                             batch: int = READ_BATCH) -> AsyncIterator[Rows]:
+        """The rows the live log holds, in seq order, without reaching into a segment: what a copy of the log
+        carries beside its segment files (gaps and all), and the control events that never leave it (a segment
+        that fails its check does not stop this read)."""
+        where, params = _where(types=types, stream=None, trace_id=None, since=None, until=None)
+        async with self._snapshot() as fetch:
+            async for rows in _live_batches(fetch, where, params, 0, None, None, batch):
+                yield rows
+
     async def _ranges_after(self, fetch: Fetch, after: int, upto: int | None) -> list[ArchivedRange]:
         sql = f"SELECT {ARCHIVED_COLUMNS} FROM archived WHERE last_seq > ?"
         params: list[Any] = [after]
@@ -504,15 +514,16 @@ class EventLog(ABC):
         return 0
 
     async def snapshot_into(self, target: Path) -> None:
-        """Every live event and archived range, from one consistent read, into a new SQLite log at `target` (the
-        snapshot format's file). Archived events stay in their segments (the snapshot carries those files)."""
+        """The log as it is stored, from one consistent read, into a new SQLite log at `target` (the snapshot
+        format's file): the `archived` ranges first, then the live rows, gaps and all (the segments the ranges
+        name travel beside it as files)."""
         await asyncio.to_thread(ensure_schema, target)
         conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False)
         try:
             await asyncio.to_thread(conn.execute, "BEGIN IMMEDIATE")
             async with self._snapshot() as fetch:
-                archived = await fetch(f"SELECT {ARCHIVED_COLUMNS} FROM archived ORDER BY segment", ())
-                await asyncio.to_thread(conn.executemany, _INSERT_ARCHIVED_INTO_FILE, archived)
+                ranges = await fetch(f"SELECT {ARCHIVED_COLUMNS} FROM archived ORDER BY segment", ())
+                await asyncio.to_thread(conn.executemany, INSERT_ARCHIVED, ranges)
                 async for rows in _live_batches(fetch, [], [], 0, None, None, READ_BATCH):
                     await asyncio.to_thread(conn.executemany, _INSERT_INTO_FILE, rows)
             await asyncio.to_thread(conn.execute, "COMMIT")

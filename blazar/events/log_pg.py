@@ -31,7 +31,7 @@ from blazar.clock import Clock, SystemClock
 from blazar.errors import AppendOnlyViolation, ArchiveBusy, ArchiveError, LogError, LogUnreachable
 from blazar.events.base import Pending
 from blazar.events.location import PostgresUrl
-from blazar.events.log import COLUMNS, ChangeWatch, EventLog, Fetch, Rows
+from blazar.events.log import COLUMNS, INSERT_ARCHIVED, ChangeWatch, EventLog, Fetch, Rows
 from blazar.events.segment_store import ARCHIVED_COLUMNS, ArchivedRange
 
 T = TypeVar("T")
@@ -294,10 +294,13 @@ class PgEventLog(EventLog):
 
     # -- whole logs (migrate-to, restore) --------------------------------------------------------------------
 
-    async def copy_in(self, batches: AsyncIterator[list[tuple[Any, ...]]], *, replace: bool = False) -> int:
+    async def copy_in(self, batches: AsyncIterator[list[tuple[Any, ...]]], *, replace: bool = False,
+                      archived: Sequence[ArchivedRange] = ()) -> int:
         """Write another log's rows, as they are (seq, ts, actor... unchanged), into this one in one transaction:
         appended after what it holds, or, with `replace`, instead of it (the schema made again by the migrations,
-        so no trigger is ever switched off). Returns the rows written. The insert trigger still checks every seq."""
+        so no trigger is ever switched off). Returns the rows written. The insert trigger still checks every seq:
+        the other log's `archived` ranges go in first, so the gaps they explain are accepted (the segments
+        themselves are files, read from this log's archive directory)."""
         from blazar.events.migrate_pg import drop_and_upgrade
 
         written = 0
@@ -306,6 +309,9 @@ class PgEventLog(EventLog):
             await driver.execute("SELECT pg_advisory_xact_lock($1)", APPEND_LOCK)
             if replace:
                 await conn.run_sync(drop_and_upgrade)
+            for r in archived:
+                await driver.execute(numbered(INSERT_ARCHIVED), r.segment, r.name, r.first_seq, r.last_seq, r.count,
+                                     r.sha256, r.archived_seq)
             async for rows in batches:
                 if rows:
                     await driver.execute(_INSERT, *[list(c) for c in zip(*rows, strict=True)])

@@ -1,7 +1,11 @@
 """`blazar db migrate-to URL`: the embedded SQLite log copied into an empty PostgreSQL database, row for row, then
 verified: the audit hash chain exported from both (one `exported_at`, so equal logs give equal chain heads) and a
 digest of every row must agree. Nothing is switched over: the home keeps its SQLite log until `database_url` says
-otherwise."""
+otherwise.
+
+An archived log goes as it is stored: its `archived` ranges, then its live rows with the gaps they explain; the
+segments stay files in the home's archive directory, which the PostgreSQL log reads too (both digests read the
+whole history, segments included)."""
 
 from __future__ import annotations
 
@@ -59,7 +63,11 @@ async def migrate_to(app: Blazar, url: PostgresUrl, *, audit_chain: AuditChain) 
         held = await target.last_seq()
         if held:
             raise LogError(f"{url} already holds a log ({held} events): migrate-to needs an empty database")
-        copied = await target.copy_in(app.log.read_rows())
+        target.archive = app.log.archive
+        ranges = await app.log.archived_ranges()
+        copied = await target.copy_in(app.log.read_live_rows(), archived=ranges)
+        if await target.archived_ranges() != ranges:
+            raise LogError(f"the copy in {url} does not verify: its archived ranges differ from the SQLite log's")
         now = app.clock.now()
         ours, theirs = await audit_chain(app.log, now), await audit_chain(target, now)
         if ours != theirs:

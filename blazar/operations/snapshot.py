@@ -30,7 +30,8 @@ from blazar.events.base import Recorded
 from blazar.events.location import LogLocation, PostgresUrl, SqliteFile
 from blazar.events.system import SnapshotRestored, SnapshotTaken
 from blazar.logdb import archive_location, log_location, open_log
-from blazar.operations.log_copy import sqlite_rows
+from blazar.operations.log_copy import sqlite_archived, sqlite_rows
+from blazar.operations.snapshot_segments import copy_segments, discard, settle_segments, stage_segments
 from blazar.operations.snapshot_verify import (
     CHUNK,
     DB_FILE,
@@ -98,7 +99,8 @@ async def take_snapshot(app: Blazar, dest: Path | None = None) -> Taken:
     parent = staging.parent
     try:
         await app.log.snapshot_into(staging / DB_FILE)
-        manifest = await asyncio.to_thread(_write_snapshot, app.paths, staging, now)
+        archive = app.log.archive.root if app.log.archive is not None else None
+        manifest = await asyncio.to_thread(_write_snapshot, app.paths, staging, now, archive)
         final = dest or parent / f"blazar-{utc_stamp(now)}-seq{manifest.seq_last}"
         _rename_into(staging, final)
     except BaseException as exc:
@@ -145,19 +147,21 @@ def _rename_into(staging: Path, final: Path) -> None:
     _fsync_dir(final.parent)
 
 
-def _write_snapshot(paths: Paths, staging: Path, now: float) -> Manifest:
-    """The manifest of the log's copy in `staging` (its file synced, then checked as a restore will)."""
+def _write_snapshot(paths: Paths, staging: Path, now: float, archive: Path | None) -> Manifest:
+    """The manifest of the log's copy in `staging` (its file synced, then checked as a restore will), with the
+    archive segments its log names copied beside it."""
     copy = staging / DB_FILE
     _fsync_file(copy)
     size, sha = sha256_file(copy)
     facts = inspect_log(copy)  # the copy passes the checks a restore will make, or no snapshot is written
+    segments = copy_segments(copy, archive, staging)
     manifest = Manifest(
         format=FORMAT, format_version=FORMAT_VERSION, created_at=_iso(now), blazar_version=__version__,
         schema_revision=facts.schema_revision, seq_first=facts.seq_first, seq_last=facts.seq_last,
         event_count=facts.event_count, counts_by_type=facts.counts_by_type, db_file=DB_FILE, db_bytes=size,
-        db_sha256=sha, models=list_model_files(paths.models),
+        db_sha256=sha, models=list_model_files(paths.models), segments=segments,
     )
-    body = orjson.dumps(manifest.model_dump(mode="json"), option=orjson.OPT_INDENT_2) + b"\n"
+    body = orjson.dumps(manifest.to_json(), option=orjson.OPT_INDENT_2) + b"\n"
     _write_atomically(staging / MANIFEST, body)
     return manifest
 
@@ -189,11 +193,23 @@ async def restore_snapshot(
         warnings.append(f"restored under a running daemon ({who}): restart it so it reads the restored log")
     paths.ensure()
     location = log_location(paths, os.environ)
-    match location:
-        case PostgresUrl():
-            previous_seq, kept = await _swap_in_database(paths, location, verified, utc_stamp(clock.now()))
-        case SqliteFile():  # always this home's file (paths.db): there is no other place it could be
-            previous_seq, kept = await asyncio.to_thread(_swap_in, paths, verified, utc_stamp(clock.now()))
+    stamp = utc_stamp(clock.now())
+    archive = archive_location(paths, os.environ)
+    # The segments are staged (and checked) first: a failure there leaves the home as it was.
+    staged = await asyncio.to_thread(stage_segments, verified, archive, stamp)
+    try:
+        match location:
+            case PostgresUrl():
+                previous_seq, kept = await _swap_in_database(paths, location, verified, stamp)
+            case SqliteFile():  # always this home's file (paths.db): there is no other place it could be
+                previous_seq, kept = await asyncio.to_thread(_swap_in, paths, verified, stamp)
+    except BaseException:
+        discard(staged)
+        raise
+    aside = await asyncio.to_thread(settle_segments, archive, staged, stamp)
+    if aside:
+        warnings.append(f"{len(aside)} archive segment file(s) the restored log does not name were kept in "
+                        f"{archive / f'replaced-{stamp}'}")
     app = await _open_restored(paths, location, clock, actor)
     try:
         rewritten = _align_config(app)
@@ -239,7 +255,8 @@ async def _swap_in_database(paths: Paths, url: PostgresUrl, verified: VerifiedSn
             kept = _unused(paths.db.with_name(f"{paths.db.name}.replaced-{stamp}-seq{previous}"))
             await log.snapshot_into(kept)
             kept.chmod(_FILE_MODE)
-        await log.copy_in(sqlite_rows(verified.db), replace=True)
+        archived = await asyncio.to_thread(sqlite_archived, verified.db)
+        await log.copy_in(sqlite_rows(verified.db), replace=True, archived=archived)
     finally:
         await log.close()
     return previous, kept

@@ -21,12 +21,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from blazar.confine import describe, untrusted
 from blazar.errors import LogError, SnapshotError
 from blazar.events import migrate  # importing the package registers every event type decode must know
+from blazar.events.archive import LogArchived
 from blazar.events.kinds import decode
+from blazar.events.segment import valid_stem
+
+# What a snapshot carries of each segment: its data and its manifest (the index is derived, rebuilt when missing).
+SEGMENT_SUFFIXES: Final = (".jsonl.gz", ".manifest.json")
 
 FORMAT: Final = "blazar-snapshot"
 FORMAT_VERSION: Final = 1
 MANIFEST = "manifest.json"
 DB_FILE = "blazar.db"
+ARCHIVE_DIR = "archive"  # the snapshot's copies of the archive segments the log names (data and manifest files)
 CHUNK = 1 << 20
 MANIFEST_MAX_BYTES = 64 << 20  # far above any real manifest; a bigger file is not one
 _EVENT_COLUMNS = {"seq", "ts", "type", "v", "stream", "trace_id", "actor", "cause", "data"}
@@ -52,6 +58,31 @@ class ModelFile(BaseModel):
         return value
 
 
+class SegmentFile(BaseModel):
+    """A file of an archive segment the log names, copied into the snapshot's archive/ directory."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str  # a bare `<stem>.jsonl.gz` or `<stem>.manifest.json`, never a path
+    bytes: int = Field(ge=0)
+    sha256: str = Field(pattern=_SHA256)
+
+    @field_validator("name")
+    @classmethod
+    def _segment_file(cls, value: str) -> str:
+        if segment_stem(value) is None:
+            raise ValueError("must be an archive segment's data or manifest file name")
+        return value
+
+
+def segment_stem(file_name: str) -> str | None:
+    """The segment stem of a snapshot's segment file name (data or manifest), or None when it is not one."""
+    for suffix in SEGMENT_SUFFIXES:
+        if file_name.endswith(suffix) and valid_stem(file_name[: -len(suffix)]):
+            return file_name[: -len(suffix)]
+    return None
+
+
 class Manifest(BaseModel):
     """manifest.json: what the copy holds, so a restore can check it before trusting it."""
 
@@ -70,6 +101,12 @@ class Manifest(BaseModel):
     db_bytes: int = Field(ge=0)
     db_sha256: str = Field(pattern=_SHA256)
     models: list[ModelFile]
+    segments: list[SegmentFile] = []  # every segment file the log's archived ranges name (none: nothing archived)
+
+    def to_json(self) -> dict[str, object]:
+        """The manifest as written: `segments` only when there are some, so a snapshot of a log with nothing
+        archived stays readable by a Blazar from before segments."""
+        return self.model_dump(mode="json", exclude=None if self.segments else {"segments"})
 
     @field_validator("db_file")
     @classmethod
@@ -192,11 +229,34 @@ def _inspect(conn: sqlite3.Connection, db: Path) -> LogFacts:
     count, first, last = conn.execute(
         "SELECT COUNT(*), COALESCE(MIN(seq), 0), COALESCE(MAX(seq), 0) FROM events"
     ).fetchone()
-    if count and (first != 1 or last != count):
-        raise SnapshotError(f"{db}: the log has a gap ({count} events between seq {first} and {last})")
+    _no_gap_outside_archived(conn, tables, db, count, first, last)
     counts = dict(conn.execute("SELECT type, COUNT(*) FROM events GROUP BY type ORDER BY type").fetchall())
     _decode_all(conn)
     return LogFacts(revision, count, first, last, counts)
+
+
+def _no_gap_outside_archived(conn: sqlite3.Connection, tables: set[str], db: Path, count: int, first: int,
+                             last: int) -> None:
+    """Seqs run from 1 without a gap, except where archived ranges say the rows left for a segment (the ranges run
+    from seq 1 on, each after the one before, so they cover 1..their last seq)."""
+    if not count or (first == 1 and last == count):
+        return
+    covered = 0
+    if "archived" in tables:
+        ranges = conn.execute("SELECT first_seq, last_seq FROM archived ORDER BY segment").fetchall()
+        expected = 1
+        for lo, hi in ranges:
+            if lo != expected:
+                raise SnapshotError(f"{db}: the archived ranges do not follow one another (seq {lo} where "
+                                    f"{expected} was due)")
+            expected, covered = hi + 1, hi
+    # A gap is a seq missing beyond the archived ranges: the live rows after them must run on without one.
+    above = conn.execute("SELECT COUNT(*), COALESCE(MIN(seq), 0), COALESCE(MAX(seq), 0) FROM events WHERE seq > ?",
+                         (covered,)).fetchone()
+    n, lo, hi = above
+    if n and (lo != covered + 1 or hi - lo + 1 != n):
+        covers = f", archived ranges cover 1..{covered}" if covered else ""
+        raise SnapshotError(f"{db}: the log has a gap ({count} events between seq {first} and {last}{covers})")
 
 
 def _revision(conn: sqlite3.Connection, tables: set[str], db: Path) -> str:
@@ -283,5 +343,79 @@ def verify_snapshot(source: Path) -> VerifiedSnapshot:
     ]
     if diffs:
         raise SnapshotError(f"{db} does not match its manifest: {'; '.join(diffs)}")
+    check_segment_files(manifest_path.parent, manifest, db)
     manifest_sha256 = hashlib.sha256(raw).hexdigest()
     return VerifiedSnapshot(manifest_path.parent, manifest_path, manifest, manifest_sha256, db)
+
+
+# -- the archive segments ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NamedSegment:
+    """A segment the log in a copy names: its `archived` row, with the sha256s its `log.archived` event pinned."""
+
+    name: str
+    first_seq: int
+    last_seq: int
+    sha256: str
+    manifest_sha256: str
+
+    def files(self) -> tuple[tuple[str, str], ...]:
+        """(file name, the sha256 the log recorded for it) of each file a snapshot carries."""
+        return ((f"{self.name}.jsonl.gz", self.sha256), (f"{self.name}.manifest.json", self.manifest_sha256))
+
+    def missing(self, detail: str) -> SnapshotError:
+        return SnapshotError(f"damaged snapshot: archive segment {self.name} (seq {self.first_seq}..{self.last_seq}) "
+                             f"is missing: {detail}")
+
+
+def named_segments(db: Path) -> list[NamedSegment]:
+    """Every segment the log in `db` names, oldest first; refused when its `archived` table and its `log.archived`
+    events disagree (or a name is not a bare segment stem)."""
+    conn = open_readonly(db)
+    try:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "archived" not in tables:
+            return []
+        rows = conn.execute("SELECT name, first_seq, last_seq, sha256 FROM archived ORDER BY segment").fetchall()
+        pinned: dict[str, LogArchived] = {}
+        for seq, type_name, v, data in conn.execute(
+                "SELECT seq, type, v, data FROM events WHERE type = ? ORDER BY seq", (LogArchived.TYPE,)):
+            event = decode(seq, type_name, v, data)
+            assert isinstance(event, LogArchived)
+            pinned[event.name] = event
+    finally:
+        conn.close()
+    found = []
+    for name, lo, hi, sha in rows:
+        ev = pinned.get(name)
+        if not valid_stem(name) or ev is None or ev.sha256 != sha:
+            raise SnapshotError(f"{db}: archived segment {name!r} is not the one a log.archived event records")
+        found.append(NamedSegment(name, lo, hi, sha, ev.manifest_sha256))
+    return found
+
+
+def check_segment_files(directory: Path, manifest: Manifest, db: Path) -> None:
+    """Each segment the copy's log names is in the snapshot, as the manifest lists it and as `log.archived`
+    recorded it; the manifest lists no other."""
+    listed = {f.name: f for f in manifest.segments}
+    named = named_segments(db)
+    for seg in named:
+        for file_name, recorded in seg.files():
+            entry = listed.get(file_name)
+            if entry is None:
+                raise seg.missing(f"the snapshot's manifest does not list {file_name}")
+            path = directory / ARCHIVE_DIR / file_name
+            if not path.is_file():
+                raise seg.missing(f"no {path}")
+            size, sha = sha256_file(path)
+            if (size, sha) != (entry.bytes, entry.sha256):
+                raise SnapshotError(f"damaged snapshot: {path} does not match the manifest (truncated or altered)")
+            if sha != recorded:
+                raise SnapshotError(f"damaged snapshot: {path} is not the file the log recorded for segment "
+                                    f"{seg.name} (its sha256 differs from the one log.archived pinned)")
+    extra = sorted(set(listed) - {f for seg in named for f, _ in seg.files()})
+    if extra:
+        raise SnapshotError(f"damaged snapshot: the manifest lists segment files the log does not name: "
+                            f"{', '.join(extra)}")
