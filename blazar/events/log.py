@@ -425,6 +425,9 @@ class EventLog(ABC):
         """Live rows and archived rows in seq order: block by block, each block's rows merged with the live rows
         in its seq span (the control events recorded meanwhile), the live rows between blocks read as they are."""
         store = self._segments()
+        if filters.trace_id is not None:
+            # Trace ids are random: ask the index across segments which hold it, not each segment's own index.
+            ranges = await asyncio.to_thread(store.with_trace, ranges, filters.trace_id)
         cursor = after
         for rng in ranges:
             blocks = await asyncio.to_thread(store.blocks, rng, after=cursor, upto=upto, filters=filters)

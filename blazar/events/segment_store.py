@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from blazar.errors import SegmentBroken, SegmentMissing
+from blazar.events import segment_traces
 from blazar.events.segment import (
     STEM,
     SUFFIXES,
@@ -25,7 +26,6 @@ from blazar.events.segment import (
     file_sha256,
     index_blocks,
     index_keys,
-    index_prefix,
     read_block,
     valid_stem,
     write_index,
@@ -57,6 +57,7 @@ class SegmentStore:
         self.root = root
         self._manifests: dict[str, Manifest] = {}  # stem -> manifest, checked against the log's range
         self._data_ok: set[str] = set()  # stems whose data file's sha256 matched the log's record
+        self._traces_cover: set[str] = set()  # stems the index across segments is known to list
         self._lock = threading.Lock()
 
     def path(self, name: str, suffix: str) -> Path:
@@ -113,6 +114,7 @@ class SegmentStore:
         with self._lock:
             self._manifests.clear()
             self._data_ok.clear()
+            self._traces_cover.clear()
 
     def _rebuild_index(self, name: str, manifest: Manifest) -> None:
         with self.path(name, ".jsonl.gz").open("rb") as fh:
@@ -155,16 +157,35 @@ class SegmentStore:
                         return best
         return best
 
+    def _traces(self, ranges: Sequence[ArchivedRange]) -> Path:
+        """The index across segments, listing every one of `ranges` (`segment_traces`)."""
+        with self._lock:
+            known = set(self._traces_cover)
+        missing = [r for r in ranges if r.name not in known]
+        if missing or not (self.root / segment_traces.NAME).is_file():
+            for rng in missing:
+                self.manifest(rng)  # checks it against the log, and its own index is in place
+            path = segment_traces.bring_up_to_date(
+                self.root, ranges, {r.name: self.path(r.name, ".index") for r in ranges})
+            with self._lock:
+                self._traces_cover.update(r.name for r in ranges)
+            return path
+        return self.root / segment_traces.NAME
+
+    def with_trace(self, ranges: Sequence[ArchivedRange], trace_id: str) -> list[ArchivedRange]:
+        """The segments among `ranges` that hold events of `trace_id` (one look-up, whatever their number)."""
+        if not ranges:
+            return []
+        hits = segment_traces.segments_with(self._traces(ranges), trace_id)
+        return [r for r in ranges if r.segment in hits]
+
     def has_trace(self, ranges: Sequence[ArchivedRange], trace_id: str) -> bool:
-        return any(index_blocks(self.path(r.name, ".index"), "t" + trace_id)
-                   for r in ranges if self.manifest(r) is not None)
+        return bool(self.with_trace(ranges, trace_id))
 
     def trace_ids_starting(self, ranges: Sequence[ArchivedRange], prefix: str, *, limit: int) -> list[str]:
-        found: set[str] = set()
-        for rng in ranges:
-            self.manifest(rng)
-            found.update(index_prefix(self.path(rng.name, ".index"), prefix, limit))
-        return sorted(found)[:limit]
+        if not ranges:
+            return []
+        return segment_traces.ids_starting(self._traces(ranges), prefix, limit)
 
     # -- the directory -------------------------------------------------------------------------------------
 
