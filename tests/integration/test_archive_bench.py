@@ -17,7 +17,7 @@ def test_the_archive_benchmark_runs_end_to_end_on_a_small_log(tmp_path: Path) ->
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "archive.py"), "--events", "12000", "--out", str(out),
                            "--dir", str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "why of an old trace" in proc.stdout and "after VACUUM" in proc.stdout
+    assert "why of an old trace, cold" in proc.stdout and "warm" in proc.stdout and "after VACUUM" in proc.stdout
     report = orjson.loads(out.read_bytes())
     r = report["results"]
     assert report["events"] == 12_000 and r["build"]["events"] == 12_000
