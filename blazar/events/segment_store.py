@@ -57,7 +57,7 @@ class SegmentStore:
         self.root = root
         self._manifests: dict[str, Manifest] = {}  # stem -> manifest, checked against the log's range
         self._data_ok: set[str] = set()  # stems whose data file's sha256 matched the log's record
-        self._traces_cover: set[str] = set()  # stems the index across segments is known to list
+        self._traces_cover: set[tuple[str, str]] = set()  # (stem, sha256) the index across segments lists
         self._lock = threading.Lock()
 
     def path(self, name: str, suffix: str) -> Path:
@@ -161,14 +161,14 @@ class SegmentStore:
         """The index across segments, listing every one of `ranges` (`segment_traces`)."""
         with self._lock:
             known = set(self._traces_cover)
-        missing = [r for r in ranges if r.name not in known]
+        missing = [r for r in ranges if (r.name, r.sha256) not in known]
         if missing or not (self.root / segment_traces.NAME).is_file():
             for rng in missing:
                 self.manifest(rng)  # checks it against the log, and its own index is in place
             path = segment_traces.bring_up_to_date(
                 self.root, ranges, {r.name: self.path(r.name, ".index") for r in ranges})
             with self._lock:
-                self._traces_cover.update(r.name for r in ranges)
+                self._traces_cover.update((r.name, r.sha256) for r in ranges)
             return path
         return self.root / segment_traces.NAME
 

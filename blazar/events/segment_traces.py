@@ -5,7 +5,7 @@ client's trace id is new) would open every segment's own index: linear in the se
 half a year at one request a second. With it a look-up is one query, then the one segment's index and block.
 
 Derived data like each segment's `.index`: built from those indexes, brought up to date on use (a segment the
-`covered` table does not list is added; one listed under another name means another archive: rebuilt), and safe to
+`covered` table does not list is added; one listed with another sha256 means another archive: rebuilt), and safe to
 delete. It can only narrow a look-up to segments, never supply a row: rows come from the checked data files.
 """
 
@@ -24,7 +24,7 @@ NAME = "traces.index"
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS traces (trace_id TEXT NOT NULL, segment INTEGER NOT NULL,"
     " PRIMARY KEY (trace_id, segment)) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS covered (segment INTEGER PRIMARY KEY, name TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS covered (segment INTEGER PRIMARY KEY, sha256 TEXT NOT NULL)",
 )
 
 
@@ -54,8 +54,8 @@ def bring_up_to_date(root: Path, ranges: Sequence[ArchivedRange], segment_index:
     with _connect(path) as conn:
         for statement in _SCHEMA:
             conn.execute(statement)
-        covered = dict(conn.execute("SELECT segment, name FROM covered"))
-        if any(covered.get(r.segment, r.name) != r.name for r in ranges):  # another archive's: start again
+        covered = dict(conn.execute("SELECT segment, sha256 FROM covered"))
+        if any(covered.get(r.segment, r.sha256) != r.sha256 for r in ranges):  # another archive's: start again
             conn.execute("BEGIN IMMEDIATE")
             conn.execute("DELETE FROM traces")
             conn.execute("DELETE FROM covered")
@@ -67,7 +67,7 @@ def bring_up_to_date(root: Path, ranges: Sequence[ArchivedRange], segment_index:
             conn.execute("BEGIN IMMEDIATE")
             conn.executemany(f"INSERT OR IGNORE INTO traces VALUES (?, {int(rng.segment)})",
                              _segment_traces(segment_index[rng.name]))
-            conn.execute("INSERT OR REPLACE INTO covered VALUES (?, ?)", (rng.segment, rng.name))
+            conn.execute("INSERT OR REPLACE INTO covered VALUES (?, ?)", (rng.segment, rng.sha256))
             conn.execute("COMMIT")
     return path
 

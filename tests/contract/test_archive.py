@@ -173,3 +173,30 @@ async def test_one_archive_run_at_a_time_even_across_archive_directories(
     await task
     run = await archive(second_log, cutoff=T0 + 50, now=T0 + 100)
     assert [s.count for s in run.segments] == [2]
+
+
+async def test_the_index_across_segments_finds_a_trace_in_one_look_up_and_is_rebuilt_at_will(
+        event_log: EventLog, clock: FakeClock, seeded: list[Recorded]) -> None:
+    first = (await archive(event_log, cutoff=T0 + 50, now=T0 + 100)).segments[0]
+    clock.advance(100)
+    await event_log.append(received("t9", 0), actor="gateway", trace_id="t9-0000")
+    second = (await archive(event_log, cutoff=clock.now() + 1, now=clock.now())).segments[0]
+    store = event_log.archive
+    assert store is not None
+    ranges = await event_log.archived_ranges()
+    assert [r.name for r in store.with_trace(ranges, "t9-0000")] == [second.name]
+    assert [r.name for r in store.with_trace(ranges, "t1-0000")] == [first.name]
+    assert store.with_trace(ranges, "nope") == []
+    index = store.root / "traces.index"
+    # Derived: deleted, it is made again; one that lists another archive's segment (another sha256) is rebuilt.
+    index.unlink()
+    store.forget()
+    assert await _seqs(event_log, trace_id="t9-0000") == [11] and index.is_file()
+    import sqlite3
+
+    with sqlite3.connect(index) as conn:
+        conn.execute("UPDATE covered SET sha256 = 'other' WHERE segment = 1")
+        conn.execute("DELETE FROM traces WHERE segment = 1")
+    store.forget()
+    assert await event_log.has_trace("t1-0000")
+    assert await _seqs(event_log, trace_id="t1-0000") == [3, 4, 5]

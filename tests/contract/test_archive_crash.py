@@ -113,7 +113,8 @@ async def _check_consistent(log: EventLog, records: list[Recorded]) -> int:
 def _files(log: EventLog) -> set[str]:
     assert log.archive is not None
     root = log.archive.root
-    return {p.name for p in root.iterdir() if p.name != ".archive.lock"} if root.is_dir() else set()
+    derived = {".archive.lock", "traces.index"}  # the run lock; the index across segments (derived)
+    return {p.name for p in root.iterdir() if p.name not in derived} if root.is_dir() else set()
 
 
 async def _finish(backend: Backend, records: list[Recorded], cutoff: float, segment_events: int) -> int:
