@@ -111,3 +111,20 @@ async def test_a_failure_is_recorded_and_the_loop_goes_on(app: Blazar, monkeypat
 
 async def _a_moment(loop: asyncio.AbstractEventLoop, since: float, interval: object) -> None:
     await asyncio.sleep(0.01)
+
+
+async def test_the_schedule_waits_for_a_segments_worth_unless_something_is_overdue(
+        app: Blazar, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Due but not overdue (the oldest is less than a day past the 30-day cutoff) and fewer than a segment's worth:
+    no run yet. A segment's worth, or something a day overdue: the run."""
+    await _old_traces(app)
+    app.clock.advance(-40 * DAY_S + 30.5 * DAY_S)  # the traces are 30.5 days old: due half a day ago
+    run = await scheduled_run(app)
+    assert run is not None and run.segments == [] and await app.log.archived_ranges() == []
+    monkeypatch.setattr(archive_schedule, "SEGMENT_EVENTS", 6)  # six events due make a full segment
+    run = await scheduled_run(app)
+    assert run is not None and run.events == 6
+    await _old_traces(app, n=1)  # two more, 40 days old: a day overdue
+    app.clock.advance(-8 * DAY_S)  # 32 days old now
+    run = await scheduled_run(app)
+    assert run is not None and run.events == 2
