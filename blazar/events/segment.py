@@ -224,23 +224,6 @@ class SegmentWriter:
             self.path.unlink()
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 # -- reading ---------------------------------------------------------------------------------------------------
 
 
@@ -260,14 +243,6 @@ def read_block(fh: BinaryIO, name: str, block: Block) -> list[Row]:
     except (OSError, EOFError, gzip.BadGzipFile) as e:
         raise SegmentBroken(name, None, f"block at seq {block.first_seq} does not inflate: {e}") from None
     return [_row_of(name, 0, raw)[0] for raw in text.splitlines()]
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from blazar.durable import file_sha256
 from blazar.errors import SegmentBroken, SegmentMissing
 from blazar.events import segment_traces
 from blazar.events.segment import (
@@ -23,7 +24,6 @@ from blazar.events.segment import (
     Filters,
     Manifest,
     Row,
-    file_sha256,
     index_blocks,
     index_keys,
     read_block,

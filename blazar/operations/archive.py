@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from blazar.durable import file_sha256, fsync_path, write_atomically
 from blazar.errors import ArchiveBusy, ArchiveError
 from blazar.events.archive import LogArchived, archivable_types
 from blazar.events.base import Recorded
@@ -34,13 +35,10 @@ from blazar.events.log import EventLog
 from blazar.events.segment import (
     Manifest,
     SegmentWriter,
-    file_sha256,
-    fsync_dir,
     index_keys,
     read_block,
     stem_of,
     walk_lines,
-    write_atomically,
     write_index,
 )
 from blazar.events.segment_store import ArchivedRange, SegmentStore
@@ -171,7 +169,7 @@ async def _one_segment(log: EventLog, store: SegmentStore, *, after: int, top: i
     data_path = store.path(name, ".jsonl.gz")
     step("write")
     await asyncio.to_thread(os.replace, tmp, data_path)
-    await asyncio.to_thread(fsync_dir, store.root)
+    await asyncio.to_thread(fsync_path, store.root)
     with data_path.open("rb") as fh:
         for i, block in enumerate(writer.blocks):
             keyed.extend(index_keys(read_block(fh, name, block), i))
@@ -185,7 +183,7 @@ async def _one_segment(log: EventLog, store: SegmentStore, *, after: int, top: i
                         index_sha256=await asyncio.to_thread(file_sha256, store.path(name, ".index")))
     encoded = manifest.encode()
     await asyncio.to_thread(write_atomically, store.path(name, ".manifest.json"), encoded)
-    await asyncio.to_thread(fsync_dir, store.root)
+    await asyncio.to_thread(fsync_path, store.root)
     step("verify")
     await asyncio.to_thread(_verify_written, store, manifest, writer.rows_digest.hexdigest())
     step("commit")

@@ -25,6 +25,7 @@ from blazar.clock import Clock, SystemClock
 from blazar.cluster.nodes import node_name
 from blazar.context import Blazar
 from blazar.diskspace import LOG_HEADROOM_BYTES, disk_full, no_space, space
+from blazar.durable import fsync_path, write_atomically
 from blazar.errors import ConfigError, DaemonRunning, SnapshotError
 from blazar.events.base import Recorded
 from blazar.events.location import LogLocation, PostgresUrl, SqliteFile
@@ -144,14 +145,14 @@ def _rename_into(staging: Path, final: Path) -> None:
         os.replace(staging, final)  # onto a missing or empty directory only: rename(2) refuses a full one
     except OSError as exc:
         raise SnapshotError(f"cannot move the snapshot to {final}: {exc.strerror}") from None
-    _fsync_dir(final.parent)
+    fsync_path(final.parent)
 
 
 def _write_snapshot(paths: Paths, staging: Path, now: float, archive: Path | None) -> Manifest:
     """The manifest of the log's copy in `staging` (its file synced, then checked as a restore will), with the
     archive segments its log names copied beside it."""
     copy = staging / DB_FILE
-    _fsync_file(copy)
+    fsync_path(copy)
     size, sha = sha256_file(copy)
     facts = inspect_log(copy)  # the copy passes the checks a restore will make, or no snapshot is written
     segments = copy_segments(copy, archive, staging)
@@ -162,7 +163,7 @@ def _write_snapshot(paths: Paths, staging: Path, now: float, archive: Path | Non
         db_sha256=sha, models=list_model_files(paths.models), segments=segments,
     )
     body = orjson.dumps(manifest.to_json(), option=orjson.OPT_INDENT_2) + b"\n"
-    _write_atomically(staging / MANIFEST, body)
+    write_atomically(staging / MANIFEST, body)
     return manifest
 
 
@@ -235,7 +236,7 @@ def _swap_in(paths: Paths, verified: VerifiedSnapshot, stamp: str) -> tuple[int,
         for suffix in _SIDECARS:
             paths.db.with_name(paths.db.name + suffix).unlink(missing_ok=True)
         os.replace(tmp, paths.db)
-        _fsync_dir(paths.data_dir)
+        fsync_path(paths.data_dir)
     finally:
         tmp.unlink(missing_ok=True)
     return previous_seq, kept
@@ -355,25 +356,3 @@ def _copy_file(src: Path, dst: Path) -> str:
             fout.flush()
             os.fsync(fout.fileno())
     return digest.hexdigest()
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    _fsync_file(path)

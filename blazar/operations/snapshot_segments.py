@@ -14,6 +14,7 @@ import os
 import shutil
 from pathlib import Path
 
+from blazar.durable import file_sha256, fsync_path
 from blazar.errors import SnapshotError
 from blazar.events.segment import SUFFIXES, valid_stem
 from blazar.operations.snapshot_verify import (
@@ -50,7 +51,7 @@ def copy_segments(db_copy: Path, archive: Path | None, staging: Path) -> list[Se
                 raise SnapshotError(f"cannot take a snapshot: {src} is not the file the log recorded for segment "
                                     f"{seg.name} (run `blazar audit verify --archive`)")
             files.append(SegmentFile(name=file_name, bytes=size, sha256=sha))
-    fsync_dir(target)
+    fsync_path(target)
     return files
 
 
@@ -69,7 +70,7 @@ def stage_segments(verified: VerifiedSnapshot, archive: Path, stamp: str) -> Pat
             if sha != f.sha256:
                 raise SnapshotError(f"{verified.directory / ARCHIVE_DIR / f.name} changed while it was being "
                                     "restored; nothing was replaced")
-        fsync_dir(staged)
+        fsync_path(staged)
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
         raise
@@ -86,9 +87,9 @@ def settle_segments(archive: Path, staged: Path | None, stamp: str) -> list[str]
     moved = []
     for path in _segment_files(archive):
         stem = path.name.split(".", 1)[0]
-        same = path.name in wanted and _sha256(path) == _sha256(wanted[path.name])
+        same = path.name in wanted and file_sha256(path) == file_sha256(wanted[path.name])
         index_kept = path.name.endswith(".index") and stem in stems and all(
-            (archive / n).is_file() and _sha256(archive / n) == _sha256(wanted[n])
+            (archive / n).is_file() and file_sha256(archive / n) == file_sha256(wanted[n])
             for n in wanted if n.split(".", 1)[0] == stem)
         if same or index_kept:
             continue
@@ -100,7 +101,7 @@ def settle_segments(archive: Path, staged: Path | None, stamp: str) -> list[str]
     if staged is not None:
         staged.rmdir()
     if archive.is_dir():
-        fsync_dir(archive)
+        fsync_path(archive)
     return sorted(moved)
 
 
@@ -129,22 +130,6 @@ def copy_file(src: Path, dst: Path) -> tuple[int, str]:
             fout.flush()
             os.fsync(fout.fileno())
     return size, digest.hexdigest()
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def discard(staged: Path | None) -> None:

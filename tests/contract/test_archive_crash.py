@@ -13,12 +13,13 @@ import sys
 import orjson
 import pytest
 
+from blazar.durable import file_sha256
 from blazar.events.archive import LogArchived
 from blazar.events.base import Event, Recorded
 from blazar.events.log import EventLog
 from blazar.events.nodes import NodeHeartbeat
 from blazar.events.requests import RequestCompleted, RequestReceived, RequestRouted
-from blazar.events.segment import file_sha256, walk_lines
+from blazar.events.segment import walk_lines
 from blazar.operations.archive import archive
 from tests.contract.backends import Backend
 from tests.contract.workload import REPO, aliased

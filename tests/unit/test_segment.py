@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from blazar.durable import file_sha256
 from blazar.errors import SegmentBroken
 from blazar.events.chain import GENESIS
 from blazar.events.segment import (
     Manifest,
     SegmentWriter,
-    file_sha256,
     read_block,
     stem_of,
     valid_stem,

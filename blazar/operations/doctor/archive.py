@@ -15,9 +15,10 @@ from pathlib import Path
 
 from blazar.context import Blazar
 from blazar.diskspace import size, space
+from blazar.durable import file_sha256
 from blazar.errors import SegmentBroken, SegmentMissing
 from blazar.events.location import SqliteFile
-from blazar.events.segment import Manifest, file_sha256
+from blazar.events.segment import Manifest
 from blazar.events.segment_store import ArchivedRange, SegmentStore
 from blazar.logdb import live_bytes
 from blazar.operations.doctor.report import Check, ok
