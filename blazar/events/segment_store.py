@@ -172,6 +172,10 @@ class SegmentStore:
             return path
         return self.root / segment_traces.NAME
 
+    def index_traces(self, ranges: Sequence[ArchivedRange]) -> None:
+        """Bring the index across segments up to date with `ranges` (the archiver does, right after a commit)."""
+        self._traces(ranges)
+
     def with_trace(self, ranges: Sequence[ArchivedRange], trace_id: str) -> list[ArchivedRange]:
         """The segments among `ranges` that hold events of `trace_id` (one look-up, whatever their number)."""
         if not ranges:

@@ -20,13 +20,15 @@ import asyncio
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
+import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from blazar.durable import file_sha256, fsync_path, write_atomically
-from blazar.errors import ArchiveBusy, ArchiveError
+from blazar.errors import ArchiveBusy, ArchiveError, BlazarError
 from blazar.events.archive import LogArchived, archivable_types
 from blazar.events.base import Recorded
 from blazar.events.chain import GENESIS
@@ -43,6 +45,7 @@ from blazar.events.segment import (
 )
 from blazar.events.segment_store import ArchivedRange, SegmentStore
 
+log_ = logging.getLogger(__name__)
 SEGMENT_EVENTS = 100_000
 ACTOR = "archiver"
 
@@ -195,6 +198,10 @@ async def _one_segment(log: EventLog, store: SegmentStore, *, after: int, top: i
                         count=manifest.count, sha256=sha256, archived_seq=0)
     rec = await log.commit_archived(log.pending(event, actor=actor), rng, types)
     step("committed")
+    try:  # derived: the index across segments learns this one now, not at the first look-up after
+        await asyncio.to_thread(store.index_traces, [rng])
+    except (OSError, sqlite3.Error, BlazarError) as e:
+        log_.warning("the index across segments was not brought up to date (%s); the next look-up does it", e)
     return rec
 
 
