@@ -159,7 +159,8 @@ def _why(node: Node, trace: str) -> dict[str, Any]:
             return sum(1 for s in res.json()["steps"] if s["type"] == "request.completed") == 2
         return False
 
-    wait_for(done, "both nodes' ends in the trace", timeout=30)
+    # Each try is a `blazar why` process on the shared log (a few seconds on a loaded 2-core CI machine).
+    wait_for(done, "both nodes' ends in the trace", timeout=90)
     return got
 
 
