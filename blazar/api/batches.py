@@ -25,7 +25,7 @@ from blazar.context import Blazar
 from blazar.dialects import responses as responses_dialect
 from blazar.errors import BatchConflict, DialectError
 from blazar.events.batches import BatchCancelling, BatchCreated, BatchEndpoint
-from blazar.queries.batches import batch_json, own_batch, own_batches, own_file
+from blazar.queries.batches import batch_json, created_batch, own_batch, own_batches, own_file
 from blazar.serving.batch_lines import Ask, Build, window_seconds
 from blazar.serving.conversations import Conversations, responses_request, serve_as
 from blazar.serving.gateway import Gateway
@@ -99,12 +99,11 @@ class Batches:
         batch_id = new_batch_id()
         await asyncio.to_thread(self.store.link_input, batch_id, source.file_id)
         endpoint: Any = body.endpoint
-        await record(self.app, [BatchCreated(batch_id=batch_id, owner=owner, input_file_id=source.file_id,
-                                             endpoint=endpoint, completion_window=body.completion_window,
-                                             window_s=window_s, metadata=body.metadata)], principal)
-        row = own_batch(self.app, batch_id, owner)
-        assert row is not None
-        resp.media = batch_json(row)
+        # The answer is the batch as created (`validating`, as OpenAI answers): the runner may already be past it.
+        [created] = await record(self.app, [BatchCreated(batch_id=batch_id, owner=owner, input_file_id=source.file_id,
+                                                         endpoint=endpoint, completion_window=body.completion_window,
+                                                         window_s=window_s, metadata=body.metadata)], principal)
+        resp.media = batch_json(created_batch(created))
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         limit = req.get_param_as_int("limit", min_value=1, max_value=100) or 20

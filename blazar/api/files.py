@@ -21,7 +21,7 @@ from blazar.api.auth import principal_of
 from blazar.config import Settings
 from blazar.context import Blazar, stamp_node
 from blazar.errors import DialectError, FileTooLarge
-from blazar.events.base import Event
+from blazar.events.base import Event, Recorded
 from blazar.events.batches import FileDeleted, FileUploaded
 from blazar.queries.batches import FileRow, file_json, own_file, own_files
 from blazar.serving.principal import Principal
@@ -46,11 +46,12 @@ def owner_of(principal: Principal | None) -> str:
     return f"key:{principal.key.name}" if principal is not None and principal.key is not None else ""
 
 
-async def record(app: Blazar, events: list[Event], principal: Principal | None) -> None:
+async def record(app: Blazar, events: list[Event], principal: Principal | None) -> list[Recorded]:
     """Control events, durable before the answer, as the caller."""
     events = [stamp_node(e, app.node) for e in events] if app.node else events
-    await app.log.append(events, actor=principal.actor if principal is not None else app.actor)
+    recorded = await app.log.append(events, actor=principal.actor if principal is not None else app.actor)
     await app.runner.catch_up()
+    return recorded
 
 
 def not_found(kind: str, ident: str) -> falcon.HTTPNotFound:

@@ -106,12 +106,7 @@ class BatchesProjection(Projection):
             state["refused"].append({"seq": rec.seq, "type": rec.type, "id": ev.batch_id[:80]})
             return state
         if isinstance(ev, BatchCreated):
-            state["batches"][ev.batch_id] = {
-                "owner": ev.owner, "input_file_id": ev.input_file_id, "endpoint": ev.endpoint,
-                "completion_window": ev.completion_window, "created_at": rec.ts, "expires_at": rec.ts + ev.window_s,
-                "status": "validating", "total": 0, "completed": 0, "failed": 0, "prompt_tokens": 0,
-                "completion_tokens": 0, "errors": [], "metadata": ev.metadata, "output_file_id": None,
-                "error_file_id": None, "times": {}, "done": {}, "models": []}
+            state["batches"][ev.batch_id] = _created(ev, rec.ts)
             return state
         b = state["batches"].get(ev.batch_id)
         if b is None or b["status"] in TERMINAL:
@@ -172,6 +167,20 @@ def file_rows(state: BatchesState, owner: str | None = None) -> list[FileRow]:
     """Every stored file (of `owner` when given), oldest first."""
     rows = [_file(i, f) for i, f in _raw(state)["files"].items() if owner is None or f["owner"] == owner]
     return sorted(rows, key=lambda r: (r.created_at, r.file_id))
+
+
+def _created(ev: BatchCreated, ts: float) -> dict[str, Any]:
+    return {"owner": ev.owner, "input_file_id": ev.input_file_id, "endpoint": ev.endpoint,
+            "completion_window": ev.completion_window, "created_at": ts, "expires_at": ts + ev.window_s,
+            "status": "validating", "total": 0, "completed": 0, "failed": 0, "prompt_tokens": 0,
+            "completion_tokens": 0, "errors": [], "metadata": ev.metadata, "output_file_id": None,
+            "error_file_id": None, "times": {}, "done": {}, "models": []}
+
+
+def created_row(rec: Recorded) -> BatchRow:
+    """A batch as its `batch.created` made it: what the create call answers, whatever the runner did since."""
+    assert isinstance(rec.event, BatchCreated)
+    return _batch(rec.event.batch_id, _created(rec.event, rec.ts))
 
 
 def batch_row(state: BatchesState, batch_id: str) -> BatchRow | None:

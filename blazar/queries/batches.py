@@ -9,7 +9,17 @@ from __future__ import annotations
 from typing import Any
 
 from blazar.context import Blazar
-from blazar.projections.batches import BatchesState, BatchRow, FileRow, batch_row, batch_rows, file_row, file_rows
+from blazar.events.base import Recorded
+from blazar.projections.batches import (
+    BatchesState,
+    BatchRow,
+    FileRow,
+    batch_row,
+    batch_rows,
+    created_row,
+    file_row,
+    file_rows,
+)
 
 
 def _state(app: Blazar) -> BatchesState:
@@ -29,6 +39,11 @@ def own_files(app: Blazar, owner: str) -> list[FileRow]:
 def own_batch(app: Blazar, batch_id: str, owner: str) -> BatchRow | None:
     row = batch_row(_state(app), batch_id)
     return row if row is not None and row.owner == owner else None
+
+
+def created_batch(rec: Recorded) -> BatchRow:
+    """The batch its `batch.created` record made, as the create call answers it."""
+    return created_row(rec)
 
 
 def own_batches(app: Blazar, owner: str) -> list[BatchRow]:

@@ -22,6 +22,7 @@ from blazar.projections.batches import (
     BatchesState,
     batch_row,
     batch_rows,
+    created_row,
     done_lines,
     file_row,
     file_rows,
@@ -63,6 +64,15 @@ def test_a_batch_goes_from_validating_to_in_progress_and_counts_each_line_once()
     assert line_done(s, B, 0) and not line_done(s, B, 1) and line_done(s, B, 2)
     assert row.created_at == EPOCH + 1 and row.expires_at == EPOCH + 1 + 86400.0
     assert [b.batch_id for b in open_batches(s)] == [B]
+
+
+def test_the_create_answer_is_the_batch_as_created_even_once_the_runner_moved_it_on() -> None:
+    events = recs(created(), BatchValidated(batch_id=B, lines=3, models=["gemma"]))
+    moved = batch_row(BatchesState(fold(BatchesProjection(), events)), B)  # type: ignore[arg-type]
+    assert moved is not None and moved.status == "in_progress"
+    first = created_row(events[0])
+    assert (first.batch_id, first.status, first.total, first.owner) == (B, "validating", 0, "key:alice")
+    assert first.created_at == moved.created_at and first.expires_at == moved.expires_at
 
 
 def test_a_line_outside_the_batch_is_not_counted() -> None:
