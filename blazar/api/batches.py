@@ -25,7 +25,7 @@ from blazar.context import Blazar
 from blazar.dialects import responses as responses_dialect
 from blazar.errors import BatchConflict, DialectError
 from blazar.events.batches import BatchCancelling, BatchCreated, BatchEndpoint
-from blazar.queries.batches import batch_json, created_batch, own_batch, own_batches, own_file
+from blazar.queries.batches import batch_json, created_row, own_batch, own_batches, own_file
 from blazar.serving.batch_lines import Ask, Build, window_seconds
 from blazar.serving.conversations import Conversations, responses_request, serve_as
 from blazar.serving.gateway import Gateway
@@ -103,7 +103,7 @@ class Batches:
         [created] = await record(self.app, [BatchCreated(batch_id=batch_id, owner=owner, input_file_id=source.file_id,
                                                          endpoint=endpoint, completion_window=body.completion_window,
                                                          window_s=window_s, metadata=body.metadata)], principal)
-        resp.media = batch_json(created_batch(created))
+        resp.media = batch_json(created_row(created))
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         limit = req.get_param_as_int("limit", min_value=1, max_value=100) or 20

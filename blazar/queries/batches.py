@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from blazar.context import Blazar
-from blazar.events.base import Recorded
 from blazar.projections.batches import (
     BatchesState,
     BatchRow,
@@ -20,6 +19,10 @@ from blazar.projections.batches import (
     file_row,
     file_rows,
 )
+
+# `created_row`: the batch its `batch.created` record made, as the create call answers it.
+__all__ = ["BatchRow", "FileRow", "batch_json", "created_row", "file_json", "own_batch", "own_batches", "own_file",
+           "own_files"]
 
 
 def _state(app: Blazar) -> BatchesState:
@@ -39,11 +42,6 @@ def own_files(app: Blazar, owner: str) -> list[FileRow]:
 def own_batch(app: Blazar, batch_id: str, owner: str) -> BatchRow | None:
     row = batch_row(_state(app), batch_id)
     return row if row is not None and row.owner == owner else None
-
-
-def created_batch(rec: Recorded) -> BatchRow:
-    """The batch its `batch.created` record made, as the create call answers it."""
-    return created_row(rec)
 
 
 def own_batches(app: Blazar, owner: str) -> list[BatchRow]:
