@@ -21,6 +21,9 @@ from blazar.events.log_sqlite import SqliteEventLog
 from blazar.paths import Paths
 from tests.support import checkout_guard
 
+# The proof loop's budget: a test over 60 s fails unless marked slow with a reason.
+pytest_plugins = ["tests.support.budget"]
+
 _UNTRACKED_AT_START = pytest.StashKey[set[str] | None]()
 
 
