@@ -12,44 +12,9 @@ from blazar.context import Blazar
 from blazar.errors import BlazarError, ModelNotFound, ModelPinned, NoEngine
 from blazar.events.instances import ModelCircuitOpened
 from blazar.events.tuning import Posture
-from blazar.instances.supervisor import UNSET, CircuitOpen, DoesNotFit, Instance, LoadFailed, ModelNotLoaded
+from blazar.instances.supervisor import UNSET, CircuitOpen, DoesNotFit, LoadFailed, ModelNotLoaded
 from tests.support.asgi import LocalConductor as ASGIConductor
-
-
-class FakeSupervisor:
-    """Records each call; `fail` makes the next command raise."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-        self.fail: Exception | None = None
-        self.rows: list[dict] = []
-        self.posture: Posture | None = None
-        self.profile_seq: int | None = None
-
-    def _maybe_fail(self) -> None:
-        if self.fail is not None:
-            raise self.fail
-
-    async def load(self, model: str, *, keep_alive: Any = UNSET, pinned: Any = None, ctx: int | None = None,
-                   session: bool = False) -> Instance:
-        self.calls.append(("load", {"model": model, "keep_alive": keep_alive, "pinned": pinned, "ctx": ctx}
-                           | ({"session": True} if session else {})))
-        self._maybe_fail()
-        return Instance(instance_id="abc123", model=model, port=40001, slots=2, ctx_tokens=ctx or 8192,
-                        engine_tag="b1234", load_ms=420, posture=self.posture, profile_seq=self.profile_seq)
-
-    async def stop(self, model: str) -> list[str]:
-        self.calls.append(("stop", {"model": model}))
-        self._maybe_fail()
-        return ["abc123"]
-
-    async def reset(self, model: str) -> bool:
-        self.calls.append(("reset", {"model": model}))
-        self._maybe_fail()
-        return True
-
-    def ps(self) -> list[dict]:
-        return self.rows
+from tests.support.fakes import FakeSupervisor
 
 
 @pytest.fixture

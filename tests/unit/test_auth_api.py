@@ -12,8 +12,7 @@ from blazar.api.app import create_app
 from blazar.context import Blazar
 from blazar.operations import keys as handlers
 from tests.support.asgi import LocalConductor as ASGIConductor
-from tests.unit.test_admin_api import FakeSupervisor
-from tests.unit.test_openapi import FakeGateway
+from tests.support.fakes import FakeGateway, FakeSupervisor
 
 TOKEN = "blzadm_the-daemons-token"
 ROW = {"model": "gemma", "instance_id": "abc123", "state": "ready", "port": 40001}

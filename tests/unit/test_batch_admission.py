@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from blazar.serving.admission import BACKGROUND_PRIORITY, Admission, QueueFull, parse_priority
-from tests.unit.test_admission import enqueue, now, refused
+from tests.support.admission import enqueue, now, refused
 
 
 async def test_an_interactive_request_is_admitted_ahead_of_batch_lines_queued_before_it() -> None:

@@ -14,18 +14,8 @@ from blazar.events.models import (
 from blazar.projections import CatalogProjection, fold
 from blazar.projections.catalog import CatalogState, stored
 from blazar.projections.catalog import _find as find
+from tests.support.catalog import META, imported
 from tests.support.events import rec
-
-META = ModelMetadata(architecture="llama", name="tiny", parameter_count=90_560, file_type="Q8_0", ctx_train=2048,
-                     block_count=3, chat_template=True, tensor_count=30)
-
-
-def imported(name: str, path: str | None = None, **overrides: object) -> ModelImported:
-    fields: dict[str, object] = {
-        "name": name, "path": path or f"{name.replace(':', '--')}.gguf", "source": f"/src/{name}.gguf",
-        "bytes": 100, "sha256": "ab" * 32, "linked": True, "metadata": META,
-    }
-    return ModelImported(**(fields | overrides))
 
 
 def test_an_import_adds_the_model_with_its_file_hash_source_and_metadata() -> None:

@@ -17,8 +17,7 @@ from blazar.context import Blazar
 from blazar.events.system import ConfigChanged
 from blazar.operations import keys
 from tests.support.asgi import LocalConductor as ASGIConductor
-from tests.unit.test_admin_api import FakeSupervisor
-from tests.unit.test_openapi import FakeGateway
+from tests.support.fakes import FakeGateway, FakeSupervisor
 
 STATIC = console.STATIC_DIR
 

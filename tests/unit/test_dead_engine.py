@@ -14,25 +14,20 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx2
-import orjson
 import pytest
 
 from blazar.adapters.engines.process import pid_dying
 from blazar.api.app import create_app
 from blazar.context import Blazar
-from blazar.errors import EngineStreamBroken, EngineUnreachable, LoadFailed
-from blazar.instances.supervisor import Instance, ResolvedModel, Supervisor, _Live
+from blazar.instances.supervisor import Instance, Supervisor, _Live
 from blazar.serving.admission import Admission
 from blazar.serving.gateway import Gateway
 from tests.support.asgi import LocalConductor
-from tests.support.resolved import resolved
+from tests.support.fakes import FakeEngine, FakeSupervisor
 
 BOUND_S = 10.0
 TERMINAL = {"request.completed", "request.failed", "request.rejected"}
 CHAT = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
-ANSWER = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
-          "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
 
 
 # -- the process: running, or on its way out ----------------------------------------------------------------------
@@ -122,69 +117,6 @@ async def test_a_killed_child_is_gone_and_its_crash_recorded_before_the_answer(
 
 # -- the gateway: routed again, once ----------------------------------------------------------------------------------
 
-class FakeSupervisor:
-    """Hands out instances i1, i2, ... in turn; `dead` are the ones whose port refuses and whose child is gone."""
-
-    def __init__(self, dead: set[str], exited: set[str] | None = None) -> None:
-        self.dead = dead
-        self.exited = exited or set()  # gone from the supervisor by the time the request got its slot
-        self.ensured = 0
-        self.held = 0
-        self.asked: list[str] = []
-
-    def resolve(self, model: str) -> ResolvedModel:
-        return resolved(model)
-
-    async def ensure(self, model: ResolvedModel, **_: Any) -> Instance:
-        self.ensured += 1
-        n = self.ensured
-        return Instance(instance_id=f"i{n}", model=model.name, port=n, slots=1, ctx_tokens=4096, engine_tag="t")
-
-    def hold(self, inst: Instance) -> None:
-        if inst.instance_id in self.exited:
-            raise LoadFailed(f"instance {inst.instance_id} of {inst.model} is gone")
-        self.held += 1
-
-    def unhold(self, inst: Instance) -> None:
-        self.held -= 1
-
-    async def gone(self, inst: Instance) -> bool:
-        self.asked.append(inst.instance_id)
-        return inst.instance_id in self.dead
-
-    def ps(self) -> list[dict[str, Any]]:
-        return []
-
-
-class FakeEngine:
-    """Port N is instance iN. A port in `refusing` refuses the connection; `breaks` streams one chunk, then breaks."""
-
-    def __init__(self, refusing: set[int], breaks: bool = False) -> None:
-        self.refusing, self.breaks = refusing, breaks
-        self.bodies: list[tuple[str, dict[str, Any]]] = []
-
-    async def open(self, base_url: str, path: str, body: bytes, *, api_key: str | None = None) -> httpx2.Response:
-        port = int(base_url.rsplit(":", 1)[1])
-        if port in self.refusing:
-            raise EngineUnreachable(f"the engine at {base_url} did not answer {path}: Cannot connect to host")
-        self.bodies.append((base_url, orjson.loads(body)))
-        if not orjson.loads(body).get("stream"):
-            return httpx2.Response(200, content=orjson.dumps(ANSWER), headers={"content-type": "application/json"})
-        chunk = {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}]}
-        breaks = self.breaks
-
-        async def blocks() -> AsyncIterator[bytes]:
-            yield b"data: " + orjson.dumps(chunk) + b"\n\n"
-            if breaks:
-                raise EngineStreamBroken("the connection dropped")
-            yield b"data: [DONE]\n\n"
-
-        return httpx2.Response(200, content=blocks(), headers={"content-type": "text/event-stream"})
-
-    async def count_tokens(self, *_: Any, **__: Any) -> int:
-        return 10
-
-
 async def _serve(app: Blazar, sup: FakeSupervisor, engine: FakeEngine, body: dict[str, Any]
                  ) -> tuple[Any, list[Any], Admission]:
     admission = Admission()
@@ -210,7 +142,7 @@ def _settled(sup: FakeSupervisor, admission: Admission) -> bool:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 async def test_a_request_whose_engine_was_gone_is_routed_again_and_answered(app: Blazar, stream: bool) -> None:
-    sup, engine = FakeSupervisor(dead={"i1"}), FakeEngine(refusing={1})
+    sup, engine = FakeSupervisor(dead={"i1"}, in_turn=True, slots=1), FakeEngine(refusing={1})
     result, seen, admission = await _serve(app, sup, engine, {**CHAT, "stream": stream})
     assert result.status_code == 200 and "hi" in result.text
     types = [e.TYPE for e in seen]
@@ -224,7 +156,7 @@ async def test_a_request_whose_engine_was_gone_is_routed_again_and_answered(app:
 
 
 async def test_a_request_whose_instance_exited_while_it_waited_for_a_slot_is_routed_again(app: Blazar) -> None:
-    sup, engine = FakeSupervisor(dead=set(), exited={"i1"}), FakeEngine(refusing=set())
+    sup, engine = FakeSupervisor(dead=set(), exited={"i1"}, in_turn=True, slots=1), FakeEngine(refusing=set())
     result, seen, admission = await _serve(app, sup, engine, CHAT)
     assert result.status_code == 200
     types = [e.TYPE for e in seen]
@@ -236,7 +168,7 @@ async def test_a_request_whose_instance_exited_while_it_waited_for_a_slot_is_rou
 
 
 async def test_an_engine_that_refuses_while_its_child_runs_is_a_502_not_a_retry(app: Blazar) -> None:
-    sup, engine = FakeSupervisor(dead=set()), FakeEngine(refusing={1})
+    sup, engine = FakeSupervisor(dead=set(), in_turn=True, slots=1), FakeEngine(refusing={1})
     result, seen, admission = await _serve(app, sup, engine, CHAT)
     assert result.status_code == 502 and "Cannot connect" in result.text
     types = [e.TYPE for e in seen]
@@ -246,7 +178,7 @@ async def test_an_engine_that_refuses_while_its_child_runs_is_a_502_not_a_retry(
 
 
 async def test_a_request_is_routed_again_only_once(app: Blazar) -> None:
-    sup, engine = FakeSupervisor(dead={"i1", "i2"}), FakeEngine(refusing={1, 2})
+    sup, engine = FakeSupervisor(dead={"i1", "i2"}, in_turn=True, slots=1), FakeEngine(refusing={1, 2})
     result, seen, admission = await _serve(app, sup, engine, CHAT)
     assert result.status_code == 502
     types = [e.TYPE for e in seen]
@@ -257,7 +189,7 @@ async def test_a_request_is_routed_again_only_once(app: Blazar) -> None:
 
 
 async def test_a_request_that_already_streamed_is_not_retried(app: Blazar) -> None:
-    sup, engine = FakeSupervisor(dead={"i1"}), FakeEngine(refusing=set(), breaks=True)
+    sup, engine = FakeSupervisor(dead={"i1"}, in_turn=True, slots=1), FakeEngine(refusing=set(), breaks=True)
     result, seen, admission = await _serve(app, sup, engine, {**CHAT, "stream": True})
     assert result.status_code == 200 and "engine_crashed" in result.text  # the in-stream error event, as before
     types = [e.TYPE for e in seen]
@@ -267,7 +199,7 @@ async def test_a_request_that_already_streamed_is_not_retried(app: Blazar) -> No
 
 
 async def test_a_slot_the_first_attempt_named_is_not_sent_to_the_next_instance(app: Blazar) -> None:
-    sup, engine = FakeSupervisor(dead={"i1"}), FakeEngine(refusing={1})
+    sup, engine = FakeSupervisor(dead={"i1"}, in_turn=True, slots=1), FakeEngine(refusing={1})
     admission = Admission()
     gateway = Gateway(app, sup, admission, engine)  # type: ignore[arg-type]
     gateway.kv.slots.explicit = lambda iid: iid == "i1"  # type: ignore[method-assign]  # i1 named its slots

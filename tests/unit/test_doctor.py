@@ -26,33 +26,12 @@ from blazar.operations.doctor.engine import OPTION_NEEDS, cpu_fit, cpu_flags
 from blazar.operations.doctor.fix import apply_fixes
 from blazar.operations.doctor.orphans import orphans
 from blazar.operations.doctor.report import Check, exit_code
-from blazar.paths import Paths
-from blazar.queries.file_modes import loose_modes
 from blazar.store.models import import_model
 from tests.support import gguf_factory
 from tests.support.blazar_home import configure, home_paths, import_into, read_events
+from tests.support.doctor import run_checks
 
 SLEEP = shutil.which("sleep")
-
-
-def run_checks(home: Path, *, quick: bool = False) -> dict[str, Check]:
-    """Both halves of the checks, as the CLI runs them (the log opened between them, when safe)."""
-    paths = home_paths(home)
-    found = asyncio.run(checks.before_open(paths, {"XDG_CACHE_HOME": str(home / "cache")},
-                                           loose_modes=loose_modes(paths), now=time.time(), quick=quick))
-    if checks.safe_to_open(found):
-        found += asyncio.run(_with_log(paths, quick))
-    else:
-        found += checks.not_opened()
-    return {c.id: c for c in found}
-
-
-async def _with_log(paths: Paths, quick: bool) -> list[Check]:
-    app = await bootstrap(paths=paths, env={}, actor="test:pytest", reconcile_config=False)
-    try:
-        return await checks.with_log(app, quick=quick)
-    finally:
-        await app.close()
 
 
 def fix(home: Path) -> list[dict]:

@@ -17,7 +17,7 @@ from blazar.events.requests import RequestCompleted, RequestReceived
 from blazar.operations.archive_schedule import archive_now
 from blazar.operations.doctor.seqcheck import SeqFacts, first_unexplained, verdict, whole
 from tests.support.blazar_home import configure, home_paths
-from tests.unit.test_doctor import run_checks
+from tests.support.doctor import run_checks
 
 DAY_S = 86400.0
 

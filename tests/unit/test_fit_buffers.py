@@ -6,7 +6,7 @@ import pytest
 
 from blazar.fit.kv import layer_geometry
 from blazar.fit.layout import Shape, price
-from tests.unit.fit_models import GiB, MiB, gemma3_270m, host
+from tests.support.fit_models import GiB, MiB, gemma3_270m, host
 
 # (-c, -np, --kv-unified, -ub, cache type, flash attention, --swa-full, "CPU compute buffer size" in MiB)
 GEMMA_COMPUTE_MEASURED = [

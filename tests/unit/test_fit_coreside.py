@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from blazar.fit import FitRequest, coreside, plan
 from blazar.fit.devices import budget_bytes
-from tests.unit.fit_models import GiB, MiB, gemma3_270m, host, host_for_budget, transformer
+from tests.support.fit_models import GiB, MiB, gemma3_270m, host, host_for_budget, transformer
 
 
 def test_coreside_keeps_what_fits_in_priority_order_and_defers_the_rest() -> None:

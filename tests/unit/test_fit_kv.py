@@ -7,7 +7,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from blazar.fit.ggml_types import CACHE_TYPES, kv_bytes
 from blazar.fit.kv import context_shape, kv_layout, layer_geometry, swa_cells
-from tests.unit.fit_models import MiB, gemma3_270m, transformer
+from tests.support.fit_models import MiB, gemma3_270m, transformer
 
 
 @pytest.mark.parametrize("name", sorted(CACHE_TYPES))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from blazar.fit import FitPlan, FitRequest, budget_bytes, plan
 from blazar.fit.layout import assign_layers
-from tests.unit.fit_models import GiB, MiB, gemma3_270m, gpu, gpu_for_budget, host, host_for_budget, transformer
+from tests.support.fit_models import GiB, MiB, gemma3_270m, gpu, gpu_for_budget, host, host_for_budget, transformer
 
 
 def _cost(meta, devices, **req) -> int:

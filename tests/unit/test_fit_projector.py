@@ -7,7 +7,7 @@ from __future__ import annotations
 from blazar.events.projectors import EncoderShape, ProjectorMetadata
 from blazar.fit import FitRequest, plan
 from blazar.fit.projector import ProjectorCost, decide_placement, projector_cost, tokens_per_image
-from tests.unit.fit_models import GiB, MiB, gemma3_270m, gpu, host, transformer
+from tests.support.fit_models import GiB, MiB, gemma3_270m, gpu, host, transformer
 
 # The tiny test projector (tests/support/tiny_mmproj.py), as its header reads.
 TINY = ProjectorMetadata(projector_type="gemma3", modalities=["vision"], weights_bytes=242_944, tensor_count=23,

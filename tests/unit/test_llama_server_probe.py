@@ -9,7 +9,7 @@ import pytest
 from blazar.adapters.engines.llama_server import Capabilities, FlagSpec, build_argv, parse_help, parse_version
 from blazar.errors import EngineError, EngineIncompatible
 from blazar.fit.planner import FitRequest, plan
-from tests.unit.fit_models import GiB, gemma3_270m, host
+from tests.support.fit_models import GiB, gemma3_270m, host
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llama_server"
 BIN, MODEL = Path("/opt/llama-server"), Path("/models/gemma.gguf")

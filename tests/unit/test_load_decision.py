@@ -29,7 +29,7 @@ from blazar.instances.load_decision import (
     decide_load,
 )
 from blazar.projections.calibration import CalibrationState, shape_key
-from tests.unit.fit_models import GiB, MiB, gemma3_270m, host
+from tests.support.fit_models import GiB, MiB, gemma3_270m, host
 
 W1, W2 = "127.0.0.1:50061", "127.0.0.1:50062"
 # Gemma 3 270M on this host: about 353 MiB at 4096 tokens and 1 slot, 465 MiB at its full 32768; under a 330 MiB

@@ -22,10 +22,10 @@ from blazar.instances.live import ResolvedModel
 from blazar.projections import CatalogProjection, fold
 from blazar.projections.catalog import CatalogState, lora_users, refusals, stored
 from blazar.serving.lora import engine_lora
+from tests.support.catalog import META, imported
 from tests.support.events import rec
+from tests.support.fit_models import GiB, MiB, gpu, host, transformer
 from tests.support.tiny_lora import RANK, write_tiny_lora
-from tests.unit.fit_models import GiB, MiB, gpu, host, transformer
-from tests.unit.test_catalog import META, imported
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llama_server"
 META_LORA = LoraMetadata(architecture="llama", rank=4, alpha=8.0, tensor_bytes=4096, tensor_count=8)

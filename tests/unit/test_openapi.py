@@ -16,13 +16,9 @@ from blazar.api.app import create_app
 from blazar.context import Blazar
 from blazar.operations import keys
 from tests.support.asgi import LocalConductor as ASGIConductor
-from tests.unit.test_admin_api import FakeSupervisor
+from tests.support.fakes import FakeGateway, FakeSupervisor
 
 METHODS = ("get", "head", "post", "put", "patch", "delete", "options")
-
-
-class FakeGateway:
-    """The routes only keep a reference to the gateway when the app is assembled; nothing here calls it."""
 
 
 def _app(app: Blazar) -> falcon.asgi.App:

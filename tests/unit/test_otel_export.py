@@ -24,7 +24,7 @@ from blazar.adapters.otel.tracing import Tracing, _Sparse, resource_for
 from blazar.config import Settings
 from blazar.errors import ConfigError
 from blazar.projections.spans import Span, SpanEvent, SpanFold
-from tests.unit.test_spans import streamed_cold_queued
+from tests.support.events import streamed_cold_queued
 
 RESOURCE = resource_for("test")
 

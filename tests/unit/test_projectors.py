@@ -18,9 +18,9 @@ from blazar.projections.catalog import CatalogState, projector_users, stored
 from blazar.store.chat_templates import capabilities
 from blazar.store.projectors import projector_info
 from tests.support import gguf_factory
+from tests.support.catalog import imported
 from tests.support.events import rec
 from tests.support.tiny_mmproj import IMAGE_SIZE, PATCH_SIZE, SCALE_FACTOR, write_tiny_mmproj
-from tests.unit.test_catalog import imported
 
 VISION = ProjectorMetadata(projector_type="gemma3", modalities=["vision"], weights_bytes=242_944, tensor_count=23,
                            vision=EncoderShape(embedding_length=64, block_count=1, head_count=1, projection_dim=640,

@@ -6,70 +6,19 @@ from __future__ import annotations
 
 import base64
 from collections.abc import AsyncIterator
-from typing import Any
 
-import httpx2
 import orjson
 import pytest
 
 from blazar.api.app import create_app
 from blazar.context import Blazar
-from blazar.errors import ModelNotFound
-from blazar.instances.supervisor import Instance, ResolvedModel
 from blazar.serving.admission import Admission
 from blazar.serving.gateway import Gateway
 from tests.support.asgi import LocalConductor as ASGIConductor
-from tests.support.resolved import resolved
+from tests.support.fakes import FakeEngine, FakeSupervisor
 
 CHUNK = {"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "Hi"}}]}
 ENGINE_ERROR = {"error": {"code": 500, "message": "the slot died", "type": "server_error"}}
-
-
-class FakeSupervisor:
-    def __init__(self) -> None:
-        self.held = 0
-        self.ensured: list[dict[str, Any]] = []
-
-    def resolve(self, model: str) -> ResolvedModel:
-        if model == "missing":
-            raise ModelNotFound("model 'missing' not found")
-        return resolved(model)
-
-    async def ensure(self, model: ResolvedModel, **kw: Any) -> Instance:
-        name = model.name
-        self.ensured.append({"name": name, **kw})
-        return Instance(instance_id="i1", model=name, port=1, slots=2, ctx_tokens=4096, engine_tag="t")
-
-    def hold(self, inst: Instance) -> None:
-        self.held += 1
-
-    def unhold(self, inst: Instance) -> None:
-        self.held -= 1
-
-    def ps(self) -> list[dict[str, Any]]:
-        return []
-
-
-class FakeEngine:
-    """Answers each request with the next scripted stream (SSE events) or body."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-        self.sent: list[tuple[str, dict[str, Any]]] = []
-
-    async def open(self, base_url: str, path: str, body: bytes, *, api_key: str | None = None) -> httpx2.Response:
-        self.sent.append((path, orjson.loads(body)))
-        blocks = [b"data: " + orjson.dumps(e) + b"\n\n" for e in self.events]
-
-        async def stream() -> AsyncIterator[bytes]:
-            for block in blocks:
-                yield block
-
-        return httpx2.Response(200, content=stream(), headers={"content-type": "text/event-stream"})
-
-    async def count_tokens(self, base_url: str, route: str, body: dict[str, Any], *, api_key: str | None = None
-                           ) -> int:
-        return 10
 
 
 @pytest.fixture
@@ -79,7 +28,7 @@ def sup() -> FakeSupervisor:
 
 @pytest.fixture
 def engine() -> FakeEngine:
-    return FakeEngine()
+    return FakeEngine(events=[])
 
 
 @pytest.fixture

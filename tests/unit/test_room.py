@@ -20,7 +20,7 @@ from blazar.instances.room import RoomMaker
 from blazar.instances.stopping import Stopper
 from blazar.operations.config import set_value
 from blazar.store.engines import ActiveEngine
-from tests.unit.fit_models import GiB, MiB, gemma3_270m, host
+from tests.support.fit_models import GiB, MiB, gemma3_270m, host
 
 META = gemma3_270m()
 MODEL = ResolvedModel(name="gemma", path=Path("/store/gemma.gguf"), metadata=META)

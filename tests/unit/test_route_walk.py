@@ -22,8 +22,7 @@ from blazar.api.app import create_app
 from blazar.context import Blazar
 from blazar.operations import keys
 from tests.support.asgi import LocalConductor
-from tests.unit.test_admin_api import FakeSupervisor
-from tests.unit.test_openapi import FakeGateway
+from tests.support.fakes import FakeGateway, FakeSupervisor
 
 TOKEN = "blzadm_the-daemons-token"
 CLUSTER = "cluster-secret-0123456789abcdef-0123456789"

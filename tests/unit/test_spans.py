@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import hashlib
 
-from blazar.events import Recorded
 from blazar.events.requests import (
-    Evicted,
     MediaFacts,
     RequestAdmitted,
     RequestCompleted,
@@ -20,34 +18,14 @@ from blazar.events.requests import (
     RequestRouted,
 )
 from blazar.projections.spans import Span, SpanFold, otel_trace_id, span_ids
-from tests.support.events import rec
+from tests.support.events import TRACE, TRACE_TS, rec, streamed_cold_queued
 
-T = "0af7651916cd43dd8448eb211c80319c"
-S = 1_700_000_000.0  # the received event's ts
+T = TRACE
+S = TRACE_TS  # the received event's ts
 
 
 def ns(ts: float) -> int:
     return round(ts * 1e9)
-
-
-def streamed_cold_queued(trace: str = T, *, actor: str = "daemon:test", **received: object) -> list[Recorded]:
-    """received -> routed (cold, evicting one) -> queued -> admitted -> first token -> completed."""
-    return [
-        rec(1, RequestReceived(trace_id=trace, dialect="openai", route="/v1/chat/completions", model="gemma",
-                               stream=True, max_tokens=32, **received), ts=S, actor=actor),  # type: ignore[arg-type]
-        rec(2, RequestRouted(trace_id=trace, model="gemma3-270m", instance_id="i2", port=40001, cold=True,
-                             load_ms=800, evicted=[Evicted(model="qwen", instance_id="i1", reason="memory")]),
-            ts=S + 1.0, actor=actor),
-        rec(3, RequestQueued(trace_id=trace, model="gemma3-270m", instance_id="i2", position=1, depth=1, slots=1,
-                             busy=1), ts=S + 1.1, actor=actor),
-        rec(4, RequestAdmitted(trace_id=trace, model="gemma3-270m", instance_id="i2", waited_ms=400.0, slots=1,
-                               busy=1), ts=S + 1.5, actor=actor),
-        rec(5, RequestFirstToken(trace_id=trace, model="gemma3-270m", ttft_ms=1700.0), ts=S + 1.7, actor=actor),
-        rec(6, RequestCompleted(trace_id=trace, model="gemma3-270m", instance_id="i2", duration_ms=2500.0,
-                                prompt_tokens=12, completion_tokens=20, finish_reason="length", chunks=21,
-                                engine_timings={"prompt_ms": 150.0, "predicted_ms": 700.0,
-                                                "predicted_per_second": 28.5}), ts=S + 2.5, actor=actor),
-    ]
 
 
 def only(trees: list[tuple[Span, ...]]) -> dict[str, Span]:

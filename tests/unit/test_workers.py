@@ -26,7 +26,7 @@ from blazar.projections.base import fold
 from blazar.projections.residency import ResidencyProjection, ResidencyState, instances
 from blazar.projections.workers import WorkersProjection, WorkersState, workers
 from tests.support.events import rec
-from tests.unit.fit_models import GiB, MiB, gemma3_270m, gpu, host
+from tests.support.fit_models import GiB, MiB, gemma3_270m, gpu, host
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llama_server"
 BIN, MODEL = Path("/opt/llama-server"), Path("/models/gemma.gguf")
