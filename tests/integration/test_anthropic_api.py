@@ -11,10 +11,10 @@ import httpx2
 import jsonschema
 import pytest
 
-from tests.integration import test_openai_api
+from tests.support import sdk_daemons
 from tests.support.sdk_daemons import MODEL, OpenAIDaemon
 
-daemon = test_openai_api.daemon  # the same module-scoped real daemon, started afresh for this module
+daemon = sdk_daemons.openai_daemon  # the same module-scoped real daemon, started afresh for this module
 
 
 WEATHER = {"name": "get_weather", "description": "The weather in a city",

@@ -3,26 +3,18 @@ the real llama-server and the real Gemma 3 270M."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx2
 import ollama
 import pytest
 
 import blazar
 from blazar.api.ollama import OLLAMA_API_VERSION
+from tests.support import sdk_daemons
 from tests.support.sdk_daemons import MODEL, OllamaDaemon
-from tests.support.serving import blazar_cli, serving_gemma
+from tests.support.serving import blazar_cli
 
 _cli = blazar_cli
-
-
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_path: Path) -> Iterator[OllamaDaemon]:
-    home = tmp_path_factory.mktemp("ollama-home")
-    with serving_gemma(home, engine_binary, gemma_path, MODEL, {"ctx": 1024}) as (port, proc):
-        yield OllamaDaemon(home, port, proc)
+daemon = sdk_daemons.ollama_daemon  # the module-scoped real daemon
 
 
 def test_root_and_version(daemon: OllamaDaemon) -> None:

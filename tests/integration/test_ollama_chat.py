@@ -11,12 +11,12 @@ import jsonschema
 import ollama
 import pytest
 
-from tests.integration import test_ollama_api
+from tests.support import sdk_daemons
 from tests.support.blazar_home import read_events
 from tests.support.daemon import wait_for
 from tests.support.sdk_daemons import MODEL, OllamaDaemon
 
-daemon = test_ollama_api.daemon
+daemon = sdk_daemons.ollama_daemon
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99},
                                            "color": {"enum": ["red", "blue"]}},

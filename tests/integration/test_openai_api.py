@@ -9,31 +9,18 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx2
 import openai
 import pytest
 
+from tests.support import sdk_daemons
 from tests.support.daemon import wait_for
-from tests.support.sdk_daemons import MODEL, OpenAIDaemon
-from tests.support.serving import blazar_cli, serving_gemma
-
-SLOTS = 2
-QUEUE_DEPTH = 2
-CTX = 1024
-
+from tests.support.sdk_daemons import CTX, MODEL, QUEUE_DEPTH, SLOTS, OpenAIDaemon
+from tests.support.serving import blazar_cli
 
 _cli = blazar_cli
-
-
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_path: Path) -> Iterator[OpenAIDaemon]:
-    home = tmp_path_factory.mktemp("openai-home")
-    settings = {"ctx": CTX, "slots": SLOTS, "queue_depth": QUEUE_DEPTH, "queue_timeout_s": 60}
-    with serving_gemma(home, engine_binary, gemma_path, MODEL, settings) as (port, proc):
-        yield OpenAIDaemon(home, port, proc)
+daemon = sdk_daemons.openai_daemon  # the module-scoped real daemon
 
 
 def test_models_lists_the_store(daemon: OpenAIDaemon) -> None:

@@ -10,10 +10,10 @@ import jsonschema
 import openai
 import pytest
 
-from tests.integration import test_openai_api
+from tests.support import sdk_daemons
 from tests.support.sdk_daemons import MODEL, OpenAIDaemon
 
-daemon = test_openai_api.daemon
+daemon = sdk_daemons.openai_daemon
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city",

@@ -1,21 +1,28 @@
 """A running `blazar serve` as the SDK suites hold it: clients of the official SDKs, its home's events, the CLI on
-its home. The module-scoped fixture that starts the daemon stays with each suite."""
+its home; and the module-scoped fixtures that start one for a suite (`daemon = sdk_daemons.openai_daemon` in a test
+module gives it its own daemon, started afresh for that module)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import ollama
 import openai
+import pytest
 
 from tests.support.blazar_home import read_events
 from tests.support.daemon import wait_for
-from tests.support.serving import blazar_cli
+from tests.support.serving import blazar_cli, serving_gemma
 
 # The name the dialect suites import the real Gemma under (serving_gemma's `model`).
 MODEL = "gemma"
+# The OpenAI suites' daemon: its context, slots and queue (the tests of bounds and queueing read them).
+SLOTS = 2
+QUEUE_DEPTH = 2
+CTX = 1024
 # A question any model answers with a sentence (the variant suites' chats).
 QUESTION = [{"role": "user", "content": "Write one sentence about the sea."}]
 
@@ -81,3 +88,22 @@ class VariantsDaemon:
         r = self.ollama().chat(model=model, messages=messages or QUESTION, options={"num_predict": 1, **options})
         assert r.prompt_eval_count
         return r.prompt_eval_count
+
+
+@pytest.fixture(scope="module")
+def openai_daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_path: Path
+                  ) -> Iterator[OpenAIDaemon]:
+    """The OpenAI suites' daemon: the real Gemma as MODEL, CTX, SLOTS and QUEUE_DEPTH."""
+    home = tmp_path_factory.mktemp("openai-home")
+    settings = {"ctx": CTX, "slots": SLOTS, "queue_depth": QUEUE_DEPTH, "queue_timeout_s": 60}
+    with serving_gemma(home, engine_binary, gemma_path, MODEL, settings) as (port, proc):
+        yield OpenAIDaemon(home, port, proc)
+
+
+@pytest.fixture(scope="module")
+def ollama_daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_path: Path
+                  ) -> Iterator[OllamaDaemon]:
+    """The Ollama suites' daemon: the real Gemma as MODEL, a 1024-token context."""
+    home = tmp_path_factory.mktemp("ollama-home")
+    with serving_gemma(home, engine_binary, gemma_path, MODEL, {"ctx": 1024}) as (port, proc):
+        yield OllamaDaemon(home, port, proc)
