@@ -99,7 +99,7 @@ def test_the_argv_carries_the_projector_and_no_offload_only_when_planned_on_the_
 
     from blazar.adapters.engines.llama_server import build_argv, parse_help
 
-    caps = parse_help((Path(__file__).resolve().parents[1] / "fixtures" / "llama_server" / "help.txt").read_text())
+    caps = parse_help((Path(__file__).resolve().parents[2] / "fixtures" / "llama_server" / "help.txt").read_text())
     proj = Path("/home/models/mmproj/ab.gguf")
     meta = transformer(n_layer=8, layer_bytes=200 * MiB, input_bytes=10 * MiB, output_bytes=10 * MiB)
     roomy = plan(meta, [gpu(16 * GiB), host(32 * GiB)], FitRequest(ctx=4096, projector=SIGLIP))

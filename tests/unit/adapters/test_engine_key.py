@@ -13,7 +13,7 @@ from blazar.adapters.engines.process import child_env
 from blazar.paths import Paths
 from blazar.queries.file_modes import loose_modes
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llama_server"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "llama_server"
 
 
 def test_a_child_gets_its_own_key_through_a_0600_file(tmp_path: Path) -> None:

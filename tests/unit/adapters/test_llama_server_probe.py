@@ -11,7 +11,7 @@ from blazar.errors import EngineError, EngineIncompatible
 from blazar.fit.planner import FitRequest, plan
 from tests.support.fit_models import GiB, gemma3_270m, host
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llama_server"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "llama_server"
 BIN, MODEL = Path("/opt/llama-server"), Path("/models/gemma.gguf")
 
 

@@ -28,7 +28,7 @@ from blazar.projections.workers import WorkersProjection, WorkersState, workers
 from tests.support.events import rec
 from tests.support.fit_models import GiB, MiB, gemma3_270m, gpu, host
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llama_server"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "llama_server"
 BIN, MODEL = Path("/opt/llama-server"), Path("/models/gemma.gguf")
 W1, W2 = "127.0.0.1:50061", "127.0.0.1:50062"
 

@@ -22,7 +22,7 @@ from blazar.projections import all_projections
 from blazar.projections.base import TypedState
 from blazar.projections.runner import ProjectionRunner
 
-BLAZAR = Path(__file__).resolve().parents[2] / "blazar"
+BLAZAR = Path(__file__).resolve().parents[3] / "blazar"
 
 # Fields of a reader's typed result that hold JSON as recorded, by design: the engine probe's output, which the
 # adapters' EngineVersion and Capabilities validate (projections may not import adapters).

@@ -27,7 +27,7 @@ from tests.support.events import rec
 from tests.support.fit_models import GiB, MiB, gpu, host, transformer
 from tests.support.tiny_lora import RANK, write_tiny_lora
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llama_server"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "llama_server"
 META_LORA = LoraMetadata(architecture="llama", rank=4, alpha=8.0, tensor_bytes=4096, tensor_count=8)
 
 
