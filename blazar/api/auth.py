@@ -35,8 +35,8 @@ class Access(StrEnum):
     ADMIN = "admin"      # an --admin key, or the CLI's admin token
 
 
-# NOTE: one rule per URI template, as routes are added in blazar/api/ (tests/unit/test_route_walk.py fails on a route
-# without a rule, or a rule without a route); a template missing here is ADMIN. To open a route to every key (the
+# NOTE: one rule per URI template, as routes are added in blazar/api/ (tests/unit/api/test_route_walk.py fails on a
+# route without a rule, or a rule without a route); a template missing here is ADMIN. To open a route to every key (the
 # sessions, say), its handler must first show and touch only what belongs to `principal_of(req)`; then mark it KEY.
 ROUTES: dict[str, Access] = {
     "/health": Access.OPEN,

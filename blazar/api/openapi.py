@@ -1,6 +1,6 @@
 """`GET /openapi.json`: an OpenAPI 3.1 document of every route the daemon serves, request bodies derived from the
 resources' own pydantic models where they have one (so the document cannot drift from what is validated), the rest
-and the answers written here. tests/unit/test_openapi.py walks the router to keep it true; tests/integration/
+and the answers written here. tests/unit/api/test_openapi.py walks the router to keep it true; tests/integration/
 test_schemathesis.py fuzzes the daemon against it."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ on them). `decide_give_way` says whether a running instance of the same model gi
 at a large context and embeddings, say, reloads the model once, not at every turn).
 
 The RoomMaker (instances/room.py) observes, carries each answer out and records it. No I/O, no clock: the same
-situation always gets the same answer, so the tests are tables (tests/unit/test_load_decision.py).
+situation always gets the same answer, so the tests are tables (tests/unit/instances/test_load_decision.py).
 """
 
 from __future__ import annotations

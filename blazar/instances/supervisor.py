@@ -62,7 +62,7 @@ __all__ = [
     "restart_delay",
 ]
 
-# The name tests/unit/test_dead_engine.py builds a child's record by.
+# The name tests/unit/serving/test_dead_engine.py builds a child's record by.
 _Live = Live
 
 log = logging.getLogger("blazar.supervisor")

@@ -112,7 +112,8 @@ class ProjectionRunner:
     # -- queries -------------------------------------------------------------------------------------------
 
     # One overload per projection: `state("catalog")` is a CatalogState, which only blazar.projections.catalog's
-    # readers open (tests/unit/test_typed_state.py checks each overload names its projection's own state_type).
+    # readers open (tests/unit/projections/test_typed_state.py checks each overload names its projection's own
+    # state_type).
     @overload
     def state(self, name: Literal["audit"]) -> AuditState: ...
     @overload
@@ -156,7 +157,8 @@ class ProjectionRunner:
 
     def raw_state(self, name: str) -> State:
         """Projection `name`'s plain JSON state: for replay checks and the tests of the projection itself. Code
-        outside blazar/projections/ reads `state(name)` through the readers (tests/unit/test_typed_state.py)."""
+        outside blazar/projections/ reads `state(name)` through the readers
+        (tests/unit/projections/test_typed_state.py)."""
         return self._slots[name].state
 
     def views(self) -> dict[str, Any]:

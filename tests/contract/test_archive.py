@@ -14,14 +14,14 @@ from blazar.events.archive import LogArchived
 from blazar.events.base import Recorded
 from blazar.events.log import EventLog
 from blazar.operations.archive import archive
-from tests.contract.test_reads import CASES, T0, _seed, _seqs
+from tests.contract.seeded import CASES, T0, seed, seqs
 from tests.contract.workload import aliased, received
 
 
 @pytest.fixture
 async def seeded(event_log: EventLog, clock: FakeClock) -> list[Recorded]:
     assert clock.now() == T0
-    return await _seed(event_log, clock)
+    return await seed(event_log, clock)
 
 
 async def _live_seqs(log: EventLog) -> list[int]:
@@ -50,7 +50,7 @@ async def test_every_read_answers_as_before_archiving(
     await archive(event_log, cutoff=T0 + 70, now=T0 + 100)
     assert 3 not in await _live_seqs(event_log) and 7 not in await _live_seqs(event_log)
     for batch in (1, 2, 3, 5000):  # seq 10 is the log.archived event itself
-        assert [s for s in await _seqs(event_log, batch=batch, **filters) if s != 10] == expected, batch
+        assert [s for s in await seqs(event_log, batch=batch, **filters) if s != 10] == expected, batch
 
 
 async def test_records_lookups_and_time_answer_across_the_archive(
@@ -73,7 +73,7 @@ async def test_segments_chain_one_to_the_next(event_log: EventLog, clock: FakeCl
     second = (await archive(event_log, cutoff=clock.now() + 1, now=clock.now())).segments
     assert [s.segment for s in second] == [2]
     assert second[0].prev == first.head and second[0].first_seq == first.last_seq + 1
-    assert await _seqs(event_log, trace_id="t9-0000") == [11]
+    assert await seqs(event_log, trace_id="t9-0000") == [11]
 
 
 async def test_a_segment_of_many_blocks_and_segments_reads_back_in_order(
@@ -119,12 +119,12 @@ async def test_an_altered_or_missing_segment_is_named_when_read(event_log: Event
     data.write_bytes(bytes(raw))
     event_log.archive.forget()
     with pytest.raises(SegmentBroken, match=seg.name):
-        await _seqs(event_log, trace_id="t1-0000")
+        await seqs(event_log, trace_id="t1-0000")
     data.unlink()
     with pytest.raises(SegmentMissing, match=seg.name):
-        await _seqs(event_log)
+        await seqs(event_log)
     # Reads that do not reach the archived range never open it.
-    assert await _seqs(event_log, after=6) == [7, 8, 9, 10]
+    assert await seqs(event_log, after=6) == [7, 8, 9, 10]
 
 
 async def test_a_copy_of_an_archived_log_keeps_its_ranges_and_reads_the_same(
@@ -191,7 +191,7 @@ async def test_the_index_across_segments_finds_a_trace_in_one_look_up_and_is_reb
     # Derived: deleted, it is made again; one that lists another archive's segment (another sha256) is rebuilt.
     index.unlink()
     store.forget()
-    assert await _seqs(event_log, trace_id="t9-0000") == [11] and index.is_file()
+    assert await seqs(event_log, trace_id="t9-0000") == [11] and index.is_file()
     import sqlite3
 
     with sqlite3.connect(index) as conn:
@@ -199,4 +199,4 @@ async def test_the_index_across_segments_finds_a_trace_in_one_look_up_and_is_reb
         conn.execute("DELETE FROM traces WHERE segment = 1")
     store.forget()
     assert await event_log.has_trace("t1-0000")
-    assert await _seqs(event_log, trace_id="t1-0000") == [3, 4, 5]
+    assert await seqs(event_log, trace_id="t1-0000") == [3, 4, 5]

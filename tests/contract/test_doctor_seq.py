@@ -15,7 +15,7 @@ from blazar.operations.archive import archive
 from blazar.operations.doctor import logdb, logdb_pg
 from blazar.operations.doctor.report import Check
 from tests.contract.backends import Backend
-from tests.contract.test_reads import T0, _seed
+from tests.contract.seeded import T0, seed
 
 
 async def _seq(backend: Backend) -> Check:
@@ -36,7 +36,7 @@ async def _delete_behind_the_triggers(log: EventLog, backend: Backend, seq: int)
 @pytest.fixture
 async def archived(event_log: EventLog, clock: FakeClock) -> EventLog:
     """The nine events of the reads suite; seqs 3 and 4 (request.received) archived in range 1..6, seq 10 records it."""
-    await _seed(event_log, clock)
+    await seed(event_log, clock)
     run = await archive(event_log, cutoff=T0 + 50, now=T0 + 100)
     assert [(s.first_seq, s.last_seq, s.count) for s in run.segments] == [(1, 6, 2)]
     return event_log
@@ -63,7 +63,7 @@ async def test_an_event_deleted_outside_every_archived_range_is_named(backend: B
 
 async def test_a_log_never_archived_keeps_its_plain_verdicts(backend: Backend, event_log: EventLog,
                                                             clock: FakeClock) -> None:
-    await _seed(event_log, clock)
+    await seed(event_log, clock)
     assert (await _seq(backend)).observation == "seq 1..9 without gaps (9 events)"
     await _delete_behind_the_triggers(event_log, backend, 1)
     check = await _seq(backend)

@@ -10,76 +10,25 @@ import pytest
 from blazar.clock import FakeClock
 from blazar.events.base import Recorded
 from blazar.events.log import EventLog, row_to_recorded
-from blazar.events.models import ModelAliased
 from blazar.events.requests import RequestReceived
-from blazar.events.system import SnapshotTaken
+from tests.contract.seeded import CASES, T0, seed, seqs
 from tests.contract.workload import aliased, received
-
-T0 = 1_700_000_000.0
-
-
-async def _seed(log: EventLog, clock: FakeClock) -> list[Recorded]:
-    """Nine events over 80 s: three models, two traces, one snapshot.taken."""
-    out: list[Recorded] = []
-    out += await log.append([aliased("qwen", 0), aliased("llama", 1)], actor="cli:alice")  # 1, 2 at T0
-    clock.advance(10)
-    out += await log.append(received("t1", 0), actor="gateway", trace_id="t1-0000")  # 3 at T0+10
-    out += await log.append(received("t1", 1), actor="gateway", trace_id="t1-0000", cause=3)  # 4
-    clock.advance(10)
-    out += await log.append(aliased("qwen", 2), actor="cli:bob", trace_id="t1-0000")  # 5 at T0+20
-    clock.advance(20)
-    snap = SnapshotTaken(path="/s/1", seq_last=5, event_count=5, db_sha256="0" * 64)
-    out += await log.append(snap, actor="daemon")  # 6 at T0+40
-    clock.advance(20)
-    out += await log.append(received("t2", 0), actor="gateway", trace_id="t2-0000")  # 7 at T0+60
-    clock.advance(20)
-    out += await log.append([aliased("gemma", 3), aliased("qwen", 4)], actor="cli:alice")  # 8, 9 at T0+80
-    return out
 
 
 @pytest.fixture
 async def seeded(event_log: EventLog, clock: FakeClock) -> list[Recorded]:
     assert clock.now() == T0
-    return await _seed(event_log, clock)
-
-
-async def _seqs(log: EventLog, **filters: Any) -> list[int]:
-    return [rec.seq async for rec in log.read(**filters)]
-
-
-CASES: list[tuple[str, dict[str, Any], list[int]]] = [
-    ("everything", {}, [1, 2, 3, 4, 5, 6, 7, 8, 9]),
-    ("after is exclusive", {"after": 4}, [5, 6, 7, 8, 9]),
-    ("upto is inclusive", {"upto": 3}, [1, 2, 3]),
-    ("a range", {"after": 2, "upto": 5}, [3, 4, 5]),
-    ("an empty range", {"after": 5, "upto": 5}, []),
-    ("past the end", {"after": 9}, []),
-    ("one type", {"types": [ModelAliased.TYPE]}, [1, 2, 5, 8, 9]),
-    ("two types", {"types": [RequestReceived.TYPE, SnapshotTaken.TYPE]}, [3, 4, 6, 7]),
-    ("an unknown type", {"types": ["never.happened"]}, []),
-    ("a stream", {"stream": "model:qwen"}, [1, 5, 9]),
-    ("a trace stream", {"stream": "trace:t1-0001"}, [4]),
-    ("a trace id", {"trace_id": "t1-0000"}, [3, 4, 5]),  # the envelope's trace id, across streams and types
-    ("an unknown trace id", {"trace_id": "nope"}, []),
-    ("since is inclusive", {"since": T0 + 20}, [5, 6, 7, 8, 9]),
-    ("until is inclusive", {"until": T0 + 10}, [1, 2, 3, 4]),
-    ("a time window", {"since": T0 + 5, "until": T0 + 45}, [3, 4, 5, 6]),
-    ("a limit", {"limit": 4}, [1, 2, 3, 4]),
-    ("a limit after a seq", {"after": 6, "limit": 2}, [7, 8]),
-    ("a limit of zero", {"limit": 0}, []),
-    ("type and stream", {"types": [ModelAliased.TYPE], "stream": "model:qwen", "after": 1}, [5, 9]),
-    ("trace, type and range", {"trace_id": "t1-0000", "types": [RequestReceived.TYPE], "upto": 3}, [3]),
-]
+    return await seed(event_log, clock)
 
 
 @pytest.mark.parametrize(("filters", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 async def test_read_filters_select_exactly_the_matching_events_in_seq_order(
     event_log: EventLog, seeded: list[Recorded], filters: dict[str, Any], expected: list[int]
 ) -> None:
-    assert await _seqs(event_log, **filters) == expected
+    assert await seqs(event_log, **filters) == expected
     # Batch size never changes the answer, however the batches fall.
     for batch in (1, 2, 3):
-        assert await _seqs(event_log, batch=batch, **filters) == expected, batch
+        assert await seqs(event_log, batch=batch, **filters) == expected, batch
 
 
 async def test_read_returns_each_event_as_it_was_appended(event_log: EventLog, seeded: list[Recorded]) -> None:
@@ -115,11 +64,11 @@ async def test_a_read_sees_one_snapshot_even_when_events_land_between_its_batche
         if len(seen) == 2:
             await second_log.append([aliased("late", i) for i in range(3)], actor="other")
     assert seen == list(range(1, 10))
-    assert await _seqs(event_log, after=9) == [10, 11, 12]
+    assert await seqs(event_log, after=9) == [10, 11, 12]
 
 
 async def test_an_empty_log_reads_as_empty(event_log: EventLog) -> None:
-    assert await _seqs(event_log) == []
+    assert await seqs(event_log) == []
     assert [rows async for rows in event_log.read_rows()] == []
     assert await event_log.last_seq() == 0
 

@@ -11,10 +11,10 @@ import httpx2
 import jsonschema
 import pytest
 
-from tests.integration import test_openai_api
-from tests.integration.test_openai_api import MODEL, Daemon
+from tests.support import sdk_daemons
+from tests.support.sdk_daemons import MODEL, OpenAIDaemon
 
-daemon = test_openai_api.daemon  # the same module-scoped real daemon, started afresh for this module
+daemon = sdk_daemons.openai_daemon  # the same module-scoped real daemon, started afresh for this module
 
 
 WEATHER = {"name": "get_weather", "description": "The weather in a city",
@@ -25,12 +25,12 @@ TIME = {"name": "get_time", "description": "The time in a timezone",
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
-def client(d: Daemon) -> anthropic.Anthropic:
+def client(d: OpenAIDaemon) -> anthropic.Anthropic:
     # The SDK sends x-api-key and anthropic-version on every request: Blazar accepts both.
     return anthropic.Anthropic(base_url=d.base, api_key="unused", max_retries=0, timeout=120)
 
 
-def test_messages_answer_with_content_and_usage(daemon: Daemon) -> None:
+def test_messages_answer_with_content_and_usage(daemon: OpenAIDaemon) -> None:
     raw = client(daemon).messages.with_raw_response.create(
         model=MODEL, max_tokens=5, system="Be brief.", messages=[{"role": "user", "content": "Hello"}])
     msg = raw.parse()
@@ -42,7 +42,7 @@ def test_messages_answer_with_content_and_usage(daemon: Daemon) -> None:
     assert received["dialect"] == "anthropic" and received["route"] == "/v1/messages"
 
 
-def test_messages_stream_the_full_event_sequence(daemon: Daemon) -> None:
+def test_messages_stream_the_full_event_sequence(daemon: OpenAIDaemon) -> None:
     with client(daemon).messages.stream(model=MODEL, max_tokens=5,
                                         messages=[{"role": "user", "content": "Count"}]) as stream:
         kinds = [event.type for event in stream]
@@ -60,7 +60,7 @@ def test_messages_stream_the_full_event_sequence(daemon: Daemon) -> None:
     assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
 
 
-def test_multi_turn_with_sampling_and_stop_sequences(daemon: Daemon) -> None:
+def test_multi_turn_with_sampling_and_stop_sequences(daemon: OpenAIDaemon) -> None:
     msg = client(daemon).messages.create(
         model=MODEL, max_tokens=6, stop_sequences=["\n\n"],
         extra_body={"temperature": 0.3, "top_p": 0.9, "top_k": 20},  # this SDK no longer names them
@@ -71,7 +71,7 @@ def test_multi_turn_with_sampling_and_stop_sequences(daemon: Daemon) -> None:
 
 
 @pytest.mark.parametrize("choice", [{"type": "any"}, {"type": "tool", "name": "get_time"}])
-def test_a_forced_tool_choice_is_a_tool_use_and_its_result_goes_back(daemon: Daemon, choice: dict) -> None:
+def test_a_forced_tool_choice_is_a_tool_use_and_its_result_goes_back(daemon: OpenAIDaemon, choice: dict) -> None:
     c = client(daemon)
     msg = c.messages.create(model=MODEL, max_tokens=80, extra_body={"temperature": 0}, messages=ASK,
                             tools=[WEATHER, TIME], tool_choice=choice)
@@ -88,7 +88,7 @@ def test_a_forced_tool_choice_is_a_tool_use_and_its_result_goes_back(daemon: Dae
     assert follow.role == "assistant" and prompt(follow) > prompt(msg)
 
 
-def test_a_streamed_tool_use_assembles(daemon: Daemon) -> None:
+def test_a_streamed_tool_use_assembles(daemon: OpenAIDaemon) -> None:
     with client(daemon).messages.stream(model=MODEL, max_tokens=80, extra_body={"temperature": 0}, messages=ASK,
                                         tools=[WEATHER], tool_choice={"type": "tool", "name": "get_weather"}) as stream:
         events = list(stream)
@@ -103,12 +103,12 @@ def test_a_streamed_tool_use_assembles(daemon: Daemon) -> None:
     jsonschema.validate(use.input, WEATHER["input_schema"])
 
 
-def test_count_tokens(daemon: Daemon) -> None:
+def test_count_tokens(daemon: OpenAIDaemon) -> None:
     n = client(daemon).messages.count_tokens(model=MODEL, messages=[{"role": "user", "content": "hello there"}])
     assert n.input_tokens > 0
 
 
-def test_errors_take_anthropics_shape(daemon: Daemon) -> None:
+def test_errors_take_anthropics_shape(daemon: OpenAIDaemon) -> None:
     with pytest.raises(anthropic.NotFoundError) as e:
         client(daemon).messages.create(model="nosuch", max_tokens=5, messages=[{"role": "user", "content": "x"}])
     assert e.value.body["type"] == "error" and e.value.body["error"]["type"] == "not_found_error"
@@ -119,7 +119,7 @@ def test_errors_take_anthropics_shape(daemon: Daemon) -> None:
     assert "max_tokens" in r.json()["error"]["message"]
 
 
-def test_structured_output_parses_and_matches(daemon: Daemon) -> None:
+def test_structured_output_parses_and_matches(daemon: OpenAIDaemon) -> None:
     schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99},
                                                "color": {"enum": ["red", "blue"]}},
               "required": ["n", "color"], "additionalProperties": False}
@@ -134,7 +134,7 @@ def test_structured_output_parses_and_matches(daemon: Daemon) -> None:
     assert "output_config.format.schema" in e.value.body["error"]["message"]
 
 
-def test_bad_tools_are_400s_in_anthropics_shape(daemon: Daemon) -> None:
+def test_bad_tools_are_400s_in_anthropics_shape(daemon: OpenAIDaemon) -> None:
     for body in ({"tools": [WEATHER], "tool_choice": {"type": "tool", "name": "nope"}},
                  {"tools": [{**WEATHER, "input_schema": {"type": "object", "properties": 3}}]},
                  {"tools": [{"type": "web_search_20250305", "name": "web_search"}]}):

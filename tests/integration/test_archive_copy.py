@@ -13,8 +13,7 @@ import pytest
 from blazar.clock import FakeClock
 from blazar.paths import Paths
 from tests.conftest import Cli
-from tests.integration.test_snapshot_segments import _reads
-from tests.support.archived import seed_archived
+from tests.support.archived import reads, seed_archived
 from tests.support.postgres import cluster
 
 
@@ -39,13 +38,13 @@ async def test_an_archived_sqlite_log_still_refuses_a_gap_it_does_not_explain(pa
 async def test_migrate_to_postgresql_takes_the_archived_ranges_along(cli: Cli, paths: Paths, clock: FakeClock,
                                                                      pg_url: str, tmp_path: Path) -> None:
     await seed_archived(paths, clock)
-    before = _reads(cli)
+    before = reads(cli)
     live = _live_seqs(paths)
     done = cli("db", "migrate-to", pg_url, "--json").json()
     assert done["events"] == len(live)
     cli.env["BLAZAR_DATABASE_URL"] = pg_url
     assert cli("db", "status", "--json").json()["events"] == len(live)
-    assert _reads(cli) == before
+    assert reads(cli) == before
     assert cli("audit", "verify", "--archive").stdout.startswith("ok: 3 segments, 12 events")
 
     # A snapshot of the PostgreSQL log carries its ranges and segments; restored into a new SQLite home it reads
@@ -56,19 +55,19 @@ async def test_migrate_to_postgresql_takes_the_archived_ranges_along(cli: Cli, p
     other = Cli(tmp_path / "other")
     other.home.mkdir()
     other("restore", str(snap))
-    assert _reads(other) == before
+    assert reads(other) == before
     assert other("audit", "verify", "--archive").stdout.startswith("ok: 3 segments")
 
 
 async def test_a_snapshot_restored_onto_postgresql_keeps_its_archive(cli: Cli, paths: Paths, clock: FakeClock,
                                                                     pg_url: str, tmp_path: Path) -> None:
     await seed_archived(paths, clock)
-    before = _reads(cli)
+    before = reads(cli)
     snap = tmp_path / "snap"
     cli("snapshot", str(snap))
     other = Cli(tmp_path / "other")
     other.home.mkdir()
     other.env["BLAZAR_DATABASE_URL"] = pg_url
     other("restore", str(snap))
-    assert _reads(other) == before
+    assert reads(other) == before
     assert other("audit", "verify", "--archive").stdout.startswith("ok: 3 segments, 12 events")

@@ -11,8 +11,9 @@ import openai
 
 from blazar.adapters.engines.tiny_model import write_tiny_model
 from tests.conftest import Cli
-from tests.integration.test_log_archive_cli import seed_history
-from tests.integration.test_run_cli import fake_engine, free_port, stop_daemon
+from tests.support.blazar_home import seed_history
+from tests.support.daemon import free_port, stop_home_daemon
+from tests.support.fake_serving import fake_engine
 
 # The first scheduled run comes archive_every_s (10 s) after start-up; this bounds the wait generously.
 WAIT_S = 90.0
@@ -52,4 +53,4 @@ def test_the_daemon_archives_on_its_schedule_while_it_serves(cli: Cli, tmp_path:
         assert status["archive"]["count"] == 1 and status["retention"]["archivable_now"] == 0
         assert status["types"]["request.completed"]["live"] >= served + 3
     finally:
-        stop_daemon(cli.home)
+        stop_home_daemon(cli.home)

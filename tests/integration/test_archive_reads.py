@@ -20,8 +20,8 @@ from blazar.operations.archive import archive
 from blazar.paths import Paths
 from blazar.queries.archive_verify import verify_archive
 from blazar.queries.why import MIN_PREFIX
-from tests.integration.test_daemon import wait_for
 from tests.support.blazar_home import read_events
+from tests.support.daemon import wait_for
 from tests.support.serving import blazar_cli, serving_gemma, stop_daemon
 
 MODEL = "gemma"

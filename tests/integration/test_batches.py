@@ -18,8 +18,8 @@ from typing import Any
 import openai
 import pytest
 
-from tests.integration.test_daemon import free_port, healthy, wait_for
 from tests.support.blazar_home import read_events
+from tests.support.daemon import free_port, healthy, wait_for
 from tests.support.serving import blazar_cli, serving_gemma, stop_daemon
 
 MODEL = "gemma"

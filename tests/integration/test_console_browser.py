@@ -22,7 +22,7 @@ import openai
 import pytest
 
 from blazar.api.console_follow import MAX_FOLLOWERS
-from tests.integration.test_daemon import wait_for
+from tests.support.daemon import wait_for
 from tests.support.serving import blazar_cli, serving_gemma
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[dev]')")

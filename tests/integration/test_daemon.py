@@ -9,10 +9,7 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
@@ -26,54 +23,11 @@ from blazar.events.instances import ModelCircuitOpened
 from blazar.instances.supervisor import LoadFailed, ModelNotLoaded
 from blazar.operations.config import set_value
 from blazar.paths import Paths
-
-WAIT_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.daemon import WAIT_S, free_port, healthy, serving, wait_for
 
 
 def daemon_json(home: Path) -> Path:
     return home / "run" / "daemon.json"
-
-
-def wait_for(predicate, what: str, timeout: float = WAIT_S, proc: subprocess.Popen | None = None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the daemon exited ({proc.returncode}) while waiting for {what}:\n"
-                                 f"{proc.stderr.read() if proc.stderr else ''}")
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def healthy(port: int) -> bool:
-    try:
-        return httpx2.get(f"http://127.0.0.1:{port}/health", timeout=2, trust_env=False).status_code == 200
-    except httpx2.TransportError:
-        return False
-
-
-@contextlib.contextmanager
-def serving(cli, *args: str) -> Iterator[subprocess.Popen]:
-    """`blazar serve ARGS` running, with its stderr captured; killed at the end if the test left it running."""
-    proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", *args], env=cli.env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=WAIT_S)
-        for stream in (proc.stdout, proc.stderr):
-            if stream:
-                stream.close()
 
 
 def stop_pid(pid: int) -> None:

@@ -21,7 +21,7 @@ import pytest
 
 from blazar.adapters.engines.tiny_model import write_tiny_model
 from tests.conftest import Cli, CliResult
-from tests.integration.test_daemon import free_port, healthy, wait_for
+from tests.support.daemon import free_port, healthy, wait_for
 from tests.support.small_disk import fill, free, small_disk
 
 DISK_FULL_EXIT = 12

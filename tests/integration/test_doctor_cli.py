@@ -12,9 +12,8 @@ from pathlib import Path
 import orjson
 
 from tests.conftest import Cli
-from tests.integration.test_daemon import free_port, healthy, serving, wait_for
-from tests.integration.test_reconcile import LOAD_TIMEOUT_S, _alive
 from tests.support.blazar_home import read_events
+from tests.support.daemon import LOAD_TIMEOUT_S, alive, free_port, healthy, serving, wait_for
 
 DOCTOR_TIMEOUT_S = 180
 
@@ -118,7 +117,7 @@ def test_the_orphan_a_sigkilled_daemon_leaves_is_found_and_fix_stops_it(
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     try:
-        assert _alive(pid)
+        assert alive(pid)
         code, report = _doctor(cli)
         checks = _by_id(report)
         assert code == 2 and checks["machine.orphans"]["status"] == "fail"
@@ -128,7 +127,7 @@ def test_the_orphan_a_sigkilled_daemon_leaves_is_found_and_fix_stops_it(
         code, report = _doctor(cli, "--fix")
         done = {(f["action"], f["check"]) for f in report["fixed"]}
         assert ("stopped_process", "machine.orphans") in done and ("removed_file", "machine.daemon_file") in done
-        assert not _alive(pid)
+        assert not alive(pid)
         checks = _by_id(report)
         assert checks["machine.orphans"]["status"] == "ok" and checks["machine.daemon_file"]["status"] == "ok"
         stopped = [e for e in read_events(home, "doctor.fixed") if e["data"]["action"] == "stopped_process"]
@@ -138,7 +137,7 @@ def test_the_orphan_a_sigkilled_daemon_leaves_is_found_and_fix_stops_it(
         _, again = _doctor(cli, "--fix")
         assert again["fixed"] == [] and len(read_events(home, "doctor.fixed")) == len(report["fixed"])
     finally:
-        if _alive(pid):
+        if alive(pid):
             os.kill(pid, signal.SIGKILL)
 
 

@@ -4,7 +4,6 @@ starve the daemon, a wide bind needs a key, and https works with the official SD
 
 from __future__ import annotations
 
-import contextlib
 import os
 import resource
 import socket
@@ -20,10 +19,11 @@ import httpx2
 import openai
 import pytest
 
-from tests.integration.test_daemon import free_port, wait_for
 from tests.support.blazar_home import read_events
+from tests.support.daemon import free_port
 from tests.support.fake_serving import FakeDaemon, serving_fake
-from tests.support.serving import blazar_cli, stop_daemon
+from tests.support.serving import blazar_cli
+from tests.support.tls import self_signed, serving_tls
 
 MODEL = "tiny"
 ALLOWED_ORIGIN = "https://app.example"
@@ -223,45 +223,10 @@ def test_insecure_no_auth_warns_at_start(tmp_path: Path) -> None:
 # -- TLS ----------------------------------------------------------------------------------------------------------
 
 
-def _self_signed(where: Path) -> tuple[Path, Path]:
-    cert, key = where / "cert.pem", where / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
-                    str(cert), "-days", "1", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-                   check=True, capture_output=True, timeout=60)
-    return cert, key
-
-
-@contextlib.contextmanager
-def _serving_tls(home: Path, engine_binary: Path, gemma_path: Path, cert: Path, key: Path
-                 ) -> Iterator[tuple[int, str]]:
-    blazar_cli(home, "engine", "install", "--path", str(engine_binary))
-    blazar_cli(home, "import", str(gemma_path), "--name", "gemma")
-    for k, v in (("tls_cert", cert), ("tls_key", key), ("ctx", 512), ("slots", 1)):
-        blazar_cli(home, "config", "set", k, str(v))
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)],
-                            env={**os.environ, "BLAZAR_HOME": str(home)}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-
-    def up() -> bool:
-        try:
-            return httpx2.get(f"https://127.0.0.1:{port}/health", verify=ssl.create_default_context(cafile=str(cert)),
-                              timeout=2, trust_env=False).status_code == 200
-        except httpx2.TransportError:
-            return False
-
-    try:
-        wait_for(up, "https /health", proc=proc)
-        yield port, f"https://127.0.0.1:{port}"
-    finally:
-        stop_daemon(proc)
-
-
 def test_https_serves_the_openai_sdk_and_blazar_run(tmp_path: Path, engine_binary: Path, gemma_path: Path) -> None:
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     home = tmp_path / "home"
-    with _serving_tls(home, engine_binary, gemma_path, cert, key) as (port, base):
+    with serving_tls(home, engine_binary, gemma_path, cert, key) as (port, base):
         with pytest.raises(httpx2.TransportError):  # plain http on the https port gets no answer
             httpx2.get(f"http://127.0.0.1:{port}/health", timeout=5, trust_env=False)
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=120,

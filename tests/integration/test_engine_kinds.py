@@ -24,8 +24,8 @@ import openai
 import pytest
 
 from blazar.adapters.engines import process
-from tests.integration.test_daemon import free_port, healthy, wait_for
 from tests.support.blazar_home import read_events
+from tests.support.daemon import free_port, healthy, wait_for
 from tests.support.serving import blazar_cli, stop_daemon
 
 pytest.importorskip("faster_whisper", reason="the stt extra (faster-whisper) runs the whisper child")

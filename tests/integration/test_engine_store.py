@@ -1,6 +1,6 @@
 """The engine store's handlers against the real llama-server (engine_binary): install from a path with the probe and
 smoke gates, the smoke gate refusing a build that dies of SIGILL, verify after corruption, use, rollback, prune.
-Against stand-ins only: tests/unit/test_engine_handlers.py."""
+Against stand-ins only: tests/unit/store/test_engine_handlers.py."""
 
 from __future__ import annotations
 

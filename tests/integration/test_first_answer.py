@@ -12,7 +12,7 @@ import httpx2
 import openai
 import pytest
 
-from tests.integration.test_run_cli import free_port, stop_daemon
+from tests.support.daemon import free_port, stop_home_daemon
 from tests.support.serving import blazar_cli, serving_gemma
 
 MODEL = "gemma"
@@ -31,7 +31,7 @@ def run_home(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemm
     try:
         yield home
     finally:
-        stop_daemon(home)
+        stop_home_daemon(home)
 
 
 def test_run_on_the_base_model_continues_the_text_and_says_so_in_one_line(run_home: Path) -> None:

@@ -20,7 +20,7 @@ import openai
 import pytest
 from PIL import Image
 
-from tests.integration.test_openai_api import Daemon
+from tests.support.sdk_daemons import OpenAIDaemon
 from tests.support.serving import blazar_cli, serving_gemma
 from tests.support.tiny_mmproj import write_tiny_mmproj
 
@@ -43,25 +43,25 @@ B64 = base64.b64encode(IMAGE).decode()
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_path: Path) -> Iterator[Daemon]:
+def daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_path: Path) -> Iterator[OpenAIDaemon]:
     home = tmp_path_factory.mktemp("images-home")
     settings = {"ctx": 1024, "slots": 1, "queue_timeout_s": 120, "image_fetch_timeout_s": 5}
     with serving_gemma(home, engine_binary, gemma_path, DEMO, settings, template=None) as (port, proc):
         projector = write_tiny_mmproj(tmp_path_factory.mktemp("mmproj") / "mmproj-tiny.gguf", n_embd=640)
         blazar_cli(home, "import", str(gemma_path), "--name", SEER)
         blazar_cli(home, "model", "set", SEER, "--mmproj", str(projector))
-        yield Daemon(home, port, proc)
+        yield OpenAIDaemon(home, port, proc)
 
 
-def oa(d: Daemon) -> openai.OpenAI:
+def oa(d: OpenAIDaemon) -> openai.OpenAI:
     return d.client()
 
 
-def an(d: Daemon) -> anthropic.Anthropic:
+def an(d: OpenAIDaemon) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=d.base, api_key="unused", max_retries=0, timeout=120)
 
 
-def ol(d: Daemon) -> ollama.Client:
+def ol(d: OpenAIDaemon) -> ollama.Client:
     return ollama.Client(host=d.base, timeout=120, trust_env=False)
 
 
@@ -69,18 +69,18 @@ def image_part(url: str) -> dict:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
-def openai_chat(d: Daemon, model: str, *parts: dict) -> openai.types.chat.ChatCompletion:
+def openai_chat(d: OpenAIDaemon, model: str, *parts: dict) -> openai.types.chat.ChatCompletion:
     content = [*parts, {"type": "text", "text": PROMPT}]
     return oa(d).chat.completions.create(model=model, max_tokens=2, temperature=0,
                                          messages=[{"role": "user", "content": content}])  # type: ignore[list-item]
 
 
-def media_of(d: Daemon, trace: str) -> dict | None:
+def media_of(d: OpenAIDaemon, trace: str) -> dict | None:
     d.wait_trace(trace, "request.completed")
     return next(e for e in d.events("request.received") if e["trace_id"] == trace)["data"].get("media")
 
 
-def test_an_image_costs_prompt_tokens_through_each_sdk(daemon: Daemon) -> None:
+def test_an_image_costs_prompt_tokens_through_each_sdk(daemon: OpenAIDaemon) -> None:
     without = openai_chat(daemon, SEER).usage
     assert without is not None
     # OpenAI: an image_url part with a data URL.
@@ -110,7 +110,7 @@ def test_an_image_costs_prompt_tokens_through_each_sdk(daemon: Daemon) -> None:
     assert gen_seen.prompt_eval_count > gen_plain.prompt_eval_count
 
 
-def test_why_tells_the_images_facts(daemon: Daemon) -> None:
+def test_why_tells_the_images_facts(daemon: OpenAIDaemon) -> None:
     raw = oa(daemon).chat.completions.with_raw_response.create(
         model=SEER, max_tokens=1, messages=[{"role": "user", "content": [  # type: ignore[list-item]
             image_part(f"data:image/jpeg;base64,{B64}"), {"type": "text", "text": PROMPT}]}])
@@ -120,7 +120,7 @@ def test_why_tells_the_images_facts(daemon: Daemon) -> None:
     assert f"1 image (image/jpeg; {len(IMAGE)} B, 0.00 Mpx, 16 prompt tokens)" in told
 
 
-def test_an_image_to_a_model_without_a_projector_is_400_in_each_shape(daemon: Daemon) -> None:
+def test_an_image_to_a_model_without_a_projector_is_400_in_each_shape(daemon: OpenAIDaemon) -> None:
     fix = f"model '{DEMO}' has no vision projector; import one with blazar model set {DEMO} --mmproj FILE"
     with pytest.raises(openai.BadRequestError) as e:
         openai_chat(daemon, DEMO, image_part(f"data:image/jpeg;base64,{B64}"))
@@ -153,7 +153,7 @@ def test_an_image_to_a_model_without_a_projector_is_400_in_each_shape(daemon: Da
     assert not [e for e in daemon.events("instance.started") if e["data"]["model"] == DEMO]
 
 
-def test_bytes_that_are_not_an_image_and_requests_over_the_bounds_are_400s(daemon: Daemon) -> None:
+def test_bytes_that_are_not_an_image_and_requests_over_the_bounds_are_400s(daemon: OpenAIDaemon) -> None:
     fake = base64.b64encode(b"%PDF-1.7 this is not a picture").decode()
     with pytest.raises(openai.BadRequestError) as e:
         openai_chat(daemon, SEER, image_part(f"data:image/png;base64,{fake}"))
@@ -210,7 +210,7 @@ def image_server() -> Iterator[str]:
 
 
 def test_image_urls_are_fetched_only_when_allowed_and_never_from_private_addresses(
-        daemon: Daemon, image_server: str) -> None:
+        daemon: OpenAIDaemon, image_server: str) -> None:
     # Off (the default): an http URL is a 400 that says how to send the image instead.
     with pytest.raises(openai.BadRequestError) as e:
         openai_chat(daemon, SEER, image_part(image_server))
@@ -240,7 +240,7 @@ def test_image_urls_are_fetched_only_when_allowed_and_never_from_private_address
         blazar_cli(daemon.home, "config", "set", "image_fetch_allow_hosts", "")
 
 
-def test_zz_no_image_bytes_in_any_file_of_the_home_nor_the_audit(daemon: Daemon, tmp_path: Path) -> None:
+def test_zz_no_image_bytes_in_any_file_of_the_home_nor_the_audit(daemon: OpenAIDaemon, tmp_path: Path) -> None:
     """Last in the module: the image's base64 and a run of its raw bytes, in no file (db, WAL, audit export)."""
     audit = tmp_path / "audit.jsonl"
     blazar_cli(daemon.home, "audit", "export", "--out", str(audit))

@@ -20,8 +20,8 @@ import pytest
 
 from blazar.bootstrap import bootstrap
 from blazar.operations import keys as key_handlers
-from tests.integration.test_daemon import wait_for
 from tests.support.blazar_home import home_paths, read_events
+from tests.support.daemon import wait_for
 from tests.support.serving import blazar_cli, serving_gemma
 
 MODEL = "gemma"

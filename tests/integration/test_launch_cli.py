@@ -19,10 +19,10 @@ import openai
 import pytest
 
 from blazar.operations.launch import PLACEHOLDER_KEY
-from tests.integration.test_daemon import free_port, wait_for
-from tests.integration.test_edge import _self_signed, _serving_tls
 from tests.support.blazar_home import read_events
+from tests.support.daemon import free_port, wait_for
 from tests.support.serving import blazar_cli, serving_gemma
+from tests.support.tls import self_signed, serving_tls
 
 MODEL = "gemma"
 LAUNCH_TIMEOUT_S = 300
@@ -223,9 +223,9 @@ def test_with_no_daemon_launch_starts_one_that_the_command_reaches_and_leaves_it
 
 def test_over_https_the_sdk_trusts_the_daemons_certificate_from_the_env(
         tmp_path: Path, engine_binary: Path, gemma_path: Path) -> None:
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     home = tmp_path / "home"
-    with _serving_tls(home, engine_binary, gemma_path, cert, key) as (_port, base):
+    with serving_tls(home, engine_binary, gemma_path, cert, key) as (_port, base):
         seen_file = tmp_path / "seen.json"
         done = run_launch(home, "--", sys.executable, str(script(tmp_path, "chat.py", OPENAI_ONLY)),
                           str(seen_file))

@@ -6,42 +6,15 @@ read."""
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import sqlite3
 import time
 from pathlib import Path
 
-from blazar.bootstrap import bootstrap
-from blazar.clock import FakeClock
-from blazar.events.models import ModelAliased
-from blazar.events.requests import RequestCompleted, RequestReceived
 from tests.conftest import Cli
-from tests.support.blazar_home import home_paths
+from tests.support.blazar_home import home_paths, seed_history
 
 DAY_S = 86400.0
-
-
-def seed_history(home: Path, *, age_s: float, traces: int, prefix: str = "old", env: dict[str, str] | None = None
-                 ) -> None:
-    """`traces` request traces (received + completed) and one control event, recorded `age_s` ago."""
-
-    async def go() -> None:
-        clock = FakeClock(time.time() - age_s)
-        app = await bootstrap(paths=home_paths(home), env=env or {}, actor="test:pytest", clock=clock)
-        try:
-            await app.log.append(ModelAliased(alias=f"{prefix}-alias", target="m"), actor="test:pytest")
-            for i in range(traces):
-                tid = f"{prefix}-{i}"
-                await app.log.append(RequestReceived(trace_id=tid, dialect="openai", route="/v1/chat/completions",
-                                                     model="m"), actor="gateway", trace_id=tid)
-                clock.advance(1)
-                await app.log.append(RequestCompleted(trace_id=tid, model="m", duration_ms=3.0), actor="gateway",
-                                     trace_id=tid)
-        finally:
-            await app.close()
-
-    asyncio.run(go())
 
 
 def test_status_then_archive_then_the_traces_still_read(cli: Cli) -> None:

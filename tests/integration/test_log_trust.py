@@ -27,11 +27,11 @@ from blazar.events.sessions import KvIdentity, SessionSaved
 from blazar.instances.kv_bank import bank_file_name
 from blazar.paths import Paths
 from tests.conftest import Cli
-from tests.integration.test_daemon import free_port, healthy, serving, wait_for
-from tests.integration.test_snapshot_restore import EXIT_SNAPSHOT_REFUSED, _fingerprint, _seed_and_snapshot
 from tests.support.blazar_home import read_events
 from tests.support.crafted import append, seal
+from tests.support.daemon import free_port, healthy, serving, wait_for
 from tests.support.serving import stop_daemon
+from tests.support.snapshots import EXIT_SNAPSHOT_REFUSED, fingerprint, seed_and_snapshot
 
 SHA = "ab" * 32
 IDENT = KvIdentity(engine="x", model_sha256=SHA, ctx_tokens=1024, cache_type_k="f16", cache_type_v="f16")
@@ -98,8 +98,8 @@ def test_a_crafted_snapshot_is_refused_whole_naming_each_event_and_nothing_chang
     attacker = Paths.from_env({"BLAZAR_HOME": str(tmp_path / "attacker")})
     seqs = append(attacker, crafted_events(outside))
     snap = seal(attacker, tmp_path / "gift")
-    _seed_and_snapshot(paths, None)  # the victim's own home, with a log of its own
-    before, before_state = _fingerprint(paths), cli("state", "--json").json()
+    seed_and_snapshot(paths, None)  # the victim's own home, with a log of its own
+    before, before_state = fingerprint(paths), cli("state", "--json").json()
 
     for args in (("restore", str(snap)), ("restore", str(snap), "--force")):
         res = cli(*args, check=False)
@@ -109,7 +109,7 @@ def test_a_crafted_snapshot_is_refused_whole_naming_each_event_and_nothing_chang
         assert f"seq {seqs[0]} engine.installed: binary '{outside.program}' is absolute" in message
         assert f"seq {seqs[2]} model.imported: path '{outside.precious}' is absolute" in message
         assert f"seq {seqs[3]} model.imported" in message and f"seq {seqs[4]} session.saved" in message
-    assert _fingerprint(paths) == before
+    assert fingerprint(paths) == before
     assert cli("state", "--json").json() == before_state
     outside.untouched()
     # And `blazar snapshot` of a log that holds such events says so, instead of writing a backup no restore takes.
@@ -121,7 +121,7 @@ def test_a_crafted_snapshot_is_refused_whole_naming_each_event_and_nothing_chang
 def test_restored_files_and_the_replaced_log_kept_beside_them_are_the_owners_alone(
         cli: Cli, paths: Paths, tmp_path: Path) -> None:
     snap = tmp_path / "snap"
-    _seed_and_snapshot(paths, snap)
+    seed_and_snapshot(paths, snap)
     cli("config", "set", "log_level", "debug")
     os.chmod(paths.db, 0o644)
     os.chmod(paths.config_file, 0o644)

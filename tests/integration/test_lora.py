@@ -19,7 +19,7 @@ import ollama
 import openai
 import pytest
 
-from tests.integration.test_model_variants import Daemon
+from tests.support.sdk_daemons import VariantsDaemon
 from tests.support.serving import blazar_cli, serving_gemma
 from tests.support.tiny_lora import write_tiny_lora
 
@@ -33,19 +33,19 @@ def adapter(tmp_path_factory: pytest.TempPathFactory, gemma_path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_path: Path) -> Iterator[Daemon]:
+def daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_path: Path) -> Iterator[VariantsDaemon]:
     home = tmp_path_factory.mktemp("lora-home")
     with serving_gemma(home, engine_binary, gemma_path, MODEL, {"ctx": 1024}, template=None) as (port, _):
-        yield Daemon(home, port)
+        yield VariantsDaemon(home, port)
 
 
-def complete(d: Daemon, model: str = MODEL, lora: list[dict] | None = None) -> str:
+def complete(d: VariantsDaemon, model: str = MODEL, lora: list[dict] | None = None) -> str:
     extra = {} if lora is None else {"lora": lora}
     r = d.openai().completions.create(model=model, prompt=PROMPT, max_tokens=10, temperature=0, extra_body=extra)
     return r.choices[0].text
 
 
-def test_an_added_adapter_loads_with_the_model_and_applies_only_where_a_request_asks(daemon: Daemon,
+def test_an_added_adapter_loads_with_the_model_and_applies_only_where_a_request_asks(daemon: VariantsDaemon,
                                                                                     adapter: Path) -> None:
     added = daemon.cli("lora", "add", MODEL, str(adapter), "--name", "tiny")
     assert "adapter tiny added: gemma3, rank 4" in added.stdout
@@ -83,7 +83,7 @@ def test_an_added_adapter_loads_with_the_model_and_applies_only_where_a_request_
     ([{"id": 3, "scale": 1}], ["id 3"]),
     ({"name": "tiny"}, ["must be a list"]),
 ])
-def test_an_unknown_adapter_or_a_bad_scale_is_a_400(daemon: Daemon, adapter: Path, lora: object,
+def test_an_unknown_adapter_or_a_bad_scale_is_a_400(daemon: VariantsDaemon, adapter: Path, lora: object,
                                                    words: list[str]) -> None:
     if not json.loads(daemon.cli("lora", "list", MODEL, "--json").stdout):
         daemon.cli("lora", "add", MODEL, str(adapter), "--name", "tiny")
@@ -93,7 +93,7 @@ def test_an_unknown_adapter_or_a_bad_scale_is_a_400(daemon: Daemon, adapter: Pat
         assert w in e.value.message
 
 
-def test_an_ollama_variant_with_adapter_applies_it(daemon: Daemon, adapter: Path) -> None:
+def test_an_ollama_variant_with_adapter_applies_it(daemon: VariantsDaemon, adapter: Path) -> None:
     listed = json.loads(daemon.cli("lora", "list", MODEL, "--json").stdout)
     if not listed:
         daemon.cli("lora", "add", MODEL, str(adapter), "--name", "tiny")
@@ -122,7 +122,7 @@ def test_an_ollama_variant_with_adapter_applies_it(daemon: Daemon, adapter: Path
     assert e.value.status_code == 400 and "blazar lora add" in e.value.error
 
 
-def test_a_bad_file_is_refused_and_nothing_is_stored(daemon: Daemon, adapter: Path, gemma_path: Path,
+def test_a_bad_file_is_refused_and_nothing_is_stored(daemon: VariantsDaemon, adapter: Path, gemma_path: Path,
                                                     tmp_path: Path) -> None:
     before = sorted((daemon.home / "models" / "lora").glob("*"))
     wrong = blazar_cli(daemon.home, "lora", "add", MODEL, str(adapter), "--name", "other", "--sha256", "0" * 64,
@@ -136,14 +136,14 @@ def test_a_bad_file_is_refused_and_nothing_is_stored(daemon: Daemon, adapter: Pa
     assert sorted((daemon.home / "models" / "lora").glob("*")) == before
 
 
-def test_the_gateway_never_forwards_the_engines_adapter_routes(daemon: Daemon) -> None:
+def test_the_gateway_never_forwards_the_engines_adapter_routes(daemon: VariantsDaemon) -> None:
     for path in ("/lora-adapters", "/v1/lora-adapters"):
         assert httpx2.get(f"{daemon.base}{path}", trust_env=False).status_code == 404
         assert httpx2.post(f"{daemon.base}{path}", json=[{"id": 0, "scale": 1}], trust_env=False).status_code in (
             404, 405)
 
 
-def test_removed_adapters_and_a_removed_model_take_their_files(daemon: Daemon, gemma_path: Path,
+def test_removed_adapters_and_a_removed_model_take_their_files(daemon: VariantsDaemon, gemma_path: Path,
                                                                tmp_path: Path) -> None:
     own = write_tiny_lora(tmp_path / "own.gguf", gemma_path, seed=11)
     daemon.cli("import", str(gemma_path), "--name", "second")
@@ -161,7 +161,7 @@ def test_removed_adapters_and_a_removed_model_take_their_files(daemon: Daemon, g
     assert len(gone) == 2 and gone[-1]["file_deleted"]
 
 
-def test_the_responses_and_anthropic_dialects_take_the_same_list(daemon: Daemon, adapter: Path) -> None:
+def test_the_responses_and_anthropic_dialects_take_the_same_list(daemon: VariantsDaemon, adapter: Path) -> None:
     if not json.loads(daemon.cli("lora", "list", MODEL, "--json").stdout):
         daemon.cli("lora", "add", MODEL, str(adapter), "--name", "tiny")
     oa = daemon.openai()
@@ -188,7 +188,7 @@ def test_the_responses_and_anthropic_dialects_take_the_same_list(daemon: Daemon,
     assert "nosuch" in str(a.value) and a.value.body["type"] == "error"  # type: ignore[index]
 
 
-def test_a_key_scoped_to_a_model_reaches_only_that_models_adapters(daemon: Daemon, adapter: Path) -> None:
+def test_a_key_scoped_to_a_model_reaches_only_that_models_adapters(daemon: VariantsDaemon, adapter: Path) -> None:
     """Last in this file: once a key exists, every request needs one."""
     if not json.loads(daemon.cli("lora", "list", MODEL, "--json").stdout):
         daemon.cli("lora", "add", MODEL, str(adapter), "--name", "tiny")

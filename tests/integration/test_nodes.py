@@ -21,45 +21,10 @@ import pytest
 
 from blazar.adapters.engines.tiny_model import write_tiny_model
 from tests.conftest import Cli
-from tests.integration.test_daemon import wait_for
-from tests.integration.test_run_cli import fake_engine, free_port
+from tests.support.daemon import wait_for
+from tests.support.fake_serving import fake_engine
+from tests.support.nodes import Node
 from tests.support.postgres import cluster
-
-CLUSTER_KEY = "cluster-secret-0123456789abcdef-0123456789"
-
-
-class Node:
-    def __init__(self, name: str, root: Path, url: str) -> None:
-        self.name, self.port = name, free_port()
-        self.cli = Cli(root / name)
-        self.cli.env |= {"BLAZAR_DATABASE_URL": url, "BLAZAR_NODE_NAME": name, "BLAZAR_CLUSTER_KEY": CLUSTER_KEY}
-        self.proc: subprocess.Popen | None = None
-
-    def serve(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(self.port)],
-                                     env=self.cli.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(lambda: (self.cli.home / "run" / "daemon.json").exists(), f"node {self.name}", timeout=60,
-                 proc=self.proc)
-
-    def stop(self) -> None:
-        """SIGTERM, and reap it (an unreaped child would pass for alive)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.proc = None
-
-    def client(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key="x", max_retries=0, timeout=60)
-
-    def nodes(self) -> dict[str, dict[str, Any]]:
-        return {n["name"]: n for n in self.cli("node", "list", "--json").json()["nodes"]}
-
-    def ps(self) -> list[dict[str, Any]]:
-        return self.cli("ps", "--json").json()["instances"]
 
 
 @pytest.fixture

@@ -3,41 +3,21 @@ the real llama-server and the real Gemma 3 270M."""
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx2
 import ollama
 import pytest
 
 import blazar
 from blazar.api.ollama import OLLAMA_API_VERSION
-from tests.support.serving import blazar_cli, serving_gemma
-
-MODEL = "gemma"
-
-
-class Daemon:
-    def __init__(self, home: Path, port: int, proc: subprocess.Popen) -> None:
-        self.home, self.port, self.proc = home, port, proc
-        self.base = f"http://127.0.0.1:{port}"
-
-    def client(self) -> ollama.Client:
-        return ollama.Client(host=self.base, timeout=120, trust_env=False)
-
+from tests.support import sdk_daemons
+from tests.support.sdk_daemons import MODEL, OllamaDaemon
+from tests.support.serving import blazar_cli
 
 _cli = blazar_cli
+daemon = sdk_daemons.ollama_daemon  # the module-scoped real daemon
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_path: Path) -> Iterator[Daemon]:
-    home = tmp_path_factory.mktemp("ollama-home")
-    with serving_gemma(home, engine_binary, gemma_path, MODEL, {"ctx": 1024}) as (port, proc):
-        yield Daemon(home, port, proc)
-
-
-def test_root_and_version(daemon: Daemon) -> None:
+def test_root_and_version(daemon: OllamaDaemon) -> None:
     r = httpx2.get(f"{daemon.base}/", trust_env=False)
     assert r.status_code == 200 and r.text == "Ollama is running"
     assert httpx2.head(f"{daemon.base}/", trust_env=False).status_code == 200
@@ -48,7 +28,7 @@ def test_root_and_version(daemon: Daemon) -> None:
     assert tuple(int(n) for n in r.json()["version"].split(".")) >= (0, 13, 4)
 
 
-def test_list_shows_the_store_with_details(daemon: Daemon) -> None:
+def test_list_shows_the_store_with_details(daemon: OllamaDaemon) -> None:
     models = daemon.client().list().models
     assert [m.model for m in models] == [MODEL]
     m = models[0]
@@ -58,7 +38,7 @@ def test_list_shows_the_store_with_details(daemon: Daemon) -> None:
     assert m.details.quantization_level
 
 
-def test_show_has_model_info_and_capabilities(daemon: Daemon) -> None:
+def test_show_has_model_info_and_capabilities(daemon: OllamaDaemon) -> None:
     s = daemon.client().show(MODEL)
     assert s.modelinfo is not None and s.modelinfo["general.architecture"] == "gemma3"
     assert s.modelinfo["gemma3.context_length"] > 0
@@ -66,7 +46,7 @@ def test_show_has_model_info_and_capabilities(daemon: Daemon) -> None:
     assert s.details is not None and s.details.format == "gguf"
 
 
-def test_show_unknown_is_404_in_ollama_shape(daemon: Daemon) -> None:
+def test_show_unknown_is_404_in_ollama_shape(daemon: OllamaDaemon) -> None:
     with pytest.raises(ollama.ResponseError) as e:
         daemon.client().show("nosuch")
     assert e.value.status_code == 404 and "nosuch" in e.value.error
@@ -76,13 +56,13 @@ def test_show_unknown_is_404_in_ollama_shape(daemon: Daemon) -> None:
     assert r.status_code == 400 and isinstance(r.json()["error"], str)
 
 
-def test_show_takes_the_older_name_field_as_litellm_and_aider_send_it(daemon: Daemon) -> None:
+def test_show_takes_the_older_name_field_as_litellm_and_aider_send_it(daemon: OllamaDaemon) -> None:
     r = httpx2.post(f"{daemon.base}/api/show", json={"name": MODEL}, trust_env=False)
     assert r.status_code == 200 and r.json()["model_info"]["gemma3.context_length"] > 0
     assert httpx2.post(f"{daemon.base}/api/show", json={"name": "nosuch"}, trust_env=False).status_code == 404
 
 
-def test_ps_is_empty_then_shows_the_loaded_model(daemon: Daemon) -> None:
+def test_ps_is_empty_then_shows_the_loaded_model(daemon: OllamaDaemon) -> None:
     client = daemon.client()
     assert client.ps().models == []
     r = httpx2.post(f"{daemon.base}/v1/completions", json={"model": MODEL, "prompt": "Hello", "max_tokens": 2},
@@ -98,7 +78,7 @@ def test_ps_is_empty_then_shows_the_loaded_model(daemon: Daemon) -> None:
     assert r.status_code == 409 and "blazar stop" in r.json()["error"]
 
 
-def test_copy_then_delete_the_copy(daemon: Daemon) -> None:
+def test_copy_then_delete_the_copy(daemon: OllamaDaemon) -> None:
     client = daemon.client()
     assert client.copy(MODEL, "gemma-copy").status == "success"
     assert sorted(m.model for m in client.list().models) == ["gemma", "gemma-copy"]

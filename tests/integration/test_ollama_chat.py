@@ -11,12 +11,12 @@ import jsonschema
 import ollama
 import pytest
 
-from tests.integration import test_ollama_api
-from tests.integration.test_daemon import wait_for
-from tests.integration.test_ollama_api import MODEL, Daemon
+from tests.support import sdk_daemons
 from tests.support.blazar_home import read_events
+from tests.support.daemon import wait_for
+from tests.support.sdk_daemons import MODEL, OllamaDaemon
 
-daemon = test_ollama_api.daemon
+daemon = sdk_daemons.ollama_daemon
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99},
                                            "color": {"enum": ["red", "blue"]}},
@@ -35,7 +35,7 @@ def _stats_are_ollamas(r: ollama.ChatResponse | ollama.GenerateResponse, most: i
     assert isinstance(r.load_duration, int) and r.load_duration >= 0
 
 
-def test_chat_answers_with_ollamas_fields_and_records_the_request(daemon: Daemon) -> None:
+def test_chat_answers_with_ollamas_fields_and_records_the_request(daemon: OllamaDaemon) -> None:
     r = daemon.client().chat(MODEL, messages=[{"role": "system", "content": "Be brief."},
                                               {"role": "user", "content": "Hello"}],
                              stream=False, options={"num_predict": 6, "temperature": 0.2, "seed": 7, "top_k": 20})
@@ -53,7 +53,7 @@ def test_chat_answers_with_ollamas_fields_and_records_the_request(daemon: Daemon
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_chat_and_generate_return_the_tokens_log_probabilities_when_asked(daemon: Daemon, stream: bool) -> None:
+def test_chat_and_generate_return_the_tokens_log_probabilities_when_asked(daemon: OllamaDaemon, stream: bool) -> None:
     client = daemon.client()
     chat = client.chat(MODEL, messages=[{"role": "user", "content": "Hello"}], stream=stream, logprobs=True,
                        top_logprobs=2, options={"num_predict": 4, "temperature": 0})
@@ -67,7 +67,7 @@ def test_chat_and_generate_return_the_tokens_log_probabilities_when_asked(daemon
         assert gen.logprobs and not gen.logprobs[0].top_logprobs
 
 
-def test_chat_streams_ndjson_by_default(daemon: Daemon) -> None:
+def test_chat_streams_ndjson_by_default(daemon: OllamaDaemon) -> None:
     parts = list(daemon.client().chat(MODEL, messages=[{"role": "user", "content": "Count to five"}], stream=True,
                                       options={"num_predict": 8}))
     assert len(parts) >= 2 and all(p.model == MODEL for p in parts)
@@ -81,7 +81,7 @@ def test_chat_streams_ndjson_by_default(daemon: Daemon) -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_generate_plain_and_raw(daemon: Daemon, stream: bool) -> None:
+def test_generate_plain_and_raw(daemon: OllamaDaemon, stream: bool) -> None:
     client = daemon.client()
     for raw in (False, True):
         got = client.generate(MODEL, prompt="The sea is", raw=raw, stream=stream, options={"num_predict": 5})
@@ -94,7 +94,7 @@ def test_generate_plain_and_raw(daemon: Daemon, stream: bool) -> None:
         _stats_are_ollamas(last, 5)
 
 
-def test_format_schema_output_parses_and_matches(daemon: Daemon) -> None:
+def test_format_schema_output_parses_and_matches(daemon: OllamaDaemon) -> None:
     client = daemon.client()
     greedy = {"num_predict": 60, "temperature": 0}  # the grammar bounds the shape; greedy makes it repeatable
     chat = client.chat(MODEL, messages=[{"role": "user", "content": "Pick"}], format=SCHEMA, options=greedy)
@@ -104,7 +104,7 @@ def test_format_schema_output_parses_and_matches(daemon: Daemon) -> None:
         jsonschema.validate(json.loads(gen.response), SCHEMA)
 
 
-def test_tool_definitions_and_a_tool_round_trip_are_accepted(daemon: Daemon) -> None:
+def test_tool_definitions_and_a_tool_round_trip_are_accepted(daemon: OllamaDaemon) -> None:
     # Ollama has no tool_choice to force a call (the OpenAI and Anthropic tests force one); here the history of a
     # call and its result goes to the engine in its shape and the next turn is answered.
     r = daemon.client().chat(MODEL, tools=[WEATHER], stream=False, options={"num_predict": 6}, messages=[
@@ -116,7 +116,7 @@ def test_tool_definitions_and_a_tool_round_trip_are_accepted(daemon: Daemon) -> 
     assert r.prompt_eval_count and r.prompt_eval_count > 20  # the history and the tool's result were in the prompt
 
 
-def test_errors_are_ollamas_shape(daemon: Daemon) -> None:
+def test_errors_are_ollamas_shape(daemon: OllamaDaemon) -> None:
     client = daemon.client()
     with pytest.raises(ollama.ResponseError) as e:
         client.chat(MODEL, messages=[{"role": "user", "content": "x"}], options={"num_predict": 2, "bogus": 1})
@@ -133,7 +133,7 @@ def test_errors_are_ollamas_shape(daemon: Daemon) -> None:
         assert list(r.json()) == ["error"] and isinstance(r.json()["error"], str)
 
 
-def test_empty_requests_load_and_unload_and_ps_follows(daemon: Daemon) -> None:
+def test_empty_requests_load_and_unload_and_ps_follows(daemon: OllamaDaemon) -> None:
     client = daemon.client()
     r = client.generate(MODEL, prompt="", keep_alive="10m")
     assert r.done is True and r.done_reason == "load" and r.response == ""
@@ -149,7 +149,7 @@ def test_empty_requests_load_and_unload_and_ps_follows(daemon: Daemon) -> None:
     assert client.ps().models == []
 
 
-def test_num_ctx_is_served_by_a_covering_instance_and_reloads_only_when_it_must(daemon: Daemon) -> None:
+def test_num_ctx_is_served_by_a_covering_instance_and_reloads_only_when_it_must(daemon: OllamaDaemon) -> None:
     client = daemon.client()
     client.generate(MODEL, prompt="", keep_alive="5m")
     (before,) = client.ps().models
@@ -163,7 +163,7 @@ def test_num_ctx_is_served_by_a_covering_instance_and_reloads_only_when_it_must(
     assert after.context_length >= bigger
 
 
-def test_embed_and_legacy_embeddings(daemon: Daemon) -> None:
+def test_embed_and_legacy_embeddings(daemon: OllamaDaemon) -> None:
     client = daemon.client()
     r = client.embed(MODEL, input=["The sea", "A lighthouse"])
     assert len(r.embeddings) == 2 and len(r.embeddings[0]) == len(r.embeddings[1]) > 0

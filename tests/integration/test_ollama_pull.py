@@ -17,8 +17,8 @@ import ollama
 import pytest
 from gguf.constants import LlamaFileType
 
-from tests.integration.test_daemon import free_port, healthy, wait_for
 from tests.support.blazar_home import read_events
+from tests.support.daemon import free_port, healthy, wait_for
 from tests.support.gguf_factory import write_plain
 from tests.support.hub_server import HubServer
 from tests.support.serving import stop_daemon

@@ -8,66 +8,28 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx2
 import openai
 import pytest
 
-from tests.integration.test_daemon import wait_for
-from tests.support.blazar_home import read_events
-from tests.support.serving import blazar_cli, serving_gemma
-
-MODEL = "gemma"
-SLOTS = 2
-QUEUE_DEPTH = 2
-CTX = 1024
-
-
-class Daemon:
-    def __init__(self, home: Path, port: int, proc: subprocess.Popen) -> None:
-        self.home, self.port, self.proc = home, port, proc
-        self.base = f"http://127.0.0.1:{port}"
-
-    def client(self, **kw) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.base}/v1", api_key="unused", max_retries=0, timeout=120, **kw)
-
-    def aclient(self) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(base_url=f"{self.base}/v1", api_key="unused", max_retries=0, timeout=120)
-
-    def events(self, *types: str) -> list[dict]:
-        return read_events(self.home, *types)
-
-    def trace(self, trace_id: str) -> list[str]:
-        return [e["type"] for e in self.events() if e["trace_id"] == trace_id]
-
-    def wait_trace(self, trace_id: str, last: str, timeout: float = 20) -> list[str]:
-        """Request events are group-committed: wait until the trace's last event is in the log."""
-        return wait_for(lambda: (t := self.trace(trace_id)) and t[-1] == last and t, f"{last} of {trace_id}",
-                        timeout=timeout)
-
+from tests.support import sdk_daemons
+from tests.support.daemon import wait_for
+from tests.support.sdk_daemons import CTX, MODEL, QUEUE_DEPTH, SLOTS, OpenAIDaemon
+from tests.support.serving import blazar_cli
 
 _cli = blazar_cli
+daemon = sdk_daemons.openai_daemon  # the module-scoped real daemon
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_path: Path) -> Iterator[Daemon]:
-    home = tmp_path_factory.mktemp("openai-home")
-    settings = {"ctx": CTX, "slots": SLOTS, "queue_depth": QUEUE_DEPTH, "queue_timeout_s": 60}
-    with serving_gemma(home, engine_binary, gemma_path, MODEL, settings) as (port, proc):
-        yield Daemon(home, port, proc)
-
-
-def test_models_lists_the_store(daemon: Daemon) -> None:
+def test_models_lists_the_store(daemon: OpenAIDaemon) -> None:
     ids = [m.id for m in daemon.client().models.list()]
     assert ids == [MODEL]
     assert daemon.client().models.retrieve(MODEL).id == MODEL
 
 
-def test_chat_completion_loads_on_demand_and_reports_usage(daemon: Daemon) -> None:
+def test_chat_completion_loads_on_demand_and_reports_usage(daemon: OpenAIDaemon) -> None:
     raw = daemon.client().chat.completions.with_raw_response.create(
         model=MODEL, messages=[{"role": "user", "content": "Say hello"}], max_tokens=8)
     trace = raw.headers["x-blazar-trace-id"]
@@ -81,7 +43,7 @@ def test_chat_completion_loads_on_demand_and_reports_usage(daemon: Daemon) -> No
     assert done["completion_tokens"] == chat.usage.completion_tokens and done["prompt_tokens"] > 0
 
 
-def test_chat_stream_passes_the_engine_chunks_and_usage_only_when_asked(daemon: Daemon) -> None:
+def test_chat_stream_passes_the_engine_chunks_and_usage_only_when_asked(daemon: OpenAIDaemon) -> None:
     client = daemon.client()
     chunks = list(client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Count"}],
                                                  max_tokens=6, stream=True))
@@ -94,7 +56,7 @@ def test_chat_stream_passes_the_engine_chunks_and_usage_only_when_asked(daemon: 
     assert with_usage[-1].usage is not None and with_usage[-1].usage.completion_tokens > 0
 
 
-def test_completions_stream_and_not(daemon: Daemon) -> None:
+def test_completions_stream_and_not(daemon: OpenAIDaemon) -> None:
     client = daemon.client()
     done = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=5)
     assert done.choices[0].text and done.usage is not None and done.usage.completion_tokens > 0
@@ -102,7 +64,7 @@ def test_completions_stream_and_not(daemon: Daemon) -> None:
     assert "".join(p.choices[0].text for p in parts if p.choices)
 
 
-def test_embeddings(daemon: Daemon) -> None:
+def test_embeddings(daemon: OpenAIDaemon) -> None:
     emb = daemon.client().embeddings.create(model=MODEL, input=["hello world", "good night"])
     assert len(emb.data) == 2 and len(emb.data[0].embedding) == 640
     assert emb.data[0].embedding != emb.data[1].embedding
@@ -112,7 +74,7 @@ def test_embeddings(daemon: Daemon) -> None:
     assert chat.choices
 
 
-def test_responses_stateless_stream_and_not(daemon: Daemon) -> None:
+def test_responses_stateless_stream_and_not(daemon: OpenAIDaemon) -> None:
     client = daemon.client()
     r = client.responses.create(model=MODEL, input="Say hi", max_output_tokens=5)
     # A base model runs on past 5 tokens: the answer is cut, as OpenAI says it (incomplete, max_output_tokens).
@@ -124,7 +86,7 @@ def test_responses_stateless_stream_and_not(daemon: Daemon) -> None:
     assert kinds[0] == "response.created" and kinds[-1] == "response.incomplete"
 
 
-def test_unknown_model_is_404_in_openai_shape(daemon: Daemon) -> None:
+def test_unknown_model_is_404_in_openai_shape(daemon: OpenAIDaemon) -> None:
     with pytest.raises(openai.NotFoundError) as e:
         daemon.client().chat.completions.create(model="nosuch", messages=[{"role": "user", "content": "x"}])
     assert e.value.status_code == 404
@@ -133,7 +95,7 @@ def test_unknown_model_is_404_in_openai_shape(daemon: Daemon) -> None:
     assert daemon.wait_trace(trace, "request.rejected") == ["request.received", "request.rejected"]
 
 
-def test_bad_json_wrong_types_and_oversized_bodies_are_4xx(daemon: Daemon) -> None:
+def test_bad_json_wrong_types_and_oversized_bodies_are_4xx(daemon: OpenAIDaemon) -> None:
     url = f"{daemon.base}/v1/chat/completions"
     r = httpx2.post(url, content=b"{not json", headers={"content-type": "application/json"}, trust_env=False)
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
@@ -147,7 +109,7 @@ def test_bad_json_wrong_types_and_oversized_bodies_are_4xx(daemon: Daemon) -> No
     assert r.status_code == 413 and "x-blazar-trace-id" in r.headers
 
 
-def test_context_overflow_is_400_with_the_numbers_never_truncation(daemon: Daemon) -> None:
+def test_context_overflow_is_400_with_the_numbers_never_truncation(daemon: OpenAIDaemon) -> None:
     # A prompt over the context (an output over it is bounded instead: tests/integration/test_agent_surface.py).
     with pytest.raises(openai.BadRequestError) as e:
         daemon.client().chat.completions.create(
@@ -158,7 +120,7 @@ def test_context_overflow_is_400_with_the_numbers_never_truncation(daemon: Daemo
     assert "never truncated" in body["message"]
 
 
-def test_a_client_supplied_trace_id_is_kept(daemon: Daemon) -> None:
+def test_a_client_supplied_trace_id_is_kept(daemon: OpenAIDaemon) -> None:
     mine = "0123456789abcdef0123456789abcdef"
     raw = daemon.client().chat.completions.with_raw_response.create(
         model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=1,
@@ -167,7 +129,7 @@ def test_a_client_supplied_trace_id_is_kept(daemon: Daemon) -> None:
     daemon.wait_trace(mine, "request.completed")
 
 
-async def _flood(daemon: Daemon, n: int) -> list:
+async def _flood(daemon: OpenAIDaemon, n: int) -> list:
     client = daemon.aclient()
 
     async def one() -> object:
@@ -185,7 +147,7 @@ async def _flood(daemon: Daemon, n: int) -> list:
         await client.close()
 
 
-def test_a_flood_gets_429_with_retry_after_while_the_others_complete(daemon: Daemon) -> None:
+def test_a_flood_gets_429_with_retry_after_while_the_others_complete(daemon: OpenAIDaemon) -> None:
     n = SLOTS + QUEUE_DEPTH + 4
     results = asyncio.run(_flood(daemon, n))
     refused = [r for r in results if isinstance(r, openai.APIStatusError)]
@@ -203,7 +165,7 @@ def test_a_flood_gets_429_with_retry_after_while_the_others_complete(daemon: Dae
     assert snap["busy"] == 0 and snap["queued"] == 0
 
 
-def test_a_client_disconnect_cancels_the_engine_request_and_frees_the_slot(daemon: Daemon) -> None:
+def test_a_client_disconnect_cancels_the_engine_request_and_frees_the_slot(daemon: OpenAIDaemon) -> None:
     mine = "disconnect-" + os.urandom(8).hex()
     with httpx2.stream("POST", f"{daemon.base}/v1/chat/completions", trust_env=False, timeout=60,
                        headers={"x-blazar-trace-id": mine},
@@ -222,7 +184,7 @@ def test_a_client_disconnect_cancels_the_engine_request_and_frees_the_slot(daemo
     assert time.monotonic() - t0 < 30
 
 
-def test_ready_proves_generation_and_metrics_count_requests(daemon: Daemon) -> None:
+def test_ready_proves_generation_and_metrics_count_requests(daemon: OpenAIDaemon) -> None:
     r = httpx2.get(f"{daemon.base}/ready", trust_env=False, timeout=60)
     assert r.status_code == 200, r.text
     assert r.json()["checks"]["generate"]["ok"] is True
@@ -233,7 +195,7 @@ def test_ready_proves_generation_and_metrics_count_requests(daemon: Daemon) -> N
     assert "blazar_ttft_seconds_bucket" in text
 
 
-def test_why_explains_a_completed_and_a_rejected_request(daemon: Daemon) -> None:
+def test_why_explains_a_completed_and_a_rejected_request(daemon: OpenAIDaemon) -> None:
     raw = daemon.client().completions.with_raw_response.create(model=MODEL, prompt="x", max_tokens=2)
     ok = raw.headers["x-blazar-trace-id"]
     daemon.wait_trace(ok, "request.completed")
@@ -248,7 +210,7 @@ def test_why_explains_a_completed_and_a_rejected_request(daemon: Daemon) -> None
     assert bad in last and "nosuch" in last
 
 
-def test_an_alias_resolves_to_its_model(daemon: Daemon) -> None:
+def test_an_alias_resolves_to_its_model(daemon: OpenAIDaemon) -> None:
     _cli(daemon.home, "alias", "gpt-4o-mini", MODEL)  # recorded by another process: the daemon follows the log
 
     def answered() -> bool:
@@ -263,7 +225,7 @@ def test_an_alias_resolves_to_its_model(daemon: Daemon) -> None:
     assert routed["model"] == MODEL
 
 
-def test_why_explains_a_queued_request(daemon: Daemon) -> None:
+def test_why_explains_a_queued_request(daemon: OpenAIDaemon) -> None:
     queued = {e["trace_id"] for e in daemon.events("request.queued")}
     completed = [e["trace_id"] for e in daemon.events("request.completed") if e["trace_id"] in queued]
     assert completed, "the flood test left requests that queued and then completed"
@@ -273,7 +235,7 @@ def test_why_explains_a_queued_request(daemon: Daemon) -> None:
 
 
 @pytest.mark.parametrize("asked", [MODEL, "gpt-4o-mini"])  # the store's name, and an alias of it
-def test_every_answer_names_the_model_as_the_client_asked_never_a_path(daemon: Daemon, asked: str) -> None:
+def test_every_answer_names_the_model_as_the_client_asked_never_a_path(daemon: OpenAIDaemon, asked: str) -> None:
     """LiteLLM and Ollama answer with the requested name; the engine alone would say its file's path. (The alias
     comes from test_an_alias_resolves_to_its_model, above.)"""
     client = daemon.client()
@@ -292,7 +254,7 @@ def test_every_answer_names_the_model_as_the_client_asked_never_a_path(daemon: D
     assert ".gguf" not in raw.text and str(daemon.home) not in raw.text
 
 
-def test_sigterm_drains_a_stream_in_flight_then_stops(daemon: Daemon) -> None:
+def test_sigterm_drains_a_stream_in_flight_then_stops(daemon: OpenAIDaemon) -> None:
     """Last in this module: it stops the daemon. A stream that started before SIGTERM runs to its end (within
     stop_grace_s, 10 s: 12 tokens take well under that even on a busy machine)."""
     got: list[bytes] = []

@@ -21,8 +21,8 @@ import pytest
 
 from blazar import config as settings
 from tests.conftest import Cli
-from tests.integration.test_daemon import free_port, healthy, wait_for
 from tests.support.blazar_home import read_events
+from tests.support.daemon import free_port, healthy, wait_for
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.serving import blazar_cli, serving_gemma, stop_daemon
 

@@ -16,8 +16,9 @@ import pytest
 from blazar.adapters.engines.tiny_model import write_tiny_model
 from blazar.cli.daemon_client import auth_headers
 from tests.conftest import Cli
-from tests.integration.test_run_cli import fake_engine, free_port, stop_daemon
 from tests.support.blazar_home import home_paths
+from tests.support.daemon import free_port, stop_home_daemon
+from tests.support.fake_serving import fake_engine
 from tests.support.postgres import Cluster, cluster
 
 
@@ -76,7 +77,7 @@ def test_the_daemon_serves_from_a_postgresql_log_and_why_reads_it_back(cli: Cli,
                 break
         assert why is not None and why["verdict"].startswith("completed 200")
     finally:
-        stop_daemon(cli.home)
+        stop_home_daemon(cli.home)
     # Nothing of it went to a SQLite file: the home has none.
     assert not (cli.home / "blazar.db").exists()
     rows = subprocess.run([str(cluster().bin / "psql"), pg_url.replace("+asyncpg", ""), "-tAc",
@@ -133,5 +134,5 @@ def test_with_postgresql_down_loaded_models_still_answer_control_changes_wait_an
             time.sleep(0.1)
         assert why is not None, "the buffered request events never reached the log"
     finally:
-        stop_daemon(cli.home)
+        stop_home_daemon(cli.home)
         own.stop()

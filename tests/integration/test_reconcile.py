@@ -7,19 +7,8 @@ import os
 import signal
 from pathlib import Path
 
-from tests.integration.test_daemon import free_port, healthy, serving, wait_for
 from tests.support.blazar_home import read_events
-
-LOAD_TIMEOUT_S = 240
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split(") ", 1)[1][:1] != "Z"
+from tests.support.daemon import LOAD_TIMEOUT_S, alive, free_port, healthy, serving, wait_for
 
 
 def _start_with_loaded_model(cli, engine_binary: Path, gemma_path: Path):
@@ -37,13 +26,13 @@ def test_a_sigkilled_daemon_leaves_an_orphan_that_the_next_daemon_stops_and_reco
         pid = cli("ps", "--json").json()["instances"][0]["pid"]
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-    assert _alive(pid), "the engine child outlives a SIGKILLed daemon (it is in its own session)"
+    assert alive(pid), "the engine child outlives a SIGKILLed daemon (it is in its own session)"
     # Without a daemon, ps shows what the log says: still running.
     assert [r["instance_id"] for r in cli("ps", "--json").json()["instances"]] == [inst["instance_id"]]
 
     with serving(cli, "--port", str(port)) as proc:
         wait_for(lambda: healthy(port), "/health after restart", proc=proc)
-        wait_for(lambda: not _alive(pid), "the orphan to be stopped", timeout=30)
+        wait_for(lambda: not alive(pid), "the orphan to be stopped", timeout=30)
         assert cli("ps", "--json").json()["instances"] == []
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
@@ -63,7 +52,7 @@ def test_a_child_that_died_with_the_daemon_is_recorded_lost(
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not _alive(pid), "the child to die")
+    wait_for(lambda: not alive(pid), "the child to die")
 
     with serving(cli, "--port", str(port)) as proc:
         wait_for(lambda: healthy(port), "/health after restart", proc=proc)

@@ -22,8 +22,8 @@ import pytest
 
 from blazar.adapters.engines.tiny_model import write_tiny_model
 from tests.conftest import Cli
-from tests.integration.test_daemon import wait_for
-from tests.integration.test_run_cli import fake_engine, free_port, stop_daemon
+from tests.support.daemon import free_port, stop_home_daemon, wait_for
+from tests.support.fake_serving import fake_engine
 
 KEY = "sk-remote-test-0123456789"
 
@@ -49,7 +49,7 @@ def upstream(tmp_path: Path) -> Iterator[tuple[Cli, int]]:
     try:
         yield cli, port
     finally:
-        stop_daemon(cli.home)
+        stop_home_daemon(cli.home)
 
 
 @pytest.fixture
@@ -66,7 +66,7 @@ def gateway(tmp_path: Path, upstream: tuple[Cli, int]) -> Iterator[tuple[Cli, in
     try:
         yield cli, port
     finally:
-        stop_daemon(cli.home)
+        stop_home_daemon(cli.home)
 
 
 def test_a_remote_model_is_served_through_the_gateway_in_every_dialect(gateway: tuple[Cli, int]) -> None:
@@ -113,7 +113,7 @@ def test_a_dead_remote_opens_its_circuit_and_a_live_one_closes_it(gateway: tuple
     a("config", "set", "remote_circuit_failures", "2")
     a("config", "set", "remote_circuit_s", "2")
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=60)
-    stop_daemon(b.home)  # B goes away
+    stop_home_daemon(b.home)  # B goes away
     for _ in range(2):
         with pytest.raises(openai.APIStatusError) as e:
             client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
@@ -134,7 +134,7 @@ def test_a_dead_remote_opens_its_circuit_and_a_live_one_closes_it(gateway: tuple
     assert a("events", "--type", "remote.circuit_closed", "--json").json_lines()
     # With health checks every second, B going away opens the circuit with no request at all.
     a("config", "set", "remote_health_s", "1")
-    stop_daemon(b.home)
+    stop_home_daemon(b.home)
     opened_by_check = wait_for(lambda: [x["data"] for x in a("events", "--type", "remote.circuit_opened",
                                                              "--json").json_lines() if x["data"]["source"] ==
                                         "health_check"], "a health check opening the circuit", timeout=30)
@@ -189,7 +189,7 @@ def test_the_fake_engine_itself_serves_as_a_remote_and_its_concurrency_is_admitt
         queued = [h for h, _ in answers if h]
         assert queued == ["1"]  # one of the two waited for the remote's single slot
     finally:
-        stop_daemon(cli.home)
+        stop_home_daemon(cli.home)
         engine.terminate()
         engine.wait(timeout=10)
 
@@ -221,7 +221,7 @@ def mixed(cli: Cli, tmp_path: Path) -> Iterator[tuple[Cli, int, subprocess.Popen
         _daemon(cli, port)
         yield cli, port, engine
     finally:
-        stop_daemon(cli.home)
+        stop_home_daemon(cli.home)
         engine.terminate()
         engine.wait(timeout=10)
 

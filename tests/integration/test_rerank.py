@@ -21,8 +21,8 @@ import ollama
 import openai
 import pytest
 
-from tests.integration.test_daemon import wait_for
 from tests.support.blazar_home import read_events
+from tests.support.daemon import wait_for
 from tests.support.serving import blazar_cli, serving_gemma
 from tests.support.tiny_reranker import write_tiny_reranker
 

@@ -17,8 +17,8 @@ import ollama
 import openai
 import pytest
 
-from tests.integration.test_daemon import wait_for
 from tests.support.blazar_home import read_events
+from tests.support.daemon import wait_for
 from tests.support.serving import blazar_cli, serving_gemma
 
 MODEL = "gemma"

@@ -16,11 +16,10 @@ from typing import Any
 import pytest
 
 from blazar.adapters.engines.tiny_model import write_tiny_model
-from tests.integration.test_daemon import wait_for
-from tests.integration.test_nodes import CLUSTER_KEY, Node
-from tests.integration.test_run_cli import fake_engine
 from tests.support.blazar_home import read_events
-from tests.support.fake_serving import FakeDaemon, serving_fake
+from tests.support.daemon import wait_for
+from tests.support.fake_serving import FakeDaemon, fake_engine, serving_fake
+from tests.support.nodes import CLUSTER_KEY, Node
 from tests.support.postgres import cluster
 from tests.support.serving import blazar_cli
 

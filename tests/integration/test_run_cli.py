@@ -3,73 +3,23 @@
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
-import importlib.util
-import json
 import os
 import pty
 import select
-import signal
-import socket
 import subprocess
 import sys
 import termios
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from blazar.adapters.engines.tiny_model import write_tiny_model
 from blazar.errors import ModelNotFound
-
-WAIT_S = 30.0
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _fake_engine() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fake_engine", REPO / "bench" / "fake_engine.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-fake_engine = _fake_engine()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def stop_daemon(home: Path) -> None:
-    """SIGTERM to the daemon named in run/daemon.json (it stops its engines), and wait until it is gone."""
-    info = home / "run" / "daemon.json"
-    if not info.exists():
-        return
-    pid = json.loads(info.read_text())["pid"]
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        if not _running(pid):
-            return
-        time.sleep(0.05)
-    os.kill(pid, signal.SIGKILL)
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie: a daemon a test started with Popen and never reaped has exited all the same."""
-    try:
-        os.kill(pid, 0)
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (ProcessLookupError, FileNotFoundError):
-        return False
+from tests.support.daemon import WAIT_S, free_port, stop_home_daemon
+from tests.support.fake_serving import fake_engine
 
 
 @pytest.fixture
@@ -83,7 +33,7 @@ def fake_home(cli, home: Path, tmp_path: Path) -> Iterator[Path]:
     try:
         yield home
     finally:
-        stop_daemon(home)
+        stop_home_daemon(home)
 
 
 def _flat(text: str) -> str:

@@ -3,9 +3,7 @@ refusals that leave the current log untouched, the daemon lock, an online copy u
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import hashlib
 import os
 import random
 import re
@@ -20,51 +18,15 @@ import orjson
 import pytest
 
 from blazar import runlock
-from blazar.bootstrap import bootstrap
 from blazar.events.base import Recorded
 from blazar.events.kinds import decode
-from blazar.operations.config import set_value, unset_value
-from blazar.operations.snapshot import take_snapshot
 from blazar.operations.snapshot_verify import verify_snapshot
 from blazar.paths import Paths
 from blazar.projections import all_projections
 from tests.conftest import Cli
+from tests.support.snapshots import EXIT_SNAPSHOT_REFUSED, change_config, fingerprint, seed_and_snapshot, sha
 
-EXIT_SNAPSHOT_REFUSED = 3
 EXIT_DAEMON_RUNNING = 4
-
-
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _fingerprint(paths: Paths) -> dict[str, Any]:
-    """What a refused restore must leave exactly as it was: the log's bytes, config.toml, the data dir."""
-    return {
-        "db": _sha(paths.db),
-        "config": paths.config_file.read_bytes() if paths.config_file.exists() else None,
-        "files": sorted(p.name for p in paths.data_dir.iterdir()),
-    }
-
-
-def _change(paths: Paths, changes: dict[str, str | None], snapshot_to: Path | None = None) -> None:
-    """Config changes made in-process (the CLI's own handlers, without a CLI start-up each), then maybe a snapshot."""
-
-    async def go() -> None:
-        app = await bootstrap(paths=paths, actor="test:seed")
-        try:
-            for key, value in changes.items():
-                await (set_value(app, key, value) if value is not None else unset_value(app, key))
-            if snapshot_to is not None:
-                await take_snapshot(app, snapshot_to)
-        finally:
-            await app.close()
-
-    asyncio.run(go())
-
-
-def _seed_and_snapshot(paths: Paths, dest: Path | None) -> None:
-    _change(paths, {"log_level": "info", "pii_scrub": "false"}, dest)
 
 
 def _plus_event(state: dict[str, Any], line: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +49,7 @@ def _plus_event(state: dict[str, Any], line: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_snapshot_then_restore_gives_an_identical_state(cli: Cli, paths: Paths, tmp_path: Path) -> None:
-    _change(paths, {"log_level": "info", "checkpoint_every": "500"})
+    change_config(paths, {"log_level": "info", "checkpoint_every": "500"})
     state_a = cli("state", "--json").json()
     snap = tmp_path / "snap"
 
@@ -96,10 +58,10 @@ def test_snapshot_then_restore_gives_an_identical_state(cli: Cli, paths: Paths, 
     assert (manifest["seq_first"], manifest["seq_last"], manifest["event_count"]) == (1, state_a["seq"], 2)
     assert manifest["counts_by_type"] == {"config.changed": 2}
     assert "segments" not in manifest  # nothing archived: readable by a Blazar from before archive segments
-    assert manifest["db_sha256"] == _sha(snap / "blazar.db")
+    assert manifest["db_sha256"] == sha(snap / "blazar.db")
     assert orjson.loads((snap / "manifest.json").read_bytes()) == {k: v for k, v in manifest.items() if k != "path"}
 
-    _change(paths, {"log_level": "debug", "checkpoint_every": None})
+    change_config(paths, {"log_level": "debug", "checkpoint_every": None})
     restored = cli("restore", str(snap), "--json").json()
     assert restored["seq_last"] == state_a["seq"] and restored["seq"] == state_a["seq"] + 1
     # The replaced log (2 changes, snapshot.taken, 2 more changes) is kept whole beside the restored one.
@@ -114,7 +76,7 @@ def test_snapshot_then_restore_gives_an_identical_state(cli: Cli, paths: Paths, 
     after = cli("events", "--json", "--after", str(state_a["seq"])).json_lines()
     assert [e["type"] for e in after] == ["snapshot.restored"]
     assert after[0]["data"]["path"] == str(snap) and after[0]["data"]["previous_seq_last"] == 5
-    assert after[0]["data"]["manifest_sha256"] == _sha(snap / "manifest.json")
+    assert after[0]["data"]["manifest_sha256"] == sha(snap / "manifest.json")
     now = cli("state", "--json").json()
     assert now["projections"]["config"] == state_a["projections"]["config"]
     assert now == _plus_event(state_a, after[0])
@@ -122,7 +84,7 @@ def test_snapshot_then_restore_gives_an_identical_state(cli: Cli, paths: Paths, 
 
 def test_restore_replaces_a_log_that_is_itself_damaged(cli: Cli, paths: Paths, tmp_path: Path) -> None:
     snap = tmp_path / "snap"
-    _seed_and_snapshot(paths, snap)
+    seed_and_snapshot(paths, snap)
     junk = random.Random(7).randbytes(8192)
     paths.db.write_bytes(junk)
 
@@ -140,14 +102,14 @@ def test_restore_replaces_a_log_that_is_itself_damaged(cli: Cli, paths: Paths, t
 
 def _truncated(paths: Paths, tmp: Path) -> Path:
     snap = tmp / "snap"
-    _seed_and_snapshot(paths, snap)
+    seed_and_snapshot(paths, snap)
     db = snap / "blazar.db"
     db.write_bytes(db.read_bytes()[: db.stat().st_size // 2])
     return snap
 
 
 def _random_file(paths: Paths, tmp: Path) -> Path:
-    _seed_and_snapshot(paths, None)
+    seed_and_snapshot(paths, None)
     junk = tmp / "snapshot.bin"
     junk.write_bytes(random.Random(1).randbytes(4096))
     return junk
@@ -155,14 +117,14 @@ def _random_file(paths: Paths, tmp: Path) -> Path:
 
 def _random_manifest(paths: Paths, tmp: Path) -> Path:
     snap = tmp / "snap"
-    _seed_and_snapshot(paths, snap)
+    seed_and_snapshot(paths, snap)
     (snap / "manifest.json").write_bytes(random.Random(2).randbytes(512))
     return snap
 
 
 def _foreign_db(paths: Paths, tmp: Path) -> Path:
     """A SQLite file that is not a Blazar log, with a hand-made manifest whose size and sha256 match it."""
-    _seed_and_snapshot(paths, None)
+    seed_and_snapshot(paths, None)
     snap = tmp / "foreign"
     snap.mkdir()
     db = snap / "blazar.db"
@@ -174,7 +136,7 @@ def _foreign_db(paths: Paths, tmp: Path) -> Path:
         "format": "blazar-snapshot", "format_version": 1, "created_at": "2026-12-02T00:00:00Z",
         "blazar_version": "0.1.0", "schema_revision": "0001", "seq_first": 1, "seq_last": 1, "event_count": 1,
         "counts_by_type": {"config.changed": 1}, "db_file": "blazar.db", "db_bytes": db.stat().st_size,
-        "db_sha256": _sha(db), "models": [],
+        "db_sha256": sha(db), "models": [],
     }
     (snap / "manifest.json").write_bytes(orjson.dumps(manifest))
     return snap
@@ -195,26 +157,26 @@ def test_a_damaged_or_foreign_snapshot_is_refused_and_changes_nothing(
 ) -> None:
     source = make(paths, tmp_path)
     before_state = cli("state", "--json").json()
-    before = _fingerprint(paths)
+    before = fingerprint(paths)
 
     res = cli("restore", str(source), check=False)
 
     assert res.code == EXIT_SNAPSHOT_REFUSED, res.stderr
     assert message in res.stderr and res.stdout == ""
-    assert _fingerprint(paths) == before
+    assert fingerprint(paths) == before
     assert cli("state", "--json").json() == before_state
 
 
 def test_restore_refuses_a_live_daemon_unless_forced(cli: Cli, paths: Paths, tmp_path: Path) -> None:
     snap = tmp_path / "snap"
-    _seed_and_snapshot(paths, snap)
-    before = _fingerprint(paths)
+    seed_and_snapshot(paths, snap)
+    before = fingerprint(paths)
     # flock belongs to this process's open file: the `blazar` child sees a live holder, with our pid.
     with runlock.hold(paths.daemon_lock):
         res = cli("restore", str(snap), check=False)
         assert res.code == EXIT_DAEMON_RUNNING
         assert f"a Blazar daemon (pid {os.getpid()}) is running; stop it or pass --force" in res.stderr
-        assert _fingerprint(paths) == before
+        assert fingerprint(paths) == before
 
         forced = cli("restore", str(snap), "--force", "--json").json()
     assert forced["forced"] is True
@@ -285,8 +247,8 @@ def test_the_manifest_lists_model_files_and_restore_warns_about_changed_ones(
 
     manifest = cli("snapshot", str(tmp_path / "snap"), "--json").json()
     assert manifest["models"] == [
-        {"path": "README", "bytes": notes.stat().st_size, "sha256": _sha(notes)},
-        {"path": "org/tiny.gguf", "bytes": weights.stat().st_size, "sha256": _sha(weights)},
+        {"path": "README", "bytes": notes.stat().st_size, "sha256": sha(notes)},
+        {"path": "org/tiny.gguf", "bytes": weights.stat().st_size, "sha256": sha(weights)},
     ]
 
     (paths.models / "link.gguf").unlink()

@@ -17,18 +17,11 @@ from blazar.errors import SnapshotError
 from blazar.operations.snapshot_verify import inspect_log
 from blazar.paths import Paths
 from tests.conftest import Cli
-from tests.support.archived import seed_archived
+from tests.support.archived import reads, seed_archived
 
 
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _reads(cli: Cli) -> dict[str, object]:
-    return {"trace": cli("events", "--trace", "old-0005", "--json").json_lines(),
-            "why": cli("why", "old-0005", "--json").json(),
-            "prefix": cli("why", "old-0009", "--json").json()["trace_id"],
-            "all": [e for e in cli("events", "--json").json_lines() if e["type"].startswith("request.")]}
 
 
 @pytest.fixture
@@ -39,7 +32,7 @@ async def archived_home(paths: Paths, clock: FakeClock) -> list[str]:
 
 def test_a_snapshot_carries_the_segments_and_a_restore_puts_them_in_place(
         cli: Cli, paths: Paths, tmp_path: Path, archived_home: list[str]) -> None:
-    before = _reads(cli)
+    before = reads(cli)
     assert len(before["all"]) == 12  # type: ignore[arg-type]
     snap = tmp_path / "snap"
     manifest = cli("snapshot", str(snap), "--json").json()
@@ -55,7 +48,7 @@ def test_a_snapshot_carries_the_segments_and_a_restore_puts_them_in_place(
     assert res["warnings"] == []
     other_archive = Paths.from_env({"BLAZAR_HOME": str(other.home)}).archive
     assert sorted(p.name for p in other_archive.iterdir() if p.name.endswith((".gz", ".json"))) == names
-    assert _reads(other) == before
+    assert reads(other) == before
     assert other("audit", "verify", "--archive").stdout.startswith("ok: 3 segments, 12 events")
 
     # Into the same home whose archive lost a segment and gained a stray one: put back; the stray kept aside.
@@ -66,7 +59,7 @@ def test_a_snapshot_carries_the_segments_and_a_restore_puts_them_in_place(
     assert any("replaced-" in w for w in res["warnings"])
     assert not stray.exists()
     assert [p.read_bytes() for p in paths.archive.glob("replaced-*/seg-000009-900-901.jsonl.gz")] == [b"not ours"]
-    assert _reads(cli) == before
+    assert reads(cli) == before
     assert cli("audit", "verify", "--archive").stdout.startswith("ok: 3 segments")
 
 

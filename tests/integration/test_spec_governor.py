@@ -24,8 +24,8 @@ from blazar.adapters.machine import this_machine
 from blazar.bootstrap import bootstrap
 from blazar.events.tuning import Posture, ProfileAdopted
 from blazar.store.engines import active_engine
-from tests.integration.test_daemon import wait_for
 from tests.support.blazar_home import home_paths, read_events
+from tests.support.daemon import wait_for
 from tests.support.serving import blazar_cli, serving_gemma
 
 MODEL = "gemma"

@@ -10,10 +10,10 @@ import jsonschema
 import openai
 import pytest
 
-from tests.integration import test_openai_api
-from tests.integration.test_openai_api import MODEL, Daemon
+from tests.support import sdk_daemons
+from tests.support.sdk_daemons import MODEL, OpenAIDaemon
 
-daemon = test_openai_api.daemon
+daemon = sdk_daemons.openai_daemon
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city",
@@ -28,7 +28,7 @@ SCHEMA = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
-def test_a_required_tool_choice_is_a_tool_call_and_its_result_goes_back(daemon: Daemon) -> None:
+def test_a_required_tool_choice_is_a_tool_call_and_its_result_goes_back(daemon: OpenAIDaemon) -> None:
     client = daemon.client()
     chat = client.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER, TIME],
                                           tool_choice="required", max_tokens=80, temperature=0)
@@ -46,7 +46,7 @@ def test_a_required_tool_choice_is_a_tool_call_and_its_result_goes_back(daemon: 
     assert follow.choices[0].message.role == "assistant" and follow.usage.prompt_tokens > 0
 
 
-def test_a_named_tool_choice_streams_one_call_that_assembles(daemon: Daemon) -> None:
+def test_a_named_tool_choice_streams_one_call_that_assembles(daemon: OpenAIDaemon) -> None:
     stream = daemon.client().chat.completions.create(
         model=MODEL, messages=ASK, tools=[WEATHER, TIME], max_tokens=80, stream=True, temperature=0,
         tool_choice={"type": "function", "function": {"name": "get_weather"}})
@@ -63,7 +63,7 @@ def test_a_named_tool_choice_streams_one_call_that_assembles(daemon: Daemon) -> 
     jsonschema.validate(json.loads(args), WEATHER["function"]["parameters"])
 
 
-def test_a_tool_choice_naming_no_tool_is_a_400(daemon: Daemon) -> None:
+def test_a_tool_choice_naming_no_tool_is_a_400(daemon: OpenAIDaemon) -> None:
     with pytest.raises(openai.BadRequestError) as e:
         daemon.client().chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER], max_tokens=8,
                                                 tool_choice={"type": "function", "function": {"name": "nope"}})
@@ -71,7 +71,7 @@ def test_a_tool_choice_naming_no_tool_is_a_400(daemon: Daemon) -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_json_schema_output_parses_and_matches(daemon: Daemon, stream: bool) -> None:
+def test_json_schema_output_parses_and_matches(daemon: OpenAIDaemon, stream: bool) -> None:
     fmt = {"type": "json_schema", "json_schema": {"name": "pick", "schema": SCHEMA}}
     client = daemon.client()
     if stream:
@@ -85,7 +85,7 @@ def test_json_schema_output_parses_and_matches(daemon: Daemon, stream: bool) -> 
     jsonschema.validate(json.loads(text), SCHEMA)
 
 
-def test_an_invalid_schema_is_a_400_in_openai_shape(daemon: Daemon) -> None:
+def test_an_invalid_schema_is_a_400_in_openai_shape(daemon: OpenAIDaemon) -> None:
     bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": 3}}}
     with pytest.raises(openai.BadRequestError) as e:
         daemon.client().chat.completions.create(model=MODEL, messages=ASK, response_format=bad, max_tokens=8)

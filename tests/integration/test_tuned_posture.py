@@ -22,8 +22,8 @@ from blazar.events import Event
 from blazar.events.tuning import Posture, ProfileAdopted, ProfileReset
 from blazar.paths import Paths
 from blazar.queries.engines import active_tag
-from tests.integration.test_daemon import wait_for
 from tests.support.blazar_home import read_events
+from tests.support.daemon import wait_for
 from tests.support.serving import blazar_cli, serving_gemma
 
 MODEL = "gemma"

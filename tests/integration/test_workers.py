@@ -19,7 +19,7 @@ import openai
 import pytest
 
 from blazar.adapters.engines.package import RPC_SERVER
-from tests.integration.test_daemon import free_port, wait_for
+from tests.support.daemon import free_port, wait_for
 from tests.support.serving import blazar_cli, serving_gemma
 
 MODEL = "gemma"

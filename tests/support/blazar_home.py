@@ -1,15 +1,19 @@
 """A test's view of a BLAZAR_HOME that the CLI writes to: its event log, read in the shape `blazar events --json`
-prints (one dict per event), a model put in its store and a config key set, each without the half second a CLI
-subprocess costs."""
+prints (one dict per event), a model put in its store, a config key set and request history recorded in the past,
+each without the half second a CLI subprocess costs."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
 from blazar.bootstrap import bootstrap
+from blazar.clock import FakeClock
 from blazar.events.log_sqlite import SqliteEventLog
+from blazar.events.models import ModelAliased
+from blazar.events.requests import RequestCompleted, RequestReceived
 from blazar.operations.config import set_value
 from blazar.paths import Paths
 from blazar.store.models import import_model
@@ -59,6 +63,28 @@ def configure(home: Path, key: str, text: str) -> None:
         app = await bootstrap(paths=home_paths(home), env={}, actor="test:pytest")
         try:
             await set_value(app, key, text)
+        finally:
+            await app.close()
+
+    asyncio.run(go())
+
+
+def seed_history(home: Path, *, age_s: float, traces: int, prefix: str = "old", env: dict[str, str] | None = None
+                 ) -> None:
+    """`traces` request traces (received + completed) and one control event, recorded `age_s` ago."""
+
+    async def go() -> None:
+        clock = FakeClock(time.time() - age_s)
+        app = await bootstrap(paths=home_paths(home), env=env or {}, actor="test:pytest", clock=clock)
+        try:
+            await app.log.append(ModelAliased(alias=f"{prefix}-alias", target="m"), actor="test:pytest")
+            for i in range(traces):
+                tid = f"{prefix}-{i}"
+                await app.log.append(RequestReceived(trace_id=tid, dialect="openai", route="/v1/chat/completions",
+                                                     model="m"), actor="gateway", trace_id=tid)
+                clock.advance(1)
+                await app.log.append(RequestCompleted(trace_id=tid, model="m", duration_ms=3.0), actor="gateway",
+                                     trace_id=tid)
         finally:
             await app.close()
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 
 from blazar.adapters.engines.tiny_model import write_tiny_model
-from tests.integration.test_daemon import free_port, healthy, wait_for
+from tests.support.daemon import free_port, healthy, wait_for
 from tests.support.serving import blazar_cli, stop_daemon
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,6 +29,10 @@ def load_fake_engine() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# The module once, for the tests that write its executable or check its answers (`fake_engine.answer_text(n)`).
+fake_engine = load_fake_engine()
 
 
 @dataclass

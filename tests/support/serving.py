@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from tests.integration.test_daemon import free_port, healthy, wait_for
+from tests.support.daemon import free_port, healthy, wait_for
 
 
 def blazar_cli(home: Path, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:

@@ -18,7 +18,7 @@ from blazar.events import Event
 from blazar.events.engines import EngineActivated, EngineFile, EngineInstalled
 from blazar.events.instances import InstanceStarting
 from blazar.events.models import ModelImported, ShardFile
-from blazar.events.sessions import KvIdentity, SessionSaved
+from blazar.events.sessions import SessionSaved
 from blazar.instances.kv_bank import KvBank
 from blazar.instances.reconcile import reconcile
 from blazar.instances.supervisor import Supervisor
@@ -35,11 +35,10 @@ from blazar.store.models import import_model, remove_model, slot_dir
 from tests.support.engine_store import stand_in
 from tests.support.events import recs
 from tests.support.gguf_factory import write_plain
-from tests.unit.test_sessions_unit import FakeSlotsEngine, instance
+from tests.support.kv_bank import IDENT, FakeSlotsEngine, instance
 
 SHA = "ab" * 32
-IDENT = KvIdentity(engine="b1", model_sha256="aa", ctx_tokens=4096, cache_type_k="f16", cache_type_v="f16",
-                   swa_full=True)
+
 
 
 def folded(projection: Any, *events: Event) -> dict[str, Any]:

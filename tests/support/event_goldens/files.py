@@ -52,8 +52,8 @@ def rel(path: Path) -> str:
 
 
 # Blazar's own event types. NOTE: chosen by the module of the class registered when this module is first imported,
-# not by name at each call: test modules register types of their own (tests/unit/test_log.py's `test.pinged`) that
-# have no golden, and tests here stand a changed class in for a registered one (it must still be checked).
+# not by name at each call: test modules register types of their own (tests/unit/events/test_log.py's `test.pinged`)
+# that have no golden, and tests here stand a changed class in for a registered one (it must still be checked).
 _PRODUCT_TYPES = sorted(name for name in known_types()
                         if (cls := event_class(name)) is not None and cls.__module__.startswith("blazar."))
 

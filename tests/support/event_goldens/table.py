@@ -1,8 +1,8 @@
 """The event table of docs/3.DATA_MODEL.md, rendered from the event kinds: one row per event type with its version,
 whether it is a control event (committed before a command is acknowledged) and audited, its stream, the first paragraph
 of its class docstring and its fields (a default after `=`, a Literal's choices in brackets). The doc holds it between
-two markers; `scripts/event-goldens --write` replaces what is between them and tests/unit/test_event_goldens.py checks
-that it is current."""
+two markers; `scripts/event-goldens --write` replaces what is between them and tests/unit/events/test_event_goldens.py
+checks that it is current."""
 
 from __future__ import annotations
 
