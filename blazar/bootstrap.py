@@ -16,30 +16,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from blazar.adapters.engines.client import EngineClient
-from blazar.adapters.otel.target import otlp_target
-from blazar.api.batches import line_asker
 from blazar.clock import Clock, SystemClock
 from blazar.cluster.nodes import node_name
-from blazar.cluster.remotes import health_loop
 from blazar.context import CHECKPOINT_ON_CLOSE_AFTER, Blazar
 from blazar.events.log import EventLog
-from blazar.instances.kv_bank import KvBank
-from blazar.instances.supervisor import Supervisor
 from blazar.logdb import archive_location, log_location, open_log
-from blazar.operations.archive_schedule import archive_loop
 from blazar.operations.config import reconcile_file
 from blazar.paths import Paths
 from blazar.projections import all_projections
 from blazar.projections.runner import ProjectionRunner
 from blazar.queries.file_modes import loose_modes
-from blazar.serving.admission import Admission
-from blazar.serving.batches import BatchRunner
-from blazar.serving.gateway import Gateway
-from blazar.serving.ports import SupervisorPort
 
 if TYPE_CHECKING:
+    from blazar.adapters.engines.client import EngineClient
     from blazar.adapters.otel.tracing import Tracing
+    from blazar.serving.gateway import Gateway
+    from blazar.serving.ports import SupervisorPort
 
 __all__ = ["CHECKPOINT_ON_CLOSE_AFTER", "Blazar", "Services", "bootstrap", "build_services", "default_actor",
            "paths_from_env"]
@@ -139,6 +131,11 @@ class Services:
         """The daemon's background work beside serving: the remote engines' health checks, the speculation governor,
         the archiver (request history past `request_retention` into segments, every `archive_every_s`), the batch
         runner (which starts no line once `stopping` is set)."""
+        from blazar.api.batches import line_asker
+        from blazar.cluster.remotes import health_loop
+        from blazar.operations.archive_schedule import archive_loop
+        from blazar.serving.batches import BatchRunner
+
         self._tasks.append(asyncio.create_task(health_loop(self.gateway.app, self.gateway.remotes),
                                                name="blazar-remote-health"))
         self._tasks.append(asyncio.create_task(archive_loop(self.gateway.app), name="blazar-archiver"))
@@ -171,7 +168,16 @@ class Services:
 def build_services(app: Blazar, *, supervisor: SupervisorPort | None = None,
                    client: EngineClient | None = None) -> Services:
     """The Supervisor (or the one given: tests pass fakes here), admission limits from the settings, the engine
-    client and the Gateway that joins them."""
+    client and the Gateway that joins them.
+
+    NOTE: the serving stack is imported here, not at the top: every CLI command imports this module for
+    `bootstrap()`, and only the daemon serves (importing it all cost each command about a second of CPU)."""
+    from blazar.adapters.engines.client import EngineClient
+    from blazar.instances.kv_bank import KvBank
+    from blazar.instances.supervisor import Supervisor
+    from blazar.serving.admission import Admission
+    from blazar.serving.gateway import Gateway
+
     settings = app.settings()
     engine = client if client is not None else EngineClient()
     kv = KvBank(app, engine)  # which slot holds which session; their saves when an instance goes
@@ -185,6 +191,8 @@ def build_services(app: Blazar, *, supervisor: SupervisorPort | None = None,
 def _tracing(app: Blazar) -> Tracing | None:
     """Request spans exported over OTLP/HTTP when `otlp_endpoint` (or OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT) names
     a collector; the SDK is imported only then."""
+    from blazar.adapters.otel.target import otlp_target
+
     target = otlp_target(app.settings(), app.env)
     if target is None:
         return None

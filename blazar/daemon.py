@@ -22,11 +22,9 @@ import resource
 import signal
 import socket
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
 from granian.constants import HTTPModes, Interfaces, SSLProtocols
 from granian.http import HTTP1Settings
 from granian.log import LogLevels
@@ -42,6 +40,7 @@ from blazar.cluster.nodes import NodeKeeper, check_node_url, node_url
 from blazar.config import Settings
 from blazar.context import Blazar
 from blazar.credentials import remove_admin_token, write_admin_token
+from blazar.daemon_file import DaemonInfo, daemon_file, read_daemon_file, write_daemon_file
 from blazar.errors import BlazarError, DaemonRunning, PortInUse, UnsafeBind
 from blazar.paths import Paths
 from blazar.projections.keys import auth_on
@@ -113,55 +112,8 @@ def raise_nofile() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
-@dataclass(frozen=True)
-class DaemonInfo:
-    """The content of run/daemon.json: written once the listener is bound, removed on exit."""
-
-    pid: int
-    host: str
-    port: int
-    started: float
-    scheme: str = "http"
-    ca_file: str | None = None  # the certificate a CLI on this machine verifies https against (tls_cert)
-
-    @property
-    def url(self) -> str:
-        """Where a client on this machine reaches the daemon: a wildcard bind on loopback."""
-        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(self.host, self.host)
-        return f"{self.scheme}://[{host}]:{self.port}" if ":" in host else f"{self.scheme}://{host}:{self.port}"
-
-    @property
-    def bound(self) -> str:
-        """The address really bound, as a user reads it (0.0.0.0 is every interface, not loopback)."""
-        return f"{self.scheme}://[{self.host}]:{self.port}" if ":" in self.host else \
-            f"{self.scheme}://{self.host}:{self.port}"
-
-
-def daemon_file(paths: Paths) -> Path:
-    return paths.run / "daemon.json"
-
-
-def read_daemon_file(paths: Paths) -> DaemonInfo | None:
-    """What the last daemon wrote; None when there is no file or it cannot be read (a daemon mid-write never
-    leaves a torn file: it is replaced atomically)."""
-    try:
-        raw = orjson.loads(daemon_file(paths).read_bytes())
-        return DaemonInfo(pid=int(raw["pid"]), host=str(raw["host"]), port=int(raw["port"]),
-                          started=float(raw["started"]), scheme=str(raw.get("scheme") or "http"),
-                          ca_file=raw.get("ca_file"))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _write_daemon_file(paths: Paths, info: DaemonInfo) -> None:
-    target = daemon_file(paths)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(orjson.dumps(asdict(info)))
-    os.replace(tmp, target)
-
-
 def _listening(paths: Paths, info: DaemonInfo, callback: Callable[[DaemonInfo], None] | None) -> None:
-    _write_daemon_file(paths, info)
+    write_daemon_file(paths, info)
     log.info("listening on %s (pid %d)", info.bound, info.pid)
     if callback is not None:
         callback(info)

@@ -8,14 +8,16 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Coroutine
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 import typer
 from rich.console import Console
 
-from blazar.bootstrap import Blazar, bootstrap
 from blazar.cli.timeparse import parse_time
+
+if TYPE_CHECKING:
+    from blazar.context import Blazar
 
 T = TypeVar("T")
 
@@ -52,6 +54,8 @@ def run_stoppable(coro: Coroutine[Any, Any, T], interrupted: str) -> T:
 
 @contextlib.asynccontextmanager
 async def opened(*, reconcile_config: bool = True) -> AsyncIterator[Blazar]:
+    from blazar.bootstrap import bootstrap  # the log and projections: not for `--help` or `--version`
+
     app = await bootstrap(reconcile_config=reconcile_config)
     try:
         yield app

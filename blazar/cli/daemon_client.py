@@ -22,7 +22,7 @@ import httpx2
 from blazar import runlock
 from blazar.adapters.engines.process import log_tail
 from blazar.credentials import read_admin_token
-from blazar.daemon import DaemonInfo, read_daemon_file
+from blazar.daemon_file import DaemonInfo, read_daemon_file
 from blazar.errors import (
     DaemonRunning,
     DaemonUnavailable,

@@ -14,12 +14,12 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from blazar import daemon
-from blazar.bootstrap import bootstrap, build_services, default_actor, paths_from_env
+from blazar.bootstrap import bootstrap, default_actor, paths_from_env
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
 from blazar.cli.daemon_client import AdminClient, daemon_log, find_daemon, start_daemon
+from blazar.daemon_file import DaemonInfo
 from blazar.durations import format_duration, keep_alive_seconds
-from blazar.instances.supervisor import ModelNotLoaded, reset_circuit
+from blazar.errors import ModelNotLoaded
 from blazar.queries.catalog import model as stored_model
 from blazar.queries.ps import open_circuits, ps_rows
 
@@ -42,11 +42,14 @@ def serve(
     """Run the daemon in the foreground: the HTTP API and the engine children. Ctrl-C or SIGTERM stops both.
     Wider than loopback (--host 0.0.0.0) needs an API key (`blazar keys create NAME --admin`); https with the
     tls_cert and tls_key settings."""
+    from blazar import daemon  # the server: imported by this command alone
+    from blazar.bootstrap import build_services
+
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger("blazar").addHandler(handler)
 
-    def listening(info: daemon.DaemonInfo) -> None:
+    def listening(info: DaemonInfo) -> None:
         local = f" (on this machine: {info.url})" if info.url != info.bound else ""
         err.print(f"blazar daemon listening on {info.bound}{local} (pid {info.pid}); Ctrl-C stops it", **_VERBATIM)
 
@@ -67,7 +70,7 @@ def serve(
         raise typer.Exit(code)
 
 
-def _daemon_or_start() -> daemon.DaemonInfo:
+def _daemon_or_start() -> DaemonInfo:
     paths = paths_from_env()
     info = find_daemon(paths)
     if info is None:
@@ -167,12 +170,14 @@ def ps(
                   f"(blazar ps --reset {model} allows them now)", **_VERBATIM)
 
 
-def _reset(model: str, info: daemon.DaemonInfo | None, *, as_json: bool) -> None:
+def _reset(model: str, info: DaemonInfo | None, *, as_json: bool) -> None:
     if info is not None:
         with AdminClient(info) as client:
             was_open = client.reset(model)
     else:
         async def go() -> bool:
+            from blazar.instances.supervisor import reset_circuit
+
             async with opened() as app:
                 entry = stored_model(app, model)
                 return await reset_circuit(app, entry.name if entry else model)

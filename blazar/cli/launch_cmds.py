@@ -25,7 +25,7 @@ from blazar.cli.daemon_client import (
     start_daemon,
     verify_of,
 )
-from blazar.daemon import DaemonInfo
+from blazar.daemon_file import DaemonInfo
 from blazar.errors import DaemonUnavailable, KeyCommandError, RemoteError
 from blazar.operations import launch as handlers
 from blazar.paths import Paths

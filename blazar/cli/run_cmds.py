@@ -31,7 +31,7 @@ from blazar.cli.daemon_client import (
     start_daemon,
     verify_of,
 )
-from blazar.daemon import DaemonInfo
+from blazar.daemon_file import DaemonInfo
 
 PROMPT = ">>> "
 CHAT_PATH = "/v1/chat/completions"

@@ -24,7 +24,7 @@ import pytest
 from blazar.events import Event, register
 from blazar.events.log_sqlite import SqliteEventLog
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(reason="crash loops: writer children killed mid-burst, again and again")
 
 ROOT = Path(__file__).resolve().parents[2]
 BURST = 25  # events the writer child submits between flushes

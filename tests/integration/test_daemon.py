@@ -17,7 +17,8 @@ import pytest
 
 from blazar.adapters.engines.tiny_model import write_tiny_model as write_tiny_gguf
 from blazar.bootstrap import bootstrap, build_services
-from blazar.daemon import PortInUse, read_daemon_file, serve
+from blazar.daemon import PortInUse, serve
+from blazar.daemon_file import read_daemon_file
 from blazar.errors import DaemonRunning, NoEngine
 from blazar.events.instances import ModelCircuitOpened
 from blazar.instances.supervisor import LoadFailed, ModelNotLoaded

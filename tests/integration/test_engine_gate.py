@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import Cli
 from tests.support.blazar_home import read_events
 
-pytestmark = pytest.mark.slow  # three gates of four engine starts each (about 4 minutes on a busy 2-core machine)
+pytestmark = pytest.mark.slow(reason="three gates of four engine starts each (about 4 minutes on a busy 2-core box)")
 
 MODEL = "gemma"
 GATE_TIMEOUT_S = 300  # one gate: 2 runs on each build of a short chat workload (32 tokens a request)

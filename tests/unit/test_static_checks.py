@@ -34,7 +34,7 @@ def test_ruff_finds_nothing_to_fix() -> None:
     assert result.returncode == 0, f"ruff failed (exit {result.returncode}):\n{result.stdout}{result.stderr}"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="mypy over all of blazar/ with an empty cache takes one to two minutes on 2 cores")
 @pytest.mark.skipif(not MYPY.exists(), reason=f"mypy is not installed in {BIN} (pip install -e '.[dev]')")
 def test_mypy_finds_no_type_errors_in_blazar() -> None:
     result = _run(MYPY)

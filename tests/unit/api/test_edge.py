@@ -16,7 +16,8 @@ from blazar.addresses import is_loopback
 from blazar.api import errors
 from blazar.api.context import RequestContext
 from blazar.api.edge import Edge, EdgePolicy, host_name, json_content_type
-from blazar.daemon import DaemonInfo, UnsafeBind, check_bind, tls_files
+from blazar.daemon import UnsafeBind, check_bind, tls_files
+from blazar.daemon_file import DaemonInfo
 from blazar.errors import BlazarError, ConfigError
 
 
