@@ -71,8 +71,8 @@ def probe_devices(*, nvml: Any | None = None, meminfo_path: Path = MEMINFO) -> l
     gpus: list[Device] = []
     try:
         if nvml is None:
-            # Imported late: no NVIDIA driver means no GPUs, not an error. The "pynvml" distribution now only
-            # redirects to nvidia-ml-py's module of the same name, with a FutureWarning that says so.
+            # Imported late: no NVIDIA driver means no GPUs, not an error. The module comes from nvidia-ml-py; a
+            # machine that also has the deprecated "pynvml" distribution gets a FutureWarning from its redirect.
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)
                 import pynvml
