@@ -15,7 +15,9 @@ from pathlib import Path
 from types import ModuleType
 
 from blazar.adapters.engines.tiny_model import write_tiny_model
+from tests.support.blazar_home import home_paths
 from tests.support.daemon import free_port, healthy, wait_for
+from tests.support.homes import configure_all, model_home, session_file
 from tests.support.serving import blazar_cli, stop_daemon
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,16 +51,24 @@ class FakeDaemon:
         return self.stderr_path.read_text(errors="replace")
 
 
+def fake_engine_binary() -> Path:
+    """bench/fake_engine.py as an installable llama-server, written once per test process."""
+    return session_file("fake-engine/llama-server", lambda p: load_fake_engine().write_executable(p))
+
+
 @contextlib.contextmanager
 def serving_fake(home: Path, files: Path, model: str, *, env: Mapping[str, str] | None = None,
                  settings: Mapping[str, object] | None = None) -> Iterator[FakeDaemon]:
     """`home` with the fake engine active and the tiny model imported as `model`, served on a free port. `env` is
     added to the daemon's environment; `settings` are set with `blazar config set`."""
-    binary = load_fake_engine().write_executable(files / "fake-engine" / "llama-server")
-    blazar_cli(home, "engine", "install", "--path", str(binary))
-    blazar_cli(home, "import", str(write_tiny_model(files / "tiny.gguf")), "--name", model)
-    for key, value in (settings or {}).items():
-        blazar_cli(home, "config", "set", key, str(value))
+    binary = fake_engine_binary()
+    tiny = session_file("tiny.gguf", write_tiny_model)
+    if home_paths(home).db.exists():  # a home the test began itself: set up in it, through the CLI
+        blazar_cli(home, "engine", "install", "--path", str(binary))
+        blazar_cli(home, "import", str(tiny), "--name", model)
+    else:
+        model_home(home, binary, tiny, model)
+    configure_all(home, settings or {})
     with serving_home(home, files, env=env) as daemon:
         yield daemon
 

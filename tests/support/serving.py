@@ -11,7 +11,9 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from tests.support.blazar_home import home_paths
 from tests.support.daemon import free_port, healthy, wait_for
+from tests.support.homes import configure_all, model_home
 
 
 def blazar_cli(home: Path, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
@@ -37,29 +39,32 @@ def serving_gemma(home: Path, engine_binary: Path, gemma_path: Path, model: str,
     `template`: a Jinja text the model is served with; None serves it as Blazar serves an imported GGUF.
     `mmproj`: a projector imported with the model (`blazar import --mmproj`: tests/support/tiny_mmproj.py).
     `before_serve`: called with the home once it is set up, before the daemon starts (to record a profile...)."""
-    blazar_cli(home, "engine", "install", "--path", str(engine_binary))
-    blazar_cli(home, "import", str(gemma_path), "--name", model, *(["--mmproj", str(mmproj)] if mmproj else []))
-    if template is not None:
-        (home / "test-template.jinja").write_text(template)
-        blazar_cli(home, "model", "set", model, "--template", str(home / "test-template.jinja"))
-    for key, value in settings.items():
-        blazar_cli(home, "config", "set", key, str(value))
+    if home_paths(home).db.exists():  # a home the test began itself: set up in it, through the CLI
+        blazar_cli(home, "engine", "install", "--path", str(engine_binary))
+        blazar_cli(home, "import", str(gemma_path), "--name", model, *(["--mmproj", str(mmproj)] if mmproj else []))
+        if template is not None:
+            (home / "test-template.jinja").write_text(template)
+            blazar_cli(home, "model", "set", model, "--template", str(home / "test-template.jinja"))
+    else:
+        model_home(home, engine_binary, gemma_path, model, template_text=template, mmproj=mmproj)
+    configure_all(home, settings)
     if before_serve is not None:
         before_serve(home)
     port = free_port()
     env = {**os.environ, "BLAZAR_HOME": str(home)}
-    sink = output.open("w") if output is not None else None
-    proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)], env=env,
-                            stdout=sink or subprocess.DEVNULL, stderr=sink or subprocess.PIPE, text=True)
+    # A file, never an unread pipe: a daemon that logs more than a pipe holds would block on its next line.
+    log_path = output if output is not None else home.parent / f"{home.name}-daemon.log"
+    with log_path.open("w") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)], env=env,
+                                stdout=sink if output is not None else subprocess.DEVNULL, stderr=sink, text=True)
     try:
-        wait_for(lambda: healthy(port), "/health", proc=proc)
+        try:
+            wait_for(lambda: healthy(port), "/health", proc=proc)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{log_path.read_text(errors='replace')[-8000:]}") from None
         yield port, proc
     finally:
         stop_daemon(proc)
-        if proc.stderr:
-            proc.stderr.close()
-        if sink is not None:
-            sink.close()
 
 
 def stop_daemon(proc: subprocess.Popen, timeout_s: float = 60) -> None:
