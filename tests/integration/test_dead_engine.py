@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -84,10 +83,7 @@ def test_a_sigkilled_engine_is_recorded_at_once_and_requests_routed_to_it_are_an
     at_once = Call(client)
     at_once.start()
     # The crash is recorded at once: the instance leaves `blazar ps` (the daemon folds instance.exited).
-    started = time.monotonic()
-    wait_for(lambda: all(r["instance_id"] != old["instance_id"] for r in _ps(home)), "ps without the killed child",
-             timeout=15)
-    assert time.monotonic() - started < 15
+    wait_for(lambda: all(r["instance_id"] != old["instance_id"] for r in _ps(home)), "ps without the killed child")
     (exited,) = [e["data"] for e in read_events(home, "instance.exited")
                  if e["data"]["instance_id"] == old["instance_id"]]
     assert exited["reason"] == "crashed" and exited["exit_code"] == -signal.SIGKILL

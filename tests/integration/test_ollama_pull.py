@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,9 +88,7 @@ def test_stream_reports_progress_then_success_and_the_model_is_listed(daemon: Da
     assert "tiny:q4_k_m" in daemon.names()
     # Pulled again: already in the store, answered at once, in the same shape and without touching the hub.
     daemon.hub.clear_log()
-    started = time.monotonic()
     again = list(daemon.client().pull(f"hf.co/{REPO}:Q4_K_M", stream=True))
-    assert time.monotonic() - started < 5
     check_progress(again, size)
     assert not [r for r in daemon.hub.requests if r.server == "cdn"]
 

