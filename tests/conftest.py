@@ -19,7 +19,7 @@ from blazar.clock import FakeClock
 from blazar.context import Blazar
 from blazar.events.log_sqlite import SqliteEventLog
 from blazar.paths import Paths
-from tests.support import checkout_guard
+from tests.support import checkout_guard, cli_zygote
 
 # The proof loop's budget: a test over 60 s fails unless marked slow with a reason.
 pytest_plugins = ["tests.support.budget"]
@@ -108,10 +108,11 @@ class Cli:
         self.env = {**os.environ, "BLAZAR_HOME": str(home), "COLUMNS": "200", "NO_COLOR": "1"}
 
     def __call__(self, *args: str, check: bool = True, timeout: float = 60, input: str | None = None) -> CliResult:
-        proc = subprocess.run(
-            [sys.executable, "-m", "blazar.cli.main", *args],
-            env=self.env, capture_output=True, text=True, timeout=timeout, input=input,
-        )
+        if cli_zygote.enabled():
+            proc = cli_zygote.run(list(args), env=self.env, timeout=timeout, input=input)
+        else:
+            proc = subprocess.run([sys.executable, "-m", "blazar.cli.main", *args],
+                                  env=self.env, capture_output=True, text=True, timeout=timeout, input=input)
         res = CliResult(proc.returncode, proc.stdout, proc.stderr)
         if check and proc.returncode != 0:
             raise AssertionError(f"blazar {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")

@@ -4,12 +4,12 @@ devices this machine has now. Reads the catalog and calibration projections; rec
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from blazar.adapters.engines.kinds import engine_kind
 from blazar.adapters.gguf_header import ShortRead, parse_header
 from blazar.adapters.gguf_inspect import header_bytes_needed_hint, inspect_gguf_header, inspect_split_headers
 from blazar.adapters.gpu import probe_devices
-from blazar.adapters.hub import Hub, RemoteFile
 from blazar.context import Blazar
 from blazar.errors import ModelFileError, ModelNotFound
 from blazar.events.models import ModelMetadata
@@ -21,6 +21,9 @@ from blazar.projections.calibration import correction_for
 from blazar.projections.catalog import stored
 from blazar.projections.residency import instances
 from blazar.store.pull_target import parse_target
+
+if TYPE_CHECKING:  # huggingface_hub costs 0.2 s to import: only a hub model's fit needs it (it comes with app.hub())
+    from blazar.adapters.hub import Hub, RemoteFile
 
 # A header bigger than this is not a model we can plan for (the largest vocabularies need ~10 MiB).
 MAX_HEADER_BYTES = 256 * 1024 * 1024

@@ -11,15 +11,22 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from tests.support import cli_zygote
 from tests.support.blazar_home import home_paths
 from tests.support.daemon import free_port, healthy, wait_for
 from tests.support.homes import configure_all, model_home
 
 
 def blazar_cli(home: Path, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+    """The real `blazar ARGS` on `home` (through tests/support/cli_zygote.py: a forked child, not a fresh import)."""
     env = {**os.environ, "BLAZAR_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "blazar.cli.main", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, check=check)
+    if not cli_zygote.enabled():
+        return subprocess.run([sys.executable, "-m", "blazar.cli.main", *args], env=env, capture_output=True,
+                              text=True, timeout=timeout, check=check)
+    done = cli_zygote.run(list(args), env=env, timeout=timeout)
+    if check:
+        done.check_returncode()
+    return done
 
 
 # ChatML as a Jinja text: what llama-server used for the demo GGUF (it has no template) before Blazar gave a GGUF
