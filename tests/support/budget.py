@@ -17,6 +17,9 @@ BUDGET_S = 60.0
 SLOW_BUDGET_S = 300.0
 
 _SETUP_S = pytest.StashKey[float]()
+# Seconds per test id, summed over its phases: in the process that reports (pytest-xdist sends workers' reports to
+# the controller, which prints the summary).
+_SPENT: dict[str, float] = {}
 
 
 def _scale() -> float:
@@ -29,6 +32,11 @@ def _scale() -> float:
     if scale < 0:
         raise pytest.UsageError(f"BLAZAR_TEST_BUDGET_SCALE={raw!r}: expected a number >= 0")
     return scale
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--slowest", type=int, default=0, metavar="N",
+                     help="at the end, list the N slowest tests (setup, call and teardown together)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -70,3 +78,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
                "Make it fit (docs/19.TESTING.md: share a daemon, use the fake engine for what does not need a real "
                "model, wait on events instead of sleeping) or mark it @pytest.mark.slow(reason=...). ")
             + "tests/support/budget.py")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _SPENT[report.nodeid] = _SPENT.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    n = config.getoption("--slowest")
+    if not n or not _SPENT:
+        return
+    terminalreporter.write_sep("=", f"the {min(n, len(_SPENT))} slowest tests (setup, call and teardown)")
+    for nodeid, seconds in sorted(_SPENT.items(), key=lambda kv: -kv[1])[:n]:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {nodeid}")
