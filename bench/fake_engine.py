@@ -11,7 +11,9 @@ it (`write_executable` makes the installable copy). Standard library only: async
 Knobs: FAKE_ENGINE_CHUNKS / --fake-chunks (tokens when a request sets no max_tokens), FAKE_ENGINE_DELAY_MS /
 --fake-delay-ms (sleep between chunks). A request may override both with the bench-only body fields
 `fake_delay_ms`, and ask for `fake_stamp: true`: every content chunk then carries `"fake_sent_ns"`, the
-CLOCK_MONOTONIC time it was written, so a client on the same host can measure each chunk's one-way latency.
+CLOCK_MONOTONIC time it was written, so a client on the same host can measure each chunk's one-way latency. A
+streamed request with `fake_hold_until: PATH` sends its first content chunk, then holds (its slot busy) until PATH
+exists: a test makes a request occupy its slot for exactly as long as it needs, whatever the machine's speed.
 """
 
 from __future__ import annotations
@@ -41,10 +43,17 @@ IDLE_TIMEOUT_S = 300.0  # a keep-alive connection nobody uses for this long is c
 YIELD_EVERY = 64  # with no delay, give other connections the loop every this many chunks
 BAKED_DELAY_MS = 0.0  # the pause between chunks when FAKE_ENGINE_DELAY_MS is not set (write_executable bakes it)
 EMBEDDING_DIM = 16
+HOLD_POLL_S = 0.01  # how often a held stream looks for its release file
 TIMINGS = b"\x00timings\x00"  # where an end event takes the stream's timings, known only once it is written
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large",
             501: "Not Implemented"}
+
+
+async def _file_appears(path: str) -> None:
+    """Returns once `path` exists: a release from another process (the test), which no asyncio.Event can carry."""
+    while not os.path.exists(path):  # noqa: ASYNC110, ASYNC240  # a stat every 10 ms, on a file only a test names
+        await asyncio.sleep(HOLD_POLL_S)
 
 
 def answer_text(n: int) -> str:
@@ -333,6 +342,7 @@ class Engine:
         socket takes them."""
         delay_s = float(body.get("fake_delay_ms", self.s.delay_ms) or 0) / 1000
         stamp = bool(body.get("fake_stamp"))
+        hold = body.get("fake_hold_until")
         writer.write(_head(200, [("X-Accel-Buffering", "no"), ("Content-Type", "text/event-stream"),
                                  ("Transfer-Encoding", "chunked")], keep_alive=keep_alive))
         t0 = time.perf_counter()
@@ -348,6 +358,8 @@ class Engine:
             else:
                 writer.write(framed[i % len(framed)])
             await writer.drain()  # returns at once unless the socket's buffer is full
+            if i == 0 and isinstance(hold, str):
+                await _file_appears(hold)
             if not delay_s and i % YIELD_EVERY == YIELD_EVERY - 1:
                 await asyncio.sleep(0)
         timings = json.dumps(_timings(prompt_n, n, time.perf_counter() - t0), separators=(",", ":")).encode()
