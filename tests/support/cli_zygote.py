@@ -20,9 +20,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import gc
+import importlib
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,11 +42,20 @@ CONSOLE_ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
 # -- the zygote ---------------------------------------------------------------------------------------------------
 
 
+# Beside every command's module: what `blazar serve` imports when it starts (blazar.bootstrap.build_services).
+DAEMON_MODULES = ("blazar.daemon", "blazar.adapters.engines.client", "blazar.adapters.otel.target",
+                  "blazar.api.batches", "blazar.cluster.remotes", "blazar.instances.kv_bank",
+                  "blazar.instances.supervisor", "blazar.operations.archive_schedule", "blazar.serving.admission",
+                  "blazar.serving.batches", "blazar.serving.gateway")
+
+
 def _preload() -> None:
     from blazar.cli import main as cli_main
 
     for name in cli_main.COMMANDS:
         cli_main.load_command(name)
+    for module in DAEMON_MODULES:
+        importlib.import_module(module)
     leaked = [m for m in ENV_AT_IMPORT if m in sys.modules]
     if leaked:
         raise SystemExit(f"cli_zygote: preloading the CLI imported {leaked}, which read the environment at import")
@@ -56,12 +67,17 @@ def _child(request: dict, fds: tuple[int, int]) -> None:
     for fd in fds:
         os.close(fd)
     os.chdir(request["cwd"])
+    opened: dict[str, int] = {}  # one file for stdout and stderr is one descriptor, as Popen(stderr=STDOUT) makes
     for target, (path, flags) in enumerate(((request["stdin"], os.O_RDONLY),
                                             (request["stdout"], os.O_WRONLY | os.O_TRUNC),
                                             (request["stderr"], os.O_WRONLY | os.O_TRUNC))):
+        if target and path in opened:
+            os.dup2(opened[path], target)
+            continue
         fd = os.open(path, flags)
         os.dup2(fd, target)
         os.close(fd)
+        opened[path] = target
     os.environ.clear()
     os.environ.update(request["env"])
     from blazar.cli import main as cli_main
@@ -151,17 +167,25 @@ class _Zygote:
         line, self._buffer = self._buffer.split(b"\n", 1)
         return json.loads(line)
 
-    def run(self, args: list[str], env: Mapping[str, str], stdin: str, stdout: str, stderr: str,
-            timeout: float) -> int:
+    def start(self, args: list[str], env: Mapping[str, str], stdin: str, stdout: str, stderr: str) -> int:
+        """Fork the command; its pid. Its exit code comes with `exit_code`, once it has exited."""
         os.write(self._request_w, (json.dumps({"args": args, "env": dict(env), "cwd": os.getcwd(), "stdin": stdin,
                                                "stdout": stdout, "stderr": stderr}) + "\n").encode())
-        pid = self._read(timeout=60)["pid"]
+        return int(self._read(timeout=60)["pid"])
+
+    def exit_code(self, timeout: float | None) -> int:
+        """The running command's exit code, waiting at most `timeout` s (TimeoutError) for it to exit."""
+        return int(self._read(timeout=timeout)["code"])
+
+    def run(self, args: list[str], env: Mapping[str, str], stdin: str, stdout: str, stderr: str,
+            timeout: float) -> int:
+        pid = self.start(args, env, stdin, stdout, stderr)
         try:
-            return self._read(timeout=timeout)["code"]
+            return self.exit_code(timeout)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
-            self._read(timeout=60)
+            self.exit_code(60)
             raise
 
     def close(self) -> None:
@@ -188,16 +212,74 @@ def enabled() -> bool:
     return os.environ.get("BLAZAR_TEST_CLI_ZYGOTE", "1") != "0"
 
 
-def run(args: list[str], *, env: Mapping[str, str], timeout: float, input: str | None = None
-        ) -> subprocess.CompletedProcess[str]:
-    """`subprocess.run([python, -m, blazar.cli.main, *args], env=env, capture_output=True, text=True, input=input,
-    timeout=timeout)`, through a zygote (one per concurrent caller, kept for the next)."""
+def _take() -> _Zygote:
     with _LOCK:
         zygote = _IDLE.pop() if _IDLE else None
     if zygote is None:
         zygote = _Zygote()
         with _LOCK:
             _ALL.append(zygote)
+    return zygote
+
+
+class Process:
+    """A command started with `start`, as the tests use a subprocess.Popen: pid, poll, wait, signals, returncode.
+    Its zygote is its parent and waits for it; it goes back to the pool once the command's exit is read."""
+
+    def __init__(self, zygote: _Zygote, pid: int, args: list[str]) -> None:
+        self._zygote, self.pid, self.args = zygote, pid, args
+        self.returncode: int | None = None
+        self.stdout = self.stderr = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            with contextlib.suppress(TimeoutError):
+                self._exited(self._zygote.exit_code(timeout=0))
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            try:
+                self._exited(self._zygote.exit_code(timeout=timeout))
+            except TimeoutError:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0) from None
+        assert self.returncode is not None
+        return self.returncode
+
+    def _exited(self, code: int) -> None:
+        self.returncode = code
+        with _LOCK:
+            _IDLE.append(self._zygote)
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def start(args: list[str], *, env: Mapping[str, str], stdout: Path, stderr: Path) -> Process:
+    """`subprocess.Popen([python, -m, blazar.cli.main, *args], env=env, stdin=DEVNULL, stdout=..., stderr=...)` with
+    its output going to files (appended from their start: give each its own), through a zygote that serves it
+    alone until it exits (`blazar serve` in the tests' daemons)."""
+    zygote = _take()
+    for path in (stdout, stderr):
+        if not path.exists():
+            path.touch()
+    pid = zygote.start(list(args), env, os.devnull, str(stdout), str(stderr))
+    return Process(zygote, pid, [sys.executable, "-m", "blazar.cli.main", *args])
+
+
+def run(args: list[str], *, env: Mapping[str, str], timeout: float, input: str | None = None
+        ) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run([python, -m, blazar.cli.main, *args], env=env, capture_output=True, text=True, input=input,
+    timeout=timeout)`, through a zygote (one per concurrent caller, kept for the next)."""
+    zygote = _take()
     with tempfile.TemporaryDirectory(prefix="blazar-cli-") as d:
         stdin = os.devnull
         if input is not None:

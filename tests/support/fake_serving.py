@@ -15,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 
 from blazar.adapters.engines.tiny_model import write_tiny_model
+from tests.support import cli_zygote
 from tests.support.blazar_home import home_paths
 from tests.support.daemon import free_port, healthy, wait_for
 from tests.support.homes import configure_all, model_home, session_file
@@ -40,7 +41,7 @@ fake_engine = load_fake_engine()
 @dataclass
 class FakeDaemon:
     port: int
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | cli_zygote.Process
     stderr_path: Path  # a file, not a pipe: a daemon that logs a lot never blocks on a full pipe
 
     @property
@@ -78,10 +79,15 @@ def serving_home(home: Path, files: Path, *, env: Mapping[str, str] | None = Non
     """`blazar serve` on a home `serving_fake` prepared (again: a restart), on a free port; stderr in `files`."""
     port = free_port()
     stderr_path = files / "daemon.stderr"
-    with stderr_path.open("wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)],
-                                env={**os.environ, **(env or {}), "BLAZAR_HOME": str(home)},
-                                stdout=subprocess.DEVNULL, stderr=err)
+    environ = {**os.environ, **(env or {}), "BLAZAR_HOME": str(home)}
+    proc: subprocess.Popen[bytes] | cli_zygote.Process
+    if cli_zygote.enabled():
+        proc = cli_zygote.start(["serve", "--port", str(port)], env=environ, stdout=Path(os.devnull),
+                                stderr=stderr_path)
+    else:
+        with stderr_path.open("wb") as err:
+            proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)],
+                                    env=environ, stdout=subprocess.DEVNULL, stderr=err)
     daemon = FakeDaemon(port, proc, stderr_path)
     try:
         try:

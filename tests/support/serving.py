@@ -61,9 +61,14 @@ def serving_gemma(home: Path, engine_binary: Path, gemma_path: Path, model: str,
     env = {**os.environ, "BLAZAR_HOME": str(home)}
     # A file, never an unread pipe: a daemon that logs more than a pipe holds would block on its next line.
     log_path = output if output is not None else home.parent / f"{home.name}-daemon.log"
-    with log_path.open("w") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)], env=env,
-                                stdout=sink if output is not None else subprocess.DEVNULL, stderr=sink, text=True)
+    proc: subprocess.Popen | cli_zygote.Process
+    if cli_zygote.enabled():
+        proc = cli_zygote.start(["serve", "--port", str(port)], env=env,
+                                stdout=log_path if output is not None else Path(os.devnull), stderr=log_path)
+    else:
+        with log_path.open("w") as sink:
+            proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)], env=env,
+                                    stdout=sink if output is not None else subprocess.DEVNULL, stderr=sink, text=True)
     try:
         try:
             wait_for(lambda: healthy(port), "/health", proc=proc)
