@@ -11,10 +11,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import httpx2
+
+from tests.support import cli_zygote
 
 WAIT_S = 30.0
 # The least any wait_for waits: a wait bounds a hang, it never asserts a speed, and a machine under load (CI beside
@@ -44,6 +46,20 @@ def wait_for(predicate, what: str, timeout: float = WAIT_S, proc: subprocess.Pop
                                  f"{proc.stderr.read() if proc.stderr else ''}")
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def start_serve(home: Path, *args: str, log: Path, env: Mapping[str, str] | None = None,
+                stdout: bool = False) -> subprocess.Popen[bytes] | cli_zygote.Process:
+    """`blazar serve ARGS` on `home`, started (not waited for): its stderr (and stdout, with `stdout`: granian writes
+    its own lines there) in the file `log`, never an unread pipe (a daemon that logs more than a pipe holds would block
+    on its next line). `env` is added to this process's environment. Forked from the CLI zygote
+    (tests/support/cli_zygote.py) unless BLAZAR_TEST_CLI_ZYGOTE=0."""
+    environ = {**os.environ, **(env or {}), "BLAZAR_HOME": str(home)}
+    if cli_zygote.enabled():
+        return cli_zygote.start(["serve", *args], env=environ, stdout=log if stdout else Path(os.devnull), stderr=log)
+    with log.open("wb") as sink:
+        return subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", *args], env=environ,
+                                stdout=sink if stdout else subprocess.DEVNULL, stderr=sink)
 
 
 def healthy(port: int) -> bool:

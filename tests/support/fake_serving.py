@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
 import subprocess
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +15,7 @@ from types import ModuleType
 from blazar.adapters.engines.tiny_model import write_tiny_model
 from tests.support import cli_zygote
 from tests.support.blazar_home import home_paths
-from tests.support.daemon import free_port, healthy, wait_for
+from tests.support.daemon import free_port, healthy, start_serve, wait_for
 from tests.support.homes import configure_all, model_home, session_file
 from tests.support.serving import blazar_cli, stop_daemon
 
@@ -79,15 +77,7 @@ def serving_home(home: Path, files: Path, *, env: Mapping[str, str] | None = Non
     """`blazar serve` on a home `serving_fake` prepared (again: a restart), on a free port; stderr in `files`."""
     port = free_port()
     stderr_path = files / "daemon.stderr"
-    environ = {**os.environ, **(env or {}), "BLAZAR_HOME": str(home)}
-    proc: subprocess.Popen[bytes] | cli_zygote.Process
-    if cli_zygote.enabled():
-        proc = cli_zygote.start(["serve", "--port", str(port)], env=environ, stdout=Path(os.devnull),
-                                stderr=stderr_path)
-    else:
-        with stderr_path.open("wb") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)],
-                                    env=environ, stdout=subprocess.DEVNULL, stderr=err)
+    proc = start_serve(home, "--port", str(port), log=stderr_path, env=env)
     daemon = FakeDaemon(port, proc, stderr_path)
     try:
         try:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.support import cli_zygote
 from tests.support.blazar_home import home_paths
-from tests.support.daemon import free_port, healthy, wait_for
+from tests.support.daemon import free_port, healthy, start_serve, wait_for
 from tests.support.homes import configure_all, model_home
 
 
@@ -58,17 +58,8 @@ def serving_gemma(home: Path, engine_binary: Path, gemma_path: Path, model: str,
     if before_serve is not None:
         before_serve(home)
     port = free_port()
-    env = {**os.environ, "BLAZAR_HOME": str(home)}
-    # A file, never an unread pipe: a daemon that logs more than a pipe holds would block on its next line.
     log_path = output if output is not None else home.parent / f"{home.name}-daemon.log"
-    proc: subprocess.Popen | cli_zygote.Process
-    if cli_zygote.enabled():
-        proc = cli_zygote.start(["serve", "--port", str(port)], env=env,
-                                stdout=log_path if output is not None else Path(os.devnull), stderr=log_path)
-    else:
-        with log_path.open("w") as sink:
-            proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)], env=env,
-                                    stdout=sink if output is not None else subprocess.DEVNULL, stderr=sink, text=True)
+    proc = start_serve(home, "--port", str(port), log=log_path, stdout=output is not None)
     try:
         try:
             wait_for(lambda: healthy(port), "/health", proc=proc)

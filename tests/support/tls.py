@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import ssl
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
 
-from tests.support.daemon import free_port, wait_for
-from tests.support.serving import blazar_cli, stop_daemon
+from tests.support.daemon import free_port, start_serve, wait_for
+from tests.support.homes import configure_all, model_home
+from tests.support.serving import stop_daemon
 
 
 def self_signed(where: Path) -> tuple[Path, Path]:
@@ -31,14 +30,10 @@ def serving_tls(home: Path, engine_binary: Path, gemma_path: Path, cert: Path, k
                 ) -> Iterator[tuple[int, str]]:
     """`blazar serve` over https with `cert` and `key`, the real engine and the real Gemma (as "gemma"): its port
     and base URL once /health answers."""
-    blazar_cli(home, "engine", "install", "--path", str(engine_binary))
-    blazar_cli(home, "import", str(gemma_path), "--name", "gemma")
-    for k, v in (("tls_cert", cert), ("tls_key", key), ("ctx", 512), ("slots", 1)):
-        blazar_cli(home, "config", "set", k, str(v))
+    model_home(home, engine_binary, gemma_path, "gemma")
+    configure_all(home, {"tls_cert": cert, "tls_key": key, "ctx": 512, "slots": 1})
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)],
-                            env={**os.environ, "BLAZAR_HOME": str(home)}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    proc = start_serve(home, "--port", str(port), log=home.parent / f"{home.name}-daemon.log")
 
     def up() -> bool:
         try:
