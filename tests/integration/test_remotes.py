@@ -22,26 +22,48 @@ import pytest
 
 from blazar.adapters.engines.tiny_model import write_tiny_model
 from tests.conftest import Cli
-from tests.support.daemon import free_port, stop_home_daemon, wait_for
-from tests.support.fake_serving import fake_engine
+from tests.support import cli_zygote
+from tests.support.daemon import free_port, start_serve, stop_home_daemon, wait_for
+from tests.support.fake_serving import fake_engine, fake_engine_binary
+from tests.support.homes import configure_all, model_home, session_file
+from tests.support.serving import stop_daemon
 
 KEY = "sk-remote-test-0123456789"
 
+# Every daemon a test started, reaped at its end (tests stop them by their home's run/daemon.json, and restart them).
+_STARTED: list[subprocess.Popen[bytes] | cli_zygote.Process] = []
+
+
+@pytest.fixture(autouse=True)
+def _daemons_reaped() -> Iterator[None]:
+    yield
+    while _STARTED:
+        stop_daemon(_STARTED.pop())
+
 
 def _daemon(cli: Cli, port: int) -> None:
-    cli("config", "set", "port", str(port))
-    proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve"], env=cli.env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: (cli.home / "run" / "daemon.json").exists(), "daemon", timeout=60, proc=proc)
+    """`blazar serve` on the port set in the home's config (`blazar config set port`), up once it wrote
+    run/daemon.json; its stderr in a file beside the home, one per start."""
+    configure_all(cli.home, {"port": port})
+    log = cli.home.parent / f"{cli.home.name}-daemon-{len(_STARTED)}.log"
+    proc = start_serve(cli.home, log=log, env=cli.env)
+    _STARTED.append(proc)
+    try:
+        wait_for(lambda: (cli.home / "run" / "daemon.json").exists(), "daemon", timeout=60, proc=proc)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{log.read_text(errors='replace')[-8000:]}") from None
+
+
+def _tiny_home(home: Path) -> None:
+    """`home` with the fake engine installed and the tiny model imported as `tiny` (a clone of the session's)."""
+    model_home(home, fake_engine_binary(), session_file("tiny.gguf", write_tiny_model), "tiny")
 
 
 @pytest.fixture
 def upstream(tmp_path: Path) -> Iterator[tuple[Cli, int]]:
     """Blazar B: the fake engine, the tiny model imported as `tiny`, a key (the remote's vendor key, here)."""
     cli = Cli(tmp_path / "b-home")
-    binary = fake_engine.write_executable(tmp_path / "fake" / "llama-server")
-    cli("engine", "install", "--path", str(binary), timeout=120)
-    cli("import", str(write_tiny_model(tmp_path / "tiny.gguf")), "--name", "tiny")
+    _tiny_home(cli.home)
     secret = cli("keys", "create", "a-gateway").stdout.strip()
     port = free_port()
     _daemon(cli, port)
@@ -60,7 +82,7 @@ def gateway(tmp_path: Path, upstream: tuple[Cli, int]) -> Iterator[tuple[Cli, in
     cli.env["REMOTE_B_KEY"] = b.env["B_SECRET"]
     cli("remote", "add", "b", f"http://127.0.0.1:{b_port}/v1", "--models", "tiny", "--api-key-env", "REMOTE_B_KEY",
         "--max-concurrent", "2")
-    cli("config", "set", "remote_health_s", "3600")  # a test turns them on when it wants them
+    configure_all(cli.home, {"remote_health_s": 3600})  # a test turns them on when it wants them
     port = free_port()
     _daemon(cli, port)
     try:
@@ -211,11 +233,9 @@ def mixed(cli: Cli, tmp_path: Path) -> Iterator[tuple[Cli, int, subprocess.Popen
                                "-m", "upstream.gguf"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for(lambda: _up(up_port), "the fake engine", timeout=30)
-        cli("engine", "install", "--path", str(fake_engine.write_executable(tmp_path / "fake" / "llama-server")),
-            timeout=120)
-        cli("import", str(write_tiny_model(tmp_path / "tiny.gguf")), "--name", "tiny")
+        _tiny_home(cli.home)
         cli("remote", "add", "r1", f"http://127.0.0.1:{up_port}/v1", "--models", "up", "--max-concurrent", "2")
-        cli("config", "set", "remote_health_s", "3600")
+        configure_all(cli.home, {"remote_health_s": 3600})
         port = free_port()
         _daemon(cli, port)
         yield cli, port, engine
