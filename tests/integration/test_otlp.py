@@ -7,10 +7,8 @@ nothing."""
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
 import subprocess
-import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,10 +19,12 @@ import pytest
 
 from blazar import config as settings
 from tests.conftest import Cli
+from tests.support import cli_zygote
 from tests.support.blazar_home import read_events
-from tests.support.daemon import free_port, healthy, wait_for
+from tests.support.daemon import free_port, healthy, start_serve, wait_for
+from tests.support.homes import configure_all, model_home
 from tests.support.otlp_receiver import OtlpReceiver
-from tests.support.serving import blazar_cli, serving_gemma, stop_daemon
+from tests.support.serving import serving_gemma, stop_daemon
 
 MODEL = "gemma"
 CHILDREN = {"blazar.prefill", "blazar.decode"}
@@ -185,23 +185,22 @@ def test_a_collector_that_hangs_slows_and_fails_no_request(tmp_path: Path, engin
 
 @contextlib.contextmanager
 def serving_with_env(home: Path, engine_binary: Path, gemma_path: Path,
-                     env: dict[str, str]) -> Iterator[tuple[int, subprocess.Popen]]:
+                     env: dict[str, str]) -> Iterator[tuple[int, subprocess.Popen[bytes] | cli_zygote.Process]]:
     """serving_gemma, with the export named by the daemon's environment instead of its config."""
-    blazar_cli(home, "engine", "install", "--path", str(engine_binary))
-    blazar_cli(home, "import", str(gemma_path), "--name", MODEL)
-    blazar_cli(home, "config", "set", "ctx", "1024")
+    model_home(home, engine_binary, gemma_path, MODEL)
+    configure_all(home, {"ctx": 1024})
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)],
-                            env={**os.environ, "BLAZAR_HOME": str(home), **env}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    log = home.parent / f"{home.name}-daemon.log"
+    proc = start_serve(home, "--port", str(port), log=log, env=env)
     try:
-        wait_for(lambda: healthy(port), "/health", proc=proc)
+        try:
+            wait_for(lambda: healthy(port), "/health", proc=proc)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{log.read_text(errors='replace')[-8000:]}") from None
         yield port, proc
     finally:
         if proc.poll() is None:
             stop_daemon(proc)
-        if proc.stderr:
-            proc.stderr.close()
 
 
 def test_the_last_requests_spans_leave_when_the_daemon_stops(tmp_path: Path, engine_binary: Path,
