@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +16,9 @@ from typing import Any
 import openai
 import pytest
 
+from tests.support import cli_zygote
 from tests.support.blazar_home import read_events
-from tests.support.daemon import free_port, healthy, wait_for
+from tests.support.daemon import free_port, healthy, start_serve, wait_for
 from tests.support.serving import blazar_cli, serving_gemma, stop_daemon
 
 MODEL = "gemma"
@@ -285,11 +284,15 @@ def test_a_window_that_passes_expires_the_unfinished_lines(served: Served) -> No
 
 # -- a restart mid-batch ----------------------------------------------------------------------------------------------
 
-def _serve(home: Path, port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)],
-                            env={**os.environ, "BLAZAR_HOME": str(home)}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    wait_for(lambda: healthy(port), "/health", proc=proc)
+def _serve(home: Path, port: int) -> subprocess.Popen[bytes] | cli_zygote.Process:
+    """`blazar serve` again on `home` (a restart), up once /health answers; its stderr in a file beside the home."""
+    log = home.parent / f"{home.name}-restart-daemon.log"
+    proc = start_serve(home, "--port", str(port), log=log)
+    try:
+        wait_for(lambda: healthy(port), "/health", proc=proc)
+    except AssertionError as e:
+        stop_daemon(proc)
+        raise AssertionError(f"{e}\n{log.read_text(errors='replace')[-8000:]}") from None
     return proc
 
 
