@@ -4,9 +4,7 @@ whose hub is the local stand-in (tests/support/hub_server.py) serving tiny GGUFs
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +14,9 @@ import ollama
 import pytest
 from gguf.constants import LlamaFileType
 
+from tests.support import cli_zygote
 from tests.support.blazar_home import read_events
-from tests.support.daemon import free_port, healthy, wait_for
+from tests.support.daemon import free_port, healthy, start_serve, wait_for
 from tests.support.gguf_factory import write_plain
 from tests.support.hub_server import HubServer
 from tests.support.serving import stop_daemon
@@ -33,7 +32,7 @@ class Daemon:
     home: Path
     base: str
     hub: HubServer
-    proc: subprocess.Popen[str]
+    proc: subprocess.Popen[bytes] | cli_zygote.Process
 
     def client(self) -> ollama.Client:
         return ollama.Client(host=self.base, timeout=WAIT_S, trust_env=False)
@@ -50,21 +49,21 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     write_plain(d / BIG, embd=512, ff=512, file_type=LlamaFileType.MOSTLY_Q4_K_M, seed=4)  # ~6 MB: a slow pull
     home = tmp_path_factory.mktemp("ollama-pull-home")
     port = free_port()
-    env = {**os.environ, "BLAZAR_HOME": str(home)}
-    for var in ("HF_TOKEN", "HF_HUB_OFFLINE", "HUGGING_FACE_HUB_TOKEN"):
-        env.pop(var, None)
+    log = home.parent / f"{home.name}-daemon.log"
     with HubServer({REPO: {Q4: d / Q4, Q8: d / Q8}, BIG_REPO: {BIG: d / BIG}}) as hub:
-        env["HF_ENDPOINT"] = hub.url
-        proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        with pytest.MonkeyPatch.context() as mp:  # the daemon's environment is this one's: none of the user's hub
+            for var in ("HF_TOKEN", "HF_HUB_OFFLINE", "HUGGING_FACE_HUB_TOKEN"):
+                mp.delenv(var, raising=False)
+            proc = start_serve(home, "--port", str(port), log=log, env={"HF_ENDPOINT": hub.url})
         try:
-            wait_for(lambda: healthy(port), "/health", proc=proc)
+            try:
+                wait_for(lambda: healthy(port), "/health", proc=proc)
+            except AssertionError as e:
+                raise AssertionError(f"{e}\n{log.read_text(errors='replace')[-8000:]}") from None
             yield Daemon(home, f"http://127.0.0.1:{port}", hub, proc)
         finally:
             stop_daemon(proc, WAIT_S)
-            err = proc.stderr.read() if proc.stderr else ""
-            if proc.stderr:
-                proc.stderr.close()
+    err = log.read_text(errors="replace")
     # A hung-up client, a failed pull: none of it may leave a traceback in the daemon's log.
     assert "Traceback" not in err and "never retrieved" not in err, err
 
