@@ -12,7 +12,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,8 +23,10 @@ import httpx2
 import openai
 import pytest
 
+from tests.support import cli_zygote
 from tests.support.blazar_home import read_events
-from tests.support.daemon import wait_for
+from tests.support.daemon import start_serve, wait_for
+from tests.support.homes import configure_all
 from tests.support.serving import blazar_cli, free_port, healthy, stop_daemon
 
 STT = "whisper-base"
@@ -65,7 +66,7 @@ def decoded_seconds(data: bytes) -> float:
 
 
 class Daemon:
-    def __init__(self, home: Path, port: int, proc: subprocess.Popen) -> None:
+    def __init__(self, home: Path, port: int, proc: subprocess.Popen[bytes] | cli_zygote.Process) -> None:
         self.home, self.port, self.proc = home, port, proc
         self.base = f"http://127.0.0.1:{port}"
         self.secrets: dict[str, str] = {}
@@ -95,13 +96,15 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, whisper_base: Path, joe: tu
     blazar_cli(home, "import", str(whisper_base), "--name", STT)
     blazar_cli(home, "import", str(joe[0]), "--name", TTS)
     blazar_cli(home, "import", str(gemma_path), "--name", CHAT)
-    blazar_cli(home, "config", "set", "max_audio_mib", str(MAX_AUDIO_MIB))
+    configure_all(home, {"max_audio_mib": MAX_AUDIO_MIB})
     port = free_port()
-    env = {**os.environ, "BLAZAR_HOME": str(home)}
-    proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = home.parent / f"{home.name}-daemon.log"
+    proc = start_serve(home, "--port", str(port), log=log)
     try:
-        wait_for(lambda: healthy(port), "/health", proc=proc)
+        try:
+            wait_for(lambda: healthy(port), "/health", proc=proc)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{log.read_text(errors='replace')[-8000:]}") from None
         d = Daemon(home, port, proc)
         for name, args in (("all", ()), ("speaker", ("--models", TTS)), ("metered", ("--daily-audio-s", "2")),
                            ("scribe", ("--models", STT))):
@@ -109,8 +112,6 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, whisper_base: Path, joe: tu
         yield d
     finally:
         stop_daemon(proc)
-        if proc.stderr:
-            proc.stderr.close()
 
 
 @pytest.fixture(scope="module")
