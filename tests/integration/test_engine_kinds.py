@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,8 +24,9 @@ import openai
 import pytest
 
 from blazar.adapters.engines import process
+from tests.support import cli_zygote
 from tests.support.blazar_home import read_events
-from tests.support.daemon import free_port, healthy, wait_for
+from tests.support.daemon import free_port, healthy, start_serve, wait_for
 from tests.support.serving import blazar_cli, stop_daemon
 
 pytest.importorskip("faster_whisper", reason="the stt extra (faster-whisper) runs the whisper child")
@@ -42,20 +43,24 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+_STARTS = itertools.count()
+
+
 @contextlib.contextmanager
-def serving(home: Path) -> Iterator[tuple[int, subprocess.Popen[str]]]:
+def serving(home: Path) -> Iterator[tuple[int, subprocess.Popen[bytes] | cli_zygote.Process]]:
+    """`blazar serve` on `home` until the block ends; its stderr in a file beside the home, one per start."""
     port = free_port()
-    env = {**os.environ, "BLAZAR_HOME": str(home)}
-    proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = home.parent / f"{home.name}-daemon-{next(_STARTS)}.log"
+    proc = start_serve(home, "--port", str(port), log=log)
     try:
-        wait_for(lambda: healthy(port), "/health", proc=proc)
+        try:
+            wait_for(lambda: healthy(port), "/health", proc=proc)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{log.read_text(errors='replace')[-8000:]}") from None
         yield port, proc
     finally:
         if proc.poll() is None:
             stop_daemon(proc)
-        if proc.stderr:
-            proc.stderr.close()
 
 
 @pytest.fixture(scope="module")
