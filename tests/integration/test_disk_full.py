@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,8 @@ import pytest
 
 from blazar.adapters.engines.tiny_model import write_tiny_model
 from tests.conftest import Cli, CliResult
-from tests.support.daemon import free_port, healthy, wait_for
+from tests.support import cli_zygote
+from tests.support.daemon import free_port, healthy, start_serve, wait_for
 from tests.support.small_disk import fill, free, small_disk
 
 DISK_FULL_EXIT = 12
@@ -82,7 +82,7 @@ def test_every_command_on_a_full_disk_ends_in_one_line_and_the_log_is_intact(dis
 class Daemon:
     cli: Cli
     port: int
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | cli_zygote.Process
     stderr: Path
 
     @property
@@ -110,12 +110,13 @@ def daemon(disk: Path, tmp_path: Path, engine_binary: Path) -> Iterator[Daemon]:
     cli("import", str(tiny), "--name", "spare")  # never loaded before the disk fills
     port = free_port()
     stderr = tmp_path / "daemon.stderr"
-    with stderr.open("wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(port)],
-                                env=cli.env, stdout=subprocess.DEVNULL, stderr=err)
+    proc = start_serve(cli.home, "--port", str(port), log=stderr, env=cli.env)
     d = Daemon(cli, port, proc, stderr)
     try:
-        wait_for(lambda: healthy(port), "/health", proc=proc)
+        try:
+            wait_for(lambda: healthy(port), "/health", proc=proc)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{stderr.read_text(errors='replace')[-8000:]}") from None
         yield d
     finally:
         if (disk / "filler").exists():
