@@ -21,7 +21,7 @@ import pytest
 
 from blazar.adapters.engines.tiny_model import write_tiny_model
 from tests.conftest import Cli
-from tests.support.daemon import wait_for
+from tests.support.daemon import start_serve, wait_for
 from tests.support.fake_serving import fake_engine
 from tests.support.nodes import Node
 from tests.support.postgres import cluster
@@ -216,8 +216,7 @@ def test_a_node_reached_over_plain_http_off_this_machine_starts_only_with_insecu
     assert c.nodes() == {}  # refused before it joined: the cluster never saw it
     # Chosen on purpose: it starts, warns, and its node.started records the choice.
     stderr = tmp_path / "c.stderr"
-    with stderr.open("wb") as err:
-        c.proc = subprocess.Popen([*argv, "--insecure-cluster"], env=c.cli.env, stdout=subprocess.DEVNULL, stderr=err)
+    c.proc = start_serve(c.cli.home, "--port", str(c.port), "--insecure-cluster", log=stderr, env=c.cli.env)
     try:
         wait_for(lambda: "c" in c.nodes(), "node c joined", timeout=60, proc=c.proc)
         joined = c.nodes()["c"]

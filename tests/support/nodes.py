@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import openai
 
 from tests.conftest import Cli
-from tests.support.daemon import free_port, wait_for
+from tests.support import cli_zygote
+from tests.support.daemon import free_port, start_serve, wait_for
 
 CLUSTER_KEY = "cluster-secret-0123456789abcdef-0123456789"
 
@@ -22,13 +22,23 @@ class Node:
         self.name, self.port = name, free_port()
         self.cli = Cli(root / name)
         self.cli.env |= {"BLAZAR_DATABASE_URL": url, "BLAZAR_NODE_NAME": name, "BLAZAR_CLUSTER_KEY": CLUSTER_KEY}
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | cli_zygote.Process | None = None
+        self.starts = 0
 
     def serve(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", "--port", str(self.port)],
-                                     env=self.cli.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(lambda: (self.cli.home / "run" / "daemon.json").exists(), f"node {self.name}", timeout=60,
-                 proc=self.proc)
+        """`blazar serve` on this node's port, up once it wrote run/daemon.json; its stderr in a file beside its
+        home, one per start (`log`)."""
+        self.starts += 1
+        self.proc = start_serve(self.cli.home, "--port", str(self.port), log=self.log(), env=self.cli.env)
+        try:
+            wait_for(lambda: (self.cli.home / "run" / "daemon.json").exists(), f"node {self.name}", timeout=60,
+                     proc=self.proc)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self.log().read_text(errors='replace')[-8000:]}") from None
+
+    def log(self) -> Path:
+        """The stderr of this node's latest daemon."""
+        return self.cli.home.parent / f"{self.name}-daemon-{self.starts}.log"
 
     def stop(self) -> None:
         """SIGTERM, and reap it (an unreaped child would pass for alive)."""
