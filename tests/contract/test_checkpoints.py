@@ -14,6 +14,7 @@ from blazar.projections import all_projections
 from blazar.projections.checkpoints import anchor_at, dump_state, load_checkpoints, state_sha256
 from blazar.projections.runner import ProjectionRunner
 from tests.contract.workload import aliased, received
+from tests.support.bounds import HANG_S
 
 NAMES = sorted(p.name for p in all_projections())
 VERSIONS = {p.name: p.version for p in all_projections()}
@@ -119,7 +120,7 @@ async def test_a_live_runner_checkpoints_what_it_followed_and_a_restart_resumes_
     live.follow(poll_interval=0.02)
     try:
         await _seed(second_log, clock, 8, 12)  # seen by polling: another log's appends never wake this one
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(HANG_S):
             await live.wait_for(20)
     finally:
         await live.stop(checkpoint=True)

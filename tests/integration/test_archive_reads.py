@@ -118,6 +118,10 @@ def test_why_events_and_state_answer_the_same_live_and_archived(
     home.mkdir()
     with serving_gemma(home, engine_binary, gemma_path, MODEL, {"ctx": 1024, "slots": 1}) as (port, proc):
         traces = _serve_two(port, home)
+        # The instance's story ends first: a trace's why tells what became of the instance that served it, so an
+        # instance that exits later (when the daemon stops) would change the answer between the two reads.
+        blazar_cli(home, "stop", MODEL)
+        wait_for(lambda: read_events(home, "instance.exited"), "instance.exited", timeout=60)
         done = {e["trace_id"]: e for e in read_events(home, "request.completed")}
         received = {e["trace_id"]: e for e in read_events(home, "request.received")}
         since, until = received[traces[0]]["ts"], done[traces[1]]["ts"]

@@ -42,6 +42,8 @@ def _engine_children(home: Path) -> list[int]:
     return found
 
 
+@pytest.mark.slow(reason="six real measurements (three workloads at concurrency 1 and 2, the long one prefilling "
+                         "~1,600 tokens three times) and a second bench for the table")
 def test_bench_measures_every_workload_at_each_concurrency_records_it_and_history_shows_it(
         gemma_home: Cli, home: Path) -> None:
     res = gemma_home("bench", MODEL, "--concurrency", "1,2", "--requests", "1", "--max-tokens", "8", "--json",

@@ -44,6 +44,8 @@ async def tuned_home(cli: Cli, home: Path, engine_binary: Path, gemma_path: Path
         await app.close()
 
 
+@pytest.mark.slow(reason="three postures measured on the real engine (the defaults, n-gram, a second model drafting) "
+                         "with a parity guard each: the adoption rule needs real decode rates")
 async def test_tune_adopts_ngram_speculation_for_code_and_not_the_self_draft(tuned_home: Blazar, cli: Cli,
                                                                                home: Path) -> None:
     app = tuned_home

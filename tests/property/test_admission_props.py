@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 
 from blazar.errors import AdmissionRefused
 from blazar.serving.admission import Admission, Ticket
+from tests.support.bounds import HANG_S
 
 PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 KEYS = ("qwen", "gemma", "llama")
-BOUND_S = 5.0
+BOUND_S = HANG_S
 
 
 @dataclass(frozen=True)

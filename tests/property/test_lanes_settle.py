@@ -37,6 +37,7 @@ from blazar.paths import Paths
 from blazar.serving.admission import Admission
 from blazar.serving.gateway import Gateway
 from tests.support.asgi import LocalConductor
+from tests.support.bounds import HANG_S
 from tests.support.resolved import resolved
 
 TERMINAL = {"request.completed", "request.failed", "request.rejected"}
@@ -44,7 +45,7 @@ LOCAL = {"m1": 2, "m2": 1}  # model: slots
 REMOTE_URL = "http://127.0.0.1:9"  # never dialled: the fake engine client answers for it
 MODELS = [*LOCAL, "rm"]
 FAULTS = ["none", "none", "refuse", "unreachable", "gone", "mid_stream", "slow"]
-BOUND_S = 20.0  # the most one example's requests may take together
+BOUND_S = HANG_S  # the most one example's requests may take together
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ def start_serve(home: Path, *args: str, log: Path, env: Mapping[str, str] | None
     on its next line). `env` is added to this process's environment. Forked from the CLI zygote
     (tests/support/cli_zygote.py) unless BLAZAR_TEST_CLI_ZYGOTE=0."""
     environ = {**os.environ, **(env or {}), "BLAZAR_HOME": str(home)}
+    log.parent.mkdir(parents=True, exist_ok=True)
     if cli_zygote.enabled():
         return cli_zygote.start(["serve", *args], env=environ, stdout=log if stdout else Path(os.devnull), stderr=log)
     with log.open("wb") as sink:

@@ -12,6 +12,7 @@ import pytest
 
 from blazar.adapters.engines.client import RETRY_BACKOFF_S, EngineClient
 from blazar.errors import EngineStreamBroken, EngineUnreachable
+from tests.support.bounds import HANG_S
 
 
 class DroppingChild:
@@ -55,7 +56,7 @@ async def test_a_dropped_request_is_retried_until_the_engine_answers() -> None:
     child = DroppingChild(len(RETRY_BACKOFF_S) - 1)
     client = EngineClient()
     try:
-        async with serving(child) as base, asyncio.timeout(10):
+        async with serving(child) as base, asyncio.timeout(HANG_S):
             r = await client.open(base, "/v1/chat/completions", b"{}")
             assert r.status_code == 200 and await r.aread() == b'{"ok":true}'
             await r.aclose()
@@ -68,7 +69,7 @@ async def test_an_engine_that_keeps_dropping_is_unreachable() -> None:
     child = DroppingChild(100)
     client = EngineClient()
     try:
-        async with serving(child) as base, asyncio.timeout(10):
+        async with serving(child) as base, asyncio.timeout(HANG_S):
             with pytest.raises(EngineUnreachable, match="did not answer /v1/chat/completions"):
                 await client.open(base, "/v1/chat/completions", b"{}")
         assert child.requests == len(RETRY_BACKOFF_S)
@@ -79,7 +80,7 @@ async def test_an_engine_that_keeps_dropping_is_unreachable() -> None:
 async def test_a_body_cut_short_is_a_broken_stream() -> None:
     client = EngineClient()
     try:
-        async with serving(DroppingChild(0, cut_body=True)) as base, asyncio.timeout(10):
+        async with serving(DroppingChild(0, cut_body=True)) as base, asyncio.timeout(HANG_S):
             r = await client.open(base, "/v1/chat/completions", b"{}")
             with pytest.raises(EngineStreamBroken):
                 async for _ in r.aiter_raw():

@@ -30,8 +30,9 @@ from blazar.adapters.engines.process import (
     wait_healthy,
 )
 from blazar.errors import EngineError
+from tests.support.bounds import HANG_S
 
-BOUND_S = 10.0  # the most any single wait in these tests may take
+BOUND_S = HANG_S  # the most any single wait in these tests may take
 
 # One stand-in engine, its behaviour chosen by flags. It prints "ready" once its signal handling is set up.
 STANDIN = textwrap.dedent('''

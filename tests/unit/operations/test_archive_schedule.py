@@ -15,6 +15,7 @@ from blazar.events.requests import RequestCompleted, RequestReceived
 from blazar.operations import archive_schedule
 from blazar.operations.archive_schedule import scheduled_run
 from blazar.operations.config import set_value
+from tests.support.bounds import HANG_S
 
 DAY_S = 86400.0
 
@@ -39,7 +40,7 @@ async def _recorded(app: Blazar, type_name: str, n: int) -> None:
     landed = asyncio.Event()
     unsubscribe = app.log.subscribe(lambda batch: landed.set())
     try:
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(HANG_S):
             while True:
                 landed.clear()
                 if len(await _of(app, type_name)) >= n:

@@ -16,6 +16,7 @@ from blazar.projections.base import Projection, State
 from blazar.projections.checkpoints import load_checkpoints
 from blazar.projections.runner import ProjectionRunner
 from tests.support import events
+from tests.support.bounds import HANG_S
 
 # The stats projection's range is read back as timestamps, the audit's actors as who did it.
 rec = functools.partial(events.rec, epoch=100.0, actor="cli:alice")
@@ -183,7 +184,7 @@ async def test_live_follow_applies_new_events_and_checkpoints(log: EventLog) -> 
     runner.follow(poll_interval=0.02)
     recs = await log.append([ConfigChanged(key="log_level", new="info"), ConfigChanged(key="log_level", new="error")],
                             actor="t")
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(HANG_S):
         await runner.wait_for(recs[-1].seq)
     assert runner.raw_state("config")["overrides"] == {"log_level": "error"}
     stored = await load_checkpoints(log)
@@ -226,7 +227,7 @@ async def test_a_following_runner_sees_another_connections_appends(log: EventLog
     other = await SqliteEventLog.open(paths.db)
     try:
         (got,) = await other.append(ConfigChanged(key="ctx", old=None, new=4096, source="cli"), actor="cli:b")
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(HANG_S):
             await runner.wait_for(got.seq)
         assert runner.raw_state("config")["overrides"]["ctx"] == 4096
     finally:

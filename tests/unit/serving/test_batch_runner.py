@@ -21,8 +21,9 @@ from blazar.serving.admission import BACKGROUND_PRIORITY
 from blazar.serving.batches import BatchRunner
 from blazar.serving.request import Answer, Request
 from blazar.store.files import FileStore, new_batch_id, new_file_id
+from tests.support.bounds import HANG_S
 
-BOUND_S = 5.0
+BOUND_S = HANG_S
 
 
 def ask(endpoint: str, body: dict[str, Any]) -> Request:

@@ -23,9 +23,10 @@ from blazar.instances.supervisor import Instance, Supervisor, _Live
 from blazar.serving.admission import Admission
 from blazar.serving.gateway import Gateway
 from tests.support.asgi import LocalConductor
+from tests.support.bounds import HANG_S
 from tests.support.fakes import FakeEngine, FakeSupervisor
 
-BOUND_S = 10.0
+BOUND_S = HANG_S
 TERMINAL = {"request.completed", "request.failed", "request.rejected"}
 CHAT = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
 
