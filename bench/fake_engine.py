@@ -42,6 +42,7 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 IDLE_TIMEOUT_S = 300.0  # a keep-alive connection nobody uses for this long is closed
 YIELD_EVERY = 64  # with no delay, give other connections the loop every this many chunks
 BAKED_DELAY_MS = 0.0  # the pause between chunks when FAKE_ENGINE_DELAY_MS is not set (write_executable bakes it)
+BAKED_PAUSE_FILE = ""  # while this file exists, every stream waits after each chunk (write_executable bakes it)
 EMBEDDING_DIM = 16
 HOLD_POLL_S = 0.01  # how often a held stream looks for its release file
 TIMINGS = b"\x00timings\x00"  # where an end event takes the stream's timings, known only once it is written
@@ -50,9 +51,10 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Al
             501: "Not Implemented"}
 
 
-async def _file_appears(path: str) -> None:
-    """Returns once `path` exists: a release from another process (the test), which no asyncio.Event can carry."""
-    while not os.path.exists(path):  # noqa: ASYNC110, ASYNC240  # a stat every 10 ms, on a file only a test names
+async def _file_appears(path: str, *, gone: bool = False) -> None:
+    """Returns once `path` exists (or, with `gone`, once it does not): a release from another process (the test),
+    which no asyncio.Event can carry."""
+    while os.path.exists(path) is gone:  # noqa: ASYNC110, ASYNC240  # a stat every 10 ms, on a file a test names
         await asyncio.sleep(HOLD_POLL_S)
 
 
@@ -360,6 +362,8 @@ class Engine:
             await writer.drain()  # returns at once unless the socket's buffer is full
             if i == 0 and isinstance(hold, str):
                 await _file_appears(hold)
+            if BAKED_PAUSE_FILE:
+                await _file_appears(BAKED_PAUSE_FILE, gone=True)
             if not delay_s and i % YIELD_EVERY == YIELD_EVERY - 1:
                 await asyncio.sleep(0)
         timings = json.dumps(_timings(prompt_n, n, time.perf_counter() - t0), separators=(",", ":")).encode()
@@ -456,10 +460,13 @@ def parse_argv(argv: list[str]) -> tuple[str, int, Settings]:
     return host, port, Settings(model=model, chunks=chunks, delay_ms=delay_ms, ctx_per_slot=ctx // slots)
 
 
-def write_executable(dest: Path, *, python: str = sys.executable, delay_ms: float = 0.0) -> Path:
+def write_executable(dest: Path, *, python: str = sys.executable, delay_ms: float = 0.0,
+                     pause_file: Path | None = None) -> Path:
     """An installable copy of this script at `dest`: a shebang to `python`, the fixtures' absolute path baked in,
     the executable bit set. `blazar engine install --path DEST` then takes it like any llama-server. `delay_ms` is
-    baked in as the pause between chunks (Blazar passes an engine child no FAKE_ENGINE_* variable)."""
+    baked in as the pause between chunks (Blazar passes an engine child no FAKE_ENGINE_* variable); with
+    `pause_file`, every stream stops after each chunk while that file exists (a test that must act while a reply is
+    streaming, whoever sends the request)."""
     src = Path(__file__).read_text().splitlines(keepends=True)
     out = [f"#!{python}\n"]
     for line in src[1:]:
@@ -467,6 +474,8 @@ def write_executable(dest: Path, *, python: str = sys.executable, delay_ms: floa
             line = f"FIXTURES = Path({str(FIXTURES)!r})\n"
         elif line.startswith("BAKED_DELAY_MS = "):
             line = f"BAKED_DELAY_MS = {float(delay_ms)!r}\n"
+        elif line.startswith("BAKED_PAUSE_FILE = ") and pause_file is not None:
+            line = f"BAKED_PAUSE_FILE = {str(pause_file)!r}\n"
         out.append(line)
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text("".join(out))

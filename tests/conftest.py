@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,27 @@ from tests.support import checkout_guard, cli_zygote
 
 # The proof loop's budget: a test over 60 s fails unless marked slow with a reason.
 pytest_plugins = ["tests.support.budget"]
+
+# Under pytest-xdist (scripts/test runs two workers on two cores) an engine child computes with one thread: two
+# llama-servers of two spinning threads each would wait on each other's barriers. llama.cpp reads LLAMA_ARG_THREADS,
+# Blazar's child environment lets it through (blazar/adapters/engines/process.py), and an explicit --threads (a
+# tuned posture, engine_threads) still wins.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("LLAMA_ARG_THREADS", "1")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # schemathesis names each operation's item `test[GET /path]` but leaves every one the test function's node id;
+    # pytest-xdist schedules by node id, so it would run one operation of them and drop the rest. Each gets its name.
+    # (pytest keeps a node's id in `_id`, made by its parent's id's `child(name)`.)
+    for item in items:
+        if type(item).__name__ == "SchemathesisFunction" and item.parent is not None \
+                and item.nodeid.rsplit("::", 1)[-1] != item.name:
+            item._id = item.parent.id.child(item.name)  # type: ignore[attr-defined]
+    twice = sorted(nodeid for nodeid, n in Counter(item.nodeid for item in items).items() if n > 1)
+    if twice:  # pytest-xdist would run one of each and say nothing of the rest
+        raise pytest.UsageError(f"tests share a node id (pytest-xdist would run only one of them): {twice[:5]}")
+
 
 _UNTRACKED_AT_START = pytest.StashKey[set[str] | None]()
 

@@ -124,10 +124,11 @@ class _Pty:
 
 
 def test_interactive_chat_keeps_the_conversation_and_ctrl_c_stops_only_the_reply(cli, fake_home: Path) -> None:
-    # A slow engine (10 ms a token), so that Ctrl-C comes while a reply streams. The delay is baked into the engine
-    # itself: the daemon passes an engine child none of its own environment's FAKE_ENGINE_* variables.
-    slow = fake_engine.write_executable(fake_home.parent / "slow" / "llama-server", delay_ms=10)
-    cli("engine", "install", "--path", str(slow), timeout=120)
+    # An engine that stops streaming while a file exists, so that Ctrl-C comes while a reply streams, however busy the
+    # machine. Baked into the engine itself: the daemon passes an engine child none of its environment's FAKE_ENGINE_*.
+    pause = fake_home.parent / "pause"
+    paused = fake_engine.write_executable(fake_home.parent / "paused" / "llama-server", pause_file=pause)
+    cli("engine", "install", "--path", str(paused), timeout=120)
     n = 100
     term = _Pty(cli, "tiny", "--chat", "--max-tokens", str(n), "--verbose")
     try:
@@ -135,10 +136,12 @@ def test_interactive_chat_keeps_the_conversation_and_ctrl_c_stops_only_the_reply
         term.send(b"hello\r")
         first = term.expect(b">>> ").decode()
         assert fake_engine.answer_text(n) in first
+        pause.touch()
         term.send(b"again\r")
-        term.expect(b"The quick brown")
+        term.expect(b"The")  # its first token; the engine waits until the pause file goes
         term.send(b"\x03")  # Ctrl-C, as a terminal delivers it: SIGINT to the foreground process
         term.expect(b"(stopped)")
+        pause.unlink()
         term.expect(b">>> ")
         term.send(b"more\r")
         third = term.expect(b">>> ").decode()

@@ -280,12 +280,18 @@ def test_pid_alive_is_false_for_a_zombie(unreaped) -> None:
     assert pid_cmdline(unreaped.pid) is None and rss_bytes(unreaped.pid) is None
 
 
-def test_proc_readers_describe_this_process() -> None:
+def test_proc_readers_describe_this_process_and_a_child_with_known_arguments() -> None:
     assert pid_alive(os.getpid())
-    cmd = pid_cmdline(os.getpid())
-    assert cmd is not None and cmd[0] and "pytest" in " ".join(cmd)
     rss = rss_bytes(os.getpid())
     assert rss is not None and rss > 1 << 20
+    argv = [sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()", "an argument"]
+    child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        # Once it prints, its exec is complete (just after exec, /proc/PID/cmdline can read empty for a moment).
+        assert child.stdout is not None and child.stdout.readline() == b"up\n"
+        assert pid_cmdline(child.pid) == argv
+    finally:
+        child.communicate(b"", timeout=HANG_S)
 
 
 def test_proc_readers_of_a_free_pid_say_none(free_pid) -> None:
