@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -31,6 +32,12 @@ pytest_plugins = ["tests.support.budget"]
 # tuned posture, engine_threads) still wins.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("LLAMA_ARG_THREADS", "1")
+
+# A run started in the background of a non-interactive shell (`scripts/test &`, a CI runner's job) inherits SIGINT
+# ignored, and an ignored signal stays ignored across exec: every CLI a test starts would shrug off the Ctrl-C the
+# interactive tests press. Python's own handler here means SIG_DFL in every child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
