@@ -153,7 +153,8 @@ def _cbreak(fd: int) -> Iterator[None]:
         tty.setcbreak(fd)
         yield
     finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        with contextlib.suppress(termios.error, OSError):  # a terminal that hung up has no settings to restore
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
 async def _draw(w: _Watch) -> None:
@@ -161,7 +162,14 @@ async def _draw(w: _Watch) -> None:
     fd = sys.stdin.fileno()
 
     def on_key() -> None:
-        if b"q" in os.read(fd, 64).lower():
+        try:
+            keys = os.read(fd, 64)
+        except OSError:  # EIO: the terminal hung up
+            keys = b""
+        if not keys:  # the terminal is gone (its SIGHUP may be ignored, as under nohup): stop, never spin on it
+            loop.remove_reader(fd)
+            w.quit.set()
+        elif b"q" in keys.lower():
             w.quit.set()
 
     console = Console(highlight=False)

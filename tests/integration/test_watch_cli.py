@@ -5,10 +5,16 @@ daemon is down; and, keys on, the route for admin keys only while watch reaches 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import pty
+import select
+import signal
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,6 +83,13 @@ def spawn_watch(home: Path) -> pexpect.spawn:
                          encoding="utf-8", codec_errors="replace")
 
 
+def end(child: pexpect.spawn) -> None:
+    """Kill the shell and the watch it runs (one process group): a watch left behind would outlive the test."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)
+    child.close(force=True)
+
+
 def quit_and_check_terminal(child: pexpect.spawn, *, ctrl_c: bool = False) -> None:
     if ctrl_c:
         child.sendintr()
@@ -106,8 +119,7 @@ def test_watch_draws_under_a_pty_with_bounded_redraws_and_q_quits(served: tuple[
         assert 1 <= frames <= MAX_FRAMES_PER_S * FRAME_WINDOW_S + 1, frames
         quit_and_check_terminal(child)
     finally:
-        if child.isalive():
-            child.terminate(force=True)
+        end(child)
 
 
 def test_watch_without_a_daemon_says_so_and_q_quits(home: Path) -> None:
@@ -117,8 +129,7 @@ def test_watch_without_a_daemon_says_so_and_q_quits(home: Path) -> None:
         child.expect("none", timeout=10)
         quit_and_check_terminal(child)
     finally:
-        if child.isalive():
-            child.terminate(force=True)
+        end(child)
 
 
 def test_watch_ctrl_c_restores_the_terminal(home: Path) -> None:
@@ -127,8 +138,36 @@ def test_watch_ctrl_c_restores_the_terminal(home: Path) -> None:
         child.expect("daemon down", timeout=60)
         quit_and_check_terminal(child, ctrl_c=True)
     finally:
-        if child.isalive():
-            child.terminate(force=True)
+        end(child)
+
+
+def _own_terminal_ignoring_hangups() -> None:
+    """In the child: SIGHUP ignored (as under nohup), a session of its own with the pty on stdin as its terminal."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def test_watch_ends_when_its_terminal_goes_away_even_with_hangups_ignored(home: Path) -> None:
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "watch"], env=watch_env(home), stdin=slave,
+                            stdout=slave, stderr=slave, preexec_fn=_own_terminal_ignoring_hangups)
+    os.close(slave)
+    try:
+        seen, deadline = b"", time.monotonic() + 60
+        while b"daemon down" not in seen and time.monotonic() < deadline:
+            if select.select([master], [], [], 1)[0]:
+                seen += os.read(master, 65536)
+        assert b"daemon down" in seen, seen
+        os.close(master)  # the terminal hangs up: no signal arrives, input reads end
+        master = -1
+        proc.wait(timeout=60)  # it ends, instead of spinning on a dead terminal
+    finally:
+        if master >= 0:
+            os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_watch_without_a_daemon_prints_plain_lines(home: Path) -> None:
