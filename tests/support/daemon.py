@@ -72,15 +72,20 @@ def healthy(port: int) -> bool:
 
 @contextlib.contextmanager
 def serving(cli, *args: str) -> Iterator[subprocess.Popen]:
-    """`blazar serve ARGS` running, with its stderr captured; killed at the end if the test left it running."""
+    """`blazar serve ARGS` running, with its stderr captured; stopped at the end if the test left it running (SIGTERM
+    first: the daemon stops its engine children, which a SIGKILL would leave running on their own)."""
     proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "serve", *args], env=cli.env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         yield proc
     finally:
         if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=WAIT_S)
+            proc.terminate()
+            try:
+                proc.communicate(timeout=WAIT_S)  # reads what it still writes, so a full pipe cannot hold it up
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate(timeout=WAIT_S)
         for stream in (proc.stdout, proc.stderr):
             if stream:
                 stream.close()
