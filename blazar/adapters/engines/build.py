@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import hashlib
 import json
 import os
@@ -271,11 +272,7 @@ class _DownloadProgress:
             self.total = int(float(m.group(1)) * _UNITS[m.group(2)])
 
     def poll(self) -> None:
-        # NOTE: pip writes the archive into a temporary directory of its own (pip-unpack-*) before it copies it to
-        # `-d`; with TMPDIR ours, that file is the one growing.
-        sizes = [p.stat().st_size for p in self.tmpdir.rglob(f"{DISTRIBUTION.replace('-', '_')}-*.tar.gz")
-                 if p.is_file()] if self.tmpdir.is_dir() else []
-        size = max(sizes, default=0)
+        size = max(self._archive_sizes(), default=0)
         if size <= self.seen:
             return
         self.seen = size
@@ -284,6 +281,18 @@ class _DownloadProgress:
                           f"({min(100, round(100 * size / self.total))}%)")
         else:
             self.progress(f"downloading: {size / 1e6:.1f} MB")
+
+    def _archive_sizes(self) -> list[int]:
+        # NOTE: pip writes the archive into a temporary directory of its own (pip-unpack-*) before it copies it to
+        # `-d`; with TMPDIR ours, that file is the one growing. pip makes and removes its directories while this
+        # walks them: os.walk skips a directory that vanished, and a file gone before its stat is not counted.
+        pattern = f"{DISTRIBUTION.replace('-', '_')}-*.tar.gz"
+        sizes = []
+        for root, _dirs, files in os.walk(self.tmpdir):
+            for name in fnmatch.filter(files, pattern):
+                with contextlib.suppress(FileNotFoundError):
+                    sizes.append(os.stat(os.path.join(root, name)).st_size)
+        return sizes
 
     async def every(self, interval_s: float) -> None:
         while True:
