@@ -17,7 +17,7 @@ import pytest
 
 from blazar.adapters.engines.tiny_model import write_tiny_model
 from tests.support.blazar_home import read_events
-from tests.support.daemon import wait_for
+from tests.support.daemon import healthy, wait_for
 from tests.support.fake_serving import FakeDaemon, fake_engine, serving_fake
 from tests.support.nodes import CLUSTER_KEY, Node
 from tests.support.postgres import cluster
@@ -154,7 +154,7 @@ def test_the_cluster_key_is_no_admin_on_any_path(tmp_path: Path) -> None:
     node.cli("keys", "create", "root", "--admin")
     try:
         node.serve()
-        wait_for(lambda: send(node.port, "GET", "/health").status == 200, "node a up", timeout=60)
+        wait_for(lambda: healthy(node.port), "node a up")  # refused connections too, until it listens
         models_before = node.cli("list", "--json").json()
         for method, path, body in [*ATTACKS, ("POST", "//api/pull", {"model": "acme/x-GGUF", "stream": False})]:
             r = send(node.port, method, path, CLUSTER_KEY, body)
