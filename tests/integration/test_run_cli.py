@@ -3,14 +3,6 @@
 
 from __future__ import annotations
 
-import fcntl
-import os
-import pty
-import select
-import subprocess
-import sys
-import termios
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +12,7 @@ from blazar.adapters.engines.tiny_model import write_tiny_model
 from blazar.errors import ModelNotFound
 from tests.support.daemon import WAIT_S, free_port, stop_home_daemon
 from tests.support.fake_serving import fake_engine
+from tests.support.terminal import Pty
 
 
 @pytest.fixture
@@ -81,48 +74,6 @@ def test_run_an_unknown_model_exits_2_with_the_daemons_message(cli, fake_home: P
     assert res.stdout == ""
 
 
-def _controlling_terminal() -> None:
-    """In the child: a session of its own whose controlling terminal is the pty on stdin, so Ctrl-C typed there
-    reaches it as SIGINT, as in a shell."""
-    os.setsid()
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-
-class _Pty:
-    """`blazar run` on a pseudo-terminal, so it chats interactively."""
-
-    def __init__(self, cli, *args: str) -> None:
-        self.master, slave = pty.openpty()
-        self.proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "run", *args], env=cli.env,
-                                     stdin=slave, stdout=slave, stderr=slave, preexec_fn=_controlling_terminal)
-        os.close(slave)
-        self.seen = b""
-
-    def expect(self, needle: bytes, timeout: float = WAIT_S) -> bytes:
-        deadline = time.monotonic() + timeout
-        while needle not in self.seen:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"timed out waiting for {needle!r}; the terminal shows:\n{self.seen.decode()}")
-            ready, _, _ = select.select([self.master], [], [], left)
-            if ready:
-                try:
-                    self.seen += os.read(self.master, 4096)
-                except OSError:  # the child closed the terminal
-                    raise AssertionError(f"exited while waiting for {needle!r}:\n{self.seen.decode()}") from None
-        before, _, self.seen = self.seen.partition(needle)
-        return before
-
-    def send(self, data: bytes) -> None:
-        os.write(self.master, data)
-
-    def close(self) -> int:
-        try:
-            return self.proc.wait(timeout=WAIT_S)
-        finally:
-            os.close(self.master)
-
-
 def test_interactive_chat_keeps_the_conversation_and_ctrl_c_stops_only_the_reply(cli, fake_home: Path) -> None:
     # An engine that stops streaming while a file exists, so that Ctrl-C comes while a reply streams, however busy the
     # machine. Baked into the engine itself: the daemon passes an engine child none of its environment's FAKE_ENGINE_*.
@@ -130,7 +81,7 @@ def test_interactive_chat_keeps_the_conversation_and_ctrl_c_stops_only_the_reply
     paused = fake_engine.write_executable(fake_home.parent / "paused" / "llama-server", pause_file=pause)
     cli("engine", "install", "--path", str(paused), timeout=120)
     n = 100
-    term = _Pty(cli, "tiny", "--chat", "--max-tokens", str(n), "--verbose")
+    term = Pty(["run", "tiny", "--chat", "--max-tokens", str(n), "--verbose"], cli.env)
     try:
         term.expect(b">>> ", timeout=WAIT_S + 30)
         term.send(b"hello\r")
@@ -148,8 +99,7 @@ def test_interactive_chat_keeps_the_conversation_and_ctrl_c_stops_only_the_reply
         term.send(b"/bye\r")
         assert term.close() == 0
     finally:
-        if term.proc.poll() is None:
-            term.proc.kill()
+        term.kill()
     # The fake engine counts a prompt's words: the third request carried the whole conversation, the first reply
     # and the stopped one included.
     prompt_1, prompt_3 = (int(_flat(t).split("prompt ")[1].split()[0]) for t in (first, third))
@@ -157,7 +107,7 @@ def test_interactive_chat_keeps_the_conversation_and_ctrl_c_stops_only_the_reply
 
 
 def test_interactive_run_on_a_base_model_continues_each_line_on_its_own(cli, fake_home: Path) -> None:
-    term = _Pty(cli, "tiny", "--max-tokens", "4", "--verbose")
+    term = Pty(["run", "tiny", "--max-tokens", "4", "--verbose"], cli.env)
     try:
         term.expect(b"is a base model", timeout=WAIT_S + 30)
         term.expect(b"each line is continued on its own")
@@ -170,8 +120,7 @@ def test_interactive_run_on_a_base_model_continues_each_line_on_its_own(cli, fak
         term.send(b"/bye\r")
         assert term.close() == 0
     finally:
-        if term.proc.poll() is None:
-            term.proc.kill()
+        term.kill()
     # No conversation is carried: the second prompt is its own words only (the fake engine counts them).
     prompt_1, prompt_2 = (int(_flat(t).split("prompt ")[1].split()[0]) for t in (first, second))
     assert prompt_2 == prompt_1 + 1

@@ -6,15 +6,11 @@ daemon is down; and, keys on, the route for admin keys only while watch reaches 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
-import pty
-import select
 import signal
 import subprocess
 import sys
-import termios
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +19,7 @@ import httpx2
 import pytest
 
 from tests.support.serving import blazar_cli, serving_gemma
+from tests.support.terminal import Pty
 
 pexpect = pytest.importorskip("pexpect")
 
@@ -141,33 +138,14 @@ def test_watch_ctrl_c_restores_the_terminal(home: Path) -> None:
         end(child)
 
 
-def _own_terminal_ignoring_hangups() -> None:
-    """In the child: SIGHUP ignored (as under nohup), a session of its own with the pty on stdin as its terminal."""
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    os.setsid()
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-
 def test_watch_ends_when_its_terminal_goes_away_even_with_hangups_ignored(home: Path) -> None:
-    master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "blazar.cli.main", "watch"], env=watch_env(home), stdin=slave,
-                            stdout=slave, stderr=slave, preexec_fn=_own_terminal_ignoring_hangups)
-    os.close(slave)
+    term = Pty(["watch"], watch_env(home), ignore_hangups=True)
     try:
-        seen, deadline = b"", time.monotonic() + 60
-        while b"daemon down" not in seen and time.monotonic() < deadline:
-            if select.select([master], [], [], 1)[0]:
-                seen += os.read(master, 65536)
-        assert b"daemon down" in seen, seen
-        os.close(master)  # the terminal hangs up: no signal arrives, input reads end
-        master = -1
-        proc.wait(timeout=60)  # it ends, instead of spinning on a dead terminal
+        term.expect(b"daemon down", timeout=60)
+        term.hang_up()  # no signal arrives (SIGHUP ignored, as under nohup); its reads of the terminal end
+        term.proc.wait(timeout=60)  # it ends, instead of spinning on a dead terminal
     finally:
-        if master >= 0:
-            os.close(master)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        term.kill()
 
 
 def test_watch_without_a_daemon_prints_plain_lines(home: Path) -> None:
