@@ -533,6 +533,14 @@ class EngineUnreachable(EngineError):
     http_status = 502
 
 
+class TemplateProbeFailed(EngineError):
+    """A template probe's prompt got no answer as llama-server's /completion gives one (blazar/instances/
+    template_probe.py): the load goes on with the first candidate, and the next load probes again."""
+
+    code = "template_probe_failed"
+    http_status = 502
+
+
 class SynthesisFailed(EngineError):
     """The piper child answered /synthesize with an error (text with nothing to speak) or not with 16-bit WAV."""
 

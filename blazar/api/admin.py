@@ -21,7 +21,8 @@ from blazar.serving.principal import is_admin
 # What of an instance only an admin principal sees: where its engine listens and how it was started.
 ENGINE_ONLY = frozenset({"port", "base_url", "argv"})
 # What of an instance never leaves: the engine's key, and what it calls the model (a file path without --alias).
-PRIVATE = frozenset({"api_key", "served_as", "template", "kv_identity", "kv_restorable", "url", "headers"})  # internal
+PRIVATE = frozenset({"api_key", "served_as", "template", "kv_identity", "kv_restorable", "url", "headers",
+                     "stops"})  # internal
 
 
 class _Body(BaseModel):

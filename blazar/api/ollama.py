@@ -222,10 +222,10 @@ class Show:
         s = entry.settings
         system = s.system if s is not None else None
         params = dict(s.parameters) if s is not None else {}
-        served = served_template(md, s)
-        # The template the model is served with, as text, where Blazar holds it (set, or by architecture); the
-        # GGUF's own stays in the file ("").
-        template = served.template if served.source in ("settings", "architecture") else None
+        served = served_template(md, s, entry.template_probe.chosen if entry.template_probe is not None else None)
+        # The template the model is served with, as text, where Blazar holds it (set, probed or by architecture);
+        # the GGUF's own stays in the file ("").
+        template = served.template if served.source in ("settings", "probe", "architecture") else None
         media: dict[str, Any] = {
             "modelfile": render_modelfile(entry.name, entry.base or entry.name, s.template if s else None, system,
                                           params, list(s.lora) if s else ()),

@@ -236,7 +236,7 @@ SCHEMAS: dict[str, Schema] = {
         "modelfile": _STR, "parameters": _STR, "template": _STR, "system": _STR, "details": _OLLAMA_DETAILS,
         "model_info": _OBJ, "capabilities": {"type": "array", "items": _STR}, "modified_at": _STR,
         "blazar": {"type": "object", "properties": {"completion_only": _BOOL, "template_source": {
-            "enum": ["settings", "gguf", "architecture", "fallback"]}, "template": _STR}}}},
+            "enum": ["settings", "gguf", "probe", "architecture", "fallback"]}, "template": _STR}}}},
     "ChatResponse": {"type": "object", "required": ["model", "created_at", "message", "done"], "properties": {
         "model": _STR, "created_at": _STR, "done": _BOOL, "done_reason": _STR, **_OLLAMA_STATS,
         "message": {"type": "object", "required": ["role", "content"], "properties": {

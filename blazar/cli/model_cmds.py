@@ -18,7 +18,7 @@ from blazar.events.projectors import ModelProjectorSet
 from blazar.fit import FitPlan, FitRequest
 from blazar.fit.posture import with_posture
 from blazar.instances.fit import fit_model
-from blazar.queries.catalog import StoredModel, aliases, models
+from blazar.queries.catalog import StoredModel, TemplateProbe, aliases, models
 from blazar.queries.catalog import model as stored_model
 from blazar.queries.profiles import ProfileStatus, profile_status
 from blazar.store.chat_templates import capabilities, served_template
@@ -202,11 +202,12 @@ def show(
         _show_other_kind(entry, file, plan, as_json)
         return
     md = entry.metadata
-    served = served_template(md, entry.settings)
+    probe = entry.template_probe
+    served = served_template(md, entry.settings, probe.chosen if probe is not None else None)
     modalities = entry.projector.modalities if entry.projector is not None else ()
     caps = capabilities(md, modalities) + (["rerank"] if reranks(md, entry.settings) else [])
-    template = {"source": served.source, "name": served.name if served.source == "architecture" else None,
-                "summary": served.describe()}
+    template = {"source": served.source, "name": served.name, "summary": served.describe(),
+                "stops": list(served.stops), "probe": probe.to_json() if probe is not None else None}
     if as_json:
         print_json({**entry.to_json(), "file": str(file),
                     "settings": entry.settings.model_dump(mode="json") if entry.settings is not None else None,
@@ -234,10 +235,18 @@ def show(
         ("posture", tuned.summary()),
         *([("variant of", entry.base)] if entry.base else []),
         *[(k, served.describe() if k == "template" else v) for k, v in describe(entry.settings)],
+        *([("template probe", _probe_row(probe))] if probe is not None else []),
     ]
     for k, v in rows:
         table.add_row(f"[bold]{k}[/bold]", v)
     out.print(table)
+
+
+def _probe_row(probe: TemplateProbe) -> str:
+    """Each template's numbers in its model's template probe (blazar/instances/template_probe.py)."""
+    trials = "; ".join(f"{t.template}: {t.answered} of {probe.prompts} answered, {t.ended} ended, {t.tokens} tokens"
+                       for t in probe.trials)
+    return f"chose {probe.chosen} ({trials}; at most {probe.max_tokens} tokens each, on {probe.engine_tag})"
 
 
 def _lora_row(entry: StoredModel) -> str:

@@ -65,9 +65,10 @@ def describe(settings: ModelSettings | None) -> list[tuple[str, str]]:
 def set_(
     name: Annotated[str, typer.Argument(help="A model (or variant, or alias) from `blazar list`.")],
     template: Annotated[str | None, typer.Option(
-        "--template", help="A Jinja chat template FILE, or a llama.cpp built-in template NAME (gemma, chatml, llama3, "
-        "...). Go templates (Ollama's {{ .Prompt }}) are refused. A loaded instance with the old template is replaced "
-        "on the next request.")] = None,
+        "--template", help="A Jinja chat template FILE, one Blazar ships (blazar:gemma, blazar:chatml, "
+        "blazar:transcript: they carry tools), or a llama.cpp built-in template NAME (gemma, chatml, llama3, ...). "
+        "Go templates (Ollama's {{ .Prompt }}) are refused. Overrides the template probe's choice. A loaded instance "
+        "with the old template is replaced on the next request.")] = None,
     system: Annotated[str | None, typer.Option(
         "--system", help="A system prompt, sent as the first message of any chat that has none.")] = None,
     param: Annotated[list[str] | None, typer.Option(

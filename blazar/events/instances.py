@@ -26,6 +26,7 @@ ExitReason = Literal[
     "orphan_stopped",  # found running at reconcile with no supervisor; stopped
     "shutdown",  # the daemon stopped its children on the way out
     "spawn_failed",  # the intent was recorded, but the process could not be started at all
+    "template_probed",  # its first load's template probe chose another template: started again with that one
 ]
 
 

@@ -101,6 +101,38 @@ class ModelImported(NodeLocal):
                 "sha256": self.sha256}
 
 
+class TemplateTrial(BaseModel):
+    """One template's result in a template probe (blazar/instances/template_probe.py), over its prompts."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    template: str  # a template Blazar ships (blazar/store/turn_formats.py), by name
+    ended: int  # prompts whose answer ended (an end-of-turn token, or a marker of this template) within max_tokens
+    answered: int  # of those, the ones with some text before the end
+    tokens: int  # tokens generated over all its prompts
+
+
+@register
+class ModelTemplateProbed(NodeLocal):
+    """The GGUF `sha256` (served as `name` when probed) carries no chat template: of the templates Blazar ships, its
+    model ends its turn best in `chosen`, measured by `trials` (the same `prompts` fixed prompts in each, greedy, at
+    most `max_tokens` each) on `engine_tag`. Every model with that file is served with `chosen` from then on, unless
+    a template is set for it (`blazar model set --template`)."""
+
+    TYPE = "model.template_probed"
+
+    name: str
+    sha256: str
+    engine_tag: str
+    prompts: int
+    max_tokens: int
+    trials: list[TemplateTrial]
+    chosen: str
+
+    def stream_key(self) -> str:
+        return f"model:{self.name}"
+
+
 @register
 class ModelRemoved(NodeLocal):
     """`name` left the store; its file was deleted unless another entry still links the same file."""

@@ -52,6 +52,7 @@ class Instance:
     # The tuned posture it runs (blazar/events/tuning.py; None: the defaults) and the profile.adopted that chose it.
     posture: Posture | None = None
     profile_seq: int | None = None
+    stops: tuple[str, ...] = ()  # its template's stop strings, added to every chat request routed to it
 
     @property
     def base_url(self) -> str:
@@ -81,6 +82,7 @@ class ResolvedModel:
     kind: str = "llama-server"  # what runs it; `path` is then its GGUF, whisper model.bin, or piper .onnx
     bytes: int = 0  # its files in the store: what a kind's memory model charges
     loras: tuple[Lora, ...] = ()  # its LoRA adapters (--lora, unapplied), in load order: their ids on the engine
+    template_probe: str | None = None  # the template its file's probe chose (or, while one runs, the one it tries)
 
     @property
     def gguf(self) -> bool:
@@ -93,6 +95,8 @@ class ResolvedModel:
         load shape: it never serves a request for the model as set now, and gives way like one with an old
         template)."""
         key = template_key(self.settings)
+        if not key and self.template_probe is not None and not self.metadata.chat_template:
+            key = f"probe:{self.template_probe}"
         if self.projector is not None:
             key += f"+mmproj:{self.projector.sha256[:16]}"
         if self.loras:  # another set of adapters (or another order: other ids) is another load shape

@@ -41,7 +41,7 @@ from blazar.instances.load_checks import record_refusal
 from blazar.instances.posture_choice import PostureChoice
 from blazar.instances.stopping import Stopper
 from blazar.projections.catalog import stored
-from blazar.store.chat_templates import served_settings
+from blazar.store.chat_templates import served_settings, served_template
 from blazar.store.engines import ActiveEngine
 from blazar.store.model_settings import template_flags
 from blazar.store.models import slot_dir
@@ -113,7 +113,7 @@ class Spawner:
                             served_as=name if engine.caps.has("--alias") else str(model.path),
                             template=model.template, kv_identity=_kv_identity(engine, model, fit),
                             kv_restorable=fit.swa_full or not model.metadata.sliding_window,
-                            posture=chosen.posture, profile_seq=chosen.profile_seq)
+                            posture=chosen.posture, profile_seq=chosen.profile_seq, stops=_stops(engine, model))
         else:
             inst = Instance(instance_id=instance_id, model=name, port=port, slots=fit.slots, ctx_tokens=0,
                             engine_tag=engine_tag, api_key=api_key, served_as=name, template=model.template,
@@ -157,7 +157,7 @@ class Spawner:
                               slot_save_path=slots if engine.caps.slot_save_path else None,
                               extra=[*key_flags, *_alias_flags(engine, name),
                                      *template_flags(engine.caps, served_settings(
-                                         model.metadata, model.settings,
+                                         model.metadata, model.settings, model.template_probe,
                                          jinja_files=engine.caps.has("--chat-template-file")),
                                          app.paths.data_dir / "templates"),
                                      *_mode_flags(engine, model.metadata, embeddings=embeddings, rerank=rerank),
@@ -189,6 +189,11 @@ class Spawner:
 
     async def await_ready(self, lv: Live, report: LoadReport | None) -> Instance:
         """Wait for /health; record ready (or the reason it never was)."""
+        await self.await_healthy(lv)
+        return await self.mark_ready(lv, report)
+
+    async def await_healthy(self, lv: Live) -> None:
+        """Wait for /health (nothing is routed to the child yet); LoadFailed, recorded, when it never answers."""
         app, inst = self.app, lv.instance
         name, settings = inst.model, app.settings()
         try:
@@ -206,12 +211,18 @@ class Spawner:
                              + (" | ".join(tail) or "no output") + f"; the engine log: {lv.log_path}") from None
         if lv.state == "stopping":
             raise LoadFailed(f"{name} was stopped while it loaded")
+        inst.load_ms = int(waited * 1000)
+
+    async def mark_ready(self, lv: Live, report: LoadReport | None) -> Instance:
+        """The healthy child serves from now on: recorded (`instance.ready`), its waiters woken."""
+        app, inst, name = self.app, lv.instance, lv.instance.model
+        if lv.state == "stopping":
+            raise LoadFailed(f"{name} was stopped while it loaded")
         lv.state = "ready"
         lv.last_used = app.clock.now()
-        inst.load_ms = int(waited * 1000)
         if report is not None:
             report.cold, report.load_ms = True, inst.load_ms
-        await app.record(InstanceReady(instance_id=inst.instance_id, model=name, load_ms=inst.load_ms),
+        await app.record(InstanceReady(instance_id=inst.instance_id, model=name, load_ms=inst.load_ms or 0),
                          cause=lv.started_seq)
         if not lv.ready.done():
             lv.ready.set_result(inst)
@@ -271,6 +282,14 @@ def draft_file(app: Blazar, name: str, posture: PostureChoice) -> Path | None:
     if got is None:
         raise ModelNotFound(f"{what} is not in the store (blazar list shows what is; blazar tune {name} again)")
     return inside(app.paths.models, app.paths.models / got.file, what=what)
+
+
+def _stops(engine: ActiveEngine, model: ResolvedModel) -> tuple[str, ...]:
+    """The stop strings of the template the instance runs, when it is one Blazar ships (and the engine took it)."""
+    served = served_template(model.metadata, model.settings, model.template_probe)
+    if served.source in ("probe", "architecture") and not engine.caps.has("--chat-template-file"):
+        return ()  # the engine keeps its own fallback
+    return served.stops
 
 
 def _kv_identity(engine: ActiveEngine, model: ResolvedModel, fit: FitPlan) -> KvIdentity | None:

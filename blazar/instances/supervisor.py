@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from blazar.adapters.engines import process
@@ -36,11 +37,14 @@ from blazar.instances.reconcile import reconcile
 from blazar.instances.room import RoomMaker
 from blazar.instances.spawn import Spawner
 from blazar.instances.stopping import EvictionReason, Stopper
+from blazar.instances.template_probe import probe_instance
 from blazar.projections.catalog import stored
 from blazar.projections.profiles import profile
 from blazar.projections.residency import ps_rows
 from blazar.sentinels import UNSET
+from blazar.store.chat_templates import probe_candidates
 from blazar.store.engines import ActiveEngine, active_engine
+from blazar.store.turn_formats import TurnFormat
 
 if TYPE_CHECKING:
     from blazar.instances.kv_bank import KvBank
@@ -160,6 +164,7 @@ class Supervisor:
             # One load per model at a time: wait for it (its failure is every waiter's), then look again, since it
             # may have been for a smaller context than this caller needs.
             await asyncio.shield(pending)
+            model = self._probed(model)
         # NOTE: the load runs in a task of its own: a caller that goes away (a client hanging up) never leaves a
         # half-started child or an unrecorded spawn behind; the load finishes and the next caller finds it ready.
         task = asyncio.create_task(self._start(model, ctx=ctx, keep_alive=keep_alive, pinned=bool(pinned),
@@ -208,7 +213,18 @@ class Supervisor:
         return ResolvedModel(name=got.name, path=self.app.paths.models / got.file,
                              metadata=got.metadata.model_copy(update={"name": got.name}), settings=got.settings,
                              sha256=got.sha256, projector=got.projector, kind=got.kind, bytes=got.bytes,
-                             loras=got.loras)
+                             loras=got.loras,
+                             template_probe=got.template_probe.chosen if got.template_probe is not None else None)
+
+    def _probed(self, model: ResolvedModel) -> ResolvedModel:
+        """`model` with its file's template probe, when one was recorded since it was resolved (by the load it
+        waited for): the instance that load started runs the template the probe chose."""
+        if model.template_probe is not None or not model.gguf:
+            return model
+        got = stored(self.app.runner.state("catalog"), model.name)
+        if got is None or got.template_probe is None or got.sha256 != model.sha256:
+            return model
+        return replace(model, template_probe=got.template_probe.chosen)
 
     def _resolve(self, model: str) -> str:
         """The store's name for `model`, or `model` itself (stop and reset act on names that may be gone)."""
@@ -263,10 +279,35 @@ class Supervisor:
                 log.warning("%s: the posture of profile.adopted seq %s does not fit now; loading at the defaults",
                             model.name, choice.profile_seq)
                 choice = PostureChoice()
+            candidates = self._probe_candidates(model, engine, rerank)
+            if candidates:  # started with the first candidate: the probe keeps it unless another ends turns better
+                model = replace(model, template_probe=candidates[0].name)
             lv = await self.spawner.launch(model, engine, start.fit, free_observed=start.host_free_bytes,
                                            keep_alive_s=keep, pinned=pinned, reason=reason, embeddings=embeddings,
                                            rerank=rerank, posture=choice)
-        return await self.spawner.await_ready(lv, report)
+        if not candidates:
+            return await self.spawner.await_ready(lv, report)
+        await self.spawner.await_healthy(lv)
+        chosen = await probe_instance(self.app, lv.instance, model, candidates)
+        if chosen is None:  # nothing recorded: it serves as a model with no probe yet would be served
+            lv.instance.template = replace(model, template_probe=None).template
+        elif chosen != candidates[0].name:
+            await self.stopper.terminate(lv, "template_probed", detail=f"its template probe chose {chosen}")
+            model = replace(model, template_probe=chosen)
+            async with self._capacity:
+                lv = await self.spawner.launch(model, engine, start.fit, free_observed=start.host_free_bytes,
+                                               keep_alive_s=keep, pinned=pinned, reason=reason,
+                                               embeddings=embeddings, rerank=rerank, posture=choice)
+            return await self.spawner.await_ready(lv, report)
+        return await self.spawner.mark_ready(lv, report)
+
+    def _probe_candidates(self, model: ResolvedModel, engine: ActiveEngine | None, rerank: bool) -> list[TurnFormat]:
+        """The templates to probe on this load: none once the file was probed, for a rerank instance, or on an
+        engine that takes no template file (it keeps its own fallback)."""
+        if (not model.gguf or rerank or model.template_probe is not None or engine is None
+                or not engine.caps.has("--chat-template-file")):
+            return []
+        return probe_candidates(model.metadata, model.settings)
 
     def _posture(self, name: str, engine: ActiveEngine | None) -> PostureChoice:
         """The adopted profile's posture when it was measured on `engine` (a llama-server model's); a stale one is

@@ -23,7 +23,9 @@ from blazar.events.models import (
     ModelPullFailed,
     ModelPullStarted,
     ModelRemoved,
+    ModelTemplateProbed,
     ShardFile,
+    TemplateTrial,
 )
 from blazar.events.projectors import ModelProjectorRemoved, ModelProjectorSet, ProjectorMetadata
 from blazar.projections.base import Projection, RefusedEvent, State, TypedState, refused_events
@@ -39,15 +41,17 @@ class CatalogProjection(Projection):
     node_local = True
     name = "catalog"
     state_type = CatalogState
-    version = 6
+    version = 7
     types = frozenset({
+        ModelTemplateProbed.TYPE,
         ModelImported.TYPE, ModelRemoved.TYPE, ModelPullStarted.TYPE, ModelPullCompleted.TYPE, ModelPullFailed.TYPE,
         ModelAliased.TYPE, ModelAliasRemoved.TYPE, ModelConfigured.TYPE, ModelVariantCreated.TYPE,
         ModelProjectorSet.TYPE, ModelProjectorRemoved.TYPE, LoraAdded.TYPE, LoraRemoved.TYPE,
     })
 
     def initial(self) -> State:
-        return {"models": {}, "pulls": {}, "aliases": {}, "refused": []}
+        # probes: a GGUF's template probe by its sha256 (every model with that file is served by its choice)
+        return {"models": {}, "pulls": {}, "aliases": {}, "refused": [], "probes": {}}
 
     def apply(self, state: State, rec: Recorded) -> State:
         ev = rec.event
@@ -89,12 +93,12 @@ class CatalogProjection(Projection):
             _apply_projector(state, ev, rec.seq)
         elif isinstance(ev, LoraAdded | LoraRemoved):
             _apply_lora(state, ev, rec.seq)
-        elif isinstance(ev, ModelAliased):
-            state["aliases"][ev.alias] = ev.target
-        elif isinstance(ev, ModelAliasRemoved):
-            state["aliases"].pop(ev.alias, None)
+        elif isinstance(ev, ModelAliased | ModelAliasRemoved):
+            _apply_alias(state, ev)
         elif isinstance(ev, ModelPullStarted | ModelPullCompleted | ModelPullFailed):
             _apply_pull(state, ev, rec)
+        elif isinstance(ev, ModelTemplateProbed):
+            _apply_probe(state, ev, rec.seq)
         return state
 
 
@@ -109,6 +113,20 @@ def _apply_pull(state: State, ev: ModelPullStarted | ModelPullCompleted | ModelP
     else:
         pull.update(status="failed", ended_ts=rec.ts, reason=ev.reason, detail=ev.detail,
                     partial_bytes=ev.partial_bytes)
+
+
+def _apply_alias(state: State, ev: ModelAliased | ModelAliasRemoved) -> None:
+    if isinstance(ev, ModelAliased):
+        state["aliases"][ev.alias] = ev.target
+    else:
+        state["aliases"].pop(ev.alias, None)
+
+
+def _apply_probe(state: State, ev: ModelTemplateProbed, seq: int) -> None:
+    # By the file: every model with it (a variant, another name) is served by the choice.
+    state.setdefault("probes", {})[ev.sha256] = {
+        "chosen": ev.chosen, "seq": seq, "engine_tag": ev.engine_tag, "prompts": ev.prompts,
+        "max_tokens": ev.max_tokens, "trials": [t.model_dump(mode="json") for t in ev.trials]}
 
 
 def _apply_projector(state: State, ev: ModelProjectorSet | ModelProjectorRemoved, seq: int) -> None:
@@ -187,6 +205,23 @@ class Lora:
 
 
 @dataclass(frozen=True)
+class TemplateProbe:
+    """The template probe of a model's file (model.template_probed): the template chosen and each one's numbers."""
+
+    chosen: str
+    trials: tuple[TemplateTrial, ...]
+    prompts: int
+    max_tokens: int
+    engine_tag: str
+    seq: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"chosen": self.chosen, "prompts": self.prompts, "max_tokens": self.max_tokens,
+                "engine_tag": self.engine_tag, "seq": self.seq,
+                "trials": [t.model_dump(mode="json") for t in self.trials]}
+
+
+@dataclass(frozen=True)
 class StoredModel:
     """A model in the store, typed: what the request path and the supervisor read instead of the state's dicts."""
 
@@ -208,6 +243,7 @@ class StoredModel:
     projector: Projector | None = None  # its vision/audio projector (--mmproj); None: text only
     kind: ModelKind = "llama-server"  # what runs it: llama-server (a GGUF), whisper or piper (a directory of files)
     loras: tuple[Lora, ...] = ()  # its LoRA adapters, in the order they were added (their ids on the engine)
+    template_probe: TemplateProbe | None = None  # its file's template probe (a GGUF without a template), if run
 
     @property
     def gguf(self) -> bool:
@@ -241,6 +277,8 @@ class StoredModel:
             out["projector"] = self.projector.to_json()
         if self.loras:
             out["loras"] = [a.to_json() for a in self.loras]
+        if self.template_probe is not None:
+            out["template_probe"] = self.template_probe.to_json()
         return out
 
 
@@ -255,10 +293,19 @@ _METADATA_KEEP = 512
 def stored(state: CatalogState, name: str) -> StoredModel | None:
     """The model `name` resolves to (exact, `:latest` or an alias), or None."""
     entry = _find(state._raw, name)
-    return None if entry is None else _typed(entry)
+    return None if entry is None else _typed(entry, state._raw.get("probes") or {})
 
 
-def _typed(entry: dict[str, Any]) -> StoredModel:
+def _probe(probes: dict[str, Any], sha256: str) -> TemplateProbe | None:
+    raw = probes.get(sha256) if sha256 else None
+    if raw is None:
+        return None
+    trials = tuple(TemplateTrial.model_validate(t) for t in raw["trials"])
+    return TemplateProbe(chosen=str(raw["chosen"]), trials=trials, prompts=int(raw["prompts"]),
+                         max_tokens=int(raw["max_tokens"]), engine_tag=str(raw["engine_tag"]), seq=int(raw["seq"]))
+
+
+def _typed(entry: dict[str, Any], probes: dict[str, Any]) -> StoredModel:
     seq = int(entry.get("seq") or 0)
     raw = entry["metadata"]
     cached = _METADATA.get(seq) if seq else None
@@ -282,7 +329,8 @@ def _typed(entry: dict[str, Any]) -> StoredModel:
                        linked=bool(entry.get("linked")), configured=configured,
                        settings_seq=None if settings_seq is None else int(settings_seq),
                        projector=_projector(entry), kind=entry.get("kind") or "llama-server",
-                       loras=tuple(_lora(raw) for raw in entry.get("loras") or ()))
+                       loras=tuple(_lora(raw) for raw in entry.get("loras") or ()),
+                       template_probe=_probe(probes, str(entry.get("sha256") or "")))
 
 
 # Like the metadata: validated once per projector event (its seq), not per request.
@@ -384,7 +432,8 @@ def sharing_files(state: CatalogState, name: str) -> list[str]:
 def models(state: CatalogState) -> list[StoredModel]:
     """Every model in the store, by name."""
     by_name = state._raw["models"]
-    return [_typed(by_name[n]) for n in sorted(by_name)]
+    probes = state._raw.get("probes") or {}
+    return [_typed(by_name[n], probes) for n in sorted(by_name)]
 
 
 def is_model(state: CatalogState, name: str) -> bool:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from blazar.context import Blazar
 from blazar.projections import catalog
-from blazar.projections.catalog import StoredModel
+from blazar.projections.catalog import StoredModel, TemplateProbe
 
-__all__ = ["StoredModel", "alias_target", "aliases", "is_model", "model", "models"]
+__all__ = ["StoredModel", "TemplateProbe", "alias_target", "aliases", "is_model", "model", "models"]
 
 
 def model(app: Blazar, name: str) -> StoredModel | None:

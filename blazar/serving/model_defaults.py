@@ -47,3 +47,19 @@ def apply_settings(call: Call, settings: ModelSettings) -> bool:
     if changed:
         call.writable_body().update(body)
     return changed
+
+
+def add_template_stops(call: Call, stops: tuple[str, ...]) -> bool:
+    """The stop strings of the template the request's instance runs (a template Blazar ships: its end-of-turn marker
+    and the next turns' openers), added to a chat request's own: a base model that runs on past its answer stops
+    where the next speaker would begin. True when the engine body changed."""
+    if not stops or call.request.embeddings or call.request.engine_path != CHAT:
+        return False
+    body = call.engine_body()
+    own = body.get("stop")
+    asked = [own] if isinstance(own, str) else list(own) if isinstance(own, list) else []
+    added = [s for s in stops if s not in asked]
+    if not added:
+        return False
+    call.writable_body()["stop"] = [*asked, *added]
+    return True

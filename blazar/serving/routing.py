@@ -46,6 +46,7 @@ from blazar.serving.call import Call
 from blazar.serving.context_fit import bound_body, decide_max_tokens
 from blazar.serving.fanout import Candidate
 from blazar.serving.limits import Limiter
+from blazar.serving.model_defaults import add_template_stops
 from blazar.serving.ports import SupervisorPort
 from blazar.serving.principal import scope_refusal
 from blazar.serving.rerank import refuse_unless_reranker
@@ -132,6 +133,7 @@ class Router:
             except BlazarError as e:
                 raise Refused(e.message, reason=e.code, http_status=e.http_status) from None
         call.instance = inst
+        add_template_stops(call, inst.stops)
         call.load_ms = report.load_ms if report.cold else None
         call.emit(RequestRouted(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
                                 port=inst.port, cold=report.cold, load_ms=report.load_ms, evicted=report.evicted,

@@ -2,8 +2,9 @@
 settings, read by the engine flags (blazar/instances/spawn.py), `blazar show`, /api/show and `blazar run`.
 
 The order: a template set for the model (`blazar model set`, the registry, /api/create) wins; else the GGUF's own
-(`tokenizer.chat_template`); else the template of the GGUF's architecture, where Blazar knows one; else llama-server's
-own fallback, ChatML, which most models were not trained on (their answers then carry `<|im_end|>` as text).
+(`tokenizer.chat_template`); else the one its template probe chose (blazar/instances/template_probe.py: on its first
+load, of the templates Blazar ships, the one the model ends its turn in); else, before the probe, the template of the
+GGUF's architecture, where Blazar knows one; else llama-server's own fallback, ChatML.
 
 Architecture templates are Jinja texts, not llama-server's built-in names: a built-in name only runs with Jinja off,
 and llama-server then refuses any request with tools ("tools param requires --jinja flag").
@@ -18,28 +19,13 @@ from typing import Literal
 
 from blazar.events.model_settings import ModelSettings
 from blazar.events.models import ModelMetadata
+from blazar.store.turn_formats import CHATML, GEMMA, KNOWN, TRANSCRIPT, TurnFormat, by_text
 
-TemplateSource = Literal["settings", "gguf", "architecture", "fallback"]
+TemplateSource = Literal["settings", "gguf", "probe", "architecture", "fallback"]
 
-# Gemma's turns (every Gemma generation): `<start_of_turn>user` / `<start_of_turn>model`, each closed by
-# `<end_of_turn>`; no system role, so a system message opens the first user turn. The engine adds the BOS token.
-_GEMMA = (
-    "{%- if messages and messages[0]['role'] == 'system' -%}"
-    "{%- set system = messages[0]['content'] -%}{%- set turns = messages[1:] -%}"
-    "{%- else -%}{%- set system = '' -%}{%- set turns = messages -%}{%- endif -%}"
-    "{%- for m in turns -%}"
-    "{{ '<start_of_turn>' + ('model' if m['role'] == 'assistant' else 'user') + '\\n' }}"
-    "{%- if loop.first and system -%}{{ system + '\\n\\n' }}{%- endif -%}"
-    "{{ m['content'] | trim }}{{ '<end_of_turn>\\n' }}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\\n' }}{%- endif -%}"
-)
-# `general.architecture` → (the template's name as `blazar show` says it, its Jinja text). Only architectures whose
-# every model shares one turn format: `llama`, for one, covers Llama 2, Llama 3, Mistral and more, and is left out.
-ARCHITECTURE_TEMPLATES: dict[str, tuple[str, str]] = {
-    "gemma": ("gemma", _GEMMA), "gemma2": ("gemma", _GEMMA), "gemma3": ("gemma", _GEMMA),
-    "gemma3n": ("gemma", _GEMMA),
-}
+# `general.architecture` -> the template its models are trained on. Only architectures whose every model shares one
+# turn format: `llama`, for one, covers Llama 2, Llama 3, Mistral and more, and is left out.
+ARCHITECTURE_TEMPLATES: dict[str, TurnFormat] = {"gemma": GEMMA, "gemma2": GEMMA, "gemma3": GEMMA, "gemma3n": GEMMA}
 
 # Words in a GGUF's `general.name` that say the model was tuned to follow instructions (converters put the
 # fine-tune in the name: "Gemma 3 270m It", "Qwen2.5 0.5B Instruct").
@@ -53,42 +39,67 @@ class ServedTemplate:
     source: TemplateSource
     kind: Literal["builtin", "jinja"] | None = None
     template: str | None = None
-    name: str | None = None  # the architecture template's name ("gemma")
+    name: str | None = None  # a shipped template's name ("gemma", "chatml", "transcript")
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        """The stop strings the gateway adds to a chat request: a shipped template's end-of-turn marker and next
+        turns' openers (blazar/store/turn_formats.py); none for the GGUF's own or a template of the user's."""
+        known = KNOWN.get(self.name or "") if self.source in ("probe", "architecture") else by_text(self.template)
+        return known.stops if known is not None else ()
 
     def describe(self) -> str:
         """One line for `blazar show`: the template and its source."""
         if self.source == "settings":
-            what = f"built-in {self.template}" if self.kind == "builtin" else \
-                f"Jinja, {len(self.template or '')} characters"
+            known = by_text(self.template)
+            what = (f"{known.name} (Blazar's)" if known is not None else f"built-in {self.template}"
+                    if self.kind == "builtin" else f"Jinja, {len(self.template or '')} characters")
             return f"{what} (set for this model)"
         if self.source == "gguf":
             return "the GGUF's own"
+        if self.source == "probe":
+            return f"{self.name} (chosen by its template probe: the GGUF has none)"
         if self.source == "architecture":
-            return f"{self.name} (by architecture: the GGUF has none)"
-        return "ChatML (llama-server's fallback: the GGUF has none and its architecture has no known template)"
+            return f"{self.name} (by architecture: the GGUF has none; probed on its first load)"
+        return "ChatML (llama-server's fallback: the GGUF has none; probed on its first load)"
 
 
-def served_template(metadata: ModelMetadata, settings: ModelSettings | None) -> ServedTemplate:
+def served_template(metadata: ModelMetadata, settings: ModelSettings | None, probed: str | None = None
+                    ) -> ServedTemplate:
+    """`probed`: the template the model's probe chose (`StoredModel.template_probe`), if it ran."""
     if settings is not None and settings.template is not None:
         return ServedTemplate("settings", settings.template_kind, settings.template)
     if metadata.chat_template:
         return ServedTemplate("gguf")
+    if probed is not None and (chosen := KNOWN.get(probed)) is not None:
+        return ServedTemplate("probe", "jinja", chosen.jinja, chosen.name)
     known = ARCHITECTURE_TEMPLATES.get(metadata.architecture)
     if known is not None:
-        name, text = known
-        return ServedTemplate("architecture", "jinja", text, name)
+        return ServedTemplate("architecture", "jinja", known.jinja, known.name)
     return ServedTemplate("fallback")
 
 
-def served_settings(metadata: ModelMetadata, settings: ModelSettings | None, *, jinja_files: bool = True
-                    ) -> ModelSettings | None:
-    """The settings an instance starts with: the model's own, with the architecture's template where neither they
-    nor the GGUF carry one (and the engine takes a template file: else it keeps its own fallback)."""
-    served = served_template(metadata, settings)
-    if served.source != "architecture" or not jinja_files:
+def served_settings(metadata: ModelMetadata, settings: ModelSettings | None, probed: str | None = None, *,
+                    jinja_files: bool = True) -> ModelSettings | None:
+    """The settings an instance starts with: the model's own, with the probed or the architecture's template where
+    neither they nor the GGUF carry one (and the engine takes a template file: else it keeps its own fallback)."""
+    served = served_template(metadata, settings, probed)
+    if served.source not in ("probe", "architecture") or not jinja_files:
         return settings
     base = settings or ModelSettings()
     return base.model_copy(update={"template_kind": served.kind, "template": served.template})
+
+
+def probe_candidates(metadata: ModelMetadata, settings: ModelSettings | None) -> list[TurnFormat]:
+    """The templates a probe tries, in order of preference (a tie goes to the earlier, and the first is the one the
+    probed instance starts with): the architecture's own, ChatML, the plain transcript. [] when nothing is to be
+    probed: a template set for the model or in the GGUF, or an embedding model."""
+    if (settings is not None and settings.template is not None) or metadata.chat_template \
+            or metadata.embedding_model:
+        return []
+    first = ARCHITECTURE_TEMPLATES.get(metadata.architecture)
+    rest = [f for f in (CHATML, TRANSCRIPT) if f is not first]
+    return [first, *rest] if first is not None else rest
 
 
 def completion_only(metadata: ModelMetadata) -> bool:

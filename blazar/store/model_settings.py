@@ -32,6 +32,7 @@ from blazar.events.model_settings import ModelConfigured, ModelSettings, ModelVa
 from blazar.events.models import ModelMetadata
 from blazar.projections.catalog import alias_target, ever_configured, is_model, stored
 from blazar.store.models import check_name
+from blazar.store.turn_formats import KNOWN
 
 if TYPE_CHECKING:
     from blazar.adapters.engines.llama_server import Capabilities
@@ -80,8 +81,13 @@ def engine_templates(help_text: str) -> tuple[str, ...]:
     return tuple(n for n in (p.strip() for p in rest.split(",")) if _NAME.fullmatch(n))
 
 
+# `--template blazar:transcript`: a template Blazar ships (blazar/store/turn_formats.py), by name.
+SHIPPED_PREFIX = "blazar:"
+
+
 def parse_template(text: str, known: Iterable[str] = BUILTIN_TEMPLATES) -> tuple[TemplateKind, str]:
-    """A template as given -> (kind, text): a built-in name, or a Jinja text. A Go template is refused."""
+    """A template as given -> (kind, text): a built-in name, one Blazar ships (`blazar:NAME`: its Jinja text), or a
+    Jinja text. A Go template is refused."""
     if not isinstance(text, str) or not text.strip():
         raise InvalidModelSettings("template: empty; give a llama.cpp built-in template name (gemma, chatml, llama3, "
                                    "...) or a Jinja chat template")
@@ -92,6 +98,12 @@ def parse_template(text: str, known: Iterable[str] = BUILTIN_TEMPLATES) -> tuple
             "template: this is a Go template ({{ .Prompt }} style), which Ollama's own runner reads but llama-server "
             "does not; give a llama.cpp built-in template name (gemma, chatml, llama3, ...) or a Jinja chat template "
             "(as in a Hugging Face tokenizer_config.json: {% for message in messages %}...)")
+    if text.strip().startswith(SHIPPED_PREFIX):  # one Blazar ships (they carry tools): its Jinja text
+        name = text.strip()[len(SHIPPED_PREFIX):]
+        if name not in KNOWN:
+            raise InvalidModelSettings(f"template: Blazar ships no template {name[:64]!r} (it ships "
+                                       f"{', '.join(SHIPPED_PREFIX + n for n in KNOWN)})")
+        return "jinja", KNOWN[name].jinja
     if "{{" in text or "{%" in text:
         if text.count("{%") != text.count("%}") or text.count("{{") != text.count("}}"):
             raise InvalidModelSettings("template: unbalanced Jinja delimiters ({% %} or {{ }})")

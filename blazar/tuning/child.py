@@ -178,7 +178,9 @@ def _argv(app: Blazar, model: StoredModel, posture: Posture, engine: ActiveEngin
         draft = inside(app.paths.models, app.paths.models / d.file,
                        what=f"the catalog's entry for {d.name} (the posture's draft model)")
     api_key, key_flags = engine_key(engine.caps, scratch / "engine.key")
-    served = served_settings(model.metadata, model.settings, jinja_files=engine.caps.has("--chat-template-file"))
+    probed = model.template_probe.chosen if model.template_probe is not None else None
+    served = served_settings(model.metadata, model.settings, probed,
+                             jinja_files=engine.caps.has("--chat-template-file"))
     alias = ["--alias", model.name] if engine.caps.has("--alias") else []
     argv = build_argv(engine.binary, model_file, plan, engine.caps, port=port,
                       threads=posture.threads or app.settings().engine_threads or None,

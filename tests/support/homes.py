@@ -20,8 +20,14 @@ import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tests.support.blazar_home import home_paths
+from tests.support.bounds import HANG_S
+
+if TYPE_CHECKING:
+    from blazar.events.models import TemplateTrial
+    from blazar.projections.catalog import StoredModel
 
 _LOCK = threading.Lock()
 _TEMPLATES: dict[tuple[str, ...], Path] = {}
@@ -68,15 +74,17 @@ def _templates_dir(anchor: Path) -> Path:
 
 
 def model_home(dest: Path, engine_binary: Path, model_path: Path, model: str, *, template_text: str | None = None,
-               mmproj: Path | None = None, cli=None) -> Path:
+               mmproj: Path | None = None, cli=None, probed: bool = True) -> Path:
     """`dest` made a home with `engine_binary` installed and `model_path` imported as `model` (with `mmproj` as its
     projector, and `template_text` as its chat template when given): cloned from the session's template of that
     kind, which the first call makes through the real CLI (`cli(home, *args)`: tests/support/serving.py's
-    blazar_cli)."""
+    blazar_cli). On the real engine the model comes `probed` (its template probe recorded, as its first load would
+    record it: `record_probe`), so a test's first load is the load of a model that was served before; a test about
+    the first load itself asks for `probed=False`."""
     from tests.support.serving import blazar_cli
 
     cli = cli or blazar_cli
-    key = (str(engine_binary), str(model_path), model, template_text or "", str(mmproj or ""))
+    key = (str(engine_binary), str(model_path), model, template_text or "", str(mmproj or ""), str(probed))
     with _LOCK:
         template = _TEMPLATES.get(key)
         if template is None:
@@ -84,11 +92,69 @@ def model_home(dest: Path, engine_binary: Path, model_path: Path, model: str, *,
             template.mkdir()
             cli(template, "engine", "install", "--path", str(engine_binary))
             cli(template, "import", str(model_path), "--name", model, *(["--mmproj", str(mmproj)] if mmproj else []))
+            if probed and template_text is None and _real_engine(engine_binary):
+                record_probe(template, engine_binary, model_path, model)
             if template_text is not None:
                 (template / "template.jinja").write_text(template_text)
                 cli(template, "model", "set", model, "--template", str(template / "template.jinja"))
             _TEMPLATES[key] = template
     return clone_home(template, dest)
+
+
+_PROBES: dict[tuple[str, str], list[TemplateTrial]] = {}
+
+
+def _real_engine(binary: Path) -> bool:
+    """llama-server itself (an executable file), not the fake engine's script."""
+    with binary.open("rb") as f:
+        return f.read(4) == b"\x7fELF"
+
+
+def record_probe(home: Path, engine_binary: Path, model_path: Path, model: str) -> None:
+    """`model`'s template probe recorded in `home`, measured once per test process by the probe's own code
+    (blazar/instances/template_probe.py) on a llama-server of its own with the model."""
+    from blazar.bootstrap import bootstrap
+    from blazar.events.models import ModelTemplateProbed
+    from blazar.instances.template_probe import MAX_TOKENS, PROMPTS, choose
+    from blazar.projections.catalog import stored
+    from blazar.store.engines import active_engine
+
+    async def go() -> None:
+        app = await bootstrap(paths=home_paths(home), env={}, actor="test:pytest")
+        try:
+            got = stored(app.runner.state("catalog"), model)
+            assert got is not None
+            key = (str(engine_binary), got.sha256)
+            if key not in _PROBES:
+                _PROBES[key] = await _measure(engine_binary, model_path, got)
+            trials = _PROBES[key]
+            await app.record(ModelTemplateProbed(name=model, sha256=got.sha256, engine_tag=active_engine(app).tag,
+                                                 prompts=len(PROMPTS), max_tokens=MAX_TOKENS, trials=trials,
+                                                 chosen=choose(trials)))
+        finally:
+            await app.close()
+
+    asyncio.run(go())
+
+
+async def _measure(engine_binary: Path, model_path: Path, got: StoredModel) -> list[TemplateTrial]:
+    from blazar.adapters.engines import process
+    from blazar.adapters.engines.client import EngineClient
+    from blazar.instances.template_probe import measure
+    from blazar.store.chat_templates import probe_candidates
+
+    port = process.free_port()
+    log = Path(tempfile.mkdtemp(prefix="blazar-probe-")) / "engine.log"
+    proc = await process.spawn([str(engine_binary), "-m", str(model_path), "--host", "127.0.0.1", "--port",
+                                str(port), "-c", "1024", "-np", "1"], log_path=log)
+    client = EngineClient(max_connections=1)
+    try:
+        await process.wait_healthy(proc, port, timeout_s=HANG_S)
+        return await measure(client, f"http://127.0.0.1:{port}", None, probe_candidates(got.metadata, None))
+    finally:
+        await client.aclose()
+        await process.stop_process(proc, grace_s=5)
+        shutil.rmtree(log.parent, ignore_errors=True)
 
 
 def configure_all(home: Path, settings: Mapping[str, object]) -> None:

@@ -41,11 +41,13 @@ CHATML = ("{%- for m in messages -%}{{ '<|im_start|>' + m['role'] + '\\n' + (m['
 def serving_gemma(home: Path, engine_binary: Path, gemma_path: Path, model: str,
                   settings: dict[str, object], output: Path | None = None, *,
                   template: str | None = CHATML, mmproj: Path | None = None,
-                  before_serve: Callable[[Path], None] | None = None) -> Iterator[tuple[int, subprocess.Popen]]:
+                  before_serve: Callable[[Path], None] | None = None, probed: bool = True
+                  ) -> Iterator[tuple[int, subprocess.Popen]]:
     """`output`: a file the daemon's stdout and stderr both go to (granian writes its own lines to stdout).
     `template`: a Jinja text the model is served with; None serves it as Blazar serves an imported GGUF.
     `mmproj`: a projector imported with the model (`blazar import --mmproj`: tests/support/tiny_mmproj.py).
-    `before_serve`: called with the home once it is set up, before the daemon starts (to record a profile...)."""
+    `before_serve`: called with the home once it is set up, before the daemon starts (to record a profile...).
+    `probed`: the model's template probe already recorded (tests/support/homes.py); False: its first load probes."""
     if home_paths(home).db.exists():  # a home the test began itself: set up in it, through the CLI
         blazar_cli(home, "engine", "install", "--path", str(engine_binary))
         blazar_cli(home, "import", str(gemma_path), "--name", model, *(["--mmproj", str(mmproj)] if mmproj else []))
@@ -53,7 +55,7 @@ def serving_gemma(home: Path, engine_binary: Path, gemma_path: Path, model: str,
             (home / "test-template.jinja").write_text(template)
             blazar_cli(home, "model", "set", model, "--template", str(home / "test-template.jinja"))
     else:
-        model_home(home, engine_binary, gemma_path, model, template_text=template, mmproj=mmproj)
+        model_home(home, engine_binary, gemma_path, model, template_text=template, mmproj=mmproj, probed=probed)
     configure_all(home, settings)
     if before_serve is not None:
         before_serve(home)

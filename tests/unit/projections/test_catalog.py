@@ -9,7 +9,9 @@ from blazar.events.models import (
     ModelPullFailed,
     ModelPullStarted,
     ModelRemoved,
+    ModelTemplateProbed,
     ShardFile,
+    TemplateTrial,
 )
 from blazar.projections import CatalogProjection, fold
 from blazar.projections.catalog import CatalogState, stored
@@ -29,7 +31,28 @@ def test_an_import_adds_the_model_with_its_file_hash_source_and_metadata() -> No
         "pulls": {},
         "aliases": {},
         "refused": [],
+        "probes": {},
     }
+
+
+def _probed(name: str, sha256: str, chosen: str) -> ModelTemplateProbed:
+    return ModelTemplateProbed(name=name, sha256=sha256, engine_tag="b1", prompts=5, max_tokens=16, chosen=chosen,
+                               trials=[TemplateTrial(template="gemma", ended=0, answered=0, tokens=80),
+                                       TemplateTrial(template=chosen, ended=5, answered=4, tokens=31)])
+
+
+def test_a_template_probe_serves_every_model_with_that_file() -> None:
+    state = fold(CatalogProjection(), [rec(1, imported("tiny")), rec(2, imported("other", sha256="cd" * 32)),
+                                       rec(3, _probed("tiny", "ab" * 32, "transcript"))])
+    probe = stored(CatalogState(state), "tiny").template_probe
+    assert probe is not None and (probe.chosen, probe.seq, probe.prompts, probe.max_tokens) == ("transcript", 3, 5, 16)
+    assert [(t.template, t.answered, t.tokens) for t in probe.trials] == [("gemma", 0, 80), ("transcript", 4, 31)]
+    assert stored(CatalogState(state), "other").template_probe is None
+    # A later import of the same file (another name) is served by the same choice; a later probe replaces it.
+    state = fold(CatalogProjection(), [rec(4, imported("again")), rec(5, _probed("again", "ab" * 32, "chatml"))],
+                 state)
+    assert stored(CatalogState(state), "tiny").template_probe.chosen == "chatml"  # type: ignore[union-attr]
+    assert stored(CatalogState(state), "again").to_json()["template_probe"]["chosen"] == "chatml"
 
 
 def test_a_split_import_keeps_every_shard_in_order() -> None:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from blazar.events.model_settings import ModelSettings
 from blazar.events.models import ModelMetadata
-from blazar.store.chat_templates import capabilities, completion_only, served_settings, served_template
+from blazar.store.chat_templates import (
+    capabilities,
+    completion_only,
+    probe_candidates,
+    served_settings,
+    served_template,
+)
+from blazar.store.turn_formats import CHATML, GEMMA, TRANSCRIPT
 
 
 def meta(arch: str = "gemma3", name: str | None = "Gemma 3 270m", *, template: bool = False,
@@ -44,3 +51,36 @@ def test_a_base_model_is_one_with_no_template_and_no_instruction_tuned_name() ->
     assert capabilities(meta()) == ["completion"]
     assert capabilities(meta(template=True)) == ["completion", "chat"]
     assert capabilities(meta("bert", embedding=True)) == ["embedding"]
+
+
+def test_a_probed_choice_comes_after_settings_and_the_gguf_and_before_the_architecture() -> None:
+    probed = served_template(meta(), None, "transcript")
+    assert (probed.source, probed.name, probed.kind) == ("probe", "transcript", "jinja")
+    assert probed.template == TRANSCRIPT.jinja and "template probe" in probed.describe()
+    assert probed.stops == TRANSCRIPT.stops
+    assert served_template(meta(template=True), None, "transcript").source == "gguf"
+    mine = ModelSettings(template_kind="builtin", template="chatml")
+    assert served_template(meta(), mine, "transcript").source == "settings"
+    assert served_template(meta("llama"), None, "chatml").name == "chatml"  # an architecture Blazar has no template of
+    assert served_template(meta(), None, "no-such-template").source == "architecture"  # a name this build lacks
+    got = served_settings(meta(), None, "chatml")
+    assert got is not None and got.template == CHATML.jinja
+
+
+def test_stops_come_with_a_shipped_template_only() -> None:
+    assert served_template(meta(), None).stops == GEMMA.stops  # by architecture
+    assert served_template(meta(template=True), None).stops == ()  # the GGUF's own ends its own turns
+    assert served_template(meta("llama"), None).stops == ()
+    assert served_template(meta(), ModelSettings(template_kind="jinja", template="{{ x }}")).stops == ()
+    # One Blazar ships, set by name (blazar:NAME is stored as its text): its stops, and show names it.
+    shipped = served_template(meta(), ModelSettings(template_kind="jinja", template=TRANSCRIPT.jinja))
+    assert shipped.stops == TRANSCRIPT.stops and shipped.describe() == "transcript (Blazar's) (set for this model)"
+
+
+def test_the_probe_tries_the_architectures_template_first_then_chatml_then_the_transcript() -> None:
+    assert [f.name for f in probe_candidates(meta(), None)] == ["gemma", "chatml", "transcript"]
+    assert [f.name for f in probe_candidates(meta("llama"), None)] == ["chatml", "transcript"]
+    assert probe_candidates(meta(template=True), None) == []
+    assert probe_candidates(meta("bert", embedding=True), None) == []
+    assert probe_candidates(meta(), ModelSettings(template_kind="builtin", template="chatml")) == []
+    assert probe_candidates(meta(), ModelSettings(system="Be brief."))[0].name == "gemma"
