@@ -27,6 +27,7 @@
     ├── TraceNotFound          404  `blazar why` of a trace the log does not hold
     ├── KeyCommandError        400  a key command that cannot be carried out (bad pattern, unknown limit)
     ├── DialectError           400  a request a dialect cannot serve as written (`code` says which rule it broke)
+    │   └── GrammarUnsupported 400  a schema the compact grammar cannot express (`keyword`): the engine converts it
     ├── FileTooLarge           413  an upload to /v1/files over files_max_bytes
     ├── AudioError             400  an upload the speech lanes cannot take as audio
     │   ├── NotAudio           400  FFmpeg cannot read it as audio (or it holds no sound)
@@ -68,6 +69,7 @@
     │   ├── EngineBuildFailed       a build that could not run or finish (names its log, or the missing tool)
     │   ├── EngineUnreachable  502  a child's port did not answer
     │   │   └── EngineGone     502  ... because the child had exited: the gateway routes the request again, once
+    │   ├── TemplateProbeFailed 502 a template probe's prompt got no /completion answer (the load goes on)
     │   ├── EngineStreamBroken 502  a child's answer broke off mid-body
     │   ├── SynthesisFailed    502  the piper child answered with an error or with audio that is not 16-bit WAV
     │   ├── ProcessExited      502  the child exited before it was healthy
@@ -666,6 +668,20 @@ class DialectError(BlazarError):
     def __init__(self, message: str, *, code: str = "invalid_request") -> None:
         super().__init__(message)
         self.code = code
+
+
+class GrammarUnsupported(DialectError):
+    """The schema asserts something Blazar's compact grammar cannot express (blazar/dialects/grammar.py): `keyword`
+    names it. Never a refusal: the caller sends the schema for the engine's own conversion instead."""
+
+    code = "grammar_unsupported"
+    http_status = 400
+
+    def __init__(self, keyword: str, detail: str = "") -> None:
+        self.keyword = keyword
+        self.detail = detail
+        super().__init__(f"{keyword}: {detail}" if detail else f"{keyword}: not supported by the compact grammar",
+                         code="grammar_unsupported")
 
 
 class RemoteCommandError(BlazarError):

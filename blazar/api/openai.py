@@ -3,7 +3,8 @@ to chat, is blazar/api/responses.py).
 
 Thin resources: validate the fields Blazar acts on (the rest passes through to llama-server untouched: the engine
 speaks this dialect), and let blazar/api/proxy.py run the call and send the engine's bytes back as they are: SSE
-streams are relayed block by block without re-encoding a chunk. A forced tool choice is the one rewrite.
+streams are relayed block by block without re-encoding a chunk. A forced tool choice and structured output are the
+rewrites (the body, as the engine's grammar).
 """
 
 from __future__ import annotations
@@ -76,10 +77,14 @@ class ChatCompletions(Proxy):
         body = ChatBody.model_validate(data)
         check_response_format(data.get("response_format"))
         check_tools(data.get("tools"))
-        # A forced tool choice is rewritten (blazar/dialects/tools.py), so that body goes as a new one.
+        # A forced tool choice and structured output are rewritten as the engine's grammar
+        # (blazar/dialects/tools.py), so that body goes as a new one.
         forcing = data.get("tools") and data.get("tool_choice") not in (None, "auto", "none")
-        return Request(model=body.model, engine_path="/v1/chat/completions", body=dict(data) if forcing else None,
-                    stream=body.stream, max_tokens=body.max_completion_tokens or body.max_tokens)
+        rf = data.get("response_format")
+        shaping = isinstance(rf, dict) and rf.get("type") in ("json_schema", "json_object")
+        return Request(model=body.model, engine_path="/v1/chat/completions",
+                       body=dict(data) if forcing or shaping else None,
+                       stream=body.stream, max_tokens=body.max_completion_tokens or body.max_tokens)
 
 
 class Completions(Proxy):

@@ -18,7 +18,7 @@ from blazar.api import bounds, disconnect, errors
 from blazar.api.auth import principal_of
 from blazar.api.context import trace_id_of
 from blazar.api.request_options import request_options
-from blazar.dialects.tools import force
+from blazar.dialects.tools import constrain
 from blazar.events.requests import Dialect
 from blazar.serving.admission import parse_priority
 from blazar.serving.gateway import Gateway
@@ -82,7 +82,7 @@ class Proxy(ABC):
             parent_trace_id=parent_trace_id, parent_span_id=parent_span_id, principal=principal, tenant=tenant,
             forwarded_from=forwarded_from, session=qualify(tenant, opts.session), deadline_ms=deadline_ms,
             best_of=opts.best_of, cascade=opts.cascade, spec=opts.spec,
-            forced=force(asked.body) if asked.body is not None and asked.engine_path == "/v1/chat/completions"
+            forced=constrain(asked.body) if asked.body is not None and asked.engine_path == "/v1/chat/completions"
             else None)
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:

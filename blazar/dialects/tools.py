@@ -1,32 +1,59 @@
 """A forced tool choice (OpenAI's `required` or a named function; Anthropic's `any` or `tool`) is enforced by
 Blazar, not left to the chat template: the engine's own grammar for a forced call still lets a model write free text
 first, so a small model may never reach the call. Blazar asks instead for JSON matching
-`{"name": <one of the tools>, "arguments": <that tool's parameters>}` (a JSON-schema grammar the engine enforces
-token by token), keeps the tools in the prompt, and turns the answer back into an ordinary OpenAI tool call, for a
-plain answer and for a stream. Every dialect sees ordinary `tool_calls` after this.
+`{"name": <one of the tools>, "arguments": <that tool's parameters>}` (a grammar the engine enforces token by
+token), keeps the tools in the prompt, and turns the answer back into an ordinary OpenAI tool call, for a plain
+answer and for a stream. Every dialect sees ordinary `tool_calls` after this; a call cut short by max_tokens is
+no call and no text (`finish_reason: length`, content null).
+
+The grammar is Blazar's compact one (blazar/dialects/grammar.py: no whitespace between tokens), and so is a client's
+structured output (`response_format` json_schema / json_object, and what the other dialects translate to it): the
+engine's own schema conversion lets a model pad the JSON with spaces and newlines at every comma. A schema the
+compact converter cannot express goes as the `response_format` the engine converts itself.
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
 from blazar.dialects.errors import DialectError
+from blazar.dialects.grammar import any_object_grammar, schema_grammar
 from blazar.dialects.stream import Translator, sse
+from blazar.errors import GrammarUnsupported
 
 SCHEMA_NAME = "tool_call"
+# How a forced call ended: made (a whole call), or cut by max_tokens before its JSON was whole.
+ForcedOutcome = Literal["made", "cut"]
 
 
 @dataclass
 class Forced:
     names: list[str]
+    # What the answer was, once judged (`request.completed` records it): None until then, or when it was neither
+    # (a client's stop sequence cut it: the text is passed on as it is).
+    outcome: ForcedOutcome | None = None
+
+    def judge(self, answer: Any) -> ForcedOutcome | None:
+        """A whole chat completion's first choice: a call, a call cut by max_tokens, or neither (kept as `outcome`)."""
+        choices = answer.get("choices") if isinstance(answer, dict) else None
+        choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+        message = choice.get("message") or {}
+        self.outcome = self._outcome(message.get("content"), choice.get("finish_reason"))
+        return self.outcome
+
+    def _outcome(self, text: Any, finish: Any) -> ForcedOutcome | None:
+        if self._parse(text) is not None:
+            return "made"
+        return "cut" if finish == "length" else None
 
     def answer(self, answer: dict[str, Any]) -> dict[str, Any]:
-        """A non-stream chat completion: its JSON content becomes a tool call (an unfinished one, cut by max_tokens,
-        stays text so the client sees what there was)."""
+        """A non-stream chat completion: its JSON content becomes a tool call. One cut by max_tokens is no call and
+        no text (content null, finish_reason length): half a call's JSON is neither an answer nor a call."""
+        self.judge(answer)
         for choice in answer.get("choices") or []:
             msg = choice.get("message") or {}
             call = self._parse(msg.get("content"))
@@ -34,6 +61,9 @@ class Forced:
                 msg["content"] = None
                 msg["tool_calls"] = [call]
                 choice["finish_reason"] = "tool_calls"
+            elif choice.get("finish_reason") == "length":
+                msg["content"] = None
+                msg.pop("tool_calls", None)
         return answer
 
     def _parse(self, text: Any) -> dict[str, Any] | None:
@@ -76,9 +106,57 @@ def force(body: dict[str, Any]) -> Forced | None:
                                "arguments": by_name[n].get("parameters") or {"type": "object"}},
                 "required": ["name", "arguments"]} for n in chosen]
     schema = options[0] if len(options) == 1 else {"anyOf": options}
-    body["tool_choice"] = "none"  # the tools stay in the prompt; the grammar below does the forcing
-    body["response_format"] = {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME, "schema": schema}}
+    # NOTE: the engine takes a `grammar` beside tools only while tool_choice is "none"; the tools stay in the prompt
+    # and the grammar does the forcing.
+    body["tool_choice"] = "none"
+    grammar = _compact(schema) if "json_schema" not in body else None  # the engine refuses both together
+    if grammar is not None:
+        body["grammar"] = grammar
+    else:
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME, "schema": schema}}
     return Forced(chosen)
+
+
+def compact_format(body: dict[str, Any]) -> None:
+    """A chat body's structured output (`response_format` json_schema or json_object) as the compact grammar, in
+    place, where the converter can express the schema; else the body is left as it is (the engine converts it).
+    A body that already names a `grammar` or `json_schema` (the engine's own fields) is the client's to keep, and
+    one with tools the model may call is left to the engine (it takes a grammar beside tools only with tool_choice
+    "none")."""
+    rf = body.get("response_format")
+    if not isinstance(rf, dict) or "grammar" in body or "json_schema" in body:
+        return
+    if body.get("tools") and body.get("tool_choice") != "none":
+        return
+    kind = rf.get("type")
+    if kind == "json_schema":
+        spec = rf.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+    elif kind == "json_object":
+        schema = rf.get("schema")  # llama-server's extension: json_object with a schema
+    else:
+        return
+    # As the engine reads them: no schema, or an empty one, means any object.
+    grammar = any_object_grammar() if schema is None or schema == {} else _compact(schema)
+    if grammar is not None:
+        del body["response_format"]
+        body["grammar"] = grammar
+
+
+def constrain(body: dict[str, Any]) -> Forced | None:
+    """What a chat body asks of the engine's grammar, rewritten in place: a forced tool call (its Forced), or else
+    the structured output."""
+    forced = force(body)
+    if forced is None:
+        compact_format(body)
+    return forced
+
+
+def _compact(schema: Any) -> str | None:
+    try:
+        return schema_grammar(schema)
+    except GrammarUnsupported:
+        return None
 
 
 class OpenAIStream:
@@ -99,7 +177,8 @@ class OpenAIStream:
 @dataclass
 class ForcedStream:
     """Holds back a forced call's JSON text while it streams, then hands `inner` one tool-call delta and the finish
-    chunk (finish_reason `tool_calls`); everything else passes through unchanged."""
+    chunk (finish_reason `tool_calls`), or, cut by max_tokens, the finish chunk alone (`length`); everything else
+    passes through unchanged."""
 
     forced: Forced
     inner: Translator
@@ -124,10 +203,14 @@ class ForcedStream:
             chunk = {**chunk, "choices": [{**choice, "delta": delta}]}
         if not choice.get("finish_reason"):
             return self.inner.event(chunk)
-        call = self.forced._parse("".join(self._text))
-        if call is None:  # cut short (max_tokens): the text as it is
-            held = {**chunk, "choices": [{**choice, "delta": {"content": "".join(self._text)},
-                                          "finish_reason": None}]}
+        text = "".join(self._text)
+        self.forced.outcome = self.forced._outcome(text, choice["finish_reason"])
+        call = self.forced._parse(text)
+        if call is None:
+            if self.forced.outcome == "cut":  # max_tokens: no call, and no half-written JSON either
+                return self.inner.event(chunk)
+            # Neither a call nor cut by max_tokens (a client's stop sequence): the text as it is.
+            held = {**chunk, "choices": [{**choice, "delta": {"content": text}, "finish_reason": None}]}
             return self.inner.event(held) + self.inner.event(chunk)
         head = {**chunk, "choices": [{"index": 0, "finish_reason": None,
                                       "delta": {"tool_calls": [{"index": 0, **call}]}}]}

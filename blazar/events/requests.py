@@ -244,15 +244,17 @@ class RequestBounded(_RequestEvent):
 
 @register
 class RequestRerouted(_RequestEvent):
-    """A decision: the engine child the request was routed to was gone before it took the request (its port refused
-    or dropped the connection, and its process had exited or was exiting), so the request is routed again, once.
-    The attempt's slot and hold were given back first; `request.routed` follows for the second attempt."""
+    """A decision: the request is routed again, once: the engine child it was routed to was gone before it took the
+    request (`engine_gone`: its port refused or dropped the connection, and its process had exited or was exiting),
+    or its prompt does not fit that child's context and nobody chose the context (`context_grown`: an instance with
+    a context that holds it serves it). The attempt's slot and hold were given back first; `request.routed` follows
+    for the second attempt."""
 
     TYPE = "request.rerouted"
 
     model: str
-    instance_id: str  # the instance that was gone
-    reason: Literal["engine_gone"] = "engine_gone"
+    instance_id: str  # the instance it was routed to first
+    reason: Literal["engine_gone", "context_grown"] = "engine_gone"
     detail: str = ""  # what the connection said
 
 
@@ -286,6 +288,9 @@ class RequestCompleted(_RequestEvent):
     chunks: int | None = None  # streamed chunks forwarded
     # Single-flight: "follower" got another request's generation (its tokens were not generated again).
     shared: SharedRole | None = None
+    # A forced tool call (tool_choice required or named, Anthropic any or tool): "made", or "cut" by max_tokens
+    # before its JSON was whole (the answer then holds no call and no text).
+    forced_call: Literal["made", "cut"] | None = None
 
 
 @register

@@ -313,6 +313,8 @@ class _Story:
             if end.completion_tokens is not None:
                 parts.append(f"{_plural(end.completion_tokens, 'token')} out"
                              + (f" at {tps:.0f} tok/s" if tps is not None else ""))
+            if end.forced_call == "cut":
+                parts.append(_forced_words(end))
             return f"completed {end.status} in {fmt_ms(end.duration_ms)}: " + "; ".join(parts)
         last = self.records[-1]
         return (f"no outcome recorded: last {last.type} ({self.text(last)}); still running, or its end was lost "
@@ -462,9 +464,18 @@ def _completed(s: _Story, ev: RequestCompleted) -> str:
         parts.append(f"{ev.cached_tokens} prompt tokens cached")
     if ev.finish_reason:
         parts.append(f"finish: {ev.finish_reason}")
+    if ev.forced_call is not None:
+        parts.append(_forced_words(ev))
     if (drafted := _drafted(s, ev)) is not None:
         parts.append(drafted)
     return f"completed {ev.status} in {fmt_ms(ev.duration_ms)}: " + ", ".join(parts)
+
+
+def _forced_words(ev: RequestCompleted) -> str:
+    if ev.forced_call == "made":
+        return "the forced tool call made"
+    at = f" at {_plural(ev.completion_tokens, 'token')}" if ev.completion_tokens is not None else ""
+    return f"the forced tool call was cut{at} by max_tokens: no call, no text"
 
 
 def _audio_words(ev: RequestAudio) -> str:

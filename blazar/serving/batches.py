@@ -32,7 +32,7 @@ from typing import Any, Literal
 import orjson
 
 from blazar.context import Blazar, stamp_node
-from blazar.dialects.tools import force
+from blazar.dialects.tools import constrain
 from blazar.errors import DialectError, Refused
 from blazar.events.base import Event
 from blazar.events.batches import (
@@ -241,10 +241,10 @@ class BatchRunner:
         except Exception as e:  # validated at creation: only a changed route could refuse it now
             return 400, _error_body(str(e), 400, "invalid_request")
         body = dict(line.body)
+        chat = b.endpoint == "/v1/chat/completions"
         request = replace(asked, trace_id=trace_id, dialect="openai", path=b.endpoint, raw=orjson.dumps(body),
                           parsed=body, priority=BACKGROUND_PRIORITY, principal=principal, tenant=tenant,
-                          forced=force(asked.body) if asked.body is not None and b.endpoint == "/v1/chat/completions"
-                          else asked.forced)
+                          forced=constrain(asked.body) if chat and asked.body is not None else asked.forced)
         try:
             request = await self.gateway.check_media(request)  # a line's images are checked as a request's are
         except DialectError as e:

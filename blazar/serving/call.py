@@ -381,7 +381,8 @@ class Call:
                 duration_ms=duration_ms, prompt_tokens=u.get("prompt_tokens"),
                 completion_tokens=u.get("completion_tokens"), cached_tokens=u.get("cached_tokens"),
                 engine_timings=u.get("timings") or {}, finish_reason=u.get("finish_reason"), chunks=outcome.chunks,
-                shared=outcome.shared or self.shared_role)
+                shared=outcome.shared or self.shared_role,
+                forced_call=self.request.forced.outcome if self.request.forced is not None else None)
         if isinstance(outcome, Failed):
             return RequestFailed(trace_id=self.trace_id, model=model, instance_id=instance_id,
                                  status=outcome.status, reason=outcome.reason, detail=outcome.detail[:500],

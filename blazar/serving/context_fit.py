@@ -1,7 +1,8 @@
-"""Does a request fit its slot's context? The pure decision `Router._check_context` (blazar/serving/routing.py) acts
+"""Does a request fit its slot's context? The pure decision `check_context` (blazar/serving/routing.py) acts
 on, once it knows the prompt's exact size: as asked, bounded (the output capped at what the context leaves, as
 Ollama does: the `max_tokens_over_context` setting, default `bound`), or refused. A prompt that does not fit is
-refused whatever the setting: it is never truncated.
+never truncated: where nobody chose the context (no `ctx` setting, no num_ctx of the request or the model), it is
+served by an instance whose context holds it (`grown_ctx`), up to the model's trained context; else refused.
 """
 
 from __future__ import annotations
@@ -35,6 +36,20 @@ def decide_max_tokens(prompt_tokens: int, max_tokens: int | None, ctx_tokens: in
                       "shorten the prompt or lower max_tokens", reason="context_length_exceeded", http_status=400,
                       observations=numbers)
     return ctx_tokens - prompt_tokens
+
+
+# What an answer gets, at least, in a context grown for a long prompt.
+GROWTH_ROOM = 1024
+
+
+def grown_ctx(prompt_tokens: int, ctx_tokens: int, ctx_train: int | None) -> int | None:
+    """The context per request for a prompt that does not fit `ctx_tokens`: the next power of two that holds it and
+    GROWTH_ROOM tokens of answer, at most the model's trained context; None when the prompt fits, or when even that
+    cannot hold it (or the model does not say its trained context)."""
+    if prompt_tokens < ctx_tokens or not ctx_train:
+        return None
+    ctx = min(1 << (prompt_tokens + GROWTH_ROOM - 1).bit_length(), ctx_train)
+    return ctx if ctx > prompt_tokens and ctx > ctx_tokens else None
 
 
 def bound_body(body: dict[str, Any], engine_path: str, max_tokens: int) -> dict[str, int]:

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from blazar.dialects import responses as dialect
-from blazar.dialects.tools import force
+from blazar.dialects.tools import constrain
 from blazar.errors import Refused
 from blazar.events.responses import ResponseDeleted, ResponseStored
 from blazar.serving.request import Request
@@ -96,7 +96,7 @@ def responses_request(data: dict[str, Any], conversations: Conversations, *, ten
         # NOTE: a forced call answers with a call, not text: `text.format` shapes text only (the Agents SDK sends
         # both when an agent with an output type must use a tool first), so it gives way to the call's grammar.
         body.pop("response_format", None)
-    forced = force(body) if body.get("tools") else None
+    forced = constrain(body)  # a forced call, or else `text.format`, as the engine's grammar
     items = history + asked.items  # what this response was given: its input_items
     response_id, created_at = dialect.new_id("resp"), int(time.time())
 

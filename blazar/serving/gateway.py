@@ -273,10 +273,12 @@ class Gateway:
             return data
         call.first_token()
         try:
-            usage = usage_from_json(orjson.loads(data))
+            answer = orjson.loads(data)
         except orjson.JSONDecodeError:
-            usage = {}
-        call.finish(Completed(upstream.status_code, usage))
+            answer = None
+        if call.request.forced is not None:
+            call.request.forced.judge(answer)  # a call made or cut: `request.completed` says which
+        call.finish(Completed(upstream.status_code, usage_from_json(answer)))
         return data
 
     def _streamed(self, call: Call, upstream: EngineResponse, watcher: asyncio.Task[None] | None,

@@ -43,7 +43,7 @@ from blazar.projections.keys import auth_on
 from blazar.projections.remotes import remote, serving
 from blazar.serving.admission import Admission, Ticket
 from blazar.serving.call import Call
-from blazar.serving.context_fit import bound_body, decide_max_tokens
+from blazar.serving.context_fit import bound_body, decide_max_tokens, grown_ctx
 from blazar.serving.fanout import Candidate
 from blazar.serving.limits import Limiter
 from blazar.serving.model_defaults import add_template_stops
@@ -139,13 +139,20 @@ class Router:
                                 port=inst.port, cold=report.cold, load_ms=report.load_ms, evicted=report.evicted,
                                 ctx_tokens=None if inst.remote else inst.ctx_tokens))
         audio = call.request.audio is not None  # a whisper or piper child: no context, no slots to place on
-        if not inst.remote and not audio:
-            await self._check_context(call, inst)
+        grown = None if inst.remote or audio else await check_context(self.app, self.client, call, inst)
+        if grown is not None:
+            ctx, prompt_tokens = grown
+            self.reroute(call, f"its prompt of {prompt_tokens} tokens does not fit the context of {inst.ctx_tokens} "
+                               f"tokens per request: served by an instance with a context of {ctx}", "context_grown")
+            call.ctx = ctx
+            await self.route_and_admit(call)
+            return
         ticket = await self._admit(call, inst, report)
         if not inst.remote and not audio:
             await self._place(call, inst, ticket.slot_id)
 
-    def reroute(self, call: Call, detail: str) -> None:
+    def reroute(self, call: Call, detail: str, reason: Literal["engine_gone", "context_grown"] = "engine_gone"
+                ) -> None:
         """The first attempt's engine was gone before it took the request: its slot (no hold time learnt from it)
         and its hold given back, what its placement told that engine and any cap its context put on the output
         forgotten, the decision recorded. The key's
@@ -157,7 +164,7 @@ class Router:
         call.unbound()
         call.instance, call.queue_position, call.rerouted = None, 0, True
         call.emit(RequestRerouted(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
-                                  detail=detail[:500]))
+                                  reason=reason, detail=detail[:500]))
 
     def _route_remote(self, call: Call, name: str) -> Instance:
         """The remote engine serving the call's model, unless its circuit is open or its key is missing."""
@@ -272,33 +279,6 @@ class Router:
                                     slot_id=slot_id, session=session, kv=placed.kv, reason=placed.reason,
                                     restored_tokens=placed.restored_tokens, restore_ms=placed.restore_ms))
 
-    async def _check_context(self, call: Call, inst: Instance) -> None:
-        """Prompt plus max_tokens must fit the slot's context (blazar/serving/context_fit.py decides): as asked, the
-        output bounded to what the context leaves (recorded as `request.bounded`), or a clear 400; never silent
-        truncation of the prompt. The exact count (the engine's tokenizer, template applied) is asked only when a
-        cheap upper bound does not settle it."""
-        if call.request.embeddings or call.request.rerank:
-            return  # nothing generated; the engine refuses an input over its context itself
-        need_out = call.max_tokens or 0
-        if _prompt_upper_bound(call.engine_body()) + need_out <= inst.ctx_tokens:
-            return
-        try:
-            n = await self.client.count_tokens(inst.base_url, call.request.engine_path, call.engine_body(),
-                                              api_key=inst.api_key)
-        except EngineError as e:
-            log.warning("token count failed for %s: %s", inst.model, e)
-            return  # the engine refuses an oversized prompt itself
-        if n is None:
-            return
-        bounded = decide_max_tokens(n, call.max_tokens, inst.ctx_tokens, inst.model,
-                                    self.app.settings().max_tokens_over_context)
-        if bounded is None:
-            return
-        call.bound_output(bounded, bound_body(call.engine_body(), call.request.engine_path, bounded))
-        call.emit(RequestBounded(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
-                                 prompt_tokens=n, max_tokens=need_out, bounded_max_tokens=bounded,
-                                 ctx_tokens=inst.ctx_tokens))
-
     # -- what a fan-out takes more of ----------------------------------------------------------------------------------
 
     async def extra_candidate(self, call: Call, limiter: Limiter) -> Candidate | None:
@@ -403,3 +383,37 @@ def _prompt_upper_bound(body: dict[str, Any]) -> int:
         if body.get(key):
             total += len(orjson.dumps(body[key]))
     return total
+
+
+async def check_context(app: Blazar, client: EngineClient, call: Call, inst: Instance) -> tuple[int, int] | None:
+    """Prompt plus max_tokens must fit the slot's context (blazar/serving/context_fit.py decides): as asked, the
+    output bounded to what the context leaves (recorded as `request.bounded`), or a clear 400; never silent
+    truncation of the prompt. The exact count (the engine's tokenizer, template applied) is asked only when a
+    cheap upper bound does not settle it. (ctx, prompt tokens) when the prompt does not fit and nobody chose the
+    context: the request is to be served by an instance with that context instead."""
+    if call.request.embeddings or call.request.rerank:
+        return None  # nothing generated; the engine refuses an input over its context itself
+    need_out = call.max_tokens or 0
+    if _prompt_upper_bound(call.engine_body()) + need_out <= inst.ctx_tokens:
+        return None
+    try:
+        n = await client.count_tokens(inst.base_url, call.request.engine_path, call.engine_body(),
+                                          api_key=inst.api_key)
+    except EngineError as e:
+        log.warning("token count failed for %s: %s", inst.model, e)
+        return None  # the engine refuses an oversized prompt itself
+    if n is None:
+        return None
+    if call.ctx is None and call.resolved is not None and "ctx" not in app.settings().model_fields_set:
+        grown = grown_ctx(n, inst.ctx_tokens, call.resolved.metadata.ctx_train)
+        if grown is not None:
+            return grown, n
+    bounded = decide_max_tokens(n, call.max_tokens, inst.ctx_tokens, inst.model,
+                                app.settings().max_tokens_over_context)
+    if bounded is None:
+        return None
+    call.bound_output(bounded, bound_body(call.engine_body(), call.request.engine_path, bounded))
+    call.emit(RequestBounded(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
+                             prompt_tokens=n, max_tokens=need_out, bounded_max_tokens=bounded,
+                             ctx_tokens=inst.ctx_tokens))
+    return None

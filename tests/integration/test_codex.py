@@ -96,9 +96,10 @@ def test_codex_tool_shapes_come_back_as_their_own_items(daemon: tuple[Path, str]
     tools: list[Any] = [AGENTS, PATCH, SEARCH]
 
     def forced(choice: Any) -> Any:
-        # NOTE: temperature 0 and the prompt test_responses_api.py forces calls with: the base model writes the call
-        # at once (with some prompts it fills the grammar's whitespace until the limit cuts it).
-        kwargs: dict[str, Any] = {"model": MODEL, "input": "What is the weather in Paris?", "tools": tools,
+        # NOTE: temperature 0 and a prompt under which the base model writes each call within the limit (under
+        # others, "What is the weather in Paris?" among them, it loops inside the patch's string until the limit cuts
+        # it: a call cut so is no item at all).
+        kwargs: dict[str, Any] = {"model": MODEL, "input": "Apply the patch.", "tools": tools,
                                   "tool_choice": choice, "max_output_tokens": 64, "store": False,
                                   "temperature": 0}
         if not stream:

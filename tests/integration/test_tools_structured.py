@@ -12,6 +12,7 @@ import pytest
 
 from tests.support import sdk_daemons
 from tests.support.sdk_daemons import MODEL, OpenAIDaemon
+from tests.support.serving import blazar_cli
 
 daemon = sdk_daemons.openai_daemon
 
@@ -61,6 +62,49 @@ def test_a_named_tool_choice_streams_one_call_that_assembles(daemon: OpenAIDaemo
             finish = choice.finish_reason or finish
     assert finish == "tool_calls" and name == "get_weather" and len(ids) == 1
     jsonschema.validate(json.loads(args), WEATHER["function"]["parameters"])
+
+
+def test_a_forced_call_is_compact_so_it_ends_within_60_tokens(daemon: OpenAIDaemon) -> None:
+    # Under the engine's own conversion of the call's schema the model padded this call's JSON with whitespace to
+    # ~98 tokens and was cut at 60 (tests/integration/test_compact_grammar.py compares the two on the same seeds).
+    raw = daemon.client().chat.completions.with_raw_response.create(
+        model=MODEL, messages=ASK, tools=[WEATHER], max_tokens=60, temperature=1.0, seed=5,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    chat = raw.parse()
+    choice = chat.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    (call,) = choice.message.tool_calls
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
+    assert chat.usage.completion_tokens < 60
+    trace = raw.headers["x-blazar-trace-id"]
+    daemon.wait_trace(trace, "request.completed")
+    (done,) = [e for e in daemon.events("request.completed") if e["trace_id"] == trace]
+    assert done["data"]["forced_call"] == "made" and done["data"]["finish_reason"] == "stop"
+
+
+def test_a_forced_call_cut_by_max_tokens_is_length_with_no_text_and_why_says_so(daemon: OpenAIDaemon) -> None:
+    client = daemon.client()
+    raw = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=ASK, tools=[WEATHER, TIME], tool_choice="required", max_tokens=3, temperature=0)
+    choice = raw.parse().choices[0]
+    assert choice.finish_reason == "length"
+    assert choice.message.content is None and not choice.message.tool_calls
+    trace = raw.headers["x-blazar-trace-id"]
+    daemon.wait_trace(trace, "request.completed")
+    why = json.loads(blazar_cli(daemon.home, "why", trace, "--json").stdout)
+    assert why["outcome"] == "completed"
+    assert "the forced tool call was cut at 3 tokens by max_tokens" in why["verdict"], why["verdict"]
+    (done,) = [step for step in why["steps"] if step["type"] == "request.completed"]
+    assert "finish: length, the forced tool call was cut at 3 tokens by max_tokens" in done["text"]
+    # Streamed: no text delta, no call, the finish chunk says length.
+    stream = client.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER, TIME], tool_choice="required",
+                                            max_tokens=3, temperature=0, stream=True)
+    finish = None
+    for chunk in stream:
+        for c in chunk.choices:
+            assert not c.delta.content and not c.delta.tool_calls, c
+            finish = c.finish_reason or finish
+    assert finish == "length"
 
 
 def test_a_tool_choice_naming_no_tool_is_a_400(daemon: OpenAIDaemon) -> None:

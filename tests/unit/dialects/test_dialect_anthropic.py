@@ -14,6 +14,7 @@ from anthropic.types import Message, RawMessageStreamEvent
 
 from blazar.dialects.anthropic import MessagesStream, check_betas, error_body, from_openai, to_openai
 from blazar.dialects.errors import DialectError
+from blazar.dialects.tools import ForcedStream, force
 
 WEATHER = {"name": "get_weather", "description": "Weather for a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
@@ -426,3 +427,24 @@ def test_a_tool_call_cut_off_by_max_tokens_is_max_tokens_not_tool_use() -> None:
 def test_stream_null_is_not_streamed() -> None:
     body = to_openai({"model": "m", "max_tokens": 3, "stream": None, "messages": [{"role": "user", "content": "x"}]})
     assert "stream" not in body
+
+
+def forced_any() -> Any:
+    body = to_openai({"model": "m", "max_tokens": 3, "messages": [{"role": "user", "content": "?"}],
+                      "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}],
+                      "tool_choice": {"type": "any"}})
+    forced = force(body)
+    assert forced is not None and "grammar" in body
+    return forced
+
+
+def test_a_forced_tool_call_cut_by_max_tokens_is_max_tokens_with_no_json_text() -> None:
+    cut = forced_any().answer(answer({"content": '{"name'}, finish="length"))
+    message = Message.model_validate(from_openai(cut, "m"))
+    assert message.stop_reason == "max_tokens" and message.content == []
+    streamed = ForcedStream(forced_any(), MessagesStream("m"))
+    raw = streamed.event(chunk({"role": "assistant", "content": None})) + streamed.event(chunk({"content": '{"na'}))
+    raw += streamed.event(chunk({"content": 'me"'})) + streamed.event(chunk(finish="length")) + streamed.end()
+    got = events(raw)
+    assert [name for name, _ in got] == ["message_start", "ping", "message_delta", "message_stop"]
+    assert got[2][1]["delta"]["stop_reason"] == "max_tokens"

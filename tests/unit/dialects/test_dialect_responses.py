@@ -196,6 +196,25 @@ def test_a_forced_call_streams_as_one_function_call_item() -> None:
         "city": "Rome"}
 
 
+def test_a_forced_call_cut_by_the_limit_is_incomplete_with_no_half_call_whole_or_streamed() -> None:
+    asked = {"model": "m", "input": "x", "tools": [TOOL], "tool_choice": "required", "max_output_tokens": 3}
+    body = dict(d.read(asked).chat)
+    forced = force(body)
+    assert forced is not None
+    cut = forced.answer({"choices": [{"message": {"content": '{"name"'}, "finish_reason": "length"}]})
+    whole = Response.model_validate(d.render(cut, d.Echo("r", 1, "m")))
+    assert whole.status == "incomplete" and whole.incomplete_details.reason == "max_output_tokens"
+    assert whole.output == []
+    forced = force(dict(d.read(asked).chat))
+    assert forced is not None
+    s = ForcedStream(forced, d.ResponsesStream(d.Echo("resp_6", 1, "m")))
+    raw = b"".join([s.event(_chunk({"content": '{"na'})), s.event(_chunk({"content": 'me"'})),
+                    s.event(_chunk(finish="length")), s.end()])
+    events = _events(raw)
+    assert [e.type for e in events] == ["response.created", "response.in_progress", "response.incomplete"]
+    assert events[-1].response.output == [] and events[-1].response.incomplete_details.reason == "max_output_tokens"
+
+
 def test_a_stream_cut_by_the_limit_ends_incomplete_and_a_broken_one_with_an_error_event() -> None:
     s = d.ResponsesStream(d.Echo("resp_4", 1, "m"))
     events = _events(s.event(_chunk({"content": "a"}, finish="length")) + s.end())

@@ -84,6 +84,21 @@ def test_a_warm_completed_request() -> None:
                           "tokens_in": 12, "tokens_out": 40, "tokens_per_s": pytest.approx(39 / 1.026)}
 
 
+def test_a_forced_tool_call_cut_by_max_tokens_says_so_in_its_step_and_verdict() -> None:
+    log = (Log()
+           .at(0.0, received())
+           .at(0.5, RequestCompleted(trace_id=T, model="gemma", instance_id="i1", duration_ms=500.0, prompt_tokens=30,
+                                     completion_tokens=3, finish_reason="length", forced_call="cut")))
+    ex = explain(log.records)
+    cut = "the forced tool call was cut at 3 tokens by max_tokens: no call, no text"
+    assert ex.steps[-1].text.endswith(f"finish: length, {cut}")
+    assert ex.outcome == "completed" and ex.verdict.endswith(f"3 tokens out at 6 tok/s; {cut}")
+    made = Log().at(0.0, received()).at(0.5, RequestCompleted(
+        trace_id=T, model="gemma", duration_ms=500.0, completion_tokens=20, finish_reason="stop", forced_call="made"))
+    ex = explain(made.records)
+    assert ex.steps[-1].text.endswith("finish: stop, the forced tool call made") and "cut" not in ex.verdict
+
+
 def test_why_says_whether_the_request_could_draft_and_what_an_ignored_off_did() -> None:
     log = (Log()
            .at(0.0, received())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from blazar.errors import Refused
-from blazar.serving.context_fit import bound_body, decide_max_tokens
+from blazar.serving.context_fit import bound_body, decide_max_tokens, grown_ctx
 
 
 @pytest.mark.parametrize("policy", ["bound", "refuse"])
@@ -44,3 +44,16 @@ def test_the_bound_goes_in_every_limit_field_the_body_has_else_the_routes_own() 
     assert bound_body({"n_predict": 9}, "/v1/completions", 5) == {"n_predict": 5}
     assert bound_body({}, "/v1/chat/completions", 5) == {"max_tokens": 5}
     assert bound_body({}, "/v1/responses", 5) == {"max_output_tokens": 5}
+
+
+def test_a_prompt_over_the_context_grows_it_to_the_next_power_of_two_within_the_trained_context() -> None:
+    # Claude Code's first turn with its tools' schemas, against the default 8192: a 32768 context holds it.
+    assert grown_ctx(19_360, 8192, 32_768) == 32_768
+    assert grown_ctx(9_000, 8192, 32_768) == 16_384  # 9,000 + GROWTH_ROOM fits 16,384
+    assert grown_ctx(15_500, 8192, 32_768) == 32_768  # 15,500 + GROWTH_ROOM does not
+    assert grown_ctx(30_000, 8192, 20_000) is None  # more than the model was trained on: the 400 stays
+    assert grown_ctx(19_360, 8192, 20_000) == 20_000  # capped at the trained context, which still holds the prompt
+    assert grown_ctx(19_999, 8192, 20_000) == 20_000 and grown_ctx(20_000, 8192, 20_000) is None
+    assert grown_ctx(8_000, 8192, 32_768) is None  # it fits
+    assert grown_ctx(9_000, 8192, None) is None  # no trained context to go by
+    assert grown_ctx(18_000, 16_384, 20_000) == 20_000  # capped at the trained context, still more than asked

@@ -13,6 +13,7 @@ from blazar.events.responses import ResponseStored
 from blazar.serving.conversations import Conversations, responses_request
 from blazar.serving.request import Request
 from blazar.store.responses import ResponseStore
+from tests.support.gbnf import parse
 
 TOOL = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}}
 
@@ -69,4 +70,6 @@ def test_a_forced_tool_choice_is_the_chat_paths_and_outranks_a_text_format(conve
                                  "text": {"format": {"type": "json_object"}}}, conversations, tenant=None)
     assert request.forced is not None and request.forced.names == ["f"]
     assert request.body is not None and request.body["tool_choice"] == "none"
-    assert request.body["response_format"]["json_schema"]["name"] == "tool_call"
+    # The call's grammar, not the text format's (any object): a call to f, compact.
+    assert "response_format" not in request.body
+    assert parse(request.body["grammar"]).accepts('{"name":"f","arguments":{}}')
