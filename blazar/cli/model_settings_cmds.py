@@ -110,9 +110,11 @@ def set_(
         async with opened() as app_:
             rec = await configure_model(app_, name, change)
             entry = stored_model(app_, name)
-            return rec, app_.paths, entry.metadata if entry is not None else None
+            probe = entry.template_probe if entry is not None else None
+            return (rec, app_.paths, entry.metadata if entry is not None else None,
+                    probe.chosen if probe is not None else None)
 
-    rec, paths, metadata = run(go())
+    rec, paths, metadata, probed = run(go())
     tell_daemon(paths)
     ev = rec.event
     if as_json:
@@ -122,7 +124,7 @@ def set_(
               **_VERBATIM)
     for key, value in describe(ev.settings):
         if key == "template" and metadata is not None:  # what the engine gets, and why (blazar show says the same)
-            value = served_template(metadata, ev.settings).describe()
+            value = served_template(metadata, ev.settings, probed).describe()
         out.print(f"  {key}: {value}", **_VERBATIM)
 
 

@@ -155,8 +155,15 @@ def test_a_chat_is_followed_from_the_page_to_its_why_timeline(browser: Any, daem
     steps = [li.get_attribute("data-type") for li in css(browser, "#why-steps li")]
     assert steps[0] in ("request.received", "instance.starting", "instance.started") and "request.routed" in steps
     # The dashboard route fed the lists: its TTFT in the request's row, its tokens/s in the per-model table.
-    ttft = wait_css(browser, f'#requests tr[data-trace="{trace}"]', "the request's row with its TTFT")
-    assert ttft.find_elements(By.TAG_NAME, "td")[3].text not in ("", "-")
+    def ttft() -> str | None:  # the row is read whole: the table may be redrawn between finding it and its cells
+        try:
+            rows = css(browser, f'#requests tr[data-trace="{trace}"]')
+            text = rows[0].find_elements(By.TAG_NAME, "td")[3].text if rows else ""
+        except StaleElementReferenceException:
+            return None
+        return text if text not in ("", "-") else None
+
+    wait_for(ttft, "the request's row with its TTFT", timeout=60)
     assert "tokens/s over the last" in browser.find_element(By.ID, "dashboard-note").text
     wait_css(browser, "#per-model tr", "the model's row in the per-model table", text=MODEL)
     path = shot(browser, "why")

@@ -1,6 +1,7 @@
 """The first answer a newcomer sees, on the real engine and the real Gemma 3 270M base model: `blazar run` continues
-the prompt as text (and says so in one line), and a GGUF with no chat template chats with its architecture's template
-(Gemma's turns, not llama-server's ChatML fallback), as `blazar show` and /api/show say."""
+the prompt as text (and says so in one line), and a GGUF with no chat template chats with the template its probe chose
+(the plain transcript, not Gemma's turns it never ends, nor llama-server's ChatML fallback), as `blazar show` and
+/api/show say. (The probe itself, on a first load: tests/integration/test_template_probe.py.)"""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import httpx2
 import openai
 import pytest
 
+from blazar.store.turn_formats import TRANSCRIPT
 from tests.support.daemon import free_port, stop_home_daemon
 from tests.support.serving import blazar_cli, serving_gemma
 
@@ -61,7 +63,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_
         yield home, f"http://127.0.0.1:{port}"
 
 
-def test_a_gguf_without_a_template_chats_with_its_architectures_template(served: tuple[Path, str]) -> None:
+def test_a_gguf_without_a_template_chats_with_the_template_its_probe_chose(served: tuple[Path, str]) -> None:
     home, base = served
     client = openai.OpenAI(base_url=f"{base}/v1", api_key="none", http_client=openai.DefaultHttpxClient(
         trust_env=False))
@@ -69,20 +71,22 @@ def test_a_gguf_without_a_template_chats_with_its_architectures_template(served:
         {"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is the capital of France?"}])
     text = answer.choices[0].message.content or ""
     assert not any(marker in text for marker in CHATML), text  # ChatML's markers were the fallback's tell
-    # The engine was given Gemma's template as a file.
+    # The answer ended where the next turn would begin (the template's stop strings), not at max_tokens.
+    assert answer.choices[0].finish_reason == "stop" and "User:" not in text
+    # The engine was given the probe's choice, the plain transcript, as a file.
     argv = (home / "templates").glob("*.jinja")
-    assert any("<start_of_turn>" in p.read_text() for p in argv)
+    assert any(p.read_text() == TRANSCRIPT.jinja for p in argv)
 
 
 def test_show_says_which_template_and_where_it_comes_from(served: tuple[Path, str]) -> None:
     home, base = served
+    probed = "transcript (chosen by its template probe: the GGUF has none)"
     shown = blazar_cli(home, "show", MODEL).stdout
-    assert "gemma (by architecture: the GGUF has none)" in shown
-    assert json.loads(blazar_cli(home, "show", MODEL, "--json").stdout)["template"]["source"] == "architecture"
+    assert probed in shown and "template probe" in shown
+    assert json.loads(blazar_cli(home, "show", MODEL, "--json").stdout)["template"]["source"] == "probe"
     s = httpx2.post(f"{base}/api/show", json={"model": MODEL}, trust_env=False).json()
-    assert s["blazar"] == {"completion_only": True, "template_source": "architecture",
-                           "template": "gemma (by architecture: the GGUF has none)"}
-    assert "<start_of_turn>" in s["template"] and s["capabilities"] == ["completion"]
+    assert s["blazar"] == {"completion_only": True, "template_source": "probe", "template": probed}
+    assert s["template"] == TRANSCRIPT.jinja and s["capabilities"] == ["completion"]
     # A template set for the model wins, and show says so.
     said = blazar_cli(home, "model", "set", MODEL, "--template", "chatml").stdout
     try:
@@ -90,7 +94,7 @@ def test_show_says_which_template_and_where_it_comes_from(served: tuple[Path, st
         assert "built-in chatml (set for this model)" in blazar_cli(home, "show", MODEL).stdout
     finally:
         said = blazar_cli(home, "model", "set", MODEL, "--clear-template").stdout
-    assert "template: gemma (by architecture: the GGUF has none)" in said
+    assert f"template: {probed}" in said
 
 
 def test_show_on_an_architecture_without_a_known_template_says_chatml_is_the_fallback(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from blazar.instances.supervisor import CircuitOpen, DoesNotFit, LoadFailed, Mod
 from blazar.operations.config import set_value
 from blazar.store.engines import ActiveEngine, install_engine
 from blazar.store.models import import_model, remove_model
+from tests.support.homes import record_probe_in
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "llama_server"
 MiB = 1 << 20
@@ -37,6 +38,8 @@ async def sup(app: Blazar, engine_binary: Path, gemma_path: Path) -> AsyncIterat
     await install_engine(app, source="path", path=engine_binary)
     for name in ("gemma-a", "gemma-b", "gemma-c"):
         await import_model(app, gemma_path, name)
+    # One file, probed once as a first load would (tests/integration/test_template_probe.py is about that load).
+    await record_probe_in(app, engine_binary, gemma_path, "gemma-a")
     await set_value(app, "ctx", "1024")
     await set_value(app, "slots", "1")
     await set_value(app, "stop_grace_s", "5")

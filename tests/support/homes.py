@@ -26,6 +26,7 @@ from tests.support.blazar_home import home_paths
 from tests.support.bounds import HANG_S
 
 if TYPE_CHECKING:
+    from blazar.context import Blazar
     from blazar.events.models import TemplateTrial
     from blazar.projections.catalog import StoredModel
 
@@ -111,30 +112,37 @@ def _real_engine(binary: Path) -> bool:
 
 
 def record_probe(home: Path, engine_binary: Path, model_path: Path, model: str) -> None:
-    """`model`'s template probe recorded in `home`, measured once per test process by the probe's own code
-    (blazar/instances/template_probe.py) on a llama-server of its own with the model."""
+    """`model`'s template probe recorded in `home` (`record_probe_in`)."""
     from blazar.bootstrap import bootstrap
+
+    async def go() -> None:
+        app = await bootstrap(paths=home_paths(home), env={}, actor="test:pytest")
+        try:
+            await record_probe_in(app, engine_binary, model_path, model)
+        finally:
+            await app.close()
+
+    asyncio.run(go())
+
+
+async def record_probe_in(app: Blazar, engine_binary: Path, model_path: Path, model: str) -> None:
+    """`model`'s template probe recorded in `app`'s log as its first load would record it, measured once per test
+    process by the probe's own code (blazar/instances/template_probe.py) on a llama-server of its own with the model:
+    for a test whose first load is not about the probe."""
     from blazar.events.models import ModelTemplateProbed
     from blazar.instances.template_probe import MAX_TOKENS, PROMPTS, choose
     from blazar.projections.catalog import stored
     from blazar.store.engines import active_engine
 
-    async def go() -> None:
-        app = await bootstrap(paths=home_paths(home), env={}, actor="test:pytest")
-        try:
-            got = stored(app.runner.state("catalog"), model)
-            assert got is not None
-            key = (str(engine_binary), got.sha256)
-            if key not in _PROBES:
-                _PROBES[key] = await _measure(engine_binary, model_path, got)
-            trials = _PROBES[key]
-            await app.record(ModelTemplateProbed(name=model, sha256=got.sha256, engine_tag=active_engine(app).tag,
-                                                 prompts=len(PROMPTS), max_tokens=MAX_TOKENS, trials=trials,
-                                                 chosen=choose(trials)))
-        finally:
-            await app.close()
-
-    asyncio.run(go())
+    got = stored(app.runner.state("catalog"), model)
+    assert got is not None
+    key = (str(engine_binary), got.sha256)
+    if key not in _PROBES:
+        _PROBES[key] = await _measure(engine_binary, model_path, got)
+    trials = _PROBES[key]
+    await app.record(ModelTemplateProbed(name=model, sha256=got.sha256, engine_tag=active_engine(app).tag,
+                                         prompts=len(PROMPTS), max_tokens=MAX_TOKENS, trials=trials,
+                                         chosen=choose(trials)))
 
 
 async def _measure(engine_binary: Path, model_path: Path, got: StoredModel) -> list[TemplateTrial]:
