@@ -30,6 +30,7 @@ from tests.conftest import Cli
 from tests.support.blazar_home import read_events
 from tests.support.crafted import append, seal
 from tests.support.daemon import free_port, healthy, serving, wait_for
+from tests.support.homes import record_probe
 from tests.support.serving import stop_daemon
 from tests.support.snapshots import EXIT_SNAPSHOT_REFUSED, fingerprint, seed_and_snapshot
 
@@ -147,6 +148,7 @@ def _engine_record(home: Path) -> dict[str, Any]:
 def home_with_engine(cli: Cli, home: Path, engine_binary: Path, gemma_path: Path) -> int:
     cli("engine", "install", "--path", str(engine_binary), timeout=120)
     cli("import", str(gemma_path), "--name", "gemma")
+    record_probe(home, engine_binary, gemma_path, "gemma")  # its first load is no probe's (test_template_probe.py)
     for key, value in {"ctx": "2048", "slots": "1", "keep_alive": "10m", "session_bank_mib": "1"}.items():
         cli("config", "set", key, value)
     port = free_port()

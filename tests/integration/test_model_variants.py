@@ -20,6 +20,7 @@ import httpx2
 import ollama
 import pytest
 
+from blazar.store.turn_formats import TRANSCRIPT
 from tests.support.daemon import free_port, healthy, start_serve, wait_for
 from tests.support.sdk_daemons import QUESTION, VariantsDaemon
 from tests.support.serving import blazar_cli, stop_daemon
@@ -60,8 +61,10 @@ def test_the_pulled_demo_model_answers_a_chat_without_template_markers(daemon: V
     text = answer.choices[0].message.content or ""
     assert text.strip()
     assert not [m for m in MARKERS if m in text], text
+    # Its first load probed the templates Blazar ships and serves it with the one it ends its turn in.
     argv = daemon.events("instance.starting")[-1]["argv"]
-    assert "--jinja" in argv and "<start_of_turn>" in Path(argv[argv.index("--chat-template-file") + 1]).read_text()
+    assert "--jinja" in argv and Path(argv[argv.index("--chat-template-file") + 1]).read_text() == TRANSCRIPT.jinja
+    assert "transcript (chosen by its template probe" in " ".join(daemon.cli("show", MODEL).stdout.split())
 
 
 def test_a_variant_made_with_the_sdk_carries_its_system_prompt_and_defaults(daemon: VariantsDaemon) -> None:
@@ -70,7 +73,7 @@ def test_a_variant_made_with_the_sdk_carries_its_system_prompt_and_defaults(daem
                          "would, with a lot of nautical words.", parameters={"num_predict": 5, "temperature": 0})
     assert done.status == "success"
     shown = client.show("brief")
-    assert shown.template is not None and "<start_of_turn>" in shown.template  # its architecture's, as text
+    assert shown.template == TRANSCRIPT.jinja  # the one its file's probe chose, as text
     assert shown.parameters is not None and "num_predict" in shown.parameters and "temperature" in shown.parameters
     assert shown.modelfile is not None and f"FROM {MODEL}" in shown.modelfile and "SYSTEM" in shown.modelfile
     assert shown.details is not None and shown.details.parent_model == MODEL

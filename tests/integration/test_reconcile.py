@@ -9,17 +9,19 @@ from pathlib import Path
 
 from tests.support.blazar_home import read_events
 from tests.support.daemon import LOAD_TIMEOUT_S, alive, free_port, healthy, serving, wait_for
+from tests.support.homes import record_probe
 
 
-def _start_with_loaded_model(cli, engine_binary: Path, gemma_path: Path):
+def _start_with_loaded_model(cli, home: Path, engine_binary: Path, gemma_path: Path):
     cli("engine", "install", "--path", str(engine_binary), timeout=120)
     cli("import", str(gemma_path), "--name", "gemma")
+    record_probe(home, engine_binary, gemma_path, "gemma")  # its first load is no probe's (test_template_probe.py)
     return free_port()
 
 
 def test_a_sigkilled_daemon_leaves_an_orphan_that_the_next_daemon_stops_and_records(
         cli, home: Path, engine_binary: Path, gemma_path: Path) -> None:
-    port = _start_with_loaded_model(cli, engine_binary, gemma_path)
+    port = _start_with_loaded_model(cli, home, engine_binary, gemma_path)
     with serving(cli, "--port", str(port)) as proc:
         wait_for(lambda: healthy(port), "/health", proc=proc)
         inst = cli("load", "gemma", "--ctx", "1024", "--json", timeout=LOAD_TIMEOUT_S).json()
@@ -44,7 +46,7 @@ def test_a_sigkilled_daemon_leaves_an_orphan_that_the_next_daemon_stops_and_reco
 
 def test_a_child_that_died_with_the_daemon_is_recorded_lost(
         cli, home: Path, engine_binary: Path, gemma_path: Path) -> None:
-    port = _start_with_loaded_model(cli, engine_binary, gemma_path)
+    port = _start_with_loaded_model(cli, home, engine_binary, gemma_path)
     with serving(cli, "--port", str(port)) as proc:
         wait_for(lambda: healthy(port), "/health", proc=proc)
         inst = cli("load", "gemma", "--ctx", "1024", "--json", timeout=LOAD_TIMEOUT_S).json()

@@ -123,14 +123,21 @@ class EngineClient:
     async def post_json(self, base_url: str, path: str, payload: dict[str, Any], *, api_key: str | None = None,
                         timeout_s: float = COUNT_TIMEOUT_S) -> tuple[int, Any]:
         """A small JSON exchange (a token count, a slot action): the status and the parsed answer (None when it is
-        not JSON). EngineUnreachable when the engine does not answer within `timeout_s`."""
-        try:
-            async with self._session().post(base_url + path, data=orjson.dumps(payload),
-                                            headers=engine_headers(api_key),
-                                            timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
-                status, content = r.status, await r.read()
-        except (aiohttp.ClientError, TimeoutError) as e:
-            raise EngineUnreachable(f"the engine at {base_url} did not answer {path}: {e}") from e
+        not JSON). EngineUnreachable when the engine does not answer within `timeout_s`. A connection the engine
+        closed without answering (a pooled one past its keep-alive) is retried on a fresh one, as `open` does."""
+        for attempt, backoff_s in enumerate(RETRY_BACKOFF_S, 1):
+            try:
+                async with self._session().post(base_url + path, data=orjson.dumps(payload),
+                                                headers=engine_headers(api_key),
+                                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+                    status, content = r.status, await r.read()
+                break
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+                if attempt == len(RETRY_BACKOFF_S):
+                    raise EngineUnreachable(f"the engine at {base_url} did not answer {path}: {e}") from e
+                await asyncio.sleep(backoff_s)
+            except (aiohttp.ClientError, TimeoutError) as e:
+                raise EngineUnreachable(f"the engine at {base_url} did not answer {path}: {e}") from e
         try:
             return status, orjson.loads(content)
         except orjson.JSONDecodeError:

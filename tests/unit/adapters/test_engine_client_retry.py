@@ -101,3 +101,20 @@ async def test_no_child_at_all_is_unreachable_at_once() -> None:
             await client.open(f"http://127.0.0.1:{port}", "/v1/chat/completions", b"{}")
     finally:
         await client.aclose()
+
+
+async def test_a_small_exchange_is_retried_too_and_gives_up_after_the_last_try() -> None:
+    """A token count or a slot action (`post_json`) on a connection the child dropped unanswered: the same retries."""
+    client = EngineClient()
+    try:
+        answered = DroppingChild(len(RETRY_BACKOFF_S) - 1)
+        async with serving(answered) as base, asyncio.timeout(HANG_S):
+            assert await client.post_json(base, "/tokenize", {"content": "x"}) == (200, {"ok": True})
+        assert answered.requests == len(RETRY_BACKOFF_S)
+        dropped = DroppingChild(len(RETRY_BACKOFF_S))
+        async with serving(dropped) as base, asyncio.timeout(HANG_S):
+            with pytest.raises(EngineUnreachable, match="/tokenize"):
+                await client.post_json(base, "/tokenize", {"content": "x"})
+        assert dropped.requests == len(RETRY_BACKOFF_S)
+    finally:
+        await client.aclose()
