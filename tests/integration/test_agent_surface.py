@@ -1,10 +1,11 @@
-"""The surface agents use, end to end against `blazar serve` with the real llama-server and Gemma 3 270M: what Claude
-Code sends, through the anthropic SDK (the CLI itself: tests/integration/test_agents_as_shipped.py); output over the
-context bounded (not refused) through the openai, anthropic and ollama SDKs, a prompt over a context the user set
-still a 400 in each dialect's shape; a client's hang-up one info line in the daemon's output, never a traceback."""
+"""The surface agents use, end to end against `blazar serve` with the real llama-server and Gemma 3 270M: the real
+Claude Code CLI to an answer; output over the context bounded (not refused) through the openai, anthropic and
+ollama SDKs, a prompt over it still a 400 in each dialect's shape; a client's hang-up one info line in the daemon's
+output, never a traceback."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,12 +16,19 @@ import ollama
 import openai
 import pytest
 
+from tests.support.agent_clients import agent_env, claude_code
 from tests.support.blazar_home import read_events
 from tests.support.daemon import wait_for
 from tests.support.serving import blazar_cli, serving_gemma
 
 MODEL = "gemma"
 CTX = 512
+# Claude Code 2.1's prompt (system text, tools, its system message at messages[1]) is about 2,950 tokens with this
+# model, and it asks for max_tokens 32,000: more than the context holds, so it is bounded. The demo model is a base
+# model that never ends its turn, and Claude Code continues a turn cut at max_tokens until the context is full (then
+# the prompt no longer fits: a 400); so its variant stops at the end of a line, as a Modelfile's PARAMETER stop would.
+CLAUDE_MODEL, CLAUDE_CTX = "gemma-claude", 4096
+CLAUDE_PARAMETERS = {"num_ctx": CLAUDE_CTX, "stop": ["\n"], "temperature": 0}
 BOUNDED = "x-blazar-max-tokens-bounded"
 LONG = "word " * 440  # fits CTX, leaving a few dozen tokens for the answer
 TOO_LONG = "word " * 700  # does not fit CTX at all
@@ -52,10 +60,38 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_
     output = home / "daemon-output.txt"
     settings = {"ctx": CTX, "slots": 1, "log_level": "info", "queue_timeout_s": 300}
     with serving_gemma(home, engine_binary, gemma_path, MODEL, settings, output=output) as (port, _):
-        yield Daemon(home, port, output)
+        d = Daemon(home, port, output)
+        r = httpx2.post(f"{d.base}/api/create", trust_env=False, timeout=60, json={
+            "model": CLAUDE_MODEL, "from": MODEL, "parameters": CLAUDE_PARAMETERS, "stream": False})
+        assert r.status_code == 200, r.text
+        yield d
 
 
-# -- what Claude Code sends (the CLI itself: tests/integration/test_agents_as_shipped.py) ------------------------------
+# -- Claude Code ----------------------------------------------------------------------------------------------------
+
+
+def test_claude_code_answers_through_blazar(daemon: Daemon, tmp_path: Path) -> None:
+    claude = claude_code()
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = {**agent_env(home), "ANTHROPIC_BASE_URL": daemon.base, "ANTHROPIC_API_KEY": "sk-local",
+           "ANTHROPIC_AUTH_TOKEN": "sk-local", "ANTHROPIC_MODEL": CLAUDE_MODEL,
+           "ANTHROPIC_SMALL_FAST_MODEL": CLAUDE_MODEL}
+    done = subprocess.run([str(claude), "-p", "The capital of France is", "--model", CLAUDE_MODEL], cwd=work,
+                          env=env, capture_output=True, text=True, timeout=480, check=False)
+    assert done.returncode == 0, f"claude exited {done.returncode}: {done.stdout[-2000:]} {done.stderr[-2000:]}"
+    assert done.stdout.strip()
+    # What it sent went the whole way: the system message inside `messages`, its betas, its max_tokens of 32,000
+    # bounded to what the model's context leaves.
+    ours = [e for e in daemon.events("request.received")
+            if e["data"]["route"] == "/v1/messages" and e["data"]["model"] == CLAUDE_MODEL]
+    assert ours, "Claude Code's request is not in the log"
+    trace = ours[-1]["trace_id"]
+    assert ours[-1]["data"]["max_tokens"] == 32000
+    bounded = daemon.event("request.bounded", trace)
+    assert bounded["bounded_max_tokens"] == CLAUDE_CTX - bounded["prompt_tokens"] < 32000
+    assert daemon.event("request.completed", trace)["status"] == 200
 
 
 def test_the_anthropic_sdk_sends_what_claude_code_does(daemon: Daemon) -> None:
