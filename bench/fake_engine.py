@@ -13,7 +13,10 @@ Knobs: FAKE_ENGINE_CHUNKS / --fake-chunks (tokens when a request sets no max_tok
 `fake_delay_ms`, and ask for `fake_stamp: true`: every content chunk then carries `"fake_sent_ns"`, the
 CLOCK_MONOTONIC time it was written, so a client on the same host can measure each chunk's one-way latency. A
 streamed request with `fake_hold_until: PATH` sends its first content chunk, then holds (its slot busy) until PATH
-exists: a test makes a request occupy its slot for exactly as long as it needs, whatever the machine's speed.
+exists: a test makes a request occupy its slot for exactly as long as it needs, whatever the machine's speed. A
+streamed chat whose last message ends with `fake_hold_first=PATH` (a field no dialect would carry through) sends its
+headers, then sends llama-server's keep-alive comment (`:`) and holds before any event until PATH exists: an engine
+still reading a long prompt.
 """
 
 from __future__ import annotations
@@ -156,6 +159,20 @@ def _prompt_tokens(body: dict[str, Any]) -> int:
         if isinstance(body.get(key), str):
             text.append(body[key])
     return 8 + sum(len(t.split()) for t in text)
+
+
+HOLD_FIRST = "fake_hold_first="
+
+
+def _hold_first(body: dict[str, Any]) -> str | None:
+    """The PATH of a last message ending with `fake_hold_first=PATH` (see the module's docstring)."""
+    messages = body.get("messages") or []
+    last = messages[-1].get("content") if messages and isinstance(messages[-1], dict) else None
+    if isinstance(last, list):  # content parts: the last text part
+        last = next((p.get("text") for p in reversed(last) if isinstance(p, dict) and p.get("type") == "text"), None)
+    if not isinstance(last, str) or HOLD_FIRST not in last:
+        return None
+    return last.rsplit(HOLD_FIRST, 1)[1].strip() or None
 
 
 def _timings(prompt_n: int, predicted_n: int, elapsed_s: float) -> dict[str, Any]:
@@ -348,6 +365,10 @@ class Engine:
         writer.write(_head(200, [("X-Accel-Buffering", "no"), ("Content-Type", "text/event-stream"),
                                  ("Transfer-Encoding", "chunked")], keep_alive=keep_alive))
         t0 = time.perf_counter()
+        if (hold_first := _hold_first(body)) is not None:
+            writer.write(_chunk(b":\n\n"))  # llama-server's keep-alive (--sse-ping-interval), before any event
+            await writer.drain()
+            await _file_appears(hold_first)
         if first is not None:
             writer.write(_chunk(b"data: " + first + b"\n\n"))
         framed = [_chunk(b"data: " + f + b"\n\n") for f in frames]

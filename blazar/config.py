@@ -97,6 +97,11 @@ class Settings(BaseModel):
     queue_timeout_s: float = Field(
         default=120.0, ge=0.1, le=3600.0, description="Seconds a request may wait for a slot before a 503."
     )
+    stream_heartbeat_s: float = Field(
+        default=15.0, ge=0.05, le=3600.0,
+        description="Seconds a streamed answer may stay silent before the client gets a heartbeat in its dialect "
+                    "(while the engine reads a long prompt): clients and proxies drop a stream silent for long.",
+    )
     max_concurrent_requests: int = Field(
         default=0, ge=0, le=100_000,
         description="Requests in flight across all models at once (0: only the slots limit).",

@@ -229,7 +229,9 @@ class Show:
         media: dict[str, Any] = {
             "modelfile": render_modelfile(entry.name, entry.base or entry.name, s.template if s else None, system,
                                           params, list(s.lora) if s else ()),
-            "parameters": render_parameters(params), "template": template or "", "details": details(entry),
+            # The defaults a request gets: the model's own, over its probed template's sampling (greedy).
+            "parameters": render_parameters({**served.sampling, **params}), "template": template or "",
+            "details": details(entry),
             "model_info": info, "capabilities": caps, "modified_at": rfc3339(entry.added_ts),
             # Blazar's own, beside Ollama's fields: whether the model only continues text (`blazar run` reads it),
             # and where its chat template comes from.

@@ -207,7 +207,8 @@ def show(
     modalities = entry.projector.modalities if entry.projector is not None else ()
     caps = capabilities(md, modalities) + (["rerank"] if reranks(md, entry.settings) else [])
     template = {"source": served.source, "name": served.name, "summary": served.describe(),
-                "stops": list(served.stops), "probe": probe.to_json() if probe is not None else None}
+                "stops": list(served.stops), "sampling": dict(served.sampling),
+                "probe": probe.to_json() if probe is not None else None}
     if as_json:
         print_json({**entry.to_json(), "file": str(file),
                     "settings": entry.settings.model_dump(mode="json") if entry.settings is not None else None,

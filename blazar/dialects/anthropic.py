@@ -559,6 +559,12 @@ class MessagesStream:
                 out += self._delta(self._tool_blocks[position], {"type": "input_json_delta", "partial_json": arguments})
         return out
 
+    def heartbeat(self) -> bytes:
+        """A ping, as Anthropic's API sends while it works (the message starts first, where it has not yet)."""
+        if self._ended:
+            return b""
+        return self._start(None) if not self._started else named_sse("ping", {"type": "ping"})
+
     def end(self) -> bytes:
         if self._ended:
             return b""

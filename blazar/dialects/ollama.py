@@ -561,6 +561,9 @@ class _Stream(ABC):
     def final(self) -> dict[str, Any]:
         return {"done": True, "done_reason": _done_reason(self.finish), **_stats(self.usage, self.timings, self.call)}
 
+    def heartbeat(self) -> bytes:
+        return b""  # NDJSON has no line a client would skip (Ollama sends nothing while it reads a prompt)
+
     def error(self, message: str) -> bytes:
         return ndjson({"error": message})
 

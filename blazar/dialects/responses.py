@@ -698,6 +698,16 @@ class ResponsesStream:
                                arguments=item["arguments"])
         return out + self._event("response.output_item.done", output_index=index, item=item)
 
+    def heartbeat(self) -> bytes:
+        """The response is still in progress: response.created first where it has not gone out yet, then
+        response.in_progress again (the API has no ping event; a client's idle timer counts events, not comments)."""
+        if self._ended:
+            return b""
+        if not self._started:
+            return self._start()
+        return self._event("response.in_progress", response=self._echo.response(status="in_progress", output=[],
+                                                                                 usage=None))
+
     def end(self) -> bytes:
         if self._ended:
             return b""

@@ -25,6 +25,11 @@ class Translator(Protocol):
         """One engine chunk (parsed JSON) → the bytes to send now (b"" when nothing is due yet)."""
         ...
 
+    def heartbeat(self) -> bytes:
+        """The engine has been silent a while (reading a long prompt): bytes that keep the client waiting, in the
+        dialect's own form (b"" where it has none)."""
+        ...
+
     def end(self) -> bytes:
         """The engine's stream is over (`[DONE]` or its end): whatever closes the dialect's stream."""
         ...

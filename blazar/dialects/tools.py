@@ -167,6 +167,9 @@ class OpenAIStream:
     def event(self, chunk: dict[str, Any]) -> bytes:
         return sse(chunk)
 
+    def heartbeat(self) -> bytes:
+        return b": ping\n\n"  # an SSE comment, which every client skips
+
     def end(self) -> bytes:
         return b"data: [DONE]\n\n"
 
@@ -218,6 +221,9 @@ class ForcedStream:
         head.pop("usage", None)
         tail = {**chunk, "choices": [{**choice, "delta": {}, "finish_reason": "tool_calls"}]}
         return self.inner.event(head) + self.inner.event(tail)
+
+    def heartbeat(self) -> bytes:
+        return self.inner.heartbeat()
 
     def end(self) -> bytes:
         return self.inner.end()

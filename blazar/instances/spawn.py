@@ -41,7 +41,7 @@ from blazar.instances.load_checks import record_refusal
 from blazar.instances.posture_choice import PostureChoice
 from blazar.instances.stopping import Stopper
 from blazar.projections.catalog import stored
-from blazar.store.chat_templates import served_settings, served_template
+from blazar.store.chat_templates import ServedTemplate, served_settings, served_template
 from blazar.store.engines import ActiveEngine
 from blazar.store.model_settings import template_flags
 from blazar.store.models import slot_dir
@@ -107,13 +107,15 @@ class Spawner:
         pid_path.write_text(f"{proc.pid} {port}\n")
         (started,) = await app.record(InstanceStarted(pid=proc.pid, **facts), cause=intent.seq)
         if engine is not None:
+            served = _served(engine, model)
             inst = Instance(instance_id=instance_id, model=name, port=port, slots=fit.slots,
                             ctx_tokens=fit.ctx_per_slot, engine_tag=engine.tag, embeddings=embeddings and not rerank,
                             rerank=rerank, api_key=api_key,
                             served_as=name if engine.caps.has("--alias") else str(model.path),
                             template=model.template, kv_identity=_kv_identity(engine, model, fit),
                             kv_restorable=fit.swa_full or not model.metadata.sliding_window,
-                            posture=chosen.posture, profile_seq=chosen.profile_seq, stops=_stops(engine, model))
+                            posture=chosen.posture, profile_seq=chosen.profile_seq, stops=served.stops,
+                            sampling=served.sampling)
         else:
             inst = Instance(instance_id=instance_id, model=name, port=port, slots=fit.slots, ctx_tokens=0,
                             engine_tag=engine_tag, api_key=api_key, served_as=name, template=model.template,
@@ -284,12 +286,13 @@ def draft_file(app: Blazar, name: str, posture: PostureChoice) -> Path | None:
     return inside(app.paths.models, app.paths.models / got.file, what=what)
 
 
-def _stops(engine: ActiveEngine, model: ResolvedModel) -> tuple[str, ...]:
-    """The stop strings of the template the instance runs, when it is one Blazar ships (and the engine took it)."""
+def _served(engine: ActiveEngine, model: ResolvedModel) -> ServedTemplate:
+    """The template the instance runs, for its stop strings and default sampling: a template Blazar ships only when
+    the engine took it (one without --chat-template-file keeps its own fallback)."""
     served = served_template(model.metadata, model.settings, model.template_probe)
     if served.source in ("probe", "architecture") and not engine.caps.has("--chat-template-file"):
-        return ()  # the engine keeps its own fallback
-    return served.stops
+        return ServedTemplate("fallback")
+    return served
 
 
 def _kv_identity(engine: ActiveEngine, model: ResolvedModel, fit: FitPlan) -> KvIdentity | None:

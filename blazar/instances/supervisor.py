@@ -291,6 +291,7 @@ class Supervisor:
         chosen = await probe_instance(self.app, lv.instance, model, candidates)
         if chosen is None:  # nothing recorded: it serves as a model with no probe yet would be served
             lv.instance.template = replace(model, template_probe=None).template
+            lv.instance.sampling = {}  # the probe's sampling goes with a template the probe chose
         elif chosen != candidates[0].name:
             await self.stopper.terminate(lv, "template_probed", detail=f"its template probe chose {chosen}")
             model = replace(model, template_probe=chosen)

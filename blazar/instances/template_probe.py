@@ -17,6 +17,7 @@ from blazar.context import Blazar
 from blazar.errors import EngineUnreachable, TemplateProbeFailed
 from blazar.events.models import ModelTemplateProbed, TemplateTrial
 from blazar.instances.live import Instance, ResolvedModel
+from blazar.store.chat_templates import PROBED_SAMPLING
 from blazar.store.turn_formats import TurnFormat
 
 log = logging.getLogger("blazar.supervisor")
@@ -36,7 +37,7 @@ async def measure(client: EngineClient, base_url: str, api_key: str | None, cand
             text = fmt.render([{"role": "user", "content": prompt}])
             try:
                 status, answer = await client.post_json(base_url, "/completion", {
-                    "prompt": text, "n_predict": MAX_TOKENS, "temperature": 0, "seed": 0, "cache_prompt": False,
+                    **PROBED_SAMPLING, "prompt": text, "n_predict": MAX_TOKENS, "seed": 0, "cache_prompt": False,
                     "stop": list(fmt.stops)}, api_key=api_key, timeout_s=_TIMEOUT_S)
             except EngineUnreachable as e:
                 raise TemplateProbeFailed(e.message) from None

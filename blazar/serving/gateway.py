@@ -287,11 +287,12 @@ class Gateway:
         r = call.request
         inner = r.stream_as(call) if r.stream_as is not None else None
         translator = inner if r.forced is None else ForcedStream(r.forced, inner or OpenAIStream())
+        heartbeat_s = self.app.settings().stream_heartbeat_s
         if translator is None:
             return Answer(status=200, content_type=upstream.headers.get("content-type", SSE), headers=headers,
-                          stream=relay.passthrough(call, upstream, watcher))
+                          stream=relay.passthrough(call, upstream, watcher, heartbeat_s))
         return Answer(status=200, content_type=translator.content_type, headers=headers,
-                      stream=relay.translated(call, upstream, watcher, translator))
+                      stream=relay.translated(call, upstream, watcher, translator, heartbeat_s))
 
     def whole_answer(self, call: Call, answer: Any, *, status: int, headers: dict[str, str]) -> Answer:
         """A whole answer (parsed) as the client gets it: its model named as the client did, a forced tool call made

@@ -5,6 +5,7 @@ request's own value always wins). The template is the engine's (set on its argv)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from blazar.dialects.ollama import map_options
@@ -49,17 +50,21 @@ def apply_settings(call: Call, settings: ModelSettings) -> bool:
     return changed
 
 
-def add_template_stops(call: Call, stops: tuple[str, ...]) -> bool:
-    """The stop strings of the template the request's instance runs (a template Blazar ships: its end-of-turn marker
-    and the next turns' openers), added to a chat request's own: a base model that runs on past its answer stops
-    where the next speaker would begin. True when the engine body changed."""
-    if not stops or call.request.embeddings or call.request.engine_path != CHAT:
+def add_template_defaults(call: Call, stops: tuple[str, ...], sampling: Mapping[str, float]) -> bool:
+    """What the template of the request's instance adds to a chat request: its stop strings (a template Blazar ships:
+    its end-of-turn marker and the next turns' openers), after the request's own, so a base model that runs on past
+    its answer stops where the next speaker would begin; and its default sampling (a probed template's: greedy,
+    blazar/store/chat_templates.py PROBED_SAMPLING) where the request set none. True when the engine body changed."""
+    if (not stops and not sampling) or call.request.embeddings or call.request.engine_path != CHAT:
         return False
     body = call.engine_body()
+    changes: dict[str, Any] = {name: value for name, value in sampling.items() if name not in body}
     own = body.get("stop")
     asked = [own] if isinstance(own, str) else list(own) if isinstance(own, list) else []
     added = [s for s in stops if s not in asked]
-    if not added:
+    if added:
+        changes["stop"] = [*asked, *added]
+    if not changes:
         return False
-    call.writable_body()["stop"] = [*asked, *added]
+    call.writable_body().update(changes)
     return True

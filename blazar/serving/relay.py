@@ -1,6 +1,9 @@
 """Relaying a streamed answer from the engine to the client, and recording how it ended: `passthrough` sends the
 engine's SSE bytes as they come (OpenAI clients), `translated` feeds each event through a dialect's translator
-(Anthropic, Ollama). The first non-empty block marks the first token; usage is read from the last events.
+(Anthropic, Ollama). The first non-empty block marks the first token; usage is read from the last events. While the
+engine is silent before its first block (reading a long prompt: minutes on a CPU for an agent's first turn), the
+client gets a heartbeat every `stream_heartbeat_s` (15 s), in its dialect: clients drop a stream that stays silent
+(Claude Code after 300 s, then asks again without streaming).
 
 Every way out records exactly one outcome: completed, failed (the engine's error, a broken stream, a bug of ours)
 or the client's hang-up; closing the upstream cancels the generation.
@@ -28,6 +31,7 @@ log = logging.getLogger("blazar.gateway")
 
 KEEP_BYTES = 8192  # of the stream's first and last events: where the usage is
 BROKEN = (EngineStreamBroken,)
+PING = b": ping\n\n"  # an SSE comment: every SSE client skips it, and its bytes keep an idle watchdog from firing
 
 
 class Rename:
@@ -62,14 +66,17 @@ def renamer(call: Call) -> Rename | None:
     return Rename(inst.served_as, call.model)
 
 
-async def passthrough(call: Call, upstream: EngineResponse,
-                      watcher: asyncio.Task[None] | None) -> AsyncIterator[bytes]:
+async def passthrough(call: Call, upstream: EngineResponse, watcher: asyncio.Task[None] | None,
+                      heartbeat_s: float) -> AsyncIterator[bytes]:
     """The engine's SSE bytes untouched (but for the model's name); the outcome from the first and last events."""
     head = tail = b""  # Anthropic-shaped usage can sit at the very start; llama-server's timings at the end
     chunks = 0
     rename = renamer(call)
     try:
-        async for block in upstream.aiter_raw():
+        async for block in upstream.aiter_raw(heartbeat_s):
+            if not block:  # the engine still reading the prompt
+                yield PING
+                continue
             if call.first_token_at is None:
                 call.first_token()
                 head = block[:KEEP_BYTES] if b'"usage"' in block else b""
@@ -119,14 +126,18 @@ def _end(call: Call, head: bytes, tail: bytes, *, status: int, chunks: int) -> N
 
 
 async def translated(call: Call, upstream: EngineResponse, watcher: asyncio.Task[None] | None,
-                     translator: Translator) -> AsyncIterator[bytes]:
+                     translator: Translator, heartbeat_s: float) -> AsyncIterator[bytes]:
     """Each engine event through `translator`; an engine error mid-stream ends the stream with the dialect's own
     error event."""
     chunks = 0
     usage: dict[str, Any] = {}
     events = SseEvents()
     try:
-        async for block in upstream.aiter_raw():
+        async for block in upstream.aiter_raw(heartbeat_s):
+            if not block:  # the engine still reading the prompt
+                if beat := translator.heartbeat():
+                    yield beat
+                continue
             call.first_token()
             chunks += block.count(b"data: ")
             out, broke = _translate(events.feed(block), translator, usage)

@@ -46,7 +46,7 @@ from blazar.serving.call import Call
 from blazar.serving.context_fit import bound_body, decide_max_tokens, grown_ctx
 from blazar.serving.fanout import Candidate
 from blazar.serving.limits import Limiter
-from blazar.serving.model_defaults import add_template_stops
+from blazar.serving.model_defaults import add_template_defaults
 from blazar.serving.ports import SupervisorPort
 from blazar.serving.principal import scope_refusal
 from blazar.serving.rerank import refuse_unless_reranker
@@ -133,7 +133,7 @@ class Router:
             except BlazarError as e:
                 raise Refused(e.message, reason=e.code, http_status=e.http_status) from None
         call.instance = inst
-        add_template_stops(call, inst.stops)
+        add_template_defaults(call, inst.stops, inst.sampling)
         call.load_ms = report.load_ms if report.cold else None
         call.emit(RequestRouted(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
                                 port=inst.port, cold=report.cold, load_ms=report.load_ms, evicted=report.evicted,

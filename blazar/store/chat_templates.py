@@ -13,8 +13,9 @@ and llama-server then refuses any request with tools ("tools param requires --ji
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Literal
 
 from blazar.events.model_settings import ModelSettings
@@ -22,6 +23,12 @@ from blazar.events.models import ModelMetadata
 from blazar.store.turn_formats import CHATML, GEMMA, KNOWN, TRANSCRIPT, TurnFormat, by_text
 
 TemplateSource = Literal["settings", "gguf", "probe", "architecture", "fallback"]
+
+# The sampling the template probe measures at (greedy). A model served with the probe's choice is a model without a
+# chat template of its own, mostly a base model, and ending its turn is what was measured, at this sampling only: a
+# chat request that sets no temperature gets it (the request's own value, or one set for the model, wins). At the
+# engine's default (0.8) the demo model's answer to Claude Code's first turn ran from 18 tokens to past 8 minutes.
+PROBED_SAMPLING: Mapping[str, float] = MappingProxyType({"temperature": 0.0})
 
 # `general.architecture` -> the template its models are trained on. Only architectures whose every model shares one
 # turn format: `llama`, for one, covers Llama 2, Llama 3, Mistral and more, and is left out.
@@ -48,6 +55,12 @@ class ServedTemplate:
         known = KNOWN.get(self.name or "") if self.source in ("probe", "architecture") else by_text(self.template)
         return known.stops if known is not None else ()
 
+    @property
+    def sampling(self) -> Mapping[str, float]:
+        """The defaults the gateway adds to a chat request that sets none of them: the probe's sampling for the
+        probe's choice (PROBED_SAMPLING); none otherwise."""
+        return PROBED_SAMPLING if self.source == "probe" else {}
+
     def describe(self) -> str:
         """One line for `blazar show`: the template and its source."""
         if self.source == "settings":
@@ -58,7 +71,8 @@ class ServedTemplate:
         if self.source == "gguf":
             return "the GGUF's own"
         if self.source == "probe":
-            return f"{self.name} (chosen by its template probe: the GGUF has none)"
+            return (f"{self.name} (chosen by its template probe: the GGUF has none; served greedy unless a request "
+                    "or the model's parameters set a temperature)")
         if self.source == "architecture":
             return f"{self.name} (by architecture: the GGUF has none; probed on its first load)"
         return "ChatML (llama-server's fallback: the GGUF has none; probed on its first load)"

@@ -1,14 +1,22 @@
 """The agents a user points at Blazar, run to their end on the demo model as Blazar ships it: no variant, no stop
 words of the user's own, its template the one its probe chose (tests/support/homes.py records the probe as a first
-load would). The OpenAI Agents SDK (a forced tool, on its Chat Completions and its Responses model) and LangChain
-(`bind_tools(tool_choice=NAME)` with max_tokens 60). Real `blazar serve`, real llama-server, the real Gemma 3 270M;
-the clients pinned by pyproject's dev extra. (Claude Code and Codex as shipped do not end every run yet: the issue's
-note says why; their runs on variants stay in test_agent_surface.py and test_codex.py.)"""
+load would). The OpenAI Agents SDK (a forced tool, on its Chat Completions and its Responses model), LangChain
+(`bind_tools(tool_choice=NAME)` with max_tokens 60), Codex (`codex exec` with a custom Responses provider and with
+`--oss`) and Claude Code (`claude -p`), each to its answer. Real `blazar serve`, real llama-server, the real Gemma 3
+270M; the Python clients pinned by pyproject's dev extra, the agent CLIs by scripts/install-test-clients.
+
+The agent CLIs send no temperature and no output limit: their answers end because the template the probe chose is
+served greedy, as it was measured, and stopped where the next turn would begin. Their first turns are long (Codex's
+about 8,800 tokens, Claude Code's about 19,300), so the model's context grows to take them (`context_grown`): the
+Codex tests run before Claude Code's, on one daemon."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +24,8 @@ from typing import Any
 import openai
 import pytest
 
+from tests.support.agent_clients import agent_env, claude_code, codex
+from tests.support.blazar_home import read_events
 from tests.support.serving import serving_gemma
 
 MODEL = "gemma"
@@ -84,3 +94,87 @@ def test_langchain_bind_tools_with_a_named_tool_gets_a_call_within_60_tokens(dae
     assert isinstance(answer.tool_calls[0]["args"].get("city"), str)
     assert answer.response_metadata["finish_reason"] == "tool_calls"
     assert json.loads(json.dumps(answer.tool_calls[0]["args"]))  # plain JSON arguments
+
+
+# -- the agent CLIs ------------------------------------------------------------------------------------------------
+
+QUESTION = "What is the capital of France?"
+CLI_TIMEOUT_S = 900  # Claude Code's 19,300-token first turn, on one engine thread beside another worker
+
+
+def _run(argv: list[str], *, cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
+    """Run to its end, or kill its whole process group after CLI_TIMEOUT_S (the agents start helpers of their own)."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=CLI_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"{argv[0]} ran past {CLI_TIMEOUT_S}s: {out[-2000:]} {err[-3000:]}")
+    return proc.returncode, out, err
+
+
+def _turns_ended(daemon: Daemon, route: str, since: int) -> list[dict[str, Any]]:
+    """The agent's turns on `route` after log position `since`, each as it completed: every one answered 200 and
+    ended by the model (a stop), not by a limit."""
+    turns = {e["trace_id"] for e in read_events(daemon.home, "request.received")
+             if e["seq"] > since and e["data"]["route"] == route and e["data"]["model"] == MODEL}
+    done = [e["data"] for e in read_events(daemon.home, "request.completed") if e["trace_id"] in turns]
+    failed = [e["data"] for e in read_events(daemon.home, "request.failed") if e["trace_id"] in turns]
+    assert turns and not failed and len(done) == len(turns), (done, failed)
+    assert all(d["status"] == 200 and d["completion_tokens"] > 0 for d in done), done
+    return done
+
+
+def _last_seq(daemon: Daemon) -> int:
+    return max((e["seq"] for e in read_events(daemon.home)), default=0)
+
+
+def _dirs(tmp_path: Path) -> tuple[Path, Path]:
+    user, work = tmp_path / "home", tmp_path / "work"
+    (user / "codex").mkdir(parents=True)
+    work.mkdir()
+    return user, work
+
+
+CODEX_SLOW = pytest.mark.slow(reason="Codex's 8,800-token first turn, prompt-processed on the real engine")
+
+
+@CODEX_SLOW
+@pytest.mark.parametrize("provider", ["responses", "oss"])
+def test_codex_exec_prints_its_reply(daemon: Daemon, tmp_path: Path, provider: str) -> None:
+    user, work = _dirs(tmp_path)
+    env = {**agent_env(user), "CODEX_HOME": str(user / "codex")}
+    if provider == "responses":  # a custom provider on the Responses API, as a user configures one
+        (user / "codex" / "config.toml").write_text(
+            f'model = "{MODEL}"\nmodel_provider = "blazar"\n[model_providers.blazar]\nname = "Blazar"\n'
+            f'base_url = "{daemon.base}/v1"\nwire_api = "responses"\nenv_key = "BLAZAR_API_KEY"\n')
+        argv = [str(codex()), "exec", "--skip-git-repo-check", QUESTION]
+        env["BLAZAR_API_KEY"] = "sk-local"
+    else:  # --oss: Codex finds the model through Ollama's discovery routes
+        env["CODEX_OSS_BASE_URL"] = f"{daemon.base}/v1"
+        argv = [str(codex()), "exec", "--oss", "--local-provider", "ollama", "-m", MODEL, "--skip-git-repo-check",
+                QUESTION]
+    since = _last_seq(daemon)
+    rc, out, err = _run(argv, cwd=work, env=env)
+    assert rc == 0, f"codex exited {rc}: {out[-2000:]} {err[-3000:]}"
+    # exec prints the last message alone on stdout (its banner and progress go to stderr)
+    assert out.strip(), f"Codex printed no reply: {err[-3000:]}"
+    _turns_ended(daemon, "/v1/responses", since)
+    assert "Incomplete response" not in err
+
+
+@pytest.mark.slow(reason="Claude Code's 19,300-token first turn, prompt-processed on the real engine")
+def test_claude_code_print_mode_exits_0_with_an_answer(daemon: Daemon, tmp_path: Path) -> None:
+    user, work = _dirs(tmp_path)
+    env = {**agent_env(user), "ANTHROPIC_BASE_URL": daemon.base, "ANTHROPIC_AUTH_TOKEN": "sk-local",
+           "ANTHROPIC_MODEL": MODEL, "ANTHROPIC_SMALL_FAST_MODEL": MODEL}
+    since = _last_seq(daemon)
+    rc, out, err = _run([str(claude_code()), "-p", QUESTION, "--model", MODEL], cwd=work, env=env)
+    assert rc == 0, f"claude exited {rc}: {out[-2000:]} {err[-2000:]}"
+    assert out.strip(), f"Claude Code printed no answer: {err[-2000:]}"
+    done = _turns_ended(daemon, "/v1/messages", since)
+    # Ended by the model, far inside what the context left it (Claude Code asks for 32,000 tokens).
+    bounded = [e["data"] for e in read_events(daemon.home, "request.bounded") if e["seq"] > since]
+    assert bounded and all(d["completion_tokens"] < b["bounded_max_tokens"] for d in done for b in bounded)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import openai
@@ -78,14 +79,30 @@ def test_a_gguf_without_a_template_chats_with_the_template_its_probe_chose(serve
     assert any(p.read_text() == TRANSCRIPT.jinja for p in argv)
 
 
+def test_a_chat_that_sets_no_temperature_gets_the_probes_greedy_answer(served: tuple[Path, str]) -> None:
+    client = openai.OpenAI(base_url=f"{served[1]}/v1", api_key="none", http_client=openai.DefaultHttpxClient(
+        trust_env=False))
+    messages: list[Any] = [{"role": "user", "content": "Tell me a story about a dragon."}]
+    greedy = client.chat.completions.create(model=MODEL, max_tokens=24, temperature=0, messages=messages)
+    unset = [client.chat.completions.create(model=MODEL, max_tokens=24, messages=messages) for _ in range(2)]
+    assert [a.choices[0].message.content for a in unset] == [greedy.choices[0].message.content] * 2
+    # A temperature the request sets is its own: the engine samples (seeded, so the test does not depend on luck).
+    hot = {client.chat.completions.create(model=MODEL, max_tokens=24, messages=messages, temperature=1.5,
+                                          seed=seed).choices[0].message.content for seed in (1, 2, 3)}
+    assert hot != {greedy.choices[0].message.content}
+
+
 def test_show_says_which_template_and_where_it_comes_from(served: tuple[Path, str]) -> None:
     home, base = served
-    probed = "transcript (chosen by its template probe: the GGUF has none)"
+    probed = ("transcript (chosen by its template probe: the GGUF has none; served greedy unless a request or the "
+              "model's parameters set a temperature)")
     shown = blazar_cli(home, "show", MODEL).stdout
-    assert probed in shown and "template probe" in shown
-    assert json.loads(blazar_cli(home, "show", MODEL, "--json").stdout)["template"]["source"] == "probe"
+    assert " ".join(probed.split()) in " ".join(shown.split()) and "template probe" in shown
+    template = json.loads(blazar_cli(home, "show", MODEL, "--json").stdout)["template"]
+    assert template["source"] == "probe" and template["sampling"] == {"temperature": 0.0}
     s = httpx2.post(f"{base}/api/show", json={"model": MODEL}, trust_env=False).json()
     assert s["blazar"] == {"completion_only": True, "template_source": "probe", "template": probed}
+    assert s["parameters"].split() == ["temperature", "0.0"]  # the default a request gets, in Ollama's words
     assert s["template"] == TRANSCRIPT.jinja and s["capabilities"] == ["completion"]
     # A template set for the model wins, and show says so.
     said = blazar_cli(home, "model", "set", MODEL, "--template", "chatml").stdout

@@ -38,6 +38,7 @@ from blazar.serving.admission import Admission
 from blazar.serving.gateway import Gateway
 from tests.support.asgi import LocalConductor
 from tests.support.bounds import HANG_S
+from tests.support.fakes import EngineStream
 from tests.support.resolved import resolved
 
 TERMINAL = {"request.completed", "request.failed", "request.rejected"}
@@ -141,7 +142,7 @@ class World:
                 raise EngineStreamBroken("the connection dropped")
             yield b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
 
-        return httpx2.Response(200, content=blocks(), headers={"content-type": "text/event-stream"})
+        return EngineStream(200, content=blocks(), headers={"content-type": "text/event-stream"})
 
 
 def _call(r: Req) -> tuple[dict[str, Any], dict[str, str]]:

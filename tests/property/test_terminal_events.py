@@ -25,6 +25,7 @@ from blazar.paths import Paths
 from blazar.serving.admission import Admission
 from blazar.serving.gateway import Gateway
 from tests.support.asgi import LocalConductor
+from tests.support.fakes import EngineStream
 from tests.support.resolved import resolved
 
 TERMINAL = {"request.completed", "request.failed", "request.rejected"}
@@ -104,7 +105,7 @@ class Faulty:
                 yield b"data: {broken\n\n"
             yield b"data: " + orjson.dumps(last) + b"\n\ndata: [DONE]\n\n"
 
-        return httpx2.Response(200, content=blocks(), headers={"content-type": "text/event-stream"})
+        return EngineStream(200, content=blocks(), headers={"content-type": "text/event-stream"})
 
 
 REQUESTS = {

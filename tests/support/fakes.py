@@ -99,6 +99,14 @@ class FakeSupervisor:
         return inst.instance_id in self.dead
 
 
+class EngineStream(httpx2.Response):
+    """A streamed answer read as the relay reads the engine client's (`aiter_raw(heartbeat_s)`, blazar/adapters/
+    engines/client.py): a fake answers at once, so there is no silence to fill with heartbeats."""
+
+    def aiter_raw(self, heartbeat_s: float | None = None) -> AsyncIterator[bytes]:  # type: ignore[override]
+        return super().aiter_raw()
+
+
 class FakeEngine:
     """The engine client (`open`, `count_tokens`); the instance on port N is iN.
 
@@ -134,7 +142,7 @@ class FakeEngine:
                 raise EngineStreamBroken("the connection dropped")
             yield b"data: [DONE]\n\n"
 
-        return httpx2.Response(200, content=blocks(), headers={"content-type": "text/event-stream"})
+        return EngineStream(200, content=blocks(), headers={"content-type": "text/event-stream"})
 
     @staticmethod
     def _scripted(events: list[dict[str, Any]]) -> httpx2.Response:
@@ -144,7 +152,7 @@ class FakeEngine:
             for block in blocks:
                 yield block
 
-        return httpx2.Response(200, content=stream(), headers={"content-type": "text/event-stream"})
+        return EngineStream(200, content=stream(), headers={"content-type": "text/event-stream"})
 
     async def count_tokens(self, base_url: str, route: str, body: dict[str, Any], *, api_key: str | None = None
                            ) -> int:

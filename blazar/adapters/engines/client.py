@@ -39,6 +39,11 @@ def engine_headers(api_key: str | None) -> dict[str, str]:
     return headers
 
 
+def _keepalive(block: bytes) -> bool:
+    """SSE comment lines only: an engine's keep-alive, no event."""
+    return all(not line or line.startswith(b":") for line in block.split(b"\n"))
+
+
 class EngineResponse:
     """An engine's answer with its body unread: its status and headers, its raw bytes as they come (`aiter_raw`) or
     whole (`aread`), and `aclose` (which, before the end, drops the connection: llama-server then stops generating).
@@ -59,9 +64,29 @@ class EngineResponse:
     def is_closed(self) -> bool:
         return self._resp.closed
 
-    async def aiter_raw(self) -> AsyncIterator[bytes]:
+    async def aiter_raw(self, heartbeat_s: float | None = None) -> AsyncIterator[bytes]:
+        """The body's bytes as they come. With `heartbeat_s`, until the engine's first event: b"" for each
+        `heartbeat_s` it stays silent (reading a long prompt) and for each keep-alive it sends meanwhile
+        (llama-server's `:` comment, every --sse-ping-interval: no token, and no event a client of another dialect
+        could read), so the relay can keep its client waiting in the client's own dialect. From the first event on,
+        the bytes alone. A read with data waiting returns at once: no task, no extra turn of the loop."""
+        content = self._resp.content
         try:
-            async for data in self._resp.content.iter_any():
+            while heartbeat_s is not None:
+                try:
+                    async with asyncio.timeout(heartbeat_s):
+                        data = await content.readany()  # cancelled by the timeout, it loses nothing
+                except TimeoutError:
+                    yield b""
+                    continue
+                if not data:
+                    return
+                if _keepalive(data):
+                    yield b""
+                    continue
+                yield data
+                break
+            async for data in content.iter_any():
                 yield data
         except _BROKEN as e:
             raise EngineStreamBroken(f"{type(e).__name__}: {e}") from e

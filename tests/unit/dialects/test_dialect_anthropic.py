@@ -315,6 +315,16 @@ def test_text_stream_event_sequence() -> None:
                           "usage": {"output_tokens": 9, "input_tokens": 22, "cache_read_input_tokens": 5}}
 
 
+def test_a_heartbeat_starts_the_message_then_pings_and_the_stream_goes_on_as_usual() -> None:
+    translator = MessagesStream("claude-local")
+    beats = translator.heartbeat() + translator.heartbeat()  # the engine still reading the prompt
+    out = beats + b"".join(translator.event(c) for c in TEXT_STREAM) + translator.end()
+    seen = events(out)
+    assert [name for name, _ in seen][:4] == ["message_start", "ping", "ping", "content_block_start"]
+    assert [name for name, _ in seen].count("message_start") == 1 and seen[-1][0] == "message_stop"
+    assert translator.heartbeat() == b""  # over: nothing after message_stop
+
+
 def test_tool_call_split_over_chunks_streams_input_json() -> None:
     seen = events(run(TOOL_STREAM))
     assert [name for name, _ in seen] == ["message_start", "ping", "content_block_start", "content_block_delta",

@@ -178,6 +178,17 @@ def test_a_text_stream_is_the_responses_event_sequence_and_done_gets_the_final_r
     assert kept and kept[0]["output"][0]["content"][0]["text"] == "Hello"
 
 
+def test_a_heartbeat_is_the_response_in_progress_and_the_sequence_numbers_run_on() -> None:
+    s = d.ResponsesStream(d.Echo("resp_7", 1, "m"))
+    raw = b"".join([s.heartbeat(), s.heartbeat(), s.event(_chunk({"role": "assistant", "content": "Hi"})),
+                    s.event(_chunk(finish="stop")), s.end()])
+    events = _events(raw)  # each parsed as the openai SDK's own event types
+    assert [e.type for e in events][:4] == ["response.created", "response.in_progress", "response.in_progress",
+                                            "response.output_item.added"]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[-1].type == "response.completed" and s.heartbeat() == b""
+
+
 def test_a_forced_call_streams_as_one_function_call_item() -> None:
     body = dict(d.read({"model": "m", "input": "x", "tools": [TOOL], "tool_choice": "required"}).chat)
     forced = force(body)

@@ -18,6 +18,7 @@ from blazar.instances.supervisor import Instance, ResolvedModel
 from blazar.serving.admission import Admission
 from blazar.serving.gateway import Gateway
 from blazar.serving.request import Request
+from tests.support.fakes import EngineStream
 from tests.support.resolved import resolved
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0, "stream": True}
@@ -54,7 +55,7 @@ class Engine:
             for block in blocks:
                 yield block
 
-        return httpx2.Response(200, content=stream(), headers={"content-type": "text/event-stream"})
+        return EngineStream(200, content=stream(), headers={"content-type": "text/event-stream"})
 
     async def count_tokens(self, base_url: str, route: str, body: dict[str, Any], *, api_key: str | None = None
                            ) -> int:

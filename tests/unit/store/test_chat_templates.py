@@ -5,6 +5,7 @@ from __future__ import annotations
 from blazar.events.model_settings import ModelSettings
 from blazar.events.models import ModelMetadata
 from blazar.store.chat_templates import (
+    PROBED_SAMPLING,
     capabilities,
     completion_only,
     probe_candidates,
@@ -75,6 +76,15 @@ def test_stops_come_with_a_shipped_template_only() -> None:
     # One Blazar ships, set by name (blazar:NAME is stored as its text): its stops, and show names it.
     shipped = served_template(meta(), ModelSettings(template_kind="jinja", template=TRANSCRIPT.jinja))
     assert shipped.stops == TRANSCRIPT.stops and shipped.describe() == "transcript (Blazar's) (set for this model)"
+
+
+def test_a_probed_template_is_served_greedy_as_it_was_measured_and_no_other_source_sets_sampling() -> None:
+    assert served_template(meta(), None, "transcript").sampling == PROBED_SAMPLING == {"temperature": 0.0}
+    assert "greedy" in served_template(meta(), None, "transcript").describe()
+    assert served_template(meta(), None).sampling == {}  # by architecture: not probed yet
+    assert served_template(meta(template=True), None, "transcript").sampling == {}  # the GGUF's own wins
+    shipped = ModelSettings(template_kind="jinja", template=TRANSCRIPT.jinja)  # set by the user: not measured
+    assert served_template(meta(), shipped, "transcript").sampling == {}
 
 
 def test_the_probe_tries_the_architectures_template_first_then_chatml_then_the_transcript() -> None:

@@ -17,7 +17,7 @@ from blazar.events.models import ModelImported, ModelMetadata, ModelRemoved
 from blazar.projections import CatalogProjection, fold
 from blazar.projections.catalog import CatalogState, models, settings_of, stored
 from blazar.serving.call import Call, Desk
-from blazar.serving.model_defaults import apply_settings
+from blazar.serving.model_defaults import add_template_defaults, apply_settings
 from blazar.serving.request import Request
 from blazar.store.model_settings import (
     SettingsChange,
@@ -254,6 +254,23 @@ def test_a_request_with_its_own_system_message_or_limits_wins() -> None:
         assert apply_settings(plan, s) is False
         assert plan.body is not None and plan.body["messages"][0]["content"] == "Be long."
         assert "max_tokens" not in plan.body
+
+
+def test_a_template_adds_its_stops_after_the_requests_own_and_its_sampling_where_none_is_set() -> None:
+    stops, greedy = ("\nUser:", "\nSystem:"), {"temperature": 0.0}
+    plan = _chat({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stop": "<x>"})
+    assert add_template_defaults(plan, stops, greedy) is True
+    assert plan.body is not None and plan.body["stop"] == ["<x>", "\nUser:", "\nSystem:"]
+    assert plan.body["temperature"] == 0.0
+    assert plan.request.parsed.get("stop") == "<x>"  # the client's body as it came
+    # The request's own temperature (or one the model's settings filled in before routing) wins; nothing to add is
+    # no change.
+    own = _chat({"model": "m", "messages": [], "temperature": 0.7, "stop": ["\nUser:", "\nSystem:"]})
+    assert add_template_defaults(own, stops, greedy) is False and own.body is None
+    # A template of the GGUF's own or the user's adds nothing; an embedding request is left alone.
+    assert add_template_defaults(_chat({"model": "m", "messages": []}), (), {}) is False
+    embed = Call(Request(model="m", engine_path="/v1/embeddings", body=None, stream=False, embeddings=True), NO_DESK)
+    assert add_template_defaults(embed, stops, greedy) is False and embed.body is None
 
 
 def test_embeddings_are_left_alone() -> None:
