@@ -75,11 +75,13 @@ def test_the_first_load_probes_and_the_answer_ends_its_turn(daemon: Daemon) -> N
 def test_show_says_which_template_and_the_probes_numbers(daemon: Daemon) -> None:
     wait_for(lambda: daemon.events("model.template_probed"), "the probe", timeout=120)
     text = blazar_cli(daemon.home, "show", MODEL).stdout
-    assert "transcript (chosen by its template probe: the GGUF has none)" in text
-    assert "chose transcript (gemma: 0 of 5 answered" in " ".join(text.split())
+    said = " ".join(text.split())
+    assert "transcript (chosen by its template probe: the GGUF has none; served greedy" in said
+    assert "chose transcript (gemma: 0 of 5 answered" in said
     shown = json.loads(blazar_cli(daemon.home, "show", MODEL, "--json").stdout)
     assert shown["template"]["source"] == "probe" and shown["template"]["name"] == "transcript"
     assert shown["template"]["stops"] == list(TRANSCRIPT.stops)
+    assert shown["template"]["sampling"] == {"temperature": 0.0}
     assert shown["template_probe"]["chosen"] == "transcript"
 
 
