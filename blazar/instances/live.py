@@ -6,7 +6,7 @@ table of them (`LiveSet`), with the views the pure deciders take of it. No I/O: 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,7 +54,7 @@ class Instance:
     profile_seq: int | None = None
     stops: tuple[str, ...] = ()  # its template's stop strings, added to every chat request routed to it
     # Its template's default sampling (the probe's, for a probed template), for a chat request that sets none.
-    sampling: Mapping[str, float] = field(default_factory=dict)
+    sampling: dict[str, float] = field(default_factory=dict)
 
     @property
     def base_url(self) -> str:

@@ -56,10 +56,11 @@ class ServedTemplate:
         return known.stops if known is not None else ()
 
     @property
-    def sampling(self) -> Mapping[str, float]:
+    def sampling(self) -> dict[str, float]:
         """The defaults the gateway adds to a chat request that sets none of them: the probe's sampling for the
-        probe's choice (PROBED_SAMPLING); none otherwise."""
-        return PROBED_SAMPLING if self.source == "probe" else {}
+        probe's choice (PROBED_SAMPLING); none otherwise. A dict of its own: an instance's state is copied whole
+        (`dataclasses.asdict` deep-copies, and a read-only mapping cannot be copied)."""
+        return dict(PROBED_SAMPLING) if self.source == "probe" else {}
 
     def describe(self) -> str:
         """One line for `blazar show`: the template and its source."""

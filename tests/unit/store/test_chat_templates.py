@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from blazar.events.model_settings import ModelSettings
 from blazar.events.models import ModelMetadata
 from blazar.store.chat_templates import (
@@ -80,6 +82,8 @@ def test_stops_come_with_a_shipped_template_only() -> None:
 
 def test_a_probed_template_is_served_greedy_as_it_was_measured_and_no_other_source_sets_sampling() -> None:
     assert served_template(meta(), None, "transcript").sampling == PROBED_SAMPLING == {"temperature": 0.0}
+    # Each its own plain dict: an instance carrying it is copied whole (dataclasses.asdict deep-copies: /api/ps).
+    assert copy.deepcopy(served_template(meta(), None, "transcript").sampling) == {"temperature": 0.0}
     assert "greedy" in served_template(meta(), None, "transcript").describe()
     assert served_template(meta(), None).sampling == {}  # by architecture: not probed yet
     assert served_template(meta(template=True), None, "transcript").sampling == {}  # the GGUF's own wins
