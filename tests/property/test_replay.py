@@ -101,12 +101,13 @@ def _config_value(key: str) -> st.SearchStrategy[Any]:
         items = ["https://app.example", "http://localhost:5173"] if key == "cors_origins" else ["blazar.lan", "box"]
         return st.lists(st.sampled_from(items), max_size=2, unique=True)
     bounds = {type(m).__name__: m for m in info.metadata}
-    lo = bounds["Ge"].ge if "Ge" in bounds else 0
+    above = "Gt" in bounds  # an exclusive lower bound (log_disk_share > 0): the bound itself is not valid
+    lo = bounds["Ge"].ge if "Ge" in bounds else bounds["Gt"].gt if above else 0
     hi = bounds["Le"].le if "Le" in bounds else 1 << 20
     if ann is int:
-        return st.integers(lo, hi)
+        return st.integers(lo + 1 if above else lo, hi)
     if ann is float:
-        return st.floats(lo, hi, allow_nan=False, allow_infinity=False)
+        return st.floats(lo, hi, exclude_min=above, allow_nan=False, allow_infinity=False)
     raise AssertionError(f"no strategy for config key {key!r} of type {ann!r}")
 
 
