@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +21,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.support.agent_clients import agent_env, claude_code
+from tests.support.agent_clients import agent_env, claude_code, run_agent
 from tests.support.blazar_home import read_events
 from tests.support.serving import serving_gemma
 
@@ -102,19 +99,6 @@ QUESTION = "What is the capital of France?"
 CLI_TIMEOUT_S = 900  # Claude Code's 19,300-token first turn, on one engine thread beside another worker
 
 
-def _run(argv: list[str], *, cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
-    """Run to its end, or kill its whole process group after CLI_TIMEOUT_S (the agents start helpers of their own)."""
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=CLI_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"{argv[0]} ran past {CLI_TIMEOUT_S}s: {out[-2000:]} {err[-3000:]}")
-    return proc.returncode, out, err
-
-
 def _turns_ended(daemon: Daemon, route: str, since: int) -> list[dict[str, Any]]:
     """The agent's turns on `route` after log position `since`, each as it completed: every one answered 200 and
     ended by the model (a stop), not by a limit."""
@@ -144,7 +128,8 @@ def test_claude_code_print_mode_exits_0_with_an_answer(daemon: Daemon, tmp_path:
     env = {**agent_env(user), "ANTHROPIC_BASE_URL": daemon.base, "ANTHROPIC_AUTH_TOKEN": "sk-local",
            "ANTHROPIC_MODEL": MODEL, "ANTHROPIC_SMALL_FAST_MODEL": MODEL}
     since = _last_seq(daemon)
-    rc, out, err = _run([str(claude_code()), "-p", QUESTION, "--model", MODEL], cwd=work, env=env)
+    rc, out, err = run_agent([str(claude_code()), "-p", QUESTION, "--model", MODEL], cwd=work, env=env,
+                             timeout_s=CLI_TIMEOUT_S)
     assert rc == 0, f"claude exited {rc}: {out[-2000:]} {err[-2000:]}"
     assert out.strip(), f"Claude Code printed no answer: {err[-2000:]}"
     done = _turns_ended(daemon, "/v1/messages", since)

@@ -7,9 +7,6 @@ offered as. Real `blazar serve`, real llama-server, the real Gemma 3 270M."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +15,7 @@ import httpx2
 import openai
 import pytest
 
-from tests.support.agent_clients import agent_env, codex
+from tests.support.agent_clients import agent_env, codex, run_agent
 from tests.support.blazar_home import read_events
 from tests.support.serving import serving_gemma
 
@@ -44,19 +41,6 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_
         yield home, base
 
 
-def _run(argv: list[str], *, cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
-    """Run to its end, or kill its whole process group after TIMEOUT_S (Codex starts helpers of its own)."""
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"codex ran past {TIMEOUT_S}s: {out[-2000:]} {err[-3000:]}")
-    return proc.returncode, out, err
-
-
 def test_codex_oss_answers_through_blazar(daemon: tuple[Path, str], tmp_path: Path) -> None:
     home, base = daemon
     tags = httpx2.get(f"{base}/api/tags", trust_env=False, timeout=30).json()["models"]
@@ -65,8 +49,9 @@ def test_codex_oss_answers_through_blazar(daemon: tuple[Path, str], tmp_path: Pa
     (user / "codex").mkdir(parents=True)
     work.mkdir()
     env = {**agent_env(user), "CODEX_HOME": str(user / "codex"), "CODEX_OSS_BASE_URL": f"{base}/v1"}
-    rc, out, err = _run([str(codex()), "exec", "--oss", "--local-provider", "ollama", "-m", name,
-                         "--skip-git-repo-check", "The capital of France is"], cwd=work, env=env)
+    rc, out, err = run_agent([str(codex()), "exec", "--oss", "--local-provider", "ollama", "-m", name,
+                         "--skip-git-repo-check", "The capital of France is"], cwd=work, env=env,
+                              timeout_s=TIMEOUT_S)
     assert rc == 0, f"codex exited {rc}: {out[-2000:]} {err[-3000:]}"
     # What went through: Codex's turn on /v1/responses, answered 200 with the model's words, which Codex printed
     # (exec prints the last message alone on stdout; its banner and progress go to stderr).

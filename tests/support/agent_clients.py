@@ -6,6 +6,8 @@ by scripts/test after installing them): then a missing client is a failure."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -52,3 +54,17 @@ def agent_env(home: Path) -> dict[str, str]:
     return {**keep, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
             "XDG_CACHE_HOME": str(home / ".cache"), "NO_PROXY": "127.0.0.1,localhost", "DISABLE_TELEMETRY": "1",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DO_NOT_TRACK": "1"}
+
+
+def run_agent(argv: list[str], *, cwd: Path, env: dict[str, str], timeout_s: float) -> tuple[int, str, str]:
+    """An agent CLI run to its end: (exit code, stdout, stderr). Past `timeout_s` its whole process group is killed
+    (the agents start helpers of their own) and the test fails with what it printed."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"{Path(argv[0]).name} ran past {timeout_s:.0f}s: {out[-2000:]} {err[-3000:]}")
+    return proc.returncode, out, err
