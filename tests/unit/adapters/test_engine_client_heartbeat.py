@@ -6,11 +6,12 @@ sends its first event only once the test has seen the heartbeats it asked for.""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
+from typing import cast
 
 from blazar.adapters.engines.client import EngineClient
 from tests.support.bounds import HANG_S
+from tests.support.loopback_child import read_request, serving
 
 EVENT = b'data: {"choices":[]}\n\n'
 
@@ -24,10 +25,7 @@ class PromptReadingChild:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                           if line.lower().startswith(b"content-length:")), 0)
-            await reader.readexactly(length)
+            await read_request(reader)
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
             for data in (b":\n\n", None, EVENT, b":\n\n", b"data: [DONE]\n\n"):
                 if data is None:
@@ -43,21 +41,11 @@ class PromptReadingChild:
             writer.close()
 
 
-@contextlib.asynccontextmanager
-async def serving(child: PromptReadingChild) -> AsyncIterator[str]:
-    server = await asyncio.start_server(child.handle, "127.0.0.1", 0)
-    try:
-        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    finally:
-        server.close()
-        await server.wait_closed()
-
-
 async def _read(heartbeat_s: float | None, beats_before_release: int) -> list[bytes]:
     child, client = PromptReadingChild(), EngineClient()
     got: list[bytes] = []
     try:
-        async with serving(child) as base, asyncio.timeout(HANG_S):
+        async with serving(child.handle) as base, asyncio.timeout(HANG_S):
             r = await client.open(base, "/v1/chat/completions", b'{"stream":true}')
             if heartbeat_s is None:
                 child.released.set()
@@ -87,9 +75,9 @@ async def test_without_a_heartbeat_the_bytes_come_as_they_are() -> None:
 async def test_a_client_gone_while_the_engine_reads_closes_the_stream() -> None:
     child, client = PromptReadingChild(), EngineClient()
     try:
-        async with serving(child) as base, asyncio.timeout(HANG_S):
+        async with serving(child.handle) as base, asyncio.timeout(HANG_S):
             r = await client.open(base, "/v1/chat/completions", b'{"stream":true}')
-            blocks = r.aiter_raw(0.001)
+            blocks = cast(AsyncGenerator[bytes, None], r.aiter_raw(0.001))  # an async generator: it closes
             assert await anext(blocks) == b""
             await blocks.aclose()  # the relay's client hung up: it stops reading and closes the upstream
             await r.aclose()

@@ -5,14 +5,13 @@ EngineUnreachable; a child that is not there at all is unreachable at once."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
 import pytest
 
 from blazar.adapters.engines.client import RETRY_BACKOFF_S, EngineClient
 from blazar.errors import EngineStreamBroken, EngineUnreachable
 from tests.support.bounds import HANG_S
+from tests.support.loopback_child import read_request, serving
 
 
 class DroppingChild:
@@ -23,10 +22,7 @@ class DroppingChild:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                           if line.lower().startswith(b"content-length:")), 0)
-            await reader.readexactly(length)
+            await read_request(reader)
             self.requests += 1
             if self.requests > self.drops:
                 if self.cut_body:  # announces 100 bytes, sends 5, hangs up
@@ -41,22 +37,11 @@ class DroppingChild:
             writer.close()
 
 
-@contextlib.asynccontextmanager
-async def serving(child: DroppingChild) -> AsyncIterator[str]:
-    server = await asyncio.start_server(child.handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.close()
-        await server.wait_closed()
-
-
 async def test_a_dropped_request_is_retried_until_the_engine_answers() -> None:
     child = DroppingChild(len(RETRY_BACKOFF_S) - 1)
     client = EngineClient()
     try:
-        async with serving(child) as base, asyncio.timeout(HANG_S):
+        async with serving(child.handle) as base, asyncio.timeout(HANG_S):
             r = await client.open(base, "/v1/chat/completions", b"{}")
             assert r.status_code == 200 and await r.aread() == b'{"ok":true}'
             await r.aclose()
@@ -69,7 +54,7 @@ async def test_an_engine_that_keeps_dropping_is_unreachable() -> None:
     child = DroppingChild(100)
     client = EngineClient()
     try:
-        async with serving(child) as base, asyncio.timeout(HANG_S):
+        async with serving(child.handle) as base, asyncio.timeout(HANG_S):
             with pytest.raises(EngineUnreachable, match="did not answer /v1/chat/completions"):
                 await client.open(base, "/v1/chat/completions", b"{}")
         assert child.requests == len(RETRY_BACKOFF_S)
@@ -80,7 +65,7 @@ async def test_an_engine_that_keeps_dropping_is_unreachable() -> None:
 async def test_a_body_cut_short_is_a_broken_stream() -> None:
     client = EngineClient()
     try:
-        async with serving(DroppingChild(0, cut_body=True)) as base, asyncio.timeout(HANG_S):
+        async with serving(DroppingChild(0, cut_body=True).handle) as base, asyncio.timeout(HANG_S):
             r = await client.open(base, "/v1/chat/completions", b"{}")
             with pytest.raises(EngineStreamBroken):
                 async for _ in r.aiter_raw():
@@ -108,11 +93,11 @@ async def test_a_small_exchange_is_retried_too_and_gives_up_after_the_last_try()
     client = EngineClient()
     try:
         answered = DroppingChild(len(RETRY_BACKOFF_S) - 1)
-        async with serving(answered) as base, asyncio.timeout(HANG_S):
+        async with serving(answered.handle) as base, asyncio.timeout(HANG_S):
             assert await client.post_json(base, "/tokenize", {"content": "x"}) == (200, {"ok": True})
         assert answered.requests == len(RETRY_BACKOFF_S)
         dropped = DroppingChild(len(RETRY_BACKOFF_S))
-        async with serving(dropped) as base, asyncio.timeout(HANG_S):
+        async with serving(dropped.handle) as base, asyncio.timeout(HANG_S):
             with pytest.raises(EngineUnreachable, match="/tokenize"):
                 await client.post_json(base, "/tokenize", {"content": "x"})
         assert dropped.requests == len(RETRY_BACKOFF_S)
