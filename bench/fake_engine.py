@@ -16,7 +16,10 @@ streamed request with `fake_hold_until: PATH` sends its first content chunk, the
 exists: a test makes a request occupy its slot for exactly as long as it needs, whatever the machine's speed. A
 streamed chat whose last message ends with `fake_hold_first=PATH` (a field no dialect would carry through) sends its
 headers, then sends llama-server's keep-alive comment (`:`) and holds before any event until PATH exists: an engine
-still reading a long prompt.
+still reading a long prompt. `timings_per_token: true` puts the timings so far on every content chunk, as
+llama-server does. The canned answer is one sentence over and over, each full stop numbered, so that no answer
+repeats itself exactly; a chat whose last message ends with `fake_loop` gets the sentence without the numbers, a
+loop (what the gateway's loop guard stops: blazar/serving/loop_guard.py).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import secrets
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +65,15 @@ async def _file_appears(path: str, *, gone: bool = False) -> None:
         await asyncio.sleep(HOLD_POLL_S)
 
 
-def answer_text(n: int) -> str:
+def word(i: int, *, loop: bool = False) -> str:
+    """The answer's `i`-th token: WORDS over and over, each sentence's full stop numbered (unless it is to `loop`)."""
+    k = i % len(WORDS)
+    return f" {i // len(WORDS) + 1}." if k == len(WORDS) - 1 and not loop else WORDS[k]
+
+
+def answer_text(n: int, *, loop: bool = False) -> str:
     """The whole reply of `n` tokens, as a client that joins the deltas sees it."""
-    return "".join(WORDS[i % len(WORDS)] for i in range(n))
+    return "".join(word(i, loop=loop) for i in range(n))
 
 
 class Settings:
@@ -162,17 +172,28 @@ def _prompt_tokens(body: dict[str, Any]) -> int:
 
 
 HOLD_FIRST = "fake_hold_first="
+LOOP = "fake_loop"
 
 
-def _hold_first(body: dict[str, Any]) -> str | None:
-    """The PATH of a last message ending with `fake_hold_first=PATH` (see the module's docstring)."""
+def _last_text(body: dict[str, Any]) -> str | None:
     messages = body.get("messages") or []
     last = messages[-1].get("content") if messages and isinstance(messages[-1], dict) else None
     if isinstance(last, list):  # content parts: the last text part
         last = next((p.get("text") for p in reversed(last) if isinstance(p, dict) and p.get("type") == "text"), None)
-    if not isinstance(last, str) or HOLD_FIRST not in last:
+    return last if isinstance(last, str) else None
+
+
+def _hold_first(body: dict[str, Any]) -> str | None:
+    """The PATH of a last message ending with `fake_hold_first=PATH` (see the module's docstring)."""
+    last = _last_text(body)
+    if last is None or HOLD_FIRST not in last:
         return None
     return last.rsplit(HOLD_FIRST, 1)[1].strip() or None
+
+
+def _ends_with(body: dict[str, Any], marker: str) -> bool:
+    last = _last_text(body)
+    return last is not None and last.rstrip().endswith(marker)
 
 
 def _timings(prompt_n: int, predicted_n: int, elapsed_s: float) -> dict[str, Any]:
@@ -244,7 +265,8 @@ class Engine:
             t0 = time.perf_counter()
             payload = {
                 "choices": [{"finish_reason": finish, "index": 0,
-                             "message": {"role": "assistant", "content": answer_text(n)}}],
+                             "message": {"role": "assistant",
+                                         "content": answer_text(n, loop=_ends_with(body, LOOP))}}],
                 "created": created, "model": self.s.model, "system_fingerprint": FINGERPRINT,
                 "object": "chat.completion",
                 "usage": {"completion_tokens": n, "prompt_tokens": prompt_n, "total_tokens": n + prompt_n,
@@ -253,12 +275,15 @@ class Engine:
             writer.write(_json_response(200, payload, keep_alive=keep_alive))
             return
         head = b'{"choices":[{"finish_reason":null,"index":0,"delta":{"content":'
-        frames = [b'%s%s}}]%s}' % (head, json.dumps(w).encode(), tail) for w in WORDS]
+
+        def frame(w: str) -> bytes:
+            return b'%s%s}}]%s}' % (head, json.dumps(w).encode(), tail)
+
         first = b'{"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}]%s}' % tail
         # Without include_usage, llama-server puts its timings on the finish event; with it, on the usage event.
         end = [b'{"choices":[{"finish_reason":"%s","index":0,"delta":{}}]%s%s}' % (
             finish.encode(), tail, b"" if _include_usage(body) else b',"timings":' + TIMINGS)]
-        await self._stream(writer, body, first, frames, end, n, prompt_n, usage_tail=tail if _include_usage(body)
+        await self._stream(writer, body, first, frame, end, n, prompt_n, usage_tail=tail if _include_usage(body)
                            else None, keep_alive=keep_alive)
 
     async def completions(self, body: dict[str, Any], writer: asyncio.StreamWriter, *, keep_alive: bool) -> None:
@@ -277,13 +302,16 @@ class Engine:
             return
         tail = (f',"created":{created},"model":{json.dumps(self.s.model)},"system_fingerprint":"{FINGERPRINT}",'
                 '"object":"text_completion"').encode()
-        frames = [b'{"choices":[{"text":%s,"index":0,"logprobs":null,"finish_reason":null}]%s,"id":"%s"}'
-                  % (json.dumps(w).encode(), tail, rid.encode()) for w in WORDS]
+
+        def frame(w: str) -> bytes:
+            return (b'{"choices":[{"text":%s,"index":0,"logprobs":null,"finish_reason":null}]%s,"id":"%s"}'
+                    % (json.dumps(w).encode(), tail, rid.encode()))
+
         # llama-server always puts usage and timings on the last chunk of a text completion.
         end = [b'{"choices":[{"text":"","index":0,"logprobs":null,"finish_reason":"%s"}]%s,"usage":%s,"id":"%s",'
                b'"timings":%s}' % (finish.encode(), tail, json.dumps(usage, separators=(",", ":")).encode(),
                                   rid.encode(), TIMINGS)]
-        await self._stream(writer, body, None, frames, end, n, prompt_n, usage_tail=None, keep_alive=keep_alive)
+        await self._stream(writer, body, None, frame, end, n, prompt_n, usage_tail=None, keep_alive=keep_alive)
 
     async def completion(self, body: dict[str, Any], writer: asyncio.StreamWriter, *, keep_alive: bool) -> None:
         """llama-server's native route, as the smoke gate calls it (not streamed)."""
@@ -325,7 +353,7 @@ class Engine:
         writer.write(event("response.created", {"response": response("", "in_progress")}))
         for i in range(n):
             writer.write(event("response.output_text.delta", {"item_id": mid, "output_index": 0,
-                                                              "content_index": 0, "delta": WORDS[i % len(WORDS)]}))
+                                                              "content_index": 0, "delta": word(i)}))
             await writer.drain()
         writer.write(event("response.completed", {"response": response(answer_text(n), "completed")}))
         writer.write(b"0\r\n\r\n")  # the Responses stream ends with response.completed: no [DONE]
@@ -354,13 +382,14 @@ class Engine:
     # -- streaming --
 
     async def _stream(self, writer: asyncio.StreamWriter, body: dict[str, Any], first: bytes | None,
-                      frames: list[bytes], end: list[bytes], n: int, prompt_n: int, *, usage_tail: bytes | None,
-                      keep_alive: bool) -> None:
-        """Headers, then `first` (if any), n content events cycling through `frames`, the `end` events (TIMINGS in
+                      frame: Callable[[str], bytes], end: list[bytes], n: int, prompt_n: int, *,
+                      usage_tail: bytes | None, keep_alive: bool) -> None:
+        """Headers, then `first` (if any), n content events (`frame` of each `word`), the `end` events (TIMINGS in
         them replaced by the timings), the usage event when asked, and [DONE]; one write per event, flushed as the
         socket takes them."""
         delay_s = float(body.get("fake_delay_ms", self.s.delay_ms) or 0) / 1000
         stamp = bool(body.get("fake_stamp"))
+        per_token = bool(body.get("timings_per_token"))
         hold = body.get("fake_hold_until")
         writer.write(_head(200, [("X-Accel-Buffering", "no"), ("Content-Type", "text/event-stream"),
                                  ("Transfer-Encoding", "chunked")], keep_alive=keep_alive))
@@ -371,15 +400,22 @@ class Engine:
             await _file_appears(hold_first)
         if first is not None:
             writer.write(_chunk(b"data: " + first + b"\n\n"))
+        loop = _ends_with(body, LOOP)
+        frames = [frame(w) for w in WORDS]  # built once; a numbered full stop is built as it comes
         framed = [_chunk(b"data: " + f + b"\n\n") for f in frames]
+        numbered = len(WORDS) - 1
         for i in range(n):
             if delay_s:
                 await asyncio.sleep(delay_s)
+            k = i % len(WORDS)
+            f = frames[k] if k != numbered or loop else frame(word(i))
             if stamp:
-                f = frames[i % len(frames)]
                 writer.write(_chunk(b'data: %s,"fake_sent_ns":%d}\n\n' % (f[:-1], time.monotonic_ns())))
+            elif per_token:
+                so_far = json.dumps(_timings(prompt_n, i + 1, time.perf_counter() - t0), separators=(",", ":"))
+                writer.write(_chunk(b'data: %s,"timings":%s}\n\n' % (f[:-1], so_far.encode())))
             else:
-                writer.write(framed[i % len(framed)])
+                writer.write(framed[k] if f is frames[k] else _chunk(b"data: " + f + b"\n\n"))
             await writer.drain()  # returns at once unless the socket's buffer is full
             if i == 0 and isinstance(hold, str):
                 await _file_appears(hold)

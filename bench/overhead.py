@@ -429,12 +429,16 @@ def engine_home(root: Path, name: str, server: Path, model: Path, threads: int) 
 
 
 def fake_home(root: Path, name: str) -> Home:
-    """A home with bench/fake_engine.py installed as its engine and a tiny GGUF imported as "fake"."""
+    """A home with bench/fake_engine.py installed as its engine and a tiny GGUF imported as "fake", served with a
+    template set for it (ChatML): as a model with a template of its own is, its chat streams pass through untouched.
+    (Without one, its first load would probe a template, and the loop guard would read each chunk of its chat
+    streams: docs/4.MODELS.md.)"""
     home = Home(root, name)
     files = root / f"{name}-files"
     binary = fake_engine.write_executable(files / "fake-engine" / "llama-server")
     home.cli("engine", "install", "--path", str(binary))
     home.cli("import", str(write_tiny_model(files / "tiny.gguf")), "--name", "fake")
+    home.cli("model", "set", "fake", "--template", "chatml")
     home.cli("config", "set", "slots", str(FAKE_SLOTS))
     return home
 

@@ -22,7 +22,7 @@ from blazar.serving.principal import is_admin
 ENGINE_ONLY = frozenset({"port", "base_url", "argv"})
 # What of an instance never leaves: the engine's key, and what it calls the model (a file path without --alias).
 PRIVATE = frozenset({"api_key", "served_as", "template", "kv_identity", "kv_restorable", "url", "headers",
-                     "stops", "sampling"})  # internal
+                     "stops", "sampling", "loop_guard"})  # internal
 
 
 class _Body(BaseModel):

@@ -160,11 +160,17 @@ def _compact(schema: Any) -> str | None:
 
 
 class OpenAIStream:
-    """OpenAI's own SSE, re-encoded (used when a forced call had to be rewritten in an OpenAI stream)."""
+    """OpenAI's own SSE, re-encoded (used when a forced call had to be rewritten in an OpenAI stream, or the loop
+    guard reads the answer), each chunk's model named as the client named it."""
 
     content_type = "text/event-stream"
 
+    def __init__(self, model: str | None = None) -> None:
+        self.model = model
+
     def event(self, chunk: dict[str, Any]) -> bytes:
+        if self.model is not None and "model" in chunk:
+            chunk["model"] = self.model
         return sse(chunk)
 
     def heartbeat(self) -> bytes:

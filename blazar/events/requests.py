@@ -243,6 +243,21 @@ class RequestBounded(_RequestEvent):
 
 
 @register
+class RequestLoopStopped(_RequestEvent):
+    """A decision: the streamed answer of a model served with its probed template (greedy: docs/4.MODELS.md) ended in
+    one piece of text said over and over (blazar/serving/loop_guard.py), so the generation was stopped there and
+    the answer finished as a stop. Sizes only, never the text."""
+
+    TYPE = "request.loop_stopped"
+
+    model: str
+    instance_id: str
+    period_chars: int  # the piece's length (whitespace runs counted as one)
+    span_chars: int  # the stretch of it at the end of the answer: at least three rounds
+    completion_tokens: int  # generated when it was stopped
+
+
+@register
 class RequestRerouted(_RequestEvent):
     """A decision: the request is routed again, once: the engine child it was routed to was gone before it took the
     request (`engine_gone`: its port refused or dropped the connection, and its process had exited or was exiting),

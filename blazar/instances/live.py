@@ -55,6 +55,7 @@ class Instance:
     stops: tuple[str, ...] = ()  # its template's stop strings, added to every chat request routed to it
     # Its template's default sampling (the probe's, for a probed template), for a chat request that sets none.
     sampling: dict[str, float] = field(default_factory=dict)
+    loop_guard: bool = False  # a streamed chat answer that loops is stopped there (the probed template's)
 
     @property
     def base_url(self) -> str:

@@ -33,6 +33,7 @@ from blazar.events.requests import (
     RequestFailed,
     RequestFirstToken,
     RequestForwarded,
+    RequestLoopStopped,
     RequestPlaced,
     RequestQueued,
     RequestReceived,
@@ -449,6 +450,12 @@ def _bounded(s: _Story, ev: RequestBounded) -> str:
             f"{ev.ctx_tokens}, so max_tokens is {ev.bounded_max_tokens}")
 
 
+def _loop_stopped(s: _Story, ev: RequestLoopStopped) -> str:
+    return (f"stopped in a loop after {ev.completion_tokens} tokens: the answer's last {ev.span_chars} characters "
+            f"were one {ev.period_chars}-character piece over and over (a base model served greedy), so the "
+            "generation was ended there as a stop")
+
+
 def _first(s: _Story, ev: RequestFirstToken) -> str:
     when = fmt_ms(ev.ttft_ms)
     return f"first token at {when}" if s.streamed else f"whole answer ready at {when} (not streamed)"
@@ -544,7 +551,7 @@ _TEXT: dict[type, Callable[[_Story, Any], str]] = {
     RequestRouted: _routed, RequestFirstToken: _first, RequestCompleted: _completed, RequestFailed: _failed,
     RequestPlaced: _placed, RequestShared: _shared, RequestCandidateScored: _candidate, RequestBestOfChosen: _best_of,
     RequestCascadeJudged: _cascade, RequestForwarded: _forwarded, RequestRerouted: _rerouted,
-    RequestBounded: _bounded, RequestAudio: _audio,
+    RequestBounded: _bounded, RequestLoopStopped: _loop_stopped, RequestAudio: _audio,
     InstanceStarting: _starting, InstanceStarted: _started, InstanceReady: _ready, InstanceEvicted: _eviction,
     InstanceExited: _exited,
 }

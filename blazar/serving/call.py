@@ -131,6 +131,7 @@ class Call:
         self.queue_position = 0
         self.first_token_at: float | None = None
         self.rerouted = False  # routed again once already: its first instance was gone before it took the request
+        self.loop_guarded = False  # a streamed chat answer stopped where it loops (blazar/serving/loop_guard.py)
         self.shared_role: SharedRole | None = None
         # -- what it holds, given back by `finish` (or by the step's own end)
         self._lease: Lease | None = None

@@ -40,6 +40,7 @@ from blazar.serving.context_fit import BOUNDED_HEADER
 from blazar.serving.fanout import Candidate
 from blazar.serving.flights import Flights, flight_key
 from blazar.serving.limits import Lease, Limiter, LimitExceeded
+from blazar.serving.loop_guard import LoopGuard
 from blazar.serving.ports import SupervisorPort
 from blazar.serving.principal import Principal, scope_refusal
 from blazar.serving.request import Answer, Request
@@ -286,13 +287,15 @@ class Gateway:
         headers["cache-control"] = "no-cache"
         r = call.request
         inner = r.stream_as(call) if r.stream_as is not None else None
-        translator = inner if r.forced is None else ForcedStream(r.forced, inner or OpenAIStream())
+        translator = inner if r.forced is None else ForcedStream(r.forced, inner or OpenAIStream(call.model))
         heartbeat_s = self.app.settings().stream_heartbeat_s
-        if translator is None:
+        guard = LoopGuard() if call.loop_guarded else None
+        if translator is None and guard is None:
             return Answer(status=200, content_type=upstream.headers.get("content-type", SSE), headers=headers,
                           stream=relay.passthrough(call, upstream, watcher, heartbeat_s))
+        translator = translator or OpenAIStream(call.model)  # the guard reads each event
         return Answer(status=200, content_type=translator.content_type, headers=headers,
-                      stream=relay.translated(call, upstream, watcher, translator, heartbeat_s))
+                      stream=relay.translated(call, upstream, watcher, translator, heartbeat_s, guard))
 
     def whole_answer(self, call: Call, answer: Any, *, status: int, headers: dict[str, str]) -> Answer:
         """A whole answer (parsed) as the client gets it: its model named as the client did, a forced tool call made

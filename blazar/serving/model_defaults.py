@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from blazar.dialects.ollama import map_options
 from blazar.events.model_settings import ModelSettings
+from blazar.serving.loop_guard import LoopGuard
 
 if TYPE_CHECKING:
     from blazar.serving.call import Call
@@ -50,15 +51,22 @@ def apply_settings(call: Call, settings: ModelSettings) -> bool:
     return changed
 
 
-def add_template_defaults(call: Call, stops: tuple[str, ...], sampling: Mapping[str, float]) -> bool:
+def add_template_defaults(call: Call, stops: tuple[str, ...], sampling: Mapping[str, float], *,
+                          loop_guard: bool = False) -> bool:
     """What the template of the request's instance adds to a chat request: its stop strings (a template Blazar ships:
     its end-of-turn marker and the next turns' openers), after the request's own, so a base model that runs on past
-    its answer stops where the next speaker would begin; and its default sampling (a probed template's: greedy,
-    blazar/store/chat_templates.py PROBED_SAMPLING) where the request set none. True when the engine body changed."""
-    if (not stops and not sampling) or call.request.embeddings or call.request.engine_path != CHAT:
+    its answer stops where the next speaker would begin; its default sampling (a probed template's: greedy,
+    blazar/store/chat_templates.py PROBED_SAMPLING) where the request set none; and, for a streamed answer of a
+    template that guards loops, the engine's per-token timings the guard reads (`call.loop_guarded`). True when the
+    engine body changed."""
+    if (not stops and not sampling and not loop_guard) or call.request.embeddings \
+            or call.request.engine_path != CHAT:
         return False
     body = call.engine_body()
     changes: dict[str, Any] = {name: value for name, value in sampling.items() if name not in body}
+    if loop_guard and call.request.stream:
+        call.loop_guarded = True
+        changes.update(LoopGuard.body_changes())
     own = body.get("stop")
     asked = [own] if isinstance(own, str) else list(own) if isinstance(own, list) else []
     added = [s for s in stops if s not in asked]

@@ -6,7 +6,9 @@ client gets a heartbeat every `stream_heartbeat_s` (15 s), in its dialect: clien
 (Claude Code after 300 s, then asks again without streaming).
 
 Every way out records exactly one outcome: completed, failed (the engine's error, a broken stream, a bug of ours)
-or the client's hang-up; closing the upstream cancels the generation.
+or the client's hang-up; closing the upstream cancels the generation. A guarded answer (a probed template's, served
+greedy: blazar/serving/loop_guard.py) that ends in a loop is ended there, as the model's own stop would be, and
+`request.loop_stopped` says so.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from blazar.adapters.engines.answers import error_message, merge_usage, stream_e
 from blazar.adapters.engines.client import EngineResponse
 from blazar.dialects.stream import SseEvents, Translator
 from blazar.errors import EngineStreamBroken
+from blazar.events.requests import RequestLoopStopped
 from blazar.serving.call import Completed, Failed
+from blazar.serving.loop_guard import Loop, LoopGuard
 
 if TYPE_CHECKING:
     from blazar.serving.call import Call
@@ -126,9 +130,10 @@ def _end(call: Call, head: bytes, tail: bytes, *, status: int, chunks: int) -> N
 
 
 async def translated(call: Call, upstream: EngineResponse, watcher: asyncio.Task[None] | None,
-                     translator: Translator, heartbeat_s: float) -> AsyncIterator[bytes]:
+                     translator: Translator, heartbeat_s: float, guard: LoopGuard | None = None
+                     ) -> AsyncIterator[bytes]:
     """Each engine event through `translator`; an engine error mid-stream ends the stream with the dialect's own
-    error event."""
+    error event; with a `guard`, a loop ends it as a stop (closing the upstream cancels the generation)."""
     chunks = 0
     usage: dict[str, Any] = {}
     events = SseEvents()
@@ -140,11 +145,18 @@ async def translated(call: Call, upstream: EngineResponse, watcher: asyncio.Task
                 continue
             call.first_token()
             chunks += block.count(b"data: ")
-            out, broke = _translate(events.feed(block), translator, usage)
+            parsed = events.feed(block)
+            loop = _guarded(parsed, guard) if guard is not None else None
+            out, broke = _translate(parsed, translator, usage)
             if broke is not None:
                 call.finish(Failed(502, "engine_error", broke))
                 yield out + translator.error(broke)
                 return
+            if loop is not None and guard is not None:
+                out += _translate([guard.finish_chunk()], translator, usage)[0]
+                _record_loop(call, loop)
+                yield out
+                break
             if out:
                 yield out
     except BaseException as e:
@@ -172,6 +184,24 @@ def _failed(call: Call, exc: BaseException, *, relayed: int) -> bool:
     else:
         call.finish(Failed(499, "client_disconnected", "the client closed the connection", relayed_tokens=relayed))
     return False
+
+
+def _guarded(events: list[dict[str, Any]], guard: LoopGuard) -> Loop | None:
+    """The loop these events end in, if they do; the events after the one that closed it are dropped (the answer
+    ends there)."""
+    for i, event in enumerate(events):
+        if (loop := guard.feed(event)) is not None:
+            del events[i + 1:]
+            return loop
+    return None
+
+
+def _record_loop(call: Call, loop: Loop) -> None:
+    inst = call.instance
+    call.emit(RequestLoopStopped(trace_id=call.trace_id, model=inst.model if inst is not None else call.model,
+                                 instance_id=inst.instance_id if inst is not None else "",
+                                 period_chars=loop.period_chars, span_chars=loop.span_chars,
+                                 completion_tokens=loop.completion_tokens))
 
 
 def _translate(events: list[dict[str, Any]], translator: Translator, usage: dict[str, Any]) -> tuple[bytes, str | None]:

@@ -133,7 +133,7 @@ class Router:
             except BlazarError as e:
                 raise Refused(e.message, reason=e.code, http_status=e.http_status) from None
         call.instance = inst
-        add_template_defaults(call, inst.stops, inst.sampling)
+        add_template_defaults(call, inst.stops, inst.sampling, loop_guard=inst.loop_guard)
         call.load_ms = report.load_ms if report.cold else None
         call.emit(RequestRouted(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
                                 port=inst.port, cold=report.cold, load_ms=report.load_ms, evicted=report.evicted,

@@ -62,6 +62,13 @@ class ServedTemplate:
         (`dataclasses.asdict` deep-copies, and a read-only mapping cannot be copied)."""
         return dict(PROBED_SAMPLING) if self.source == "probe" else {}
 
+    @property
+    def guards_loops(self) -> bool:
+        """Whether a streamed chat answer is stopped where it loops (blazar/serving/loop_guard.py): the probe's
+        choice only, served greedy, where a base model that misses its turn's end can repeat itself to the end of
+        its context."""
+        return self.source == "probe"
+
     def describe(self) -> str:
         """One line for `blazar show`: the template and its source."""
         if self.source == "settings":

@@ -1,14 +1,16 @@
 """The agents a user points at Blazar, run to their end on the demo model as Blazar ships it: no variant, no stop
 words of the user's own, its template the one its probe chose (tests/support/homes.py records the probe as a first
 load would). The OpenAI Agents SDK (a forced tool, on its Chat Completions and its Responses model), LangChain
-(`bind_tools(tool_choice=NAME)` with max_tokens 60) and Claude Code (`claude -p`), each to its answer. Real
-`blazar serve`, real llama-server, the real Gemma 3 270M; the Python clients pinned by pyproject's dev extra, Claude
-Code by scripts/install-test-clients.
+(`bind_tools(tool_choice=NAME)` with max_tokens 60), Codex (`codex exec` with a custom Responses provider and with
+`--oss`) and Claude Code (`claude -p`), each to its answer. Real `blazar serve`, real llama-server, the real Gemma 3
+270M; the Python clients pinned by pyproject's dev extra, the agent CLIs by scripts/install-test-clients.
 
-Claude Code sends no temperature and no output limit: its answer ends because the template the probe chose is served
-greedy, as it was measured, and stopped where the next turn would begin. Its first turn is about 19,300 tokens, so
-the model's context grows to take it (`context_grown`). (Codex as shipped is not here: on some of its prompts the
-greedy base model writes nested XML that never reaches a turn marker; the issue's note says so.)"""
+The agent CLIs send no temperature and no output limit: their answers end because the template the probe chose is
+served greedy, as it was measured, and stopped where the next turn would begin; and where the greedy base model
+falls into a loop instead (nested XML on some of Codex's prompts), the loop guard ends the answer there
+(blazar/serving/loop_guard.py), so an agent gets an answer rather than an "incomplete" one at the end of the context.
+Their first turns are long (Codex's about 8,800 tokens, Claude Code's about 19,300), so the model's context grows to
+take them (`context_grown`): the Codex tests run before Claude Code's, on one daemon."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.support.agent_clients import agent_env, claude_code, run_agent
+from tests.support.agent_clients import agent_env, claude_code, codex, run_agent
 from tests.support.blazar_home import read_events
 from tests.support.serving import serving_gemma
 
@@ -117,9 +119,33 @@ def _last_seq(daemon: Daemon) -> int:
 
 def _dirs(tmp_path: Path) -> tuple[Path, Path]:
     user, work = tmp_path / "home", tmp_path / "work"
-    user.mkdir()
+    (user / "codex").mkdir(parents=True)
     work.mkdir()
     return user, work
+
+
+@pytest.mark.slow(reason="Codex's 8,800-token first turn, prompt-processed on the real engine")
+@pytest.mark.parametrize("provider", ["responses", "oss"])
+def test_codex_exec_prints_its_reply(daemon: Daemon, tmp_path: Path, provider: str) -> None:
+    user, work = _dirs(tmp_path)
+    env = {**agent_env(user), "CODEX_HOME": str(user / "codex")}
+    if provider == "responses":  # a custom provider on the Responses API, as a user configures one
+        (user / "codex" / "config.toml").write_text(
+            f'model = "{MODEL}"\nmodel_provider = "blazar"\n[model_providers.blazar]\nname = "Blazar"\n'
+            f'base_url = "{daemon.base}/v1"\nwire_api = "responses"\nenv_key = "BLAZAR_API_KEY"\n')
+        argv = [str(codex()), "exec", "--skip-git-repo-check", QUESTION]
+        env["BLAZAR_API_KEY"] = "sk-local"
+    else:  # --oss: Codex finds the model through Ollama's discovery routes
+        env["CODEX_OSS_BASE_URL"] = f"{daemon.base}/v1"
+        argv = [str(codex()), "exec", "--oss", "--local-provider", "ollama", "-m", MODEL, "--skip-git-repo-check",
+                QUESTION]
+    since = _last_seq(daemon)
+    rc, out, err = run_agent(argv, cwd=work, env=env, timeout_s=CLI_TIMEOUT_S)
+    assert rc == 0, f"codex exited {rc}: {out[-2000:]} {err[-3000:]}"
+    # exec prints the last message alone on stdout (its banner and progress go to stderr)
+    assert out.strip(), f"Codex printed no reply: {err[-3000:]}"
+    _turns_ended(daemon, "/v1/responses", since)
+    assert "Incomplete response" not in err
 
 
 @pytest.mark.slow(reason="Claude Code's 19,300-token first turn, prompt-processed on the real engine")

@@ -14,7 +14,9 @@ import httpx2
 import openai
 import pytest
 
+from blazar.serving.loop_guard import SPAN_CHARS
 from blazar.store.turn_formats import TRANSCRIPT
+from tests.support.blazar_home import read_events
 from tests.support.daemon import free_port, stop_home_daemon
 from tests.support.serving import blazar_cli, serving_gemma
 
@@ -90,6 +92,38 @@ def test_a_chat_that_sets_no_temperature_gets_the_probes_greedy_answer(served: t
     hot = {client.chat.completions.create(model=MODEL, max_tokens=24, messages=messages, temperature=1.5,
                                           seed=seed).choices[0].message.content for seed in (1, 2, 3)}
     assert hot != {greedy.choices[0].message.content}
+
+
+@pytest.mark.slow(reason="a greedy loop decoded on the real engine until the guard ends it: up to ~450 tokens")
+def test_a_streamed_answer_that_loops_is_stopped_where_the_loop_is_found(served: tuple[Path, str]) -> None:
+    # Greedy, the base model answers "la la la la" in a loop until its context is full; the loop guard ends it
+    # (blazar/serving/loop_guard.py; every dialect's shape of the stop: tests/integration/test_loop_guard.py).
+    home, base = served
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0, timeout=300,
+                           http_client=openai.DefaultHttpxClient(trust_env=False))
+    asked = 1000  # the context (1024) holds it: unguarded, the loop would run to it
+    raw = client.chat.completions.with_raw_response.create(
+        model=MODEL, max_tokens=asked, stream=True, stream_options={"include_usage": True},
+        messages=[{"role": "user", "content": "la la la la"}])
+    trace = raw.headers["x-blazar-trace-id"]
+    text, finish, usage = [], None, None
+    for chunk in raw.parse():
+        if chunk.choices:
+            text.append(chunk.choices[0].delta.content or "")
+            finish = chunk.choices[0].finish_reason or finish
+        usage = chunk.usage or usage
+    said = "".join(text)
+    assert finish == "stop", said
+    assert usage is not None and usage.completion_tokens < asked, usage
+    (stop,) = [e["data"] for e in read_events(home, "request.loop_stopped") if e["trace_id"] == trace]
+    assert stop["completion_tokens"] == usage.completion_tokens
+    # What it ended in ("la" over and over, or a digit: the greedy answer depends on what the slot held before) is
+    # one piece, said at least three times over its last SPAN_CHARS characters.
+    tail = " ".join(said.split())[-stop["span_chars"]:]
+    piece = stop["period_chars"]
+    assert len(tail) == stop["span_chars"] >= max(SPAN_CHARS, 3 * piece) and tail[piece:] == tail[:-piece], said
+    (done,) = [e["data"] for e in read_events(home, "request.completed") if e["trace_id"] == trace]
+    assert done["finish_reason"] == "stop" and done["completion_tokens"] == usage.completion_tokens
 
 
 def test_show_says_which_template_and_where_it_comes_from(served: tuple[Path, str]) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from blazar.api import disconnect
+from tests.support.bounds import HANG_S
 
 SCOPE = {"type": "http", "method": "POST", "path": "/v1/chat/completions"}
 
@@ -54,7 +55,7 @@ async def test_a_hang_up_the_watcher_saw_is_known_without_its_message() -> None:
             disconnect.stop(watcher)
 
     task = asyncio.create_task(request())
-    await asyncio.wait_for(task, 5)
+    await asyncio.wait_for(task, HANG_S)
     assert not task.cancelled()
 
 

@@ -15,6 +15,7 @@ from blazar.events.log import EventLog
 from blazar.events.log_sqlite import SqliteEventLog
 from blazar.events.system import ConfigChanged
 from blazar.events.writer import GroupCommitWriter
+from tests.support.bounds import HANG_S
 
 
 @register
@@ -165,7 +166,7 @@ async def test_follow_yields_existing_then_new_events(log: EventLog) -> None:
     await asyncio.sleep(0.05)
     await log.append(_Ping(n=2), actor="t")
     await log.append(_Ping(n=3), actor="t")
-    await asyncio.wait_for(task, 5)
+    await asyncio.wait_for(task, HANG_S)
     assert seen == [1, 2, 3]
 
 
@@ -183,7 +184,7 @@ async def test_follow_sees_appends_from_another_process_connection(paths, clock)
         task = asyncio.create_task(tail())
         await asyncio.sleep(0.05)
         await b.append(_Ping(n=1), actor="other")
-        await asyncio.wait_for(task, 5)
+        await asyncio.wait_for(task, HANG_S)
         assert got == [1]
     finally:
         await a.close()
@@ -236,6 +237,6 @@ async def test_group_commit_retries_a_failed_batch(log: EventLog, monkeypatch) -
     writer = GroupCommitWriter(log, interval=0.001)
     writer.start()
     writer.submit(_Ping(n=1), actor="daemon")
-    await asyncio.wait_for(writer.flush(), 5)
+    await asyncio.wait_for(writer.flush(), HANG_S)
     await writer.stop()
     assert writer.failures == 1 and await log.last_seq() == 1

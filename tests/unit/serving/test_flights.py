@@ -18,6 +18,7 @@ from blazar.instances.supervisor import Instance, ResolvedModel
 from blazar.serving.admission import Admission
 from blazar.serving.gateway import Gateway
 from blazar.serving.request import Request
+from tests.support.bounds import HANG_S
 from tests.support.fakes import EngineStream
 from tests.support.resolved import resolved
 
@@ -93,7 +94,7 @@ async def test_a_follower_of_a_refused_leader_meets_the_same_refusal(app: Blazar
     sup.gate.set()
     for task in (leader, follower):
         with pytest.raises(Refused) as e:
-            await asyncio.wait_for(task, 5)
+            await asyncio.wait_for(task, HANG_S)
         assert (e.value.http_status, e.value.reason) == (400, "context_length_exceeded")
     assert (await trace_types(app, "b" * 32)) == ["request.received", "request.shared", "request.rejected"]
     assert (await trace_types(app, "a" * 32))[-1] == "request.rejected"
@@ -115,7 +116,7 @@ async def test_a_leader_gone_before_sharing_leaves_its_follower_to_run_again(app
     with pytest.raises(asyncio.CancelledError):
         await leader
     sup.gate.set()
-    headers, body = await asyncio.wait_for(follower, 5)
+    headers, body = await asyncio.wait_for(follower, HANG_S)
     assert headers["x-blazar-shared"] == "leader"  # it ran again, leading
     assert body.endswith(b"data: [DONE]\n\n") and b'"Hi"' in body
     assert (await trace_types(app, "c" * 32))[-1] == "request.failed"

@@ -91,6 +91,14 @@ def test_a_probed_template_is_served_greedy_as_it_was_measured_and_no_other_sour
     assert served_template(meta(), shipped, "transcript").sampling == {}
 
 
+def test_only_a_probed_template_guards_its_answers_against_loops() -> None:
+    assert served_template(meta(), None, "transcript").guards_loops
+    assert not served_template(meta(), None).guards_loops  # by architecture: not probed yet
+    assert not served_template(meta(template=True), None, "transcript").guards_loops  # the GGUF's own
+    shipped = ModelSettings(template_kind="jinja", template=TRANSCRIPT.jinja)  # set by the user
+    assert not served_template(meta(), shipped, "transcript").guards_loops
+
+
 def test_the_probe_tries_the_architectures_template_first_then_chatml_then_the_transcript() -> None:
     assert [f.name for f in probe_candidates(meta(), None)] == ["gemma", "chatml", "transcript"]
     assert [f.name for f in probe_candidates(meta("llama"), None)] == ["chatml", "transcript"]

@@ -273,6 +273,20 @@ def test_a_template_adds_its_stops_after_the_requests_own_and_its_sampling_where
     assert add_template_defaults(embed, stops, greedy) is False and embed.body is None
 
 
+def test_a_template_that_guards_loops_asks_a_streamed_chat_for_the_engines_per_token_timings() -> None:
+    streamed = Call(Request(model="m", engine_path="/v1/chat/completions", body=None, stream=True,
+                            parsed={"model": "m", "messages": []}), NO_DESK)
+    assert add_template_defaults(streamed, (), {}, loop_guard=True) is True
+    assert streamed.loop_guarded and streamed.body is not None and streamed.body["timings_per_token"] is True
+    # A whole answer is not guarded (the engine sends it in one piece); nor is a template that does not guard.
+    whole = _chat({"model": "m", "messages": []})
+    assert add_template_defaults(whole, (), {}, loop_guard=True) is False and not whole.loop_guarded
+    unguarded = Call(Request(model="m", engine_path="/v1/chat/completions", body=None, stream=True,
+                             parsed={"model": "m", "messages": []}), NO_DESK)
+    assert add_template_defaults(unguarded, ("<x>",), {}) is True and not unguarded.loop_guarded
+    assert unguarded.body is not None and "timings_per_token" not in unguarded.body
+
+
 def test_embeddings_are_left_alone() -> None:
     plan = Call(Request(model="m", engine_path="/v1/embeddings", body=None, stream=False, embeddings=True), NO_DESK)
     assert apply_settings(plan, SETTINGS) is False and plan.body is None
