@@ -20,6 +20,9 @@ COMPLETIONS = "/v1/completions"
 # A request field that already sets an engine field under another name.
 _ALSO = {"max_tokens": ("max_completion_tokens", "n_predict")}
 _SYSTEM_ROLES = frozenset({"system", "developer"})
+# A generation held to a grammar (a forced tool call, structured output) is not guarded: cut by the guard, its JSON
+# would be half-written; its grammar and max_tokens bound it.
+_CONSTRAINED = frozenset({"grammar", "json_schema", "response_format"})
 
 
 def apply_settings(call: Call, settings: ModelSettings) -> bool:
@@ -57,14 +60,14 @@ def add_template_defaults(call: Call, stops: tuple[str, ...], sampling: Mapping[
     its end-of-turn marker and the next turns' openers), after the request's own, so a base model that runs on past
     its answer stops where the next speaker would begin; its default sampling (a probed template's: greedy,
     blazar/store/chat_templates.py PROBED_SAMPLING) where the request set none; and, for a streamed answer of a
-    template that guards loops, the engine's per-token timings the guard reads (`call.loop_guarded`). True when the
-    engine body changed."""
+    template that guards loops and held to no grammar, the engine's per-token timings the guard reads
+    (`call.loop_guarded`). True when the engine body changed."""
     if (not stops and not sampling and not loop_guard) or call.request.embeddings \
             or call.request.engine_path != CHAT:
         return False
     body = call.engine_body()
     changes: dict[str, Any] = {name: value for name, value in sampling.items() if name not in body}
-    if loop_guard and call.request.stream:
+    if loop_guard and call.request.stream and call.request.forced is None and not _CONSTRAINED.intersection(body):
         call.loop_guarded = True
         changes.update(LoopGuard.body_changes())
     own = body.get("stop")

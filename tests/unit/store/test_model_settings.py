@@ -285,6 +285,11 @@ def test_a_template_that_guards_loops_asks_a_streamed_chat_for_the_engines_per_t
                              parsed={"model": "m", "messages": []}), NO_DESK)
     assert add_template_defaults(unguarded, ("<x>",), {}) is True and not unguarded.loop_guarded
     assert unguarded.body is not None and "timings_per_token" not in unguarded.body
+    # Nor is an answer held to a grammar (a forced call, structured output): cut, its JSON would be half-written.
+    for held in ({"grammar": "root ::= \"{}\""}, {"response_format": {"type": "json_object"}}):
+        constrained = Call(Request(model="m", engine_path="/v1/chat/completions", body=None, stream=True,
+                                   parsed={"model": "m", "messages": [], **held}), NO_DESK)
+        assert add_template_defaults(constrained, (), {}, loop_guard=True) is False and not constrained.loop_guarded
 
 
 def test_embeddings_are_left_alone() -> None:
