@@ -85,8 +85,11 @@ class LoopGuard:
         if period is None:
             return None
         span = max(SPAN_CHARS, REPEATS * period)
-        tokens = int(self.timings.get("predicted_n") or self._tokens) if self.timings else self._tokens
-        return Loop(period, span, tokens)
+        return Loop(period, span, self.generated())
+
+    def generated(self) -> int:
+        """Tokens generated so far: the engine's count where its timings say it, else the content chunks seen."""
+        return int((self.timings or {}).get("predicted_n") or self._tokens)
 
     def finish_chunk(self) -> dict[str, Any]:
         """The chunk that ends the answer where the loop was found: a stop, with the engine's usage so far."""
@@ -96,7 +99,7 @@ class LoopGuard:
         t = self.timings or {}
         if "prompt_n" in t:
             cached = int(t.get("cache_n") or 0)
-            prompt, completion = int(t["prompt_n"]) + cached, int(t.get("predicted_n") or self._tokens)
+            prompt, completion = int(t["prompt_n"]) + cached, self.generated()
             chunk["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion,
                               "total_tokens": prompt + completion, "prompt_tokens_details": {"cached_tokens": cached}}
             chunk["timings"] = t
