@@ -3,9 +3,10 @@ model of the whisper kind), POST /v1/audio/speech (text to speech, a model of th
 /v1/audio/voices (the piper voices in the store and their speakers).
 
 Thin resources like every inference route: the upload is streamed to a temporary file under the home as it arrives
-(bounded by `max_audio_mib`: 413), probed (not audio: 400; over `max_audio_s`: 400), then handed to the same pipeline
-as chat (`Gateway.serve`: the key's scope and limits, admission, keep-alive, eviction, the crash circuit, the trace)
-as a multipart body for the model's whisper child. Speech is made by blazar/serving/speech.py sentence by sentence
+(bounded by `max_audio_mib`: 413) and handed to the same pipeline as chat (`Gateway.serve`: the key's scope, the
+model's kind and the key's limits first; only then is the audio probed, as the request's `prepare`: not audio 400,
+over `max_audio_s` 400; then admission, keep-alive, eviction, the crash circuit, the trace) as a multipart body for
+the model's whisper child. Speech is made by blazar/serving/speech.py sentence by sentence
 and streamed as it is encoded. Sessions do not apply. Errors take OpenAI's shape.
 """
 
@@ -15,6 +16,7 @@ import asyncio
 import os
 import tempfile
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -149,7 +151,7 @@ class Transcriptions(Proxy):
         up = await _read_form(req, uploads_dir(self.app), settings.max_audio_mib << 20)
         try:
             asked, fields = await self._asked(up, settings.max_audio_s)
-            request = _no_session(self.request_of(req, resp, asked, asked.raw, fields))
+            request = _no_session(self.request_of(req, resp, asked, b"", fields))
             watcher = disconnect.watch(req)
             try:
                 answer = await self.gateway.serve(request, watcher)
@@ -185,15 +187,23 @@ class Transcriptions(Proxy):
                 t = -1.0
             if not 0.0 <= t <= 1.0:
                 raise DialectError("temperature must be a number from 0 to 1")
-        # Not audio (NotAudio) or longer than max_audio_s (AudioTooLong): a 400 before anything is recorded.
-        info = await asyncio.to_thread(codec.probe, up.path, max_duration_s=max_audio_s)
-        data = await asyncio.to_thread(up.path.read_bytes)
-        content_type, body = _multipart(up, data)
+        path = up.path
+
+        async def measured(request: Request) -> Request:
+            """The audio decoded and measured (not audio, NotAudio, or longer than max_audio_s, AudioTooLong: a 400,
+            recorded), and the form framed for the whisper child: only once the key's scope, the model's kind and
+            the key's limits allow the request (Gateway.serve)."""
+            info = await asyncio.to_thread(codec.probe, path, max_duration_s=max_audio_s)
+            data = await asyncio.to_thread(path.read_bytes)
+            content_type, body = _multipart(up, data)
+            assert request.audio is not None
+            return replace(request, raw=body, content_type=content_type, prepare=None,
+                           audio=replace(request.audio, audio_seconds=info.duration_s))
+
         fields: dict[str, Any] = {k: v[-1] for k, v in up.fields.items()}
-        asked = Request(model=model, engine_path=f"/v1/audio/{self.route}", body=None, stream=stream, raw=body,
-                        content_type=content_type,
-                        audio=AudioAsked(route=self.route, response_format=fmt, audio_seconds=info.duration_s,
-                                         input_bytes=up.bytes, language=up.one("language")))
+        asked = Request(model=model, engine_path=f"/v1/audio/{self.route}", body=None, stream=stream, raw=b"",
+                        prepare=measured, audio=AudioAsked(route=self.route, response_format=fmt,
+                                                           input_bytes=up.bytes, language=up.one("language")))
         return asked, fields
 
 
@@ -226,12 +236,18 @@ class Speech(Proxy):
             raise DialectError(f"the input is {len(body.input)} characters; the limit is {limit} (max_speech_chars)")
         if not codec.split_sentences(body.input):
             raise DialectError("the input has nothing to say (no letters or digits)", code="invalid_request")
-        self._check_voice(body.model, body.voice)
         produce = speech.producer(self.gateway, body.input, body.response_format, float(body.speed), body.voice)
+
+        async def voiced(request: Request) -> Request:
+            """The voice checked against the model's speakers once the key's scope and the model's kind allow the
+            request: a key learns nothing of the speakers of a voice outside its scope."""
+            self._check_voice(body.model, body.voice)
+            return replace(request, prepare=None)
+
         # The engine path names the route (the kind check reads it); piper is asked sentence by sentence by `produce`.
         return Request(model=body.model, engine_path="/v1/audio/speech", body=None, stream=True, produce=produce,
-                       audio=AudioAsked(route="speech", response_format=body.response_format,
-                                        input_chars=len(body.input), voice=body.voice))
+                       prepare=voiced, audio=AudioAsked(route="speech", response_format=body.response_format,
+                                                        input_chars=len(body.input), voice=body.voice))
 
     def _check_voice(self, model: str, voice: str | None) -> None:
         """A multi-speaker voice speaks as one of its speakers: another name is a 400 naming them, never piper's

@@ -1,7 +1,8 @@
 """The resource every inference route shares, whatever the dialect: read the body, let the dialect say what the
 engine is asked (`ask`: validate, translate), add the request around it, hand the Request to `Gateway.serve`
-(resolve, load, admit, ask, record), and render the Answer it gives back. Errors before the answer take the
-caller's shape (blazar/api/errors.py renders them by route); an engine's refusal is re-shaped here the same way.
+(resolve, check the key's scope and limits, only then read the images and audio, load, admit, ask, record), and
+render the Answer it gives back. Errors before the answer take the caller's shape (blazar/api/errors.py renders them
+by route); an engine's refusal is re-shaped here the same way.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ class Proxy(ABC):
             self.gateway.check_scope(principal_of(req), asked.model)  # a load is a use of the model too
             resp.media = await asked.instead()
             return
-        request = await self.gateway.check_media(self.request_of(req, resp, asked, raw, data))
+        request = self.request_of(req, resp, asked, raw, data)
         watcher = disconnect.watch(req)
         try:
             answer = await self.gateway.serve(request, watcher)

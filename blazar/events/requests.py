@@ -118,8 +118,20 @@ class RequestReceived(_RequestEvent):
     # Whose prompts, sessions and cache it shares (keys are tenants): "key:<name>" or "group:<cache group>"; None for
     # the machine's owner (keys off, the CLI's own credential).
     tenant: str | None = None
-    # Its images and audio parts (counts, types, sizes), checked before the pipeline; None when it had none.
+    # Its images and audio parts (counts, types, sizes): recorded here by daemons before 2026-12-06, which checked
+    # them before the key's scope and limits; now they are checked after, and `request.media_checked` says it.
     media: MediaFacts | None = None
+
+
+@register
+class RequestMediaChecked(_RequestEvent):
+    """The request's images and audio parts were read and checked (blazar/serving/media.py), after the key's scope,
+    the model's kind and the key's limits allowed it (docs/2.ARCHITECTURE.md, a request's life): what they were, by
+    their bytes (counts, types, sizes; never the bytes)."""
+
+    TYPE = "request.media_checked"
+
+    media: MediaFacts
 
 
 @register

@@ -18,10 +18,12 @@ from typing import Literal
 from blazar.events.audio import RequestAudio
 from blazar.events.base import Recorded
 from blazar.events.requests import (
+    MediaFacts,
     RequestAdmitted,
     RequestCompleted,
     RequestFailed,
     RequestFirstToken,
+    RequestMediaChecked,
     RequestQueued,
     RequestReceived,
     RequestRejected,
@@ -48,7 +50,7 @@ _OPERATIONS = {
 _AUDIO_PROVIDERS = {"whisper": "faster-whisper", "piper": "piper"}
 _TERMINAL = (RequestCompleted, RequestFailed, RequestRejected)
 _KINDS = frozenset({RequestReceived, RequestQueued, RequestAdmitted, RequestRouted, RequestFirstToken, RequestAudio,
-                    *_TERMINAL})
+                    RequestMediaChecked, *_TERMINAL})
 
 
 @dataclass(slots=True)
@@ -115,6 +117,7 @@ class _Request:
     first_token_ts: float | None = None
     ttft_ms: float | None = None
     audio: RequestAudio | None = None
+    media: MediaFacts | None = None  # request.media_checked's (older logs: request.received's)
 
 
 class SpanFold:
@@ -160,6 +163,8 @@ class SpanFold:
                 req.first_token_ts, req.ttft_ms = rec.ts, ev.ttft_ms
             elif isinstance(ev, RequestAudio):
                 req.audio = ev
+            elif isinstance(ev, RequestMediaChecked):
+                req.media = ev.media
             else:
                 del self._open[trace_id]
                 out.append(tuple(build_spans(req, rec)))
@@ -287,7 +292,7 @@ def _request_attributes(req: _Request, end: Recorded, op: str) -> Attributes:
         a["blazar.client_trace_id"] = received.client_trace_id
     if rec.actor.startswith("key:"):
         a["blazar.key_name"] = rec.actor.removeprefix("key:")
-    a.update(_media_attributes(received))
+    a.update(_media_attributes(req, received))
     routed = req.routed
     if routed is not None:
         a.update({"gen_ai.response.model": routed.model, "blazar.instance_id": routed.instance_id,
@@ -310,10 +315,10 @@ def _request_attributes(req: _Request, end: Recorded, op: str) -> Attributes:
     return a
 
 
-def _media_attributes(received: RequestReceived) -> Attributes:
+def _media_attributes(req: _Request, received: RequestReceived) -> Attributes:
     """A chat's images and audio clips: their facts, never their bytes."""
     a: Attributes = {}
-    media = received.media
+    media = req.media if req.media is not None else received.media
     if media is None:
         return a
     if media.images:

@@ -34,6 +34,7 @@ from blazar.events.requests import (
     RequestFirstToken,
     RequestForwarded,
     RequestLoopStopped,
+    RequestMediaChecked,
     RequestPlaced,
     RequestQueued,
     RequestReceived,
@@ -450,6 +451,10 @@ def _bounded(s: _Story, ev: RequestBounded) -> str:
             f"{ev.ctx_tokens}, so max_tokens is {ev.bounded_max_tokens}")
 
 
+def _media_checked(s: _Story, ev: RequestMediaChecked) -> str:
+    return f"read its media: {_media(ev.media) or 'none'}"
+
+
 def _loop_stopped(s: _Story, ev: RequestLoopStopped) -> str:
     return (f"stopped in a loop after {ev.completion_tokens} tokens: the answer's last {ev.span_chars} characters "
             f"were one {ev.period_chars}-character piece over and over (a base model served greedy), so the "
@@ -552,8 +557,8 @@ _TEXT: dict[type, Callable[[_Story, Any], str]] = {
     RequestPlaced: _placed, RequestShared: _shared, RequestCandidateScored: _candidate, RequestBestOfChosen: _best_of,
     RequestCascadeJudged: _cascade, RequestForwarded: _forwarded, RequestRerouted: _rerouted,
     RequestBounded: _bounded, RequestLoopStopped: _loop_stopped, RequestAudio: _audio,
-    InstanceStarting: _starting, InstanceStarted: _started, InstanceReady: _ready, InstanceEvicted: _eviction,
-    InstanceExited: _exited,
+    RequestMediaChecked: _media_checked, InstanceStarting: _starting, InstanceStarted: _started,
+    InstanceReady: _ready, InstanceEvicted: _eviction, InstanceExited: _exited,
 }
 
 

@@ -246,11 +246,9 @@ class BatchRunner:
                           parsed=body, priority=BACKGROUND_PRIORITY, principal=principal, tenant=tenant,
                           forced=constrain(asked.body) if chat and asked.body is not None else asked.forced)
         try:
-            request = await self.gateway.check_media(request)  # a line's images are checked as a request's are
+            answer = await self.gateway.serve(request)  # a line's images are checked as a request's are, in order
         except DialectError as e:
             return 400, _error_body(e.message, 400, e.code)
-        try:
-            answer = await self.gateway.serve(request)
         except Refused:
             raise
         except asyncio.CancelledError:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from blazar.errors import Refused
+from blazar.errors import DialectError, Refused
 from blazar.events.audio import RequestAudio
 from blazar.events.base import Event
 from blazar.events.requests import (
@@ -87,6 +87,8 @@ def outcome_of(exc: BaseException, call: Call) -> Outcome:
             return Failed(exc.http_status, exc.reason, exc.message)
         return Rejected(exc.http_status, "load_failed", exc.message, exc.retry_after_s,
                         {**exc.observations, "code": exc.reason})
+    if isinstance(exc, DialectError):  # the content, checked in the pipeline (its images, its audio): a 400
+        return Rejected(exc.http_status, "invalid_request", exc.message, None, {"code": exc.code})
     if isinstance(exc, asyncio.CancelledError):
         return Failed(499, "client_disconnected", call.hang_up_detail())
     return Failed(500, "internal_error", f"{type(exc).__name__}: {exc}")
@@ -245,6 +247,14 @@ class Call:
                 body[name] = value
         self._unbounded = self.bounded_max_tokens = None
 
+    def prepared(self, request: Request) -> None:
+        """The request once its content was checked (its media's facts, a body rewritten to what the engine gets):
+        before anything changed the body, so the call's is the new request's."""
+        assert not self._own_body, "the content is checked before the body changes"
+        self.request, self._body, self._payload = request, request.body, None
+        if request.audio is not None:
+            self.audio_seconds = request.audio.audio_seconds
+
     def use_model(self) -> None:
         """What the resolved model brings to the request: its settings (blazar/serving/model_defaults.py) and its
         LoRA adapters (blazar/serving/lora.py)."""
@@ -352,45 +362,11 @@ class Call:
         if call.request.key_name is not None and charged:
             call._desk.charge(call.request.key_name, charged)  # tpm and daily_tokens: a hang-up is no way around them
         if isinstance(outcome, Completed) and call.request.audio is not None:
-            audio = call._audio_event(call.request.audio)
+            audio = _audio_event(call, call.request.audio)
             if call.request.key_name is not None:
                 call._desk.charge_audio(call.request.key_name, audio.audio_seconds)  # daily_audio_s
             call.emit(audio)
-        call.emit(call._terminal_event(outcome))
-
-    def _audio_event(self, asked: AudioAsked) -> RequestAudio:
-        """What the request's audio was and how fast it was made (before the terminal event: `why` reads both)."""
-        started = self.engine_at if self.engine_at is not None else self.received
-        processing_ms = round((time.perf_counter() - started) * 1000, 3)
-        seconds = round(self.audio_seconds or 0.0, 3)
-        kind = getattr(self.instance, "kind", None) or getattr(self.resolved, "kind", None) or "unknown"
-        return RequestAudio(trace_id=self.trace_id, model=self.name or self.model, kind=str(kind),
-                            route=asked.route, audio_seconds=seconds,  # type: ignore[arg-type]
-                            response_format=asked.response_format, processing_ms=processing_ms,
-                            real_time_factor=round(processing_ms / 1000 / seconds, 4) if seconds > 0 else None,
-                            input_bytes=asked.input_bytes, input_chars=asked.input_chars, language=asked.language,
-                            voice=asked.voice, streamed=self.request.stream)
-
-    def _terminal_event(self, outcome: Outcome) -> Event:
-        model = self.name or self.model
-        duration_ms = round((time.perf_counter() - self.received) * 1000, 3)
-        instance_id = self.instance.instance_id if self.instance else None
-        if isinstance(outcome, Completed):
-            u = outcome.usage
-            return RequestCompleted(
-                trace_id=self.trace_id, model=model, instance_id=instance_id, status=outcome.status,
-                duration_ms=duration_ms, prompt_tokens=u.get("prompt_tokens"),
-                completion_tokens=u.get("completion_tokens"), cached_tokens=u.get("cached_tokens"),
-                engine_timings=u.get("timings") or {}, finish_reason=u.get("finish_reason"), chunks=outcome.chunks,
-                shared=outcome.shared or self.shared_role,
-                forced_call=self.request.forced.outcome if self.request.forced is not None else None)
-        if isinstance(outcome, Failed):
-            return RequestFailed(trace_id=self.trace_id, model=model, instance_id=instance_id,
-                                 status=outcome.status, reason=outcome.reason, detail=outcome.detail[:500],
-                                 duration_ms=duration_ms, completion_tokens=outcome.relayed_tokens or None)
-        return RequestRejected(trace_id=self.trace_id, model=model, status=outcome.status, reason=outcome.reason,
-                               detail=outcome.detail, retry_after_s=outcome.retry_after_s,
-                               observations=outcome.observations, duration_ms=duration_ms)
+        call.emit(_terminal_event(call, outcome))
 
     def hand_over(self, heir: Call, detail: str) -> None:
         """Single-flight: this call's client went away mid-stream and `heir` (a follower) takes the generation on:
@@ -406,3 +382,41 @@ class Call:
     def final(self) -> Outcome | None:
         """How the generation this call started ended, whoever's call it ended as."""
         return self._last().outcome
+
+
+# -- the events a call ends with ------------------------------------------------------------------------------------
+
+def _audio_event(call: Call, asked: AudioAsked) -> RequestAudio:
+    """What the request's audio was and how fast it was made (before the terminal event: `why` reads both)."""
+    started = call.engine_at if call.engine_at is not None else call.received
+    processing_ms = round((time.perf_counter() - started) * 1000, 3)
+    seconds = round(call.audio_seconds or 0.0, 3)
+    kind = getattr(call.instance, "kind", None) or getattr(call.resolved, "kind", None) or "unknown"
+    return RequestAudio(trace_id=call.trace_id, model=call.name or call.model, kind=str(kind),
+                        route=asked.route, audio_seconds=seconds,  # type: ignore[arg-type]
+                        response_format=asked.response_format, processing_ms=processing_ms,
+                        real_time_factor=round(processing_ms / 1000 / seconds, 4) if seconds > 0 else None,
+                        input_bytes=asked.input_bytes, input_chars=asked.input_chars, language=asked.language,
+                        voice=asked.voice, streamed=call.request.stream)
+
+def _terminal_event(call: Call, outcome: Outcome) -> Event:
+    """The request's one terminal event, from what the call knows at its end."""
+    model = call.name or call.model
+    duration_ms = round((time.perf_counter() - call.received) * 1000, 3)
+    instance_id = call.instance.instance_id if call.instance else None
+    if isinstance(outcome, Completed):
+        u = outcome.usage
+        return RequestCompleted(
+            trace_id=call.trace_id, model=model, instance_id=instance_id, status=outcome.status,
+            duration_ms=duration_ms, prompt_tokens=u.get("prompt_tokens"),
+            completion_tokens=u.get("completion_tokens"), cached_tokens=u.get("cached_tokens"),
+            engine_timings=u.get("timings") or {}, finish_reason=u.get("finish_reason"), chunks=outcome.chunks,
+            shared=outcome.shared or call.shared_role,
+            forced_call=call.request.forced.outcome if call.request.forced is not None else None)
+    if isinstance(outcome, Failed):
+        return RequestFailed(trace_id=call.trace_id, model=model, instance_id=instance_id,
+                             status=outcome.status, reason=outcome.reason, detail=outcome.detail[:500],
+                             duration_ms=duration_ms, completion_tokens=outcome.relayed_tokens or None)
+    return RequestRejected(trace_id=call.trace_id, model=model, status=outcome.status, reason=outcome.reason,
+                           detail=outcome.detail, retry_after_s=outcome.retry_after_s,
+                           observations=outcome.observations, duration_ms=duration_ms)

@@ -33,16 +33,17 @@ from blazar.events.requests import RequestReceived
 from blazar.instances.kv_bank import KvBank
 from blazar.instances.supervisor import Instance, ResolvedModel
 from blazar.projections.metrics import audio_seconds_on, tokens_on
-from blazar.serving import fanout, media, relay
+from blazar.serving import fanout, relay
 from blazar.serving.admission import Admission, Ticket
 from blazar.serving.call import Call, Completed, Failed, outcome_of
+from blazar.serving.checks import Checks, body_bytes, refuse_scope
 from blazar.serving.context_fit import BOUNDED_HEADER
 from blazar.serving.fanout import Candidate
 from blazar.serving.flights import Flights, flight_key
-from blazar.serving.limits import Lease, Limiter, LimitExceeded
+from blazar.serving.limits import Lease, Limiter
 from blazar.serving.loop_guard import LoopGuard
 from blazar.serving.ports import SupervisorPort
-from blazar.serving.principal import Principal, scope_refusal
+from blazar.serving.principal import Principal
 from blazar.serving.request import Answer, Request
 from blazar.serving.routing import Router
 from blazar.serving.spec_governor import SpecGovernor
@@ -70,6 +71,7 @@ class Gateway:
         # Forwarding to other nodes needs the cluster key.
         self.router = Router(app, supervisor, admission, client, self.kv,
                              cluster_key(app.env) if app.node else None, spec=self.spec)
+        self.checks = Checks(app, self.router, self.limits)
 
     def _tokens_today(self, key_name: str, day: int) -> int:
         """What the log says a key used on UTC day `day` (a restarted daemon keeps counting the daily limit)."""
@@ -115,7 +117,9 @@ class Gateway:
         call = Call(request, self)
         self._received(call)
         try:
-            self._caller(call)
+            self.checks.caller(call)  # the one order: blazar/serving/checks.py
+            await self.checks.content(call)
+            call.use_model()
             if request.cascade or (request.best_of or 1) > 1:
                 return await fanout.serve(self, call, watcher)
             key = flight_key(call)
@@ -169,44 +173,11 @@ class Gateway:
     def _received(self, call: Call) -> None:
         r = call.request
         call.emit(RequestReceived(trace_id=r.trace_id, dialect=r.dialect, route=r.path, model=r.model,
-                                  stream=r.stream, body_bytes=len(call.payload()), priority=r.priority,
+                                  stream=r.stream, body_bytes=body_bytes(call), priority=r.priority,
                                   max_tokens=r.max_tokens, client=r.client, client_trace_id=r.client_trace_id,
                                   parent_trace_id=r.parent_trace_id, parent_span_id=r.parent_span_id,
                                   session=r.session, deadline_ms=r.deadline_ms, best_of=r.best_of,
-                                  cascade=list(r.cascade), forwarded_from=r.forwarded_from, tenant=r.tenant,
-                                  media=r.media))
-
-    def _caller(self, call: Call) -> None:
-        """What is the caller's own: the model resolved, the key's scope and limits (its lease taken), the model's
-        settings applied (before routing: num_ctx and num_predict shape it). Raises Refused."""
-        self.router.resolve(call)
-        if call.request.media is not None and call.remote is None and call.peer is None:
-            media.refuse_unless_projector(self.app.runner.state("catalog"), call.model, call.request.media)
-        self._authorize(call)
-        call.use_model()
-
-    def _authorize(self, call: Call) -> None:
-        """The caller's key: is the model in its scope (by the client's name or the store's), and do its limits
-        allow one more request now? Takes the key's concurrency lease."""
-        p = call.request.principal
-        if p is None or p.key is None:
-            return
-        assert call.name is not None
-        if not p.allows(call.model, call.name):
-            raise Refused(scope_refusal(p, call.model, call.name), reason="model_not_allowed", http_status=403,
-                          observations={"key": p.key_name, "models": list(p.models)}, error_type="permission_error")
-        limits = p.limits()
-        assert limits is not None
-        try:
-            call.take_lease(self.limits.acquire(limits))
-        except LimitExceeded as e:
-            raise Refused(e.message, reason="rate_limit_exceeded", http_status=429, retry_after_s=e.retry_after_s,
-                          observations={"key": p.key_name, "limit": e.limit, "value": e.value}) from None
-
-    async def check_media(self, request: Request) -> Request:
-        """The request with its images and audio checked (blazar/serving/media.py): a 400 before anything else when
-        the model cannot take them or they are not what they claim or over the bounds."""
-        return await media.prepare(request, self.app.settings(), self.app.runner.state("catalog"))
+                                  cascade=list(r.cascade), forwarded_from=r.forwarded_from, tenant=r.tenant))
 
     def check_scope(self, principal: Principal | None, model: str) -> None:
         """The scope check alone, for what a dialect answers without the pipeline (Ollama's load or unload)."""
@@ -217,8 +188,7 @@ class Gateway:
         except ModelNotFound:
             name = model
         if not principal.allows(model, name):
-            raise Refused(scope_refusal(principal, model, name), reason="model_not_allowed", http_status=403,
-                          error_type="permission_error")
+            refuse_scope(principal, model, name)
 
     # -- the engine's answer -------------------------------------------------------------------------------------------
 

@@ -1,15 +1,16 @@
-"""Images and audio in a chat request, before the pipeline: every dialect has turned its own (Ollama's `images`,
-Anthropic's `image` blocks, Responses' `input_image`) into OpenAI `image_url` / `input_audio` parts, so one pass here
-checks them all, after the route built the Request and before `Gateway.serve`.
+"""Images and audio in a chat request: every dialect has turned its own (Ollama's `images`, Anthropic's `image`
+blocks, Responses' `input_image`) into OpenAI `image_url` / `input_audio` parts, so one pass here checks them all.
+The gateway runs it in a request's order (docs/2.ARCHITECTURE.md): only once the key's scope, the model's kind and
+the key's limits allow the request is any part decoded or fetched.
 
-    the model can take them (its projector's modalities; else 400 naming the fix): here when a URL would be
-       fetched, else in the gateway once the model is resolved (`refuse_unless_projector`: recorded, before any load)
+    the model can take them (`refuse_unless_projector`: its projector's modalities, from the parts' types alone;
+       else 400 naming the fix), among the model's capabilities, before the key's limits are charged
     -> each part's bytes: a data: URL decoded, an http(s) URL fetched when `image_fetch` allows it
     -> checked by their bytes (blazar/adapters/images.py) and bounded per request (count, bytes, pixels)
     -> the Request with the facts (`MediaFacts`: counts, types, sizes; never the bytes) and, where a URL was fetched
        or a declared type was wrong, the engine's body rewritten to data: URLs of the true type.
 
-The facts go into `request.received`; the bytes go nowhere but the engine.
+The facts go into `request.media_checked`; the bytes go nowhere but the engine.
 """
 
 from __future__ import annotations
@@ -85,12 +86,6 @@ async def prepare(request: Request, settings: Settings, catalog: CatalogState) -
     parts = media_parts(body)
     if not parts:
         return request
-    if any(_to_fetch(p) for _, _, p in parts):
-        # NOTE: before any fetch: a model that cannot take the image is never a reason to reach out. Without a fetch
-        # the gateway refuses it (recorded, `refuse_unless_projector`) once the model is resolved.
-        known = projector_modalities(catalog, request.model)
-        if known is not None:
-            check_projector(request.model, known[0], known[1], needed_modalities(parts))
     if len(parts) > settings.image_max_count:
         raise DialectError(f"{len(parts)} images or audio parts in one request, over the {settings.image_max_count} "
                            f"allowed (image_max_count)", code="too_many_images")
@@ -114,18 +109,21 @@ def _with_image_tokens(facts: MediaFacts, catalog: CatalogState, model: str) -> 
     return facts if per is None or not facts.images else facts.model_copy(update={"image_tokens": per * facts.images})
 
 
-def refuse_unless_projector(catalog: CatalogState, model: str, facts: MediaFacts) -> None:
-    """Refused (400) when the stored model `model` lacks a projector for the images or audio a request carries."""
-    needed = frozenset(m for m, n in (("vision", facts.images), ("audio", facts.audio_clips)) if n)
+def carried(request: Request) -> frozenset[str]:
+    """The modalities ("vision", "audio") a chat request's parts need, read from the parts' types alone: nothing is
+    decoded or fetched to say it."""
+    if request.engine_path != CHAT:
+        return frozenset()
+    body = request.body if request.body is not None else request.parsed
+    return needed_modalities(media_parts(body))
+
+
+def refuse_unless_projector(catalog: CatalogState, model: str, needed: frozenset[str]) -> None:
+    """Refused (400) when the stored model `model` lacks a projector for the modalities a request's parts need (a
+    model not in this store, a remote engine's or another node's, answers for itself)."""
     known = projector_modalities(catalog, model)
     if needed and known is not None:
         check_projector(model, known[0], known[1], needed)
-
-
-def _to_fetch(part: dict[str, Any]) -> bool:
-    spec = part.get("image_url")
-    url = spec.get("url") if isinstance(spec, dict) else spec
-    return isinstance(url, str) and url.startswith(("http://", "https://"))
 
 
 def _rewrite(body: dict[str, Any], parts: dict[tuple[int, int], dict[str, Any]]) -> dict[str, Any]:

@@ -2,9 +2,10 @@
 
 A route's dialect parses the client's body into a Request (what the engine is asked, how the answer goes back); the
 route adds the request around it (trace id, caller, tenant, Blazar's own options) with `dataclasses.replace`, and
-hands it to `Gateway.serve`, which opens a `Call` (blazar/serving/call.py) for its way through the pipeline. Nothing
-after the route changes a Request: what a request's way changes (a model's settings, a cascade's step, the slot
-named to the engine) is the Call's.
+hands it to `Gateway.serve`, which opens a `Call` (blazar/serving/call.py) for its way through the pipeline. Only
+the work on its content, which the gateway runs once the caller's checks allow it (its images and audio checked, a
+route's own `prepare`), makes a new Request for the Call; what a request's way changes otherwise (a model's settings,
+a cascade's step, the slot named to the engine) is the Call's.
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ class Request:
     # The answer made by the route's own exchange with the admitted instance (text to speech: sentence by sentence),
     # instead of one request relayed; it ends the call when its answer ends.
     produce: Callable[[Call], Awaitable[Answer]] | None = None
+    # The route's own work on the body's content (an upload's audio decoded and measured, framed for the child): run
+    # by the gateway only once the key's scope, the model's kind and the key's limits allow the request; it returns
+    # the Request as the engine gets it (a 400 raised there is recorded as the request's refusal).
+    prepare: Callable[[Request], Awaitable[Request]] | None = None
 
     # -- the request around it (the route sets these)
     trace_id: str = ""

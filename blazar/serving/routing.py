@@ -83,8 +83,8 @@ class Router:
     # -- which model -----------------------------------------------------------------------------------------------
 
     def resolve(self, call: Call) -> None:
-        """The call's model: this node's store's, else a remote engine's, else one only another node stores. A
-        rerank request's model of this store must rerank (a remote engine's answers for itself)."""
+        """The call's model: this node's store's, else a remote engine's, else one only another node stores; a 404
+        when none has it."""
         try:
             call.resolved = self.supervisor.resolve(call.model)
         except ModelNotFound as e:
@@ -96,6 +96,13 @@ class Router:
                 call.remote, call.resolved = served.name, resolved_remote(call.model)
             else:
                 call.peer, call.resolved = peer, resolved_remote(call.model)  # not stored here: only there
+
+    def check_kind(self, call: Call) -> None:
+        """The model of this store serves the route (a chat to a whisper model is refused), and a rerank request's
+        model reranks; a remote engine's or another node's answers for itself. After the key's scope: a key learns
+        nothing of a model it may not use."""
+        assert call.resolved is not None
+        if call.remote is not None or call.peer is not None:
             return
         refuse_unless_served(call.resolved, call.request.engine_path)
         if call.request.rerank:

@@ -76,8 +76,9 @@ def openai_chat(d: OpenAIDaemon, model: str, *parts: dict) -> openai.types.chat.
 
 
 def media_of(d: OpenAIDaemon, trace: str) -> dict | None:
+    """The request's media facts, recorded once the key's checks passed and its parts were read."""
     d.wait_trace(trace, "request.completed")
-    return next(e for e in d.events("request.received") if e["trace_id"] == trace)["data"].get("media")
+    return next((e["data"]["media"] for e in d.events("request.media_checked") if e["trace_id"] == trace), None)
 
 
 def test_an_image_costs_prompt_tokens_through_each_sdk(daemon: OpenAIDaemon) -> None:

@@ -230,12 +230,13 @@ async def test_a_fetched_image_reaches_the_engine_as_a_data_url(server: str) -> 
 
 
 
-async def test_the_projector_is_checked_before_a_fetch_and_otherwise_by_the_gateway(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_projector_is_checked_from_the_parts_types_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gateway checks the projector before anything is decoded or fetched (`carried`: the parts' types)."""
     monkeypatch.setattr(media, "projector_modalities", lambda catalog, model: ("demo", None))
-    got = await prepared(chat(data_url(picture())))  # data only: left to the gateway, which records the refusal
-    assert got.media is not None and got.media.images == 1
-    with pytest.raises(Refused, match="has no vision projector"):
-        media.refuse_unless_projector(CatalogState(CatalogProjection().initial()), "demo", got.media)
-    with pytest.raises(Refused, match="has no vision projector"):  # a URL: refused before anything is fetched
-        await prepared(chat("http://203.0.113.9/cat.png"), image_fetch=True)
+    catalog = CatalogState(CatalogProjection().initial())
+    for url in (data_url(picture()), "http://203.0.113.9/cat.png", "not even a url"):
+        needed = media.carried(chat(url))
+        assert needed == frozenset({"vision"})
+        with pytest.raises(Refused, match="has no vision projector"):
+            media.refuse_unless_projector(catalog, "demo", needed)
+    media.refuse_unless_projector(catalog, "demo", frozenset())  # no parts: nothing needed
