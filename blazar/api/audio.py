@@ -3,10 +3,11 @@ model of the whisper kind), POST /v1/audio/speech (text to speech, a model of th
 /v1/audio/voices (the piper voices in the store and their speakers).
 
 Thin resources like every inference route: the upload is streamed to a temporary file under the home as it arrives
-(bounded by `max_audio_mib`: 413), probed (not audio: 400; over `max_audio_s`: 400), then handed to the same pipeline
-as chat (`Gateway.serve`: the key's scope and limits, admission, keep-alive, eviction, the crash circuit, the trace)
-as a multipart body for the model's whisper child. Speech is made by blazar/serving/speech.py sentence by sentence
-and streamed as it is encoded. Sessions do not apply. Errors take OpenAI's shape.
+(bounded by `max_audio_mib`: 413), probed (not audio: 400; decoded past `max_audio_s`: 400), then handed to the
+same pipeline as chat (`Gateway.serve`: the key's scope and limits, admission, keep-alive, eviction, the crash
+circuit, the trace) as a multipart body for the model's whisper child, with the bound it decodes to. Speech is made
+by blazar/serving/speech.py sentence by sentence and streamed as it is encoded. Sessions do not apply. Errors take
+OpenAI's shape.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from falcon.media.multipart import MultipartParseError
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
 from blazar.adapters import audio as codec
+from blazar.adapters.engines.kinds import MAX_AUDIO_FIELD
 from blazar.api import disconnect
 from blazar.api.auth import principal_of
 from blazar.api.bounds import MAX_NAME_CHARS, check_name
@@ -108,11 +110,13 @@ async def _read_form(req: falcon.asgi.Request, directory: Path, limit: int) -> _
     return up
 
 
-def _multipart(up: _Upload, data: bytes) -> tuple[str, bytes]:
-    """The form again, for the whisper child: its fields as the client sent them and the file's bytes."""
+def _multipart(up: _Upload, data: bytes, max_audio_s: float) -> tuple[str, bytes]:
+    """The form again, for the whisper child: its fields as the client sent them, the bound the child decodes to
+    (`max_audio_s`: it stops there too, whatever the file says of itself) and the file's bytes."""
     boundary = uuid.uuid4().hex
     out: list[bytes] = []
-    for name, values in up.fields.items():
+    fields = {name: values for name, values in up.fields.items() if name != MAX_AUDIO_FIELD}
+    for name, values in [*fields.items(), (MAX_AUDIO_FIELD, [repr(float(max_audio_s))])]:
         for value in values:
             out.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'.encode()
                        + value.encode() + b"\r\n")
@@ -185,10 +189,11 @@ class Transcriptions(Proxy):
                 t = -1.0
             if not 0.0 <= t <= 1.0:
                 raise DialectError("temperature must be a number from 0 to 1")
-        # Not audio (NotAudio) or longer than max_audio_s (AudioTooLong): a 400 before anything is recorded.
+        # Not audio (NotAudio) or longer than max_audio_s (AudioTooLong, the moment decoding passes it): a 400 before
+        # anything is recorded. The length is what decoding found, never what the file states.
         info = await asyncio.to_thread(codec.probe, up.path, max_duration_s=max_audio_s)
         data = await asyncio.to_thread(up.path.read_bytes)
-        content_type, body = _multipart(up, data)
+        content_type, body = _multipart(up, data, max_audio_s)
         fields: dict[str, Any] = {k: v[-1] for k, v in up.fields.items()}
         asked = Request(model=model, engine_path=f"/v1/audio/{self.route}", body=None, stream=stream, raw=body,
                         content_type=content_type,
