@@ -49,10 +49,10 @@ def probe(source: Path | bytes, *, max_duration_s: float | None = None) -> Audio
     `max_duration_s`.
 
     The duration is what decoding finds, never what the file says: every packet of the stream is decoded (the
-    samples counted, not kept) and decoding stops at the first frame past the limit, so an MP3 whose Xing header
-    claims 10 frames but holds two minutes is two minutes long here, and a 25 MiB upload costs at most the limit's
-    worth of decoding. A packet the decoder rejects is skipped, as the whisper child skips it (it hears nothing of
-    it)."""
+    samples counted, not kept) and decoding stops at the packet that takes the count past the limit, so an MP3 whose
+    Xing header claims 10 frames but holds two minutes is two minutes long here, and a 25 MiB upload costs at most
+    the limit's worth of decoding. A packet the decoder rejects is skipped, as the whisper child skips it (it hears
+    nothing of it)."""
     try:
         with av.open(io.BytesIO(source) if isinstance(source, bytes) else str(source), mode="r",
                      metadata_errors="ignore") as container:
