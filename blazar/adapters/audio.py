@@ -1,8 +1,9 @@
-"""Audio at the edge of the speech lanes: what an upload is (`probe`, by FFmpeg's demuxers through `av`, so a file
-that is not audio is refused before a whisper child sees it), how text is cut for streamed speech
-(`split_sentences`), the client of piper's own HTTP server (`PiperClient`: Blazar never imports piper, GPL-3.0, it
-runs it as a child) and the encoder from piper's 16-bit PCM to OpenAI's speech formats (`SpeechEncoder`, streamed:
-each chunk in gives the bytes that are ready out). `speak` strings them together for /v1/audio/speech.
+"""Audio at the edge of the speech lanes: what an upload is and how long (`probe`, by FFmpeg through `av`: a file
+that is not audio, or whose decoding passes the limit, is refused before a whisper child sees it), how text is cut
+for streamed speech (`split_sentences`), the client of piper's own HTTP server (`PiperClient`: Blazar never imports
+piper, GPL-3.0, it runs it as a child) and the encoder from piper's 16-bit PCM to OpenAI's speech formats
+(`SpeechEncoder`, streamed: each chunk in gives the bytes that are ready out). `speak` strings them together for
+/v1/audio/speech.
 
 OpenAI's speech output is 24 kHz mono; piper's voices speak at their own rate (22.05 kHz for joe), so every format
 is resampled to 24 kHz, as `pcm` (raw s16le) is documented to be."""
@@ -44,8 +45,14 @@ class AudioInfo:
 
 def probe(source: Path | bytes, *, max_duration_s: float | None = None) -> AudioInfo:
     """What `source` holds: its first audio stream's duration, rate, channels, codec and the container. NotAudio
-    when FFmpeg cannot read it as audio (or it holds no sound); AudioTooLong past `max_duration_s`. The duration is
-    the container's when it states one, else counted by decoding (stopping as soon as the limit is passed)."""
+    when FFmpeg cannot read it as audio (or it holds no sound); AudioTooLong the moment decoding passes
+    `max_duration_s`.
+
+    The duration is what decoding finds, never what the file says: every packet of the stream is decoded (the
+    samples counted, not kept) and decoding stops at the packet that takes the count past the limit, so an MP3 whose
+    Xing header claims 10 frames but holds two minutes is two minutes long here, and a 25 MiB upload costs at most
+    the limit's worth of decoding. A packet the decoder rejects is skipped, as the whisper child skips it (it hears
+    nothing of it)."""
     try:
         with av.open(io.BytesIO(source) if isinstance(source, bytes) else str(source), mode="r",
                      metadata_errors="ignore") as container:
@@ -53,32 +60,35 @@ def probe(source: Path | bytes, *, max_duration_s: float | None = None) -> Audio
                 raise NotAudio("the file holds no audio stream")
             stream = container.streams.audio[0]
             ctx = stream.codec_context
-            stated = _stated_duration(container, stream)
-            samples, rate = 0, ctx.sample_rate or 0
-            for frame in container.decode(stream):
-                samples += frame.samples
-                rate = frame.sample_rate or rate
-                if stated is not None:
-                    break  # one frame proves it decodes; the container says how long it is
-                if max_duration_s is not None and rate and samples / rate > max_duration_s:
-                    break
-            if samples == 0 or not rate:
+            seconds, rate = decoded_seconds(container, stream, max_duration_s)
+            if seconds == 0 or not rate:
                 raise NotAudio("the file has no audio that can be decoded")
-            info = AudioInfo(duration_s=stated if stated is not None else samples / rate, sample_rate=rate,
-                             channels=ctx.channels or 1, codec=ctx.name, container=container.format.name)
+            return AudioInfo(duration_s=seconds, sample_rate=rate, channels=ctx.channels or 1, codec=ctx.name,
+                             container=container.format.name)
     except av.FFmpegError as e:
         raise NotAudio(f"the file is not audio FFmpeg can read ({e.strerror or type(e).__name__})") from e
-    if max_duration_s is not None and info.duration_s > max_duration_s:
-        raise AudioTooLong(f"the audio is {info.duration_s:.1f} s long; the limit is {max_duration_s:g} s")
-    return info
 
 
-def _stated_duration(container: Any, stream: Any) -> float | None:
-    if stream.duration is not None and stream.time_base is not None and stream.duration > 0:
-        return float(stream.duration * stream.time_base)
-    if container.duration is not None and container.duration > 0:
-        return float(container.duration / av.time_base)
-    return None
+def decoded_seconds(container: Any, stream: Any, max_s: float | None) -> tuple[float, int]:
+    """(seconds of audio, the last frame's sample rate) in `stream`, by decoding it packet by packet; AudioTooLong
+    as soon as the seconds pass `max_s` (nothing after that packet is read). Each frame counts at its own rate (an
+    MP3's frames may change rate)."""
+    samples: dict[int, int] = {}  # rate -> samples decoded at it (counted exactly; the sum of floats drifts)
+    seconds, rate = 0.0, 0
+    for packet in container.demux(stream):
+        try:
+            frames = packet.decode()
+        except av.InvalidDataError:
+            continue  # a damaged packet: no sound, and none for whisper either
+        for frame in frames:
+            if frame.sample_rate:
+                rate = frame.sample_rate
+                samples[rate] = samples.get(rate, 0) + frame.samples
+        seconds = sum(n / r for r, n in samples.items())
+        if max_s is not None and seconds > max_s:
+            raise AudioTooLong(f"the audio is longer than the limit of {max_s:g} s (max_audio_s): decoding stopped at "
+                               f"{seconds:.1f} s")
+    return seconds, rate
 
 
 # A sentence ends at . ! ? … (and any closing quotes or brackets) before whitespace, or at a blank line; not after

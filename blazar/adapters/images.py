@@ -1,6 +1,7 @@
 """What an image (or audio clip) in a chat request really is, read from its bytes: the gateway checks every media part
 here before an engine sees it (blazar/serving/media.py). The type a client declares is never trusted: Pillow reads
-the header, the pixel count is bounded before anything is decoded (a decompression bomb is refused unread), and the
+the header, the pixel count is bounded before anything is decoded (a decompression bomb is refused unread), so is a
+JPEG's number of scans (each is decoded over the whole image: thousands make a small file cost seconds), and the
 image is then decoded whole so a truncated or corrupt file is a 400 here, not the engine's error.
 """
 
@@ -18,7 +19,16 @@ from blazar.errors import DialectError
 IMAGE_TYPES = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif",
                "BMP": "image/bmp"}
 ACCEPTED = "PNG, JPEG, WebP, GIF or BMP"
+# An MPO (a camera's multi-picture file) is a JPEG with more pictures after the first, and Pillow's JPEG opener
+# answers it as a format of its own: it is sent as the JPEG it is (an engine reads the first picture).
+MEDIA_TYPES = {**IMAGE_TYPES, "MPO": "image/jpeg"}
 AUDIO_FORMATS = ("wav", "mp3")
+# NOTE: libjpeg's progressive script has 10 scans for a colour image (6 for grey), and encoders that search for a
+# better one stay in the tens; each scan is entropy-decoded over every block of its components, so the decode's work
+# is scans x pixels. 1.6 MB holding one scan 40,000 times took 20 s at 25 Mpx. libjpeg-turbo offers a scan limit
+# for this (TJPARAM_SCANLIMIT, djpeg -maxscans), off by default; Pillow does not set one, so the bound is here.
+MAX_JPEG_SCANS = 100
+SOS = b"\xff\xda"  # Start Of Scan: one per scan
 
 
 @dataclass(frozen=True)
@@ -51,11 +61,31 @@ def inspect_image(data: bytes, *, where: str, max_pixels: int) -> ImageInfo:
                                f"{max_pixels / 1e6:.0f} Mpx a request may carry (image_max_megapixels)",
                                code="image_too_large")
         fmt = img.format or ""
+        media_type = MEDIA_TYPES.get(fmt)
+        if media_type is None:
+            raise DialectError(f"{where}: not an image Blazar accepts (send {ACCEPTED})", code="invalid_image")
+        if media_type == "image/jpeg":
+            _check_scans(data, where)
         try:
             img.load()  # the whole image: a truncated or corrupt one is refused here
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
             raise DialectError(f"{where}: the {fmt} image does not decode ({e})", code="invalid_image") from None
-    return ImageInfo(media_type=IMAGE_TYPES[fmt], width=width, height=height)
+    return ImageInfo(media_type=media_type, width=width, height=height)
+
+
+def jpeg_scans(data: bytes) -> int:
+    """How many scans a JPEG's bytes can hold, counted without decoding: its SOS markers. Inside entropy-coded data
+    0xFF is always stuffed (FF 00) or a restart marker, so every FF DA is a marker or sits inside a segment's payload
+    (an EXIF thumbnail's scans): the count is never below the true one."""
+    return data.count(SOS)
+
+
+def _check_scans(data: bytes, where: str) -> None:
+    scans = jpeg_scans(data)
+    if scans > MAX_JPEG_SCANS:
+        raise DialectError(f"{where}: the JPEG has {scans} scans, over the {MAX_JPEG_SCANS} an image may have (a "
+                           f"progressive JPEG has about 10; each scan is decoded over the whole image)",
+                           code="image_too_complex")
 
 
 def inspect_audio(data: bytes, *, where: str) -> str:

@@ -5,9 +5,9 @@ model of the whisper kind), POST /v1/audio/speech (text to speech, a model of th
 Thin resources like every inference route: the upload is streamed to a temporary file under the home as it arrives
 (bounded by `max_audio_mib`: 413) and handed to the same pipeline as chat (`Gateway.serve`: the key's scope, the
 model's kind and the key's limits first; only then is the audio probed, as the request's `prepare`: not audio 400,
-over `max_audio_s` 400; then admission, keep-alive, eviction, the crash circuit, the trace) as a multipart body for
-the model's whisper child. Speech is made by blazar/serving/speech.py sentence by sentence
-and streamed as it is encoded. Sessions do not apply. Errors take OpenAI's shape.
+decoded past `max_audio_s` 400; then admission, keep-alive, eviction, the crash circuit, the trace) as a multipart
+body for the model's whisper child, with the bound it decodes to. Speech is made by blazar/serving/speech.py
+sentence by sentence and streamed as it is encoded. Sessions do not apply. Errors take OpenAI's shape.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from falcon.media.multipart import MultipartParseError
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
 from blazar.adapters import audio as codec
+from blazar.adapters.engines.kinds import MAX_AUDIO_FIELD
 from blazar.api import disconnect
 from blazar.api.auth import principal_of
 from blazar.api.bounds import MAX_NAME_CHARS, check_name
@@ -110,11 +111,13 @@ async def _read_form(req: falcon.asgi.Request, directory: Path, limit: int) -> _
     return up
 
 
-def _multipart(up: _Upload, data: bytes) -> tuple[str, bytes]:
-    """The form again, for the whisper child: its fields as the client sent them and the file's bytes."""
+def _multipart(up: _Upload, data: bytes, max_audio_s: float) -> tuple[str, bytes]:
+    """The form again, for the whisper child: its fields as the client sent them, the bound the child decodes to
+    (`max_audio_s`: it stops there too, whatever the file says of itself) and the file's bytes."""
     boundary = uuid.uuid4().hex
     out: list[bytes] = []
-    for name, values in up.fields.items():
+    fields = {name: values for name, values in up.fields.items() if name != MAX_AUDIO_FIELD}
+    for name, values in [*fields.items(), (MAX_AUDIO_FIELD, [repr(float(max_audio_s))])]:
         for value in values:
             out.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'.encode()
                        + value.encode() + b"\r\n")
@@ -190,12 +193,13 @@ class Transcriptions(Proxy):
         path = up.path
 
         async def measured(request: Request) -> Request:
-            """The audio decoded and measured (not audio, NotAudio, or longer than max_audio_s, AudioTooLong: a 400,
-            recorded), and the form framed for the whisper child: only once the key's scope, the model's kind and
-            the key's limits allow the request (Gateway.serve)."""
+            """The audio decoded and measured (not audio, NotAudio, or longer than max_audio_s, AudioTooLong, the
+            moment decoding passes it: a 400, recorded; the length is what decoding found, never what the file
+            states), and the form framed for the whisper child with the bound it decodes to: only once the key's
+            scope, the model's kind and the key's limits allow the request (Gateway.serve)."""
             info = await asyncio.to_thread(codec.probe, path, max_duration_s=max_audio_s)
             data = await asyncio.to_thread(path.read_bytes)
-            content_type, body = _multipart(up, data)
+            content_type, body = _multipart(up, data, max_audio_s)
             assert request.audio is not None
             return replace(request, raw=body, content_type=content_type, prepare=None,
                            audio=replace(request.audio, audio_seconds=info.duration_s))

@@ -7,7 +7,11 @@ GET /health is 503 while the model loads and 200 once it has. POST /v1/audio/tra
 /v1/audio/translations take OpenAI's multipart form (file, model, language, prompt, response_format, temperature,
 timestamp_granularities[], stream) with `Authorization: Bearer <the key in F>`. Every answer carries
 `x-audio-seconds` (the decoded audio's length: what the gateway counts as usage). One transcription runs at a time
-(the model uses every thread it was given); the rest wait their turn on a lock."""
+(the model uses every thread it was given); the rest wait their turn on a lock.
+
+The audio is as long as decoding finds, never what the file says of itself, and decoding stops the moment it passes
+the bound: the form's `blazar_max_audio_s` (the gateway sends its `max_audio_s` with every request) or else
+`--max-audio-s`. Past it the answer is 400 `audio_too_long` and nothing is transcribed."""
 
 from __future__ import annotations
 
@@ -37,15 +41,20 @@ from blazar.errors import ChildRefused
 ROUTES = {"/v1/audio/transcriptions": "transcribe", "/v1/audio/translations": "translate"}
 SAMPLE_RATE = 16_000  # what whisper hears: every upload is decoded and resampled to 16 kHz mono
 DEFAULT_MAX_BYTES = 32 << 20  # OpenAI takes files up to 25 MB; the form around one adds little
+DEFAULT_MAX_AUDIO_S = 3600.0  # the gateway's own default max_audio_s
+# The form field in which the gateway names the longest audio this request may hold (blazar/api/audio.py writes it
+# last, after dropping any a client sent; the key keeps everyone but the gateway out). Never one of OpenAI's.
+MAX_AUDIO_FIELD = "blazar_max_audio_s"
 READ_TIMEOUT_S = 120.0  # a client that stops sending its body is dropped
 
 
 class Child:
     """The loaded model (None while loading), the key, and the lock one transcription holds at a time."""
 
-    def __init__(self, model_dir: Path, key: str, threads: int, max_bytes: int, beam_size: int = 5) -> None:
+    def __init__(self, model_dir: Path, key: str, threads: int, max_bytes: int, beam_size: int = 5,
+                 max_audio_s: float = DEFAULT_MAX_AUDIO_S) -> None:
         self.model_dir, self.key, self.threads, self.max_bytes = model_dir, key, threads, max_bytes
-        self.beam_size = beam_size
+        self.beam_size, self.max_audio_s = beam_size, max_audio_s
         self.model: Any = None
         self.load_failed = False
         self.lock = threading.Lock()
@@ -90,19 +99,43 @@ def _text(form: dict[str, tuple[str | None, bytes]], name: str) -> str | None:
     return form[name][1].decode("utf-8", "replace").strip() if name in form else None
 
 
-def decode(data: bytes) -> Any:
-    """The upload as 16 kHz mono float32 samples; 400 when FFmpeg cannot read it as audio or it holds none."""
+def decode(data: bytes, max_s: float) -> Any:
+    """The upload as 16 kHz mono float32 samples, as faster-whisper's own decode_audio makes them (s16, then scaled),
+    but counted as it is decoded: 400 `audio_too_long` as soon as the audio passes `max_s` seconds (nothing after
+    that packet is read), 400 `invalid_audio` when FFmpeg cannot read it as audio or it holds none. A packet the
+    decoder rejects is skipped, as the gateway's probe skips it."""
     import av
-    from faster_whisper import decode_audio
+    import numpy as np
 
+    chunks: list[Any] = []
+    counted: dict[int, int] = {}  # rate -> samples decoded at it
     try:
-        samples = decode_audio(io.BytesIO(data), sampling_rate=SAMPLE_RATE)
-    except (av.FFmpegError, IndexError, ValueError) as e:  # IndexError: a container with no audio stream
+        with av.open(io.BytesIO(data), mode="r", metadata_errors="ignore") as container:
+            if not container.streams.audio:
+                raise ChildRefused(400, "the file holds no audio", param="file", code="invalid_audio")
+            stream = container.streams.audio[0]
+            resampler = av.AudioResampler(format="s16", layout="mono", rate=SAMPLE_RATE)
+            for packet in container.demux(stream):
+                try:
+                    frames = packet.decode()
+                except av.InvalidDataError:
+                    continue
+                for frame in frames:
+                    if frame.sample_rate:
+                        counted[frame.sample_rate] = counted.get(frame.sample_rate, 0) + frame.samples
+                    frame.pts = None  # as faster-whisper: the resampler takes the frames as they come
+                    chunks += [f.to_ndarray().reshape(-1) for f in resampler.resample(frame)]
+                seconds = sum(n / r for r, n in counted.items())
+                if seconds > max_s:
+                    raise ChildRefused(400, f"the audio is longer than the limit of {max_s:g} s (max_audio_s): "
+                                       f"decoding stopped at {seconds:.1f} s", param="file", code="audio_too_long")
+            chunks += [f.to_ndarray().reshape(-1) for f in resampler.resample(None)]
+    except (av.FFmpegError, ValueError) as e:  # ValueError: frames the resampler cannot take (a format change)
         raise ChildRefused(400, f"the file is not audio that can be decoded ({e})", param="file",
-                     code="invalid_audio") from e
-    if len(samples) == 0:
+                           code="invalid_audio") from e
+    if not chunks:
         raise ChildRefused(400, "the file holds no audio", param="file", code="invalid_audio")
-    return samples
+    return np.concatenate(chunks).astype(np.float32) / 32768.0
 
 
 class Options:
@@ -138,6 +171,13 @@ class Options:
         if stream not in ("true", "false"):
             raise ChildRefused(400, "stream must be true or false", param="stream")
         self.stream = stream == "true"
+        bound = _text(form, MAX_AUDIO_FIELD)
+        try:
+            self.max_audio_s = child.max_audio_s if bound is None else float(bound)
+        except ValueError:
+            raise ChildRefused(400, f"{MAX_AUDIO_FIELD} must be a number of seconds", param=MAX_AUDIO_FIELD) from None
+        if not 0 < self.max_audio_s < float("inf"):
+            raise ChildRefused(400, f"{MAX_AUDIO_FIELD} must be a number of seconds", param=MAX_AUDIO_FIELD)
 
 
 def transcribe(child: Child, samples: Any, task: str, opts: Options) -> tuple[Any, str]:
@@ -197,7 +237,7 @@ class Handler(BaseHTTPRequestHandler):
             if child.model is None:
                 raise ChildRefused(503, "the model is still loading", code="model_loading", error_type="server_error")
             opts = Options(parse_form(self._body(child), self.headers.get("content-type", "")), child)
-            samples = decode(opts.audio)
+            samples = decode(opts.audio, opts.max_audio_s)
         except ChildRefused as e:
             self._error(e)
             return
@@ -271,12 +311,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0, help="CPU threads for the model (0: CTranslate2's default)")
     p.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES, help="the largest request body taken")
     p.add_argument("--beam-size", type=int, default=5, help="beams per decode (1: greedy, about twice as fast)")
+    p.add_argument("--max-audio-s", type=float, default=DEFAULT_MAX_AUDIO_S,
+                   help=f"the longest audio decoded when a request's form has no {MAX_AUDIO_FIELD}")
     args = p.parse_args(argv)
     key = args.api_key_file.read_text().strip()
     if not key:
         print(f"whisper child: {args.api_key_file} holds no key", file=sys.stderr)
         return 2
-    child = Child(args.model, key, args.threads, args.max_bytes, args.beam_size)
+    child = Child(args.model, key, args.threads, args.max_bytes, args.beam_size, args.max_audio_s)
     server = Server((args.host, args.port), child)  # listening at once: /health says 503 until the model loads
 
     def load() -> None:

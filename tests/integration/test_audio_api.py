@@ -1,7 +1,8 @@
 """OpenAI's audio API end to end: the official `openai` SDK against `blazar serve` with the real children: Blazar's
 whisper child running Systran's faster-whisper-base, and piper's own server speaking the en_US-joe-medium voice.
 Speech made by piper is transcribed by whisper (the round trip needs no recording); every format either way is
-decoded back with av; the bounds, the key scope, the wrong kind, a killed child, the CLI and `why` are each one test.
+decoded back with av; the bounds (an MP3 whose header lies about its length among them), the key scope, the wrong
+kind, a killed child, the CLI and `why` are each one test.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tests.support import cli_zygote
 from tests.support.blazar_home import read_events
 from tests.support.daemon import start_serve, wait_for
 from tests.support.homes import configure_all
+from tests.support.hostile_media import lying_mp3
 from tests.support.serving import blazar_cli, free_port, healthy, stop_daemon
 
 STT = "whisper-base"
@@ -215,6 +217,28 @@ def test_an_upload_that_is_not_audio_is_400(daemon: Daemon) -> None:
         daemon.client().audio.transcriptions.create(model=STT, file=("notes.wav", b"this is text, not sound" * 50,
                                                                      "audio/wav"))
     assert e.value.status_code == 400 and e.value.code == "not_audio"
+
+
+def test_an_mp3_whose_header_understates_its_length_is_refused_at_max_audio_s(daemon: Daemon) -> None:
+    # Two minutes of MP3 whose Info header claims 10 frames (a third of a second): the probe once believed the
+    # header and whisper then transcribed all of it. The length is what decoding finds, and decoding stops at 60 s.
+    lie = lying_mp3(120.0, claimed_frames=10)
+    daemon.cli("config", "set", "max_audio_s", "60")
+    try:
+        with pytest.raises(openai.BadRequestError) as e:
+            daemon.client().audio.transcriptions.create(model=STT, file=("short.mp3", lie, "audio/mpeg"))
+    finally:
+        daemon.cli("config", "set", "max_audio_s", "3600")
+    assert e.value.status_code == 400 and e.value.code == "audio_too_long"
+    assert e.value.body["type"] == "invalid_request_error"  # type: ignore[index]
+    assert "longer than the limit of 60 s (max_audio_s)" in e.value.message
+    refused = e.value.response.headers["x-blazar-trace-id"]
+    # Refused once the key's checks passed, as the request's content was read: recorded, and the whisper child was
+    # never asked (nothing routed).
+    steps = daemon.wait_trace(refused, "request.rejected")
+    assert [s["type"] for s in steps] == ["request.received", "request.rejected"]
+    assert steps[-1]["data"]["reason"] == "invalid_request" and "max_audio_s" in steps[-1]["data"]["detail"]
+    assert not list((daemon.home / "uploads").glob("*"))  # and the upload is gone
 
 
 def test_an_upload_over_max_audio_mib_is_413(daemon: Daemon) -> None:

@@ -2,7 +2,7 @@
 llama-server, Gemma 3 270M and a tiny gemma3 projector written at test time (tests/support/tiny_mmproj.py). The
 projector's weights are random, so these tests assert the plumbing, never the words: the image reaches the engine
 (more prompt tokens than the same chat without it), its bytes reach no file of the home (log, WAL, audit export),
-and every refusal is a 400 in the caller's own shape before any load."""
+and every refusal (a JPEG of thousands of scans among them) is a 400 in the caller's own shape before any load."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import openai
 import pytest
 from PIL import Image
 
+from tests.support.hostile_media import many_scan_jpeg, progressive_jpeg
 from tests.support.sdk_daemons import OpenAIDaemon
 from tests.support.serving import blazar_cli, serving_gemma
 from tests.support.tiny_mmproj import write_tiny_mmproj
@@ -186,6 +187,26 @@ def test_bytes_that_are_not_an_image_and_requests_over_the_bounds_are_400s(daemo
     r = httpx2.post(f"{daemon.base}/v1/chat/completions", trust_env=False, timeout=60, json={
         "model": SEER, "messages": [{"role": "user", "content": [image_part(f"data:image/png;base64,{big}")]}]})
     assert r.status_code == 413
+
+
+def test_a_jpeg_of_thousands_of_scans_is_refused_in_each_shape(daemon: OpenAIDaemon) -> None:
+    # A progressive JPEG with one scan repeated 5,000 times (265 KB): every scan is decoded over the whole image, so
+    # such a file costs seconds at a few megapixels. Its scans are counted from its bytes, before any decode.
+    scans = base64.b64encode(many_scan_jpeg(5000)).decode()
+    told = "the JPEG has 5000 scans, over the 100 an image may have"
+    with pytest.raises(openai.BadRequestError) as e:
+        openai_chat(daemon, SEER, image_part(f"data:image/jpeg;base64,{scans}"))
+    assert e.value.status_code == 400 and e.value.code == "image_too_complex" and told in e.value.body["message"]
+    with pytest.raises(anthropic.BadRequestError) as a:
+        an(daemon).messages.create(model=SEER, max_tokens=2, messages=[{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": scans}}]}])
+    assert a.value.body["error"]["type"] == "invalid_request_error" and told in a.value.body["error"]["message"]
+    with pytest.raises(ollama.ResponseError) as o:
+        ol(daemon).chat(model=SEER, messages=[{"role": "user", "content": "x", "images": [scans]}])
+    assert o.value.status_code == 400 and told in o.value.error
+    # The same picture as its encoder wrote it (10 scans) is served.
+    fine = base64.b64encode(progressive_jpeg()).decode()
+    assert openai_chat(daemon, SEER, image_part(f"data:image/jpeg;base64,{fine}")).usage is not None
 
 
 class _Images(BaseHTTPRequestHandler):

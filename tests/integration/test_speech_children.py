@@ -17,6 +17,8 @@ import openai
 import pytest
 
 from blazar.adapters.audio import PiperClient, SpeechEncoder, Synthesized, probe, speak
+from blazar.adapters.engines.kinds import MAX_AUDIO_FIELD
+from tests.support.hostile_media import lying_mp3
 from tests.support.speech_children import Child, piper_child, whisper_child, word_errors
 
 pytest.importorskip("faster_whisper", reason="the stt extra (faster-whisper) is not installed")
@@ -146,6 +148,22 @@ def test_not_audio_is_400_and_an_oversized_body_413(sdk: openai.OpenAI) -> None:
     with pytest.raises(openai.APIStatusError) as big:
         sdk.audio.transcriptions.create(model="whisper-1", file=("big.wav", b"\0" * (MAX_BYTES + 1)))
     assert big.value.status_code == 413
+
+
+def test_the_child_stops_decoding_at_the_bound_the_gateway_names(sdk: openai.OpenAI) -> None:
+    # Two minutes of MP3 whose header claims a third of a second: the child measures it by decoding, and stops at
+    # the bound in the form (the gateway sends its max_audio_s with every request), so it transcribes none of it.
+    lie = lying_mp3(120.0, claimed_frames=10)
+    with pytest.raises(openai.BadRequestError) as e:
+        sdk.audio.transcriptions.create(model="whisper-1", file=("short.mp3", lie),
+                                        extra_body={MAX_AUDIO_FIELD: "10"})
+    assert (e.value.body["code"], e.value.body["param"]) == ("audio_too_long", "file")  # type: ignore[index]
+    assert "longer than the limit of 10 s (max_audio_s)" in e.value.message
+    # Within the bound the same file is as long as its frames, whatever its header says.
+    short = lying_mp3(4.0, claimed_frames=10)
+    raw = sdk.audio.transcriptions.with_raw_response.create(model="whisper-1", file=("short.mp3", short),
+                                                            extra_body={MAX_AUDIO_FIELD: "10"})
+    assert float(raw.headers["x-audio-seconds"]) == pytest.approx(4.0, abs=0.1)
 
 
 def test_mp3_and_opus_uploads_decode_like_wav(sdk: openai.OpenAI, piper: Child) -> None:

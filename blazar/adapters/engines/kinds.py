@@ -45,6 +45,9 @@ ROUTE_PATHS: dict[str, str] = {
 MiB = 1 << 20
 # The header Blazar's whisper child puts on every answer: the duration of the audio it decoded, in seconds.
 AUDIO_SECONDS_HEADER = "x-audio-seconds"
+# The form field in which the gateway tells the whisper child the longest audio a request may hold (its max_audio_s):
+# the child stops decoding past it (blazar/children/whisper.py MAX_AUDIO_FIELD, the same name).
+MAX_AUDIO_FIELD = "blazar_max_audio_s"
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """blazar/adapters/audio.py on audio made at test time with FFmpeg's own encoders (through `av`): `probe` reads
-what a file is and refuses what is not audio, every speech format `SpeechEncoder` streams decodes back to the
-length that went in, and text is cut into the sentences piper speaks one at a time."""
+what a file is, refuses what is not audio, and measures its length by decoding it (an MP3 whose header lies is as
+long as its frames, and decoding stops at the limit: the packets it read are counted), every speech format
+`SpeechEncoder` streams decodes back to the length that went in, and text is cut into the sentences piper speaks one
+at a time."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from blazar.adapters.audio import (
     split_sentences,
 )
 from blazar.errors import AudioError, AudioTooLong, NotAudio
+from tests.support.hostile_media import MP3_FRAME_SAMPLES, MP3_RATE, CountingContainer, count_packets, lying_mp3
 
 PIPER_RATE = 22_050
 
@@ -82,11 +85,48 @@ def test_what_is_not_audio_is_refused_as_a_400(data: bytes) -> None:
     assert isinstance(e.value, AudioError) and e.value.http_status == 400
 
 
-def test_a_duration_over_the_limit_is_refused_with_both_numbers() -> None:
+def test_a_duration_over_the_limit_is_refused_naming_the_limit() -> None:
     clip = encoded("wav", "pcm_s16le", 3.0)
     assert probe(clip, max_duration_s=5).duration_s == pytest.approx(3.0, abs=0.01)
-    with pytest.raises(AudioTooLong, match=r"3\.0 s long; the limit is 2 s"):
+    with pytest.raises(AudioTooLong, match=r"longer than the limit of 2 s \(max_audio_s\)"):
         probe(clip, max_duration_s=2)
+
+
+def stated_seconds(data: bytes) -> float:
+    """The length the file says it has (FFmpeg's reading of its headers), without decoding a frame."""
+    with av.open(io.BytesIO(data)) as c:
+        stream = c.streams.audio[0]
+        return float(stream.duration * stream.time_base)
+
+
+@pytest.fixture
+def opened(monkeypatch: pytest.MonkeyPatch) -> list[CountingContainer]:
+    """Every container `probe` opens, counting its packets."""
+    return count_packets(monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def lie() -> bytes:
+    """Two minutes of MP3 whose Info header claims 10 frames."""
+    return lying_mp3(120.0, claimed_frames=10)
+
+
+def test_an_mp3_whose_header_claims_10_frames_is_as_long_as_decoding_finds(lie: bytes) -> None:
+    assert stated_seconds(lie) < 1.0  # what the Info header says, and what the probe once believed
+    assert probe(lie).duration_s == pytest.approx(120.0, abs=0.1)
+    assert probe(lie, max_duration_s=130).duration_s == pytest.approx(120.0, abs=0.1)
+
+
+def test_decoding_stops_the_moment_it_passes_the_limit(lie: bytes, opened: list[CountingContainer]) -> None:
+    with pytest.raises(AudioTooLong, match=r"longer than the limit of 10 s \(max_audio_s\)") as e:
+        probe(lie, max_duration_s=10)
+    assert e.value.http_status == 400 and e.value.code == "audio_too_long"
+    # The file holds 120 s in 3,333 frames (576 samples at 16 kHz, 36 ms each); 10 s is 278 of them. The probe read
+    # the packets up to the limit (the decoder answers a packet or two behind) and no more: the other 3,000 frames
+    # of the upload were never read.
+    at_limit = math.ceil(10 * MP3_RATE / MP3_FRAME_SAMPLES)
+    [container] = opened
+    assert at_limit < container.packets <= at_limit + 4, container.packets
 
 
 def test_a_streamed_wav_without_lengths_is_counted_by_decoding() -> None:

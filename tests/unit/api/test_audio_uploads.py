@@ -1,9 +1,12 @@
 """The audio routes' uploads directory: a transcription's file lives there only while its request runs, so what a
-daemon that died mid-request left behind (someone's audio) is removed before the next one serves."""
+daemon that died mid-request left behind (someone's audio) is removed before the next one serves. And the form the
+whisper child is sent: the client's fields, and the gateway's bound on the audio's length, which no client sets."""
 
 from __future__ import annotations
 
-from blazar.api.audio import clear_uploads, path_limits, uploads_dir
+from blazar.adapters.engines.kinds import MAX_AUDIO_FIELD
+from blazar.api.audio import _multipart, _Upload, clear_uploads, path_limits, uploads_dir
+from blazar.children.whisper import parse_form
 from blazar.context import Blazar
 
 
@@ -22,3 +25,14 @@ def test_the_upload_routes_body_bound_is_the_audio_bound_not_max_body_mib() -> N
     limits = path_limits(25)
     assert set(limits) == {"/v1/audio/transcriptions", "/v1/audio/translations"}
     assert all(25 << 20 < v < 26 << 20 for v in limits.values())
+
+
+def test_the_child_is_told_the_gateways_max_audio_s_and_never_a_clients() -> None:
+    up = _Upload()
+    up.fields = {"model": ["whisper-base"], "language": ["en"], MAX_AUDIO_FIELD: ["999999"]}
+    content_type, body = _multipart(up, b"ID3 the audio", 10.0)
+    form = parse_form(body, content_type)
+    assert form[MAX_AUDIO_FIELD] == (None, b"10.0")
+    assert body.count(MAX_AUDIO_FIELD.encode()) == 1  # the client's is dropped, not merely outvoted
+    assert form["model"] == (None, b"whisper-base") and form["language"] == (None, b"en")
+    assert form["file"] == ("audio", b"ID3 the audio")

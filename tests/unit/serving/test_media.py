@@ -11,16 +11,17 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from PIL import Image
+from PIL import Image, ImageFile
 
 from blazar.adapters.image_fetch import fetch_image, is_public
-from blazar.adapters.images import inspect_audio, inspect_image
+from blazar.adapters.images import MAX_JPEG_SCANS, inspect_audio, inspect_image, jpeg_scans
 from blazar.config import Settings
 from blazar.errors import DialectError, Refused
 from blazar.projections.catalog import CatalogProjection, CatalogState
 from blazar.serving import media
 from blazar.serving.media import check_projector, media_parts, prepare
 from blazar.serving.request import Request
+from tests.support.hostile_media import many_scan_jpeg, progressive_jpeg
 
 
 def picture(fmt: str = "PNG", size: tuple[int, int] = (32, 24)) -> bytes:
@@ -81,6 +82,39 @@ def test_a_decompression_bomb_is_refused_from_its_header_without_decoding() -> N
     with pytest.raises(DialectError) as e:
         inspect_image(bomb, where="x", max_pixels=33_000_000)
     assert e.value.code in ("image_too_large", "invalid_image")
+
+
+def test_a_progressive_jpeg_as_encoders_write_it_is_accepted() -> None:
+    raw = progressive_jpeg()
+    assert jpeg_scans(raw) == 10  # libjpeg's progressive script for a colour image
+    assert inspect_image(raw, where="x", max_pixels=10**6).media_type == "image/jpeg"
+    assert inspect_image(many_scan_jpeg(MAX_JPEG_SCANS), where="x", max_pixels=10**6).media_type == "image/jpeg"
+
+
+def test_a_jpeg_of_too_many_scans_is_refused_from_its_bytes_without_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = many_scan_jpeg(MAX_JPEG_SCANS + 1)
+    with Image.open(io.BytesIO(raw)) as img:  # a JPEG Pillow decodes, every one of its scans
+        img.load()
+    decoded: list[object] = []
+    real = ImageFile.ImageFile.load
+
+    def load(self: ImageFile.ImageFile) -> object:
+        decoded.append(self)
+        return real(self)
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", load)
+    with pytest.raises(DialectError) as e:
+        inspect_image(raw, where="messages[0].content[0]", max_pixels=10**6)
+    assert (e.value.http_status, e.value.code) == (400, "image_too_complex")
+    assert e.value.message.startswith(f"messages[0].content[0]: the JPEG has {MAX_JPEG_SCANS + 1} scans, over the "
+                                      f"{MAX_JPEG_SCANS} an image may have")
+    assert decoded == []  # counted from the bytes: not one scan was decoded
+
+
+def test_an_mpo_is_read_as_the_jpeg_it_is() -> None:
+    out = io.BytesIO()
+    Image.new("RGB", (16, 16)).save(out, "MPO", save_all=True, append_images=[Image.new("RGB", (16, 16), (9, 9, 9))])
+    assert inspect_image(out.getvalue(), where="x", max_pixels=10**6).media_type == "image/jpeg"
 
 
 def test_audio_formats_are_read_from_the_bytes() -> None:
