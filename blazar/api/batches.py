@@ -26,7 +26,7 @@ from blazar.dialects import responses as responses_dialect
 from blazar.errors import BatchConflict, DialectError
 from blazar.events.batches import BatchCancelling, BatchCreated, BatchEndpoint
 from blazar.queries.batches import batch_json, created_row, own_batch, own_batches, own_file
-from blazar.serving.batch_lines import Ask, Build, window_seconds
+from blazar.serving.batch_lines import MAX_WINDOW_CHARS, Ask, Build, window_seconds
 from blazar.serving.conversations import Conversations, responses_request, serve_as
 from blazar.serving.gateway import Gateway
 from blazar.serving.request import Request
@@ -40,8 +40,8 @@ class CreateBody(BaseModel):
     model_config = ConfigDict(extra="ignore")  # output_expires_after: the files stay until deleted
 
     input_file_id: StrictStr = Field(min_length=1, max_length=80)
-    endpoint: StrictStr
-    completion_window: StrictStr
+    endpoint: StrictStr = Field(max_length=80)
+    completion_window: StrictStr = Field(max_length=MAX_WINDOW_CHARS)  # recorded: bounded
     metadata: dict[StrictStr, StrictStr] | None = None
 
 
@@ -97,12 +97,13 @@ class Batches:
             raise DialectError(f"the file {source.file_id} was uploaded with purpose {source.purpose!r}; a batch's "
                                "input is uploaded with purpose 'batch'", code="invalid_request")
         batch_id = new_batch_id()
-        await asyncio.to_thread(self.store.link_input, batch_id, source.file_id)
+        copied = await asyncio.to_thread(self.store.link_input, batch_id, source.file_id)
         endpoint: Any = body.endpoint
         # The answer is the batch as created (`validating`, as OpenAI answers): the runner may already be past it.
-        [created] = await record(self.app, [BatchCreated(batch_id=batch_id, owner=owner, input_file_id=source.file_id,
-                                                         endpoint=endpoint, completion_window=body.completion_window,
-                                                         window_s=window_s, metadata=body.metadata)], principal)
+        [created] = await record(self.app, [BatchCreated(
+            batch_id=batch_id, owner=owner, input_file_id=source.file_id, endpoint=endpoint,
+            completion_window=body.completion_window.strip(), window_s=window_s, metadata=body.metadata,
+            input_bytes=source.bytes, input_copied=copied)], principal)
         resp.media = batch_json(created_row(created))
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
