@@ -22,10 +22,6 @@ CHUNK = 1 << 20
 _NOT_SPACE = re.compile(rb"[^ \t\n\r\x0b\x0c]")
 
 
-class LineTooLong(ValueError):
-    """A line longer than the bound its reader was given."""
-
-
 @dataclass(frozen=True, slots=True)
 class Span:
     """One request line: its 1-based number in the file, its byte offset and length (the newline not counted), and
@@ -106,17 +102,16 @@ def index(path: Path) -> array[int]:
     return offsets
 
 
-def read_line(path: Path, offset: int, max_bytes: int) -> bytes:
-    """The line of the file that starts at `offset`, its newline dropped; LineTooLong past `max_bytes`."""
+def read_line(path: Path, offset: int, max_bytes: int) -> bytes | None:
+    """The line of the file that starts at `offset`, its newline dropped; None when it is longer than `max_bytes`."""
     with path.open("rb") as handle:
         return read_at(handle, offset, max_bytes)
 
 
-def read_at(handle: BinaryIO, offset: int, max_bytes: int) -> bytes:
-    """The line that starts at `offset`, its newline dropped; LineTooLong past `max_bytes` (nothing more is read)."""
+def read_at(handle: BinaryIO, offset: int, max_bytes: int) -> bytes | None:
+    """The line that starts at `offset`, its newline dropped; None when it is longer than `max_bytes` (nothing more
+    than `max_bytes` + 1 bytes is read)."""
     handle.seek(offset)
     raw = handle.readline(max_bytes + 1)
     data = raw[:-1] if raw.endswith(b"\n") else raw
-    if len(data) > max_bytes:
-        raise LineTooLong(f"the line at byte {offset} is longer than {max_bytes} bytes")
-    return data
+    return None if len(data) > max_bytes else data

@@ -234,14 +234,14 @@ class BatchRunner:
 
     async def _line(self, b: BatchRow, index: int, offset: int) -> None:
         """Line `index` read from the batch's input (at `offset`), run, its result written and recorded."""
+        limit = self._max_line_bytes()
         try:
-            raw = await asyncio.to_thread(batch_input.read_line, self.store.input_path(b.batch_id), offset,
-                                          self._max_line_bytes())
+            raw = await asyncio.to_thread(batch_input.read_line, self.store.input_path(b.batch_id), offset, limit)
+            if raw is None:  # max_body_mib lowered since the batch was validated
+                await self._done(b, index, Line(custom_id="", body={}), new_trace_id(), 413, _error_body(
+                    f"the line is longer than {limit} bytes (max_body_mib)", 413, "line_too_large"))
+                return
             line = batch_lines.parse(raw)
-        except batch_input.LineTooLong as e:  # max_body_mib lowered since the batch was validated
-            await self._done(b, index, Line(custom_id="", body={}), new_trace_id(), 413,
-                             _error_body(f"{e} (max_body_mib)", 413, "line_too_large"))
-            return
         except (OSError, ValueError, KeyError, TypeError) as e:  # the input changed under the batch
             await self._done(b, index, Line(custom_id="", body={}), new_trace_id(), 500,
                              _error_body(f"the line could not be read again from the batch's input: {e}", 500,
@@ -396,7 +396,8 @@ def _expired_lines(path: Path, offsets: list[int], max_line_bytes: int) -> Itera
     with handle:
         for offset in offsets:
             try:
-                custom_id = batch_lines.parse(batch_input.read_at(handle, offset, max_line_bytes)).custom_id
+                raw = batch_input.read_at(handle, offset, max_line_bytes)
+                custom_id = batch_lines.parse(raw).custom_id if raw is not None else ""
             except (OSError, ValueError, KeyError, TypeError):
                 custom_id = ""
             yield batch_lines.expired(custom_id)
