@@ -224,16 +224,16 @@ def storage_used(state: BatchesState, owner: str) -> int:
     open batch still holds on disk: its own copy, or its link to a file deleted since (each such file once)."""
     raw = _raw(state)
     files: dict[str, dict[str, Any]] = raw["files"]
-    used = sum(f["bytes"] for f in files.values() if f["owner"] == owner)
+    used: int = sum(int(f["bytes"]) for f in files.values() if f["owner"] == owner)
     held: dict[str, int] = {}
     for b in raw["batches"].values():
         if b["owner"] != owner or b["status"] not in OPEN:
             continue
-        used += b["result_bytes"]
+        used += int(b["result_bytes"])
         if b["input_copied"]:
-            used += b["input_bytes"]
+            used += int(b["input_bytes"])
         elif b["input_file_id"] not in files:
-            held[b["input_file_id"]] = b["input_bytes"]
+            held[b["input_file_id"]] = int(b["input_bytes"])
     return used + sum(held.values())
 
 

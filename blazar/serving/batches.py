@@ -20,6 +20,11 @@ requests (blazar/serving/admission.py). At most `batch_concurrency` lines are in
 while it generates: a line is never pre-empted, so an interactive request that finds every slot busy waits at most
 for the first slot to free). A line refused for want of room (queue full or timed out, a key's rate limit) is tried
 again after a pause, not failed.
+
+A batch's output counts against its key's storage quota as it is written (blazar/serving/storage.py): each line's
+result is kept only if it fits, and a line starts only while there is room. A result that does not fit stops the
+batch: once the lines in flight land it ends `failed` (`storage_quota_exceeded` in its errors), its output and
+error files holding every result kept so far, complete and in order. Nothing is written past the quota.
 """
 
 from __future__ import annotations
@@ -27,13 +32,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
 import logging
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
@@ -43,24 +47,22 @@ from blazar.errors import DialectError, Refused
 from blazar.events.base import Event
 from blazar.events.batches import (
     BATCH_ID,
-    BatchCancelled,
-    BatchCompleted,
     BatchError,
-    BatchExpired,
     BatchFailed,
     BatchLineDone,
     BatchValidated,
-    FileUploaded,
 )
 from blazar.ids import new_trace_id
 from blazar.projections.batches import BatchesState, BatchRow, batch_row, done_lines, line_done, open_batches
 from blazar.projections.keys import key as key_named
-from blazar.serving import batch_input, batch_lines
+from blazar.serving import batch_input, batch_lines, batch_output
 from blazar.serving.admission import BACKGROUND_PRIORITY
 from blazar.serving.batch_lines import Ask, Build, Line
+from blazar.serving.batch_output import Ending
 from blazar.serving.gateway import Gateway
 from blazar.serving.principal import Principal
 from blazar.serving.request import Answer
+from blazar.serving.storage import Storage, ledger, storage
 from blazar.serving.tenancy import tenant_of
 from blazar.store.files import FileStore
 
@@ -70,15 +72,6 @@ TICK_S = 0.5  # how often the runner looks for new work (a batch created, cancel
 # Refusals that say "not now" rather than "not this": the line waits and is tried again.
 _RETRY = frozenset({"queue_full", "queue_timeout", "global_cap", "rate_limit_exceeded", "shutting_down"})
 _RETRY_MAX_S = 30.0
-
-Ending = Literal["completed", "cancelled", "expired"]
-
-
-def derived_file_id(batch_id: str, which: str) -> str:
-    """The id of a batch's output or error file, the same however often its finishing is tried again (a crash
-    between writing it and recording it leaves no second copy)."""
-    return "file-" + hashlib.sha256(f"{batch_id}:{which}".encode()).hexdigest()[:24]
-
 
 class BatchRunner:
     def __init__(self, app: Blazar, gateway: Gateway, ask: Ask, store: FileStore | None = None, *,
@@ -94,6 +87,9 @@ class BatchRunner:
         # Each open batch's line offsets (8 bytes a line; its lines are read from disk when they run), no line.
         self._offsets: dict[str, array[int]] = {}
         self._cursor: dict[str, int] = {}  # per batch: no line below this index is waiting to start
+        self._ledger = ledger(app.paths)  # what is on its way to disk per key (shared with the upload route)
+        # Batches stopped for want of storage: no line starts; once none runs they end failed with this error.
+        self._halted: dict[str, BatchError] = {}
         self._flying: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
 
@@ -143,6 +139,8 @@ class BatchRunner:
                 await self._validate(b)
             elif running:
                 continue
+            elif b.batch_id in self._halted:
+                await self._finish(b, "failed", [self._halted.pop(b.batch_id)])
             elif now >= b.expires_at and b.completed + b.failed < b.total:
                 await self._finish(b, "expired")
             elif b.status == "cancelling":
@@ -172,7 +170,11 @@ class BatchRunner:
         its index and its byte offset in the batch's input."""
         state = self._state()
         for b in open_batches(state):
-            if b.status != "in_progress" or now >= b.expires_at:
+            if b.status != "in_progress" or now >= b.expires_at or b.batch_id in self._halted:
+                continue
+            held = self._storage(b.owner)
+            if held.room == 0:  # no result could be kept: the batch stops before another line runs
+                self._halt(b.batch_id, held.refusal("no room is left for the next line's answer").message)
                 continue
             offsets = await self._offsets_of(b)
             if offsets is None:
@@ -266,14 +268,32 @@ class BatchRunner:
         await self._done(b, index, line, trace_id, status, body)
 
     async def _done(self, b: BatchRow, index: int, line: Line, trace_id: str, status: int, body: Any) -> None:
-        """The line's result written to the content store, then its `batch.line_done`."""
+        """The line's result written to the content store, then its `batch.line_done`; when the result does not fit
+        its key's storage, neither (the batch stops)."""
         prompt, completion = batch_lines.usage_of(body)
         data = batch_lines.answered(line.custom_id, trace_id, status, body)
-        await asyncio.to_thread(self.store.write_line, b.batch_id, index, data)
-        await self._record([BatchLineDone(batch_id=b.batch_id, index=index,
-                                          status="completed" if 200 <= status < 300 else "failed",
-                                          status_code=status, trace_id=trace_id, prompt_tokens=prompt,
-                                          completion_tokens=completion, result_bytes=len(data))], b.owner)
+        held = self._storage(b.owner)
+        if not held.fits(len(data)):
+            self._halt(b.batch_id, held.refusal(f"the answer to request {index + 1} of the batch ({len(data)} bytes) "
+                                                "does not fit", len(data)).message)
+            return
+        # NOTE: held from the check until its batch.line_done is folded (no await between the check and the hold).
+        with self._ledger.holding_bytes(b.owner, len(data)):
+            await asyncio.to_thread(self.store.write_line, b.batch_id, index, data)
+            await self._record([BatchLineDone(batch_id=b.batch_id, index=index,
+                                              status="completed" if 200 <= status < 300 else "failed",
+                                              status_code=status, trace_id=trace_id, prompt_tokens=prompt,
+                                              completion_tokens=completion, result_bytes=len(data))], b.owner)
+
+    def _storage(self, owner: str) -> Storage:
+        """What the batch's key holds (recorded, and on its way) against its storage quota, as the key is now."""
+        k = key_named(self.app.runner.state("keys"), owner.removeprefix("key:")) if owner else None
+        return storage(self._state(), self._ledger, owner, k, self.app.settings())
+
+    def _halt(self, batch_id: str, message: str) -> None:
+        """Stop the batch for want of storage: no line of it starts again; it ends failed once none runs."""
+        self._halted.setdefault(batch_id, BatchError(code="storage_quota_exceeded", message=message))
+        self._wake.set()
 
     async def _ask(self, b: BatchRow, line: Line, trace_id: str) -> tuple[int, Any]:
         """The line through the pipeline as its owner: (status, the answer's body)."""
@@ -316,60 +336,17 @@ class BatchRunner:
 
     # -- the end -------------------------------------------------------------------------------------------------------
 
-    async def _finish(self, b: BatchRow, ending: Ending) -> None:
-        """Write the output and error files from the lines' results on disk (in input order, a line at a time), then
-        record them and the batch's end in one append."""
+    async def _finish(self, b: BatchRow, ending: Ending, errors: list[BatchError] | None = None) -> None:
+        """Write the output and error files from the lines' results on disk, then record them and the batch's end
+        in one append (`errors`: why it failed, for a batch that ends failed); its working files go after."""
         done = done_lines(self._state(), b.batch_id)
-        unfinished = [i for i in range(b.total) if i not in done] if ending == "expired" else []
-        offsets: array[int] | None = None
-        if unfinished:
-            try:
-                offsets = self._offsets.get(b.batch_id) or await asyncio.to_thread(
-                    batch_input.index, self.store.input_path(b.batch_id))
-            except OSError:
-                offsets = None  # the input is gone: the unfinished lines cannot be named, only counted
-        events: list[Event] = []
-        files: dict[str, str | None] = {}
-        for which in ("output", "error"):
-            answered = [i for i in sorted(done) if done[i] == (which == "output")]
-            expired = unfinished if which == "error" and offsets is not None and len(offsets) == b.total else []
-            files[which] = None
-            if not answered and not expired:
-                continue
-            file_id = derived_file_id(b.batch_id, which)
-            content = self._content(b.batch_id, answered, expired, offsets)
-            stored = await asyncio.to_thread(self.store.write_file, file_id, content)
-            if not stored.bytes:  # none of its lines' results was on disk (a home restored without them)
-                await asyncio.to_thread(self.store.remove_file, file_id)
-                continue
-            events.append(FileUploaded(file_id=file_id, owner=b.owner, filename=f"{b.batch_id}_{which}.jsonl",
-                                       purpose="batch_output", bytes=stored.bytes, sha256=stored.sha256,
-                                       batch_id=b.batch_id))
-            files[which] = file_id
-        out_id, err_id = files["output"], files["error"]
-        if ending == "completed":
-            events.append(BatchCompleted(batch_id=b.batch_id, output_file_id=out_id, error_file_id=err_id))
-        elif ending == "cancelled":
-            events.append(BatchCancelled(batch_id=b.batch_id, output_file_id=out_id, error_file_id=err_id))
-        else:
-            events.append(BatchExpired(batch_id=b.batch_id, output_file_id=out_id, error_file_id=err_id,
-                                       expired_lines=len(unfinished)))
+        events = await batch_output.ending(self.store, b, done, ending, errors or [], self._offsets.get(b.batch_id),
+                                           self._max_line_bytes())
         await self._record(events, b.owner)
         self._offsets.pop(b.batch_id, None)
         self._cursor.pop(b.batch_id, None)
+        self._halted.pop(b.batch_id, None)
         await asyncio.to_thread(self.store.remove_batch_work, b.batch_id)
-
-    def _content(self, batch_id: str, answered: list[int], expired: list[int],
-                 offsets: array[int] | None) -> Iterator[bytes]:
-        """A file's lines, read from disk one at a time as it is written (in a worker thread): the answered lines'
-        results, then a `batch_expired` line for each line that never ran (its custom_id read from the input)."""
-        for index in answered:
-            data = self.store.read_line(batch_id, index)
-            if data is not None:
-                yield data
-        if expired and offsets is not None:
-            path = self.store.input_path(batch_id)
-            yield from _expired_lines(path, [offsets[i] for i in expired], self._max_line_bytes())
 
     async def _record(self, events: Sequence[Event], owner: str) -> None:
         """Durable (control events), as the batch's owner where it is a key, and folded before the next step."""
@@ -382,25 +359,6 @@ def _check_file(path: Path, endpoint: str, ask: Ask, max_line_bytes: int) -> bat
     """Every line of the input file checked, read a chunk at a time (a worker thread's)."""
     with path.open("rb") as handle:
         return batch_lines.check(batch_input.spans(handle, keep=max_line_bytes), endpoint, ask, max_line_bytes)
-
-
-def _expired_lines(path: Path, offsets: list[int], max_line_bytes: int) -> Iterator[bytes]:
-    """A `batch_expired` line for each of these lines of the input, named by its custom_id (read from disk; a line
-    that cannot be read again is still there, with an empty custom_id)."""
-    try:
-        handle = path.open("rb")
-    except OSError:
-        for _ in offsets:
-            yield batch_lines.expired("")
-        return
-    with handle:
-        for offset in offsets:
-            try:
-                raw = batch_input.read_at(handle, offset, max_line_bytes)
-                custom_id = batch_lines.parse(raw).custom_id if raw is not None else ""
-            except (OSError, ValueError, KeyError, TypeError):
-                custom_id = ""
-            yield batch_lines.expired(custom_id)
 
 
 def _error_body(message: str, status: int, code: str) -> dict[str, Any]:

@@ -28,6 +28,8 @@ from blazar.projections.batches import (
     file_rows,
     line_done,
     open_batches,
+    open_count,
+    storage_used,
 )
 from tests.support.events import EPOCH, recs
 
@@ -137,3 +139,33 @@ def test_ids_that_could_name_a_path_are_refused() -> None:
                  created("batch_../x"))
     assert file_rows(s) == [] and batch_rows(s) == []
     assert len(s._raw["refused"]) == 2
+
+
+def test_what_an_owner_holds_is_its_files_its_open_batches_results_and_inputs_it_keeps_alive() -> None:
+    f2 = "file-" + "3" * 24
+    uploaded = FileUploaded(file_id=F, owner="key:alice", filename="in.jsonl", purpose="batch", bytes=1000,
+                            sha256="0" * 64)
+    other = FileUploaded(file_id=f2, owner="key:bob", filename="b.jsonl", purpose="batch", bytes=7, sha256="0" * 64)
+    big = BatchLineDone(batch_id=B, index=1, status="completed", status_code=200, trace_id="1" * 32,
+                        result_bytes=300)
+    events: list[object] = [uploaded, other, BatchCreated(batch_id=B, owner="key:alice", input_file_id=F,
+                                                          endpoint="/v1/chat/completions", completion_window="24h",
+                                                          window_s=60, input_bytes=1000),
+                            validated(3), done(0), big]
+    s = state_of(*events)
+    assert storage_used(s, "key:alice") == 1000 + 300 and storage_used(s, "key:bob") == 7
+    assert open_count(s, "key:alice") == 1 and open_count(s, "key:bob") == 0
+    # The file deleted: the batch's own link still holds its bytes, once however many batches hold it.
+    again = BatchCreated(batch_id=B2, owner="key:alice", input_file_id=F, endpoint="/v1/chat/completions",
+                         completion_window="24h", window_s=60, input_bytes=1000)
+    s = state_of(*events, again, FileDeleted(file_id=F, owner="key:alice"))
+    assert storage_used(s, "key:alice") == 1000 + 300 and open_count(s, "key:alice") == 2
+    # A copy (no hard links) holds its own.
+    copied = BatchCreated(batch_id=B2, owner="key:alice", input_file_id=F, endpoint="/v1/chat/completions",
+                          completion_window="24h", window_s=60, input_bytes=1000, input_copied=True)
+    assert storage_used(state_of(*events, copied), "key:alice") == 2000 + 300
+    # Ended, the results are in its output file, which is what counts then.
+    ended = [BatchCompleted(batch_id=B, output_file_id=OUT), FileUploaded(
+        file_id=OUT, owner="key:alice", filename="out.jsonl", purpose="batch_output", bytes=310, sha256="0" * 64)]
+    s = state_of(*events, *ended)
+    assert storage_used(s, "key:alice") == 1000 + 310 and open_count(s, "key:alice") == 0

@@ -273,3 +273,30 @@ async def test_a_batch_whose_input_lost_lines_since_validation_fails_after_a_res
     assert await run_until(restarted, batch_id, {"failed", "completed"}) == "failed"
     row = batch_row(app.runner.state("batches"), batch_id)
     assert row is not None and [e.code for e in row.errors] == ["file_changed"]
+
+
+async def test_an_answer_past_the_keys_storage_stops_the_batch_keeping_whole_files(app: Blazar) -> None:
+    from blazar.operations import keys
+    from blazar.projections.batches import storage_used
+
+    await keys.create(app, "writer", max_storage_bytes=1_000)
+    batch_id = await a_batch(app, b"".join(line(i) for i in range(10)), owner="key:writer")
+    pipeline = Pipeline()
+    runner = BatchRunner(app, pipeline, ask)  # type: ignore[arg-type]
+    assert await run_until(runner, batch_id, {"failed", "completed"}) == "failed"
+    row = batch_row(app.runner.state("batches"), batch_id)
+    assert row is not None and [e.code for e in row.errors] == ["storage_quota_exceeded"]
+    assert "of the 1000 bytes" in row.errors[0].message and row.failed == 0
+    kept = row.completed
+    assert 0 < kept < 10 and len(pipeline.seen) == kept + 1  # the answer that did not fit, then no other line
+    out = output(app, row.output_file_id)
+    assert [x["custom_id"] for x in out] == [f"c{i}" for i in range(kept)]
+    held = storage_used(app.runner.state("batches"), "key:writer")
+    assert held <= 1_000 and held == FileStore(app.paths).open_file(row.output_file_id).stat().st_size
+    # Full to the byte: a batch of the key's runs no line at all.
+    await keys.change_limits(app, "writer", {"max_storage_bytes": held})
+    full = await a_batch(app, line(0), owner="key:writer")
+    assert await run_until(runner, full, {"failed", "completed"}) == "failed"
+    assert len(pipeline.seen) == kept + 1
+    row = batch_row(app.runner.state("batches"), full)
+    assert row is not None and row.output_file_id is None and "no room" in row.errors[0].message
