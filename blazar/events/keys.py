@@ -75,8 +75,8 @@ class KeyRevoked(_KeyEvent):
 
 @register
 class KeyLimitsChanged(_KeyEvent):
-    """Only the fields in `changed` were set (a None in it means: no limit any more; `cache_group` None: none,
-    `may_prioritize` a bool)."""
+    """Only the fields in `changed` were set (a None in it means: no limit any more, or for `max_storage_bytes` and
+    `max_open_batches` the settings' again; `cache_group` None: none, `may_prioritize` a bool)."""
 
     TYPE = "key.limits_changed"
 
