@@ -87,9 +87,13 @@ def test_uploads_and_batch_creations_count_against_the_keys_rpm(served: tuple[Pa
         assert "rpm limit is 2" in e.value.message and int(e.value.response.headers["retry-after"]) >= 1
         assert e.value.body["code"] == "rate_limit_exceeded"  # type: ignore[index]
     assert len(c.files.list().data) == 1 and len(c.batches.list().data) == 1  # the refused ones made nothing
-    ev = rejected(home, e.value.response.headers["x-blazar-trace-id"])
+    trace = e.value.response.headers["x-blazar-trace-id"]
+    ev = rejected(home, trace)
     assert ev["actor"] == "key:two-a-minute" and ev["data"]["status"] == 429
     assert ev["data"]["observations"]["limit"] == "rpm"
+    upload_trace = next(r["trace_id"] for r in read_events(home, "request.received")
+                        if r["actor"] == "key:two-a-minute" and r["data"]["route"] == "/v1/files")
+    assert "rpm limit is 2" in blazar_cli(home, "why", upload_trace).stdout  # the refused upload, explained
 
 
 def test_uploads_and_batch_creations_wait_for_the_keys_concurrency_lease(served: tuple[Path, FakeDaemon],
