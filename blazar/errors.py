@@ -5,6 +5,7 @@
     ├── LogError                    the event log
     │   ├── UnknownEventType        a stored type no registry entry knows (names the seq)
     │   ├── MalformedEvent          a stored payload that does not validate (names the seq)
+    │   ├── EventTooLarge           a new event over `event_max_kib` encoded, refused where it is appended
     │   ├── AppendOnlyViolation     UPDATE/DELETE refused by the log's triggers
     │   ├── LogUnreachable     503  the log's database (PostgreSQL) cannot be reached: control changes wait
     │   ├── InvalidLogLocation 400  a log location that is neither a file path nor a PostgreSQL URL (a bad port)
@@ -156,6 +157,19 @@ class MalformedEvent(LogError):
         super().__init__(f"{where}: malformed {type_name!r} payload: {detail}")
         self.seq = seq
         self.type_name = type_name
+
+
+class EventTooLarge(LogError):
+    """An event whose payload encodes to more than the log takes (`event_max_kib`): raised where it is appended, so
+    the code that built it is named in the traceback; nothing of it is written. A client-supplied list or string that
+    reaches an event unbounded is the bug this catches."""
+
+    code = "event_too_large"
+
+    def __init__(self, type_name: str, size: int, limit: int) -> None:
+        super().__init__(f"a {type_name!r} event of {size} bytes is over the log's bound of {limit} bytes "
+                         f"(event_max_kib): the code that built it must bound what it carries")
+        self.type_name, self.size, self.limit = type_name, size, limit
 
 
 class AppendOnlyViolation(LogError):
