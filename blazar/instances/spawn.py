@@ -20,7 +20,7 @@ from blazar.adapters.engines.lora import lora_flags
 from blazar.adapters.engines.posture import posture_flags
 from blazar.confine import inside
 from blazar.context import Blazar
-from blazar.errors import EngineError, EngineIncompatible, LoadFailed, ModelNotFound, OutsideHome
+from blazar.errors import OWNER_SEES, EngineError, EngineIncompatible, LoadFailed, ModelNotFound, OutsideHome
 from blazar.events.instances import InstanceExited, InstanceReady, InstanceStarted, InstanceStarting
 from blazar.events.models import InstanceMemoryMeasured, ModelMetadata
 from blazar.events.sessions import KvIdentity
@@ -216,13 +216,20 @@ class Spawner:
         except process.LoadTimeout as e:
             await self.stopper.terminate(lv, "load_timeout", detail=f"not healthy after {e.waited_s:.1f} s")
             raise LoadFailed(f"{name} did not become ready within {settings.load_timeout_s:.0f} s (load_timeout_s); "
-                             f"the engine log: {lv.log_path}") from None
+                             f"the engine log: {lv.log_path}",
+                             public=f"{name} could not be loaded: it was not ready in time. Try again later; if it "
+                                    f"keeps failing, {OWNER_SEES}") from None
         except process.ProcessExited:
             assert lv.watcher is not None
             await lv.watcher  # the watcher records the exit (load_failed, or stopped when a user stopped it)
             tail = process.log_tail(lv.log_path, 5)
+            # NOTE: the engine's own words name the model's file, and a Python child's a traceback with the venv's
+            # paths: the owner's (the CLI, `blazar why`, the daemon log), never a key's.
             raise LoadFailed(f"{name} exited while loading (code {lv.proc.returncode}): "
-                             + (" | ".join(tail) or "no output") + f"; the engine log: {lv.log_path}") from None
+                             + (" | ".join(tail) or "no output") + f"; the engine log: {lv.log_path}",
+                             public=f"{name} could not be loaded: its engine exited while loading (exit code "
+                                    f"{lv.proc.returncode}). Try again later; if it keeps failing, {OWNER_SEES}"
+                             ) from None
         if lv.state == "stopping":
             raise LoadFailed(f"{name} was stopped while it loaded")
         inst.load_ms = int(waited * 1000)
