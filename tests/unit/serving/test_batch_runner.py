@@ -42,9 +42,6 @@ class Pipeline:
         self.hold, self.refuse = hold, dict(refuse or {})
         self.held = asyncio.Event()
 
-    async def check_media(self, request: Request) -> Request:
-        return request  # no images in these lines
-
     async def serve(self, request: Request) -> Answer:
         self.seen.append(request)
         prompt = request.parsed["prompt"]
