@@ -13,7 +13,8 @@ Knobs: FAKE_ENGINE_CHUNKS / --fake-chunks (tokens when a request sets no max_tok
 `fake_delay_ms`, and ask for `fake_stamp: true`: every content chunk then carries `"fake_sent_ns"`, the
 CLOCK_MONOTONIC time it was written, so a client on the same host can measure each chunk's one-way latency. A
 streamed request with `fake_hold_until: PATH` sends its first content chunk, then holds (its slot busy) until PATH
-exists: a test makes a request occupy its slot for exactly as long as it needs, whatever the machine's speed. A
+exists: a test makes a request occupy its slot for exactly as long as it needs, whatever the machine's speed (a chat
+that is not streamed, a batch line's, holds before its answer). A
 streamed chat whose last message ends with `fake_hold_first=PATH` (a field no dialect would carry through) sends its
 headers, then sends llama-server's keep-alive comment (`:`) and holds before any event until PATH exists: an engine
 still reading a long prompt. `timings_per_token: true` puts the timings so far on every content chunk, as
@@ -263,6 +264,8 @@ class Engine:
         finish = "length" if limited else "stop"
         if not body.get("stream"):
             t0 = time.perf_counter()
+            if isinstance(hold := body.get("fake_hold_until"), str):
+                await _file_appears(hold)
             payload = {
                 "choices": [{"finish_reason": finish, "index": 0,
                              "message": {"role": "assistant",

@@ -162,6 +162,17 @@ class Settings(BaseModel):
         description="Batch lines in flight at once across every batch (each holds a slot while it runs; they queue "
                     "behind every interactive request).",
     )
+    key_storage_max_mib: int = Field(
+        default=1024, ge=0, le=1 << 30,
+        description="MiB of /v1/files storage a key may hold unless it has its own --max-storage: its uploads and its "
+                    "batches' output and error files (an upload past it is a 413; a batch whose next answer does "
+                    "not fit fails, keeping the answers it has). 0: no limit.",
+    )
+    key_open_batches_max: int = Field(
+        default=16, ge=0, le=1_000_000,
+        description="Batches a key may have open at once (validating, in progress or cancelling) unless it has its "
+                    "own --max-open-batches (more is a 429). 0: no limit.",
+    )
     session_keep_s: float = Field(
         default=1800.0, ge=0.0, le=31_536_000.0,
         description="While a slot of an instance holds a session, the instance stays loaded this many seconds after "

@@ -86,7 +86,7 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
         rerank.add_routes(api, gateway)
         audio.add_routes(api, app, gateway)
         sessions.add_routes(api, gateway)
-        files.add_routes(api, app)
-        batches.add_routes(api, app)
+        files.add_routes(api, app, gateway)
+        batches.add_routes(api, app, gateway)
         openapi.add_routes(api)
     return api

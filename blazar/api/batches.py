@@ -4,6 +4,10 @@ batch is its key's: another key's is 404.
 
 `line_asker` is how a batch line's body meets the same validation as an interactive request to its endpoint: the
 route's own `ask` (blazar/api/openai.py) checks the body and gives the Request the runner sends through the pipeline.
+
+Making a batch is a request of its key's (blazar/api/charges.py): it counts against the key's rpm and concurrency
+(429), then its cap on open batches (429), then its storage (413 when no byte is left for the batch's output), before
+anything is read or linked.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from blazar.api import bounds
 from blazar.api.auth import principal_of
+from blazar.api.charges import Charges
 from blazar.api.files import not_found, owner_of, record
 from blazar.api.openai import ChatCompletions, Completions, Embeddings
 from blazar.api.proxy import Proxy
@@ -26,9 +31,10 @@ from blazar.dialects import responses as responses_dialect
 from blazar.errors import BatchConflict, DialectError
 from blazar.events.batches import BatchCancelling, BatchCreated, BatchEndpoint
 from blazar.queries.batches import batch_json, created_row, own_batch, own_batches, own_file
-from blazar.serving.batch_lines import Ask, Build, window_seconds
+from blazar.serving.batch_lines import MAX_WINDOW_CHARS, Ask, Build, window_seconds
 from blazar.serving.conversations import Conversations, responses_request, serve_as
 from blazar.serving.gateway import Gateway
+from blazar.serving.principal import Principal
 from blazar.serving.request import Request
 from blazar.store.files import FileStore, new_batch_id
 
@@ -40,8 +46,8 @@ class CreateBody(BaseModel):
     model_config = ConfigDict(extra="ignore")  # output_expires_after: the files stay until deleted
 
     input_file_id: StrictStr = Field(min_length=1, max_length=80)
-    endpoint: StrictStr
-    completion_window: StrictStr
+    endpoint: StrictStr = Field(max_length=80)
+    completion_window: StrictStr = Field(max_length=MAX_WINDOW_CHARS)  # recorded: bounded
     metadata: dict[StrictStr, StrictStr] | None = None
 
 
@@ -71,10 +77,23 @@ def line_asker(gateway: Gateway) -> tuple[Ask, Build]:
 
 
 class Batches:
-    def __init__(self, app: Blazar, store: FileStore) -> None:
-        self.app, self.store = app, store
+    def __init__(self, app: Blazar, store: FileStore, charges: Charges) -> None:
+        self.app, self.store, self.charges = app, store, charges
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        principal = principal_of(req)
+        owner = owner_of(principal)
+        with self.charges.lease(req, principal, "/v1/batches"):  # the key's rpm and concurrency, first
+            self.charges.check_open_batches(req, principal, owner, "/v1/batches")
+            room = self.charges.storage(owner, principal)
+            if room.room == 0:
+                self.charges.refuse(req, principal, "/v1/batches", room.refusal("no batch output fits"))
+            # NOTE: held from the check until batch.created is folded: two creates at once cannot both take the
+            # last open batch. No await between the check and the hold.
+            with self.charges.ledger.holding_batch(owner):
+                resp.media = await self._create(req, principal, owner)
+
+    async def _create(self, req: falcon.asgi.Request, principal: Principal | None, owner: str) -> dict[str, Any]:
         body = CreateBody.model_validate(await req.get_media())
         if body.endpoint not in ENDPOINTS:
             raise DialectError(f"endpoint {body.endpoint[:80]!r} is not one Blazar batches: {', '.join(ENDPOINTS)}",
@@ -88,8 +107,6 @@ class Batches:
                 len(k) > 64 or len(v) > 512 for k, v in body.metadata.items())):
             raise DialectError("metadata holds at most 16 pairs, keys of at most 64 characters and values of at most "
                                "512", code="invalid_request")
-        principal = principal_of(req)
-        owner = owner_of(principal)
         source = own_file(self.app, body.input_file_id, owner)
         if source is None:
             raise not_found("File", body.input_file_id)
@@ -97,13 +114,14 @@ class Batches:
             raise DialectError(f"the file {source.file_id} was uploaded with purpose {source.purpose!r}; a batch's "
                                "input is uploaded with purpose 'batch'", code="invalid_request")
         batch_id = new_batch_id()
-        await asyncio.to_thread(self.store.link_input, batch_id, source.file_id)
+        copied = await asyncio.to_thread(self.store.link_input, batch_id, source.file_id)
         endpoint: Any = body.endpoint
         # The answer is the batch as created (`validating`, as OpenAI answers): the runner may already be past it.
-        [created] = await record(self.app, [BatchCreated(batch_id=batch_id, owner=owner, input_file_id=source.file_id,
-                                                         endpoint=endpoint, completion_window=body.completion_window,
-                                                         window_s=window_s, metadata=body.metadata)], principal)
-        resp.media = batch_json(created_row(created))
+        [created] = await record(self.app, [BatchCreated(
+            batch_id=batch_id, owner=owner, input_file_id=source.file_id, endpoint=endpoint,
+            completion_window=body.completion_window.strip(), window_s=window_s, metadata=body.metadata,
+            input_bytes=source.bytes, input_copied=copied)], principal)
+        return batch_json(created_row(created))
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         limit = req.get_param_as_int("limit", min_value=1, max_value=100) or 20
@@ -147,8 +165,8 @@ class BatchCancel:
         resp.media = batch_json(row)
 
 
-def add_routes(api: falcon.asgi.App, app: Blazar) -> None:
+def add_routes(api: falcon.asgi.App, app: Blazar, gateway: Gateway) -> None:
     store = FileStore(app.paths)
-    api.add_route("/v1/batches", Batches(app, store))
+    api.add_route("/v1/batches", Batches(app, store, Charges(app, gateway)))
     api.add_route("/v1/batches/{batch_id}", Batch(app))
     api.add_route("/v1/batches/{batch_id}/cancel", BatchCancel(app))

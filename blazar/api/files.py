@@ -5,19 +5,24 @@ purpose, size and sha256 (`file.uploaded`, `file.deleted`), never its content (b
 Purposes: `batch` (a batch's input) and `user_data` are stored; the others OpenAI defines (fine-tuning, assistants,
 vision, evals) are for APIs Blazar does not have, and refused with a 400 that says so. `batch_output` is Blazar's
 own (a batch's output and error files).
+
+An upload is a request of its key's (blazar/api/charges.py): before a byte of its body is read it counts against
+the key's rpm and takes its concurrency lease (429), and the key's storage must have room (413); the body is
+written to disk only up to what is left of the quota, and the file is kept only if it still fits once whole.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import falcon
 import falcon.asgi
 from falcon.media.multipart import MultipartParseError
 
 from blazar.api.auth import principal_of
+from blazar.api.charges import Charges
 from blazar.config import Settings
 from blazar.context import Blazar, stamp_node
 from blazar.errors import DialectError, FileTooLarge
@@ -25,7 +30,10 @@ from blazar.events.base import Event, Recorded
 from blazar.events.batches import FileDeleted, FileUploaded
 from blazar.queries.batches import FileRow, file_json, own_file, own_files
 from blazar.serving.principal import Principal
-from blazar.store.files import FileStore, new_file_id
+from blazar.store.files import FileStore, Writing, new_file_id
+
+if TYPE_CHECKING:
+    from blazar.serving.gateway import Gateway
 
 STORED_PURPOSES = ("batch", "user_data")
 OTHER_PURPOSES = ("assistants", "fine-tune", "vision", "evals")
@@ -75,18 +83,28 @@ def _filename(name: str | None) -> str:
 class Files:
     multipart = True  # the edge lets this route's forms through (blazar/api/edge.py)
 
-    def __init__(self, app: Blazar, store: FileStore) -> None:
-        self.app, self.store = app, store
+    def __init__(self, app: Blazar, store: FileStore, charges: Charges) -> None:
+        self.app, self.store, self.charges = app, store, charges
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         if req.content_type is None or not req.content_type.startswith("multipart/form-data"):
             raise DialectError("upload a file as multipart/form-data with the fields `file` and `purpose`",
                                code="invalid_request")
-        limit = self.app.settings().files_max_bytes
+        principal = principal_of(req)
+        with self.charges.lease(req, principal, "/v1/files"):  # the key's rpm and concurrency, first
+            resp.media = await self._upload(req, principal)
+
+    async def _upload(self, req: falcon.asgi.Request, principal: Principal | None) -> dict[str, Any]:
+        owner = owner_of(principal)
+        room = self.charges.storage(owner, principal)
+        if room.room == 0:  # nothing of the body is read: the quota is full
+            self.charges.refuse(req, principal, "/v1/files", room.refusal("no file fits"), Connection="close")
+        files_max = self.app.settings().files_max_bytes
+        limit = files_max if room.room is None else min(files_max, room.room)
         form: Any = await req.get_media()
         purpose: str | None = None
         filename: str | None = None
-        writing = None
+        writing: Writing | None = None
         try:
             async for part in form:
                 if part.name == "purpose":
@@ -104,23 +122,31 @@ class Files:
                 why = "is for an API Blazar does not have" if purpose in OTHER_PURPOSES else "is not one OpenAI defines"
                 raise DialectError(f"purpose {purpose[:40]!r} {why}; Blazar stores files for "
                                    f"{' and '.join(STORED_PURPOSES)}", code="invalid_request")
+            # NOTE: checked again now, and held until recorded: another upload (or a batch line) of the key may have
+            # taken room while this one arrived. No await between the check and the hold.
+            now = self.charges.storage(owner, principal)
+            if not now.fits(writing.bytes):
+                self.charges.refuse(req, principal, "/v1/files",
+                                    now.refusal(f"this file of {writing.bytes} bytes does not fit", writing.bytes))
             file_id = new_file_id()
-            stored = await asyncio.to_thread(writing.keep, file_id)
+            with self.charges.ledger.holding_bytes(owner, writing.bytes):
+                stored = await asyncio.to_thread(writing.keep, file_id)
+                await record(self.app, [FileUploaded(file_id=file_id, owner=owner, filename=filename or "",
+                                                     purpose="batch" if purpose == "batch" else "user_data",
+                                                     bytes=stored.bytes, sha256=stored.sha256)], principal)
         except FileTooLarge as e:
+            if writing is not None and limit < files_max:  # the quota's room, not files_max_bytes, ended it
+                self.charges.refuse(req, principal, "/v1/files", self.charges.storage(owner, principal).refusal(
+                    f"this file, more than {limit} bytes, does not fit", writing.bytes), Connection="close")
             raise falcon.HTTPContentTooLarge(description=str(e), headers={"Connection": "close"}) from None
         except MultipartParseError as e:
             raise DialectError(f"the multipart form is malformed: {e.description}", code="invalid_request") from None
         finally:
             if writing is not None:
                 writing.discard()
-        principal = principal_of(req)
-        await record(self.app, [FileUploaded(file_id=file_id, owner=owner_of(principal), filename=filename or "",
-                                             purpose="batch" if purpose == "batch" else "user_data",
-                                             bytes=stored.bytes, sha256=stored.sha256)],
-                     principal)
-        row = own_file(self.app, file_id, owner_of(principal))
+        row = own_file(self.app, file_id, owner)
         assert row is not None
-        resp.media = file_json(row)
+        return file_json(row)
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         purpose = req.get_param("purpose")
@@ -182,8 +208,8 @@ class FileContent:
         resp.stream = chunks()
 
 
-def add_routes(api: falcon.asgi.App, app: Blazar) -> None:
+def add_routes(api: falcon.asgi.App, app: Blazar, gateway: Gateway) -> None:
     store = FileStore(app.paths)
-    api.add_route("/v1/files", Files(app, store))
+    api.add_route("/v1/files", Files(app, store, Charges(app, gateway)))
     api.add_route("/v1/files/{file_id}", File(app, store))
     api.add_route("/v1/files/{file_id}/content", FileContent(app, store))

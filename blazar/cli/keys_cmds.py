@@ -13,6 +13,7 @@ from blazar.cli.daemon_client import tell_daemon
 from blazar.context import Blazar
 from blazar.operations import keys as handlers
 from blazar.paths import Paths
+from blazar.queries.batches import storage_of
 from blazar.queries.keys import ApiKey, all_keys, key, usage
 
 app = typer.Typer(help="API keys: once one exists, every route but /health needs one (Authorization: Bearer, or "
@@ -24,6 +25,9 @@ _NAME = typer.Argument(help="The key's name (letters, digits, . _ -); it is the 
 _MODELS_HELP = "A model name or fnmatch glob (gemma*, qwen3:*) the key may use; repeat for more. Default: every model."
 _GROUP_HELP = ("Put the key in this cache group: keys of one group share sessions, prompt-cache reuse and shared "
                "generations (by default a key shares them with no other key).")
+_STORAGE_HELP = ("Bytes of /v1/files storage the key may hold: its uploads and its batches' output and error files "
+                 "(1GiB, 500MiB, or bytes). Default: the key_storage_max_mib setting (1 GiB).")
+_OPEN_BATCHES_HELP = "Batches the key may have open at once. Default: the key_open_batches_max setting (16)."
 _PRIORITIZE_HELP = ("Let the key use X-Blazar-Priority and deadlines (X-Blazar-Deadline-Ms) to go ahead in the queue; "
                     "without it they are ignored and the answer says so (x-blazar-ignored).")
 
@@ -36,7 +40,8 @@ def _row(app_: Blazar, k: ApiKey) -> dict[str, Any]:
     state = "revoked" if k.revoked else "expired" if k.expires_ts and k.expires_ts <= now else "live"
     return {**k.public(), "state": state, "requests_today": today.requests_today if today else 0,
             "tokens_today": today.tokens_today if today else 0,
-            "audio_seconds_today": round(today.audio_seconds_today, 3) if today else 0.0}
+            "audio_seconds_today": round(today.audio_seconds_today, 3) if today else 0.0,
+            "storage_used_bytes": storage_of(app_, f"key:{k.name}")}
 
 
 def _existing(app_: Blazar, name: str) -> ApiKey:
@@ -54,6 +59,13 @@ def _limits_text(k: dict[str, Any]) -> str:
     if k.get("may_prioritize"):
         parts.append("may_prioritize")
     return ", ".join(parts) or "-"
+
+
+def _size(text: str | None) -> int | None:
+    try:
+        return handlers.parse_size(text)
+    except handlers.KeyCommandError as e:
+        raise typer.BadParameter(e.message, param_hint="--max-storage") from None
 
 
 def _print_secret(name: str, secret: str, prefix: str, *, verb: str) -> None:
@@ -78,16 +90,22 @@ def create(
                                                 "3600 (seconds).")] = None,
     cache_group: Annotated[str | None, typer.Option("--cache-group", help=_GROUP_HELP)] = None,
     may_prioritize: Annotated[bool, typer.Option("--may-prioritize", help=_PRIORITIZE_HELP)] = False,
+    max_storage: Annotated[str | None, typer.Option("--max-storage", metavar="SIZE", help=_STORAGE_HELP)] = None,
+    max_open_batches: Annotated[int | None, typer.Option("--max-open-batches", min=1,
+                                                         help=_OPEN_BATCHES_HELP)] = None,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Create a key and print its secret, once."""
+    max_storage_bytes = _size(max_storage)
 
     async def go() -> tuple[dict[str, Any], str, Paths]:
         async with opened() as app_:
             rec, secret = await handlers.create(app_, name, models=models, rpm=rpm, tpm=tpm,
                                                 daily_tokens=daily_tokens, max_concurrent=max_concurrent,
                                                 admin=admin, expires=expires, cache_group=cache_group,
-                                                may_prioritize=may_prioritize, daily_audio_s=daily_audio_s)
+                                                may_prioritize=may_prioritize, daily_audio_s=daily_audio_s,
+                                                max_storage_bytes=max_storage_bytes,
+                                                max_open_batches=max_open_batches)
             return {**_row(app_, _existing(app_, name)), "seq": rec.seq}, secret, app_.paths
 
     row, secret, paths = run(go())
@@ -133,15 +151,16 @@ def show(name: Annotated[str, _NAME], as_json: bool = JSON_OPTION) -> None:
         print_json(row)
         return
     for field in ("name", "prefix", "state", "admin", "models", "rpm", "tpm", "daily_tokens", "daily_audio_s",
-                  "max_concurrent", "cache_group", "may_prioritize", "expires_ts", "created_ts", "rotated_ts",
+                  "max_concurrent", "max_storage_bytes", "max_open_batches", "cache_group", "may_prioritize",
+                  "expires_ts", "created_ts", "rotated_ts",
                   "revoked_ts", "actor",
-                  "requests_today", "tokens_today", "audio_seconds_today"):
+                  "requests_today", "tokens_today", "audio_seconds_today", "storage_used_bytes"):
         value = row.get(field)
         if field.endswith("_ts"):
             value = fmt_ts(value)
         elif field == "models":
             value = " ".join(row["models"]) or "* (every model)"
-        out.print(f"{field:15} {'-' if value is None else value}", **_VERBATIM)
+        out.print(f"{field:19} {'-' if value is None else value}", **_VERBATIM)
 
 
 def rotate(name: Annotated[str, _NAME], as_json: bool = JSON_OPTION) -> None:
@@ -191,14 +210,21 @@ def limits(
     cache_group: Annotated[str | None, typer.Option("--cache-group", help=_GROUP_HELP + " \"\": no group.")] = None,
     may_prioritize: Annotated[bool | None, typer.Option("--may-prioritize/--may-not-prioritize",
                                                         help=_PRIORITIZE_HELP)] = None,
+    max_storage: Annotated[str | None, typer.Option("--max-storage", metavar="SIZE",
+                                                    help=_STORAGE_HELP + " 0: the default again.")] = None,
+    max_open_batches: Annotated[int | None, typer.Option("--max-open-batches", min=0,
+                                                         help=_OPEN_BATCHES_HELP + " 0: the default again.")] = None,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Change a key's scope, limits or tenancy (only the options given)."""
     if models and all_models:
         raise typer.BadParameter("--models and --all-models exclude each other", param_hint="--all-models")
+    max_storage_bytes = _size(max_storage)
     changed: dict[str, Any] = {f: v for f, v in (("rpm", rpm), ("tpm", tpm), ("daily_tokens", daily_tokens),
                                                  ("daily_audio_s", daily_audio_s), ("max_concurrent", max_concurrent),
-                                                 ("cache_group", cache_group), ("may_prioritize", may_prioritize))
+                                                 ("cache_group", cache_group), ("may_prioritize", may_prioritize),
+                                                 ("max_storage_bytes", max_storage_bytes),
+                                                 ("max_open_batches", max_open_batches))
                                if v is not None}
     if models or all_models:
         changed["models"] = [] if all_models else models

@@ -13,12 +13,12 @@ gateways share the log each sees, and runs, only its own files and batches.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.events.base import NodeLocal
-from blazar.events.kinds import register
+from blazar.events.kinds import register, upcaster
 
 # Ids are ours, and become file names in the content store: the fold trusts no other shape (the log is data).
 FILE_ID = re.compile(r"file-[0-9a-f]{24}")
@@ -28,6 +28,9 @@ FilePurpose = Literal["batch", "batch_output", "user_data"]
 BatchEndpoint = Literal["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"]
 # How a line ended: answered (any status the pipeline gave, 2xx or not) or never run (the batch expired first).
 LineStatus = Literal["completed", "failed"]
+# A batch's lines may name any number of models: `batch.validated` names this many of them (sorted) and counts them
+# all, so the event stays small whatever a client's file holds (20,000 250-character names made one 5 MB event).
+MAX_MODELS_LISTED = 16
 
 
 class _FileEvent(NodeLocal):
@@ -90,25 +93,47 @@ class BatchCreated(_BatchEvent):
     completion_window: str
     window_s: float  # the completion window in seconds: unfinished lines expire this long after creation
     metadata: dict[str, str] | None = None
+    # The input file's size, held on disk by the batch's own link to it until the batch ends (its key's storage
+    # counts it once the file itself is deleted), and whether that link is a copy (a filesystem without hard links:
+    # then the batch's copy counts as well).
+    input_bytes: int = 0
+    input_copied: bool = False
 
 
 @register
 class BatchValidated(_BatchEvent):
-    """Every line checked: the batch is `in_progress` with this many lines (`request_counts.total`)."""
+    """Every line checked: the batch is `in_progress` with this many lines (`request_counts.total`).
+
+    v2: `models` names at most MAX_MODELS_LISTED of the models its lines name (the first in sort order) and
+    `models_count` counts them all (v1 listed every one)."""
 
     TYPE = "batch.validated"
+    V = 2
 
     lines: int
-    models: list[str]  # the models its lines name, for `blazar why`-style reading
+    models: list[str] = Field(max_length=MAX_MODELS_LISTED)  # the first of the models its lines name, sorted
+    models_count: int  # how many distinct models its lines name
+
+
+@upcaster(BatchValidated.TYPE, 1)
+def _validated_v1(payload: dict[str, Any]) -> dict[str, Any]:
+    """v1 -> v2: the whole list counted, its first MAX_MODELS_LISTED names kept (a v1 list was sorted)."""
+    models = list(payload.get("models") or [])
+    return {**payload, "models": models[:MAX_MODELS_LISTED], "models_count": len(models)}
 
 
 @register
 class BatchFailed(_BatchEvent):
-    """The input file did not validate: nothing ran (OpenAI's `failed`, with `errors`)."""
+    """The input file did not validate, and nothing ran (OpenAI's `failed`, with `errors`); or a line's answer found
+    no room in its key's storage quota, and the batch stopped there (`errors` says so; the answers kept so far are
+    in its output and error files)."""
 
     TYPE = "batch.failed"
 
     errors: list[BatchError]
+    # A batch that failed while it ran (its key's storage quota reached): the answers it kept are in these files.
+    output_file_id: str | None = None
+    error_file_id: str | None = None
 
 
 @register
@@ -124,6 +149,7 @@ class BatchLineDone(_BatchEvent):
     trace_id: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    result_bytes: int = 0  # the size of its result line in the content store (its key's storage counts it)
 
 
 @register

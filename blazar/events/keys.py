@@ -50,6 +50,9 @@ class KeyCreated(_KeyEvent):
     # group on purpose share sessions, KV reuse and shared generations).
     cache_group: str | None = None
     may_prioritize: bool = False  # X-Blazar-Priority and deadlines are honoured only for such a key
+    # What it may hold (blazar/serving/storage.py); None: the settings' key_storage_max_mib, key_open_batches_max.
+    max_storage_bytes: int | None = None  # its files and its batches' output and error files
+    max_open_batches: int | None = None
 
 
 @register

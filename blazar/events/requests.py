@@ -24,8 +24,9 @@ RejectReason = Literal[
     "invalid_request", "circuit_open", "insufficient_memory", "no_engine", "load_failed", "shutting_down",
     # What else a load can refuse with (blazar/errors.py's http_status): a pin in the way, an unusable engine.
     "model_pinned", "engine_incompatible", "engine_error", "invalid_model_file", "hub_error",
-    # A key's refusals: a model outside its --models scope (403), one of its limits reached (429).
-    "model_not_allowed", "rate_limit_exceeded",
+    # A key's refusals: a model outside its --models scope (403), one of its limits reached (429), no room left in
+    # its storage quota for a file or a batch (413).
+    "model_not_allowed", "rate_limit_exceeded", "storage_quota_exceeded",
     # A deadline the measured drain says cannot be met (or that passed in the queue).
     "deadline_unmeetable",
     # A route the model's kind does not serve (a chat to a whisper model), refused before any load.

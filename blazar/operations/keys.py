@@ -30,7 +30,12 @@ NAME_MAX = 64
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 _PATTERN_OK = re.compile(r"^[A-Za-z0-9._:/*?\[\]!-]+\Z")
 PATTERN_MAX = 256
-LIMITS = ("rpm", "tpm", "daily_tokens", "max_concurrent", "daily_audio_s")
+LIMITS = ("rpm", "tpm", "daily_tokens", "max_concurrent", "daily_audio_s", "max_storage_bytes", "max_open_batches")
+# `--max-storage` sizes: bytes, or a number with one of these (binary) units.
+_SIZE = re.compile(r"^\s*(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>b|kib|mib|gib|tib|k|m|g|t)?\s*\Z", re.IGNORECASE)
+_UNITS = {"b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30,
+          "t": 1 << 40, "tib": 1 << 40}
+MAX_SIZE = 1 << 50
 # What `change_limits` takes besides the limits and the scope: tenancy (blazar/serving/tenancy.py).
 TENANCY = ("cache_group", "may_prioritize")
 
@@ -98,9 +103,24 @@ def check_group(group: str | None) -> str | None:
     return group
 
 
+def parse_size(text: str | None) -> int | None:
+    """`--max-storage 1GiB|500MiB|2G|1048576`: bytes (binary units: G and GiB are 2^30); 0 stays 0."""
+    if text is None:
+        return None
+    m = _SIZE.match(text)
+    if m is None:
+        raise KeyCommandError(f"--max-storage {text[:40]!r} is not a size: bytes, or a number with B, KiB, MiB, GiB or "
+                              "TiB (1GiB, 500MiB)")
+    n = float(m["n"]) * _UNITS[(m["unit"] or "b").lower()]
+    if n > MAX_SIZE:
+        raise KeyCommandError(f"--max-storage {text[:40]!r} is over 1 PiB")
+    return int(n)
+
+
 def check_limit(field: str, value: int | None) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise KeyCommandError(f"--{field.replace('_', '-')} must be a whole number of at least 1 (got {value!r})")
+        flag = "max-storage" if field == "max_storage_bytes" else field.replace("_", "-")
+        raise KeyCommandError(f"--{flag} must be a whole number of at least 1 (got {value!r})")
     return value
 
 
@@ -139,16 +159,19 @@ def _taken(app: Blazar) -> set[str]:
 async def create(app: Blazar, name: str, *, models: list[str] | None = None, rpm: int | None = None,
                  tpm: int | None = None, daily_tokens: int | None = None, max_concurrent: int | None = None,
                  admin: bool = False, expires: str | None = None, cache_group: str | None = None,
-                 may_prioritize: bool = False, daily_audio_s: int | None = None) -> tuple[Recorded, str]:
+                 may_prioritize: bool = False, daily_audio_s: int | None = None,
+                 max_storage_bytes: int | None = None, max_open_batches: int | None = None) -> tuple[Recorded, str]:
     """Record the key; returns the event and the secret (shown once, stored nowhere). `cache_group` puts it in a
     group whose keys share sessions, KV reuse and shared generations; `may_prioritize` lets it use
-    X-Blazar-Priority and deadlines."""
+    X-Blazar-Priority and deadlines. `max_storage_bytes` and `max_open_batches` (None: the settings') bound what it
+    may hold (blazar/serving/storage.py)."""
     check_name(name)
     if _key(app, name) is not None:
         raise KeyCommandError(f"a key named {name!r} exists already (names are never reused, revoked ones included)")
     limits = {f: check_limit(f, v) for f, v in
               (("rpm", rpm), ("tpm", tpm), ("daily_tokens", daily_tokens), ("max_concurrent", max_concurrent),
-               ("daily_audio_s", daily_audio_s))}
+               ("daily_audio_s", daily_audio_s), ("max_storage_bytes", max_storage_bytes),
+               ("max_open_batches", max_open_batches))}
     made = new_secret(_taken(app))
     ev = KeyCreated(name=name, prefix=made.prefix, salt=made.salt, hash=made.hash, models=check_patterns(models),
                     admin=admin, expires_ts=expiry_ts(expires, now=app.clock.now()),
@@ -172,7 +195,8 @@ async def revoke(app: Blazar, name: str) -> Recorded:
 
 async def change_limits(app: Blazar, name: str, changed: dict[str, Any]) -> Recorded | None:
     """`changed` maps a limit (or "models", "cache_group", "may_prioritize") to its new value; 0 for a limit means
-    no limit, "" for the cache group none. None: nothing changed."""
+    no limit of its own (for max_storage_bytes and max_open_batches: the settings' again), "" for the cache group
+    none. None: nothing changed."""
     current = _live(app, name)
     clean: dict[str, Any] = {}
     for field, value in changed.items():

@@ -80,7 +80,7 @@ class BatchesProjection(Projection):
     node_local = True  # a file's bytes, and so its batches, are on one gateway's disk
     name = "batches"
     state_type = BatchesState
-    version = 1
+    version = 2  # 2: what each batch holds on disk (its input, its lines' results), models counted not listed
     types = frozenset({FileUploaded.TYPE, FileDeleted.TYPE, BatchCreated.TYPE, BatchValidated.TYPE, BatchFailed.TYPE,
                        BatchLineDone.TYPE, BatchCancelling.TYPE, BatchCompleted.TYPE, BatchCancelled.TYPE,
                        BatchExpired.TYPE})
@@ -112,11 +112,13 @@ class BatchesProjection(Projection):
         if b is None or b["status"] in TERMINAL:
             return state  # an event for a batch that ended (or that this log never created) changes nothing
         if isinstance(ev, BatchValidated):
-            b.update(status="in_progress", total=ev.lines, models=list(ev.models))
+            b.update(status="in_progress", total=ev.lines, models=list(ev.models), models_count=ev.models_count)
             b["times"]["in_progress_at"] = rec.ts
         elif isinstance(ev, BatchFailed):
-            b.update(status="failed", errors=[e.model_dump(mode="json") for e in ev.errors])
+            b.update(status="failed", errors=[e.model_dump(mode="json") for e in ev.errors],
+                     output_file_id=ev.output_file_id, error_file_id=ev.error_file_id)
             b["times"]["failed_at"] = rec.ts
+            b["done"] = {}
         elif isinstance(ev, BatchLineDone):
             key = str(ev.index)
             if key not in b["done"] and 0 <= ev.index < b["total"]:
@@ -124,6 +126,7 @@ class BatchesProjection(Projection):
                 b["completed" if ev.status == "completed" else "failed"] += 1
                 b["prompt_tokens"] += ev.prompt_tokens
                 b["completion_tokens"] += ev.completion_tokens
+                b["result_bytes"] += max(0, ev.result_bytes)
         elif isinstance(ev, BatchCancelling):
             b["status"] = "cancelling"
             b["times"]["cancelling_at"] = rec.ts
@@ -174,7 +177,8 @@ def _created(ev: BatchCreated, ts: float) -> dict[str, Any]:
             "completion_window": ev.completion_window, "created_at": ts, "expires_at": ts + ev.window_s,
             "status": "validating", "total": 0, "completed": 0, "failed": 0, "prompt_tokens": 0,
             "completion_tokens": 0, "errors": [], "metadata": ev.metadata, "output_file_id": None,
-            "error_file_id": None, "times": {}, "done": {}, "models": []}
+            "error_file_id": None, "times": {}, "done": {}, "models": [], "models_count": 0,
+            "input_bytes": max(0, ev.input_bytes), "input_copied": ev.input_copied, "result_bytes": 0}
 
 
 def created_row(rec: Recorded) -> BatchRow:
@@ -210,3 +214,29 @@ def line_done(state: BatchesState, batch_id: str, index: int) -> bool:
     """Whether line `index` of an open batch has its outcome recorded (the runner never runs it again)."""
     b = _raw(state)["batches"].get(batch_id)
     return b is not None and str(index) in b["done"]
+
+
+# -- what an owner holds -----------------------------------------------------------------------------------------------
+
+def storage_used(state: BatchesState, owner: str) -> int:
+    """Bytes of the content store that are `owner`'s: its files (uploads, and the output and error files of its
+    batches), the results its open batches' lines have written so far (its batches' output to be), and the input an
+    open batch still holds on disk: its own copy, or its link to a file deleted since (each such file once)."""
+    raw = _raw(state)
+    files: dict[str, dict[str, Any]] = raw["files"]
+    used: int = sum(int(f["bytes"]) for f in files.values() if f["owner"] == owner)
+    held: dict[str, int] = {}
+    for b in raw["batches"].values():
+        if b["owner"] != owner or b["status"] not in OPEN:
+            continue
+        used += int(b["result_bytes"])
+        if b["input_copied"]:
+            used += int(b["input_bytes"])
+        elif b["input_file_id"] not in files:
+            held[b["input_file_id"]] = int(b["input_bytes"])
+    return used + sum(held.values())
+
+
+def open_count(state: BatchesState, owner: str) -> int:
+    """How many of `owner`'s batches are open (validating, in progress or cancelling)."""
+    return sum(1 for b in _raw(state)["batches"].values() if b["owner"] == owner and b["status"] in OPEN)

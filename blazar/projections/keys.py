@@ -13,6 +13,7 @@ from blazar.projections.base import Projection, State, TypedState
 
 LIMIT_FIELDS = (
     "models", "rpm", "tpm", "daily_tokens", "max_concurrent", "daily_audio_s", "cache_group", "may_prioritize",
+    "max_storage_bytes", "max_open_batches",
 )
 
 
@@ -25,7 +26,7 @@ class KeysState(TypedState):
 class KeysProjection(Projection):
     name = "keys"
     state_type = KeysState
-    version = 2  # 2: cache groups and the right to prioritize
+    version = 3  # 2: cache groups and the right to prioritize; 3: what a key may hold (storage, open batches)
     types = frozenset({KeyCreated.TYPE, KeyRotated.TYPE, KeyRevoked.TYPE, KeyLimitsChanged.TYPE})
 
     def initial(self) -> State:
@@ -43,7 +44,8 @@ class KeysProjection(Projection):
                 "name": ev.name, "prefix": ev.prefix, "salt": ev.salt, "hash": ev.hash, "models": list(ev.models),
                 "rpm": ev.rpm, "tpm": ev.tpm, "daily_tokens": ev.daily_tokens, "max_concurrent": ev.max_concurrent,
                 "daily_audio_s": ev.daily_audio_s, "admin": ev.admin, "expires_ts": ev.expires_ts,
-                "cache_group": ev.cache_group,
+                "cache_group": ev.cache_group, "max_storage_bytes": ev.max_storage_bytes,
+                "max_open_batches": ev.max_open_batches,
                 "may_prioritize": ev.may_prioritize, "created_ts": rec.ts, "rotated_ts": None,
                 "revoked": False, "revoked_ts": None, "actor": rec.actor,
             }
@@ -100,6 +102,8 @@ class ApiKey:
     cache_group: str | None = None
     may_prioritize: bool = False
     daily_audio_s: int | None = None
+    max_storage_bytes: int | None = None  # None: key_storage_max_mib
+    max_open_batches: int | None = None  # None: key_open_batches_max
     rotated_ts: float | None = None
     revoked_ts: float | None = None
     actor: str = ""  # who created it
@@ -108,7 +112,8 @@ class ApiKey:
         """The key as `blazar keys --json` shows it: every field but its salt and hash."""
         return {"name": self.name, "prefix": self.prefix, "models": list(self.models), "rpm": self.rpm,
                 "tpm": self.tpm, "daily_tokens": self.daily_tokens, "max_concurrent": self.max_concurrent,
-                "daily_audio_s": self.daily_audio_s, "admin": self.admin, "expires_ts": self.expires_ts,
+                "daily_audio_s": self.daily_audio_s, "max_storage_bytes": self.max_storage_bytes,
+                "max_open_batches": self.max_open_batches, "admin": self.admin, "expires_ts": self.expires_ts,
                 "cache_group": self.cache_group,
                 "may_prioritize": self.may_prioritize, "created_ts": self.created_ts, "rotated_ts": self.rotated_ts,
                 "revoked": self.revoked, "revoked_ts": self.revoked_ts, "actor": self.actor}
@@ -120,7 +125,8 @@ def _typed(k: dict[str, Any]) -> ApiKey:
                   daily_tokens=k.get("daily_tokens"), max_concurrent=k.get("max_concurrent"), admin=bool(k["admin"]),
                   expires_ts=k.get("expires_ts"), revoked=bool(k["revoked"]), created_ts=float(k["created_ts"]),
                   cache_group=k.get("cache_group"), may_prioritize=bool(k.get("may_prioritize")),
-                  daily_audio_s=k.get("daily_audio_s"),
+                  daily_audio_s=k.get("daily_audio_s"), max_storage_bytes=k.get("max_storage_bytes"),
+                  max_open_batches=k.get("max_open_batches"),
                   rotated_ts=k.get("rotated_ts"), revoked_ts=k.get("revoked_ts"), actor=str(k.get("actor") or ""))
 
 

@@ -18,11 +18,12 @@ from blazar.projections.batches import (
     created_row,
     file_row,
     file_rows,
+    storage_used,
 )
 
 # `created_row`: the batch its `batch.created` record made, as the create call answers it.
 __all__ = ["BatchRow", "FileRow", "batch_json", "created_row", "file_json", "own_batch", "own_batches", "own_file",
-           "own_files"]
+           "own_files", "storage_of"]
 
 
 def _state(app: Blazar) -> BatchesState:
@@ -46,6 +47,11 @@ def own_batch(app: Blazar, batch_id: str, owner: str) -> BatchRow | None:
 
 def own_batches(app: Blazar, owner: str) -> list[BatchRow]:
     return batch_rows(_state(app), owner)
+
+
+def storage_of(app: Blazar, owner: str) -> int:
+    """The bytes of the content store `owner` holds, as its storage quota counts them (recorded ones)."""
+    return storage_used(_state(app), owner)
 
 
 def file_json(row: FileRow) -> dict[str, Any]:

@@ -119,18 +119,21 @@ class FileStore:
         self.batches_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         return inside(self.batches_dir, batch_id, what=f"batch {batch_id}")
 
-    def link_input(self, batch_id: str, file_id: str) -> Path:
-        """The batch's own name for its input file (a hard link: no copy; a copy where links are not to be had)."""
+    def link_input(self, batch_id: str, file_id: str) -> bool:
+        """The batch's own name for its input file (a hard link: no copy; a copy where links are not to be had).
+        True when it is a copy (more disk: its key's storage counts it)."""
         d = self.batch_dir(batch_id)
         (d / "lines").mkdir(mode=0o700, parents=True, exist_ok=True)
         target = d / "input.jsonl"
-        if not target.exists():
-            source = self.file_path(file_id)
-            try:
-                os.link(source, target)
-            except OSError:
-                shutil.copyfile(source, target)
-        return target
+        source = self.file_path(file_id)
+        if target.exists():
+            return not os.path.samefile(source, target)
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copyfile(source, target)
+            return True
+        return False
 
     def input_path(self, batch_id: str) -> Path:
         return self.batch_dir(batch_id) / "input.jsonl"

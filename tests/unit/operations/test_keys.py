@@ -279,6 +279,33 @@ async def test_rotate_revoke_and_limits(app: Blazar) -> None:
             await op
 
 
+@pytest.mark.parametrize(("text", "size"), [("1GiB", 1 << 30), ("500MiB", 500 << 20), ("2g", 2 << 30),
+                                           ("64KiB", 64 << 10), ("1048576", 1 << 20), ("1.5 MiB", 3 << 19),
+                                           ("0", 0)])
+def test_a_storage_size_is_bytes_or_a_binary_unit(text: str, size: int) -> None:
+    assert handlers.parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "1 GB", "-1", "ten", "1e9", "2PiB", "9" * 40])
+def test_a_storage_size_that_is_none_is_refused(text: str) -> None:
+    with pytest.raises(KeyCommandError, match="--max-storage"):
+        handlers.parse_size(text)
+
+
+async def test_what_a_key_may_hold_is_kept_changed_and_reset_to_the_settings(app: Blazar) -> None:
+    await handlers.create(app, "holder", max_storage_bytes=64 << 10, max_open_batches=2)
+    k = api_key(app.runner.state("keys"), "holder")
+    assert k is not None and (k.max_storage_bytes, k.max_open_batches) == (64 << 10, 2)
+    assert k.public()["max_storage_bytes"] == 64 << 10
+    rec_ = await handlers.change_limits(app, "holder", {"max_storage_bytes": 0, "max_open_batches": 5})
+    assert rec_ is not None and rec_.event.changed == {"max_storage_bytes": None,  # type: ignore[attr-defined]
+                                                       "max_open_batches": 5}
+    k = api_key(app.runner.state("keys"), "holder")
+    assert k is not None and (k.max_storage_bytes, k.max_open_batches) == (None, 5)
+    with pytest.raises(KeyCommandError, match="--max-open-batches"):
+        await handlers.create(app, "bad", max_open_batches=0)
+
+
 # -- per-key figures -----------------------------------------------------------------------------------------------
 
 def test_metrics_count_requests_and_tokens_by_the_key_that_is_the_actor() -> None:

@@ -28,6 +28,8 @@ from blazar.projections.batches import (
     file_rows,
     line_done,
     open_batches,
+    open_count,
+    storage_used,
 )
 from tests.support.events import EPOCH, recs
 
@@ -47,6 +49,10 @@ def created(batch_id: str = B, owner: str = "key:alice", window_s: float = 86400
                         completion_window="24h", window_s=window_s)
 
 
+def validated(lines: int) -> BatchValidated:
+    return BatchValidated(batch_id=B, lines=lines, models=["gemma"], models_count=1)
+
+
 def done(index: int, status: str = "completed", batch_id: str = B) -> BatchLineDone:
     return BatchLineDone(batch_id=batch_id, index=index, status=status,  # type: ignore[arg-type]
                          status_code=200 if status == "completed" else 404, trace_id=f"{index:032x}",
@@ -54,7 +60,7 @@ def done(index: int, status: str = "completed", batch_id: str = B) -> BatchLineD
 
 
 def test_a_batch_goes_from_validating_to_in_progress_and_counts_each_line_once() -> None:
-    s = state_of(created(), BatchValidated(batch_id=B, lines=3, models=["gemma"]), done(0), done(2, "failed"),
+    s = state_of(created(), validated(3), done(0), done(2, "failed"),
                  done(0, "failed"))  # a second outcome for a line changes nothing
     row = batch_row(s, B)
     assert row is not None and row.status == "in_progress"
@@ -67,7 +73,7 @@ def test_a_batch_goes_from_validating_to_in_progress_and_counts_each_line_once()
 
 
 def test_the_create_answer_is_the_batch_as_created_even_once_the_runner_moved_it_on() -> None:
-    events = recs(created(), BatchValidated(batch_id=B, lines=3, models=["gemma"]))
+    events = recs(created(), validated(3))
     moved = batch_row(BatchesState(fold(BatchesProjection(), events)), B)  # type: ignore[arg-type]
     assert moved is not None and moved.status == "in_progress"
     first = created_row(events[0])
@@ -76,7 +82,7 @@ def test_the_create_answer_is_the_batch_as_created_even_once_the_runner_moved_it
 
 
 def test_a_line_outside_the_batch_is_not_counted() -> None:
-    s = state_of(created(), BatchValidated(batch_id=B, lines=2, models=["gemma"]), done(5), done(-1))
+    s = state_of(created(), validated(2), done(5), done(-1))
     row = batch_row(s, B)
     assert row is not None and (row.completed, row.failed) == (0, 0)
 
@@ -91,21 +97,21 @@ def test_a_batch_that_fails_validation_keeps_its_errors_and_runs_nothing() -> No
 
 
 def test_cancelling_then_cancelled_and_the_ended_batch_holds_its_files() -> None:
-    s = state_of(created(), BatchValidated(batch_id=B, lines=4, models=["gemma"]), done(0), BatchCancelling(
+    s = state_of(created(), validated(4), done(0), BatchCancelling(
         batch_id=B), done(1), BatchCancelled(batch_id=B, output_file_id=OUT))
     row = batch_row(s, B)
     assert row is not None and row.status == "cancelled" and row.output_file_id == OUT
     assert row.completed == 2 and set(row.times) == {"in_progress_at", "cancelling_at", "cancelled_at"}
     assert open_batches(s) == [] and done_lines(s, B) == {}
     # Nothing changes an ended batch.
-    again = state_of(created(), BatchValidated(batch_id=B, lines=4, models=["gemma"]), BatchCompleted(batch_id=B),
+    again = state_of(created(), validated(4), BatchCompleted(batch_id=B),
                      done(3), BatchCancelling(batch_id=B))
     row = batch_row(again, B)
     assert row is not None and row.status == "completed" and row.completed == 0
 
 
 def test_an_expired_batch_counts_its_unfinished_lines_as_failed() -> None:
-    s = state_of(created(window_s=60), BatchValidated(batch_id=B, lines=5, models=["gemma"]), done(0),
+    s = state_of(created(window_s=60), validated(5), done(0),
                  BatchExpired(batch_id=B, error_file_id=OUT, expired_lines=4))
     row = batch_row(s, B)
     assert row is not None and row.status == "expired" and (row.completed, row.failed) == (1, 4)
@@ -133,3 +139,33 @@ def test_ids_that_could_name_a_path_are_refused() -> None:
                  created("batch_../x"))
     assert file_rows(s) == [] and batch_rows(s) == []
     assert len(s._raw["refused"]) == 2
+
+
+def test_what_an_owner_holds_is_its_files_its_open_batches_results_and_inputs_it_keeps_alive() -> None:
+    f2 = "file-" + "3" * 24
+    uploaded = FileUploaded(file_id=F, owner="key:alice", filename="in.jsonl", purpose="batch", bytes=1000,
+                            sha256="0" * 64)
+    other = FileUploaded(file_id=f2, owner="key:bob", filename="b.jsonl", purpose="batch", bytes=7, sha256="0" * 64)
+    big = BatchLineDone(batch_id=B, index=1, status="completed", status_code=200, trace_id="1" * 32,
+                        result_bytes=300)
+    events: list[object] = [uploaded, other, BatchCreated(batch_id=B, owner="key:alice", input_file_id=F,
+                                                          endpoint="/v1/chat/completions", completion_window="24h",
+                                                          window_s=60, input_bytes=1000),
+                            validated(3), done(0), big]
+    s = state_of(*events)
+    assert storage_used(s, "key:alice") == 1000 + 300 and storage_used(s, "key:bob") == 7
+    assert open_count(s, "key:alice") == 1 and open_count(s, "key:bob") == 0
+    # The file deleted: the batch's own link still holds its bytes, once however many batches hold it.
+    again = BatchCreated(batch_id=B2, owner="key:alice", input_file_id=F, endpoint="/v1/chat/completions",
+                         completion_window="24h", window_s=60, input_bytes=1000)
+    s = state_of(*events, again, FileDeleted(file_id=F, owner="key:alice"))
+    assert storage_used(s, "key:alice") == 1000 + 300 and open_count(s, "key:alice") == 2
+    # A copy (no hard links) holds its own.
+    copied = BatchCreated(batch_id=B2, owner="key:alice", input_file_id=F, endpoint="/v1/chat/completions",
+                          completion_window="24h", window_s=60, input_bytes=1000, input_copied=True)
+    assert storage_used(state_of(*events, copied), "key:alice") == 2000 + 300
+    # Ended, the results are in its output file, which is what counts then.
+    ended = [BatchCompleted(batch_id=B, output_file_id=OUT), FileUploaded(
+        file_id=OUT, owner="key:alice", filename="out.jsonl", purpose="batch_output", bytes=310, sha256="0" * 64)]
+    s = state_of(*events, *ended)
+    assert storage_used(s, "key:alice") == 1000 + 310 and open_count(s, "key:alice") == 0

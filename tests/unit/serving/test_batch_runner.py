@@ -41,6 +41,7 @@ class Pipeline:
         self.seen: list[Request] = []
         self.hold, self.refuse = hold, dict(refuse or {})
         self.held = asyncio.Event()
+        self.release = asyncio.Event()  # set: the held line goes on
 
     async def serve(self, request: Request) -> Answer:
         self.seen.append(request)
@@ -49,7 +50,7 @@ class Pipeline:
             raise self.refuse.pop(prompt)
         if prompt == self.hold:
             self.held.set()
-            await asyncio.Event().wait()  # until cancelled
+            await self.release.wait()  # until released, or cancelled
         body = {"object": "text_completion", "choices": [{"text": prompt.upper()}],
                 "usage": {"prompt_tokens": len(prompt), "completion_tokens": 1}}
         return Answer(status=200, data=orjson.dumps(body), content_type="application/json")
@@ -219,3 +220,80 @@ async def test_at_start_the_working_files_of_no_open_batch_are_swept(app: Blazar
     runner = BatchRunner(app, Pipeline(), ask)  # type: ignore[arg-type]
     runner._sweep()
     assert not store.batch_dir(orphan).exists() and store.input_path(running).exists()
+
+
+async def test_the_runner_keeps_offsets_not_lines_and_reads_each_line_when_it_runs(app: Blazar) -> None:
+    import gc
+
+    from blazar.serving.batch_lines import Line
+
+    total = 200
+    batch_id = await a_batch(app, b"".join(line(i, padding="x" * 1_000) for i in range(total)))
+    pipeline = Pipeline(hold="p0")
+    runner = BatchRunner(app, pipeline, ask)  # type: ignore[arg-type]
+    async with asyncio.timeout(BOUND_S):
+        while not pipeline.held.is_set():
+            await runner._step()
+            await asyncio.sleep(0)
+    # Validated and running line 0: what the runner holds for the batch is its lines' offsets, 8 bytes each, and no
+    # line but the one in flight (the whole input parsed was about 10x its size, per open batch).
+    offsets = runner._offsets[batch_id]
+    assert offsets.itemsize == 8 and len(offsets) == total
+    gc.collect()
+    held = [o for o in gc.get_objects() if isinstance(o, Line)]
+    assert len(held) <= 1 and all(h.custom_id == "c0" for h in held)
+    assert not [v for v in vars(runner).values() if isinstance(v, dict) and any(
+        isinstance(x, list) and x and isinstance(x[0], Line) for x in v.values())]
+    # A line is read from disk when it runs: changing the input under a later line changes what runs.
+    path = FileStore(app.paths).input_path(batch_id)
+    data = bytearray(path.read_bytes())
+    at = offsets[5] + data[offsets[5]:].index(b'"p5"')
+    data[at:at + 4] = b'"q5"'
+    path.unlink()  # its own copy (a hard link): a new file under the name, the stored file untouched
+    path.write_bytes(bytes(data))
+    pipeline.release.set()
+    assert await run_until(runner, batch_id, {"completed"}) == "completed"
+    assert [r.parsed["prompt"] for r in pipeline.seen][:6] == ["p0", "p1", "p2", "p3", "p4", "q5"]
+
+
+async def test_a_batch_whose_input_lost_lines_since_validation_fails_after_a_restart(app: Blazar) -> None:
+    batch_id = await a_batch(app, line(0) + line(1) + line(2))
+    first = BatchRunner(app, Pipeline(hold="p0"), ask)  # type: ignore[arg-type]
+    await first._step()  # validated, line 0 started (and held)
+    for task in list(first._flying.values()):
+        task.cancel()
+    await asyncio.gather(*first._flying.values(), return_exceptions=True)
+    path = FileStore(app.paths).input_path(batch_id)
+    path.unlink()
+    path.write_bytes(line(0) + line(1))
+    restarted = BatchRunner(app, Pipeline(), ask)  # type: ignore[arg-type]
+    assert await run_until(restarted, batch_id, {"failed", "completed"}) == "failed"
+    row = batch_row(app.runner.state("batches"), batch_id)
+    assert row is not None and [e.code for e in row.errors] == ["file_changed"]
+
+
+async def test_an_answer_past_the_keys_storage_stops_the_batch_keeping_whole_files(app: Blazar) -> None:
+    from blazar.operations import keys
+    from blazar.projections.batches import storage_used
+
+    await keys.create(app, "writer", max_storage_bytes=1_000)
+    batch_id = await a_batch(app, b"".join(line(i) for i in range(10)), owner="key:writer")
+    pipeline = Pipeline()
+    runner = BatchRunner(app, pipeline, ask)  # type: ignore[arg-type]
+    assert await run_until(runner, batch_id, {"failed", "completed"}) == "failed"
+    row = batch_row(app.runner.state("batches"), batch_id)
+    assert row is not None and [e.code for e in row.errors] == ["storage_quota_exceeded"]
+    assert "of the 1000 bytes" in row.errors[0].message and row.failed == 0
+    kept = row.completed
+    assert 0 < kept < 10 and len(pipeline.seen) == kept + 1  # the answer that did not fit, then no other line
+    out = output(app, row.output_file_id)
+    assert [x["custom_id"] for x in out] == [f"c{i}" for i in range(kept)]
+    held = storage_used(app.runner.state("batches"), "key:writer")
+    assert held <= 1_000 and held == FileStore(app.paths).open_file(row.output_file_id).stat().st_size
+    # Full to the byte: a batch of the key's runs no line at all.
+    await keys.change_limits(app, "writer", {"max_storage_bytes": held})
+    full = await a_batch(app, line(0), owner="key:writer")
+    assert await run_until(runner, full, {"failed", "completed"}) == "failed"
+    assert len(pipeline.seen) == kept + 1
+    row = batch_row(app.runner.state("batches"), full)
+    assert row is not None and row.output_file_id is None and "no room" in row.errors[0].message
