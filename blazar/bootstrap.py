@@ -90,6 +90,7 @@ async def bootstrap(
     app.folded_at_start = runner.folded_at_start
     app.node = node
     runner.checkpoint_every = app.settings().checkpoint_every
+    log.max_event_bytes = app.settings().event_max_kib << 10
     logging.getLogger("blazar").setLevel(app.settings().log_level.upper())
     loose = loose_modes(paths)
     if loose:

@@ -50,6 +50,11 @@ class Settings(BaseModel):
     group_commit_ms: float = Field(
         default=5.0, ge=0.5, le=1000.0, description="How long the group-commit writer gathers request events per batch."
     )
+    event_max_kib: int = Field(
+        default=64, ge=16, le=16384,
+        description="The most one event's payload may encode to, in KiB: a bigger one is refused where it is built "
+                    "(read at start).",
+    )
     keep_alive: str = Field(
         default="5m",
         description="How long a model stays loaded after its last use: 300, 45s, 5m, 1h30m; negative: forever.",

@@ -5,6 +5,7 @@
     ├── LogError                    the event log
     │   ├── UnknownEventType        a stored type no registry entry knows (names the seq)
     │   ├── MalformedEvent          a stored payload that does not validate (names the seq)
+    │   ├── EventTooLarge           a new event over `event_max_kib` encoded, refused where it is appended
     │   ├── AppendOnlyViolation     UPDATE/DELETE refused by the log's triggers
     │   ├── LogUnreachable     503  the log's database (PostgreSQL) cannot be reached: control changes wait
     │   ├── InvalidLogLocation 400  a log location that is neither a file path nor a PostgreSQL URL (a bad port)
@@ -94,11 +95,21 @@
     5 audit chain, 6 does not fit / no usable engine, 7 engine build, 8 port in use, 9 model not loaded,
     10 circuit open, 11 load failed, 12 disk full.
 API dialects map `code` to their own error shapes; the CLI prints `message` and exits non-zero.
+
+Two audiences. `message` is for the machine's owner (the CLI, an admin key, `blazar why`, the daemon log): it may name
+the home's files, quote an engine's output or a traceback. `public` is what a key that is not an admin's is told in
+its place: what failed and what to do, never a path, a log's name or a traceback (an instance's own, else its class's
+`PUBLIC`; None: the message with every path taken out, blazar/redact.py). A refusal made from another error carries
+that error's `public` on.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
+
+# The end of a public text that withholds the detail: where the machine's owner finds it.
+OWNER_SEES = ("the server's owner can see why with `blazar why` and this request's trace id (its x-blazar-trace-id "
+              "header)")
 
 
 class BlazarError(Exception):
@@ -111,10 +122,13 @@ class BlazarError(Exception):
     exit_code: int = 1
     error_type: str | None = None
     retry_after_s: float | None = None
+    # What a key that is not an admin's is told of every error of the class (None: the message, paths taken out).
+    PUBLIC: str | None = None
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, public: str | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.public = public if public is not None else type(self).PUBLIC
         self.headers: dict[str, str] = {}
 
 
@@ -156,6 +170,19 @@ class MalformedEvent(LogError):
         super().__init__(f"{where}: malformed {type_name!r} payload: {detail}")
         self.seq = seq
         self.type_name = type_name
+
+
+class EventTooLarge(LogError):
+    """An event whose payload encodes to more than the log takes (`event_max_kib`): raised where it is appended, so
+    the code that built it is named in the traceback; nothing of it is written. A client-supplied list or string that
+    reaches an event unbounded is the bug this catches."""
+
+    code = "event_too_large"
+
+    def __init__(self, type_name: str, size: int, limit: int) -> None:
+        super().__init__(f"a {type_name!r} event of {size} bytes is over the log's bound of {limit} bytes "
+                         f"(event_max_kib): the code that built it must bound what it carries")
+        self.type_name, self.size, self.limit = type_name, size, limit
 
 
 class AppendOnlyViolation(LogError):
@@ -240,6 +267,7 @@ class DiskFull(BlazarError):
     code = "disk_full"
     http_status = 507
     exit_code = 12
+    PUBLIC = "the server has no disk space left for this; try again later (its owner is told which disk is full)"
 
     def __init__(self, message: str, *, mount: str, free_bytes: int, needed_bytes: int, writing: str) -> None:
         super().__init__(message)
@@ -255,6 +283,8 @@ class OutsideHome(BlazarError):
 
     code = "path_outside_home"
     http_status = 409
+    PUBLIC = ("refused: the server's log names a file outside its home; its owner can see which with "
+              "`blazar doctor`")
 
 
 class DaemonRunning(BlazarError):
@@ -447,6 +477,8 @@ class EngineRefused(EngineError):
 class EngineVerifyFailed(EngineError):
     code = "engine_verify_failed"
     exit_code = 6
+    PUBLIC = ("the server's engine failed its check before start, so nothing was loaded; its owner can see which "
+              "files differ with `blazar engine verify`")
 
     def __init__(self, tag: str, problems: list[str]) -> None:
         super().__init__(f"engine {tag}: {len(problems)} file(s) do not match the install record: "
@@ -533,6 +565,7 @@ class EngineUnreachable(EngineError):
 
     code = "engine_unreachable"
     http_status = 502
+    PUBLIC = f"the model's engine did not answer; try again ({OWNER_SEES})"
 
 
 class TemplateProbeFailed(EngineError):
@@ -548,6 +581,7 @@ class SynthesisFailed(EngineError):
 
     code = "synthesis_failed"
     http_status = 502
+    PUBLIC = f"the voice's engine could not speak this text ({OWNER_SEES})"
 
 
 class EngineGone(EngineUnreachable):
@@ -727,8 +761,8 @@ class Refused(BlazarError):
 
     def __init__(self, message: str, *, reason: str | None = None, http_status: int | None = None,
                  retry_after_s: float | None = None, observations: dict[str, Any] | None = None,
-                 error_type: str | None = None) -> None:
-        super().__init__(message)
+                 error_type: str | None = None, public: str | None = None) -> None:
+        super().__init__(message, public=public)
         if reason is not None:
             self.code = reason
         if http_status is not None:

@@ -20,9 +20,10 @@ from blazar.serving.principal import is_admin
 
 # What of an instance only an admin principal sees: where its engine listens and how it was started.
 ENGINE_ONLY = frozenset({"port", "base_url", "argv"})
-# What of an instance never leaves: the engine's key, and what it calls the model (a file path without --alias).
+# What of an instance never leaves: the engine's key, what it calls the model (a file path without --alias), the
+# Unix socket a child without a port listens on (port 0 says so).
 PRIVATE = frozenset({"api_key", "served_as", "template", "kv_identity", "kv_restorable", "url", "headers",
-                     "stops", "sampling", "loop_guard"})  # internal
+                     "stops", "sampling", "loop_guard", "socket"})  # internal
 
 
 class _Body(BaseModel):

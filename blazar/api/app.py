@@ -55,7 +55,7 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
     api.resp_options.media_handlers.update({falcon.MEDIA_JSON: json_handler})
     # A body sent without a Content-Type is read as JSON.
     api.req_options.default_media_type = falcon.MEDIA_JSON
-    errors.register(api, home=app.paths.data_dir)
+    errors.register(api, home=app.paths.data_dir, audience=errors.Audience.of(app))
     api.add_route("/health", HealthResource())
     admin.add_routes(api, app, supervisor)
     dashboard.add_routes(api, app, supervisor, gateway)

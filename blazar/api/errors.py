@@ -24,12 +24,17 @@ Resources raise (BlazarError, pydantic's ValidationError, falcon's HTTPError); t
                                    status and code, Retry-After when waiting helps (429 queue_full, 503
                                    queue_timeout, 400 context_length_exceeded, ...)
     500     its own code           any other BlazarError (log_error, ...); internal_error for an unexpected exception
+
+The message is its caller's (`Audience`): the machine's owner (no keys, an admin key, the CLI) reads the whole of it;
+any other key reads what blazar/redact.py lets it see (the error's public text, never a path of this machine, a log's
+name or a traceback), and the owner finds the rest in `blazar why` and the daemon log.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable, Sequence
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -38,9 +43,13 @@ import falcon
 import falcon.asgi
 from pydantic import ValidationError
 
+from blazar.api.auth import principal_of
 from blazar.api.paths import route_of
+from blazar.context import Blazar
 from blazar.diskspace import explain
 from blazar.errors import BlazarError
+from blazar.queries.keys import keys_on
+from blazar.redact import machine_roots, told
 
 log = logging.getLogger("blazar.api")
 
@@ -87,9 +96,42 @@ def _render(resp: falcon.asgi.Response, status: int, payload: dict[str, Any],
     resp.media = payload
 
 
-async def _blazar_error(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: BlazarError, params: Any) -> None:
+class Audience:
+    """Who an error is told to, in what words: the machine's owner (no keys yet, or an admin key and the CLI's token)
+    gets its whole message; any other caller (a key that is not an admin's, another node, a caller no key was found
+    for) what blazar/redact.py lets it see: never a path of this machine, a log's name or a traceback."""
+
+    def __init__(self, keys_on: Callable[[], bool], roots: Sequence[str] = ()) -> None:
+        self.keys_on = keys_on
+        self.roots = tuple(roots)
+
+    @classmethod
+    def of(cls, app: Blazar) -> Audience:
+        return cls(lambda: keys_on(app), machine_roots(app.paths.data_dir, app.paths.config_dir))
+
+    def detail(self, req: falcon.asgi.Request) -> bool:
+        principal = principal_of(req)
+        return principal.admin if principal is not None else not self.keys_on()
+
+    def told(self, req: falcon.asgi.Request, exc: BaseException) -> str:
+        """`exc` in the words its caller may read. What a key is not told goes to the daemon log, with the trace."""
+        detail = self.detail(req)
+        words = told(exc, detail=detail, roots=self.roots)
+        if not detail and isinstance(exc, BlazarError) and words != exc.message:
+            log.warning("%s %s (trace %s) failed: %s", req.method, req.path,
+                        getattr(req.context, "trace_id", "-"), exc.message)
+        return words
+
+
+# Before keys are known (a test's bare app): every caller is the owner.
+OWNER = Audience(lambda: False)
+
+
+def render_error(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: BlazarError,
+                 audience: Audience = OWNER) -> None:
+    """`ex` as the answer, in the route's dialect and in its caller's words; Retry-After and its own headers."""
     status, code = status_and_code(ex)
-    _render(resp, status, body(ex.message, status=status, code=code, kind=ex.error_type), req)
+    _render(resp, status, body(audience.told(req, ex), status=status, code=code, kind=ex.error_type), req)
     if ex.retry_after_s is not None:
         resp.set_header("Retry-After", str(max(1, math.ceil(ex.retry_after_s))))
     for name, value in ex.headers.items():  # an auth refusal's WWW-Authenticate
@@ -121,24 +163,25 @@ async def _http_error(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: 
         resp.set_header(name, value)
 
 
-async def _unexpected(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: Exception, params: Any) -> None:
-    log.exception("%s %s failed", req.method, req.path, exc_info=ex)
-    _render(resp, 500, body(f"internal error: {type(ex).__name__}: {ex}", status=500, code="internal_error"), req)
-
-
-def register(app: falcon.asgi.App, *, home: Path | None = None) -> None:
+def register(app: falcon.asgi.App, *, home: Path | None = None, audience: Audience = OWNER) -> None:
     """Falcon picks the most specific handler by the exception's MRO, so the catch-all never hides the others. With
-    `home`, a failure that no space caused (an engine's key file, a log file) is the 507 `disk_full` it is."""
+    `home`, a failure that no space caused (an engine's key file, a log file) is the 507 `disk_full` it is. Every
+    error is told in `audience`'s words for its caller; the daemon log keeps the whole of it."""
+
+    async def blazar_error(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: BlazarError,
+                           params: Any) -> None:
+        render_error(req, resp, ex, audience)
 
     async def unexpected(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: Exception, params: Any) -> None:
         full = explain(ex, home, writing=f"Blazar's files under {home}") if home is not None else None
         if full is None:
-            await _unexpected(req, resp, ex, params)
+            log.exception("%s %s failed", req.method, req.path, exc_info=ex)
+            _render(resp, 500, body(audience.told(req, ex), status=500, code="internal_error"), req)
             return
         log.error("%s %s failed: %s", req.method, req.path, full.message)
-        await _blazar_error(req, resp, full, params)
+        render_error(req, resp, full, audience)
 
     app.add_error_handler(Exception, unexpected)
     app.add_error_handler(falcon.HTTPError, _http_error)
     app.add_error_handler(ValidationError, _validation_error)
-    app.add_error_handler(BlazarError, _blazar_error)
+    app.add_error_handler(BlazarError, blazar_error)

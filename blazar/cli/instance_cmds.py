@@ -108,11 +108,11 @@ def load(
     if as_json:
         print_json(inst)
         return
+    where = f"on port {inst['port']}" if inst.get("port") else "on its Unix socket"  # port 0: piper
     if inst.get("kind", "llama-server") != "llama-server":
-        out.print(f"{inst['model']} ({inst['kind']}) is ready on port {inst['port']}: instance "
-                  f"{inst['instance_id']}", **_VERBATIM)
+        out.print(f"{inst['model']} ({inst['kind']}) is ready {where}: instance {inst['instance_id']}", **_VERBATIM)
         return
-    out.print(f"{inst['model']} is ready on port {inst['port']}: instance {inst['instance_id']}, "
+    out.print(f"{inst['model']} is ready {where}: instance {inst['instance_id']}, "
               f"{inst['slots']} slot(s) of {inst['ctx_tokens']} tokens", **_VERBATIM)
 
 
@@ -227,7 +227,7 @@ def _table(rows: list[dict], now: float) -> Table:
         kind = r.get("kind") or "llama-server"
         ctx = str(r["ctx_tokens"]) if kind == "llama-server" else "-"  # a speech child has no context
         table.add_row(*((Text(r.get("node") or "-"),) if clustered else ()), Text(r["model"]), kind, r["state"],
-                      str(r["pid"]), str(r["port"]), ctx, str(r["slots"]), _bytes(r["planned_bytes"]),
+                      str(r["pid"]), str(r["port"] or "-"), ctx, str(r["slots"]), _bytes(r["planned_bytes"]),
                       _bytes(r["measured_bytes"]), _idle(r), _expires(r, now), Text(_posture(r)))
     return table
 

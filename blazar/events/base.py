@@ -98,3 +98,4 @@ class Pending:
     actor: str
     cause: int | None
     ts: float
+    data: str | None = None  # the payload encoded, where it was already (the group-commit writer checks its size)

@@ -36,7 +36,7 @@ class _InstanceStart(Event):
     instance_id: str
     model: str
     engine_tag: str
-    port: int
+    port: int  # 0: no TCP port (a piper child listens on a Unix socket in the home's run/)
     argv: list[str]
     log_path: str  # relative to the Blazar home's log directory
     ctx_tokens: int  # per slot

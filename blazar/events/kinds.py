@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import ValidationError
 
-from blazar.errors import MalformedEvent, UnknownEventType
+from blazar.errors import EventTooLarge, MalformedEvent, UnknownEventType
 from blazar.events.base import Event
 
 E = TypeVar("E", bound=type[Event])
@@ -80,12 +80,20 @@ def decode(seq: int | None, type_name: str, v: int, data: str | bytes) -> Event:
         raise MalformedEvent(seq, type_name, f"not JSON ({exc})") from None
 
 
-def encode(event: Event) -> str:
-    """Typed event -> the JSON text stored in the log's `data` column."""
+# The most an event's payload may encode to (`event_max_kib` sets the log's own): an event is a fact with sizes and
+# names, never a client's content; the largest legal payload of every type fits (tests/unit/events/test_event_size.py).
+MAX_EVENT_BYTES = 64 << 10
+
+
+def encode(event: Event, max_bytes: int = MAX_EVENT_BYTES) -> str:
+    """Typed event -> the JSON text stored in the log's `data` column; EventTooLarge past `max_bytes`."""
     cls = _classes.get(event.TYPE)
     if cls is None or type(event) is not cls:
         raise UnknownEventType(None, getattr(event, "TYPE", type(event).__name__))
-    return event.model_dump_json()
+    data = event.model_dump_json()
+    if len(data) > max_bytes // 4 and len(data.encode()) > max_bytes:  # characters <= bytes <= 4 x characters
+        raise EventTooLarge(event.TYPE, len(data.encode()), max_bytes)
+    return data
 
 
 def _brief(exc: ValidationError) -> str:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 from blazar.clock import Clock
 from blazar.errors import ArchiveError
 from blazar.events.base import Event, Pending, Recorded
-from blazar.events.kinds import decode, encode
+from blazar.events.kinds import MAX_EVENT_BYTES, decode, encode
 from blazar.events.location import LogLocation
 from blazar.events.migrate import ensure_schema
 from blazar.events.segment import Filters
@@ -140,6 +140,7 @@ class EventLog(ABC):
         self._listeners: list[Callable[[list[Recorded]], None]] = []
         # Where archived segments are read from (reads reach across them); None: this log has no archive to read.
         self.archive: SegmentStore | None = None
+        self.max_event_bytes = MAX_EVENT_BYTES  # event_max_kib, set by bootstrap: an event over it is refused
 
     @abstractmethod
     async def close(self) -> None: ...
@@ -189,7 +190,8 @@ class EventLog(ABC):
         """Commit a batch in one transaction, assigning consecutive seqs. All or nothing."""
         if not batch:
             return []
-        encoded = [(p, encode(p.event)) for p in batch]  # validate before touching the database
+        # validate (and bound) before touching the database
+        encoded = [(p, p.data if p.data is not None else encode(p.event, self.max_event_bytes)) for p in batch]
         first = await self._insert(encoded)
         recorded = [Recorded(seq=first + i + 1, ts=p.ts, type=p.event.TYPE, v=p.event.V, stream=p.stream,
                              trace_id=p.trace_id, actor=p.actor, cause=p.cause, event=p.event)
@@ -209,7 +211,7 @@ class EventLog(ABC):
         event), insert `rng` into `archived` (its `archived_seq` is set to that event's seq), then delete the rows
         of `types` in `rng`'s seq range, which must number exactly `rng.count` (else nothing happens). The
         database's delete trigger refuses any row outside a range `archived` names."""
-        data = encode(pending.event)
+        data = encode(pending.event, self.max_event_bytes)
         seq = await self._insert_archived(pending, data, rng, types)
         rec = Recorded(seq=seq, ts=pending.ts, type=pending.event.TYPE, v=pending.event.V, stream=pending.stream,
                        trace_id=pending.trace_id, actor=pending.actor, cause=pending.cause, event=pending.event)

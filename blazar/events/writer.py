@@ -15,9 +15,11 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 from blazar.errors import BlazarError
 from blazar.events.base import Event, Pending
+from blazar.events.kinds import encode
 from blazar.events.log import EventLog
 
 log = logging.getLogger(__name__)
@@ -89,13 +91,15 @@ class GroupCommitWriter:
         trace_id: str | None = None,
         cause: int | None = None,
     ) -> None:
-        """Queue an event for the next batch. Never blocks and never awaits."""
+        """Queue an event for the next batch. Never blocks and never awaits. An event over the log's bound raises
+        EventTooLarge here, at the code that built it (in a batch it would fail every other event with it)."""
         if len(self._buffer) >= self.max_pending:
             self.dropped += 1
             if self.dropped == 1 or self.dropped % 10_000 == 0:
                 log.error("group-commit buffer full (%d): %d request events dropped", self.max_pending, self.dropped)
             return
-        self._buffer.append(self._log.pending(event, actor=actor, stream=stream, trace_id=trace_id, cause=cause))
+        pending = self._log.pending(event, actor=actor, stream=stream, trace_id=trace_id, cause=cause)
+        self._buffer.append(replace(pending, data=encode(event, self._log.max_event_bytes)))
         self._drained.clear()
         if len(self._buffer) >= self.max_batch or not self._wake.is_set():
             self._wake.set()

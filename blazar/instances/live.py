@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from blazar.adapters.engines.client import unix_base
 from blazar.context import Blazar
 from blazar.events.model_settings import ModelSettings
 from blazar.events.models import ModelMetadata
@@ -45,7 +46,9 @@ class Instance:
     # would help (a sliding-window model needs its full window cache for that: session_swa_full).
     kv_identity: KvIdentity | None = None
     kv_restorable: bool = False
-    url: str = ""  # a remote engine's API root; "" for a child of ours (loopback, `port`)
+    url: str = ""  # a remote engine's API root; "" for a child of ours (loopback, `port`, or `socket`)
+    # The Unix socket a child of ours listens on instead of a port (piper: port 0), "" for one on a port.
+    socket: str = field(default="", repr=False)
     # Sent with every request to a remote: a forwarded request's hop and trace (another node's gateway).
     headers: dict[str, str] = field(default_factory=dict, repr=False)
     kind: str = "llama-server"  # what the child is: llama-server, whisper or piper (adapters/engines/kinds.py)
@@ -59,7 +62,9 @@ class Instance:
 
     @property
     def base_url(self) -> str:
-        return self.url or f"http://127.0.0.1:{self.port}"
+        if self.url:
+            return self.url
+        return unix_base(self.socket) if self.socket else f"http://127.0.0.1:{self.port}"
 
     @property
     def remote(self) -> bool:
@@ -212,6 +217,12 @@ def keyfile(app: Blazar, instance_id: str) -> Path:
 def scratchdir(app: Blazar, instance_id: str) -> Path:
     """A speech child's own directory for what it would otherwise write beside its model (removed at its exit)."""
     return app.paths.run / "instances" / f"{instance_id}.d"
+
+
+def socketfile(app: Blazar, instance_id: str) -> Path:
+    """The Unix socket a child without a port listens on (removed at its exit). NOTE: in run/ itself, not beside the
+    pid file: a socket's path has at most 107 bytes, and this leaves a home's path 85 of them."""
+    return app.paths.run / f"{instance_id}.sock"
 
 
 def pidfile(app: Blazar, instance_id: str) -> Path:

@@ -17,6 +17,7 @@ from blazar.confine import inside
 from blazar.context import Blazar
 from blazar.errors import OutsideHome
 from blazar.events.instances import ExitReason, InstanceExited
+from blazar.instances.live import socketfile
 from blazar.projections.residency import ResidentInstance, instances
 
 log = logging.getLogger("blazar.reconcile")
@@ -24,14 +25,23 @@ log = logging.getLogger("blazar.reconcile")
 KEEP_INSTANCE_LOGS = 50
 
 
-def _ours(pid: int, port: int, binary_hint: str | None) -> bool:
-    """The process at `pid` is the engine child we started: a recycled pid is never signalled."""
+def _ours(pid: int, mark: str, binary_hint: str | None) -> bool:
+    """The process at `pid` is the engine child we started (its command line has `mark`, see `_mark`): a recycled
+    pid is never signalled."""
     cmd = process.pid_cmdline(pid)
     if not cmd:
         return False
     if binary_hint is not None and cmd[0] != binary_hint:
         return False
-    return "--port" in cmd and str(port) in cmd
+    if mark.startswith("--port "):
+        return "--port" in cmd and mark.removeprefix("--port ") in cmd
+    return mark in cmd
+
+
+def _mark(app: Blazar, iid: str, port: int) -> str:
+    """What only the command line of the child `iid` has: its port, or (port 0: a child on a Unix socket, no port)
+    its socket."""
+    return f"--port {port}" if port else f"unix://{socketfile(app, iid)}"
 
 
 async def reconcile(app: Blazar) -> list[str]:
@@ -46,8 +56,8 @@ async def reconcile(app: Blazar) -> list[str]:
         reason: ExitReason
         if pid is None:  # an intent whose spawn never happened (or never wrote its pid file)
             reason, detail = "lost", "its start was recorded but no process was spawned before the daemon stopped"
-        elif process.pid_alive(pid) and _ours(pid, port, argv[0] if argv else None):
-            await process.stop_pid(pid, grace_s=grace, expect_cmdline=f"--port {port}")
+        elif process.pid_alive(pid) and _ours(pid, _mark(app, iid, port), argv[0] if argv else None):
+            await process.stop_pid(pid, grace_s=grace, expect_cmdline=_mark(app, iid, port))
             reason, detail = "orphan_stopped", f"pid {pid} was still running with no supervisor; stopped"
         else:
             reason, detail = "lost", f"pid {pid} was not running when the daemon started"
@@ -61,9 +71,11 @@ async def reconcile(app: Blazar) -> list[str]:
     # Orphans are stopped side by side: each may take its whole grace period.
     handled = list(await asyncio.gather(*(settle(inst) for inst in recorded)))
     handled += await _unrecorded_children(app, grace)
-    # Every child of an earlier daemon is settled (stopped or gone): their engine keys are dead too.
+    # Every child of an earlier daemon is settled (stopped or gone): their engine keys and sockets are dead too.
     for keyfile in (app.paths.run / "instances").glob("*.key"):
         keyfile.unlink(missing_ok=True)
+    for socket in app.paths.run.glob("*.sock"):
+        socket.unlink(missing_ok=True)
     await asyncio.to_thread(_prune_logs, app)
     return handled
 
@@ -83,8 +95,8 @@ async def _unrecorded_children(app: Blazar, grace: float) -> list[str]:
         except (OSError, ValueError):
             pidfile.unlink(missing_ok=True)
             continue
-        if process.pid_alive(pid) and _ours(pid, port, None):
-            await process.stop_pid(pid, grace_s=grace, expect_cmdline=f"--port {port}")
+        if process.pid_alive(pid) and _ours(pid, _mark(app, iid, port), None):
+            await process.stop_pid(pid, grace_s=grace, expect_cmdline=_mark(app, iid, port))
             log.warning("stopped engine child pid %s (port %s) whose start was never recorded", pid, port)
             out.append(iid)
         pidfile.unlink(missing_ok=True)

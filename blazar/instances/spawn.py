@@ -20,7 +20,7 @@ from blazar.adapters.engines.lora import lora_flags
 from blazar.adapters.engines.posture import posture_flags
 from blazar.confine import inside
 from blazar.context import Blazar
-from blazar.errors import EngineError, EngineIncompatible, LoadFailed, ModelNotFound, OutsideHome
+from blazar.errors import OWNER_SEES, EngineError, EngineIncompatible, LoadFailed, ModelNotFound, OutsideHome
 from blazar.events.instances import InstanceExited, InstanceReady, InstanceStarted, InstanceStarting
 from blazar.events.models import InstanceMemoryMeasured, ModelMetadata
 from blazar.events.sessions import KvIdentity
@@ -36,6 +36,7 @@ from blazar.instances.live import (
     pidfile,
     plan_workers,
     scratchdir,
+    socketfile,
 )
 from blazar.instances.load_checks import record_refusal
 from blazar.instances.posture_choice import PostureChoice
@@ -47,6 +48,8 @@ from blazar.store.model_settings import template_flags
 from blazar.store.models import slot_dir
 
 log = logging.getLogger("blazar.supervisor")
+# The longest path a Unix socket may have on Linux (sun_path holds 108 bytes with its NUL).
+MAX_SOCKET_PATH = 107
 
 
 class Spawner:
@@ -71,7 +74,9 @@ class Spawner:
         app, name = self.app, model.name
         kind = engine_kind(model.kind)
         instance_id = secrets.token_hex(6)
-        port = process.free_port()
+        # A kind that listens on a Unix socket (piper: it checks no key) has no TCP port at all: port 0.
+        socket = socketfile(app, instance_id) if kind.unix_socket else None
+        port = 0 if socket is not None else process.free_port()
         log_path = app.paths.log / "instances" / f"{instance_id}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         cwd: Path | None = None
@@ -80,7 +85,8 @@ class Spawner:
                                              embeddings=embeddings, rerank=rerank, posture=chosen)
             engine_tag = engine.tag
         else:
-            argv, api_key, cwd = await self._child_argv(model, kind, instance_id=instance_id, port=port)
+            argv, api_key, cwd = await self._child_argv(model, kind, instance_id=instance_id, port=port,
+                                                        socket=socket)
             engine_tag = kind.name
         facts: dict[str, Any] = dict(
                      instance_id=instance_id, model=name, engine_tag=engine_tag, kind=kind.name, port=port,
@@ -98,6 +104,7 @@ class Spawner:
             proc = await process.spawn(argv, log_path=log_path, cwd=cwd)
         except EngineError as e:
             keyfile(app, instance_id).unlink(missing_ok=True)
+            socketfile(app, instance_id).unlink(missing_ok=True)
             shutil.rmtree(scratchdir(app, instance_id), ignore_errors=True)
             await app.record(InstanceExited(instance_id=instance_id, model=name, reason="spawn_failed",
                                             detail=e.message), cause=intent.seq)
@@ -119,7 +126,7 @@ class Spawner:
         else:
             inst = Instance(instance_id=instance_id, model=name, port=port, slots=fit.slots, ctx_tokens=0,
                             engine_tag=engine_tag, api_key=api_key, served_as=name, template=model.template,
-                            kind=kind.name)
+                            kind=kind.name, socket=str(socket or ""))
         lv = Live(instance=inst, proc=proc, plan=fit, log_path=log_path, started_seq=started.seq,
                   started_mono=app.clock.monotonic(), keep_alive_s=keep_alive_s, pinned=pinned)
         self.live.add(lv)
@@ -170,11 +177,15 @@ class Spawner:
             raise await record_refusal(app, name, "engine_incompatible", e.message, e) from None
         return argv, api_key
 
-    async def _child_argv(self, model: ResolvedModel, kind: EngineKind, *, instance_id: str,
-                          port: int) -> tuple[list[str], str | None, Path | None]:
+    async def _child_argv(self, model: ResolvedModel, kind: EngineKind, *, instance_id: str, port: int,
+                          socket: Path | None = None) -> tuple[list[str], str | None, Path | None]:
         """A whisper or piper child's argv, its key (written 0600 beside its pid file; None for a kind whose child
         checks none) and its working directory. What it opens stays inside the store."""
         app, name = self.app, model.name
+        if socket is not None and len(os.fsencode(socket)) > MAX_SOCKET_PATH:
+            raise EngineError(f"{name}'s child would listen on {socket}, a path of {len(os.fsencode(socket))} bytes: "
+                              f"a Unix socket's path has at most {MAX_SOCKET_PATH}; give Blazar a home with a shorter "
+                              "path (BLAZAR_HOME)")
         try:  # whisper opens its model's directory, piper its .onnx (and the .onnx.json beside it)
             first = inside(app.paths.models, model.path, what=f"the catalog's entry for {name}")
             opened = inside(app.paths.models, first.parent, what=f"the catalog's entry for {name}") \
@@ -186,7 +197,7 @@ class Spawner:
         scratch = scratchdir(app, instance_id)
         scratch.mkdir(mode=0o700, parents=True, exist_ok=True)
         launch = Launch(model=opened, port=port, key_file=key_path if kind.keyed else None,
-                        threads=app.settings().engine_threads or None, scratch=scratch)
+                        threads=app.settings().engine_threads or None, scratch=scratch, socket=socket)
         return kind.argv(launch), api_key, kind.cwd(launch)
 
     async def await_ready(self, lv: Live, report: LoadReport | None) -> Instance:
@@ -200,17 +211,25 @@ class Spawner:
         name, settings = inst.model, app.settings()
         try:
             waited = await process.wait_healthy(lv.proc, inst.port, timeout_s=settings.load_timeout_s,
-                                                path=engine_kind(inst.kind).probe_path)
+                                                path=engine_kind(inst.kind).probe_path,
+                                                socket=Path(inst.socket) if inst.socket else None)
         except process.LoadTimeout as e:
             await self.stopper.terminate(lv, "load_timeout", detail=f"not healthy after {e.waited_s:.1f} s")
             raise LoadFailed(f"{name} did not become ready within {settings.load_timeout_s:.0f} s (load_timeout_s); "
-                             f"the engine log: {lv.log_path}") from None
+                             f"the engine log: {lv.log_path}",
+                             public=f"{name} could not be loaded: it was not ready in time. Try again later; if it "
+                                    f"keeps failing, {OWNER_SEES}") from None
         except process.ProcessExited:
             assert lv.watcher is not None
             await lv.watcher  # the watcher records the exit (load_failed, or stopped when a user stopped it)
             tail = process.log_tail(lv.log_path, 5)
+            # NOTE: the engine's own words name the model's file, and a Python child's a traceback with the venv's
+            # paths: the owner's (the CLI, `blazar why`, the daemon log), never a key's.
             raise LoadFailed(f"{name} exited while loading (code {lv.proc.returncode}): "
-                             + (" | ".join(tail) or "no output") + f"; the engine log: {lv.log_path}") from None
+                             + (" | ".join(tail) or "no output") + f"; the engine log: {lv.log_path}",
+                             public=f"{name} could not be loaded: its engine exited while loading (exit code "
+                                    f"{lv.proc.returncode}). Try again later; if it keeps failing, {OWNER_SEES}"
+                             ) from None
         if lv.state == "stopping":
             raise LoadFailed(f"{name} was stopped while it loaded")
         inst.load_ms = int(waited * 1000)

@@ -17,7 +17,7 @@ from blazar.errors import LoadFailed
 from blazar.events.instances import ExitReason, InstanceEvicted, InstanceExited
 from blazar.events.requests import Evicted
 from blazar.events.sessions import SaveReason
-from blazar.instances.live import Live, LiveSet, LoadReport, keyfile, pidfile, scratchdir
+from blazar.instances.live import Live, LiveSet, LoadReport, keyfile, pidfile, scratchdir, socketfile
 from blazar.instances.load_checks import open_circuit_if_due
 
 if TYPE_CHECKING:
@@ -91,6 +91,7 @@ class Stopper:
             uptime_ms=uptime, log_tail=tail, detail=detail), cause=cause or lv.started_seq)
         pidfile(self.app, lv.instance.instance_id).unlink(missing_ok=True)
         keyfile(self.app, lv.instance.instance_id).unlink(missing_ok=True)
+        socketfile(self.app, lv.instance.instance_id).unlink(missing_ok=True)
         shutil.rmtree(scratchdir(self.app, lv.instance.instance_id), ignore_errors=True)
         if not lv.ready.done():
             lv.ready.set_exception(LoadFailed(f"{lv.instance.model} exited ({reason})"))

@@ -435,7 +435,7 @@ def _rejected(s: _Story, ev: RequestRejected) -> str:
 
 def _routed(s: _Story, ev: RequestRouted) -> str:
     if not ev.cold:
-        return f"routed to warm instance {ev.instance_id} of {ev.model} (port {ev.port})"
+        return f"routed to warm instance {ev.instance_id} of {ev.model} ({_where(ev.port, ev.instance_id)})"
     victims = s.evicted()
     return (f"cold load of {ev.model} on instance {ev.instance_id}: {fmt_ms(ev.load_ms)}"
             + (f", evicted {', '.join(victims)}" if victims else ""))
@@ -518,15 +518,21 @@ def _shape(ev: InstanceStarting | InstanceStarted) -> str:
     return f"{_plural(ev.slots, 'slot')} of {ev.ctx_tokens} ctx"
 
 
+def _where(port: int, instance_id: str) -> str:
+    """Where an instance listens: its port, or a Unix socket of its own (port 0 for a child of ours; a remote's or
+    another node's stand-in, `remote:NAME` or `node:NAME`, has port 0 too)."""
+    return f"port {port}" if port or ":" in instance_id else "a Unix socket"
+
+
 def _started(s: _Story, ev: InstanceStarted) -> str:
     shape = _shape(ev)
-    return (f"instance {ev.instance_id} of {ev.model} spawned (pid {ev.pid}, port {ev.port}, {shape}, "
-            f"planned {fmt_bytes(ev.planned_bytes)})")
+    return (f"instance {ev.instance_id} of {ev.model} spawned (pid {ev.pid}, {_where(ev.port, ev.instance_id)}, "
+            f"{shape}, planned {fmt_bytes(ev.planned_bytes)})")
 
 
 def _starting(s: _Story, ev: InstanceStarting) -> str:
     shape = _shape(ev)
-    return (f"instance {ev.instance_id} of {ev.model} starting (port {ev.port}, {shape}, "
+    return (f"instance {ev.instance_id} of {ev.model} starting ({_where(ev.port, ev.instance_id)}, {shape}, "
             f"planned {fmt_bytes(ev.planned_bytes)})")
 
 

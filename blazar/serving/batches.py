@@ -43,7 +43,7 @@ import orjson
 
 from blazar.context import Blazar, stamp_node
 from blazar.dialects.tools import constrain
-from blazar.errors import DialectError, Refused
+from blazar.errors import BlazarError, DialectError, Refused
 from blazar.events.base import Event
 from blazar.events.batches import (
     BATCH_ID,
@@ -55,6 +55,7 @@ from blazar.events.batches import (
 from blazar.ids import new_trace_id
 from blazar.projections.batches import BatchesState, BatchRow, batch_row, done_lines, line_done, open_batches
 from blazar.projections.keys import key as key_named
+from blazar.redact import machine_roots, told
 from blazar.serving import batch_input, batch_lines, batch_output
 from blazar.serving.admission import BACKGROUND_PRIORITY
 from blazar.serving.batch_lines import Ask, Build, Line
@@ -257,7 +258,7 @@ class BatchRunner:
                 break
             except Refused as e:
                 if e.reason not in _RETRY:
-                    status, body = e.http_status, _error_body(e.message, e.http_status, e.reason)
+                    status, body = e.http_status, _error_body(self._told(b.owner, e), e.http_status, e.reason)
                     break
                 await asyncio.sleep(min(_RETRY_MAX_S, max(pause, e.retry_after_s or 0.0)))
                 pause = min(_RETRY_MAX_S, pause * 2)
@@ -318,8 +319,19 @@ class BatchRunner:
             raise
         except Exception as e:
             log.exception("batch %s: a line failed", b.batch_id)
-            return 500, _error_body(f"internal error: {type(e).__name__}: {e}", 500, "internal_error")
+            return 500, _error_body(self._told(b.owner, e), 500, "internal_error")
         return answer.status, await _body_of(answer)
+
+    def _told(self, owner: str, exc: BaseException) -> str:
+        """`exc` in the words its batch's owner may read (an error file is the key's to download): the whole message
+        for the machine's owner or an admin key, blazar/redact.py's public words for any other key (the whole one
+        then goes to the daemon log; the line's trace in the log has it too)."""
+        k = key_named(self.app.runner.state("keys"), owner.removeprefix("key:")) if owner else None
+        detail = not owner or (k is not None and k.admin)
+        words = told(exc, detail=detail, roots=machine_roots(self.app.paths.data_dir, self.app.paths.config_dir))
+        if not detail and isinstance(exc, BlazarError) and words != exc.message:
+            log.warning("a batch line of %s failed: %s", owner, exc.message)
+        return words
 
     def _principal(self, owner: str) -> Principal | None:
         """The key that made the batch, as it is now (its scope and limits apply to every line); None for the

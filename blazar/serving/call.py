@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from blazar.errors import DialectError, Refused
+from blazar.errors import BlazarError, Refused
 from blazar.events.audio import RequestAudio
 from blazar.events.base import Event
 from blazar.events.requests import (
@@ -87,7 +87,8 @@ def outcome_of(exc: BaseException, call: Call) -> Outcome:
             return Failed(exc.http_status, exc.reason, exc.message)
         return Rejected(exc.http_status, "load_failed", exc.message, exc.retry_after_s,
                         {**exc.observations, "code": exc.reason})
-    if isinstance(exc, DialectError):  # the content, checked in the pipeline (its images, its audio): a 400
+    if isinstance(exc, BlazarError) and 400 <= exc.http_status < 500:
+        # The content, checked in the pipeline (an image that is no image, audio past max_audio_s): the caller's
         return Rejected(exc.http_status, "invalid_request", exc.message, None, {"code": exc.code})
     if isinstance(exc, asyncio.CancelledError):
         return Failed(499, "client_disconnected", call.hang_up_detail())

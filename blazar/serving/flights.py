@@ -313,5 +313,5 @@ def _mirror(error: BaseException | None) -> BaseException:
     as the leader's did)."""
     if isinstance(error, Refused):
         return Refused(error.message, reason=error.reason, http_status=error.http_status,
-                       retry_after_s=error.retry_after_s, observations=error.observations)
+                       retry_after_s=error.retry_after_s, observations=error.observations, public=error.public)
     return Refused(f"the shared generation broke: {error!r}", reason="internal_error", http_status=500)

@@ -213,7 +213,7 @@ class Gateway:
             call.finish(Failed(502, "engine_error", e.message))
             if call.remote is not None:
                 await self.remotes.failed(call.remote, e.message, source="request")
-            raise Refused(e.message, reason="engine_error", http_status=502) from None
+            raise Refused(e.message, reason="engine_error", http_status=502, public=e.public) from None
         await self._feed_circuit(call, upstream.status_code)
         heard = upstream.headers.get(AUDIO_SECONDS_HEADER)
         if heard is not None:  # the whisper child's measure of the audio it decoded

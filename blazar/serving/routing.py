@@ -138,7 +138,7 @@ class Router:
                                                     session=call.request.session is not None,
                                                     rerank=call.request.rerank)
             except BlazarError as e:
-                raise Refused(e.message, reason=e.code, http_status=e.http_status) from None
+                raise Refused(e.message, reason=e.code, http_status=e.http_status, public=e.public) from None
         call.instance = inst
         add_template_defaults(call, inst.stops, inst.sampling, loop_guard=inst.loop_guard)
         call.load_ms = report.load_ms if report.cold else None
@@ -261,7 +261,7 @@ class Router:
                 call.give_back_slot(learn=False)
                 if not call.rerouted:  # the instance exited while the request waited for its slot
                     raise EngineGone(e.message) from None
-                raise Refused(e.message, reason=e.code, http_status=e.http_status) from None
+                raise Refused(e.message, reason=e.code, http_status=e.http_status, public=e.public) from None
             call.holding(inst)
         spec = self.spec.request_spec(inst, request.spec) if self.spec is not None else None
         if spec is not None and spec != "on":

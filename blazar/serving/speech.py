@@ -18,7 +18,7 @@ import orjson
 
 from blazar.adapters import audio as codec
 from blazar.adapters.engines.answers import refusal
-from blazar.errors import EngineError, Refused
+from blazar.errors import OWNER_SEES, EngineError, Refused
 from blazar.serving.call import Call, Completed, Failed
 from blazar.serving.request import Answer
 
@@ -62,15 +62,18 @@ async def _synthesize(gateway: Gateway, call: Call, text: str, speed: float, voi
         finally:
             await upstream.aclose()
     except EngineError as e:
-        raise Refused(f"the piper child did not answer: {e.message}", reason="engine_error", http_status=502) from None
+        raise Refused(f"the piper child did not answer: {e.message}", reason="engine_error", http_status=502,
+                      public=f"{call.model}'s voice did not answer; try again ({OWNER_SEES})") from None
     if upstream.status_code >= 400:
-        raise Refused(f"the piper child refused the text: {refusal(data)[0]}", reason="engine_error",
-                      http_status=502)
+        # NOTE: piper's answer is the owner's to read (its server's error page; its log has the traceback).
+        raise Refused(f"the piper child refused the text ({upstream.status_code}): {refusal(data)[0]}",
+                      reason="engine_error", http_status=502,
+                      public=f"{call.model}'s voice could not speak this text ({OWNER_SEES})")
     try:
         return await asyncio.to_thread(_pcm_of, data)
     except (wave.Error, EOFError) as e:
-        raise Refused(f"the piper child's answer is not WAV audio: {e}", reason="engine_error",
-                      http_status=502) from None
+        raise Refused(f"the piper child's answer is not WAV audio: {e}", reason="engine_error", http_status=502,
+                      public=f"{call.model}'s voice answered with no audio ({OWNER_SEES})") from None
 
 
 def producer(gateway: Gateway, text: str, fmt: str, speed: float,

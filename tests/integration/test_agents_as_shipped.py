@@ -103,12 +103,15 @@ CLI_TIMEOUT_S = 900  # Claude Code's 19,300-token first turn, on one engine thre
 
 def _turns_ended(daemon: Daemon, route: str, since: int) -> list[dict[str, Any]]:
     """The agent's turns on `route` after log position `since`, each as it completed: every one answered 200 and
-    ended by the model (a stop), not by a limit."""
+    ended by the model (a stop), not by a limit. A turn the agent itself hung up on is allowed (Claude Code exits
+    once its answer is printed, dropping a side request it no longer needs, which on a loaded machine may still be
+    running); any other failure is not."""
     turns = {e["trace_id"] for e in read_events(daemon.home, "request.received")
              if e["seq"] > since and e["data"]["route"] == route and e["data"]["model"] == MODEL}
     done = [e["data"] for e in read_events(daemon.home, "request.completed") if e["trace_id"] in turns]
     failed = [e["data"] for e in read_events(daemon.home, "request.failed") if e["trace_id"] in turns]
-    assert turns and not failed and len(done) == len(turns), (done, failed)
+    dropped = [f for f in failed if f["reason"] == "client_disconnected"]
+    assert turns and done and failed == dropped and len(done) + len(failed) == len(turns), (done, failed)
     assert all(d["status"] == 200 and d["completion_tokens"] > 0 for d in done), done
     return done
 

@@ -23,6 +23,7 @@ import pytest
 
 from blazar.events import Event, register
 from blazar.events.log_sqlite import SqliteEventLog
+from tests.support.bounds import HANG_S
 
 pytestmark = pytest.mark.slow(reason="crash loops: writer children killed mid-burst, again and again")
 
@@ -102,7 +103,8 @@ class Round:
 
 
 def _kill_after(script: Path, db: Path, round_: int, mode: str, *, acks: int, delay: float) -> Round:
-    """Run the child until it has acknowledged `acks` appends (or 10 s pass), wait `delay`, then SIGKILL it."""
+    """Run the child until it has acknowledged `acks` appends (or HANG_S pass: a hang guard; a loaded machine took
+    over 10 s to start the child), wait `delay`, then SIGKILL it."""
     proc = subprocess.Popen(
         [sys.executable, str(script), str(db), str(round_), mode, "1000000", "60", str(BURST)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -112,7 +114,7 @@ def _kill_after(script: Path, db: Path, round_: int, mode: str, *, acks: int, de
     seen = 0
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
-    deadline = time.monotonic() + 10.0
+    deadline = time.monotonic() + HANG_S
     try:
         while seen < acks and time.monotonic() < deadline and proc.poll() is None:
             if sel.select(timeout=0.1):
@@ -143,7 +145,7 @@ def _kill_after(script: Path, db: Path, round_: int, mode: str, *, acks: int, de
             rnd.acks.append((int(words[1]), words[2]))
         else:
             rnd.acks.extend((None, token) for token in words[1:])
-    assert rnd.acks, f"the child acknowledged nothing in 10 s:\n{stderr}"
+    assert rnd.acks, f"the child acknowledged nothing in {HANG_S:.0f} s:\n{stderr}"
     return rnd
 
 

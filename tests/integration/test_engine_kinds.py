@@ -184,7 +184,7 @@ def test_each_kind_loads_as_its_own_child_is_listed_with_its_kind_and_stops(home
     assert loaded["kind"] == "whisper" and loaded["engine_tag"] == "whisper"
     again = json.loads(blazar_cli(home, "load", "whisper-base", "--ctx", "4096", "--json").stdout)
     assert again["instance_id"] == loaded["instance_id"]  # a speech child has no context to grow: reused
-    assert "is ready on port" in blazar_cli(home, "load", "joe").stdout
+    assert "is ready on its Unix socket" in blazar_cli(home, "load", "joe").stdout
     rows = {r["model"]: r for r in _ps(home)}
     assert {m: (r["kind"], r["state"]) for m, r in rows.items()} == {"whisper-base": ("whisper", "ready"),
                                                                       "joe": ("piper", "ready")}
@@ -194,20 +194,23 @@ def test_each_kind_loads_as_its_own_child_is_listed_with_its_kind_and_stops(home
     assert starts["whisper-base"]["argv"][1:4] == ["-m", "blazar.children.whisper", "--model"]
     assert "--api-key-file" in starts["whisper-base"]["argv"]
     assert starts["joe"]["argv"][1:3] == ["-m", "piper.http_server"]
-    assert starts["joe"]["argv"][starts["joe"]["argv"].index("--host") + 1] == "127.0.0.1"
-    # piper's keyless /download writes into the child's own 0700 scratch directory (gone at its exit), not the store.
+    # piper checks no key: it listens on a Unix socket in the home's 0700 run/ (gone at its exit), on no port.
+    socket = home / "run" / f"{rows['joe']['instance_id']}.sock"
+    assert starts["joe"]["argv"][starts["joe"]["argv"].index("--host") + 1] == f"unix://{socket}"
+    assert "--port" not in starts["joe"]["argv"] and starts["joe"]["port"] == rows["joe"]["port"] == 0
+    # piper's /download writes into the child's own 0700 scratch directory (gone at its exit), not the store.
     scratch = Path(starts["joe"]["argv"][starts["joe"]["argv"].index("--download-dir") + 1])
     assert scratch == home / "run" / "instances" / f"{rows['joe']['instance_id']}.d"
     assert scratch.is_dir() and scratch.stat().st_mode & 0o777 == 0o700
-    # The whisper child wants its key; piper's server answers (it has none).
+    # The whisper child wants its key; piper's server answers on its socket (the owner's alone: it has no key).
     w = rows["whisper-base"]
     key = (home / "run" / "instances" / f"{w['instance_id']}.key").read_text().strip()
     url = f"http://127.0.0.1:{w['port']}/v1/audio/transcriptions"
     assert httpx2.post(url, files={"file": ("a.wav", b"x")}, trust_env=False).status_code == 401
     assert httpx2.post(url, files={"file": ("a.wav", b"not audio")}, data={"model": "whisper-base"},
                        headers={"authorization": f"Bearer {key}"}, trust_env=False, timeout=60).status_code == 400
-    spoken = httpx2.post(f"http://127.0.0.1:{rows['joe']['port']}/synthesize", json={"text": "Hello."},
-                         trust_env=False, timeout=60)
+    with httpx2.Client(transport=httpx2.HTTPTransport(uds=str(socket)), trust_env=False, timeout=60) as on_socket:
+        spoken = on_socket.post("http://localhost/synthesize", json={"text": "Hello."})
     assert spoken.status_code == 200 and spoken.content[:4] == b"RIFF"
     # Measured after the load: each child's RSS, charged when above its memory model's figure.
     measured = wait_for(lambda: {e["data"]["model"] for e in read_events(home, "instance.memory_measured")} >=
@@ -215,7 +218,7 @@ def test_each_kind_loads_as_its_own_child_is_listed_with_its_kind_and_stops(home
     assert measured
     blazar_cli(home, "stop", "joe")
     blazar_cli(home, "stop", "whisper-base")
-    assert _ps(home) == [] and not scratch.exists()
+    assert _ps(home) == [] and not scratch.exists() and not socket.exists()
     exits = {e["data"]["model"]: e["data"]["reason"] for e in read_events(home, "instance.exited")}
     assert exits == {"whisper-base": "stopped", "joe": "stopped"}
     assert not process.pid_alive(w["pid"])

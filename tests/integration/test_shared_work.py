@@ -325,11 +325,14 @@ def test_best_of_in_the_ollama_and_anthropic_dialects(daemon: Daemon) -> None:
 # small's num_predict of 3 and let small's answer pass), and the JSON grammar lets the base model pad it: greedy
 # (temperature 0), so it takes the same time every run, about 25 s quiet.
 CASCADE_SLOW = pytest.mark.slow(reason="a greedy schema-bound answer with no token limit on the real engine")
+# A hang guard, not a timing: the answer is bounded by the context (1,024 tokens), which a machine loaded far past
+# flake-hunt's two hogs decoded in over 180 s.
+CASCADE_HANG_S = 600.0
 
 
 @CASCADE_SLOW
 def test_a_cascade_escalates_on_an_invalid_answer(daemon: Daemon) -> None:
-    raw = daemon.client().chat.completions.with_raw_response.create(
+    raw = daemon.client().with_options(timeout=CASCADE_HANG_S).chat.completions.with_raw_response.create(
         model=SMALL, messages=[{"role": "user", "content": "What colour is the sea? Answer in JSON."}],
         response_format=JSON_FORMAT, temperature=0,  # type: ignore[arg-type]
         extra_headers={"X-Blazar-Cascade": f"{SMALL},{MODEL}"})
@@ -353,12 +356,12 @@ def test_a_confident_valid_first_answer_ends_the_cascade(daemon: Daemon) -> None
 
 @CASCADE_SLOW
 def test_cascades_in_the_ollama_and_anthropic_dialects(daemon: Daemon) -> None:
-    r = httpx2.post(f"{daemon.base}/api/chat", timeout=120, json={
+    r = httpx2.post(f"{daemon.base}/api/chat", timeout=CASCADE_HANG_S, json={
         "model": SMALL, "messages": [{"role": "user", "content": "What colour is the sea? JSON please."}],
         "stream": False, "format": SCHEMA, "cascade": [SMALL, MODEL], "options": {"temperature": 0}})
     assert r.status_code == 200 and r.headers["x-blazar-cascade"].endswith(f"served={MODEL} reason=invalid")
     assert r.json()["model"] == MODEL
-    ant = anthropic.Anthropic(base_url=daemon.base, api_key="unused", max_retries=0, timeout=120)
+    ant = anthropic.Anthropic(base_url=daemon.base, api_key="unused", max_retries=0, timeout=CASCADE_HANG_S)
     raw = ant.messages.with_raw_response.create(
         model=SMALL, max_tokens=200, messages=[{"role": "user", "content": "Say hi"}],
         extra_headers={"X-Blazar-Cascade": f"{SMALL},{MODEL}"})

@@ -1,7 +1,8 @@
-"""The speech children run by hand, as the supervisor will run them: Blazar's whisper child
-(`python -m blazar.children.whisper`) and piper's own HTTP server, each on a free loopback port, waited for with a
-deadline and killed on the way out (terminate, then kill). Used by tests/integration/test_speech_children.py and
-bench/speech.py."""
+"""The speech children run by hand: Blazar's whisper child (`python -m blazar.children.whisper`) and piper's own HTTP
+server, each on a free loopback port, waited for with a deadline and killed on the way out (terminate, then kill).
+Used by tests/integration/test_speech_children.py and bench/speech.py, which test the adapters and the children
+themselves. NOTE: the supervisor runs piper on a Unix socket in the home's run/ and on no port (it checks no key:
+blazar/adapters/engines/kinds.py); tests/integration/test_engine_kinds.py and test_errors_to_keys.py test that."""
 
 from __future__ import annotations
 

@@ -3,6 +3,9 @@
 The gateway never re-encodes what the engine streams; this module only opens the exchange and hands back the
 response whose body the caller relays. Token counting (`count_tokens`) uses the engine's own tokenizer.
 
+A child on a Unix socket (piper: blazar/adapters/engines/kinds.py) has a base URL of `http+unix://` and the socket's
+path (`unix_base`): it gets a pool of its own, dropped once its socket is gone.
+
 NOTE: aiohttp, not httpx2, on this hop: every SSE event the engine writes wakes the relay on its own, and reading
 one costs httpx2 (httpcore2, h11, an anyio cancel scope per read) about twice what aiohttp's C parser does
 (`bench/client_cost.py`). On two cores that CPU comes out of the engine's decode.
@@ -11,6 +14,7 @@ one costs httpx2 (httpcore2, h11, an anyio cancel scope per read) about twice wh
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -29,6 +33,13 @@ KEEPALIVE_EXPIRY_S = 3.0
 RETRY_BACKOFF_S = (0.0, 0.05, 0.25, 0.0)
 # Broken mid-answer: the connection dropped, or the body ended short of what it announced.
 _BROKEN = (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, asyncio.IncompleteReadError)
+# A child's base URL when it listens on a Unix socket: this, then the socket's absolute path.
+UNIX = "http+unix://"
+
+
+def unix_base(socket: str | os.PathLike[str]) -> str:
+    """The base URL of a child listening on the Unix socket at `socket`."""
+    return UNIX + os.fspath(socket)
 
 
 def engine_headers(api_key: str | None) -> dict[str, str]:
@@ -108,28 +119,42 @@ class EngineClient:
     def __init__(self, *, max_connections: int = 512) -> None:
         self._max_connections = max_connections
         self._http: aiohttp.ClientSession | None = None
+        self._unix: dict[str, aiohttp.ClientSession] = {}  # a pool per Unix socket, by its path
 
     def _session(self) -> aiohttp.ClientSession:
         """The pool, made in the running loop on first use."""
         if self._http is None or self._http.closed:
             connector = aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0,
                                              keepalive_timeout=KEEPALIVE_EXPIRY_S, use_dns_cache=False)
-            # No cookie jar: an engine sets none, and the jar's filtering is work on every request.
-            self._http = aiohttp.ClientSession(connector=connector, timeout=TIMEOUT, auto_decompress=False,
-                                               trust_env=False, cookie_jar=aiohttp.DummyCookieJar(),
-                                               skip_auto_headers=("User-Agent", "Accept-Encoding"))
+            self._http = _pool(connector)
         return self._http
+
+    async def _target(self, base_url: str, path: str) -> tuple[aiohttp.ClientSession, str]:
+        """The pool and the URL that reach `path` of the child at `base_url`."""
+        if not base_url.startswith(UNIX):
+            return self._session(), base_url + path
+        socket = base_url[len(UNIX):]
+        pool = self._unix.get(socket)
+        if pool is None or pool.closed:
+            others = [s for s in self._unix if s != socket]
+            gone = await asyncio.to_thread(lambda: [s for s in others if not os.path.exists(s)])  # children exited
+            for dead in gone:
+                if (old := self._unix.pop(dead, None)) is not None:
+                    await old.close()
+            pool = self._unix[socket] = _pool(aiohttp.UnixConnector(
+                path=socket, limit=self._max_connections, keepalive_timeout=KEEPALIVE_EXPIRY_S))
+        return pool, "http://localhost" + path
 
     async def open(self, base_url: str, path: str, body: bytes, *, api_key: str | None = None,
                    headers: dict[str, str] | None = None) -> EngineResponse:
         """POST `body` (JSON) and return the response with its body unread: stream it with `aiter_raw()`, then
         `aclose()` it. Closing early drops the connection, which makes llama-server cancel the generation. `api_key`
         is the child's own secret (never a client's Authorization: only these headers are sent)."""
-        session = self._session()
+        session, url = await self._target(base_url, path)
         for attempt, backoff_s in enumerate(RETRY_BACKOFF_S, 1):
             try:
                 sent = engine_headers(api_key) if not headers else engine_headers(api_key) | headers
-                resp = await session.post(base_url + path, data=body, headers=sent)
+                resp = await session.post(url, data=body, headers=sent)
                 return EngineResponse(resp)
             except aiohttp.ClientConnectorError as e:  # nothing listens there: the child is gone
                 raise EngineUnreachable(f"the engine at {base_url} did not answer {path}: {e}") from e
@@ -150,11 +175,11 @@ class EngineClient:
         """A small JSON exchange (a token count, a slot action): the status and the parsed answer (None when it is
         not JSON). EngineUnreachable when the engine does not answer within `timeout_s`. A connection the engine
         closed without answering (a pooled one past its keep-alive) is retried on a fresh one, as `open` does."""
+        session, url = await self._target(base_url, path)
         for attempt, backoff_s in enumerate(RETRY_BACKOFF_S, 1):
             try:
-                async with self._session().post(base_url + path, data=orjson.dumps(payload),
-                                                headers=engine_headers(api_key),
-                                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+                async with session.post(url, data=orjson.dumps(payload), headers=engine_headers(api_key),
+                                        timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
                     status, content = r.status, await r.read()
                 break
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
@@ -196,9 +221,10 @@ class EngineClient:
                       timeout_s: float = COUNT_TIMEOUT_S) -> dict[str, float]:
         """llama-server's `GET /metrics` (started with --metrics), its unlabelled samples by name without the
         `llamacpp:` prefix. EngineUnreachable when it does not answer 200 within `timeout_s`."""
+        session, url = await self._target(base_url, "/metrics")
         try:
-            async with self._session().get(base_url + "/metrics", headers=engine_headers(api_key),
-                                           timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+            async with session.get(url, headers=engine_headers(api_key),
+                                   timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
                 status, content = r.status, await r.read()
         except (aiohttp.ClientError, TimeoutError) as e:
             raise EngineUnreachable(f"the engine at {base_url} did not answer /metrics: {e}") from e
@@ -209,6 +235,16 @@ class EngineClient:
     async def aclose(self) -> None:
         if self._http is not None:
             await self._http.close()
+        for pool in self._unix.values():
+            await pool.close()
+        self._unix.clear()
+
+
+def _pool(connector: aiohttp.BaseConnector) -> aiohttp.ClientSession:
+    # No cookie jar: an engine sets none, and the jar's filtering is work on every request.
+    return aiohttp.ClientSession(connector=connector, timeout=TIMEOUT, auto_decompress=False, trust_env=False,
+                                 cookie_jar=aiohttp.DummyCookieJar(),
+                                 skip_auto_headers=("User-Agent", "Accept-Encoding"))
 
 
 def parse_metrics(text: str) -> dict[str, float]:

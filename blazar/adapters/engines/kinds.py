@@ -4,7 +4,8 @@ blazar/children/whisper.py, running faster-whisper on a CTranslate2 directory) a
 run as a separate process: piper is GPL-3.0 and never imported here).
 
 Each kind says the routes it serves, the argv that starts one child, the path that answers 200 once it is ready, its
-memory model for the fit (None: the GGUF planner), whether its child checks a bearer key, the Python extra it needs,
+memory model for the fit (None: the GGUF planner), whether its child checks a bearer key or listens on a Unix socket
+instead of a port (a child that checks no key: nobody but the daemon's user can connect), the Python extra it needs,
 and how to read the usage from an answer. The supervisor (blazar/instances/) starts, watches, evicts and reconciles
 every kind the same way.
 """
@@ -69,8 +70,10 @@ class Launch:
     directory (a whisper model). The llama-server fields are that kind's alone."""
 
     model: Path
-    port: int
+    port: int  # 0 for a kind that listens on `socket`
     key_file: Path | None = None  # the child's bearer key, 0600 (a kind that checks one)
+    # The Unix socket a kind without a key listens on (in the home's 0700 run directory): no TCP port at all.
+    socket: Path | None = None
     threads: int | None = None
     host: str = "127.0.0.1"
     python: str = field(default_factory=lambda: sys.executable)
@@ -93,6 +96,9 @@ class EngineKind(ABC):
     routes: frozenset[str] = frozenset()
     probe_path: str = "/health"  # GET answers 200 once the child serves (503 or no answer before)
     keyed: bool = True  # the child checks `Authorization: Bearer <its key>`
+    # The child listens on a Unix socket in the home's 0700 run directory, never on a TCP port: for a child that
+    # checks no key, the directory's mode is what keeps other users (and the web pages they open) out.
+    unix_socket: bool = False
     extra: str | None = None  # the pip extra its runtime comes from: `pip install 'blazar[<extra>]'`
     module: str | None = None  # the module that extra installs (looked up, never imported)
     memory: MemoryModel | None = None  # None: the GGUF planner (blazar/fit)
@@ -183,13 +189,16 @@ class Whisper(EngineKind):
 class Piper(EngineKind):
     """piper's own HTTP server (`python -m piper.http_server`, a Flask app): POST /synthesize answers a WAV, GET
     /voices lists the voice, GET /info describes it (200 once the voice is loaded: the server loads it before it
-    listens). It checks no key: its port is open to every local user (docs say so)."""
+    listens). It checks no key, and its /synthesize loads any `voice` path it is sent and its /download fetches
+    voices: so it listens on a Unix socket in the home's 0700 run directory (werkzeug's `unix://` host), which only
+    the daemon's user can connect to, and on no TCP port."""
 
     name = "piper"
     describes = "text to speech"
     routes = frozenset({"speech", "voices"})
     probe_path = "/info"
     keyed = False
+    unix_socket = True
     extra = "tts"
     module = "piper"
     # NOTE: measured (docs/16.MULTIMODAL.md): en_US-joe-medium (63 MB .onnx) is 154 MiB RSS once loaded, 232 MiB after
@@ -198,12 +207,15 @@ class Piper(EngineKind):
     memory = MemoryModel(factor=2.0, overhead_bytes=512 * MiB)
 
     def argv(self, launch: Launch) -> list[str]:
-        # --host is given: piper's server binds 0.0.0.0 by default.
-        # --download-dir: piper's /download (open to any local process: no key) writes into the child's scratch
-        # directory, never into the store beside the voice.
+        # NOTE: --host is always given (piper's server binds 0.0.0.0 by default): a `unix://PATH` host makes werkzeug
+        # bind that socket and no port (--port, unused then, is left out).
+        # --download-dir: piper's /download writes into the child's scratch directory, never into the store beside
+        # the voice.
+        if launch.socket is None:
+            raise EngineError("a piper child listens on a Unix socket only: its launch needs one")
         scratch = ["--download-dir", str(launch.scratch)] if launch.scratch is not None else []
-        return [launch.python, "-m", "piper.http_server", "-m", str(launch.model), "--host", launch.host,
-                "--port", str(launch.port), *scratch]
+        return [launch.python, "-m", "piper.http_server", "-m", str(launch.model), "--host",
+                f"unix://{launch.socket}", *scratch]
 
     def cwd(self, launch: Launch) -> Path | None:
         # NOTE: piper's server looks for voices in its data dirs, the first being its working directory: the voice's

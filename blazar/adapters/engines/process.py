@@ -87,16 +87,18 @@ async def spawn(argv: list[str], *, log_path: Path, env: Mapping[str, str] | Non
 
 
 async def wait_healthy(proc: asyncio.subprocess.Process, port: int, *, timeout_s: float, host: str = "127.0.0.1",
-                       interval_s: float = 0.05, path: str = "/health") -> float:
-    """Poll GET `path` (the kind's readiness probe) until it answers 200 and return the seconds waited.
-    ProcessExited when the child exits first; LoadTimeout when `timeout_s` passes (the child is left running:
-    stopping it is the caller's decision)."""
+                       interval_s: float = 0.05, path: str = "/health", socket: Path | None = None) -> float:
+    """Poll GET `path` (the kind's readiness probe) until it answers 200 and return the seconds waited; on the Unix
+    socket `socket` when the child listens on one (no port). ProcessExited when the child exits first; LoadTimeout
+    when `timeout_s` passes (the child is left running: stopping it is the caller's decision)."""
     loop = asyncio.get_running_loop()
     start = loop.time()
     deadline = start + timeout_s
     exited = asyncio.ensure_future(proc.wait())
+    transport = httpx2.AsyncHTTPTransport(uds=str(socket)) if socket is not None else None
+    url = f"http://localhost{path}" if socket is not None else f"http://{host}:{port}{path}"
     # trust_env=False: a proxy from the environment must never sit between us and a loopback engine.
-    async with httpx2.AsyncClient(trust_env=False) as client:
+    async with httpx2.AsyncClient(trust_env=False, transport=transport) as client:
         try:
             while True:
                 if exited.done():
@@ -106,7 +108,7 @@ async def wait_healthy(proc: asyncio.subprocess.Process, port: int, *, timeout_s
                     raise LoadTimeout(loop.time() - start, pid=proc.pid)
                 try:
                     # 503 means loading; a refused connection means not listening yet. Both: poll again.
-                    resp = await client.get(f"http://{host}:{port}{path}", timeout=min(remaining, 2.0))
+                    resp = await client.get(url, timeout=min(remaining, 2.0))
                     if resp.status_code == 200:
                         return loop.time() - start
                 except httpx2.TransportError:

@@ -62,15 +62,26 @@ def test_the_whisper_argv_runs_blazars_child_on_loopback_with_its_key_file_and_t
     assert engine_kind("whisper").probe_path == "/health" and engine_kind("whisper").keyed
 
 
-def test_the_piper_argv_runs_pipers_own_server_bound_to_loopback_in_the_voices_directory(tmp_path: Path) -> None:
+def test_the_piper_argv_runs_pipers_own_server_on_a_unix_socket_with_no_port_in_the_voices_directory(
+        tmp_path: Path) -> None:
     voice = tmp_path / "joe" / "en_US-joe-medium.onnx"
     kind = engine_kind("piper")
-    launch = Launch(model=voice, port=5000, key_file=tmp_path / "unused.key", threads=2, scratch=tmp_path / "i.d")
-    # piper's /download (no key: any local process may call it) writes to the child's own scratch, not the store.
-    assert kind.argv(launch) == [sys.executable, "-m", "piper.http_server", "-m", str(voice), "--host", "127.0.0.1",
-                                 "--port", "5000", "--download-dir", str(tmp_path / "i.d")]
+    socket = tmp_path / "run" / "abc.sock"
+    launch = Launch(model=voice, port=0, key_file=tmp_path / "unused.key", threads=2, scratch=tmp_path / "i.d",
+                    socket=socket)
+    # piper checks no key: it listens on a Unix socket (werkzeug's unix:// host) and on no TCP port; its /download
+    # writes to the child's own scratch directory, not the store.
+    assert kind.argv(launch) == [sys.executable, "-m", "piper.http_server", "-m", str(voice),
+                                 "--host", f"unix://{socket}", "--download-dir", str(tmp_path / "i.d")]
     assert kind.cwd(launch) == voice.parent  # piper looks for voices in its working directory
-    assert kind.probe_path == "/info" and not kind.keyed
+    assert kind.probe_path == "/info" and not kind.keyed and kind.unix_socket
+    assert not engine_kind("whisper").unix_socket and not engine_kind("llama-server").unix_socket
+
+
+def test_a_piper_launch_without_a_socket_is_refused_rather_than_opened_on_a_port(tmp_path: Path) -> None:
+    launch = Launch(model=tmp_path / "v.onnx", port=5000, scratch=tmp_path / "i.d")
+    with pytest.raises(EngineError, match="Unix socket only"):
+        engine_kind("piper").argv(launch)
 
 
 def test_the_llama_server_argv_is_the_one_build_argv_makes(tmp_path: Path) -> None:

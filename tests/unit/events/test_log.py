@@ -9,7 +9,7 @@ from typing import ClassVar
 import pytest
 
 from blazar.clock import FakeClock
-from blazar.errors import MalformedEvent, UnknownEventType
+from blazar.errors import EventTooLarge, MalformedEvent, UnknownEventType
 from blazar.events import Event, register, upcaster
 from blazar.events.log import EventLog
 from blazar.events.log_sqlite import SqliteEventLog
@@ -240,3 +240,54 @@ async def test_group_commit_retries_a_failed_batch(log: EventLog, monkeypatch) -
     await asyncio.wait_for(writer.flush(), HANG_S)
     await writer.stop()
     assert writer.failures == 1 and await log.last_seq() == 1
+
+
+@register
+class _Told(Event):
+    """An event carrying a string of any length: what a client-supplied field reaching an event unbounded would be."""
+
+    TYPE: ClassVar[str] = "test.told"
+    CONTROL: ClassVar[bool] = False
+    text: str
+
+
+async def test_an_event_over_the_bound_is_refused_where_it_is_appended_and_nothing_is_written(log: EventLog) -> None:
+    log.max_event_bytes = 1024
+    await log.append(_Told(text="x" * 900), actor="daemon")
+    with pytest.raises(EventTooLarge) as e:
+        await log.append([_Ping(n=1), _Told(text="é" * 600)], actor="daemon")  # 1,200 bytes in 600 characters
+    assert e.value.type_name == "test.told" and e.value.size > 1024 and e.value.limit == 1024
+    assert "event_max_kib" in e.value.message
+    assert await log.last_seq() == 1  # all or nothing: the batch's other event is not written either
+
+
+async def test_the_writer_refuses_an_event_over_the_bound_at_submit_and_commits_the_others(log: EventLog) -> None:
+    log.max_event_bytes = 1024
+    writer = GroupCommitWriter(log, interval=10.0)
+    writer.start()
+    writer.submit(_Ping(n=1), actor="daemon")
+    with pytest.raises(EventTooLarge):
+        writer.submit(_Told(text="x" * 2000), actor="daemon")  # raised to the code that built it
+    writer.submit(_Ping(n=2), actor="daemon")
+    await writer.stop()
+    assert [r.event.n async for r in log.read()] == [1, 2]
+    assert writer.failures == 0
+
+
+async def test_the_bound_is_event_max_kib_read_at_start(paths, clock) -> None:  # type: ignore[no-untyped-def]
+    from blazar.bootstrap import bootstrap
+    from blazar.operations.config import set_value
+
+    app = await bootstrap(paths=paths, clock=clock, actor="test")
+    try:
+        assert app.log.max_event_bytes == 64 << 10
+        await set_value(app, "event_max_kib", "16")
+    finally:
+        await app.close()
+    app = await bootstrap(paths=paths, clock=clock, actor="test")
+    try:
+        assert app.log.max_event_bytes == 16 << 10
+        with pytest.raises(EventTooLarge):
+            await app.log.append(_Told(text="x" * (17 << 10)), actor="test")
+    finally:
+        await app.close()

@@ -43,9 +43,6 @@ class Pipeline:
         self.held = asyncio.Event()
         self.release = asyncio.Event()  # set: the held line goes on
 
-    async def check_media(self, request: Request) -> Request:
-        return request  # no images in these lines
-
     async def serve(self, request: Request) -> Answer:
         self.seen.append(request)
         prompt = request.parsed["prompt"]

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from blazar.adapters.engines.client import EngineResponse
-from blazar.errors import Refused
+from blazar.errors import AudioTooLong, DialectError, Refused
 from blazar.events.base import Event
 from blazar.events.requests import RequestCompleted
 from blazar.instances.supervisor import Instance
@@ -106,6 +106,12 @@ def test_a_failed_stream_charges_what_it_relayed_and_a_refusal_nothing() -> None
     (Refused("exited", reason="engine_exited", http_status=503),
      Rejected(503, "load_failed", "exited", observations={"code": "engine_exited"})),
     (KeyError("x"), Failed(500, "internal_error", "KeyError: 'x'")),
+    # The content, read once the caller's checks passed: the caller's fault, refused with its code kept.
+    (DialectError("not an image", code="invalid_image"),
+     Rejected(400, "invalid_request", "not an image", observations={"code": "invalid_image"})),
+    (AudioTooLong("longer than the limit of 10 s (max_audio_s)"),
+     Rejected(400, "invalid_request", "longer than the limit of 10 s (max_audio_s)",
+              observations={"code": "audio_too_long"})),
 ])
 def test_what_raised_says_how_the_request_ended(exc: BaseException, expected: object) -> None:
     assert outcome_of(exc, Call(Request(model="m", engine_path="/v1/completions", body=None, stream=False),
