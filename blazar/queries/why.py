@@ -348,7 +348,8 @@ def _received(s: _Story, ev: RequestReceived) -> str:
         _media(ev.media) if ev.media is not None else None,
     ) if p]
     head = f"on the node it was forwarded to by {ev.forwarded_from}: " if ev.forwarded_from else ""
-    return f"{head}received {ev.route} ({ev.dialect}) for {ev.model}" + (f": {', '.join(extra)}" if extra else "")
+    model = f" for {ev.model}" if ev.model else ""  # an upload or a batch names no model
+    return f"{head}received {ev.route} ({ev.dialect}){model}" + (f": {', '.join(extra)}" if extra else "")
 
 
 def _forwarded(s: _Story, ev: RequestForwarded) -> str:

@@ -176,6 +176,14 @@ def test_a_rejected_request() -> None:
     assert ex.figures["duration_ms"] == pytest.approx(0.4, abs=1e-3)
 
 
+def test_an_upload_refused_by_its_keys_rpm_names_no_model() -> None:
+    log = (Log().at(0.0, RequestReceived(trace_id=T, dialect="openai", route="/v1/files", model=""))
+           .at(0.001, RequestRejected(trace_id=T, model="", status=429, reason="rate_limit_exceeded",
+                                      detail="rpm 2 reached", retry_after_s=30.0)))
+    first = explain(log.records).steps[0].text
+    assert first == "received /v1/files (openai)"
+
+
 def test_a_request_that_failed_when_its_engine_crashed_shows_the_exit() -> None:
     log = (Log().at(0.0, received())
            .at(0.001, RequestAdmitted(trace_id=T, model="gemma", instance_id="i1", slots=4, busy=1))
