@@ -31,8 +31,8 @@ import pytest
 
 from blazar.adapters.engines.tiny_model import write_tiny_model
 from tests.support.blazar_home import read_events
-from tests.support.daemon import free_port, healthy, start_serve, wait_for
-from tests.support.serving import blazar_cli, stop_daemon
+from tests.support.daemon import wait_for
+from tests.support.serving import blazar_cli, serving_on_a_free_port
 
 pytest.importorskip("piper", reason="the tts extra (piper-tts) runs the piper child")
 pytest.importorskip("faster_whisper", reason="the stt extra (faster-whisper) runs the whisper child")
@@ -130,20 +130,11 @@ def served(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, joe: t
     (work / "m" / "mute.onnx.json").write_text(json.dumps({**config, "espeak": {"voice": "zz-none"}}))
     blazar_cli(home, "import", str(work / "m" / "mute.onnx"), "--name", "mute")
     blazar_cli(home, "import", str(joe[0]), "--name", "joe")
-    port = free_port()
-    log = home.parent / f"{home.name}-daemon.log"
-    proc = start_serve(home, "--port", str(port), log=log)
-    try:
-        try:
-            wait_for(lambda: healthy(port), "/health", proc=proc)
-        except AssertionError as e:
-            raise AssertionError(f"{e}\n{log.read_text(errors='replace')[-8000:]}") from None
+    with serving_on_a_free_port(home, home.parent / f"{home.name}-daemon.log") as (port, _):
         s = Served(home, port)
         for name, args in (("admin", ("--admin",)), ("user", ())):
             s.secrets[name] = json.loads(blazar_cli(home, "keys", "create", name, *args, "--json").stdout)["secret"]
         yield s
-    finally:
-        stop_daemon(proc)
 
 
 def _daemon_log(served: Served) -> str:

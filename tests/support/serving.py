@@ -59,14 +59,22 @@ def serving_gemma(home: Path, engine_binary: Path, gemma_path: Path, model: str,
     configure_all(home, settings)
     if before_serve is not None:
         before_serve(home)
-    port = free_port()
     log_path = output if output is not None else home.parent / f"{home.name}-daemon.log"
-    proc = start_serve(home, "--port", str(port), log=log_path, stdout=output is not None)
+    with serving_on_a_free_port(home, log_path, stdout=output is not None) as started:
+        yield started
+
+
+@contextlib.contextmanager
+def serving_on_a_free_port(home: Path, log: Path, *, stdout: bool = False) -> Iterator[tuple[int, subprocess.Popen]]:
+    """`blazar serve` on `home` at a free port, its log in `log` (and its stdout too with `stdout`), once /health
+    answers (else the log's tail is in the failure); stopped at the end."""
+    port = free_port()
+    proc = start_serve(home, "--port", str(port), log=log, stdout=stdout)
     try:
         try:
             wait_for(lambda: healthy(port), "/health", proc=proc)
         except AssertionError as e:
-            raise AssertionError(f"{e}\n{log_path.read_text(errors='replace')[-8000:]}") from None
+            raise AssertionError(f"{e}\n{log.read_text(errors='replace')[-8000:]}") from None
         yield port, proc
     finally:
         stop_daemon(proc)
