@@ -23,20 +23,21 @@ class Checks:
     def caller(self, call: Call) -> None:
         """The caller's checks, in order; nothing of the body's content has been read yet. Raises Refused."""
         p = call.request.principal
-        keyed = p is not None and p.key is not None
+        if p is not None and p.key is None:
+            p = None  # keys off, or the CLI's own credential: no scope, no limits
         try:
             self.router.resolve(call)
         except Refused:
-            if keyed and p is not None and not p.allows(call.model, call.model):
+            if p is not None and not p.allows(call.model, call.model):
                 refuse_scope(p, call.model, call.model)  # a 403, not a 404: nothing said of a name outside it
             raise
         assert call.name is not None
-        if keyed and p is not None and not p.allows(call.model, call.name):
+        if p is not None and not p.allows(call.model, call.name):
             refuse_scope(p, call.model, call.name)
         self.router.check_kind(call)
         if call.remote is None and call.peer is None:
             media.refuse_unless_projector(self.app.runner.state("catalog"), call.model, media.carried(call.request))
-        if keyed and p is not None:
+        if p is not None:
             self._take_lease(call, p)
 
     def _take_lease(self, call: Call, p: Principal) -> None:
