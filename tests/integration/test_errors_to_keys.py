@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import os
 import shutil
 import stat
-import struct
 import sys
 import wave
 from collections.abc import Iterator
@@ -30,6 +28,7 @@ import openai
 import pytest
 
 from blazar.adapters.engines.tiny_model import write_tiny_model
+from tests.support.audio_files import tone_wav
 from tests.support.blazar_home import read_events
 from tests.support.daemon import wait_for
 from tests.support.serving import blazar_cli, serving_on_a_free_port
@@ -76,19 +75,6 @@ def forbidden(home: Path) -> list[str]:
 def assert_clean(served: Served, text: str) -> None:
     leaked = [f for f in forbidden(served.home) if f in text]
     assert not leaked, f"{leaked} in an error to a key: {text}"
-
-
-def tone_wav(seconds: float = 0.5, rate: int = 16000) -> bytes:
-    """A 440 Hz tone as 16-bit mono WAV: audio any decoder reads (the upload's own checks pass)."""
-    frames = b"".join(struct.pack("<h", int(8000 * math.sin(2 * math.pi * 440 * i / rate)))
-                      for i in range(int(seconds * rate)))
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(frames)
-    return buf.getvalue()
 
 
 def _store_file(home: Path, name: str) -> Path:

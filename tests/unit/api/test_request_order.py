@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import io
-import wave
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -29,6 +28,7 @@ from blazar.serving import media
 from blazar.serving.admission import Admission
 from blazar.serving.gateway import Gateway
 from tests.support.asgi import LocalConductor
+from tests.support.audio_files import tone_wav
 from tests.support.fakes import FakeEngine, FakeSupervisor
 
 HIDDEN = "hidden-model"  # in the store, outside the scoped key's scope
@@ -43,18 +43,8 @@ def _png() -> bytes:
     return out.getvalue()
 
 
-def _wav() -> bytes:
-    out = io.BytesIO()
-    with wave.open(out, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes(b"\x00\x01" * 16000)
-    return out.getvalue()
-
-
 PNG64 = base64.b64encode(_png()).decode()
-WAV = _wav()
+WAV = tone_wav(1.0, 16000)
 WAV64 = base64.b64encode(WAV).decode()
 IMAGE_PART = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG64}"}}
 AUDIO_PART = {"type": "input_audio", "input_audio": {"data": WAV64, "format": "wav"}}

@@ -4,8 +4,6 @@ child speaks the store's voice only); piper's own error page is the owner's, a k
 
 from __future__ import annotations
 
-import io
-import wave
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,6 +13,7 @@ import pytest
 from blazar.errors import Refused
 from blazar.redact import public_message
 from blazar.serving import speech
+from tests.support.audio_files import tone_wav
 
 
 class _Answer:
@@ -38,23 +37,13 @@ class _Child:
         return _Answer(self.status, self.body)
 
 
-def _wav() -> bytes:
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(22050)
-        w.writeframes(b"\0\0" * 2205)
-    return buf.getvalue()
-
-
 def _call() -> SimpleNamespace:
     return SimpleNamespace(model="joe", instance=SimpleNamespace(base_url="http+unix:///home/r/run/a.sock",
                                                                  api_key=None))
 
 
 async def test_the_child_is_never_sent_a_voice_whatever_the_client_named() -> None:
-    child = _Child(200, _wav())
+    child = _Child(200, tone_wav(0.1, 22050))
     spoken = await speech._synthesize(SimpleNamespace(client=child), _call(), "Hello.", 1.0, "/home/r/other.onnx")
     assert spoken.seconds == pytest.approx(0.1)
     (sent,) = child.sent
