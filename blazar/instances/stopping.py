@@ -38,6 +38,9 @@ class Stopper:
         self.live = live
         self.kv_bank = kv_bank
         self.poke = poke
+        # Exits dropped from `live` whose `instance.exited` is still being written: `gone` waits for one, so a
+        # caller told "gone" finds the exit in the log (and the residency without the instance).
+        self._recording: dict[str, asyncio.Event] = {}
 
     async def evict(self, lv: Live, reason: EvictionReason, *, for_model: str | None = None,
                     observations: dict[str, Any] | None = None, report: LoadReport | None = None) -> None:
@@ -81,6 +84,22 @@ class Stopper:
         if lv.exit_recorded:
             return
         lv.exit_recorded = True
+        written = self._recording[lv.instance.instance_id] = asyncio.Event()
+        try:
+            await self._record_exit(lv, reason, code, detail, cause)
+        finally:
+            written.set()
+            self._recording.pop(lv.instance.instance_id, None)
+
+    async def recorded(self, instance_id: str, timeout_s: float) -> None:
+        """Wait (at most `timeout_s`) for the exit of `instance_id` being recorded now, if one is."""
+        written = self._recording.get(instance_id)
+        if written is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(written.wait(), timeout_s)
+
+    async def _record_exit(self, lv: Live, reason: ExitReason, code: int | None, detail: str,
+                           cause: int | None) -> None:
         self.live.drop(lv)
         if self.kv_bank is not None:
             self.kv_bank.forget(lv.instance.instance_id)

@@ -252,6 +252,7 @@ class Supervisor:
         engine's own answer to that request."""
         lv = self.live.get(instance.instance_id)
         if lv is None or lv.state == "stopping":
+            await self.stopper.recorded(instance.instance_id, process.KILL_WAIT_S)  # its exit may be in writing
             return True
         if lv.proc.returncode is None and not process.pid_dying(lv.proc.pid):
             return False

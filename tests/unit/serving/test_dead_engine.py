@@ -116,6 +116,36 @@ async def test_a_killed_child_is_gone_and_its_crash_recorded_before_the_answer(
     assert len(await _exits(app)) == 1
 
 
+
+async def test_gone_waits_for_an_exit_the_watcher_is_still_writing(
+        app: Blazar, watched: tuple[Supervisor, _Live], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watcher drops a reaped child from the live set before its `instance.exited` is written: asked then,
+    `gone` waits for the write, so its "gone" still means "recorded" (a loaded machine once showed the gap)."""
+    sup, lv = watched
+    writing, release = asyncio.Event(), asyncio.Event()
+    record = app.record
+
+    async def held_record(*events: Any, **kw: Any) -> Any:
+        writing.set()
+        await release.wait()
+        return await record(*events, **kw)
+
+    monkeypatch.setattr(app, "record", held_record)
+    lv.proc.send_signal(signal.SIGKILL)
+    await asyncio.wait_for(writing.wait(), BOUND_S)  # the watcher reaped it and is writing the exit
+    assert sup.live.get("i1") is None
+    asked = asyncio.create_task(sup.gone(lv.instance))
+    try:
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert not asked.done()  # told nothing while the exit is unwritten
+    finally:
+        release.set()
+    assert await asyncio.wait_for(asked, BOUND_S) is True
+    (exited,) = await _exits(app)
+    assert exited.reason == "crashed"
+
+
 # -- the gateway: routed again, once ----------------------------------------------------------------------------------
 
 async def _serve(app: Blazar, sup: FakeSupervisor, engine: FakeEngine, body: dict[str, Any]
