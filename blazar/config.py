@@ -51,9 +51,9 @@ class Settings(BaseModel):
         default=5.0, ge=0.5, le=1000.0, description="How long the group-commit writer gathers request events per batch."
     )
     event_max_kib: int = Field(
-        default=64, ge=16, le=16384,
+        default=64, ge=64, le=16384,
         description="The most one event's payload may encode to, in KiB: a bigger one is refused where it is built "
-                    "(read at start).",
+                    "(read at start). Every event's largest legal payload fits in 64.",
     )
     keep_alive: str = Field(
         default="5m",

@@ -6,6 +6,7 @@
     │   ├── UnknownEventType        a stored type no registry entry knows (names the seq)
     │   ├── MalformedEvent          a stored payload that does not validate (names the seq)
     │   ├── EventTooLarge           a new event over `event_max_kib` encoded, refused where it is appended
+    │   │   └── EventFieldTooLarge  a new event with a field over its bound (blazar/events/bounds.py)
     │   ├── AppendOnlyViolation     UPDATE/DELETE refused by the log's triggers
     │   ├── LogUnreachable     503  the log's database (PostgreSQL) cannot be reached: control changes wait
     │   ├── InvalidLogLocation 400  a log location that is neither a file path nor a PostgreSQL URL (a bad port)
@@ -183,6 +184,16 @@ class EventTooLarge(LogError):
         super().__init__(f"a {type_name!r} event of {size} bytes is over the log's bound of {limit} bytes "
                          f"(event_max_kib): the code that built it must bound what it carries")
         self.type_name, self.size, self.limit = type_name, size, limit
+
+
+class EventFieldTooLarge(EventTooLarge):
+    """A new event with a field whose JSON text is over the field's bound (blazar/events/bounds.py): refused where
+    it is appended, naming the field, so what carried an unbounded value into it is found."""
+
+    def __init__(self, type_name: str, field: str, size: int, limit: int) -> None:
+        LogError.__init__(self, f"the {field!r} of a {type_name!r} event takes {size} bytes, over its bound of "
+                                f"{limit} (blazar/events/bounds.py): the code that built it must bound what it carries")
+        self.type_name, self.size, self.limit, self.field = type_name, size, limit, field
 
 
 class AppendOnlyViolation(LogError):

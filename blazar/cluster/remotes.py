@@ -23,6 +23,7 @@ import aiohttp
 from blazar.context import Blazar
 from blazar.errors import RemoteCommandError
 from blazar.events.base import Recorded
+from blazar.events.bounds import REMOTE_MODELS_MAX
 from blazar.events.models import ModelMetadata
 from blazar.events.remotes import CircuitSource, RemoteAdded, RemoteCircuitClosed, RemoteCircuitOpened, RemoteRemoved
 from blazar.instances.supervisor import Instance, ResolvedModel
@@ -59,6 +60,8 @@ async def add_remote(app: Blazar, name: str, url: str, models: list[str], *, api
         raise RemoteCommandError(f"invalid remote name {name[:64]!r}: 1-64 letters, digits, '.', '_' and '-'")
     if not models:
         raise RemoteCommandError("name the model(s) it serves: --models M [--models M2 ...]")
+    if len(set(models)) > REMOTE_MODELS_MAX:
+        raise RemoteCommandError(f"{len(set(models))} models; a remote serves at most {REMOTE_MODELS_MAX} by name")
     catalog = app.runner.state("catalog")
     for m in models:
         if not _MODEL.fullmatch(m):

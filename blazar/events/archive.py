@@ -9,6 +9,7 @@ segment hash chain (`prev` is the previous segment's `head`, so the segments for
 from __future__ import annotations
 
 from blazar.events.base import Event
+from blazar.events.bounds import Text
 from blazar.events.kinds import event_class, known_types, register
 
 
@@ -51,7 +52,7 @@ class LogArchiveFailed(Event):
     TYPE = "log.archive_failed"
     AUDIT = True
 
-    reason: str
+    reason: Text
     cutoff: float
     segments: int = 0
 

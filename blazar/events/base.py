@@ -27,6 +27,9 @@ class Event(BaseModel):
     # Request history: leaves the live log for archive segments once older than `request_retention`
     # (blazar/events/archive.py). Everything else (control events) stays live for good.
     ARCHIVABLE: ClassVar[bool] = False
+    # The most this type's payload may encode to where that is more than the log's bound (event_max_kib): a type
+    # whose largest legal payload does not fit in it says so (engine.installed, whose flag manifest is the engine's).
+    MAX_BYTES: ClassVar[int] = 0
 
     def stream_key(self) -> str:
         """The stream this event belongs to (`model:<name>`, `trace:<id>`, ...). Default: `system`."""

@@ -13,11 +13,12 @@ gateways share the log each sees, and runs, only its own files and batches.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.events.base import NodeLocal
+from blazar.events.bounds import ID, NAME, WORD, Bound, Clip, bound_of, entries, items
 from blazar.events.kinds import register, upcaster
 
 # Ids are ours, and become file names in the content store: the fold trusts no other shape (the log is data).
@@ -31,6 +32,7 @@ LineStatus = Literal["completed", "failed"]
 # A batch's lines may name any number of models: `batch.validated` names this many of them (sorted) and counts them
 # all, so the event stays small whatever a client's file holds (20,000 250-character names made one 5 MB event).
 MAX_MODELS_LISTED = 16
+MAX_ERRORS_LISTED = 40  # problems a failed batch lists (OpenAI's `errors.data`; every line is still checked)
 
 
 class _FileEvent(NodeLocal):
@@ -67,10 +69,10 @@ class BatchError(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    code: str
-    message: str
+    code: Annotated[str, WORD]
+    message: Annotated[str, Clip(240)]
     line: int | None = None  # 1-based, as OpenAI counts the input file's lines
-    param: str | None = None
+    param: Annotated[str | None, ID] = None
 
 
 class _BatchEvent(NodeLocal):
@@ -92,7 +94,8 @@ class BatchCreated(_BatchEvent):
     endpoint: BatchEndpoint
     completion_window: str
     window_s: float  # the completion window in seconds: unfinished lines expire this long after creation
-    metadata: dict[str, str] | None = None
+    # At most 16 pairs, keys of 64 and values of 512 characters (blazar/api/batches.py)
+    metadata: Annotated[dict[str, str] | None, entries(16, Bound(64 * 6 + 2), Bound(512 * 6 + 2))] = None
     # The input file's size, held on disk by the batch's own link to it until the batch ends (its key's storage
     # counts it once the file itself is deleted), and whether that link is a copy (a filesystem without hard links:
     # then the batch's copy counts as well).
@@ -111,7 +114,8 @@ class BatchValidated(_BatchEvent):
     V = 2
 
     lines: int
-    models: list[str] = Field(max_length=MAX_MODELS_LISTED)  # the first of the models its lines name, sorted
+    # the first of the models its lines name, sorted
+    models: Annotated[list[str], items(MAX_MODELS_LISTED, NAME)] = Field(max_length=MAX_MODELS_LISTED)
     models_count: int  # how many distinct models its lines name
 
 
@@ -130,7 +134,7 @@ class BatchFailed(_BatchEvent):
 
     TYPE = "batch.failed"
 
-    errors: list[BatchError]
+    errors: Annotated[list[BatchError], items(MAX_ERRORS_LISTED, bound_of(BatchError))]
     # A batch that failed while it ran (its key's storage quota reached): the answers it kept are in these files.
     output_file_id: str | None = None
     error_file_id: str | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Literal
 
 from blazar.events.base import Event
+from blazar.events.bounds import Text
 from blazar.events.kinds import register
 
 
@@ -20,7 +21,7 @@ class DoctorFixed(Event):
     check: str  # the check that found it, e.g. "machine.daemon_file"
     action: Literal["removed_file", "stopped_process"]
     target: str
-    detail: str  # what made it safe: "pid 4242 is not running", "parent pid 1, not a Blazar process"
+    detail: Text  # what made it safe: "pid 4242 is not running", "parent pid 1, not a Blazar process"
     pid: int | None = None  # the process stopped, or the dead pid a removed run file named
 
     def stream_key(self) -> str:

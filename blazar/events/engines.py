@@ -7,11 +7,12 @@ import nothing of ours, and replay never runs the binary again.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.events.base import NodeLocal
+from blazar.events.bounds import SHA256, Bound, ClipLines, Text, bound_of, items, name_chars
 from blazar.events.kinds import register
 
 EngineSource = Literal["package", "path", "PATH", "build"]
@@ -22,10 +23,11 @@ class EngineFile(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    path: str  # relative to the engine's directory
+    path: Annotated[str, name_chars(128)]  # relative to the engine's directory
     bytes: int
-    sha256: str
-    link_to: str | None = None  # a symlink (shared-library soname) to another file of the engine; no bytes of its own
+    sha256: Annotated[str, SHA256]
+    # a symlink (shared-library soname) to another file of the engine; no bytes of its own
+    link_to: Annotated[str | None, name_chars(128)] = None
 
 
 @register
@@ -34,16 +36,19 @@ class EngineInstalled(NodeLocal):
 
     TYPE = "engine.installed"
     AUDIT = True
+    MAX_BYTES = 384 << 10  # the engine's flag manifest: 54 KB for llama-server b6xxx, and growing
 
     tag: str
     kind: Literal["llama-server"] = "llama-server"
     source_kind: EngineSource
     source: str  # the path, package name and version, or sdist the files came from
     binary: str  # the server executable, relative to the engine's directory
-    files: list[EngineFile]
-    version: dict[str, Any]  # EngineVersion.model_dump(): version, build, commit, built_with
-    manifest: dict[str, Any]  # Capabilities.model_dump(): every flag, its choices and env var
-    build_options: list[str] = Field(default_factory=list)  # the cmake -D options of a build, else empty
+    files: Annotated[list[EngineFile], items(32, bound_of(EngineFile))]
+    version: Annotated[dict[str, Any], Bound(4096)]  # EngineVersion.model_dump(): version, build, commit, built_with
+    # Capabilities.model_dump(): every flag, its choices and env var
+    manifest: Annotated[dict[str, Any], Bound(192 << 10)]
+    # the cmake -D options of a build, else empty
+    build_options: Annotated[list[str], items(32, name_chars(128))] = Field(default_factory=list)
 
     def stream_key(self) -> str:
         return f"engine:{self.tag}"
@@ -64,8 +69,8 @@ class EngineSmokeTested(NodeLocal):
     passed: bool
     duration_ms: int
     tokens: int = 0  # tokens the engine generated
-    detail: str = ""  # why it failed, in one line
-    log_tail: list[str] = Field(default_factory=list)
+    detail: Text = ""  # why it failed, in one line
+    log_tail: Annotated[list[str], ClipLines(20)] = Field(default_factory=list)
     exit_code: int | None = None  # when the engine died (e.g. -4: SIGILL on a CPU without the build's instructions)
 
     def stream_key(self) -> str:
@@ -88,7 +93,8 @@ class EngineVerified(NodeLocal):
     tag: str
     ok: bool
     checked_files: int
-    problems: list[str] = Field(default_factory=list)  # "<path>: sha256 differs", "<path>: missing", ...
+    # "<path>: sha256 differs", "<path>: missing", ...
+    problems: Annotated[list[str], ClipLines(16, 512, "first")] = Field(default_factory=list)
 
     def stream_key(self) -> str:
         return f"engine:{self.tag}"

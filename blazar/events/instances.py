@@ -7,11 +7,12 @@ Instance events live on the stream `instance:<id>`; circuit events on `model:<na
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from blazar.events.base import Event
+from blazar.events.bounds import NAME, OBSERVATIONS, PATH, Bound, ClipLines, Text, entries
 from blazar.events.kinds import register
 from blazar.events.models import ModelKind
 from blazar.events.tuning import Posture
@@ -37,8 +38,8 @@ class _InstanceStart(Event):
     model: str
     engine_tag: str
     port: int  # 0: no TCP port (a piper child listens on a Unix socket in the home's run/)
-    argv: list[str]
-    log_path: str  # relative to the Blazar home's log directory
+    argv: Annotated[list[str], Bound(32 << 10)]  # flags and the home's paths
+    log_path: Annotated[str, PATH]  # relative to the Blazar home's log directory
     ctx_tokens: int  # per slot
     engine_ctx: int  # what -c says (all slots)
     slots: int
@@ -52,7 +53,8 @@ class _InstanceStart(Event):
     pinned: bool = False  # never evicted for room either
     reason: Literal["load", "request", "restart"] = "load"
     free_bytes_observed: int | None = None  # what the budget offered when this was planned
-    workers: dict[str, int] = Field(default_factory=dict)  # RPC workers holding layers (host:port: layers)
+    # RPC workers holding layers (host:port: layers)
+    workers: Annotated[dict[str, int], entries(16, NAME, 20)] = Field(default_factory=dict)
     node: str = ""  # the gateway that runs it, where several share the log on PostgreSQL ("": the only one)
     # What the child is (blazar/adapters/engines/kinds.py): llama-server, or a whisper or piper child (whose
     # engine_tag is its kind's name, and whose plan is its memory model's charge: no context, cache or layers).
@@ -124,8 +126,8 @@ class InstanceExited(Event):
     reason: ExitReason
     exit_code: int | None = None  # negative: killed by that signal (Python's convention)
     uptime_ms: int | None = None
-    log_tail: list[str] = Field(default_factory=list)
-    detail: str = ""
+    log_tail: Annotated[list[str], ClipLines(20)] = Field(default_factory=list)
+    detail: Text = ""
 
     def stream_key(self) -> str:
         return f"instance:{self.instance_id}"
@@ -152,7 +154,7 @@ class InstanceEvicted(Event):
     idle_s: float = 0.0
     bytes_freed: int = 0  # the victim's planned bytes
     # The observations behind the choice: needed and free bytes, loaded count and limit, the candidates' scores.
-    observations: dict[str, Any] = Field(default_factory=dict)
+    observations: Annotated[dict[str, Any], OBSERVATIONS] = Field(default_factory=dict)
 
     def stream_key(self) -> str:
         return f"instance:{self.instance_id}"
@@ -176,8 +178,8 @@ class InstanceLoadRefused(Event):
     # not in the store.
     reason: Literal["does_not_fit", "circuit_open", "no_engine", "no_room", "engine_incompatible", "engine_unverified",
                     "untrusted_path", "extra_missing", "draft_missing"]
-    detail: str
-    observations: dict[str, Any] = Field(default_factory=dict)
+    detail: Text
+    observations: Annotated[dict[str, Any], OBSERVATIONS] = Field(default_factory=dict)
 
     def stream_key(self) -> str:
         return f"model:{self.model}"

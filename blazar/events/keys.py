@@ -5,11 +5,12 @@ only. Stream `key:<name>`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 
 from blazar.events.base import Event
+from blazar.events.bounds import MODEL_PATTERNS, Bound
 from blazar.events.kinds import register
 
 # What audit_details leaves out of every key event: a hash and its salt are no one's business outside the daemon.
@@ -38,7 +39,8 @@ class KeyCreated(_KeyEvent):
     prefix: str
     salt: str
     hash: str
-    models: list[str] = Field(default_factory=list)  # fnmatch-style globs over model names; empty: every model
+    # fnmatch-style globs over model names; empty: every model
+    models: Annotated[list[str], MODEL_PATTERNS] = Field(default_factory=list)
     rpm: int | None = None
     tpm: int | None = None
     daily_tokens: int | None = None
@@ -80,4 +82,4 @@ class KeyLimitsChanged(_KeyEvent):
 
     TYPE = "key.limits_changed"
 
-    changed: dict[str, Any]
+    changed: Annotated[dict[str, Any], Bound(MODEL_PATTERNS.json + 2048)]  # a limit, the patterns, ...

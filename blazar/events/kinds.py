@@ -14,6 +14,7 @@ import orjson
 from pydantic import ValidationError
 
 from blazar.errors import EventTooLarge, MalformedEvent, UnknownEventType
+from blazar.events import bounds
 from blazar.events.base import Event
 
 E = TypeVar("E", bound=type[Event])
@@ -86,13 +87,16 @@ MAX_EVENT_BYTES = 64 << 10
 
 
 def encode(event: Event, max_bytes: int = MAX_EVENT_BYTES) -> str:
-    """Typed event -> the JSON text stored in the log's `data` column; EventTooLarge past `max_bytes`."""
+    """Typed event -> the JSON text stored in the log's `data` column; EventTooLarge past `max_bytes` (or the type's
+    own MAX_BYTES, where it is larger), EventFieldTooLarge for a field past its bound (blazar/events/bounds.py)."""
     cls = _classes.get(event.TYPE)
     if cls is None or type(event) is not cls:
         raise UnknownEventType(None, getattr(event, "TYPE", type(event).__name__))
     data = event.model_dump_json()
+    max_bytes = max(max_bytes, cls.MAX_BYTES)
     if len(data) > max_bytes // 4 and len(data.encode()) > max_bytes:  # characters <= bytes <= 4 x characters
         raise EventTooLarge(event.TYPE, len(data.encode()), max_bytes)
+    bounds.check(event, data)
     return data
 
 

@@ -7,11 +7,12 @@ merge partial updates.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.events.base import Event, NodeLocal
+from blazar.events.bounds import NAME, PARAMETERS_BYTES, SYSTEM_BYTES, TEMPLATE_BYTES, Bound, entries, items, name_chars
 from blazar.events.kinds import register
 
 # A default parameter's value: a number, or (for `stop`) the list of stop strings.
@@ -26,15 +27,15 @@ class ModelSettings(BaseModel):
     # "builtin": `template` is a llama.cpp template name (`--chat-template gemma`); "jinja": a Jinja text
     # (`--jinja --chat-template-file`). None: the GGUF's own template.
     template_kind: Literal["builtin", "jinja"] | None = None
-    template: str | None = None
-    system: str | None = None  # the first system message of a request that has none
+    template: Annotated[str | None, Bound(TEMPLATE_BYTES)] = None
+    system: Annotated[str | None, Bound(SYSTEM_BYTES)] = None  # the first system message of a request that has none
     # Ollama's names (temperature, top_k, num_ctx, num_predict, stop, ...), already validated.
-    parameters: dict[str, ParameterValue] = Field(default_factory=dict)
+    parameters: Annotated[dict[str, ParameterValue], Bound(PARAMETERS_BYTES)] = Field(default_factory=dict)
     # Serve rerank requests in rerank mode (llama-server --reranking) though the GGUF has no rerank head (pooling
     # type rank): its scores then mean nothing, but the whole path runs (how the tests drive the demo model).
     rerank: bool = False
     # LoRA adapters (the model's own, by name) applied at these scales when a request names none (Ollama's ADAPTER).
-    lora: dict[str, float] = Field(default_factory=dict)
+    lora: Annotated[dict[str, float], entries(8, NAME, 24)] = Field(default_factory=dict)
 
     def is_empty(self) -> bool:
         return (self.template is None and self.system is None and not self.parameters and not self.rerank
@@ -51,7 +52,8 @@ class ModelConfigured(Event):
 
     name: str
     settings: ModelSettings
-    changed: list[str] = Field(default_factory=list)  # "template", "system", "parameters.temperature", ...
+    # "template", "system", "parameters.temperature", ...
+    changed: Annotated[list[str], items(40, name_chars(32))] = Field(default_factory=list)
     source: Literal["cli", "api", "registry"] = "cli"
 
     def stream_key(self) -> str:

@@ -6,12 +6,13 @@ its memory (blazar/fit) without reading the file again.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.errors import PullFailReason
 from blazar.events.base import Event, NodeLocal
+from blazar.events.bounds import MAX_LAYERS, PATH, Bound, Text, bound_of, entries, items, name_chars
 from blazar.events.kinds import register
 
 
@@ -31,12 +32,12 @@ class ModelMetadata(BaseModel):
     head_count: int | None = None
     head_count_kv: int | None = None
     # Per-layer KV heads when the file gives an array (some models vary them by layer).
-    head_count_kv_per_layer: list[int] | None = None
+    head_count_kv_per_layer: Annotated[list[int] | None, items(MAX_LAYERS, 20)] = None
     key_length: int | None = None
     value_length: int | None = None
     sliding_window: int | None = None
     # One entry per block: True where the layer uses sliding-window attention.
-    swa_layers: list[bool] | None = None
+    swa_layers: Annotated[list[bool] | None, items(MAX_LAYERS, 5)] = None
     vocab_size: int | None = None
     chat_template: bool = False
     embedding_model: bool = False  # a pooling type is set: serves embeddings
@@ -45,7 +46,7 @@ class ModelMetadata(BaseModel):
     expert_used_count: int | None = None
     # Weight bytes: every tensor, then split by where llama.cpp places them.
     weights_bytes: int = 0
-    layer_bytes: list[int] = Field(default_factory=list)  # blk.N.* summed, index N
+    layer_bytes: Annotated[list[int], items(MAX_LAYERS, 20)] = Field(default_factory=list)  # blk.N.* summed, index N
     input_bytes: int = 0  # token embeddings and other pre-block tensors (kept on the host by llama.cpp)
     output_bytes: int = 0  # output norm and head (offloaded with the last layer)
     # Tied embeddings (no output.weight): llama.cpp reuses token_embd.weight as the head and, when the output
@@ -66,7 +67,7 @@ class ShardFile(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    path: str  # relative to the models directory
+    path: Annotated[str, PATH]  # relative to the models directory
     bytes: int
     sha256: str
 
@@ -90,7 +91,7 @@ class ModelImported(NodeLocal):
     metadata: ModelMetadata  # for a whisper or piper model: its architecture (the kind's name) alone, no GGUF facts
     # For a split model: every part in order (`path` is then the first part, `bytes` the total). For a directory
     # model (whisper, piper): every file of it. Else empty.
-    shards: list[ShardFile] = Field(default_factory=list)
+    shards: Annotated[list[ShardFile], Bound(16 << 10)] = Field(default_factory=list)
     kind: ModelKind = "llama-server"  # what runs it (events written before kinds existed: llama-server)
 
     def stream_key(self) -> str:
@@ -126,7 +127,7 @@ class ModelTemplateProbed(NodeLocal):
     engine_tag: str
     prompts: int
     max_tokens: int
-    trials: list[TemplateTrial]
+    trials: Annotated[list[TemplateTrial], items(16, bound_of(TemplateTrial))]
     chosen: str
 
     def stream_key(self) -> str:
@@ -189,7 +190,7 @@ class ModelPullStarted(NodeLocal):
     source_kind: Literal["hub", "python-package"]
     repo: str | None = None
     revision: str | None = None
-    files: list[str] = Field(default_factory=list)
+    files: Annotated[list[str], Bound(16 << 10)] = Field(default_factory=list)  # a pull's files (shards)
     total_bytes: int | None = None
     resumed_from_bytes: int = 0
 
@@ -226,7 +227,7 @@ class ModelPullFailed(NodeLocal):
     target: str
     name: str
     reason: PullFailReason
-    detail: str
+    detail: Text
     partial_bytes: int = 0  # what is kept for a resume
 
     def stream_key(self) -> str:
@@ -252,7 +253,7 @@ class InstanceMemoryMeasured(NodeLocal):
     planned_bytes: int
     measured_bytes: int
     # The engine's own lines, by buffer: {"CPU model buffer": bytes, "CPU KV buffer": bytes, ...}
-    buffers: dict[str, int] = Field(default_factory=dict)
+    buffers: Annotated[dict[str, int], entries(32, name_chars(64), 20)] = Field(default_factory=dict)
     rss_bytes: int | None = None
 
     def stream_key(self) -> str:

@@ -4,11 +4,12 @@ it (they are lost: their processes may be gone with their host). Stream `node:<n
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from blazar.events.base import Event
+from blazar.events.bounds import ID, URL, Text, items
 from blazar.events.kinds import register
 
 
@@ -26,7 +27,7 @@ class NodeStarted(_NodeEvent):
     TYPE = "node.started"
     AUDIT = True
 
-    url: str
+    url: Annotated[str, URL]
     pid: int
     host: str  # the machine's host name
     version: str = ""
@@ -65,7 +66,7 @@ class NodeDown(_NodeEvent):
     AUDIT = True
 
     reason: Literal["missed_heartbeats"] = "missed_heartbeats"
-    detail: str = ""
+    detail: Text = ""
     last_seen_ts: float | None = None
     noticed_by: str
-    instances_lost: list[str] = Field(default_factory=list)
+    instances_lost: Annotated[list[str], items(64, ID)] = Field(default_factory=list)

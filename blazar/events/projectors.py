@@ -8,11 +8,12 @@ every model that names the same bytes) and loaded only beside the model that nam
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from blazar.events.base import NodeLocal
+from blazar.events.bounds import items
 from blazar.events.kinds import register
 
 Modality = Literal["vision", "audio"]
@@ -43,7 +44,7 @@ class ProjectorMetadata(BaseModel):
 
     name: str | None = None
     projector_type: str | None = None  # `clip.projector_type`: gemma3, qwen2vl, ultravox, ...
-    modalities: list[Modality]
+    modalities: Annotated[list[Modality], items(2, 8)]
     vision: EncoderShape | None = None
     audio: EncoderShape | None = None
     file_type: str | None = None

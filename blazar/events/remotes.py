@@ -4,11 +4,12 @@ Its circuit opening and closing (health checks and failed requests) are events t
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from blazar.events.base import Event
+from blazar.events.bounds import NAME, REMOTE_MODELS_MAX, URL, Text, items
 from blazar.events.kinds import register
 
 
@@ -26,8 +27,8 @@ class RemoteAdded(_RemoteEvent):
     TYPE = "remote.added"
     AUDIT = True
 
-    url: str
-    models: list[str]
+    url: Annotated[str, URL]
+    models: Annotated[list[str], items(REMOTE_MODELS_MAX, NAME)]
     api_key_env: str | None = None  # the environment variable the daemon reads the key from, at each request
     max_concurrent: int = Field(default=4, ge=1, le=10_000)
 
@@ -51,7 +52,7 @@ class RemoteCircuitOpened(_RemoteEvent):
     TYPE = "remote.circuit_opened"
 
     failures: int
-    reason: str
+    reason: Text
     source: CircuitSource
     open_until: float
 

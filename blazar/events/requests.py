@@ -8,11 +8,12 @@ Content (prompts, completions) is never recorded: only sizes, counts and timings
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, TypeGuard, get_args
+from typing import Annotated, Any, Literal, TypeGuard, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.events.base import Event
+from blazar.events.bounds import NAME, OBSERVATIONS, WORD, Bound, First, Text, bound_of, entries, items, name_chars
 from blazar.events.kinds import register, upcaster
 
 Dialect = Literal["openai", "ollama", "anthropic"]
@@ -76,7 +77,8 @@ class MediaFacts(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     images: int = 0
-    image_types: list[str] = Field(default_factory=list)  # image/png, ... one per image, in order
+    # image/png, ... one per image, in order
+    image_types: Annotated[list[str], items(256, WORD)] = Field(default_factory=list)
     image_bytes: int = 0  # decoded, all images together
     image_pixels: int = 0
     images_fetched: int = 0  # of them, fetched from http(s) URLs (image_fetch)
@@ -84,7 +86,7 @@ class MediaFacts(BaseModel):
     # (blazar/fit/projector.py `tokens_per_image`); None where only the engine knows (then see prompt_tokens).
     image_tokens: int | None = None
     audio_clips: int = 0
-    audio_formats: list[str] = Field(default_factory=list)  # wav, mp3
+    audio_formats: Annotated[list[str], items(256, WORD)] = Field(default_factory=list)  # wav, mp3
     audio_bytes: int = 0
 
 
@@ -113,7 +115,8 @@ class RequestReceived(_RequestEvent):
     session: str | None = None  # the conversation it names (in its tenant's namespace: "key:alice/chat-1")
     deadline_ms: int | None = None  # earliest-deadline-first in the queue; refused at once when it cannot be met
     best_of: int | None = None  # N candidates, the best one answered
-    cascade: list[str] = Field(default_factory=list)  # models tried in turn until one answers well
+    # models tried in turn until one answers well
+    cascade: Annotated[list[str], items(4, NAME)] = Field(default_factory=list)
     # The node that forwarded it here (one trace across nodes: this hop's events share the first node's trace id).
     forwarded_from: str | None = None
     # Whose prompts, sessions and cache it shares (keys are tenants): "key:<name>" or "group:<cache group>"; None for
@@ -147,7 +150,7 @@ class RequestForwarded(_RequestEvent):
     url: str
     instance_id: str  # the peer's instance that has the model ready
     reason: Literal["ready_there", "not_stored_here"]
-    observations: dict[str, Any] = Field(default_factory=dict)
+    observations: Annotated[dict[str, Any], OBSERVATIONS] = Field(default_factory=dict)
 
 
 @register
@@ -191,9 +194,9 @@ class RequestRejected(_RequestEvent):
     model: str | None = None
     status: int
     reason: RejectReason
-    detail: str
+    detail: Text
     retry_after_s: float | None = None
-    observations: dict[str, Any] = Field(default_factory=dict)
+    observations: Annotated[dict[str, Any], OBSERVATIONS] = Field(default_factory=dict)
     duration_ms: float | None = None  # from the request's arrival to the refusal, at the server
 
 
@@ -204,7 +207,7 @@ class Evicted(BaseModel):
 
     model: str
     instance_id: str
-    reason: str  # the eviction's reason: memory, max_loaded_models, reshape, ...
+    reason: Annotated[str, WORD]  # the eviction's reason: memory, max_loaded_models, reshape, ...
 
 
 @register
@@ -221,7 +224,8 @@ class RequestRouted(_RequestEvent):
     port: int
     cold: bool  # True: this request waited for a load
     load_ms: int | None = None
-    evicted: list[Evicted] = Field(default_factory=list)  # what made room
+    # What made room: the first 16 (each is an instance.evicted of its own, in full)
+    evicted: Annotated[list[Evicted], First(16, Bound(bound_of(Evicted) or 0))] = Field(default_factory=list)
     ctx_tokens: int | None = None
 
 
@@ -283,7 +287,7 @@ class RequestRerouted(_RequestEvent):
     model: str
     instance_id: str  # the instance it was routed to first
     reason: Literal["engine_gone", "context_grown"] = "engine_gone"
-    detail: str = ""  # what the connection said
+    detail: Text = ""  # what the connection said
 
 
 @register
@@ -311,7 +315,7 @@ class RequestCompleted(_RequestEvent):
     completion_tokens: int | None = None
     cached_tokens: int | None = None
     # The engine's own timings (llama-server's `timings`: prompt_ms, predicted_ms, predicted_per_second, ...).
-    engine_timings: dict[str, float] = Field(default_factory=dict)
+    engine_timings: Annotated[dict[str, float], entries(16, name_chars(32), 24)] = Field(default_factory=dict)
     finish_reason: str | None = None
     chunks: int | None = None  # streamed chunks forwarded
     # Single-flight: "follower" got another request's generation (its tokens were not generated again).
@@ -331,7 +335,7 @@ class RequestFailed(_RequestEvent):
     instance_id: str | None = None
     status: int
     reason: FailReason
-    detail: str = ""
+    detail: Text = ""
     duration_ms: float = 0.0
     # Tokens a stream had sent the client before it ended (each event relayed counts as one): charged to its key.
     completion_tokens: int | None = None
@@ -412,7 +416,7 @@ class RequestCascadeJudged(_RequestEvent):
     step: int
     accepted: bool
     reason: CascadeReason
-    detail: str = ""
+    detail: Text = ""
     mean_logprob: float | None = None
     min_logprob: float | None = None  # the threshold (cascade_min_logprob)
     completion_tokens: int | None = None

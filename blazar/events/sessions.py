@@ -12,11 +12,12 @@ tenants). A client's name never holds a "/".
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from blazar.events.base import NodeLocal
+from blazar.events.bounds import ClipLines, Text
 from blazar.events.kinds import register
 
 SaveReason = Literal["evicted", "stopped", "shutdown", "requested"]
@@ -89,7 +90,7 @@ class SessionSaveFailed(_SessionEvent):
     instance_id: str
     slot_id: int
     reason: Literal["timeout", "too_large", "engine_error", "no_full_window"]
-    detail: str = ""
+    detail: Text = ""
 
 
 @register
@@ -124,7 +125,7 @@ class SessionRemoved(NodeLocal):
     AUDIT = True
 
     session: str
-    files: list[str]
+    files: Annotated[list[str], ClipLines(64, 128, "first")]  # the first 64 (`bytes` counts them all)
     bytes: int = 0
 
     def stream_key(self) -> str:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from blazar.events.base import Event
+from blazar.events.bounds import SETTING
 from blazar.events.kinds import register
 
 JsonValue = Any
@@ -18,8 +19,8 @@ class ConfigChanged(Event):
     AUDIT = True
 
     key: str
-    old: JsonValue = None
-    new: JsonValue = None
+    old: Annotated[JsonValue, SETTING] = None
+    new: Annotated[JsonValue, SETTING] = None
     # "cli": `blazar config set/unset`; "file": a hand edit of config.toml noticed at start-up.
     source: Literal["cli", "file"] = "cli"
 

@@ -11,11 +11,12 @@ a profile measured on another build is shown stale rather than applied.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.events.base import Event, NodeLocal
+from blazar.events.bounds import WORD, Clip, Text, bound_of, entries, items, name_chars
 from blazar.events.kinds import register
 
 Workload = Literal["chat", "code", "long"]
@@ -79,7 +80,7 @@ class Machine(BaseModel):
     cpu: str  # /proc/cpuinfo's model name
     cores: int  # logical CPUs usable by this process
     memory_bytes: int
-    gpus: list[str] = Field(default_factory=list)  # NVML names, in index order
+    gpus: Annotated[list[str], items(16, name_chars(96))] = Field(default_factory=list)  # NVML names, in index order
 
 
 class WorkloadResult(BaseModel):
@@ -119,7 +120,7 @@ class BenchRecorded(NodeLocal):
     engine_version: str | None = None
     machine: Machine
     ctx: int  # tokens per slot the child ran with
-    results: list[WorkloadResult]
+    results: Annotated[list[WorkloadResult], items(16, bound_of(WorkloadResult))]
     peak_rss_bytes: int | None = None  # the child's peak resident memory (VmHWM)
     duration_s: float
     purpose: Purpose = "bench"
@@ -135,12 +136,15 @@ class CandidateVerdict(BaseModel):
 
     posture: Posture
     bench_id: str | None = None  # its bench.recorded (None when pruned before a full measurement)
-    decode_tps: dict[str, float] = Field(default_factory=dict)  # workload -> decode t/s (per stream, concurrency 1)
-    ratio: dict[str, float] = Field(default_factory=dict)  # workload -> decode t/s / the defaults'
+    # workload -> decode t/s (per stream, concurrency 1)
+    decode_tps: Annotated[dict[str, float], entries(3, WORD, 24)] = Field(default_factory=dict)
+    # workload -> decode t/s / the defaults'
+    ratio: Annotated[dict[str, float], entries(3, WORD, 24)] = Field(default_factory=dict)
     guard: Literal["passed", "failed", "not_run"] = "not_run"
-    guard_detail: str | None = None  # "token-identical over 3 prompts", "top-1 agreement 0.97, drift 0.02"
+    # "token-identical over 3 prompts", "top-1 agreement 0.97, drift 0.02"
+    guard_detail: Annotated[str | None, Clip(240)] = None
     outcome: Literal["adopted", "rejected", "pruned", "baseline"]
-    reason: str | None = None  # why it was not adopted
+    reason: Annotated[str | None, Clip(240)] = None  # why it was not adopted
 
 
 @register
@@ -150,6 +154,7 @@ class ProfileAdopted(NodeLocal):
 
     TYPE = "profile.adopted"
     AUDIT = True
+    MAX_BYTES = 320 << 10  # a tune's verdicts: up to 32 postures, each with its numbers and reasons
 
     model: str
     posture: Posture
@@ -157,7 +162,7 @@ class ProfileAdopted(NodeLocal):
     machine: Machine
     rule: str  # the rule as stated, with its numbers
     bench_id: str | None = None  # the winner's bench.recorded
-    candidates: list[CandidateVerdict] = Field(default_factory=list)
+    candidates: Annotated[list[CandidateVerdict], items(32, bound_of(CandidateVerdict))] = Field(default_factory=list)
 
     def stream_key(self) -> str:
         return f"model:{self.model}"
@@ -175,7 +180,7 @@ class ProfileReset(NodeLocal):
     AUDIT = True
 
     model: str
-    reason: str = "reset"
+    reason: Text = "reset"
 
     def stream_key(self) -> str:
         return f"model:{self.model}"
@@ -195,7 +200,7 @@ class SpecSwitched(Event):
     instance_id: str
     model: str
     enabled: bool
-    reason: str  # "acceptance 0.21 < 0.40", "6 requests for 2 slots", "acceptance 0.80 recovered"
+    reason: Text  # "acceptance 0.21 < 0.40", "6 requests for 2 slots", "acceptance 0.80 recovered"
     window_s: float
     drafted: int | None = None  # tokens drafted and accepted in the window
     accepted: int | None = None
@@ -231,11 +236,11 @@ class EngineGateChecked(NodeLocal):
 
     candidate_tag: str
     active_tag: str
-    models: list[GateModel]
+    models: Annotated[list[GateModel], items(8, bound_of(GateModel))]
     threshold: float  # 0.05: more than 5% slower fails
     passed: bool
     forced: bool = False
-    detail: str = ""
+    detail: Text = ""
 
     def stream_key(self) -> str:
         return f"engine:{self.candidate_tag}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Literal
 
 from blazar.events.base import Event
+from blazar.events.bounds import Text
 from blazar.events.kinds import register
 
 
@@ -43,4 +44,4 @@ class WorkerStopped(_WorkerEvent):
     reason: Literal["stopped", "crashed", "gave_up"]
     exit_code: int | None = None
     uptime_ms: int = 0
-    detail: str = ""
+    detail: Text = ""

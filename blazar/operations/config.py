@@ -6,16 +6,21 @@ sees the file differ from the log and records the change then (as source "file")
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
+
 from blazar import config as settings
 from blazar.context import Blazar
 from blazar.errors import ConfigError
 from blazar.events.base import Recorded
+from blazar.events.bounds import SETTING
 from blazar.events.system import ConfigChanged
 
 
 async def set_value(app: Blazar, key: str, text: str) -> Recorded | None:
     """Set `key` from its text form. Returns the recorded change, or None when nothing changed."""
-    value = settings.parse_value(key, text)
+    value = _recordable(key, settings.parse_value(key, text))
     path = app.paths.config_file
     with settings.locked(path):
         values = settings.read_file_raw(path)
@@ -51,6 +56,8 @@ async def reconcile_file(app: Blazar) -> list[Recorded]:
     path = app.paths.config_file
     with settings.locked(path):
         in_file = settings.read_file(path)
+        for key, value in in_file.items():
+            _recordable(key, value, where=f"{path}: ")
         in_log = app.overrides()
         changes = [
             ConfigChanged(key=k, old=in_log.get(k), new=in_file.get(k), source="file")
@@ -60,3 +67,11 @@ async def reconcile_file(app: Blazar) -> list[Recorded]:
             if in_file.get(k) != in_log.get(k) and k not in settings.LOCAL_KEYS
         ]
         return await app.record(changes) if changes else []
+
+
+def _recordable(key: str, value: Any, where: str = "") -> Any:
+    """A value `config.changed` can record (blazar/events/bounds.py SETTING), else a ConfigError naming the key."""
+    size = len(orjson.dumps(value))
+    if size > SETTING.json:
+        raise ConfigError(f"{where}{key}: a value of {size:,} bytes as JSON; a setting holds at most {SETTING.json:,}")
+    return value

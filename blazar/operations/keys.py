@@ -30,6 +30,7 @@ NAME_MAX = 64
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 _PATTERN_OK = re.compile(r"^[A-Za-z0-9._:/*?\[\]!-]+\Z")
 PATTERN_MAX = 256
+PATTERNS_MAX = 32  # key.created records them: blazar/events/bounds.py MODEL_PATTERNS
 LIMITS = ("rpm", "tpm", "daily_tokens", "max_concurrent", "daily_audio_s", "max_storage_bytes", "max_open_batches")
 # `--max-storage` sizes: bytes, or a number with one of these (binary) units.
 _SIZE = re.compile(r"^\s*(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>b|kib|mib|gib|tib|k|m|g|t)?\s*\Z", re.IGNORECASE)
@@ -84,6 +85,8 @@ def check_name(name: str) -> str:
 
 
 def check_patterns(patterns: list[str] | None) -> list[str]:
+    if len(patterns or ()) > PATTERNS_MAX:
+        raise KeyCommandError(f"{len(patterns or ())} model patterns; a key's scope holds at most {PATTERNS_MAX}")
     out = []
     for p in patterns or []:
         if not p or len(p) > PATTERN_MAX or not _PATTERN_OK.match(p):

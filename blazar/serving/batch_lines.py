@@ -29,13 +29,13 @@ import orjson
 from pydantic import ValidationError
 
 from blazar.errors import BlazarError
-from blazar.events.batches import MAX_MODELS_LISTED, BatchError
+from blazar.events.batches import MAX_ERRORS_LISTED, MAX_MODELS_LISTED, BatchError
 from blazar.serving.batch_input import Span
 from blazar.serving.request import Request
 
 # What a batch may hold: OpenAI's own bounds.
 MAX_LINES = 50_000
-MAX_ERRORS = 100  # problems listed in `errors` (every line is still checked)
+MAX_ERRORS = MAX_ERRORS_LISTED  # problems listed in `errors` (every line is still checked)
 MAX_CUSTOM_ID = 512
 MAX_WINDOW_CHARS = 16  # "604800s" is 7; a completion_window is recorded in batch.created, so it is bounded
 MAX_MESSAGE = 240  # characters of one problem's message: a body's own words (a model name, a value) are cut there

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import orjson
+
 from blazar.context import Blazar
 from blazar.dialects.ollama import map_options
 from blazar.errors import (
@@ -28,6 +30,7 @@ from blazar.errors import (
     ModelNotFound,
 )
 from blazar.events.base import Recorded
+from blazar.events.bounds import PARAMETERS_BYTES, SYSTEM_BYTES, TEMPLATE_BYTES
 from blazar.events.model_settings import ModelConfigured, ModelSettings, ModelVariantCreated, ParameterValue
 from blazar.events.models import ModelMetadata
 from blazar.projections.catalog import alias_target, ever_configured, is_model, stored
@@ -50,9 +53,8 @@ BUILTIN_TEMPLATES = (
     "orion", "pangu-embedded", "phi3", "phi4", "rwkv-world", "seed_oss", "smolvlm", "solar-open", "vicuna",
     "vicuna-orca", "yandex", "zephyr",
 )
-MAX_TEMPLATE_CHARS = 64 * 1024
-MAX_SYSTEM_CHARS = 64 * 1024
 MAX_STOPS = 16
+MAX_DEFAULT_LORAS = 8  # the LoRA adapters a model's settings may apply by default
 
 # Default parameters, by Ollama's name: what llama-server samples by. Other spellings users bring from llama-server
 # or OpenAI are accepted and stored under Ollama's name.
@@ -91,8 +93,7 @@ def parse_template(text: str, known: Iterable[str] = BUILTIN_TEMPLATES) -> tuple
     if not isinstance(text, str) or not text.strip():
         raise InvalidModelSettings("template: empty; give a llama.cpp built-in template name (gemma, chatml, llama3, "
                                    "...) or a Jinja chat template")
-    if len(text) > MAX_TEMPLATE_CHARS:
-        raise InvalidModelSettings(f"template: {len(text)} characters, more than the {MAX_TEMPLATE_CHARS} accepted")
+    _within("template", text, TEMPLATE_BYTES)
     if _GO_ACTION.search(text):
         raise InvalidModelSettings(
             "template: this is a Go template ({{ .Prompt }} style), which Ollama's own runner reads but llama-server "
@@ -170,6 +171,7 @@ def parse_parameters(pairs: Iterable[tuple[str, Any]]) -> dict[str, ParameterVal
             if len(typed) > MAX_STOPS:
                 raise InvalidModelSettings(f"parameter stop: more than {MAX_STOPS} stop strings")
         out[name] = typed
+    _within("parameters", out, PARAMETERS_BYTES)
     return out
 
 
@@ -182,9 +184,15 @@ def _unquoted(text: str) -> str:
 def check_system(text: str) -> str:
     if not isinstance(text, str):
         raise InvalidModelSettings("system: expected text")
-    if len(text) > MAX_SYSTEM_CHARS:
-        raise InvalidModelSettings(f"system: {len(text)} characters, more than the {MAX_SYSTEM_CHARS} accepted")
+    _within("system", text, SYSTEM_BYTES)
     return text
+
+
+def _within(what: str, value: Any, limit: int) -> None:
+    """A setting is recorded in `model.configured`, so it is held to that event's bound on it (JSON bytes)."""
+    size = len(orjson.dumps(value))
+    if size > limit:
+        raise InvalidModelSettings(f"{what}: {size:,} bytes as JSON, more than the {limit:,} accepted")
 
 
 # -- what a change makes of the settings -------------------------------------------------------------------------
@@ -232,12 +240,16 @@ class SettingsChange:
         for name, value in self.parameters.items():
             params[name] = value
             changed.append(f"parameters.{name}")
+        _within("parameters", params, PARAMETERS_BYTES)
         rerank = base.rerank
         if self.rerank is not None and self.rerank != rerank:
             rerank = self.rerank
             changed.append("rerank")
         lora = dict(base.lora)
         if self.lora is not None and dict(self.lora) != lora:
+            if len(self.lora) > MAX_DEFAULT_LORAS:
+                raise InvalidModelSettings(f"lora: {len(self.lora)} adapters; a model applies at most "
+                                           f"{MAX_DEFAULT_LORAS} by default")
             lora = dict(self.lora)
             changed.append("lora")
         new = ModelSettings(template_kind=kind, template=template, system=system, parameters=params, rerank=rerank,

@@ -20,6 +20,7 @@ FAMILIES = ("spec", "kv", "threads", "batch", "slots")
 # The draft speculation type: a small model drafts, the target verifies (llama-server --spec-type draft-simple).
 DRAFT_TYPE = "draft-simple"
 KV_TYPES = ("f16", "q8_0", "q4_0")
+MAX_DRAFTS = 4  # draft models tried (the first eligible): the verdicts of a tune are one event, profile.adopted
 # (n_batch, n_ubatch) besides the defaults (2048, 512): a smaller and a larger physical batch.
 BATCHES = ((512, 256), (4096, 1024))
 SLOT_COUNTS = (1, 2, 4)
@@ -50,7 +51,7 @@ def candidate_postures(*, families: Iterable[str], ngram_types: Iterable[str], d
     out: list[Posture] = []
     if "spec" in fams:
         out += [Posture(spec_type=t) for t in ngram_types]
-        out += [Posture(spec_type=DRAFT_TYPE, draft_model=d) for d in drafts]
+        out += [Posture(spec_type=DRAFT_TYPE, draft_model=d) for d in list(drafts)[:MAX_DRAFTS]]
     if "kv" in fams:
         for k in KV_TYPES:
             for fa in (True, False):

@@ -273,3 +273,19 @@ def test_an_engine_changed_after_install_is_refused_to_a_key_without_naming_its_
     with pytest.raises(openai.APIStatusError) as admin:
         served.openai("admin").chat.completions.create(model="tiny", messages=HELLO)
     assert "llama-server" in admin.value.message
+
+
+# -- what an event can record ---------------------------------------------------------------------------------------
+
+def test_a_model_setting_larger_than_its_event_records_is_a_400_in_ollamas_shape(served: Served) -> None:
+    # model.configured records a model's settings whole: a template past 24 KiB (as JSON) is refused before any
+    # write, naming the size; the largest accepted is created and recorded.
+    admin = served.ollama("admin")
+    with pytest.raises(ollama.ResponseError) as refused:
+        admin.create(model="too-big", from_="tiny", template="{{ messages }}" + "x" * (25 << 10))
+    assert refused.value.status_code == 400 and "template" in refused.value.error
+    assert "more than the 24,576 accepted" in refused.value.error
+    admin.create(model="just-fits", from_="tiny", system="s" * ((16 << 10) - 2))
+    created = [e["data"] for e in read_events(served.home, "model.variant_created") if e["data"]["name"] == "just-fits"]
+    assert len(created) == 1 and len(created[0]["settings"]["system"]) == (16 << 10) - 2
+    assert all(e["data"]["name"] != "too-big" for e in read_events(served.home, "model.variant_created"))

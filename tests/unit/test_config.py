@@ -65,6 +65,8 @@ async def test_set_writes_the_file_and_records_the_change(app: Blazar) -> None:
 async def test_invalid_set_changes_nothing(app: Blazar) -> None:
     with pytest.raises(ConfigError):
         await set_value(app, "checkpoint_every", "1")
+    with pytest.raises(ConfigError, match=r"cors_origins: a value of .* a setting holds at most 8,192"):
+        await set_value(app, "cors_origins", ",".join(f"http://h{i}.example" for i in range(600)))
     assert not app.paths.config_file.exists()
     assert await app.log.last_seq() == 0
 
@@ -123,3 +125,10 @@ async def test_group_commit_ms_sets_the_request_writer_interval(paths, clock) ->
     finally:
         await app.close()
 
+
+async def test_a_hand_edit_too_large_to_record_is_refused_at_start_naming_it(paths, clock) -> None:
+    paths.config_file.parent.mkdir(parents=True, exist_ok=True)
+    paths.config_file.write_text("cors_origins = [" + ", ".join(f'"http://h{i}.example"' for i in range(600)) + "]\n")
+    with pytest.raises(ConfigError, match=r"config\.toml: cors_origins: a value of"):
+        app = await bootstrap(paths=paths, clock=clock, actor="test")
+        await app.close()

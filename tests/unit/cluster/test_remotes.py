@@ -50,6 +50,8 @@ async def test_registration_refuses_store_models_and_bad_names(app: Blazar) -> N
         await add_remote(app, "bad name", "http://h", ["m"])
     with pytest.raises(RemoteCommandError, match="name the model"):
         await add_remote(app, "b", "http://h", [])
+    with pytest.raises(RemoteCommandError, match="a remote serves at most 32"):  # remote.added lists them
+        await add_remote(app, "b", "http://h", [f"m{i}" for i in range(33)])
     with pytest.raises(RemoteCommandError, match="environment variable"):
         await add_remote(app, "b", "http://h", ["m"], api_key_env="1BAD")
     await add_remote(app, "b", "http://h/v1", ["m"])

@@ -9,7 +9,7 @@ from typing import ClassVar
 import pytest
 
 from blazar.clock import FakeClock
-from blazar.errors import EventTooLarge, MalformedEvent, UnknownEventType
+from blazar.errors import ConfigError, EventTooLarge, MalformedEvent, UnknownEventType
 from blazar.events import Event, register, upcaster
 from blazar.events.log import EventLog
 from blazar.events.log_sqlite import SqliteEventLog
@@ -281,13 +281,15 @@ async def test_the_bound_is_event_max_kib_read_at_start(paths, clock) -> None:  
     app = await bootstrap(paths=paths, clock=clock, actor="test")
     try:
         assert app.log.max_event_bytes == 64 << 10
-        await set_value(app, "event_max_kib", "16")
+        with pytest.raises(ConfigError):  # below what the largest legal payloads need (test_event_size.py)
+            await set_value(app, "event_max_kib", "32")
+        await set_value(app, "event_max_kib", "128")
     finally:
         await app.close()
     app = await bootstrap(paths=paths, clock=clock, actor="test")
     try:
-        assert app.log.max_event_bytes == 16 << 10
+        assert app.log.max_event_bytes == 128 << 10
         with pytest.raises(EventTooLarge):
-            await app.log.append(_Told(text="x" * (17 << 10)), actor="test")
+            await app.log.append(_Told(text="x" * (129 << 10)), actor="test")
     finally:
         await app.close()

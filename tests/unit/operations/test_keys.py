@@ -241,6 +241,8 @@ async def test_create_refuses_bad_limits_patterns_and_expiry(app: Blazar) -> Non
         await handlers.create(app, "a", rpm=0)
     with pytest.raises(KeyCommandError):
         await handlers.create(app, "a", models=["bad pattern"])
+    with pytest.raises(KeyCommandError, match="a key's scope holds at most 32"):  # key.created lists them
+        await handlers.create(app, "a", models=[f"m{i}" for i in range(33)])
     with pytest.raises(KeyCommandError):
         await handlers.create(app, "a", expires="-5m")
     with pytest.raises(KeyCommandError):

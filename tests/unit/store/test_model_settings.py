@@ -12,6 +12,7 @@ import pytest
 from blazar.adapters.engines.llama_server import Capabilities, FlagSpec
 from blazar.context import Blazar
 from blazar.errors import EngineIncompatible, InvalidModelSettings, ModelExists, ModelNotFound
+from blazar.events.kinds import encode
 from blazar.events.model_settings import ModelConfigured, ModelSettings, ModelVariantCreated
 from blazar.events.models import ModelImported, ModelMetadata, ModelRemoved
 from blazar.projections import CatalogProjection, fold
@@ -347,3 +348,20 @@ async def test_pulling_a_registry_model_again_gives_it_the_registrys_settings_on
     await configure_model(app, "gemma3-270m", SettingsChange(clear_template=True))
     await pull(app, "gemma3-270m")
     assert settings_of(app.runner.state("catalog"), "gemma3-270m") is None  # the user's choice stays
+
+
+# -- what model.configured can record (blazar/events/bounds.py) ---------------------------------------------------
+
+def test_settings_past_what_their_event_records_are_refused_naming_the_size() -> None:
+    with pytest.raises(InvalidModelSettings, match=r"template: 24,5\d\d bytes as JSON, more than the 24,576"):
+        parse_template("{{ messages }}" + "x" * (24 << 10))
+    with pytest.raises(InvalidModelSettings, match=r"system: .* bytes as JSON, more than the 16,384"):
+        SettingsChange(system="\n" * (8 << 10)).applied_to(ModelSettings())  # a newline is two bytes in JSON
+    with pytest.raises(InvalidModelSettings, match=r"parameters: .* more than the 6,144"):
+        parse_parameters([("stop", ["s" * 1000] * 8)])
+    with pytest.raises(InvalidModelSettings, match="at most 8 by default"):
+        SettingsChange(lora={f"a{i}": 1.0 for i in range(9)}).applied_to(ModelSettings())
+    # The largest accepted is recorded: the whole event fits the log's bound.
+    big = ModelSettings(template_kind="jinja", template=parse_template("{{ x }}" + "y" * ((24 << 10) - 16))[1],
+                        system="z" * ((16 << 10) - 2), parameters=parse_parameters([("stop", ["s" * 700] * 8)]))
+    encode(ModelConfigured(name="g", settings=big, changed=["template", "system", "parameters.stop"]))

@@ -29,6 +29,13 @@ def test_candidates_spec_only() -> None:
                    Posture(spec_type="draft-simple", draft_model="small")]
 
 
+
+def test_at_most_four_draft_models_are_tried() -> None:
+    # A tune's verdicts are one event (profile.adopted): a store of many same-tokenizer models does not grow it.
+    got = candidate_postures(families=["spec"], ngram_types=(), drafts=[f"d{i}" for i in range(9)], cores=4, slots=[1])
+    assert [p.draft_model for p in got] == ["d0", "d1", "d2", "d3"]
+
+
 def test_candidates_kv_quantised_v_only_with_flash_attention() -> None:
     got = candidate_postures(families=["kv"], ngram_types=(), drafts=[], cores=4, slots=[1])
     assert Posture() not in got
