@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import tempfile
 import uuid
 from dataclasses import replace
@@ -29,7 +30,7 @@ from blazar.adapters import audio as codec
 from blazar.adapters.engines.kinds import MAX_AUDIO_FIELD
 from blazar.api import disconnect
 from blazar.api.auth import principal_of
-from blazar.api.bounds import MAX_NAME_CHARS, check_name
+from blazar.api.bounds import MAX_NAME_CHARS, check_name, shown
 from blazar.api.proxy import Proxy, read_json
 from blazar.context import Blazar
 from blazar.errors import DialectError
@@ -42,6 +43,8 @@ TRANSCRIPTION_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 CHUNK = 1 << 20
 FORM_OVERHEAD = 64 << 10  # the form's boundaries and small fields beside the file
 MAX_FIELD_CHARS = 4096  # a prompt, a language: text fields are small
+# A language code as whisper takes it (en, haw, zh-Hans): recorded in request.audio, so never free text.
+_LANGUAGE = re.compile(r"[A-Za-z]{2,8}(?:[-_][A-Za-z0-9]{1,8}){0,2}")
 UPLOAD_ROUTES = ("/v1/audio/transcriptions", "/v1/audio/translations")
 
 
@@ -173,6 +176,9 @@ class Transcriptions(Proxy):
         if not model:
             raise DialectError("the form has no `model` field", code="invalid_request")
         check_name(model)
+        language = up.one("language") or None
+        if language is not None and not _LANGUAGE.fullmatch(language):
+            raise DialectError(f"language {shown(language)} is not a language code (ISO-639-1, such as en or de)")
         fmt = up.one("response_format") or "json"
         if fmt not in TRANSCRIPTION_FORMATS:
             raise DialectError(f"response_format {fmt[:40]!r} is not one of {', '.join(TRANSCRIPTION_FORMATS)}")
@@ -207,7 +213,7 @@ class Transcriptions(Proxy):
         fields: dict[str, Any] = {k: v[-1] for k, v in up.fields.items()}
         asked = Request(model=model, engine_path=f"/v1/audio/{self.route}", body=None, stream=stream, raw=b"",
                         prepare=measured, audio=AudioAsked(route=self.route, response_format=fmt,
-                                                           input_bytes=up.bytes, language=up.one("language")))
+                                                           input_bytes=up.bytes, language=language))
         return asked, fields
 
 

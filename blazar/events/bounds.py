@@ -27,8 +27,10 @@ from blazar.errors import EventFieldTooLarge
 if TYPE_CHECKING:
     from blazar.events.base import Event
 
-# A character's most bytes in JSON text: 4 (UTF-8). Names have no control characters (the edge refuses them), and
-# the free text an event keeps has them replaced (`text`), so none is written as a six-byte \u0000.
+# A character's most bytes in JSON text: 6 for a string from outside (a control character is written \u0000, and the
+# edge does not refuse them in every field: a voice, a label), 4 (UTF-8) in the free text the gateway writes, which
+# has them replaced (`Clip`).
+_NAME_BYTES_PER_CHAR = 6
 _BYTES_PER_CHAR = 4
 
 
@@ -40,8 +42,8 @@ class Bound:
 
 
 def name_chars(n: int) -> Bound:
-    """A name of at most `n` characters (no control characters: the edge refuses them, blazar/api/bounds.py)."""
-    return Bound(n * _BYTES_PER_CHAR + 2)
+    """A string from outside (a name, an id, a label) of at most `n` characters, whatever characters they are."""
+    return Bound(n * _NAME_BYTES_PER_CHAR + 2)
 
 
 def items(count: int, each: Bound | int) -> Bound:

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from blazar.events.base import Event
-from blazar.events.bounds import NAME, OBSERVATIONS, PATH, Bound, ClipLines, Text, entries
+from blazar.events.bounds import OBSERVATIONS, PATH, Bound, ClipLines, Text, entries, name_chars
 from blazar.events.kinds import register
 from blazar.events.models import ModelKind
 from blazar.events.tuning import Posture
@@ -54,7 +54,7 @@ class _InstanceStart(Event):
     reason: Literal["load", "request", "restart"] = "load"
     free_bytes_observed: int | None = None  # what the budget offered when this was planned
     # RPC workers holding layers (host:port: layers)
-    workers: Annotated[dict[str, int], entries(16, NAME, 20)] = Field(default_factory=dict)
+    workers: Annotated[dict[str, int], entries(16, name_chars(64), 20)] = Field(default_factory=dict)
     node: str = ""  # the gateway that runs it, where several share the log on PostgreSQL ("": the only one)
     # What the child is (blazar/adapters/engines/kinds.py): llama-server, or a whisper or piper child (whose
     # engine_tag is its kind's name, and whose plan is its memory model's charge: no context, cache or layers).

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.events.base import Event, NodeLocal
-from blazar.events.bounds import NAME, PARAMETERS_BYTES, SYSTEM_BYTES, TEMPLATE_BYTES, Bound, entries, items, name_chars
+from blazar.events.bounds import NAME, PARAMETERS_BYTES, SYSTEM_BYTES, TEMPLATE_BYTES, WORD, Bound, entries, items
 from blazar.events.kinds import register
 
 # A default parameter's value: a number, or (for `stop`) the list of stop strings.
@@ -53,7 +53,7 @@ class ModelConfigured(Event):
     name: str
     settings: ModelSettings
     # "template", "system", "parameters.temperature", ...
-    changed: Annotated[list[str], items(40, name_chars(32))] = Field(default_factory=list)
+    changed: Annotated[list[str], items(40, WORD)] = Field(default_factory=list)
     source: Literal["cli", "api", "registry"] = "cli"
 
     def stream_key(self) -> str:

@@ -154,7 +154,7 @@ class ProfileAdopted(NodeLocal):
 
     TYPE = "profile.adopted"
     AUDIT = True
-    MAX_BYTES = 320 << 10  # a tune's verdicts: up to 32 postures, each with its numbers and reasons
+    MAX_BYTES = 384 << 10  # a tune's verdicts: up to 32 postures, each with its numbers and reasons
 
     model: str
     posture: Posture

@@ -4,6 +4,7 @@ what it was asked; the tests assemble the real app (and the real gateway and adm
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import httpx2
@@ -97,6 +98,18 @@ class FakeSupervisor:
     async def gone(self, inst: Instance) -> bool:
         self.asked.append(inst.instance_id)
         return inst.instance_id in self.dead
+
+
+class KindsSupervisor(FakeSupervisor):
+    """Resolves `*-whisper` and `*-piper` names as models of those kinds, every other name (but "missing") as a
+    llama-server GGUF."""
+
+    def resolve(self, model: str) -> ResolvedModel:
+        got = super().resolve(model)
+        for kind in ("whisper", "piper"):
+            if model.endswith(f"-{kind}"):
+                return replace(got, kind=kind)
+        return got
 
 
 class EngineStream(httpx2.Response):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import io
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import falcon.asgi
@@ -22,14 +22,13 @@ from blazar.api import audio as audio_routes
 from blazar.api.app import create_app
 from blazar.api.proxy import Proxy
 from blazar.context import Blazar
-from blazar.instances.supervisor import ResolvedModel
 from blazar.operations import keys
 from blazar.serving import media
 from blazar.serving.admission import Admission
 from blazar.serving.gateway import Gateway
 from tests.support.asgi import LocalConductor
 from tests.support.audio_files import tone_wav
-from tests.support.fakes import FakeEngine, FakeSupervisor
+from tests.support.fakes import FakeEngine, KindsSupervisor
 
 HIDDEN = "hidden-model"  # in the store, outside the scoped key's scope
 MISSING = "missing"  # in no store (FakeSupervisor's unknown name), and outside the scope too
@@ -86,18 +85,6 @@ UPLOADS = ("/v1/audio/transcriptions", "/v1/audio/translations")
 ROUTES = (*UPLOADS, "/v1/chat/completions", "/v1/messages", "/v1/responses", "/api/chat", "/api/generate",
           "/v1/completions", "/v1/embeddings", "/api/embed", "/api/embeddings", "/v1/rerank", "/rerank",
           "/v1/audio/speech")
-
-
-class KindsSupervisor(FakeSupervisor):
-    """Resolves `*-whisper` and `*-piper` names as models of those kinds, every other name (but "missing") as a
-    llama-server GGUF."""
-
-    def resolve(self, model: str) -> ResolvedModel:
-        got = super().resolve(model)
-        for kind in ("whisper", "piper"):
-            if model.endswith(f"-{kind}"):
-                return replace(got, kind=kind)
-        return got
 
 
 @dataclass
