@@ -3,10 +3,10 @@ stopped, an unrecorded KV-bank save removed), with what the check saw that prove
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from blazar.events.base import Event
-from blazar.events.bounds import Text
+from blazar.events.bounds import PATH, Text
 from blazar.events.kinds import register
 
 
@@ -20,7 +20,7 @@ class DoctorFixed(Event):
 
     check: str  # the check that found it, e.g. "machine.daemon_file"
     action: Literal["removed_file", "stopped_process"]
-    target: str
+    target: Annotated[str, PATH]  # a path, a pid, a name
     detail: Text  # what made it safe: "pid 4242 is not running", "parent pid 1, not a Blazar process"
     pid: int | None = None  # the process stopped, or the dead pid a removed run file named
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.events.base import NodeLocal
-from blazar.events.bounds import SHA256, Bound, ClipLines, Text, bound_of, items, name_chars
+from blazar.events.bounds import PATH, SHA256, Bound, ClipLines, Text, bound_of, items, name_chars
 from blazar.events.kinds import register
 
 EngineSource = Literal["package", "path", "PATH", "build"]
@@ -41,7 +41,7 @@ class EngineInstalled(NodeLocal):
     tag: str
     kind: Literal["llama-server"] = "llama-server"
     source_kind: EngineSource
-    source: str  # the path, package name and version, or sdist the files came from
+    source: Annotated[str, PATH]  # the path, package name and version, or sdist the files came from
     binary: str  # the server executable, relative to the engine's directory
     files: Annotated[list[EngineFile], items(32, bound_of(EngineFile))]
     version: Annotated[dict[str, Any], Bound(4096)]  # EngineVersion.model_dump(): version, build, commit, built_with

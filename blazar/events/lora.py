@@ -8,9 +8,12 @@ loaded beside the model that names it (`--lora`, unapplied) and applied per requ
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict
 
 from blazar.events.base import NodeLocal
+from blazar.events.bounds import PATH
 from blazar.events.kinds import register
 
 
@@ -38,8 +41,8 @@ class LoraAdded(NodeLocal):
 
     model: str
     name: str
-    path: str  # lora/<sha256>.gguf
-    source: str  # the local path it came from
+    path: Annotated[str, PATH]  # lora/<sha256>.gguf
+    source: Annotated[str, PATH]  # the local path it came from
     sha256: str
     bytes: int
     linked: bool  # True: hardlink; False: copied
@@ -62,7 +65,7 @@ class LoraRemoved(NodeLocal):
 
     model: str
     name: str
-    path: str
+    path: Annotated[str, PATH]
     file_deleted: bool
 
     def stream_key(self) -> str:

@@ -82,8 +82,8 @@ class ModelImported(NodeLocal):
     AUDIT = True
 
     name: str
-    path: str  # relative to the models directory
-    source: str  # where it came from: a local path, a hub target, a python package
+    path: Annotated[str, PATH]  # relative to the models directory
+    source: Annotated[str, PATH]  # where it came from: a local path, a hub target, a python package
     source_kind: Literal["file", "hub", "python-package"] = "file"
     bytes: int
     sha256: str
@@ -142,7 +142,7 @@ class ModelRemoved(NodeLocal):
     AUDIT = True
 
     name: str
-    path: str
+    path: Annotated[str, PATH]
     file_deleted: bool  # False when another store entry still links the same file
 
     def stream_key(self) -> str:

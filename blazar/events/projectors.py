@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict
 
 from blazar.events.base import NodeLocal
-from blazar.events.bounds import items
+from blazar.events.bounds import PATH, items
 from blazar.events.kinds import register
 
 Modality = Literal["vision", "audio"]
@@ -62,8 +62,8 @@ class ModelProjectorSet(NodeLocal):
     AUDIT = True
 
     name: str
-    path: str  # mmproj/<sha256>.gguf
-    source: str  # a local path or a hub file
+    path: Annotated[str, PATH]  # mmproj/<sha256>.gguf
+    source: Annotated[str, PATH]  # a local path or a hub file
     source_kind: Literal["file", "hub"] = "file"
     bytes: int
     sha256: str
@@ -86,7 +86,7 @@ class ModelProjectorRemoved(NodeLocal):
     AUDIT = True
 
     name: str
-    path: str
+    path: Annotated[str, PATH]
     file_deleted: bool
 
     def stream_key(self) -> str:

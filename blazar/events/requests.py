@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, TypeGuard, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.events.base import Event
-from blazar.events.bounds import NAME, OBSERVATIONS, WORD, Bound, First, Text, bound_of, entries, items, name_chars
+from blazar.events.bounds import NAME, OBSERVATIONS, URL, WORD, Bound, First, Text, bound_of, entries, items, name_chars
 from blazar.events.kinds import register, upcaster
 
 Dialect = Literal["openai", "ollama", "anthropic"]
@@ -147,7 +147,7 @@ class RequestForwarded(_RequestEvent):
 
     model: str
     node: str
-    url: str
+    url: Annotated[str, URL]
     instance_id: str  # the peer's instance that has the model ready
     reason: Literal["ready_there", "not_stored_here"]
     observations: Annotated[dict[str, Any], OBSERVATIONS] = Field(default_factory=dict)

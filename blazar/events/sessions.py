@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from blazar.events.base import NodeLocal
-from blazar.events.bounds import ClipLines, Text
+from blazar.events.bounds import PATH, ClipLines, Text
 from blazar.events.kinds import register
 
 SaveReason = Literal["evicted", "stopped", "shutdown", "requested"]
@@ -72,7 +72,7 @@ class SessionSaved(_SessionEvent):
 
     instance_id: str
     slot_id: int
-    file: str
+    file: Annotated[str, PATH]
     bytes: int
     tokens: int
     duration_ms: float
@@ -100,7 +100,7 @@ class SessionDropped(_SessionEvent):
 
     TYPE = "session.dropped"
 
-    file: str
+    file: Annotated[str, PATH]
     bytes: int = 0
     reason: Literal["bank_full", "missing"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from blazar.events.base import Event
-from blazar.events.bounds import SETTING
+from blazar.events.bounds import PATH, SETTING
 from blazar.events.kinds import register
 
 JsonValue = Any
@@ -35,7 +35,7 @@ class SnapshotTaken(Event):
     TYPE = "snapshot.taken"
     AUDIT = True
 
-    path: str
+    path: Annotated[str, PATH]
     seq_last: int
     event_count: int
     db_sha256: str
@@ -52,11 +52,11 @@ class SnapshotRestored(Event):
     TYPE = "snapshot.restored"
     AUDIT = True
 
-    path: str
+    path: Annotated[str, PATH]
     manifest_sha256: str
     seq_last: int
     previous_seq_last: int
-    previous_kept_at: str | None = None
+    previous_kept_at: Annotated[str | None, PATH] = None
     # True when it ran over a live daemon (only with --force).
     forced: bool = False
     # True when config.toml was rewritten to the restored overrides (the old file kept as config.toml.bak).
