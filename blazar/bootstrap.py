@@ -29,6 +29,7 @@ from blazar.queries.file_modes import loose_modes
 
 if TYPE_CHECKING:
     from blazar.adapters.engines.client import EngineClient
+    from blazar.adapters.hub import Hub
     from blazar.adapters.otel.tracing import Tracing
     from blazar.serving.gateway import Gateway
     from blazar.serving.ports import SupervisorPort
@@ -54,7 +55,7 @@ def default_actor(env: Mapping[str, str] | None = None) -> str:
     return f"cli:{user}"
 
 
-def _hub_from_env(env: Mapping[str, str]):  # type: ignore[no-untyped-def]  # Hub: imported lazily, below
+def _hub_from_env(env: Mapping[str, str]) -> Hub:
     from blazar.adapters.hub import hub_from_env  # huggingface_hub costs 0.2 s to import: only when used
 
     return hub_from_env(env)

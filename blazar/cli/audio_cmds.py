@@ -115,7 +115,7 @@ def speak(
                              headers={"content-type": "application/json"}) as r:
                 if not r.is_success:
                     raise _remote_error(r.status_code, r.read())
-                sink = sys.stdout.buffer if to_stdout else partial.open("wb")  # type: ignore[union-attr]
+                sink = sys.stdout.buffer if partial is None else partial.open("wb")
                 try:
                     for chunk in r.iter_bytes():
                         sink.write(chunk)

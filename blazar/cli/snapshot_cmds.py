@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -54,7 +55,7 @@ def restore(
     A damaged or foreign snapshot is refused, and the current log is left untouched.
     The replaced log is kept beside it as blazar.db.replaced-<UTC time>-seq<N>; config.toml follows the log.
     """
-    result = run(restore_snapshot(paths_from_env(), path, force=force, actor=default_actor()))
+    result = run(restore_snapshot(paths_from_env(), path, force=force, actor=default_actor(), env=os.environ))
     if as_json:
         print_json(result.to_json())
         return

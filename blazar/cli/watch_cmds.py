@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import ssl
 import sys
 import termios
 import tty
@@ -82,9 +83,9 @@ class _Watch:
             await asyncio.sleep(METRICS_EVERY_S)
 
 
-def _metrics(url: str, verify: object, headers: dict[str, str]) -> MetricsSample | None:
+def _metrics(url: str, verify: ssl.SSLContext | bool, headers: dict[str, str]) -> MetricsSample | None:
     try:
-        r = httpx2.get(f"{url}/metrics", timeout=HEALTH_TIMEOUT_S, trust_env=False, verify=verify,  # type: ignore[arg-type]
+        r = httpx2.get(f"{url}/metrics", timeout=HEALTH_TIMEOUT_S, trust_env=False, verify=verify,
                        headers=headers)
     except httpx2.TransportError:
         return None

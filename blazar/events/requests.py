@@ -69,6 +69,10 @@ class _RequestEvent(Event):
         return f"trace:{self.trace_id}"
 
 
+# The base of every request event (each carries its trace id): for readers that take any of them.
+RequestEvent = _RequestEvent
+
+
 class MediaFacts(BaseModel):
     """The images and audio clips a chat request carried, as their bytes showed them (never the bytes): how many, of
     which types, how large, and (where the projector says) the prompt tokens they become; the

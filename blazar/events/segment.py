@@ -324,14 +324,3 @@ def index_blocks(path: Path, key: str) -> list[int]:
     finally:
         conn.close()
 
-
-def index_prefix(path: Path, prefix: str, limit: int) -> list[str]:
-    """Trace ids starting with `prefix` (without the key's kind letter)."""
-    conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
-    try:
-        lo = "t" + prefix
-        rows = conn.execute("SELECT DISTINCT key FROM keys WHERE key >= ? AND key < ? ORDER BY key LIMIT ?",
-                            (lo, lo + "\U0010ffff", limit))
-        return [r[0][1:] for r in rows]
-    finally:
-        conn.close()

@@ -11,7 +11,7 @@ a profile measured on another build is shown stale rather than applied.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeGuard, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,6 +20,11 @@ from blazar.events.bounds import WORD, Clip, Text, bound_of, entries, items, nam
 from blazar.events.kinds import register
 
 Workload = Literal["chat", "code", "long"]
+
+
+def is_workload(name: str) -> TypeGuard[Workload]:
+    return name in get_args(Workload)
+
 Purpose = Literal["bench", "tune", "gate"]
 
 

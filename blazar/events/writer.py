@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
 from dataclasses import replace
 
 from blazar.errors import BlazarError
@@ -202,14 +201,3 @@ class GroupCommitWriter:
         if not self._buffer:
             self._drained.set()
 
-
-@contextlib.asynccontextmanager
-async def running_writer(
-    event_log: EventLog, *, interval: float = 0.005, max_batch: int = MAX_BATCH, max_pending: int = 200_000
-) -> AsyncIterator[GroupCommitWriter]:
-    writer = GroupCommitWriter(event_log, interval=interval, max_batch=max_batch, max_pending=max_pending)
-    writer.start()
-    try:
-        yield writer
-    finally:
-        await writer.stop()

@@ -66,9 +66,6 @@ __all__ = [
     "restart_delay",
 ]
 
-# The name tests/unit/serving/test_dead_engine.py builds a child's record by.
-_Live = Live
-
 log = logging.getLogger("blazar.supervisor")
 
 

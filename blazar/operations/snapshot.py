@@ -12,6 +12,7 @@ import os
 import shutil
 import sqlite3
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -175,7 +176,8 @@ def _iso(ts: float) -> str:
 
 
 async def restore_snapshot(
-    paths: Paths, source: Path, *, actor: str, force: bool = False, clock: Clock | None = None
+    paths: Paths, source: Path, *, actor: str, env: Mapping[str, str], force: bool = False,
+    clock: Clock | None = None,
 ) -> Restored:
     """Verify `source`, swap it in for the log, rebuild projections, record snapshot.restored.
 
@@ -193,9 +195,9 @@ async def restore_snapshot(
     if pid is not None:
         warnings.append(f"restored under a running daemon ({who}): restart it so it reads the restored log")
     paths.ensure()
-    location = log_location(paths, os.environ)
+    location = log_location(paths, env)
     stamp = utc_stamp(clock.now())
-    archive = archive_location(paths, os.environ)
+    archive = archive_location(paths, env)
     # The segments are staged (and checked) first: a failure there leaves the home as it was.
     staged = await asyncio.to_thread(stage_segments, verified, archive, stamp)
     try:
@@ -211,7 +213,7 @@ async def restore_snapshot(
     if aside:
         warnings.append(f"{len(aside)} archive segment file(s) the restored log does not name were kept in "
                         f"{archive / f'replaced-{stamp}'}")
-    app = await _open_restored(paths, location, clock, actor)
+    app = await _open_restored(paths, location, clock, actor, env)
     try:
         rewritten = _align_config(app)
         event = SnapshotRestored(
@@ -300,13 +302,14 @@ def _unused(path: Path) -> Path:
     return candidate
 
 
-async def _open_restored(paths: Paths, location: LogLocation, clock: Clock, actor: str) -> Blazar:
+async def _open_restored(paths: Paths, location: LogLocation, clock: Clock, actor: str,
+                         env: Mapping[str, str]) -> Blazar:
     """Open the restored log (migrating an older schema) with every projection rebuilt from its events."""
-    log = await open_log(location, clock=clock, archive=archive_location(paths, os.environ))
+    log = await open_log(location, clock=clock, archive=archive_location(paths, env))
     try:
         await drop_checkpoints(log)  # they describe the snapshot's time; folding from scratch proves the log
         # On a shared log the restoring home is a node: its node-local checkpoints are its own.
-        node = node_name(paths, os.environ) if location.shared else ""
+        node = node_name(paths, env) if location.shared else ""
         runner = ProjectionRunner(log, all_projections(), node=node)
         await runner.start(use_checkpoints=False)
         await runner.checkpoint()

@@ -30,7 +30,6 @@ from blazar.projections.checkpoints import (
     StoredCheckpoint,
     anchor_at,
     anchor_of,
-    dump_state,
     load_checkpoints,
     save_checkpoints,
     state_sha256,
@@ -340,6 +339,3 @@ class ProjectionRunner:
             except (LogUnreachable, DiskFull) as e:  # derived data: the next start folds from the last one instead
                 log.warning("checkpoint not written at stop (%s)", e)
 
-
-def states_equal(a: State, b: State) -> bool:
-    return dump_state(a) == dump_state(b)

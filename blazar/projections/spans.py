@@ -21,6 +21,7 @@ from blazar.events.requests import (
     MediaFacts,
     RequestAdmitted,
     RequestCompleted,
+    RequestEvent,
     RequestFailed,
     RequestFirstToken,
     RequestMediaChecked,
@@ -147,7 +148,8 @@ class SpanFold:
                     del self._open[next(iter(self._open))]
                     self.abandoned += 1
                 continue
-            trace_id: str = ev.trace_id  # type: ignore[attr-defined]  # every type in _KINDS is a request event
+            assert isinstance(ev, RequestEvent)  # every type in _KINDS is
+            trace_id = ev.trace_id
             req = self._open.get(trace_id)
             if req is None:
                 self.unmatched += isinstance(ev, _TERMINAL)

@@ -394,7 +394,7 @@ def _audio_event(call: Call, asked: AudioAsked) -> RequestAudio:
     seconds = round(call.audio_seconds or 0.0, 3)
     kind = getattr(call.instance, "kind", None) or getattr(call.resolved, "kind", None) or "unknown"
     return RequestAudio(trace_id=call.trace_id, model=call.name or call.model, kind=str(kind),
-                        route=asked.route, audio_seconds=seconds,  # type: ignore[arg-type]
+                        route=asked.route, audio_seconds=seconds,
                         response_format=asked.response_format, processing_ms=processing_ms,
                         real_time_factor=round(processing_ms / 1000 / seconds, 4) if seconds > 0 else None,
                         input_bytes=asked.input_bytes, input_chars=asked.input_chars, language=asked.language,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from blazar.dialects.stream import Translator
 from blazar.dialects.tools import Forced
+from blazar.events.audio import AudioRoute
 from blazar.events.requests import HOP_ACTOR, Dialect, MediaFacts
 from blazar.sentinels import UNSET
 from blazar.serving.principal import Principal
@@ -30,7 +31,7 @@ class AudioAsked:
     """What a speech request asked, for its `request.audio` event: the route (an engine kind's: transcriptions,
     translations, speech), the answer's format, and the input's size (never its content)."""
 
-    route: str
+    route: AudioRoute
     response_format: str
     audio_seconds: float | None = None  # an upload's duration, probed before it is sent
     input_bytes: int | None = None

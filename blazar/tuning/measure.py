@@ -22,7 +22,7 @@ from blazar.adapters.energy import EnergyMeter
 from blazar.adapters.machine import this_machine
 from blazar.context import Blazar
 from blazar.errors import EngineError
-from blazar.events.tuning import BenchRecorded, Posture, Purpose, WorkloadResult
+from blazar.events.tuning import BenchRecorded, Posture, Purpose, WorkloadResult, is_workload
 from blazar.ids import new_trace_id
 from blazar.store.engines import ActiveEngine, active_engine
 from blazar.tuning.child import EngineChild, engine_child, resolve_model
@@ -159,8 +159,10 @@ def summarise(name: str, concurrency: int, outcomes: list[Outcome], *, wall_s: f
             return None
         return int(after[series] - before.get(series, 0.0))
 
+    if not is_workload(name):
+        raise ValueError(f"no workload {name!r}")  # the caller checked it against WORKLOADS
     return WorkloadResult(
-        workload=name,  # type: ignore[arg-type]  # checked against WORKLOADS by the caller
+        workload=name,
         concurrency=concurrency, requests=len(outcomes),
         prompt_tokens=sum(o.prompt_tokens for o in outcomes), completion_tokens=completion,
         prefill_tps=_round2(rate(sum(o.prompt_n for o in outcomes), sum(o.prompt_ms for o in outcomes) / 1000)),

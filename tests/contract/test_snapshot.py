@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -87,7 +88,7 @@ async def test_a_home_restored_from_a_snapshot_has_its_events_and_its_projection
     seq = taken.manifest.seq_last
     target = new_backend("restored")
 
-    restored = await restore_snapshot(target.paths, taken.path, actor=ACTOR, clock=clock)
+    restored = await restore_snapshot(target.paths, taken.path, actor=ACTOR, clock=clock, env=os.environ)
     assert restored.warnings == [] and restored.config_rewritten
     assert restored.recorded.seq == seq + 1
 
@@ -127,7 +128,7 @@ async def test_restoring_over_a_home_rolls_it_back_and_keeps_the_replaced_log(
         await log.close()
     assert len(replaced) > seq + 1
 
-    restored = await restore_snapshot(backend.paths, taken.path, actor=ACTOR, clock=clock)
+    restored = await restore_snapshot(backend.paths, taken.path, actor=ACTOR, clock=clock, env=os.environ)
     ev = restored.recorded.event
     assert isinstance(ev, SnapshotRestored)
     assert ev.previous_seq_last == len(replaced) and ev.previous_kept_at is not None

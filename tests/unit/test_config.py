@@ -132,3 +132,13 @@ async def test_a_hand_edit_too_large_to_record_is_refused_at_start_naming_it(pat
     with pytest.raises(ConfigError, match=r"config\.toml: cors_origins: a value of"):
         app = await bootstrap(paths=paths, clock=clock, actor="test")
         await app.close()
+
+
+async def test_settings_are_built_once_per_change_of_the_overrides(app: Blazar) -> None:
+    first = app.settings()
+    assert app.settings() is first  # asked again (each request asks): the same, not validated again
+    await set_value(app, "log_level", "debug")
+    changed = app.settings()
+    assert changed is not first and changed.log_level == "debug" and app.settings() is changed
+    await unset_value(app, "log_level")
+    assert app.settings().log_level == first.log_level

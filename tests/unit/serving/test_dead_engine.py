@@ -19,7 +19,8 @@ import pytest
 from blazar.adapters.engines.process import pid_dying
 from blazar.api.app import create_app
 from blazar.context import Blazar
-from blazar.instances.supervisor import Instance, Supervisor, _Live
+from blazar.instances.live import Live
+from blazar.instances.supervisor import Instance, Supervisor
 from blazar.serving.admission import Admission
 from blazar.serving.gateway import Gateway
 from tests.support.asgi import LocalConductor
@@ -71,14 +72,14 @@ async def test_a_running_child_is_not_dying_and_a_killed_unreaped_one_is() -> No
 # -- the supervisor: is the instance behind a refused port gone? -----------------------------------------------------
 
 @pytest.fixture
-async def watched(app: Blazar, tmp_path: Path) -> AsyncIterator[tuple[Supervisor, _Live]]:
+async def watched(app: Blazar, tmp_path: Path) -> AsyncIterator[tuple[Supervisor, Live]]:
     """A supervisor watching one ready child of its own (a sleeping program standing in for llama-server)."""
     sup = Supervisor(app)
     proc = await _sleeper()
     assert proc.stdout is not None
     port = int(await asyncio.wait_for(proc.stdout.readline(), BOUND_S))
     inst = Instance(instance_id="i1", model="m", port=port, slots=1, ctx_tokens=64, engine_tag="t")
-    lv = _Live(instance=inst, proc=proc, plan=None, log_path=tmp_path / "i1.log",  # type: ignore[arg-type]
+    lv = Live(instance=inst, proc=proc, plan=None, log_path=tmp_path / "i1.log",  # type: ignore[arg-type]
                started_seq=0, started_mono=app.clock.monotonic(), keep_alive_s=None, pinned=False, state="ready")
     sup._live["i1"] = lv
     lv.watcher = asyncio.create_task(sup._watch(lv))
@@ -95,14 +96,14 @@ async def _exits(app: Blazar) -> list[Any]:
 
 
 async def test_a_running_child_behind_a_refused_port_is_not_gone(app: Blazar,
-                                                                 watched: tuple[Supervisor, _Live]) -> None:
+                                                                 watched: tuple[Supervisor, Live]) -> None:
     sup, lv = watched
     assert await sup.gone(lv.instance) is False
     assert lv.state == "ready" and sup.instances() == [lv.instance] and await _exits(app) == []
 
 
 async def test_a_killed_child_is_gone_and_its_crash_recorded_before_the_answer(
-        app: Blazar, watched: tuple[Supervisor, _Live]) -> None:
+        app: Blazar, watched: tuple[Supervisor, Live]) -> None:
     sup, lv = watched
     lv.proc.send_signal(signal.SIGKILL)
     for _ in range(int(BOUND_S / 0.01)):  # what the gateway sees first: its port refuses
@@ -118,7 +119,7 @@ async def test_a_killed_child_is_gone_and_its_crash_recorded_before_the_answer(
 
 
 async def test_gone_waits_for_an_exit_the_watcher_is_still_writing(
-        app: Blazar, watched: tuple[Supervisor, _Live], monkeypatch: pytest.MonkeyPatch) -> None:
+        app: Blazar, watched: tuple[Supervisor, Live], monkeypatch: pytest.MonkeyPatch) -> None:
     """The watcher drops a reaped child from the live set before its `instance.exited` is written: asked then,
     `gone` waits for the write, so its "gone" still means "recorded" (a loaded machine once showed the gap)."""
     sup, lv = watched
