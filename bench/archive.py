@@ -31,7 +31,6 @@ import orjson
 from blazar.clock import FakeClock
 from blazar.config import Settings
 from blazar.events.base import Event
-from blazar.events.kinds import encode
 from blazar.events.log_sqlite import SqliteEventLog
 from blazar.events.migrate import ensure_schema
 from blazar.events.requests import (
@@ -42,6 +41,7 @@ from blazar.events.requests import (
     RequestRouted,
 )
 from blazar.events.system import ConfigChanged
+from blazar.events.types import encode
 from blazar.events.writer import GroupCommitWriter
 from blazar.operations.archive import archive
 from blazar.projections import all_projections

@@ -27,10 +27,10 @@ import orjson
 from blazar import config as settings
 from blazar.bootstrap import bootstrap
 from blazar.events.base import Event
-from blazar.events.kinds import register
 from blazar.events.location import LogLocation, PostgresUrl, SqliteFile
 from blazar.events.log import EventLog
 from blazar.events.system import ConfigChanged
+from blazar.events.types import register
 from blazar.events.writer import GroupCommitWriter
 from blazar.logdb import open_log
 from blazar.paths import Paths

@@ -27,7 +27,7 @@ from blazar.api.console_follow import MAX_SEQ, event_json, query_params
 from blazar.context import Blazar
 from blazar.errors import BlazarError, EngineVerifyFailed, TraceNotFound
 from blazar.fit import FitRequest
-from blazar.instances.fit import devices_now, fit_model
+from blazar.instances.planning import devices_now, fit_model
 from blazar.queries.catalog import aliases, models
 from blazar.queries.engines import active_tag, engine, engine_json, installed_engines
 from blazar.queries.event_tail import tail

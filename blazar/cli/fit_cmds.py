@@ -10,7 +10,7 @@ from rich.table import Table
 from blazar.cli.common import JSON_OPTION, opened, out, print_json, run
 from blazar.fit import FitRequest
 from blazar.fit.ggml_types import CACHE_TYPES
-from blazar.instances.fit import coreside_models, fit_model, fit_with_workers
+from blazar.instances.planning import coreside_models, fit_model, fit_with_workers
 
 _MIB = 1024 * 1024
 

@@ -17,7 +17,7 @@ from blazar.cluster.nodes import pull_on_node
 from blazar.events.projectors import ModelProjectorSet
 from blazar.fit import FitPlan, FitRequest
 from blazar.fit.posture import with_posture
-from blazar.instances.fit import fit_model
+from blazar.instances.planning import fit_model
 from blazar.queries.catalog import StoredModel, TemplateProbe, aliases, models
 from blazar.queries.catalog import model as stored_model
 from blazar.queries.profiles import ProfileStatus, profile_status

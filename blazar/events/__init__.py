@@ -23,7 +23,7 @@ from blazar.events import system as system
 from blazar.events import tuning as tuning
 from blazar.events import workers as workers
 from blazar.events.base import Event, Pending, Recorded
-from blazar.events.kinds import decode, encode, event_class, known_types, register, upcaster
+from blazar.events.types import decode, encode, event_class, known_types, register, upcaster
 
 __all__ = [
     "Event",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from blazar.events.base import Event
 from blazar.events.bounds import Text
-from blazar.events.kinds import event_class, known_types, register
+from blazar.events.types import event_class, known_types, register
 
 
 @register

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from blazar.events.kinds import register
 from blazar.events.requests import _RequestEvent
+from blazar.events.types import register
 
 AudioRoute = Literal["transcriptions", "translations", "speech"]
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.events.base import NodeLocal
 from blazar.events.bounds import ID, NAME, WORD, Bound, Clip, bound_of, entries, items
-from blazar.events.kinds import register, upcaster
+from blazar.events.types import register, upcaster
 
 # Ids are ours, and become file names in the content store: the fold trusts no other shape (the log is data).
 FILE_ID = re.compile(r"file-[0-9a-f]{24}")

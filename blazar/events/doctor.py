@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from blazar.events.base import Event
 from blazar.events.bounds import PATH, Text
-from blazar.events.kinds import register
+from blazar.events.types import register
 
 
 @register

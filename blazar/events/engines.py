@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.events.base import NodeLocal
 from blazar.events.bounds import PATH, SHA256, Bound, ClipLines, Text, bound_of, items, name_chars
-from blazar.events.kinds import register
+from blazar.events.types import register
 
 EngineSource = Literal["package", "path", "PATH", "build"]
 

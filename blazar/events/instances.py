@@ -13,9 +13,9 @@ from pydantic import Field
 
 from blazar.events.base import Event
 from blazar.events.bounds import OBSERVATIONS, PATH, Bound, ClipLines, Text, entries, name_chars
-from blazar.events.kinds import register
 from blazar.events.models import ModelKind
 from blazar.events.tuning import Posture
+from blazar.events.types import register
 
 ExitReason = Literal[
     "stopped",  # `blazar stop`, keep_alive 0, or a user's unload

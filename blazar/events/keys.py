@@ -11,7 +11,7 @@ from pydantic import Field
 
 from blazar.events.base import Event
 from blazar.events.bounds import MODEL_PATTERNS, Bound
-from blazar.events.kinds import register
+from blazar.events.types import register
 
 # What audit_details leaves out of every key event: a hash and its salt are no one's business outside the daemon.
 _SECRET_FIELDS = frozenset({"salt", "hash"})

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 from blazar.clock import Clock
 from blazar.errors import ArchiveError
 from blazar.events.base import Event, Pending, Recorded
-from blazar.events.kinds import MAX_EVENT_BYTES, decode, encode
 from blazar.events.location import LogLocation
 from blazar.events.migrate import ensure_schema
 from blazar.events.segment import Filters
 from blazar.events.segment_store import ARCHIVED_COLUMNS, ArchivedRange, SegmentStore
+from blazar.events.types import MAX_EVENT_BYTES, decode, encode
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection

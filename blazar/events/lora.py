@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from blazar.events.base import NodeLocal
 from blazar.events.bounds import PATH
-from blazar.events.kinds import register
+from blazar.events.types import register
 
 
 class LoraMetadata(BaseModel):

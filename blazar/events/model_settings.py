@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.events.base import Event, NodeLocal
 from blazar.events.bounds import NAME, PARAMETERS_BYTES, SYSTEM_BYTES, TEMPLATE_BYTES, WORD, Bound, entries, items
-from blazar.events.kinds import register
+from blazar.events.types import register
 
 # A default parameter's value: a number, or (for `stop`) the list of stop strings.
 ParameterValue = int | float | list[str]

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from blazar.errors import PullFailReason
 from blazar.events.base import Event, NodeLocal
 from blazar.events.bounds import MAX_LAYERS, PATH, Bound, Text, bound_of, entries, items, name_chars
-from blazar.events.kinds import register
+from blazar.events.types import register
 
 
 class ModelMetadata(BaseModel):

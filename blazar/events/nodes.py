@@ -10,7 +10,7 @@ from pydantic import Field
 
 from blazar.events.base import Event
 from blazar.events.bounds import ID, URL, Text, items
-from blazar.events.kinds import register
+from blazar.events.types import register
 
 
 class _NodeEvent(Event):

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from blazar.events.base import NodeLocal
 from blazar.events.bounds import PATH, items
-from blazar.events.kinds import register
+from blazar.events.types import register
 
 Modality = Literal["vision", "audio"]
 

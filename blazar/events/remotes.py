@@ -10,7 +10,7 @@ from pydantic import Field
 
 from blazar.events.base import Event
 from blazar.events.bounds import NAME, REMOTE_MODELS_MAX, URL, Text, items
-from blazar.events.kinds import register
+from blazar.events.types import register
 
 
 class _RemoteEvent(Event):

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.events.base import Event
 from blazar.events.bounds import NAME, OBSERVATIONS, URL, WORD, Bound, First, Text, bound_of, entries, items, name_chars
-from blazar.events.kinds import register, upcaster
+from blazar.events.types import register, upcaster
 
 Dialect = Literal["openai", "ollama", "anthropic"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Literal
 
 from blazar.events.base import NodeLocal
-from blazar.events.kinds import register
+from blazar.events.types import register
 
 DeleteReason = Literal["requested", "expired"]
 

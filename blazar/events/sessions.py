@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from blazar.events.base import NodeLocal
 from blazar.events.bounds import PATH, ClipLines, Text
-from blazar.events.kinds import register
+from blazar.events.types import register
 
 SaveReason = Literal["evicted", "stopped", "shutdown", "requested"]
 

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from blazar.events.base import Event
 from blazar.events.bounds import PATH, SETTING
-from blazar.events.kinds import register
+from blazar.events.types import register
 
 JsonValue = Any
 

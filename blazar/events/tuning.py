@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.events.base import Event, NodeLocal
 from blazar.events.bounds import WORD, Clip, Text, bound_of, entries, items, name_chars
-from blazar.events.kinds import register
+from blazar.events.types import register
 
 Workload = Literal["chat", "code", "long"]
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 from blazar.events.base import Event
 from blazar.events.bounds import Text
-from blazar.events.kinds import register
+from blazar.events.types import register
 
 
 class _WorkerEvent(Event):

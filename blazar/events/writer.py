@@ -18,8 +18,8 @@ from dataclasses import replace
 
 from blazar.errors import BlazarError
 from blazar.events.base import Event, Pending
-from blazar.events.kinds import encode
 from blazar.events.log import EventLog
+from blazar.events.types import encode
 
 log = logging.getLogger(__name__)
 

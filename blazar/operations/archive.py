@@ -32,7 +32,6 @@ from blazar.errors import ArchiveBusy, ArchiveError, BlazarError
 from blazar.events.archive import LogArchived, archivable_types
 from blazar.events.base import Recorded
 from blazar.events.chain import GENESIS
-from blazar.events.kinds import audit_types, decode
 from blazar.events.log import EventLog
 from blazar.events.segment import (
     Manifest,
@@ -44,6 +43,7 @@ from blazar.events.segment import (
     write_index,
 )
 from blazar.events.segment_store import ArchivedRange, SegmentStore
+from blazar.events.types import audit_types, decode
 
 log_ = logging.getLogger(__name__)
 SEGMENT_EVENTS = 100_000

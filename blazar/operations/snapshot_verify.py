@@ -22,8 +22,8 @@ from blazar.confine import describe, untrusted
 from blazar.errors import LogError, SnapshotError
 from blazar.events import migrate  # importing the package registers every event type decode must know
 from blazar.events.archive import LogArchived
-from blazar.events.kinds import decode
 from blazar.events.segment import valid_stem
+from blazar.events.types import decode
 
 # What a snapshot carries of each segment: its data and its manifest (the index is derived, rebuilt when missing).
 SEGMENT_SUFFIXES: Final = (".jsonl.gz", ".manifest.json")

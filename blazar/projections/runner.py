@@ -19,8 +19,8 @@ import orjson
 
 from blazar.errors import BlazarError, DiskFull, LogUnreachable, ProjectionError
 from blazar.events.base import Event, NodeLocal, Recorded
-from blazar.events.kinds import decode
 from blazar.events.log import EventLog
+from blazar.events.types import decode
 from blazar.projections.audit import AuditState
 from blazar.projections.base import Projection, State, TypedState
 from blazar.projections.batches import BatchesState

@@ -15,8 +15,8 @@ import orjson
 
 from blazar.errors import AuditChainBroken, LogError
 from blazar.events.chain import GENESIS, line_hash, seal
-from blazar.events.kinds import audit_types
 from blazar.events.log import EventLog
+from blazar.events.types import audit_types
 from blazar.projections.audit import audit_record, iso
 
 FORMAT = "blazar-audit"

@@ -13,7 +13,7 @@ from blazar.context import Blazar
 from blazar.errors import ModelFileError
 from blazar.events.tuning import Posture
 from blazar.fit import FitRequest
-from blazar.instances.fit import coreside_models, fit_model
+from blazar.instances.planning import coreside_models, fit_model
 from blazar.projections.catalog import StoredModel, models, stored
 
 FAMILIES = ("spec", "kv", "threads", "batch", "slots")

@@ -31,7 +31,7 @@ from blazar.errors import DoesNotFit, EngineError, LoadFailed, ModelNotFound, Wr
 from blazar.events.tuning import Posture
 from blazar.fit import FitPlan, FitRequest
 from blazar.fit.posture import with_posture
-from blazar.instances.fit import fit_model
+from blazar.instances.planning import fit_model
 from blazar.projections.catalog import StoredModel, stored
 from blazar.store.chat_templates import served_settings
 from blazar.store.engine_verify import verify_for_spawn

@@ -19,7 +19,7 @@ import pytest
 
 from blazar import runlock
 from blazar.events.base import Recorded
-from blazar.events.kinds import decode
+from blazar.events.types import decode
 from blazar.operations.snapshot_verify import verify_snapshot
 from blazar.paths import Paths
 from blazar.projections import all_projections

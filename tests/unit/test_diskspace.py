@@ -16,8 +16,8 @@ from blazar import diskspace
 from blazar.diskspace import disk_full, explain, no_space, space
 from blazar.errors import DiskFull, LogError
 from blazar.events.base import Event
-from blazar.events.kinds import register
 from blazar.events.log import EventLog
+from blazar.events.types import register
 from blazar.events.writer import GroupCommitWriter
 from blazar.operations.doctor.checks import disk_full as doctor_disk_full
 from blazar.operations.doctor.checks import not_opened, safe_to_open

@@ -1,5 +1,5 @@
 """`scripts/event-goldens`: check (the default) or write (--write) the golden event files and the event table of
-docs/3.DATA_MODEL.md from the event kinds.
+docs/3.DATA_MODEL.md from the event types.
 
 --write rewrites the table and writes the current version's golden of every event type that has none or whose
 change is compatible; it never touches an older version's golden, and refuses an incompatible change (saying what to

@@ -18,7 +18,7 @@ import orjson
 import blazar.events  # noqa: F401 - registers every event type
 from blazar.errors import BlazarError
 from blazar.events.base import Event
-from blazar.events.kinds import decode, encode, event_class, known_types
+from blazar.events.types import decode, encode, event_class, known_types
 from tests.support.event_goldens.samples import sample_event
 from tests.support.event_goldens.schema import Schema, normalize, normalized_schema, schema_changes
 
@@ -103,7 +103,7 @@ def missing() -> list[str]:
 
 
 def strays() -> list[str]:
-    """A golden names a type and version the event kinds know, and its file name says the same."""
+    """A golden names a type and version the event types know, and its file name says the same."""
     out = []
     for path in sorted(FIXTURES.glob("*.json")):
         g = load(path)
@@ -177,7 +177,7 @@ def _how_to_version(cls: type[Event]) -> str:
     t, v = cls.TYPE, cls.V
     where = Path(inspect.getfile(cls)).resolve().relative_to(ROOT)
     return (f"add a new version: set `V = {v + 1}` on {cls.__name__} ({where}) and, beside the class, register the "
-            f"step from a v{v} payload to a v{v + 1} one with `@upcaster({t!r}, {v})` (blazar/events/kinds.py "
+            f"step from a v{v} payload to a v{v + 1} one with `@upcaster({t!r}, {v})` (blazar/events/types.py "
             f"applies upcasters on read, one version at a time; `request.routed` in blazar/events/requests.py is an "
             f"example), then run `{SCRIPT}`: it writes {t}.v{v + 1}.json and keeps {t}.v{v}.json, whose payload "
             f"must then upcast to v{v + 1}.")

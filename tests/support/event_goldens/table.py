@@ -1,4 +1,4 @@
-"""The event table of docs/3.DATA_MODEL.md, rendered from the event kinds: one row per event type with its version,
+"""The event table of docs/3.DATA_MODEL.md, rendered from the event types: one row per event type with its version,
 whether it is a control event (committed before a command is acknowledged) and audited, its stream, the first paragraph
 of its class docstring and its fields (a default after `=`, a Literal's choices in brackets). The doc holds it between
 two markers; `scripts/event-goldens --write` replaces what is between them and tests/unit/events/test_event_goldens.py
@@ -23,7 +23,7 @@ from tests.support.event_goldens.files import ROOT, SCRIPT, registered, rel
 from tests.support.event_goldens.samples import sample_event
 
 DOC = ROOT / "docs" / "3.DATA_MODEL.md"
-BEGIN = ("<!-- event-types: generated from the event kinds by `scripts/event-goldens --write`; edit the event "
+BEGIN = ("<!-- event-types: generated from the event types by `scripts/event-goldens --write`; edit the event "
          "classes in blazar/events/, not this table -->")
 END = "<!-- /event-types -->"
 
@@ -53,8 +53,8 @@ def doc_problem() -> str | None:
     if current == wanted:
         return None
     diff = "\n".join(difflib.unified_diff(current.splitlines(), wanted.splitlines(), "in the doc",
-                                          "from the event kinds", n=0, lineterm=""))
-    return f"{rel(DOC)}'s event table is not what the event kinds say: run `{SCRIPT}`.\n{diff}"
+                                          "from the event types", n=0, lineterm=""))
+    return f"{rel(DOC)}'s event table is not what the event types say: run `{SCRIPT}`.\n{diff}"
 
 
 def write_doc() -> bool:

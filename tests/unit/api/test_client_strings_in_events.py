@@ -14,7 +14,7 @@ import pytest
 
 from blazar.api.app import create_app
 from blazar.context import Blazar
-from blazar.events.kinds import encode
+from blazar.events.types import encode
 from blazar.serving.admission import Admission
 from blazar.serving.gateway import Gateway
 from tests.support.asgi import LocalConductor

@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 from pydantic import Field
 
-from blazar.events import kinds as registry
+from blazar.events import types as registry
 from blazar.events.base import Event
 from blazar.events.requests import RequestRerouted, RequestRouted, _RequestEvent
 from tests.support.event_goldens import __main__ as goldens_script
@@ -88,7 +88,7 @@ def test_a_renamed_field_fails_and_asks_for_a_new_version_with_an_upcaster(monke
     assert "request.rerouted v1 (Renamed) changed without a new version" in d.message
     assert "instance_id: removed (or renamed)" in d.message and "instance: added, required" in d.message
     assert "set `V = 2` on Renamed" in d.message and "@upcaster('request.rerouted', 1)" in d.message
-    assert "blazar/events/kinds.py" in d.message
+    assert "blazar/events/types.py" in d.message
 
 
 def test_a_new_field_with_a_default_is_compatible_and_asks_to_regenerate(monkeypatch: pytest.MonkeyPatch) -> None:

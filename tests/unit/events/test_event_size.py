@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from blazar.errors import EventFieldTooLarge, EventTooLarge
 from blazar.events import bounds
-from blazar.events import kinds as registry
+from blazar.events import types as registry
 from blazar.events.base import Event
 from blazar.events.requests import RequestFailed
 from tests.support.event_goldens.files import registered

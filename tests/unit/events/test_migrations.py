@@ -86,7 +86,7 @@ def test_the_delete_trigger_knows_exactly_the_archivable_types() -> None:
     """The schema's guard (0002: `request.*` and `node.heartbeat`) and the event classes' ARCHIVABLE agree."""
     import blazar.events  # noqa: F401  (registers every type)
     from blazar.events.archive import archivable_types
-    from blazar.events.kinds import known_types
+    from blazar.events.types import known_types
 
     guarded = [t for t in known_types() if t.startswith("request.") or t == "node.heartbeat"]
     assert archivable_types() == guarded

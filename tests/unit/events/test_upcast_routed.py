@@ -3,8 +3,8 @@ structured. A v1 payload as a v1 daemon wrote it is a golden fixture: it must de
 
 from __future__ import annotations
 
-from blazar.events.kinds import decode, encode
 from blazar.events.requests import Evicted, RequestRouted
+from blazar.events.types import decode, encode
 from tests.support.event_goldens.files import decode_golden, golden_path, load
 
 

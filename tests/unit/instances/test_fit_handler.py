@@ -7,7 +7,7 @@ from pathlib import Path
 from blazar.context import Blazar
 from blazar.fit import Device, FitRequest
 from blazar.instances.calibration import record_measurement
-from blazar.instances.fit import fit_model
+from blazar.instances.planning import fit_model
 from blazar.store.models import import_model
 from tests.support.gguf_factory import write_gqa
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from blazar.events.batches import MAX_MODELS_LISTED, BatchFailed, BatchValidated
-from blazar.events.kinds import decode, encode
+from blazar.events.types import decode, encode
 from blazar.serving import batch_input
 from blazar.serving.batch_input import Span, index, read_line, spans
 from blazar.serving.batch_lines import MAX_ERRORS, MAX_LINES, MAX_MESSAGE, check, window_seconds

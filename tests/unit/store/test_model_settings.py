@@ -12,9 +12,9 @@ import pytest
 from blazar.adapters.engines.llama_server import Capabilities, FlagSpec
 from blazar.context import Blazar
 from blazar.errors import EngineIncompatible, InvalidModelSettings, ModelExists, ModelNotFound
-from blazar.events.kinds import encode
 from blazar.events.model_settings import ModelConfigured, ModelSettings, ModelVariantCreated
 from blazar.events.models import ModelImported, ModelMetadata, ModelRemoved
+from blazar.events.types import encode
 from blazar.projections import CatalogProjection, fold
 from blazar.projections.catalog import CatalogState, models, settings_of, stored
 from blazar.serving.call import Call, Desk

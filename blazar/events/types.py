@@ -1,4 +1,4 @@
-"""The event kinds: wire name -> current event class, plus upcasters from older schema versions.
+"""The event types: wire name -> current event class, plus upcasters from older schema versions.
 
 Decoding is where a stored row becomes a typed event. An unknown type or a payload that does not validate is
 an error naming the seq; old versions are upcast one step at a time (v1 -> v2 -> ... -> current) on read and
