@@ -5,6 +5,7 @@ for reads its public text, never a path, a log's name or a traceback, and the da
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import falcon
@@ -12,7 +13,8 @@ import falcon.asgi
 import pytest
 from falcon import testing
 
-from blazar.api import errors
+import blazar.errors as tree
+from blazar.api import auth, errors
 from blazar.errors import LoadFailed
 from blazar.serving.principal import Principal
 
@@ -81,3 +83,14 @@ def test_a_bug_of_ours_tells_a_key_nothing_of_itself_and_the_owner_what_it_is() 
     assert user.status_code == 500 and HOME not in user.text and "FileNotFoundError" not in user.text
     admin = client.simulate_post("/v1/chat/completions", params={"bug": "1"}, headers={"x-as": "admin"})
     assert "FileNotFoundError" in _message(admin) and HOME in _message(admin)
+
+
+def test_the_status_table_of_api_errors_says_what_the_error_tree_does() -> None:
+    # blazar/api/errors.py's docstring lists, per status, the code and the error class raised: each class it names
+    # answers with that status and code (the table is documentation a change to the tree must keep true).
+    rows = [m.groups() for line in (errors.__doc__ or "").splitlines()
+            if (m := re.match(r"\s+(\d{3})\s+(\w+)\s+([A-Z]\w+)", line))]
+    assert len(rows) >= 12
+    for status, code, name in rows:
+        cls = getattr(tree, name, None) or getattr(auth, name)
+        assert (cls.http_status, cls.code) == (int(status), code), name
