@@ -2,11 +2,12 @@
 (`log_sqlite.SqliteEventLog`) and PostgreSQL (`log_pg.PgEventLog`), siblings under it.
 
 Written once here: appending (events validated and encoded, seqs handed out, this process's listeners told), reads
-(the filters, keyset pagination on seq, decoding), follow's catch-up loop, the checkpoint table and the small
-look-ups. Each store brings what only it can do: how rows go in gap-free (`_insert`), how a statement runs
+(the filters and keyset pagination of `log_sql.py`, merged with the archive's segments), follow's catch-up loop and
+the small look-ups. Each store brings what only it can do: how rows go in gap-free (`_insert`), how a statement runs
 (`_fetch`, `_execute_write`, `_snapshot`), how it learns that another process committed (`change_signature`,
-`changed_elsewhere`, a `ChangeWatch` for each tail) and its whole-log copy for snapshots (`snapshot_into`).
-SQL here is written with `?` placeholders; the PostgreSQL store numbers them.
+`changed_elsewhere`, a `ChangeWatch` for each tail) and its whole-log copy for snapshots (`snapshot_into`; a store
+that is not a SQLite file uses `snapshot_file.copy_into_file`). The checkpoints table is `checkpoint_store.py`'s,
+composed in as `log.checkpoints`. Nothing here knows which database it runs on.
 
 Open a store with `await SqliteEventLog.open(path)` or `await PgEventLog.open(url)`, or from a configured location
 with `blazar.logdb.open_log`; close it with `await log.close()`.
@@ -17,101 +18,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-import sqlite3
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from blazar.clock import Clock
 from blazar.errors import ArchiveError
 from blazar.events.base import Event, Pending, Recorded
+from blazar.events.checkpoint_store import CheckpointStore
 from blazar.events.location import LogLocation
-from blazar.events.migrate import ensure_schema
+from blazar.events.log_sql import READ_BATCH, Fetch, Rows, live_batches, row_to_recorded, where_of
 from blazar.events.segment import Filters
 from blazar.events.segment_store import ARCHIVED_COLUMNS, ArchivedRange, SegmentStore
-from blazar.events.types import MAX_EVENT_BYTES, decode, encode
+from blazar.events.types import MAX_EVENT_BYTES, encode
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
-COLUMNS = "seq, ts, type, v, stream, trace_id, actor, cause, data"
-READ_BATCH = 5000
 # This process's commits a follow() keeps until it yields them; past that it reads the database instead.
 FOLLOW_BUFFER = 10_000
-_CHECKPOINT_COLUMNS = "name, version, seq, anchor, state, sha256"
-# One statement both databases take (SQLite since 3.24): a checkpoint replaces the projection's older one.
-_PUT_CHECKPOINT = ("INSERT INTO checkpoints (name, version, seq, anchor, state, sha256, ts)"
-                   " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET version = excluded.version,"
-                   " seq = excluded.seq, anchor = excluded.anchor, state = excluded.state, sha256 = excluded.sha256,"
-                   " ts = excluded.ts")
-_INSERT_INTO_FILE = f"INSERT INTO events ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-INSERT_ARCHIVED = f"INSERT INTO archived ({ARCHIVED_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
 
-Rows = list[tuple[Any, ...]]
-# Runs one statement (`?` placeholders) inside a store's read snapshot; returns its rows.
-Fetch = Callable[[str, Sequence[Any]], Awaitable[Rows]]
-
-
-def row_to_recorded(row: Sequence[Any]) -> Recorded:
-    seq, ts, type_name, v, stream, trace_id, actor, cause, data = row
-    return Recorded(
-        seq=seq,
-        ts=ts,
-        type=type_name,
-        v=v,
-        stream=stream,
-        trace_id=trace_id,
-        actor=actor,
-        cause=cause,
-        event=decode(seq, type_name, v, data),
-    )
-
-
-def _where(*, types: Sequence[str] | None, stream: str | None, trace_id: str | None, since: float | None,
-           until: float | None) -> tuple[list[str], list[Any]]:
-    """The filters as SQL conditions (after the seq bounds) and their parameters."""
-    where: list[str] = []
-    params: list[Any] = []
-    if types:
-        where.append(f"type IN ({', '.join('?' * len(types))})")
-        params.extend(types)
-    if stream is not None:
-        where.append("stream = ?")
-        params.append(stream)
-    if trace_id is not None:
-        where.append("trace_id = ?")
-        params.append(trace_id)
-    if since is not None:
-        where.append("ts >= ?")
-        params.append(since)
-    if until is not None:
-        where.append("ts <= ?")
-        params.append(until)
-    return where, params
-
-
-async def _live_batches(fetch: Fetch, where: list[str], params: list[Any], after: int, upto: int | None,
-                        limit: int | None, batch: int) -> AsyncIterator[Rows]:
-    """Live rows with seq in (after, upto] matching `where`, keyset-paginated on seq."""
-    if upto is not None and upto <= after:
-        return
-    bounds = ["seq > ?"] + (["seq <= ?"] if upto is not None else [])
-    sql = f"SELECT {COLUMNS} FROM events WHERE {' AND '.join(bounds + where)} ORDER BY seq LIMIT ?"
-    tail = ([upto] if upto is not None else []) + params
-    remaining = limit
-    while remaining is None or remaining > 0:
-        n = batch if remaining is None else min(batch, remaining)
-        rows = await fetch(sql, (after, *tail, n))
-        if not rows:
-            return
-        yield rows
-        after = rows[-1][0]
-        if remaining is not None:
-            remaining -= len(rows)
-        if len(rows) < n:
-            return
 
 
 class ChangeWatch(ABC):
@@ -141,6 +69,7 @@ class EventLog(ABC):
         # Where archived segments are read from (reads reach across them); None: this log has no archive to read.
         self.archive: SegmentStore | None = None
         self.max_event_bytes = MAX_EVENT_BYTES  # event_max_kib, set by bootstrap: an event over it is refused
+        self.checkpoints = CheckpointStore(self._fetch, self._execute_write)
 
     @abstractmethod
     async def close(self) -> None: ...
@@ -282,10 +211,6 @@ class EventLog(ABC):
 
     # -- derived tables (checkpoints) ------------------------------------------------------------------------
 
-    async def checkpoint_rows(self) -> Rows:
-        """Every stored checkpoint: (name, version, seq, anchor, state, sha256)."""
-        return await self._fetch(f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints")
-
     async def event_anchor(self, seq: int) -> tuple[str, float] | None:
         """(type, ts) of the event at `seq`, live or archived, or None."""
         rows = await self._fetch("SELECT type, ts FROM events WHERE seq = ?", (seq,))
@@ -294,13 +219,6 @@ class EventLog(ABC):
         async for batch in self.read_rows(after=seq - 1, upto=seq):
             return batch[0][2], batch[0][1]
         return None
-
-    async def put_checkpoints(self, rows: list[tuple[Any, ...]]) -> None:
-        """Write (name, version, seq, anchor, state, sha256, ts) rows, replacing older ones, in one transaction."""
-        await self._execute_write(_PUT_CHECKPOINT, rows)
-
-    async def clear_checkpoints(self) -> None:
-        await self._execute_write("DELETE FROM checkpoints")
 
     # -- reading -------------------------------------------------------------------------------------------
 
@@ -385,14 +303,14 @@ class EventLog(ABC):
 
         Archived events are read from their segments and merged in seq order with the live rows, so a reader sees
         one history whether or not parts of it were archived (slower: a segment block is inflated and parsed)."""
-        where, params = _where(types=types, stream=stream, trace_id=trace_id, since=since, until=until)
+        where, params = where_of(types=types, stream=stream, trace_id=trace_id, since=since, until=until)
         filters = Filters(types=frozenset(types) if types else None, stream=stream, trace_id=trace_id,
                           since=since, until=until)
         remaining = limit
         async with self._snapshot() as fetch:
             ranges = await self._ranges_after(fetch, after, upto)
             if not ranges:  # the common case: nothing archived in the range asked for
-                async for rows in _live_batches(fetch, where, params, after, upto, remaining, batch):
+                async for rows in live_batches(fetch, where, params, after, upto, remaining, batch):
                     yield rows
                 return
             async for rows in self._merged(fetch, ranges, where, params, filters, after, upto, batch):
@@ -409,9 +327,9 @@ class EventLog(ABC):
         """The rows the live log holds, in seq order, without reaching into a segment: what a copy of the log
         carries beside its segment files (gaps and all), and the control events that never leave it (a segment
         that fails its check does not stop this read)."""
-        where, params = _where(types=types, stream=None, trace_id=None, since=None, until=None)
+        where, params = where_of(types=types, stream=None, trace_id=None, since=None, until=None)
         async with self._snapshot() as fetch:
-            async for rows in _live_batches(fetch, where, params, 0, None, None, batch):
+            async for rows in live_batches(fetch, where, params, 0, None, None, batch):
                 yield rows
 
     async def _ranges_after(self, fetch: Fetch, after: int, upto: int | None) -> list[ArchivedRange]:
@@ -434,19 +352,19 @@ class EventLog(ABC):
         for rng in ranges:
             blocks = await asyncio.to_thread(store.blocks, rng, after=cursor, upto=upto, filters=filters)
             for block in blocks:
-                async for rows in _live_batches(fetch, where, params, cursor, block.first_seq - 1, None, batch):
+                async for rows in live_batches(fetch, where, params, cursor, block.first_seq - 1, None, batch):
                     yield rows
                 cursor = max(cursor, block.first_seq - 1)
                 archived = await asyncio.to_thread(store.block_rows, rng, block, after=cursor, upto=upto,
                                                    filters=filters)
                 top = block.last_seq if upto is None else min(block.last_seq, upto)
-                live = [r async for rows in _live_batches(fetch, where, params, cursor, top, None, batch)
+                live = [r async for rows in live_batches(fetch, where, params, cursor, top, None, batch)
                         for r in rows]
                 merged = list(heapq.merge(archived, live, key=lambda r: r[0]))
                 for i in range(0, len(merged), batch):
                     yield merged[i:i + batch]
                 cursor = top
-        async for rows in _live_batches(fetch, where, params, cursor, upto, None, batch):
+        async for rows in live_batches(fetch, where, params, cursor, upto, None, batch):
             yield rows
 
     async def follow(
@@ -518,20 +436,8 @@ class EventLog(ABC):
         """What a copy by `snapshot_into` may take on the local disk, beyond the headroom every write keeps."""
         return 0
 
+    @abstractmethod
     async def snapshot_into(self, target: Path) -> None:
         """The log as it is stored, from one consistent read, into a new SQLite log at `target` (the snapshot
         format's file): the `archived` ranges first, then the live rows, gaps and all (the segments the ranges
         name travel beside it as files)."""
-        await asyncio.to_thread(ensure_schema, target)
-        conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False)
-        try:
-            await asyncio.to_thread(conn.execute, "BEGIN IMMEDIATE")
-            async with self._snapshot() as fetch:
-                ranges = await fetch(f"SELECT {ARCHIVED_COLUMNS} FROM archived ORDER BY segment", ())
-                await asyncio.to_thread(conn.executemany, INSERT_ARCHIVED, ranges)
-                async for rows in _live_batches(fetch, [], [], 0, None, None, READ_BATCH):
-                    await asyncio.to_thread(conn.executemany, _INSERT_INTO_FILE, rows)
-            await asyncio.to_thread(conn.execute, "COMMIT")
-            await asyncio.to_thread(conn.execute, "PRAGMA wal_checkpoint(TRUNCATE)")
-        finally:
-            conn.close()

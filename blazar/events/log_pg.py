@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import asyncpg
@@ -31,8 +32,10 @@ from blazar.clock import Clock, SystemClock
 from blazar.errors import AppendOnlyViolation, ArchiveBusy, ArchiveError, LogError, LogUnreachable
 from blazar.events.base import Pending
 from blazar.events.location import PostgresUrl
-from blazar.events.log import COLUMNS, INSERT_ARCHIVED, ChangeWatch, EventLog, Fetch, Rows
+from blazar.events.log import ChangeWatch, EventLog
+from blazar.events.log_sql import COLUMNS, INSERT_ARCHIVED, Fetch, Rows
 from blazar.events.segment_store import ARCHIVED_COLUMNS, ArchivedRange
+from blazar.events.snapshot_file import copy_into_file
 
 T = TypeVar("T")
 # What says the connection or the server is gone (as opposed to a statement the database refused).
@@ -366,6 +369,9 @@ class PgEventLog(EventLog):
     async def _has_live_trace(self, trace_id: str) -> bool:
         async with self._connection() as driver:
             return await driver.fetchval("SELECT 1 FROM events WHERE trace_id = $1 LIMIT 1", trace_id) is not None
+
+    async def snapshot_into(self, target: Path) -> None:
+        await copy_into_file(self._snapshot, target)
 
 
 class _NotifyWatch(ChangeWatch):

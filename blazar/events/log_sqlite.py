@@ -26,7 +26,8 @@ from blazar.diskspace import LOG_HEADROOM_BYTES, disk_full, no_space
 from blazar.errors import AppendOnlyViolation, ArchiveError, LogError, SnapshotError
 from blazar.events.base import Pending
 from blazar.events.location import SqliteFile
-from blazar.events.log import COLUMNS, ChangeWatch, EventLog, Fetch, Rows
+from blazar.events.log import ChangeWatch, EventLog
+from blazar.events.log_sql import COLUMNS, Fetch, Rows
 from blazar.events.migrate import ensure_schema
 from blazar.events.segment_store import ARCHIVED_COLUMNS, ArchivedRange, SegmentStore
 

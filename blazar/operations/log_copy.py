@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from blazar.events.log import READ_BATCH
+from blazar.events.log_sql import READ_BATCH
 from blazar.events.segment_store import ARCHIVED_COLUMNS, ArchivedRange
 
 

@@ -40,7 +40,7 @@ def anchor_of(type_name: str | None, ts: float | None) -> str:
 
 
 async def load_checkpoints(log: EventLog) -> dict[str, StoredCheckpoint]:
-    rows = await log.checkpoint_rows()
+    rows = await log.checkpoints.rows()
     return {r[0]: StoredCheckpoint(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows}
 
 
@@ -59,8 +59,8 @@ async def save_checkpoints(log: EventLog, items: list[tuple[str, int, int, str, 
     for name, version, seq, anchor, state in items:
         text = dump_state(state)
         rows.append((name, version, seq, anchor, text.decode(), hashlib.sha256(text).hexdigest(), now))
-    await log.put_checkpoints(rows)
+    await log.checkpoints.put(rows)
 
 
 async def drop_checkpoints(log: EventLog) -> None:
-    await log.clear_checkpoints()
+    await log.checkpoints.clear()

@@ -20,7 +20,8 @@ from blazar.durable import file_sha256
 from blazar.errors import ArchiveError, SegmentBroken, SegmentMissing
 from blazar.events.archive import LogArchived
 from blazar.events.chain import GENESIS
-from blazar.events.log import EventLog, row_to_recorded
+from blazar.events.log import EventLog
+from blazar.events.log_sql import row_to_recorded
 from blazar.events.segment import Manifest, walk_lines
 from blazar.events.segment_store import ArchivedRange, SegmentStore
 

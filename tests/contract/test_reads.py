@@ -9,7 +9,8 @@ import pytest
 
 from blazar.clock import FakeClock
 from blazar.events.base import Recorded
-from blazar.events.log import EventLog, row_to_recorded
+from blazar.events.log import EventLog
+from blazar.events.log_sql import row_to_recorded
 from blazar.events.requests import RequestReceived
 from tests.contract.seeded import CASES, T0, seed, seqs
 from tests.contract.workload import aliased, received

@@ -178,7 +178,7 @@ async def test_a_nodes_runner_folds_only_its_own_node_local_events(log: EventLog
     assert sorted(m.name for m in catalog_models(everyone.state("catalog"))) == ["mine", "old", "theirs"]
     # Each node keeps its own checkpoint of what is node-local, beside the shared ones.
     await runner.checkpoint()
-    names = {row[0] for row in await log.checkpoint_rows()}
+    names = {row[0] for row in await log.checkpoints.rows()}
     assert {"catalog@a", "engines@a", "residency"} <= names and "catalog" not in names
     again = ProjectionRunner(log, all_projections(), node="a")
     await again.start()

@@ -64,7 +64,7 @@ async def test_a_run_archives_records_and_checkpoints(app: Blazar) -> None:
     (rec,) = await _of(app, "log.archived")
     assert isinstance(rec.event, LogArchived) and rec.actor == "archiver"
     assert app.runner.seq >= rec.seq
-    stored = await app.log.checkpoint_rows()
+    stored = await app.log.checkpoints.rows()
     assert stored and min(int(r[2]) for r in stored) >= rec.seq  # start-up folds from past the archived range
     again = await scheduled_run(app)  # nothing to move is no error
     assert again is not None and again.segments == []
