@@ -7,7 +7,7 @@ the small look-ups. Each store brings what only it can do: how rows go in gap-fr
 (`_fetch`, `_execute_write`, `_snapshot`), how it learns that another process committed (`change_signature`,
 `changed_elsewhere`, a `ChangeWatch` for each tail) and its whole-log copy for snapshots (`snapshot_into`; a store
 that is not a SQLite file uses `snapshot_file.copy_into_file`). The checkpoints table is `checkpoint_store.py`'s,
-composed in as `log.checkpoints`. Nothing here knows which database it runs on.
+composed in as `log.checkpoints`; the reads that reach into archive segments are `archive_reads.py`'s. Nothing here knows which database it runs on.
 
 Open a store with `await SqliteEventLog.open(path)` or `await PgEventLog.open(url)`, or from a configured location
 with `blazar.logdb.open_log`; close it with `await log.close()`.
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from blazar.clock import Clock
-from blazar.errors import ArchiveError
+from blazar.events import archive_reads
 from blazar.events.base import Event, Pending, Recorded
 from blazar.events.checkpoint_store import CheckpointStore
 from blazar.events.location import LogLocation
@@ -230,18 +229,13 @@ class EventLog(ABC):
         rows = await self._fetch(f"SELECT {ARCHIVED_COLUMNS} FROM archived ORDER BY segment")
         return [ArchivedRange.of(r) for r in rows]
 
-    def _segments(self) -> SegmentStore:
-        if self.archive is None:
-            raise ArchiveError("the log has archived segments but no archive directory to read them from")
-        return self.archive
-
     async def seq_at_time(self, ts: float) -> int:
         """The last seq recorded at or before `ts` (0 when none), archived events included."""
         live = int((await self._fetch("SELECT COALESCE(MAX(seq), 0) FROM events WHERE ts <= ?", (ts,)))[0][0])
         ranges = [r for r in await self.archived_ranges() if r.last_seq > live]
         if not ranges:
             return live
-        return max(live, await asyncio.to_thread(self._segments().seq_at_time, ranges, ts))
+        return max(live, await asyncio.to_thread(archive_reads.segments(self.archive).seq_at_time, ranges, ts))
 
     async def trace_ids_starting(self, prefix: str, *, limit: int = 2) -> list[str]:
         """The distinct trace ids that start with `prefix`, in order (a range over the trace index, and over each
@@ -250,7 +244,8 @@ class EventLog(ABC):
         found = [row[0] for row in await self._fetch(sql, (prefix, prefix + "\U0010ffff", limit))]
         ranges = await self.archived_ranges()
         if ranges:
-            more = await asyncio.to_thread(self._segments().trace_ids_starting, ranges, prefix, limit=limit)
+            store = archive_reads.segments(self.archive)
+            more = await asyncio.to_thread(store.trace_ids_starting, ranges, prefix, limit=limit)
             found = sorted(set(found) | set(more))[:limit]
         return found
 
@@ -259,7 +254,8 @@ class EventLog(ABC):
         if await self._has_live_trace(trace_id):
             return True
         ranges = await self.archived_ranges()
-        return bool(ranges) and await asyncio.to_thread(self._segments().has_trace, ranges, trace_id)
+        return bool(ranges) and await asyncio.to_thread(archive_reads.segments(self.archive).has_trace, ranges,
+                                                        trace_id)
 
     @abstractmethod
     async def _has_live_trace(self, trace_id: str) -> bool:
@@ -308,12 +304,13 @@ class EventLog(ABC):
                           since=since, until=until)
         remaining = limit
         async with self._snapshot() as fetch:
-            ranges = await self._ranges_after(fetch, after, upto)
+            ranges = await archive_reads.ranges_after(fetch, after, upto)
             if not ranges:  # the common case: nothing archived in the range asked for
                 async for rows in live_batches(fetch, where, params, after, upto, remaining, batch):
                     yield rows
                 return
-            async for rows in self._merged(fetch, ranges, where, params, filters, after, upto, batch):
+            async for rows in archive_reads.merged(archive_reads.segments(self.archive), fetch, ranges, where, params,
+                                                   filters, after, upto, batch):
                 if remaining is not None:
                     rows = rows[:remaining]
                     remaining -= len(rows)
@@ -331,41 +328,6 @@ class EventLog(ABC):
         async with self._snapshot() as fetch:
             async for rows in live_batches(fetch, where, params, 0, None, None, batch):
                 yield rows
-
-    async def _ranges_after(self, fetch: Fetch, after: int, upto: int | None) -> list[ArchivedRange]:
-        sql = f"SELECT {ARCHIVED_COLUMNS} FROM archived WHERE last_seq > ?"
-        params: list[Any] = [after]
-        if upto is not None:
-            sql += " AND first_seq <= ?"
-            params.append(upto)
-        return [ArchivedRange.of(r) for r in await fetch(sql + " ORDER BY first_seq", params)]
-
-    async def _merged(self, fetch: Fetch, ranges: list[ArchivedRange], where: list[str], params: list[Any],
-                      filters: Filters, after: int, upto: int | None, batch: int) -> AsyncIterator[Rows]:
-        """Live rows and archived rows in seq order: block by block, each block's rows merged with the live rows
-        in its seq span (the control events recorded meanwhile), the live rows between blocks read as they are."""
-        store = self._segments()
-        if filters.trace_id is not None:
-            # Trace ids are random: ask the index across segments which hold it, not each segment's own index.
-            ranges = await asyncio.to_thread(store.with_trace, ranges, filters.trace_id)
-        cursor = after
-        for rng in ranges:
-            blocks = await asyncio.to_thread(store.blocks, rng, after=cursor, upto=upto, filters=filters)
-            for block in blocks:
-                async for rows in live_batches(fetch, where, params, cursor, block.first_seq - 1, None, batch):
-                    yield rows
-                cursor = max(cursor, block.first_seq - 1)
-                archived = await asyncio.to_thread(store.block_rows, rng, block, after=cursor, upto=upto,
-                                                   filters=filters)
-                top = block.last_seq if upto is None else min(block.last_seq, upto)
-                live = [r async for rows in live_batches(fetch, where, params, cursor, top, None, batch)
-                        for r in rows]
-                merged = list(heapq.merge(archived, live, key=lambda r: r[0]))
-                for i in range(0, len(merged), batch):
-                    yield merged[i:i + batch]
-                cursor = top
-        async for rows in live_batches(fetch, where, params, cursor, upto, None, batch):
-            yield rows
 
     async def follow(
         self,
