@@ -7,7 +7,8 @@ the small look-ups. Each store brings what only it can do: how rows go in gap-fr
 (`_fetch`, `_execute_write`, `_snapshot`), how it learns that another process committed (`change_signature`,
 `changed_elsewhere`, a `ChangeWatch` for each tail) and its whole-log copy for snapshots (`snapshot_into`; a store
 that is not a SQLite file uses `snapshot_file.copy_into_file`). The checkpoints table is `checkpoint_store.py`'s,
-composed in as `log.checkpoints`; the reads that reach into archive segments are `archive_reads.py`'s. Nothing here knows which database it runs on.
+composed in as `log.checkpoints`; the reads that reach into archive segments are `archive_reads.py`'s. Nothing
+here knows which database it runs on.
 
 Open a store with `await SqliteEventLog.open(path)` or `await PgEventLog.open(url)`, or from a configured location
 with `blazar.logdb.open_log`; close it with `await log.close()`.
