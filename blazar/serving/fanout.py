@@ -43,14 +43,19 @@ class Candidate:
     release: Callable[[], None] = lambda: None
 
 
-class Pipeline(Protocol):
-    """What a fan-out needs of the gateway: a step routed and admitted, one whole answer, more slots, a model checked
-    against the key's scope, and the answer in the client's shape."""
+class Routes(Protocol):
+    """What a fan-out needs of the router: a step routed and admitted, more slots, a model checked against the key's
+    scope (blazar/serving/routing.py's Router)."""
 
     async def admit(self, call: Call) -> None: ...
-    async def ask(self, call: Call, body: dict[str, Any]) -> tuple[int, Any, bytes]: ...
     async def extra_candidate(self, call: Call) -> Candidate | None: ...
     def resolve_in_scope(self, call: Call, name: str) -> tuple[ResolvedModel, str | None]: ...
+
+
+class Pipeline(Protocol):
+    """What a fan-out needs of the gateway: one whole answer from the engine, and the answer in the client's shape."""
+
+    async def ask(self, call: Call, body: dict[str, Any]) -> tuple[int, Any, bytes]: ...
     def whole_answer(self, call: Call, answer: Any, *, status: int, headers: dict[str, str]) -> Answer: ...
     def engine_refusal(self, call: Call, status: int, data: bytes) -> Answer: ...
     def cascade_min_logprob(self) -> float: ...
@@ -72,14 +77,14 @@ def _for_client(call: Call, answer: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-async def serve(pipe: Pipeline, call: Call, watcher: asyncio.Task[None] | None) -> Answer:
+async def serve(pipe: Pipeline, routes: Routes, call: Call, watcher: asyncio.Task[None] | None) -> Answer:
     """A best-of or a cascade request's answer. What raises ends the call in the gateway (`Gateway.serve`)."""
     try:
         if call.request.cascade:
             for name in call.request.cascade[1:]:  # every model exists and is in the key's scope before any runs
-                pipe.resolve_in_scope(call, name)
-            return await _cascade(pipe, call)
-        return await _best_of(pipe, call)
+                routes.resolve_in_scope(call, name)
+            return await _cascade(pipe, routes, call)
+        return await _best_of(pipe, routes, call)
     finally:
         if watcher is not None:
             watcher.cancel()
@@ -87,9 +92,9 @@ async def serve(pipe: Pipeline, call: Call, watcher: asyncio.Task[None] | None) 
 
 # -- best of N --------------------------------------------------------------------------------------------------------
 
-async def _best_of(pipe: Pipeline, call: Call) -> Answer:
+async def _best_of(pipe: Pipeline, routes: Routes, call: Call) -> Answer:
     asked = call.request.best_of or 1
-    await pipe.admit(call)
+    await routes.admit(call)
     inst, ticket = call.instance, call.ticket
     assert inst is not None and ticket is not None
     bodies = [_asking_logprobs(call.engine_body())]
@@ -98,7 +103,7 @@ async def _best_of(pipe: Pipeline, call: Call) -> Answer:
         # NOTE: every extra slot and lease is given back in `finally`, whatever ends the fan-out (a hang-up while a
         # candidate's slot is placed, an instance gone meanwhile): a slot kept here would shrink its lane for good.
         for _ in range(asked - 1):
-            candidate = await pipe.extra_candidate(call)
+            candidate = await routes.extra_candidate(call)
             if candidate is None:
                 break  # no free slot, the key at its max_concurrent, the instance gone: fewer candidates, never a wait
             extra.append(candidate)
@@ -158,7 +163,7 @@ def _usage_body(usage: dict[str, Any]) -> dict[str, Any]:
 
 # -- cascades ---------------------------------------------------------------------------------------------------------
 
-async def _cascade(pipe: Pipeline, call: Call) -> Answer:
+async def _cascade(pipe: Pipeline, routes: Routes, call: Call) -> Answer:
     threshold = pipe.cascade_min_logprob()
     usage: dict[str, Any] = {}
     tried: list[str] = []
@@ -167,10 +172,10 @@ async def _cascade(pipe: Pipeline, call: Call) -> Answer:
     last_step = len(cascade) - 1
     for step, name in enumerate(cascade):
         if step > 0:
-            call.retarget(name, *pipe.resolve_in_scope(call, name))
+            call.retarget(name, *routes.resolve_in_scope(call, name))
         tried.append(name)
         try:
-            await pipe.admit(call)
+            await routes.admit(call)
         except Refused as e:
             if step == last_step:
                 raise  # the request's refusal

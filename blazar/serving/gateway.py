@@ -31,14 +31,13 @@ from blazar.errors import EngineError, EngineGone, EngineStreamBroken, ModelNotF
 from blazar.events.base import Event
 from blazar.events.requests import RequestReceived
 from blazar.instances.kv_bank import KvBank
-from blazar.instances.supervisor import Instance, ResolvedModel
+from blazar.instances.supervisor import Instance
 from blazar.projections.metrics import audio_seconds_on, tokens_on
 from blazar.serving import fanout, relay
 from blazar.serving.admission import Admission, Ticket
 from blazar.serving.call import Call, Completed, Failed, outcome_of
 from blazar.serving.checks import Checks, body_bytes, refuse_scope
 from blazar.serving.context_fit import BOUNDED_HEADER
-from blazar.serving.fanout import Candidate
 from blazar.serving.flights import Flights, flight_key
 from blazar.serving.limits import Lease, Limiter
 from blazar.serving.loop_guard import LoopGuard
@@ -70,7 +69,7 @@ class Gateway:
         self.spec = SpecGovernor(app, supervisor, admission, client)  # its task: Services.start
         # Forwarding to other nodes needs the cluster key.
         self.router = Router(app, supervisor, admission, client, self.kv,
-                             cluster_key(app.env) if app.node else None, spec=self.spec)
+                             cluster_key(app.env) if app.node else None, self.limits, spec=self.spec)
         self.checks = Checks(app, self.router, self.limits)
 
     def _tokens_today(self, key_name: str, day: int) -> int:
@@ -121,7 +120,7 @@ class Gateway:
             await self.checks.content(call)
             call.use_model()
             if request.cascade or (request.best_of or 1) > 1:
-                return await fanout.serve(self, call, watcher)
+                return await fanout.serve(self, self.router, call, watcher)
             key = flight_key(call)
             if key is not None:
                 return await self.flights.serve(key, call, watcher)
@@ -281,9 +280,6 @@ class Gateway:
 
     # -- what a fan-out asks of the pipeline (blazar/serving/fanout.py's Pipeline) -------------------------------------
 
-    async def admit(self, call: Call) -> None:
-        await self.router.admit(call)
-
     def engine_refusal(self, call: Call, status: int, data: bytes) -> Answer:
         """The engine refused (or could not be reached): the call fails with its words, passed on."""
         call.finish(Failed(status, "engine_error", refusal(data)[0]))
@@ -312,12 +308,6 @@ class Gateway:
         except orjson.JSONDecodeError:
             parsed = None
         return status, parsed, data
-
-    async def extra_candidate(self, call: Call) -> Candidate | None:
-        return await self.router.extra_candidate(call, self.limits)
-
-    def resolve_in_scope(self, call: Call, name: str) -> tuple[ResolvedModel, str | None]:
-        return self.router.resolve_in_scope(call, name)
 
     def cascade_min_logprob(self) -> float:
         return self.app.settings().cascade_min_logprob

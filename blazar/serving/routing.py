@@ -67,8 +67,9 @@ FORWARD_HOP_MS = 5
 
 class Router:
     def __init__(self, app: Blazar, supervisor: SupervisorPort, admission: Admission, client: EngineClient,
-                 kv: KvBank, cluster_key: str | None, spec: SpecGovernor | None = None) -> None:
+                 kv: KvBank, cluster_key: str | None, limiter: Limiter, spec: SpecGovernor | None = None) -> None:
         self.app = app
+        self.limiter = limiter  # the keys' leases: a fan-out's extra candidate takes one
         self.spec = spec  # whether a request on a speculative instance may draft (the governor's verdict)
         self.supervisor = supervisor
         self.admission = admission
@@ -288,7 +289,7 @@ class Router:
 
     # -- what a fan-out takes more of ----------------------------------------------------------------------------------
 
-    async def extra_candidate(self, call: Call, limiter: Limiter) -> Candidate | None:
+    async def extra_candidate(self, call: Call) -> Candidate | None:
         """One more slot of the call's instance, free now (never a wait), with the key's extra lease (each candidate
         counts against its max_concurrent) and, on a child, a hold and the slot's placement; None when any of them
         is not to be had."""
@@ -296,7 +297,7 @@ class Router:
         assert inst is not None
         p = call.request.principal
         limits = p.limits() if p is not None else None
-        lease = limiter.extra(limits) if limits is not None else None
+        lease = self.limiter.extra(limits) if limits is not None else None
         if limits is not None and lease is None:
             return None
         isolate = self.isolating()
@@ -310,7 +311,7 @@ class Router:
             if held:
                 self.supervisor.unhold(inst)
             if lease is not None:
-                limiter.release(lease)
+                self.limiter.release(lease)
 
         if ticket is None:
             release()
