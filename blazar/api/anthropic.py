@@ -18,7 +18,7 @@ from blazar.dialects import anthropic as dialect
 from blazar.dialects.schema import check_tools
 from blazar.errors import Refused
 from blazar.serving.gateway import Gateway
-from blazar.serving.request import Request
+from blazar.serving.request import Hooks, Request
 
 
 class CountBody(BaseModel):
@@ -41,8 +41,8 @@ class Messages(Proxy):
         model = data["model"]
         return Request(model=model, engine_path="/v1/chat/completions", body=body, stream=bool(body.get("stream")),
                     max_tokens=body.get("max_tokens"),
-                    stream_as=lambda call: dialect.MessagesStream(model),
-                    reply=lambda answer, call: dialect.from_openai(answer, call.model))
+                    hooks=Hooks(stream_as=lambda call: dialect.MessagesStream(model),
+                                reply=lambda answer, call: dialect.from_openai(answer, call.model)))
 
 
 class CountTokens:

@@ -37,7 +37,7 @@ from blazar.errors import DialectError
 from blazar.queries.voices import voices
 from blazar.serving import speech
 from blazar.serving.gateway import Gateway
-from blazar.serving.request import AudioAsked, Request
+from blazar.serving.request import AudioAsked, Hooks, Request
 
 TRANSCRIPTION_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 CHUNK = 1 << 20
@@ -207,12 +207,12 @@ class Transcriptions(Proxy):
             data = await asyncio.to_thread(path.read_bytes)
             content_type, body = _multipart(up, data, max_audio_s)
             assert request.audio is not None
-            return replace(request, raw=body, content_type=content_type, prepare=None,
+            return replace(request, raw=body, content_type=content_type, hooks=replace(request.hooks, prepare=None),
                            audio=replace(request.audio, audio_seconds=info.duration_s))
 
         fields: dict[str, Any] = {k: v[-1] for k, v in up.fields.items()}
         asked = Request(model=model, engine_path=f"/v1/audio/{self.route}", body=None, stream=stream, raw=b"",
-                        prepare=measured, audio=AudioAsked(route=self.route, response_format=fmt,
+                        hooks=Hooks(prepare=measured), audio=AudioAsked(route=self.route, response_format=fmt,
                                                            input_bytes=up.bytes, language=language))
         return asked, fields
 
@@ -252,12 +252,13 @@ class Speech(Proxy):
             """The voice checked against the model's speakers once the key's scope and the model's kind allow the
             request: a key learns nothing of the speakers of a voice outside its scope."""
             self._check_voice(body.model, body.voice)
-            return replace(request, prepare=None)
+            return replace(request, hooks=replace(request.hooks, prepare=None))
 
         # The engine path names the route (the kind check reads it); piper is asked sentence by sentence by `produce`.
-        return Request(model=body.model, engine_path="/v1/audio/speech", body=None, stream=True, produce=produce,
-                       prepare=voiced, audio=AudioAsked(route="speech", response_format=body.response_format,
-                                                        input_chars=len(body.input), voice=body.voice))
+        return Request(model=body.model, engine_path="/v1/audio/speech", body=None, stream=True,
+                       hooks=Hooks(produce=produce, prepare=voiced),
+                       audio=AudioAsked(route="speech", response_format=body.response_format,
+                                        input_chars=len(body.input), voice=body.voice))
 
     def _check_voice(self, model: str, voice: str | None) -> None:
         """A multi-speaker voice speaks as one of its speakers: another name is a 400 naming them, never piper's

@@ -16,7 +16,7 @@ from blazar.dialects import ollama as ollama_dialect
 from blazar.dialects.schema import check_schema, check_tools
 from blazar.errors import ModelNotLoaded
 from blazar.serving.gateway import Gateway
-from blazar.serving.request import Request
+from blazar.serving.request import Hooks, Request
 
 
 class _Generation(Proxy):
@@ -36,9 +36,9 @@ class _Generation(Proxy):
         stream_class, answer = self.stream_class, self.answer
         return Request(model=cp.model, engine_path=cp.engine_path, body=cp.engine_body, stream=cp.stream,
                     max_tokens=cp.max_tokens, ctx=cp.ctx, keep_alive=cp.keep_alive,
-                    stream_as=lambda call: stream_class(cp.model, call, cp.top_logprobs),
-                    reply=lambda reply, call: answer(reply, call.model, call, cp.top_logprobs),
-                    instead=(lambda: self.load_or_unload(cp)) if cp.empty else None)
+                    hooks=Hooks(stream_as=lambda call: stream_class(cp.model, call, cp.top_logprobs),
+                                reply=lambda reply, call: answer(reply, call.model, call, cp.top_logprobs),
+                                instead=(lambda: self.load_or_unload(cp)) if cp.empty else None))
 
     async def load_or_unload(self, cp: ollama_dialect.ChatTranslation) -> dict[str, Any]:
         """An empty request: load the model (with its keep_alive and num_ctx), or unload it for keep_alive 0."""
@@ -78,8 +78,9 @@ class Embed(Proxy):
         dims = body.pop("dimensions", None)
         empty = body["input"] in ("", [])  # nothing to embed: Ollama answers at once (and loads nothing)
         return Request(model=model, engine_path="/v1/embeddings", body=body, stream=False, keep_alive=keep_alive,
-                    embeddings=True, reply=lambda answer, call: ollama_dialect.embed_reply(answer, model, call, dims),
-                    instead=(lambda: _answer({"model": model, "embeddings": []})) if empty else None)
+                    embeddings=True,
+                    hooks=Hooks(reply=lambda answer, call: ollama_dialect.embed_reply(answer, model, call, dims),
+                                instead=(lambda: _answer({"model": model, "embeddings": []})) if empty else None))
 
 
 class Embeddings(Proxy):
@@ -88,8 +89,9 @@ class Embeddings(Proxy):
     def ask(self, data: dict[str, Any]) -> Request:
         model, body, keep_alive = ollama_dialect.embeddings_request(data)
         return Request(model=model, engine_path="/v1/embeddings", body=body, stream=False, keep_alive=keep_alive,
-                    embeddings=True, reply=lambda answer, call: ollama_dialect.embeddings_reply(answer),
-                    instead=(lambda: _answer({"embedding": []})) if body["input"] == "" else None)
+                    embeddings=True,
+                    hooks=Hooks(reply=lambda answer, call: ollama_dialect.embeddings_reply(answer),
+                                instead=(lambda: _answer({"embedding": []})) if body["input"] == "" else None))
 
 
 def add_routes(api: falcon.asgi.App, gateway: Gateway) -> None:

@@ -90,9 +90,9 @@ class Proxy(ABC):
         raw, data = await read_json(req)
         asked = self.ask(data)
         bounds.check_name(asked.model)  # before anything is recorded: a bad name never reaches the log
-        if asked.instead is not None:
+        if asked.hooks.instead is not None:
             self.gateway.check_scope(principal_of(req), asked.model)  # a load is a use of the model too
-            resp.media = await asked.instead()
+            resp.media = await asked.hooks.instead()
             return
         request = self.request_of(req, resp, asked, raw, data)
         watcher = disconnect.watch(req)

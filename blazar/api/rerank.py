@@ -18,7 +18,7 @@ from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.api.proxy import Proxy
 from blazar.dialects import rerank as rerank_dialect
 from blazar.serving.gateway import Gateway
-from blazar.serving.request import Request
+from blazar.serving.request import Hooks, Request
 
 
 class RerankDocument(BaseModel):
@@ -45,7 +45,8 @@ class Rerank(Proxy):
         RerankBody.model_validate(data)
         model, body, texts, with_docs = rerank_dialect.rerank_request(data)
         return Request(model=model, engine_path="/v1/rerank", body=body, stream=False, rerank=True,
-                       reply=lambda answer, call: rerank_dialect.rerank_reply(answer, call.model, texts, with_docs))
+                       hooks=Hooks(reply=lambda answer, call: rerank_dialect.rerank_reply(answer, call.model, texts,
+                                                                                          with_docs)))
 
 
 def add_routes(api: falcon.asgi.App, gateway: Gateway) -> None:

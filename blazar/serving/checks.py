@@ -56,8 +56,8 @@ class Checks:
         own `prepare` (an upload's audio measured). Their facts are recorded as `request.media_checked`."""
         r = call.request
         checked = await media.prepare(r, self.app.settings(), self.app.runner.state("catalog"))
-        if checked.prepare is not None:
-            checked = await checked.prepare(checked)
+        if checked.hooks.prepare is not None:
+            checked = await checked.hooks.prepare(checked)
         if checked is r:
             return
         call.prepared(checked)
@@ -74,6 +74,6 @@ def body_bytes(call: Call) -> int:
     """The body's size as it came, for `request.received`: an upload's file (framed for its child only once it is
     measured, in `Checks.content`) counts as its bytes."""
     r = call.request
-    if r.prepare is not None and r.audio is not None and r.audio.input_bytes is not None:
+    if r.hooks.prepare is not None and r.audio is not None and r.audio.input_bytes is not None:
         return r.audio.input_bytes
     return len(call.payload())

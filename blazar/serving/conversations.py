@@ -20,7 +20,7 @@ from blazar.dialects import responses as dialect
 from blazar.dialects.tools import constrain
 from blazar.errors import Refused
 from blazar.events.responses import ResponseDeleted, ResponseStored
-from blazar.serving.request import Request
+from blazar.serving.request import Hooks, Request
 from blazar.store.responses import FILE, ResponseStore, Stored
 
 if TYPE_CHECKING:
@@ -115,11 +115,11 @@ def responses_request(data: dict[str, Any], conversations: Conversations, *, ten
         return dialect.ResponsesStream(echo(call), done)
 
     return Request(model=asked.chat["model"], engine_path=CHAT, body=body, stream=bool(body.get("stream")),
-                   max_tokens=body.get("max_tokens"), forced=forced, reply=reply, stream_as=stream_as,
+                   max_tokens=body.get("max_tokens"), forced=forced, hooks=Hooks(reply=reply, stream_as=stream_as),
                    tenant=tenant)
 
 
 def serve_as(request: Request, asked: Request) -> Request:
     """The route's request (trace id, caller, options) carrying what `responses_request` asked."""
     return replace(request, body=asked.body, stream=asked.stream, max_tokens=asked.max_tokens, forced=asked.forced,
-                   reply=asked.reply, stream_as=asked.stream_as)
+                   hooks=replace(request.hooks, reply=asked.hooks.reply, stream_as=asked.hooks.stream_as))

@@ -137,11 +137,11 @@ class Gateway:
         while True:  # twice at most: EngineGone is raised only while the request was not routed again
             try:
                 await self.router.admit(call)
-                if call.request.produce is not None:  # the route's own exchange with the instance (speech)
+                if call.request.hooks.produce is not None:  # the route's own exchange with the instance (speech)
                     if watcher is not None:
                         watcher.cancel()
                     call.engine_at = time.perf_counter()
-                    return await call.request.produce(call)
+                    return await call.request.hooks.produce(call)
                 upstream = await self._open_upstream(call)
                 break
             except EngineGone as gone:
@@ -161,7 +161,7 @@ class Gateway:
                 watcher.cancel()
         if upstream.status_code >= 400:
             return Answer(status=upstream.status_code, refused=data, refusal=refusal(data), headers=headers)
-        if call.request.reply is None and call.request.forced is None:
+        if call.request.hooks.reply is None and call.request.forced is None:
             rename = relay.renamer(call)
             return Answer(status=upstream.status_code, data=rename.whole(data) if rename else data,
                           content_type=upstream.headers.get("content-type", "application/json"), headers=headers)
@@ -255,7 +255,7 @@ class Gateway:
                   headers: dict[str, str]) -> Answer:
         headers["cache-control"] = "no-cache"
         r = call.request
-        inner = r.stream_as(call) if r.stream_as is not None else None
+        inner = r.hooks.stream_as(call) if r.hooks.stream_as is not None else None
         translator = inner if r.forced is None else ForcedStream(r.forced, inner or OpenAIStream(call.model))
         heartbeat_s = self.app.settings().stream_heartbeat_s
         guard = LoopGuard() if call.loop_guarded else None
@@ -276,7 +276,7 @@ class Gateway:
             answer = r.forced.answer(answer)
         if call.bounded_max_tokens is not None:  # a fan-out's answer too
             headers.setdefault(BOUNDED_HEADER, str(call.bounded_max_tokens))
-        return Answer(status=status, media=r.reply(answer, call) if r.reply else answer, headers=headers)
+        return Answer(status=status, media=r.hooks.reply(answer, call) if r.hooks.reply else answer, headers=headers)
 
     # -- what a fan-out asks of the pipeline (blazar/serving/fanout.py's Pipeline) -------------------------------------
 

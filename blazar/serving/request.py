@@ -41,6 +41,26 @@ class AudioAsked:
 
 
 @dataclass(frozen=True, slots=True)
+class Hooks:
+    """What a route does around the engine, beyond relaying it (each None: relayed as it is)."""
+
+    stream_as: Callable[[Call], Translator] | None = None  # the engine's SSE translated for the client
+    reply: Callable[[dict[str, Any], Call], Any] | None = None  # the engine's whole answer, in the client's shape
+    # A request the dialect answers without the engine (Ollama's load-only request, nothing to embed): the answer.
+    instead: Callable[[], Awaitable[dict[str, Any]]] | None = None
+    # The answer made by the route's own exchange with the admitted instance (text to speech: sentence by sentence),
+    # instead of one request relayed; it ends the call when its answer ends.
+    produce: Callable[[Call], Awaitable[Answer]] | None = None
+    # The route's own work on the body's content (an upload's audio decoded and measured, framed for the child): run
+    # by the gateway only once the key's scope, the model's kind and the key's limits allow the request; it returns
+    # the Request as the engine gets it (a 400 raised there is recorded as the request's refusal).
+    prepare: Callable[[Request], Awaitable[Request]] | None = None
+
+
+NO_HOOKS = Hooks()
+
+
+@dataclass(frozen=True, slots=True)
 class Request:
     """What a client asked, as its dialect parsed it, and the request around it."""
 
@@ -54,21 +74,11 @@ class Request:
     keep_alive: Any = UNSET  # the caller's keep_alive for the model (Ollama's), else the instance's own
     embeddings: bool = False
     rerank: bool = False  # served by an instance in rerank mode (llama-server --reranking), and only by one
-    stream_as: Callable[[Call], Translator] | None = None  # None relays the engine's SSE untouched
-    reply: Callable[[dict[str, Any], Call], Any] | None = None  # None answers the engine's bytes untouched
+    hooks: Hooks = field(default_factory=lambda: NO_HOOKS)  # what the route does around the engine
     forced: Forced | None = None
-    # A request the dialect answers without the engine (Ollama's load-only request, nothing to embed): the answer.
-    instead: Callable[[], Awaitable[dict[str, Any]]] | None = None
     # -- a speech request (blazar/api/audio.py): served by an engine kind other than llama-server
     audio: AudioAsked | None = None
     content_type: str | None = None  # the engine body's media type when it is not JSON (a multipart upload)
-    # The answer made by the route's own exchange with the admitted instance (text to speech: sentence by sentence),
-    # instead of one request relayed; it ends the call when its answer ends.
-    produce: Callable[[Call], Awaitable[Answer]] | None = None
-    # The route's own work on the body's content (an upload's audio decoded and measured, framed for the child): run
-    # by the gateway only once the key's scope, the model's kind and the key's limits allow the request; it returns
-    # the Request as the engine gets it (a 400 raised there is recorded as the request's refusal).
-    prepare: Callable[[Request], Awaitable[Request]] | None = None
 
     # -- the request around it (the route sets these)
     trace_id: str = ""

@@ -40,9 +40,9 @@ def _answer(text: str) -> dict[str, Any]:
 def test_a_response_is_kept_and_continued_by_its_tenant_only(conversations: Conversations) -> None:
     first = responses_request({"model": "m", "input": "One", "instructions": "Old."}, conversations,
                               tenant="key:alice")
-    assert first.engine_path == "/v1/chat/completions" and first.forced is None and first.reply is not None
+    assert first.engine_path == "/v1/chat/completions" and first.forced is None and first.hooks.reply is not None
     call = FakeCall(first)
-    response = first.reply(_answer("Two"), call)  # type: ignore[arg-type]
+    response = first.hooks.reply(_answer("Two"), call)  # type: ignore[arg-type]
     (stored,) = call.emitted
     assert isinstance(stored, ResponseStored) and stored.response_id == response["id"]
     assert (stored.tenant, stored.input_items, stored.output_items, stored.input_tokens) == ("key:alice", 1, 1, 5)
@@ -61,7 +61,7 @@ def test_a_response_is_kept_and_continued_by_its_tenant_only(conversations: Conv
 def test_store_false_keeps_nothing(conversations: Conversations) -> None:
     request = responses_request({"model": "m", "input": "x", "store": False}, conversations, tenant=None)
     call = FakeCall(request)
-    response = request.reply(_answer("y"), call)  # type: ignore[arg-type, misc]
+    response = request.hooks.reply(_answer("y"), call)  # type: ignore[arg-type, misc]
     assert call.emitted == [] and conversations.store.get(None, response["id"]) is None
 
 
