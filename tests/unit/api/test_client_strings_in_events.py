@@ -20,6 +20,7 @@ from blazar.serving.gateway import Gateway
 from tests.support.asgi import LocalConductor
 from tests.support.audio_files import tone_wav
 from tests.support.fakes import FakeEngine, KindsSupervisor
+from tests.support.forms import multipart
 
 LONG = 5000
 CHAT = {"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
@@ -43,13 +44,7 @@ async def client(app: Blazar) -> AsyncIterator[LocalConductor]:
 
 
 def _form(fields: dict[str, str], filename: str = "a.wav", data: bytes = tone_wav(0.5, 16000)) -> tuple[bytes, str]:
-    boundary = "stringsboundary"
-    parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
-             for k, v in fields.items()]
-    parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
-                 f"Content-Type: application/octet-stream\r\n\r\n".encode() + data + b"\r\n")
-    parts.append(f"--{boundary}--\r\n".encode())
-    return b"".join(parts), f"multipart/form-data; boundary={boundary}"
+    return multipart(fields, filename, data)
 
 
 async def _all_events_fit(app: Blazar) -> None:

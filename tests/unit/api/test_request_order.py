@@ -29,6 +29,7 @@ from blazar.serving.gateway import Gateway
 from tests.support.asgi import LocalConductor
 from tests.support.audio_files import tone_wav
 from tests.support.fakes import FakeEngine, KindsSupervisor
+from tests.support.forms import multipart
 
 HIDDEN = "hidden-model"  # in the store, outside the scoped key's scope
 MISSING = "missing"  # in no store (FakeSupervisor's unknown name), and outside the scope too
@@ -74,11 +75,7 @@ def _json_body(route: str, model: str) -> dict[str, Any]:
 
 
 def _form(model: str) -> tuple[bytes, str]:
-    boundary = "orderboundary"
-    parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\n{model}\r\n'.encode(),
-             f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
-             f"Content-Type: audio/wav\r\n\r\n".encode() + WAV + b"\r\n", f"--{boundary}--\r\n".encode()]
-    return b"".join(parts), f"multipart/form-data; boundary={boundary}"
+    return multipart({"model": model}, "a.wav", WAV, "audio/wav")
 
 
 UPLOADS = ("/v1/audio/transcriptions", "/v1/audio/translations")
