@@ -74,7 +74,7 @@ class Request:
     keep_alive: Any = UNSET  # the caller's keep_alive for the model (Ollama's), else the instance's own
     embeddings: bool = False
     rerank: bool = False  # served by an instance in rerank mode (llama-server --reranking), and only by one
-    hooks: Hooks = field(default_factory=lambda: NO_HOOKS)  # what the route does around the engine
+    hooks: Hooks = NO_HOOKS  # what the route does around the engine
     forced: Forced | None = None
     # -- a speech request (blazar/api/audio.py): served by an engine kind other than llama-server
     audio: AudioAsked | None = None
