@@ -161,7 +161,7 @@ async def bench_replay(log: EventLog, n: int) -> tuple[dict[str, Any], dict[str,
     dt = time.perf_counter() - t0
     assert runner.folded_at_start == n and runner.seq == n, (runner.folded_at_start, runner.seq)
     assert all(s.halted is None for s in runner.status())
-    assert runner.raw_state("stats")["total"] == n
+    assert runner.state("stats").total == n
     await runner.checkpoint()
     return {"events": n, "seconds": dt, "events_per_s": rate(n, dt)}, runner.views()
 

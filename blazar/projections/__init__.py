@@ -1,5 +1,7 @@
 """WHAT IS TRUE NOW: pure folds over the log, and the runner that keeps them current."""
 
+from typing import Any
+
 from blazar.projections.audit import AuditProjection
 from blazar.projections.base import Projection, State, fold
 from blazar.projections.batches import BatchesProjection
@@ -19,7 +21,7 @@ from blazar.projections.traces import TracesProjection
 from blazar.projections.workers import WorkersProjection
 
 
-def all_projections() -> list[Projection]:
+def all_projections() -> list[Projection[Any]]:
     """A fresh instance of every projection, in a stable order."""
     return [ConfigProjection(), AuditProjection(), StatsProjection(), CatalogProjection(), CalibrationProjection(),
             ResidencyProjection(), EnginesProjection(), TracesProjection(), MetricsProjection(),

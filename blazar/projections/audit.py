@@ -56,7 +56,7 @@ class AuditState(TypedState):
     __slots__ = ()
 
 
-class AuditProjection(Projection):
+class AuditProjection(Projection[State]):
     name = "audit"
     state_type = AuditState
     version = 1

@@ -1,27 +1,32 @@
 """A projection is a fold over the log: `state = apply(state, recorded)`.
 
 Rules: `apply` is deterministic and total, reads nothing but its arguments (time comes from the envelope), and
-may mutate the state it is given (the runner owns each state object; nobody else holds it). State is plain
-JSON data (dicts, lists, str, int, float, bool, None) so checkpoints, `blazar state --json` and equality in
-tests need no extra code. Bump `version` whenever `apply` changes meaning: the checkpoint is then dropped.
+may mutate the state it is given (the runner owns each state object; nobody else holds it). State is typed: a
+dataclass per projection (`state_type`), its entries dataclasses too, written to checkpoints and read back by one
+codec (blazar/projections/codec.py), so a new field is declared once and read as what it is, with no coercion.
+Bump `version` whenever the state's shape or `apply`'s meaning changes: the checkpoint is then dropped (the
+state goldens, tests/fixtures/projections/, fail a shape change made without it).
 
-Outside `blazar/projections/` nobody sees that JSON: `runner.state("catalog")` gives a `CatalogState`, a typed
-handle that only the catalog module's readers (`stored`, `models`, ...) look inside, and that mypy refuses to index.
+`runner.state("catalog")` gives the `CatalogState` itself; the catalog module's readers (`stored`, `models`, ...)
+answer the questions that need more than a field.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from blazar.events.base import Recorded
+from blazar.projections.codec import codec_for
 
-State = dict[str, Any]
+State = dict[str, Any]  # the untyped states' JSON (going: see TypedState)
+S = TypeVar("S")
 
 
 class TypedState:
-    """One projection's state as the rest of Blazar holds it: an opaque handle that its module's typed readers take.
+    """An untyped projection's state as the rest of Blazar holds it: an opaque handle over its JSON dict that its
+    module's readers take. Each projection moves to a typed state (a dataclass) and leaves this behind.
 
     NOTE: no `__getitem__`, on purpose: `runner.state("catalog")["models"]` is a mypy error, so code outside
     `blazar/projections/` cannot grow a dependency on the state's JSON layout. Each projection subclasses it
@@ -29,6 +34,7 @@ class TypedState:
     """
 
     __slots__ = ("_raw",)
+    plain_json: ClassVar[bool] = True  # the codec writes the dict as JSON, keys sorted
 
     def __init__(self, raw: State) -> None:
         self._raw = raw
@@ -52,7 +58,7 @@ def refused_events(raw: list[dict[str, Any]]) -> list[RefusedEvent]:
             for r in raw]
 
 
-class Projection(ABC):
+class Projection(ABC, Generic[S]):
     name: ClassVar[str]
     version: ClassVar[int] = 1
     # The event types `apply` looks at; None means every event.
@@ -61,24 +67,24 @@ class Projection(ABC):
     # log, a runner with a node folds only that node's node-local events (and those with no node), and keeps its
     # checkpoint under its own name ("catalog@gpu-1").
     node_local: ClassVar[bool] = False
-    # The typed handle `runner.state(name)` wraps this projection's state in (see TypedState).
-    state_type: ClassVar[type[TypedState]]
+    # The state's class (a dataclass the codec reads and writes); an untyped projection's TypedState handle.
+    state_type: ClassVar[type[Any]]
 
     @abstractmethod
-    def initial(self) -> State: ...
+    def initial(self) -> S: ...
 
     @abstractmethod
-    def apply(self, state: State, rec: Recorded) -> State: ...
+    def apply(self, state: S, rec: Recorded) -> S: ...
 
-    def view(self, state: State) -> Any:
-        """What `blazar state` shows; by default the state itself."""
-        return state
+    def view(self, state: S) -> Any:
+        """What `blazar state` shows; by default the state as JSON."""
+        return codec_for(self.state_type).jsonable(state)
 
     def wants(self, type_name: str) -> bool:
         return self.types is None or type_name in self.types
 
 
-def fold(projection: Projection, records: list[Recorded], state: State | None = None) -> State:
+def fold(projection: Projection[S], records: list[Recorded], state: S | None = None) -> S:
     """Apply `records` in order to `state` (or to a fresh initial state)."""
     st = projection.initial() if state is None else state
     for rec in records:

@@ -76,7 +76,7 @@ class BatchRow:
     times: dict[str, float]  # in_progress_at, failed_at, cancelling_at, cancelled_at, completed_at, expired_at, ...
 
 
-class BatchesProjection(Projection):
+class BatchesProjection(Projection[State]):
     node_local = True  # a file's bytes, and so its batches, are on one gateway's disk
     name = "batches"
     state_type = BatchesState

@@ -26,7 +26,7 @@ class CalibrationState(TypedState):
     __slots__ = ()
 
 
-class CalibrationProjection(Projection):
+class CalibrationProjection(Projection[State]):
     node_local = True
     name = "calibration"
     state_type = CalibrationState

@@ -37,7 +37,7 @@ class CatalogState(TypedState):
     __slots__ = ()
 
 
-class CatalogProjection(Projection):
+class CatalogProjection(Projection[State]):
     node_local = True
     name = "catalog"
     state_type = CatalogState

@@ -9,20 +9,12 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-import orjson
-
 from blazar.events.log import EventLog
-from blazar.projections.base import State
-
-_DUMP = orjson.OPT_SORT_KEYS
 
 
-def dump_state(state: State) -> bytes:
-    return orjson.dumps(state, option=_DUMP)
-
-
-def state_sha256(state: State) -> str:
-    return hashlib.sha256(dump_state(state)).hexdigest()
+def text_sha256(text: str | bytes) -> str:
+    """A checkpoint's hash: of the bytes its codec wrote (blazar/projections/codec.py)."""
+    return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +44,12 @@ async def anchor_at(log: EventLog, seq: int) -> str | None:
     return None if got is None else anchor_of(got[0], got[1])
 
 
-async def save_checkpoints(log: EventLog, items: list[tuple[str, int, int, str, State]]) -> None:
-    """Write (name, version, seq, anchor, state) rows, replacing older checkpoints, in one transaction."""
+async def save_checkpoints(log: EventLog, items: list[tuple[str, int, int, str, bytes]]) -> None:
+    """Write (name, version, seq, anchor, state's bytes) rows, replacing older checkpoints, in one transaction."""
     rows = []
     now = log.clock.now()
-    for name, version, seq, anchor, state in items:
-        text = dump_state(state)
-        rows.append((name, version, seq, anchor, text.decode(), hashlib.sha256(text).hexdigest(), now))
+    for name, version, seq, anchor, text in items:
+        rows.append((name, version, seq, anchor, text.decode(), text_sha256(text), now))
     await log.checkpoints.put(rows)
 
 

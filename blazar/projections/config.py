@@ -16,7 +16,7 @@ class ConfigState(TypedState):
     __slots__ = ()
 
 
-class ConfigProjection(Projection):
+class ConfigProjection(Projection[State]):
     name = "config"
     state_type = ConfigState
     version = 1

@@ -35,7 +35,7 @@ class EnginesState(TypedState):
     __slots__ = ()
 
 
-class EnginesProjection(Projection):
+class EnginesProjection(Projection[State]):
     node_local = True
     name = "engines"
     state_type = EnginesState

@@ -23,7 +23,7 @@ class KeysState(TypedState):
     __slots__ = ()
 
 
-class KeysProjection(Projection):
+class KeysProjection(Projection[State]):
     name = "keys"
     state_type = KeysState
     version = 3  # 2: cache groups and the right to prioritize; 3: what a key may hold (storage, open batches)

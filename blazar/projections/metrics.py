@@ -105,7 +105,7 @@ class MetricsState(TypedState):
     __slots__ = ()
 
 
-class MetricsProjection(Projection):
+class MetricsProjection(Projection[State]):
     name = "metrics"
     state_type = MetricsState
     # 3: the refusal histogram; 4: shared generations (single-flight); 5: tokens relayed before a failure; 6: audio

@@ -17,7 +17,7 @@ class NodesState(TypedState):
     __slots__ = ()
 
 
-class NodesProjection(Projection):
+class NodesProjection(Projection[State]):
     name = "nodes"
     state_type = NodesState
     version = 2

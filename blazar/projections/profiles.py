@@ -49,7 +49,7 @@ class Reset:
     reason: str
 
 
-class ProfilesProjection(Projection):
+class ProfilesProjection(Projection[State]):
     node_local = True
     name = "profiles"
     state_type = ProfilesState

@@ -17,7 +17,7 @@ class RemotesState(TypedState):
     __slots__ = ()
 
 
-class RemotesProjection(Projection):
+class RemotesProjection(Projection[State]):
     name = "remotes"
     state_type = RemotesState
     version = 1

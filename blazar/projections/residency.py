@@ -160,7 +160,7 @@ class ResidencyState(TypedState):
     __slots__ = ()
 
 
-class ResidencyProjection(Projection):
+class ResidencyProjection(Projection[State]):
     name = "residency"
     state_type = ResidencyState
     # 2: instance.starting (the intent before the spawn) opens an instance with no pid yet; 3: its kind; 4: its posture

@@ -15,14 +15,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
 
-import orjson
+from pydantic import ValidationError
 
 from blazar.errors import BlazarError, DiskFull, LogUnreachable, ProjectionError
 from blazar.events.base import Event, NodeLocal, Recorded
 from blazar.events.log import EventLog
 from blazar.events.types import decode
 from blazar.projections.audit import AuditState
-from blazar.projections.base import Projection, State, TypedState
+from blazar.projections.base import Projection
 from blazar.projections.batches import BatchesState
 from blazar.projections.calibration import CalibrationState
 from blazar.projections.catalog import CatalogState
@@ -32,8 +32,9 @@ from blazar.projections.checkpoints import (
     anchor_of,
     load_checkpoints,
     save_checkpoints,
-    state_sha256,
+    text_sha256,
 )
+from blazar.projections.codec import StateCodec, codec_for
 from blazar.projections.config import ConfigState
 from blazar.projections.engines import EnginesState
 from blazar.projections.keys import KeysState
@@ -56,8 +57,8 @@ UNREACHABLE_RETRY_S = 1.0
 
 @dataclass(slots=True)
 class _Slot:
-    projection: Projection
-    state: State
+    projection: Projection[Any]
+    state: Any
     seq: int = 0
     origin: str = "empty"
     halted: ProjectionError | None = None
@@ -68,7 +69,11 @@ class _Slot:
     restored_anchor: str = ""
     last_type: str | None = None
     last_ts: float = 0.0
-    typed: TypedState | None = None  # the handle `state()` gave for `state`, reused while `state` is that object
+    codec: StateCodec = field(init=False)
+    typed: Any = None  # an untyped state's handle `state()` gave, reused while `state` is that object
+
+    def __post_init__(self) -> None:
+        self.codec = codec_for(self.projection.state_type)
 
     @property
     def anchor(self) -> str:
@@ -95,7 +100,7 @@ def _elsewhere(event: Event, node: str) -> bool:
 
 
 class ProjectionRunner:
-    def __init__(self, event_log: EventLog, projections: Iterable[Projection], *, checkpoint_every: int = 10_000,
+    def __init__(self, event_log: EventLog, projections: Iterable[Projection[Any]], *, checkpoint_every: int = 10_000,
                  node: str = ""):
         self.log = event_log
         self.checkpoint_every = checkpoint_every
@@ -146,19 +151,25 @@ class ProjectionRunner:
     @overload
     def state(self, name: Literal["workers"]) -> WorkersState: ...
 
-    def state(self, name: str) -> TypedState:
-        """Projection `name`'s state now, typed: read it with its module's readers (`stored(state, "gemma")`)."""
+    def state(self, name: str) -> Any:
+        """Projection `name`'s state now, typed: its fields, and its module's readers (`stored(state, "gemma")`)."""
         slot = self._slots[name]
+        if not slot.codec.plain:
+            return slot.state
         typed = slot.typed
         if typed is None or typed._raw is not slot.state:  # a restore or an apply that returned a new object
             typed = slot.typed = slot.projection.state_type(slot.state)
         return typed
 
-    def raw_state(self, name: str) -> State:
-        """Projection `name`'s plain JSON state: for replay checks and the tests of the projection itself. Code
-        outside blazar/projections/ reads `state(name)` through the readers
-        (tests/unit/projections/test_typed_state.py)."""
+    def raw_state(self, name: str) -> Any:
+        """Projection `name`'s state as its `apply` holds it (an untyped one's JSON dict): for the tests of the
+        projection itself (tests/unit/projections/test_typed_state.py)."""
         return self._slots[name].state
+
+    def state_bytes(self, name: str) -> bytes:
+        """Projection `name`'s state as a checkpoint would hold it: for replay checks."""
+        slot = self._slots[name]
+        return slot.codec.dump(slot.state)
 
     def views(self) -> dict[str, Any]:
         return {name: s.projection.view(s.state) for name, s in sorted(self._slots.items())}
@@ -195,12 +206,12 @@ class ProjectionRunner:
             return f"rebuilt: version {cp.version} -> {p.version}"
         if upto is not None and cp.seq > upto:
             return f"folded from the start (checkpoint at {cp.seq} is past {upto})"
-        try:
-            state = orjson.loads(cp.state_text)
-        except orjson.JSONDecodeError:
-            return "rebuilt: checkpoint corrupt (not JSON)"
-        if not isinstance(state, dict) or state_sha256(state) != cp.sha256:
+        if text_sha256(cp.state_text) != cp.sha256:
             return "rebuilt: checkpoint corrupt (sha256 mismatch)"
+        try:
+            state = slot.codec.load(cp.state_text)
+        except ValidationError:
+            return "rebuilt: checkpoint corrupt (not this projection's state)"
         if await anchor_at(self.log, cp.seq) != cp.anchor:
             return "rebuilt: checkpoint belongs to another history"
         slot.state, slot.seq, slot.restored_anchor, slot.last_type = state, cp.seq, cp.anchor, None
@@ -251,7 +262,7 @@ class ProjectionRunner:
 
     async def checkpoint(self) -> None:
         items = [
-            (self._checkpoint_name(s), s.projection.version, s.seq, s.anchor, s.state)
+            (self._checkpoint_name(s), s.projection.version, s.seq, s.anchor, s.codec.dump(s.state))
             for s in self._slots.values()
             if s.seq > 0
         ]

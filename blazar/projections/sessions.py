@@ -39,7 +39,7 @@ class SessionsState(TypedState):
     __slots__ = ()
 
 
-class SessionsProjection(Projection):
+class SessionsProjection(Projection[State]):
     node_local = True
     name = "sessions"
     state_type = SessionsState

@@ -59,7 +59,7 @@ class TracesState(TypedState):
     __slots__ = ()
 
 
-class TracesProjection(Projection):
+class TracesProjection(Projection[State]):
     name = "traces"
     state_type = TracesState
     version = 1

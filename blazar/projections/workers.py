@@ -16,7 +16,7 @@ class WorkersState(TypedState):
     __slots__ = ()
 
 
-class WorkersProjection(Projection):
+class WorkersProjection(Projection[State]):
     name = "workers"
     state_type = WorkersState
     version = 1

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from blazar.bootstrap import bootstrap
 from blazar.clock import FakeClock
 from blazar.events.log import EventLog
@@ -16,7 +18,6 @@ from blazar.operations.config import set_value
 from blazar.operations.snapshot import Taken, restore_snapshot, take_snapshot
 from blazar.operations.snapshot_verify import verify_snapshot
 from blazar.projections import all_projections
-from blazar.projections.checkpoints import dump_state
 from blazar.projections.runner import ProjectionRunner
 from tests.contract.backends import Backend, open_log
 from tests.contract.workload import aliased, received
@@ -32,7 +33,7 @@ async def _views(log: EventLog, *, upto: int | None = None, use_checkpoints: boo
     runner = ProjectionRunner(log, all_projections())
     await runner.start(upto=upto, use_checkpoints=use_checkpoints)
     assert all(s.halted is None for s in runner.status()), runner.status()
-    return dump_state(runner.views())
+    return orjson.dumps(runner.views(), option=orjson.OPT_SORT_KEYS)
 
 
 async def _seed_and_snapshot(backend: Backend, clock: FakeClock, dest: Path) -> tuple[Taken, list, bytes]:

@@ -36,9 +36,9 @@ from blazar.events.requests import (
 from blazar.events.system import SnapshotTaken
 from blazar.operations.archive import archive
 from blazar.projections import all_projections
-from blazar.projections.checkpoints import dump_state
 from blazar.projections.runner import ProjectionRunner
 from blazar.queries.state import state_at
+from tests.support.states import json_bytes
 
 # Each example opens a fresh database and replays it several times: a few hundred events, a few dozen examples.
 PROPERTY = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -160,8 +160,8 @@ async def _write(log: EventLog, live: ProjectionRunner, plan: _Plan) -> list[Rec
 
 
 def _states(runner: ProjectionRunner) -> dict[str, bytes]:
-    out = {name: dump_state(runner.raw_state(name)) for name in NAMES}
-    out["views"] = dump_state(runner.views())
+    out = {name: runner.state_bytes(name) for name in NAMES}
+    out["views"] = json_bytes(runner.views())
     return out
 
 

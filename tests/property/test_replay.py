@@ -25,9 +25,10 @@ from blazar.events.requests import RequestPlaced
 from blazar.events.sessions import KvIdentity, SessionDropped, SessionRemoved, SessionRestored, SessionSaved
 from blazar.events.system import ConfigChanged, SnapshotTaken
 from blazar.projections import all_projections, fold
-from blazar.projections.checkpoints import drop_checkpoints, dump_state, load_checkpoints
+from blazar.projections.checkpoints import drop_checkpoints, load_checkpoints
 from blazar.projections.runner import ProjectionRunner
 from blazar.queries.state import state_at
+from tests.support.states import json_bytes
 
 # Each example opens a fresh database and fsyncs every append: keep the counts modest.
 PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -271,8 +272,8 @@ async def _write_all(log: EventLog, other: EventLog, clock: FakeClock, steps: li
 
 def _states(runner: ProjectionRunner) -> dict[str, bytes]:
     """Every projection's state and view, as the bytes a checkpoint would store (exact, key order aside)."""
-    out = {name: dump_state(runner.raw_state(name)) for name in NAMES}
-    out["views"] = dump_state(runner.views())
+    out = {name: runner.state_bytes(name) for name in NAMES}
+    out["views"] = json_bytes(runner.views())
     return out
 
 
@@ -341,7 +342,7 @@ def test_state_at_n_equals_the_fold_of_the_first_n_events(steps: list[_Step], da
         total = len(records)
         assert [r.seq for r in records] == list(range(1, total + 1))
         for n in data.draw(st.lists(st.integers(0, total), min_size=1, max_size=3), label="N"):
-            want = dump_state({p.name: p.view(fold(p, records[:n])) for p in all_projections()})
+            want = json_bytes({p.name: p.view(fold(p, records[:n])) for p in all_projections()})
 
             placements: list[tuple[str, int | None]] = [("none", None)]
             if n >= 1:
@@ -356,7 +357,7 @@ def test_state_at_n_equals_the_fold_of_the_first_n_events(steps: list[_Step], da
                 for use_checkpoints in (True, False):
                     got = await state_at(log, seq=n, use_checkpoints=use_checkpoints)
                     assert got["seq"] == n, (where, use_checkpoints)
-                    assert dump_state(got["projections"]) == want, (where, cp_seq, use_checkpoints)
+                    assert json_bytes(got["projections"]) == want, (where, cp_seq, use_checkpoints)
                 # The checkpoint is used exactly when it lies at or before N.
                 runner = ProjectionRunner(log, all_projections())
                 await runner.start(upto=n)

@@ -7,7 +7,6 @@ import math
 import re
 from typing import Any
 
-import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,7 +28,6 @@ from blazar.events.tuning import SpecSwitched
 from blazar.projections import MetricsProjection, ResidencyProjection, TracesProjection, fold
 from blazar.projections import metrics as metrics_mod
 from blazar.projections import traces as traces_mod
-from blazar.projections.checkpoints import dump_state
 from blazar.projections.metrics import (
     ITL_BUCKETS_S,
     QUEUE_WAIT_BUCKETS_S,
@@ -40,6 +38,7 @@ from blazar.projections.metrics import (
 from blazar.projections.residency import ResidencyState
 from blazar.queries.metrics import escape_label, render_prometheus
 from tests.support.events import rec
+from tests.support.states import state_bytes, through_checkpoint
 
 MiB = 1 << 20
 FAMILIES = {
@@ -286,8 +285,9 @@ def test_requests_whose_outcome_never_came_are_pruned_with_their_queue_place(mon
 def test_state_survives_a_checkpoint_round_trip() -> None:
     events = story()
     whole = fold(MetricsProjection(), events)
-    part = orjson.loads(dump_state(fold(MetricsProjection(), events[:9])))
-    assert dump_state(fold(MetricsProjection(), events[9:], part)) == dump_state(whole)
+    p = MetricsProjection()
+    part = through_checkpoint(p, fold(p, events[:9]))
+    assert state_bytes(p, fold(p, events[9:], part)) == state_bytes(p, whole)
 
 
 # -- the rendering -------------------------------------------------------------------------------------------------
@@ -406,8 +406,8 @@ def test_checkpoint_plus_tail_equals_the_whole_fold(events: list[Event], cut: in
     try:
         for p in (TracesProjection(), MetricsProjection()):
             whole = fold(p, recs)
-            restored = orjson.loads(dump_state(fold(p, recs[:cut])))
-            assert dump_state(fold(p, recs[cut:], restored)) == dump_state(whole)
+            restored = through_checkpoint(p, fold(p, recs[:cut]))
+            assert state_bytes(p, fold(p, recs[cut:], restored)) == state_bytes(p, whole)
             assert all(n >= 0 for n in whole.get("queue_depth", {}).values())
     finally:
         traces_mod.TRACES_KEPT, metrics_mod.PENDING_KEPT = kept

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import sqlite3
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from blazar.events import Event, Recorded, register
@@ -12,7 +14,7 @@ from blazar.events.log import EventLog
 from blazar.events.log_sqlite import SqliteEventLog
 from blazar.events.system import ConfigChanged, SnapshotTaken
 from blazar.projections import AuditProjection, ConfigProjection, StatsProjection, all_projections, fold
-from blazar.projections.base import Projection, State
+from blazar.projections.base import Projection
 from blazar.projections.checkpoints import load_checkpoints
 from blazar.projections.runner import ProjectionRunner
 from tests.support import events
@@ -46,9 +48,9 @@ def test_stats_projection_counts_by_type_and_range() -> None:
         rec(2, _Boom()),
         rec(3, ConfigChanged(key="log_level", new="info")),
     ])
-    assert state["total"] == 3
-    assert state["by_type"] == {"config.changed": 2, "test.boomed": 1}
-    assert (state["first_seq"], state["last_seq"], state["first_ts"], state["last_ts"]) == (1, 3, 101.0, 103.0)
+    assert state.total == 3
+    assert state.by_type == {"config.changed": 2, "test.boomed": 1}
+    assert (state.first_seq, state.last_seq, state.first_ts, state.last_ts) == (1, 3, 101.0, 103.0)
 
 
 def test_audit_projection_counts_only_audit_events() -> None:
@@ -95,7 +97,7 @@ async def test_runner_rebuilds_when_version_changes(log: EventLog) -> None:
     r2 = ProjectionRunner(log, [StatsV2()])
     await r2.start()
     assert r2.status()[0].origin == "rebuilt: version 1 -> 2"
-    assert r2.raw_state("stats")["total"] == 2
+    assert r2.state("stats").total == 2
 
 
 async def test_runner_rebuilds_a_corrupt_checkpoint(log: EventLog) -> None:
@@ -106,13 +108,15 @@ async def test_runner_rebuilds_a_corrupt_checkpoint(log: EventLog) -> None:
     conn = sqlite3.connect(log.path)
     with conn:
         conn.execute("""UPDATE checkpoints SET state = '{"total": 99}' WHERE name = 'stats'""")
-        conn.execute("UPDATE checkpoints SET state = 'garbage' WHERE name = 'config'")
+        # hashed as written, but not a state the projection has: the codec refuses it
+        conn.execute("UPDATE checkpoints SET state = 'garbage', sha256 = ? WHERE name = 'config'",
+                     (hashlib.sha256(b"garbage").hexdigest(),))
     conn.close()
     r2 = ProjectionRunner(log, all_projections())
     await r2.start()
     origins = {s.name: s.origin for s in r2.status()}
     assert origins["stats"] == "rebuilt: checkpoint corrupt (sha256 mismatch)"
-    assert origins["config"] == "rebuilt: checkpoint corrupt (not JSON)"
+    assert origins["config"] == "rebuilt: checkpoint corrupt (not this projection's state)"
     assert origins["audit"] == "checkpoint at 3"
     assert r2.views() == r1.views()
 
@@ -139,7 +143,7 @@ async def test_runner_rebuilds_a_checkpoint_from_another_history(paths, clock, t
     r2 = ProjectionRunner(log2, all_projections())
     await r2.start()
     assert {s.origin for s in r2.status()} == {"rebuilt: checkpoint belongs to another history"}
-    assert r2.raw_state("stats")["total"] == 4
+    assert r2.state("stats").total == 4
     await log2.close()
 
 
@@ -154,17 +158,23 @@ async def test_runner_time_travel_ignores_checkpoints_past_the_target(log: Event
     assert r2.status()[0].origin.startswith("folded from the start")
 
 
-class _Fragile(Projection):
+@dataclass(slots=True)
+class _Seen:
+    seen: list[int] = field(default_factory=list)
+
+
+class _Fragile(Projection[_Seen]):
     name = "fragile"
     types = frozenset({"test.boomed"})
+    state_type = _Seen
 
-    def initial(self) -> State:
-        return {"seen": []}
+    def initial(self) -> _Seen:
+        return _Seen()
 
-    def apply(self, state: State, r: Recorded) -> State:
+    def apply(self, state: _Seen, r: Recorded) -> _Seen:
         if r.event.n == 13:
             raise ValueError("unlucky")
-        state["seen"].append(r.event.n)
+        state.seen.append(r.event.n)
         return state
 
 
@@ -174,7 +184,7 @@ async def test_a_failing_projection_halts_at_its_seq_and_the_others_go_on(log: E
     await runner.start()
     by_name = {s.name: s for s in runner.status()}
     assert by_name["fragile"].halted == "projection 'fragile' halted at seq 2: ValueError: unlucky"
-    assert by_name["fragile"].seq == 1 and runner.raw_state("fragile") == {"seen": [1]}
+    assert by_name["fragile"].seq == 1 and runner.state("fragile") == _Seen([1])
     assert by_name["stats"].seq == 3 and by_name["stats"].halted is None
 
 

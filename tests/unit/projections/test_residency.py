@@ -3,8 +3,6 @@ per model the crashes, circuit, loads, evictions and refusals; and its query hel
 
 from __future__ import annotations
 
-import orjson
-
 from blazar.clock import FakeClock
 from blazar.events import Recorded
 from blazar.events.instances import (
@@ -22,7 +20,6 @@ from blazar.events.log import EventLog
 from blazar.events.models import InstanceMemoryMeasured
 from blazar.events.tuning import Posture
 from blazar.projections import ResidencyProjection, all_projections, fold
-from blazar.projections.checkpoints import dump_state
 from blazar.projections.residency import (
     CRASHES_KEPT,
     Circuit,
@@ -36,6 +33,7 @@ from blazar.projections.residency import (
 )
 from blazar.projections.runner import ProjectionRunner
 from tests.support.events import rec
+from tests.support.states import state_bytes, through_checkpoint
 
 MiB = 1 << 20
 
@@ -246,8 +244,8 @@ def test_replay_equals_incremental_folding_through_json_checkpoints() -> None:
     state = p.initial()
     for r in events:
         # Each step resumes from what a checkpoint stores: the state's JSON, loaded back.
-        state = fold(p, [r], orjson.loads(dump_state(state)))
-    assert dump_state(state) == dump_state(full)
+        state = fold(p, [r], through_checkpoint(p, state))
+    assert state_bytes(p, state) == state_bytes(p, full)
     assert set(full["instances"]) == {"i3"} and full["engine_tags_in_use"] == {"b2": 1}
     assert full["models"]["qwen"]["loads"] == 1 and full["models"]["gemma"]["loads"] == 2
 
@@ -272,7 +270,7 @@ async def test_runner_resumes_residency_from_a_checkpoint_to_the_same_state(log:
     assert resumed.status()[0].origin == "checkpoint at 6" and resumed.folded_at_start == 6
     rebuilt = ProjectionRunner(log, [ResidencyProjection()])
     await rebuilt.start(use_checkpoints=False)
-    assert dump_state(resumed.raw_state("residency")) == dump_state(rebuilt.raw_state("residency"))
+    assert resumed.state_bytes("residency") == rebuilt.state_bytes("residency")
     assert set(rebuilt.raw_state("residency")["instances"]) == {"i3"}
 
 
