@@ -16,7 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from blazar.dialects.body import checked
 from blazar.dialects.errors import DialectError
+from blazar.dialects.responses_body import ResponsesBody
 from blazar.dialects.schema import check_schema
 from blazar.dialects.stream import named_sse
 
@@ -53,9 +55,8 @@ class Asked:
 
 def read(body: dict[str, Any]) -> Asked:
     """Validate a `POST /v1/responses` body (DialectError names the field) and translate it."""
+    checked(ResponsesBody, body)
     model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise DialectError("model: required, a non-empty string")
     if body.get("background"):
         raise DialectError("background: responses run in the foreground here (background: true is not supported)")
     if body.get("conversation") is not None:
