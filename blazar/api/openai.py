@@ -47,12 +47,27 @@ _MESSAGES = {"type": "array", "minItems": 1, "items": {"type": "object", "requir
     "role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool"]},
     "content": {"type": ["string", "array", "null"]}, "name": {"type": "string"}, "tool_calls": {"type": "array"},
     "tool_call_id": {"type": "string"}}}}
+# What Blazar checks itself before the engine sees it (blazar/dialects/schema.py, whose messages name the part at
+# fault), documented here; typed Any so that those checks, not the model, answer a bad one.
+ResponseFormat = Annotated[Any, WithJsonSchema({
+    "type": ["object", "null"], "required": ["type"], "description": "structured output (a schema is checked first)",
+    "properties": {"type": {"enum": ["text", "json_object", "json_schema"]}, "json_schema": {"type": "object"}}})]
+_TOOLS = Annotated[Any, WithJsonSchema({"type": ["array", "null"], "items": {
+    "type": "object", "required": ["function"], "properties": {"type": {"const": "function"}, "function": {
+        "type": "object", "required": ["name"], "properties": {"name": {"type": "string", "minLength": 1},
+                                                               "parameters": {"type": "object"}}}}}})]
+_TOOL_CHOICE = Annotated[Any, WithJsonSchema({"oneOf": [
+    {"enum": ["auto", "none", "required"]}, {"type": "object"}, {"type": "null"}],
+    "description": "a forced call is enforced with the engine's grammar"})]
 
 
 class ChatBody(OpenAIBody):
     messages: Annotated[list[dict[str, Any]], WithJsonSchema(_MESSAGES)] = Field(min_length=1)
     max_tokens: StrictInt | None = Field(None, ge=1)
     max_completion_tokens: StrictInt | None = Field(None, ge=1)
+    response_format: ResponseFormat = None
+    tools: _TOOLS = None
+    tool_choice: _TOOL_CHOICE = None
 
     @field_validator("messages")
     @classmethod
@@ -68,6 +83,7 @@ class ChatBody(OpenAIBody):
 class CompletionBody(OpenAIBody):
     prompt: str | list[Any]
     max_tokens: StrictInt | None = Field(None, ge=1)
+    response_format: ResponseFormat = None
 
 
 class EmbeddingBody(OpenAIBody):

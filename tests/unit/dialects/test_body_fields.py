@@ -1,15 +1,17 @@
 """Each translating dialect's body model (what the OpenAPI document shows, and what validates a request first) names
 exactly the fields its translator reads: driven with a body that records every key asked of it, the translator asks
-for no field the model lacks, and every field of the model is read or is one the dialect declares it ignores."""
+for no field the model lacks, and every field of the model is read or is one the dialect declares it ignores. OpenAI's
+bodies, which pass through to the engine, in one direction: every field Blazar reads is documented."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from pydantic import BaseModel
 
+from blazar.api import openai as openai_api
 from blazar.dialects import anthropic, ollama, responses
 from blazar.dialects.anthropic_body import CountBody, MessagesBody
 from blazar.dialects.errors import DialectError
@@ -104,3 +106,40 @@ def test_a_wrong_type_is_a_dialect_error_naming_the_field(translate: Callable[[d
 def test_unknown_top_level_fields_are_still_accepted_and_ignored(translate: Callable[[dict[str, Any]], Any],
                                                                  body: dict[str, Any]) -> None:
     translate(body)
+
+
+class _Watched:
+    """A validated body that remembers which of its fields the resource used."""
+
+    def __init__(self, body: BaseModel, used: set[str]) -> None:
+        self._body, self._used = body, used
+
+    def __getattr__(self, name: str) -> Any:
+        self._used.add(name)
+        return getattr(self._body, name)
+
+
+@pytest.mark.parametrize(("route", "model", "body"), [
+    (openai_api.ChatCompletions, "ChatBody", {"model": "m", "messages": HELLO, "tool_choice": "auto",
+                                              "tools": [{"type": "function", "function": {"name": "f"}}],
+                                              "response_format": {"type": "text"}}),
+    (openai_api.Completions, "CompletionBody", {"model": "m", "prompt": "hi", "response_format": {"type": "text"}}),
+    (openai_api.Embeddings, "EmbeddingBody", {"model": "m", "input": "hi"}),
+])
+def test_every_openai_field_blazar_reads_is_documented(monkeypatch: pytest.MonkeyPatch, route: type[Any], model: str,
+                                                       body: dict[str, Any]) -> None:
+    """OpenAI's bodies pass through to the engine, which reads what Blazar does not, so only one direction holds:
+    every field the resource reads (from the body or its validated model) is one its model documents."""
+    real: type[BaseModel] = getattr(openai_api, model)
+    used: set[str] = set()
+
+    class Recording:
+        @staticmethod
+        def model_validate(data: dict[str, Any]) -> _Watched:
+            return _Watched(real.model_validate(dict(data)), used)
+
+    monkeypatch.setattr(openai_api, model, Recording)
+    seen = Reads(body)
+    route(cast(Any, None)).ask(seen)
+    assert seen.read | used, "nothing was read"
+    assert (seen.read | used) - _fields(real) == set(), f"{model}: read but not documented"
