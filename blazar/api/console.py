@@ -3,7 +3,7 @@ step), served with a strict Content-Security-Policy; and the read routes it need
 log (a tail, and a live server-sent-events follow in console_follow.py), a trace's `why`, the model store with each
 model's fit on this machine, and the engines with their verify status (and a verify action).
 
-The page and its files hold no secret, so they are open like /health (blazar/api/auth.py); everything they call is an
+The page and its files hold no secret, so they are open like /health (`ROUTES` below); everything they call is an
 admin route that needs an admin key once keys exist. The page sends that key as `Authorization: Bearer`.
 """
 

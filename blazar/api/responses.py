@@ -14,7 +14,7 @@ from blazar.api.auth import Access, principal_of
 from blazar.api.openai import M
 from blazar.api.proxy import Proxy
 from blazar.api.routes import Op, Route, inference
-from blazar.api.schemas import BOOL, NULLABLE_STR, OBJ, SSE, STR, listed, obj, ref
+from blazar.api.schemas import BOOL, NULLABLE_STR, OBJ, SSE, STR, obj, ref
 from blazar.dialects import responses as dialect
 from blazar.dialects.responses_body import ResponsesBody
 from blazar.errors import DialectError
@@ -86,9 +86,8 @@ class InputItems:
                       "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}
 
 
-_ITEMS = listed(OBJ)
-_ITEMS["required"].append("has_more")
-_ITEMS["properties"] |= {"first_id": NULLABLE_STR, "last_id": NULLABLE_STR, "has_more": BOOL}
+_ITEMS = obj(["object", "data", "has_more"], object={"const": "list"}, data={"type": "array", "items": OBJ},
+             first_id=NULLABLE_STR, last_id=NULLABLE_STR, has_more=BOOL)
 ROUTES = (
     Route("/v1/responses", Access.KEY, lambda d: Responses(d.gateway, d.shared(Conversations)), {"post": inference(
         "Responses", ResponsesBody, "Response", SSE, examples=({"model": M, "input": "Why is the sky blue?"},))}),

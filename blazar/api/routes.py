@@ -49,7 +49,7 @@ class Deps:
     supervisor: SupervisorPort
     gateway_or_none: Gateway | None
     routes: tuple[Route, ...] = ()
-    _shared: dict[object, object] = field(default_factory=dict)
+    _shared: dict[object, object] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def gateway(self) -> Gateway:
