@@ -18,7 +18,7 @@ from blazar.errors import BlazarError
 WITHHELD = "<path>"
 # The first segments of the paths the API and its children serve: a message that names a route (`it serves
 # /v1/audio/speech`, `/api/blazar/ps needs an admin key`) keeps it. NOTE: every route's first segment is here
-# (tests/unit/test_redact.py walks blazar/api/auth.py ROUTES); any other absolute path is the machine's.
+# (tests/unit/test_redact.py walks the route table, blazar/api/table.py); any other absolute path is the machine's.
 ROUTE_HEADS = frozenset({"", "v1", "api", "health", "ready", "metrics", "console", "openapi.json", "rerank",
                          "completion", "tokenize", "slots", "synthesize", "info", "voices"})
 # A token that starts with "/" where a path would: not inside a word, a URL (`http://host:1/v1`) or a relative path.

@@ -4,13 +4,25 @@ body, call the supervisor, render. Errors are raised and rendered by blazar/api/
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import Annotated, Any
 
 import falcon.asgi
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    WithJsonSchema,
+    field_validator,
+)
 
-from blazar.api.auth import principal_of
+from blazar.api.auth import Access, principal_of
 from blazar.api.bounds import MAX_NAME_CHARS
+from blazar.api.routes import ENGINE, Op, Route
+from blazar.api.schemas import BOOL, DURATION, INT, STR, obj, ref
 from blazar.context import Blazar
 from blazar.durations import keep_alive_seconds
 from blazar.instances.supervisor import UNSET
@@ -34,7 +46,7 @@ class LoadBody(_Body):
     model: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS)
     # Ollama's convention: a duration string or seconds; negative = forever; absent = the setting (or, for a loaded
     # instance, what it has).
-    keep_alive: StrictStr | StrictInt | StrictFloat | None = None
+    keep_alive: Annotated[StrictStr | StrictInt | StrictFloat | None, WithJsonSchema(DURATION)] = None
     # Absent leaves a loaded instance's pin as it is; a new one starts unpinned.
     pin: StrictBool | None = None
     ctx: StrictInt | None = Field(None, ge=1, description="context tokens per slot")
@@ -53,6 +65,7 @@ class LoadBody(_Body):
 
 
 class ModelBody(_Body):
+    model_config = ConfigDict(extra="forbid", frozen=True, title="AdminModelBody")
     model: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS)
 
 
@@ -115,9 +128,20 @@ class SyncResource:
         resp.media = {"seq": self.app.runner.seq}
 
 
-def add_routes(api: falcon.asgi.App, app: Blazar, supervisor: SupervisorPort, prefix: str = "/api/blazar") -> None:
-    api.add_route(f"{prefix}/ps", PsResource(app, supervisor))
-    api.add_route(f"{prefix}/load", LoadResource(supervisor))
-    api.add_route(f"{prefix}/stop", StopResource(supervisor))
-    api.add_route(f"{prefix}/reset", ResetResource(supervisor))
-    api.add_route(f"{prefix}/sync", SyncResource(app))
+_M = "gemma3-270m"  # the packaged demo model, in the document's examples
+_MODEL_EXAMPLE = ({"model": _M},)
+ROUTES = (
+    Route("/api/blazar/ps", Access.ADMIN, lambda d: PsResource(d.app, d.supervisor), needs_gateway=False, ops={
+        "get": Op("Running instances and open circuits", ref("Ps"))}),
+    Route("/api/blazar/load", Access.ADMIN, lambda d: LoadResource(d.supervisor), needs_gateway=False, ops={
+        "post": Op("Load a model (or change a loaded one's keep_alive/pin)", ref("Instance"), statuses=ENGINE,
+                   body=LoadBody, examples=({"model": _M, "keep_alive": "10m", "pin": False},))}),
+    Route("/api/blazar/stop", Access.ADMIN, lambda d: StopResource(d.supervisor), needs_gateway=False, ops={
+        "post": Op("Stop a model's instances", obj(["stopped"], stopped={"type": "array", "items": STR}),
+                   statuses=(404,), body=ModelBody, examples=_MODEL_EXAMPLE)}),
+    Route("/api/blazar/reset", Access.ADMIN, lambda d: ResetResource(d.supervisor), needs_gateway=False, ops={
+        "post": Op("Close a model's crash circuit", obj(["reset"], reset=BOOL), statuses=(404,), body=ModelBody,
+                   examples=_MODEL_EXAMPLE)}),
+    Route("/api/blazar/sync", Access.ADMIN, lambda d: SyncResource(d.app), needs_gateway=False, ops={
+        "post": Op("Fold what other processes appended (a key change), now", obj(["seq"], seq=INT))}),
+)

@@ -9,23 +9,20 @@ from typing import Any
 
 import falcon
 import falcon.asgi
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from blazar.api.bounds import MAX_NAME_CHARS
+from blazar.api.auth import Access
 from blazar.api.context import trace_id_of
+from blazar.api.openai import HELLO, M
 from blazar.api.proxy import Proxy, read_json
+from blazar.api.routes import ENGINE, Op, Route, inference
+from blazar.api.schemas import SSE, ref
 from blazar.dialects import anthropic as dialect
+from blazar.dialects.anthropic_body import CountBody, MessagesBody
+from blazar.dialects.body import checked
 from blazar.dialects.schema import check_tools
 from blazar.errors import Refused
 from blazar.serving.gateway import Gateway
 from blazar.serving.request import Hooks, Request
-
-
-class CountBody(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    model: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS)
-    messages: list[dict[str, Any]] = Field(min_length=1)
 
 
 class Messages(Proxy):
@@ -54,7 +51,7 @@ class CountTokens:
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         dialect.check_betas(req.get_header("anthropic-beta"))
         _, data = await read_json(req)
-        CountBody.model_validate(data)
+        checked(CountBody, data)
         body = dialect.to_openai({"max_tokens": 1, **data})
         gw = self.gateway
         inst = await gw.supervisor.ensure(gw.supervisor.resolve(body["model"]))  # its errors render as they are
@@ -65,6 +62,12 @@ class CountTokens:
         resp.media = {"input_tokens": n}
 
 
-def add_routes(api: falcon.asgi.App, gateway: Gateway) -> None:
-    api.add_route("/v1/messages", Messages(gateway))
-    api.add_route("/v1/messages/count_tokens", CountTokens(gateway))
+ROUTES = (
+    Route("/v1/messages", Access.KEY, lambda d: Messages(d.gateway), {"post": inference(
+        "Messages", MessagesBody, "Message", SSE, examples=(
+            {"model": M, "max_tokens": 64, "messages": HELLO},
+            {"model": M, "max_tokens": 64, "messages": HELLO, "stream": True, "system": "Be brief."}))}),
+    Route("/v1/messages/count_tokens", Access.KEY, lambda d: CountTokens(d.gateway), {"post": Op(
+        "Count a prompt's tokens", ref("TokenCount"), statuses=ENGINE, body=CountBody,
+        examples=({"model": M, "messages": HELLO},))}),
+)

@@ -1,4 +1,5 @@
-"""`create_app`: the one place the HTTP app is assembled: media handlers, error rendering, routes."""
+"""`create_app`: the one place the HTTP app is assembled: media handlers, error rendering, and the routes of the route
+table (blazar/api/table.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import falcon.asgi
 import falcon.media
 import orjson
 
-from blazar.api import admin, auth, batches, bounds, console, dashboard, edge, errors, files, paths, sessions
+from blazar.api import auth, bounds, edge, errors, files, paths, table
 from blazar.api.audio import path_limits as audio_limits
 from blazar.api.context import RequestContext
+from blazar.api.routes import Deps
 from blazar.cluster.nodes import cluster_key
 from blazar.context import Blazar
 from blazar.queries.keys import keys_on
@@ -22,11 +24,6 @@ if TYPE_CHECKING:
     from blazar.serving.gateway import Gateway
 
 
-class HealthResource:
-    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        resp.media = {"status": "ok"}
-
-
 def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None = None, *,
                admin_token: str | None = None, bind_host: str = "127.0.0.1", scheme: str = "http") -> falcon.asgi.App:
     """The admin routes always; the API dialects when a gateway is given (the daemon gives one). `admin_token` is
@@ -34,7 +31,7 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
     `scheme` are what the daemon serves on (the Host guard and same-origin check need them).
 
     A request meets the trace id and body limit, then the path check (not canonical: 404), then the router, then the
-    edge and auth, which decide on the route resolved (blazar/api/auth.py ROUTES: a rule for every route here)."""
+    edge and auth, which decide on the route resolved (each route's access in the table)."""
     settings = app.settings()
     peers_key = cluster_key(app.env) if app.node else None  # forwarding between nodes sharing a log
     middleware: list[Any] = [RequestContext(max_body_bytes=settings.max_body_mib << 20,
@@ -47,8 +44,8 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
     policy = edge.EdgePolicy.of(bind_host, settings.allowed_hosts, settings.cors_origins)
     middleware.append(edge.Edge(policy, lambda: keys_on(app), scheme=scheme))
     middleware.append(auth.Auth(auth.Authenticator(lambda: app.runner.state("keys"), app.clock,
-                                                   admin_token=admin_token, admin_actor=auth.admin_actor(app.actor),
-                                                   cluster_key=peers_key)))
+                                                   rules=table.access_rules(), admin_token=admin_token,
+                                                   admin_actor=auth.admin_actor(app.actor), cluster_key=peers_key)))
     api = falcon.asgi.App(middleware=middleware)
     json_handler = falcon.media.JSONHandler(dumps=orjson.dumps, loads=bounds.loads)  # nesting bounded
     api.req_options.media_handlers.update({falcon.MEDIA_JSON: json_handler})
@@ -56,37 +53,8 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
     # A body sent without a Content-Type is read as JSON.
     api.req_options.default_media_type = falcon.MEDIA_JSON
     errors.register(api, home=app.paths.data_dir, audience=errors.Audience.of(app))
-    api.add_route("/health", HealthResource())
-    admin.add_routes(api, app, supervisor)
-    dashboard.add_routes(api, app, supervisor, gateway)
-    console.add_routes(api, app, supervisor)
-    if gateway is not None:
-        from blazar.api import (
-            anthropic,
-            audio,
-            ollama,
-            ollama_chat,
-            ollama_create,
-            ollama_pull,
-            openai,
-            openapi,
-            ops,
-            rerank,
-            responses,
-        )
-
-        openai.add_routes(api, app, gateway)
-        responses.add_routes(api, app, gateway)
-        anthropic.add_routes(api, gateway)
-        ops.add_routes(api, app, gateway)
-        ollama.add_routes(api, app, supervisor)
-        ollama_chat.add_routes(api, gateway)
-        ollama_pull.add_routes(api, app)
-        ollama_create.add_routes(api, app)
-        rerank.add_routes(api, gateway)
-        audio.add_routes(api, app, gateway)
-        sessions.add_routes(api, gateway)
-        files.add_routes(api, app, gateway)
-        batches.add_routes(api, app, gateway)
-        openapi.add_routes(api)
+    deps = Deps(app, supervisor, gateway, routes=table.ROUTES)
+    for route in table.ROUTES:
+        if gateway is not None or not route.needs_gateway:  # without one (tests): the admin routes alone
+            api.add_route(route.path, route.make(deps))
     return api

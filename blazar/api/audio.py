@@ -17,6 +17,7 @@ import os
 import re
 import tempfile
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -29,9 +30,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 from blazar.adapters import audio as codec
 from blazar.adapters.engines.kinds import MAX_AUDIO_FIELD
 from blazar.api import disconnect
-from blazar.api.auth import principal_of
+from blazar.api.auth import Access, principal_of
 from blazar.api.bounds import MAX_NAME_CHARS, check_name, shown
 from blazar.api.proxy import Proxy, read_json
+from blazar.api.routes import ENGINE, Deps, Op, Route
+from blazar.api.schemas import BOOL, JSON, NUM, OBJ, SSE, STR, TEXT, listed, obj
 from blazar.context import Blazar
 from blazar.errors import DialectError
 from blazar.queries.voices import voices
@@ -300,9 +303,28 @@ def clear_uploads(app: Blazar) -> int:
     return gone
 
 
-def add_routes(api: falcon.asgi.App, app: Blazar, gateway: Gateway) -> None:
-    clear_uploads(app)
-    api.add_route("/v1/audio/transcriptions", Transcriptions(gateway, app))
-    api.add_route("/v1/audio/translations", Translations(gateway, app))
-    api.add_route("/v1/audio/speech", Speech(gateway, app))
-    api.add_route("/v1/audio/voices", Voices(app))
+def _upload(kind: type[Transcriptions]) -> Callable[[Deps], Transcriptions]:
+    def make(d: Deps) -> Transcriptions:
+        d.shared(clear_uploads)  # once, before the first upload route takes a request
+        return kind(d.gateway, d.app)
+    return make
+
+
+_FORM = obj(["file", "model"], file={"type": "string", "format": "binary"}, model=STR, language=STR, prompt=STR,
+            response_format={"enum": list(TRANSCRIPTION_FORMATS)}, temperature=NUM,
+            **{"timestamp_granularities[]": {"type": "array", "items": {"enum": ["word", "segment"]}}}, stream=BOOL)
+_TEXT = obj(["text"], text=STR)
+ROUTES = (
+    Route("/v1/audio/transcriptions", Access.KEY, _upload(Transcriptions), {"post": Op(
+        "Speech to text (a whisper model)", _TEXT, statuses=(*ENGINE, 413), ok_types=(JSON, TEXT, SSE),
+        engine_errors=True, form=_FORM)}),
+    Route("/v1/audio/translations", Access.KEY, _upload(Translations), {"post": Op(
+        "Speech to English text (a whisper model)", _TEXT, statuses=(*ENGINE, 413), ok_types=(JSON, TEXT, SSE),
+        engine_errors=True, form=_FORM)}),
+    Route("/v1/audio/speech", Access.KEY, lambda d: Speech(d.gateway, d.app), {"post": Op(
+        "Text to speech (a piper voice), streamed as it is made", statuses=ENGINE, body=SpeechBody,
+        engine_errors=True,
+        ok_types=("audio/mpeg", "audio/opus", "audio/aac", "audio/flac", "audio/wav", "audio/pcm"))}),
+    Route("/v1/audio/voices", Access.KEY, lambda d: Voices(d.app), {"get": Op(
+        "The piper voices in the store and their speakers", listed(OBJ))}),
+)

@@ -1,9 +1,10 @@
 """API keys at the door: a Falcon middleware that finds the caller's principal from `Authorization: Bearer <secret>`
 or `x-api-key: <secret>` (one dict look-up by prefix in the live keys projection, one HMAC, a constant-time compare;
 never SQLite), refuses what it may not do (401, 403), and leaves `req.context.principal` for the gateway (scope,
-limits, actor). Who may call what is one rule per route (`ROUTES`, by URI template), read on the route falcon
-resolved, never on the raw path. Auth is on as soon as one key is not revoked; until then every request passes as
-before. Open even then: the OPEN routes and OPTIONS (CORS preflights, Allow).
+limits, actor). Who may call what is one rule per route (its `Route.access` in the route table, blazar/api/table.py,
+by URI template), read on the route falcon resolved, never on the raw path. Auth is on as soon as one key is not
+revoked; until then every request passes as before. Open even then: the OPEN routes and OPTIONS (CORS preflights,
+Allow).
 
     AuthRefused (blazar/errors.py)   rendered in the route's dialect by blazar/api/errors.py
     ├── Unauthenticated  401  no secret, an unknown or wrong one, a revoked or expired key (WWW-Authenticate: Bearer)
@@ -13,7 +14,7 @@ before. Open even then: the OPEN routes and OPTIONS (CORS preflights, Allow).
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -35,81 +36,9 @@ class Access(StrEnum):
     ADMIN = "admin"      # an --admin key, or the CLI's admin token
 
 
-# NOTE: one rule per URI template, as routes are added in blazar/api/ (tests/unit/api/test_route_walk.py fails on a
-# route without a rule, or a rule without a route); a template missing here is ADMIN. To open a route to every key (the
-# sessions, say), its handler must first show and touch only what belongs to `principal_of(req)`; then mark it KEY.
-ROUTES: dict[str, Access] = {
-    "/health": Access.OPEN,
-    "/openapi.json": Access.OPEN,  # describes the routes, no secret
-    "/console": Access.OPEN,  # the page and its files; what they call is not open
-    "/console/static/{name}": Access.OPEN,
-    # Inference and listings: the gateway and the listing handlers apply the key's scope.
-    "/": Access.KEY,
-    "/v1/models": Access.KEY,
-    "/v1/models/{model_id}": Access.KEY,
-    "/v1/chat/completions": Access.KEY,
-    "/v1/completions": Access.KEY,
-    "/v1/embeddings": Access.KEY,
-    "/v1/rerank": Access.KEY,
-    "/rerank": Access.KEY,
-    "/v1/audio/transcriptions": Access.KEY,
-    "/v1/audio/translations": Access.KEY,
-    "/v1/audio/speech": Access.KEY,
-    "/v1/audio/voices": Access.KEY,
-    "/v1/responses": Access.KEY,
-    "/v1/responses/{response_id}": Access.KEY,  # a key sees only its own (blazar/api/responses.py)
-    "/v1/responses/{response_id}/input_items": Access.KEY,
-    # Files and batches: each handler shows and touches only the caller's own (blazar/api/files.py, batches.py).
-    "/v1/files": Access.KEY,
-    "/v1/files/{file_id}": Access.KEY,
-    "/v1/files/{file_id}/content": Access.KEY,
-    "/v1/batches": Access.KEY,
-    "/v1/batches/{batch_id}": Access.KEY,
-    "/v1/batches/{batch_id}/cancel": Access.KEY,
-    "/v1/messages": Access.KEY,
-    "/v1/messages/count_tokens": Access.KEY,
-    "/api/version": Access.KEY,
-    "/api/tags": Access.KEY,
-    "/api/ps": Access.KEY,
-    "/api/show": Access.KEY,
-    "/api/chat": Access.KEY,
-    "/api/generate": Access.KEY,
-    "/api/embed": Access.KEY,
-    "/api/embeddings": Access.KEY,
-    # What another node may ask of this one besides inference (`blazar pull --node`): a download into its store.
-    "/api/pull": Access.CLUSTER,
-    # Model management, per-key figures, the readiness probe, the admin API.
-    "/api/delete": Access.ADMIN,
-    "/api/copy": Access.ADMIN,
-    "/api/create": Access.ADMIN,
-    "/metrics": Access.ADMIN,
-    "/ready": Access.ADMIN,
-    "/api/blazar/ps": Access.ADMIN,
-    "/api/blazar/load": Access.ADMIN,
-    "/api/blazar/stop": Access.ADMIN,
-    "/api/blazar/reset": Access.ADMIN,
-    "/api/blazar/sync": Access.ADMIN,
-    "/api/blazar/dashboard": Access.ADMIN,
-    "/api/blazar/queue": Access.ADMIN,
-    "/api/blazar/events": Access.ADMIN,
-    "/api/blazar/events/follow": Access.ADMIN,
-    "/api/blazar/why/{trace}": Access.ADMIN,
-    "/api/blazar/models": Access.ADMIN,
-    "/api/blazar/engines": Access.ADMIN,
-    "/api/blazar/engines/verify": Access.ADMIN,
-    "/api/blazar/nodes": Access.ADMIN,
-    # A key's own sessions (its namespace: blazar/api/sessions.py shows and touches nothing else); an admin's, every
-    # key's.
-    "/api/blazar/sessions": Access.KEY,
-    "/api/blazar/sessions/{name}": Access.KEY,
-    "/api/blazar/sessions/{name}/save": Access.KEY,
-    "/api/blazar/sessions/{name}/restore": Access.KEY,
-}
-
-
-def access(route: str | None) -> Access:
+def access(rules: Mapping[str, Access], route: str | None) -> Access:
     """The rule of the route with this URI template; ADMIN for one without a rule (fail closed)."""
-    return ROUTES.get(route, Access.ADMIN) if route is not None else Access.ADMIN
+    return rules.get(route, Access.ADMIN) if route is not None else Access.ADMIN
 
 
 def presented(req: falcon.asgi.Request) -> str | None:
@@ -127,9 +56,14 @@ class Authenticator:
     """Secret -> principal, against the keys projection's live state (read through `keys`, never copied, so a key
     created, rotated or revoked by another process counts as soon as the daemon folds its event)."""
 
-    def __init__(self, keys: Callable[[], KeysState], clock: Clock, *, admin_token: str | None = None,
-                 admin_actor: str = "cli:admin", cluster_key: str | None = None) -> None:
+    def __init__(self, keys: Callable[[], KeysState], clock: Clock, *, rules: Mapping[str, Access],
+                 admin_token: str | None = None, admin_actor: str = "cli:admin", cluster_key: str | None = None
+                 ) -> None:
         self._keys = keys
+        # NOTE: the table's rules (blazar/api/table.py access_rules); a route without one is ADMIN (fail closed).
+        # To open a route to every key (the sessions, say), its handler must first show and touch only what belongs
+        # to `principal_of(req)`; then mark it KEY.
+        self.rules = rules
         self.clock = clock
         self.admin_token = admin_token.encode() if admin_token else None
         self.admin = Principal(actor=admin_actor, admin=True)
@@ -163,7 +97,7 @@ class Authenticator:
     def check(self, method: str, route: str | None, secret: str | None) -> Principal | None:
         """The principal a request to the route with URI template `route` runs as (None: auth is off, the route is
         open or the request a preflight); raises AuthRefused."""
-        rule = access(route)
+        rule = access(self.rules, route)
         if rule is Access.OPEN or method == "OPTIONS" or not self.on():
             return None
         principal = self.principal(secret)

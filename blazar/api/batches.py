@@ -20,12 +20,14 @@ import falcon.asgi
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from blazar.api import bounds
-from blazar.api.auth import principal_of
+from blazar.api.auth import Access, principal_of
 from blazar.api.charges import Charges
-from blazar.api.files import not_found, owner_of, record
+from blazar.api.files import file_store, not_found, owner_of, record
 from blazar.api.openai import ChatCompletions, Completions, Embeddings
 from blazar.api.proxy import Proxy
 from blazar.api.responses import Responses
+from blazar.api.routes import Op, Route
+from blazar.api.schemas import OBJ, STR, listed, obj
 from blazar.context import Blazar
 from blazar.dialects import responses as responses_dialect
 from blazar.errors import BatchConflict, DialectError
@@ -43,7 +45,7 @@ MAX_METADATA = 16
 
 
 class CreateBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # output_expires_after: the files stay until deleted
+    model_config = ConfigDict(extra="ignore", title="BatchBody")  # output_expires_after: the files stay until deleted
 
     input_file_id: StrictStr = Field(min_length=1, max_length=80)
     endpoint: StrictStr = Field(max_length=80)
@@ -165,8 +167,15 @@ class BatchCancel:
         resp.media = batch_json(row)
 
 
-def add_routes(api: falcon.asgi.App, app: Blazar, gateway: Gateway) -> None:
-    store = FileStore(app.paths)
-    api.add_route("/v1/batches", Batches(app, store, Charges(app, gateway)))
-    api.add_route("/v1/batches/{batch_id}", Batch(app))
-    api.add_route("/v1/batches/{batch_id}/cancel", BatchCancel(app))
+BATCH = obj(["id", "object", "status", "endpoint", "input_file_id"], id=STR, object={"const": "batch"}, status=STR,
+            endpoint=STR, input_file_id=STR, request_counts=OBJ)
+# Each key's own: the handlers show and touch only the caller's (the route is any key's).
+ROUTES = (
+    Route("/v1/batches", Access.KEY, lambda d: Batches(d.app, d.shared(file_store), Charges(d.app, d.gateway)), {
+        "post": Op("Create a batch from an uploaded file", BATCH, statuses=(400, 404), body=CreateBody),
+        "get": Op("The caller's batches, newest first", listed(), statuses=(400,))}),
+    Route("/v1/batches/{batch_id}", Access.KEY, lambda d: Batch(d.app), {
+        "get": Op("One batch", BATCH, statuses=(404,))}),
+    Route("/v1/batches/{batch_id}/cancel", Access.KEY, lambda d: BatchCancel(d.app), {
+        "post": Op("Cancel a batch", BATCH, statuses=(404, 409))}),
+)

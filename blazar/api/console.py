@@ -3,7 +3,7 @@ step), served with a strict Content-Security-Policy; and the read routes it need
 log (a tail, and a live server-sent-events follow in console_follow.py), a trace's `why`, the model store with each
 model's fit on this machine, and the engines with their verify status (and a verify action).
 
-The page and its files hold no secret, so they are open like /health (blazar/api/auth.py); everything they call is an
+The page and its files hold no secret, so they are open like /health (`ROUTES` below); everything they call is an
 admin route that needs an admin key once keys exist. The page sends that key as `Authorization: Bearer`.
 """
 
@@ -22,8 +22,11 @@ import falcon.asgi
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from blazar.api import console_follow
+from blazar.api.auth import Access
 from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.api.console_follow import MAX_SEQ, event_json, query_params
+from blazar.api.routes import Op, Route
+from blazar.api.schemas import BOOL, INT, NULLABLE_STR, OBJ, SSE, STR, Schema, obj
 from blazar.context import Blazar
 from blazar.errors import BlazarError, EngineVerifyFailed, TraceNotFound
 from blazar.fit import FitRequest
@@ -227,13 +230,50 @@ class Nodes:
         resp.media = await where(self.app)
 
 
-def add_routes(api: falcon.asgi.App, app: Blazar, supervisor: SupervisorPort) -> None:
-    api.add_route("/console", Page())
-    api.add_route("/console/static/{name}", Static())
-    api.add_route("/api/blazar/events", Events(app))
-    api.add_route("/api/blazar/events/follow", console_follow.Follow(app))
-    api.add_route("/api/blazar/why/{trace}", Why(app))
-    api.add_route("/api/blazar/models", Models(app, supervisor))
-    api.add_route("/api/blazar/engines", Engines(app))
-    api.add_route("/api/blazar/engines/verify", Verify(app))
-    api.add_route("/api/blazar/nodes", Nodes(app))
+def _query(name: str, schema: Schema, description: str) -> Schema:
+    param: Schema = {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+    if schema.get("type") == "array":
+        param |= {"style": "form", "explode": True}
+    return param
+
+
+_ROWS = {"type": "array", "items": OBJ}
+_SEQ = {"type": "integer", "minimum": 0, "maximum": MAX_SEQ}
+_FILTERS = (_query("type", {"type": "array", "items": STR, "maxItems": 32}, "event types (repeat, or a,b)"),
+            _query("stream", {"type": "string", "maxLength": 256}, "one stream, e.g. model:gemma3-270m"),
+            _query("trace", {"type": "string", "maxLength": 64}, "one trace id"))
+ROUTES = (
+    # The page and its files hold no secret: open, like /health.
+    Route("/console", Access.OPEN, lambda d: Page(), needs_gateway=False, ops={"get": Op(
+        "The web console", ok_types=("text/html",))}),
+    Route("/console/static/{name}", Access.OPEN, lambda d: Static(), needs_gateway=False, ops={"get": Op(
+        "A file of the console page", statuses=(404,), ok_types=("text/css", "text/javascript", "image/png"))}),
+    Route("/api/blazar/events", Access.ADMIN, lambda d: Events(d.app), needs_gateway=False, ops={"get": Op(
+        "The newest events matching the filters, oldest first", obj(["events", "last_seq"], events=_ROWS,
+                                                                   last_seq=INT),
+        statuses=(400,), parameters=(*_FILTERS, _query("before", _SEQ, "seq at most"),
+                                     _query("limit", {"type": "integer", "minimum": 1, "maximum": EVENTS_LIMIT},
+                                            "at most (200)")))}),
+    Route("/api/blazar/events/follow", Access.ADMIN, lambda d: console_follow.Follow(d.app), needs_gateway=False,
+          ops={"get": Op(
+              "The event log live (server-sent events; ends after timeout_s)", statuses=(400, 503), ok_types=(SSE,),
+              parameters=(*_FILTERS, _query("after", _SEQ, "resume after this seq (the last)"),
+                          _query("timeout_s", {"type": "number", "exclusiveMinimum": 0, "maximum": 600},
+                                 "end the stream after this long (300)")))}),
+    Route("/api/blazar/why/{trace}", Access.ADMIN, lambda d: Why(d.app), needs_gateway=False, ops={"get": Op(
+        "One request's story (blazar why --json); `last`: the last failed",
+        obj(["trace_id", "verdict", "steps"], trace_id=STR, verdict=STR, steps=_ROWS), statuses=(404,))}),
+    Route("/api/blazar/models", Access.ADMIN, lambda d: Models(d.app, d.supervisor), needs_gateway=False, ops={
+        "get": Op("The model store, each model's fit here now", obj(["models", "aliases"], models=_ROWS,
+                                                                    aliases=OBJ))}),
+    Route("/api/blazar/engines", Access.ADMIN, lambda d: Engines(d.app), needs_gateway=False, ops={"get": Op(
+        "The engines with their verify and smoke results", obj(["active", "engines"], active=NULLABLE_STR,
+                                                               engines=_ROWS))}),
+    Route("/api/blazar/engines/verify", Access.ADMIN, lambda d: Verify(d.app), needs_gateway=False, ops={"post": Op(
+        "Hash an engine's files (default: the active one) against its install record",
+        obj(["tag", "ok", "problems"], tag=STR, ok=BOOL, problems={"type": "array", "items": STR}),
+        statuses=(404, 503), body=VerifyBody)}),
+    Route("/api/blazar/nodes", Access.ADMIN, lambda d: Nodes(d.app), needs_gateway=False, ops={"get": Op(
+        "The gateways sharing this log, and where each model is (loaded, and in whose store)",
+        obj(["this_node", "nodes"], this_node=NULLABLE_STR, nodes=_ROWS))}),
+)

@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING
 import falcon
 import falcon.asgi
 
+from blazar.api.auth import Access
+from blazar.api.routes import Op, Route
+from blazar.api.schemas import INT, OBJ, obj
 from blazar.context import Blazar
 from blazar.events.base import Recorded
 from blazar.queries.dashboard import REQUEST_TYPES, SEED_EVENTS, Activity, DaemonStatus, fold, read_recent, snapshot
@@ -72,5 +75,12 @@ class DashboardResource:
         resp.media = dash.model_dump(mode="json")
 
 
-def add_routes(api: falcon.asgi.App, app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None = None) -> None:
-    api.add_route("/api/blazar/dashboard", DashboardResource(app, supervisor, gateway))
+_ROWS = {"type": "array", "items": OBJ}
+ROUTES = (
+    Route("/api/blazar/dashboard", Access.ADMIN, lambda d: DashboardResource(d.app, d.supervisor, d.gateway_or_none),
+          needs_gateway=False, ops={"get": Op(
+              "What `blazar watch` shows (its shape: blazar/queries/dashboard.py)",
+              obj(["version", "at", "seq", "instances", "queues", "tokens_per_s", "requests", "failures"],
+                  version=INT, seq=INT, instances=_ROWS, requests=_ROWS, failures=_ROWS, queues=OBJ,
+                  tokens_per_s=OBJ))}),
+)

@@ -21,8 +21,10 @@ import falcon
 import falcon.asgi
 from falcon.media.multipart import MultipartParseError
 
-from blazar.api.auth import principal_of
+from blazar.api.auth import Access, principal_of
 from blazar.api.charges import Charges
+from blazar.api.routes import Op, Route
+from blazar.api.schemas import INT, OBJ, STR, listed, obj
 from blazar.config import Settings
 from blazar.context import Blazar, stamp_node
 from blazar.errors import DialectError, FileTooLarge
@@ -33,7 +35,7 @@ from blazar.serving.principal import Principal
 from blazar.store.files import FileStore, Writing, new_file_id
 
 if TYPE_CHECKING:
-    from blazar.serving.gateway import Gateway
+    pass
 
 STORED_PURPOSES = ("batch", "user_data")
 OTHER_PURPOSES = ("assistants", "fine-tune", "vision", "evals")
@@ -208,8 +210,22 @@ class FileContent:
         resp.stream = chunks()
 
 
-def add_routes(api: falcon.asgi.App, app: Blazar, gateway: Gateway) -> None:
-    store = FileStore(app.paths)
-    api.add_route("/v1/files", Files(app, store, Charges(app, gateway)))
-    api.add_route("/v1/files/{file_id}", File(app, store))
-    api.add_route("/v1/files/{file_id}/content", FileContent(app, store))
+def file_store(app: Blazar) -> FileStore:
+    return FileStore(app.paths)
+
+
+FILE = obj(["id", "object", "bytes", "filename", "purpose"], id=STR, object={"const": "file"}, bytes=INT,
+           created_at=INT, filename=STR, purpose=STR)
+# Each key's own: the handlers show and touch only the caller's (the route is any key's).
+ROUTES = (
+    Route("/v1/files", Access.KEY, lambda d: Files(d.app, d.shared(file_store), Charges(d.app, d.gateway)), {
+        "post": Op("Upload a file (multipart: file, purpose)", FILE, statuses=(400, 413), form=obj(
+            ["file", "purpose"], file={"type": "string", "format": "binary"},
+            purpose={"enum": ["batch", "user_data"]})),
+        "get": Op("The caller's files", listed(), statuses=(400,))}),
+    Route("/v1/files/{file_id}", Access.KEY, lambda d: File(d.app, d.shared(file_store)), {
+        "get": Op("One file", FILE, statuses=(404,)),
+        "delete": Op("Delete a file", OBJ, statuses=(404,))}),
+    Route("/v1/files/{file_id}/content", Access.KEY, lambda d: FileContent(d.app, d.shared(file_store)), {
+        "get": Op("A file's content", statuses=(404,), ok_types=("application/octet-stream",))}),
+)

@@ -16,8 +16,10 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictStr, Vali
 import blazar
 from blazar.adapters.engines.kinds import ROUTE_PATHS, engine_kind
 from blazar.api import bounds
-from blazar.api.auth import principal_of
+from blazar.api.auth import Access, principal_of
 from blazar.api.bounds import MAX_NAME_CHARS
+from blazar.api.routes import Op, Route
+from blazar.api.schemas import TEXT, obj, ref
 from blazar.context import Blazar
 from blazar.dialects.modelfile import render_modelfile, render_parameters
 from blazar.errors import BlazarError, DialectError, ModelNotFound
@@ -39,7 +41,7 @@ _Body = TypeVar("_Body", bound=BaseModel)
 class ModelBody(BaseModel):
     # Like Ollama: fields it does not act on are ignored, and the model is `model` or, as its older clients send it
     # (LiteLLM, aider), `name`.
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", title="OllamaModelBody")
     model: StrictStr = Field(min_length=1, max_length=MAX_NAME_CHARS, validation_alias=AliasChoices("model", "name"))
 
 
@@ -282,11 +284,25 @@ class Copy:
         resp.status = 200
 
 
-def add_routes(api: falcon.asgi.App, app: Blazar, supervisor: SupervisorPort) -> None:
-    api.add_route("/", Root())
-    api.add_route("/api/version", Version())
-    api.add_route("/api/tags", Tags(app))
-    api.add_route("/api/ps", Ps(app, supervisor))
-    api.add_route("/api/show", Show(app))
-    api.add_route("/api/delete", Delete(app))
-    api.add_route("/api/copy", Copy(app))
+_MODEL_EXAMPLE = ({"model": "gemma3-270m"},)
+ROUTES = (
+    # Listings: the handlers apply the key's scope.
+    Route("/", Access.KEY, lambda d: Root(), {
+        "get": Op("Ollama's liveness answer", ok_types=(TEXT,)),
+        "head": Op("Ollama's liveness answer, head only")}),
+    Route("/api/version", Access.KEY, lambda d: Version(), {"get": Op(
+        "The Ollama API version Blazar answers as (its own is in x-blazar-version)",
+        obj(["version"], version={"const": OLLAMA_API_VERSION}))}),
+    Route("/api/tags", Access.KEY, lambda d: Tags(d.app), {
+        "get": Op("The models in the store", ref("Tags")),
+        "head": Op("The models in the store, head only")}),
+    Route("/api/ps", Access.KEY, lambda d: Ps(d.app, d.supervisor), {"get": Op("The loaded models", ref("OllamaPs"))}),
+    Route("/api/show", Access.KEY, lambda d: Show(d.app), {"post": Op(
+        "One model's details", ref("Show"), statuses=(404,), body=ModelBody, examples=_MODEL_EXAMPLE)}),
+    # Model management: the admin's.
+    Route("/api/delete", Access.ADMIN, lambda d: Delete(d.app), {"delete": Op(
+        "Remove a model, or an alias", statuses=(404, 409), body=ModelBody, examples=_MODEL_EXAMPLE)}),
+    Route("/api/copy", Access.ADMIN, lambda d: Copy(d.app), {"post": Op(
+        "A new name (an alias) for a model", statuses=(404, 409), body=CopyBody,
+        examples=({"source": "gemma3-270m", "destination": "gemma"},))}),
+)

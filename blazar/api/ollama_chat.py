@@ -9,13 +9,15 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-import falcon.asgi
-
+from blazar.api.auth import Access
+from blazar.api.openai import HELLO, M
 from blazar.api.proxy import Proxy
+from blazar.api.routes import Route, inference
+from blazar.api.schemas import NDJSON
 from blazar.dialects import ollama as ollama_dialect
+from blazar.dialects.ollama_body import ChatRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest
 from blazar.dialects.schema import check_schema, check_tools
 from blazar.errors import ModelNotLoaded
-from blazar.serving.gateway import Gateway
 from blazar.serving.request import Hooks, Request
 
 
@@ -94,8 +96,18 @@ class Embeddings(Proxy):
                                 instead=(lambda: _answer({"embedding": []})) if body["input"] == "" else None))
 
 
-def add_routes(api: falcon.asgi.App, gateway: Gateway) -> None:
-    api.add_route("/api/chat", Chat(gateway))
-    api.add_route("/api/generate", Generate(gateway))
-    api.add_route("/api/embed", Embed(gateway))
-    api.add_route("/api/embeddings", Embeddings(gateway))
+_WHY = "Why is the sky blue?"
+ROUTES = (
+    Route("/api/chat", Access.KEY, lambda d: Chat(d.gateway), {"post": inference(
+        "Chat", ChatRequest, "ChatResponse", NDJSON, examples=(
+            {"model": M, "messages": HELLO},
+            {"model": M, "messages": HELLO, "stream": False, "options": {"num_predict": 16}}))}),
+    Route("/api/generate", Access.KEY, lambda d: Generate(d.gateway), {"post": inference(
+        "Generate", GenerateRequest, "GenerateResponse", NDJSON, examples=(
+            {"model": M, "prompt": _WHY}, {"model": M, "prompt": _WHY, "stream": False, "keep_alive": "5m"}))}),
+    Route("/api/embed", Access.KEY, lambda d: Embed(d.gateway), {"post": inference(
+        "Embeddings", EmbedRequest, "EmbedResponse", None, examples=({"model": M, "input": ["hello", "world"]},))}),
+    Route("/api/embeddings", Access.KEY, lambda d: Embeddings(d.gateway), {"post": inference(
+        "Embeddings (legacy)", EmbeddingsRequest, "EmbeddingsResponse", None,
+        examples=({"model": M, "prompt": "hello"},))}),
+)

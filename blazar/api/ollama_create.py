@@ -17,8 +17,11 @@ import falcon.asgi
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
+from blazar.api.auth import Access
 from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.api.ollama import _body, _guard
+from blazar.api.routes import Op, Route
+from blazar.api.schemas import JSON, NDJSON, ref
 from blazar.context import Blazar
 from blazar.dialects import modelfile
 from blazar.errors import DialectError
@@ -136,5 +139,13 @@ class Create:
         return lines
 
 
-def add_routes(api: falcon.asgi.App, app: Blazar) -> None:
-    api.add_route("/api/create", Create(app))
+_M = "gemma3-270m"
+ROUTES = (
+    Route("/api/create", Access.ADMIN, lambda d: Create(d.app), {"post": Op(
+        "A variant of a model: its bytes, with a template, system prompt and default parameters (NDJSON status lines "
+        "unless stream is false)", ref("PullStatus"), statuses=(404, 409), body=CreateBody, ok_types=(JSON, NDJSON),
+        line=ref("PullLine"), examples=(
+            {"model": "brief", "from": _M, "system": "Answer in one sentence.", "parameters": {"temperature": 0.2},
+             "stream": False},
+            {"model": "brief", "modelfile": f"FROM {_M}\nPARAMETER temperature 0.2\n", "stream": False}))}),
+)

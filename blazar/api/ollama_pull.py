@@ -20,8 +20,11 @@ import falcon
 import falcon.asgi
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
+from blazar.api.auth import Access
 from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.api.ollama import _body
+from blazar.api.routes import Op, Route
+from blazar.api.schemas import JSON, NDJSON, ref
 from blazar.context import Blazar
 from blazar.dialects.stream import ndjson
 from blazar.errors import BlazarError, DialectError, InvalidModelName
@@ -31,7 +34,6 @@ from blazar.store.pull_target import parse_target
 
 log = logging.getLogger("blazar.api")
 
-NDJSON = "application/x-ndjson"
 LINE_INTERVAL_S = 0.1  # at most ~10 progress lines a second; the last one is always sent
 HOLD_HEAD_S = 10.0  # how long the head waits for the download to start before streaming regardless
 
@@ -161,5 +163,10 @@ class Pull:
             yield ndjson({"status": status})
 
 
-def add_routes(api: falcon.asgi.App, app: Blazar) -> None:
-    api.add_route("/api/pull", Pull(app))
+ROUTES = (
+    # What another node may ask of this one besides inference (`blazar pull --node`): a download into its store.
+    Route("/api/pull", Access.CLUSTER, lambda d: Pull(d.app), {"post": Op(
+        "Pull a model from the hub (NDJSON progress unless stream is false)", ref("PullStatus"),
+        statuses=(404, 409, 502, 507), body=PullBody, ok_types=(JSON, NDJSON), line=ref("PullLine"),
+        examples=({"model": "ggml-org/gemma-3-270m-GGUF", "stream": False},))}),
+)

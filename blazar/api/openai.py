@@ -9,22 +9,23 @@ rewrites (the body, as the engine's grammar).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import falcon
 import falcon.asgi
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, WithJsonSchema, field_validator
 
 from blazar.adapters.engines.kinds import engine_kind
-from blazar.api.auth import principal_of
+from blazar.api.auth import Access, principal_of
 from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.api.proxy import Proxy
+from blazar.api.routes import Op, Route, inference
+from blazar.api.schemas import SSE, ref
 from blazar.context import Blazar
 from blazar.dialects.schema import check_response_format, check_tools
 from blazar.errors import DialectError, Refused
 from blazar.queries.catalog import StoredModel, model, models
 from blazar.queries.remotes import remotes
-from blazar.serving.gateway import Gateway
 from blazar.serving.request import Request
 from blazar.store.chat_templates import capabilities
 from blazar.store.model_settings import reranks
@@ -42,10 +43,31 @@ class OpenAIBody(BaseModel):
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 
+_MESSAGES = {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["role"], "properties": {
+    "role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool"]},
+    "content": {"type": ["string", "array", "null"]}, "name": {"type": "string"}, "tool_calls": {"type": "array"},
+    "tool_call_id": {"type": "string"}}}}
+# What Blazar checks itself before the engine sees it (blazar/dialects/schema.py, whose messages name the part at
+# fault), documented here; typed Any so that those checks, not the model, answer a bad one.
+ResponseFormat = Annotated[Any, WithJsonSchema({
+    "type": ["object", "null"], "required": ["type"], "description": "structured output (a schema is checked first)",
+    "properties": {"type": {"enum": ["text", "json_object", "json_schema"]}, "json_schema": {"type": "object"}}})]
+_TOOLS = Annotated[Any, WithJsonSchema({"type": ["array", "null"], "items": {
+    "type": "object", "required": ["function"], "properties": {"type": {"const": "function"}, "function": {
+        "type": "object", "required": ["name"], "properties": {"name": {"type": "string", "minLength": 1},
+                                                               "parameters": {"type": "object"}}}}}})]
+_TOOL_CHOICE = Annotated[Any, WithJsonSchema({"oneOf": [
+    {"enum": ["auto", "none", "required"]}, {"type": "object"}, {"type": "null"}],
+    "description": "a forced call is enforced with the engine's grammar"})]
+
+
 class ChatBody(OpenAIBody):
-    messages: list[dict[str, Any]] = Field(min_length=1)
+    messages: Annotated[list[dict[str, Any]], WithJsonSchema(_MESSAGES)] = Field(min_length=1)
     max_tokens: StrictInt | None = Field(None, ge=1)
     max_completion_tokens: StrictInt | None = Field(None, ge=1)
+    response_format: ResponseFormat = None
+    tools: _TOOLS = None
+    tool_choice: _TOOL_CHOICE = None
 
     @field_validator("messages")
     @classmethod
@@ -61,15 +83,11 @@ class ChatBody(OpenAIBody):
 class CompletionBody(OpenAIBody):
     prompt: str | list[Any]
     max_tokens: StrictInt | None = Field(None, ge=1)
+    response_format: ResponseFormat = None
 
 
 class EmbeddingBody(OpenAIBody):
     input: str | list[Any]
-
-
-class ResponsesBody(OpenAIBody):
-    input: str | list[Any]
-    max_output_tokens: StrictInt | None = Field(None, ge=1)
 
 
 class ChatCompletions(Proxy):
@@ -146,9 +164,21 @@ class Model:
         resp.media = _model_json(m)
 
 
-def add_routes(api: falcon.asgi.App, app: Blazar, gateway: Gateway) -> None:
-    api.add_route("/v1/models", Models(app))
-    api.add_route("/v1/models/{model_id}", Model(app))
-    api.add_route("/v1/chat/completions", ChatCompletions(gateway))
-    api.add_route("/v1/completions", Completions(gateway))
-    api.add_route("/v1/embeddings", Embeddings(gateway))
+M = "gemma3-270m"  # the packaged demo model, in the document's examples
+HELLO = [{"role": "user", "content": "Why is the sky blue?"}]
+ROUTES = (
+    # Inference and listings: the gateway and the listing handlers apply the key's scope.
+    Route("/v1/models", Access.KEY, lambda d: Models(d.app), {"get": Op("The models in the store", ref("ModelList"))}),
+    Route("/v1/models/{model_id}", Access.KEY, lambda d: Model(d.app), {"get": Op(
+        "One model", ref("Model"), statuses=(404,))}),
+    Route("/v1/chat/completions", Access.KEY, lambda d: ChatCompletions(d.gateway), {"post": inference(
+        "Chat", ChatBody, "ChatCompletion", SSE, examples=(
+            {"model": M, "messages": HELLO, "max_tokens": 32},
+            {"model": M, "messages": HELLO, "stream": True, "stream_options": {"include_usage": True}}))}),
+    Route("/v1/completions", Access.KEY, lambda d: Completions(d.gateway), {"post": inference(
+        "Text completion", CompletionBody, "Completion", SSE, examples=(
+            {"model": M, "prompt": "Once upon a time", "max_tokens": 16},
+            {"model": M, "prompt": "Once upon a time", "stream": True}))}),
+    Route("/v1/embeddings", Access.KEY, lambda d: Embeddings(d.gateway), {"post": inference(
+        "Embeddings", EmbeddingBody, "EmbeddingList", None, examples=({"model": M, "input": ["hello", "world"]},))}),
+)

@@ -1,7 +1,7 @@
 """Operational routes: `/ready` (can the gateway admit, load, generate and record right now?), `/metrics` (Prometheus
-text, derived from projections plus the live admission figures) and `/api/blazar/queue` (depth per model).
+text, derived from projections plus the live admission figures), `/api/blazar/queue` (depth per model) and `/health`.
 
-NOTE: `/health` (blazar/api/app.py) stays a liveness probe: 200 while the process answers, even with events held in
+NOTE: `/health` (here too) stays a liveness probe: 200 while the process answers, even with events held in
 memory, because restarting the daemon then would lose them. `/ready` is the one that says degraded."""
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ from typing import Any
 import falcon
 import falcon.asgi
 
+from blazar.api.auth import Access
+from blazar.api.routes import Op, Route
+from blazar.api.schemas import JSON, OBJ, TEXT, obj
 from blazar.context import Blazar
 from blazar.errors import EngineError, EngineVerifyFailed
 from blazar.queries.log_writer import writer_check
@@ -93,7 +96,21 @@ class Queue:
         resp.media = {"queues": self.gateway.admission.snapshot()}
 
 
-def add_routes(api: falcon.asgi.App, app: Blazar, gateway: Gateway) -> None:
-    api.add_route("/ready", Ready(app, gateway))
-    api.add_route("/metrics", Metrics(app, gateway))
-    api.add_route("/api/blazar/queue", Queue(gateway))
+class Health:
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        resp.media = {"status": "ok"}
+
+
+_READINESS = obj(["status", "checks"], status={"const": "ready"}, checks=OBJ)
+ROUTES = (
+    Route("/health", Access.OPEN, lambda d: Health(), needs_gateway=False, ops={"get": Op(
+        "The listener is up", obj(["status"], status={"const": "ok"}))}),
+    Route("/ready", Access.ADMIN, lambda d: Ready(d.app, d.gateway), {"get": Op(
+        "Can the gateway admit, load and generate now (a smoke generation)", _READINESS,
+        responses={503: {"description": "not ready: the failing check says why", "content": {JSON: {
+            "schema": {**_READINESS, "properties": {"status": {"const": "not_ready"}, "checks": OBJ}}}}}})}),
+    Route("/metrics", Access.ADMIN, lambda d: Metrics(d.app, d.gateway), {"get": Op(
+        "Prometheus text", ok_types=(TEXT,))}),
+    Route("/api/blazar/queue", Access.ADMIN, lambda d: Queue(d.gateway), {"get": Op(
+        "Admission per model", obj(["queues"], queues=OBJ))}),
+)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import falcon.asgi
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+from blazar.api.auth import Access
 from blazar.api.bounds import MAX_NAME_CHARS
+from blazar.api.openai import M
 from blazar.api.proxy import Proxy
+from blazar.api.routes import Route, inference
 from blazar.dialects import rerank as rerank_dialect
-from blazar.serving.gateway import Gateway
 from blazar.serving.request import Hooks, Request
 
 
@@ -49,7 +50,11 @@ class Rerank(Proxy):
                                                                                           with_docs)))
 
 
-def add_routes(api: falcon.asgi.App, gateway: Gateway) -> None:
-    route = Rerank(gateway)
-    api.add_route("/v1/rerank", route)
-    api.add_route("/rerank", route)
+_EXAMPLE = {"model": M, "query": "What is a panda?", "documents": ["hi", "The giant panda is a bear."], "top_n": 1}
+ROUTES = (
+    Route("/v1/rerank", Access.KEY, lambda d: Rerank(d.gateway), {"post": inference(
+        "Rerank documents by relevance to a query (Jina/Cohere)", RerankBody, "RerankList", None,
+        examples=(_EXAMPLE,))}),
+    Route("/rerank", Access.KEY, lambda d: Rerank(d.gateway), {"post": inference(
+        "Rerank (the same as /v1/rerank)", RerankBody, "RerankList", None, examples=(_EXAMPLE,))}),
+)

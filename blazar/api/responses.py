@@ -10,11 +10,13 @@ from typing import Any
 import falcon
 import falcon.asgi
 
-from blazar.api.auth import principal_of
-from blazar.api.openai import ResponsesBody
+from blazar.api.auth import Access, principal_of
+from blazar.api.openai import M
 from blazar.api.proxy import Proxy
-from blazar.context import Blazar
+from blazar.api.routes import Op, Route, inference
+from blazar.api.schemas import BOOL, NULLABLE_STR, OBJ, SSE, STR, obj, ref
 from blazar.dialects import responses as dialect
+from blazar.dialects.responses_body import ResponsesBody
 from blazar.errors import DialectError
 from blazar.serving.conversations import CHAT, Conversations, responses_request, serve_as
 from blazar.serving.gateway import Gateway
@@ -84,8 +86,16 @@ class InputItems:
                       "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}
 
 
-def add_routes(api: falcon.asgi.App, app: Blazar, gateway: Gateway) -> None:
-    conversations = Conversations(app)
-    api.add_route("/v1/responses", Responses(gateway, conversations))
-    api.add_route("/v1/responses/{response_id}", StoredResponse(conversations))
-    api.add_route("/v1/responses/{response_id}/input_items", InputItems(conversations))
+_ITEMS = obj(["object", "data", "has_more"], object={"const": "list"}, data={"type": "array", "items": OBJ},
+             first_id=NULLABLE_STR, last_id=NULLABLE_STR, has_more=BOOL)
+ROUTES = (
+    Route("/v1/responses", Access.KEY, lambda d: Responses(d.gateway, d.shared(Conversations)), {"post": inference(
+        "Responses", ResponsesBody, "Response", SSE, examples=({"model": M, "input": "Why is the sky blue?"},))}),
+    # A key sees only its own responses (a tenant's): another's is the same 404 as one never stored.
+    Route("/v1/responses/{response_id}", Access.KEY, lambda d: StoredResponse(d.shared(Conversations)), {
+        "get": Op("A stored response (the caller's own)", ref("Response"), statuses=(404,)),
+        "delete": Op("Delete a stored response and its content", obj(
+            ["id", "object", "deleted"], id=STR, object={"const": "response"}, deleted=BOOL), statuses=(404,))}),
+    Route("/v1/responses/{response_id}/input_items", Access.KEY, lambda d: InputItems(d.shared(Conversations)), {
+        "get": Op("The input items a stored response was given", _ITEMS, statuses=(400, 404))}),
+)

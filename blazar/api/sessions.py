@@ -12,9 +12,11 @@ from typing import Any
 import falcon.asgi
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from blazar.api.auth import principal_of
+from blazar.api.auth import Access, principal_of
 from blazar.api.bounds import MAX_NAME_CHARS
 from blazar.api.request_options import session_name
+from blazar.api.routes import Op, Route
+from blazar.api.schemas import INT, OBJ, STR, obj
 from blazar.errors import DialectError, Forbidden
 from blazar.queries.sessions import EVERYONE, session_detail, session_list
 from blazar.serving import session_commands
@@ -24,7 +26,7 @@ from blazar.serving.tenancy import qualify, tenant_named, tenant_of
 
 
 class RestoreBody(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, title="SessionRestoreBody")
 
     model: StrictStr | None = Field(None, min_length=1, max_length=MAX_NAME_CHARS)
 
@@ -96,8 +98,20 @@ class RestoreResource:
         resp.media = await session_commands.restore_session(self.gateway, _session(req, name), body.model)
 
 
-def add_routes(api: falcon.asgi.App, gateway: Gateway, prefix: str = "/api/blazar/sessions") -> None:
-    api.add_route(prefix, SessionsResource(gateway))
-    api.add_route(f"{prefix}/{{name}}", SessionResource(gateway))
-    api.add_route(f"{prefix}/{{name}}/save", SaveResource(gateway))
-    api.add_route(f"{prefix}/{{name}}/restore", RestoreResource(gateway))
+_PREFIX = "/api/blazar/sessions"
+ROUTES = (
+    # A key's own sessions (its namespace: the handlers show and touch nothing else); an admin's, every key's.
+    Route(_PREFIX, Access.KEY, lambda d: SessionsResource(d.gateway), {"get": Op(
+        "Every session and the KV bank's size", obj(["sessions", "bank_bytes"], sessions={
+            "type": "array", "items": OBJ}, bank_bytes=INT, bank_limit_bytes=INT))}),
+    Route(f"{_PREFIX}/{{name}}", Access.KEY, lambda d: SessionResource(d.gateway), {
+        "get": Op("One session and its saves", OBJ, statuses=(400, 404)),
+        "delete": Op("Forget a session and delete its saves", OBJ, statuses=(400, 404))}),
+    Route(f"{_PREFIX}/{{name}}/save", Access.KEY, lambda d: SaveResource(d.gateway), {"post": Op(
+        "Save a session's live slot to the KV bank now", obj(["events"], events={"type": "array", "items": OBJ}),
+        statuses=(400, 404, 409))}),
+    Route(f"{_PREFIX}/{{name}}/restore", Access.KEY, lambda d: RestoreResource(d.gateway), {"post": Op(
+        "Restore a session's newest save into a free slot",
+        obj(["session", "model", "kv"], session=STR, model=STR, instance_id=STR, slot_id=INT, kv=STR),
+        statuses=(400, 404, 409, 502, 503, 507), body=RestoreBody, body_required=False)}),
+)

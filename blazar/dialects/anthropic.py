@@ -17,6 +17,8 @@ from typing import Any, TypeGuard
 
 import orjson
 
+from blazar.dialects.anthropic_body import MessagesBody
+from blazar.dialects.body import checked
 from blazar.dialects.errors import DialectError
 from blazar.dialects.schema import check_schema
 from blazar.dialects.stream import named_sse
@@ -63,8 +65,7 @@ def _is_int(value: Any) -> TypeGuard[int]:
 
 def to_openai(body: dict[str, Any]) -> dict[str, Any]:
     """An Anthropic `POST /v1/messages` body → an OpenAI `/v1/chat/completions` body for the engine."""
-    if not isinstance(body, dict):
-        raise DialectError("body: expected a JSON object")
+    checked(MessagesBody, body)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise DialectError("model: required, a non-empty string")

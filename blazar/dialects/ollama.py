@@ -15,7 +15,20 @@ from typing import Any, Protocol
 
 import orjson
 
+from blazar.dialects.body import checked
 from blazar.dialects.errors import DialectError
+from blazar.dialects.ollama_body import (
+    BLAZAR_OPTIONS,
+    FLOAT_OPTIONS,
+    IGNORED_OPTIONS,
+    INT_OPTIONS,
+    MAX_NUM_CTX,
+    MAX_TOP_LOGPROBS,
+    ChatRequest,
+    EmbeddingsRequest,
+    EmbedRequest,
+    GenerateRequest,
+)
 from blazar.dialects.stream import ndjson
 from blazar.durations import keep_alive_seconds
 from blazar.sentinels import UNSET
@@ -62,21 +75,6 @@ def parse_keep_alive(value: Any) -> Any:
         raise DialectError(f"keep_alive: {e}") from None
 
 
-_FLOAT_OPTIONS = {"temperature": "temperature", "top_p": "top_p", "min_p": "min_p", "typical_p": "typical_p",
-                  "repeat_penalty": "repeat_penalty", "presence_penalty": "presence_penalty",
-                  "frequency_penalty": "frequency_penalty", "mirostat_tau": "mirostat_tau",
-                  "mirostat_eta": "mirostat_eta"}
-_INT_OPTIONS = {"top_k": "top_k", "seed": "seed", "repeat_last_n": "repeat_last_n", "mirostat": "mirostat",
-                "num_keep": "n_keep"}
-# NOTE: load-time runner options Ollama accepts per request. Blazar plans batch, offload, threads and memory
-# itself (the fit planner), so these are accepted and ignored rather than refused; tfs_z is gone from llama.cpp.
-_IGNORED_OPTIONS = frozenset({"num_batch", "num_gpu", "main_gpu", "num_thread", "use_mmap", "use_mlock", "low_vram",
-                              "f16_kv", "vocab_only", "numa", "penalize_newline", "logits_all", "embedding_only",
-                              "tfs_z"})
-# Blazar's own options, validated where the request's options are (blazar/api/request_options.py): spec (off|auto).
-_BLAZAR_OPTIONS = frozenset({"spec"})
-
-
 def _number(name: str, v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
         raise DialectError(f"options.{name}: expected a number, got {v!r}")
@@ -84,7 +82,6 @@ def _number(name: str, v: Any) -> float:
 
 
 INT64_MAX = 2**63 - 1
-MAX_NUM_CTX = 1 << 24  # past any model's trained context; the fit planner refuses what does not fit anyway
 
 
 def _integer(name: str, v: Any) -> int:
@@ -104,12 +101,12 @@ def map_options(options: dict[str, Any] | None) -> tuple[dict[str, Any], int | N
     out: dict[str, Any] = {}
     ctx: int | None = None
     for name, v in options.items():
-        if v is None or name in _BLAZAR_OPTIONS:  # the SDK's Options model may send unset fields as null
+        if v is None or name in BLAZAR_OPTIONS:  # the SDK's Options model may send unset fields as null
             continue
-        if name in _FLOAT_OPTIONS:
-            out[_FLOAT_OPTIONS[name]] = _number(name, v)
-        elif name in _INT_OPTIONS:
-            out[_INT_OPTIONS[name]] = _integer(name, v)
+        if name in FLOAT_OPTIONS:
+            out[FLOAT_OPTIONS[name]] = _number(name, v)
+        elif name in INT_OPTIONS:
+            out[INT_OPTIONS[name]] = _integer(name, v)
         elif name == "num_predict":
             n = _integer(name, v)
             if n < -2:
@@ -125,7 +122,7 @@ def map_options(options: dict[str, Any] | None) -> tuple[dict[str, Any], int | N
             ctx = _integer(name, v)
             if not 1 <= ctx <= MAX_NUM_CTX:
                 raise DialectError(f"options.num_ctx: expected an integer from 1 to {MAX_NUM_CTX}, got {v!r}")
-        elif name not in _IGNORED_OPTIONS:
+        elif name not in IGNORED_OPTIONS:
             raise DialectError(f"invalid option provided: {name}")
     return out, ctx
 
@@ -151,9 +148,6 @@ def _think(body: dict[str, Any]) -> tuple[bool | None, dict[str, Any] | None]:
     if think in ("low", "medium", "high", "max"):
         return True, {"enable_thinking": True, "reasoning_effort": think}
     raise DialectError(f"think: expected true, false, \"low\", \"medium\", \"high\" or \"max\", got {think!r}")
-
-
-MAX_TOP_LOGPROBS = 20  # Ollama's bound, and OpenAI's
 
 
 def _logprobs(body: dict[str, Any]) -> dict[str, Any]:
@@ -320,6 +314,7 @@ def _engine_body(model: str, stream: bool, sampling: dict[str, Any]) -> dict[str
 
 def chat_request(body: dict[str, Any]) -> ChatTranslation:
     """/api/chat → the engine's /v1/chat/completions body."""
+    checked(ChatRequest, body)
     model = _model(body)
     stream = _stream(body)
     sampling, ctx = map_options(body.get("options"))
@@ -343,6 +338,7 @@ def chat_request(body: dict[str, Any]) -> ChatTranslation:
 
 def generate_request(body: dict[str, Any]) -> ChatTranslation:
     """/api/generate → a chat turn (system + prompt) on /v1/chat/completions, or `raw` text on /v1/completions."""
+    checked(GenerateRequest, body)
     model = _model(body)
     stream = _stream(body)
     sampling, ctx = map_options(body.get("options"))
@@ -648,6 +644,7 @@ def done_without_engine(model: str, reason: str, *, chat: bool) -> dict[str, Any
 def embed_request(body: dict[str, Any]) -> tuple[str, dict[str, Any], Any, bool]:
     """/api/embed → (model, the engine's /v1/embeddings body, keep_alive, truncate). `dimensions`, when given,
     travels in the body for `embed_reply` (llama-server ignores it)."""
+    checked(EmbedRequest, body)
     model = _model(body)
     text = body.get("input")
     if text is None:
@@ -690,6 +687,7 @@ def embed_reply(answer: dict[str, Any], model: str, call: CallTimes, dimensions:
 
 def embeddings_request(body: dict[str, Any]) -> tuple[str, dict[str, Any], Any]:
     """The legacy /api/embeddings ({"model", "prompt"}) → (model, the engine's /v1/embeddings body, keep_alive)."""
+    checked(EmbeddingsRequest, body)
     model = _model(body)
     prompt = body.get("prompt")
     if prompt is None:

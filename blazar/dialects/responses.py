@@ -16,7 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from blazar.dialects.body import checked
 from blazar.dialects.errors import DialectError
+from blazar.dialects.responses_body import ResponsesBody
 from blazar.dialects.schema import check_schema
 from blazar.dialects.stream import named_sse
 
@@ -53,9 +55,8 @@ class Asked:
 
 def read(body: dict[str, Any]) -> Asked:
     """Validate a `POST /v1/responses` body (DialectError names the field) and translate it."""
+    checked(ResponsesBody, body)
     model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise DialectError("model: required, a non-empty string")
     if body.get("background"):
         raise DialectError("background: responses run in the foreground here (background: true is not supported)")
     if body.get("conversation") is not None:
@@ -336,7 +337,7 @@ def offered(tools: Any) -> tuple[list[dict[str, Any]], dict[str, Offered]]:
         if not isinstance(tool, dict):
             raise DialectError(f"{where}: expected an object")
         kind = tool.get("type")
-        if kind in HOSTED:
+        if isinstance(kind, str) and kind in HOSTED:  # NOTE: a type that is not a string is not hashable
             continue
         if kind == "local_shell":
             add(dict(LOCAL_SHELL), Offered("local_shell", "local_shell"), where)
@@ -392,7 +393,7 @@ def _tool_choice(choice: Any, tools: list[dict[str, Any]], names: dict[str, Offe
         return
     if choice in ("auto", "none", "required"):
         mapped: Any = choice
-    elif isinstance(choice, dict) and choice.get("type") in HOSTED:
+    elif isinstance(choice, dict) and isinstance(choice.get("type"), str) and choice["type"] in HOSTED:
         raise DialectError(f"tool_choice: {choice['type']!r} is a tool OpenAI's servers run; Blazar cannot run it")
     elif isinstance(choice, dict) and choice.get("type") in ("function", "custom", "local_shell"):
         name = "local_shell" if choice["type"] == "local_shell" else choice.get("name")

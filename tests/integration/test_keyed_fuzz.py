@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import not_a_server_error
 
 from blazar.api.openapi import document
+from blazar.api.table import ROUTES
 from tests.support.daemon import wait_for
 from tests.support.fake_serving import FakeDaemon, serving_fake
 from tests.support.serving import blazar_cli
@@ -37,7 +38,7 @@ CALL_TIMEOUT_S = 30.0
 EXAMPLES = int(os.environ.get("BLAZAR_FUZZ_EXAMPLES", "6"))  # per operation and caller
 MEMORY_BOUND_MIB = 1024  # the daemon's resident memory after the run
 
-schema = schemathesis.openapi.from_dict(document())
+schema = schemathesis.openapi.from_dict(document(ROUTES))
 
 
 @dataclass

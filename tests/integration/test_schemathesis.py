@@ -1,7 +1,7 @@
 """Schemathesis against the real `blazar serve` (bench/fake_engine.py as its engine, a tiny GGUF as its model, the
-local hub stand-in as its hub): every documented operation of blazar/api/openapi.py, with generated valid and
-invalid requests, answers no 5xx, only documented statuses and media types, and bodies that match their documented
-schemas (NDJSON streams line by line, SSE event by event).
+local hub stand-in as its hub): every documented operation of the route table (blazar/api/table.py, rendered by
+blazar/api/openapi.py), with generated valid and invalid requests, answers no 5xx, only documented statuses and
+media types, and bodies that match their documented schemas (NDJSON streams line by line, SSE event by event).
 
 Bounded: a few examples per operation, no shrinking, a timeout on every call. Nothing is excluded: /api/pull is
 served by the hub stand-in, /ready's smoke generation runs on the fake engine."""
@@ -27,6 +27,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from blazar.api.openapi import document
+from blazar.api.table import ROUTES
 from tests.support.fake_serving import FakeDaemon, serving_fake
 from tests.support.gguf_factory import write_plain
 from tests.support.hub_server import HubServer
@@ -37,7 +38,7 @@ CALL_TIMEOUT_S = 30.0
 NDJSON = "application/x-ndjson"
 EXAMPLES = 25  # per operation, besides the coverage and example phases' own cases
 
-schema = schemathesis.openapi.from_dict(document())
+schema = schemathesis.openapi.from_dict(document(ROUTES))
 
 
 def aim(case: schemathesis.Case) -> None:
@@ -63,7 +64,7 @@ def ndjson_lines_conform(ctx: Any, response: schemathesis.Response, case: schema
     itself, but has no reader for NDJSON)."""
     if not response.headers.get("content-type", [""])[0].startswith(NDJSON):
         return
-    doc = document()
+    doc = document(ROUTES)
     op = doc["paths"][case.operation.path][case.method.lower()]
     line_schema = op["responses"][str(response.status_code)]["content"][NDJSON]["schema"]
     validator = jsonschema.Draft202012Validator({**line_schema, "components": doc["components"]})
@@ -89,7 +90,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeDaemon]:
 def test_the_daemon_serves_the_document_this_run_uses(daemon: FakeDaemon) -> None:
     r = httpx2.get(f"{daemon.base}/openapi.json", timeout=CALL_TIMEOUT_S, trust_env=False)
     assert r.status_code == 200
-    assert r.json() == document()
+    assert r.json() == document(ROUTES)
 
 
 @schema.parametrize()

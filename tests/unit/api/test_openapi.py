@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 import schemathesis
 
-from blazar.api import auth, openapi
+from blazar.api import auth, openapi, table
 from blazar.api.app import create_app
 from blazar.context import Blazar
 from blazar.operations import keys
@@ -19,6 +19,10 @@ from tests.support.asgi import LocalConductor as ASGIConductor
 from tests.support.fakes import FakeGateway, FakeSupervisor
 
 METHODS = ("get", "head", "post", "put", "patch", "delete", "options")
+
+
+def document() -> dict[str, Any]:
+    return openapi.document(table.ROUTES)
 
 
 def _app(app: Blazar) -> falcon.asgi.App:
@@ -49,8 +53,8 @@ def documented(doc: dict[str, Any]) -> set[tuple[str, str]]:
 
 def test_every_served_route_is_documented_and_every_documented_one_is_served(app: Blazar) -> None:
     routes = served(_app(app))
-    doc = documented(openapi.document())
-    assert routes - doc == set(), "served but not in blazar/api/openapi.py"
+    doc = documented(document())
+    assert routes - doc == set(), "served but not in the route table (blazar/api/table.py)"
     assert doc - routes == set(), "documented but not served"
     assert ("/v1/chat/completions", "post") in routes and ("/openapi.json", "get") in routes
 
@@ -64,11 +68,11 @@ def test_walking_the_router_sees_a_route_added_later(app: Blazar) -> None:
     api = _app(app)
     api.add_route("/api/blazar/extra", Extra())
     assert {("/api/blazar/extra", "put"), ("/api/blazar/extra", "options")} <= served(api) - \
-        documented(openapi.document())
+        documented(document())
 
 
 def test_the_document_validates_as_openapi_3_1_and_its_schemas_as_json_schema() -> None:
-    doc = openapi.document()
+    doc = document()
     assert doc["openapi"].startswith("3.1")
     schemathesis.openapi.from_dict(doc).validate()  # the OpenAPI 3.1 meta-schema
     for schema in doc["components"]["schemas"].values():
@@ -76,23 +80,30 @@ def test_the_document_validates_as_openapi_3_1_and_its_schemas_as_json_schema() 
 
 
 def test_a_broken_document_does_not_validate() -> None:
-    doc = {**openapi.document(), "paths": {"/health": {"get": {"responses": {"200": {"description": 5}}}}}}
+    doc = {**document(), "paths": {"/health": {"get": {"responses": {"200": {"description": 5}}}}}}
     with pytest.raises(Exception, match="not of type"):
         schemathesis.openapi.from_dict(doc).validate()
 
 
-@pytest.mark.parametrize("model", ["admin.LoadBody", "openai.ChatBody", "ollama_pull.PullBody"])
-def test_body_schemas_come_from_the_resources_own_models(model: str) -> None:
-    """A field added to a resource's pydantic model appears in the document without an edit here."""
-    module, cls = model.split(".")
-    pyd = getattr(getattr(openapi, module), cls)
-    name = {"admin.LoadBody": "LoadBody", "openai.ChatBody": "ChatBody", "ollama_pull.PullBody": "PullBody"}[model]
-    assert set(openapi.SCHEMAS[name]["properties"]) == set(pyd.model_fields)
+def test_every_request_body_is_its_routes_own_model() -> None:
+    """A field added to a route's body model appears in the document without an edit elsewhere: each documented body
+    is the model the route (or its dialect) validates with."""
+    schemas = document()["components"]["schemas"]
+    bodies = openapi.bodies(table.ROUTES)
+    assert {"ChatBody", "MessagesBody", "ChatRequest", "GenerateRequest", "EmbedRequest", "ResponsesBody",
+            "LoadBody", "PullBody"} <= set(bodies)
+    for name, model in bodies.items():
+        fields = {field.alias or name for name, field in model.model_fields.items()}
+        assert set(schemas[name]["properties"]) == fields, name
+    for path, ops in document()["paths"].items():
+        for op in ops.values():
+            ref = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
+            assert "$ref" not in ref or ref["$ref"].rsplit("/", 1)[1] in bodies, path
 
 
 def test_every_operation_documents_its_dialects_error_shape() -> None:
-    for path, ops in openapi.document()["paths"].items():
-        want = {"anthropic": "AnthropicError", "ollama": "OllamaError", "openai": "OpenAIError"}[openapi._dialect(path)]
+    for path, ops in document()["paths"].items():
+        want = {"anthropic": "AnthropicError", "ollama": "OllamaError", "openai": "OpenAIError"}[openapi.dialect(path)]
         for method, op in ops.items():
             for status, response in op["responses"].items():
                 if status.startswith(("4", "5")) and not (path == "/ready" and status == "503"):
@@ -104,13 +115,14 @@ async def test_served_at_openapi_json(app: Blazar) -> None:
     async with ASGIConductor(_app(app)) as c:
         r = await c.simulate_get("/openapi.json")
     assert r.status_code == 200
-    assert r.json == openapi.document()
+    assert r.json == document()
     assert r.json["paths"]["/openapi.json"]["get"]["security"] == []
 
 
 async def test_the_document_stays_open_when_keys_are_on(app: Blazar) -> None:
-    assert set(openapi.OPEN_PATHS) == {"/health", "/openapi.json", "/console", "/console/static/{name}"}
-    assert all(auth.access(p) is auth.Access.OPEN for p in openapi.OPEN_PATHS)
+    open_paths = {r.path for r in table.ROUTES if r.access is auth.Access.OPEN}
+    assert open_paths == {"/health", "/openapi.json", "/console", "/console/static/{name}"}
+    assert all(document()["paths"][p]["get"]["security"] == [] for p in open_paths)
     await keys.create(app, "ci")
     async with ASGIConductor(_app(app)) as c:
         assert (await c.simulate_get("/v1/models")).status_code == 401

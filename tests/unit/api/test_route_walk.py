@@ -17,7 +17,7 @@ from typing import Any, cast
 import falcon.asgi
 import pytest
 
-from blazar.api import auth, paths
+from blazar.api import auth, paths, table
 from blazar.api.app import create_app
 from blazar.context import Blazar
 from blazar.operations import keys
@@ -218,13 +218,22 @@ def served(api: falcon.asgi.App) -> set[str]:
     return {node.uri_template for node in nodes(api)}
 
 
-async def test_every_route_has_a_rule_and_every_rule_a_route(app: Blazar) -> None:
+async def test_every_route_served_is_one_entry_of_the_table_and_every_entry_is_served(app: Blazar) -> None:
     routes = served(create_app(app, FakeSupervisor(), cast(Any, FakeGateway())))
-    assert routes - set(auth.ROUTES) == set(), "routes with no rule in blazar/api/auth.py ROUTES"
-    assert set(auth.ROUTES) - routes == set(), "rules for routes that are not served"
-    assert {r for r, rule in auth.ROUTES.items() if rule is auth.Access.OPEN} == OPEN
-    assert {r for r in routes if admin_route(r)} == {r for r, rule in auth.ROUTES.items()
+    declared = [route.path for route in table.ROUTES]
+    assert len(declared) == len(set(declared)), "a route declared twice in the table (blazar/api/table.py)"
+    assert routes - set(declared) == set(), "routes served that the table does not declare"
+    assert set(declared) - routes == set(), "routes declared that are not served"
+    rules = table.access_rules()
+    assert {r for r, rule in rules.items() if rule is auth.Access.OPEN} == OPEN
+    assert {r for r in routes if admin_route(r)} == {r for r, rule in rules.items()
                                                      if rule in (auth.Access.ADMIN, auth.Access.CLUSTER)}
+
+
+async def test_without_a_gateway_only_the_routes_that_need_none_are_served(app: Blazar) -> None:
+    routes = served(create_app(app, FakeSupervisor()))
+    assert routes == {route.path for route in table.ROUTES if not route.needs_gateway}
+    assert {"/health", "/api/blazar/ps", "/api/blazar/dashboard", "/console"} <= routes
 
 
 async def test_a_route_added_without_a_rule_is_seen_and_is_admin_only(app: Blazar) -> None:
@@ -234,7 +243,7 @@ async def test_a_route_added_without_a_rule_is_seen_and_is_admin_only(app: Blaza
 
     api = create_app(app, FakeSupervisor(), cast(Any, FakeGateway()))
     api.add_route("/v1/extra", Extra())
-    assert served(api) - set(auth.ROUTES) == {"/v1/extra"}  # what the test above would report
+    assert served(api) - set(table.access_rules()) == {"/v1/extra"}  # what the test above would report
     _, user = await keys.create(app, "user")
     _, root = await keys.create(app, "root", admin=True)
     async with LocalConductor(api) as c:

@@ -108,6 +108,8 @@ def test_streaming_asks_the_engine_for_usage() -> None:
     ({"model": "m", "input": "x", "tools": [TOOL], "tool_choice": {"type": "function", "name": "nope"}},
      "tool_choice.name"),
     ({"model": "m", "input": "x", "tool_choice": "required"}, "tool_choice"),
+    ({"model": "m", "input": "x", "tool_choice": {"type": {}, "name": ""}}, "tool_choice"),  # schemathesis found it
+    ({"model": "m", "input": "x", "tools": [{"type": {}}]}, "tools.0"),
     ({"model": "m", "input": "x", "max_output_tokens": 0}, "max_output_tokens"),
     ({"model": "m", "input": "x", "temperature": "hot"}, "temperature"),
     ({"model": "m", "input": "x", "store": "yes"}, "store"),

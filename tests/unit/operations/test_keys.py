@@ -9,6 +9,7 @@ import hmac
 import pytest
 
 from blazar.api.auth import Access, Authenticator, Forbidden, Unauthenticated, access
+from blazar.api.table import access_rules
 from blazar.clock import FakeClock
 from blazar.context import Blazar
 from blazar.events.base import Event, Recorded
@@ -100,7 +101,8 @@ def test_a_new_secret_never_reuses_a_live_prefix() -> None:
 
 def _auth(events: list[Event], clock: FakeClock | None = None, admin_token: str | None = None) -> Authenticator:
     state = fold(KeysProjection(), [rec(i, e) for i, e in enumerate(events, 1)])
-    return Authenticator(lambda: KeysState(state), clock or FakeClock(), admin_token=admin_token, admin_actor="cli:me")
+    return Authenticator(lambda: KeysState(state), clock or FakeClock(), rules=access_rules(), admin_token=admin_token,
+                         admin_actor="cli:me")
 
 
 def test_auth_off_lets_everything_through_without_a_principal() -> None:
@@ -157,7 +159,7 @@ def test_admin_routes_and_routes_without_a_rule_need_an_admin_key(route: str | N
     a, user = created("alice")
     b, root = created("root", admin=True)
     auth = _auth([a, b])
-    assert access(route) in (Access.ADMIN, Access.CLUSTER)
+    assert access(access_rules(), route) in (Access.ADMIN, Access.CLUSTER)
     with pytest.raises(Forbidden) as e:
         auth.check("POST", route, user)
     assert e.value.http_status == 403
@@ -171,14 +173,14 @@ def test_admin_routes_and_routes_without_a_rule_need_an_admin_key(route: str | N
                                    "/api/blazar/sessions/{name}/save"])
 def test_inference_and_listing_routes_take_any_valid_key(route: str) -> None:
     a, user = created("alice")
-    assert access(route) is Access.KEY
+    assert access(access_rules(), route) is Access.KEY
     assert _auth([a]).check("POST", route, user) is not None
 
 
 def test_the_cluster_key_may_pull_and_infer_and_nothing_admin() -> None:
     a, _ = created("alice")
     state = fold(KeysProjection(), [rec(1, a)])
-    auth = Authenticator(lambda: KeysState(state), FakeClock(), cluster_key="c" * 40)
+    auth = Authenticator(lambda: KeysState(state), FakeClock(), rules=access_rules(), cluster_key="c" * 40)
     for route in ("/api/pull", "/v1/chat/completions", "/api/chat"):
         p = auth.check("POST", route, "c" * 40)
         assert p is not None and p.cluster and not p.admin
