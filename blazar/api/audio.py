@@ -154,9 +154,9 @@ class Transcriptions(Proxy):
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         settings = self.app.settings()
-        up = await _read_form(req, uploads_dir(self.app), settings.max_audio_mib << 20)
+        up = await _read_form(req, uploads_dir(self.app), settings.inputs.max_audio_mib << 20)
         try:
-            asked, fields = await self._asked(up, settings.max_audio_s)
+            asked, fields = await self._asked(up, settings.inputs.max_audio_s)
             request = _no_session(self.request_of(req, resp, asked, b"", fields))
             watcher = disconnect.watch(req)
             try:
@@ -241,7 +241,7 @@ class Speech(Proxy):
 
     def ask(self, data: dict[str, Any]) -> Request:
         body = SpeechBody.model_validate(data)
-        limit = self.app.settings().max_speech_chars
+        limit = self.app.settings().inputs.max_speech_chars
         if len(body.input) > limit:
             raise DialectError(f"the input is {len(body.input)} characters; the limit is {limit} (max_speech_chars)")
         if not codec.split_sentences(body.input):

@@ -58,7 +58,8 @@ def serve(
         try:
             settings = app.settings()
             # An unsafe bind is refused (or, forced, warned about in the log, which `serve` shows on stderr).
-            return await daemon.serve(app, build_services(app), host=host or settings.host, port=port or settings.port,
+            return await daemon.serve(app, build_services(app), host=host or settings.server.host,
+                                      port=port or settings.server.port,
                                       on_listening=listening, insecure_no_auth=insecure_no_auth,
                                       insecure_cluster=insecure_cluster)
         finally:

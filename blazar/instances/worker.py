@@ -111,7 +111,7 @@ async def run_worker(app: Blazar, *, host: str, port: int, mem_bytes: int, name:
         uptime = int((time.monotonic() - started) * 1000)
         if stop.is_set():
             exited.cancel()
-            code = await process.stop_process(proc, grace_s=app.settings().stop_grace_s)
+            code = await process.stop_process(proc, grace_s=app.settings().engine.stop_grace_s)
             await app.record(WorkerStopped(name=name, reason="stopped", exit_code=code, uptime_ms=uptime))
             return 0
         code = proc.returncode

@@ -148,7 +148,7 @@ class BatchRunner:
                 await self._finish(b, "cancelled")
             elif b.completed + b.failed >= b.total:
                 await self._finish(b, "completed")
-        limit = self.app.settings().batch_concurrency
+        limit = self.app.settings().queue.batch_concurrency
         while len(self._flying) < limit and not (self._stopping is not None and self._stopping.is_set()):
             job = await self._next_line(now)
             if job is None:
@@ -214,7 +214,7 @@ class BatchRunner:
 
     def _max_line_bytes(self) -> int:
         """A line is a request: its bound is a request body's (max_body_mib)."""
-        return self.app.settings().max_body_mib << 20
+        return self.app.settings().server.max_body_mib << 20
 
     # -- validation ----------------------------------------------------------------------------------------------------
 
