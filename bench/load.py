@@ -38,7 +38,7 @@ async def direct_load(argv: list[str], port: int, log_path: Path) -> float:
     argv = list(argv)
     argv[argv.index("--port") + 1] = str(port)
     t0 = time.perf_counter()
-    proc = await process.spawn(argv, log_path=log_path)
+    proc = await process.spawn(argv, log_path=log_path, env=os.environ)
     try:
         async with httpx2.AsyncClient(timeout=5) as client:
             while True:

@@ -511,7 +511,7 @@ async def engine_phase(client: httpx2.AsyncClient, root: Path, server: Path, mod
             i = direct_argv.index("--api-key-file")
             del direct_argv[i:i + 2]
         say(f"direct lane: {' '.join(direct_argv)}")
-        direct = await process.spawn(direct_argv, log_path=root / "direct.log")
+        direct = await process.spawn(direct_argv, log_path=root / "direct.log", env=os.environ)
         await process.wait_healthy(direct, direct_port, timeout_s=LOAD_TIMEOUT_S)
         if engine_cpus:
             for pid in (row["pid"], direct.pid):

@@ -43,7 +43,8 @@ TRACING_FLUSH_S = 5.0
 
 
 def paths_from_env(env: Mapping[str, str] | None = None) -> Paths:
-    return Paths.from_env(env)
+    """The home's paths from `env` (None: this process's environment, read here, as everything else does)."""
+    return Paths.from_env(os.environ if env is None else env)
 
 
 def default_actor(env: Mapping[str, str] | None = None) -> str:

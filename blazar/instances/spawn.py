@@ -101,7 +101,7 @@ class Spawner:
                      profile_stale_seq=chosen.stale_seq)
         (intent,) = await app.record(InstanceStarting(**facts))
         try:
-            proc = await process.spawn(argv, log_path=log_path, cwd=cwd)
+            proc = await process.spawn(argv, log_path=log_path, env=process.child_env(app.env), cwd=cwd)
         except EngineError as e:
             keyfile(app, instance_id).unlink(missing_ok=True)
             socketfile(app, instance_id).unlink(missing_ok=True)

@@ -148,7 +148,7 @@ async def engine_child(app: Blazar, model: str, posture: Posture, *, engine: Act
     try:
         argv, api_key = _argv(app, got, posture, engine, plan, scratch, port := process.free_port())
         log_path = scratch / "engine.log"
-        proc = await process.spawn(argv, log_path=log_path)
+        proc = await process.spawn(argv, log_path=log_path, env=process.child_env(app.env))
         limit = timeout_s if timeout_s is not None else app.settings().engine.load_timeout_s
         try:
             await process.wait_healthy(proc, port, timeout_s=limit)
