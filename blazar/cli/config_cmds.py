@@ -21,14 +21,14 @@ app = typer.Typer(help="Read and change configuration (config.toml; each change 
 
 @app.command()
 def defaults(as_json: bool = JSON_OPTION) -> None:
-    """Print every key with its built-in default, as TOML, one [table] per section (or JSON: {"section.key": v})."""
+    """Print every key with its built-in default, as TOML: a table per section (or JSON: {"section.key": v})."""
     values = settings.defaults()
     if as_json:
         print_json(values)
         return
     for section, model in settings.SECTIONS.items():
         # NOTE: markup off: a [section] header is what rich would take for a style tag.
-        out.print(f"\n# {model.__doc__}\n[{section}]", markup=False)
+        out.print(f"\n# {(model.__doc__ or '').partition('] ')[2]}\n[{section}]", markup=False)
         for name in model.model_fields:
             key = f"{section}.{name}"
             out.print(f"# {settings.FIELDS[key].description} ({settings.describe(key)})", markup=False)
