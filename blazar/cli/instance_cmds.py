@@ -94,7 +94,7 @@ def load(
                                             "setting).")] = None,
     sessions: Annotated[bool, typer.Option(
         "--sessions", help="Start it ready for sessions: a sliding-window model gets its full window cache "
-        "(session_swa_full), which restoring a saved slot needs; costs memory, counted by the fit.")] = False,
+        "(sessions.session_swa_full), which restoring a saved slot needs; costs memory, counted by the fit.")] = False,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Load a model into an engine instance (or reuse a running one) and wait until it serves; starts the daemon."""

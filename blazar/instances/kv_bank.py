@@ -195,7 +195,7 @@ class KvBank:
             return failed("engine_error", "this engine cannot save slots")
         if not inst.kv_restorable:
             return failed("no_full_window", "the instance runs without a full sliding-window cache, so a restore "
-                                            "would prefill everything again (session_swa_full)")
+                                            "would prefill everything again (sessions.session_swa_full)")
         name = bank_file_name(session)
         path = slot_dir(self.app.paths.data_dir, model) / name
         started = time.perf_counter()

@@ -242,7 +242,7 @@ class BatchRunner:
             raw = await asyncio.to_thread(batch_input.read_line, self.store.input_path(b.batch_id), offset, limit)
             if raw is None:  # max_body_mib lowered since the batch was validated
                 await self._done(b, index, Line(custom_id="", body={}), new_trace_id(), 413, _error_body(
-                    f"the line is longer than {limit} bytes (max_body_mib)", 413, "line_too_large"))
+                    f"the line is longer than {limit} bytes (server.max_body_mib)", 413, "line_too_large"))
                 return
             line = batch_lines.parse(raw)
         except (OSError, ValueError, KeyError, TypeError) as e:  # the input changed under the batch

@@ -192,7 +192,7 @@ class _Checker:
         self.pixels += info.pixels
         if self.pixels > self.max_pixels:
             raise DialectError(f"{where}: the request's images come to {self.pixels / 1e6:.1f} Mpx, over the "
-                               f"{self.s.inputs.image_max_megapixels} Mpx allowed (image_max_megapixels)",
+                               f"{self.s.inputs.image_max_megapixels} Mpx allowed (inputs.image_max_megapixels)",
                                code="image_too_large")
         self.types.append(info.media_type)
         if not fetched and declared == info.media_type:

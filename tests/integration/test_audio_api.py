@@ -231,7 +231,7 @@ def test_an_mp3_whose_header_understates_its_length_is_refused_at_max_audio_s(da
         daemon.cli("config", "set", "inputs.max_audio_s", "3600")
     assert e.value.status_code == 400 and e.value.code == "audio_too_long"
     assert e.value.body["type"] == "invalid_request_error"  # type: ignore[index]
-    assert "longer than the limit of 60 s (max_audio_s)" in e.value.message
+    assert "longer than the limit of 60 s (inputs.max_audio_s)" in e.value.message
     refused = e.value.response.headers["x-blazar-trace-id"]
     # Refused once the key's checks passed, as the request's content was read: recorded, and the whisper child was
     # never asked (nothing routed).

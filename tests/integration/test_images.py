@@ -167,7 +167,7 @@ def test_bytes_that_are_not_an_image_and_requests_over_the_bounds_are_400s(daemo
     many = [image_part(f"data:image/jpeg;base64,{B64}")] * 9  # the default bound is 8
     with pytest.raises(openai.BadRequestError) as e:
         openai_chat(daemon, SEER, *many)
-    assert "over the 8 allowed (image_max_count)" in e.value.body["message"]
+    assert "over the 8 allowed (inputs.image_max_count)" in e.value.body["message"]
     out = io.BytesIO()
     Image.new("RGB", (7000, 5000), (9, 9, 9)).save(out, format="PNG")  # 35 Mpx (over the default 33), a small file
     huge = base64.b64encode(out.getvalue()).decode()
@@ -179,7 +179,7 @@ def test_bytes_that_are_not_an_image_and_requests_over_the_bounds_are_400s(daemo
         two_mib = base64.b64encode(picture("BMP", (1000, 700))).decode()  # 2.1 MB
         with pytest.raises(openai.BadRequestError) as e:
             openai_chat(daemon, SEER, image_part(f"data:image/bmp;base64,{two_mib}"))
-        assert "over 1 MiB (image_max_mib)" in e.value.body["message"]
+        assert "over 1 MiB (inputs.image_max_mib)" in e.value.body["message"]
     finally:
         blazar_cli(daemon.home, "config", "set", "inputs.image_max_mib", "20")
     # A body over max_body_mib (32) is the gateway's 413, as for any request.
