@@ -38,8 +38,24 @@ SECTIONS: dict[str, type[Section]] = {
 FIELDS: dict[str, FieldInfo] = {
     f"{section}.{name}": info for section, model in SECTIONS.items() for name, info in model.model_fields.items()
 }
-# The flat name each key had before sections: a key's name within its section is the old name.
-OLD_KEYS: dict[str, str] = {key.partition(".")[2]: key for key in FIELDS}
+# The keys there were before sections, by their flat names (each is its name within its section now). Fixed: a key
+# added since has no flat name.
+_FLAT_NAMES = frozenset({
+    "allowed_hosts", "archive_dir", "archive_every_s", "backlog", "batch_concurrency", "body_idle_timeout_s",
+    "body_timeout_s", "cascade_min_logprob", "checkpoint_every", "circuit_open_s", "cors_origins", "crash_limit",
+    "crash_window_s", "ctx", "database_url", "engine_gate", "engine_gate_models", "engine_gate_threshold",
+    "engine_threads", "event_max_kib", "files_max_bytes", "group_commit_ms", "host", "idle_timeout_s", "image_fetch",
+    "image_fetch_allow_hosts", "image_fetch_timeout_s", "image_max_count", "image_max_megapixels", "image_max_mib",
+    "keep_alive", "key_open_batches_max", "key_storage_max_mib", "load_mode", "load_timeout_s", "log_disk_share",
+    "log_level", "max_audio_mib", "max_audio_s", "max_body_mib", "max_concurrent_requests", "max_connections",
+    "max_incoming_bodies", "max_loaded_models", "max_speech_chars", "max_tokens_over_context", "memory_limit_mib",
+    "node_down_after_s", "node_heartbeat_s", "node_name", "node_url", "otlp_endpoint", "otlp_headers", "pii_scrub",
+    "port", "queue_depth", "queue_timeout_s", "remote_circuit_failures", "remote_circuit_s", "remote_health_s",
+    "request_retention", "responses_retention_s", "session_bank_mib", "session_keep_s", "session_save_max_mib",
+    "session_save_timeout_s", "session_swa_full", "slots", "spec_governor", "spec_min_acceptance", "spec_min_drafted",
+    "spec_reprobe_s", "spec_window_s", "stop_grace_s", "stream_heartbeat_s", "tls_cert", "tls_key"
+})
+OLD_KEYS: dict[str, str] = {key.partition(".")[2]: key for key in FIELDS if key.partition(".")[2] in _FLAT_NAMES}
 # Keys about this machine rather than the log's history: a restored snapshot never sets them here.
 LOCAL_KEYS = frozenset({"log.database_url", "cluster.node_name", "cluster.node_url", "retention.archive_dir"})
 

@@ -42,7 +42,7 @@ def _daemons_reaped() -> Iterator[None]:
 
 
 def _daemon(cli: Cli, port: int) -> None:
-    """`blazar serve` on the port set in the home's config (`blazar config set port`), up once it wrote
+    """`blazar serve` on the port set in the home's config (`blazar config set server.port`), up once it wrote
     run/daemon.json; its stderr in a file beside the home, one per start."""
     configure_all(cli.home, {"port": port})
     log = cli.home.parent / f"{cli.home.name}-daemon-{len(_STARTED)}.log"
