@@ -38,7 +38,7 @@ async def direct_load(argv: list[str], port: int, log_path: Path) -> float:
     argv = list(argv)
     argv[argv.index("--port") + 1] = str(port)
     t0 = time.perf_counter()
-    proc = await process.spawn(argv, log_path=log_path)
+    proc = await process.spawn(argv, log_path=log_path, env=os.environ)
     try:
         async with httpx2.AsyncClient(timeout=5) as client:
             while True:
@@ -60,8 +60,8 @@ async def run(server: Path, model: Path, rounds: int) -> dict[str, Any]:
     try:
         await install_engine(app, source="path", path=server)
         await import_model(app, model, "bench-model")
-        await set_value(app, "ctx", "2048")
-        await set_value(app, "slots", "1")
+        await set_value(app, "fit.ctx", "2048")
+        await set_value(app, "fit.slots", "1")
         sup = Supervisor(app)
         await sup.start()
         await asyncio.to_thread(model.read_bytes)  # the page cache holds the file for every lane alike

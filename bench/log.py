@@ -92,12 +92,12 @@ def request_event(i: int) -> BenchRequestCompleted:
 
 # Config changes mixed into the durable phase, so the config and audit projections have work too.
 CONFIG_CYCLE: list[tuple[str, Any]] = [
-    ("log_level", "info"),
-    ("checkpoint_every", 20_000),
-    ("group_commit_ms", 2.5),
-    ("pii_scrub", False),
-    ("log_level", "warning"),
-    ("pii_scrub", None),
+    ("telemetry.log_level", "info"),
+    ("log.checkpoint_every", 20_000),
+    ("log.group_commit_ms", 2.5),
+    ("telemetry.pii_scrub", False),
+    ("telemetry.log_level", "warning"),
+    ("telemetry.pii_scrub", None),
 ]
 
 
@@ -208,7 +208,7 @@ async def run_bench(n: int, home: Path, progress: Callable[[str], None], url: st
     finally:
         await log.close()
     # config.toml agrees with the log, so start-up's reconciliation records nothing and the log stays at n.
-    settings.write_file(paths.config_file, {**overrides, **({"database_url": url} if url else {})})
+    settings.write_file(paths.config_file, {**overrides, **({"log.database_url": url} if url else {})})
 
     progress("start-up with checkpoints")
     boot = []

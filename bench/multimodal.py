@@ -173,8 +173,8 @@ def main() -> None:
         try:
             home.cli("engine", "install", "--path", str(server), timeout=300)
             home.cli("import", str(model), "--name", "seer", "--mmproj", str(projector))
-            home.cli("config", "set", "ctx", str(CTX))
-            home.cli("config", "set", "slots", "1")
+            home.cli("config", "set", "fit.ctx", str(CTX))
+            home.cli("config", "set", "fit.slots", "1")
             home.serve()
             argv = process.pid_cmdline(home.load("seer")["pid"])
             if not argv:

@@ -421,10 +421,10 @@ def engine_home(root: Path, name: str, server: Path, model: Path, threads: int) 
     home = Home(root, name)
     home.cli("engine", "install", "--path", str(server), timeout=300)
     home.cli("import", str(model), "--name", "gemma")
-    home.cli("config", "set", "ctx", str(CTX_PER_SLOT))
-    home.cli("config", "set", "slots", str(ENGINE_SLOTS))
+    home.cli("config", "set", "fit.ctx", str(CTX_PER_SLOT))
+    home.cli("config", "set", "fit.slots", str(ENGINE_SLOTS))
     if threads:
-        home.cli("config", "set", "engine_threads", str(threads))
+        home.cli("config", "set", "engine.engine_threads", str(threads))
     return home
 
 
@@ -439,7 +439,7 @@ def fake_home(root: Path, name: str) -> Home:
     home.cli("engine", "install", "--path", str(binary))
     home.cli("import", str(write_tiny_model(files / "tiny.gguf")), "--name", "fake")
     home.cli("model", "set", "fake", "--template", "chatml")
-    home.cli("config", "set", "slots", str(FAKE_SLOTS))
+    home.cli("config", "set", "fit.slots", str(FAKE_SLOTS))
     return home
 
 
@@ -511,7 +511,7 @@ async def engine_phase(client: httpx2.AsyncClient, root: Path, server: Path, mod
             i = direct_argv.index("--api-key-file")
             del direct_argv[i:i + 2]
         say(f"direct lane: {' '.join(direct_argv)}")
-        direct = await process.spawn(direct_argv, log_path=root / "direct.log")
+        direct = await process.spawn(direct_argv, log_path=root / "direct.log", env=os.environ)
         await process.wait_healthy(direct, direct_port, timeout_s=LOAD_TIMEOUT_S)
         if engine_cpus:
             for pid in (row["pid"], direct.pid):

@@ -295,11 +295,11 @@ async def flood_phase(root: Path, server: Path, model: Path, *, max_tokens: int,
     moment the last waiting request got its first token (the queue empty again)."""
     say(f"flood: {FLOOD_SLOTS} slots, queue_depth {FLOOD_QUEUE}, {FLOOD_STREAMS} streams of {max_tokens} tokens")
     home = ov.engine_home(root, "flood-home", server, model, 0)
-    home.cli("config", "set", "slots", str(FLOOD_SLOTS))
-    home.cli("config", "set", "queue_depth", str(FLOOD_QUEUE))
+    home.cli("config", "set", "fit.slots", str(FLOOD_SLOTS))
+    home.cli("config", "set", "queue.queue_depth", str(FLOOD_QUEUE))
     # A waiting request gets 503 after queue_timeout_s (120 s by default); on a slow machine that would cut the drain
     # short, so the flood's own bound applies instead.
-    home.cli("config", "set", "queue_timeout_s", str(FLOOD_TIMEOUT_S))
+    home.cli("config", "set", "queue.queue_timeout_s", str(FLOOD_TIMEOUT_S))
     limits = httpx2.Limits(max_connections=FLOOD_STREAMS + FLOOD_PROBES + 8,
                            max_keepalive_connections=FLOOD_STREAMS + FLOOD_PROBES + 8, keepalive_expiry=4.0)
     try:

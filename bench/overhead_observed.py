@@ -139,7 +139,7 @@ async def observed_phase(client: httpx2.AsyncClient, root: Path, server: Path, m
     say(f"observed lanes: OTLP to {sink.url} (bench/otlp_sink.py), the console open")
 
     def prepare(home: ov.Home) -> None:
-        home.cli("config", "set", "otlp_endpoint", sink.url)
+        home.cli("config", "set", "telemetry.otlp_endpoint", sink.url)
         home.env["BENCH_OTLP_URL"] = sink.url
 
     try:

@@ -43,7 +43,8 @@ TRACING_FLUSH_S = 5.0
 
 
 def paths_from_env(env: Mapping[str, str] | None = None) -> Paths:
-    return Paths.from_env(env)
+    """The home's paths from `env` (None: this process's environment, read here, as everything else does)."""
+    return Paths.from_env(os.environ if env is None else env)
 
 
 def default_actor(env: Mapping[str, str] | None = None) -> str:
@@ -90,9 +91,9 @@ async def bootstrap(
                  env=dict(os.environ if env is None else env), hub_factory=_hub_from_env)
     app.folded_at_start = runner.folded_at_start
     app.node = node
-    runner.checkpoint_every = app.settings().checkpoint_every
-    log.max_event_bytes = app.settings().event_max_kib << 10
-    logging.getLogger("blazar").setLevel(app.settings().log_level.upper())
+    runner.checkpoint_every = app.settings().log.checkpoint_every
+    log.max_event_bytes = app.settings().log.event_max_kib << 10
+    logging.getLogger("blazar").setLevel(app.settings().telemetry.log_level.upper())
     loose = loose_modes(paths)
     if loose:
         logging.getLogger("blazar").warning("files others can read under the Blazar home: %s; fix with `chmod 600` "
@@ -184,8 +185,8 @@ def build_services(app: Blazar, *, supervisor: SupervisorPort | None = None,
     engine = client if client is not None else EngineClient()
     kv = KvBank(app, engine)  # which slot holds which session; their saves when an instance goes
     sup = supervisor if supervisor is not None else Supervisor(app, kv_bank=kv)
-    admission = Admission(queue_depth=settings.queue_depth, global_cap=settings.max_concurrent_requests,
-                          wait_timeout_s=settings.queue_timeout_s)
+    admission = Admission(queue_depth=settings.queue.queue_depth, global_cap=settings.queue.max_concurrent_requests,
+                          wait_timeout_s=settings.queue.queue_timeout_s)
     return Services(supervisor=sup, gateway=Gateway(app, sup, admission, engine, kv), client=engine,
                     tracing=_tracing(app))
 

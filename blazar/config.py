@@ -1,469 +1,128 @@
-"""Configuration: the settings schema, parsing values given as text, and config.toml read/write.
+"""Configuration: the keys (`section.key`), parsing values given as text, the old flat names, and config.toml.
 
-The file is the user's; the log records every change to it (`config.changed`). Writes are atomic (a temporary
-file renamed over the old one, the previous version kept as `config.toml.bak`), serialised by a lock file.
+The schema is blazar/config_schema.py. The file is the user's; the log records every change to it (`config.changed`).
+Writes are atomic (a temporary file renamed over the old one, the previous version kept as `config.toml.bak`),
+serialised by a lock file. Keys were flat before they had sections (`port`, now `server.port`): an old name is still
+read from config.toml and taken by `blazar config`, each time with one deprecation line, and `config.changed` events
+that name one are read under the new name (blazar/projections/config.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
-import re
 import shutil
 import tomllib
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
+from blazar.config_schema import NODE_NAME, Section, Settings
 from blazar.diskspace import disk_full, no_space
-from blazar.durations import parse_duration
-from blazar.errors import ConfigError, InvalidLogLocation
-from blazar.events.location import PostgresUrl
+from blazar.errors import ConfigError
 
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
+__all__ = ["FIELDS", "LOCAL_KEYS", "NODE_NAME", "OLD_KEYS", "SECTIONS", "Settings"]
+
+_log = logging.getLogger("blazar.config")
+
+SECTIONS: dict[str, type[Section]] = {
+    name: typing.cast(type[Section], info.annotation) for name, info in Settings.model_fields.items()
+}
+FIELDS: dict[str, FieldInfo] = {
+    f"{section}.{name}": info for section, model in SECTIONS.items() for name, info in model.model_fields.items()
+}
+# The keys there were before sections, by their flat names (each is its name within its section now). Fixed: a key
+# added since has no flat name.
+_FLAT_NAMES = frozenset({
+    "allowed_hosts", "archive_dir", "archive_every_s", "backlog", "batch_concurrency", "body_idle_timeout_s",
+    "body_timeout_s", "cascade_min_logprob", "checkpoint_every", "circuit_open_s", "cors_origins", "crash_limit",
+    "crash_window_s", "ctx", "database_url", "engine_gate", "engine_gate_models", "engine_gate_threshold",
+    "engine_threads", "event_max_kib", "files_max_bytes", "group_commit_ms", "host", "idle_timeout_s", "image_fetch",
+    "image_fetch_allow_hosts", "image_fetch_timeout_s", "image_max_count", "image_max_megapixels", "image_max_mib",
+    "keep_alive", "key_open_batches_max", "key_storage_max_mib", "load_mode", "load_timeout_s", "log_disk_share",
+    "log_level", "max_audio_mib", "max_audio_s", "max_body_mib", "max_concurrent_requests", "max_connections",
+    "max_incoming_bodies", "max_loaded_models", "max_speech_chars", "max_tokens_over_context", "memory_limit_mib",
+    "node_down_after_s", "node_heartbeat_s", "node_name", "node_url", "otlp_endpoint", "otlp_headers", "pii_scrub",
+    "port", "queue_depth", "queue_timeout_s", "remote_circuit_failures", "remote_circuit_s", "remote_health_s",
+    "request_retention", "responses_retention_s", "session_bank_mib", "session_keep_s", "session_save_max_mib",
+    "session_save_timeout_s", "session_swa_full", "slots", "spec_governor", "spec_min_acceptance", "spec_min_drafted",
+    "spec_reprobe_s", "spec_window_s", "stop_grace_s", "stream_heartbeat_s", "tls_cert", "tls_key"
+})
+OLD_KEYS: dict[str, str] = {key.partition(".")[2]: key for key in FIELDS if key.partition(".")[2] in _FLAT_NAMES}
 # Keys about this machine rather than the log's history: a restored snapshot never sets them here.
-NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-LOCAL_KEYS = frozenset({"database_url", "node_name", "node_url", "archive_dir"})
+LOCAL_KEYS = frozenset({"log.database_url", "cluster.node_name", "cluster.node_url", "retention.archive_dir"})
 
 
-class Settings(BaseModel):
-    """Every configuration key, its type, range and default. Unknown keys are refused."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    log_level: Literal["debug", "info", "warning", "error"] = Field(
-        default="warning", description="Level of Blazar's own diagnostic logging (stderr and log/blazar.log)."
-    )
-    pii_scrub: bool = Field(
-        default=True, description="Pseudonymise user names in audit output (content is never included either way)."
-    )
-    checkpoint_every: int = Field(
-        default=10_000, ge=100, le=10_000_000, description="Write projection checkpoints after this many new events."
-    )
-    group_commit_ms: float = Field(
-        default=5.0, ge=0.5, le=1000.0, description="How long the group-commit writer gathers request events per batch."
-    )
-    event_max_kib: int = Field(
-        default=64, ge=64, le=16384,
-        description="The most one event's payload may encode to, in KiB: a bigger one is refused where it is built "
-                    "(read at start). Every event's largest legal payload fits in 64.",
-    )
-    keep_alive: str = Field(
-        default="5m",
-        description="How long a model stays loaded after its last use: 300, 45s, 5m, 1h30m; negative: forever.",
-    )
-    max_loaded_models: int = Field(
-        default=0, ge=0, le=64, description="Most instances loaded at once (0: no count limit; memory decides)."
-    )
-    memory_limit_mib: int = Field(
-        default=0, ge=0, description="MiB that loaded instances may use in all (0: what the machine has free)."
-    )
-    ctx: int = Field(
-        default=8192, ge=0, le=1 << 22,
-        description="Context tokens per slot for a new instance (0: the largest that fits, up to training ctx).",
-    )
-    slots: int = Field(
-        default=0, ge=0, le=256, description="Parallel slots (-np) per instance (0: the most that fit, up to 4)."
-    )
-    engine_threads: int = Field(
-        default=0, ge=0, le=1024,
-        description="Threads per engine child (0: the engine's default).",
-    )
-    load_mode: Literal["auto", "mmap", "mlock", "mmap+mlock", "none"] = Field(
-        default="auto",
-        description="How engines load weights: auto (the engine's choice, mmap), mlock keeps them in RAM.",
-    )
-    load_timeout_s: float = Field(
-        default=180.0, ge=1.0, le=7200.0, description="Seconds a model may take to load before the child is killed."
-    )
-    stop_grace_s: float = Field(
-        default=10.0, ge=0.0, le=600.0, description="Seconds between SIGTERM and SIGKILL when stopping an engine child."
-    )
-    crash_limit: int = Field(
-        default=3, ge=1, le=100,
-        description="Crashes within crash_window_s that open a model's circuit.",
-    )
-    crash_window_s: float = Field(default=60.0, ge=1.0, le=86400.0, description="The window crash_limit counts in.")
-    circuit_open_s: float = Field(
-        default=300.0, ge=1.0, le=86400.0,
-        description="How long an open circuit refuses loads (or until `blazar ps --reset`).",
-    )
-    queue_depth: int = Field(
-        default=64, ge=0, le=100_000,
-        description="Requests that may wait per model for a slot; more get 429 with Retry-After.",
-    )
-    queue_timeout_s: float = Field(
-        default=120.0, ge=0.1, le=3600.0, description="Seconds a request may wait for a slot before a 503."
-    )
-    stream_heartbeat_s: float = Field(
-        default=15.0, ge=0.05, le=3600.0,
-        description="Seconds a streamed answer may stay silent before the client gets a heartbeat in its dialect "
-                    "(while the engine reads a long prompt): clients and proxies drop a stream silent for long.",
-    )
-    max_concurrent_requests: int = Field(
-        default=0, ge=0, le=100_000,
-        description="Requests in flight across all models at once (0: only the slots limit).",
-    )
-    max_body_mib: int = Field(
-        default=32, ge=1, le=1024,
-        description="The largest request body accepted, in MiB (else 413).",
-    )
-    files_max_bytes: int = Field(
-        default=100 << 20, ge=1, le=1 << 40,
-        description="The largest file /v1/files accepts, in bytes (else 413); it is written to disk as it arrives.",
-    )
-    image_max_count: int = Field(
-        default=8, ge=0, le=256,
-        description="Images (and audio parts) one chat request may carry (0: none; more is a 400).",
-    )
-    image_max_mib: int = Field(
-        default=20, ge=1, le=1024,
-        description="MiB of image and audio bytes (decoded) one chat request may carry in all (more is a 400).",
-    )
-    image_max_megapixels: int = Field(
-        default=33, ge=1, le=1000,
-        description="Megapixels of images one chat request may carry in all (more is a 400; bombs never decoded).",
-    )
-    image_fetch: bool = Field(
-        default=False,
-        description="Fetch http(s) image URLs in chat requests (off: such a URL is a 400; data: URLs always work). "
-                    "Never to private, loopback or link-local addresses unless image_fetch_allow_hosts names the host.",
-    )
-    image_fetch_timeout_s: float = Field(
-        default=10.0, ge=0.5, le=300.0, description="Seconds one image fetch may take, redirects included.",
-    )
-    image_fetch_allow_hosts: list[str] = Field(
-        default_factory=list,
-        description="Hosts (exact names or addresses) image_fetch may reach even at non-global addresses (a test or "
-                    "intranet server); others must resolve only to global addresses.",
-    )
-    max_audio_mib: int = Field(
-        default=25, ge=1, le=1024,
-        description="The largest audio file /v1/audio/transcriptions and /translations accept, in MiB (else 413); "
-                    "it is written to a temporary file under the home as it arrives.",
-    )
-    max_audio_s: float = Field(
-        default=3600.0, ge=1.0, le=86400.0,
-        description="The longest audio, in seconds, a transcription or translation accepts (else 400).",
-    )
-    max_speech_chars: int = Field(
-        default=4096, ge=1, le=1_000_000,
-        description="The longest text /v1/audio/speech speaks, in characters (else 400).",
-    )
-    batch_concurrency: int = Field(
-        default=1, ge=1, le=64,
-        description="Batch lines in flight at once across every batch (each holds a slot while it runs; they queue "
-                    "behind every interactive request).",
-    )
-    key_storage_max_mib: int = Field(
-        default=1024, ge=0, le=1 << 30,
-        description="MiB of /v1/files storage a key may hold unless it has its own --max-storage: its uploads and its "
-                    "batches' output and error files (an upload past it is a 413; a batch whose next answer does "
-                    "not fit fails, keeping the answers it has). 0: no limit.",
-    )
-    key_open_batches_max: int = Field(
-        default=16, ge=0, le=1_000_000,
-        description="Batches a key may have open at once (validating, in progress or cancelling) unless it has its "
-                    "own --max-open-batches (more is a 429). 0: no limit.",
-    )
-    session_keep_s: float = Field(
-        default=1800.0, ge=0.0, le=31_536_000.0,
-        description="While a slot of an instance holds a session, the instance stays loaded this many seconds after "
-                    "its last use, if its keep_alive is shorter (idle eviction only: memory pressure still evicts it, "
-                    "saving the session's slot).",
-    )
-    responses_retention_s: float = Field(
-        default=30 * 86400.0, ge=60.0, le=10 * 31_536_000.0,
-        description="Seconds a stored Response (/v1/responses with store: true) is kept; older ones are deleted.",
-    )
-    session_bank_mib: int = Field(
-        default=2048, ge=0, le=1 << 24,
-        description="MiB of disk the KV bank may hold for saved session slots; the oldest saves are dropped first "
-                    "(0: sessions are not saved).",
-    )
-    session_save_max_mib: int = Field(
-        default=1024, ge=1, le=1 << 24,
-        description="The largest one session's saved slot may be, in MiB (a larger save is not kept).",
-    )
-    session_save_timeout_s: float = Field(
-        default=10.0, ge=0.1, le=600.0, description="Seconds an eviction waits for one session's slot to be saved.",
-    )
-    session_swa_full: bool = Field(
-        default=True,
-        description="Instances a session's request loads keep a full-size sliding-window cache (SWA models), which "
-                    "restoring a saved slot needs; it costs memory, and the fit counts it.",
-    )
-    max_tokens_over_context: Literal["bound", "refuse"] = Field(
-        default="bound",
-        description="When a prompt fits the context but prompt + max_tokens does not: bound (the output is capped "
-                    "at what the context leaves, and the answer says so) or refuse (400 context_length_exceeded). A "
-                    "prompt that does not fit is refused either way.",
-    )
-    cascade_min_logprob: float = Field(
-        default=-1.0, ge=-100.0, le=0.0,
-        description="The mean token log-probability a cascade's answer needs to be accepted (else the next model is "
-                    "tried).",
-    )
-    remote_health_s: float = Field(
-        default=30.0, ge=1.0, le=3600.0, description="Seconds between health checks of each remote engine.",
-    )
-    remote_circuit_failures: int = Field(
-        default=3, ge=1, le=100,
-        description="Failures in a row (health checks or requests) that open a remote engine's circuit.",
-    )
-    remote_circuit_s: float = Field(
-        default=30.0, ge=1.0, le=86400.0,
-        description="How long an open circuit refuses requests to a remote engine before one is tried again.",
-    )
-    host: str = Field(
-        default="127.0.0.1",
-        description="Address `blazar serve` binds (wider than loopback: on purpose only).",
-    )
-    port: int = Field(default=11435, ge=1, le=65535, description="Port `blazar serve` listens on.")
-    allowed_hosts: list[str] = Field(
-        default_factory=list,
-        description="Host names served besides localhost, 127.0.0.1 and [::1] (others get 403: DNS rebinding).",
-    )
-    cors_origins: list[str] = Field(
-        default_factory=list,
-        description="Web origins (https://app.example) allowed to call from a browser; '*' only once keys exist.",
-    )
-    tls_cert: str = Field(default="", description="PEM certificate file for https (with tls_key; both or neither).")
-    tls_key: str = Field(default="", description="PEM private key file for https (with tls_cert; both or neither).")
-    idle_timeout_s: float = Field(
-        default=30.0, ge=1.0, le=3600.0,
-        description="Seconds a client connection may sit idle, or take to send its headers, before it is closed.",
-    )
-    max_connections: int = Field(
-        default=8192, ge=64, le=1_000_000,
-        description="Client connections served at once (more wait in the listen backlog).",
-    )
-    backlog: int = Field(default=2048, ge=128, le=65535, description="The listen backlog of `blazar serve`'s socket.")
-    body_idle_timeout_s: float = Field(
-        default=5.0, ge=0.1, le=3600.0,
-        description="Seconds a request body may pause between bytes before the request gets 408 and its connection "
-                    "is closed.",
-    )
-    body_timeout_s: float = Field(
-        default=60.0, ge=1.0, le=3600.0,
-        description="Seconds a request body may take to arrive whole (from the end of its headers), else 408 and "
-                    "the connection is closed.",
-    )
-    max_incoming_bodies: int = Field(
-        default=1024, ge=1, le=1_000_000,
-        description="Requests whose body is still arriving, at once; more get 503 at once (at most half of "
-                    "max_connections is used, so slow bodies never hold every connection).",
-    )
-    database_url: str = Field(
-        default="",
-        description="The log on PostgreSQL: postgresql+asyncpg://USER@HOST:PORT/DB (empty: the embedded SQLite file). "
-                    "Read at start, before the log opens; BLAZAR_DATABASE_URL wins over it. A password goes in "
-                    "PGPASSWORD or ~/.pgpass, never here (this file's changes are recorded in the log).",
-    )
-    archive_dir: str = Field(
-        default="",
-        description="Where archive segments go (empty: the home's archive/ directory; BLAZAR_ARCHIVE_DIR wins). An "
-                    "absolute path. Local to this home: on a shared PostgreSQL log, every node that reads archived "
-                    "events needs the same directory (shared storage).",
-    )
-    request_retention: str = Field(
-        default="30d",
-        description="How long request traces and node heartbeats stay in the live log before they move into archive "
-                    "segments: 30d, 12h, 3600; 0: keep everything live (nothing is archived).",
-    )
-    archive_every_s: float = Field(
-        default=3600.0, ge=10.0, le=7 * 86400.0,
-        description="Seconds between the daemon's archive runs (off the request path; each run is recorded).",
-    )
-    log_disk_share: float = Field(
-        default=0.25, gt=0.0, le=1.0,
-        description="`blazar doctor` warns when the live log or the archive takes more than this share of its disk.",
-    )
-    node_name: str = Field(
-        default="",
-        description="This gateway's name among the nodes sharing a PostgreSQL log (empty: the host name; "
-                    "BLAZAR_NODE_NAME wins). Local to this home.",
-    )
-    node_url: str = Field(
-        default="",
-        description="The URL other nodes reach this gateway at (empty: http://127.0.0.1:PORT; BLAZAR_NODE_URL wins). "
-                    "Off loopback it must be https (the cluster key travels with forwarded requests): a plain-http "
-                    "one refuses `blazar serve` unless --insecure-cluster. Local to this home.",
-    )
-    node_heartbeat_s: float = Field(
-        default=5.0, ge=1.0, le=300.0,
-        description="Seconds between a node's heartbeat events (only with the log on PostgreSQL).",
-    )
-    node_down_after_s: float = Field(
-        default=20.0, ge=3.0, le=3600.0,
-        description="A node with no heartbeat for this long is marked down by the others, its instances lost.",
-    )
-    otlp_endpoint: str = Field(
-        default="",
-        description="OTLP/HTTP collector URL that request spans are exported to (empty: off; /v1/traces added to a "
-                    "bare host).",
-    )
-    otlp_headers: dict[str, str] = Field(
-        default_factory=dict,
-        description="Headers sent with each OTLP export, name=value (recorded in the log: put secrets in "
-                    "OTEL_EXPORTER_OTLP_HEADERS).",
-    )
-    # The engine gate (blazar/tuning/gate.py): `engine use|install|build` measures a build against the active one.
-    engine_gate: bool = Field(
-        default=True,
-        description="Measure a new engine build against the active one before activating it, and refuse one that "
-                    "decodes slower by more than engine_gate_threshold (`--force` activates it anyway).",
-    )
-    engine_gate_threshold: float = Field(
-        default=0.05, ge=0.0, le=0.9,
-        description="How much slower (a fraction of the active build's decode tokens/s) a new engine build may be.",
-    )
-    engine_gate_models: list[str] = Field(
-        default_factory=list,
-        description="Models the engine gate measures (at most 2; empty: the pinned or keep-alive-forever ones "
-                    "loaded, else the most requested).",
-    )
-
-    # -- the speculation governor (blazar/serving/spec_rule.py; issue 28) --
-    spec_governor: bool = Field(
-        default=True,
-        description="Govern speculative decoding while serving: per speculative instance, turn it off per request "
-                    "when it loses (low acceptance, or more requests than slots) and back on when it would win.",
-    )
-    spec_window_s: float = Field(
-        default=10.0, ge=0.2, le=3600.0,
-        description="Seconds of each window the speculation governor judges (acceptance, throughput, demand).",
-    )
-    spec_min_acceptance: float = Field(
-        default=0.4, ge=0.0, le=1.0,
-        description="Speculation is turned off when fewer than this share of its drafted tokens are accepted.",
-    )
-    spec_min_drafted: int = Field(
-        default=32, ge=1, le=1_000_000,
-        description="Tokens a window must have drafted before its acceptance is judged.",
-    )
-    spec_reprobe_s: float = Field(
-        default=60.0, ge=1.0, le=86400.0,
-        description="Seconds after speculation was turned off for low acceptance before it is tried again "
-                    "(doubled after each try that still finds it low, at most 16x).",
-    )
-
-    @field_validator("database_url")
-    @classmethod
-    def _database_url(cls, v: str) -> str:
-        v = v.strip()
-        if not v:
-            return v
-        try:
-            PostgresUrl.parse(v)
-        except InvalidLogLocation as e:
-            raise ValueError(f"{e.message}, or empty for the embedded SQLite log") from None
-        creds = urlsplit(v).password
-        if creds:
-            raise ValueError("the URL holds a password: put it in PGPASSWORD or ~/.pgpass (or the whole URL in "
-                             "BLAZAR_DATABASE_URL), since every change to this file is recorded in the log")
-        return v
-
-    @field_validator("node_name")
-    @classmethod
-    def _node_name(cls, v: str) -> str:
-        v = v.strip()
-        if v and not NODE_NAME.fullmatch(v):
-            raise ValueError("a node name is 1-64 letters, digits, '.', '_' and '-'")
-        return v
-
-    @field_validator("node_url")
-    @classmethod
-    def _node_url(cls, v: str) -> str:
-        v = v.strip().rstrip("/")
-        if v and (not v.startswith(("http://", "https://")) or urlsplit(v).password or not urlsplit(v).hostname):
-            raise ValueError("expected http(s)://HOST:PORT, without credentials")
-        return v
-
-    @field_validator("engine_gate_models")
-    @classmethod
-    def _gate_models(cls, v: list[str]) -> list[str]:
-        names = [m.strip() for m in v if m.strip()]
-        if len(names) > 2:
-            raise ValueError("the engine gate measures at most 2 models")
-        return names
-
-    @field_validator("allowed_hosts", "cors_origins", "image_fetch_allow_hosts")
-    @classmethod
-    def _names(cls, v: list[str]) -> list[str]:
-        out = []
-        for item in v:
-            item = item.strip()
-            if not item or len(item) > 253 or any(c.isspace() or ord(c) < 32 for c in item):
-                raise ValueError(f"not a host name or origin: {item!r}")
-            out.append(item)
-        return out
-
-    @field_validator("cors_origins")
-    @classmethod
-    def _origins(cls, v: list[str]) -> list[str]:
-        for item in v:
-            if item != "*" and not item.startswith(("http://", "https://")):
-                raise ValueError(f"an origin is scheme://host[:port], like https://app.example: {item!r}")
-        return v
-
-    @field_validator("otlp_endpoint")
-    @classmethod
-    def _otlp_endpoint(cls, v: str) -> str:
-        v = v.strip()
-        if v:
-            url = urlsplit(v)
-            if url.scheme not in ("http", "https") or not url.hostname or url.query or url.fragment:
-                raise ValueError(f"an OTLP/HTTP endpoint is http(s)://host[:port][/path], like "
-                                 f"http://127.0.0.1:4318: {v!r}")
-        return v
-
-    @field_validator("otlp_headers")
-    @classmethod
-    def _otlp_headers(cls, v: dict[str, str]) -> dict[str, str]:
-        for name, value in v.items():
-            if not _HEADER_NAME.fullmatch(name) or any(c in value for c in "\r\n\0"):
-                raise ValueError(f"not an HTTP header (a token name, a value on one line): {name!r}")
-        return {name.strip(): value.strip() for name, value in v.items()}
-
-    @field_validator("keep_alive")
-    @classmethod
-    def _keep_alive(cls, v: str) -> str:
-        parse_duration(v)
-        return v.strip()
-
-    @field_validator("request_retention")
-    @classmethod
-    def _request_retention(cls, v: str) -> str:
-        if parse_duration(v) < 0:
-            raise ValueError("a retention is 0 (keep everything) or a positive duration such as 30d")
-        return v.strip()
-
-    @field_validator("archive_dir")
-    @classmethod
-    def _archive_dir(cls, v: str) -> str:
-        v = v.strip()
-        if v and not Path(v).expanduser().is_absolute():
-            raise ValueError(f"archive_dir must be an absolute path, not {v!r}")
-        return v
-
-    def retention_s(self) -> float:
-        """request_retention in seconds; 0 keeps everything live."""
-        return parse_duration(self.request_retention)
+def current_key(key: str) -> str:
+    """The sectioned name of `key` (an old flat name's section.key); any other text as it is. Logs nothing: for
+    reading history, where an old name is no one's mistake."""
+    return OLD_KEYS.get(key, key)
 
 
-FIELDS: dict[str, FieldInfo] = dict(Settings.model_fields)
+def resolve(key: str, *, where: str) -> str:
+    """A key as a user gave it -> its section.key: an old flat name is taken with a deprecation line; an unknown
+    key is a ConfigError that lists the valid ones."""
+    if key in OLD_KEYS:
+        new = OLD_KEYS[key]
+        _log.warning("%s: the config key %r is deprecated: it is now %r", where, key, new)
+        return new
+    _field(key)
+    return key
+
+
+def nest(values: Mapping[str, Any]) -> dict[str, Any]:
+    """{"server.port": 1} -> {"server": {"port": 1}} (a key without a section stays at the top)."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        section, dot, name = key.partition(".")
+        if dot:
+            out.setdefault(section, {})[name] = value
+        else:
+            out[key] = value
+    return out
+
+
+def flatten(tables: Mapping[str, Any], *, source: str | None = None) -> dict[str, Any]:
+    """Parsed TOML (sections as tables) -> {"section.key": value}. An old flat key is taken under its new name,
+    logging a deprecation line that names `source` (None: silently); anything unknown is kept as it is, for
+    validation to refuse or `config unset` to remove."""
+    out: dict[str, Any] = {}
+    for key, value in tables.items():
+        if key in SECTIONS and isinstance(value, dict):
+            continue
+        if key in OLD_KEYS:
+            if source is not None:
+                resolve(key, where=source)
+            out[OLD_KEYS[key]] = value
+        else:
+            out[key] = value
+    for section in SECTIONS:  # a sectioned key wins over the same key under its old name
+        table = tables.get(section)
+        if isinstance(table, dict):
+            out.update({f"{section}.{name}": value for name, value in table.items()})
+    return out
+
+
+def build(overrides: Mapping[str, Any]) -> Settings:
+    """The Settings for these validated overrides ({"section.key": value})."""
+    return Settings.model_validate(nest(overrides))
+
+
+def as_flat(s: Settings) -> dict[str, Any]:
+    """Every key's value in `s`, as JSON data: {"section.key": value}."""
+    return flatten(s.model_dump(mode="json"))
 
 
 def defaults() -> dict[str, Any]:
-    return Settings().model_dump(mode="json")
+    """Every key's built-in default: {"section.key": value}, in section order."""
+    return as_flat(Settings())
 
 
 def describe(key: str) -> str:
@@ -478,7 +137,7 @@ def describe(key: str) -> str:
         return "a comma-separated list (empty text: none)"
     if ann == dict[str, str]:
         return "comma-separated name=value pairs (empty text: none)"
-    if key == "keep_alive":
+    if key == "engine.keep_alive":
         return "a duration: seconds like 300, or 45s, 5m, 1h30m; negative: forever"
     bounds = {type(m).__name__: m for m in info.metadata}
     lo = getattr(bounds.get("Ge"), "ge", None)
@@ -533,12 +192,13 @@ def parse_pairs(key: str, text: str) -> dict[str, str]:
 def validate_value(key: str, value: Any) -> Any:
     _field(key)
     try:
-        checked = Settings.model_validate({key: value})
+        checked = build({key: value})
     except ValidationError as exc:
         # A list's own validators say which item is wrong and why (an origin without its scheme, say).
         why = "; ".join(str(e.get("ctx", {}).get("error", "")) for e in exc.errors() if e["type"] == "value_error")
         raise ConfigError(f"invalid value {value!r} for {key}: {why or 'expected ' + describe(key)}") from None
-    return checked.model_dump(mode="json")[key]
+    section, _, name = key.partition(".")
+    return getattr(checked, section).model_dump(mode="json")[name]
 
 
 def validate_overrides(values: dict[str, Any], *, source: str) -> dict[str, Any]:
@@ -564,19 +224,18 @@ def effective(overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_file(path: Path) -> dict[str, Any]:
-    """The overrides in config.toml, validated ({} when the file does not exist)."""
-    try:
-        with path.open("rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        return {}
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
-    return validate_overrides(data, source=str(path))
+    """The overrides in config.toml, validated: {"section.key": value} ({} when the file does not exist). Each old
+    flat key in it logs one deprecation line."""
+    return validate_overrides(flatten(_load(path), source=str(path)), source=str(path))
 
 
 def read_file_raw(path: Path) -> dict[str, Any]:
-    """config.toml as parsed, unvalidated (so `config unset` can repair a bad key)."""
+    """config.toml's keys as written, unvalidated (so `config unset` can repair a bad key): {"section.key": value},
+    an old flat key under its new name, an unknown one as it is."""
+    return flatten(_load(path))
+
+
+def _load(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)
@@ -599,12 +258,12 @@ def locked(path: Path) -> Iterator[None]:
 
 
 def write_file(path: Path, values: dict[str, Any]) -> None:
-    """Replace config.toml atomically with `values`, keeping the previous file as config.toml.bak."""
+    """Replace config.toml atomically with `values` ({"section.key": value}, written as one table per section),
+    keeping the previous file as config.toml.bak."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    body = "# Blazar configuration: `blazar config defaults` lists every key.\n" + tomli_w.dumps(
-        dict(sorted(values.items()))
-    )
+    tables = nest(dict(sorted(values.items())))
+    body = "# Blazar configuration: `blazar config defaults` lists every key.\n" + tomli_w.dumps(tables)
     try:
         with tmp.open("w") as fh:
             fh.write(body)

@@ -68,7 +68,7 @@ class Blazar:
         """The group-commit writer for request events, started on first use with `group_commit_ms` from config;
         `close()` drains it."""
         if self.writer is None:
-            self.writer = GroupCommitWriter(self.log, interval=self.settings().group_commit_ms / 1000)
+            self.writer = GroupCommitWriter(self.log, interval=self.settings().log.group_commit_ms / 1000)
             self.writer.start()
         return self.writer
 
@@ -86,7 +86,7 @@ class Blazar:
     def settings(self) -> settings.Settings:
         known = {k: v for k, v in self.overrides().items() if k in settings.FIELDS}
         if self._settings is None or self._settings[0] != known:
-            self._settings = (known, settings.Settings(**known))
+            self._settings = (known, settings.build(known))
         return self._settings[1]
 
     async def close(self) -> None:

@@ -73,8 +73,8 @@ def tls_files(cert: str, key: str) -> tuple[Path, Path] | None:
     if not cert and not key:
         return None
     if not cert or not key:
-        raise BlazarError("tls_cert and tls_key go together: set both (`blazar config set tls_cert FILE` and "
-                          "`blazar config set tls_key FILE`), or neither")
+        raise BlazarError("tls_cert and tls_key go together: set both (`blazar config set server.tls_cert FILE` and "
+                          "`blazar config set server.tls_key FILE`), or neither")
     pair = (Path(cert).expanduser(), Path(key).expanduser())
     for p in pair:
         try:
@@ -90,8 +90,9 @@ def incoming_bodies(target: Any, settings: Settings) -> QuietHangUps:
     """The app behind the request-body limits. Each connection holds one of granian's `max_connections` permits
     until it closes, so bodies still arriving may hold at most half of them: fast requests always find one. Outside
     them, a client's hang-up ends quietly (blazar/api/disconnect.py)."""
-    return QuietHangUps(IncomingBodies(target, idle_s=settings.body_idle_timeout_s, total_s=settings.body_timeout_s,
-                          limit=max(1, min(settings.max_incoming_bodies, settings.max_connections // 2))))
+    server = settings.server
+    return QuietHangUps(IncomingBodies(target, idle_s=server.body_idle_timeout_s, total_s=server.body_timeout_s,
+                                       limit=max(1, min(server.max_incoming_bodies, server.max_connections // 2))))
 
 
 def freeze_startup_heap() -> None:
@@ -133,7 +134,7 @@ def check_port(host: str, port: int) -> None:
         except OSError as e:
             if e.errno == errno.EADDRINUSE:
                 raise PortInUse(f"{host}:{port} is already in use by another program: stop it, or serve on another "
-                                "port with `blazar serve --port N` (or `blazar config set port N`)") from None
+                                "port with `blazar serve --port N` (or `blazar config set server.port N`)") from None
             raise BlazarError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
@@ -159,7 +160,7 @@ async def serve(app: Blazar, services: Services, *, host: str, port: int,
     warning = check_bind(host, keys_on=auth_on(app.runner.state("keys")), insecure_no_auth=insecure_no_auth)
     if warning:
         log.warning("%s", warning)
-    tls = tls_files(settings.tls_cert, settings.tls_key)
+    tls = tls_files(settings.server.tls_cert, settings.server.tls_key)
     scheme = "https" if tls else "http"
     if app.node:  # before anything binds or joins: a refused node leaves no trace in the cluster
         warning = check_node_url(node_url(paths, app.env, port=port, scheme=scheme), insecure_cluster=insecure_cluster)
@@ -182,10 +183,11 @@ async def serve(app: Blazar, services: Services, *, host: str, port: int,
         # headers are closed after idle_timeout_s (hyper's header read timeout covers both); slow bodies meet
         # IncomingBodies (blazar/api/incoming.py). HTTP/1 only: in "auto" mode granian sniffs for an HTTP/2 preface
         # with no deadline, so a socket that never sent a byte stayed open.
-        idle_ms = int(settings.idle_timeout_s * 1000)
+        idle_ms = int(settings.server.idle_timeout_s * 1000)
         server = Server(target=target, address=host, port=port, interface=Interfaces.ASGI, websockets=False,
                         http=HTTPModes.http1,
-                        log_level=LogLevels.error, backlog=settings.backlog, backpressure=settings.max_connections,
+                        log_level=LogLevels.error, backlog=settings.server.backlog,
+                        backpressure=settings.server.max_connections,
                         http1_settings=HTTP1Settings(header_read_timeout=idle_ms),
                         ssl_cert=tls[0] if tls else None, ssl_key=tls[1] if tls else None,
                         ssl_protocol_min=SSLProtocols.tls12)
@@ -207,7 +209,7 @@ async def serve(app: Blazar, services: Services, *, host: str, port: int,
                 await keeper.start()
             freeze_startup_heap()
             if not stop.is_set():  # a signal during reconcile: stop before serving at all
-                code = await _serve_until_stopped(server, stop, supervisor, grace_s=app.settings().stop_grace_s,
+                code = await _serve_until_stopped(server, stop, supervisor, grace_s=app.settings().engine.stop_grace_s,
                                                   url=info.url)
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):

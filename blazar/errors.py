@@ -182,7 +182,7 @@ class EventTooLarge(LogError):
 
     def __init__(self, type_name: str, size: int, limit: int) -> None:
         super().__init__(f"a {type_name!r} event of {size} bytes is over the log's bound of {limit} bytes "
-                         f"(event_max_kib): the code that built it must bound what it carries")
+                         f"(log.event_max_kib): the code that built it must bound what it carries")
         self.type_name, self.size, self.limit = type_name, size, limit
 
 

@@ -24,13 +24,13 @@ def log_location(paths: Paths, env: Mapping[str, str]) -> LogLocation:
     """The log's URL when one is configured, else its SQLite file. Raises InvalidLogLocation for a URL that cannot
     be read (naming where it was set)."""
     from_env = env.get("BLAZAR_DATABASE_URL", "").strip()
-    url = local_value(paths, env, "database_url", "BLAZAR_DATABASE_URL")
+    url = local_value(paths, env, "log.database_url", "BLAZAR_DATABASE_URL")
     if not url:
         return SqliteFile(paths.db)
     try:
         return PostgresUrl.parse(url)
     except InvalidLogLocation as e:
-        where = "BLAZAR_DATABASE_URL" if from_env else f"database_url in {paths.config_file}"
+        where = "BLAZAR_DATABASE_URL" if from_env else f"log.database_url in {paths.config_file}"
         raise InvalidLogLocation(f"{where}: {e.message}") from None
 
 
@@ -49,7 +49,7 @@ def local_value(paths: Paths, env: Mapping[str, str], key: str, variable: str) -
 def archive_location(paths: Paths, env: Mapping[str, str]) -> Path:
     """Where this home's archive segments are: `archive_dir` (BLAZAR_ARCHIVE_DIR, else config.toml), else the home's
     archive/ directory. A local key: the log never says where files go."""
-    given = local_value(paths, env, "archive_dir", "BLAZAR_ARCHIVE_DIR")
+    given = local_value(paths, env, "retention.archive_dir", "BLAZAR_ARCHIVE_DIR")
     if not given:
         return paths.archive
     path = Path(given).expanduser()

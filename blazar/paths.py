@@ -55,8 +55,7 @@ class Paths:
         return self.run / "daemon.lock"
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Paths:
-        env = os.environ if env is None else env
+    def from_env(cls, env: Mapping[str, str]) -> Paths:
         home = env.get("BLAZAR_HOME")
         if home:
             root = Path(home).expanduser().absolute()

@@ -86,8 +86,8 @@ def decoded_seconds(container: Any, stream: Any, max_s: float | None) -> tuple[f
                 samples[rate] = samples.get(rate, 0) + frame.samples
         seconds = sum(n / r for r, n in samples.items())
         if max_s is not None and seconds > max_s:
-            raise AudioTooLong(f"the audio is longer than the limit of {max_s:g} s (max_audio_s): decoding stopped at "
-                               f"{seconds:.1f} s")
+            raise AudioTooLong(f"the audio is longer than the limit of {max_s:g} s (inputs.max_audio_s): decoding "
+                               f"stopped at {seconds:.1f} s")
     return seconds, rate
 
 

@@ -83,7 +83,7 @@ async def fetch_image(url: str, *, max_bytes: int, timeout_s: float, allow_hosts
         async with asyncio.timeout(timeout_s):
             return await _fetch(url, max_bytes=max_bytes, allow_hosts=allow_hosts)
     except TimeoutError:
-        raise _refused(url, f"not fetched within {timeout_s:g} s (image_fetch_timeout_s)") from None
+        raise _refused(url, f"not fetched within {timeout_s:g} s (inputs.image_fetch_timeout_s)") from None
 
 
 async def _fetch(url: str, *, max_bytes: int, allow_hosts: Sequence[str]) -> bytes:
@@ -138,10 +138,11 @@ def _check_url(url: str, allow: frozenset[str]) -> None:
 async def _bounded(resp: aiohttp.ClientResponse, url: str, max_bytes: int) -> bytes:
     declared = resp.content_length
     if declared is not None and declared > max_bytes:
-        raise _refused(url, f"{declared} bytes, over the {max_bytes} a request's images may take (image_max_mib)")
+        raise _refused(url, f"{declared} bytes, over the {max_bytes} a request's images may take "
+                            "(inputs.image_max_mib)")
     out = bytearray()
     async for chunk in resp.content.iter_chunked(64 << 10):
         out += chunk
         if len(out) > max_bytes:
-            raise _refused(url, f"over the {max_bytes} bytes a request's images may take (image_max_mib)")
+            raise _refused(url, f"over the {max_bytes} bytes a request's images may take (inputs.image_max_mib)")
     return bytes(out)

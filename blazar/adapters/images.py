@@ -58,7 +58,7 @@ def inspect_image(data: bytes, *, where: str, max_pixels: int) -> ImageInfo:
         width, height = img.size
         if width * height > max_pixels:  # checked from the header alone: nothing decoded yet
             raise DialectError(f"{where}: the image is {width}x{height} ({width * height / 1e6:.1f} Mpx), over the "
-                               f"{max_pixels / 1e6:.0f} Mpx a request may carry (image_max_megapixels)",
+                               f"{max_pixels / 1e6:.0f} Mpx a request may carry (inputs.image_max_megapixels)",
                                code="image_too_large")
         fmt = img.format or ""
         media_type = MEDIA_TYPES.get(fmt)

@@ -34,14 +34,14 @@ def create_app(app: Blazar, supervisor: SupervisorPort, gateway: Gateway | None 
     edge and auth, which decide on the route resolved (each route's access in the table)."""
     settings = app.settings()
     peers_key = cluster_key(app.env) if app.node else None  # forwarding between nodes sharing a log
-    middleware: list[Any] = [RequestContext(max_body_bytes=settings.max_body_mib << 20,
+    middleware: list[Any] = [RequestContext(max_body_bytes=settings.server.max_body_mib << 20,
                                                known=lambda t: known(app, t),
                                                seen=app.log.has_trace,
                                                cluster_key=peers_key,
                                                path_limits={**files.path_limits(settings),
-                                                            **audio_limits(settings.max_audio_mib)})]
+                                                            **audio_limits(settings.inputs.max_audio_mib)})]
     middleware.append(paths.CanonicalPath())  # NOTE: before any decision: a path that is not canonical is 404
-    policy = edge.EdgePolicy.of(bind_host, settings.allowed_hosts, settings.cors_origins)
+    policy = edge.EdgePolicy.of(bind_host, settings.server.allowed_hosts, settings.server.cors_origins)
     middleware.append(edge.Edge(policy, lambda: keys_on(app), scheme=scheme))
     middleware.append(auth.Auth(auth.Authenticator(lambda: app.runner.state("keys"), app.clock,
                                                    rules=table.access_rules(), admin_token=admin_token,

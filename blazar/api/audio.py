@@ -100,7 +100,8 @@ async def _read_form(req: falcon.asgi.Request, directory: Path, limit: int) -> _
                         up.bytes += len(chunk)
                         if up.bytes > limit:
                             raise falcon.HTTPContentTooLarge(
-                                description=f"the audio file is over the limit of {limit >> 20} MiB (max_audio_mib)",
+                                description=f"the audio file is over the limit of {limit >> 20} MiB "
+                                            "(inputs.max_audio_mib)",
                                 headers={"Connection": "close"})
                         await asyncio.to_thread(out.write, chunk)
             elif part.name:
@@ -157,9 +158,9 @@ class Transcriptions(Proxy):
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         settings = self.app.settings()
-        up = await _read_form(req, uploads_dir(self.app), settings.max_audio_mib << 20)
+        up = await _read_form(req, uploads_dir(self.app), settings.inputs.max_audio_mib << 20)
         try:
-            asked, fields = await self._asked(up, settings.max_audio_s)
+            asked, fields = await self._asked(up, settings.inputs.max_audio_s)
             request = _no_session(self.request_of(req, resp, asked, b"", fields))
             watcher = disconnect.watch(req)
             try:
@@ -244,9 +245,10 @@ class Speech(Proxy):
 
     def ask(self, data: dict[str, Any]) -> Request:
         body = SpeechBody.model_validate(data)
-        limit = self.app.settings().max_speech_chars
+        limit = self.app.settings().inputs.max_speech_chars
         if len(body.input) > limit:
-            raise DialectError(f"the input is {len(body.input)} characters; the limit is {limit} (max_speech_chars)")
+            raise DialectError(f"the input is {len(body.input)} characters; the limit is {limit} "
+                               "(inputs.max_speech_chars)")
         if not codec.split_sentences(body.input):
             raise DialectError("the input has nothing to say (no letters or digits)", code="invalid_request")
         produce = speech.producer(self.gateway, body.input, body.response_format, float(body.speed), body.voice)

@@ -165,7 +165,7 @@ class Models:
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         settings = self.app.settings()
-        request = FitRequest(ctx=settings.ctx or None, slots=settings.slots or None)
+        request = FitRequest(ctx=settings.fit.ctx or None, slots=settings.fit.slots or None)
         devices = await asyncio.to_thread(devices_now)
         loaded: dict[str, list[dict[str, Any]]] = {}
         for row in self.supervisor.ps():

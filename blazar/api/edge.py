@@ -107,7 +107,7 @@ class Edge:
         if not self.policy.host_allowed(host):
             shown = (host or "")[:100]
             raise EdgeRefused(f"Host {shown!r} is not served here (a DNS-rebinding defence); add it to allowed_hosts "
-                              "(`blazar config set allowed_hosts NAME`) if it is yours", status=403,
+                              "(`blazar config set server.allowed_hosts NAME`) if it is yours", status=403,
                               code="host_not_allowed")
         origin = req.get_header("Origin")
         if origin is not None:
@@ -117,7 +117,7 @@ class Edge:
                 return
             if not self.policy.origin_allowed(origin, own=own, keys_on=self.keys_on()):
                 raise EdgeRefused(f"requests from the web origin {origin[:100]!r} are refused: add it to cors_origins "
-                                  "(`blazar config set cors_origins ORIGIN`) to allow it", status=403,
+                                  "(`blazar config set server.cors_origins ORIGIN`) to allow it", status=403,
                                   code="origin_not_allowed")
         # NOTE: a file upload (blazar/api/files.py: `multipart = True`) is a form; a browser sends one cross-site only
         # with an Origin, refused above unless allowed.

@@ -47,7 +47,7 @@ FORM_OVERHEAD = 64 << 10
 
 def path_limits(settings: Settings) -> dict[str, int]:
     """The body bound of the upload route (the middleware's, before routing): the file bound, not max_body_mib."""
-    return {"/v1/files": settings.files_max_bytes + FORM_OVERHEAD}
+    return {"/v1/files": settings.inputs.files_max_bytes + FORM_OVERHEAD}
 
 
 def owner_of(principal: Principal | None) -> str:
@@ -101,7 +101,7 @@ class Files:
         room = self.charges.storage(owner, principal)
         if room.room == 0:  # nothing of the body is read: the quota is full
             self.charges.refuse(req, principal, "/v1/files", room.refusal("no file fits"), Connection="close")
-        files_max = self.app.settings().files_max_bytes
+        files_max = self.app.settings().inputs.files_max_bytes
         limit = files_max if room.room is None else min(files_max, room.room)
         form: Any = await req.get_media()
         purpose: str | None = None

@@ -38,7 +38,7 @@ def body_timed_out(message: str) -> falcon.HTTPError:
 def too_many_bodies(limit: int) -> falcon.HTTPError:
     return falcon.HTTPError(
         falcon.HTTP_503, headers={**_CLOSE, "Retry-After": "1"},
-        description=f"{limit} request bodies are already arriving (max_incoming_bodies): try again")
+        description=f"{limit} request bodies are already arriving (server.max_incoming_bodies): try again")
 
 
 def has_body(scope: Scope) -> bool:
@@ -141,9 +141,9 @@ class _Channel:
         if task is None or self.refusal is not None:  # not waiting, or already cancelled (not yet resumed)
             return
         if now - self.since >= owner.idle_s:
-            message = f"no byte of the request body arrived for {owner.idle_s:g} s (body_idle_timeout_s)"
+            message = f"no byte of the request body arrived for {owner.idle_s:g} s (server.body_idle_timeout_s)"
         elif now >= self.deadline:
-            message = f"the request body did not arrive whole within {owner.total_s:g} s (body_timeout_s)"
+            message = f"the request body did not arrive whole within {owner.total_s:g} s (server.body_timeout_s)"
         else:
             return
         self.refuse(functools.partial(body_timed_out, message))

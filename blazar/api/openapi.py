@@ -29,7 +29,8 @@ _PHRASES = {400: "the request is not valid (bad JSON, a field that does not vali
             413: "the body is over max_body_mib",
             415: "the body is not JSON", 429: "a limit: the queue is full, or the key's rate (Retry-After)",
             502: "the engine (or the hub) failed",
-            503: "no engine, an open circuit, the queue timed out, or too many bodies arriving (max_incoming_bodies)",
+            503: "no engine, an open circuit, the queue timed out, or too many bodies arriving "
+                 "(server.max_incoming_bodies)",
             507: "the model does not fit in memory"}
 _ERROR_SCHEMA = {"openai": "OpenAIError", "anthropic": "AnthropicError", "ollama": "OllamaError"}
 

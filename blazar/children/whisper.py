@@ -127,7 +127,7 @@ def decode(data: bytes, max_s: float) -> Any:
                     chunks += [f.to_ndarray().reshape(-1) for f in resampler.resample(frame)]
                 seconds = sum(n / r for r, n in counted.items())
                 if seconds > max_s:
-                    raise ChildRefused(400, f"the audio is longer than the limit of {max_s:g} s (max_audio_s): "
+                    raise ChildRefused(400, f"the audio is longer than the limit of {max_s:g} s (inputs.max_audio_s): "
                                        f"decoding stopped at {seconds:.1f} s", param="file", code="audio_too_long")
             chunks += [f.to_ndarray().reshape(-1) for f in resampler.resample(None)]
     except (av.FFmpegError, ValueError) as e:  # ValueError: frames the resampler cannot take (a format change)

@@ -56,7 +56,7 @@ def export(since: SinceOption = None, until: UntilOption = None, out_file: OutOp
 
     async def go() -> ChainSummary:
         async with opened() as app_:
-            scrub, at = app_.settings().pii_scrub, app_.clock.now()
+            scrub, at = app_.settings().telemetry.pii_scrub, app_.clock.now()
             if out_file is not None:
                 return await export_to_file(app_.log, out_file, pii_scrub=scrub, now=at, **window)
             summary = await export_audit(app_.log, sys.stdout.buffer, pii_scrub=scrub, now=at, **window)

@@ -1,4 +1,5 @@
-"""`blazar config defaults|list|get|set|unset`: every change goes to config.toml and into the log."""
+"""`blazar config defaults|list|get|set|unset`: every change goes to config.toml and into the log. Keys are
+section.key (`server.port`); an old flat name (`port`) is still taken, with a deprecation line."""
 
 from __future__ import annotations
 
@@ -20,21 +21,31 @@ app = typer.Typer(help="Read and change configuration (config.toml; each change 
 
 @app.command()
 def defaults(as_json: bool = JSON_OPTION) -> None:
-    """Print every key with its built-in default, as TOML (or JSON)."""
+    """Print every key with its built-in default, as TOML: a table per section (or JSON: {"section.key": v})."""
     values = settings.defaults()
     if as_json:
         print_json(values)
         return
-    # A mapping's TOML is a [table] that takes every key after it: the mappings go last so the whole is valid TOML.
-    for key, value in sorted(values.items(), key=lambda kv: isinstance(kv[1], dict)):
-        # NOTE: markup off: a mapping's TOML is a [table] header, which rich would take for a style tag.
-        out.print(f"# {settings.FIELDS[key].description} ({settings.describe(key)})", markup=False)
-        out.print(tomli_w.dumps({key: value}), end="", markup=False)
+    for section, model in settings.SECTIONS.items():
+        # NOTE: markup off: a [section] header is what rich would take for a style tag.
+        out.print(f"\n# {(model.__doc__ or '').partition('] ')[2]}\n[{section}]", markup=False)
+        for name in model.model_fields:
+            key = f"{section}.{name}"
+            out.print(f"# {settings.FIELDS[key].description} ({settings.describe(key)})", markup=False)
+            out.print(_toml_line(name, values[key]), markup=False)
+
+
+def _toml_line(name: str, value: object) -> str:
+    """`name = value` on one line; a mapping as an inline table, so that it stays inside its section's table."""
+    if isinstance(value, dict):
+        pairs = ", ".join(tomli_w.dumps({k: v}).strip() for k, v in value.items())
+        return f"{name} = {{{pairs}}}"
+    return tomli_w.dumps({name: value}).strip()
 
 
 @app.command("list")
 def list_(as_json: bool = JSON_OPTION) -> None:
-    """List the effective configuration and where each value comes from."""
+    """List the effective configuration (section.key) and where each value comes from."""
 
     async def go() -> list[dict]:
         async with opened() as app_:
@@ -57,14 +68,14 @@ def list_(as_json: bool = JSON_OPTION) -> None:
 
 
 @app.command()
-def get(key: str = typer.Argument(..., help="A config key (see `blazar config defaults`)."),
+def get(key: str = typer.Argument(..., help="A config key, section.key (see `blazar config defaults`)."),
         as_json: bool = JSON_OPTION) -> None:
     """Print the effective value of KEY."""
-    settings.describe(key)  # refuses unknown keys with the valid ones
+    key = settings.resolve(key, where="config get")  # refuses unknown keys with the valid ones
 
     async def go() -> object:
         async with opened() as app_:
-            return app_.settings().model_dump(mode="json")[key]
+            return settings.as_flat(app_.settings())[key]
 
     value = run(go())
     if as_json:
@@ -75,7 +86,8 @@ def get(key: str = typer.Argument(..., help="A config key (see `blazar config de
 
 # NOTE: a negative VALUE (keep_alive -1, cascade_min_logprob -2.5) is a value, not an unknown option.
 @app.command("set", context_settings={"ignore_unknown_options": True})
-def set_(key: str = typer.Argument(..., help="A config key."),
+def set_(key: str = typer.Argument(..., help="A config key, section.key (an old flat name is taken: it is written "
+                                               "as its section.key)."),
          value: str = typer.Argument(..., help="The new value, as text (true/false, numbers, choices).")) -> None:
     """Set KEY to VALUE: validated, written to config.toml atomically, recorded as config.changed."""
 
@@ -87,16 +99,16 @@ def set_(key: str = typer.Argument(..., help="A config key."),
     if rec is not None:
         tell_daemon(paths_from_env())  # a running daemon uses it from its very next request
     if rec is None:
-        out.print(f"{key} is already {value}")
+        out.print(f"{settings.current_key(key)} is already {value}")
     else:
         change = rec.event
         assert isinstance(change, ConfigChanged)  # set_value records nothing else
-        out.print(f"{key} = {change.new}  (was {change.old if change.old is not None else 'default'}; "
+        out.print(f"{change.key} = {change.new}  (was {change.old if change.old is not None else 'default'}; "
                   f"seq {rec.seq})")
 
 
 @app.command()
-def unset(key: str = typer.Argument(..., help="A config key.")) -> None:
+def unset(key: str = typer.Argument(..., help="A config key, section.key.")) -> None:
     """Return KEY to its default (also removes an unknown key from a hand-edited config.toml)."""
 
     async def go() -> Recorded | None:
@@ -104,6 +116,7 @@ def unset(key: str = typer.Argument(..., help="A config key.")) -> None:
             return await unset_value(app_, key)
 
     rec = run(go())
+    key = settings.current_key(key)
     if rec is not None:
         tell_daemon(paths_from_env())
     if rec is None:

@@ -8,6 +8,7 @@ the background for `blazar load`, and call the admin routes, turning their error
 
 from __future__ import annotations
 
+import os
 import ssl
 import subprocess
 import sys
@@ -91,7 +92,7 @@ def start_daemon(paths: Paths, env: Mapping[str, str], *, timeout_s: float = STA
 def auth_headers(paths: Paths | None = None) -> dict[str, str]:
     """The CLI's admin credential (run/admin.token, readable by the home's owner only) as a Bearer header; none when
     no daemon wrote one. `paths` defaults to this environment's home."""
-    token = read_admin_token(paths or Paths.from_env())
+    token = read_admin_token(paths or Paths.from_env(os.environ))
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 

@@ -137,5 +137,5 @@ def migrate_to(
         return
     out.print(f"copied {done.events} events to {done.url}; verified: audit chain of {done.audit_records} records "
               f"(head {done.audit_head[:16]}...), every row's sha256 {done.rows_sha256[:16]}...", markup=False)
-    out.print("to use it: blazar config set database_url URL (or set BLAZAR_DATABASE_URL), then start Blazar",
+    out.print("to use it: blazar config set log.database_url URL (or set BLAZAR_DATABASE_URL), then start Blazar",
               markup=False)

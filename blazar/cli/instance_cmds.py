@@ -58,7 +58,8 @@ def serve(
         try:
             settings = app.settings()
             # An unsafe bind is refused (or, forced, warned about in the log, which `serve` shows on stderr).
-            return await daemon.serve(app, build_services(app), host=host or settings.host, port=port or settings.port,
+            return await daemon.serve(app, build_services(app), host=host or settings.server.host,
+                                      port=port or settings.server.port,
                                       on_listening=listening, insecure_no_auth=insecure_no_auth,
                                       insecure_cluster=insecure_cluster)
         finally:
@@ -93,7 +94,7 @@ def load(
                                             "setting).")] = None,
     sessions: Annotated[bool, typer.Option(
         "--sessions", help="Start it ready for sessions: a sliding-window model gets its full window cache "
-        "(session_swa_full), which restoring a saved slot needs; costs memory, counted by the fit.")] = False,
+        "(sessions.session_swa_full), which restoring a saved slot needs; costs memory, counted by the fit.")] = False,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Load a model into an engine instance (or reuse a running one) and wait until it serves; starts the daemon."""

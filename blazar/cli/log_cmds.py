@@ -36,8 +36,8 @@ def status(
     async def go() -> dict[str, Any]:
         async with opened() as app_:
             s = app_.settings()
-            policy = Retention(request_retention=s.request_retention, retention_s=s.retention_s(),
-                               archive_every_s=s.archive_every_s)
+            policy = Retention(request_retention=s.retention.request_retention, retention_s=s.retention_s(),
+                               archive_every_s=s.retention.archive_every_s)
             return await log_status(app_.log, policy, now=app_.clock.now(), days=days)
 
     info = run(go())
@@ -123,7 +123,7 @@ def archive_cmd(
 
     async def go() -> dict[str, Any]:
         async with opened() as app_:
-            setting = app_.settings().request_retention
+            setting = app_.settings().retention.request_retention
             retention = seconds if seconds is not None else app_.settings().retention_s()
             if retention <= 0:
                 return {"skipped": "request_retention is 0: everything stays live (pass --older-than to archive "

@@ -30,7 +30,7 @@ def list_(as_json: bool = JSON_OPTION) -> None:
         print_json(answer)
         return
     if not rows:
-        out.print("no nodes: nodes are the gateways sharing a log on PostgreSQL (database_url); with the embedded "
+        out.print("no nodes: nodes are the gateways sharing a log on PostgreSQL (log.database_url); with the embedded "
                   "SQLite log there is one gateway", **_VERBATIM)
         return
     table = Table("NODE", "URL", "STATE", "LAST SEEN", "LOADED", "STORE", box=None, header_style="bold")

@@ -73,7 +73,7 @@ def list_(as_json: bool = JSON_OPTION) -> None:
         table.add_row(r["name"], r["tenant"] or "-", r["model"] or "-", fmt_ts(r["last_ts"]), where, str(r["turns"]),
                       str(r["warm"]), str(r["restored"]), str(r["cold"]), bank, r["last_kv"] or "-")
     out.print(table)
-    out.print(f"bank: {_mib(answer['bank_bytes'])} of {_mib(answer['bank_limit_bytes'])} (session_bank_mib)",
+    out.print(f"bank: {_mib(answer['bank_bytes'])} of {_mib(answer['bank_limit_bytes'])} (sessions.session_bank_mib)",
               **_VERBATIM)
 
 

@@ -44,7 +44,7 @@ log = logging.getLogger("blazar.nodes")
 def node_name(paths: Paths, env: Mapping[str, str]) -> str:
     """This home's node name: BLAZAR_NODE_NAME, else node_name in its config.toml, else the host name (cut to a
     valid name)."""
-    name = local_value(paths, env, "node_name", "BLAZAR_NODE_NAME")
+    name = local_value(paths, env, "cluster.node_name", "BLAZAR_NODE_NAME")
     if name:
         if not settings.NODE_NAME.fullmatch(name):
             raise ConfigError(f"invalid node name {name[:64]!r}: 1-64 letters, digits, '.', '_' and '-'")
@@ -55,7 +55,7 @@ def node_name(paths: Paths, env: Mapping[str, str]) -> str:
 
 def node_url(paths: Paths, env: Mapping[str, str], *, port: int, scheme: str = "http") -> str:
     """Where the other nodes reach this one: BLAZAR_NODE_URL, else node_url in config.toml, else loopback."""
-    return (local_value(paths, env, "node_url", "BLAZAR_NODE_URL").rstrip("/")
+    return (local_value(paths, env, "cluster.node_url", "BLAZAR_NODE_URL").rstrip("/")
             or f"{scheme}://127.0.0.1:{port}")
 
 
@@ -125,7 +125,7 @@ class NodeKeeper:
 
     async def _loop(self) -> None:
         while True:
-            await asyncio.sleep(self.app.settings().node_heartbeat_s)
+            await asyncio.sleep(self.app.settings().cluster.node_heartbeat_s)
             try:
                 await self.beat_once()
             except asyncio.CancelledError:
@@ -149,7 +149,7 @@ class NodeKeeper:
     async def mark_silent(self) -> list[str]:
         """Record `node.down` for every other node silent past `node_down_after_s`; returns their names."""
         await self.app.runner.catch_up()
-        now, after = self.app.clock.now(), self.app.settings().node_down_after_s
+        now, after = self.app.clock.now(), self.app.settings().cluster.node_down_after_s
         me = node(self.app.runner.state("nodes"), self.name)
         if me is None or now - me.last_seen_ts > after:
             return []  # this node's own heartbeats are not landing (the database was away): its view is stale
@@ -205,7 +205,7 @@ def ready_peer(app: Blazar, model: str, *, ctx: int | None = None) -> Peer | Non
     """The up node (heard from within node_down_after_s) with an instance of `model` ready that covers `ctx`; the
     one whose last heartbeat reported the fewest requests in flight. A node the cluster key may not be sent to
     (`may_send_key`) is never one."""
-    now, after = app.clock.now(), app.settings().node_down_after_s
+    now, after = app.clock.now(), app.settings().cluster.node_down_after_s
     up = {n.name: n for n in nodes(app.runner.state("nodes"), up_only=True)
           if n.name != app.node and now - n.last_seen_ts <= after}
     if not up:

@@ -126,12 +126,12 @@ class RemoteBreaker:
         c = self._counts.setdefault(name, _Counts())
         c.failures += 1
         c.last_reason = reason
-        if c.failures >= settings.remote_circuit_failures and self.open_now(name) is None \
+        if c.failures >= settings.routing.remote_circuit_failures and self.open_now(name) is None \
                 and remote(self.app.runner.state("remotes"), name) is not None:
             c.closed_logged = False
             await self.app.record(RemoteCircuitOpened(
                 name=name, failures=c.failures, reason=reason[:300], source=source,
-                open_until=self.app.clock.now() + settings.remote_circuit_s))
+                open_until=self.app.clock.now() + settings.routing.remote_circuit_s))
 
     async def succeeded(self, name: str, latency_ms: float | None = None) -> None:
         c = self._counts.setdefault(name, _Counts())
@@ -176,9 +176,10 @@ async def health_loop(app: Blazar, breaker: RemoteBreaker) -> None:
 
 
 async def _until_due(loop: asyncio.AbstractEventLoop, checked: float, app: Blazar) -> None:
-    """Sleep until `remote_health_s` after `checked`, reading the setting again every second (a change counts)."""
-    for _ in range(int(app.settings().remote_health_s) + 2):  # bounded: at most the interval, a second at a time
-        left = app.settings().remote_health_s - (loop.time() - checked)
+    """Sleep until `routing.remote_health_s` after `checked`, reading the setting again every second (a change
+    counts)."""
+    for _ in range(int(app.settings().routing.remote_health_s) + 2):  # bounded: the interval, a second at a time
+        left = app.settings().routing.remote_health_s - (loop.time() - checked)
         if left <= 0:
             return
         await asyncio.sleep(min(1.0, left))

@@ -46,7 +46,7 @@ REFUSED_BETAS = {
     "web-fetch": "web fetch runs on Anthropic's servers",
     "web-search": "web search runs on Anthropic's servers",
     "context-1m": "the context is what the model's instance was loaded with (ask for a larger one with Ollama's "
-                  "num_ctx or `blazar config set ctx`), not a 1M-token window",
+                  "num_ctx or `blazar config set fit.ctx`), not a 1M-token window",
 }
 # `context_management.edits`: the types whose effect the translation already has.
 _CONTEXT_EDITS_DONE = ("clear_thinking_",)

@@ -13,7 +13,9 @@ JsonValue = Any
 
 @register
 class ConfigChanged(Event):
-    """One configuration key changed. `new` is None when the key was unset (back to its default)."""
+    """One configuration key (`section.key`) changed. `new` is None when the key was unset (back to its default).
+    Events from before keys had sections name a flat key (`port`): the `config` projection reads it under its new
+    name (`server.port`)."""
 
     TYPE = "config.changed"
     AUDIT = True

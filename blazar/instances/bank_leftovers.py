@@ -57,7 +57,7 @@ def unrecorded_saves(data_dir: Path, sessions: SessionsState, *, younger_kept_s:
 
 
 def grace_s(app: Blazar) -> float:
-    return app.settings().session_save_timeout_s + GRACE_PAST_TIMEOUT_S
+    return app.settings().sessions.session_save_timeout_s + GRACE_PAST_TIMEOUT_S
 
 
 def remove(paths: list[Path], *, check: str = CHECK, why: str = WHY) -> list[DoctorFixed]:

@@ -144,7 +144,7 @@ class KvBank:
         try:
             status, data = await self.client.slot_action(
                 inst.base_url, slot_id, "restore", Path(entry.file).name, api_key=inst.api_key,
-                timeout_s=self.app.settings().session_save_timeout_s)
+                timeout_s=self.app.settings().sessions.session_save_timeout_s)
         except EngineError as e:
             return Placement(kv="cold", reason=f"the restore failed: {e.message}", explicit=True)
         ms = round((time.perf_counter() - started) * 1000, 3)
@@ -170,7 +170,7 @@ class KvBank:
     async def save_instance(self, inst: Instance, reason: SaveReason) -> list[Recorded]:
         """Save every slot of `inst` that holds a session's newest prefix (before its child is stopped)."""
         owned = self.slots.owned(inst.instance_id)
-        if not owned or self.app.settings().session_bank_mib == 0:
+        if not owned or self.app.settings().sessions.session_bank_mib == 0:
             return []
         events: list[Event] = []
         for slot_id, session in owned:
@@ -195,27 +195,27 @@ class KvBank:
             return failed("engine_error", "this engine cannot save slots")
         if not inst.kv_restorable:
             return failed("no_full_window", "the instance runs without a full sliding-window cache, so a restore "
-                                            "would prefill everything again (session_swa_full)")
+                                            "would prefill everything again (sessions.session_swa_full)")
         name = bank_file_name(session)
         path = slot_dir(self.app.paths.data_dir, model) / name
         started = time.perf_counter()
         try:
             status, data = await self.client.slot_action(inst.base_url, slot_id, "save", name, api_key=inst.api_key,
-                                                         timeout_s=settings.session_save_timeout_s)
+                                                         timeout_s=settings.sessions.session_save_timeout_s)
         except EngineUnreachable as e:
             if isinstance(e.__cause__, TimeoutError):
                 # NOTE: what the engine may have written so far is not the bank's: it would count nowhere.
                 path.unlink(missing_ok=True)
-                return failed("timeout", f"not saved within {settings.session_save_timeout_s:g} s")
+                return failed("timeout", f"not saved within {settings.sessions.session_save_timeout_s:g} s")
             return failed("engine_error", e.message)
         ms = round((time.perf_counter() - started) * 1000, 3)
         if status != 200 or not isinstance(data, dict):
             return failed("engine_error", f"{status}: {_engine_words(data)}")
         size = _size(path, data)
-        if size > settings.session_save_max_mib * MIB:
+        if size > settings.sessions.session_save_max_mib * MIB:
             path.unlink(missing_ok=True)
             return failed("too_large", f"{size / MIB:.1f} MiB is over session_save_max_mib "
-                                       f"({settings.session_save_max_mib} MiB)")
+                                       f"({settings.sessions.session_save_max_mib} MiB)")
         return SessionSaved(session=session, model=model, instance_id=iid, slot_id=slot_id,
                             file=str(path.relative_to(self.app.paths.data_dir)), bytes=size,
                             tokens=int(data.get("n_saved") or 0), duration_ms=ms, identity=inst.kv_identity,
@@ -224,7 +224,7 @@ class KvBank:
     async def enforce_bound(self) -> list[Recorded]:
         """Drop the oldest saves until the bank fits `session_bank_mib` (each drop recorded, its file removed)."""
         state = self.app.runner.state("sessions")
-        cap = self.app.settings().session_bank_mib * MIB
+        cap = self.app.settings().sessions.session_bank_mib * MIB
         total = bank_bytes(state)
         drops: list[Event] = []
         for entry in bank_entries(state):

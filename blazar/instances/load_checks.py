@@ -59,7 +59,7 @@ async def check_load(app: Blazar, engine_of: Callable[[Blazar], ActiveEngine], n
         until = opened.open_until
         raise await record_refusal(
             app, name, "circuit_open",
-            f"{name} crashed {opened.crashes} times within {settings.crash_window_s:.0f} s; loads are refused "
+            f"{name} crashed {opened.crashes} times within {settings.engine.crash_window_s:.0f} s; loads are refused "
             f"for {until - now:.0f} s more "
             f"or until `blazar ps --reset {name}`", CircuitOpen, {"open_until": until})
     engine: ActiveEngine | None = None
@@ -78,7 +78,7 @@ async def check_load(app: Blazar, engine_of: Callable[[Blazar], ActiveEngine], n
                                    {"engine": e.tag, "problems": e.problems}) from None
     except EngineError as e:
         raise await record_refusal(app, name, "no_engine", e.message, e) from None
-    delay = restart_delay(recent_crashes(residency, name), now, window_s=settings.crash_window_s)
+    delay = restart_delay(recent_crashes(residency, name), now, window_s=settings.engine.crash_window_s)
     if delay > 0:
         log.info("%s crashed recently; waiting %.1f s before restarting it", name, delay)
         await asyncio.sleep(delay)
@@ -92,10 +92,10 @@ async def open_circuit_if_due(app: Blazar, model: str, code: int | None) -> None
     residency = app.runner.state("residency")
     crashes = recent_crashes(residency, model)
     if circuit(residency, model, now) is None and decide_circuit(
-            crashes, now, limit=settings.crash_limit, window_s=settings.crash_window_s):
-        n = sum(1 for t in crashes if now - t <= settings.crash_window_s)
-        await app.record(ModelCircuitOpened(model=model, crashes=n, window_s=settings.crash_window_s,
-                                            open_until=now + settings.circuit_open_s, last_exit_code=code))
+            crashes, now, limit=settings.engine.crash_limit, window_s=settings.engine.crash_window_s):
+        n = sum(1 for t in crashes if now - t <= settings.engine.crash_window_s)
+        await app.record(ModelCircuitOpened(model=model, crashes=n, window_s=settings.engine.crash_window_s,
+                                            open_until=now + settings.engine.circuit_open_s, last_exit_code=code))
 
 
 async def reset_circuit(app: Blazar, model: str) -> bool:

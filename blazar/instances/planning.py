@@ -114,7 +114,7 @@ async def fit_with_workers(app: Blazar, model_or_target: str, request: FitReques
     residents = instances(app.runner.state("residency"), node=app.node or None)  # this machine's own
     budget = budget_devices(await asyncio.to_thread(devices_now),
                             [Resident(i.instance_id, i.resident_bytes) for i in residents],
-                            memory_limit_bytes=app.settings().memory_limit_mib * (1 << 20))
+                            memory_limit_bytes=app.settings().fit.memory_limit_mib * (1 << 20))
     here = await fit_model(app, model_or_target, request, budget)
     if here.fits:
         return here

@@ -56,7 +56,7 @@ class Reaper:
         if self.kv_bank is None or lv.keep_alive_s is None or self.kv_bank.last_session_use(
                 lv.instance.instance_id) is None:
             return lv.keep_alive_s
-        return max(lv.keep_alive_s, self.app.settings().session_keep_s)
+        return max(lv.keep_alive_s, self.app.settings().sessions.session_keep_s)
 
     def wake_for(self, lv: Live) -> None:
         """Wake the reaper only when `lv` now runs out before its next wake-up: a request that ends moves its

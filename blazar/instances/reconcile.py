@@ -47,7 +47,7 @@ def _mark(app: Blazar, iid: str, port: int) -> str:
 async def reconcile(app: Blazar) -> list[str]:
     """Record what really happened to every instance the log says is running; returns their ids."""
     await app.runner.catch_up()
-    grace = app.settings().stop_grace_s
+    grace = app.settings().engine.stop_grace_s
     recorded = instances(app.runner.state("residency"), node=app.node or None)  # another node's are its own business
 
     async def settle(inst: ResidentInstance) -> str:

@@ -100,9 +100,9 @@ class RoomMaker:
                        posture: Posture | None = None) -> Situation:
         devices = await asyncio.to_thread(self.devices)
         return Situation(
-            model=model.name, meta=model.metadata, ctx=ctx, swa_full=swa_full, default_ctx=settings.ctx,
-            default_slots=settings.slots, max_loaded_models=settings.max_loaded_models,
-            memory_limit_bytes=settings.memory_limit_mib * MiB, devices=tuple(devices), running=self._running(),
+            model=model.name, meta=model.metadata, ctx=ctx, swa_full=swa_full, default_ctx=settings.fit.ctx,
+            default_slots=settings.fit.slots, max_loaded_models=settings.fit.max_loaded_models,
+            memory_limit_bytes=settings.fit.memory_limit_mib * MiB, devices=tuple(devices), running=self._running(),
             calibration=self.app.runner.state("calibration"),
             rpc_capable=engine is not None and rpc_capable(engine), room_made=room_made,
             projector=model.projector.metadata if model.projector is not None else None,

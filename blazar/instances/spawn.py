@@ -101,7 +101,7 @@ class Spawner:
                      profile_stale_seq=chosen.stale_seq)
         (intent,) = await app.record(InstanceStarting(**facts))
         try:
-            proc = await process.spawn(argv, log_path=log_path, cwd=cwd)
+            proc = await process.spawn(argv, log_path=log_path, env=process.child_env(app.env), cwd=cwd)
         except EngineError as e:
             keyfile(app, instance_id).unlink(missing_ok=True)
             socketfile(app, instance_id).unlink(missing_ok=True)
@@ -161,8 +161,8 @@ class Spawner:
         api_key, key_flags = engine_key(engine.caps, keyfile(app, instance_id))
         try:
             argv = build_argv(engine.binary, model_file, fit, engine.caps, port=port, projector=projector,
-                              threads=(tuned.threads if tuned else None) or settings.engine_threads or None,
-                              load_mode=settings.load_mode,
+                              threads=(tuned.threads if tuned else None) or settings.engine.engine_threads or None,
+                              load_mode=settings.engine.load_mode,
                               slot_save_path=slots if engine.caps.slot_save_path else None,
                               extra=[*key_flags, *_alias_flags(engine, name),
                                      *template_flags(engine.caps, served_settings(
@@ -197,7 +197,7 @@ class Spawner:
         scratch = scratchdir(app, instance_id)
         scratch.mkdir(mode=0o700, parents=True, exist_ok=True)
         launch = Launch(model=opened, port=port, key_file=key_path if kind.keyed else None,
-                        threads=app.settings().engine_threads or None, scratch=scratch, socket=socket)
+                        threads=app.settings().engine.engine_threads or None, scratch=scratch, socket=socket)
         return kind.argv(launch), api_key, kind.cwd(launch)
 
     async def await_ready(self, lv: Live, report: LoadReport | None) -> Instance:
@@ -210,12 +210,13 @@ class Spawner:
         app, inst = self.app, lv.instance
         name, settings = inst.model, app.settings()
         try:
-            waited = await process.wait_healthy(lv.proc, inst.port, timeout_s=settings.load_timeout_s,
+            waited = await process.wait_healthy(lv.proc, inst.port, timeout_s=settings.engine.load_timeout_s,
                                                 path=engine_kind(inst.kind).probe_path,
                                                 socket=Path(inst.socket) if inst.socket else None)
         except process.LoadTimeout as e:
             await self.stopper.terminate(lv, "load_timeout", detail=f"not healthy after {e.waited_s:.1f} s")
-            raise LoadFailed(f"{name} did not become ready within {settings.load_timeout_s:.0f} s (load_timeout_s); "
+            raise LoadFailed(f"{name} did not become ready within {settings.engine.load_timeout_s:.0f} s "
+                             "(engine.load_timeout_s); "
                              f"the engine log: {lv.log_path}",
                              public=f"{name} could not be loaded: it was not ready in time. Try again later; if it "
                                     f"keeps failing, {OWNER_SEES}") from None

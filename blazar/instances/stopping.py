@@ -73,7 +73,7 @@ class Stopper:
         if lv.state == "stopping" and lv.exit_recorded:
             return
         lv.state = "stopping"
-        code = await process.stop_process(lv.proc, grace_s=self.app.settings().stop_grace_s)
+        code = await process.stop_process(lv.proc, grace_s=self.app.settings().engine.stop_grace_s)
         if lv.watcher is not None and lv.watcher is not asyncio.current_task():
             with contextlib.suppress(asyncio.CancelledError):
                 await lv.watcher

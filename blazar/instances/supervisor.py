@@ -266,8 +266,8 @@ class Supervisor:
         the model that give way hand their shape on (RoomMaker.reshape): the new one serves what they served."""
         engine = await check_load(self.app, self._engine, model.name, model.kind)
         settings = self.app.settings()
-        keep = keep_alive_seconds(settings.keep_alive) if keep_alive is UNSET else keep_alive
-        swa_full = session and settings.session_swa_full and bool(model.metadata.sliding_window)
+        keep = keep_alive_seconds(settings.engine.keep_alive) if keep_alive is UNSET else keep_alive
+        swa_full = session and settings.sessions.session_swa_full and bool(model.metadata.sliding_window)
         choice = self._posture(model.name, engine)
         async with self._capacity:
             ctx, embeddings = await self.room.reshape(model.name, ctx, embeddings, report, model.template, rerank)

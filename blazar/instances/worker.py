@@ -93,7 +93,7 @@ async def run_worker(app: Blazar, *, host: str, port: int, mem_bytes: int, name:
         # Verified before every start (a restart after a crash too): cached by each file's stat, so cheap.
         await asyncio.to_thread(verify_for_spawn, app.paths.engines, tag, engine.files)
         argv = [str(rpc), "-H", host, "-p", str(port), *(["-t", str(threads)] if threads else [])]
-        proc = await process.spawn(argv, log_path=log_path)
+        proc = await process.spawn(argv, log_path=log_path, env=process.child_env(app.env))
         started = time.monotonic()
         if not await _ready(proc, host, port):
             code = await process.stop_process(proc, grace_s=2.0)
@@ -111,7 +111,7 @@ async def run_worker(app: Blazar, *, host: str, port: int, mem_bytes: int, name:
         uptime = int((time.monotonic() - started) * 1000)
         if stop.is_set():
             exited.cancel()
-            code = await process.stop_process(proc, grace_s=app.settings().stop_grace_s)
+            code = await process.stop_process(proc, grace_s=app.settings().engine.stop_grace_s)
             await app.record(WorkerStopped(name=name, reason="stopped", exit_code=code, uptime_ms=uptime))
             return 0
         code = proc.returncode

@@ -99,10 +99,10 @@ async def archive_loop(app: Blazar) -> None:
     started = loop.time()
 
     def first() -> float:
-        return min(FIRST_RUN_S, app.settings().archive_every_s)
+        return min(FIRST_RUN_S, app.settings().retention.archive_every_s)
 
     def every() -> float:
-        return app.settings().archive_every_s
+        return app.settings().retention.archive_every_s
 
     interval = first
     while True:

@@ -19,7 +19,9 @@ from blazar.events.system import ConfigChanged
 
 
 async def set_value(app: Blazar, key: str, text: str) -> Recorded | None:
-    """Set `key` from its text form. Returns the recorded change, or None when nothing changed."""
+    """Set `key` (section.key, or its old flat name) from its text form. Returns the recorded change, or None when
+    nothing changed."""
+    key = settings.resolve(key, where="config set")
     value = _recordable(key, settings.parse_value(key, text))
     path = app.paths.config_file
     with settings.locked(path):
@@ -36,6 +38,8 @@ async def set_value(app: Blazar, key: str, text: str) -> Recorded | None:
 
 async def unset_value(app: Blazar, key: str) -> Recorded | None:
     """Return `key` to its default. An unknown key is removed from the file (a repair), without an event."""
+    if key in settings.OLD_KEYS:
+        key = settings.resolve(key, where="config unset")
     path = app.paths.config_file
     with settings.locked(path):
         values = settings.read_file_raw(path)

@@ -19,7 +19,7 @@ class ConfigState(TypedState):
 class ConfigProjection(Projection[State]):
     name = "config"
     state_type = ConfigState
-    version = 1
+    version = 2  # 2: keys are section.key; an old flat name in the log is read under its new one
     types = frozenset({ConfigChanged.TYPE})
 
     def initial(self) -> State:
@@ -28,10 +28,11 @@ class ConfigProjection(Projection[State]):
     def apply(self, state: State, rec: Recorded) -> State:
         ev = rec.event
         assert isinstance(ev, ConfigChanged)
+        key = settings.current_key(ev.key)  # history is not rewritten: an old event's flat name is read here
         if ev.new is None:
-            state["overrides"].pop(ev.key, None)
+            state["overrides"].pop(key, None)
         else:
-            state["overrides"][ev.key] = ev.new
+            state["overrides"][key] = ev.new
         state["changes"] += 1
         state["last_seq"] = rec.seq
         return state

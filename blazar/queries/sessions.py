@@ -58,7 +58,7 @@ def session_list(app: Blazar, tenant: str | _Everyone | None = EVERYONE) -> dict
                      "bank_tokens": max((e.tokens for e in saved), default=0),
                      "bank_models": [e.model for e in saved]})
     total = bank_bytes(state) if tenant is EVERYONE else sum(e.bytes for saved in bank.values() for e in saved)
-    return {"sessions": rows, "bank_bytes": total, "bank_limit_bytes": app.settings().session_bank_mib << 20}
+    return {"sessions": rows, "bank_bytes": total, "bank_limit_bytes": app.settings().sessions.session_bank_mib << 20}
 
 
 def session_detail(app: Blazar, session: str) -> dict[str, Any]:

@@ -147,7 +147,7 @@ def check(lines: Iterable[Span], endpoint: str, ask: Ask, max_line_bytes: int) -
         n = span.number
         if span.data is None:
             bad("line_too_large", f"line {n} is {span.length} bytes; a request line may be at most {max_line_bytes} "
-                "(max_body_mib)", n)
+                "(server.max_body_mib)", n)
             continue
         try:
             obj = orjson.loads(span.data)

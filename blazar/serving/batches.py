@@ -148,7 +148,7 @@ class BatchRunner:
                 await self._finish(b, "cancelled")
             elif b.completed + b.failed >= b.total:
                 await self._finish(b, "completed")
-        limit = self.app.settings().batch_concurrency
+        limit = self.app.settings().queue.batch_concurrency
         while len(self._flying) < limit and not (self._stopping is not None and self._stopping.is_set()):
             job = await self._next_line(now)
             if job is None:
@@ -214,7 +214,7 @@ class BatchRunner:
 
     def _max_line_bytes(self) -> int:
         """A line is a request: its bound is a request body's (max_body_mib)."""
-        return self.app.settings().max_body_mib << 20
+        return self.app.settings().server.max_body_mib << 20
 
     # -- validation ----------------------------------------------------------------------------------------------------
 
@@ -242,7 +242,7 @@ class BatchRunner:
             raw = await asyncio.to_thread(batch_input.read_line, self.store.input_path(b.batch_id), offset, limit)
             if raw is None:  # max_body_mib lowered since the batch was validated
                 await self._done(b, index, Line(custom_id="", body={}), new_trace_id(), 413, _error_body(
-                    f"the line is longer than {limit} bytes (max_body_mib)", 413, "line_too_large"))
+                    f"the line is longer than {limit} bytes (server.max_body_mib)", 413, "line_too_large"))
                 return
             line = batch_lines.parse(raw)
         except (OSError, ValueError, KeyError, TypeError) as e:  # the input changed under the batch

@@ -46,7 +46,7 @@ class Conversations:
     def __init__(self, app: Blazar, store: ResponseStore | None = None) -> None:
         self.app = app
         self.store = store if store is not None else ResponseStore(
-            app.paths.data_dir / FILE, lambda: app.settings().responses_retention_s)
+            app.paths.data_dir / FILE, lambda: app.settings().retention.responses_retention_s)
 
     async def get(self, tenant: str | None, response_id: str) -> Stored:
         stored = await asyncio.to_thread(self.store.get, tenant, response_id)

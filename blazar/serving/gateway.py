@@ -257,7 +257,7 @@ class Gateway:
         r = call.request
         inner = r.hooks.stream_as(call) if r.hooks.stream_as is not None else None
         translator = inner if r.forced is None else ForcedStream(r.forced, inner or OpenAIStream(call.model))
-        heartbeat_s = self.app.settings().stream_heartbeat_s
+        heartbeat_s = self.app.settings().server.stream_heartbeat_s
         guard = LoopGuard() if call.loop_guarded else None
         if translator is None and guard is None:
             return Answer(status=200, content_type=upstream.headers.get("content-type", SSE), headers=headers,
@@ -310,4 +310,4 @@ class Gateway:
         return status, parsed, data
 
     def cascade_min_logprob(self) -> float:
-        return self.app.settings().cascade_min_logprob
+        return self.app.settings().routing.cascade_min_logprob

@@ -86,9 +86,10 @@ async def prepare(request: Request, settings: Settings, catalog: CatalogState) -
     parts = media_parts(body)
     if not parts:
         return request
-    if len(parts) > settings.image_max_count:
-        raise DialectError(f"{len(parts)} images or audio parts in one request, over the {settings.image_max_count} "
-                           f"allowed (image_max_count)", code="too_many_images")
+    if len(parts) > settings.inputs.image_max_count:
+        raise DialectError(f"{len(parts)} images or audio parts in one request, over the "
+                           f"{settings.inputs.image_max_count} allowed (inputs.image_max_count)",
+                           code="too_many_images")
     checker = _Checker(settings)
     rewritten: dict[tuple[int, int], dict[str, Any]] = {}
     for i, j, part in parts:
@@ -155,8 +156,8 @@ class _Checker:
 
     def __init__(self, settings: Settings) -> None:
         self.s = settings
-        self.max_bytes = settings.image_max_mib << 20
-        self.max_pixels = settings.image_max_megapixels * 1_000_000
+        self.max_bytes = settings.inputs.image_max_mib << 20
+        self.max_pixels = settings.inputs.image_max_megapixels * 1_000_000
         self.bytes = self.pixels = self.fetched = self.audio_bytes = 0
         self.types: list[str] = []
         self.audio_formats: list[str] = []
@@ -164,8 +165,8 @@ class _Checker:
     def _count(self, n: int, where: str) -> None:
         self.bytes += n
         if self.bytes > self.max_bytes:
-            raise DialectError(f"{where}: the request's images and audio come to over {self.s.image_max_mib} MiB "
-                               f"(image_max_mib)", code="image_too_large")
+            raise DialectError(f"{where}: the request's images and audio come to over "
+                               f"{self.s.inputs.image_max_mib} MiB (inputs.image_max_mib)", code="image_too_large")
 
     async def image(self, part: dict[str, Any], where: str) -> dict[str, Any] | None:
         spec = part.get("image_url")
@@ -176,11 +177,12 @@ class _Checker:
         if url.startswith("data:"):
             declared, raw = _data_url(url, f"{where}.image_url.url")
         elif url.startswith(("http://", "https://")):
-            if not self.s.image_fetch:
+            if not self.s.inputs.image_fetch:
                 raise DialectError(f"{where}.image_url.url: http(s) image URLs are not fetched here (image_fetch is "
                                    f"off); send the image as a base64 data: URL", code="image_fetch_disabled")
-            raw = await fetch_image(url, max_bytes=self.max_bytes - self.bytes, timeout_s=self.s.image_fetch_timeout_s,
-                                    allow_hosts=self.s.image_fetch_allow_hosts)
+            raw = await fetch_image(url, max_bytes=self.max_bytes - self.bytes,
+                                    timeout_s=self.s.inputs.image_fetch_timeout_s,
+                                    allow_hosts=self.s.inputs.image_fetch_allow_hosts)
             declared, fetched = "", True
             self.fetched += 1
         else:
@@ -190,7 +192,7 @@ class _Checker:
         self.pixels += info.pixels
         if self.pixels > self.max_pixels:
             raise DialectError(f"{where}: the request's images come to {self.pixels / 1e6:.1f} Mpx, over the "
-                               f"{self.s.image_max_megapixels} Mpx allowed (image_max_megapixels)",
+                               f"{self.s.inputs.image_max_megapixels} Mpx allowed (inputs.image_max_megapixels)",
                                code="image_too_large")
         self.types.append(info.media_type)
         if not fetched and declared == info.media_type:

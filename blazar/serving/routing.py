@@ -417,7 +417,7 @@ async def check_context(app: Blazar, client: EngineClient, call: Call, inst: Ins
         if grown is not None:
             return grown, n
     bounded = decide_max_tokens(n, call.max_tokens, inst.ctx_tokens, inst.model,
-                                app.settings().max_tokens_over_context)
+                                app.settings().inputs.max_tokens_over_context)
     if bounded is None:
         return None
     call.bound_output(bounded, bound_body(call.engine_body(), call.request.engine_path, bounded))

@@ -32,7 +32,7 @@ def _unknown(app: Blazar, name: str) -> bool:
 
 async def save_session(gw: Gateway, name: str) -> list[Recorded]:
     """Save the slot that holds `name`'s newest prefix, now."""
-    if gw.app.settings().session_bank_mib == 0:
+    if gw.app.settings().sessions.session_bank_mib == 0:
         raise SessionUnavailable("the KV bank is off (session_bank_mib is 0): nothing is saved")
     where = gw.kv.slots.where(name)
     if where is None:

@@ -58,7 +58,7 @@ class _Watch:
 
 
 def rule_of(app: Blazar) -> SpecRule:
-    s = app.settings()
+    s = app.settings().speculation
     return SpecRule(window_s=s.spec_window_s, min_acceptance=s.spec_min_acceptance, min_drafted=s.spec_min_drafted,
                     reprobe_s=s.spec_reprobe_s)
 
@@ -91,7 +91,7 @@ class SpecGovernor:
 
     async def run(self) -> None:
         while True:
-            if not self.app.settings().spec_governor:
+            if not self.app.settings().speculation.spec_governor:
                 self._watches.clear()  # every instance speculates as started
                 await asyncio.sleep(IDLE_TICK_S)
                 continue

@@ -44,7 +44,7 @@ def storage_limit(key: ApiKey | None, settings: Settings) -> Limit | None:
         return None
     if key.max_storage_bytes is not None:
         return Limit(key.max_storage_bytes, "its max_storage")
-    mib = settings.key_storage_max_mib
+    mib = settings.keys.key_storage_max_mib
     return Limit(mib << 20, "key_storage_max_mib") if mib else None
 
 
@@ -54,7 +54,7 @@ def open_batches_limit(key: ApiKey | None, settings: Settings) -> Limit | None:
         return None
     if key.max_open_batches is not None:
         return Limit(key.max_open_batches, "its max_open_batches")
-    n = settings.key_open_batches_max
+    n = settings.keys.key_open_batches_max
     return Limit(n, "key_open_batches_max") if n else None
 
 

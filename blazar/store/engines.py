@@ -24,6 +24,7 @@ from typing import Literal
 from blazar.adapters.engines import build as builder
 from blazar.adapters.engines.llama_server import Capabilities, EngineVersion, probe
 from blazar.adapters.engines.package import EngineSourceFiles, find_package, from_binary
+from blazar.adapters.engines.process import child_env
 from blazar.adapters.engines.smoke import SmokeResult, smoke_test
 from blazar.confine import inside
 from blazar.context import Blazar
@@ -118,7 +119,8 @@ async def prove_generates(app: Blazar, engine: ActiveEngine, *, timeout_s: float
     """/ready's proof that `engine` loads a model and generates on this machine: the smoke test, run in
     run/ready-probe, once its files are verified (EngineVerifyFailed). Records nothing (a probe, not a decision)."""
     await asyncio.to_thread(verify_for_spawn, app.paths.engines, engine.tag, engine.files)
-    return await smoke_test(engine.binary, engine.caps, workdir=app.paths.run / "ready-probe", timeout_s=timeout_s)
+    return await smoke_test(engine.binary, engine.caps, workdir=app.paths.run / "ready-probe", env=child_env(app.env),
+                            timeout_s=timeout_s)
 
 
 def check_tag(tag: str) -> str:
@@ -334,7 +336,7 @@ async def _activate(app: Blazar, tag: str, *, reason: Literal["install", "use", 
     app.paths.run.mkdir(parents=True, exist_ok=True)
     workdir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix=f"smoke-{tag}-", dir=app.paths.run))
     try:
-        result = await smoke_test(root / entry.binary, caps, workdir=workdir)
+        result = await smoke_test(root / entry.binary, caps, workdir=workdir, env=child_env(app.env))
     finally:
         await asyncio.to_thread(_remove_dir, workdir)
     (smoked,) = await app.record(EngineSmokeTested(

@@ -54,7 +54,7 @@ class Writing:
     def write(self, chunk: bytes) -> None:
         self.bytes += len(chunk)
         if self.bytes > self._limit:
-            raise FileTooLarge(f"the file is over the limit of {self._limit} bytes (files_max_bytes)")
+            raise FileTooLarge(f"the file is over the limit of {self._limit} bytes (inputs.files_max_bytes)")
         self._hash.update(chunk)
         view = memoryview(chunk)
         while view:

@@ -125,7 +125,7 @@ async def plan_child(app: Blazar, model: StoredModel, posture: Posture, *, ctx: 
     """The fit a daemon's load would make (its settings' context and slots), with the posture's fields pinned.
     `slots` (the bench's concurrency) applies where the posture pins none."""
     s = app.settings()
-    request = FitRequest(ctx=ctx or s.ctx or None, slots=slots or s.slots or None)
+    request = FitRequest(ctx=ctx or s.fit.ctx or None, slots=slots or s.fit.slots or None)
     plan = await fit_model(app, model.name, with_posture(request, posture))
     if not plan.fits:
         raise DoesNotFit(f"{model.name} at {posture.label()} does not fit: {plan.summary}")
@@ -148,8 +148,8 @@ async def engine_child(app: Blazar, model: str, posture: Posture, *, engine: Act
     try:
         argv, api_key = _argv(app, got, posture, engine, plan, scratch, port := process.free_port())
         log_path = scratch / "engine.log"
-        proc = await process.spawn(argv, log_path=log_path)
-        limit = timeout_s if timeout_s is not None else app.settings().load_timeout_s
+        proc = await process.spawn(argv, log_path=log_path, env=process.child_env(app.env))
+        limit = timeout_s if timeout_s is not None else app.settings().engine.load_timeout_s
         try:
             await process.wait_healthy(proc, port, timeout_s=limit)
         except process.LoadTimeout:
@@ -183,7 +183,7 @@ def _argv(app: Blazar, model: StoredModel, posture: Posture, engine: ActiveEngin
                              jinja_files=engine.caps.has("--chat-template-file"))
     alias = ["--alias", model.name] if engine.caps.has("--alias") else []
     argv = build_argv(engine.binary, model_file, plan, engine.caps, port=port,
-                      threads=posture.threads or app.settings().engine_threads or None,
+                      threads=posture.threads or app.settings().engine.engine_threads or None,
                       extra=[*key_flags, *alias,
                              *template_flags(engine.caps, served, app.paths.data_dir / "templates"),
                              *posture_flags(engine.caps, posture, draft)])

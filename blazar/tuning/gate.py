@@ -47,7 +47,7 @@ def gate_selection(app: Blazar) -> Selection:
     for (status, _dialect, model), n in metrics.counter(app.runner.state("metrics"), "requests"):
         if status.startswith("2") and model:  # request.completed (a refusal or failure has its error status)
             completed[model] = completed.get(model, 0) + n
-    return select_models(configured=app.settings().engine_gate_models, pinned=pinned, requests=completed,
+    return select_models(configured=app.settings().engine.engine_gate_models, pinned=pinned, requests=completed,
                          servable=servable, limit=MAX_MODELS)
 
 
@@ -75,7 +75,7 @@ async def check_engine(app: Blazar, tag: str, *, cause: int | None = None, force
     off, or there is nothing to compare with). A failure raises EngineRefused unless `force`."""
     say = progress or (lambda _line: None)
     settings = app.settings()
-    if not settings.engine_gate:
+    if not settings.engine.engine_gate:
         say("the engine gate is off (engine_gate = false): not measured against the active build")
         return None
     try:
@@ -86,7 +86,7 @@ async def check_engine(app: Blazar, tag: str, *, cause: int | None = None, force
         return None
     measure = measure or bench_measure
     selection = gate_selection(app)
-    threshold = settings.engine_gate_threshold
+    threshold = settings.engine.engine_gate_threshold
     models: list[GateModel] = []
     passed, detail = True, selection.note
     if selection.models:

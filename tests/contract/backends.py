@@ -44,7 +44,7 @@ def _make_postgresql(root: Path) -> Backend:
     url = cluster().new_database()
     paths = Paths.from_env({"BLAZAR_HOME": str(root)})
     paths.ensure()
-    config.write_file(paths.config_file, {"database_url": url})
+    config.write_file(paths.config_file, {"log.database_url": url})
     return Backend(name="postgresql", location=url, paths=paths)
 
 

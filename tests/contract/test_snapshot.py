@@ -41,8 +41,8 @@ async def _seed_and_snapshot(backend: Backend, clock: FakeClock, dest: Path) -> 
     Returns (the snapshot, the live log's events up to its seq, the live projections' views at that seq)."""
     app = await bootstrap(paths=backend.paths, clock=clock, actor=ACTOR)
     try:
-        await set_value(app, "log_level", "debug")
-        await set_value(app, "checkpoint_every", "500")
+        await set_value(app, "telemetry.log_level", "debug")
+        await set_value(app, "log.checkpoint_every", "500")
         await app.record([aliased("qwen", i) for i in range(3)])
         writer = app.request_writer()
         for i in range(20):
@@ -53,7 +53,7 @@ async def _seed_and_snapshot(backend: Backend, clock: FakeClock, dest: Path) -> 
         taken = await take_snapshot(app, dest)
         # After the snapshot: none of this may appear in a home restored from it.
         clock.advance(5)
-        await set_value(app, "log_level", "error")
+        await set_value(app, "telemetry.log_level", "error")
         await app.record(aliased("later", 99))
     finally:
         await app.close()
@@ -110,7 +110,7 @@ async def test_a_home_restored_from_a_snapshot_has_its_events_and_its_projection
     app = await bootstrap(paths=target.paths, clock=clock, actor=ACTOR)
     try:
         assert await app.log.last_seq() == seq + 1
-        assert (app.settings().log_level, app.settings().checkpoint_every) == ("debug", 500)
+        assert (app.settings().telemetry.log_level, app.settings().log.checkpoint_every) == ("debug", 500)
         # The restore checkpointed the snapshot's events before recording snapshot.restored: one event to fold.
         assert {r.origin for r in app.runner.status()} == {f"checkpoint at {seq}"} and app.folded_at_start == 1
     finally:

@@ -185,7 +185,7 @@ def test_a_prompt_over_the_context_is_still_a_400_in_each_dialect(daemon: Daemon
 
 
 def test_refuse_keeps_the_400_for_an_output_over_the_context(daemon: Daemon) -> None:
-    blazar_cli(daemon.home, "config", "set", "max_tokens_over_context", "refuse")
+    blazar_cli(daemon.home, "config", "set", "inputs.max_tokens_over_context", "refuse")
     try:
         client = openai.OpenAI(base_url=f"{daemon.base}/v1", api_key="unused", max_retries=0, timeout=120)
 
@@ -200,7 +200,7 @@ def test_refuse_keeps_the_400_for_an_output_over_the_context(daemon: Daemon) -> 
         e = wait_for(refused, "the daemon to read max_tokens_over_context = refuse", timeout=60)
         assert e.body["code"] == "context_length_exceeded" and "4000 max_tokens" in e.body["message"]
     finally:
-        blazar_cli(daemon.home, "config", "set", "max_tokens_over_context", "bound")
+        blazar_cli(daemon.home, "config", "set", "inputs.max_tokens_over_context", "bound")
 
 
 # -- quiet logs -----------------------------------------------------------------------------------------------------

@@ -24,9 +24,9 @@ def test_the_daemon_archives_on_its_schedule_while_it_serves(cli: Cli, tmp_path:
     cli("engine", "install", "--path", str(binary), timeout=120)
     cli("import", str(write_tiny_model(tmp_path / "tiny.gguf")), "--name", "tiny")
     port = free_port()
-    cli("config", "set", "port", str(port))
-    cli("config", "set", "archive_every_s", "10")
-    cli("config", "set", "request_retention", "1h")
+    cli("config", "set", "server.port", str(port))
+    cli("config", "set", "retention.archive_every_s", "10")
+    cli("config", "set", "retention.request_retention", "1h")
     seed_history(cli.home, age_s=2 * 3600, traces=20)
     old_trace = cli("events", "--trace", "old-7", "--json").json_lines()
     assert len(old_trace) == 2

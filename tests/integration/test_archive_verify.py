@@ -59,7 +59,7 @@ async def test_a_clean_archive_verifies_through_the_cli(cli: Cli, paths: Paths, 
 
 
 async def test_a_home_with_nothing_archived_verifies(cli: Cli) -> None:
-    cli("config", "set", "log_level", "info")
+    cli("config", "set", "telemetry.log_level", "info")
     assert cli("audit", "verify", "--archive").stdout.startswith("ok: no archived segments")
 
 

@@ -223,15 +223,15 @@ def test_an_mp3_whose_header_understates_its_length_is_refused_at_max_audio_s(da
     # Two minutes of MP3 whose Info header claims 10 frames (a third of a second): the probe once believed the
     # header and whisper then transcribed all of it. The length is what decoding finds, and decoding stops at 60 s.
     lie = lying_mp3(120.0, claimed_frames=10)
-    daemon.cli("config", "set", "max_audio_s", "60")
+    daemon.cli("config", "set", "inputs.max_audio_s", "60")
     try:
         with pytest.raises(openai.BadRequestError) as e:
             daemon.client().audio.transcriptions.create(model=STT, file=("short.mp3", lie, "audio/mpeg"))
     finally:
-        daemon.cli("config", "set", "max_audio_s", "3600")
+        daemon.cli("config", "set", "inputs.max_audio_s", "3600")
     assert e.value.status_code == 400 and e.value.code == "audio_too_long"
     assert e.value.body["type"] == "invalid_request_error"  # type: ignore[index]
-    assert "longer than the limit of 60 s (max_audio_s)" in e.value.message
+    assert "longer than the limit of 60 s (inputs.max_audio_s)" in e.value.message
     refused = e.value.response.headers["x-blazar-trace-id"]
     # Refused once the key's checks passed, as the request's content was read: recorded, and the whisper child was
     # never asked (nothing routed).

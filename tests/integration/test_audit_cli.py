@@ -14,10 +14,10 @@ EXIT_CHAIN_BROKEN = 5
 
 def _changes(cli: Cli) -> None:
     """Four config.changed events: seq 1..4, so an export has a header and four records (lines 2..5)."""
-    cli("config", "set", "log_level", "info")
-    cli("config", "set", "checkpoint_every", "500")
-    cli("config", "set", "log_level", "error")
-    cli("config", "set", "group_commit_ms", "20")
+    cli("config", "set", "telemetry.log_level", "info")
+    cli("config", "set", "log.checkpoint_every", "500")
+    cli("config", "set", "telemetry.log_level", "error")
+    cli("config", "set", "log.group_commit_ms", "20")
 
 
 def _export_file(cli: Cli, path: Path) -> list[str]:
@@ -99,13 +99,13 @@ def test_verify_names_an_edited_a_deleted_a_swapped_and_a_missing_line(cli: Cli,
 
 def test_pii_scrub_follows_the_config_setting(cli: Cli) -> None:
     cli.env["USER"] = "alice"
-    cli("config", "set", "log_level", "debug")
+    cli("config", "set", "telemetry.log_level", "debug")
     scrubbed = cli("audit", "export")
     assert "alice" not in scrubbed.stdout
     header, record = scrubbed.json_lines()
     assert header["pii_scrub"] is True and record["actor"] == scrub_actor("cli:alice")
 
-    cli("config", "set", "pii_scrub", "false")
+    cli("config", "set", "telemetry.pii_scrub", "false")
     header, *records = cli("audit", "export").json_lines()
     assert header["pii_scrub"] is False
     assert [(r["actor"], r["details"]["key"]) for r in records] == [("cli:alice", "log_level"),

@@ -12,9 +12,9 @@ from tests.conftest import Cli
 
 
 def _changes(cli: Cli) -> None:
-    cli("config", "set", "log_level", "debug")
-    cli("config", "set", "checkpoint_every", "500")
-    cli("config", "set", "log_level", "error")
+    cli("config", "set", "telemetry.log_level", "debug")
+    cli("config", "set", "log.checkpoint_every", "500")
+    cli("config", "set", "telemetry.log_level", "error")
 
 
 def test_events_lists_and_filters(cli: Cli) -> None:
@@ -22,13 +22,13 @@ def test_events_lists_and_filters(cli: Cli) -> None:
     rows = cli("events", "--json").json_lines()
     assert [r["seq"] for r in rows] == [1, 2, 3]
     assert rows[0]["type"] == "config.changed" and rows[0]["data"]["new"] == "debug"
-    assert [r["seq"] for r in cli("events", "--json", "--stream", "config:log_level").json_lines()] == [1, 3]
+    assert [r["seq"] for r in cli("events", "--json", "--stream", "config:telemetry.log_level").json_lines()] == [1, 3]
     assert [r["seq"] for r in cli("events", "--json", "--after", "1", "-n", "1").json_lines()] == [2]
     assert cli("events", "--json", "--type", "snapshot.taken").json_lines() == []
     assert cli("events", "--json", "--since", "1h").json_lines() == rows
     assert cli("events", "--json", "--until", "2000-01-01").json_lines() == []
     table = cli("events").stdout
-    assert "config.changed" in table and "config:log_level" in table
+    assert "config.changed" in table and "config:telemetry.log_level" in table
 
 
 def test_events_rejects_a_bad_time(cli: Cli) -> None:
@@ -37,7 +37,7 @@ def test_events_rejects_a_bad_time(cli: Cli) -> None:
 
 
 def test_events_follow_prints_new_events(cli: Cli) -> None:
-    cli("config", "set", "log_level", "debug")
+    cli("config", "set", "telemetry.log_level", "debug")
     proc = subprocess.Popen(
         [sys.executable, "-m", "blazar.cli.main", "events", "--follow", "--json"],
         env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -46,7 +46,7 @@ def test_events_follow_prints_new_events(cli: Cli) -> None:
         assert proc.stdout is not None
         first = proc.stdout.readline()
         assert '"seq":1' in first
-        cli("config", "set", "log_level", "info")
+        cli("config", "set", "telemetry.log_level", "info")
         deadline = time.monotonic() + 15
         second = proc.stdout.readline()
         assert time.monotonic() < deadline and '"seq":2' in second and '"new":"info"' in second
@@ -59,10 +59,10 @@ def test_state_now_and_at_a_past_seq_or_time(cli: Cli) -> None:
     _changes(cli)
     now = cli("state", "--json").json()
     assert now["seq"] == 3
-    assert now["projections"]["config"]["overrides"] == {"log_level": "error", "checkpoint_every": 500}
+    assert now["projections"]["config"]["overrides"] == {"telemetry.log_level": "error", "log.checkpoint_every": 500}
     assert now["projections"]["stats"]["by_type"] == {"config.changed": 3}
     at1 = cli("state", "--json", "--at", "1").json()
-    assert at1["seq"] == 1 and at1["projections"]["config"]["overrides"] == {"log_level": "debug"}
+    assert at1["seq"] == 1 and at1["projections"]["config"]["overrides"] == {"telemetry.log_level": "debug"}
     events = cli("events", "--json").json_lines()
     at_time = cli("state", "--json", "--at", str(events[1]["ts"])).json()
     assert at_time["seq"] == 2
@@ -79,26 +79,43 @@ def test_db_status_and_upgrade(cli: Cli) -> None:
 
 def test_config_commands_end_to_end(cli: Cli) -> None:
     defaults = cli("config", "defaults", "--json").json()
-    assert defaults["log_level"] == "warning"
-    assert "checkpoint_every = 10000" in cli("config", "defaults").stdout
-    assert "seq 1" in cli("config", "set", "pii_scrub", "false").stdout
-    assert cli("config", "get", "pii_scrub").stdout.strip() == "false"
+    assert defaults["telemetry.log_level"] == "warning"
+    toml = cli("config", "defaults").stdout
+    assert "[log]\n" in toml and "checkpoint_every = 10000" in toml
+    assert "seq 1" in cli("config", "set", "telemetry.pii_scrub", "false").stdout
+    assert cli("config", "get", "telemetry.pii_scrub").stdout.strip() == "false"
     listing = {r["key"]: r for r in cli("config", "list", "--json").json()}
-    assert listing["pii_scrub"]["source"] == "config.toml" and listing["log_level"]["source"] == "default"
-    bad = cli("config", "set", "log_level", "loud", check=False)
+    assert listing["telemetry.pii_scrub"]["source"] == "config.toml"
+    assert listing["telemetry.log_level"]["source"] == "default"
+    bad = cli("config", "set", "telemetry.log_level", "loud", check=False)
     assert bad.code == 2 and "expected one of: debug, info, warning, error" in bad.stderr
     unknown = cli("config", "get", "colour", check=False)
     assert unknown.code == 2 and "valid keys:" in unknown.stderr
-    cli("config", "unset", "pii_scrub")
-    assert cli("config", "get", "pii_scrub", "--json").json() == {"key": "pii_scrub", "value": True}
+    cli("config", "unset", "telemetry.pii_scrub")
+    assert cli("config", "get", "telemetry.pii_scrub", "--json").json() == {"key": "telemetry.pii_scrub", "value": True}
     assert [e["data"]["new"] for e in cli("events", "--json").json_lines()] == [False, None]
 
 
 def test_hand_edit_is_noticed_at_next_start(cli: Cli) -> None:
-    cli("config", "set", "log_level", "debug")
-    (cli.home / "config.toml").write_text('log_level = "info"\n')
+    cli("config", "set", "telemetry.log_level", "debug")
+    (cli.home / "config.toml").write_text('[telemetry]\nlog_level = "info"\n')
     events = cli("events", "--json").json_lines()
-    assert events[-1]["data"] == {"key": "log_level", "old": "debug", "new": "info", "source": "file"}
+    assert events[-1]["data"] == {"key": "telemetry.log_level", "old": "debug", "new": "info", "source": "file"}
+
+
+def test_old_flat_keys_are_still_taken_each_time_saying_their_new_name(cli: Cli) -> None:
+    """Keys had no sections before: an old name still works in config.toml and on the command line, and each use
+    says the key's new name; `config set` writes the new one."""
+    (cli.home / "config.toml").write_text("queue_depth = 7\n")
+    got = cli("config", "get", "queue_depth")
+    assert got.stdout.strip() == "7"
+    assert "the config key 'queue_depth' is deprecated: it is now 'queue.queue_depth'" in got.stderr
+    assert "config.toml: the config key 'queue_depth' is deprecated" in got.stderr  # the file's old name too
+    res = cli("config", "set", "ctx", "2048")
+    assert "fit.ctx = 2048" in res.stdout and "config set: the config key 'ctx' is deprecated" in res.stderr
+    assert (cli.home / "config.toml").read_text().endswith("[fit]\nctx = 2048\n\n[queue]\nqueue_depth = 7\n")
+    assert "deprecated" not in cli("config", "get", "queue.queue_depth").stderr  # the file is sectioned now
+    assert [e["data"]["key"] for e in cli("events", "--json").json_lines()] == ["queue.queue_depth", "fit.ctx"]
 
 
 def test_a_broken_config_file_is_reported_and_can_be_repaired(cli: Cli) -> None:

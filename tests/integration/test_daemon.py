@@ -113,7 +113,7 @@ def test_a_taken_port_exits_with_the_port_in_use_code_and_says_so(cli, home: Pat
 
 def test_load_starts_a_daemon_in_the_background_when_none_runs(cli, home: Path) -> None:
     port = free_port()
-    cli("config", "set", "port", str(port))
+    cli("config", "set", "server.port", str(port))
     try:
         res = cli("load", "nosuch", check=False, timeout=WAIT_S + 30)
         assert "starting one in the background" in res.stderr
@@ -258,7 +258,7 @@ class _StuckSupervisor:
 async def test_sigterm_with_a_load_in_flight_stops_the_engines_after_the_grace(app) -> None:
     """In process: granian drains requests in flight; a load stuck past stop_grace_s is ended by closing the
     supervisor, so the daemon still exits, with 0, and the client gets its error."""
-    await set_value(app, "stop_grace_s", "0.5")
+    await set_value(app, "engine.stop_grace_s", "0.5")
     port = free_port()
     made: list[_StuckSupervisor] = []
 

@@ -56,9 +56,9 @@ def assert_no_restore_advised(checks: dict[str, dict[str, Any]]) -> None:
 
 def test_every_command_on_a_full_disk_ends_in_one_line_and_the_log_is_intact(disk: Path) -> None:
     cli = Cli(disk / "home")
-    cli("config", "set", "port", "11500")
+    cli("config", "set", "server.port", "11500")
     filler = fill(disk)
-    for args in (["list"], ["config", "set", "port", "11501"], ["snapshot"], ["keys", "create", "app"]):
+    for args in (["list"], ["config", "set", "server.port", "11501"], ["snapshot"], ["keys", "create", "app"]):
         assert_one_line_naming_the_disk(cli(*args, check=False), disk)
     # doctor: the disk is full, the log is intact (read as it stands on disk), and no restore is advised.
     res = cli("doctor", "--json", check=False)
@@ -72,7 +72,7 @@ def test_every_command_on_a_full_disk_ends_in_one_line_and_the_log_is_intact(dis
     # Space again: the same commands work, and nothing the full disk met was half-written.
     free(disk)
     assert filler.exists() is False
-    cli("config", "set", "port", "11501")
+    cli("config", "set", "server.port", "11501")
     assert [e["data"]["new"] for e in events_of(cli, "config.changed")] == [11500, 11501]
     assert not list((disk / "home").glob(".config.toml.*.tmp"))
     assert checks_of(cli("doctor", "--json", check=False))["log.integrity"]["status"] == "ok"
@@ -163,7 +163,7 @@ def test_the_daemon_on_a_full_disk_is_degraded_on_ready_and_loses_no_request_eve
             model="spare", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
     assert refused.value.status_code == 507 and "no space left on the disk" in refused.value.message
     # The commands that write: config.toml, a snapshot, an event appended while the daemon holds the log.
-    for args in (["config", "set", "port", "11501"], ["snapshot"], ["keys", "create", "app"]):
+    for args in (["config", "set", "server.port", "11501"], ["snapshot"], ["keys", "create", "app"]):
         assert_one_line_naming_the_disk(daemon.cli(*args, check=False), disk)
 
     free(disk)

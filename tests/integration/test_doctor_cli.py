@@ -22,7 +22,7 @@ def _home_with_engine(cli: Cli, engine_binary: Path, gemma_path: Path) -> int:
     cli("engine", "install", "--path", str(engine_binary), timeout=120)
     cli("import", str(gemma_path), "--name", "gemma")
     port = free_port()
-    cli("config", "set", "port", str(port))
+    cli("config", "set", "server.port", str(port))
     return port
 
 
@@ -142,8 +142,8 @@ def test_the_orphan_a_sigkilled_daemon_leaves_is_found_and_fix_stops_it(
 
 
 def test_fix_does_nothing_to_a_home_whose_log_is_not_safe_to_open(cli: Cli, home: Path) -> None:
-    cli("config", "set", "port", str(free_port()))
-    cli("config", "set", "stop_grace_s", "3")
+    cli("config", "set", "server.port", str(free_port()))
+    cli("config", "set", "engine.stop_grace_s", "3")
     with sqlite3.connect(home / "blazar.db") as conn:
         conn.execute("DROP TRIGGER events_no_update")  # the log can no longer prove it was not edited
     stale = home / "run" / "daemon.json"

@@ -58,9 +58,9 @@ def test_the_gate_passes_an_equal_build_refuses_a_slow_one_and_force_activates_i
     cli("engine", "install", "--path", str(engine_binary), "--tag", "fast")
     assert gate_events(home) == []  # the first engine: nothing to compare with
     cli("import", str(gemma_path), "--name", MODEL)
-    cli("config", "set", "engine_gate_models", MODEL)
-    cli("config", "set", "engine_gate_threshold", "0.5")
-    cli("config", "set", "engine_threads", "1")  # one thread per child: steadier on a shared machine
+    cli("config", "set", "engine.engine_gate_models", MODEL)
+    cli("config", "set", "engine.engine_gate_threshold", "0.5")
+    cli("config", "set", "engine.engine_threads", "1")  # one thread per child: steadier on a shared machine
 
     # The same binary under another tag: as fast, so it passes.
     cli("engine", "install", "--path", str(engine_binary), "--tag", "twin", "--no-activate")

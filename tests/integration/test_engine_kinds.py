@@ -67,7 +67,7 @@ def serving(home: Path) -> Iterator[tuple[int, subprocess.Popen[bytes] | cli_zyg
 def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh home with whisper-base and joe pulled from the registry."""
     h = tmp_path_factory.mktemp("kinds-home")
-    blazar_cli(h, "config", "set", "keep_alive", "-1")  # nothing unloads behind a test's back
+    blazar_cli(h, "config", "set", "engine.keep_alive", "-1")  # nothing unloads behind a test's back
     for name in ("whisper-base", "joe"):
         pulled = json.loads(blazar_cli(h, "pull", name, "--json").stdout)
         assert pulled["name"] == name and not pulled["already_present"]

@@ -87,7 +87,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, joe: t
     work = tmp_path_factory.mktemp("errs-src")
     home = tmp_path_factory.mktemp("errs")
     blazar_cli(home, "engine", "install", "--path", str(engine_binary))
-    blazar_cli(home, "config", "set", "keep_alive", "-1")  # nothing unloads behind a test's back
+    blazar_cli(home, "config", "set", "engine.keep_alive", "-1")  # nothing unloads behind a test's back
     # GGUFs whose tensors end short of their header's word: imported whole, then cut in the store (the engine fails
     # to load them and names the file), and one that loads.
     for name in ("broken", "broken-batch", "tiny"):

@@ -167,21 +167,21 @@ def test_bytes_that_are_not_an_image_and_requests_over_the_bounds_are_400s(daemo
     many = [image_part(f"data:image/jpeg;base64,{B64}")] * 9  # the default bound is 8
     with pytest.raises(openai.BadRequestError) as e:
         openai_chat(daemon, SEER, *many)
-    assert "over the 8 allowed (image_max_count)" in e.value.body["message"]
+    assert "over the 8 allowed (inputs.image_max_count)" in e.value.body["message"]
     out = io.BytesIO()
     Image.new("RGB", (7000, 5000), (9, 9, 9)).save(out, format="PNG")  # 35 Mpx (over the default 33), a small file
     huge = base64.b64encode(out.getvalue()).decode()
     with pytest.raises(ollama.ResponseError) as o:
         ol(daemon).chat(model=SEER, messages=[{"role": "user", "content": "x", "images": [huge]}])
     assert o.value.status_code == 400 and "image_max_megapixels" in o.value.error
-    blazar_cli(daemon.home, "config", "set", "image_max_mib", "1")
+    blazar_cli(daemon.home, "config", "set", "inputs.image_max_mib", "1")
     try:
         two_mib = base64.b64encode(picture("BMP", (1000, 700))).decode()  # 2.1 MB
         with pytest.raises(openai.BadRequestError) as e:
             openai_chat(daemon, SEER, image_part(f"data:image/bmp;base64,{two_mib}"))
-        assert "over 1 MiB (image_max_mib)" in e.value.body["message"]
+        assert "over 1 MiB (inputs.image_max_mib)" in e.value.body["message"]
     finally:
-        blazar_cli(daemon.home, "config", "set", "image_max_mib", "20")
+        blazar_cli(daemon.home, "config", "set", "inputs.image_max_mib", "20")
     # A body over max_body_mib (32) is the gateway's 413, as for any request.
     big = "A" * (33 << 20)
     r = httpx2.post(f"{daemon.base}/v1/chat/completions", trust_env=False, timeout=60, json={
@@ -237,7 +237,7 @@ def test_image_urls_are_fetched_only_when_allowed_and_never_from_private_address
     with pytest.raises(openai.BadRequestError) as e:
         openai_chat(daemon, SEER, image_part(image_server))
     assert "image_fetch is off" in e.value.body["message"]
-    blazar_cli(daemon.home, "config", "set", "image_fetch", "true")
+    blazar_cli(daemon.home, "config", "set", "inputs.image_fetch", "true")
     try:
         # On, but the server is on loopback and no admin allowed it: refused after resolution.
         with pytest.raises(openai.BadRequestError) as e:
@@ -248,7 +248,7 @@ def test_image_urls_are_fetched_only_when_allowed_and_never_from_private_address
                 {"type": "image", "source": {"type": "url", "url": "http://169.254.169.254/latest/meta-data"}}]}])
         assert "not a public address" in a.value.body["error"]["message"]
         # The admin names the host: fetched, checked, and sent to the engine as a data URL.
-        blazar_cli(daemon.home, "config", "set", "image_fetch_allow_hosts", "127.0.0.1")
+        blazar_cli(daemon.home, "config", "set", "inputs.image_fetch_allow_hosts", "127.0.0.1")
         without = openai_chat(daemon, SEER).usage
         raw = oa(daemon).chat.completions.with_raw_response.create(
             model=SEER, max_tokens=2, temperature=0, messages=[{"role": "user", "content": [  # type: ignore[list-item]
@@ -258,8 +258,8 @@ def test_image_urls_are_fetched_only_when_allowed_and_never_from_private_address
         media = media_of(daemon, raw.headers["x-blazar-trace-id"])
         assert media is not None and media["images_fetched"] == 1 and media["image_types"] == ["image/jpeg"]
     finally:
-        blazar_cli(daemon.home, "config", "set", "image_fetch", "false")
-        blazar_cli(daemon.home, "config", "set", "image_fetch_allow_hosts", "")
+        blazar_cli(daemon.home, "config", "set", "inputs.image_fetch", "false")
+        blazar_cli(daemon.home, "config", "set", "inputs.image_fetch_allow_hosts", "")
 
 
 def test_zz_no_image_bytes_in_any_file_of_the_home_nor_the_audit(daemon: OpenAIDaemon, tmp_path: Path) -> None:

@@ -81,7 +81,7 @@ def test_status_and_archive_on_a_postgresql_log(cli: Cli) -> None:
 
 def test_retention_zero_archives_nothing_and_says_so(cli: Cli) -> None:
     seed_history(cli.home, age_s=400 * DAY_S, traces=2)
-    cli("config", "set", "request_retention", "0")
+    cli("config", "set", "retention.request_retention", "0")
     res = cli("log", "archive")
     assert "nothing archived: request_retention is 0" in res.stdout
     assert cli("log", "archive", "--json").json()["skipped"].startswith("request_retention is 0")

@@ -31,7 +31,7 @@ def test_a_bad_database_url_stops_every_command_with_exit_code_2(cli: Cli, comma
 
 def test_an_unknown_scheme_in_config_toml_is_named_with_the_file(cli: Cli) -> None:
     cli.home.mkdir(exist_ok=True)
-    (cli.home / "config.toml").write_text(f'database_url = "{UNKNOWN_SCHEME}"\n')  # a hand edit
+    (cli.home / "config.toml").write_text(f'[log]\ndatabase_url = "{UNKNOWN_SCHEME}"\n')  # a hand edit
     res = cli("events", check=False)
     said = " ".join(res.stderr.split())
     assert res.code == 2 and "config.toml" in said and "unknown database URL scheme 'postgres+foo://'" in said

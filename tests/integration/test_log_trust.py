@@ -123,7 +123,7 @@ def test_restored_files_and_the_replaced_log_kept_beside_them_are_the_owners_alo
         cli: Cli, paths: Paths, tmp_path: Path) -> None:
     snap = tmp_path / "snap"
     seed_and_snapshot(paths, snap)
-    cli("config", "set", "log_level", "debug")
+    cli("config", "set", "telemetry.log_level", "debug")
     os.chmod(paths.db, 0o644)
     os.chmod(paths.config_file, 0o644)
     # A umask that would leave new files readable by all: restore must not rely on the caller's.
@@ -152,7 +152,7 @@ def home_with_engine(cli: Cli, home: Path, engine_binary: Path, gemma_path: Path
     for key, value in {"ctx": "2048", "slots": "1", "keep_alive": "10m", "session_bank_mib": "1"}.items():
         cli("config", "set", key, value)
     port = free_port()
-    cli("config", "set", "port", str(port))
+    cli("config", "set", "server.port", str(port))
     return port
 
 
@@ -243,7 +243,7 @@ def _leftover(paths: Paths, session: str) -> Path:
 
 def test_an_unrecorded_bank_save_is_found_by_doctor_and_removed_by_fix_and_at_start_up(
         cli: Cli, paths: Paths) -> None:
-    cli("config", "set", "log_level", "info")  # a home with a log
+    cli("config", "set", "telemetry.log_level", "info")  # a home with a log
     recorded = _leftover(paths, "kept")
     append(paths, [SessionSaved(session="kept", model="gemma", instance_id="i1", slot_id=0,
                                 file=str(recorded.relative_to(paths.data_dir)), bytes=4096, tokens=4,

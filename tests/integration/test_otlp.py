@@ -224,11 +224,11 @@ def test_the_last_requests_spans_leave_when_the_daemon_stops(tmp_path: Path, eng
 
 
 def test_the_otlp_keys_through_the_cli(cli: Cli) -> None:
-    parsed = tomllib.loads(cli("config", "defaults").stdout)  # all of it is valid TOML, every key at the top level
-    assert parsed["otlp_headers"] == {} and set(parsed) == set(settings.defaults())
-    cli("config", "set", "otlp_headers", "x-team=ml, x-env=dev")
-    assert cli("config", "get", "otlp_headers", "--json").json()["value"] == {"x-team": "ml", "x-env": "dev"}
-    bad = cli("config", "set", "otlp_endpoint", "localhost:4318", check=False)
+    parsed = tomllib.loads(cli("config", "defaults").stdout)  # all of it is valid TOML, a [table] per section
+    assert parsed["telemetry"]["otlp_headers"] == {} and settings.flatten(parsed) == settings.defaults()
+    cli("config", "set", "telemetry.otlp_headers", "x-team=ml, x-env=dev")
+    assert cli("config", "get", "telemetry.otlp_headers", "--json").json()["value"] == {"x-team": "ml", "x-env": "dev"}
+    bad = cli("config", "set", "telemetry.otlp_endpoint", "localhost:4318", check=False)
     assert bad.code == 2 and "http(s)://host[:port][/path]" in bad.stderr
-    bad = cli("config", "set", "otlp_headers", "x-team", check=False)
+    bad = cli("config", "set", "telemetry.otlp_headers", "x-team", check=False)
     assert bad.code == 2 and "name=value" in bad.stderr

@@ -31,7 +31,7 @@ def _seed(cli: Cli, tmp_path: Path) -> None:
     binary = fake_engine.write_executable(tmp_path / "fake" / "llama-server")
     cli("engine", "install", "--path", str(binary), timeout=120)
     cli("import", str(write_tiny_model(tmp_path / "tiny.gguf")), "--name", "tiny")
-    cli("config", "set", "log_level", "info")
+    cli("config", "set", "telemetry.log_level", "info")
 
 
 def test_migrate_to_copies_a_sqlite_log_verifies_it_and_the_home_then_runs_on_postgresql(
@@ -43,17 +43,17 @@ def test_migrate_to_copies_a_sqlite_log_verifies_it_and_the_home_then_runs_on_po
     again = cli("db", "migrate-to", pg_url, check=False)
     assert again.code != 0 and "already holds a log" in " ".join(again.stderr.split())
 
-    cli("config", "set", "database_url", pg_url)
+    cli("config", "set", "log.database_url", pg_url)
     status = cli("db", "status", "--json").json()
     assert (status["backend"], status["up_to_date"]) == ("postgresql", True)
     # The database holds the SQLite log's events, then the commands' own: the config change came after the copy.
     assert status["events"] == len(before)
     assert [e["seq"] for e in cli("events", "--json").json_lines()] == [e["seq"] for e in before]
-    cli("config", "set", "log_level", "debug")
+    cli("config", "set", "telemetry.log_level", "debug")
     after = cli("events", "--type", "config.changed", "--json").json_lines()
     assert after[-1]["data"]["new"] == "debug" and after[-1]["seq"] == len(before) + 1
     # A password in the URL is refused: config.toml's changes are recorded in the log.
-    bad = cli("config", "set", "database_url", "postgresql://u:secret@db/x", check=False)
+    bad = cli("config", "set", "log.database_url", "postgresql://u:secret@db/x", check=False)
     assert bad.code == 2 and "PGPASSWORD" in " ".join(bad.stderr.split())
 
 
@@ -62,7 +62,7 @@ def test_the_daemon_serves_from_a_postgresql_log_and_why_reads_it_back(cli: Cli,
     cli.env["BLAZAR_DATABASE_URL"] = pg_url
     _seed(cli, tmp_path)
     port = free_port()
-    cli("config", "set", "port", str(port))
+    cli("config", "set", "server.port", str(port))
     try:
         cli("load", "tiny", timeout=120)
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=60)
@@ -111,7 +111,7 @@ def test_with_postgresql_down_loaded_models_still_answer_control_changes_wait_an
         _seed(cli, tmp_path)
         cli("import", str(write_tiny_model(tmp_path / "tiny2.gguf")), "--name", "other")
         port = free_port()
-        cli("config", "set", "port", str(port))
+        cli("config", "set", "server.port", str(port))
         cli("load", "tiny", timeout=120)
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=60)
 

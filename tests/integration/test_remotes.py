@@ -42,7 +42,7 @@ def _daemons_reaped() -> Iterator[None]:
 
 
 def _daemon(cli: Cli, port: int) -> None:
-    """`blazar serve` on the port set in the home's config (`blazar config set port`), up once it wrote
+    """`blazar serve` on the port set in the home's config (`blazar config set server.port`), up once it wrote
     run/daemon.json; its stderr in a file beside the home, one per start."""
     configure_all(cli.home, {"port": port})
     log = cli.home.parent / f"{cli.home.name}-daemon-{len(_STARTED)}.log"
@@ -132,8 +132,8 @@ def test_a_dead_remote_opens_its_circuit_and_a_live_one_closes_it(gateway: tuple
                                                                    upstream: tuple[Cli, int]) -> None:
     a, port = gateway
     b, b_port = upstream
-    a("config", "set", "remote_circuit_failures", "2")
-    a("config", "set", "remote_circuit_s", "2")
+    a("config", "set", "routing.remote_circuit_failures", "2")
+    a("config", "set", "routing.remote_circuit_s", "2")
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=60)
     stop_home_daemon(b.home)  # B goes away
     for _ in range(2):
@@ -154,7 +154,7 @@ def test_a_dead_remote_opens_its_circuit_and_a_live_one_closes_it(gateway: tuple
     assert chat.choices[0].message.content == fake_engine.answer_text(2)
     assert a("events", "--type", "remote.circuit_closed", "--json").json_lines()
     # With health checks every second, B going away opens the circuit with no request at all.
-    a("config", "set", "remote_health_s", "1")
+    a("config", "set", "routing.remote_health_s", "1")
     stop_home_daemon(b.home)
     opened_by_check = wait_for(lambda: [x["data"] for x in a("events", "--type", "remote.circuit_opened",
                                                              "--json").json_lines() if x["data"]["source"] ==

@@ -22,7 +22,7 @@ def fake_home(cli, home: Path, tmp_path: Path) -> Iterator[Path]:
     binary = fake_engine.write_executable(tmp_path / "fake" / "llama-server")
     cli("engine", "install", "--path", str(binary), timeout=120)
     cli("import", str(write_tiny_model(tmp_path / "tiny.gguf")), "--name", "tiny")
-    cli("config", "set", "port", str(free_port()))
+    cli("config", "set", "server.port", str(free_port()))
     try:
         yield home
     finally:

@@ -128,7 +128,7 @@ def test_a_restore_into_another_context_size_is_refused_and_runs_cold(daemon: Da
     daemon.cli("stop", MODEL)
     wait_for(lambda: [e for e in daemon.events("session.saved") if e["data"]["session"] == "sea-ctx"],
              "session.saved")
-    daemon.cli("config", "set", "ctx", str(CTX // 2))
+    daemon.cli("config", "set", "fit.ctx", str(CTX // 2))
     try:
         trace, timings, chat = conv.turn("And the land?")
         placed = _placed(daemon, trace)
@@ -138,7 +138,7 @@ def test_a_restore_into_another_context_size_is_refused_and_runs_cold(daemon: Da
         why = json.loads(daemon.cli("why", trace, "--json").stdout)
         assert "session sea-ctx cold: " in why["verdict"] and "does not match this instance" in why["verdict"]
     finally:
-        daemon.cli("config", "set", "ctx", str(CTX))
+        daemon.cli("config", "set", "fit.ctx", str(CTX))
         daemon.cli("stop", MODEL)
 
 
@@ -213,7 +213,7 @@ def test_the_bank_keeps_to_its_bound_dropping_the_oldest_save(daemon: Daemon) ->
     daemon.cli_fails("stop", MODEL)  # from an earlier test, if loaded
     for name in [r["name"] for r in json.loads(daemon.cli("session", "list", "--json").stdout)["sessions"]]:
         daemon.cli("session", "rm", name)
-    daemon.cli("config", "set", "session_bank_mib", "16")
+    daemon.cli("config", "set", "sessions.session_bank_mib", "16")
     try:
         older, newer = Conversation(daemon, "bank-old"), Conversation(daemon, "bank-new")
         older.turn("And the sky?")
@@ -228,7 +228,7 @@ def test_the_bank_keeps_to_its_bound_dropping_the_oldest_save(daemon: Daemon) ->
         kept = {r["name"]: r["bank_bytes"] for r in listed["sessions"]}
         assert kept["bank-new"] > 0 and kept["bank-old"] == 0
 
-        daemon.cli("config", "set", "session_save_max_mib", "1")
+        daemon.cli("config", "set", "sessions.session_save_max_mib", "1")
         Conversation(daemon, "bank-big").turn("And the sky?")
         daemon.cli("stop", MODEL)
         failed = wait_for(lambda: [e["data"] for e in daemon.events("session.save_failed")
@@ -239,8 +239,8 @@ def test_the_bank_keeps_to_its_bound_dropping_the_oldest_save(daemon: Daemon) ->
                         if e["data"]["session"] == "bank-new")
         assert {f.name for f in (daemon.home / "slots" / MODEL).glob("*.bin")} == {new_file}
     finally:
-        daemon.cli("config", "set", "session_bank_mib", "2048")
-        daemon.cli("config", "set", "session_save_max_mib", "1024")
+        daemon.cli("config", "set", "sessions.session_bank_mib", "2048")
+        daemon.cli("config", "set", "sessions.session_save_max_mib", "1024")
 
 
 
@@ -251,8 +251,8 @@ def test_a_session_keeps_its_model_loaded_past_its_keep_alive_then_idle_eviction
     reaper evicts the instance like any other, saving the session's slot first. No bound here depends on the
     machine's speed: the first wait is past a keep-alive the session's hour outlasts, the second is for an event."""
     daemon.cli_fails("stop", MODEL)
-    daemon.cli("config", "set", "keep_alive", "1s")
-    daemon.cli("config", "set", "session_keep_s", "3600")
+    daemon.cli("config", "set", "engine.keep_alive", "1s")
+    daemon.cli("config", "set", "sessions.session_keep_s", "3600")
     try:
         conv = Conversation(daemon, "keep-1")
         trace, _, _ = conv.turn("And the sky?")
@@ -260,7 +260,7 @@ def test_a_session_keeps_its_model_loaded_past_its_keep_alive_then_idle_eviction
         time.sleep(2)  # past its keep-alive (1 s), well within session_keep_s
         assert iid in {i["instance_id"] for i in json.loads(daemon.cli("ps", "--json").stdout)["instances"]}
         assert not [e for e in daemon.events("instance.evicted") if e["data"]["instance_id"] == iid]
-        daemon.cli("config", "set", "session_keep_s", "2")
+        daemon.cli("config", "set", "sessions.session_keep_s", "2")
         conv.turn("And the land?")  # on `iid`, or (had the reaper woken between) on a fresh instance
         evicted = wait_for(lambda: [e["data"] for e in daemon.events("instance.evicted")
                                     if e["data"]["instance_id"] == iid], "idle eviction", timeout=60)
@@ -271,5 +271,5 @@ def test_a_session_keeps_its_model_loaded_past_its_keep_alive_then_idle_eviction
                  if e["data"]["session"] == "keep-1"]
         assert ("evicted", iid) in saved
     finally:
-        daemon.cli("config", "set", "keep_alive", "10m")
-        daemon.cli("config", "set", "session_keep_s", "1800")
+        daemon.cli("config", "set", "engine.keep_alive", "10m")
+        daemon.cli("config", "set", "sessions.session_keep_s", "1800")

@@ -122,7 +122,7 @@ def test_smoke_argv_uses_listed_flags_for_a_light_start(help_caps, tmp_path) -> 
 async def test_smoke_passes_on_the_real_engine(engine_binary, tmp_path) -> None:
     _, caps = probe(engine_binary)
     work = tmp_path / "smoke"
-    res = await smoke_test(engine_binary, caps, workdir=work)
+    res = await smoke_test(engine_binary, caps, workdir=work, env=os.environ)
     assert res.passed, res.detail + "\n" + "\n".join(res.log_tail)
     assert res.tokens == 8  # n_predict with ignore_eos
     assert res.exit_code is None
@@ -137,7 +137,7 @@ async def test_smoke_passes_on_the_real_engine(engine_binary, tmp_path) -> None:
 async def test_smoke_fails_with_the_exit_code_and_log_tail_when_the_engine_crashes(tmp_path) -> None:
     exe = _standin(tmp_path, "kill -ILL $$")
     _, caps = probe(exe)
-    res = await smoke_test(exe, caps, workdir=tmp_path / "smoke", timeout_s=30)
+    res = await smoke_test(exe, caps, workdir=tmp_path / "smoke", env=os.environ, timeout_s=30)
     assert not res.passed
     assert res.exit_code == -signal.SIGILL
     assert "SIGILL" in res.detail and "loading model" in res.detail  # the cause and the last log line
@@ -149,7 +149,7 @@ async def test_smoke_fails_by_timeout_when_the_engine_never_turns_healthy(tmp_pa
     exe = _server_standin(tmp_path, health=503, tokens=8)
     _, caps = probe(exe)
     work = tmp_path / "smoke"
-    res = await smoke_test(exe, caps, workdir=work, timeout_s=1.5)
+    res = await smoke_test(exe, caps, workdir=work, env=os.environ, timeout_s=1.5)
     assert not res.passed
     assert "not healthy after 1.5s" in res.detail
     assert res.exit_code is None  # it did not die: the gate stopped it
@@ -162,7 +162,7 @@ async def test_smoke_fails_when_the_engine_generates_no_tokens(tmp_path) -> None
     exe = _server_standin(tmp_path, health=200, tokens=0)
     _, caps = probe(exe)
     work = tmp_path / "smoke"
-    res = await smoke_test(exe, caps, workdir=work, timeout_s=30)
+    res = await smoke_test(exe, caps, workdir=work, env=os.environ, timeout_s=30)
     assert not res.passed and res.tokens == 0
     assert "generated no tokens" in res.detail
     assert _running_with(str(work)) == []
@@ -171,18 +171,19 @@ async def test_smoke_fails_when_the_engine_generates_no_tokens(tmp_path) -> None
 async def test_smoke_reports_the_exit_code_when_the_engine_crashes_mid_request(tmp_path) -> None:
     exe = _server_standin(tmp_path, health=200, tokens=-1)
     _, caps = probe(exe)
-    res = await smoke_test(exe, caps, workdir=tmp_path / "smoke", timeout_s=30)
+    res = await smoke_test(exe, caps, workdir=tmp_path / "smoke", env=os.environ, timeout_s=30)
     assert not res.passed and res.exit_code == -signal.SIGILL
     assert "killed by SIGILL (exit code -4) during /completion" in res.detail
 
 
 async def test_smoke_of_a_missing_binary_fails_without_raising(help_caps, tmp_path) -> None:
-    res = await smoke_test(tmp_path / "absent" / "llama-server", help_caps, workdir=tmp_path / "smoke", timeout_s=5)
+    res = await smoke_test(tmp_path / "absent" / "llama-server", help_caps, workdir=tmp_path / "smoke", env=os.environ,
+                           timeout_s=5)
     assert not res.passed and res.exit_code is None
     assert "cannot start" in res.detail and "absent" in res.detail
 
 
 async def test_smoke_fails_without_raising_when_the_binary_lists_no_port_flag(tmp_path) -> None:
     caps = parse_help("-m,    --model FNAME      model path\n--host HOST     address\n")
-    res = await smoke_test(Path(os.devnull), caps, workdir=tmp_path / "smoke", timeout_s=5)
+    res = await smoke_test(Path(os.devnull), caps, workdir=tmp_path / "smoke", env=os.environ, timeout_s=5)
     assert not res.passed and "--port" in res.detail

@@ -158,7 +158,7 @@ def test_the_child_stops_decoding_at_the_bound_the_gateway_names(sdk: openai.Ope
         sdk.audio.transcriptions.create(model="whisper-1", file=("short.mp3", lie),
                                         extra_body={MAX_AUDIO_FIELD: "10"})
     assert (e.value.body["code"], e.value.body["param"]) == ("audio_too_long", "file")  # type: ignore[index]
-    assert "longer than the limit of 10 s (max_audio_s)" in e.value.message
+    assert "longer than the limit of 10 s (inputs.max_audio_s)" in e.value.message
     # Within the bound the same file is as long as its frames, whatever its header says.
     short = lying_mp3(4.0, claimed_frames=10)
     raw = sdk.audio.transcriptions.with_raw_response.create(model="whisper-1", file=("short.mp3", short),

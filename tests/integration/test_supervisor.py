@@ -40,9 +40,9 @@ async def sup(app: Blazar, engine_binary: Path, gemma_path: Path) -> AsyncIterat
         await import_model(app, gemma_path, name)
     # One file, probed once as a first load would (tests/integration/test_template_probe.py is about that load).
     await record_probe_in(app, engine_binary, gemma_path, "gemma-a")
-    await set_value(app, "ctx", "1024")
-    await set_value(app, "slots", "1")
-    await set_value(app, "stop_grace_s", "5")
+    await set_value(app, "fit.ctx", "1024")
+    await set_value(app, "fit.slots", "1")
+    await set_value(app, "engine.stop_grace_s", "5")
     s = Supervisor(app)
     await s.start()
     try:
@@ -107,7 +107,7 @@ async def test_idle_eviction_fires_when_keep_alive_runs_out(app: Blazar, sup: Su
 
 
 async def test_max_loaded_models_evicts_the_least_recently_used(app: Blazar, sup: Supervisor, clock) -> None:
-    await set_value(app, "max_loaded_models", "2")
+    await set_value(app, "fit.max_loaded_models", "2")
     await sup.load("gemma-a")
     clock.advance(5)
     await sup.load("gemma-b")
@@ -127,7 +127,7 @@ async def test_memory_pressure_evicts_only_as_many_as_needed(app: Blazar, sup: S
     (row,) = sup.ps()
     one = max(row["planned_bytes"], row["measured_bytes"] or 0)
     # Room for one instance and a half: the second load must evict the first, and only it.
-    await set_value(app, "memory_limit_mib", str(int(one * 1.5) // MiB))
+    await set_value(app, "fit.memory_limit_mib", str(int(one * 1.5) // MiB))
     clock.advance(10)
     await sup.load("gemma-b")
     assert [r["model"] for r in sup.ps()] == ["gemma-b"]
@@ -137,7 +137,7 @@ async def test_memory_pressure_evicts_only_as_many_as_needed(app: Blazar, sup: S
 
 
 async def test_a_load_that_cannot_fit_even_after_evictions_is_refused(app: Blazar, sup: Supervisor) -> None:
-    await set_value(app, "memory_limit_mib", "16")
+    await set_value(app, "fit.memory_limit_mib", "16")
     with pytest.raises(DoesNotFit):
         await sup.load("gemma-a", ctx=1024)
     (ev,) = await _read(app, types=["instance.load_refused"])
@@ -199,8 +199,8 @@ sys.exit(3)
 async def test_a_hung_load_times_out_kills_the_child_and_is_recorded(
         app: Blazar, gemma_path: Path, tmp_path: Path) -> None:
     await import_model(app, gemma_path, "gemma-a")
-    await set_value(app, "load_timeout_s", "2")
-    await set_value(app, "stop_grace_s", "1")
+    await set_value(app, "engine.load_timeout_s", "2")
+    await set_value(app, "engine.stop_grace_s", "1")
     engine = _engine_of(_stand_in(tmp_path, "hangs", HANGS))
     sup = Supervisor(app, engine=lambda _app: engine)
     await sup.start()

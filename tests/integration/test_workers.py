@@ -102,7 +102,7 @@ def test_a_model_too_large_for_the_host_is_split_across_two_workers_with_the_loc
     (first,) = _events(home, "instance.starting")
     assert first["data"]["workers"] == {} and "--rpc" not in first["data"]["argv"]
     blazar_cli(home, "stop", MODEL)
-    blazar_cli(home, "config", "set", "memory_limit_mib", str(LIMIT_MIB))
+    blazar_cli(home, "config", "set", "fit.memory_limit_mib", str(LIMIT_MIB))
 
     split = _ask(client)
     assert _same_run(local, split) >= 16  # the same tokens at temperature 0, the same seed
@@ -130,7 +130,7 @@ def test_a_model_too_large_for_the_host_is_split_across_two_workers_with_the_loc
 def test_a_worker_killed_mid_generation_loses_the_instance_and_the_next_request_loads_again(
         cluster: tuple[Path, int, list[subprocess.Popen]]) -> None:
     home, port, _ = cluster
-    blazar_cli(home, "config", "set", "memory_limit_mib", str(LIMIT_MIB))
+    blazar_cli(home, "config", "set", "fit.memory_limit_mib", str(LIMIT_MIB))
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=300)
     assert _ask(client)
     first = _events(home, "instance.starting")[-1]["data"]

@@ -72,15 +72,15 @@ _hex = st.text(alphabet="0123456789abcdef", min_size=32, max_size=32)
 
 # Keys whose valid values a generic strategy cannot guess (durations, paths, URLs, names).
 _SAMPLES: dict[str, list[str]] = {
-    "keep_alive": ["5m", "300", "-1", "0", "1h30m", "45s"],
-    "tls_cert": ["", "/etc/blazar/cert.pem"],
-    "tls_key": ["", "/etc/blazar/cert.pem"],
-    "database_url": ["", "postgresql+asyncpg://blazar@db.lan:5432/blazar"],
-    "node_name": ["", "gpu-1", "box.lan"],
-    "node_url": ["", "http://10.0.0.2:11434", "https://gw.example"],
-    "otlp_endpoint": ["", "http://127.0.0.1:4318", "https://otel.example/v1/traces"],
-    "request_retention": ["30d", "0", "12h", "3600"],
-    "archive_dir": ["", "/srv/blazar-archive"],
+    "engine.keep_alive": ["5m", "300", "-1", "0", "1h30m", "45s"],
+    "server.tls_cert": ["", "/etc/blazar/cert.pem"],
+    "server.tls_key": ["", "/etc/blazar/cert.pem"],
+    "log.database_url": ["", "postgresql+asyncpg://blazar@db.lan:5432/blazar"],
+    "cluster.node_name": ["", "gpu-1", "box.lan"],
+    "cluster.node_url": ["", "http://10.0.0.2:11434", "https://gw.example"],
+    "telemetry.otlp_endpoint": ["", "http://127.0.0.1:4318", "https://otel.example/v1/traces"],
+    "retention.request_retention": ["30d", "0", "12h", "3600"],
+    "retention.archive_dir": ["", "/srv/blazar-archive"],
 }
 
 
@@ -99,7 +99,8 @@ def _config_value(key: str) -> st.SearchStrategy[Any]:
     if ann is str:
         return st.sampled_from(["127.0.0.1", "::1", "0.0.0.0"])
     if ann == list[str]:
-        items = ["https://app.example", "http://localhost:5173"] if key == "cors_origins" else ["blazar.lan", "box"]
+        origins = ["https://app.example", "http://localhost:5173"]
+        items = origins if key == "server.cors_origins" else ["blazar.lan", "box"]
         return st.lists(st.sampled_from(items), max_size=2, unique=True)
     bounds = {type(m).__name__: m for m in info.metadata}
     above = "Gt" in bounds  # an exclusive lower bound (log_disk_share > 0): the bound itself is not valid

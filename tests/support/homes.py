@@ -154,7 +154,7 @@ async def _measure(engine_binary: Path, model_path: Path, got: StoredModel) -> l
     port = process.free_port()
     log = Path(tempfile.mkdtemp(prefix="blazar-probe-")) / "engine.log"
     proc = await process.spawn([str(engine_binary), "-m", str(model_path), "--host", "127.0.0.1", "--port",
-                                str(port), "-c", "1024", "-np", "1"], log_path=log)
+                                str(port), "-c", "1024", "-np", "1"], log_path=log, env=os.environ)
     client = EngineClient(max_connections=1)
     try:
         await process.wait_healthy(proc, port, timeout_s=HANG_S)

@@ -173,7 +173,7 @@ async def test_session_rm_and_the_bank_trim_never_touch_a_file_outside_the_bank(
         os.symlink(target, path)
     with pytest.raises(OutsideHome, match=rf"session.saved \(seq {b.seq}\) of session b"):
         await remove_session(app, "b")
-    await set_value(app, "session_bank_mib", "1")
+    await set_value(app, "sessions.session_bank_mib", "1")
     dropped = await bank.enforce_bound()
     assert [r.event.session for r in dropped] == ["a"]  # type: ignore[attr-defined]
     assert target.read_text() == "keep me"

@@ -64,11 +64,12 @@ def child_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k in CHILD_ENV_NAMES or k.startswith(CHILD_ENV_PREFIXES)}
 
 
-async def spawn(argv: list[str], *, log_path: Path, env: Mapping[str, str] | None = None,
+async def spawn(argv: list[str], *, log_path: Path, env: Mapping[str, str],
                 cwd: Path | None = None) -> asyncio.subprocess.Process:
     """Start `argv` with stdout and stderr appended to `log_path` (0600) and stdin closed. `env` is the child's
-    whole environment (None: ours through `child_env`); `cwd` its working directory (None: ours). A missing or
-    unrunnable binary is an EngineError naming it."""
+    whole environment: for an engine, `child_env` of what bootstrap was given (`app.env`: nothing here reads the
+    process's own). `cwd` is its working directory (None: ours). A missing or unrunnable binary is an EngineError
+    naming it."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     # NOTE: a file, not a pipe: a child whose reader died (a killed daemon) would die of SIGPIPE on its next log line.
     # start_new_session: Ctrl-C on the daemon's terminal reaches the daemon, which stops its children in order.
@@ -77,7 +78,7 @@ async def spawn(argv: list[str], *, log_path: Path, env: Mapping[str, str] | Non
     try:
         return await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.DEVNULL, stdout=log_fd, stderr=asyncio.subprocess.STDOUT,
-            env=dict(env) if env is not None else child_env(os.environ), start_new_session=True, umask=0o077,
+            env=dict(env), start_new_session=True, umask=0o077,
             cwd=cwd,
         )
     except OSError as e:

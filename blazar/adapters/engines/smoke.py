@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx2
@@ -94,8 +95,10 @@ async def _complete(port: int, *, ignore_eos: bool, timeout_s: float, api_key: s
     return tokens
 
 
-async def smoke_test(binary: Path, caps: Capabilities, *, workdir: Path, timeout_s: float = 60.0) -> SmokeResult:
-    """Start `binary` on the tiny model in `workdir` (its log is `workdir/smoke.log`), wait healthy, ask for
+async def smoke_test(binary: Path, caps: Capabilities, *, workdir: Path, env: Mapping[str, str],
+                     timeout_s: float = 60.0) -> SmokeResult:
+    """Start `binary` on the tiny model in `workdir` (its log is `workdir/smoke.log`; `env` the child's whole
+    environment, as `spawn` takes it), wait healthy, ask for
     N_PREDICT tokens, stop it. `timeout_s` bounds the load and the request together. The child gets its own key,
     as a served one does (`workdir/smoke.key`, removed at the end)."""
     try:
@@ -124,7 +127,7 @@ async def smoke_test(binary: Path, caps: Capabilities, *, workdir: Path, timeout
         port = free_port(HOST)
         api_key, key_flags = await asyncio.to_thread(engine_key, caps, keyfile)
         argv = smoke_argv(binary, caps, model, port) + key_flags
-        proc = await spawn(argv, log_path=log_path)
+        proc = await spawn(argv, log_path=log_path, env=env)
         load_s = await wait_healthy(proc, port, timeout_s=timeout_s, host=HOST)
         try:
             tokens = await _complete(port, ignore_eos=caps.has("--ignore-eos"), api_key=api_key,

@@ -41,9 +41,9 @@ def otlp_target(settings: Settings, env: Mapping[str, str]) -> OtlpTarget | None
         return None
     headers = _env_headers(env.get("OTEL_EXPORTER_OTLP_HEADERS", ""))
     headers.update(_env_headers(env.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "")))
-    headers.update({k.lower(): v for k, v in settings.otlp_headers.items()})  # the config's win, name by name
-    if settings.otlp_endpoint:
-        return OtlpTarget(traces_url(settings.otlp_endpoint), headers)
+    headers.update({k.lower(): v for k, v in settings.telemetry.otlp_headers.items()})  # the config's win, name by name
+    if settings.telemetry.otlp_endpoint:
+        return OtlpTarget(traces_url(settings.telemetry.otlp_endpoint), headers)
     full = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
     if full:
         return OtlpTarget(full, headers, source="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")

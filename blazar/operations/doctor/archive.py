@@ -41,7 +41,7 @@ async def archive_checks(app: Blazar, *, quick: bool = False) -> list[Check]:
 
 async def disk_share(app: Blazar, store: SegmentStore | None) -> Check:
     """Warn when the live log, or the archive, takes more than `log_disk_share` of the filesystem it is on."""
-    share = app.settings().log_disk_share
+    share = app.settings().retention.log_disk_share
     seen: list[str] = []
     over: list[str] = []
     if isinstance(app.log.location, SqliteFile):
@@ -57,10 +57,12 @@ async def disk_share(app: Blazar, store: SegmentStore | None) -> Check:
         line = f"{what} {size(used)} is {frac:.1%} of {size(room.total_bytes)} on {room.mount}"
         (over if frac > share else seen).append(line)
     if over:
-        return Check("log", "disk_share", "warn", "; ".join(over + seen) + f" (log_disk_share is {share:.0%})",
-                     fix="archive sooner (`blazar config set request_retention 7d`, then `blazar log archive`), move "
-                         "the archive to a larger disk (archive_dir), or raise log_disk_share")
-    return ok("log", "disk_share", "; ".join(seen) + f" (within log_disk_share, {share:.0%})")
+        return Check("log", "disk_share", "warn",
+                     "; ".join(over + seen) + f" (retention.log_disk_share is {share:.0%})",
+                     fix="archive sooner (`blazar config set retention.request_retention 7d`, then `blazar log "
+                         "archive`), move the archive to a larger disk (retention.archive_dir), or raise "
+                         "retention.log_disk_share")
+    return ok("log", "disk_share", "; ".join(seen) + f" (within retention.log_disk_share, {share:.0%})")
 
 
 def _files_bytes(store: SegmentStore) -> int:

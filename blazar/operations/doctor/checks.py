@@ -87,7 +87,7 @@ async def with_log(app: Blazar, *, quick: bool) -> list[Check]:
     seen = machine.see_daemon(app.paths)
     stored = await asyncio.to_thread(store.model_files, app.paths.models, app.runner.state("catalog"), quick=quick)
     checks = [checkpoints(app), *await archive_checks(app, quick=quick), trust.untrusted_paths(app),
-              machine.port(settings.host, settings.port, seen), *stored,
+              machine.port(settings.server.host, settings.server.port, seen), *stored,
               await asyncio.to_thread(trust.kv_bank, app), engine.active_engine(app)]
     files = await asyncio.to_thread(engine.files, app)
     for found in (files, engine.cpu(app, engine.cpu_flags()), await engine.smoke(app)):

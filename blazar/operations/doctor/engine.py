@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from blazar.adapters.engines.llama_server import Capabilities
+from blazar.adapters.engines.process import child_env
 from blazar.adapters.engines.smoke import smoke_test
 from blazar.context import Blazar
 from blazar.diskspace import space
@@ -109,7 +110,7 @@ async def smoke(app: Blazar) -> Check | None:
     workdir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="doctor-smoke-", dir=app.paths.run))
     try:
         result = await smoke_test(binary, Capabilities.model_validate(entry.manifest), workdir=workdir,
-                                  timeout_s=SMOKE_TIMEOUT_S)
+                                  env=child_env(app.env), timeout_s=SMOKE_TIMEOUT_S)
     finally:
         await asyncio.to_thread(shutil.rmtree, workdir, True)
     if result.passed:

@@ -87,7 +87,7 @@ async def _stop_orphan(app: Blazar, check: str, action: Action) -> DoctorFixed |
     if not argv:
         return None
     # stop_pid signals only while the pid still runs this argv[0] (and the same process: its start time).
-    stopped = await stop_pid(action.pid, grace_s=app.settings().stop_grace_s, expect_cmdline=argv[0])
+    stopped = await stop_pid(action.pid, grace_s=app.settings().engine.stop_grace_s, expect_cmdline=argv[0])
     if not stopped:
         return None
     return DoctorFixed(check=check, action="stopped_process", target=action.path, detail=why, pid=action.pid)

@@ -92,9 +92,9 @@ def port(host: str, port_: int, seen: DaemonSeen) -> Check:
             if e.errno == errno.EADDRINUSE:
                 return Check("machine", "port", "warn", f"{host}:{port_} is in use by another program, so "
                              "`blazar serve` would refuse to start", fix="stop that program, or `blazar config set "
-                             "port N`")
+                             "server.port N`")
             return Check("machine", "port", "fail", f"cannot bind {host}:{port_}: {e.strerror or e}",
-                         fix="`blazar config set host 127.0.0.1`")
+                         fix="`blazar config set server.host 127.0.0.1`")
     return ok("machine", "port", f"{host}:{port_} is free (no daemon running)")
 
 

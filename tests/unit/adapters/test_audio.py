@@ -88,7 +88,7 @@ def test_what_is_not_audio_is_refused_as_a_400(data: bytes) -> None:
 def test_a_duration_over_the_limit_is_refused_naming_the_limit() -> None:
     clip = encoded("wav", "pcm_s16le", 3.0)
     assert probe(clip, max_duration_s=5).duration_s == pytest.approx(3.0, abs=0.01)
-    with pytest.raises(AudioTooLong, match=r"longer than the limit of 2 s \(max_audio_s\)"):
+    with pytest.raises(AudioTooLong, match=r"longer than the limit of 2 s \(inputs\.max_audio_s\)"):
         probe(clip, max_duration_s=2)
 
 
@@ -118,7 +118,7 @@ def test_an_mp3_whose_header_claims_10_frames_is_as_long_as_decoding_finds(lie: 
 
 
 def test_decoding_stops_the_moment_it_passes_the_limit(lie: bytes, opened: list[CountingContainer]) -> None:
-    with pytest.raises(AudioTooLong, match=r"longer than the limit of 10 s \(max_audio_s\)") as e:
+    with pytest.raises(AudioTooLong, match=r"longer than the limit of 10 s \(inputs\.max_audio_s\)") as e:
         probe(lie, max_duration_s=10)
     assert e.value.http_status == 400 and e.value.code == "audio_too_long"
     # The file holds 120 s in 3,333 frames (576 samples at 16 kHz, 36 ms each); 10 s is 278 of them. The probe read

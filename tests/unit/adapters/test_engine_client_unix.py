@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import textwrap
 from collections.abc import AsyncIterator
@@ -108,7 +109,8 @@ UNIX_STANDIN = textwrap.dedent('''
 async def test_the_readiness_poll_reaches_a_child_on_its_socket(tmp_path: Path) -> None:
     script = tmp_path / "standin.py"
     script.write_text(UNIX_STANDIN)
-    proc = await spawn([sys.executable, str(script), str(tmp_path / "s.sock")], log_path=tmp_path / "s.log")
+    proc = await spawn([sys.executable, str(script), str(tmp_path / "s.sock")], log_path=tmp_path / "s.log",
+                       env=os.environ)
     try:
         waited = await wait_healthy(proc, 0, timeout_s=HANG_S, path="/info", socket=tmp_path / "s.sock")
         assert 0 <= waited < HANG_S and proc.returncode is None

@@ -19,6 +19,7 @@ import pytest
 from blazar.adapters.engines.process import (
     LoadTimeout,
     ProcessExited,
+    child_env,
     free_port,
     log_tail,
     pid_alive,
@@ -96,6 +97,7 @@ async def reaper() -> AsyncIterator[list[asyncio.subprocess.Process]]:
 
 
 async def _start(reaper: list[asyncio.subprocess.Process], argv: list[str], log: Path, **kw: object):
+    kw.setdefault("env", child_env(os.environ))
     proc = await spawn(argv, log_path=log, **kw)  # type: ignore[arg-type]
     reaper.append(proc)
     return proc
@@ -148,7 +150,7 @@ async def test_spawn_puts_the_child_in_its_own_session(tmp_path, standin, reaper
 
 async def test_spawn_of_a_missing_binary_is_an_engine_error(tmp_path) -> None:
     with pytest.raises(EngineError, match="no-such-engine"):
-        await spawn([str(tmp_path / "no-such-engine")], log_path=tmp_path / "engine.log")
+        await spawn([str(tmp_path / "no-such-engine")], log_path=tmp_path / "engine.log", env={})
 
 
 async def test_wait_healthy_returns_the_wait_once_health_answers_200(tmp_path, standin, reaper) -> None:

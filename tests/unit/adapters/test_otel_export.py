@@ -114,26 +114,28 @@ def test_the_config_wins_over_the_environment_and_otlp_is_off_by_default() -> No
     t = otlp_target(Settings(), env)
     assert t is not None and t.endpoint == "http://collector:4318/v1/traces"
     assert t.headers == {"authorization": "Bearer x", "a": "1"} and t.source == "OTEL_EXPORTER_OTLP_ENDPOINT"
-    t = otlp_target(Settings(otlp_endpoint="http://127.0.0.1:4318", otlp_headers={"a": "2"}), env)
+    t = otlp_target(config.build({"telemetry.otlp_endpoint": "http://127.0.0.1:4318",
+                                  "telemetry.otlp_headers": {"a": "2"}}), env)
     assert t is not None and t.endpoint == "http://127.0.0.1:4318/v1/traces" and t.headers["a"] == "2"
-    t = otlp_target(Settings(otlp_endpoint="https://otel.example/custom/path"), {})
+    t = otlp_target(config.build({"telemetry.otlp_endpoint": "https://otel.example/custom/path"}), {})
     assert t is not None and t.endpoint == "https://otel.example/custom/path"
     t = otlp_target(Settings(), {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/x"})
     assert t is not None and t.endpoint == "http://c:4318/x"
-    assert otlp_target(Settings(otlp_endpoint="http://c:4318"), {"OTEL_SDK_DISABLED": "true"}) is None
+    off = {"OTEL_SDK_DISABLED": "true"}
+    assert otlp_target(config.build({"telemetry.otlp_endpoint": "http://c:4318"}), off) is None
 
 
 def test_the_otlp_keys_are_parsed_and_validated_like_every_config_key() -> None:
-    assert config.parse_value("otlp_headers", "authorization=Bearer abc, x-team=ml") == \
+    assert config.parse_value("telemetry.otlp_headers", "authorization=Bearer abc, x-team=ml") == \
         {"authorization": "Bearer abc", "x-team": "ml"}
-    assert config.parse_value("otlp_headers", "") == {}
-    assert config.parse_value("otlp_endpoint", " http://127.0.0.1:4318 ") == "http://127.0.0.1:4318"
-    assert config.parse_value("otlp_endpoint", "") == ""
-    for key, bad in (("otlp_endpoint", "127.0.0.1:4318"), ("otlp_endpoint", "ftp://c"),
-                     ("otlp_headers", "no-equals-sign"), ("otlp_headers", "bad name=1")):
+    assert config.parse_value("telemetry.otlp_headers", "") == {}
+    assert config.parse_value("telemetry.otlp_endpoint", " http://127.0.0.1:4318 ") == "http://127.0.0.1:4318"
+    assert config.parse_value("telemetry.otlp_endpoint", "") == ""
+    for key, bad in (("telemetry.otlp_endpoint", "127.0.0.1:4318"), ("telemetry.otlp_endpoint", "ftp://c"),
+                     ("telemetry.otlp_headers", "no-equals-sign"), ("telemetry.otlp_headers", "bad name=1")):
         with pytest.raises(ConfigError, match=key):
             config.parse_value(key, bad)
-    assert "name=value" in config.describe("otlp_headers")
+    assert "name=value" in config.describe("telemetry.otlp_headers")
 
 
 def test_the_sdks_export_errors_are_logged_once_a_minute_not_once_an_export() -> None:

@@ -181,14 +181,14 @@ def test_the_printed_address_is_the_one_bound_and_the_cli_reaches_it_on_loopback
                                                                                             "http://b.example:8080"]),
                                              ("", []), ("*", ["*"])])
 def test_origin_lists_are_set_as_comma_separated_text(text: str, value: list[str]) -> None:
-    assert config.parse_value("cors_origins", text) == value
+    assert config.parse_value("server.cors_origins", text) == value
 
 
 def test_an_origin_without_its_scheme_is_refused_saying_why() -> None:
     with pytest.raises(ConfigError, match="scheme://host"):
-        config.parse_value("cors_origins", "app.example")
+        config.parse_value("server.cors_origins", "app.example")
     with pytest.raises(ConfigError, match="not a host name"):
-        config.parse_value("allowed_hosts", "a b")
+        config.parse_value("server.allowed_hosts", "a b")
 
 
 def test_what_start_up_made_is_frozen_out_of_the_collectors_reach() -> None:

@@ -47,7 +47,7 @@ def test_decoding_stops_at_the_bound_and_refuses(lie: bytes, opened: list[Counti
     with pytest.raises(ChildRefused) as e:
         decode(lie, 10.0)
     assert (e.value.http_status, e.value.code, e.value.param) == (400, "audio_too_long", "file")
-    assert "longer than the limit of 10 s (max_audio_s)" in e.value.message
+    assert "longer than the limit of 10 s (inputs.max_audio_s)" in e.value.message
     at_limit = math.ceil(10 * MP3_RATE / MP3_FRAME_SAMPLES)  # 278 of the file's 3,333 frames
     [container] = opened
     assert at_limit < container.packets <= at_limit + 4, container.packets

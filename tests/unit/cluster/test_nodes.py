@@ -139,7 +139,7 @@ async def _nothing() -> None:
 def test_a_nodes_identity_comes_from_the_environment_the_homes_file_or_the_host(paths: Paths) -> None:
     paths.ensure()
     assert node_name(paths, {"BLAZAR_NODE_NAME": "gpu-1"}) == "gpu-1"
-    settings.write_file(paths.config_file, {"node_name": "box-2", "node_url": "http://10.0.0.2:11434"})
+    settings.write_file(paths.config_file, {"cluster.node_name": "box-2", "cluster.node_url": "http://10.0.0.2:11434"})
     assert node_name(paths, {}) == "box-2"
     assert node_url(paths, {}, port=1) == "http://10.0.0.2:11434"
     assert node_url(paths, {"BLAZAR_NODE_URL": "http://x:9/"}, port=1) == "http://x:9"
@@ -158,7 +158,7 @@ def test_bad_node_settings_are_refused(key: str, value: str) -> None:
 
 
 def test_node_identity_is_local_to_the_home() -> None:
-    assert {"node_name", "node_url"} <= settings.LOCAL_KEYS
+    assert {"cluster.node_name", "cluster.node_url"} <= settings.LOCAL_KEYS
 
 
 def imported(name: str, node_: str = "") -> ModelImported:

@@ -65,7 +65,7 @@ async def test_registration_refuses_store_models_and_bad_names(app: Blazar) -> N
 async def test_failures_in_a_row_open_the_circuit_and_a_success_closes_it(app: Blazar) -> None:
     from blazar.operations.config import set_value
 
-    await set_value(app, "remote_circuit_failures", "2")
+    await set_value(app, "routing.remote_circuit_failures", "2")
     await add_remote(app, "b", "http://h", ["m"])
     breaker = RemoteBreaker(app)
     await breaker.failed("b", "refused", source="request")

@@ -282,8 +282,8 @@ async def test_the_bound_is_event_max_kib_read_at_start(paths, clock) -> None:  
     try:
         assert app.log.max_event_bytes == 64 << 10
         with pytest.raises(ConfigError):  # below what the largest legal payloads need (test_event_size.py)
-            await set_value(app, "event_max_kib", "32")
-        await set_value(app, "event_max_kib", "128")
+            await set_value(app, "log.event_max_kib", "32")
+        await set_value(app, "log.event_max_kib", "128")
     finally:
         await app.close()
     app = await bootstrap(paths=paths, clock=clock, actor="test")

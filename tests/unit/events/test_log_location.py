@@ -103,13 +103,13 @@ def test_a_bad_configured_url_is_an_error_that_says_where_it_was_set(tmp_path: P
     bad = "postgresql+asyncpg://blazar@127.0.0.1:145405/nowhere"
     with pytest.raises(InvalidLogLocation, match=r"^BLAZAR_DATABASE_URL: .*port '145405'"):
         log_location(paths, {"BLAZAR_DATABASE_URL": bad})
-    paths.config_file.write_text(f'database_url = "{bad}"\n')  # a hand edit: `config set` would refuse it
+    paths.config_file.write_text(f'[log]\ndatabase_url = "{bad}"\n')  # a hand edit: `config set` would refuse it
     with pytest.raises(InvalidLogLocation, match=r"database_url in .*config\.toml: .*port '145405'"):
         log_location(paths, {})
 
 
 def test_config_refuses_a_database_url_that_cannot_be_read(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="port '145405'"):
-        config.validate_value("database_url", "postgresql+asyncpg://blazar@127.0.0.1:145405/nowhere")
+        config.validate_value("log.database_url", "postgresql+asyncpg://blazar@127.0.0.1:145405/nowhere")
     with pytest.raises(ConfigError, match="unknown database URL scheme"):
-        config.validate_value("database_url", "postgres+foo://blazar@127.0.0.1/x")
+        config.validate_value("log.database_url", "postgres+foo://blazar@127.0.0.1/x")

@@ -66,7 +66,7 @@ async def _events(app: Blazar, kind: str) -> list[Any]:
 async def test_the_victims_go_and_the_plan_is_made_in_the_room_they_left(
         app: Blazar, world: tuple[RoomMaker, LiveSet, RecordingStopper], clock: Any) -> None:
     room, children, stopper = world
-    await set_value(app, "memory_limit_mib", "1000")
+    await set_value(app, "fit.memory_limit_mib", "1000")
     now = clock.now()
     children.add(live("recent", last_used=now - 5))
     children.add(live("old", last_used=now - 600))
@@ -86,7 +86,7 @@ async def test_the_victims_go_and_the_plan_is_made_in_the_room_they_left(
 async def test_a_refusal_is_recorded_then_raised(app: Blazar,
                                                  world: tuple[RoomMaker, LiveSet, RecordingStopper]) -> None:
     room, _, stopper = world
-    await set_value(app, "memory_limit_mib", "330")
+    await set_value(app, "fit.memory_limit_mib", "330")
     with pytest.raises(DoesNotFit, match="does not fit") as raised:
         await room.make_room(MODEL, 4096, app.settings())
     (refused,) = await _events(app, "instance.load_refused")
@@ -106,10 +106,10 @@ async def test_workers_are_probed_only_when_the_decision_turns_on_them(
     monkeypatch.setattr(room_module, "idle_workers", idle_workers)
     monkeypatch.setattr(room_module, "rpc_capable", lambda _engine: True)
     engine = cast(ActiveEngine, object())
-    await set_value(app, "memory_limit_mib", "1000")
+    await set_value(app, "fit.memory_limit_mib", "1000")
     here = await room.make_room(MODEL, None, app.settings(), engine=engine)
     assert here.via == "here" and probes == []  # it fits: no worker was asked
-    await set_value(app, "memory_limit_mib", "300")
+    await set_value(app, "fit.memory_limit_mib", "300")
     spread = await room.make_room(MODEL, None, app.settings(), engine=engine)
     assert spread.via == "workers" and probes == [set()]
     assert {u.name for u in spread.fit.devices if u.kind == "rpc" and u.offloaded} == {"127.0.0.1:50061",

@@ -52,7 +52,7 @@ async def _recorded(app: Blazar, type_name: str, n: int) -> None:
 
 async def test_retention_zero_never_archives(app: Blazar) -> None:
     await _old_traces(app)
-    await set_value(app, "request_retention", "0")
+    await set_value(app, "retention.request_retention", "0")
     assert await scheduled_run(app) is None
     assert await _of(app, "log.archived") == [] and await app.log.archived_ranges() == []
 

@@ -232,7 +232,7 @@ def test_the_daemon_file_of_a_live_daemon_is_left_alone(home: Path, with_model: 
 
 def test_a_loose_mode_and_a_bad_config_are_named(home: Path, with_model: Path) -> None:
     paths = home_paths(home)
-    paths.config_file.write_text('port = "not a number"\n')
+    paths.config_file.write_text('[server]\nport = "not a number"\n')
     paths.config_file.chmod(0o644)
     found = run_checks(home)
     assert found["machine.file_modes"].status == "warn"
@@ -250,7 +250,7 @@ def test_a_port_another_program_listens_on_warns(home: Path) -> None:
         port = s.getsockname()[1]
         check = machine.port("127.0.0.1", port, machine.see_daemon(home_paths(home)))
     assert check.status == "warn" and "in use by another program" in check.observation
-    assert "blazar config set port" in (check.fix or "")
+    assert "blazar config set server.port" in (check.fix or "")
 
 
 def test_disk_free_against_its_thresholds(home: Path) -> None:

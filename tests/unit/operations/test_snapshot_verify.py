@@ -24,8 +24,8 @@ from blazar.operations.snapshot_verify import (
 
 @pytest.fixture
 async def snap(app: Blazar, tmp_path: Path) -> Path:
-    await set_value(app, "log_level", "info")
-    await set_value(app, "pii_scrub", "false")
+    await set_value(app, "telemetry.log_level", "info")
+    await set_value(app, "telemetry.pii_scrub", "false")
     await take_snapshot(app, tmp_path / "snap")
     return tmp_path / "snap"
 
@@ -214,7 +214,7 @@ async def test_a_log_naming_paths_outside_the_home_is_refused_naming_each_event(
     from blazar.events.models import ModelImported, ModelMetadata
     from tests.support.crafted import seal
 
-    await set_value(app, "log_level", "info")
+    await set_value(app, "telemetry.log_level", "info")
     recs = await app.record([
         EngineInstalled(tag="evil", source_kind="path", source="/x", binary="../../../tmp/evil.sh",
                         files=[EngineFile(path="../../../tmp/evil.sh", bytes=1, sha256="ab" * 32)], version={},

@@ -241,6 +241,6 @@ def test_config_overrides_are_a_copy_of_what_the_log_set_and_unset() -> None:
     state = typed(ConfigProjection(), recs(ConfigChanged(key="ctx", new=8192), ConfigChanged(key="slots", new=2),
                                           ConfigChanged(key="slots", old=2, new=None)))
     got = config.overrides(state)
-    assert got == {"ctx": 8192}
-    got["ctx"] = 1
-    assert config.overrides(state) == {"ctx": 8192}
+    assert got == {"fit.ctx": 8192}
+    got["fit.ctx"] = 1
+    assert config.overrides(state) == {"fit.ctx": 8192}

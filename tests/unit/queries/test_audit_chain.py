@@ -55,8 +55,8 @@ class _Heartbeat(Event):
     TYPE: ClassVar[str] = "test.heartbeat_noted"
 
 
-CHANGES = [("log_level", "info"), ("checkpoint_every", "500"), ("group_commit_ms", "10"),
-           ("log_level", "error"), ("checkpoint_every", "600")]
+CHANGES = [("telemetry.log_level", "info"), ("log.checkpoint_every", "500"), ("log.group_commit_ms", "10"),
+           ("telemetry.log_level", "error"), ("log.checkpoint_every", "600")]
 
 
 async def _seed(app: Blazar, clock: FakeClock) -> list[float]:
@@ -99,7 +99,7 @@ async def test_clean_export_verifies_and_chains_every_line(app: Blazar, clock: F
     assert header["since"] is None and header["until"] is None
     assert [r["seq"] for r in records] == [1, 2, 3, 4, 5]
     assert {r["kind"] for r in records} == {"record"} and {r["action"] for r in records} == {"config.changed"}
-    assert records[0]["details"] == {"key": "log_level", "old": None, "new": "info", "source": "cli"}
+    assert records[0]["details"] == {"key": "telemetry.log_level", "old": None, "new": "info", "source": "cli"}
     objs = [header, *records]
     for before, after in itertools.pairwise(objs):
         assert after["prev"] == before["hash"]

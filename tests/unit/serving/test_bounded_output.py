@@ -10,7 +10,7 @@ import httpx2
 import orjson
 import pytest
 
-from blazar.config import Settings
+from blazar import config
 from blazar.context import Blazar
 from blazar.errors import Refused
 from blazar.instances.supervisor import Instance, ResolvedModel
@@ -83,7 +83,7 @@ async def test_an_output_over_the_context_is_bounded_and_says_so(app: Blazar) ->
 
 
 async def test_refuse_keeps_todays_400(app: Blazar, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(app, "settings", lambda: Settings(max_tokens_over_context="refuse"))
+    monkeypatch.setattr(app, "settings", lambda: config.build({"inputs.max_tokens_over_context": "refuse"}))
     engine = Engine()
     gateway = Gateway(app, Supervisor(), Admission(), engine)  # type: ignore[arg-type]
     with pytest.raises(Refused) as e:

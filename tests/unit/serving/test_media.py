@@ -13,9 +13,9 @@ import pytest
 from aiohttp import web
 from PIL import Image, ImageFile
 
+from blazar import config
 from blazar.adapters.image_fetch import fetch_image, is_public
 from blazar.adapters.images import MAX_JPEG_SCANS, inspect_audio, inspect_image, jpeg_scans
-from blazar.config import Settings
 from blazar.errors import DialectError, Refused
 from blazar.projections.catalog import CatalogProjection, CatalogState
 from blazar.serving import media
@@ -44,7 +44,8 @@ def chat(*urls: str, audio: str | None = None) -> Request:
 
 
 async def prepared(request: Request, **settings: Any) -> Request:
-    return await prepare(request, Settings(**settings), CatalogState(CatalogProjection().initial()))
+    inputs = config.build({f"inputs.{k}": v for k, v in settings.items()})
+    return await prepare(request, inputs, CatalogState(CatalogProjection().initial()))
 
 
 @pytest.mark.parametrize("fmt,mime", [("PNG", "image/png"), ("JPEG", "image/jpeg"), ("WEBP", "image/webp"),

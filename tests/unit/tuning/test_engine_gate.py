@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from blazar.config import Settings
+from blazar.config_schema import Engine
 from blazar.context import Blazar
 from blazar.errors import EngineRefused
 from blazar.events.engines import EngineActivated
@@ -55,9 +55,9 @@ def test_nothing_pinned_or_requested_selects_none() -> None:
 
 
 def test_the_setting_names_at_most_two_models() -> None:
-    assert Settings(engine_gate_models=[" gemma ", ""]).engine_gate_models == ["gemma"]
+    assert Engine(engine_gate_models=[" gemma ", ""]).engine_gate_models == ["gemma"]
     with pytest.raises(ValueError, match="at most 2"):
-        Settings(engine_gate_models=["a", "b", "c"])
+        Engine(engine_gate_models=["a", "b", "c"])
 
 
 def _import(*names: str) -> list[ModelImported]:
