@@ -16,6 +16,7 @@ from blazar.events.system import ConfigChanged, SnapshotTaken
 from blazar.projections import AuditProjection, ConfigProjection, StatsProjection, all_projections, fold
 from blazar.projections.base import Projection
 from blazar.projections.checkpoints import load_checkpoints
+from blazar.projections.config import ConfigState
 from blazar.projections.runner import ProjectionRunner
 from tests.support import events
 from tests.support.bounds import HANG_S
@@ -37,7 +38,7 @@ def test_config_projection_folds_sets_and_unsets() -> None:
         rec(2, ConfigChanged(key="log.checkpoint_every", new=500)),
         rec(3, ConfigChanged(key="telemetry.log_level", old="debug", new=None)),
     ])
-    assert state == {"overrides": {"log.checkpoint_every": 500}, "changes": 3, "last_seq": 3}
+    assert state == ConfigState(overrides={"log.checkpoint_every": 500}, changes=3, last_seq=3)
     view = p.view(state)
     assert view["effective"]["log.checkpoint_every"] == 500 and view["effective"]["telemetry.log_level"] == "warning"
 
@@ -52,7 +53,7 @@ def test_config_projection_reads_an_old_logs_flat_keys_under_their_sections() ->
         rec(4, ConfigChanged(key="checkpoint_every", old=500, new=None)),
         rec(5, ConfigChanged(key="colour", new="red")),  # unknown then, unknown now: kept as recorded
     ])
-    assert state["overrides"] == {"telemetry.log_level": "info", "colour": "red"}
+    assert state.overrides == {"telemetry.log_level": "info", "colour": "red"}
 
 
 def test_stats_projection_counts_by_type_and_range() -> None:
@@ -167,7 +168,7 @@ async def test_runner_time_travel_ignores_checkpoints_past_the_target(log: Event
     await r1.checkpoint()
     r2 = ProjectionRunner(log, all_projections())
     await r2.start(upto=4)
-    assert r2.seq == 4 and r2.raw_state("config")["overrides"] == {"log.checkpoint_every": 103}
+    assert r2.seq == 4 and r2.state("config").overrides == {"log.checkpoint_every": 103}
     assert r2.status()[0].origin.startswith("folded from the start")
 
 
@@ -209,7 +210,7 @@ async def test_live_follow_applies_new_events_and_checkpoints(log: EventLog) -> 
                             actor="t")
     async with asyncio.timeout(HANG_S):
         await runner.wait_for(recs[-1].seq)
-    assert runner.raw_state("config")["overrides"] == {"telemetry.log_level": "error"}
+    assert runner.state("config").overrides == {"telemetry.log_level": "error"}
     stored = await load_checkpoints(log)
     for _ in range(100):  # the periodic checkpoint is written by the follow task: give it a bounded moment
         if "stats" in stored:
@@ -252,7 +253,7 @@ async def test_a_following_runner_sees_another_connections_appends(log: EventLog
         (got,) = await other.append(ConfigChanged(key="ctx", old=None, new=4096, source="cli"), actor="cli:b")
         async with asyncio.timeout(HANG_S):
             await runner.wait_for(got.seq)
-        assert runner.raw_state("config")["overrides"]["fit.ctx"] == 4096
+        assert runner.state("config").overrides["fit.ctx"] == 4096
     finally:
         await other.close()
         await runner.stop(checkpoint=False)

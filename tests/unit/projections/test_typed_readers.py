@@ -47,6 +47,8 @@ META = ModelMetadata(architecture="llama", parameter_count=90_560, file_type="Q8
 
 def typed(projection: Projection, records: list[Recorded], after: TypedState | None = None) -> Any:
     """`fold`, handed back as the runner hands it out: the projection's typed state (after `after`, when given)."""
+    if not issubclass(projection.state_type, TypedState):  # typed: the state is what the runner hands out
+        return fold(projection, records, after)
     return projection.state_type(fold(projection, records, None if after is None else after._raw))
 
 
