@@ -19,7 +19,7 @@ class EngineAsk:
         self._request = request
         self.max_tokens = request.max_tokens
         self.ctx = request.ctx
-        self.bounded_max_tokens: int | None = None  # max_tokens capped to what the context left (routing.py's check_context)
+        self.bounded_max_tokens: int | None = None  # max_tokens capped to what the context left (check_context)
         self.loop_guarded = False  # a streamed chat answer stopped where it loops (blazar/serving/loop_guard.py)
         self._unbounded: tuple[int | None, dict[str, Any]] | None = None  # what the cap replaced
         self._body = request.body
