@@ -29,6 +29,7 @@ from blazar.serving.forwarding import Forwarder
 from blazar.serving.model_defaults import template_patch
 from blazar.serving.patch import Patch
 from blazar.serving.ports import SupervisorPort
+from blazar.serving.route import Route
 from blazar.serving.spec_governor import N_MAX_FIELD
 
 log = logging.getLogger("blazar.gateway")
@@ -62,8 +63,9 @@ class Router:
         """Get a ready instance (loading on demand; a remote engine's stand-in), check the context, take a slot and
         place the request on it."""
         report = LoadReport()
-        inst = await self._instance(call, report)
-        call.take_route(call.route.to(inst, report.load_ms if report.cold else None))
+        call.take_route(await self._routed(call, report))
+        inst = call.instance
+        assert inst is not None
         call.ask.apply(template_patch(call.request, call.ask.engine_body(), inst.stops, inst.sampling,
                                       loop_guard=inst.loop_guard))
         call.emit(RequestRouted(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
@@ -80,25 +82,26 @@ class Router:
             return
         await self.admitter.seat(call, inst, report)
 
-    async def _instance(self, call: Call, report: LoadReport) -> Instance:
-        """The instance for the call's route: a remote engine's stand-in, another node's (where the model is all
-        there is, or ready while this node would have to load it), or a child of ours, loading on demand."""
+    async def _routed(self, call: Call, report: LoadReport) -> Route:
+        """The call's route on its instance: a remote engine's stand-in, another node's (where the model is all
+        there is, or ready while this node would have to load it), or a child of ours, loading on demand (`report`
+        says what that took)."""
         route = call.route
         if route.remote is not None:
-            return self._remote(call, route.remote)
+            return route.to(self._remote(call, route.remote))
         if route.peer is not None:  # not in this node's store, ready on another
-            return self.forwarder.instance(call, route.peer, "not_stored_here", {})
+            return route.to(self.forwarder.instance(call, route.peer, "not_stored_here", {}))
         if self.forwarder.may_forward(call) and not self.supervisor.instances(route.name) \
                 and (peer := self.forwarder.peer_for(call, route.name, call.ask.ctx)) is not None \
                 and (seen := self.forwarder.cheaper(peer)) is not None:
-            call.take_route(route.forwarded(peer))
-            return self.forwarder.instance(call, peer, "ready_there", seen)
+            return route.forwarded(peer).to(self.forwarder.instance(call, peer, "ready_there", seen))
         try:
-            return await self.supervisor.ensure(route.resolved, ctx=call.ask.ctx, keep_alive=call.request.keep_alive,
+            inst = await self.supervisor.ensure(route.resolved, ctx=call.ask.ctx, keep_alive=call.request.keep_alive,
                                                 embeddings=call.request.embeddings, report=report,
                                                 session=call.request.session is not None, rerank=call.request.rerank)
         except BlazarError as e:
             raise Refused(e.message, reason=e.code, http_status=e.http_status, public=e.public) from None
+        return route.to(inst, report.load_ms if report.cold else None)
 
     def reroute(self, call: Call, detail: str, reason: Literal["engine_gone", "context_grown"] = "engine_gone"
                 ) -> None:
