@@ -1,6 +1,7 @@
 """A call's way is two values: its `Route` (what resolving and routing decided, frozen, kept once per decision) and
 what its engine is asked (`EngineAsk`), which only `Patch`es and the context's cap change. A reroute forgets the
-instance, the placement's fields and the cap; a cascade's step starts from the request as it came."""
+instance, the placement's fields and the cap; a cascade's step starts from the request as it came. Resolving returns
+the store's model, else a remote engine's, else a 404; a cascade's model also in the key's scope."""
 
 from __future__ import annotations
 
@@ -11,13 +12,20 @@ from typing import Any, cast
 import pytest
 
 from blazar.cluster.nodes import Peer
+from blazar.context import Blazar
+from blazar.errors import ModelNotFound, Refused
 from blazar.events.base import Event
-from blazar.instances.live import Instance
+from blazar.events.remotes import RemoteAdded
+from blazar.instances.live import Instance, ResolvedModel
+from blazar.projections.keys import ApiKey
 from blazar.serving.admission import Ticket
 from blazar.serving.call import Call, Desk
 from blazar.serving.forwarding import FORWARD_HOP_MS, Forwarder
 from blazar.serving.patch import NO_PATCH, Patch
+from blazar.serving.ports import SupervisorPort
+from blazar.serving.principal import Principal
 from blazar.serving.request import Request
+from blazar.serving.resolve import Resolver
 from blazar.serving.route import Route
 from tests.support.resolved import resolved
 
@@ -107,3 +115,43 @@ def test_forwarding_is_chosen_only_when_loading_here_costs_more_than_a_hop() -> 
     slow = dataclasses.replace(peer, load_ms=900)
     assert Forwarder.cheaper(slow) == {"peer_load_ms": 900, "hop_ms_estimate": FORWARD_HOP_MS}
     assert Forwarder.cheaper(dataclasses.replace(peer, load_ms=None)) is not None  # unknown: forwarded
+
+
+# -- resolving: the Route a call starts from ---------------------------------------------------------------------------
+
+class Store:
+    """A store that holds "local" only."""
+
+    def resolve(self, model: str) -> ResolvedModel:
+        if model != "local":
+            raise ModelNotFound(f"no model named {model!r}")
+        return resolved("local.gguf")
+
+
+def keyed(*models: str) -> Principal:
+    return Principal(actor="key:k", admin=False, key=ApiKey(
+        name="k", prefix="p" * 8, salt="00", hash="00", models=models, rpm=None, tpm=None, daily_tokens=None,
+        max_concurrent=None, admin=False, expires_ts=None, revoked=False, created_ts=0.0))
+
+
+async def test_resolving_returns_the_stores_model_else_a_remotes_else_refuses(app: Blazar) -> None:
+    await app.record(RemoteAdded(name="box", url="http://h:1", models=["far"]))
+    resolver = Resolver(app, cast(SupervisorPort, Store()), Forwarder(app, None))  # no cluster key: no peers
+
+    def call_for(model: str, principal: Principal | None = None) -> Call:
+        return Call(Request(model=model, engine_path="/v1/chat/completions", body=None, stream=False,
+                            principal=principal), cast(Desk, Desk_()))
+
+    here = resolver.resolve(call_for("local"))
+    assert (here.model, here.name, here.remote, here.peer, here.instance, here.elsewhere) == (
+        "local", "local.gguf", None, None, None, False)
+    far = resolver.resolve(call_for("far"))
+    assert (far.model, far.remote, far.elsewhere) == ("far", "box", True)
+    with pytest.raises(Refused) as nowhere:
+        resolver.resolve(call_for("nowhere"))
+    assert (nowhere.value.http_status, nowhere.value.reason) == (404, "model_not_found")
+    # A cascade's later model: the same places, in the key's scope.
+    with pytest.raises(Refused) as outside:
+        resolver.in_scope(call_for("local", keyed("local*")), "far")
+    assert (outside.value.http_status, outside.value.reason) == (403, "model_not_allowed")
+    assert resolver.in_scope(call_for("local", keyed("*")), "far").remote == "box"
