@@ -894,6 +894,7 @@ def isolation_us(*, batch: int, batches: int) -> tuple[float, float]:
     from blazar.instances.session_slots import SessionSlots
     from blazar.projections.keys import ApiKey
     from blazar.serving.call import Call, Desk
+    from blazar.serving.patch import Patch
     from blazar.serving.principal import Principal
     from blazar.serving.request import Request
     from blazar.serving.tenancy import tenant_of
@@ -918,9 +919,8 @@ def isolation_us(*, batch: int, batches: int) -> tuple[float, float]:
                 pick = slots.picker("i", None, tenant, isolate=isolate)
                 slot = pick(free) if pick is not None else min(free)
                 placed = Placement(kv=None, explicit=slots.explicit("i"), own=slots.place("i", slot, None, tenant))
-                for name, value in placed.engine_fields(slot, isolate=isolate).items():
-                    plan.set_engine_field(name, value)
-                plan.payload()
+                plan.ask.apply(Patch(fields=placed.engine_fields(slot, isolate=isolate)))
+                plan.ask.payload()
             samples.append((time.perf_counter_ns() - t0) / batch / 1000.0)
         return statistics.median(samples)
 

@@ -4,7 +4,7 @@ type is rank) or set to be served as one (`blazar model set NAME --rerank`).
 A thin resource like every inference route: the body validated here and translated by blazar/dialects/rerank.py,
 then the same pipeline as /v1/embeddings (key scope and limits, admission, trace and metrics: Gateway.serve). The
 request asks for an instance in rerank mode (llama-server --reranking), which serves nothing else; the gateway
-refuses a model without a rerank head (blazar/serving/routing.py, `Router.resolve`). Errors take OpenAI's shape.
+refuses a model without a rerank head (blazar/serving/resolve.py, `Resolver.check_kind`). Errors take OpenAI's shape.
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ from blazar.fit import Device
 from blazar.instances.bank_leftovers import remove_at_start
 from blazar.instances.live import Instance, Live, LiveSet, LoadReport, ResolvedModel
 from blazar.instances.load_checks import RefusalReason, check_load, reset_circuit, restart_delay
-from blazar.instances.posture_choice import PostureChoice, choose_posture
+from blazar.instances.posture_choice import PostureChoice
+from blazar.instances.postures import Postures
 from blazar.instances.reaper import Reaper
 from blazar.instances.reconcile import reconcile
 from blazar.instances.room import RoomMaker
@@ -39,7 +40,6 @@ from blazar.instances.spawn import Spawner
 from blazar.instances.stopping import EvictionReason, Stopper
 from blazar.instances.template_probe import probe_instance
 from blazar.projections.catalog import stored
-from blazar.projections.profiles import profile
 from blazar.projections.residency import ps_rows
 from blazar.sentinels import UNSET
 from blazar.store.chat_templates import probe_candidates
@@ -76,8 +76,7 @@ class Supervisor:
                  engine: Callable[[Blazar], ActiveEngine] = active_engine, kv_bank: KvBank | None = None,
                  machine: Callable[[], Machine] = this_machine) -> None:
         self.app = app
-        self._machine = machine
-        self._fingerprint: str | None = None  # this machine's, once a posture is first chosen (it probes the GPUs)
+        self.postures = Postures(app, machine)  # the adopted profile's, where it applies on this machine
         self.kv_bank = kv_bank  # saves the session slots of an instance before its child is stopped
         self._engine = engine
         self.live = LiveSet()
@@ -268,7 +267,7 @@ class Supervisor:
         settings = self.app.settings()
         keep = keep_alive_seconds(settings.engine.keep_alive) if keep_alive is UNSET else keep_alive
         swa_full = session and settings.sessions.session_swa_full and bool(model.metadata.sliding_window)
-        choice = self._posture(model.name, engine)
+        choice = self.postures.for_load(model.name, engine)
         async with self._capacity:
             ctx, embeddings = await self.room.reshape(model.name, ctx, embeddings, report, model.template, rerank)
             start = await self.room.make_room(model, ctx, settings, report, swa_full=swa_full, engine=engine,
@@ -307,20 +306,6 @@ class Supervisor:
                 or not engine.caps.has("--chat-template-file")):
             return []
         return probe_candidates(model.metadata, model.settings)
-
-    def _posture(self, name: str, engine: ActiveEngine | None) -> PostureChoice:
-        """The adopted profile's posture when it was measured on `engine` (a llama-server model's); a stale one is
-        said and passed by."""
-        if engine is None:
-            return PostureChoice()
-        adopted = profile(self.app.runner.state("profiles"), name)
-        if adopted is not None and self._fingerprint is None:
-            self._fingerprint = self._machine().fingerprint
-        choice = choose_posture(adopted, engine.tag, self._fingerprint)
-        if choice.stale is not None:
-            log.warning("%s: profile.adopted seq %s is stale (%s): loading at the defaults; run blazar tune %s again",
-                        name, choice.stale_seq, choice.stale, name)
-        return choice
 
     async def _apply_keep_alive(self, lv: Live, keep_alive: Any, pinned: bool | None) -> None:
         keep = lv.keep_alive_s if keep_alive is UNSET else keep_alive

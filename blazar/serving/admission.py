@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import contextlib
 import itertools
 import math
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,18 +96,21 @@ class _Waiter:
 
 
 @dataclass
-class _Lane:
-    """One model: its latest -np, slots in use, waiters in rank order, and the average time a slot is held."""
+class HoldTimes:
+    """What a slot's time goes on, as measured by the holds given back: the average hold, seconds held per generated
+    token and tokens per request (the drain rate of a queue of requests of another length than the last ones is
+    estimated from these)."""
 
-    slots: int
-    busy: int = 0
-    waiters: list[_Waiter] = field(default_factory=list)
-    taken: set[int] = field(default_factory=set)  # slot ids held by tickets
     ewma_hold_s: float | None = None
-    # What a slot's time goes on: seconds held per generated token, and tokens per request (the drain rate of a
-    # queue of requests of another length than the last ones is estimated from these).
     ewma_s_per_token: float | None = None
     ewma_tokens: float | None = None
+
+    def learn(self, hold_s: float, tokens: int | None = None) -> None:
+        """One hold given back, and what it generated when that is known."""
+        self.ewma_hold_s = _ewma(self.ewma_hold_s, hold_s)
+        if tokens is not None and tokens > 0:
+            self.ewma_s_per_token = _ewma(self.ewma_s_per_token, hold_s / tokens)
+            self.ewma_tokens = _ewma(self.ewma_tokens, float(tokens))
 
     def expected_hold_s(self, max_tokens: int | None) -> float | None:
         """How long a request asking for at most `max_tokens` will likely hold its slot, from what holds and
@@ -118,24 +120,36 @@ class _Lane:
             return self.ewma_s_per_token * max(1.0, tokens)
         return self.ewma_hold_s
 
+
+@dataclass
+class _Lane:
+    """One model: its latest -np, slots in use, waiters in rank order, and how long its slots are held."""
+
+    slots: int
+    busy: int = 0
+    waiters: list[_Waiter] = field(default_factory=list)
+    taken: set[int] = field(default_factory=set)  # slot ids held by tickets
+    times: HoldTimes = field(default_factory=HoldTimes)
+
     def finish_s(self, ahead: list[_Waiter], max_tokens: int | None) -> float | None:
         """Seconds until a newcomer with `ahead` ranked before it would be done: its wait (the holds of those ahead,
         plus one hold for a slot to come free when none is, over the slots) and its own hold. None before anything
         was measured."""
-        own = self.expected_hold_s(max_tokens)
-        holds = [self.expected_hold_s(w.max_tokens) for w in ahead]
+        own = self.times.expected_hold_s(max_tokens)
+        holds = [self.times.expected_hold_s(w.max_tokens) for w in ahead]
         if own is None or any(h is None for h in holds):
             return None
         wait = sum(h for h in holds if h is not None)
         if self.busy >= self.slots or ahead:
-            typical = self.expected_hold_s(None)
+            typical = self.times.expected_hold_s(None)
             wait += typical if typical is not None else own
         return wait / max(1, self.slots) + own
 
     def drain_s(self, extra_max_tokens: int | None) -> float | None:
         """Seconds until the queue ahead, and one more request, has been served: the expected holds of every
         waiter and the newcomer, over the slots that serve them (slots x completions per second per slot)."""
-        holds = [self.expected_hold_s(w.max_tokens) for w in self.waiters] + [self.expected_hold_s(extra_max_tokens)]
+        expected = self.times.expected_hold_s
+        holds = [expected(w.max_tokens) for w in self.waiters] + [expected(extra_max_tokens)]
         if any(h is None for h in holds):
             return None
         return sum(h for h in holds if h is not None) / max(1, self.slots)
@@ -155,7 +169,7 @@ def _lane_retry_after(lane: _Lane, max_tokens: int | None) -> float:
     """Retry-After for a request refused by `lane`: the measured drain of its queue, rounded up, at least 1."""
     drain = lane.drain_s(max_tokens)
     if drain is None:
-        return _retry_after(lane.ewma_hold_s, len(lane.waiters), lane.slots)
+        return _retry_after(lane.times.ewma_hold_s, len(lane.waiters), lane.slots)
     return float(max(1, math.ceil(drain)))
 
 
@@ -175,7 +189,7 @@ class Admission:
         self._clock = clock
         self._lanes: dict[str, _Lane] = {}
         self._busy = 0
-        self._hold_ewma_s: float | None = None  # every model's holds: the Retry-After of the global cap
+        self._holds = HoldTimes()  # every model's holds: the Retry-After of the global cap
         self._seq = itertools.count()
 
     # -- acquire / release ---------------------------------------------------------------------------------------
@@ -245,16 +259,6 @@ class Admission:
         what the request generated, teaches the drain estimate how a slot's time goes."""
         self._free(ticket, hold_observed=True, tokens=tokens)
 
-    @contextlib.asynccontextmanager
-    async def slot(self, key: str, slots: int, *, priority: int = 0,
-                   on_queued: Callable[[int, int], None] | None = None) -> AsyncIterator[Ticket]:
-        """`acquire` for the length of a block; the slot is released however the block ends."""
-        ticket = await self.acquire(key, slots, priority=priority, on_queued=on_queued)
-        try:
-            yield ticket
-        finally:
-            self.release(ticket)
-
     # -- what is true now ----------------------------------------------------------------------------------------
 
     def depth(self, key: str) -> int:
@@ -269,7 +273,7 @@ class Admission:
             oldest = min((w.queued_at for w in lane.waiters), default=None)
             out[key] = {"slots": lane.slots, "busy": lane.busy, "queued": len(lane.waiters),
                         "oldest_wait_s": 0.0 if oldest is None else max(0.0, now - oldest),
-                        "ewma_hold_s": lane.ewma_hold_s}
+                        "ewma_hold_s": lane.times.ewma_hold_s}
         out["_global"] = {"cap": self._cap, "busy": self._busy,
                           "queued": sum(len(lane.waiters) for lane in self._lanes.values())}
         return out
@@ -386,11 +390,8 @@ class Admission:
         self._busy -= 1
         if hold_observed:  # a slot passed straight on by a cancelled waiter says nothing about hold times
             hold = max(0.0, self._clock() - ticket._acquired_at)
-            lane.ewma_hold_s = _ewma(lane.ewma_hold_s, hold)
-            self._hold_ewma_s = _ewma(self._hold_ewma_s, hold)
-            if tokens is not None and tokens > 0:
-                lane.ewma_s_per_token = _ewma(lane.ewma_s_per_token, hold / tokens)
-                lane.ewma_tokens = _ewma(lane.ewma_tokens, float(tokens))
+            lane.times.learn(hold, tokens)
+            self._holds.learn(hold)
         self._pump(lane)
 
     def _check_depth(self, key: str, lane: _Lane, priority: int, max_tokens: int | None = None) -> None:
@@ -406,7 +407,8 @@ class Admission:
             if blocked >= self._depth_limit:
                 raise GlobalCap(
                     f"{key}: the global cap of {self._cap} in-flight requests is reached and {blocked} requests "
-                    f"are already waiting for it", retry_after_s=_retry_after(self._hold_ewma_s, blocked, self._cap),
+                    f"are already waiting for it",
+                    retry_after_s=_retry_after(self._holds.ewma_hold_s, blocked, self._cap),
                     observations=observations | {"cap_queued": blocked})
 
     def _check_deadline(self, lane: _Lane, waiter: _Waiter) -> None:
@@ -418,13 +420,14 @@ class Admission:
         left = waiter.deadline - waiter.queued_at
         if finish is None or finish <= left:
             return
+        times = lane.times
         raise DeadlineUnmeetable(
             f"{waiter.key}: the deadline is {left * 1000:.0f} ms away but this request would likely take "
             f"{finish * 1000:.0f} ms ({len(ahead)} ahead of it, {lane.busy} of {lane.slots} slots busy, "
-            f"{lane.ewma_s_per_token * 1000 if lane.ewma_s_per_token else 0:.1f} ms per generated token measured)",
+            f"{times.ewma_s_per_token * 1000 if times.ewma_s_per_token else 0:.1f} ms per generated token measured)",
             observations=self._observations(waiter.key, lane, waiter.priority)
             | {"deadline_ms": round(left * 1000, 3), "estimate_ms": round(finish * 1000, 3), "ahead": len(ahead),
-               "ewma_s_per_token": lane.ewma_s_per_token, "ewma_tokens": lane.ewma_tokens})
+               "ewma_s_per_token": times.ewma_s_per_token, "ewma_tokens": times.ewma_tokens})
 
     def _cap_blocked(self) -> int:
         """Waiters that a free global slot would admit: per model, no more than its own free slots."""
@@ -432,5 +435,5 @@ class Admission:
 
     def _observations(self, key: str, lane: _Lane, priority: int) -> dict[str, Any]:
         return {"model": key, "slots": lane.slots, "busy": lane.busy, "queued": len(lane.waiters),
-                "queue_depth": self._depth_limit, "priority": priority, "ewma_hold_s": lane.ewma_hold_s,
+                "queue_depth": self._depth_limit, "priority": priority, "ewma_hold_s": lane.times.ewma_hold_s,
                 "global_cap": self._cap, "global_busy": self._busy}

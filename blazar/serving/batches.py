@@ -43,7 +43,7 @@ import orjson
 
 from blazar.context import Blazar, stamp_node
 from blazar.dialects.tools import constrain
-from blazar.errors import BlazarError, DialectError, Refused
+from blazar.errors import DialectError, Refused
 from blazar.events.base import Event
 from blazar.events.batches import (
     BATCH_ID,
@@ -54,16 +54,14 @@ from blazar.events.batches import (
 )
 from blazar.ids import new_trace_id
 from blazar.projections.batches import BatchesState, BatchRow, batch_row, done_lines, line_done, open_batches
-from blazar.projections.keys import key as key_named
-from blazar.redact import machine_roots, told
 from blazar.serving import batch_input, batch_lines, batch_output
 from blazar.serving.admission import BACKGROUND_PRIORITY
 from blazar.serving.batch_lines import Ask, Build, Line
 from blazar.serving.batch_output import Ending
+from blazar.serving.batch_owner import BatchOwner
 from blazar.serving.gateway import Gateway
-from blazar.serving.principal import Principal
 from blazar.serving.request import Answer
-from blazar.serving.storage import Storage, ledger, storage
+from blazar.serving.storage import ledger
 from blazar.serving.tenancy import tenant_of
 from blazar.store.files import FileStore
 
@@ -173,7 +171,7 @@ class BatchRunner:
         for b in open_batches(state):
             if b.status != "in_progress" or now >= b.expires_at or b.batch_id in self._halted:
                 continue
-            held = self._storage(b.owner)
+            held = BatchOwner(self.app, b.owner).storage(self._state(), self._ledger)
             if held.room == 0:  # no result could be kept: the batch stops before another line runs
                 self._halt(b.batch_id, held.refusal("no room is left for the next line's answer").message)
                 continue
@@ -258,7 +256,8 @@ class BatchRunner:
                 break
             except Refused as e:
                 if e.reason not in _RETRY:
-                    status, body = e.http_status, _error_body(self._told(b.owner, e), e.http_status, e.reason)
+                    words = BatchOwner(self.app, b.owner).told(e)
+                    status, body = e.http_status, _error_body(words, e.http_status, e.reason)
                     break
                 await asyncio.sleep(min(_RETRY_MAX_S, max(pause, e.retry_after_s or 0.0)))
                 pause = min(_RETRY_MAX_S, pause * 2)
@@ -273,7 +272,7 @@ class BatchRunner:
         its key's storage, neither (the batch stops)."""
         prompt, completion = batch_lines.usage_of(body)
         data = batch_lines.answered(line.custom_id, trace_id, status, body)
-        held = self._storage(b.owner)
+        held = BatchOwner(self.app, b.owner).storage(self._state(), self._ledger)
         if not held.fits(len(data)):
             self._halt(b.batch_id, held.refusal(f"the answer to request {index + 1} of the batch ({len(data)} bytes) "
                                                 "does not fit", len(data)).message)
@@ -286,11 +285,6 @@ class BatchRunner:
                                               status_code=status, trace_id=trace_id, prompt_tokens=prompt,
                                               completion_tokens=completion, result_bytes=len(data))], b.owner)
 
-    def _storage(self, owner: str) -> Storage:
-        """What the batch's key holds (recorded, and on its way) against its storage quota, as the key is now."""
-        k = key_named(self.app.runner.state("keys"), owner.removeprefix("key:")) if owner else None
-        return storage(self._state(), self._ledger, owner, k, self.app.settings())
-
     def _halt(self, batch_id: str, message: str) -> None:
         """Stop the batch for want of storage: no line of it starts again; it ends failed once none runs."""
         self._halted.setdefault(batch_id, BatchError(code="storage_quota_exceeded", message=message))
@@ -298,7 +292,7 @@ class BatchRunner:
 
     async def _ask(self, b: BatchRow, line: Line, trace_id: str) -> tuple[int, Any]:
         """The line through the pipeline as its owner: (status, the answer's body)."""
-        principal = self._principal(b.owner)
+        principal = BatchOwner(self.app, b.owner).principal()
         tenant = tenant_of(principal)
         try:
             asked = self.build(b.endpoint, line.body, tenant)
@@ -319,32 +313,8 @@ class BatchRunner:
             raise
         except Exception as e:
             log.exception("batch %s: a line failed", b.batch_id)
-            return 500, _error_body(self._told(b.owner, e), 500, "internal_error")
+            return 500, _error_body(BatchOwner(self.app, b.owner).told(e), 500, "internal_error")
         return answer.status, await _body_of(answer)
-
-    def _told(self, owner: str, exc: BaseException) -> str:
-        """`exc` in the words its batch's owner may read (an error file is the key's to download): the whole message
-        for the machine's owner or an admin key, blazar/redact.py's public words for any other key (the whole one
-        then goes to the daemon log; the line's trace in the log has it too)."""
-        k = key_named(self.app.runner.state("keys"), owner.removeprefix("key:")) if owner else None
-        detail = not owner or (k is not None and k.admin)
-        words = told(exc, detail=detail, roots=machine_roots(self.app.paths.data_dir, self.app.paths.config_dir))
-        if not detail and isinstance(exc, BlazarError) and words != exc.message:
-            log.warning("a batch line of %s failed: %s", owner, exc.message)
-        return words
-
-    def _principal(self, owner: str) -> Principal | None:
-        """The key that made the batch, as it is now (its scope and limits apply to every line); None for the
-        machine's owner. A key revoked or expired since refuses the line."""
-        if not owner:
-            return None
-        name = owner.removeprefix("key:")
-        k = key_named(self.app.runner.state("keys"), name)
-        now = self.app.clock.now()
-        if k is None or k.revoked or (k.expires_ts is not None and k.expires_ts <= now):
-            raise Refused(f"the key {name!r} that made this batch is revoked or expired", reason="key_revoked",
-                          http_status=401, error_type="authentication_error")
-        return Principal(actor=owner, admin=k.admin, key=k)
 
     # -- the end -------------------------------------------------------------------------------------------------------
 

@@ -6,9 +6,11 @@ outcome is the request's.
 
     Request (immutable, blazar/serving/request.py) --Gateway.serve--> Call --finish(outcome)--> one terminal event
 
-What changes on the way is the Call's: the model of a cascade's step, the engine body once a model's settings or a
-slot's placement changed it, the instance it was routed to. A single-flight generation whose client went away is
-handed over to a follower's Call (`hand_over`): from then on its holdings and its end are the follower's.
+What changes on the way is the Call's, in two values it holds: its `Route` (blazar/serving/route.py: the step's model
+and where it runs, as resolving and routing decided), and what its engine is asked (`call.ask`,
+blazar/serving/engine_ask.py), which `Patch`es change (blazar/serving/patch.py: a model's settings and LoRA adapters,
+applied by `use_model`; a template's defaults, a slot's placement). A single-flight generation whose client went away
+is handed over to a follower's Call (`hand_over`): from then on its holdings and its end are the follower's.
 """
 
 from __future__ import annotations
@@ -18,8 +20,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
-
-import orjson
 
 from blazar.errors import BlazarError, Refused
 from blazar.events.audio import RequestAudio
@@ -35,16 +35,17 @@ from blazar.events.requests import (
     is_fail_reason,
     is_reject_reason,
 )
-from blazar.instances.supervisor import Instance, ResolvedModel
+from blazar.instances.live import Instance
 from blazar.serving.admission import Ticket
+from blazar.serving.engine_ask import EngineAsk
 from blazar.serving.limits import Lease
-from blazar.serving.lora import apply_lora
-from blazar.serving.model_defaults import apply_settings
+from blazar.serving.lora import lora_patch
+from blazar.serving.model_defaults import settings_patch
 from blazar.serving.request import AudioAsked, Request
+from blazar.serving.route import Route
 
 if TYPE_CHECKING:
     from blazar.adapters.engines.client import EngineResponse
-    from blazar.cluster.nodes import Peer
 
 
 # -- outcomes ----------------------------------------------------------------------------------------------------------
@@ -115,26 +116,12 @@ class Call:
     def __init__(self, request: Request, desk: Desk) -> None:
         self.request = request
         self._desk = desk
-        # -- the step's target: a cascade's step changes it (`retarget`)
-        self.model = request.cascade[0] if request.cascade else request.model
-        self.max_tokens = request.max_tokens
-        self.bounded_max_tokens: int | None = None  # max_tokens capped to what the context left (routing.py)
-        self._unbounded: tuple[int | None, dict[str, Any]] | None = None  # what the cap replaced
-        self.ctx = request.ctx
-        self._body = request.body  # copied before its first change: the Request's is never changed
-        self._own_body = False
-        self._payload: bytes | None = None
+        self.ask = EngineAsk(request)  # what the engine is asked: a cascade's step starts it afresh (`retarget`)
         # -- its way (the gateway's decisions)
-        self.resolved: ResolvedModel | None = None
-        self.remote: str | None = None  # the remote engine serving the model (not in the store), by its name
-        self.peer: Peer | None = None  # the node this request is forwarded to, where the model is ready
-        self.forward_observations: dict[str, Any] = {}
-        self.instance: Instance | None = None
-        self.load_ms: float | None = None  # the cold load this request waited for, if any
+        self._route: Route | None = None  # once resolved
         self.queue_position = 0
         self.first_token_at: float | None = None
         self.rerouted = False  # routed again once already: its first instance was gone before it took the request
-        self.loop_guarded = False  # a streamed chat answer stopped where it loops (blazar/serving/loop_guard.py)
         self.shared_role: SharedRole | None = None
         # -- what it holds, given back by `finish` (or by the step's own end)
         self._lease: Lease | None = None
@@ -159,9 +146,32 @@ class Call:
         return self.request.received
 
     @property
+    def route(self) -> Route:
+        """Where the step runs: resolved before anything reads it (blazar/serving/checks.py)."""
+        assert self._route is not None, "the call's model is resolved first"
+        return self._route
+
+    @property
+    def model(self) -> str:
+        """The client's name for the step's model (the first a cascade asks for, until it is resolved)."""
+        if self._route is not None:
+            return self._route.model
+        return self.request.cascade[0] if self.request.cascade else self.request.model
+
+    @property
     def name(self) -> str | None:
         """The store's name, once resolved."""
-        return self.resolved.name if self.resolved is not None else None
+        return self._route.name if self._route is not None else None
+
+    @property
+    def load_ms(self) -> float | None:
+        """The cold load the step waited for, if any (what Ollama's replies read: blazar/dialects/ollama.py)."""
+        return self._route.load_ms if self._route is not None else None
+
+    @property
+    def instance(self) -> Instance | None:
+        """The instance the step was routed to, if it was."""
+        return self._route.instance if self._route is not None else None
 
     @property
     def ticket(self) -> Ticket | None:
@@ -188,90 +198,55 @@ class Call:
             return "the client closed the connection while the request waited for a slot"
         return "the client closed the connection"
 
-    # -- the engine's body ---------------------------------------------------------------------------------------------
-
-    @property
-    def body(self) -> dict[str, Any] | None:
-        """The engine's body as it goes (None: the client's bytes as they came)."""
-        return self._body
-
-    def engine_body(self) -> dict[str, Any]:
-        """The engine's body as an object (for counting tokens): the translated one, or the client's."""
-        return self._body if self._body is not None else self.request.parsed
-
-    def writable_body(self) -> dict[str, Any]:
-        """The engine's body, this call's own copy, to change (the Request's and the client's stay as they came)."""
-        if not self._own_body:
-            self._body = dict(self._body if self._body is not None else self.request.parsed)
-            self._own_body = True
-        self._payload = None
-        assert self._body is not None
-        return self._body
-
-    def set_engine_field(self, name: str, value: Any) -> None:
-        self.writable_body()[name] = value
-
-    def drop_engine_fields(self, *names: str) -> None:
-        """Forget what a placement told an engine (unless the client asked it): the next one says its own."""
-        if self._body is None:
-            return
-        body = self.writable_body()
-        for name in names:
-            if name not in self.request.parsed:
-                body.pop(name, None)
-
-    def payload(self) -> bytes:
-        """The bytes the engine is sent (encoded once per change of the body)."""
-        if self._payload is None:
-            self._payload = self.request.raw if self._body is None else orjson.dumps(self._body)
-        return self._payload
-
-    def bound_output(self, max_tokens: int, fields: dict[str, int]) -> None:
-        """The output capped at `max_tokens` (routing's context decision) by setting the engine's limit `fields`;
-        what they were is kept for `unbound`."""
-        body = self.writable_body()
-        if self._unbounded is None:
-            self._unbounded = (self.max_tokens, {name: body.get(name) for name in fields})
-        body.update(fields)
-        self.max_tokens = self.bounded_max_tokens = max_tokens
-
-    def unbound(self) -> None:
-        """The cap forgotten (a request routed again: the next instance's context decides afresh)."""
-        if self._unbounded is None:
-            return
-        self.max_tokens, fields = self._unbounded
-        body = self.writable_body()
-        for name, value in fields.items():
-            if value is None:
-                body.pop(name, None)
-            else:
-                body[name] = value
-        self._unbounded = self.bounded_max_tokens = None
-
     def prepared(self, request: Request) -> None:
         """The request once its content was checked (its media's facts, a body rewritten to what the engine gets):
         before anything changed the body, so the call's is the new request's."""
-        assert not self._own_body, "the content is checked before the body changes"
-        self.request, self._body, self._payload = request, request.body, None
+        assert not self.ask.changed, "the content is checked before the body changes"
+        self.request, self.ask = request, EngineAsk(request)
         if request.audio is not None:
             self.audio_seconds = request.audio.audio_seconds
 
     def use_model(self) -> None:
-        """What the resolved model brings to the request: its settings (blazar/serving/model_defaults.py) and its
-        LoRA adapters (blazar/serving/lora.py)."""
-        assert self.resolved is not None
-        if self.resolved.settings is not None:
-            apply_settings(self, self.resolved.settings)
-        apply_lora(self)
+        """What the resolved model brings to the request: its settings (blazar/serving/model_defaults.py), then its
+        LoRA adapters (blazar/serving/lora.py), which read the body the settings left."""
+        resolved = self.route.resolved
+        if resolved.settings is not None:
+            self.ask.apply(settings_patch(self.request, self.ask.engine_body(), resolved.settings))
+        self.ask.apply(lora_patch(self.request, self.ask.engine_body(), resolved))
 
-    def retarget(self, model: str, resolved: ResolvedModel, remote: str | None) -> None:
-        """A cascade's next step: the request as the client sent it, pointed at `model` (its settings applied), its
+    def take_route(self, route: Route) -> None:
+        """Where the step runs now: resolved, routed to an instance, or (None as its instance) routed again."""
+        self._route = route
+
+    def retarget(self, route: Route) -> None:
+        """A cascade's next step: the request as the client sent it, on `route` (its model's settings applied), its
         previous step's way there forgotten."""
-        self.model, self.max_tokens, self.ctx = model, self.request.max_tokens, self.request.ctx
-        self.bounded_max_tokens, self._unbounded = None, None
-        self._body, self._own_body, self._payload = self.request.body, False, None
-        self.instance, self.peer, self.resolved, self.remote = None, None, resolved, remote
+        self.ask, self._route = EngineAsk(self.request), route
         self.use_model()
+
+    def unroute(self, forget: tuple[str, ...]) -> None:
+        """Routed again: its slot (no hold time learnt from it) and hold given back, the engine fields its placement
+        set (`forget`) and any cap its context put on the output forgotten, its route without an instance."""
+        self.give_back_slot(learn=False)
+        self.ask.drop_fields(*forget)
+        self.ask.unbound()
+        self._route = self.route.to(None)
+        self.queue_position, self.rerouted = 0, True
+
+    def queued(self, position: int) -> None:
+        self.queue_position = position
+
+    def shared_as(self, role: SharedRole) -> None:
+        """Its generation is shared (single-flight): as the leader, or taken on by a follower."""
+        self.shared_role = role
+
+    def engine_asked(self) -> None:
+        """The engine got the request now: a speech request's processing time starts here."""
+        self.engine_at = time.perf_counter()
+
+    def audio_measured(self, seconds: float) -> None:
+        """The audio's length as its engine measured it (the whisper child's, or the speech made)."""
+        self.audio_seconds = seconds
 
     # -- what it holds -------------------------------------------------------------------------------------------------
 
@@ -375,7 +350,7 @@ class Call:
         ends the generation from now on ends the heir's call."""
         owner = self._last()
         heir._ticket, heir._held, owner._ticket, owner._held = owner._ticket, owner._held, None, None
-        heir.instance, heir.resolved, heir.model = owner.instance, owner.resolved, owner.model
+        heir._route = owner.route.to(owner.instance)  # the owner's model and instance; no load waited for
         heir.first_token_at, heir.shared_role = owner.first_token_at, "promoted"
         owner.finish(Failed(499, "client_disconnected", detail))
         owner._heir = heir
@@ -392,7 +367,8 @@ def _audio_event(call: Call, asked: AudioAsked) -> RequestAudio:
     started = call.engine_at if call.engine_at is not None else call.received
     processing_ms = round((time.perf_counter() - started) * 1000, 3)
     seconds = round(call.audio_seconds or 0.0, 3)
-    kind = getattr(call.instance, "kind", None) or getattr(call.resolved, "kind", None) or "unknown"
+    resolved = call.route.resolved if call.name is not None else None
+    kind = getattr(call.instance, "kind", None) or getattr(resolved, "kind", None) or "unknown"
     return RequestAudio(trace_id=call.trace_id, model=call.name or call.model, kind=str(kind),
                         route=asked.route, audio_seconds=seconds,
                         response_format=asked.response_format, processing_ms=processing_ms,

@@ -13,12 +13,12 @@ from blazar.serving import media
 from blazar.serving.call import Call
 from blazar.serving.limits import Limiter, LimitExceeded
 from blazar.serving.principal import Principal, scope_refusal
-from blazar.serving.routing import Router
+from blazar.serving.resolve import Resolver
 
 
 class Checks:
-    def __init__(self, app: Blazar, router: Router, limits: Limiter) -> None:
-        self.app, self.router, self.limits = app, router, limits
+    def __init__(self, app: Blazar, resolver: Resolver, limits: Limiter) -> None:
+        self.app, self.resolver, self.limits = app, resolver, limits
 
     def caller(self, call: Call) -> None:
         """The caller's checks, in order; nothing of the body's content has been read yet. Raises Refused."""
@@ -26,7 +26,7 @@ class Checks:
         if p is not None and p.key is None:
             p = None  # keys off, or the CLI's own credential: no scope, no limits
         try:
-            self.router.resolve(call)
+            call.take_route(self.resolver.resolve(call))
         except Refused:
             if p is not None and not p.allows(call.model, call.model):
                 refuse_scope(p, call.model, call.model)  # a 403, not a 404: nothing said of a name outside it
@@ -34,8 +34,8 @@ class Checks:
         assert call.name is not None
         if p is not None and not p.allows(call.model, call.name):
             refuse_scope(p, call.model, call.name)
-        self.router.check_kind(call)
-        if call.remote is None and call.peer is None:
+        self.resolver.check_kind(call)
+        if not call.route.elsewhere:
             media.refuse_unless_projector(self.app.runner.state("catalog"), call.model, media.carried(call.request))
         if p is not None:
             self._take_lease(call, p)
@@ -76,4 +76,4 @@ def body_bytes(call: Call) -> int:
     r = call.request
     if r.hooks.prepare is not None and r.audio is not None and r.audio.input_bytes is not None:
         return r.audio.input_bytes
-    return len(call.payload())
+    return len(call.ask.payload())

@@ -26,9 +26,9 @@ from blazar.adapters.engines.answers import usage_from_json
 from blazar.dialects.judge import Judgement, judge, schema_of, winner
 from blazar.errors import Refused
 from blazar.events.requests import CascadeReason, RequestBestOfChosen, RequestCandidateScored, RequestCascadeJudged
-from blazar.instances.supervisor import ResolvedModel
 from blazar.serving.call import Call, Completed
 from blazar.serving.request import Answer
+from blazar.serving.route import Route
 
 SEED_SPAN = 1 << 30
 
@@ -43,13 +43,22 @@ class Candidate:
     release: Callable[[], None] = lambda: None
 
 
-class Routes(Protocol):
-    """What a fan-out needs of the router: a step routed and admitted, more slots, a model checked against the key's
-    scope (blazar/serving/routing.py's Router)."""
+class Scope(Protocol):
+    """A cascade's model resolved in the key's scope (blazar/serving/resolve.py's Resolver)."""
 
-    async def admit(self, call: Call) -> None: ...
+    def in_scope(self, call: Call, name: str) -> Route: ...
+
+
+class Steps(Protocol):
+    """A step routed and admitted (blazar/serving/routing.py's Router)."""
+
+    async def route(self, call: Call) -> None: ...
+
+
+class Extras(Protocol):
+    """More slots of a step's instance, never waited for (blazar/serving/admit.py's Admitter)."""
+
     async def extra_candidate(self, call: Call) -> Candidate | None: ...
-    def resolve_in_scope(self, call: Call, name: str) -> tuple[ResolvedModel, str | None]: ...
 
 
 class Pipeline(Protocol):
@@ -77,14 +86,15 @@ def _for_client(call: Call, answer: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-async def serve(pipe: Pipeline, routes: Routes, call: Call, watcher: asyncio.Task[None] | None) -> Answer:
+async def serve(pipe: Pipeline, call: Call, watcher: asyncio.Task[None] | None, *, scope: Scope, steps: Steps,
+                extras: Extras) -> Answer:
     """A best-of or a cascade request's answer. What raises ends the call in the gateway (`Gateway.serve`)."""
     try:
         if call.request.cascade:
             for name in call.request.cascade[1:]:  # every model exists and is in the key's scope before any runs
-                routes.resolve_in_scope(call, name)
-            return await _cascade(pipe, routes, call)
-        return await _best_of(pipe, routes, call)
+                scope.in_scope(call, name)
+            return await _cascade(pipe, call, scope, steps)
+        return await _best_of(pipe, call, steps, extras)
     finally:
         if watcher is not None:
             watcher.cancel()
@@ -92,18 +102,18 @@ async def serve(pipe: Pipeline, routes: Routes, call: Call, watcher: asyncio.Tas
 
 # -- best of N --------------------------------------------------------------------------------------------------------
 
-async def _best_of(pipe: Pipeline, routes: Routes, call: Call) -> Answer:
+async def _best_of(pipe: Pipeline, call: Call, steps: Steps, extras: Extras) -> Answer:
     asked = call.request.best_of or 1
-    await routes.admit(call)
+    await steps.route(call)
     inst, ticket = call.instance, call.ticket
     assert inst is not None and ticket is not None
-    bodies = [_asking_logprobs(call.engine_body())]
+    bodies = [_asking_logprobs(call.ask.engine_body())]
     extra: list[Candidate] = []
     try:
         # NOTE: every extra slot and lease is given back in `finally`, whatever ends the fan-out (a hang-up while a
         # candidate's slot is placed, an instance gone meanwhile): a slot kept here would shrink its lane for good.
         for _ in range(asked - 1):
-            candidate = await routes.extra_candidate(call)
+            candidate = await extras.extra_candidate(call)
             if candidate is None:
                 break  # no free slot, the key at its max_concurrent, the instance gone: fewer candidates, never a wait
             extra.append(candidate)
@@ -163,7 +173,7 @@ def _usage_body(usage: dict[str, Any]) -> dict[str, Any]:
 
 # -- cascades ---------------------------------------------------------------------------------------------------------
 
-async def _cascade(pipe: Pipeline, routes: Routes, call: Call) -> Answer:
+async def _cascade(pipe: Pipeline, call: Call, scope: Scope, steps: Steps) -> Answer:
     threshold = pipe.cascade_min_logprob()
     usage: dict[str, Any] = {}
     tried: list[str] = []
@@ -172,10 +182,10 @@ async def _cascade(pipe: Pipeline, routes: Routes, call: Call) -> Answer:
     last_step = len(cascade) - 1
     for step, name in enumerate(cascade):
         if step > 0:
-            call.retarget(name, *routes.resolve_in_scope(call, name))
+            call.retarget(scope.in_scope(call, name))
         tried.append(name)
         try:
-            await routes.admit(call)
+            await steps.route(call)
         except Refused as e:
             if step == last_step:
                 raise  # the request's refusal
@@ -183,8 +193,8 @@ async def _cascade(pipe: Pipeline, routes: Routes, call: Call) -> Answer:
             _judged(call, step, accepted=False, reason="refused", detail=e.message)
             escalated = "refused"
             continue
-        status, answer, raw = await pipe.ask(call, _asking_logprobs(call.engine_body()))
-        j = judge(answer, schema_of(call.engine_body())) if status == 200 else None
+        status, answer, raw = await pipe.ask(call, _asking_logprobs(call.ask.engine_body()))
+        j = judge(answer, schema_of(call.ask.engine_body())) if status == 200 else None
         call.give_back_slot(tokens=j.completion_tokens if j else None)
         if j is None:
             if step == last_step:

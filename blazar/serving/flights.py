@@ -54,7 +54,7 @@ def flight_key(call: Call) -> str | None:
     if r.audio is not None:
         return None  # an upload's bytes are not in its parsed fields; speech is made by its own exchange
     if r.embeddings or r.session is not None or (r.best_of or 1) > 1 or r.cascade \
-            or not deterministic(call.engine_body()):
+            or not deterministic(call.ask.engine_body()):
         return None
     if r.path == RESPONSES:
         return None  # every Response is its own (its id, and with `store` its conversation): none is another's copy
@@ -239,7 +239,7 @@ class Flights:
         if not flight.leader_marked:  # the first follower: the leader's generation is shared from now on
             flight.leader_marked = True
             gen = flight.owner
-            gen.shared_role = "leader"
+            gen.shared_as("leader")
             gen.emit(RequestShared(trace_id=gen.trace_id, model=gen.name or gen.model, role="leader",
                                    leader_trace_id=flight.leader_trace_id, flight=flight.key))
         member = _Member(call)
@@ -261,7 +261,7 @@ class Flights:
         if flight.answer is None:
             flight.members.remove(member)
             raise _mirror(flight.error)
-        call.instance = flight.owner.instance
+        call.take_route(call.route.to(flight.owner.instance))  # its own model, on the generation's instance
         answer = flight.answer
         headers = {**answer.headers, SHARED_HEADER: "follower"}
         if answer.stream is None:

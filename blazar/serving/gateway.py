@@ -2,8 +2,9 @@
 and calls `serve(request)`, which opens the request's `Call` (blazar/serving/call.py) and returns the `Answer` to
 send: a relayed stream (blazar/serving/relay.py) or one body.
 
-    received -> resolved (the model; the key's scope and limits; the model's settings)
-             -> routed and admitted (blazar/serving/routing.py: an instance, loading on demand; a slot)
+    received -> resolved (resolve.py: the model, as the call's Route; the key's scope and limits; the model's settings)
+             -> routed and admitted (blazar/serving/routing.py: an instance, loading on demand, or another node's;
+                admit.py: a slot)
              -> streamed or read whole (the engine's answer; single-flight and fan-out share or multiply it)
              -> finished (`Call.finish`: the one terminal event, everything the request held given back)
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from typing import Any
 
 import orjson
@@ -35,15 +35,18 @@ from blazar.instances.supervisor import Instance
 from blazar.projections.metrics import audio_seconds_on, tokens_on
 from blazar.serving import fanout, relay
 from blazar.serving.admission import Admission, Ticket
+from blazar.serving.admit import Admitter
 from blazar.serving.call import Call, Completed, Failed, outcome_of
 from blazar.serving.checks import Checks, body_bytes, refuse_scope
 from blazar.serving.context_fit import BOUNDED_HEADER
 from blazar.serving.flights import Flights, flight_key
+from blazar.serving.forwarding import Forwarder
 from blazar.serving.limits import Lease, Limiter
 from blazar.serving.loop_guard import LoopGuard
 from blazar.serving.ports import SupervisorPort
 from blazar.serving.principal import Principal
 from blazar.serving.request import Answer, Request
+from blazar.serving.resolve import Resolver
 from blazar.serving.routing import Router
 from blazar.serving.spec_governor import SpecGovernor
 
@@ -67,10 +70,11 @@ class Gateway:
         self._actor = app.actor
         self.limits = Limiter(app.clock, seed=self._tokens_today, audio_seed=self._audio_today)
         self.spec = SpecGovernor(app, supervisor, admission, client)  # its task: Services.start
-        # Forwarding to other nodes needs the cluster key.
-        self.router = Router(app, supervisor, admission, client, self.kv,
-                             cluster_key(app.env) if app.node else None, self.limits, spec=self.spec)
-        self.checks = Checks(app, self.router, self.limits)
+        forwarder = Forwarder(app, cluster_key(app.env) if app.node else None)  # other nodes: with the cluster key
+        self.resolver = Resolver(app, supervisor, forwarder)
+        self.admitter = Admitter(app, supervisor, admission, self.kv, self.limits, spec=self.spec)
+        self.router = Router(app, supervisor, client, forwarder, self.admitter)
+        self.checks = Checks(app, self.resolver, self.limits)
 
     def _tokens_today(self, key_name: str, day: int) -> int:
         """What the log says a key used on UTC day `day` (a restarted daemon keeps counting the daily limit)."""
@@ -120,7 +124,8 @@ class Gateway:
             await self.checks.content(call)
             call.use_model()
             if request.cascade or (request.best_of or 1) > 1:
-                return await fanout.serve(self, self.router, call, watcher)
+                return await fanout.serve(self, call, watcher, scope=self.resolver, steps=self.router,
+                                          extras=self.admitter)
             key = flight_key(call)
             if key is not None:
                 return await self.flights.serve(key, call, watcher)
@@ -136,11 +141,11 @@ class Gateway:
         engine child turned out gone before it took the request is routed again, once (`EngineGone`)."""
         while True:  # twice at most: EngineGone is raised only while the request was not routed again
             try:
-                await self.router.admit(call)
+                await self.router.route(call)
                 if call.request.hooks.produce is not None:  # the route's own exchange with the instance (speech)
                     if watcher is not None:
                         watcher.cancel()
-                    call.engine_at = time.perf_counter()
+                    call.engine_asked()
                     return await call.request.hooks.produce(call)
                 upstream = await self._open_upstream(call)
                 break
@@ -148,8 +153,8 @@ class Gateway:
                 self.router.reroute(call, gone.message)
         call.guard(upstream)
         headers = {"x-blazar-queue-position": str(call.queue_position)} if call.queue_position else {}
-        if call.bounded_max_tokens is not None:
-            headers[BOUNDED_HEADER] = str(call.bounded_max_tokens)
+        if call.ask.bounded_max_tokens is not None:
+            headers[BOUNDED_HEADER] = str(call.ask.bounded_max_tokens)
         if call.request.audio is not None and call.audio_seconds is not None:  # the child's measure, passed on
             headers[AUDIO_SECONDS_HEADER] = f"{call.audio_seconds:.3f}"
         if call.request.stream and upstream.status_code == 200:
@@ -203,31 +208,32 @@ class Gateway:
             if call.request.content_type is not None:  # a multipart upload (speech to text)
                 sent["Content-Type"] = call.request.content_type
             extra = {"headers": sent} if sent else {}
-            call.engine_at = time.perf_counter()
-            upstream = await self.client.open(inst.base_url, call.request.engine_path, call.payload(),
+            call.engine_asked()
+            upstream = await self.client.open(inst.base_url, call.request.engine_path, call.ask.payload(),
                                               api_key=inst.api_key, **extra)
         except EngineError as e:
             if not call.rerouted and not inst.remote and await self.supervisor.gone(inst):
                 raise EngineGone(e.message) from None
             call.finish(Failed(502, "engine_error", e.message))
-            if call.remote is not None:
-                await self.remotes.failed(call.remote, e.message, source="request")
+            if call.route.remote is not None:
+                await self.remotes.failed(call.route.remote, e.message, source="request")
             raise Refused(e.message, reason="engine_error", http_status=502, public=e.public) from None
         await self._feed_circuit(call, upstream.status_code)
         heard = upstream.headers.get(AUDIO_SECONDS_HEADER)
         if heard is not None:  # the whisper child's measure of the audio it decoded
             with contextlib.suppress(ValueError):
-                call.audio_seconds = float(heard)
+                call.audio_measured(float(heard))
         return upstream
 
     async def _feed_circuit(self, call: Call, status: int) -> None:
         """A remote's answer counts for its circuit: a 5xx as a failure, anything else as a success."""
-        if call.remote is None:
+        name = call.route.remote
+        if name is None:
             return
         if status >= 500:
-            await self.remotes.failed(call.remote, f"answered {status}", source="request")
+            await self.remotes.failed(name, f"answered {status}", source="request")
         else:
-            await self.remotes.succeeded(call.remote)
+            await self.remotes.succeeded(name)
 
     async def _read_whole(self, call: Call, upstream: EngineResponse) -> bytes:
         """Read a whole (non-stream or error) body and end the call with it."""
@@ -258,7 +264,7 @@ class Gateway:
         inner = r.hooks.stream_as(call) if r.hooks.stream_as is not None else None
         translator = inner if r.forced is None else ForcedStream(r.forced, inner or OpenAIStream(call.model))
         heartbeat_s = self.app.settings().server.stream_heartbeat_s
-        guard = LoopGuard() if call.loop_guarded else None
+        guard = LoopGuard() if call.ask.loop_guarded else None
         if translator is None and guard is None:
             return Answer(status=200, content_type=upstream.headers.get("content-type", SSE), headers=headers,
                           stream=relay.passthrough(call, upstream, watcher, heartbeat_s))
@@ -274,8 +280,8 @@ class Gateway:
         r = call.request
         if r.forced is not None:
             answer = r.forced.answer(answer)
-        if call.bounded_max_tokens is not None:  # a fan-out's answer too
-            headers.setdefault(BOUNDED_HEADER, str(call.bounded_max_tokens))
+        if call.ask.bounded_max_tokens is not None:  # a fan-out's answer too
+            headers.setdefault(BOUNDED_HEADER, str(call.ask.bounded_max_tokens))
         return Answer(status=status, media=r.hooks.reply(answer, call) if r.hooks.reply else answer, headers=headers)
 
     # -- what a fan-out asks of the pipeline (blazar/serving/fanout.py's Pipeline) -------------------------------------

@@ -1,5 +1,6 @@
 """A request's LoRA adapters: which of its model's adapters apply, at what scale, as llama-server's per-request
-`lora` list. After the model (and its settings) are resolved, before routing.
+`lora` list, as a `Patch` (blazar/serving/patch.py) the call applies. After the model (and its settings) are resolved,
+before routing.
 
 The client names adapters (`lora: [{"name": "N", "scale": 0.8}]`, or llama-server's own `{"id": i, "scale": s}`);
 a variant made by an Ollama Modelfile's ADAPTER applies its adapters when the request names none. The engine gets
@@ -11,12 +12,13 @@ llama-server applies a loaded adapter at its load-time scale to a request withou
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 from blazar.errors import Refused
-
-if TYPE_CHECKING:
-    from blazar.serving.call import Call
+from blazar.instances.live import ResolvedModel
+from blazar.serving.patch import NO_PATCH, Patch
+from blazar.serving.request import Request
 
 # The engine routes whose body takes a `lora` list.
 _ROUTES = frozenset({"/v1/chat/completions", "/v1/completions"})
@@ -66,13 +68,11 @@ def engine_lora(asked: Any, names: list[str], model: str) -> list[dict[str, Any]
     return [{"id": i, "scale": s} for i, s in enumerate(scales)]
 
 
-def apply_lora(call: Call) -> None:
-    """Set the engine body's `lora` for `call` (see the module's docstring). A model without adapters takes no
-    `lora`: a request naming one is refused."""
-    resolved = call.resolved
-    if resolved is None or call.request.engine_path not in _ROUTES:
-        return
-    body = call.engine_body()
+def lora_patch(request: Request, body: Mapping[str, Any], resolved: ResolvedModel) -> Patch:
+    """The engine body's `lora` for a request to `resolved` (see the module's docstring). A model without adapters
+    takes no `lora`: a request naming one is refused."""
+    if request.engine_path not in _ROUTES:
+        return NO_PATCH
     asked = body.get("lora")
     names = [a.name for a in resolved.loras]
     if asked is None and resolved.settings is not None and resolved.settings.lora:
@@ -80,5 +80,5 @@ def apply_lora(call: Call) -> None:
     if not names:
         if asked:  # [] or absent: nothing asked, nothing to say (the engine has nothing loaded to apply)
             engine_lora(asked, names, resolved.name)  # raises: the message names what is wrong
-        return
-    call.set_engine_field("lora", engine_lora([] if asked is None else asked, names, resolved.name))
+        return NO_PATCH
+    return Patch(fields={"lora": engine_lora([] if asked is None else asked, names, resolved.name)})

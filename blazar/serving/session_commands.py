@@ -66,7 +66,7 @@ async def restore_session(gw: Gateway, name: str, model: str | None = None) -> d
     inst = await gw.supervisor.ensure(gw.supervisor.resolve(entry.model), reason="load", session=True)
     tenant = split_session(name)[0]
     ticket = gw.admission.try_acquire(inst.model, inst.slots, pick=gw.kv.slots.picker(
-        inst.instance_id, name, tenant, isolate=gw.router.isolating()))
+        inst.instance_id, name, tenant, isolate=gw.admitter.isolating()))
     if ticket is None:
         raise SessionUnavailable(f"every slot of {inst.model} is busy; try again when one is free")
     started = time.perf_counter()

@@ -7,7 +7,7 @@ restarted: a request routed to an instance whose speculation is off is sent `"sp
 (`request_spec`, a dictionary read on the request path).
 
     Services.start ─► SpecGovernor.run ─► every tick: demand sampled ─► window end: /metrics, decide_spec, record
-    Router._admit ─► request_spec(instance, client's X-Blazar-Spec) ─► "on" | "off_client" | "off_governor"
+    Admitter._admit ─► request_spec(instance, client's X-Blazar-Spec) ─► "on" | "off_client" | "off_governor"
 """
 
 from __future__ import annotations

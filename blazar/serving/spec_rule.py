@@ -1,6 +1,6 @@
 """The speculation governor's rule, pure: one window's numbers for one speculative instance in, speculation on or off
 (and why) out. The governor (blazar/serving/spec_governor.py) gathers the numbers and records each switch as
-`spec.switched`; requests read the verdict (routing.py).
+`spec.switched`; requests read the verdict (admit.py).
 
 The rule, in order:
 1. Saturation: in at least half of the window's samples more requests wanted the instance than it has slots (in

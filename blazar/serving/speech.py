@@ -111,7 +111,7 @@ async def _stream(gateway: Gateway, call: Call, first: Spoken, rest: list[str], 
         tail = await asyncio.to_thread(encoder.finish)
         if tail:
             yield tail
-        call.audio_seconds = seconds
+        call.audio_measured(seconds)
         call.finish(Completed(200, {}))
     except Refused as e:
         # NOTE: the status line went out with the first sentence: the stream stops short; the failure is recorded.

@@ -13,6 +13,7 @@ from blazar.errors import DialectError
 from blazar.serving.call import Call, Desk
 from blazar.serving.flights import deterministic, flight_key
 from blazar.serving.request import Request
+from blazar.serving.route import Route
 from tests.support.resolved import resolved
 
 SCHEMA = {"type": "object", "properties": {"colour": {"type": "string"}}, "required": ["colour"]}
@@ -72,7 +73,7 @@ def _plan(*, session: str | None = None, best_of: int | None = None, **body: Any
     call = Call(Request(model="m", engine_path="/v1/chat/completions", body=None, stream=False,
                         path="/v1/chat/completions", parsed=parsed, session=session, best_of=best_of),
                 cast(Desk, object()))  # a key is read from what was asked: nothing is recorded
-    call.resolved = resolved("m")
+    call.take_route(Route("m", resolved("m")))
     return call
 
 

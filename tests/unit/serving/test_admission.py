@@ -333,15 +333,6 @@ async def test_snapshot_reports_the_numbers() -> None:
     assert ticket.waited_s == 2.5
 
 
-async def test_the_slot_context_manager_releases_on_error() -> None:
-    adm = Admission()
-    with pytest.raises(RuntimeError):
-        async with adm.slot("qwen", 1) as ticket:
-            assert ticket.busy_after == 1
-            raise RuntimeError("engine went away")
-    assert adm.snapshot()["qwen"]["busy"] == 0
-
-
 async def test_an_on_queued_callback_that_raises_leaves_no_waiter() -> None:
     adm = Admission()
     await now(adm, "qwen")

@@ -94,10 +94,10 @@ async def test_refuse_keeps_todays_400(app: Blazar, monkeypatch: pytest.MonkeyPa
 
 def test_a_request_routed_again_forgets_the_cap_of_its_first_instance() -> None:
     call = Call(ask("d" * 32, max_tokens=32000), Gateway.__new__(Gateway))
-    call.bound_output(24, {"max_tokens": 24, "n_predict": 24})
-    assert call.engine_body()["max_tokens"] == call.engine_body()["n_predict"] == 24
-    assert (call.max_tokens, call.bounded_max_tokens) == (24, 24)
-    call.unbound()
-    assert call.engine_body()["max_tokens"] == 32000 and "n_predict" not in call.engine_body()
-    assert (call.max_tokens, call.bounded_max_tokens) == (32000, None)
+    call.ask.bound_output(24, {"max_tokens": 24, "n_predict": 24})
+    assert call.ask.engine_body()["max_tokens"] == call.ask.engine_body()["n_predict"] == 24
+    assert (call.ask.max_tokens, call.ask.bounded_max_tokens) == (24, 24)
+    call.ask.unbound()
+    assert call.ask.engine_body()["max_tokens"] == 32000 and "n_predict" not in call.ask.engine_body()
+    assert (call.ask.max_tokens, call.ask.bounded_max_tokens) == (32000, None)
     assert call.request.parsed["max_tokens"] == 32000  # the client's body was never changed

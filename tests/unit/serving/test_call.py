@@ -19,8 +19,10 @@ from blazar.instances.supervisor import Instance
 from blazar.serving.admission import Ticket
 from blazar.serving.call import Call, Completed, Failed, Rejected, outcome_of
 from blazar.serving.limits import Lease
+from blazar.serving.patch import Patch
 from blazar.serving.principal import Principal
 from blazar.serving.request import Request
+from blazar.serving.route import Route
 from tests.support.resolved import resolved
 
 
@@ -73,7 +75,7 @@ def holding_call(desk: Desk, trace: str = "t1", body: dict[str, Any] | None = No
     request = Request(model="m", engine_path="/v1/chat/completions", body=body, stream=True, trace_id=trace,
                       principal=keyed("alice"), parsed={"model": "m", "messages": []})
     call = Call(request, desk)
-    call.resolved = resolved("m")
+    call.take_route(Route("m", resolved("m")))
     call.take_lease(cast(Lease, object()))  # a lease is opaque to the call
     call.admitted(ticket(1))
     call.holding(cast(Instance, "inst"))
@@ -123,7 +125,7 @@ def test_a_hang_up_says_what_the_request_was_waiting_for() -> None:
     call = Call(Request(model="m", engine_path="/v1/completions", body=None, stream=False), desk)
     hung = outcome_of(asyncio.CancelledError(), call)
     assert isinstance(hung, Failed) and hung.status == 499 and "model to load" in hung.detail
-    call.instance = cast(Instance, object())
+    call.take_route(Route("m", resolved("m"), instance=cast(Instance, object())))
     waiting = outcome_of(asyncio.CancelledError(), call)
     assert isinstance(waiting, Failed) and "for a slot" in waiting.detail
 
@@ -149,11 +151,11 @@ def test_the_request_is_never_changed_on_the_way() -> None:
     asked = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     request = Request(model="m", engine_path="/v1/chat/completions", body=dict(asked), stream=False)
     call = Call(request, Desk())
-    before = call.payload()
-    call.set_engine_field("id_slot", 1)
-    assert request.body == asked and orjson.loads(call.payload())["id_slot"] == 1 and call.payload() != before
-    call.drop_engine_fields("id_slot")
-    assert call.payload() == before
+    before = call.ask.payload()
+    call.ask.apply(Patch(fields={"id_slot": 1}))
+    assert request.body == asked and orjson.loads(call.ask.payload())["id_slot"] == 1 and call.ask.payload() != before
+    call.ask.drop_fields("id_slot")
+    assert call.ask.payload() == before
 
 
 async def test_a_task_that_ends_without_an_end_fails_its_call_unless_detached() -> None:

@@ -18,7 +18,7 @@ from blazar.events.types import encode
 from blazar.projections import CatalogProjection, fold
 from blazar.projections.catalog import CatalogState, models, settings_of, stored
 from blazar.serving.call import Call, Desk
-from blazar.serving.model_defaults import add_template_defaults, apply_settings
+from blazar.serving.model_defaults import settings_patch, template_patch
 from blazar.serving.request import Request
 from blazar.store.model_settings import (
     SettingsChange,
@@ -231,6 +231,21 @@ async def test_registry_settings_never_overwrite_a_users_own(stocked: Blazar) ->
 NO_DESK = cast(Desk, object())  # settings are applied before anything is recorded or held
 
 
+def apply_settings(call: Call, settings: ModelSettings) -> bool:
+    """The settings' patch applied to the call: True when it changed the engine's body."""
+    patch = settings_patch(call.request, call.ask.engine_body(), settings)
+    call.ask.apply(patch)
+    return bool(patch.fields)
+
+
+def add_template_defaults(call: Call, stops: tuple[str, ...], sampling: dict[str, float], *,
+                          loop_guard: bool = False) -> bool:
+    """The template's patch applied to the call: True when it changed the engine's body."""
+    patch = template_patch(call.request, call.ask.engine_body(), stops, sampling, loop_guard=loop_guard)
+    call.ask.apply(patch)
+    return bool(patch.fields)
+
+
 def _chat(body: dict[str, object], *, translated: bool = False) -> Call:
     return Call(Request(model="m", engine_path="/v1/chat/completions", body=dict(body) if translated else None,
                         stream=False, parsed=dict(body)), NO_DESK)
@@ -241,9 +256,9 @@ def test_the_system_prompt_leads_a_chat_that_has_none_and_defaults_fill_what_is_
                                                       "stop": ["<x>"]})
     plan = _chat({"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.9})
     assert apply_settings(plan, s) is True
-    assert plan.body == {"model": "m", "temperature": 0.9, "max_tokens": 32, "stop": ["<x>"],
+    assert plan.ask.body == {"model": "m", "temperature": 0.9, "max_tokens": 32, "stop": ["<x>"],
                          "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]}
-    assert (plan.max_tokens, plan.ctx) == (32, 1024)
+    assert (plan.ask.max_tokens, plan.ask.ctx) == (32, 1024)
     assert plan.request.parsed["messages"] == [{"role": "user", "content": "hi"}]  # the client's body as it came
 
 
@@ -253,49 +268,50 @@ def test_a_request_with_its_own_system_message_or_limits_wins() -> None:
         messages = [{"role": role, "content": "Be long."}, {"role": "user", "content": "x"}]
         plan = _chat({"model": "m", "messages": messages, "max_completion_tokens": 8}, translated=True)
         assert apply_settings(plan, s) is False
-        assert plan.body is not None and plan.body["messages"][0]["content"] == "Be long."
-        assert "max_tokens" not in plan.body
+        assert plan.ask.body is not None and plan.ask.body["messages"][0]["content"] == "Be long."
+        assert "max_tokens" not in plan.ask.body
 
 
 def test_a_template_adds_its_stops_after_the_requests_own_and_its_sampling_where_none_is_set() -> None:
     stops, greedy = ("\nUser:", "\nSystem:"), {"temperature": 0.0}
     plan = _chat({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stop": "<x>"})
     assert add_template_defaults(plan, stops, greedy) is True
-    assert plan.body is not None and plan.body["stop"] == ["<x>", "\nUser:", "\nSystem:"]
-    assert plan.body["temperature"] == 0.0
+    assert plan.ask.body is not None and plan.ask.body["stop"] == ["<x>", "\nUser:", "\nSystem:"]
+    assert plan.ask.body["temperature"] == 0.0
     assert plan.request.parsed.get("stop") == "<x>"  # the client's body as it came
     # The request's own temperature (or one the model's settings filled in before routing) wins; nothing to add is
     # no change.
     own = _chat({"model": "m", "messages": [], "temperature": 0.7, "stop": ["\nUser:", "\nSystem:"]})
-    assert add_template_defaults(own, stops, greedy) is False and own.body is None
+    assert add_template_defaults(own, stops, greedy) is False and own.ask.body is None
     # A template of the GGUF's own or the user's adds nothing; an embedding request is left alone.
     assert add_template_defaults(_chat({"model": "m", "messages": []}), (), {}) is False
     embed = Call(Request(model="m", engine_path="/v1/embeddings", body=None, stream=False, embeddings=True), NO_DESK)
-    assert add_template_defaults(embed, stops, greedy) is False and embed.body is None
+    assert add_template_defaults(embed, stops, greedy) is False and embed.ask.body is None
 
 
 def test_a_template_that_guards_loops_asks_a_streamed_chat_for_the_engines_per_token_timings() -> None:
     streamed = Call(Request(model="m", engine_path="/v1/chat/completions", body=None, stream=True,
                             parsed={"model": "m", "messages": []}), NO_DESK)
     assert add_template_defaults(streamed, (), {}, loop_guard=True) is True
-    assert streamed.loop_guarded and streamed.body is not None and streamed.body["timings_per_token"] is True
+    body = streamed.ask.body
+    assert streamed.ask.loop_guarded and body is not None and body["timings_per_token"] is True
     # A whole answer is not guarded (the engine sends it in one piece); nor is a template that does not guard.
     whole = _chat({"model": "m", "messages": []})
-    assert add_template_defaults(whole, (), {}, loop_guard=True) is False and not whole.loop_guarded
+    assert add_template_defaults(whole, (), {}, loop_guard=True) is False and not whole.ask.loop_guarded
     unguarded = Call(Request(model="m", engine_path="/v1/chat/completions", body=None, stream=True,
                              parsed={"model": "m", "messages": []}), NO_DESK)
-    assert add_template_defaults(unguarded, ("<x>",), {}) is True and not unguarded.loop_guarded
-    assert unguarded.body is not None and "timings_per_token" not in unguarded.body
+    assert add_template_defaults(unguarded, ("<x>",), {}) is True and not unguarded.ask.loop_guarded
+    assert unguarded.ask.body is not None and "timings_per_token" not in unguarded.ask.body
     # Nor is an answer held to a grammar (a forced call, structured output): cut, its JSON would be half-written.
     for held in ({"grammar": "root ::= \"{}\""}, {"response_format": {"type": "json_object"}}):
         constrained = Call(Request(model="m", engine_path="/v1/chat/completions", body=None, stream=True,
                                    parsed={"model": "m", "messages": [], **held}), NO_DESK)
-        assert add_template_defaults(constrained, (), {}, loop_guard=True) is False and not constrained.loop_guarded
+        assert add_template_defaults(constrained, (), {}, loop_guard=True) is False and not constrained.ask.loop_guarded
 
 
 def test_embeddings_are_left_alone() -> None:
     plan = Call(Request(model="m", engine_path="/v1/embeddings", body=None, stream=False, embeddings=True), NO_DESK)
-    assert apply_settings(plan, SETTINGS) is False and plan.body is None
+    assert apply_settings(plan, SETTINGS) is False and plan.ask.body is None
 
 
 # -- the engine's flags --------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from blazar import registry
 from blazar.errors import ModelFileError, Refused
 from blazar.events.models import ModelMetadata, ShardFile
 from blazar.instances.live import ResolvedModel
-from blazar.serving.routing import refuse_unless_served
+from blazar.serving.resolve import refuse_unless_served
 from blazar.store.kinds import detect, directory_digest
 from blazar.store.models import link_or_copy
 
