@@ -20,6 +20,7 @@ import pytest
 
 from blazar.serving.loop_guard import SPAN_CHARS
 from tests.support.blazar_home import read_events
+from tests.support.daemon import wait_for
 from tests.support.fake_serving import FakeDaemon, fake_engine, serving_fake
 from tests.support.serving import blazar_cli
 
@@ -37,8 +38,13 @@ class Daemon:
         return [e["data"] for e in read_events(self.home, "request.loop_stopped") if e["trace_id"] == trace]
 
     def completed(self, trace: str) -> dict[str, Any]:
-        (done,) = [e["data"] for e in read_events(self.home, "request.completed") if e["trace_id"] == trace]
-        return done
+        """The trace's `request.completed`, waited for: request events are group-committed, so the answer can reach
+        the client before its events reach the log (and a loop's stop is written before it, in the same order)."""
+        def done() -> list[dict[str, Any]]:
+            return [e["data"] for e in read_events(self.home, "request.completed") if e["trace_id"] == trace]
+
+        (found,) = wait_for(done, f"request.completed of {trace}")
+        return found
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +60,10 @@ def _openai(daemon: Daemon) -> openai.OpenAI:
 
 
 def _stopped_once(daemon: Daemon, trace: str, tokens: int) -> None:
+    done = daemon.completed(trace)  # first: once it is in the log, so is the stop
     (stop,) = daemon.stopped(trace)
     assert stop["period_chars"] == SENTENCE and stop["span_chars"] == SPAN_CHARS
     assert stop["completion_tokens"] == tokens < ASKED
-    done = daemon.completed(trace)
     assert done["finish_reason"] == "stop" and done["completion_tokens"] == tokens and done["prompt_tokens"] > 0
 
 
@@ -117,8 +123,10 @@ def test_ollama_gets_done_with_a_stop(daemon: Daemon) -> None:
                              options={"num_predict": ASKED}))
     assert parts[-1].done and parts[-1].done_reason == "stop" and parts[-1].eval_count < ASKED
     assert len("".join(p.message.content or "" for p in parts)) >= SPAN_CHARS
-    last = read_events(daemon.home, "request.loop_stopped")[-1]  # this module's requests run one at a time
-    assert last["data"]["period_chars"] == SENTENCE and last["data"]["completion_tokens"] == parts[-1].eval_count
+    # This module's requests run one at a time; its stop is group-committed, so it is waited for.
+    stops = wait_for(lambda: [e["data"] for e in read_events(daemon.home, "request.loop_stopped")
+                              if e["data"]["completion_tokens"] == parts[-1].eval_count], "the chat's loop stop")
+    assert stops[-1]["period_chars"] == SENTENCE
 
 
 def test_an_answer_that_does_not_loop_runs_to_its_limit(daemon: Daemon) -> None:
@@ -129,6 +137,7 @@ def test_an_answer_that_does_not_loop_runs_to_its_limit(daemon: Daemon) -> None:
     chunks = list(raw.parse())
     said = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert said == fake_engine.answer_text(n) and chunks[-1].choices[0].finish_reason == "length"
+    assert daemon.completed(trace)["finish_reason"] == "length"  # its events are in the log: no stop among them
     assert not daemon.stopped(trace)
 
 
