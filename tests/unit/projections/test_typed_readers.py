@@ -45,8 +45,11 @@ MiB = 1 << 20
 META = ModelMetadata(architecture="llama", parameter_count=90_560, file_type="Q8_0", block_count=3)
 
 
-def typed(projection: Projection, records: list[Recorded], after: TypedState | None = None) -> Any:
-    """`fold`, handed back as the runner hands it out: the projection's typed state (after `after`, when given)."""
+def typed(projection: Projection, records: list[Recorded], after: Any = None) -> Any:
+    """`fold`, handed back as the runner hands it out: the projection's typed state (after `after`, when given); an
+    untyped one's TypedState handle over its JSON."""
+    if not issubclass(projection.state_type, TypedState):
+        return fold(projection, records, after)
     return projection.state_type(fold(projection, records, None if after is None else after._raw))
 
 
