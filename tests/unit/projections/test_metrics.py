@@ -475,3 +475,11 @@ def test_audio_seconds_and_the_real_time_factor_count_by_route_model_and_key() -
 def test_a_forwarded_hop_s_audio_is_counted_where_it_came_in_only() -> None:
     m = fold(MetricsProjection(), [rec(1, audio("t", "speech", 2.0, 0.1, model="joe"), actor="node:a")])
     assert m.audio_seconds == {} and m.histograms["rtf"] == {}
+
+
+def test_the_view_shows_requests_in_flight_as_a_count_and_everything_else_as_json() -> None:
+    m, _ = states()
+    view = MetricsProjection().view(m)
+    assert "pending" not in view and view["in_flight"] == 1
+    assert view["requests"]["200|openai|gemma"] == 2 and view["histograms"]["ttft"]["gemma"]["count"] == 2
+    assert m.pending.keys() == {"t3"}  # the view took nothing from the state

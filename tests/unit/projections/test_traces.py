@@ -120,3 +120,12 @@ def test_a_checkpoint_round_trip_changes_nothing() -> None:
     # Restore the first part from its checkpoint, then fold the rest.
     part = through_checkpoint(p, fold(p, events[:7]))
     assert state_bytes(p, fold(p, events[7:], part)) == state_bytes(p, whole)
+
+
+def test_the_view_shows_counts_and_the_newest_summaries_as_json() -> None:
+    state = fold(TracesProjection(), [*completed_trace(T1, 1, 100.0), rec(10, received(T2))])
+    view = TracesProjection().view(state)
+    assert view["counts"] == {"received": 2, "completed": 1, "failed": 0, "rejected": 0}
+    assert view["in_progress"] == 1 and view["kept"] == 2
+    assert [(s["trace_id"], s["outcome"], s["tokens_out"]) for s in view["recent"]] == [
+        (T2, "in_progress", None), (T1, "completed", 40)]
