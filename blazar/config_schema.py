@@ -244,6 +244,11 @@ class Fit(Section):
         default=0, ge=0, le=64, description="Most instances loaded at once (0: no count limit; memory decides)."
     )
 
+    @property
+    def ctx_chosen(self) -> bool:
+        """The owner set `fit.ctx` (config.toml or `config set`): a prompt over it is not met by a larger context."""
+        return "ctx" in self.model_fields_set
+
 
 
 class Engine(Section):

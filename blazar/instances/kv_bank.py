@@ -29,7 +29,7 @@ from blazar.events.base import Event, Recorded
 from blazar.events.sessions import SaveReason, SessionDropped, SessionSaved, SessionSaveFailed
 from blazar.instances.live import Instance
 from blazar.instances.session_slots import SessionSlots
-from blazar.projections.sessions import BankEntry, bank_bytes, bank_entries, bank_entry, session_row
+from blazar.projections.sessions import BankEntry, bank_entries, bank_entry, session_row
 from blazar.store.models import slot_dir
 
 log = logging.getLogger("blazar.kv_bank")
@@ -225,7 +225,7 @@ class KvBank:
         """Drop the oldest saves until the bank fits `session_bank_mib` (each drop recorded, its file removed)."""
         state = self.app.runner.state("sessions")
         cap = self.app.settings().sessions.session_bank_mib * MIB
-        total = bank_bytes(state)
+        total = state.bank_bytes
         drops: list[Event] = []
         for entry in bank_entries(state):
             if total <= cap:

@@ -1,17 +1,19 @@
 """The `audit` projection and the audit record: who did what, when, with what outcome (never content).
 
-`audit_record` is the one definition of an audit line's content; the projection keeps counts and the most
-recent records, and `queries/audit.py` chains the same records into a tamper-evident JSONL export.
+`audit_record` is the one definition of an audit line's content; `queries/audit.py` chains those records into a
+tamper-evident JSONL export. The projection keeps counts and the most recent records' headlines (`AuditEntry`: the
+same fields, made by the same functions, less the details).
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from blazar.events.base import Recorded
-from blazar.projections.base import Projection, State, TypedState
+from blazar.projections.base import Projection
 
 RECENT = 20
 
@@ -50,31 +52,54 @@ def audit_record(rec: Recorded, *, pii_scrub: bool = True) -> dict[str, Any] | N
     }
 
 
-class AuditState(TypedState):
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One of the most recent audit records, as `blazar state` shows it (its details are in the log and the export)."""
+
+    seq: int
+    ts: str  # ISO 8601, UTC
+    actor: str
+    action: str
+    subject: str
+    outcome: str
+
+
+@dataclass(slots=True)
+class AuditState:
     """The `audit` projection's state; `blazar state` shows it (no reader: the export reads the log itself)."""
 
-    __slots__ = ()
+    records: int = 0
+    by_action: dict[str, int] = field(default_factory=dict)
+    by_actor: dict[str, int] = field(default_factory=dict)  # as recorded (not scrubbed: the state stays local)
+    by_outcome: dict[str, int] = field(default_factory=dict)
+    last_seq: int = 0
+    recent: list[AuditEntry] = field(default_factory=list)  # the newest RECENT, oldest first
 
 
-class AuditProjection(Projection[State]):
+def _inc(counts: dict[str, int], k: str) -> None:
+    counts[k] = counts.get(k, 0) + 1
+
+
+class AuditProjection(Projection[AuditState]):
     name = "audit"
     state_type = AuditState
-    version = 1
+    version = 2  # 2: a typed state
     types = None  # audit relevance is a property of the event class, checked in apply
 
-    def initial(self) -> State:
-        return {"records": 0, "by_action": {}, "by_actor": {}, "by_outcome": {}, "last_seq": 0, "recent": []}
+    def initial(self) -> AuditState:
+        return AuditState()
 
-    def apply(self, state: State, rec: Recorded) -> State:
-        record = audit_record(rec, pii_scrub=False)
-        if record is None:
+    def apply(self, state: AuditState, rec: Recorded) -> AuditState:
+        ev = rec.event
+        if not ev.AUDIT:
             return state
-        state["records"] += 1
-        for key, field in (("by_action", "action"), ("by_actor", "actor"), ("by_outcome", "outcome")):
-            counts = state[key]
-            counts[record[field]] = counts.get(record[field], 0) + 1
-        state["last_seq"] = rec.seq
-        recent = state["recent"]
-        recent.append({k: record[k] for k in ("seq", "ts", "actor", "action", "subject", "outcome")})
-        del recent[:-RECENT]
+        entry = AuditEntry(seq=rec.seq, ts=iso(rec.ts), actor=rec.actor, action=rec.type,
+                           subject=ev.audit_subject(), outcome=ev.audit_outcome())
+        state.records += 1
+        _inc(state.by_action, entry.action)
+        _inc(state.by_actor, entry.actor)
+        _inc(state.by_outcome, entry.outcome)
+        state.last_seq = rec.seq
+        state.recent.append(entry)
+        del state.recent[:-RECENT]
         return state

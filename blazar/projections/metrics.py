@@ -13,7 +13,7 @@ value that may itself hold SEP (`split(SEP, n - 1)` gives it back whole).
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from blazar.events.audio import RequestAudio
@@ -32,7 +32,8 @@ from blazar.events.requests import (
     RequestShared,
 )
 from blazar.events.tuning import SpecSwitched
-from blazar.projections.base import Projection, State, TypedState
+from blazar.projections.base import Projection
+from blazar.projections.codec import codec_for
 
 SEP = "|"
 
@@ -61,122 +62,178 @@ KEY_ACTOR = "key:"
 DAY_S = 86400.0
 
 
+@dataclass(slots=True)
+class Histogram:
+    """One model's histogram: per-bucket counts (not cumulative; the last is the +Inf bucket), sum and count.
+    Updated in place, once per observation."""
+
+    counts: list[int]
+    sum: float = 0.0
+    count: int = 0
+
+
+@dataclass(slots=True)
+class Pending:
+    """A request with no outcome yet: what its later events need of the earlier ones."""
+
+    seq: int  # of its first event: the oldest go first when the table is pruned
+    dialect: str = ""
+    model: str = ""
+    stream: bool | None = None  # None: its `received` was lost
+    queued: str | None = None  # the model whose queue it waits in, while it waits
+    ttft_ms: float | None = None
+
+
+@dataclass(slots=True)
+class KeyUsage:
+    """What a key used on one UTC day (the day of its latest ended request), as the log tells."""
+
+    day: int  # UTC day number (epoch s // 86400)
+    requests_today: int = 0
+    tokens_today: int = 0
+    audio_seconds_today: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SpecVerdict:
+    """The speculation governor's latest verdict on one instance it switched."""
+
+    model: str
+    enabled: bool
+
+
+def _no_histograms() -> dict[HistogramName, dict[str, Histogram]]:
+    return {name: {} for name in BUCKETS}
+
+
+@dataclass(slots=True)
+class MetricsState:
+    """The `metrics` projection's state. The counters map keys of label values joined with SEP (in the order each
+    comment gives, the model last) to counts; `counter` splits them."""
+
+    requests: dict[str, int] = field(default_factory=dict)  # status|dialect|model -> n
+    histograms: dict[HistogramName, dict[str, Histogram]] = field(default_factory=_no_histograms)  # by model
+    queue_depth: dict[str, int] = field(default_factory=dict)  # model -> requests queued now (as the log knows)
+    tokens: dict[str, int] = field(default_factory=dict)  # in|model, out|model -> n
+    loads: dict[str, int] = field(default_factory=dict)  # outcome|model -> n
+    evictions: dict[str, int] = field(default_factory=dict)  # reason -> n
+    crashes: dict[str, int] = field(default_factory=dict)  # model -> n
+    pending: dict[str, Pending] = field(default_factory=dict)  # trace id -> its request, oldest first
+    key_requests: dict[str, int] = field(default_factory=dict)  # status|key -> n
+    key_tokens: dict[str, int] = field(default_factory=dict)  # in|key, out|key -> n
+    keys: dict[str, KeyUsage] = field(default_factory=dict)  # key -> its usage on the day of its latest request
+    shared: dict[str, int] = field(default_factory=dict)  # role|model -> requests in a shared generation
+    session_turns: dict[str, int] = field(default_factory=dict)  # kv|model -> turns by how they found the prefix
+    routes: dict[str, int] = field(default_factory=dict)  # route -> requests received (the client's HTTP route)
+    audio_requests: dict[str, int] = field(default_factory=dict)  # route|model -> speech requests completed
+    audio_seconds: dict[str, float] = field(default_factory=dict)  # route|model -> seconds of audio heard or made
+    key_audio_seconds: dict[str, float] = field(default_factory=dict)  # key -> seconds of audio
+    spec_switches: dict[str, int] = field(default_factory=dict)  # on|model, off|model -> governor switches
+    spec_enabled: dict[str, SpecVerdict] = field(default_factory=dict)  # instance id -> the governor's verdict
+    spec_requests: dict[str, int] = field(default_factory=dict)  # on|model, off_client|model, off_governor|model
+
+
 def key(*values: object) -> str:
-    return SEP.join(str(v) for v in values)
+    return SEP.join(map(str, values))
 
 
-def observe(state: State, histogram: HistogramName, model: str, seconds: float) -> None:
+def observe(state: MetricsState, histogram: HistogramName, model: str, seconds: float) -> None:
     bounds = BUCKETS[histogram]
-    h = state["histograms"][histogram].get(model)
+    by_model = state.histograms[histogram]
+    h = by_model.get(model)
     if h is None:
-        h = state["histograms"][histogram][model] = {"counts": [0] * (len(bounds) + 1), "sum": 0.0, "count": 0}
+        h = by_model[model] = Histogram([0] * (len(bounds) + 1))
     # Per-bucket (not cumulative) counts: one increment per observation; the renderer accumulates. A value equal
     # to a bound belongs to that bound's bucket (le = less than or equal), which bisect_left gives.
-    h["counts"][bisect_left(bounds, seconds)] += 1
-    h["sum"] += seconds
-    h["count"] += 1
+    h.counts[bisect_left(bounds, seconds)] += 1
+    h.sum += seconds
+    h.count += 1
 
 
 def _inc(counter: dict[str, int], k: str, n: int = 1) -> None:
     counter[k] = counter.get(k, 0) + n
 
 
-def _dequeue(state: State, p: dict[str, Any]) -> None:
-    model = p.get("queued")
+def _dequeue(state: MetricsState, p: Pending) -> None:
+    model = p.queued
     if model is not None:
-        depth = state["queue_depth"]
+        depth = state.queue_depth
         depth[model] = max(0, depth.get(model, 0) - 1)
-        p["queued"] = None
+        p.queued = None
 
 
-def _prune(state: State) -> None:
-    pending: dict[str, dict[str, Any]] = state["pending"]
+def _prune(state: MetricsState) -> None:
+    pending = state.pending
     if len(pending) <= PENDING_KEPT:
         return
-    by_age = sorted(pending, key=lambda t: pending[t]["seq"])
+    by_age = sorted(pending, key=lambda t: pending[t].seq)
     for trace_id in by_age[: len(by_age) - PENDING_KEPT // 2]:
         _dequeue(state, pending.pop(trace_id))
 
 
-class MetricsState(TypedState):
-    """The `metrics` projection's state, read through `counter`, `histograms`, `queue_depth`, `key_usage` and
-    `tokens_on`."""
+def _usage(state: MetricsState, name: str, rec: Recorded) -> KeyUsage:
+    """Key `name`'s usage on the UTC day of `rec` (from the envelope): a new day starts from nothing."""
+    day = int(rec.ts // DAY_S)
+    usage = state.keys.get(name)
+    if usage is None or usage.day != day:
+        usage = state.keys[name] = KeyUsage(day)
+    return usage
 
-    __slots__ = ()
+
+# The events `apply` reads, by what it does with them (a tuple: isinstance with a `X | Y` union builds it per call).
+_COUNTED = (InstanceReady, InstanceExited, InstanceEvicted, RequestShared, RequestPlaced, RequestAudio, SpecSwitched)
+_ENDED = (RequestCompleted, RequestRejected, RequestFailed)
+_REQUEST = (RequestReceived, RequestQueued, RequestAdmitted, RequestFirstToken, *_ENDED)
 
 
-class MetricsProjection(Projection[State]):
+class MetricsProjection(Projection[MetricsState]):
     name = "metrics"
     state_type = MetricsState
     # 3: the refusal histogram; 4: shared generations (single-flight); 5: tokens relayed before a failure; 6: audio
-    # seconds and the real-time factor, requests by route; 7: speculation (switches, verdicts, requests)
-    version = 7
+    # seconds and the real-time factor, requests by route; 7: speculation (switches, verdicts, requests); 8: a typed
+    # state (entries are objects: a histogram's, a pending request's, a key's usage, a speculation verdict)
+    version = 8
     types = frozenset({
         RequestAudio.TYPE, RequestReceived.TYPE, RequestQueued.TYPE, RequestAdmitted.TYPE, RequestRejected.TYPE,
         RequestFirstToken.TYPE, RequestCompleted.TYPE, RequestFailed.TYPE, RequestShared.TYPE, RequestPlaced.TYPE,
         InstanceReady.TYPE, InstanceExited.TYPE, InstanceEvicted.TYPE, SpecSwitched.TYPE,
     })
 
-    def initial(self) -> State:
-        return {
-            "requests": {},  # status|dialect|model -> n
-            "histograms": {name: {} for name in BUCKETS},  # name -> model -> {counts, sum, count}
-            "queue_depth": {},  # model -> requests queued now (as far as the log knows)
-            "tokens": {},  # in|model, out|model -> n
-            "loads": {},  # outcome|model -> n
-            "evictions": {},  # reason -> n
-            "crashes": {},  # model -> n
-            "pending": {},  # trace id -> {seq, dialect, model, stream, queued, ttft_ms}
-            "key_requests": {},  # status|key -> n
-            "key_tokens": {},  # in|key, out|key -> n
-            "keys": {},  # key -> {day (UTC day number), requests_today, tokens_today}
-            "shared": {},  # role|model -> requests that led, followed or took over a shared generation
-            "session_turns": {},  # kv|model -> a session's turns by how they found its prefix: warm, restored, cold
-            "routes": {},  # route -> requests received (the client's HTTP route: bounded, never the model typed)
-            "audio_requests": {},  # route|model -> speech requests completed (transcriptions, translations, speech)
-            "audio_seconds": {},  # route|model -> seconds of audio heard or made (a float)
-            "key_audio_seconds": {},  # key -> seconds of audio (a float)
-            "spec_switches": {},  # on|model, off|model -> times the governor switched speculation
-            "spec_enabled": {},  # instance id -> [model, 1 or 0]: the governor's verdict (instances it switched)
-            "spec_requests": {},  # on|model, off_client|model, off_governor|model -> requests on speculative instances
-        }
+    def initial(self) -> MetricsState:
+        return MetricsState()
 
-    def apply(self, state: State, rec: Recorded) -> State:
+    def apply(self, state: MetricsState, rec: Recorded) -> MetricsState:
         ev = rec.event
-        if isinstance(ev, InstanceReady | InstanceExited | InstanceEvicted | RequestShared | RequestPlaced
-                      | RequestAudio | SpecSwitched):
+        if isinstance(ev, _COUNTED):
             self._count(state, ev, rec)
             return state
-        assert isinstance(ev, RequestReceived | RequestQueued | RequestAdmitted | RequestRejected
-                          | RequestFirstToken | RequestCompleted | RequestFailed)
+        assert isinstance(ev, _REQUEST)
         if rec.actor.startswith(HOP_ACTOR):
             return state  # a forwarded request's hop: counted once, where it came in (its tokens are in that answer)
-        pending: dict[str, dict[str, Any]] = state["pending"]
+        pending = state.pending
         if isinstance(ev, RequestReceived):
-            _inc(state["routes"], ev.route)
-            pending[ev.trace_id] = {"seq": rec.seq, "dialect": ev.dialect, "model": ev.model, "stream": ev.stream,
-                                    "queued": None, "ttft_ms": None}
+            _inc(state.routes, ev.route)
+            pending[ev.trace_id] = Pending(rec.seq, ev.dialect, ev.model, ev.stream)
             _prune(state)
             return state
         p = pending.get(ev.trace_id)
-        ended = isinstance(ev, RequestCompleted | RequestRejected | RequestFailed)
+        ended = isinstance(ev, _ENDED)
         if p is None:  # its `received` was lost (a crash) or pruned: what the later events tell
-            p = {"seq": rec.seq, "dialect": "", "model": ev.model or "", "stream": None, "queued": None,
-                 "ttft_ms": None}
+            p = Pending(rec.seq, model=ev.model or "")
             if not ended:
                 pending[ev.trace_id] = p
                 _prune(state)
         if isinstance(ev, RequestQueued):
-            if p["queued"] is None:
-                p["queued"] = ev.model
-                _inc(state["queue_depth"], ev.model)
+            if p.queued is None:
+                p.queued = ev.model
+                _inc(state.queue_depth, ev.model)
         elif isinstance(ev, RequestAdmitted):
             _admitted(state, p, ev)
         elif isinstance(ev, RequestFirstToken):
-            p["ttft_ms"] = ev.ttft_ms
+            p.ttft_ms = ev.ttft_ms
             # NOTE: only streamed requests: a whole (non-streamed) answer's "first token" is its last one too, which
             # would fill TTFT with total latencies and ITL with zeros.
-            if p["stream"]:
+            if p.stream:
                 observe(state, "ttft", ev.model, ev.ttft_ms / 1000.0)
         else:
             pending.pop(ev.trace_id, None)
@@ -186,100 +243,94 @@ class MetricsProjection(Projection[State]):
             if isinstance(ev, RequestCompleted):
                 self._completed(state, ev, p)
             else:
-                model = ev.model or p["model"]
+                model = ev.model or p.model
                 if isinstance(ev, RequestRejected) and ev.reason in _UNRESOLVED:
                     model = ""
-                _inc(state["requests"], key(ev.status, p["dialect"], model))
+                _inc(state.requests, key(ev.status, p.dialect, model))
                 if isinstance(ev, RequestRejected) and ev.duration_ms is not None:
                     observe(state, "refusal", model, ev.duration_ms / 1000.0)
         return state
 
-    def _completed(self, state: State, ev: RequestCompleted, p: dict[str, Any]) -> None:
-        _inc(state["requests"], key(ev.status, p["dialect"], ev.model))
+    def _completed(self, state: MetricsState, ev: RequestCompleted, p: Pending) -> None:
+        _inc(state.requests, key(ev.status, p.dialect, ev.model))
         if ev.shared == "follower":
             return  # its tokens are the leader's: the engine did not generate them again
         if ev.prompt_tokens:
-            _inc(state["tokens"], key("in", ev.model), ev.prompt_tokens)
+            _inc(state.tokens, key("in", ev.model), ev.prompt_tokens)
         n = ev.completion_tokens
         if n:
-            _inc(state["tokens"], key("out", ev.model), n)
-        ttft = p["ttft_ms"]
+            _inc(state.tokens, key("out", ev.model), n)
+        ttft = p.ttft_ms
         # The time between tokens after the first: (duration - ttft) spread over the n - 1 gaps.
-        if p["stream"] and n is not None and n > 1 and ttft is not None and ev.duration_ms >= ttft:
+        if p.stream and n is not None and n > 1 and ttft is not None and ev.duration_ms >= ttft:
             observe(state, "itl", ev.model, (ev.duration_ms - ttft) / (n - 1) / 1000.0)
 
-    def _count(self, state: State,
+    def _count(self, state: MetricsState,
                ev: InstanceReady | InstanceExited | InstanceEvicted | RequestShared | RequestPlaced | RequestAudio
                | SpecSwitched, rec: Recorded) -> None:
         if isinstance(ev, InstanceExited):
-            state["spec_enabled"].pop(ev.instance_id, None)
+            state.spec_enabled.pop(ev.instance_id, None)
         if isinstance(ev, SpecSwitched):
-            _inc(state["spec_switches"], key("on" if ev.enabled else "off", ev.model))
-            state["spec_enabled"][ev.instance_id] = [ev.model, int(ev.enabled)]
+            _inc(state.spec_switches, key("on" if ev.enabled else "off", ev.model))
+            state.spec_enabled[ev.instance_id] = SpecVerdict(ev.model, ev.enabled)
         elif isinstance(ev, RequestAudio):
             if not rec.actor.startswith(HOP_ACTOR):  # counted once, where the request came in
                 _audio(state, rec, ev)
         elif isinstance(ev, RequestShared):
-            _inc(state["shared"], key(ev.role, ev.model))
+            _inc(state.shared, key(ev.role, ev.model))
         elif isinstance(ev, RequestPlaced):
-            _inc(state["session_turns"], key(ev.kv, ev.model))
+            _inc(state.session_turns, key(ev.kv, ev.model))
         elif isinstance(ev, InstanceReady):
-            _inc(state["loads"], key("ready", ev.model))
+            _inc(state.loads, key("ready", ev.model))
         elif isinstance(ev, InstanceEvicted):
-            _inc(state["evictions"], ev.reason)
+            _inc(state.evictions, ev.reason)
         elif ev.reason in ("load_failed", "load_timeout"):
-            _inc(state["loads"], key(ev.reason, ev.model))
+            _inc(state.loads, key(ev.reason, ev.model))
         elif ev.reason == "crashed":
-            _inc(state["crashes"], ev.model)
+            _inc(state.crashes, ev.model)
 
-    def view(self, state: State) -> Any:
+    def view(self, state: MetricsState) -> Any:
         """Everything but the table of requests still in flight (shown as a count)."""
-        return {k: v for k, v in state.items() if k != "pending"} | {"in_flight": len(state["pending"])}
+        shown = codec_for(MetricsState).jsonable(replace(state, pending={}))
+        del shown["pending"]
+        return shown | {"in_flight": len(state.pending)}
 
 
-def _admitted(state: State, p: dict[str, Any], ev: RequestAdmitted) -> None:
+def _admitted(state: MetricsState, p: Pending, ev: RequestAdmitted) -> None:
     _dequeue(state, p)
     observe(state, "queue_wait", ev.model, ev.waited_ms / 1000.0)
     if ev.spec is not None:
-        _inc(state["spec_requests"], key(ev.spec, ev.model))
+        _inc(state.spec_requests, key(ev.spec, ev.model))
 
 
-def _audio(state: State, rec: Recorded, ev: RequestAudio) -> None:
+def _audio(state: MetricsState, rec: Recorded, ev: RequestAudio) -> None:
     """A speech request's audio: its seconds by route and model (and its key's), its real-time factor."""
-    _inc(state["audio_requests"], key(ev.route, ev.model))
-    seconds = state["audio_seconds"]
     k = key(ev.route, ev.model)
-    seconds[k] = seconds.get(k, 0.0) + ev.audio_seconds
+    _inc(state.audio_requests, k)
+    state.audio_seconds[k] = state.audio_seconds.get(k, 0.0) + ev.audio_seconds
     if ev.real_time_factor is not None:
         observe(state, "rtf", ev.model, ev.real_time_factor)
     if rec.actor.startswith(KEY_ACTOR):
         name = rec.actor[len(KEY_ACTOR):]
-        by_key = state["key_audio_seconds"]
-        by_key[name] = by_key.get(name, 0.0) + ev.audio_seconds
-        day = int(rec.ts // DAY_S)
-        usage = state["keys"].get(name)
-        if usage is None or usage["day"] != day:
-            usage = state["keys"][name] = {"day": day, "requests_today": 0, "tokens_today": 0}
-        usage["audio_seconds_today"] = usage.get("audio_seconds_today", 0.0) + ev.audio_seconds
+        state.key_audio_seconds[name] = state.key_audio_seconds.get(name, 0.0) + ev.audio_seconds
+        _usage(state, name, rec).audio_seconds_today += ev.audio_seconds
 
 
-def _by_key(state: State, name: str, rec: Recorded, ev: RequestCompleted | RequestRejected | RequestFailed) -> None:
+def _by_key(state: MetricsState, name: str, rec: Recorded,
+            ev: RequestCompleted | RequestRejected | RequestFailed) -> None:
     """One ended request of key `name`: its status, its tokens, and today's (UTC, from the envelope) usage."""
-    _inc(state["key_requests"], key(ev.status, name))
-    day = int(rec.ts // DAY_S)
-    usage = state["keys"].get(name)
-    if usage is None or usage["day"] != day:
-        usage = state["keys"][name] = {"day": day, "requests_today": 0, "tokens_today": 0}
-    usage["requests_today"] += 1
+    _inc(state.key_requests, key(ev.status, name))
+    usage = _usage(state, name, rec)
+    usage.requests_today += 1
     if isinstance(ev, RequestCompleted | RequestFailed):
         # A failed stream's tokens are those it relayed before it ended (a hang-up counts what the client got).
         tokens_in = (ev.prompt_tokens or 0) if isinstance(ev, RequestCompleted) else 0
         tokens_out = ev.completion_tokens or 0
         if tokens_in:
-            _inc(state["key_tokens"], key("in", name), tokens_in)
+            _inc(state.key_tokens, key("in", name), tokens_in)
         if tokens_out:
-            _inc(state["key_tokens"], key("out", name), tokens_out)
-        usage["tokens_today"] += tokens_in + tokens_out
+            _inc(state.key_tokens, key("out", name), tokens_out)
+        usage.tokens_today += tokens_in + tokens_out
 
 
 def split(k: str, n: int) -> list[str]:
@@ -287,7 +338,8 @@ def split(k: str, n: int) -> list[str]:
     return k.split(SEP, n - 1)
 
 
-# The counters and how many label values each joins into its keys (the model, where there is one, last).
+# The counters (MetricsState's fields of that name) and how many label values each joins into its keys (the model,
+# where there is one, last).
 Counter = Literal["requests", "tokens", "loads", "evictions", "crashes", "key_requests", "key_tokens", "shared",
                   "session_turns", "routes", "audio_requests", "spec_switches", "spec_requests"]
 LABELS: dict[Counter, int] = {"requests": 3, "tokens": 2, "loads": 2, "evictions": 1, "crashes": 1,
@@ -296,76 +348,45 @@ LABELS: dict[Counter, int] = {"requests": 3, "tokens": 2, "loads": 2, "evictions
 
 
 def counter(state: MetricsState, name: Counter) -> list[tuple[tuple[str, ...], int]]:
-    """Counter `name`'s samples, each its label values (in the order the comment in `initial` gives) and its count,
+    """Counter `name`'s samples, each its label values (in the order MetricsState's comments give) and its count,
     in a stable order (by the joined key)."""
     n = LABELS[name]
-    return [(tuple(split(k, n)), int(v)) for k, v in sorted(state._raw.get(name, {}).items())]
+    counts: dict[str, int] = getattr(state, name)
+    return [(tuple(split(k, n)), v) for k, v in sorted(counts.items())]
 
 
 def spec_enabled(state: MetricsState) -> dict[str, tuple[str, int]]:
     """The governor's verdict per running instance it has switched: instance id -> (model, 1 on / 0 off)."""
-    return {iid: (v[0], int(v[1])) for iid, v in state._raw.get("spec_enabled", {}).items()}
+    return {iid: (v.model, int(v.enabled)) for iid, v in state.spec_enabled.items()}
 
 
 def audio_seconds(state: MetricsState) -> list[tuple[tuple[str, str], float]]:
     """Seconds of audio heard or made, by (route, model), in a stable order."""
     out: list[tuple[tuple[str, str], float]] = []
-    for k, v in sorted(state._raw.get("audio_seconds", {}).items()):
+    for k, v in sorted(state.audio_seconds.items()):
         route, model = split(k, 2)
-        out.append(((route, model), float(v)))
+        out.append(((route, model), v))
     return out
 
 
-def key_audio_seconds(state: MetricsState) -> dict[str, float]:
-    """Seconds of audio per key, ever (a copy)."""
-    return {k: float(v) for k, v in state._raw.get("key_audio_seconds", {}).items()}
-
-
-@dataclass(frozen=True, slots=True)
-class Histogram:
-    """One model's histogram: per-bucket counts (not cumulative; the last is the +Inf bucket), sum and count."""
-
-    counts: tuple[int, ...]
-    sum: float
-    count: int
-
-
 def histograms(state: MetricsState, name: HistogramName) -> list[tuple[str, Histogram]]:
-    """Histogram `name` per model, by model."""
-    return [(model, Histogram(counts=tuple(h["counts"]), sum=float(h["sum"]), count=int(h["count"])))
-            for model, h in sorted(state._raw["histograms"][name].items())]
-
-
-def queue_depth(state: MetricsState) -> dict[str, int]:
-    """Requests queued now per model, as far as the log knows (a copy)."""
-    return dict(state._raw["queue_depth"])
-
-
-@dataclass(frozen=True, slots=True)
-class KeyUsage:
-    """What a key used on one UTC day (the day of its latest ended request), as the log tells."""
-
-    day: int  # UTC day number (epoch s // 86400)
-    requests_today: int
-    tokens_today: int
-    audio_seconds_today: float = 0.0
+    """Histogram `name` per model, by model (the state's own entries: read them, do not keep them)."""
+    return sorted(state.histograms[name].items())
 
 
 def key_usage(state: MetricsState, name: str) -> KeyUsage | None:
-    """Key `name`'s usage on the UTC day of its latest ended request, or None before its first."""
-    u = state._raw["keys"].get(name)
-    return None if u is None else KeyUsage(day=int(u["day"]), requests_today=int(u["requests_today"]),
-                                           tokens_today=int(u["tokens_today"]),
-                                           audio_seconds_today=float(u.get("audio_seconds_today", 0.0)))
+    """Key `name`'s usage on the UTC day of its latest ended request (a copy), or None before its first."""
+    u = state.keys.get(name)
+    return None if u is None else replace(u)
 
 
 def audio_seconds_on(state: MetricsState, name: str, day: int) -> float:
     """The seconds of audio key `name` used on UTC day `day` (a restarted daemon keeps counting daily_audio_s)."""
-    u = key_usage(state, name)
+    u = state.keys.get(name)
     return u.audio_seconds_today if u is not None and u.day == day else 0.0
 
 
 def tokens_on(state: MetricsState, name: str, day: int) -> int:
     """The tokens key `name` used on UTC day `day` (a restarted daemon keeps counting the daily limit)."""
-    u = key_usage(state, name)
+    u = state.keys.get(name)
     return u.tokens_today if u is not None and u.day == day else 0

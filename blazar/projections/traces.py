@@ -4,7 +4,8 @@ latest failed or rejected one (what `blazar why` explains when given no trace id
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 from blazar.events.base import Recorded
 from blazar.events.requests import (
@@ -18,113 +19,148 @@ from blazar.events.requests import (
     RequestRejected,
     RequestRouted,
 )
-from blazar.projections.base import Projection, State, TypedState
+from blazar.projections.base import Projection
 
 # Summaries kept, newest last; the oldest is dropped past this.
 TRACES_KEPT = 1000
 # How many summaries `blazar state` shows (newest first); the state itself keeps TRACES_KEPT.
 VIEW_RECENT = 20
 
+Outcome = Literal["in_progress", "completed", "failed", "rejected"]
 
-def _new(state: State, trace_id: str, rec: Recorded) -> dict[str, Any]:
-    summary: dict[str, Any] = {
-        "trace_id": trace_id, "dialect": None, "route": None, "model": None, "stream": None, "status": None,
-        "outcome": "in_progress", "reason": None, "received_ts": None, "ended_ts": None, "ttft_ms": None,
-        "duration_ms": None, "waited_ms": None, "queued_position": None, "instance_id": None, "cold": None,
-        "tokens": {"in": None, "out": None}, "seq": rec.seq,
-    }
-    state["traces"][trace_id] = summary
-    # NOTE: an explicit order list, not dict order: checkpoints are stored with sorted keys.
-    order: list[str] = state["order"]
-    order.append(trace_id)
-    while len(order) > TRACES_KEPT:
-        state["traces"].pop(order.pop(0), None)
+
+@dataclass(slots=True)
+class TraceSummary:
+    """One recent request: what it asked, where it ran, how it ended and how long it took. Updated in place by each
+    of its events."""
+
+    trace_id: str
+    seq: int  # of the first event of it the projection saw
+    dialect: str | None = None
+    route: str | None = None
+    model: str | None = None  # as resolved, once a later event names it
+    stream: bool | None = None
+    status: int | None = None
+    outcome: Outcome = "in_progress"
+    reason: str | None = None  # the finish reason of a completion, the reason of a failure or refusal
+    received_ts: float | None = None
+    ended_ts: float | None = None
+    ttft_ms: float | None = None
+    duration_ms: float | None = None
+    waited_ms: float | None = None
+    queued_position: int | None = None
+    instance_id: str | None = None
+    cold: bool | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+
+
+@dataclass(slots=True)
+class TraceCounts:
+    """Requests since the log began, by how far they got."""
+
+    received: int = 0
+    completed: int = 0
+    failed: int = 0
+    rejected: int = 0
+
+
+@dataclass(slots=True)
+class TracesState:
+    """The `traces` projection's state: `traces` in the order they were first seen, oldest first (NOTE: dict order,
+    which the codec writes and reads back as it is)."""
+
+    traces: dict[str, TraceSummary] = field(default_factory=dict)
+    last_failed: str | None = None  # the trace id of the latest failed or rejected request
+    counts: TraceCounts = field(default_factory=TraceCounts)
+
+
+def _new(state: TracesState, trace_id: str, rec: Recorded) -> TraceSummary:
+    traces = state.traces
+    summary = traces[trace_id] = TraceSummary(trace_id, rec.seq)
+    while len(traces) > TRACES_KEPT:
+        del traces[next(iter(traces))]
     return summary
 
 
-def _summary(state: State, trace_id: str, rec: Recorded) -> dict[str, Any]:
+def _summary(state: TracesState, trace_id: str, rec: Recorded) -> TraceSummary:
     """The trace's summary; a trace seen first past its `received` (lost in a crash, or dropped as old while it
     ran) gets one too, with what its later events tell."""
-    return state["traces"].get(trace_id) or _new(state, trace_id, rec)
+    return state.traces.get(trace_id) or _new(state, trace_id, rec)
 
 
-def _end(state: State, s: dict[str, Any], rec: Recorded, outcome: str, status: int) -> None:
-    s["outcome"], s["status"], s["ended_ts"] = outcome, status, rec.ts
-    state["counts"][outcome] += 1
+_REQUEST = (RequestReceived, RequestQueued, RequestAdmitted, RequestRejected, RequestRouted, RequestFirstToken,
+            RequestCompleted, RequestFailed)
 
 
-class TracesState(TypedState):
-    """The `traces` projection's state, read through `known` and `last_failed`."""
-
-    __slots__ = ()
-
-
-class TracesProjection(Projection[State]):
+class TracesProjection(Projection[TracesState]):
     name = "traces"
     state_type = TracesState
-    version = 1
-    types = frozenset({
-        RequestReceived.TYPE, RequestQueued.TYPE, RequestAdmitted.TYPE, RequestRejected.TYPE, RequestRouted.TYPE,
-        RequestFirstToken.TYPE, RequestCompleted.TYPE, RequestFailed.TYPE,
-    })
+    # 2: a typed state (the summaries in first-seen order, with no separate order list; tokens_in, tokens_out)
+    version = 2
+    types = frozenset(t.TYPE for t in _REQUEST)
 
-    def initial(self) -> State:
-        return {"traces": {}, "order": [], "last_failed": None,
-                "counts": {"received": 0, "completed": 0, "failed": 0, "rejected": 0}}
+    def initial(self) -> TracesState:
+        return TracesState()
 
-    def apply(self, state: State, rec: Recorded) -> State:
+    def apply(self, state: TracesState, rec: Recorded) -> TracesState:
         ev = rec.event
-        assert isinstance(ev, RequestReceived | RequestQueued | RequestAdmitted | RequestRejected | RequestRouted
-                          | RequestFirstToken | RequestCompleted | RequestFailed)
+        assert isinstance(ev, _REQUEST)
         if rec.actor.startswith(HOP_ACTOR):
             # The hop on the node it was forwarded to: part of this trace (why shows its steps), summarised and
             # counted once, where it came in.
             return state
         s = _summary(state, ev.trace_id, rec)
         if isinstance(ev, RequestReceived):
-            s.update(dialect=ev.dialect, route=ev.route, model=ev.model, stream=ev.stream, received_ts=rec.ts)
-            state["counts"]["received"] += 1
+            s.dialect, s.route, s.model, s.stream, s.received_ts = ev.dialect, ev.route, ev.model, ev.stream, rec.ts
+            state.counts.received += 1
             return state
         # The later events name the model as resolved (a client's "gemma" may be "gemma:latest").
         if ev.model is not None:
-            s["model"] = ev.model
+            s.model = ev.model
         if isinstance(ev, RequestQueued):
-            s["queued_position"] = ev.position
+            s.queued_position = ev.position
         elif isinstance(ev, RequestAdmitted):
-            s["waited_ms"] = ev.waited_ms
-            s["instance_id"] = ev.instance_id or s["instance_id"]
+            s.waited_ms = ev.waited_ms
+            s.instance_id = ev.instance_id or s.instance_id
         elif isinstance(ev, RequestRouted):
-            s["instance_id"], s["cold"] = ev.instance_id, ev.cold
+            s.instance_id, s.cold = ev.instance_id, ev.cold
         elif isinstance(ev, RequestFirstToken):
-            s["ttft_ms"] = ev.ttft_ms
+            s.ttft_ms = ev.ttft_ms
         elif isinstance(ev, RequestCompleted):
-            _end(state, s, rec, "completed", ev.status)
-            s["duration_ms"] = ev.duration_ms
-            s["tokens"] = {"in": ev.prompt_tokens, "out": ev.completion_tokens}
-            s["reason"] = ev.finish_reason
-        elif isinstance(ev, RequestRejected | RequestFailed):
-            _end(state, s, rec, "rejected" if isinstance(ev, RequestRejected) else "failed", ev.status)
-            s["reason"] = ev.reason
-            took = ev.duration_ms if isinstance(ev, RequestFailed) else 0.0
-            if not took and s["received_ts"] is not None:
-                took = round((rec.ts - s["received_ts"]) * 1000.0, 3)
-            s["duration_ms"] = took
-            state["last_failed"] = ev.trace_id
+            s.outcome, s.status, s.ended_ts = "completed", ev.status, rec.ts
+            state.counts.completed += 1
+            s.duration_ms = ev.duration_ms
+            s.tokens_in, s.tokens_out = ev.prompt_tokens, ev.completion_tokens
+            s.reason = ev.finish_reason
+        else:
+            if isinstance(ev, RequestRejected):
+                s.outcome = "rejected"
+                state.counts.rejected += 1
+                took = 0.0
+            else:
+                s.outcome = "failed"
+                state.counts.failed += 1
+                took = ev.duration_ms
+            s.status, s.ended_ts, s.reason = ev.status, rec.ts, ev.reason
+            if not took and s.received_ts is not None:
+                took = round((rec.ts - s.received_ts) * 1000.0, 3)
+            s.duration_ms = took
+            state.last_failed = ev.trace_id
         return state
 
-    def view(self, state: State) -> Any:
+    def view(self, state: TracesState) -> Any:
         """Counts, the latest failure and the newest summaries: all kept ones would drown `blazar state`."""
-        return {"counts": state["counts"], "last_failed": state["last_failed"], "kept": len(state["order"]),
-                "in_progress": sum(1 for s in state["traces"].values() if s["outcome"] == "in_progress"),
-                "recent": _recent(state, VIEW_RECENT)}
+        return {"counts": asdict(state.counts), "last_failed": state.last_failed, "kept": len(state.traces),
+                "in_progress": sum(1 for s in state.traces.values() if s.outcome == "in_progress"),
+                "recent": [asdict(s) for s in _recent(state)]}
 
 
-def _recent(state: State, n: int = VIEW_RECENT, *, outcome: str | None = None) -> list[dict[str, Any]]:
+def _recent(state: TracesState, n: int = VIEW_RECENT, *, outcome: Outcome | None = None) -> list[TraceSummary]:
     """Up to `n` summaries, newest first, optionally only those with this outcome."""
     rows = []
-    for trace_id in reversed(state["order"]):
-        s = state["traces"][trace_id]
-        if outcome is None or s["outcome"] == outcome:
+    for s in reversed(state.traces.values()):
+        if outcome is None or s.outcome == outcome:
             rows.append(s)
             if len(rows) >= n:
                 break
@@ -133,10 +169,4 @@ def _recent(state: State, n: int = VIEW_RECENT, *, outcome: str | None = None) -
 
 def known(state: TracesState, trace_id: str) -> bool:
     """The log holds a summary of `trace_id` (one of the newest TRACES_KEPT requests)."""
-    return trace_id in state._raw["traces"]
-
-
-def last_failed(state: TracesState) -> str | None:
-    """The trace id of the latest failed or rejected request, or None."""
-    trace_id = state._raw["last_failed"]
-    return None if trace_id is None else str(trace_id)
+    return trace_id in state.traces

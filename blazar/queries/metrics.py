@@ -66,7 +66,7 @@ def metrics_text(app: Blazar, *, live: Mapping[str, Mapping[str, Any]] | None = 
 
 def queue_depth(app: Blazar) -> dict[str, int]:
     """Requests queued now per model as far as the log knows (a running daemon's admission snapshot knows better)."""
-    return metrics.queue_depth(app.runner.state("metrics"))
+    return dict(app.runner.state("metrics").queue_depth)
 
 
 class _Writer:
@@ -146,7 +146,7 @@ def render_prometheus(metrics_state: MetricsState, residency_state: ResidencySta
     for (route, model), seconds in metrics.audio_seconds(m):
         w.sample("blazar_audio_seconds_total", (("model", model), ("route", route)), seconds)
     w.family("blazar_key_audio_seconds_total", "counter", "Seconds of audio of completed speech requests, by API key.")
-    for name, seconds in sorted(metrics.key_audio_seconds(m).items()):
+    for name, seconds in sorted(m.key_audio_seconds.items()):
         w.sample("blazar_key_audio_seconds_total", (("key", name),), seconds)
     _spec(w, m)
     _otlp(w, otlp)
@@ -204,7 +204,7 @@ def _histograms(w: _Writer, m: MetricsState) -> None:
 
 def _queue_and_slots(w: _Writer, m: MetricsState, live: Mapping[str, Mapping[str, Any]] | None) -> None:
     """The queue depth gauge (from `live` when given, else the log's), and the slot gauges only `live` knows."""
-    depth = metrics.queue_depth(m)
+    depth = m.queue_depth
     if live is not None:
         live = {model: s for model, s in live.items() if not model.startswith("_")}  # "_global" is no model
         # NOTE: the snapshot is the truth while a daemon runs; a model it does not list has nobody waiting.

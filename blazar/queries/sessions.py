@@ -14,7 +14,7 @@ from blazar.context import Blazar
 from blazar.errors import SessionNotFound
 from blazar.events.sessions import split_session
 from blazar.projections.residency import instance
-from blazar.projections.sessions import BankEntry, bank_bytes, bank_entries, session_row, session_rows
+from blazar.projections.sessions import BankEntry, bank_entries, session_row, session_rows
 
 
 def _bank(e: BankEntry) -> dict[str, Any]:
@@ -57,7 +57,7 @@ def session_list(app: Blazar, tenant: str | _Everyone | None = EVERYONE) -> dict
         rows.append({**asdict(r), **_named(r.name), "live": live, "bank_bytes": sum(e.bytes for e in saved),
                      "bank_tokens": max((e.tokens for e in saved), default=0),
                      "bank_models": [e.model for e in saved]})
-    total = bank_bytes(state) if tenant is EVERYONE else sum(e.bytes for saved in bank.values() for e in saved)
+    total = state.bank_bytes if tenant is EVERYONE else sum(e.bytes for saved in bank.values() for e in saved)
     return {"sessions": rows, "bank_bytes": total, "bank_limit_bytes": app.settings().sessions.session_bank_mib << 20}
 
 

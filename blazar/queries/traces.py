@@ -14,4 +14,4 @@ def known(app: Blazar, trace_id: str) -> bool:
 
 def last_failed(app: Blazar) -> str | None:
     """The trace id of the latest failed or rejected request, or None."""
-    return traces.last_failed(app.runner.state("traces"))
+    return app.runner.state("traces").last_failed

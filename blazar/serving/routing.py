@@ -174,7 +174,7 @@ async def check_context(app: Blazar, client: EngineClient, call: Call, inst: Ins
         return None  # the engine refuses an oversized prompt itself
     if n is None:
         return None
-    if ask.ctx is None and "ctx" not in app.settings().model_fields_set:
+    if ask.ctx is None and not app.settings().fit.ctx_chosen:
         grown = grown_ctx(n, inst.ctx_tokens, call.route.resolved.metadata.ctx_train)
         if grown is not None:
             return grown, n

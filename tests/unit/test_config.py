@@ -213,3 +213,10 @@ async def test_an_old_flat_file_matches_a_log_that_recorded_its_keys_flat(paths,
         assert app.overrides() == {"queue.queue_depth": 5} and app.settings().queue.queue_depth == 5
     finally:
         await app.close()
+
+
+@pytest.mark.parametrize(("overrides", "chosen"), [({}, False), ({"fit.slots": 2}, False), ({"fit.ctx": 4096}, True),
+                                                    ({"fit.ctx": 8192}, True), ({"ctx": 2048}, True)])
+def test_a_context_is_chosen_only_when_the_owner_set_fit_ctx(overrides: dict[str, object], chosen: bool) -> None:
+    # A prompt over the context grows it (serving/routing.py) unless the owner chose one, even the default's value.
+    assert settings.build({settings.current_key(k): v for k, v in overrides.items()}).fit.ctx_chosen is chosen

@@ -26,7 +26,7 @@ from blazar.operations.config import set_value
 from blazar.projections import CatalogProjection, EnginesProjection, fold
 from blazar.projections.catalog import CatalogState, stored
 from blazar.projections.engines import EnginesState, active_tag
-from blazar.projections.sessions import SessionsProjection, SessionsState, bank_bytes, bank_entries
+from blazar.projections.sessions import SessionsProjection, bank_entries
 from blazar.serving.session_commands import remove_session
 from blazar.store import engine_verify
 from blazar.store.engine_verify import spawn_problems, verify_for_spawn
@@ -101,10 +101,9 @@ def test_an_engine_installed_outside_its_directory_is_never_installed_nor_activa
 def test_a_save_naming_a_file_outside_the_bank_enters_no_bank_and_counts_nowhere() -> None:
     state = folded(SessionsProjection(), saved("ok", "slots/gemma/a.bin"), saved("evil", "/home/me/precious.txt"),
                    saved("evil2", "slots/../../precious.txt"))
-    typed = SessionsState(state)
-    assert [e.session for e in bank_entries(typed)] == ["ok"] and bank_bytes(typed) == 100
-    assert set(state["sessions"]) == {"ok"}
-    assert [r["seq"] for r in state["refused"]] == [2, 3]
+    assert [e.session for e in bank_entries(state)] == ["ok"] and state.bank_bytes == 100
+    assert set(state.sessions) == {"ok"}
+    assert [r.seq for r in state.refused] == [2, 3]
 
 
 # -- the handlers, with events appended straight to the log ---------------------------------------------------------

@@ -15,8 +15,6 @@ from blazar.instances.session_slots import SessionSlots
 from blazar.projections.base import fold
 from blazar.projections.sessions import (
     SessionsProjection,
-    SessionsState,
-    bank_bytes,
     bank_entries,
     bank_entry,
     session_row,
@@ -41,7 +39,7 @@ def placed(session: str, kv: str, restored: int | None = None) -> RequestPlaced:
 def test_the_projection_counts_turns_by_how_they_found_the_prefix() -> None:
     state = fold(SessionsProjection(), [rec(1, placed("a", "cold")), rec(2, placed("a", "warm")),
                                         rec(3, placed("a", "restored", restored=700))])
-    row = session_row(SessionsState(state), "a")
+    row = session_row(state, "a")
     assert row is not None
     assert (row.turns, row.cold, row.warm, row.restored, row.restored_tokens) == (3, 1, 1, 1, 700)
     assert (row.first_ts, row.last_ts, row.last_kv, row.instance_id, row.slot_id) == (1001.0, 1003.0, "restored",
@@ -52,18 +50,17 @@ def test_a_newer_save_replaces_the_older_and_the_bank_size_follows_saves_drops_a
     p = SessionsProjection()
     state = fold(p, [rec(1, saved("a", nbytes=100)), rec(2, saved("b", nbytes=30)), rec(3, saved("a", nbytes=70)),
                      rec(4, saved("a", model="qwen", nbytes=5))])
-    typed = SessionsState(state)
-    assert bank_bytes(typed) == 105
-    assert [(e.session, e.model, e.bytes) for e in bank_entries(typed)] == [("b", "gemma", 30), ("a", "gemma", 70),
+    assert state.bank_bytes == 105
+    assert [(e.session, e.model, e.bytes) for e in bank_entries(state)] == [("b", "gemma", 30), ("a", "gemma", 70),
                                                                             ("a", "qwen", 5)]
-    entry = bank_entry(typed, "a", "gemma")
+    entry = bank_entry(state, "a", "gemma")
     assert entry is not None and entry.identity == IDENT and entry.saved_ts == 1003.0
     state = fold(p, [rec(5, SessionDropped(session="b", model="gemma", file="f", bytes=30, reason="bank_full"))],
                  state)
-    assert bank_bytes(typed) == 75 and bank_entry(typed, "b", "gemma") is None
+    assert state.bank_bytes == 75 and bank_entry(state, "b", "gemma") is None
     state = fold(p, [rec(6, SessionRemoved(session="a", files=["x", "y"], bytes=75))], state)
-    assert bank_bytes(typed) == 0 and bank_entries(typed) == [] and session_row(typed, "a") is None
-    assert (state["saves"], state["drops"]) == (4, 1)
+    assert state.bank_bytes == 0 and bank_entries(state) == [] and session_row(state, "a") is None
+    assert (state.saves, state.drops) == (4, 1)
 
 
 def test_a_session_expires_a_day_after_its_last_turn_unless_the_bank_holds_it() -> None:
@@ -74,27 +71,25 @@ def test_a_session_expires_a_day_after_its_last_turn_unless_the_bank_holds_it() 
     first = [rec(1, placed("old", "cold"), ts=1000.0), rec(2, placed("kept", "cold"), ts=1000.0),
              rec(3, saved("kept"), ts=1001.0), rec(4, placed("busy", "cold"), ts=1000.0)]
     state = fold(p, first)
-    assert {r["name"] for r in state["sessions"].values()} == {"old", "kept", "busy"}
+    assert set(state.sessions) == {"old", "kept", "busy"}
     # The first event of a later hour: the idle session with nothing saved is forgotten; a saved one stays, and so
     # does one with a turn since.
     then = [rec(5, placed("busy", "warm"), ts=later)]
     state = fold(p, then, state)
-    typed = SessionsState(state)
-    assert session_row(typed, "old") is None
-    assert session_row(typed, "kept") is not None and session_row(typed, "busy") is not None
+    assert session_row(state, "old") is None
+    assert session_row(state, "kept") is not None and session_row(state, "busy") is not None
     # Once its save is dropped, the saved one goes too; replaying the whole log gives the same state.
     last = [rec(6, SessionDropped(session="kept", model="gemma", file="f", bytes=100, reason="bank_full"),
                 ts=later + 1)]
     state = fold(p, last, state)
-    typed = SessionsState(state)
-    assert session_row(typed, "kept") is None and session_row(typed, "busy") is not None
+    assert session_row(state, "kept") is None and session_row(state, "busy") is not None
     assert fold(p, first + then + last) == state
 
 
 def test_a_restore_by_command_moves_the_session_to_its_slot() -> None:
     state = fold(SessionsProjection(), [rec(1, SessionRestored(session="a", model="gemma", instance_id="i9",
                                                                slot_id=2, tokens=500, duration_ms=4.0))])
-    row = session_row(SessionsState(state), "a")
+    row = session_row(state, "a")
     assert row is not None and (row.instance_id, row.slot_id, row.restored_tokens, row.turns) == ("i9", 2, 500, 0)
 
 
@@ -244,7 +239,7 @@ async def test_the_bank_drops_the_oldest_saves_past_its_bound(app: Blazar, bank:
     dropped = recs[1].event
     assert isinstance(dropped, SessionDropped) and (dropped.session, dropped.reason) == ("a", "bank_full")
     assert not (app.paths.data_dir / dropped.file).exists()
-    assert bank_bytes(app.runner.state("sessions")) <= 2 << 20
+    assert app.runner.state("sessions").bank_bytes <= 2 << 20
 
 
 async def test_a_bank_of_zero_saves_nothing(app: Blazar, bank: KvBank, engine: FakeSlotsEngine) -> None:

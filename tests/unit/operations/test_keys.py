@@ -314,7 +314,7 @@ async def test_what_a_key_may_hold_is_kept_changed_and_reset_to_the_settings(app
 
 def test_metrics_count_requests_and_tokens_by_the_key_that_is_the_actor() -> None:
     from blazar.events.requests import RequestCompleted, RequestReceived, RequestRejected
-    from blazar.projections.metrics import MetricsProjection, MetricsState
+    from blazar.projections.metrics import KeyUsage, MetricsProjection
     from blazar.projections.residency import ResidencyProjection, ResidencyState
     from blazar.queries.metrics import render_prometheus
 
@@ -330,8 +330,8 @@ def test_metrics_count_requests_and_tokens_by_the_key_that_is_the_actor() -> Non
             by(4, RequestCompleted(trace_id="t3", model="g", duration_ms=5, prompt_tokens=1, completion_tokens=1),
                "daemon:root")]
     state = fold(MetricsProjection(), recs)
-    assert state["keys"]["alice"] == {"day": 2, "requests_today": 2, "tokens_today": 10}
-    text = render_prometheus(MetricsState(state), ResidencyState(ResidencyProjection().initial()))
+    assert state.keys["alice"] == KeyUsage(day=2, requests_today=2, tokens_today=10)
+    text = render_prometheus(state, ResidencyState(ResidencyProjection().initial()))
     assert 'blazar_key_requests_total{key="alice",status="200"} 1' in text
     assert 'blazar_key_requests_total{key="alice",status="429"} 1' in text
     assert 'blazar_key_tokens_total{key="alice",direction="in"} 7' in text
@@ -340,7 +340,7 @@ def test_metrics_count_requests_and_tokens_by_the_key_that_is_the_actor() -> Non
     later = fold(MetricsProjection(), [by(5, RequestCompleted(trace_id="t4", model="g", duration_ms=1,
                                                               prompt_tokens=2), "key:alice", ts=3 * 86400 + 1)],
                  state)
-    assert later["keys"]["alice"] == {"day": 3, "requests_today": 1, "tokens_today": 2}
+    assert later.keys["alice"] == KeyUsage(day=3, requests_today=1, tokens_today=2)
 
 
 def test_why_says_who_asked() -> None:

@@ -20,6 +20,7 @@ from blazar.projections.base import fold
 from blazar.projections.batches import (
     BatchesProjection,
     BatchesState,
+    BatchTimes,
     batch_row,
     batch_rows,
     created_row,
@@ -32,6 +33,7 @@ from blazar.projections.batches import (
     storage_used,
 )
 from tests.support.events import EPOCH, recs
+from tests.support.states import state_bytes, through_checkpoint
 
 B = "batch_" + "a" * 24
 B2 = "batch_" + "b" * 24
@@ -41,7 +43,7 @@ OUT = "file-" + "2" * 24
 
 def state_of(*events: object) -> BatchesState:
     p = BatchesProjection()
-    return BatchesState(fold(p, recs(*events)))  # type: ignore[arg-type]
+    return fold(p, recs(*events))  # type: ignore[arg-type]
 
 
 def created(batch_id: str = B, owner: str = "key:alice", window_s: float = 86400.0) -> BatchCreated:
@@ -74,7 +76,7 @@ def test_a_batch_goes_from_validating_to_in_progress_and_counts_each_line_once()
 
 def test_the_create_answer_is_the_batch_as_created_even_once_the_runner_moved_it_on() -> None:
     events = recs(created(), validated(3))
-    moved = batch_row(BatchesState(fold(BatchesProjection(), events)), B)  # type: ignore[arg-type]
+    moved = batch_row(fold(BatchesProjection(), events), B)
     assert moved is not None and moved.status == "in_progress"
     first = created_row(events[0])
     assert (first.batch_id, first.status, first.total, first.owner) == (B, "validating", 0, "key:alice")
@@ -92,7 +94,7 @@ def test_a_batch_that_fails_validation_keeps_its_errors_and_runs_nothing() -> No
     s = state_of(created(), BatchFailed(batch_id=B, errors=[error]), done(0))
     row = batch_row(s, B)
     assert row is not None and row.status == "failed" and row.errors == [error]
-    assert row.times["failed_at"] == EPOCH + 2 and row.completed == 0
+    assert row.times.failed_at == EPOCH + 2 and row.completed == 0
     assert open_batches(s) == []
 
 
@@ -101,7 +103,8 @@ def test_cancelling_then_cancelled_and_the_ended_batch_holds_its_files() -> None
         batch_id=B), done(1), BatchCancelled(batch_id=B, output_file_id=OUT))
     row = batch_row(s, B)
     assert row is not None and row.status == "cancelled" and row.output_file_id == OUT
-    assert row.completed == 2 and set(row.times) == {"in_progress_at", "cancelling_at", "cancelled_at"}
+    assert row.completed == 2 and row.times == BatchTimes(in_progress_at=EPOCH + 2, cancelling_at=EPOCH + 4,
+                                                          cancelled_at=EPOCH + 6)
     assert open_batches(s) == [] and done_lines(s, B) == {}
     # Nothing changes an ended batch.
     again = state_of(created(), validated(4), BatchCompleted(batch_id=B),
@@ -138,7 +141,7 @@ def test_ids_that_could_name_a_path_are_refused() -> None:
     s = state_of(FileUploaded(file_id="../../etc/passwd", filename="x", purpose="batch", bytes=1, sha256="0" * 64),
                  created("batch_../x"))
     assert file_rows(s) == [] and batch_rows(s) == []
-    assert len(s._raw["refused"]) == 2
+    assert [(r.seq, r.type) for r in s.refused] == [(1, "file.uploaded"), (2, "batch.created")]
 
 
 def test_what_an_owner_holds_is_its_files_its_open_batches_results_and_inputs_it_keeps_alive() -> None:
@@ -169,3 +172,11 @@ def test_what_an_owner_holds_is_its_files_its_open_batches_results_and_inputs_it
         file_id=OUT, owner="key:alice", filename="out.jsonl", purpose="batch_output", bytes=310, sha256="0" * 64)]
     s = state_of(*events, *ended)
     assert storage_used(s, "key:alice") == 1000 + 310 and open_count(s, "key:alice") == 0
+
+
+def test_a_batch_half_done_resumes_from_a_checkpoint_with_its_lines_done() -> None:
+    p = BatchesProjection()
+    events = recs(created(), validated(4), done(0), done(2, "failed"), done(1), BatchCompleted(batch_id=B))
+    restored = through_checkpoint(p, fold(p, events[:4]))
+    assert done_lines(restored, B) == {0: True, 2: False} and line_done(restored, B, 2)
+    assert state_bytes(p, fold(p, events[4:], restored)) == state_bytes(p, fold(p, events))

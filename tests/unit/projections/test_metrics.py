@@ -60,9 +60,9 @@ FAMILIES = {
 }
 
 
-def render(m: dict[str, Any], r: dict[str, Any], **kw: Any) -> str:
-    """/metrics over folded states (the projections' JSON, as the runner holds it)."""
-    return render_prometheus(MetricsState(m), ResidencyState(r), **kw)
+def render(m: MetricsState, r: dict[str, Any], **kw: Any) -> str:
+    """/metrics over folded states (residency's JSON, as the runner holds it)."""
+    return render_prometheus(m, ResidencyState(r), **kw)
 
 
 
@@ -128,7 +128,7 @@ def story() -> list[Recorded]:
     return [rec(i + 1, e) for i, e in enumerate(events)]
 
 
-def states() -> tuple[dict[str, Any], dict[str, Any]]:
+def states() -> tuple[MetricsState, dict[str, Any]]:
     events = story()
     return fold(MetricsProjection(), events), fold(ResidencyProjection(), events)
 
@@ -225,38 +225,38 @@ def buckets(families: dict, name: str, model: str) -> dict[float, float]:
 
 def test_requests_are_counted_by_status_dialect_and_model() -> None:
     m, _ = states()
-    assert m["requests"] == {"200|openai|gemma": 2, "499|anthropic|qwen": 1, "404|openai|": 1, "429|ollama|gemma": 1}
+    assert m.requests == {"200|openai|gemma": 2, "499|anthropic|qwen": 1, "404|openai|": 1, "429|ollama|gemma": 1}
 
 
 def test_histograms_hold_per_bucket_counts_sums_and_counts() -> None:
     m, _ = states()
-    ttft = m["histograms"]["ttft"]["gemma"]
-    assert ttft["count"] == 2 and ttft["sum"] == pytest.approx(1.8)
-    assert ttft["counts"][TTFT_BUCKETS_S.index(0.25)] == 1 and ttft["counts"][TTFT_BUCKETS_S.index(2.5)] == 1
-    itl = m["histograms"]["itl"]
-    assert list(itl) == ["gemma"] and itl["gemma"]["count"] == 1  # one token only: no gap to measure
-    assert itl["gemma"]["sum"] == pytest.approx(0.05) and itl["gemma"]["counts"][ITL_BUCKETS_S.index(0.05)] == 1
-    wait = m["histograms"]["queue_wait"]
-    assert wait["gemma"]["count"] == 2 and wait["gemma"]["counts"][0] == 1
-    assert wait["gemma"]["counts"][QUEUE_WAIT_BUCKETS_S.index(2.5)] == 1 and wait["qwen"]["count"] == 1
+    ttft = m.histograms["ttft"]["gemma"]
+    assert ttft.count == 2 and ttft.sum == pytest.approx(1.8)
+    assert ttft.counts[TTFT_BUCKETS_S.index(0.25)] == 1 and ttft.counts[TTFT_BUCKETS_S.index(2.5)] == 1
+    itl = m.histograms["itl"]
+    assert list(itl) == ["gemma"] and itl["gemma"].count == 1  # one token only: no gap to measure
+    assert itl["gemma"].sum == pytest.approx(0.05) and itl["gemma"].counts[ITL_BUCKETS_S.index(0.05)] == 1
+    wait = m.histograms["queue_wait"]
+    assert wait["gemma"].count == 2 and wait["gemma"].counts[0] == 1
+    assert wait["gemma"].counts[QUEUE_WAIT_BUCKETS_S.index(2.5)] == 1 and wait["qwen"].count == 1
 
 
 def test_queue_depth_follows_queued_and_the_way_out_of_the_queue() -> None:
     m, _ = states()
-    assert m["queue_depth"] == {"gemma": 1}  # t2 was admitted, t3 still waits
+    assert m.queue_depth == {"gemma": 1}  # t2 was admitted, t3 still waits
     m = fold(MetricsProjection(), [
         rec(100, RequestRejected(trace_id="t3", model="gemma", status=503, reason="queue_timeout", detail="30 s"))], m)
-    assert m["queue_depth"] == {"gemma": 0} and "t3" not in m["pending"]
+    assert m.queue_depth == {"gemma": 0} and "t3" not in m.pending
 
 
 def test_tokens_loads_evictions_and_crashes() -> None:
     m, _ = states()
-    assert m["tokens"] == {"in|gemma": 20, "out|gemma": 42}
-    assert m["loads"] == {"ready|gemma": 1, "load_failed|qwen": 1, "load_timeout|qwen": 1, "ready|qwen": 2,
+    assert m.tokens == {"in|gemma": 20, "out|gemma": 42}
+    assert m.loads == {"ready|gemma": 1, "load_failed|qwen": 1, "load_timeout|qwen": 1, "ready|qwen": 2,
                           "ready|llama": 1}
-    assert m["evictions"] == {"memory": 1, "idle": 1}
-    assert m["crashes"] == {"qwen": 1}
-    assert m["pending"].keys() == {"t3"}
+    assert m.evictions == {"memory": 1, "idle": 1}
+    assert m.crashes == {"qwen": 1}
+    assert m.pending.keys() == {"t3"}
 
 
 def test_a_whole_answer_feeds_neither_ttft_nor_inter_token_latency() -> None:
@@ -264,13 +264,13 @@ def test_a_whole_answer_feeds_neither_ttft_nor_inter_token_latency() -> None:
         rec(1, received("t", stream=False)), rec(2, RequestFirstToken(trace_id="t", model="gemma", ttft_ms=900.0)),
         rec(3, done("t", duration_ms=901.0, out=40)),
     ])
-    assert m["histograms"]["ttft"] == {} and m["histograms"]["itl"] == {}
-    assert m["requests"] == {"200|openai|gemma": 1} and m["tokens"] == {"in|gemma": 10, "out|gemma": 40}
+    assert m.histograms["ttft"] == {} and m.histograms["itl"] == {}
+    assert m.requests == {"200|openai|gemma": 1} and m.tokens == {"in|gemma": 10, "out|gemma": 40}
 
 
 def test_a_model_name_holding_the_separator_comes_back_whole() -> None:
     m = fold(MetricsProjection(), [rec(1, received("t", model="a|b")), rec(2, done("t", 10.0, 1, model="a|b"))])
-    assert metrics_mod.split(next(iter(m["requests"])), 3) == ["200", "openai", "a|b"]
+    assert metrics_mod.split(next(iter(m.requests)), 3) == ["200", "openai", "a|b"]
 
 
 def test_requests_whose_outcome_never_came_are_pruned_with_their_queue_place(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -279,7 +279,7 @@ def test_requests_whose_outcome_never_came_are_pruned_with_their_queue_place(mon
     for i in range(5):
         events += [received(f"t{i}"), queued(f"t{i}")]
     m = fold(MetricsProjection(), [rec(i + 1, e) for i, e in enumerate(events)])
-    assert sorted(m["pending"]) == ["t3", "t4"] and m["queue_depth"] == {"gemma": 2}
+    assert sorted(m.pending) == ["t3", "t4"] and m.queue_depth == {"gemma": 2}
 
 
 def test_state_survives_a_checkpoint_round_trip() -> None:
@@ -408,7 +408,8 @@ def test_checkpoint_plus_tail_equals_the_whole_fold(events: list[Event], cut: in
             whole = fold(p, recs)
             restored = through_checkpoint(p, fold(p, recs[:cut]))
             assert state_bytes(p, fold(p, recs[cut:], restored)) == state_bytes(p, whole)
-            assert all(n >= 0 for n in whole.get("queue_depth", {}).values())
+            if isinstance(whole, MetricsState):
+                assert all(n >= 0 for n in whole.queue_depth.values())
     finally:
         traces_mod.TRACES_KEPT, metrics_mod.PENDING_KEPT = kept
 
@@ -423,9 +424,9 @@ def test_a_refusals_server_time_lands_in_the_refusal_histogram() -> None:
     state = MetricsProjection().initial()
     for i, ev in enumerate(events, 1):
         state = MetricsProjection().apply(state, rec(i, ev, actor="d"))
-    h = state["histograms"]["refusal"]["gemma"]
-    assert h["count"] == 2 and h["sum"] == pytest.approx(0.0078)
-    assert h["counts"][REFUSAL_BUCKETS_S.index(0.001)] == 1 and h["counts"][REFUSAL_BUCKETS_S.index(0.01)] == 1
+    h = state.histograms["refusal"]["gemma"]
+    assert h.count == 2 and h.sum == pytest.approx(0.0078)
+    assert h.counts[REFUSAL_BUCKETS_S.index(0.001)] == 1 and h.counts[REFUSAL_BUCKETS_S.index(0.01)] == 1
     fams = parse(render(state, ResidencyProjection().initial()))
     assert buckets(fams, "blazar_refusal_seconds", "gemma")[0.005] == 1
 
@@ -456,21 +457,29 @@ def test_audio_seconds_and_the_real_time_factor_count_by_route_model_and_key() -
 
     events = [*transcription("a", 3.0, 0.04), *transcription("b", 1.5, 0.3)]
     m = fold(MetricsProjection(), [rec(i, e, actor="key:alice") for i, e in enumerate(events, 1)])
-    assert m["audio_seconds"] == {"transcriptions|whisper-base": 4.5}
-    assert m["audio_requests"] == {"transcriptions|whisper-base": 2}
-    assert m["routes"] == {"/v1/audio/transcriptions": 2}
-    assert m["key_audio_seconds"] == {"alice": 4.5}
-    assert m["keys"]["alice"]["audio_seconds_today"] == 4.5 and m["keys"]["alice"]["requests_today"] == 2
-    assert m["histograms"]["rtf"]["whisper-base"]["count"] == 2
+    assert m.audio_seconds == {"transcriptions|whisper-base": 4.5}
+    assert m.audio_requests == {"transcriptions|whisper-base": 2}
+    assert m.routes == {"/v1/audio/transcriptions": 2}
+    assert m.key_audio_seconds == {"alice": 4.5}
+    assert m.keys["alice"].audio_seconds_today == 4.5 and m.keys["alice"].requests_today == 2
+    assert m.histograms["rtf"]["whisper-base"].count == 2
     text = render(m, ResidencyProjection().initial())
     assert 'blazar_audio_seconds_total{model="whisper-base",route="transcriptions"} 4.5' in text
     assert 'blazar_key_audio_seconds_total{key="alice"} 4.5' in text
     assert 'blazar_audio_real_time_factor_bucket{model="whisper-base",le="0.05"} 1' in text
     assert 'blazar_route_requests_total{route="/v1/audio/transcriptions"} 2' in text
-    usage = metrics_mod.key_usage(MetricsState(m), "alice")
+    usage = metrics_mod.key_usage(m, "alice")
     assert usage is not None and usage.audio_seconds_today == 4.5
 
 
 def test_a_forwarded_hop_s_audio_is_counted_where_it_came_in_only() -> None:
     m = fold(MetricsProjection(), [rec(1, audio("t", "speech", 2.0, 0.1, model="joe"), actor="node:a")])
-    assert m["audio_seconds"] == {} and m["histograms"]["rtf"] == {}
+    assert m.audio_seconds == {} and m.histograms["rtf"] == {}
+
+
+def test_the_view_shows_requests_in_flight_as_a_count_and_everything_else_as_json() -> None:
+    m, _ = states()
+    view = MetricsProjection().view(m)
+    assert "pending" not in view and view["in_flight"] == 1
+    assert view["requests"]["200|openai|gemma"] == 2 and view["histograms"]["ttft"]["gemma"]["count"] == 2
+    assert m.pending.keys() == {"t3"}  # the view took nothing from the state

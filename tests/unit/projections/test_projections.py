@@ -73,10 +73,10 @@ def test_audit_projection_counts_only_audit_events() -> None:
         rec(2, _Boom()),
         rec(3, SnapshotTaken(path="/s", seq_last=2, event_count=2, db_sha256="ab"), actor="daemon"),
     ])
-    assert state["records"] == 2
-    assert state["by_action"] == {"config.changed": 1, "snapshot.taken": 1}
-    assert state["by_actor"] == {"cli:alice": 1, "daemon": 1}
-    assert [r["seq"] for r in state["recent"]] == [1, 3]
+    assert state.records == 2
+    assert state.by_action == {"config.changed": 1, "snapshot.taken": 1}
+    assert state.by_actor == {"cli:alice": 1, "daemon": 1}
+    assert [r.seq for r in state.recent] == [1, 3]
 
 
 async def _fill(log: EventLog, n: int) -> None:

@@ -45,9 +45,10 @@ MiB = 1 << 20
 META = ModelMetadata(architecture="llama", parameter_count=90_560, file_type="Q8_0", block_count=3)
 
 
-def typed(projection: Projection, records: list[Recorded], after: TypedState | None = None) -> Any:
-    """`fold`, handed back as the runner hands it out: the projection's typed state (after `after`, when given)."""
-    if not issubclass(projection.state_type, TypedState):  # typed: the state is what the runner hands out
+def typed(projection: Projection, records: list[Recorded], after: Any = None) -> Any:
+    """`fold`, handed back as the runner hands it out: the projection's typed state (after `after`, when given); an
+    untyped one's TypedState handle over its JSON."""
+    if not issubclass(projection.state_type, TypedState):
         return fold(projection, records, after)
     return projection.state_type(fold(projection, records, None if after is None else after._raw))
 
@@ -235,8 +236,8 @@ def test_a_trace_is_known_once_received_and_the_latest_failure_is_named() -> Non
         RequestReceived(trace_id="t1", dialect="openai", route="/v1/models", model="m"),
         RequestRejected(trace_id="t2", model="m", status=404, reason="model_not_found", detail="no such model")))
     assert traces.known(state, "t1") and traces.known(state, "t2") and not traces.known(state, "t3")
-    assert traces.last_failed(state) == "t2"
-    assert traces.last_failed(typed(TracesProjection(), [])) is None
+    assert state.last_failed == "t2"
+    assert typed(TracesProjection(), []).last_failed is None
 
 
 def test_config_overrides_are_a_copy_of_what_the_log_set_and_unset() -> None:

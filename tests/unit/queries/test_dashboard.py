@@ -163,10 +163,10 @@ def test_the_same_picture_ignores_only_the_time() -> None:
 
 
 def test_parse_metrics_reads_what_render_prometheus_writes() -> None:
-    from blazar.projections.metrics import MetricsProjection, MetricsState
+    from blazar.projections.metrics import MetricsProjection
 
     live = {'we"ird\\name': {"queued": 3, "busy": 1, "slots": 2}, "gemma": {"queued": 0, "busy": 2, "slots": 2}}
-    text = render_prometheus(MetricsState(MetricsProjection().initial()),
+    text = render_prometheus(MetricsProjection().initial(),
                              ResidencyState(ResidencyProjection().initial()), live=live)
     sample = parse_metrics(text)
     assert sample.queue_depth == {'we"ird\\name': 3, "gemma": 0}

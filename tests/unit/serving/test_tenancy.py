@@ -19,7 +19,7 @@ from blazar.operations.keys import KeyCommandError
 from blazar.projections.base import fold
 from blazar.projections.keys import ApiKey, KeysProjection, KeysState
 from blazar.projections.keys import key as api_key
-from blazar.projections.metrics import MetricsProjection, MetricsState, tokens_on
+from blazar.projections.metrics import MetricsProjection, tokens_on
 from blazar.serving.call import Call, Desk
 from blazar.serving.flights import flight_key
 from blazar.serving.principal import Principal
@@ -180,7 +180,7 @@ def test_a_failed_streams_relayed_tokens_count_against_its_keys_day() -> None:
         by(3, RequestReceived(trace_id="t2", dialect="openai", route="/v1/chat/completions", model="g")),
         by(4, RequestCompleted(trace_id="t2", model="g", duration_ms=1, prompt_tokens=5, completion_tokens=3)),
     ])
-    assert tokens_on(MetricsState(state), "a", 2) == 48
+    assert tokens_on(state, "a", 2) == 48
 
 
 def test_extra_shares_count_against_max_concurrent_only() -> None:
