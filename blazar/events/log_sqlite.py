@@ -37,6 +37,8 @@ _INSERT = f"INSERT INTO events ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 ONE_STATEMENT_ROWS = 3000
 # Page cache of the writer connection, in KiB (SQLite's default is 2 MiB).
 WRITER_CACHE_KIB = 64 * 1024
+# How long a move of the files' signature that no read explained waits before data_version is asked again.
+RECHECK_S = 2.0
 
 
 def _engine(db: Path, *, immediate: bool) -> AsyncEngine:
@@ -331,15 +333,23 @@ class SqliteEventLog(EventLog):
 
 class _FileWatch(ChangeWatch):
     """Another process's commit, seen by a tail: the files' signature moved since the last look, and the writer
-    connection's data_version says the change was not its own. An idle tail costs the stat of two files a poll."""
+    connection's data_version says the change was not its own. An idle tail costs the stat of two files a poll.
+
+    NOTE: a commit's WAL frames are on disk (the signature moves) a moment before readers can see the commit (the
+    wal-index is updated after them). A tail that marked and read in that moment holds the new signature and not
+    the event, and no later stat moves again. So a move the tail did not explain is asked about once more,
+    `RECHECK_S` later (as the projection runner does), rather than trusted."""
 
     def __init__(self, log: SqliteEventLog, version: int) -> None:
         self._log = log
         self._version = version
         self._seen = log.change_signature()
+        self._moved_at: float | None = None  # when the signature last moved unexplained; None when it did not
 
     def mark(self) -> None:
-        self._seen = self._log.change_signature()
+        signature = self._log.change_signature()
+        if signature != self._seen:  # whatever moved it may not be in the read that follows: ask again later
+            self._seen, self._moved_at = signature, asyncio.get_running_loop().time()
 
     async def wait(self, own_commit: asyncio.Event, poll_interval: float) -> bool:
         own_commit.clear()
@@ -348,6 +358,19 @@ class _FileWatch(ChangeWatch):
                 await own_commit.wait()
         if own_commit.is_set():
             return False
+        now = asyncio.get_running_loop().time()
+        signature = self._log.change_signature()
+        if signature != self._seen:
+            self._seen, self._moved_at = signature, now
+        elif self._moved_at is None or now - self._moved_at < RECHECK_S:
+            return False
+        else:
+            self._moved_at = None  # the last move, asked about once more
+        version = await self._log._read_data_version()
+        if version != self._version:  # another connection committed: read it
+            self._version = version
+            return True
+        return False
         signature = self._log.change_signature()
         if signature != self._seen:
             self._seen = signature

@@ -10,7 +10,7 @@ import pytest
 
 from blazar.clock import FakeClock
 from blazar.errors import ConfigError, EventTooLarge, MalformedEvent, UnknownEventType
-from blazar.events import Event, register, upcaster
+from blazar.events import Event, log_sqlite, register, upcaster
 from blazar.events.log import EventLog
 from blazar.events.log_sqlite import SqliteEventLog
 from blazar.events.system import ConfigChanged
@@ -293,3 +293,40 @@ async def test_the_bound_is_event_max_kib_read_at_start(paths, clock) -> None:  
             await app.log.append(_Told(text="x" * (129 << 10)), actor="test")
     finally:
         await app.close()
+
+
+class _Files:
+    """What a tail's watch reads of a SQLite log: its files' signature and data_version, set by the test."""
+
+    def __init__(self) -> None:
+        self.signature, self.version, self.asked = ((1, 1),), 0, 0
+
+    def change_signature(self) -> tuple[tuple[int, int], ...]:
+        return self.signature
+
+    async def _read_data_version(self) -> int:
+        self.asked += 1
+        return self.version
+
+
+async def test_a_commit_on_disk_before_readers_can_see_it_is_asked_about_again(monkeypatch) -> None:
+    # The follow flake (test_follow_sees_appends_from_another_process_connection timed out under load): another
+    # process's WAL frames move the signature a moment before its commit can be read; a tail that marked and read
+    # in that moment held the new signature without the event, and no later stat moved again.
+    monkeypatch.setattr(log_sqlite, "RECHECK_S", 0.0)
+    files = _Files()
+    watch = log_sqlite._FileWatch(files, version=0)  # type: ignore[arg-type]
+    files.signature = ((2, 2),)  # the frames are written
+    watch.mark()  # the tail reads now, before the commit is visible: it reads nothing
+    files.version = 1  # the commit is visible; nothing on disk moves again
+    assert await watch.wait(asyncio.Event(), 0.001) is True
+    assert await watch.wait(asyncio.Event(), 0.001) is False  # asked once more, not forever
+
+
+async def test_an_idle_tail_asks_the_database_nothing() -> None:
+    files = _Files()
+    watch = log_sqlite._FileWatch(files, version=0)  # type: ignore[arg-type]
+    watch.mark()
+    for _ in range(5):
+        assert await watch.wait(asyncio.Event(), 0.001) is False
+    assert files.asked == 0
