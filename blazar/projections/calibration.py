@@ -20,7 +20,7 @@ def shape_key(ctx: int, slots: int, cache_type_k: str, cache_type_v: str) -> str
     return f"{ctx}|{slots}|{cache_type_k.lower()}|{cache_type_v.lower()}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Measurement:
     """One `instance.memory_measured`: what a load of the model at `shape` allocated against its plan."""
 

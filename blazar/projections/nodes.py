@@ -4,17 +4,17 @@ why."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from blazar.events.base import Recorded
 from blazar.events.nodes import NodeDown, NodeHeartbeat, NodeStarted, NodeStopped
 from blazar.projections.base import Projection
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Node:
-    """A gateway as the log last told of it. Frozen, replaced by each event about it: a heartbeat comes every
-    `node_heartbeat_s` per node, not per request, and a reader may hold a node across awaits."""
+    """A gateway as the log last told of it: the state's own entry, updated in place by each heartbeat (a replay
+    folds every one of them, so no copy per heartbeat). Readers hand it out to be read, never changed."""
 
     name: str
     url: str
@@ -62,15 +62,13 @@ class NodesProjection(Projection[NodesState]):
             return state  # a heartbeat or a verdict about a node this log never saw start: nothing to update
         if isinstance(ev, NodeHeartbeat):
             if n.up:  # a heartbeat racing its own down-marking does not bring a node back: node.started does
-                nodes[ev.name] = replace(n, last_seen_ts=rec.ts, instances=ev.instances, in_flight=ev.in_flight)
+                n.last_seen_ts, n.instances, n.in_flight = rec.ts, ev.instances, ev.in_flight
         elif isinstance(ev, NodeStopped):
-            nodes[ev.name] = replace(n, up=False, stopped_ts=rec.ts, down_reason="stopped", down_ts=rec.ts,
-                                     noticed_by=None)
+            n.up, n.stopped_ts, n.down_reason, n.down_ts, n.noticed_by = False, rec.ts, "stopped", rec.ts, None
         else:
             assert isinstance(ev, NodeDown)
             if n.up:  # two nodes may notice the same silence: the first verdict stands
-                nodes[ev.name] = replace(n, up=False, down_reason=ev.detail or ev.reason, down_ts=rec.ts,
-                                         noticed_by=ev.noticed_by)
+                n.up, n.down_reason, n.down_ts, n.noticed_by = False, ev.detail or ev.reason, rec.ts, ev.noticed_by
         return state
 
 
