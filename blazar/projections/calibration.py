@@ -5,11 +5,11 @@ planner expected (`instance.memory_measured`), and `correction_for`, the bytes t
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from dataclasses import dataclass, field
 
 from blazar.events.base import Recorded
 from blazar.events.models import InstanceMemoryMeasured
-from blazar.projections.base import Projection, State, TypedState
+from blazar.projections.base import Projection
 
 # Differences kept per model, newest last. Few on purpose: a new engine build or driver changes the numbers, and
 # the median of a short window follows that within a few loads.
@@ -20,37 +20,46 @@ def shape_key(ctx: int, slots: int, cache_type_k: str, cache_type_v: str) -> str
     return f"{ctx}|{slots}|{cache_type_k.lower()}|{cache_type_v.lower()}"
 
 
-class CalibrationState(TypedState):
-    """The `calibration` projection's state, read through `correction_for`."""
+@dataclass(slots=True)
+class Measurement:
+    """One `instance.memory_measured`: what a load of the model at `shape` allocated against its plan."""
 
-    __slots__ = ()
+    seq: int
+    shape: str  # shape_key(ctx, slots, cache types)
+    planned_bytes: int
+    measured_bytes: int
+    diff_bytes: int  # measured - planned
 
 
-class CalibrationProjection(Projection[State]):
+@dataclass(slots=True)
+class CalibrationState:
+    """The `calibration` projection's state; `correction_for` reads it."""
+
+    models: dict[str, list[Measurement]] = field(default_factory=dict)  # the latest few per model, newest last
+    measurements: int = 0
+    last_seq: int = 0
+
+
+class CalibrationProjection(Projection[CalibrationState]):
     node_local = True
     name = "calibration"
     state_type = CalibrationState
-    version = 1
+    version = 2
     types = frozenset({InstanceMemoryMeasured.TYPE})
 
-    def initial(self) -> State:
-        return {"models": {}, "measurements": 0, "last_seq": 0}
+    def initial(self) -> CalibrationState:
+        return CalibrationState()
 
-    def apply(self, state: State, rec: Recorded) -> State:
+    def apply(self, state: CalibrationState, rec: Recorded) -> CalibrationState:
         ev = rec.event
         assert isinstance(ev, InstanceMemoryMeasured)
-        entry = state["models"].setdefault(ev.model, {"recent": []})
-        recent: list[dict[str, Any]] = entry["recent"]
-        recent.append({
-            "seq": rec.seq,
-            "shape": shape_key(ev.ctx_tokens, ev.slots, ev.cache_type_k, ev.cache_type_v),
-            "planned_bytes": ev.planned_bytes,
-            "measured_bytes": ev.measured_bytes,
-            "diff_bytes": ev.measured_bytes - ev.planned_bytes,
-        })
+        recent = state.models.setdefault(ev.model, [])
+        shape = shape_key(ev.ctx_tokens, ev.slots, ev.cache_type_k, ev.cache_type_v)
+        recent.append(Measurement(seq=rec.seq, shape=shape, planned_bytes=ev.planned_bytes,
+                                  measured_bytes=ev.measured_bytes, diff_bytes=ev.measured_bytes - ev.planned_bytes))
         del recent[:-RECENT_PER_MODEL]
-        state["measurements"] += 1
-        state["last_seq"] = rec.seq
+        state.measurements += 1
+        state.last_seq = rec.seq
         return state
 
 
@@ -58,11 +67,11 @@ def correction_for(state: CalibrationState, model: str, ctx: int, slots: int, ca
                    cache_type_v: str) -> int:
     """Bytes to add to the next plan of `model`: the latest difference measured at this very shape, else the
     median of the model's recent differences (the higher middle value: when in doubt, plan for more), else 0."""
-    recent = state._raw.get("models", {}).get(model, {}).get("recent", [])
+    recent = state.models.get(model)
     if not recent:
         return 0
     key = shape_key(ctx, slots, cache_type_k, cache_type_v)
     for m in reversed(recent):
-        if m["shape"] == key:
-            return int(m["diff_bytes"])
-    return int(statistics.median_high(m["diff_bytes"] for m in recent))
+        if m.shape == key:
+            return m.diff_bytes
+    return statistics.median_high(m.diff_bytes for m in recent)

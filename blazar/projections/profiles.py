@@ -7,17 +7,11 @@ keeps what was adopted, and a new engine build makes it stale without any event.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from blazar.events.base import Recorded
 from blazar.events.tuning import BenchRecorded, Machine, Posture, ProfileAdopted, ProfileReset
-from blazar.projections.base import Projection, State, TypedState
-
-
-class ProfilesState(TypedState):
-    """The `profiles` projection's state, read through `profile`, `benches`, `bench` and `last_reset`."""
-
-    __slots__ = ()
+from blazar.projections.base import Projection
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,48 +43,60 @@ class Reset:
     reason: str
 
 
-class ProfilesProjection(Projection[State]):
+@dataclass(slots=True)
+class ModelProfiles:
+    """What the log says of tuning one model on this machine."""
+
+    benches: list[BenchEntry] = field(default_factory=list)  # in log order
+    profile: Profile | None = None  # None: never adopted, or reset since
+    reset: Reset | None = None  # the latest profile.reset
+
+
+@dataclass(slots=True)
+class ProfilesState:
+    """The `profiles` projection's state, read through `profile`, `benches`, `bench` and `last_reset`."""
+
+    models: dict[str, ModelProfiles] = field(default_factory=dict)
+
+
+class ProfilesProjection(Projection[ProfilesState]):
     node_local = True
     name = "profiles"
     state_type = ProfilesState
-    version = 1
+    version = 2
     types = frozenset({BenchRecorded.TYPE, ProfileAdopted.TYPE, ProfileReset.TYPE})
 
-    def initial(self) -> State:
-        return {"models": {}}
+    def initial(self) -> ProfilesState:
+        return ProfilesState()
 
-    def apply(self, state: State, rec: Recorded) -> State:
+    def apply(self, state: ProfilesState, rec: Recorded) -> ProfilesState:
         ev = rec.event
         assert isinstance(ev, BenchRecorded | ProfileAdopted | ProfileReset)
-        entry = state["models"].setdefault(ev.model, {"benches": [], "profile": None, "reset": None})
+        entry = state.models.get(ev.model)
+        if entry is None:
+            entry = state.models[ev.model] = ModelProfiles()
         if isinstance(ev, BenchRecorded):
-            entry["benches"].append({"seq": rec.seq, "ts": rec.ts, "bench": ev.model_dump(mode="json")})
+            entry.benches.append(BenchEntry(seq=rec.seq, ts=rec.ts, bench=ev))
         elif isinstance(ev, ProfileAdopted):
-            entry["profile"] = {
-                "seq": rec.seq, "ts": rec.ts, "posture": ev.posture.model_dump(mode="json"),
-                "engine_tag": ev.engine_tag, "machine": ev.machine.model_dump(mode="json"), "rule": ev.rule,
-                "bench_id": ev.bench_id, "candidates": len(ev.candidates),
-            }
+            entry.profile = Profile(model=ev.model, posture=ev.posture, engine_tag=ev.engine_tag, machine=ev.machine,
+                                    rule=ev.rule, bench_id=ev.bench_id, candidates=len(ev.candidates), seq=rec.seq,
+                                    ts=rec.ts)
         else:
-            entry["profile"] = None
-            entry["reset"] = {"seq": rec.seq, "ts": rec.ts, "reason": ev.reason}
+            entry.profile = None
+            entry.reset = Reset(seq=rec.seq, ts=rec.ts, reason=ev.reason)
         return state
 
 
 def profile(state: ProfilesState, model: str) -> Profile | None:
     """`model`'s adopted profile (None: never adopted, or reset since), stale or not: see `applies`."""
-    p = state._raw["models"].get(model, {}).get("profile")
-    if p is None:
-        return None
-    return Profile(model=model, posture=Posture.model_validate(p["posture"]), engine_tag=p["engine_tag"],
-                   machine=Machine.model_validate(p["machine"]), rule=p["rule"], bench_id=p["bench_id"],
-                   candidates=int(p["candidates"]), seq=int(p["seq"]), ts=float(p["ts"]))
+    entry = state.models.get(model)
+    return None if entry is None else entry.profile
 
 
 def benches(state: ProfilesState, model: str) -> list[BenchEntry]:
     """Every benchmark of `model` on this machine, in log order."""
-    return [BenchEntry(seq=int(b["seq"]), ts=float(b["ts"]), bench=BenchRecorded.model_validate(b["bench"]))
-            for b in state._raw["models"].get(model, {}).get("benches", [])]
+    entry = state.models.get(model)
+    return [] if entry is None else list(entry.benches)
 
 
 def bench(state: ProfilesState, model: str, bench_id: str) -> BenchEntry | None:
@@ -100,8 +106,8 @@ def bench(state: ProfilesState, model: str, bench_id: str) -> BenchEntry | None:
 
 def last_reset(state: ProfilesState, model: str) -> Reset | None:
     """The latest profile.reset of `model`, if any (whether a profile was adopted after it: see `profile`)."""
-    r = state._raw["models"].get(model, {}).get("reset")
-    return None if r is None else Reset(seq=int(r["seq"]), ts=float(r["ts"]), reason=str(r["reason"]))
+    entry = state.models.get(model)
+    return None if entry is None else entry.reset
 
 
 def stale_reason(p: Profile, engine_tag: str | None, machine_fingerprint: str | None = None) -> str | None:

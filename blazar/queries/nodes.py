@@ -9,7 +9,7 @@ from typing import Any
 
 from blazar.context import Blazar
 from blazar.events.base import NodeLocal
-from blazar.projections.catalog import CatalogProjection, CatalogState
+from blazar.projections.catalog import CatalogProjection
 from blazar.projections.catalog import models as catalog_models
 from blazar.projections.nodes import nodes
 from blazar.projections.residency import instances
@@ -31,6 +31,6 @@ async def where(app: Blazar) -> dict[str, Any]:
     for i in instances(app.runner.state("residency")):
         if i.state == "ready":
             loaded.setdefault(i.node, []).append(i.model)
-    rows = [asdict(n) | {"models": sorted(m.name for m in catalog_models(CatalogState(states[n.name]))),
+    rows = [asdict(n) | {"models": sorted(m.name for m in catalog_models(states[n.name])),
                          "loaded": sorted(set(loaded.get(n.name, [])))} for n in listed]
     return {"this_node": app.node or None, "nodes": rows}

@@ -153,7 +153,7 @@ async def test_names_that_map_to_one_store_file_do_not_overwrite_each_other(app:
     with pytest.raises(ModelExists, match=r"stored as a--b\.gguf, which belongs to the model 'a:b'"):
         await import_model(app, other, "a--b")
     assert (app.paths.models / "a--b.gguf").samefile(tiny)
-    assert sorted(app.runner.raw_state("catalog")["models"]) == ["a:b"]
+    assert sorted(app.runner.state("catalog").models) == ["a:b"]
     assert [p.name for p in app.paths.models.iterdir()] == ["a--b.gguf"]
 
 
@@ -191,7 +191,7 @@ async def test_a_mismatched_expected_sha256_leaves_nothing(app: Blazar, tiny: Pa
     with pytest.raises(ModelFileError, match="does not match the expected"):
         await import_model(app, tiny, "tiny", expected_sha256="0" * 64)
     assert list(app.paths.models.iterdir()) == []
-    assert app.runner.raw_state("catalog")["models"] == {}
+    assert app.runner.state("catalog").models == {}
 
 
 async def test_an_import_whose_recording_fails_takes_its_file_back_out(app: Blazar, tiny: Path,

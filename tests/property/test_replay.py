@@ -20,14 +20,32 @@ from blazar.clock import FakeClock
 from blazar.events import Event, Recorded, register
 from blazar.events.log import EventLog
 from blazar.events.log_sqlite import SqliteEventLog
+from blazar.events.lora import LoraAdded, LoraMetadata, LoraRemoved
+from blazar.events.model_settings import ModelConfigured, ModelSettings, ModelVariantCreated
+from blazar.events.models import (
+    InstanceMemoryMeasured,
+    ModelAliased,
+    ModelAliasRemoved,
+    ModelPullCompleted,
+    ModelPullFailed,
+    ModelPullStarted,
+    ModelRemoved,
+    ModelTemplateProbed,
+    ShardFile,
+    TemplateTrial,
+)
+from blazar.events.nodes import NodeDown, NodeHeartbeat, NodeStarted, NodeStopped
+from blazar.events.projectors import EncoderShape, ModelProjectorRemoved, ModelProjectorSet, ProjectorMetadata
 from blazar.events.remotes import RemoteAdded, RemoteCircuitClosed, RemoteCircuitOpened, RemoteRemoved
 from blazar.events.requests import RequestPlaced
 from blazar.events.sessions import KvIdentity, SessionDropped, SessionRemoved, SessionRestored, SessionSaved
 from blazar.events.system import ConfigChanged, SnapshotTaken
+from blazar.events.tuning import BenchRecorded, Machine, Posture, ProfileAdopted, ProfileReset
 from blazar.projections import all_projections, fold
 from blazar.projections.checkpoints import drop_checkpoints, load_checkpoints
 from blazar.projections.runner import ProjectionRunner
 from blazar.queries.state import state_at
+from tests.support.catalog import imported
 from tests.support.states import json_bytes
 
 # Each example opens a fresh database and fsyncs every append: keep the counts modest.
@@ -177,6 +195,64 @@ _remote_event = st.one_of(
     st.builds(RemoteCircuitClosed, name=_remote_name, latency_ms=st.one_of(st.none(), _ms)))
 
 
+# The store's models, as the catalog folds them: imports (one outside the store: refused), variants, settings,
+# aliases, pulls, template probes, projectors and adapters of a few names; its entries hold the events' pydantic
+# parts, which a checkpoint must give back as they were.
+_store_name = st.sampled_from(["qwen", "gemma", "tiny:q8"])
+_sha = st.sampled_from(["ab" * 32, "cd" * 32])
+_VISION = ProjectorMetadata(projector_type="gemma3", modalities=["vision"], weights_bytes=1024, tensor_count=3,
+                            vision=EncoderShape(embedding_length=64, block_count=1, head_count=1, projection_dim=64,
+                                                image_size=112, patch_size=14, scale_factor=2))
+_catalog_event = st.one_of(
+    st.builds(imported, _store_name, sha256=_sha,
+              shards=st.sampled_from([[], [ShardFile(path="s/a.gguf", bytes=1, sha256="01" * 32)]])),
+    st.builds(imported, _store_name, path=st.just("/outside/precious.txt")),
+    st.builds(ModelRemoved, name=_store_name, path=st.just("qwen.gguf"), file_deleted=st.booleans()),
+    st.builds(ModelVariantCreated, name=st.just("terse"), base=_store_name,
+              settings=st.just(ModelSettings(system="Be terse."))),
+    st.builds(ModelConfigured, name=_store_name,
+              settings=st.sampled_from([ModelSettings(), ModelSettings(system="hi", parameters={"top_k": 4})])),
+    st.builds(ModelAliased, alias=st.just("chat"), target=_store_name),
+    st.builds(ModelAliasRemoved, alias=st.just("chat"), target=_store_name),
+    st.builds(ModelPullStarted, target=st.just("org/q"), name=_store_name, source_kind=st.just("hub"),
+              total_bytes=st.one_of(st.none(), _bytes)),
+    st.builds(ModelPullCompleted, target=st.just("org/q"), name=_store_name, bytes=_bytes, sha256=_sha,
+              duration_ms=st.integers(0, 10_000), downloaded_bytes=_bytes),
+    st.builds(ModelPullFailed, target=st.just("org/q"), name=_store_name, reason=st.just("network"), detail=_text,
+              partial_bytes=_bytes),
+    st.builds(ModelTemplateProbed, name=_store_name, sha256=_sha, engine_tag=st.just("b1"), prompts=st.just(5),
+              max_tokens=st.just(16), chosen=st.just("chatml"),
+              trials=st.just([TemplateTrial(template="chatml", ended=5, answered=4, tokens=31)])),
+    st.builds(ModelProjectorSet, name=_store_name, path=st.just(f"mmproj/{'cd' * 32}.gguf"), source=st.just("/m"),
+              bytes=_bytes, sha256=st.just("cd" * 32), linked=st.booleans(), metadata=st.just(_VISION)),
+    st.builds(ModelProjectorRemoved, name=_store_name, path=st.just(f"mmproj/{'cd' * 32}.gguf"),
+              file_deleted=st.booleans()),
+    st.builds(LoraAdded, model=_store_name, name=st.sampled_from(["a", "b"]), path=st.just(f"lora/{'ef' * 32}.gguf"),
+              source=st.just("/l"), sha256=st.just("ef" * 32), bytes=_bytes, linked=st.booleans(),
+              metadata=st.just(LoraMetadata(architecture="llama", rank=4, alpha=8.0, tensor_bytes=64,
+                                            tensor_count=2))),
+    st.builds(LoraRemoved, model=_store_name, name=st.sampled_from(["a", "b"]), path=st.just(f"lora/{'ef' * 32}.gguf"),
+              file_deleted=st.booleans()))
+# Memory measured after loads (calibration), benchmarks and profiles (profiles), and the nodes of a cluster.
+_MACHINE = Machine(fingerprint="f" * 16, cpu="cpu", cores=2, memory_bytes=1 << 30)
+_measured = st.builds(InstanceMemoryMeasured, model=_store_name, ctx_tokens=st.sampled_from([2048, 4096]),
+                      slots=st.integers(1, 2), planned_bytes=_bytes, measured_bytes=_bytes)
+_profile_event = st.one_of(
+    st.builds(BenchRecorded, bench_id=st.sampled_from(["b1", "b2"]), model=_store_name,
+              posture=st.sampled_from([Posture(), Posture(threads=2)]), engine_tag=st.just("b1"),
+              machine=st.just(_MACHINE), ctx=st.just(2048), results=st.just([]), duration_s=st.just(1.0)),
+    st.builds(ProfileAdopted, model=_store_name, posture=st.just(Posture(threads=2)), engine_tag=st.just("b1"),
+              machine=st.just(_MACHINE), rule=_text, bench_id=st.one_of(st.none(), st.just("b2"))),
+    st.builds(ProfileReset, model=_store_name, reason=_text))
+_node_name = st.sampled_from(["a", "b"])
+_node_event = st.one_of(
+    st.builds(NodeStarted, name=_node_name, url=st.just("http://a:1"), pid=st.integers(1, 9), host=st.just("h"),
+              insecure_cluster=st.booleans()),
+    st.builds(NodeHeartbeat, name=_node_name, instances=st.integers(0, 3), in_flight=st.integers(0, 3)),
+    st.builds(NodeStopped, name=_node_name),
+    st.builds(NodeDown, name=_node_name, detail=_text, noticed_by=_node_name))
+
+
 @dataclass(frozen=True)
 class _Item:
     """One event to append, with the envelope its caller chose."""
@@ -189,7 +265,8 @@ class _Item:
 
 _item = st.builds(
     _Item,
-    event=st.one_of(_config_spec(), _config_spec(), _snapshot, _pinged, _flagged, _session_event, _remote_event),
+    event=st.one_of(_config_spec(), _config_spec(), _snapshot, _pinged, _flagged, _session_event, _remote_event,
+                    _catalog_event, _measured, _profile_event, _node_event),
     actor=st.one_of(st.sampled_from(["cli:alice", "cli:bob", "user:carol", "daemon", "gateway"]),
                     _text.filter(bool)),
     stream=st.one_of(st.none(), st.sampled_from(["system", "model:qwen", "engine:e1", "instance:i-7"])),

@@ -24,7 +24,7 @@ from blazar.instances.reconcile import reconcile
 from blazar.instances.supervisor import Supervisor
 from blazar.operations.config import set_value
 from blazar.projections import CatalogProjection, EnginesProjection, fold
-from blazar.projections.catalog import CatalogState, stored
+from blazar.projections.catalog import stored
 from blazar.projections.engines import EnginesState, active_tag
 from blazar.projections.sessions import SessionsProjection, bank_entries
 from blazar.serving.session_commands import remove_session
@@ -41,7 +41,7 @@ SHA = "ab" * 32
 
 
 
-def folded(projection: Any, *events: Event) -> dict[str, Any]:
+def folded(projection: Any, *events: Event) -> Any:
     return fold(projection, recs(*events))
 
 
@@ -80,13 +80,12 @@ def test_an_import_naming_a_file_outside_the_store_is_no_model_and_is_kept_as_re
                    imported("victim", "../../precious.txt"),
                    imported("split", "/tmp/x/a.gguf", shards=["/tmp/x/a.gguf", "/tmp/x/b.gguf"]),
                    imported("flat", "a.gguf", shards=["a.gguf", "b.gguf"]))
-    assert set(state["models"]) == {"gemma"}
-    assert state["models"]["gemma"]["path"] == "gemma.gguf"  # the legitimate import stays as it was
-    assert [(r["seq"], r["type"], r["name"]) for r in state["refused"]] == [
-        (2, "model.imported", "gemma"), (3, "model.imported", "victim"), (4, "model.imported", "split"),
-        (5, "model.imported", "flat")]
-    assert state["refused"][0]["paths"] == ["path '/home/me/precious.txt' is absolute"]
-    assert stored(CatalogState(state), "victim") is None
+    assert set(state.models) == {"gemma"}
+    assert state.models["gemma"].file == "gemma.gguf"  # the legitimate import stays as it was
+    assert [(r.seq, r.type) for r in state.refused] == [
+        (2, "model.imported"), (3, "model.imported"), (4, "model.imported"), (5, "model.imported")]
+    assert state.refused[0].paths == ("path '/home/me/precious.txt' is absolute",)
+    assert stored(state, "victim") is None
 
 
 def test_an_engine_installed_outside_its_directory_is_never_installed_nor_activated() -> None:

@@ -29,10 +29,11 @@ from blazar.paths import Paths
 from blazar.projections import all_projections
 from blazar.projections.base import fold
 from blazar.projections.catalog import models as catalog_models
-from blazar.projections.nodes import NodesProjection, NodesState, node, nodes
+from blazar.projections.nodes import NodesProjection, node, nodes
 from blazar.projections.residency import ResidencyProjection, ResidencyState, instances
 from blazar.projections.runner import ProjectionRunner
 from tests.support.events import rec
+from tests.support.states import through_checkpoint
 
 
 def started(name: str, url: str = "http://h:1") -> NodeStarted:
@@ -48,21 +49,22 @@ def test_the_projection_follows_joins_heartbeats_stops_and_verdicts() -> None:
     p = NodesProjection()
     state = fold(p, [rec(1, started("a")), rec(2, started("b", "http://b:2")),
                      rec(3, NodeHeartbeat(name="b", instances=2, in_flight=1), ts=150.0)])
-    b = node(NodesState(state), "b")
+    b = node(state, "b")
     assert b is not None and b.up and b.last_seen_ts == 150.0 and b.instances == 2 and b.url == "http://b:2"
     state = fold(p, [rec(4, NodeDown(name="b", detail="no heartbeat for 30 s", noticed_by="a", last_seen_ts=150.0)),
                      rec(5, NodeDown(name="b", detail="later verdict", noticed_by="c")),
                      rec(6, NodeHeartbeat(name="b"), ts=200.0)], state)
-    b = node(NodesState(state), "b")
+    b = node(state, "b")
     assert b is not None and not b.up and b.down_reason == "no heartbeat for 30 s" and b.noticed_by == "a"
     assert b.last_seen_ts == 150.0  # a heartbeat racing the verdict does not bring it back
     state = fold(p, [rec(7, started("b")), rec(8, NodeStopped(name="a"))], state)
-    assert [n.name for n in nodes(NodesState(state), up_only=True)] == ["b"]
-    a = node(NodesState(state), "a")
+    assert [n.name for n in nodes(state, up_only=True)] == ["b"]
+    a = node(state, "a")
     assert a is not None and a.down_reason == "stopped"
+    assert through_checkpoint(p, state) == state
     # A verdict or a heartbeat about a node never seen is ignored.
     unseen = fold(p, [rec(1, NodeHeartbeat(name="z")), rec(2, NodeDown(name="z", noticed_by="a"))])
-    assert node(NodesState(unseen), "z") is None
+    assert node(unseen, "z") is None
 
 
 def test_residency_is_per_node_and_a_down_node_loses_its_instances() -> None:

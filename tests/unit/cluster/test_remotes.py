@@ -10,8 +10,9 @@ from blazar.context import Blazar
 from blazar.errors import RemoteCommandError
 from blazar.events.remotes import RemoteAdded, RemoteCircuitClosed, RemoteCircuitOpened, RemoteRemoved
 from blazar.projections.base import fold
-from blazar.projections.remotes import RemotesProjection, RemotesState, remote, remotes, serving
+from blazar.projections.remotes import RemotesProjection, remote, remotes, serving
 from tests.support.events import rec
+from tests.support.states import through_checkpoint
 
 
 def test_the_projection_keeps_remotes_their_models_and_circuits() -> None:
@@ -20,13 +21,14 @@ def test_the_projection_keeps_remotes_their_models_and_circuits() -> None:
                      rec(2, RemoteAdded(name="a", url="http://h:2", models=["m3"], max_concurrent=9)),
                      rec(3, RemoteCircuitOpened(name="b", failures=3, reason="down", source="health_check",
                                                 open_until=200.0))])
-    assert [r.name for r in remotes(RemotesState(state))] == ["a", "b"]
-    b = remote(RemotesState(state), "b")
+    assert [r.name for r in remotes(state)] == ["a", "b"]
+    b = remote(state, "b")
     assert b is not None and b.open_at(150.0) and not b.open_at(200.0) and b.circuit_reason == "down"
-    assert serving(RemotesState(state), "m2") == b and serving(RemotesState(state), "nope") is None
+    assert serving(state, "m2") == b and serving(state, "nope") is None
     state = fold(p, [rec(4, RemoteCircuitClosed(name="b")), rec(5, RemoteRemoved(name="a"))], state)
-    b = remote(RemotesState(state), "b")
-    assert b is not None and b.circuit_open_until is None and remote(RemotesState(state), "a") is None
+    b = remote(state, "b")
+    assert b is not None and b.circuit_open_until is None and remote(state, "a") is None
+    assert through_checkpoint(p, state) == state
 
 
 def test_urls_are_normalised_and_bad_ones_refused() -> None:
@@ -40,7 +42,7 @@ def test_urls_are_normalised_and_bad_ones_refused() -> None:
 def test_a_remote_instance_carries_the_url_and_key() -> None:
     r = fold(RemotesProjection(), [rec(1, RemoteAdded(name="b", url="http://h:1", models=["m"],
                                                       max_concurrent=3))])
-    inst = remote_instance(remote(RemotesState(r), "b"), "m", "sk")  # type: ignore[arg-type]
+    inst = remote_instance(remote(r, "b"), "m", "sk")  # type: ignore[arg-type]
     assert (inst.base_url, inst.remote, inst.slots, inst.api_key, inst.instance_id) == ("http://h:1", True, 3, "sk",
                                                                                         "remote:b")
 

@@ -10,7 +10,7 @@ from blazar.events.models import InstanceMemoryMeasured
 from blazar.fit.buffers import GPU_ENGINE_FIXED_BYTES, HOST_ENGINE_FIXED_BYTES
 from blazar.instances.calibration import measured_bytes, parse_engine_buffers, record_measurement
 from blazar.projections import CalibrationProjection, fold
-from blazar.projections.calibration import RECENT_PER_MODEL, CalibrationState, correction_for
+from blazar.projections.calibration import RECENT_PER_MODEL, correction_for
 from tests.support.events import rec
 
 MiB = 1 << 20
@@ -90,20 +90,19 @@ def test_correction_is_latest_for_the_shape_else_median_of_recent() -> None:
         _measured(4, "other", 4096, 1, -7),
         _measured(5, "m", 4096, 2, 900, ck="q8_0"),
     ])
-    typed = CalibrationState(state)
-    assert correction_for(typed, "m", 4096, 1, "f16", "f16") == 50  # the latest at this shape
-    assert correction_for(typed, "m", 4096, 2, "q8_0", "q8_0") == 900
-    assert correction_for(typed, "m", 16384, 1, "f16", "f16") == 300  # median_high of 100, 300, 50, 900
-    assert correction_for(typed, "other", 4096, 1, "f16", "f16") == -7
-    assert correction_for(typed, "never-measured", 4096, 1, "f16", "f16") == 0
-    assert state["measurements"] == 5 and state["last_seq"] == 5
+    assert correction_for(state, "m", 4096, 1, "f16", "f16") == 50  # the latest at this shape
+    assert correction_for(state, "m", 4096, 2, "q8_0", "q8_0") == 900
+    assert correction_for(state, "m", 16384, 1, "f16", "f16") == 300  # median_high of 100, 300, 50, 900
+    assert correction_for(state, "other", 4096, 1, "f16", "f16") == -7
+    assert correction_for(state, "never-measured", 4096, 1, "f16", "f16") == 0
+    assert state.measurements == 5 and state.last_seq == 5
 
 
 def test_projection_keeps_only_the_latest_few_per_model() -> None:
     state = fold(CalibrationProjection(), [_measured(i, "m", 1024 * i, 1, i) for i in range(1, 20)])
-    recent = state["models"]["m"]["recent"]
-    assert len(recent) == RECENT_PER_MODEL and recent[-1]["seq"] == 19
-    assert correction_for(CalibrationState(state), "m", 1024, 1, "f16", "f16") != 1  # that shape has aged out
+    recent = state.models["m"]
+    assert len(recent) == RECENT_PER_MODEL and recent[-1].seq == 19
+    assert correction_for(state, "m", 1024, 1, "f16", "f16") != 1  # that shape has aged out
 
 
 async def test_record_measurement_appends_the_event_and_updates_the_correction(app: Blazar) -> None:

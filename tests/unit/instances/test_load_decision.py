@@ -28,7 +28,7 @@ from blazar.instances.load_decision import (
     decide_give_way,
     decide_load,
 )
-from blazar.projections.calibration import CalibrationState, shape_key
+from blazar.projections.calibration import CalibrationState, Measurement, shape_key
 from tests.support.fit_models import GiB, MiB, gemma3_270m, host
 
 W1, W2 = "127.0.0.1:50061", "127.0.0.1:50062"
@@ -48,12 +48,12 @@ def run(iid: str, mib: int, *, idle_s: float = 0.0, state: str = "ready", in_fli
 def situation(*, limit_mib: int = 4000, ctx: int | None = None, default_ctx: int = 0, default_slots: int = 1,
               running: tuple[Running, ...] = (), max_loaded: int = 0, rpc: bool = False,
               workers: tuple[tuple[str, int], ...] | None = None, room_made: bool = False,
-              calibration: dict[str, Any] | None = None, posture: Posture | None = None) -> Situation:
+              calibration: CalibrationState | None = None, posture: Posture | None = None) -> Situation:
     """Gemma 3 270M asked for on a 24 GiB host (20 GiB free) whose instances may use `limit_mib` MiB in all."""
     return Situation(model="gemma", meta=gemma3_270m(), ctx=ctx, swa_full=False, default_ctx=default_ctx,
                      default_slots=default_slots, max_loaded_models=max_loaded, memory_limit_bytes=limit_mib * MiB,
                      devices=(host(20 * GiB, 24 * GiB),), running=running,
-                     calibration=CalibrationState(calibration or {}), rpc_capable=rpc, workers=workers,
+                     calibration=calibration or CalibrationState(), rpc_capable=rpc, workers=workers,
                      room_made=room_made, posture=posture)
 
 
@@ -121,8 +121,9 @@ ROWS: list[tuple[str, Situation, tuple[Any, ...]]] = [
     ("a context the caller asked for gets no fallback: refused",
      situation(limit_mib=330, ctx=4096), ("refuse", "does_not_fit")),
     ("calibration's measured correction is part of the plan",
-     situation(limit_mib=345, ctx=1024, calibration={"models": {"gemma": {"recent": [
-         {"shape": shape_key(1024, 1, "f16", "f16"), "diff_bytes": 64 * MiB}]}}}), ("refuse", "does_not_fit")),
+     situation(limit_mib=345, ctx=1024, calibration=CalibrationState(models={"gemma": [
+         Measurement(seq=1, shape=shape_key(1024, 1, "f16", "f16"), planned_bytes=0, measured_bytes=64 * MiB,
+                     diff_bytes=64 * MiB)]})), ("refuse", "does_not_fit")),
     # After the victims are gone.
     ("room made: it fits now", situation(limit_mib=1000, room_made=True), ("start", "here", 32768, 0)),
     ("room made and still short: never another eviction, the workers then",

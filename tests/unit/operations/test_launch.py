@@ -26,7 +26,7 @@ def catalog(*names: str, aliases: dict[str, str] | None = None) -> CatalogState:
                             metadata=ModelMetadata(architecture="llama")) for n in names]
     events += [ModelAliased(alias=a, target=t) for a, t in (aliases or {}).items()]
     recs = [Recorded(i, 1000.0 + i, e.TYPE, e.V, e.stream_key(), None, "t", None, e) for i, e in enumerate(events, 1)]
-    return CatalogState(fold(CatalogProjection(), recs))
+    return fold(CatalogProjection(), recs)
 
 
 # -- the environment ---------------------------------------------------------------------------------------------

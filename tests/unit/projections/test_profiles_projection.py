@@ -13,9 +13,10 @@ from blazar.events.tuning import BenchRecorded, Machine, Posture, ProfileAdopted
 from blazar.instances.posture_choice import PostureChoice, choose_posture
 from blazar.instances.spawn import draft_file
 from blazar.projections import ProfilesProjection, all_projections, fold
-from blazar.projections.profiles import ProfilesState, bench, benches, last_reset, profile, stale_reason
+from blazar.projections.profiles import bench, benches, last_reset, profile, stale_reason
 from blazar.projections.runner import ProjectionRunner
 from tests.support.events import rec
+from tests.support.states import through_checkpoint
 
 MACHINE = Machine(fingerprint="f" * 16, cpu="cpu", cores=2, memory_bytes=1 << 30)
 NGRAM = Posture(spec_type="ngram-simple", cache_type_k="q8_0", cache_type_v="q8_0", flash_attn=True, threads=1)
@@ -35,13 +36,13 @@ def adopted(model: str, posture: Posture = NGRAM, tag: str = "build-1", node: st
 
 
 def test_nothing_recorded_means_no_profile_and_no_benches() -> None:
-    state = ProfilesState(fold(ProfilesProjection(), []))
+    state = fold(ProfilesProjection(), [])
     assert profile(state, "m") is None and benches(state, "m") == [] and last_reset(state, "m") is None
 
 
 def test_benches_are_kept_in_log_order_and_found_by_id() -> None:
-    state = ProfilesState(fold(ProfilesProjection(), [
-        rec(1, bench_ev("m", "b1")), rec(2, bench_ev("other", "x")), rec(3, bench_ev("m", "b2", NGRAM))]))
+    state = fold(ProfilesProjection(), [
+        rec(1, bench_ev("m", "b1")), rec(2, bench_ev("other", "x")), rec(3, bench_ev("m", "b2", NGRAM))])
     got = benches(state, "m")
     assert [(b.seq, b.bench.bench_id) for b in got] == [(1, "b1"), (3, "b2")]
     assert got[1].bench.posture == NGRAM and got[1].ts == 1003.0
@@ -49,28 +50,30 @@ def test_benches_are_kept_in_log_order_and_found_by_id() -> None:
     found = bench(state, "m", "b2")
     assert found is not None and found.seq == 3
     assert bench(state, "m", "x") is None  # another model's
+    assert through_checkpoint(ProfilesProjection(), state) == state
 
 
 def test_the_latest_adoption_is_the_profile_and_a_reset_clears_it() -> None:
     p = ProfilesProjection()
     state = fold(p, [rec(1, adopted("m", Posture(threads=2))), rec(2, adopted("m"))])
-    got = profile(ProfilesState(state), "m")
+    got = profile(state, "m")
     assert got is not None
     assert (got.posture, got.engine_tag, got.seq, got.rule, got.bench_id, got.candidates) == (
         NGRAM, "build-1", 2, "fastest by 10%", "b2", 0)
     assert got.machine == MACHINE and got.ts == 1002.0
-    assert profile(ProfilesState(state), "other") is None
+    assert profile(state, "other") is None
     state = fold(p, [rec(3, ProfileReset(model="m", reason="tune --reset"))], state)
-    assert profile(ProfilesState(state), "m") is None
-    reset = last_reset(ProfilesState(state), "m")
+    assert profile(state, "m") is None
+    reset = last_reset(state, "m")
     assert reset is not None and (reset.seq, reset.reason) == (3, "tune --reset")
     state = fold(p, [rec(4, adopted("m", Posture(threads=3)))], state)  # adopted again after the reset
-    again = profile(ProfilesState(state), "m")
+    again = profile(state, "m")
     assert again is not None and again.posture.threads == 3 and again.seq == 4
+    assert through_checkpoint(p, state) == state
 
 
 def test_a_profile_applies_only_on_its_engine_build_and_machine() -> None:
-    got = profile(ProfilesState(fold(ProfilesProjection(), [rec(1, adopted("m"))])), "m")
+    got = profile(fold(ProfilesProjection(), [rec(1, adopted("m"))]), "m")
     assert got is not None
     assert stale_reason(got, "build-1") is None
     assert stale_reason(got, "build-1", MACHINE.fingerprint) is None
@@ -90,7 +93,7 @@ async def test_a_nodes_runner_folds_only_its_own_nodes_profiles(log: EventLog) -
 
 
 def test_a_load_takes_the_adopted_posture_only_on_its_engine_build() -> None:
-    state = ProfilesState(fold(ProfilesProjection(), [rec(1, adopted("m")), rec(2, adopted("d", Posture()))]))
+    state = fold(ProfilesProjection(), [rec(1, adopted("m")), rec(2, adopted("d", Posture()))])
     assert choose_posture(profile(state, "m"), "build-1") == PostureChoice(posture=NGRAM, profile_seq=1)
     assert choose_posture(profile(state, "m"), "build-2") == PostureChoice(
         stale_seq=1, stale="measured on engine build-1, active is build-2")

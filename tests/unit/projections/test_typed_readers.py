@@ -142,7 +142,7 @@ def imported(name: str, **overrides: object) -> ModelImported:
 def test_catalog_models_are_typed_sorted_by_name_and_aliases_name_their_model() -> None:
     shards = [ShardFile(path="big/big-00001-of-00002.gguf", bytes=60, sha256="01" * 32),
               ShardFile(path="big/big-00002-of-00002.gguf", bytes=40, sha256="02" * 32)]
-    state = typed(CatalogProjection(), recs(
+    state = fold(CatalogProjection(), recs(
         imported("tiny:q8"), imported("big", path=shards[0].path, shards=shards),
         ModelAliased(alias="small", target="tiny:q8")))
     got = catalog.models(state)

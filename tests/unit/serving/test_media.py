@@ -17,7 +17,7 @@ from blazar import config
 from blazar.adapters.image_fetch import fetch_image, is_public
 from blazar.adapters.images import MAX_JPEG_SCANS, inspect_audio, inspect_image, jpeg_scans
 from blazar.errors import DialectError, Refused
-from blazar.projections.catalog import CatalogProjection, CatalogState
+from blazar.projections.catalog import CatalogState
 from blazar.serving import media
 from blazar.serving.media import check_projector, media_parts, prepare
 from blazar.serving.request import Request
@@ -45,7 +45,7 @@ def chat(*urls: str, audio: str | None = None) -> Request:
 
 async def prepared(request: Request, **settings: Any) -> Request:
     inputs = config.build({f"inputs.{k}": v for k, v in settings.items()})
-    return await prepare(request, inputs, CatalogState(CatalogProjection().initial()))
+    return await prepare(request, inputs, CatalogState())
 
 
 @pytest.mark.parametrize("fmt,mime", [("PNG", "image/png"), ("JPEG", "image/jpeg"), ("WEBP", "image/webp"),
@@ -268,7 +268,7 @@ async def test_a_fetched_image_reaches_the_engine_as_a_data_url(server: str) -> 
 async def test_the_projector_is_checked_from_the_parts_types_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """The gateway checks the projector before anything is decoded or fetched (`carried`: the parts' types)."""
     monkeypatch.setattr(media, "projector_modalities", lambda catalog, model: ("demo", None))
-    catalog = CatalogState(CatalogProjection().initial())
+    catalog = CatalogState()
     for url in (data_url(picture()), "http://203.0.113.9/cat.png", "not even a url"):
         needed = media.carried(chat(url))
         assert needed == frozenset({"vision"})

@@ -37,7 +37,7 @@ def added(model: str, name: str, sha: str = "cd" * 32, path: str | None = None) 
 
 
 def catalog(*events: Event) -> CatalogState:
-    return CatalogState(fold(CatalogProjection(), [rec(i, e) for i, e in enumerate(events, start=1)]))
+    return fold(CatalogProjection(), [rec(i, e) for i, e in enumerate(events, start=1)])
 
 
 # -- the header ------------------------------------------------------------------------------------------------

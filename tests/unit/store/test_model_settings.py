@@ -16,7 +16,7 @@ from blazar.events.model_settings import ModelConfigured, ModelSettings, ModelVa
 from blazar.events.models import ModelImported, ModelMetadata, ModelRemoved
 from blazar.events.types import encode
 from blazar.projections import CatalogProjection, fold
-from blazar.projections.catalog import CatalogState, models, settings_of, stored
+from blazar.projections.catalog import models, settings_of, stored
 from blazar.serving.call import Call, Desk
 from blazar.serving.model_defaults import settings_patch, template_patch
 from blazar.serving.request import Request
@@ -130,29 +130,29 @@ SETTINGS = ModelSettings(template_kind="builtin", template="gemma", system="Be b
 
 def test_a_configured_model_reads_back_its_settings_typed() -> None:
     state = fold(CatalogProjection(), [rec(1, base_import()), rec(2, ModelConfigured(name="g", settings=SETTINGS))])
-    assert settings_of(CatalogState(state), "g") == SETTINGS
-    assert stored(CatalogState(state), "g").settings == SETTINGS  # type: ignore[union-attr]
+    assert settings_of(state, "g") == SETTINGS
+    assert stored(state, "g").settings == SETTINGS  # type: ignore[union-attr]
     cleared = fold(CatalogProjection(), [rec(3, ModelConfigured(name="g", settings=ModelSettings()))], state)
-    assert settings_of(CatalogState(cleared), "g") is None
+    assert settings_of(cleared, "g") is None
 
 
 def test_a_variant_is_a_model_on_its_bases_file_with_its_own_settings() -> None:
     state = fold(CatalogProjection(), [rec(1, base_import()),
                                        rec(2, ModelVariantCreated(name="brief", base="g", settings=SETTINGS))])
-    variant, base = stored(CatalogState(state), "brief"), stored(CatalogState(state), "g")
+    variant, base = stored(state, "brief"), stored(state, "g")
     assert variant is not None and base is not None
     assert (variant.file, variant.sha256, variant.metadata) == (base.file, base.sha256, base.metadata)
     assert variant.base == "g"
     assert variant.settings == SETTINGS and base.settings is None
-    assert [m.name for m in models(CatalogState(state))] == ["brief", "g"]
+    assert [m.name for m in models(state)] == ["brief", "g"]
     # The base removed: the variant stays, with the file facts it copied.
     state = fold(CatalogProjection(), [rec(3, ModelRemoved(name="g", path="g.gguf", file_deleted=False))], state)
-    assert stored(CatalogState(state), "brief").file == "g.gguf"  # type: ignore[union-attr]
+    assert stored(state, "brief").file == "g.gguf"  # type: ignore[union-attr]
 
 
 def test_a_variant_of_a_missing_base_adds_nothing() -> None:
     state = fold(CatalogProjection(), [rec(1, ModelVariantCreated(name="brief", base="gone", settings=SETTINGS))])
-    assert state["models"] == {}
+    assert state.models == {}
 
 
 # -- the handlers and their events ---------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from blazar.events.model_settings import ModelSettings, ModelVariantCreated
 from blazar.events.models import ModelMetadata, ModelRemoved
 from blazar.events.projectors import EncoderShape, ModelProjectorRemoved, ModelProjectorSet, ProjectorMetadata
 from blazar.projections import CatalogProjection, fold
-from blazar.projections.catalog import CatalogState, projector_users, stored
+from blazar.projections.catalog import projector_users, stored
 from blazar.store.chat_templates import capabilities
 from blazar.store.projectors import projector_info
 from tests.support import gguf_factory
@@ -74,7 +74,7 @@ def test_a_projector_that_encodes_nothing_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_projector_set_gives_the_model_its_projector_and_vision() -> None:
-    state = CatalogState(fold(CatalogProjection(), [rec(1, imported("g")), rec(2, projector_set("g"))]))
+    state = fold(CatalogProjection(), [rec(1, imported("g")), rec(2, projector_set("g"))])
     entry = stored(state, "g")
     assert entry is not None and entry.projector is not None
     assert entry.projector.modalities == ("vision",)
@@ -84,9 +84,9 @@ def test_a_projector_set_gives_the_model_its_projector_and_vision() -> None:
 
 
 def test_a_removed_projector_leaves_the_model_text_only() -> None:
-    state = CatalogState(fold(CatalogProjection(), [
+    state = fold(CatalogProjection(), [
         rec(1, imported("g")), rec(2, projector_set("g")),
-        rec(3, ModelProjectorRemoved(name="g", path=f"mmproj/{SHA}.gguf", file_deleted=True))]))
+        rec(3, ModelProjectorRemoved(name="g", path=f"mmproj/{SHA}.gguf", file_deleted=True))])
     entry = stored(state, "g")
     assert entry is not None and entry.projector is None and "projector" not in entry.to_json()
     assert capabilities(entry.metadata) == ["completion", "chat"]
@@ -94,26 +94,25 @@ def test_a_removed_projector_leaves_the_model_text_only() -> None:
 
 def test_a_projector_for_a_model_not_in_the_store_changes_nothing() -> None:
     state = fold(CatalogProjection(), [rec(1, projector_set("ghost"))])
-    assert state["models"] == {}
+    assert state.models == {}
 
 
 def test_a_variant_gets_its_bases_projector_and_both_count_as_its_users() -> None:
-    state = CatalogState(fold(CatalogProjection(), [
+    state = fold(CatalogProjection(), [
         rec(1, imported("g")), rec(2, projector_set("g")),
-        rec(3, ModelVariantCreated(name="g-terse", base="g", settings=ModelSettings(system="Be terse.")))]))
+        rec(3, ModelVariantCreated(name="g-terse", base="g", settings=ModelSettings(system="Be terse.")))])
     variant = stored(state, "g-terse")
     assert variant is not None and variant.projector is not None and variant.projector.sha256 == SHA
     assert projector_users(state, f"mmproj/{SHA}.gguf") == ["g", "g-terse"]
-    state = CatalogState(fold(CatalogProjection(), [rec(4, ModelRemoved(name="g", path="g.gguf", file_deleted=False))],
-                              state._raw))
+    state = fold(CatalogProjection(), [rec(4, ModelRemoved(name="g", path="g.gguf", file_deleted=False))], state)
     assert projector_users(state, f"mmproj/{SHA}.gguf") == ["g-terse"]
 
 
 @pytest.mark.parametrize("path", ["../etc/passwd", "/abs/mmproj.gguf", "g.gguf", "mmproj/a/b.gguf", "mmproj/../x"])
 def test_a_projector_path_outside_the_stores_projector_directory_is_refused(path: str) -> None:
     state = fold(CatalogProjection(), [rec(1, imported("g")), rec(2, projector_set("g", path=path))])
-    assert "projector" not in state["models"]["g"]
-    assert state["refused"][0]["seq"] == 2 and state["refused"][0]["type"] == "model.projector_set"
+    assert state.models["g"].projector is None
+    assert state.refused[0].seq == 2 and state.refused[0].type == "model.projector_set"
 
 
 def test_an_audio_projector_lists_audio_and_an_embedding_model_stays_embedding() -> None:

@@ -17,7 +17,6 @@ from blazar.cli.bench_cmds import parse_concurrency, parse_workloads
 from blazar.errors import ModelNotFound, WrongModelKind
 from blazar.events.models import ModelImported, ModelMetadata
 from blazar.projections import CatalogProjection, fold
-from blazar.projections.catalog import CatalogState
 from blazar.tuning.child import _failure, parse_metrics, resolve_model
 from blazar.tuning.measure import DRAFTED, Outcome, check_concurrency, plan_rounds, summarise
 from blazar.tuning.stats import mean, percentile, rate
@@ -245,7 +244,7 @@ def test_cli_options_refuse_bad_concurrency_and_workloads() -> None:
 
 
 def _app(*events: ModelImported) -> Any:
-    state = CatalogState(fold(CatalogProjection(), [rec(i + 1, e) for i, e in enumerate(events)]))
+    state = fold(CatalogProjection(), [rec(i + 1, e) for i, e in enumerate(events)])
     return SimpleNamespace(runner=SimpleNamespace(state=lambda name: state))
 
 
