@@ -300,8 +300,12 @@ class ProjectionRunner:
 
     async def _follow(self, poll_interval: float) -> None:
         loop = asyncio.get_running_loop()
-        seen = checked = self.log.change_signature()
-        checked_at = loop.time()
+        seen = self.log.change_signature()
+        # When the files last moved; None once a move has been asked about after RECHECK_S of quiet. A commit's
+        # frames move the files a moment before readers can see it, and a commit of another process right after
+        # ours looks like ours: either can leave a move whose data_version said "nothing" at the time it was seen,
+        # so the last move of a burst is asked about once more. The start is such a moment too.
+        moved_at: float | None = loop.time()
         await self.log.changed_elsewhere()  # the baseline
         await self.catch_up()
         while True:
@@ -317,14 +321,13 @@ class ProjectionRunner:
                     await self._nudge.wait()
             self._nudge.clear()
             now = self.log.change_signature()  # before the read: a write during it shows as a change next time
-            # A change that is not this process's own last commit is another process's; so may be a change seen
-            # long enough ago, should another process have committed in the instant after ours (rechecked).
-            suspect = now != seen and now != self._own_signature
-            stale = now != checked and loop.time() - checked_at >= RECHECK_S
-            if suspect or stale:
-                checked, checked_at = now, loop.time()
+            ask = False
+            if now != seen:  # a move that is not this process's own last commit is another process's
+                ask, moved_at = now != self._own_signature, loop.time()
+            elif moved_at is not None and loop.time() - moved_at >= RECHECK_S:
+                ask, moved_at = True, None
             try:
-                if ((suspect or stale) and await self.log.changed_elsewhere()) or self.seq < self.log.last_appended:
+                if (ask and await self.log.changed_elsewhere()) or self.seq < self.log.last_appended:
                     await self.catch_up()
             except LogUnreachable as e:  # the log's database is away: this process's own commits still fold
                 log.warning("projections cannot read the log (%s); trying again", e)

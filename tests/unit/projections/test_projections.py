@@ -14,6 +14,7 @@ from blazar.events.log import EventLog
 from blazar.events.log_sqlite import SqliteEventLog
 from blazar.events.system import ConfigChanged, SnapshotTaken
 from blazar.projections import AuditProjection, ConfigProjection, StatsProjection, all_projections, fold
+from blazar.projections import runner as runner_module
 from blazar.projections.base import Projection
 from blazar.projections.checkpoints import load_checkpoints
 from blazar.projections.config import ConfigState
@@ -254,6 +255,43 @@ async def test_a_following_runner_sees_another_connections_appends(log: EventLog
         async with asyncio.timeout(HANG_S):
             await runner.wait_for(got.seq)
         assert runner.state("config").overrides["fit.ctx"] == 4096
+    finally:
+        await other.close()
+        await runner.stop(checkpoint=False)
+
+
+async def test_a_following_runner_asks_again_about_a_move_it_could_not_yet_read(log: EventLog, paths,
+                                                                                  monkeypatch) -> None:
+    # The flake (the test above timed out once under load): another process's commit moves the log's files a moment
+    # before it can be read, so the ask about that move may say "nothing"; no later stat moves again. The last move
+    # is asked about once more after RECHECK_S (0 here: the next poll).
+    monkeypatch.setattr(runner_module, "RECHECK_S", 0.0)
+    runner = ProjectionRunner(log, all_projections())
+    await runner.start()
+    caught_up = asyncio.Event()
+    real_catch_up, real_changed = runner.catch_up, log.changed_elsewhere
+    asks = 0
+
+    async def catch_up(**kw) -> int:  # type: ignore[no-untyped-def]
+        n = await real_catch_up(**kw)
+        caught_up.set()
+        return n
+
+    async def changed_elsewhere() -> bool:
+        nonlocal asks
+        asks += 1
+        return False if asks == 2 else await real_changed()  # 1: the baseline; 2: the move, not readable yet
+
+    monkeypatch.setattr(runner, "catch_up", catch_up)
+    monkeypatch.setattr(log, "changed_elsewhere", changed_elsewhere)
+    runner.follow(poll_interval=0.01)
+    other = await SqliteEventLog.open(paths.db)
+    try:
+        await caught_up.wait()  # the follower has started and read the log: the commit comes after
+        (got,) = await other.append(ConfigChanged(key="fit.ctx", old=None, new=2048, source="cli"), actor="cli:b")
+        async with asyncio.timeout(HANG_S):
+            await runner.wait_for(got.seq)
+        assert runner.state("config").overrides["fit.ctx"] == 2048 and asks >= 3
     finally:
         await other.close()
         await runner.stop(checkpoint=False)
