@@ -23,7 +23,7 @@ from blazar.fit.planner import FitRequest, plan
 from blazar.instances.budget import budget_devices, worker_bytes_needed, worker_devices
 from blazar.instances.worker import run_worker
 from blazar.projections.base import fold
-from blazar.projections.residency import ResidencyProjection, ResidencyState, instances
+from blazar.projections.residency import ResidencyProjection, instances
 from blazar.projections.workers import WorkersProjection, WorkersState, workers
 from tests.support.events import rec
 from tests.support.fit_models import GiB, MiB, gemma3_270m, gpu, host
@@ -135,7 +135,7 @@ def test_residency_records_the_workers_an_instance_uses() -> None:
                           ctx_tokens=4096, engine_ctx=4096, slots=1, planned_bytes=1, estimate_bytes=1,
                           workers={W1: 6, W2: 5})
     state = fold(ResidencyProjection(), [rec(1, ev)])
-    (inst,) = instances(ResidencyState(state))
+    (inst,) = instances(state)
     assert inst.workers == {W1: 6, W2: 5}
 
 

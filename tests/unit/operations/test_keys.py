@@ -313,7 +313,7 @@ async def test_what_a_key_may_hold_is_kept_changed_and_reset_to_the_settings(app
 def test_metrics_count_requests_and_tokens_by_the_key_that_is_the_actor() -> None:
     from blazar.events.requests import RequestCompleted, RequestReceived, RequestRejected
     from blazar.projections.metrics import MetricsProjection, MetricsState
-    from blazar.projections.residency import ResidencyProjection, ResidencyState
+    from blazar.projections.residency import ResidencyProjection
     from blazar.queries.metrics import render_prometheus
 
     def by(seq: int, event: Event, actor: str, ts: float = 2 * 86400 + 5) -> Recorded:
@@ -329,7 +329,7 @@ def test_metrics_count_requests_and_tokens_by_the_key_that_is_the_actor() -> Non
                "daemon:root")]
     state = fold(MetricsProjection(), recs)
     assert state["keys"]["alice"] == {"day": 2, "requests_today": 2, "tokens_today": 10}
-    text = render_prometheus(MetricsState(state), ResidencyState(ResidencyProjection().initial()))
+    text = render_prometheus(MetricsState(state), ResidencyProjection().initial())
     assert 'blazar_key_requests_total{key="alice",status="200"} 1' in text
     assert 'blazar_key_requests_total{key="alice",status="429"} 1' in text
     assert 'blazar_key_tokens_total{key="alice",direction="in"} 7' in text

@@ -60,9 +60,9 @@ FAMILIES = {
 }
 
 
-def render(m: dict[str, Any], r: dict[str, Any], **kw: Any) -> str:
+def render(m: dict[str, Any], r: ResidencyState, **kw: Any) -> str:
     """/metrics over folded states (the projections' JSON, as the runner holds it)."""
-    return render_prometheus(MetricsState(m), ResidencyState(r), **kw)
+    return render_prometheus(MetricsState(m), r, **kw)
 
 
 
@@ -128,7 +128,7 @@ def story() -> list[Recorded]:
     return [rec(i + 1, e) for i, e in enumerate(events)]
 
 
-def states() -> tuple[dict[str, Any], dict[str, Any]]:
+def states() -> tuple[dict[str, Any], ResidencyState]:
     events = story()
     return fold(MetricsProjection(), events), fold(ResidencyProjection(), events)
 
