@@ -167,15 +167,15 @@ def installed(tag: str) -> EngineInstalled:
 
 
 def test_installed_and_active_engines_are_typed_and_a_removal_leaves_none_active() -> None:
-    state = typed(EnginesProjection(), recs(installed("a"), installed("b"), EngineActivated(tag="a", reason="install")))
+    state = fold(EnginesProjection(), recs(installed("a"), installed("b"), EngineActivated(tag="a", reason="install")))
     a = engines.installed(state, "a")
     assert a is not None and a.tag == "a" and a.binary == "llama-server" and a.files == tuple(FILES)
     assert (a.source_kind, a.source, a.installed_seq) == ("path", "/opt/a", 1)
     assert a.version == {"version": "0.6.0"} and a.manifest == {"flags": []}
-    assert engines.active_tag(state) == "a" and engines.active(state) == a
+    assert state.active == "a" and engines.active(state) == a
     assert engines.installed(state, "nope") is None and engines.tags(state) == ["a", "b"]
-    gone = typed(EnginesProjection(), [rec(4, EngineRemoved(tag="a", reason="prune"))], state)
-    assert engines.active_tag(gone) is None and engines.active(gone) is None and engines.tags(gone) == ["b"]
+    gone = fold(EnginesProjection(), [rec(4, EngineRemoved(tag="a", reason="prune"))], state)
+    assert gone.active is None and engines.active(gone) is None and engines.tags(gone) == ["b"]
 
 
 # -- keys ----------------------------------------------------------------------------------------------------------
