@@ -10,7 +10,7 @@ from tests.support.state_goldens import problems
 
 # Projections whose state is still a JSON dict behind a TypedState handle, while they move to a dataclass; an entry
 # that is typed now fails the test, so this set only empties.
-UNTYPED = {"audit", "batches", "calibration", "catalog", "config", "keys", "metrics", "nodes", "profiles",
+UNTYPED = {"audit", "batches", "calibration", "catalog", "config", "metrics", "nodes", "profiles",
            "remotes", "sessions", "traces"}
 
 

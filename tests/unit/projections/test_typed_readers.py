@@ -185,7 +185,7 @@ def key_created(name: str, prefix: str, **kw: object) -> KeyCreated:
 
 
 def test_keys_are_typed_and_only_live_ones_are_found_by_prefix() -> None:
-    state = typed(KeysProjection(), recs(
+    state = fold(KeysProjection(), recs(
         key_created("alice", "aaaaaaaa", models=["gemma*"], rpm=5, expires_ts=9999.0),
         key_created("bob", "bbbbbbbb", admin=True), KeyRevoked(name="bob"),
         KeyLimitsChanged(name="alice", changed={"tpm": 100, "models": ["q*", "gemma*"]}),
