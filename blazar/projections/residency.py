@@ -6,7 +6,7 @@ supervisor's deciders (`instances/decide.py`) read it; reconciliation at start-u
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from blazar.events.base import Event, Recorded
@@ -43,10 +43,11 @@ class Eviction:
     seq: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ResidentInstance:
-    """An instance the log says is loaded (starting, ready or stopping): the state's entry, handed out as it is (it
-    is frozen; `apply` replaces it on the few events that change it)."""
+    """An instance the log says is loaded (starting, ready or stopping): the state's entry, handed out as it is.
+    Read it, never change it: `apply` updates it in place (NOTE: mutable on purpose, as replacing a frozen row of
+    thirty fields made each instance event five times dearer to fold)."""
 
     instance_id: str
     model: str
@@ -97,7 +98,9 @@ class Circuit:
     seq: int
 
 
-@dataclass(frozen=True, slots=True)
+# NOTE: LastExit and LastRefusal are made afresh for each exit and refusal and never changed, but not frozen: a frozen
+# dataclass's __init__ costs twice as much, and a refusal can come with every request while memory is short.
+@dataclass(slots=True)
 class LastExit:
     reason: str  # an ExitReason (blazar/events/instances.py), or node_lost
     exit_code: int | None
@@ -105,7 +108,7 @@ class LastExit:
     instance_id: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LastRefusal:
     reason: str
     detail: str
@@ -146,7 +149,7 @@ def _starting(state: ResidencyState, rec: Recorded, ev: InstanceStarting | Insta
     old = state.instances.get(ev.instance_id)
     if isinstance(ev, InstanceStarted) and old is not None and old.pid is None:
         # The spawn after its recorded intent: the intent already counted the load.
-        state.instances[ev.instance_id] = replace(old, pid=ev.pid, spawned_seq=rec.seq)
+        old.pid, old.spawned_seq = ev.pid, rec.seq
         return
     state.instances[ev.instance_id] = ResidentInstance(
         instance_id=ev.instance_id, model=ev.model, engine_tag=ev.engine_tag,
@@ -164,9 +167,10 @@ def _starting(state: ResidencyState, rec: Recorded, ev: InstanceStarting | Insta
 def _ready(state: ResidencyState, rec: Recorded, ev: InstanceReady) -> None:
     inst = state.instances.get(ev.instance_id)
     if inst is not None:
+        inst.ready_ts, inst.load_ms = rec.ts, ev.load_ms
         # NOTE: an instance already chosen for eviction stays "stopping": the decision stands.
-        state.instances[ev.instance_id] = replace(inst, ready_ts=rec.ts, load_ms=ev.load_ms,
-                                                  state="ready" if inst.state == "starting" else inst.state)
+        if inst.state == "starting":
+            inst.state = "ready"
 
 
 def _exited(state: ResidencyState, rec: Recorded, ev: InstanceExited) -> None:
@@ -181,22 +185,22 @@ def _exited(state: ResidencyState, rec: Recorded, ev: InstanceExited) -> None:
 def _evicted(state: ResidencyState, rec: Recorded, ev: InstanceEvicted) -> None:
     inst = state.instances.get(ev.instance_id)
     if inst is not None:
-        state.instances[ev.instance_id] = replace(
-            inst, state="stopping", eviction=Eviction(reason=ev.reason, for_model=ev.for_model, seq=rec.seq))
+        inst.state = "stopping"
+        inst.eviction = Eviction(reason=ev.reason, for_model=ev.for_model, seq=rec.seq)
     _model(state, ev.model).evictions += 1
 
 
 def _keep_alive(state: ResidencyState, rec: Recorded, ev: InstanceKeepAliveSet) -> None:
     inst = state.instances.get(ev.instance_id)
     if inst is not None:
-        state.instances[ev.instance_id] = replace(inst, keep_alive_s=ev.keep_alive_s, pinned=ev.pinned)
+        inst.keep_alive_s, inst.pinned = ev.keep_alive_s, ev.pinned
 
 
 def _measured(state: ResidencyState, rec: Recorded, ev: InstanceMemoryMeasured) -> None:
     # Calibration also measures loads that are not instances (a smoke test, `blazar fit --measure`).
     inst = state.instances.get(ev.instance_id) if ev.instance_id is not None else None
     if inst is not None:
-        state.instances[inst.instance_id] = replace(inst, measured_bytes=ev.measured_bytes)
+        inst.measured_bytes = ev.measured_bytes
 
 
 def _refused(state: ResidencyState, rec: Recorded, ev: InstanceLoadRefused) -> None:
