@@ -46,8 +46,8 @@ class Eviction:
 @dataclass(slots=True)
 class ResidentInstance:
     """An instance the log says is loaded (starting, ready or stopping): the state's entry, handed out as it is.
-    Read it, never change it: `apply` updates it in place (NOTE: mutable on purpose, as replacing a frozen row of
-    thirty fields made each instance event five times dearer to fold)."""
+    Read it, never change it: `apply` updates it in place (NOTE: mutable on purpose: replacing a frozen row of
+    thirty fields made folding instance events several times dearer than the dict it replaced)."""
 
     instance_id: str
     model: str
