@@ -851,9 +851,9 @@ def auth_phase(*, keys: int = AUTH_KEYS, batch: int = AUTH_BATCH, batches: int =
     made = [new_secret() for _ in range(keys)]
     events = [KeyCreated(name=f"key{i}", prefix=m.prefix, salt=m.salt, hash=m.hash, models=["gemma*"], rpm=600)
               for i, m in enumerate(made)]
-    state = KeysState(fold(KeysProjection(), [Recorded(i, 0.0, e.TYPE, e.V, e.stream_key(), None, "bench", None, e)
-                                              for i, e in enumerate(events, 1)]))
-    off = KeysState(KeysProjection().initial())
+    state = fold(KeysProjection(), [Recorded(i, 0.0, e.TYPE, e.V, e.stream_key(), None, "bench", None, e)
+                                    for i, e in enumerate(events, 1)])
+    off = KeysProjection().initial()
     secret = made[keys // 2].secret
     wrong = secret[:12] + "x" * (len(secret) - 12)
 

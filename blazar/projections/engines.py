@@ -11,10 +11,10 @@ it changes nothing: both are kept under `refused`, which `blazar doctor` reports
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from blazar.confine import refused, untrusted
+from blazar.confine import untrusted
 from blazar.events.base import Recorded
 from blazar.events.engines import (
     EngineActivated,
@@ -25,102 +25,7 @@ from blazar.events.engines import (
     EngineSmokeTested,
     EngineVerified,
 )
-from blazar.projections.base import Projection, RefusedEvent, State, TypedState, refused_events
-
-
-class EnginesState(TypedState):
-    """The `engines` projection's state, read through `installed`, `engines`, `active`, `rollback_target` and the
-    other readers below."""
-
-    __slots__ = ()
-
-
-class EnginesProjection(Projection[State]):
-    node_local = True
-    name = "engines"
-    state_type = EnginesState
-    version = 2
-    types = frozenset({
-        EngineInstalled.TYPE, EngineSmokeTested.TYPE, EngineVerified.TYPE, EngineActivated.TYPE,
-        EngineActivationRefused.TYPE, EngineRemoved.TYPE,
-    })
-
-    def initial(self) -> State:
-        return {"engines": {}, "active": None, "history": [], "stack": [], "refused": []}
-
-    def apply(self, state: State, rec: Recorded) -> State:
-        ev = rec.event
-        engines: dict[str, Any] = state["engines"]
-        if isinstance(ev, EngineInstalled) and (problems := untrusted(ev)):
-            state["refused"].append(refused(rec, problems, tag=ev.tag))
-        elif isinstance(ev, EngineInstalled):
-            engines[ev.tag] = {
-                "tag": ev.tag, "kind": ev.kind, "source_kind": ev.source_kind, "source": ev.source,
-                "binary": ev.binary, "files": [f.model_dump(mode="json") for f in ev.files], "version": ev.version,
-                "manifest": ev.manifest, "build_options": list(ev.build_options), "installed_ts": rec.ts,
-                "installed_seq": rec.seq, "smoke": None, "verified": None, "refused": None, "activated_ts": None,
-            }
-        elif isinstance(ev, EngineSmokeTested):
-            if (entry := engines.get(ev.tag)) is not None:
-                entry["smoke"] = {"passed": ev.passed, "duration_ms": ev.duration_ms, "tokens": ev.tokens,
-                                  "detail": ev.detail, "exit_code": ev.exit_code, "ts": rec.ts, "seq": rec.seq}
-        elif isinstance(ev, EngineVerified):
-            if (entry := engines.get(ev.tag)) is not None:
-                entry["verified"] = {"ok": ev.ok, "checked_files": ev.checked_files, "problems": list(ev.problems),
-                                     "ts": rec.ts, "seq": rec.seq}
-        elif isinstance(ev, EngineActivationRefused):
-            if (entry := engines.get(ev.tag)) is not None:
-                entry["refused"] = {"reason": ev.reason, "detail": ev.detail, "ts": rec.ts, "seq": rec.seq}
-        elif isinstance(ev, EngineActivated):
-            self._activated(state, ev, rec)
-        elif isinstance(ev, EngineRemoved):
-            engines.pop(ev.tag, None)
-            state["stack"] = [t for t in state["stack"] if t != ev.tag]
-            if state["active"] == ev.tag:
-                state["active"] = None
-        return state
-
-    @staticmethod
-    def _activated(state: State, ev: EngineActivated, rec: Recorded) -> None:
-        if ev.tag not in state["engines"] and any(r.get("tag") == ev.tag for r in state["refused"]):
-            # The engine that stays active is the one that was: a refused install is never run.
-            state["refused"].append({"seq": rec.seq, "type": rec.type, "tag": ev.tag,
-                                     "paths": [f"activates {ev.tag!r}, whose install was refused"]})
-            return
-        stack: list[str] = state["stack"]
-        if ev.reason == "rollback" and stack and stack[-1] == state["active"]:
-            stack.pop()
-        if not stack or stack[-1] != ev.tag:
-            stack.append(ev.tag)
-        state["active"] = ev.tag
-        state["history"].append(ev.tag)
-        if (entry := state["engines"].get(ev.tag)) is not None:
-            entry["activated_ts"] = rec.ts
-            entry["refused"] = None
-
-    def view(self, state: State) -> Any:
-        """The manifest is every flag's help text: `blazar state` shows how many flags instead."""
-        engines = {tag: {**e, "manifest": f"{len(e['manifest'].get('flags', []))} flags"}
-                   for tag, e in state["engines"].items()}
-        return {**state, "engines": engines}
-
-
-def rollback_target(state: EnginesState) -> str | None:
-    """The engine `engine rollback` would activate: the one active before the current, still installed."""
-    raw = state._raw
-    active = raw["active"]
-    for tag in reversed(raw["stack"]):
-        if tag != active and tag in raw["engines"]:
-            return str(tag)
-    return None
-
-
-def previous_engine(state: EnginesState) -> str | None:
-    """The most recent engine active before the current one, still installed (after a rollback: the one rolled
-    back from, which `engine use` can bring back)."""
-    raw = state._raw
-    active = raw["active"]
-    return next((str(t) for t in reversed(raw["history"]) if t != active and t in raw["engines"]), None)
+from blazar.projections.base import Projection, RefusedEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +75,8 @@ class ActivationRefusal:
 
 @dataclass(frozen=True, slots=True)
 class InstalledEngine:
-    """An engine in the store, typed. `version` and `manifest` are the probe's JSON as recorded (the adapter's
+    """An engine in the store: the state's entry, handed out as it is (frozen; `apply` replaces it when a smoke test,
+    a verification or an activation lands). `version` and `manifest` are the probe's JSON as recorded (the adapter's
     EngineVersion and Capabilities validate them; this layer does not know those types). Read them, never change
     them: they are the projection's own."""
 
@@ -191,54 +97,122 @@ class InstalledEngine:
     refused: ActivationRefusal | None = None
 
 
-def _typed(e: dict[str, Any]) -> InstalledEngine:
-    smoke, verified, refusal = e.get("smoke"), e.get("verified"), e.get("refused")
-    return InstalledEngine(
-        tag=e["tag"], kind=str(e.get("kind") or ""), source_kind=str(e.get("source_kind") or ""),
-        source=str(e.get("source") or ""), binary=e["binary"],
-        files=tuple(EngineFile.model_validate(f) for f in e["files"]), version=e["version"], manifest=e["manifest"],
-        installed_seq=int(e.get("installed_seq") or 0), build_options=tuple(e.get("build_options") or ()),
-        installed_ts=e.get("installed_ts"), activated_ts=e.get("activated_ts"),
-        smoke=None if smoke is None else SmokeTest(
-            passed=bool(smoke["passed"]), duration_ms=smoke["duration_ms"], tokens=int(smoke.get("tokens") or 0),
-            detail=str(smoke.get("detail") or ""), exit_code=smoke.get("exit_code"), ts=float(smoke["ts"]),
-            seq=int(smoke["seq"])),
-        verified=None if verified is None else Verification(
-            ok=bool(verified["ok"]), checked_files=int(verified["checked_files"]),
-            problems=tuple(verified.get("problems") or ()), ts=float(verified["ts"]), seq=int(verified["seq"])),
-        refused=None if refusal is None else ActivationRefusal(
-            reason=str(refusal["reason"]), detail=str(refusal["detail"]), ts=float(refusal["ts"]),
-            seq=int(refusal["seq"])))
+@dataclass(slots=True)
+class EnginesState:
+    """The `engines` projection's state; `installed`, `engines`, `rollback_target` and the other readers below answer
+    the questions that need more than a field."""
+
+    engines: dict[str, InstalledEngine] = field(default_factory=dict)  # by tag
+    active: str | None = None  # the tag new instances start with
+    history: list[str] = field(default_factory=list)  # every activated tag, in order (removed tags stay)
+    stack: list[str] = field(default_factory=list)  # the rollback chain (see the module's docstring)
+    refused: list[RefusedEvent] = field(default_factory=list)  # installs (and activations of them) not trusted
+    refused_tags: list[str] = field(default_factory=list)  # the tags of those installs: activating one is refused
+
+
+class EnginesProjection(Projection[EnginesState]):
+    node_local = True
+    name = "engines"
+    state_type = EnginesState
+    version = 3  # 3: a typed state (each refused install's tag in refused_tags)
+    types = frozenset({
+        EngineInstalled.TYPE, EngineSmokeTested.TYPE, EngineVerified.TYPE, EngineActivated.TYPE,
+        EngineActivationRefused.TYPE, EngineRemoved.TYPE,
+    })
+
+    def initial(self) -> EnginesState:
+        return EnginesState()
+
+    def apply(self, state: EnginesState, rec: Recorded) -> EnginesState:
+        ev = rec.event
+        engines = state.engines
+        if isinstance(ev, EngineInstalled) and (problems := untrusted(ev)):
+            state.refused.append(RefusedEvent(seq=rec.seq, type=rec.type, paths=tuple(str(p) for p in problems)))
+            if ev.tag not in state.refused_tags:
+                state.refused_tags.append(ev.tag)
+        elif isinstance(ev, EngineInstalled):
+            engines[ev.tag] = InstalledEngine(
+                tag=ev.tag, kind=ev.kind, source_kind=ev.source_kind, source=ev.source, binary=ev.binary,
+                files=tuple(ev.files), version=ev.version, manifest=ev.manifest, installed_seq=rec.seq,
+                build_options=tuple(ev.build_options), installed_ts=rec.ts)
+        elif isinstance(ev, EngineSmokeTested):
+            if (entry := engines.get(ev.tag)) is not None:
+                engines[ev.tag] = replace(entry, smoke=SmokeTest(
+                    passed=ev.passed, duration_ms=ev.duration_ms, tokens=ev.tokens, detail=ev.detail,
+                    exit_code=ev.exit_code, ts=rec.ts, seq=rec.seq))
+        elif isinstance(ev, EngineVerified):
+            if (entry := engines.get(ev.tag)) is not None:
+                engines[ev.tag] = replace(entry, verified=Verification(
+                    ok=ev.ok, checked_files=ev.checked_files, problems=tuple(ev.problems), ts=rec.ts, seq=rec.seq))
+        elif isinstance(ev, EngineActivationRefused):
+            if (entry := engines.get(ev.tag)) is not None:
+                engines[ev.tag] = replace(entry, refused=ActivationRefusal(
+                    reason=ev.reason, detail=ev.detail, ts=rec.ts, seq=rec.seq))
+        elif isinstance(ev, EngineActivated):
+            self._activated(state, ev, rec)
+        elif isinstance(ev, EngineRemoved):
+            engines.pop(ev.tag, None)
+            state.stack = [t for t in state.stack if t != ev.tag]
+            if state.active == ev.tag:
+                state.active = None
+        return state
+
+    @staticmethod
+    def _activated(state: EnginesState, ev: EngineActivated, rec: Recorded) -> None:
+        if ev.tag not in state.engines and ev.tag in state.refused_tags:
+            # The engine that stays active is the one that was: a refused install is never run.
+            state.refused.append(RefusedEvent(seq=rec.seq, type=rec.type,
+                                              paths=(f"activates {ev.tag!r}, whose install was refused",)))
+            return
+        stack = state.stack
+        if ev.reason == "rollback" and stack and stack[-1] == state.active:
+            stack.pop()
+        if not stack or stack[-1] != ev.tag:
+            stack.append(ev.tag)
+        state.active = ev.tag
+        state.history.append(ev.tag)
+        if (entry := state.engines.get(ev.tag)) is not None:
+            state.engines[ev.tag] = replace(entry, activated_ts=rec.ts, refused=None)
+
+    def view(self, state: EnginesState) -> Any:
+        """The manifest is every flag's help text: `blazar state` shows how many flags instead."""
+        out = super().view(state)
+        for tag, e in out["engines"].items():
+            e["manifest"] = f"{len(state.engines[tag].manifest.get('flags', []))} flags"
+        return out
+
+
+def rollback_target(state: EnginesState) -> str | None:
+    """The engine `engine rollback` would activate: the one active before the current, still installed."""
+    return next((t for t in reversed(state.stack) if t != state.active and t in state.engines), None)
+
+
+def previous_engine(state: EnginesState) -> str | None:
+    """The most recent engine active before the current one, still installed (after a rollback: the one rolled
+    back from, which `engine use` can bring back)."""
+    return next((t for t in reversed(state.history) if t != state.active and t in state.engines), None)
 
 
 def installed(state: EnginesState, tag: str) -> InstalledEngine | None:
     """The engine tagged `tag`, or None when none is installed under it."""
-    e = state._raw["engines"].get(tag)
-    return None if e is None else _typed(e)
+    return state.engines.get(tag)
 
 
 def engines(state: EnginesState) -> list[InstalledEngine]:
     """Every installed engine, in the order the state holds them (sort them where the order matters)."""
-    return [_typed(e) for e in state._raw["engines"].values()]
-
-
-def active_tag(state: EnginesState) -> str | None:
-    """The tag of the engine new instances start with, or None when none is active."""
-    tag = state._raw["active"]
-    return None if tag is None else str(tag)
+    return list(state.engines.values())
 
 
 def active(state: EnginesState) -> InstalledEngine | None:
     """The active engine, or None when none is."""
-    tag = active_tag(state)
-    return None if tag is None else installed(state, tag)
+    return None if state.active is None else state.engines.get(state.active)
 
 
 def tags(state: EnginesState) -> list[str]:
     """Every installed engine's tag, sorted."""
-    return sorted(state._raw["engines"])
+    return sorted(state.engines)
 
 
 def refusals(state: EnginesState) -> list[RefusedEvent]:
     """The installs (and activations of them) this projection would not trust, by seq."""
-    return refused_events(state._raw.get("refused", []))
+    return list(state.refused)

@@ -24,7 +24,7 @@ def installed_engines(app: Blazar) -> list[InstalledEngine]:
 
 
 def active_tag(app: Blazar) -> str | None:
-    return engines.active_tag(app.runner.state("engines"))
+    return app.runner.state("engines").active
 
 
 def rollback_target(app: Blazar) -> str | None:

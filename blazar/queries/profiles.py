@@ -9,7 +9,6 @@ from typing import Any, Literal
 
 from blazar.adapters.machine import this_machine
 from blazar.context import Blazar
-from blazar.projections import engines
 from blazar.projections.profiles import BenchEntry, Profile, Reset, bench, benches, last_reset, profile, stale_reason
 
 __all__ = ["ProfileStatus", "profile_status"]
@@ -61,7 +60,7 @@ class ProfileStatus:
 def profile_status(app: Blazar, model: str) -> ProfileStatus:
     """`model`'s profile against the active engine build and this machine, as the supervisor judges it at a load."""
     state = app.runner.state("profiles")
-    tag = engines.active_tag(app.runner.state("engines"))
+    tag = app.runner.state("engines").active
     p = profile(state, model)
     why = None if p is None else stale_reason(p, tag, this_machine().fingerprint)
     winner = None if p is None or p.bench_id is None else bench(state, model, p.bench_id)

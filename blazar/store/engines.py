@@ -50,7 +50,6 @@ from blazar.projections.engines import (
     EnginesState,
     InstalledEngine,
     active,
-    active_tag,
     installed,
     previous_engine,
     rollback_target,
@@ -292,7 +291,7 @@ async def _install(app: Blazar, src: EngineSourceFiles, *, source_kind: Literal[
     finally:
         await asyncio.to_thread(_remove_dir, staged.dir)  # gone already when it was placed
     if activate:
-        if active_tag(_state(app)) == tag:
+        if _state(app).active == tag:
             say(f"engine {tag} is already the active engine")
         else:
             await _activate(app, tag, reason=reason, say=say, gate=gate)
@@ -323,7 +322,7 @@ async def _activate(app: Blazar, tag: str, *, reason: Literal["install", "use", 
     """Verify every file, then the smoke gate, then `gate` when an engine is active already; verify or smoke failing
     records a refusal (the gate records its own) and the active engine stays."""
     entry = _entry(app, tag)
-    previous = active_tag(_state(app))
+    previous = _state(app).active
     root = app.paths.engines / tag
     problems = await asyncio.to_thread(check_files, root, entry.files)
     (verified,) = await app.record(EngineVerified(tag=tag, ok=not problems, checked_files=len(entry.files),
@@ -367,7 +366,7 @@ async def _refuse(app: Blazar, tag: str, reason: Literal["smoke_failed", "verify
 async def use_engine(app: Blazar, tag: str, *, progress: Progress | None = None, gate: Gate | None = None) -> None:
     """Make `tag` the active engine, through verify, the smoke gate and `gate`."""
     _entry(app, tag)
-    if active_tag(_state(app)) == tag:
+    if _state(app).active == tag:
         (progress or (lambda _line: None))(f"engine {tag} is already the active engine")
         return
     await _activate(app, tag, reason="use", say=progress or (lambda _line: None), gate=gate)
@@ -386,7 +385,7 @@ async def verify_engine(app: Blazar, tag: str | None = None) -> EngineVerified:
     """Hash every file of `tag` (default: the active engine) against its install record and record the result;
     EngineVerifyFailed names each file that differs."""
     if tag is None:
-        tag = active_tag(_state(app))
+        tag = _state(app).active
         if tag is None:
             raise NoEngine()
     entry = _entry(app, tag)
@@ -402,7 +401,7 @@ def prune_candidates(state: EnginesState, *, keep_previous: bool = True,
                      in_use: set[str] | frozenset[str] = frozenset()) -> list[str]:
     """Every engine but the active one, any in use, and unless `keep_previous` is off, the rollback target and the
     engine active just before the current one (they differ after a rollback)."""
-    keep = {active_tag(state), *in_use}
+    keep = {state.active, *in_use}
     if keep_previous:
         keep |= {rollback_target(state), previous_engine(state)}
     return [t for t in tags(state) if t not in keep]

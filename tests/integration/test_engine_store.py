@@ -91,15 +91,16 @@ async def test_an_engine_that_dies_of_sigill_is_refused_and_the_active_one_stays
     assert (refused.seq, refused.event.tag, refused.event.reason) == (exc.value.seq, bad, "smoke_failed")
     assert refused.cause == smoke.seq
     state = engines_state(app)
-    assert state["active"] == good and active_engine(app).tag == good
-    assert state["engines"][bad]["refused"]["reason"] == "smoke_failed"  # installed, listed, never active
+    refusal = state.engines[bad].refused
+    assert state.active == good and active_engine(app).tag == good
+    assert refusal is not None and refusal.reason == "smoke_failed"  # installed, listed, never active
 
 
 async def test_verify_names_a_corrupted_file_and_use_then_refuses_it(app: Blazar, engine_binary: Path,
                                                                     real_copy: Path) -> None:
     a = await install_engine(app, source="path", path=engine_binary)
     b = await install_engine(app, source="path", path=real_copy)
-    assert engines_state(app)["active"] == b
+    assert engines_state(app).active == b
     assert (await verify_engine(app, a)).ok
 
     copied = app.paths.engines / a / engine_binary.name
@@ -117,7 +118,7 @@ async def test_verify_names_a_corrupted_file_and_use_then_refuses_it(app: Blazar
     assert refused.value.reason == "verify_failed"
     (rec,) = await events(app, "engine.activation_refused")
     assert rec.event.reason == "verify_failed" and engine_binary.name in rec.event.detail
-    assert engines_state(app)["active"] == b
+    assert engines_state(app).active == b
     assert [r.event.tag for r in await events(app, "engine.smoke_tested")] == [a, b]  # no smoke test after a bad verify
 
 
@@ -125,9 +126,9 @@ async def test_use_switches_engines_and_rollback_reactivates_the_previous(app: B
                                                                          real_copy: Path) -> None:
     a = await install_engine(app, source="path", path=engine_binary)
     b = await install_engine(app, source="path", path=real_copy, activate=False)
-    assert engines_state(app)["active"] == a
+    assert engines_state(app).active == a
     await use_engine(app, b)
-    assert engines_state(app)["active"] == b
+    assert engines_state(app).active == b
 
     assert await rollback_engine(app) == a
     assert active_engine(app).tag == a
@@ -148,7 +149,7 @@ async def test_prune_removes_old_engines_but_never_the_active_one_and_rollback_s
     leftover.mkdir()
 
     assert await prune_engines(app) == [old]
-    assert sorted(engines_state(app)["engines"]) == sorted([a, b])
+    assert sorted(engines_state(app).engines) == sorted([a, b])
     assert sorted(p.name for p in app.paths.engines.iterdir()) == sorted([a, b])
     (removed,) = await events(app, "engine.removed")
     assert (removed.event.tag, removed.event.reason, removed.event.freed_bytes) == (old, "prune",
@@ -156,6 +157,6 @@ async def test_prune_removes_old_engines_but_never_the_active_one_and_rollback_s
     assert await rollback_engine(app) == a
 
     assert await prune_engines(app, keep_previous=False) == [b]
-    assert engines_state(app)["active"] == a and sorted(engines_state(app)["engines"]) == [a]
+    assert engines_state(app).active == a and sorted(engines_state(app).engines) == [a]
     assert await prune_engines(app, keep_previous=False) == []
     assert active_engine(app).binary.is_file()

@@ -23,6 +23,7 @@ from blazar.events.types import decode
 from blazar.operations.snapshot_verify import verify_snapshot
 from blazar.paths import Paths
 from blazar.projections import all_projections
+from blazar.projections.codec import codec_for
 from tests.conftest import Cli
 from tests.support.snapshots import EXIT_SNAPSHOT_REFUSED, change_config, fingerprint, seed_and_snapshot, sha
 
@@ -39,8 +40,11 @@ def _plus_event(state: dict[str, Any], line: dict[str, Any]) -> dict[str, Any]:
     expected = copy.deepcopy(state)
     for p in all_projections():
         if p.wants(rec.type):
-            # Every projection that folds this event shows its state as is (view == state).
-            expected["projections"][p.name] = p.apply(expected["projections"][p.name], rec)
+            # Every projection that folds this event shows its state as is (view == the codec's JSON of it).
+            codec = codec_for(p.state_type)
+            state = expected["projections"][p.name]
+            expected["projections"][p.name] = (p.apply(state, rec) if codec.plain else
+                                               codec.jsonable(p.apply(codec.load(orjson.dumps(state)), rec)))
     expected["seq"] = rec.seq
     return expected
 

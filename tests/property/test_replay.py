@@ -46,6 +46,7 @@ from blazar.projections.checkpoints import drop_checkpoints, load_checkpoints
 from blazar.projections.runner import ProjectionRunner
 from blazar.queries.state import state_at
 from tests.support.catalog import imported
+from tests.support.replay_events import engine_event, instance_event, key_event, worker_event
 from tests.support.states import json_bytes
 
 # Each example opens a fresh database and fsyncs every append: keep the counts modest.
@@ -266,7 +267,8 @@ class _Item:
 _item = st.builds(
     _Item,
     event=st.one_of(_config_spec(), _config_spec(), _snapshot, _pinged, _flagged, _session_event, _remote_event,
-                    _catalog_event, _measured, _profile_event, _node_event),
+                    _catalog_event, _measured, _profile_event, _node_event, instance_event, engine_event, key_event,
+                    worker_event),
     actor=st.one_of(st.sampled_from(["cli:alice", "cli:bob", "user:carol", "daemon", "gateway"]),
                     _text.filter(bool)),
     stream=st.one_of(st.none(), st.sampled_from(["system", "model:qwen", "engine:e1", "instance:i-7"])),

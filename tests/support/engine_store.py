@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 from blazar.context import Blazar
+from blazar.projections.engines import EnginesState
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llama_server"
 
@@ -25,8 +26,8 @@ def size_and_sha256(path: Path) -> tuple[int, str]:
     return len(data), hashlib.sha256(data).hexdigest()
 
 
-def engines_state(app: Blazar) -> dict:
-    return app.runner.raw_state("engines")
+def engines_state(app: Blazar) -> EnginesState:
+    return app.runner.state("engines")
 
 
 def stand_in(path: Path, serve: str, *, note: str = "") -> Path:

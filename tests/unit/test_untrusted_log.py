@@ -25,7 +25,7 @@ from blazar.instances.supervisor import Supervisor
 from blazar.operations.config import set_value
 from blazar.projections import CatalogProjection, EnginesProjection, fold
 from blazar.projections.catalog import stored
-from blazar.projections.engines import EnginesState, active_tag
+from blazar.projections.engines import refusals
 from blazar.projections.sessions import SessionsProjection, bank_entries
 from blazar.serving.session_commands import remove_session
 from blazar.store import engine_verify
@@ -91,10 +91,10 @@ def test_an_import_naming_a_file_outside_the_store_is_no_model_and_is_kept_as_re
 def test_an_engine_installed_outside_its_directory_is_never_installed_nor_activated() -> None:
     state = folded(EnginesProjection(), installed("good"), EngineActivated(tag="good", reason="install"),
                    installed("evil", binary="/tmp/outside/evil.sh"), EngineActivated(tag="evil", reason="use"))
-    assert set(state["engines"]) == {"good"}
-    assert active_tag(EnginesState(state)) == "good" and state["history"] == ["good"]
-    assert [(r["seq"], r["type"]) for r in state["refused"]] == [(3, "engine.installed"), (4, "engine.activated")]
-    assert "binary '/tmp/outside/evil.sh' is absolute" in state["refused"][0]["paths"]
+    assert set(state.engines) == {"good"}
+    assert state.active == "good" and state.history == ["good"]
+    assert [(r.seq, r.type) for r in refusals(state)] == [(3, "engine.installed"), (4, "engine.activated")]
+    assert "binary '/tmp/outside/evil.sh' is absolute" in refusals(state)[0].paths
 
 
 def test_a_save_naming_a_file_outside_the_bank_enters_no_bank_and_counts_nowhere() -> None:

@@ -30,7 +30,7 @@ from blazar.projections import all_projections
 from blazar.projections.base import fold
 from blazar.projections.catalog import models as catalog_models
 from blazar.projections.nodes import NodesProjection, node, nodes
-from blazar.projections.residency import ResidencyProjection, ResidencyState, instances
+from blazar.projections.residency import ResidencyProjection, engine_tags_in_use, instances
 from blazar.projections.runner import ProjectionRunner
 from tests.support.events import rec
 from tests.support.states import through_checkpoint
@@ -72,12 +72,13 @@ def test_residency_is_per_node_and_a_down_node_loses_its_instances() -> None:
     state = fold(p, [rec(1, starting("i1", "a")), rec(2, starting("i2", "b")), rec(3, starting("i3", "b", "n")),
                      rec(4, starting("i0", ""))])
     # "": from before nodes, anyone's
-    assert [i.instance_id for i in instances(ResidencyState(state), node="a")] == ["i1", "i0"]
-    assert {i.node for i in instances(ResidencyState(state))} == {"a", "b", ""}
+    assert [i.instance_id for i in instances(state, node="a")] == ["i1", "i0"]
+    assert {i.node for i in instances(state)} == {"a", "b", ""}
     state = fold(p, [rec(5, NodeDown(name="b", noticed_by="a", instances_lost=["i2", "i3"]))], state)
-    assert [i.instance_id for i in instances(ResidencyState(state))] == ["i1", "i0"]
-    assert state["models"]["n"]["last_exit"]["reason"] == "node_lost"
-    assert state["engine_tags_in_use"] == {"t": 2}
+    assert [i.instance_id for i in instances(state)] == ["i1", "i0"]
+    last_exit = state.models["n"].last_exit
+    assert last_exit is not None and last_exit.reason == "node_lost"
+    assert engine_tags_in_use(state) == {"t"}
 
 
 async def test_the_keeper_marks_a_silent_node_down_once_with_its_instances(app: Blazar, clock: FakeClock) -> None:

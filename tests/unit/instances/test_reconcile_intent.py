@@ -22,9 +22,9 @@ def _intent(iid: str, port: int, binary: str = "llama-server") -> InstanceStarti
 
 async def test_an_intent_never_spawned_is_recorded_lost(app: Blazar) -> None:
     (intent,) = await app.record(_intent("a1", 40001))
-    assert app.runner.raw_state("residency")["instances"]["a1"]["pid"] is None
+    assert app.runner.state("residency").instances["a1"].pid is None
     assert await reconcile(app) == ["a1"]
-    assert app.runner.raw_state("residency")["instances"] == {}
+    assert app.runner.state("residency").instances == {}
     exits = [r async for r in app.log.read(types=["instance.exited"])]
     assert len(exits) == 1 and exits[0].event.reason == "lost" and exits[0].cause == intent.seq
     assert "no process was spawned" in exits[0].event.detail

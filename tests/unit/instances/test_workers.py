@@ -23,10 +23,11 @@ from blazar.fit.planner import FitRequest, plan
 from blazar.instances.budget import budget_devices, worker_bytes_needed, worker_devices
 from blazar.instances.worker import run_worker
 from blazar.projections.base import fold
-from blazar.projections.residency import ResidencyProjection, ResidencyState, instances
-from blazar.projections.workers import WorkersProjection, WorkersState, workers
+from blazar.projections.residency import ResidencyProjection, instances
+from blazar.projections.workers import WorkersProjection, workers
 from tests.support.events import rec
 from tests.support.fit_models import GiB, MiB, gemma3_270m, gpu, host
+from tests.support.states import through_checkpoint
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "llama_server"
 BIN, MODEL = Path("/opt/llama-server"), Path("/models/gemma.gguf")
@@ -119,15 +120,16 @@ def test_the_workers_projection_follows_starts_crashes_and_stops() -> None:
                              network=True)),
         rec(3, WorkerStopped(name="w1", reason="crashed", exit_code=-9)),
     ])
-    assert [w.name for w in workers(WorkersState(state), up_only=True)] == ["w2"]
-    w1 = next(w for w in workers(WorkersState(state)) if w.name == "w1")
+    assert [w.name for w in workers(state, up_only=True)] == ["w2"]
+    w1 = next(w for w in workers(state) if w.name == "w1")
     assert not w1.up and w1.crashes == 1 and w1.stop_reason == "crashed"
     state = fold(p, [rec(4, WorkerStarted(name="w1", host="127.0.0.1", port=50061, mem_bytes=GiB, pid=12,
                                           engine_tag="t"))], state)
-    w1 = next(w for w in workers(WorkersState(state)) if w.name == "w1")
+    w1 = next(w for w in workers(state) if w.name == "w1")
     assert w1.up and w1.pid == 12 and w1.crashes == 1 and w1.address == "127.0.0.1:50061"
     state = fold(p, [rec(5, WorkerStopped(name="w2", reason="stopped"))], state)
-    assert [w.name for w in workers(WorkersState(state), up_only=True)] == ["w1"]
+    assert [w.name for w in workers(state, up_only=True)] == ["w1"]
+    assert through_checkpoint(p, state) == state
 
 
 def test_residency_records_the_workers_an_instance_uses() -> None:
@@ -135,7 +137,7 @@ def test_residency_records_the_workers_an_instance_uses() -> None:
                           ctx_tokens=4096, engine_ctx=4096, slots=1, planned_bytes=1, estimate_bytes=1,
                           workers={W1: 6, W2: 5})
     state = fold(ResidencyProjection(), [rec(1, ev)])
-    (inst,) = instances(ResidencyState(state))
+    (inst,) = instances(state)
     assert inst.workers == {W1: 6, W2: 5}
 
 

@@ -17,10 +17,11 @@ from blazar.events.keys import KeyCreated, KeyLimitsChanged, KeyRevoked, KeyRota
 from blazar.operations import keys as handlers
 from blazar.operations.keys import KeyCommandError, digest, new_secret, prefix_of
 from blazar.projections.base import fold
-from blazar.projections.keys import KeysProjection, KeysState, auth_on
+from blazar.projections.keys import KeysProjection, auth_on
 from blazar.projections.keys import key as api_key
 from blazar.serving.principal import Principal, is_admin
 from tests.support.events import rec
+from tests.support.states import through_checkpoint
 
 
 def created(name: str, secret: str | None = None, **kw: object) -> tuple[KeyCreated, str]:
@@ -37,10 +38,11 @@ def test_projection_indexes_live_keys_by_prefix_and_marks_revoked_ones() -> None
     a, _ = created("alice", models=["gemma*"], rpm=5)
     b, _ = created("bob", admin=True)
     state = fold(KeysProjection(), [rec(1, a), rec(2, b), rec(3, KeyRevoked(name="bob"))])
-    assert state["by_prefix"] == {a.prefix: "alice"}
-    assert state["keys"]["alice"]["models"] == ["gemma*"] and state["keys"]["alice"]["rpm"] == 5
-    assert state["keys"]["bob"]["revoked"] is True and state["keys"]["bob"]["revoked_ts"] == 1003.0
-    assert state["live"] == 1 and auth_on(KeysState(state))
+    assert state.by_prefix == {a.prefix: "alice"}
+    assert state.keys["alice"].models == ("gemma*",) and state.keys["alice"].rpm == 5
+    assert state.keys["bob"].revoked is True and state.keys["bob"].revoked_ts == 1003.0
+    assert state.live == 1 and auth_on(state)
+    assert through_checkpoint(KeysProjection(), state) == state
 
 
 def test_rotation_moves_the_index_to_the_new_prefix_and_limits_change_only_the_given_fields() -> None:
@@ -49,17 +51,17 @@ def test_rotation_moves_the_index_to_the_new_prefix_and_limits_change_only_the_g
     events = [rec(1, a), rec(2, KeyRotated(name="alice", prefix=made.prefix, salt=made.salt, hash=made.hash)),
               rec(3, KeyLimitsChanged(name="alice", changed={"rpm": None, "models": ["q*"]}))]
     state = fold(KeysProjection(), events)
-    assert state["by_prefix"] == {made.prefix: "alice"}
-    key = state["keys"]["alice"]
-    assert (key["hash"], key["salt"], key["rotated_ts"]) == (made.hash, made.salt, 1002.0)
-    assert key["rpm"] is None and key["tpm"] == 100 and key["models"] == ["q*"]
+    assert state.by_prefix == {made.prefix: "alice"}
+    key = state.keys["alice"]
+    assert (key.hash, key.salt, key.rotated_ts) == (made.hash, made.salt, 1002.0)
+    assert key.rpm is None and key.tpm == 100 and key.models == ("q*",)
 
 
 def test_auth_is_off_with_no_key_and_again_once_every_key_is_revoked() -> None:
     a, _ = created("alice")
-    assert not auth_on(KeysState(KeysProjection().initial()))
-    assert auth_on(KeysState(fold(KeysProjection(), [rec(1, a)])))
-    assert not auth_on(KeysState(fold(KeysProjection(), [rec(1, a), rec(2, KeyRevoked(name="alice"))])))
+    assert not auth_on(KeysProjection().initial())
+    assert auth_on(fold(KeysProjection(), [rec(1, a)]))
+    assert not auth_on(fold(KeysProjection(), [rec(1, a), rec(2, KeyRevoked(name="alice"))]))
 
 
 def test_a_revoked_key_is_not_brought_back_by_a_later_rotation_or_limit_change() -> None:
@@ -68,13 +70,14 @@ def test_a_revoked_key_is_not_brought_back_by_a_later_rotation_or_limit_change()
     state = fold(KeysProjection(), [rec(1, a), rec(2, KeyRevoked(name="alice")),
                                     rec(3, KeyRotated(name="alice", prefix=made.prefix, salt=made.salt,
                                                       hash=made.hash))])
-    assert state["by_prefix"] == {} and state["keys"]["alice"]["revoked"]
+    assert state.by_prefix == {} and state.keys["alice"].revoked
 
 
 def test_the_view_and_the_audit_details_never_show_a_salt_or_hash() -> None:
     a, _ = created("alice")
     view = KeysProjection().view(fold(KeysProjection(), [rec(1, a)]))
     assert "salt" not in view["keys"]["alice"] and "hash" not in view["keys"]["alice"]
+    assert view["keys"]["alice"]["models"] == [] and view["live"] == 1
     made = new_secret()
     for ev in (a, KeyRotated(name="alice", prefix=made.prefix, salt=made.salt, hash=made.hash)):
         details = ev.audit_details()
@@ -101,7 +104,7 @@ def test_a_new_secret_never_reuses_a_live_prefix() -> None:
 
 def _auth(events: list[Event], clock: FakeClock | None = None, admin_token: str | None = None) -> Authenticator:
     state = fold(KeysProjection(), [rec(i, e) for i, e in enumerate(events, 1)])
-    return Authenticator(lambda: KeysState(state), clock or FakeClock(), rules=access_rules(), admin_token=admin_token,
+    return Authenticator(lambda: state, clock or FakeClock(), rules=access_rules(), admin_token=admin_token,
                          admin_actor="cli:me")
 
 
@@ -180,7 +183,7 @@ def test_inference_and_listing_routes_take_any_valid_key(route: str) -> None:
 def test_the_cluster_key_may_pull_and_infer_and_nothing_admin() -> None:
     a, _ = created("alice")
     state = fold(KeysProjection(), [rec(1, a)])
-    auth = Authenticator(lambda: KeysState(state), FakeClock(), rules=access_rules(), cluster_key="c" * 40)
+    auth = Authenticator(lambda: state, FakeClock(), rules=access_rules(), cluster_key="c" * 40)
     for route in ("/api/pull", "/v1/chat/completions", "/api/chat"):
         p = auth.check("POST", route, "c" * 40)
         assert p is not None and p.cluster and not p.admin
@@ -206,12 +209,12 @@ def test_scope_matches_the_clients_name_or_the_stores_and_no_pattern_means_every
     a, _ = created("a", models=["gemma*", "qwen3:8b"])
     b, _ = created("b")
     state = fold(KeysProjection(), [rec(1, a), rec(2, b)])
-    p = Principal("key:a", False, api_key(KeysState(state), "a"))
+    p = Principal("key:a", False, api_key(state, "a"))
     assert p.models == ("gemma*", "qwen3:8b")
     assert p.allows("gemma3")
     assert p.allows("my-alias", "gemma3")  # an alias of an allowed model
     assert p.allows("qwen3:8b") and not p.allows("qwen3:4b") and not p.allows("llama", "llama")
-    assert Principal("key:b", False, api_key(KeysState(state), "b")).allows("anything")
+    assert Principal("key:b", False, api_key(state, "b")).allows("anything")
     assert is_admin(None) and not is_admin(p)
 
 
@@ -222,7 +225,7 @@ async def test_create_records_the_hash_not_the_secret_and_refuses_a_duplicate(ap
     ev = rec_.event
     assert isinstance(ev, KeyCreated) and ev.hash == digest(ev.salt, secret) and ev.prefix == secret[4:12]
     assert secret not in rec_.to_json().__repr__()
-    assert app.runner.raw_state("keys")["by_prefix"] == {ev.prefix: "alice"}
+    assert app.runner.state("keys").by_prefix == {ev.prefix: "alice"}
     with pytest.raises(KeyCommandError, match="exists already"):
         await handlers.create(app, "alice")
     seq = await app.log.last_seq()
@@ -235,7 +238,7 @@ async def test_create_records_the_hash_not_the_secret_and_refuses_a_duplicate(ap
 async def test_create_refuses_unsafe_names(app: Blazar, name: str) -> None:
     with pytest.raises(KeyCommandError, match="invalid key name"):
         await handlers.create(app, name)
-    assert app.runner.raw_state("keys")["keys"] == {}
+    assert app.runner.state("keys").keys == {}
 
 
 async def test_create_refuses_bad_limits_patterns_and_expiry(app: Blazar) -> None:
@@ -249,7 +252,7 @@ async def test_create_refuses_bad_limits_patterns_and_expiry(app: Blazar) -> Non
         await handlers.create(app, "a", expires="-5m")
     with pytest.raises(KeyCommandError):
         await handlers.create(app, "a", expires="soon")
-    assert app.runner.raw_state("keys")["keys"] == {}
+    assert app.runner.state("keys").keys == {}
     rec_, _ = await handlers.create(app, "a", expires="30d")
     assert rec_.event.expires_ts == pytest.approx(app.clock.now() + 30 * 86400)  # type: ignore[attr-defined]
 
@@ -257,9 +260,9 @@ async def test_create_refuses_bad_limits_patterns_and_expiry(app: Blazar) -> Non
 def test_a_daily_audio_limit_is_kept_changed_and_read_like_the_others() -> None:
     a, _ = created("alice", daily_tokens=1000, daily_audio_s=600)
     state = fold(KeysProjection(), [rec(1, a)])
-    assert api_key(KeysState(state), "alice").daily_audio_s == 600  # type: ignore[union-attr]
+    assert api_key(state, "alice").daily_audio_s == 600  # type: ignore[union-attr]
     state = fold(KeysProjection(), [rec(1, a), rec(2, KeyLimitsChanged(name="alice", changed={"daily_audio_s": 60}))])
-    k = api_key(KeysState(state), "alice")
+    k = api_key(state, "alice")
     assert k is not None and (k.daily_audio_s, k.daily_tokens) == (60, 1000)
     assert k.public()["daily_audio_s"] == 60
 
@@ -267,8 +270,8 @@ def test_a_daily_audio_limit_is_kept_changed_and_read_like_the_others() -> None:
 async def test_rotate_revoke_and_limits(app: Blazar) -> None:
     _, old = await handlers.create(app, "alice", rpm=5)
     _, new = await handlers.rotate(app, "alice")
-    state = app.runner.raw_state("keys")
-    assert prefix_of(new) in state["by_prefix"] and prefix_of(old) not in state["by_prefix"]
+    state = app.runner.state("keys")
+    assert prefix_of(new) in state.by_prefix and prefix_of(old) not in state.by_prefix
     assert await handlers.change_limits(app, "alice", {"rpm": 5}) is None  # nothing changed: no event
     rec_ = await handlers.change_limits(app, "alice", {"rpm": 0, "tpm": 50})
     assert rec_ is not None and rec_.event.changed == {"rpm": None, "tpm": 50}  # type: ignore[attr-defined]
@@ -277,7 +280,7 @@ async def test_rotate_revoke_and_limits(app: Blazar) -> None:
     with pytest.raises(KeyCommandError):
         await handlers.change_limits(app, "alice", {"daily_audio_s": 1.5})
     await handlers.revoke(app, "alice")
-    assert state["keys"]["alice"]["revoked"] and not state["live"]
+    assert state.keys["alice"].revoked and not state.live
     for op in (handlers.rotate(app, "alice"), handlers.revoke(app, "alice"), handlers.rotate(app, "nobody")):
         with pytest.raises(KeyCommandError):
             await op
@@ -315,7 +318,7 @@ async def test_what_a_key_may_hold_is_kept_changed_and_reset_to_the_settings(app
 def test_metrics_count_requests_and_tokens_by_the_key_that_is_the_actor() -> None:
     from blazar.events.requests import RequestCompleted, RequestReceived, RequestRejected
     from blazar.projections.metrics import KeyUsage, MetricsProjection
-    from blazar.projections.residency import ResidencyProjection, ResidencyState
+    from blazar.projections.residency import ResidencyProjection
     from blazar.queries.metrics import render_prometheus
 
     def by(seq: int, event: Event, actor: str, ts: float = 2 * 86400 + 5) -> Recorded:
@@ -331,7 +334,7 @@ def test_metrics_count_requests_and_tokens_by_the_key_that_is_the_actor() -> Non
                "daemon:root")]
     state = fold(MetricsProjection(), recs)
     assert state.keys["alice"] == KeyUsage(day=2, requests_today=2, tokens_today=10)
-    text = render_prometheus(state, ResidencyState(ResidencyProjection().initial()))
+    text = render_prometheus(state, ResidencyProjection().initial())
     assert 'blazar_key_requests_total{key="alice",status="200"} 1' in text
     assert 'blazar_key_requests_total{key="alice",status="429"} 1' in text
     assert 'blazar_key_tokens_total{key="alice",direction="in"} 7' in text

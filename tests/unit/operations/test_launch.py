@@ -118,9 +118,9 @@ def test_a_key_name_says_launch_and_the_command_and_is_a_valid_unique_name(comma
 
 
 async def test_with_keys_off_no_key_is_minted_so_auth_stays_off(app: Blazar) -> None:
-    before = app.runner.raw_state("keys")["live"]
+    before = app.runner.state("keys").live
     assert await launch.mint(app, "python", None, expires="1h") is None
-    assert app.runner.raw_state("keys")["live"] == before == 0
+    assert app.runner.state("keys").live == before == 0
 
 
 async def test_with_keys_on_the_key_is_scoped_expiring_and_not_admin_and_revoke_ends_it(app: Blazar,
@@ -150,7 +150,7 @@ async def test_without_a_model_the_key_may_use_every_model(app: Blazar) -> None:
 async def test_a_bad_expiry_is_refused_before_anything_is_recorded(app: Blazar, keys_on: bool) -> None:
     if keys_on:
         await keys.create(app, "root", admin=True)
-    count = len(app.runner.raw_state("keys")["keys"])
+    count = len(app.runner.state("keys").keys)
     with pytest.raises(KeyCommandError, match="--expires"):
         await launch.mint(app, "python", None, expires="soon")
-    assert len(app.runner.raw_state("keys")["keys"]) == count
+    assert len(app.runner.state("keys").keys) == count

@@ -60,9 +60,9 @@ FAMILIES = {
 }
 
 
-def render(m: MetricsState, r: dict[str, Any], **kw: Any) -> str:
-    """/metrics over folded states (residency's JSON, as the runner holds it)."""
-    return render_prometheus(m, ResidencyState(r), **kw)
+def render(m: MetricsState, r: ResidencyState, **kw: Any) -> str:
+    """/metrics over folded states, as the runner holds them."""
+    return render_prometheus(m, r, **kw)
 
 
 
@@ -128,7 +128,7 @@ def story() -> list[Recorded]:
     return [rec(i + 1, e) for i, e in enumerate(events)]
 
 
-def states() -> tuple[MetricsState, dict[str, Any]]:
+def states() -> tuple[MetricsState, ResidencyState]:
     events = story()
     return fold(MetricsProjection(), events), fold(ResidencyProjection(), events)
 

@@ -69,7 +69,7 @@ def started(iid: str, **overrides: object) -> InstanceStarted:
 
 
 def test_instances_are_typed_oldest_first_with_the_intent_before_its_pid() -> None:
-    state = typed(ResidencyProjection(), recs(
+    state = fold(ResidencyProjection(), recs(
         started("i1"), InstanceStarting(**_facts("i2", model="gemma", tag="b2")),  # type: ignore[arg-type]
         InstanceReady(instance_id="i1", model="qwen", load_ms=800),
         InstanceMemoryMeasured(model="qwen", instance_id="i1", ctx_tokens=4096, slots=2, planned_bytes=480 * MiB,
@@ -87,15 +87,15 @@ def test_instances_are_typed_oldest_first_with_the_intent_before_its_pid() -> No
 
 
 def test_engine_tags_in_use_follow_the_instances_until_they_exit() -> None:
-    state = typed(ResidencyProjection(), recs(started("i1", tag="b1"), started("i2", tag="b2"),
+    state = fold(ResidencyProjection(), recs(started("i1", tag="b1"), started("i2", tag="b2"),
                                              started("i3", tag="b1"), InstanceExited(instance_id="i2", model="qwen",
                                                                                      reason="stopped")))
     assert residency.engine_tags_in_use(state) == {"b1"}
-    assert residency.engine_tags_in_use(typed(ResidencyProjection(), [])) == set()
+    assert residency.engine_tags_in_use(fold(ResidencyProjection(), [])) == set()
 
 
 def test_a_typed_circuit_and_the_open_circuits_until_expiry_or_reset() -> None:
-    state = typed(ResidencyProjection(), recs(
+    state = fold(ResidencyProjection(), recs(
         ModelCircuitOpened(model="qwen", crashes=3, window_s=60.0, open_until=2000.0),
         ModelCircuitOpened(model="gemma", crashes=2, window_s=60.0, open_until=3000.0),
         ModelCircuitReset(model="gemma")))
@@ -107,7 +107,7 @@ def test_a_typed_circuit_and_the_open_circuits_until_expiry_or_reset() -> None:
 
 
 def test_ps_rows_lay_live_figures_over_the_log_and_count_idleness_and_expiry() -> None:
-    state = typed(ResidencyProjection(), recs(
+    state = fold(ResidencyProjection(), recs(
         started("i1", model="zeta"), started("i2", model="alpha", pinned=True),
         InstanceReady(instance_id="i1", model="zeta", load_ms=5), InstanceReady(instance_id="i2", model="alpha",
                                                                                 load_ms=5),
@@ -170,15 +170,15 @@ def installed(tag: str) -> EngineInstalled:
 
 
 def test_installed_and_active_engines_are_typed_and_a_removal_leaves_none_active() -> None:
-    state = typed(EnginesProjection(), recs(installed("a"), installed("b"), EngineActivated(tag="a", reason="install")))
+    state = fold(EnginesProjection(), recs(installed("a"), installed("b"), EngineActivated(tag="a", reason="install")))
     a = engines.installed(state, "a")
     assert a is not None and a.tag == "a" and a.binary == "llama-server" and a.files == tuple(FILES)
     assert (a.source_kind, a.source, a.installed_seq) == ("path", "/opt/a", 1)
     assert a.version == {"version": "0.6.0"} and a.manifest == {"flags": []}
-    assert engines.active_tag(state) == "a" and engines.active(state) == a
+    assert state.active == "a" and engines.active(state) == a
     assert engines.installed(state, "nope") is None and engines.tags(state) == ["a", "b"]
-    gone = typed(EnginesProjection(), [rec(4, EngineRemoved(tag="a", reason="prune"))], state)
-    assert engines.active_tag(gone) is None and engines.active(gone) is None and engines.tags(gone) == ["b"]
+    gone = fold(EnginesProjection(), [rec(4, EngineRemoved(tag="a", reason="prune"))], state)
+    assert gone.active is None and engines.active(gone) is None and engines.tags(gone) == ["b"]
 
 
 # -- keys ----------------------------------------------------------------------------------------------------------
@@ -188,7 +188,7 @@ def key_created(name: str, prefix: str, **kw: object) -> KeyCreated:
 
 
 def test_keys_are_typed_and_only_live_ones_are_found_by_prefix() -> None:
-    state = typed(KeysProjection(), recs(
+    state = fold(KeysProjection(), recs(
         key_created("alice", "aaaaaaaa", models=["gemma*"], rpm=5, expires_ts=9999.0),
         key_created("bob", "bbbbbbbb", admin=True), KeyRevoked(name="bob"),
         KeyLimitsChanged(name="alice", changed={"tpm": 100, "models": ["q*", "gemma*"]}),

@@ -121,7 +121,7 @@ def test_records_seen_already_are_not_folded_twice() -> None:
     assert fold(again, seen).open_traces == {}
 
 
-def _residency(clock: FakeClock) -> dict:
+def _residency(clock: FakeClock) -> ResidencyState:
     proj = ResidencyProjection()
     state = proj.initial()
     for seq, ev in enumerate([
@@ -140,13 +140,13 @@ def test_an_instance_shows_memory_slots_and_keep_alive_left() -> None:
     f = Feed()
     state = _residency(f.clock)
     f.clock.advance(100.0)
-    rows = [r.to_json() for r in ps_rows(ResidencyState(state), now=f.clock.now())]
+    rows = [r.to_json() for r in ps_rows(state, now=f.clock.now())]
     [inst] = f.snap(rows, slots_busy={"gemma": 1}).instances
     assert (inst.model, inst.state, inst.planned_bytes, inst.measured_bytes, inst.slots, inst.slots_busy) == (
         "gemma", "ready", 300 * MiB, 280 * MiB, 2, 1)
     assert inst.keep_alive_left_s == 200.0 and inst.ctx_tokens == 4096
     assert f.snap(rows).instances[0].slots_busy is None  # nothing says how busy it is
-    live = [r.to_json() for r in ps_rows(ResidencyState(state), now=f.clock.now(),
+    live = [r.to_json() for r in ps_rows(state, now=f.clock.now(),
                                          live={"g1": {"in_flight": 2, "last_used": f.clock.now()}})]
     [busy] = f.snap(live, live_rows=True).instances
     assert busy.slots_busy == 2 and busy.keep_alive_left_s is None  # busy: the countdown has not started
@@ -166,8 +166,7 @@ def test_parse_metrics_reads_what_render_prometheus_writes() -> None:
     from blazar.projections.metrics import MetricsProjection
 
     live = {'we"ird\\name': {"queued": 3, "busy": 1, "slots": 2}, "gemma": {"queued": 0, "busy": 2, "slots": 2}}
-    text = render_prometheus(MetricsProjection().initial(),
-                             ResidencyState(ResidencyProjection().initial()), live=live)
+    text = render_prometheus(MetricsProjection().initial(), ResidencyProjection().initial(), live=live)
     sample = parse_metrics(text)
     assert sample.queue_depth == {'we"ird\\name': 3, "gemma": 0}
     assert sample.slots_busy == {'we"ird\\name': 1, "gemma": 2}

@@ -17,7 +17,7 @@ from blazar.instances.session_slots import LOST_MAX, SessionSlots
 from blazar.operations import keys as handlers
 from blazar.operations.keys import KeyCommandError
 from blazar.projections.base import fold
-from blazar.projections.keys import ApiKey, KeysProjection, KeysState
+from blazar.projections.keys import ApiKey, KeysProjection
 from blazar.projections.keys import key as api_key
 from blazar.projections.metrics import MetricsProjection, tokens_on
 from blazar.serving.call import Call, Desk
@@ -145,11 +145,11 @@ def test_identical_requests_share_a_generation_only_within_one_tenant() -> None:
 def test_the_keys_projection_folds_cache_groups_and_the_right_to_prioritize() -> None:
     made = KeyCreated(name="a", prefix="abcdefgh", salt="00", hash="00", cache_group="team", may_prioritize=True)
     state = fold(KeysProjection(), [rec(1, made)])
-    k = api_key(KeysState(state), "a")
+    k = api_key(state, "a")
     assert k is not None and k.cache_group == "team" and k.may_prioritize
     state = fold(KeysProjection(), [rec(2, KeyLimitsChanged(name="a", changed={"cache_group": None,
                                                                                "may_prioritize": False}))], state)
-    k = api_key(KeysState(state), "a")
+    k = api_key(state, "a")
     assert k is not None and k.cache_group is None and not k.may_prioritize
 
 

