@@ -79,9 +79,14 @@ def _no_step(_name: str) -> None:
 
 
 async def cutoff_seq(log: EventLog, cutoff: float) -> int:
-    """The newest live event recorded before `cutoff` (0 when none): ranges end there."""
-    rows = await log._fetch("SELECT seq FROM events WHERE ts < ? ORDER BY ts DESC, seq DESC LIMIT 1", (cutoff,))
-    return int(rows[0][0]) if rows else 0
+    """The last live event (by seq) recorded before `cutoff` (0 when none): ranges end there.
+
+    NOTE: by seq, not by time. Clocks out of step can record an event with an earlier time after one with a later
+    time; ending at the newest by time left such an event live, and the next run, with the same cutoff, archived it
+    (a run was not idempotent, and a later cutoff could archive less than an earlier one). The live events recorded
+    before the cutoff are the few since the last run (and the control events), so the `ts` index range is short."""
+    rows = await log._fetch("SELECT max(seq) FROM events WHERE ts < ?", (cutoff,))
+    return int(rows[0][0]) if rows and rows[0][0] is not None else 0
 
 
 async def archive(log: EventLog, *, cutoff: float, now: float, actor: str = ACTOR,

@@ -107,7 +107,7 @@ async def _growth(log: EventLog, *, now: float, oldest_ts: float | None, bytes_p
 async def _retention(log: EventLog, retention: Retention, ranges: list[ArchivedRange], types: list[str], *,
                      now: float) -> dict[str, Any]:
     """The policy in force and what a run now would move: the archivable events after the last archived range up to
-    the cutoff seq (the newest live event recorded before now - retention: `operations.archive.cutoff_seq`)."""
+    the cutoff seq (the last live event, by seq, recorded before now - retention: `operations.archive.cutoff_seq`)."""
     last_archived = await log._fetch("SELECT MAX(ts) FROM events WHERE type = 'log.archived'")
     info: dict[str, Any] = {"request_retention": retention.request_retention, "retention_s": retention.retention_s,
                             "archive_every_s": retention.archive_every_s, "cutoff": None, "cutoff_seq": None,

@@ -44,6 +44,20 @@ async def test_archiving_moves_old_request_events_and_records_it_first(
     assert again.segments == [] and await event_log.last_seq() == 10
 
 
+async def test_an_event_recorded_out_of_clock_order_before_the_cutoff_goes_in_the_first_run(
+        event_log: EventLog, clock: FakeClock) -> None:
+    # Found by test_archive_props: ranges ended at the newest event *by time* before the cutoff, so one recorded
+    # later with an earlier time (another process's clock behind) stayed live, and a second run with the same
+    # cutoff moved it. A range ends at the last event by seq recorded before the cutoff: one run does it all.
+    for i, ts in enumerate((T0 + 10, T0 + 20, T0 + 5, T0 + 90)):
+        clock.advance(ts - clock.now())
+        await event_log.append(received(f"t{i}", 0), actor="gateway", trace_id=f"t{i}-0000")
+    run = await archive(event_log, cutoff=T0 + 15, now=T0 + 100)
+    assert [(s.first_seq, s.last_seq, s.count) for s in run.segments] == [(1, 3, 3)]
+    assert await _live_seqs(event_log) == [4, 5]  # the newer request, and the log.archived event
+    assert (await archive(event_log, cutoff=T0 + 15, now=T0 + 200)).segments == []
+
+
 @pytest.mark.parametrize(("filters", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 async def test_every_read_answers_as_before_archiving(
         event_log: EventLog, seeded: list[Recorded], filters: dict[str, Any], expected: list[int]) -> None:

@@ -200,9 +200,8 @@ async def _reads(log: EventLog, upto: int, records: list[Recorded]) -> dict[str,
 
 
 def _top(records: list[Recorded], cutoff: float) -> int:
-    """The seq a range ends at: the newest event (by time, then seq) recorded before the cutoff."""
-    older = [(r.ts, r.seq) for r in records if r.ts < cutoff]
-    return max(older)[1] if older else 0
+    """The seq a range ends at: the last event (by seq) recorded before the cutoff (operations.archive.cutoff_seq)."""
+    return max((r.seq for r in records if r.ts < cutoff), default=0)
 
 
 # -- properties -------------------------------------------------------------------------------------------
