@@ -17,10 +17,9 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from blazar.errors import OutsideHome
-from blazar.events.base import Event, Recorded
+from blazar.events.base import Event
 from blazar.events.engines import EngineInstalled
 from blazar.events.instances import InstanceStarted, InstanceStarting
 from blazar.events.lora import LoraAdded
@@ -166,11 +165,6 @@ def untrusted(event: Event) -> list[Untrusted]:
 def describe(seq: int, type_name: str, problems: list[Untrusted]) -> str:
     """One line naming the event and each untrusted path in it."""
     return f"seq {seq} {type_name}: " + "; ".join(str(p) for p in problems)
-
-
-def refused(rec: Recorded, problems: list[Untrusted], **facts: Any) -> dict[str, Any]:
-    """What a projection keeps of an event it would not trust (its `refused` list): the event and why."""
-    return {"seq": rec.seq, "type": rec.type, "paths": [str(p) for p in problems], **facts}
 
 
 def inside(root: Path, path: Path | str, *, what: str) -> Path:

@@ -3,7 +3,7 @@
 from typing import Any
 
 from blazar.projections.audit import AuditProjection
-from blazar.projections.base import Projection, State, fold
+from blazar.projections.base import Projection, fold
 from blazar.projections.batches import BatchesProjection
 from blazar.projections.calibration import CalibrationProjection
 from blazar.projections.catalog import CatalogProjection

@@ -14,33 +14,14 @@ answer the questions that need more than a field.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 from blazar.events.base import Recorded
 from blazar.projections.codec import codec_for
 
-State = dict[str, Any]  # the untyped states' JSON (going: see TypedState)
 S = TypeVar("S")
-
-
-class TypedState:
-    """An untyped projection's state as the rest of Blazar holds it: an opaque handle over its JSON dict that its
-    module's readers take. Each projection moves to a typed state (a dataclass) and leaves this behind.
-
-    NOTE: no `__getitem__`, on purpose: `runner.state("catalog")["models"]` is a mypy error, so code outside
-    `blazar/projections/` cannot grow a dependency on the state's JSON layout. Each projection subclasses it
-    (`CatalogState`), so a reader given another projection's state is a mypy error too.
-    """
-
-    __slots__ = ("_raw",)
-    plain_json: ClassVar[bool] = True  # the codec writes the dict as JSON, keys sorted
-
-    def __init__(self, raw: State) -> None:
-        self._raw = raw
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({len(self._raw)} keys)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +32,10 @@ class RefusedEvent:
     type: str
     paths: tuple[str, ...]  # what each untrusted path is and why
 
-
-def refused_events(raw: list[dict[str, Any]]) -> list[RefusedEvent]:
-    """A projection's `refused` list (confine.refused's records), typed."""
-    return [RefusedEvent(seq=int(r["seq"]), type=str(r["type"]), paths=tuple(str(p) for p in r["paths"]))
-            for r in raw]
+    @classmethod
+    def of(cls, rec: Recorded, problems: Iterable[object]) -> RefusedEvent:
+        """What a projection keeps of `rec`, refused for `problems` (confine.untrusted's, or its own words)."""
+        return cls(rec.seq, rec.type, tuple(str(p) for p in problems))
 
 
 class Projection(ABC, Generic[S]):
@@ -67,7 +47,7 @@ class Projection(ABC, Generic[S]):
     # log, a runner with a node folds only that node's node-local events (and those with no node), and keeps its
     # checkpoint under its own name ("catalog@gpu-1").
     node_local: ClassVar[bool] = False
-    # The state's class (a dataclass the codec reads and writes); an untyped projection's TypedState handle.
+    # The state's class: a dataclass the codec reads and writes.
     state_type: ClassVar[type[Any]]
 
     @abstractmethod

@@ -101,7 +101,7 @@ class BatchesState:
 
 
 def _refused(rec: Recorded, what: str, ident: str) -> RefusedEvent:
-    return RefusedEvent(rec.seq, rec.type, (f"{what} id {ident[:80]!r} is not one Blazar makes",))
+    return RefusedEvent.of(rec, [f"{what} id {ident[:80]!r} is not one Blazar makes"])
 
 
 _BATCH = (BatchCreated, BatchValidated, BatchFailed, BatchLineDone, BatchCancelling, BatchCompleted, BatchCancelled,

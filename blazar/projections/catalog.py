@@ -208,7 +208,7 @@ class CatalogProjection(Projection[CatalogState]):
         ev = rec.event
         if isinstance(ev, ModelImported | ModelVariantCreated | ModelProjectorSet | LoraAdded) and (
                 problems := untrusted(ev)):
-            state.refused.append(RefusedEvent(seq=rec.seq, type=rec.type, paths=tuple(str(p) for p in problems)))
+            state.refused.append(RefusedEvent.of(rec, problems))
         elif isinstance(ev, ModelImported):
             state.models[ev.name] = StoredModel(
                 name=ev.name, file=ev.path, sha256=ev.sha256, bytes=ev.bytes, metadata=ev.metadata, seq=rec.seq,

@@ -5,32 +5,26 @@ it, so a checkpoint is validated as it is loaded (a field the state does not hav
 corrupt checkpoint and the projection rebuilds) and the schema it writes is one golden per projection and version
 (tests/fixtures/projections/, tests/unit/projections/test_state_goldens.py): a change to a state's shape without a
 new `version` fails that test, because the old checkpoints would no longer load.
-
-The states not yet typed (a `TypedState` handle over a JSON dict) are written as before, keys sorted.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from pydantic import TypeAdapter
-
-_SORTED = orjson.OPT_SORT_KEYS
 
 
 class StateCodec:
     """Reads and writes the states of one `state_type`."""
 
-    __slots__ = ("_adapter", "plain")
+    __slots__ = ("_adapter",)
 
     def __init__(self, state_type: type[Any]) -> None:
-        self.plain = bool(getattr(state_type, "plain_json", False))  # a JSON dict behind a TypedState handle
-        self._adapter: TypeAdapter[Any] = TypeAdapter(dict[str, Any] if self.plain else state_type)
+        self._adapter: TypeAdapter[Any] = TypeAdapter(state_type)
 
     def dump(self, state: Any) -> bytes:
         """The checkpoint's bytes."""
-        return orjson.dumps(state, option=_SORTED) if self.plain else self._adapter.dump_json(state)
+        return self._adapter.dump_json(state)
 
     def load(self, data: bytes | str) -> Any:
         """A state from checkpoint bytes; pydantic.ValidationError when they are not one."""
@@ -38,7 +32,7 @@ class StateCodec:
 
     def jsonable(self, state: Any) -> Any:
         """The state as plain JSON data (what `blazar state --json` shows by default)."""
-        return state if self.plain else self._adapter.dump_python(state, mode="json")
+        return self._adapter.dump_python(state, mode="json")
 
     def schema(self) -> dict[str, Any]:
         return self._adapter.json_schema()

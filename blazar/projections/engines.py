@@ -127,7 +127,7 @@ class EnginesProjection(Projection[EnginesState]):
         ev = rec.event
         engines = state.engines
         if isinstance(ev, EngineInstalled) and (problems := untrusted(ev)):
-            state.refused.append(RefusedEvent(seq=rec.seq, type=rec.type, paths=tuple(str(p) for p in problems)))
+            state.refused.append(RefusedEvent.of(rec, problems))
             if ev.tag not in state.refused_tags:
                 state.refused_tags.append(ev.tag)
         elif isinstance(ev, EngineInstalled):
@@ -161,8 +161,7 @@ class EnginesProjection(Projection[EnginesState]):
     def _activated(state: EnginesState, ev: EngineActivated, rec: Recorded) -> None:
         if ev.tag not in state.engines and ev.tag in state.refused_tags:
             # The engine that stays active is the one that was: a refused install is never run.
-            state.refused.append(RefusedEvent(seq=rec.seq, type=rec.type,
-                                              paths=(f"activates {ev.tag!r}, whose install was refused",)))
+            state.refused.append(RefusedEvent.of(rec, [f"activates {ev.tag!r}, whose install was refused"]))
             return
         stack = state.stack
         if ev.reason == "rollback" and stack and stack[-1] == state.active:

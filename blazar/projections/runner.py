@@ -70,7 +70,6 @@ class _Slot:
     last_type: str | None = None
     last_ts: float = 0.0
     codec: StateCodec = field(init=False)
-    typed: Any = None  # an untyped state's handle `state()` gave, reused while `state` is that object
 
     def __post_init__(self) -> None:
         self.codec = codec_for(self.projection.state_type)
@@ -153,17 +152,6 @@ class ProjectionRunner:
 
     def state(self, name: str) -> Any:
         """Projection `name`'s state now, typed: its fields, and its module's readers (`stored(state, "gemma")`)."""
-        slot = self._slots[name]
-        if not slot.codec.plain:
-            return slot.state
-        typed = slot.typed
-        if typed is None or typed._raw is not slot.state:  # a restore or an apply that returned a new object
-            typed = slot.typed = slot.projection.state_type(slot.state)
-        return typed
-
-    def raw_state(self, name: str) -> Any:
-        """Projection `name`'s state as its `apply` holds it (an untyped one's JSON dict): for the tests of the
-        projection itself (tests/unit/projections/test_typed_state.py)."""
         return self._slots[name].state
 
     def state_bytes(self, name: str) -> bytes:

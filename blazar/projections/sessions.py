@@ -101,7 +101,7 @@ class SessionsProjection(Projection[SessionsState]):
     def _apply(self, state: SessionsState, rec: Recorded) -> None:
         ev = rec.event
         if isinstance(ev, SessionSaved) and (problems := untrusted(ev)):
-            state.refused.append(RefusedEvent(rec.seq, rec.type, tuple(str(p) for p in problems)))
+            state.refused.append(RefusedEvent.of(rec, problems))
         elif isinstance(ev, RequestPlaced):
             row = _row(state, ev.session, rec.ts)
             row.model, row.instance_id, row.slot_id, row.last_ts = ev.model, ev.instance_id, ev.slot_id, rec.ts

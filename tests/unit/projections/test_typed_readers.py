@@ -37,7 +37,7 @@ from blazar.projections import (
     residency,
     traces,
 )
-from blazar.projections.base import Projection, TypedState
+from blazar.projections.base import Projection
 from blazar.projections.metrics import DAY_S
 from tests.support.events import rec, recs
 
@@ -45,12 +45,9 @@ MiB = 1 << 20
 META = ModelMetadata(architecture="llama", parameter_count=90_560, file_type="Q8_0", block_count=3)
 
 
-def typed(projection: Projection, records: list[Recorded], after: Any = None) -> Any:
-    """`fold`, handed back as the runner hands it out: the projection's typed state (after `after`, when given); an
-    untyped one's TypedState handle over its JSON."""
-    if not issubclass(projection.state_type, TypedState):
-        return fold(projection, records, after)
-    return projection.state_type(fold(projection, records, None if after is None else after._raw))
+def typed(projection: Projection[Any], records: list[Recorded], after: Any = None) -> Any:
+    """`fold`: the projection's typed state, as the runner hands it out (after `after`, when given)."""
+    return fold(projection, records, after)
 
 
 # -- residency -----------------------------------------------------------------------------------------------------

@@ -1,25 +1,22 @@
-"""Projection state is read through typed readers only.
+"""Projection state is typed, and read as typed.
 
-`runner.state("catalog")` is a `CatalogState`: an opaque handle with no `__getitem__`, so mypy refuses
-`state["models"]` anywhere in blazar/ (tests/unit/test_static_checks.py runs it). What mypy cannot see is checked here:
-each `state()` overload names its projection's own state class; every reader a projection module exports returns
-typed values, never the state's JSON (a dict of Any, or Any); and nothing outside blazar/projections/ reaches round
-the readers, through `raw_state()` or a state's `_raw`, or subscripts what `state()` gives.
+`runner.state("catalog")` is the catalog's `CatalogState`, a dataclass, so mypy checks every read of it anywhere in
+blazar/ (tests/unit/test_static_checks.py runs it). What mypy cannot see is checked here: each `state()` overload
+names its projection's own state class; each state is a dataclass of its module whose fields hold no Any; every
+reader a projection module exports returns typed values (a dict of Any, or Any, would let untyped JSON out).
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import importlib
 import inspect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_overloads, get_type_hints
 
 from blazar.events.log import EventLog
 from blazar.projections import all_projections
-from blazar.projections.base import TypedState
 from blazar.projections.runner import ProjectionRunner
 
 BLAZAR = Path(__file__).resolve().parents[3] / "blazar"
@@ -44,20 +41,11 @@ def test_each_projection_has_a_state_class_of_its_own_in_its_module() -> None:
     seen: set[type] = set()
     for p in all_projections():
         cls = p.state_type
-        assert cls is not TypedState and cls not in seen, p.name
+        assert cls not in seen, p.name
         assert cls.__module__ == type(p).__module__, f"{p.name}: {cls.__name__} lives beside its projection"
-        if issubclass(cls, TypedState):  # not typed yet: a handle over the JSON
-            assert cls.__slots__ == (), f"{cls.__name__} adds nothing to the handle"
-        else:
-            assert dataclasses.is_dataclass(cls), f"{p.name}: a typed state is a dataclass"
-            assert not list(_untyped(cls, "state", set())), f"{p.name}: fields of Any"
+        assert dataclasses.is_dataclass(cls), f"{p.name}: a state is a dataclass"
+        assert not list(_untyped(cls, "state", set())), f"{p.name}: fields of Any"
         seen.add(cls)
-
-
-def test_a_typed_state_cannot_be_indexed_or_iterated_like_the_json_it_wraps() -> None:
-    for name in ("__getitem__", "__iter__", "__contains__", "get", "keys", "items", "values"):
-        assert not hasattr(TypedState, name), name
-    assert not isinstance(TypedState({}), Mapping)
 
 
 async def test_the_runner_hands_out_each_projections_state_class_over_its_live_state(log: EventLog) -> None:
@@ -66,11 +54,7 @@ async def test_the_runner_hands_out_each_projections_state_class_over_its_live_s
     for p in all_projections():
         got = runner.state(p.name)
         assert type(got) is p.state_type
-        if isinstance(got, TypedState):
-            assert got._raw is runner.raw_state(p.name)
-        else:  # a typed state is handed out as it is
-            assert got is runner.raw_state(p.name)
-        assert runner.state(p.name) is got  # the handle is made once per state object
+        assert runner.state(p.name) is got  # the state itself, not a copy per call
 
 
 # -- the readers' results are typed ----------------------------------------------------------------------------------
@@ -136,35 +120,3 @@ def test_the_check_for_untyped_results_finds_what_it_should() -> None:
     assert list(_untyped(list[Row] | None, "r", set())) == ["Row.extra[1]"]
     assert list(_untyped(tuple[tuple[str, ...], int], "r", set())) == []
     assert list(_untyped(Literal["a", "b"], "r", set())) == []
-
-
-# -- nobody outside projections/ reaches round the readers -------------------------------------------------------------
-
-def _outside_projections() -> Iterator[Path]:
-    for path in sorted(BLAZAR.rglob("*.py")):
-        if BLAZAR / "projections" not in path.parents:
-            yield path
-
-
-def _bypasses(tree: ast.AST) -> Iterator[tuple[int, str]]:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and node.attr == "_raw":
-            yield node.lineno, "reads a typed state's `_raw`"
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "raw_state":
-            yield node.lineno, "calls `raw_state()`"
-        elif (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call)
-              and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "state"):
-            yield node.lineno, "subscripts what `state()` gives"
-
-
-def test_nothing_outside_projections_reads_a_states_json() -> None:
-    found = [f"{path.relative_to(BLAZAR.parent)}:{line}: {what}"
-             for path in _outside_projections() for line, what in _bypasses(ast.parse(path.read_text()))]
-    assert not found, "read projection state through its module's typed readers:\n" + "\n".join(found)
-
-
-def test_the_bypass_check_finds_each_way_round_the_readers() -> None:
-    code = ('a = app.runner.state("keys")["keys"]\nb = app.runner.raw_state("keys")\nc = state._raw["models"]\n'
-            'd = stored(app.runner.state("catalog"), "x")\n')
-    assert [line for line, _ in _bypasses(ast.parse(code))] == [1, 2, 3]
-

@@ -44,10 +44,11 @@ async def _sleeper() -> asyncio.subprocess.Process:
 
 
 async def _refused(port: int) -> bool:
-    """Connect as the gateway would: True once the port refuses (the child's sockets are closed)."""
+    """Connect as the gateway would: True once the port refuses (the child's sockets are closed). A connect that
+    meets the listener as the kernel closes it is reset rather than refused: the same answer to the gateway."""
     try:
         _, writer = await asyncio.open_connection("127.0.0.1", port)
-    except ConnectionRefusedError:
+    except (ConnectionRefusedError, ConnectionResetError):
         return True
     writer.close()
     return False
