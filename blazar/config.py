@@ -10,6 +10,7 @@ that name one are read under the new name (blazar/projections/config.py).
 from __future__ import annotations
 
 import contextlib
+import difflib
 import fcntl
 import logging
 import os
@@ -148,10 +149,24 @@ def describe(key: str) -> str:
     return kind
 
 
+def unknown_key(key: str, *, source: str = "") -> ConfigError:
+    """The error for a key no setting has: the nearest keys, and the keys of its section (all 77 would be a wall)."""
+    near = difflib.get_close_matches(key, [*FIELDS, *OLD_KEYS], n=3, cutoff=0.7)
+    near = list(dict.fromkeys(OLD_KEYS.get(k, k) for k in near))  # an old flat name suggests its new key
+    hint = f" (did you mean {' or '.join(repr(k) for k in near)}?)" if near else ""
+    section = key.partition(".")[0]
+    if section in SECTIONS:
+        valid = f"valid keys in [{section}]: " + ", ".join(k for k in FIELDS if k.startswith(section + "."))
+    else:
+        valid = f"valid keys: section.key, the sections being {', '.join(SECTIONS)}"
+    where = f"{source}: " if source else ""
+    return ConfigError(f"{where}unknown config key {key!r}{hint}; {valid} (`blazar config defaults` lists them all)")
+
+
 def _field(key: str) -> FieldInfo:
     info = FIELDS.get(key)
     if info is None:
-        raise ConfigError(f"unknown config key {key!r}; valid keys: {', '.join(sorted(FIELDS))}")
+        raise unknown_key(key)
     return info
 
 
@@ -206,7 +221,7 @@ def validate_overrides(values: dict[str, Any], *, source: str) -> dict[str, Any]
     out: dict[str, Any] = {}
     for key, value in values.items():
         if key not in FIELDS:
-            raise ConfigError(f"{source}: unknown config key {key!r}; valid keys: {', '.join(sorted(FIELDS))}")
+            raise unknown_key(key, source=source)
         try:
             out[key] = validate_value(key, value)
         except ConfigError as exc:

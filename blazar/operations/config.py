@@ -44,7 +44,7 @@ async def unset_value(app: Blazar, key: str) -> Recorded | None:
     with settings.locked(path):
         values = settings.read_file_raw(path)
         if key not in settings.FIELDS and key not in values:
-            raise ConfigError(f"unknown config key {key!r}; valid keys: {', '.join(sorted(settings.FIELDS))}")
+            raise settings.unknown_key(key)
         if key in values:
             del values[key]
             settings.write_file(path, values)

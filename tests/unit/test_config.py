@@ -29,7 +29,7 @@ def test_parse_value_converts_and_validates() -> None:
         ("log.checkpoint_every", "5", "expected an integer from 100 to 10000000"),
         ("log.checkpoint_every", "many", "expected an integer from 100 to 10000000"),
         ("telemetry.pii_scrub", "maybe", "expected true or false"),
-        ("colour", "red", "unknown config key 'colour'; valid keys: .*checkpoint_every"),
+        ("colour", "red", "unknown config key 'colour'; valid keys: section.key, the sections being server, log"),
     ],
 )
 def test_invalid_values_are_refused_with_the_valid_choices(key: str, text: str, message: str) -> None:
@@ -220,3 +220,10 @@ async def test_an_old_flat_file_matches_a_log_that_recorded_its_keys_flat(paths,
 def test_a_context_is_chosen_only_when_the_owner_set_fit_ctx(overrides: dict[str, object], chosen: bool) -> None:
     # A prompt over the context grows it (serving/routing.py) unless the owner chose one, even the default's value.
     assert settings.build({settings.current_key(k): v for k, v in overrides.items()}).fit.ctx_chosen is chosen
+
+
+def test_an_unknown_key_names_the_nearest_and_its_sections_keys_not_all_of_them() -> None:
+    message = str(settings.unknown_key("fit.ctxx"))
+    assert "(did you mean 'fit.ctx'?)" in message and "valid keys in [fit]: fit.ctx, fit.slots" in message
+    assert "server.port" not in message
+    assert "(did you mean 'fit.ctx'?)" in str(settings.unknown_key("ctxx"))  # an old flat name: its new key
