@@ -121,5 +121,5 @@ async def check_engine(app: Blazar, tag: str, *, cause: int | None = None, force
 def _refusal(tag: str, active_tag: str, detail: str, lines: Sequence[str]) -> str:
     numbers = ("\n" + "\n".join(lines)) if lines else ""
     return (f"engine {tag} failed the engine gate, so it was not activated (the active engine stays {active_tag}): "
-            f"{detail}.{numbers}\nActivate it anyway with --force; set engine.engine_gate_threshold or engine.engine_gate = false "
-            "to change the gate.")
+            f"{detail}.{numbers}\nActivate it anyway with --force; set engine.engine_gate_threshold or "
+            "engine.engine_gate = false to change the gate.")
