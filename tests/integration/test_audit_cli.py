@@ -108,8 +108,8 @@ def test_pii_scrub_follows_the_config_setting(cli: Cli) -> None:
     cli("config", "set", "telemetry.pii_scrub", "false")
     header, *records = cli("audit", "export").json_lines()
     assert header["pii_scrub"] is False
-    assert [(r["actor"], r["details"]["key"]) for r in records] == [("cli:alice", "log_level"),
-                                                                   ("cli:alice", "pii_scrub")]
+    assert [(r["actor"], r["details"]["key"]) for r in records] == [("cli:alice", "telemetry.log_level"),
+                                                                   ("cli:alice", "telemetry.pii_scrub")]
 
 
 def test_since_and_until_select_a_window(cli: Cli, tmp_path: Path) -> None:

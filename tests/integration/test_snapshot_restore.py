@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
-from blazar import runlock
+from blazar import config, runlock
 from blazar.events.base import Recorded
 from blazar.events.types import decode
 from blazar.operations.snapshot_verify import verify_snapshot
@@ -52,7 +52,7 @@ def _plus_event(state: dict[str, Any], line: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_snapshot_then_restore_gives_an_identical_state(cli: Cli, paths: Paths, tmp_path: Path) -> None:
-    change_config(paths, {"log_level": "info", "checkpoint_every": "500"})
+    change_config(paths, {"telemetry.log_level": "info", "log.checkpoint_every": "500"})
     state_a = cli("state", "--json").json()
     snap = tmp_path / "snap"
 
@@ -64,7 +64,7 @@ def test_snapshot_then_restore_gives_an_identical_state(cli: Cli, paths: Paths, 
     assert manifest["db_sha256"] == sha(snap / "blazar.db")
     assert orjson.loads((snap / "manifest.json").read_bytes()) == {k: v for k, v in manifest.items() if k != "path"}
 
-    change_config(paths, {"log_level": "debug", "checkpoint_every": None})
+    change_config(paths, {"telemetry.log_level": "debug", "log.checkpoint_every": None})
     restored = cli("restore", str(snap), "--json").json()
     assert restored["seq_last"] == state_a["seq"] and restored["seq"] == state_a["seq"] + 1
     # The replaced log (2 changes, snapshot.taken, 2 more changes) is kept whole beside the restored one.
@@ -73,7 +73,7 @@ def test_snapshot_then_restore_gives_an_identical_state(cli: Cli, paths: Paths, 
     assert kept.parent == paths.data_dir and kept.name.startswith("blazar.db.replaced-")
     with sqlite3.connect(f"{kept.as_uri()}?mode=ro", uri=True) as conn:
         assert conn.execute("SELECT COUNT(*), MAX(seq) FROM events").fetchone() == (5, 5)
-    assert tomllib.loads(paths.config_file.read_text()) == state_a["projections"]["config"]["overrides"]
+    assert tomllib.loads(paths.config_file.read_text()) == config.nest(state_a["projections"]["config"]["overrides"])
 
     assert cli("state", "--json", "--at", str(manifest["seq_last"])).json() == state_a
     after = cli("events", "--json", "--after", str(state_a["seq"])).json_lines()
