@@ -417,10 +417,14 @@ class LiteLLMProxy:
 
 
 def engine_home(root: Path, name: str, server: Path, model: Path, threads: int) -> Home:
-    """A home with `server` installed and `model` imported as "gemma", ENGINE_SLOTS slots of CTX_PER_SLOT."""
+    """A home with `server` installed and `model` imported as "gemma", ENGINE_SLOTS slots of CTX_PER_SLOT, served with
+    the Gemma template set (llama.cpp's built-in `gemma`, the GGUF's own): without one its first load probes a
+    template and the loop guard reads its chat streams, which stops the greedy `ignore_eos` stream the bench asks
+    for where the base model starts to repeat itself (19 tokens in; docs/4.MODELS.md)."""
     home = Home(root, name)
     home.cli("engine", "install", "--path", str(server), timeout=300)
     home.cli("import", str(model), "--name", "gemma")
+    home.cli("model", "set", "gemma", "--template", "gemma")
     home.cli("config", "set", "fit.ctx", str(CTX_PER_SLOT))
     home.cli("config", "set", "fit.slots", str(ENGINE_SLOTS))
     if threads:
