@@ -418,7 +418,7 @@ class LiteLLMProxy:
 
 def engine_home(root: Path, name: str, server: Path, model: Path, threads: int) -> Home:
     """A home with `server` installed and `model` imported as "gemma", ENGINE_SLOTS slots of CTX_PER_SLOT, served with
-    the Gemma template set (llama.cpp's built-in `gemma`, the GGUF's own): without one its first load probes a
+    the Gemma template set (llama.cpp's built-in `gemma`; the demo GGUF has none): without one its first load probes a
     template and the loop guard reads its chat streams, which stops the greedy `ignore_eos` stream the bench asks
     for where the base model starts to repeat itself (19 tokens in; docs/4.MODELS.md)."""
     home = Home(root, name)
