@@ -39,6 +39,31 @@ if TYPE_CHECKING:
 
 # This process's commits a follow() keeps until it yields them; past that it reads the database instead.
 FOLLOW_BUFFER = 10_000
+# How long the last move of the log's files, once asked about, waits before it is asked about once more.
+RECHECK_S = 2.0
+
+
+class LastMove:
+    """When the log's files last moved, so that the last move of a burst is asked about once more after `RECHECK_S`
+    of quiet. NOTE: a commit's frames reach the disk a moment before readers can see it (SQLite updates its
+    wal-index after them), and another process's commit right after ours looks like ours: a move asked about at
+    once may say "nothing" and no later stat moves again. Used by a tail's watch and the following projection runner.
+    """
+
+    __slots__ = ("_at",)
+
+    def __init__(self, at: float | None = None) -> None:
+        self._at = at  # None: nothing left to ask about
+
+    def moved(self, now: float) -> None:
+        self._at = now
+
+    def recheck_due(self, now: float) -> bool:
+        """True once, `RECHECK_S` after the last move."""
+        if self._at is None or now - self._at < RECHECK_S:
+            return False
+        self._at = None
+        return True
 
 
 

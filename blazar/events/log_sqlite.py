@@ -26,7 +26,7 @@ from blazar.diskspace import LOG_HEADROOM_BYTES, disk_full, no_space
 from blazar.errors import AppendOnlyViolation, ArchiveError, LogError, SnapshotError
 from blazar.events.base import Pending
 from blazar.events.location import SqliteFile
-from blazar.events.log import ChangeWatch, EventLog
+from blazar.events.log import ChangeWatch, EventLog, LastMove
 from blazar.events.log_sql import COLUMNS, Fetch, Rows
 from blazar.events.migrate import ensure_schema
 from blazar.events.segment_store import ARCHIVED_COLUMNS, ArchivedRange, SegmentStore
@@ -37,8 +37,6 @@ _INSERT = f"INSERT INTO events ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 ONE_STATEMENT_ROWS = 3000
 # Page cache of the writer connection, in KiB (SQLite's default is 2 MiB).
 WRITER_CACHE_KIB = 64 * 1024
-# How long a move of the files' signature that no read explained waits before data_version is asked again.
-RECHECK_S = 2.0
 
 
 def _engine(db: Path, *, immediate: bool) -> AsyncEngine:
@@ -335,21 +333,20 @@ class _FileWatch(ChangeWatch):
     """Another process's commit, seen by a tail: the files' signature moved since the last look, and the writer
     connection's data_version says the change was not its own. An idle tail costs the stat of two files a poll.
 
-    NOTE: a commit's WAL frames are on disk (the signature moves) a moment before readers can see the commit (the
-    wal-index is updated after them). A tail that marked and read in that moment holds the new signature and not
-    the event, and no later stat moves again. So a move the tail did not explain is asked about once more,
-    `RECHECK_S` later (as the projection runner does), rather than trusted."""
+    A tail that marked and read as a commit's frames reached the disk holds the new signature and not the event, so
+    the last move is asked about once more (`LastMove`) rather than trusted."""
 
     def __init__(self, log: SqliteEventLog, version: int) -> None:
         self._log = log
         self._version = version
         self._seen = log.change_signature()
-        self._moved_at: float | None = None  # when the signature last moved unexplained; None when it did not
+        self._last_move = LastMove()
 
     def mark(self) -> None:
         signature = self._log.change_signature()
         if signature != self._seen:  # whatever moved it may not be in the read that follows: ask again later
-            self._seen, self._moved_at = signature, asyncio.get_running_loop().time()
+            self._seen = signature
+            self._last_move.moved(asyncio.get_running_loop().time())
 
     async def wait(self, own_commit: asyncio.Event, poll_interval: float) -> bool:
         own_commit.clear()
@@ -361,11 +358,10 @@ class _FileWatch(ChangeWatch):
         now = asyncio.get_running_loop().time()
         signature = self._log.change_signature()
         if signature != self._seen:
-            self._seen, self._moved_at = signature, now
-        elif self._moved_at is None or now - self._moved_at < RECHECK_S:
+            self._seen = signature
+            self._last_move.moved(now)
+        elif not self._last_move.recheck_due(now):
             return False
-        else:
-            self._moved_at = None  # the last move, asked about once more
         version = await self._log._read_data_version()
         if version != self._version:  # another connection committed: read it
             self._version = version

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from blazar.errors import BlazarError, DiskFull, LogUnreachable, ProjectionError
 from blazar.events.base import Event, NodeLocal, Recorded
-from blazar.events.log import EventLog
+from blazar.events.log import EventLog, LastMove
 from blazar.events.types import decode
 from blazar.projections.audit import AuditState
 from blazar.projections.base import Projection
@@ -49,8 +49,6 @@ from blazar.projections.traces import TracesState
 from blazar.projections.workers import WorkersState
 
 log = logging.getLogger(__name__)
-# How long a change of the database files may go unexplained before SQLite is asked whether it was ours.
-RECHECK_S = 2.0
 # How long the live runner waits before reading again when the log's database cannot be reached.
 UNREACHABLE_RETRY_S = 1.0
 
@@ -289,11 +287,7 @@ class ProjectionRunner:
     async def _follow(self, poll_interval: float) -> None:
         loop = asyncio.get_running_loop()
         seen = self.log.change_signature()
-        # When the files last moved; None once a move has been asked about after RECHECK_S of quiet. A commit's
-        # frames move the files a moment before readers can see it, and a commit of another process right after
-        # ours looks like ours: either can leave a move whose data_version said "nothing" at the time it was seen,
-        # so the last move of a burst is asked about once more. The start is such a moment too.
-        moved_at: float | None = loop.time()
+        last_move = LastMove(loop.time())  # the start is such a moment too
         await self.log.changed_elsewhere()  # the baseline
         await self.catch_up()
         while True:
@@ -311,9 +305,10 @@ class ProjectionRunner:
             now = self.log.change_signature()  # before the read: a write during it shows as a change next time
             ask = False
             if now != seen:  # a move that is not this process's own last commit is another process's
-                ask, moved_at = now != self._own_signature, loop.time()
-            elif moved_at is not None and loop.time() - moved_at >= RECHECK_S:
-                ask, moved_at = True, None
+                ask = now != self._own_signature
+                last_move.moved(loop.time())
+            elif last_move.recheck_due(loop.time()):
+                ask = True
             try:
                 if (ask and await self.log.changed_elsewhere()) or self.seq < self.log.last_appended:
                     await self.catch_up()

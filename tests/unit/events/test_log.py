@@ -11,6 +11,7 @@ import pytest
 from blazar.clock import FakeClock
 from blazar.errors import ConfigError, EventTooLarge, MalformedEvent, UnknownEventType
 from blazar.events import Event, log_sqlite, register, upcaster
+from blazar.events import log as event_log_module
 from blazar.events.log import EventLog
 from blazar.events.log_sqlite import SqliteEventLog
 from blazar.events.system import ConfigChanged
@@ -313,7 +314,7 @@ async def test_a_commit_on_disk_before_readers_can_see_it_is_asked_about_again(m
     # The follow flake (test_follow_sees_appends_from_another_process_connection timed out under load): another
     # process's WAL frames move the signature a moment before its commit can be read; a tail that marked and read
     # in that moment held the new signature without the event, and no later stat moved again.
-    monkeypatch.setattr(log_sqlite, "RECHECK_S", 0.0)
+    monkeypatch.setattr(event_log_module, "RECHECK_S", 0.0)
     files = _Files()
     watch = log_sqlite._FileWatch(files, version=0)  # type: ignore[arg-type]
     files.signature = ((2, 2),)  # the frames are written

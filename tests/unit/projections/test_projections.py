@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from blazar.events import Event, Recorded, register
+from blazar.events import log as event_log_module
 from blazar.events.log import EventLog
 from blazar.events.log_sqlite import SqliteEventLog
 from blazar.events.system import ConfigChanged, SnapshotTaken
 from blazar.projections import AuditProjection, ConfigProjection, StatsProjection, all_projections, fold
-from blazar.projections import runner as runner_module
 from blazar.projections.base import Projection
 from blazar.projections.checkpoints import load_checkpoints
 from blazar.projections.config import ConfigState
@@ -265,7 +265,7 @@ async def test_a_following_runner_asks_again_about_a_move_it_could_not_yet_read(
     # The flake (the test above timed out once under load): another process's commit moves the log's files a moment
     # before it can be read, so the ask about that move may say "nothing"; no later stat moves again. The last move
     # is asked about once more after RECHECK_S (0 here: the next poll).
-    monkeypatch.setattr(runner_module, "RECHECK_S", 0.0)
+    monkeypatch.setattr(event_log_module, "RECHECK_S", 0.0)
     runner = ProjectionRunner(log, all_projections())
     await runner.start()
     caught_up = asyncio.Event()
