@@ -4,9 +4,6 @@ usage; known traces; config overrides)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from blazar.events import Recorded
 from blazar.events.engines import EngineActivated, EngineFile, EngineInstalled, EngineRemoved
 from blazar.events.instances import (
     InstanceExited,
@@ -37,17 +34,11 @@ from blazar.projections import (
     residency,
     traces,
 )
-from blazar.projections.base import Projection
 from blazar.projections.metrics import DAY_S
 from tests.support.events import rec, recs
 
 MiB = 1 << 20
 META = ModelMetadata(architecture="llama", parameter_count=90_560, file_type="Q8_0", block_count=3)
-
-
-def typed(projection: Projection[Any], records: list[Recorded], after: Any = None) -> Any:
-    """`fold`: the projection's typed state, as the runner hands it out (after `after`, when given)."""
-    return fold(projection, records, after)
 
 
 # -- residency -----------------------------------------------------------------------------------------------------
@@ -216,11 +207,11 @@ def test_a_keys_usage_counts_its_ended_requests_of_the_latest_utc_day() -> None:
                                detail="rpm"), ts=t0 + 2,
             actor="key:alice"),
     ]
-    state = typed(MetricsProjection(), events)
+    state = fold(MetricsProjection(), events)
     assert metrics.key_usage(state, "alice") == metrics.KeyUsage(day=day, requests_today=2, tokens_today=15)
     assert metrics.key_usage(state, "bob") is None
     assert metrics.tokens_on(state, "alice", day) == 15 and metrics.tokens_on(state, "alice", day + 1) == 0
-    later = typed(MetricsProjection(), [rec(4, RequestCompleted(trace_id="t3", model="m", duration_ms=1.0,
+    later = fold(MetricsProjection(), [rec(4, RequestCompleted(trace_id="t3", model="m", duration_ms=1.0,
                                                                prompt_tokens=1), ts=t0 + DAY_S, actor="key:alice")],
                  state)
     assert metrics.key_usage(later, "alice") == metrics.KeyUsage(day=day + 1, requests_today=1, tokens_today=1)
@@ -229,16 +220,16 @@ def test_a_keys_usage_counts_its_ended_requests_of_the_latest_utc_day() -> None:
 # -- traces and config ---------------------------------------------------------------------------------------------
 
 def test_a_trace_is_known_once_received_and_the_latest_failure_is_named() -> None:
-    state = typed(TracesProjection(), recs(
+    state = fold(TracesProjection(), recs(
         RequestReceived(trace_id="t1", dialect="openai", route="/v1/models", model="m"),
         RequestRejected(trace_id="t2", model="m", status=404, reason="model_not_found", detail="no such model")))
     assert traces.known(state, "t1") and traces.known(state, "t2") and not traces.known(state, "t3")
     assert state.last_failed == "t2"
-    assert typed(TracesProjection(), []).last_failed is None
+    assert fold(TracesProjection(), []).last_failed is None
 
 
 def test_config_overrides_are_a_copy_of_what_the_log_set_and_unset() -> None:
-    state = typed(ConfigProjection(), recs(ConfigChanged(key="ctx", new=8192), ConfigChanged(key="slots", new=2),
+    state = fold(ConfigProjection(), recs(ConfigChanged(key="ctx", new=8192), ConfigChanged(key="slots", new=2),
                                           ConfigChanged(key="slots", old=2, new=None)))
     got = config.overrides(state)
     assert got == {"fit.ctx": 8192}
