@@ -186,7 +186,7 @@ def build_services(app: Blazar, *, supervisor: SupervisorPort | None = None,
     kv = KvBank(app, engine)  # which slot holds which session; their saves when an instance goes
     sup = supervisor if supervisor is not None else Supervisor(app, kv_bank=kv)
     admission = Admission(queue_depth=settings.queue.queue_depth, global_cap=settings.queue.max_concurrent_requests,
-                          wait_timeout_s=settings.queue.queue_timeout_s)
+                          wait_timeout_s=settings.queue.queue_timeout_s, fair_share=settings.queue.fair_share)
     return Services(supervisor=sup, gateway=Gateway(app, sup, admission, engine, kv), client=engine,
                     tracing=_tracing(app))
 

@@ -325,6 +325,11 @@ class Queue(Section):
         default=0, ge=0, le=100_000,
         description="Requests in flight across all models at once (0: only the slots limit).",
     )
+    fair_share: bool = Field(
+        default=True,
+        description="Within a priority, serve each key (the keyless caller as one) its weighted share of a model's "
+                    "slots, charged in tokens (keys' --weight); false: by arrival, whoever sends.",
+    )
     batch_concurrency: int = Field(
         default=1, ge=1, le=64,
         description="Batch lines in flight at once across every batch (each holds a slot while it runs; they queue "

@@ -28,6 +28,9 @@ _GROUP_HELP = ("Put the key in this cache group: keys of one group share session
 _STORAGE_HELP = ("Bytes of /v1/files storage the key may hold: its uploads and its batches' output and error files "
                  "(1GiB, 500MiB, or bytes). Default: the key_storage_max_mib setting (1 GiB).")
 _OPEN_BATCHES_HELP = "Batches the key may have open at once. Default: the key_open_batches_max setting (16)."
+_WEIGHT_HELP = ("The key's share of a model's slots against other keys waiting at the same priority, charged in tokens "
+                "(prompt + generated): a key of weight 3 is served three times the tokens of one of weight 1. "
+                "Default 1; the keyless caller counts as one key of weight 1.")
 _PRIORITIZE_HELP = ("Let the key use X-Blazar-Priority and deadlines (X-Blazar-Deadline-Ms) to go ahead in the queue; "
                     "without it they are ignored and the answer says so (x-blazar-ignored).")
 
@@ -58,6 +61,8 @@ def _limits_text(k: dict[str, Any]) -> str:
         parts.append(f"cache_group={k['cache_group']}")
     if k.get("may_prioritize"):
         parts.append("may_prioritize")
+    if k.get("weight", 1) != 1:
+        parts.append(f"weight={k['weight']}")
     return ", ".join(parts) or "-"
 
 
@@ -93,6 +98,7 @@ def create(
     max_storage: Annotated[str | None, typer.Option("--max-storage", metavar="SIZE", help=_STORAGE_HELP)] = None,
     max_open_batches: Annotated[int | None, typer.Option("--max-open-batches", min=1,
                                                          help=_OPEN_BATCHES_HELP)] = None,
+    weight: Annotated[int, typer.Option("--weight", min=1, max=handlers.WEIGHT_MAX, help=_WEIGHT_HELP)] = 1,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Create a key and print its secret, once."""
@@ -105,7 +111,7 @@ def create(
                                                 admin=admin, expires=expires, cache_group=cache_group,
                                                 may_prioritize=may_prioritize, daily_audio_s=daily_audio_s,
                                                 max_storage_bytes=max_storage_bytes,
-                                                max_open_batches=max_open_batches)
+                                                max_open_batches=max_open_batches, weight=weight)
             return {**_row(app_, _existing(app_, name)), "seq": rec.seq}, secret, app_.paths
 
     row, secret, paths = run(go())
@@ -152,7 +158,7 @@ def show(name: Annotated[str, _NAME], as_json: bool = JSON_OPTION) -> None:
         return
     for field in ("name", "prefix", "state", "admin", "models", "rpm", "tpm", "daily_tokens", "daily_audio_s",
                   "max_concurrent", "max_storage_bytes", "max_open_batches", "cache_group", "may_prioritize",
-                  "expires_ts", "created_ts", "rotated_ts",
+                  "weight", "expires_ts", "created_ts", "rotated_ts",
                   "revoked_ts", "actor",
                   "requests_today", "tokens_today", "audio_seconds_today", "storage_used_bytes"):
         value = row.get(field)
@@ -214,6 +220,7 @@ def limits(
                                                     help=_STORAGE_HELP + " 0: the default again.")] = None,
     max_open_batches: Annotated[int | None, typer.Option("--max-open-batches", min=0,
                                                          help=_OPEN_BATCHES_HELP + " 0: the default again.")] = None,
+    weight: Annotated[int | None, typer.Option("--weight", min=1, max=handlers.WEIGHT_MAX, help=_WEIGHT_HELP)] = None,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Change a key's scope, limits or tenancy (only the options given)."""
@@ -224,7 +231,7 @@ def limits(
                                                  ("daily_audio_s", daily_audio_s), ("max_concurrent", max_concurrent),
                                                  ("cache_group", cache_group), ("may_prioritize", may_prioritize),
                                                  ("max_storage_bytes", max_storage_bytes),
-                                                 ("max_open_batches", max_open_batches))
+                                                 ("max_open_batches", max_open_batches), ("weight", weight))
                                if v is not None}
     if models or all_models:
         changed["models"] = [] if all_models else models

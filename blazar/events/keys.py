@@ -55,6 +55,9 @@ class KeyCreated(_KeyEvent):
     # What it may hold (blazar/serving/storage.py); None: the settings' key_storage_max_mib, key_open_batches_max.
     max_storage_bytes: int | None = None  # its files and its batches' output and error files
     max_open_batches: int | None = None
+    # Its share of a model's slots against other keys' at the same priority (blazar/serving/fair_queue.py): a key of
+    # weight 3 is served three times the tokens of a key of weight 1 while both wait.
+    weight: int = Field(default=1, ge=1, le=1000)
 
 
 @register
@@ -78,7 +81,7 @@ class KeyRevoked(_KeyEvent):
 @register
 class KeyLimitsChanged(_KeyEvent):
     """Only the fields in `changed` were set (a None in it means: no limit any more, or for `max_storage_bytes` and
-    `max_open_batches` the settings' again; `cache_group` None: none, `may_prioritize` a bool)."""
+    `max_open_batches` the settings' again; `cache_group` None: none, `may_prioritize` a bool, `weight` an int)."""
 
     TYPE = "key.limits_changed"
 

@@ -171,6 +171,17 @@ class RequestQueued(_RequestEvent):
     busy: int
 
 
+class ShareWait(BaseModel):
+    """Why a request waited for other tenants (blazar/serving/fair_queue.py): `ahead_other_tenants` requests of other
+    keys (or the keyless caller), queued after it at its priority, were admitted before it because their share of the
+    slots came first; `tenant_weight` is its own key's weight."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ahead_other_tenants: int = Field(ge=1)
+    tenant_weight: int = Field(default=1, ge=1)
+
+
 @register
 class RequestAdmitted(_RequestEvent):
     """A decision: a slot is the request's; `waited_ms` in the queue (0 when it was free at once)."""
@@ -187,6 +198,8 @@ class RequestAdmitted(_RequestEvent):
     # On a speculative instance: whether it may draft ("on"), or was sent speculative.n_max 0 because its client
     # asked (X-Blazar-Spec: off) or the speculation governor had turned it off. None: the instance does not speculate.
     spec: Literal["on", "off_client", "off_governor"] | None = None
+    # It waited for other tenants' fair share (None: nobody passed it).
+    share_wait: ShareWait | None = None
 
 
 @register

@@ -38,7 +38,8 @@ _UNITS = {"b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g
           "t": 1 << 40, "tib": 1 << 40}
 MAX_SIZE = 1 << 50
 # What `change_limits` takes besides the limits and the scope: tenancy (blazar/serving/tenancy.py).
-TENANCY = ("cache_group", "may_prioritize")
+TENANCY = ("cache_group", "may_prioritize", "weight")
+WEIGHT_MAX = 1000  # a key's fair-share weight: 1 (the default) .. this
 
 
 
@@ -127,6 +128,13 @@ def check_limit(field: str, value: int | None) -> int | None:
     return value
 
 
+def check_weight(value: object) -> int:
+    """A key's fair-share weight: a whole number from 1 to WEIGHT_MAX."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= WEIGHT_MAX:
+        raise KeyCommandError(f"--weight must be a whole number from 1 to {WEIGHT_MAX} (got {value!r})")
+    return value
+
+
 def expiry_ts(text: str | None, *, now: float) -> float | None:
     """`--expires 30d|12h|90m|3600`: when the key stops working, as epoch seconds."""
     if text is None:
@@ -163,11 +171,13 @@ async def create(app: Blazar, name: str, *, models: list[str] | None = None, rpm
                  tpm: int | None = None, daily_tokens: int | None = None, max_concurrent: int | None = None,
                  admin: bool = False, expires: str | None = None, cache_group: str | None = None,
                  may_prioritize: bool = False, daily_audio_s: int | None = None,
-                 max_storage_bytes: int | None = None, max_open_batches: int | None = None) -> tuple[Recorded, str]:
+                 max_storage_bytes: int | None = None, max_open_batches: int | None = None,
+                 weight: int = 1) -> tuple[Recorded, str]:
     """Record the key; returns the event and the secret (shown once, stored nowhere). `cache_group` puts it in a
     group whose keys share sessions, KV reuse and shared generations; `may_prioritize` lets it use
     X-Blazar-Priority and deadlines. `max_storage_bytes` and `max_open_batches` (None: the settings') bound what it
-    may hold (blazar/serving/storage.py)."""
+    may hold (blazar/serving/storage.py); `weight` is its fair share of a model's slots against other keys' (1 ..
+    WEIGHT_MAX; blazar/serving/fair_queue.py)."""
     check_name(name)
     if _key(app, name) is not None:
         raise KeyCommandError(f"a key named {name!r} exists already (names are never reused, revoked ones included)")
@@ -178,7 +188,8 @@ async def create(app: Blazar, name: str, *, models: list[str] | None = None, rpm
     made = new_secret(_taken(app))
     ev = KeyCreated(name=name, prefix=made.prefix, salt=made.salt, hash=made.hash, models=check_patterns(models),
                     admin=admin, expires_ts=expiry_ts(expires, now=app.clock.now()),
-                    cache_group=check_group(cache_group), may_prioritize=bool(may_prioritize), **limits)
+                    cache_group=check_group(cache_group), may_prioritize=bool(may_prioritize),
+                    weight=check_weight(weight), **limits)
     (rec,) = await app.record(ev)
     return rec, made.secret
 
@@ -197,9 +208,9 @@ async def revoke(app: Blazar, name: str) -> Recorded:
 
 
 async def change_limits(app: Blazar, name: str, changed: dict[str, Any]) -> Recorded | None:
-    """`changed` maps a limit (or "models", "cache_group", "may_prioritize") to its new value; 0 for a limit means
-    no limit of its own (for max_storage_bytes and max_open_batches: the settings' again), "" for the cache group
-    none. None: nothing changed."""
+    """`changed` maps a limit (or "models", "cache_group", "may_prioritize", "weight") to its new value; 0 for a
+    limit means no limit of its own (for max_storage_bytes and max_open_batches: the settings' again), "" for the
+    cache group none. None: nothing changed."""
     current = _live(app, name)
     clean: dict[str, Any] = {}
     for field, value in changed.items():
@@ -212,6 +223,8 @@ async def change_limits(app: Blazar, name: str, changed: dict[str, Any]) -> Reco
         elif field == "may_prioritize":
             if not isinstance(value, bool):
                 raise KeyCommandError(f"may_prioritize is true or false (got {value!r})")
+        elif field == "weight":
+            value = check_weight(value)
         else:
             raise KeyCommandError(f"unknown limit {field!r}: one of models, {', '.join(LIMITS + TENANCY)}")
         had = list(current.models) if field == "models" else getattr(current, field)

@@ -13,7 +13,7 @@ from blazar.projections.base import Projection
 
 LIMIT_FIELDS = (
     "models", "rpm", "tpm", "daily_tokens", "max_concurrent", "daily_audio_s", "cache_group", "may_prioritize",
-    "max_storage_bytes", "max_open_batches",
+    "max_storage_bytes", "max_open_batches", "weight",
 )
 
 
@@ -43,6 +43,7 @@ class ApiKey:
     rotated_ts: float | None = None
     revoked_ts: float | None = None
     actor: str = ""  # who created it
+    weight: int = 1  # its fair share of a model's slots against other keys' (blazar/serving/fair_queue.py)
 
     def public(self) -> dict[str, Any]:
         """The key as `blazar keys --json` shows it: every field but its salt and hash."""
@@ -50,7 +51,7 @@ class ApiKey:
                 "tpm": self.tpm, "daily_tokens": self.daily_tokens, "max_concurrent": self.max_concurrent,
                 "daily_audio_s": self.daily_audio_s, "max_storage_bytes": self.max_storage_bytes,
                 "max_open_batches": self.max_open_batches, "admin": self.admin, "expires_ts": self.expires_ts,
-                "cache_group": self.cache_group,
+                "cache_group": self.cache_group, "weight": self.weight,
                 "may_prioritize": self.may_prioritize, "created_ts": self.created_ts, "rotated_ts": self.rotated_ts,
                 "revoked": self.revoked, "revoked_ts": self.revoked_ts, "actor": self.actor}
 
@@ -67,8 +68,9 @@ class KeysState:
 class KeysProjection(Projection[KeysState]):
     name = "keys"
     state_type = KeysState
-    # 2: cache groups and the right to prioritize; 3: what a key may hold (storage, open batches); 4: a typed state
-    version = 4
+    # 2: cache groups and the right to prioritize; 3: what a key may hold (storage, open batches); 4: a typed state;
+    # 5: a key's fair-share weight
+    version = 5
     types = frozenset({KeyCreated.TYPE, KeyRotated.TYPE, KeyRevoked.TYPE, KeyLimitsChanged.TYPE})
 
     def initial(self) -> KeysState:
@@ -86,7 +88,8 @@ class KeysProjection(Projection[KeysState]):
                 tpm=ev.tpm, daily_tokens=ev.daily_tokens, max_concurrent=ev.max_concurrent, admin=ev.admin,
                 expires_ts=ev.expires_ts, revoked=False, created_ts=rec.ts, cache_group=ev.cache_group,
                 may_prioritize=ev.may_prioritize, daily_audio_s=ev.daily_audio_s,
-                max_storage_bytes=ev.max_storage_bytes, max_open_batches=ev.max_open_batches, actor=rec.actor)
+                max_storage_bytes=ev.max_storage_bytes, max_open_batches=ev.max_open_batches, actor=rec.actor,
+                weight=ev.weight)
             by_prefix[ev.prefix] = ev.name
         else:
             assert isinstance(ev, KeyRotated | KeyRevoked | KeyLimitsChanged)

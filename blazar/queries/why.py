@@ -253,7 +253,9 @@ class _Story:
         if a is None or a.waited_ms <= 0:
             return None
         ahead = a.queued_behind or (self.queued.position - 1 if self.queued is not None else 0)
-        return f"waited {fmt_ms(a.waited_ms)} behind {_plural(ahead, 'request')}"
+        share = "" if a.share_wait is None else \
+            f" ({_plural(a.share_wait.ahead_other_tenants, 'request')} of other keys went first by fair share)"
+        return f"waited {fmt_ms(a.waited_ms)} behind {_plural(ahead, 'request')}{share}"
 
     def loaded(self) -> str | None:
         r = self.routed
@@ -373,7 +375,12 @@ _SPEC_WORDS = {"on": "speculative decoding on", "off_client": "speculative decod
 def _admitted(s: _Story, ev: RequestAdmitted) -> str:
     when = f"after {fmt_ms(ev.waited_ms)}" if ev.waited_ms > 0 else "at once"
     spec = f"; {_SPEC_WORDS[ev.spec]}" if ev.spec is not None else ""
-    return f"admitted {when} ({ev.busy} of {ev.slots} slots busy now{spec})"
+    share = ev.share_wait
+    waited = "" if share is None else (
+        f"; it waited for other keys' fair share of the slots: {_plural(share.ahead_other_tenants, 'request')} of "
+        f"other keys, queued after it, went first (its key's weight {share.tenant_weight}; `blazar keys limits "
+        "--weight` sets it)")
+    return f"admitted {when} ({ev.busy} of {ev.slots} slots busy now{spec}){waited}"
 
 
 def _drafted(s: _Story, ev: RequestCompleted) -> str | None:

@@ -1,11 +1,12 @@
 """Per-model slot admission: the gate between a routed request and its llama-server's `-np` slots. In memory, no I/O;
 the gateway records `request.queued` / `request.admitted` / `request.rejected` from what this returns or raises.
 
-Each model has its own wait queue. Requests with a deadline come first, earliest deadline first (EDF); the others
-follow by (priority desc, arrival). A freed slot wakes a waiter that can use it and nobody loses their place to a
-wake-up meant for another model. Queues are bounded, the wait has a timeout, and a refusal carries a Retry-After
-estimated from how long that model's requests hold a slot. A request whose deadline the measured drain says cannot
-be met is refused at once rather than left to time out in the queue.
+Each model has its own wait queue (blazar/serving/fair_queue.py). Requests with a deadline come first, earliest
+deadline first (EDF); the others follow by priority, and within a priority by each tenant's fair share of the slots
+(charged in tokens, weighted per key; `queue.fair_share = false`: by arrival). A freed slot wakes a waiter that can
+use it and nobody loses their place to a wake-up meant for another model. Queues are bounded, the wait has a timeout,
+and a refusal carries a Retry-After estimated from how long that model's requests hold a slot. A request whose
+deadline the measured drain says cannot be met is refused at once rather than left to time out in the queue.
 
 Every ticket names a slot (`slot_id`, 0 .. -np - 1) that no other ticket holds: the gateway routes a session's turns
 to the slot that holds its prefix (llama-server's `id_slot`), so each waiter may say which free slot it prefers.
@@ -20,7 +21,6 @@ to the slot that holds its prefix (llama-server's `id_slot`), so each waiter may
 from __future__ import annotations
 
 import asyncio
-import bisect
 import itertools
 import math
 import re
@@ -31,6 +31,7 @@ from typing import Any
 
 from blazar.errors import AdmissionRefused, DeadlineUnmeetable, GlobalCap, QueueFull, QueueTimeout
 from blazar.instances.session_slots import SlotPicker
+from blazar.serving.fair_queue import KEYLESS, Charge, FairQueue, Waiting
 
 # Weight of the newest hold time in the per-model average: recent enough to follow a change of workload, smooth
 # enough that one long stream does not swing Retry-After.
@@ -70,29 +71,26 @@ class Ticket:
     slots: int  # the model's -np when this one was admitted
     max_tokens: int | None = None  # what the request may generate at most (None: unbounded)
     slot_id: int = 0  # the engine slot this ticket holds (no other ticket of the model holds it meanwhile)
+    passed_by_share: int = 0  # other tenants' requests, queued after it, admitted before it by their share
+    charge: Charge | None = field(default=None, repr=False, compare=False)  # what its tenant was charged
     _acquired_at: float = field(default=0.0, repr=False, compare=False)
     _owner: object = field(default=None, repr=False, compare=False)
     _released: bool = field(default=False, repr=False, compare=False)
 
 
-@dataclass(eq=False)
-class _Waiter:
+@dataclass(eq=False, kw_only=True)
+class _Waiter(Waiting):
+    """A request waiting for a slot of `key` (its deadline on the admission clock)."""
+
     key: str
-    priority: int
-    seq: int
     queued_at: float
     future: asyncio.Future[Ticket]
     position: int = 0
     max_tokens: int | None = None
-    deadline: float | None = None  # on the admission clock; None: none
     pick: SlotPicker | None = None
 
-    @property
-    def rank(self) -> tuple[int, float, int]:
-        """Deadlines first, earliest first (EDF); then the rest by priority, then arrival."""
-        if self.deadline is not None:
-            return (0, self.deadline, self.seq)
-        return (1, -self.priority, self.seq)
+    def done(self) -> bool:
+        return self.future.done()
 
 
 @dataclass
@@ -123,11 +121,11 @@ class HoldTimes:
 
 @dataclass
 class _Lane:
-    """One model: its latest -np, slots in use, waiters in rank order, and how long its slots are held."""
+    """One model: its latest -np, slots in use, waiters (in the order served), and how long its slots are held."""
 
     slots: int
+    queue: FairQueue[_Waiter]
     busy: int = 0
-    waiters: list[_Waiter] = field(default_factory=list)
     taken: set[int] = field(default_factory=set)  # slot ids held by tickets
     times: HoldTimes = field(default_factory=HoldTimes)
 
@@ -149,7 +147,7 @@ class _Lane:
         """Seconds until the queue ahead, and one more request, has been served: the expected holds of every
         waiter and the newcomer, over the slots that serve them (slots x completions per second per slot)."""
         expected = self.times.expected_hold_s
-        holds = [expected(w.max_tokens) for w in self.waiters] + [expected(extra_max_tokens)]
+        holds = [expected(w.max_tokens) for w in self.queue] + [expected(extra_max_tokens)]
         if any(h is None for h in holds):
             return None
         return sum(h for h in holds if h is not None) / max(1, self.slots)
@@ -169,7 +167,7 @@ def _lane_retry_after(lane: _Lane, max_tokens: int | None) -> float:
     """Retry-After for a request refused by `lane`: the measured drain of its queue, rounded up, at least 1."""
     drain = lane.drain_s(max_tokens)
     if drain is None:
-        return _retry_after(lane.times.ewma_hold_s, len(lane.waiters), lane.slots)
+        return _retry_after(lane.times.ewma_hold_s, len(lane.queue), lane.slots)
     return float(max(1, math.ceil(drain)))
 
 
@@ -180,13 +178,14 @@ class Admission:
     """
 
     def __init__(self, *, queue_depth: int = 64, global_cap: int = 0, wait_timeout_s: float = 120.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, fair_share: bool = True) -> None:
         if queue_depth < 0 or global_cap < 0 or wait_timeout_s <= 0:
             raise ValueError("queue_depth and global_cap must be >= 0 and wait_timeout_s > 0")
         self._depth_limit = queue_depth
         self._cap = global_cap
         self._timeout_s = wait_timeout_s
         self._clock = clock
+        self._fair = fair_share
         self._lanes: dict[str, _Lane] = {}
         self._busy = 0
         self._holds = HoldTimes()  # every model's holds: the Retry-After of the global cap
@@ -196,40 +195,42 @@ class Admission:
 
     async def acquire(self, key: str, slots: int, *, priority: int = 0, max_tokens: int | None = None,
                       on_queued: Callable[[int, int], None] | None = None, deadline_s: float | None = None,
-                      pick: SlotPicker | None = None) -> Ticket:
+                      pick: SlotPicker | None = None, tenant: str = KEYLESS, weight: int = 1) -> Ticket:
         """A slot on `key`, whose instance has `slots` (-np) now. Queues when none is free; `on_queued(position,
-        depth)` runs synchronously once if it does. `deadline_s` (seconds from now) puts the request in the EDF
-        part of the queue and bounds its wait; `pick` chooses among the free slot ids. Raises QueueFull, GlobalCap,
-        QueueTimeout or DeadlineUnmeetable."""
-        if slots < 1:
-            raise ValueError(f"slots must be >= 1, got {slots}")
+        depth)` runs synchronously once if it does (the position in the order served, blazar/serving/fair_queue.py).
+        `deadline_s` (seconds from now) puts the request in the EDF part of the queue and bounds its wait; `pick`
+        chooses among the free slot ids; `tenant` (weighted `weight`) is whose share of the slots it is. Raises
+        QueueFull, GlobalCap, QueueTimeout or DeadlineUnmeetable."""
+        if slots < 1 or weight < 1:
+            raise ValueError(f"slots and weight must be >= 1, got {slots} and {weight}")
         lane = self._lane(key, slots)
         now = self._clock()
-        waiter = _Waiter(key=key, priority=priority, seq=next(self._seq), queued_at=now,
+        waiter = _Waiter(key=key, priority=priority, seq=next(self._seq), tenant=tenant, weight=weight, queued_at=now,
                          future=asyncio.get_running_loop().create_future(), max_tokens=max_tokens,
                          deadline=None if deadline_s is None else now + deadline_s, pick=pick)
         if waiter.deadline is not None:
             self._check_deadline(lane, waiter)
-        if self._head(lane) is None and self._has_room(lane):
+        if lane.queue.head() is None and self._has_room(lane):
             waiter.future.cancel()
-            return self._admit(key, lane, position=0, queued_at=now, now=now, max_tokens=max_tokens, pick=pick)
-        # Others wait, or there is no room: the newcomer takes its place by rank, then whoever's turn it is runs. So a
-        # newcomer never passes a waiter of higher or equal rank, and slots that just grew go in rank order.
-        bisect.insort(lane.waiters, waiter, key=lambda w: w.rank)
+            return self._admit(key, lane, position=0, queued_at=now, now=now, max_tokens=max_tokens, pick=pick,
+                               charge=lane.queue.charge(tenant, weight))
+        # Others wait, or there is no room: the newcomer takes its place, then whoever's turn it is runs. So a
+        # newcomer never passes a waiter served before it, and slots that just grew go in the queue's order.
+        lane.queue.add(waiter)
         self._pump(lane)
         if waiter.future.done():
             return waiter.future.result()  # its turn came at once: position_when_queued stays 0
-        lane.waiters.remove(waiter)
+        lane.queue.remove(waiter)
         try:
             self._check_depth(key, lane, priority, max_tokens)  # a refused request takes no place
         except AdmissionRefused:
             waiter.future.cancel()
             raise
-        bisect.insort(lane.waiters, waiter, key=lambda w: w.rank)
-        waiter.position = lane.waiters.index(waiter) + 1
+        lane.queue.add(waiter)
+        waiter.position = lane.queue.position(waiter)
         if on_queued is not None:
             try:
-                on_queued(waiter.position, len(lane.waiters))
+                on_queued(waiter.position, len(lane.queue))
             except BaseException:
                 self._leave(waiter)
                 raise
@@ -240,7 +241,7 @@ class Admission:
         """A slot on `key` now (`slot_id`: that one), or None: never queues, and never passes a waiter (best-of-N's
         extra candidates and session commands take only what nobody is waiting for)."""
         lane = self._lane(key, slots)
-        if self._head(lane) is not None or not self._has_room(lane):
+        if lane.queue.head() is not None or not self._has_room(lane):
             return None
         if slot_id is not None:
             if slot_id >= lane.slots or slot_id in lane.taken:
@@ -254,28 +255,29 @@ class Admission:
         drain estimate nothing."""
         self._free(ticket, hold_observed=False)
 
-    def release(self, ticket: Ticket, *, tokens: int | None = None) -> None:
+    def release(self, ticket: Ticket, *, tokens: int | None = None, charged: int | None = None) -> None:
         """Free the ticket's slot and admit the next waiter that can use it; a second release is a no-op. `tokens`,
-        what the request generated, teaches the drain estimate how a slot's time goes."""
-        self._free(ticket, hold_observed=True, tokens=tokens)
+        what the request generated, teaches the drain estimate how a slot's time goes; `charged` (prompt +
+        generated) is what its tenant's share is charged (None: the estimate charged at the grant stands)."""
+        self._free(ticket, hold_observed=True, tokens=tokens, charged=charged)
 
     # -- what is true now ----------------------------------------------------------------------------------------
 
     def depth(self, key: str) -> int:
         lane = self._lanes.get(key)
-        return len(lane.waiters) if lane is not None else 0
+        return len(lane.queue) if lane is not None else 0
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
         """Per model: slots, busy, queued, oldest_wait_s, ewma_hold_s; and "_global": cap (0 = none), busy, queued."""
         now = self._clock()
         out: dict[str, dict[str, Any]] = {}
         for key, lane in self._lanes.items():
-            oldest = min((w.queued_at for w in lane.waiters), default=None)
-            out[key] = {"slots": lane.slots, "busy": lane.busy, "queued": len(lane.waiters),
+            oldest = min((w.queued_at for w in lane.queue), default=None)
+            out[key] = {"slots": lane.slots, "busy": lane.busy, "queued": len(lane.queue),
                         "oldest_wait_s": 0.0 if oldest is None else max(0.0, now - oldest),
                         "ewma_hold_s": lane.times.ewma_hold_s}
         out["_global"] = {"cap": self._cap, "busy": self._busy,
-                          "queued": sum(len(lane.waiters) for lane in self._lanes.values())}
+                          "queued": sum(len(lane.queue) for lane in self._lanes.values())}
         return out
 
     # -- internals -----------------------------------------------------------------------------------------------
@@ -283,7 +285,7 @@ class Admission:
     def _lane(self, key: str, slots: int) -> _Lane:
         lane = self._lanes.get(key)
         if lane is None:
-            lane = self._lanes[key] = _Lane(slots=slots)
+            lane = self._lanes[key] = _Lane(slots=slots, queue=FairQueue(fair=self._fair))
         lane.slots = slots  # the latest -np: adaptive slots may have changed it since the last call
         return lane
 
@@ -291,7 +293,8 @@ class Admission:
         return lane.busy < lane.slots and (self._cap == 0 or self._busy < self._cap)
 
     def _admit(self, key: str, lane: _Lane, *, position: int, queued_at: float, now: float,
-               max_tokens: int | None = None, pick: SlotPicker | None = None) -> Ticket:
+               max_tokens: int | None = None, pick: SlotPicker | None = None, charge: Charge | None = None,
+               passed_by_share: int = 0) -> Ticket:
         # busy < slots and every taken id is distinct, so some id below `slots` is free (ids a larger instance's
         # tickets still hold are simply not offered).
         free = frozenset(range(lane.slots)) - lane.taken
@@ -303,13 +306,7 @@ class Admission:
         self._busy += 1
         return Ticket(key=key, position_when_queued=position, waited_s=max(0.0, now - queued_at),
                       busy_after=lane.busy, slots=lane.slots, max_tokens=max_tokens, slot_id=slot_id,
-                      _acquired_at=now, _owner=self)
-
-    def _head(self, lane: _Lane) -> _Waiter | None:
-        """The first live waiter. A cancelled one is dropped here: its task may not have run its cleanup yet."""
-        while lane.waiters and lane.waiters[0].future.done():
-            lane.waiters.pop(0)
-        return lane.waiters[0] if lane.waiters else None
+                      passed_by_share=passed_by_share, charge=charge, _acquired_at=now, _owner=self)
 
     def _pump(self, lane: _Lane) -> None:
         """Admit waiters while there is a slot for them. Without a global cap the models are independent, so only
@@ -317,13 +314,13 @@ class Admission:
         that have a free slot of their own: the cap's queue is fair across models and never wakes one that cannot
         run."""
         if self._cap == 0:
-            while lane.busy < lane.slots and (head := self._head(lane)) is not None:
+            while lane.busy < lane.slots and (head := lane.queue.head()) is not None:
                 self._grant(lane, head)
             return
         while self._busy < self._cap:
             best: tuple[_Lane, _Waiter] | None = None
             for candidate in self._lanes.values():
-                if candidate.busy < candidate.slots and (head := self._head(candidate)) is not None \
+                if candidate.busy < candidate.slots and (head := candidate.queue.head()) is not None \
                         and (best is None or head.rank < best[1].rank):
                     best = (candidate, head)
             if best is None:
@@ -331,9 +328,10 @@ class Admission:
             self._grant(*best)
 
     def _grant(self, lane: _Lane, waiter: _Waiter) -> None:
-        lane.waiters.remove(waiter)
+        charge = lane.queue.grant(waiter)
         waiter.future.set_result(self._admit(waiter.key, lane, position=waiter.position, queued_at=waiter.queued_at,
-                                             now=self._clock(), max_tokens=waiter.max_tokens, pick=waiter.pick))
+                                             now=self._clock(), max_tokens=waiter.max_tokens, pick=waiter.pick,
+                                             charge=charge, passed_by_share=waiter.passed_by_share))
 
     async def _wait(self, waiter: _Waiter) -> Ticket:
         timeout_s = self._timeout_s
@@ -350,12 +348,12 @@ class Admission:
             if timeout_s < self._timeout_s:
                 raise DeadlineUnmeetable(
                     f"{waiter.key}: the deadline passed after {self._clock() - waiter.queued_at:.3g} s in the queue "
-                    f"({lane.busy} of {lane.slots} busy, {len(lane.waiters)} waiting)",
+                    f"({lane.busy} of {lane.slots} busy, {len(lane.queue)} waiting)",
                     observations=self._observations(waiter.key, lane, waiter.priority)
                     | {"waited_s": max(0.0, self._clock() - waiter.queued_at), "deadline_passed": True}) from None
             raise QueueTimeout(
                 f"{waiter.key}: no free slot within {self._timeout_s:g} s ({lane.busy} of {lane.slots} busy, "
-                f"{len(lane.waiters)} waiting)",
+                f"{len(lane.queue)} waiting)",
                 retry_after_s=_lane_retry_after(lane, waiter.max_tokens),
                 observations=self._observations(waiter.key, lane, waiter.priority)
                 | {"waited_s": max(0.0, self._clock() - waiter.queued_at), "position_when_queued": waiter.position},
@@ -373,12 +371,11 @@ class Admission:
             return waiter.future.result()
         if not waiter.future.done():
             waiter.future.cancel()
-        lane = self._lanes[waiter.key]
-        if waiter in lane.waiters:
-            lane.waiters.remove(waiter)
+        self._lanes[waiter.key].queue.remove(waiter)
         return None
 
-    def _free(self, ticket: Ticket, *, hold_observed: bool, tokens: int | None = None) -> None:
+    def _free(self, ticket: Ticket, *, hold_observed: bool, tokens: int | None = None,
+              charged: int | None = None) -> None:
         if ticket._owner is not self:
             raise ValueError(f"ticket for {ticket.key!r} was not issued by this Admission")
         if ticket._released:
@@ -388,6 +385,8 @@ class Admission:
         lane.taken.discard(ticket.slot_id)
         lane.busy -= 1
         self._busy -= 1
+        if ticket.charge is not None:  # a slot that served nothing costs its tenant nothing
+            lane.queue.settle(ticket.charge, charged if hold_observed else 0)
         if hold_observed:  # a slot passed straight on by a cancelled waiter says nothing about hold times
             hold = max(0.0, self._clock() - ticket._acquired_at)
             lane.times.learn(hold, tokens)
@@ -396,7 +395,7 @@ class Admission:
 
     def _check_depth(self, key: str, lane: _Lane, priority: int, max_tokens: int | None = None) -> None:
         observations = self._observations(key, lane, priority)
-        queued = sum(1 for w in lane.waiters if w.priority > BACKGROUND_PRIORITY)
+        queued = sum(1 for w in lane.queue if w.priority > BACKGROUND_PRIORITY)
         if queued >= self._depth_limit:
             raise QueueFull(
                 f"{key}: {queued} requests already waiting for {lane.slots} slot(s) (queue depth {self._depth_limit})",
@@ -415,7 +414,7 @@ class Admission:
         """Refuse at once a request whose deadline the measured drain says it cannot meet: the holds of the waiters
         ranked before it, a slot to come free, and its own generation. Nothing measured yet: no refusal."""
         assert waiter.deadline is not None
-        ahead = [w for w in lane.waiters if not w.future.done() and w.rank < waiter.rank]
+        ahead = [w for w in lane.queue if not w.done() and w.rank < waiter.rank]
         finish = lane.finish_s(ahead, waiter.max_tokens)
         left = waiter.deadline - waiter.queued_at
         if finish is None or finish <= left:
@@ -431,9 +430,9 @@ class Admission:
 
     def _cap_blocked(self) -> int:
         """Waiters that a free global slot would admit: per model, no more than its own free slots."""
-        return sum(min(len(lane.waiters), max(0, lane.slots - lane.busy)) for lane in self._lanes.values())
+        return sum(min(len(lane.queue), max(0, lane.slots - lane.busy)) for lane in self._lanes.values())
 
     def _observations(self, key: str, lane: _Lane, priority: int) -> dict[str, Any]:
-        return {"model": key, "slots": lane.slots, "busy": lane.busy, "queued": len(lane.waiters),
+        return {"model": key, "slots": lane.slots, "busy": lane.busy, "queued": len(lane.queue),
                 "queue_depth": self._depth_limit, "priority": priority, "ewma_hold_s": lane.times.ewma_hold_s,
                 "global_cap": self._cap, "global_busy": self._busy}

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from blazar.context import Blazar
 from blazar.errors import AdmissionRefused, BlazarError, DeadlineUnmeetable, EngineGone, Refused
-from blazar.events.requests import RequestAdmitted, RequestPlaced, RequestQueued
+from blazar.events.requests import RequestAdmitted, RequestPlaced, RequestQueued, ShareWait
 from blazar.instances.kv_bank import KvBank
 from blazar.instances.live import Instance, LoadReport
 from blazar.projections.keys import auth_on
 from blazar.serving.admission import Admission, Ticket
 from blazar.serving.call import Call
+from blazar.serving.fair_queue import KEYLESS
 from blazar.serving.fanout import Candidate
 from blazar.serving.limits import Limiter
 from blazar.serving.patch import Patch
 from blazar.serving.ports import SupervisorPort
+from blazar.serving.request import Request
 from blazar.serving.spec_governor import N_MAX_FIELD, SpecGovernor
 
 
@@ -60,7 +62,7 @@ class Admitter:
                                          observations={"deadline_ms": request.deadline_ms, "load_ms": report.load_ms})
             ticket = await self.admission.acquire(
                 inst.lane, inst.slots, priority=request.priority, max_tokens=call.ask.max_tokens, on_queued=on_queued,
-                deadline_s=deadline_s,
+                deadline_s=deadline_s, tenant=share_tenant(request), weight=share_weight(request),
                 pick=None if inst.remote else self.kv.slots.picker(inst.instance_id, request.session, request.tenant,
                                                                    isolate=self.isolating()))
         except AdmissionRefused as e:
@@ -82,7 +84,8 @@ class Admitter:
         call.emit(RequestAdmitted(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
                                   waited_ms=round(ticket.waited_s * 1000, 3), slots=ticket.slots,
                                   busy=ticket.busy_after, queued_behind=max(0, ticket.position_when_queued - 1),
-                                  slot_id=None if inst.remote else ticket.slot_id, spec=spec))
+                                  slot_id=None if inst.remote else ticket.slot_id, spec=spec,
+                                  share_wait=_share_wait(ticket)))
         return ticket
 
     async def _place(self, call: Call, inst: Instance, slot_id: int) -> None:
@@ -142,3 +145,23 @@ class Admitter:
             raise
         return Candidate(slot_id=ticket.slot_id, engine_fields=placed.engine_fields(ticket.slot_id, isolate=isolate),
                          release=release)
+
+
+def share_tenant(request: Request) -> str:
+    """Whose share of the slots a request takes: its key's (a key in a cache group still has its own share), the
+    tenant another node forwarded it as, or the keyless caller's."""
+    if request.key_name is not None:
+        return f"key:{request.key_name}"
+    return request.tenant or KEYLESS
+
+
+def share_weight(request: Request) -> int:
+    key = request.principal.key if request.principal is not None else None
+    return key.weight if key is not None else 1
+
+
+def _share_wait(ticket: Ticket) -> ShareWait | None:
+    if not ticket.passed_by_share:
+        return None
+    return ShareWait(ahead_other_tenants=ticket.passed_by_share,
+                     tenant_weight=ticket.charge.weight if ticket.charge is not None else 1)

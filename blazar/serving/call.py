@@ -102,7 +102,7 @@ class Desk(Protocol):
     """What a Call records to and gives back to: the gateway's writer, admission, supervisor and key limits."""
 
     def emit(self, event: Event, trace_id: str, actor: str | None = None) -> None: ...
-    def release_slot(self, ticket: Ticket, *, tokens: int | None = None) -> None: ...
+    def release_slot(self, ticket: Ticket, *, tokens: int | None = None, charged: int | None = None) -> None: ...
     def give_back_slot(self, ticket: Ticket) -> None: ...
     def unhold(self, instance: Instance) -> None: ...
     def release_lease(self, lease: Lease) -> None: ...
@@ -260,12 +260,13 @@ class Call:
         """The instance is held against eviction for this call (given back with its slot)."""
         self._held = instance
 
-    def give_back_slot(self, *, learn: bool = True, tokens: int | None = None) -> None:
+    def give_back_slot(self, *, learn: bool = True, tokens: int | None = None, charged: int | None = None) -> None:
         """The slot and the hold on the instance go back; the request goes on (a cascade's step is over, or a
-        request is routed again: then `learn=False`, no hold time is learnt from a slot that served nothing)."""
+        request is routed again: then `learn=False`, no hold time is learnt from a slot that served nothing).
+        `tokens` generated, `charged` the prompt's and those (its tenant's share pays them)."""
         if self._ticket is not None:
             if learn:
-                self._desk.release_slot(self._ticket, tokens=tokens)
+                self._desk.release_slot(self._ticket, tokens=tokens, charged=charged)
             else:
                 self._desk.give_back_slot(self._ticket)
             self._ticket = None
@@ -334,7 +335,7 @@ class Call:
         else:
             charged = (outcome.relayed_tokens or 0) if isinstance(outcome, Failed) else 0
         call.release_lease()
-        call.give_back_slot(tokens=tokens)
+        call.give_back_slot(tokens=tokens, charged=charged)
         if call.request.key_name is not None and charged:
             call._desk.charge(call.request.key_name, charged)  # tpm and daily_tokens: a hang-up is no way around them
         if isinstance(outcome, Completed) and call.request.audio is not None:

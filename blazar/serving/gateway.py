@@ -93,8 +93,8 @@ class Gateway:
             event = stamp_node(event, self.app.node)
         self._writer.submit(event, actor=actor or self._actor, trace_id=trace_id)
 
-    def release_slot(self, ticket: Ticket, *, tokens: int | None = None) -> None:
-        self.admission.release(ticket, tokens=tokens)
+    def release_slot(self, ticket: Ticket, *, tokens: int | None = None, charged: int | None = None) -> None:
+        self.admission.release(ticket, tokens=tokens, charged=charged)
 
     def give_back_slot(self, ticket: Ticket) -> None:
         self.admission.give_back(ticket)

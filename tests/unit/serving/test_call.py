@@ -36,8 +36,8 @@ class Desk:
     def emit(self, event: Event, trace_id: str, actor: str | None = None) -> None:
         self.events.append((trace_id, event))
 
-    def release_slot(self, ticket: Ticket, *, tokens: int | None = None) -> None:
-        self.given.append(f"slot:{ticket.slot_id}:{tokens}")
+    def release_slot(self, ticket: Ticket, *, tokens: int | None = None, charged: int | None = None) -> None:
+        self.given.append(f"slot:{ticket.slot_id}:{tokens}:{charged}")
 
     def give_back_slot(self, ticket: Ticket) -> None:
         self.given.append(f"slot-unused:{ticket.slot_id}")
@@ -88,7 +88,7 @@ def test_finish_records_one_terminal_event_and_gives_back_everything_once() -> N
     call.finish(Completed(200, {"prompt_tokens": 5, "completion_tokens": 7}))
     call.finish(Failed(499, "client_disconnected", "too late"))  # a second end: ignored
     assert desk.terminal() == [("t1", "request.completed")]
-    assert sorted(desk.given) == sorted(["lease", "slot:1:7", "hold:inst", "charge:alice:12"])
+    assert sorted(desk.given) == sorted(["lease", "slot:1:7:12", "hold:inst", "charge:alice:12"])
     assert call.ended and isinstance(call.outcome, Completed)
 
 
@@ -141,7 +141,7 @@ def test_a_generation_handed_over_ends_as_its_heirs() -> None:
     assert desk.given == ["lease"]  # the leader's lease only: the slot and hold are the heir's now
     leader.finish(Completed(200, {"completion_tokens": 3}))  # the relay ends the generation it started
     assert desk.terminal() == [("lead", "request.failed"), ("heir", "request.completed")]
-    assert sorted(desk.given) == sorted(["lease", "lease", "slot:1:3", "hold:inst", "charge:bob:3"])
+    assert sorted(desk.given) == sorted(["lease", "lease", "slot:1:3:3", "hold:inst", "charge:bob:3"])
     completed = desk.events[-1][1]
     assert isinstance(completed, RequestCompleted) and completed.shared == "promoted"
     assert isinstance(leader.final(), Completed) and heir.ended

@@ -39,7 +39,7 @@ class Desk_:
     def emit(self, event: Event, trace_id: str, actor: str | None = None) -> None:
         pass
 
-    def release_slot(self, ticket: Ticket, *, tokens: int | None = None) -> None:
+    def release_slot(self, ticket: Ticket, *, tokens: int | None = None, charged: int | None = None) -> None:
         self.given.append("slot")
 
     def give_back_slot(self, ticket: Ticket) -> None:
