@@ -24,7 +24,8 @@ class Queued:
             return await self.task
 
 
-async def enqueue(adm: Admission, key: str, slots: int = 1, *, priority: int = 0) -> Queued:
+async def enqueue(adm: Admission, key: str, slots: int = 1, *, priority: int = 0, tenant: str = "",
+                  weight: int = 1) -> Queued:
     seen = asyncio.Event()
     report: list[tuple[int, int]] = []
 
@@ -32,20 +33,22 @@ async def enqueue(adm: Admission, key: str, slots: int = 1, *, priority: int = 0
         report.append((position, depth))
         seen.set()
 
-    task = asyncio.create_task(adm.acquire(key, slots, priority=priority, on_queued=on_queued))
+    task = asyncio.create_task(adm.acquire(key, slots, priority=priority, on_queued=on_queued, tenant=tenant,
+                                           weight=weight))
     async with asyncio.timeout(BOUND_S):
         await seen.wait()
     assert len(report) == 1
     return Queued(task, *report[0])
 
 
-async def now(adm: Admission, key: str, slots: int = 1, *, priority: int = 0) -> Ticket:
+async def now(adm: Admission, key: str, slots: int = 1, *, priority: int = 0, tenant: str = "",
+              weight: int = 1) -> Ticket:
     """Acquire that must not queue."""
     def on_queued(position: int, depth: int) -> None:
         raise AssertionError(f"queued at {position} of {depth}")
 
     async with asyncio.timeout(BOUND_S):
-        return await adm.acquire(key, slots, priority=priority, on_queued=on_queued)
+        return await adm.acquire(key, slots, priority=priority, on_queued=on_queued, tenant=tenant, weight=weight)
 
 
 async def refused(call: Coroutine[Any, Any, Ticket]) -> None:

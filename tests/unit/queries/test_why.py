@@ -19,6 +19,7 @@ from blazar.events.requests import (
     RequestRejected,
     RequestRerouted,
     RequestRouted,
+    ShareWait,
 )
 from blazar.events.tuning import Posture
 from blazar.queries.why import explain, fmt_ms
@@ -142,6 +143,24 @@ def test_a_queued_request_that_waited_for_a_cold_load_which_evicted_another_mode
     assert ex.verdict == ("completed 200 in 6.5 s: waited 3.2 s behind 2 requests; cold load 2.1 s, evicted qwen "
                           "(idle 40 s); first token at 5.5 s; 41 tokens out at 40 tok/s")
     assert ex.figures["queue_wait_ms"] == 3200.0 and ex.figures["load_ms"] == 2100
+
+
+def test_a_request_that_waited_for_other_keys_share_says_so() -> None:
+    log = (Log()
+           .at(0.0, received())
+           .at(0.002, RequestQueued(trace_id=T, model="gemma", position=4, depth=9, slots=1, busy=1))
+           .at(2.0, RequestAdmitted(trace_id=T, model="gemma", waited_ms=2000.0, slots=1, busy=1, queued_behind=3,
+                                    share_wait=ShareWait(ahead_other_tenants=2, tenant_weight=1)))
+           .at(2.5, RequestCompleted(trace_id=T, model="gemma", duration_ms=2500.0, prompt_tokens=5,
+                                     completion_tokens=4)))
+    ex = explain(log.records)
+    steps = {s.type: s for s in ex.steps}
+    assert steps["request.admitted"].text == (
+        "admitted after 2.0 s (1 of 1 slots busy now); it waited for other keys' fair share of the slots: 2 requests "
+        "of other keys, queued after it, went first (its key's weight 1; `blazar keys limits --weight` sets it)")
+    assert ex.verdict.startswith("completed 200 in 2.5 s: waited 2.0 s behind 3 requests (2 requests of other keys "
+                                 "went first by fair share)")
+    assert steps["request.admitted"].data["share_wait"] == {"ahead_other_tenants": 2, "tenant_weight": 1}
 
 
 def test_a_whole_answer_is_ready_not_first_and_its_rate_is_the_engines() -> None:

@@ -20,6 +20,7 @@ from blazar.projections.base import fold
 from blazar.projections.keys import ApiKey, KeysProjection
 from blazar.projections.keys import key as api_key
 from blazar.projections.metrics import MetricsProjection, tokens_on
+from blazar.serving.admit import share_tenant, share_weight
 from blazar.serving.call import Call, Desk
 from blazar.serving.flights import flight_key
 from blazar.serving.principal import Principal
@@ -165,6 +166,34 @@ async def test_key_commands_set_and_check_cache_groups_and_the_right(app: Blazar
             await handlers.change_limits(app, "a", bad)
     with pytest.raises(KeyCommandError):
         await handlers.create(app, "b", cache_group="no way")
+
+
+async def test_a_keys_fair_share_weight_is_set_changed_and_checked(app: Blazar) -> None:
+    await handlers.create(app, "plain")
+    await handlers.create(app, "gold", weight=3)
+    state = app.runner.state("keys")
+    assert [api_key(state, n).weight for n in ("plain", "gold")] == [1, 3]  # type: ignore[union-attr]
+    rec_ = await handlers.change_limits(app, "gold", {"weight": 5})
+    assert rec_ is not None and rec_.event.changed == {"weight": 5}  # type: ignore[attr-defined]
+    assert api_key(app.runner.state("keys"), "gold").weight == 5  # type: ignore[union-attr]
+    assert api_key(app.runner.state("keys"), "gold").public()["weight"] == 5  # type: ignore[union-attr]
+    assert await handlers.change_limits(app, "gold", {"weight": 5}) is None
+    for bad in (0, -1, 1001, 1.5, True, "2"):
+        with pytest.raises(KeyCommandError, match="--weight"):
+            await handlers.change_limits(app, "gold", {"weight": bad})
+    with pytest.raises(KeyCommandError, match="--weight"):
+        await handlers.create(app, "heavy", weight=0)
+
+
+def test_a_requests_share_is_its_keys_even_in_a_cache_group_and_the_keyless_callers_otherwise() -> None:
+    def asked(principal: Principal | None, tenant: str | None) -> Request:
+        return Request(model="m", engine_path="/v1/chat/completions", body=None, stream=False, principal=principal,
+                       tenant=tenant)
+
+    assert share_tenant(asked(keyed("gold"), "group:team")) == "key:gold"
+    assert share_tenant(asked(None, None)) == ""
+    assert share_tenant(asked(Principal(actor="cluster:node", admin=False, cluster=True), "key:far")) == "key:far"
+    assert share_weight(asked(None, None)) == 1
 
 
 # -- tokens relayed before a failure count --------------------------------------------------------------------------
