@@ -2,7 +2,8 @@
 every key's request lands where another key's prompt was), through the official SDKs. Another key's guess at a
 prompt gets no signal (no cached tokens, the whole prompt evaluated, for a right guess as for a wrong one), while a
 key's own repeat and keys an admin put in one cache group do reuse; session names live in each key's namespace;
-single-flight shares only within a key; priority is a right; tokens streamed before a hang-up are charged."""
+single-flight shares only within a key; priority is a right; tokens streamed before a hang-up are charged; a key that
+floods the slot does not put another key behind all of its requests (fair share)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -209,3 +211,47 @@ def test_tokens_streamed_before_a_hang_up_are_charged(tenants: Tenants) -> None:
     shown = wait_for(lambda: (k := json.loads(tenants.cli("keys", "show", "meter", "--json").stdout))
                      ["tokens_today"] >= 29 and k, "the log's count of meter's tokens", timeout=30)
     assert shown["tokens_today"] >= 29
+
+
+FLOOD = 12
+
+
+def test_a_key_that_floods_the_slot_does_not_starve_another(tenants: Tenants) -> None:
+    """Key `flood` sends 12 requests at once to the one slot; key `light` sends one once they are queued. Its turn
+    comes next (the flood's request in the slot was charged to the flood's share), ahead of every flood request
+    still waiting, and `why` tells a flood request that waited for the light key's share. Asserted on the events."""
+    tenants.key("flood")
+    tenants.key("light")
+
+    def ask(name: str, i: int) -> str:
+        r = tenants.openai(name).chat.completions.with_raw_response.create(
+            model=MODEL, messages=[{"role": "user", "content": f"Tell me a story about the number {i}."}],
+            max_tokens=24, temperature=0, extra_body={"cache_prompt": False})
+        assert r.parse().choices
+        return str(r.headers["x-blazar-trace-id"])
+
+    def queued(actor: str) -> list[dict[str, Any]]:
+        return [e for e in tenants.events("request.queued") if e["actor"] == actor]
+
+    with ThreadPoolExecutor(max_workers=FLOOD + 1) as pool:
+        floods = [pool.submit(ask, "flood", i) for i in range(FLOOD)]
+        wait_for(lambda: len(queued("key:flood")) >= FLOOD - 1, "the flood's requests queued", timeout=60)
+        light_trace = ask("light", 0)
+        flood_traces = [f.result(timeout=180) for f in floods]
+    light = tenants.trace(light_trace, "request.completed")
+    light_queued = next((e for e in light if e["type"] == "request.queued"), None)
+    assert light_queued is not None, "the light key's request was not queued: the flood had drained already"
+    assert light_queued["data"]["position"] == 1
+    light_admitted = next(e for e in light if e["type"] == "request.admitted")["seq"]
+    flood_admitted = [next(e for e in tenants.trace(t, "request.completed") if e["type"] == "request.admitted")
+                      for t in flood_traces]
+    # The flood's requests waiting when the light one queued (depth - 1 of them) were all admitted after it, each
+    # passed by it; a FIFO queue would have served the light key last.
+    behind = light_queued["data"]["depth"] - 1
+    assert behind >= 1, "no flood request was still waiting when the light key's queued"
+    passed = [a for a in flood_admitted if a["data"]["share_wait"] is not None]
+    assert len(passed) == behind
+    assert all(a["seq"] > light_admitted for a in passed)
+    assert all(a["data"]["share_wait"] == {"ahead_other_tenants": 1, "tenant_weight": 1} for a in passed)
+    text = tenants.cli("why", passed[-1]["trace_id"]).stdout
+    assert "1 request of other keys, queued after it, went first" in text
