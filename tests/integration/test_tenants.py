@@ -253,5 +253,7 @@ def test_a_key_that_floods_the_slot_does_not_starve_another(tenants: Tenants) ->
     assert len(passed) == behind
     assert all(a["seq"] > light_admitted for a in passed)
     assert all(a["data"]["share_wait"] == {"ahead_other_tenants": 1, "tenant_weight": 1} for a in passed)
-    text = tenants.cli("why", passed[-1]["trace_id"]).stdout
-    assert "1 request of other keys, queued after it, went first" in text
+    told = json.loads(tenants.cli("why", passed[-1]["trace_id"], "--json").stdout)
+    admitted = next(step["text"] for step in told["steps"] if step["type"] == "request.admitted")
+    assert "it waited for other keys' fair share of the slots: 1 request of other keys" in admitted
+    assert "went first by fair share" in told["verdict"]
