@@ -40,8 +40,8 @@ class Tenants:
         self.base = f"http://127.0.0.1:{port}"
         self.secrets: dict[str, str] = {}
 
-    def cli(self, *args: str) -> Any:
-        return blazar_cli(self.home, *args)
+    def cli(self, *args: str, check: bool = True) -> Any:
+        return blazar_cli(self.home, *args, check=check)
 
     def key(self, name: str, *args: str) -> str:
         self.secrets[name] = json.loads(self.cli("keys", "create", name, *args, "--json").stdout)["secret"]
@@ -221,7 +221,7 @@ def test_a_key_that_floods_the_slot_does_not_starve_another(tenants: Tenants) ->
     comes next (the flood's request in the slot was charged to the flood's share), ahead of every flood request
     still waiting, and `why` tells a flood request that waited for the light key's share. Asserted on the events."""
     tenants.key("flood")
-    tenants.key("light")
+    tenants.key("light", "--weight", "2")  # its share is twice the flood's; one request needs no more than its turn
 
     def ask(name: str, i: int) -> str:
         r = tenants.openai(name).chat.completions.with_raw_response.create(
@@ -257,3 +257,8 @@ def test_a_key_that_floods_the_slot_does_not_starve_another(tenants: Tenants) ->
     admitted = next(step["text"] for step in told["steps"] if step["type"] == "request.admitted")
     assert "it waited for other keys' fair share of the slots: 1 request of other keys" in admitted
     assert "went first by fair share" in told["verdict"]
+    shown = json.loads(tenants.cli("keys", "limits", "flood", "--weight", "3", "--json").stdout)
+    assert (shown["weight"], shown["changed"]) == (3, True)
+    assert json.loads(tenants.cli("keys", "show", "light", "--json").stdout)["weight"] == 2
+    refused = tenants.cli("keys", "limits", "flood", "--weight", "0", check=False)
+    assert refused.returncode == 2 and "--weight" in refused.stderr
