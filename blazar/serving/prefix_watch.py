@@ -1,7 +1,8 @@
 """The gateway's memory of each conversation's last prompt, to say why a turn's prefix cache missed: when a chat turn
 ends, its prompt's fingerprint (blazar/serving/prefix.py) is compared with the previous turn's on the same session
-(or, without one, the same engine slot) of the same tenant, and `request.prefix_compared` records how much the engine
-reused and, where that was little, where the prompt first changed and what the prefill cost.
+(or, without one, the same engine slot and client program) of the same tenant, where it has more messages than that
+one (a conversation's next turn), and `request.prefix_compared` records how much the engine reused and, where that
+was little, where the prompt first changed and what the prefill cost.
 
 In memory only, bounded (the least recently used conversation forgotten first), and keyed by tenant first: one
 tenant's prompt is never compared with another's. A restart forgets it all: a conversation's first turn after one
@@ -25,7 +26,7 @@ CHAT_PATH = "/v1/chat/completions"
 # Conversations remembered at once (each a fingerprint: about 20 bytes a message, at most MAX_MESSAGES of them).
 MAX_CONVERSATIONS = 1024
 
-# (tenant, "session", name) or (tenant, "slot", instance id, slot id)
+# (tenant, "session", name) or (tenant, "slot", instance id, slot id, agent)
 Conversation = tuple[Any, ...]
 
 
@@ -76,7 +77,9 @@ class PrefixWatch:
 
     def turn(self, done: Finished) -> RequestPrefixCompared | None:
         """Remember this turn's prompt for its conversation, and compare it with the previous one there: the
-        event to record, or None for a first turn (or a body that is no chat, or usage the engine did not give)."""
+        event to record, or None where there is no previous turn to compare it with (a first turn, a body that is
+        no chat, usage the engine did not give) or the prompt has no more messages than the previous one (it is
+        no next turn of that conversation: a retry, or an unrelated prompt that took the same slot)."""
         prompt_tokens = done.usage.get("prompt_tokens")
         if not isinstance(prompt_tokens, int):
             return None
@@ -90,16 +93,19 @@ class PrefixWatch:
         self._last[where] = Turn(done.trace_id, current, prompt_tokens)
         while len(self._last) > self._capacity:
             self._last.popitem(last=False)
-        return None if previous is None else compared(done, previous, current, prompt_tokens)
+        if previous is None or current.count <= previous.fingerprint.count:
+            return None  # no next turn of that conversation: a first one, a retry, or another prompt on the slot
+        return compared(done, previous, current, prompt_tokens)
 
 
 def conversation_of(done: Finished) -> Conversation | None:
-    """Whose conversation a turn continues: its session's, else its slot's (None: neither is known)."""
+    """Whose conversation a turn continues: its session's, else its slot's as one client program used it (None:
+    neither is known)."""
     if done.session is not None:
         return (done.tenant, "session", done.session)
     if done.slot_id is None:
         return None
-    return (done.tenant, "slot", done.instance_id, done.slot_id)
+    return (done.tenant, "slot", done.instance_id, done.slot_id, done.agent)
 
 
 def compared(done: Finished, previous: Turn, current: Fingerprint, prompt_tokens: int) -> RequestPrefixCompared:

@@ -147,7 +147,7 @@ def test_an_unchanged_prefix_the_engine_lost_is_a_miss_but_no_break() -> None:
 def test_an_engine_that_does_not_say_what_it_reused_never_misses() -> None:
     watch = PrefixWatch()
     watch.turn(turn("t1", chat(SYSTEM, user("a")), 2950, None))
-    ev = watch.turn(turn("t2", chat(user("other")), 3010, None))
+    ev = watch.turn(turn("t2", chat(user("other"), assistant("b"), user("c")), 3010, None))
     assert ev is not None and not ev.missed and ev.part == "role"
 
 
@@ -171,17 +171,37 @@ def test_no_slot_and_no_session_is_no_conversation() -> None:
     assert len(watch) == 0
 
 
+def history(n: int) -> dict[str, Any]:
+    """A conversation's prompt after n turns: 2n - 1 messages."""
+    messages = [user("q0")]
+    for i in range(1, n):
+        messages += [assistant(f"a{i}"), user(f"q{i}")]
+    return chat(*messages)
+
+
 def test_the_memory_is_bounded_the_least_recently_used_forgotten_first() -> None:
     watch = PrefixWatch(capacity=2)
     for slot in (1, 2):
-        watch.turn(turn(f"t{slot}", chat(user("a")), 500, 0, slot=slot))
-    watch.turn(turn("t1b", chat(user("a")), 500, 500, slot=1))  # slot 1 used again: slot 2 is now the oldest
-    watch.turn(turn("t3", chat(user("a")), 500, 0, slot=3))
+        watch.turn(turn(f"t{slot}", history(1), 500, 0, slot=slot))
+    assert watch.turn(turn("t1b", history(2), 500, 500, slot=1)) is not None  # slot 2 is now the oldest
+    watch.turn(turn("t3", history(1), 500, 0, slot=3))
     assert len(watch) == 2
-    assert watch.turn(turn("t2b", chat(user("a")), 500, 0, slot=2)) is None  # forgotten
+    assert watch.turn(turn("t2b", history(2), 500, 0, slot=2)) is None  # forgotten
     # slot 3 and slot 2 are remembered now, slot 1 forgotten; slot 2's last turn is t2b
-    ev = watch.turn(turn("t2c", chat(user("a")), 500, 500, slot=2))
+    ev = watch.turn(turn("t2c", history(3), 500, 500, slot=2))
     assert ev is not None and ev.previous_trace_id == "t2b"
+
+
+def test_a_prompt_with_no_more_messages_is_no_next_turn_and_other_programs_are_other_conversations() -> None:
+    watch = PrefixWatch()
+    watch.turn(turn("t1", history(2), 500, 0))
+    assert watch.turn(turn("retry", history(2), 500, 0)) is None  # the same turn again
+    assert watch.turn(turn("oneshot", chat(user("unrelated")), 500, 0)) is None  # another prompt on the slot
+    other = replace(turn("curl", history(3), 500, 0), agent="curl")
+    assert watch.turn(other) is None  # another program on the same slot: compared with nothing of claude-cli's
+    watch.turn(turn("t2", history(2), 500, 0))
+    ev = watch.turn(turn("t3", history(3), 500, 480))
+    assert ev is not None and ev.previous_trace_id == "t2" and ev.agent == "claude-cli"
 
 
 def test_a_body_that_is_no_chat_or_usage_without_prompt_tokens_is_not_compared() -> None:
@@ -189,5 +209,5 @@ def test_a_body_that_is_no_chat_or_usage_without_prompt_tokens_is_not_compared()
     watch.turn(turn("t1", chat(user("a")), 500, 0))
     assert watch.turn(turn("t2", {"model": "m", "prompt": "x"}, 500, 0)) is None
     assert watch.turn(replace(turn("t3", chat(user("a")), 500, 0), usage={})) is None
-    ev = watch.turn(turn("t4", chat(user("a")), 500, 500))
+    ev = watch.turn(turn("t4", history(2), 500, 500))
     assert ev is not None and ev.previous_trace_id == "t1"  # neither of them was remembered
