@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 CHAT_PATH = "/v1/chat/completions"
 
-# Conversations remembered at once (each a fingerprint: about 20 bytes a message, at most MAX_MESSAGES of them).
+# Conversations remembered at once (each a fingerprint: 9 bytes a message, at most MAX_MESSAGES of them).
 MAX_CONVERSATIONS = 1024
 
 # (tenant, "session", name) or (tenant, "slot", instance id, slot id, agent)
