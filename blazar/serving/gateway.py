@@ -44,7 +44,7 @@ from blazar.serving.forwarding import Forwarder
 from blazar.serving.limits import Lease, Limiter
 from blazar.serving.loop_guard import LoopGuard
 from blazar.serving.ports import SupervisorPort
-from blazar.serving.prefix_watch import PrefixWatch, finished_turn
+from blazar.serving.prefix_watch import PrefixWatch
 from blazar.serving.principal import Principal
 from blazar.serving.request import Answer, Request
 from blazar.serving.resolve import Resolver
@@ -114,10 +114,7 @@ class Gateway:
         self.limits.add_audio(key_name, seconds)
 
     def turn_done(self, call: Call, done: Completed) -> None:
-        turn = finished_turn(call, done)
-        compared = self.prefixes.turn(turn) if turn is not None else None
-        if compared is not None:
-            call.emit(compared)
+        self.prefixes.observe(call, done)
 
     # -- the pipeline --------------------------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ is compared with nothing.
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,8 @@ from blazar.serving.prefix import Fingerprint, fingerprint, first_difference, mi
 
 if TYPE_CHECKING:
     from blazar.serving.call import Call, Completed
+
+log = logging.getLogger("blazar.prefix")
 
 CHAT_PATH = "/v1/chat/completions"
 
@@ -74,6 +77,17 @@ class PrefixWatch:
 
     def __len__(self) -> int:
         return len(self._last)
+
+    def observe(self, call: Call, done: Completed) -> None:
+        """A completed call's turn compared and, where it was a next turn, its `request.prefix_compared` recorded."""
+        try:
+            turn = finished_turn(call, done)
+            compared = self.turn(turn) if turn is not None else None
+        except Exception:  # NOTE: a diagnosis never stands between a request and its end (its slot, its event)
+            log.exception("the prefix cache comparison of %s failed", call.trace_id)
+            return
+        if compared is not None:
+            call.emit(compared)
 
     def turn(self, done: Finished) -> RequestPrefixCompared | None:
         """Remember this turn's prompt for its conversation, and compare it with the previous one there: the

@@ -5,11 +5,16 @@ bounded, and no text kept."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
+from blazar.events.base import Event
+from blazar.events.requests import RequestPrefixCompared
+from blazar.serving.admission import Ticket
+from blazar.serving.call import Call, Completed
 from blazar.serving.prefix import (
     MIN_REPROCESSED_TOKENS,
     Difference,
@@ -19,6 +24,9 @@ from blazar.serving.prefix import (
     missed,
 )
 from blazar.serving.prefix_watch import Finished, PrefixWatch
+from blazar.serving.request import Request
+from blazar.serving.route import Route
+from tests.support.resolved import resolved
 
 SYSTEM = {"role": "system", "content": "You are a coding agent. Today is 2026-12-07 06:40:01."}
 TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}},
@@ -211,3 +219,48 @@ def test_a_body_that_is_no_chat_or_usage_without_prompt_tokens_is_not_compared()
     assert watch.turn(replace(turn("t3", chat(user("a")), 500, 0), usage={})) is None
     ev = watch.turn(turn("t4", history(2), 500, 500))
     assert ev is not None and ev.previous_trace_id == "t1"  # neither of them was remembered
+
+
+@dataclass
+class Desk:
+    """What a call records to: only its events matter here."""
+
+    events: list[Event] = field(default_factory=list)
+
+    def emit(self, event: Event, trace_id: str, actor: str | None = None) -> None:
+        self.events.append(event)
+
+
+def call_on_slot(desk: Desk, trace: str, body: dict[str, Any], *, remote: bool = False, **asked: Any) -> Call:
+    """A call routed to an instance (`remote`: a remote engine's) and admitted to slot 1, with the chat `body`."""
+    request = Request(model="m", engine_path="/v1/chat/completions", body=body, stream=False, trace_id=trace,
+                      tenant="key:a", agent="claude-cli", **asked)
+    call = Call(request, cast(Any, desk))
+    instance = SimpleNamespace(instance_id="i1", remote=remote)
+    call.take_route(Route("m", resolved("m")).to(cast(Any, instance)))
+    call.admitted(Ticket(key="m", position_when_queued=0, waited_s=0.0, busy_after=1, slots=2, slot_id=1))
+    return call
+
+
+USAGE = {"prompt_tokens": 2950, "cached_tokens": 0, "timings": {"prompt_ms": 4100.0}}
+
+
+def test_a_completed_next_turn_on_its_slot_is_recorded_and_a_remotes_or_a_follower_is_not() -> None:
+    desk, watch = Desk(), PrefixWatch()
+    watch.observe(call_on_slot(desk, "t1", history(1)), Completed(200, USAGE))
+    watch.observe(call_on_slot(desk, "t2", history(2)), Completed(200, {**USAGE, "prompt_tokens": 3010}))
+    [ev] = desk.events
+    assert isinstance(ev, RequestPrefixCompared)
+    assert (ev.trace_id, ev.previous_trace_id, ev.slot_id, ev.agent) == ("t2", "t1", 1, "claude-cli")
+    watch.observe(call_on_slot(desk, "t3", history(3), remote=True), Completed(200, USAGE))
+    watch.observe(call_on_slot(desk, "t4", history(4)), Completed(200, USAGE, shared="follower"))
+    watch.observe(call_on_slot(desk, "t5", history(5), best_of=2), Completed(200, USAGE))
+    watch.observe(call_on_slot(desk, "t6", history(6)), Completed(500, USAGE))
+    assert len(desk.events) == 1
+
+
+def test_a_comparison_that_fails_ends_nothing_and_records_nothing() -> None:
+    desk, watch = Desk(), PrefixWatch()
+    bad = {"model": "m", "messages": [{"role": "user", "content": "a", "x": {1, 2}}]}  # a set: no JSON
+    watch.observe(call_on_slot(desk, "t1", bad), Completed(200, USAGE))
+    assert desk.events == []
