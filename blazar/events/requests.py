@@ -433,10 +433,10 @@ PrefixPart = Literal["system", "tools", "role", "message"]
 
 @register
 class RequestPrefixCompared(_RequestEvent):
-    """A chat turn's prompt compared with its client's previous one on the same session (or, without one, the same
-    engine slot) of the same tenant: how much of it the engine's prefix cache reused, and, where that was little
-    (`missed`), where the prompt first differed from the previous one and what prefilling it again cost. Hashes were
-    compared, in memory; no prompt text and no hash is recorded, only indexes and counts."""
+    """A chat turn's prompt compared with the previous turn of its conversation (the same session, or without one the
+    same engine slot and client program, of the same tenant): how much of it the engine's prefix cache reused, and,
+    where that was little (`missed`), where the prompt first differed from the previous one and what prefilling it
+    again cost. Hashes were compared, in memory; no prompt text and no hash is recorded, only indexes and counts."""
 
     TYPE = "request.prefix_compared"
 
