@@ -18,6 +18,7 @@ from blazar.context import Blazar
 from blazar.events.base import Recorded
 from blazar.queries.dashboard import REQUEST_TYPES, SEED_EVENTS, Activity, DaemonStatus, fold, read_recent, snapshot
 from blazar.queries.metrics import queue_depth
+from blazar.queries.prefix_clients import client_rows
 from blazar.queries.ps import ps_rows
 from blazar.serving.ports import SupervisorPort
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from blazar.serving.gateway import Gateway
 
 _FOLDED = frozenset(REQUEST_TYPES)
+PREFIX_CLIENTS = 10  # the flagged clients the console lists at most (`blazar why --clients` has them all)
 
 
 class DashboardFeed:
@@ -71,7 +73,9 @@ class DashboardResource:
             queues = queue_depth(self.app)
             rows = [r.to_json() for r in ps_rows(self.app, now=now)]
         dash = snapshot(activity, rows=rows, now=now, daemon=DaemonStatus(up=True, url=req.prefix), queues=queues,
-                        live_rows=self.gateway is not None)
+                        live_rows=self.gateway is not None,
+                        prefix_clients=client_rows(self.app.runner.state("prefix"), only_flagged=True,
+                                                   limit=PREFIX_CLIENTS))
         resp.media = dash.model_dump(mode="json")
 
 
@@ -82,5 +86,5 @@ ROUTES = (
               "What `blazar watch` shows (its shape: blazar/queries/dashboard.py)",
               obj(["version", "at", "seq", "instances", "queues", "tokens_per_s", "requests", "failures"],
                   version=INT, seq=INT, instances=_ROWS, requests=_ROWS, failures=_ROWS, queues=OBJ,
-                  tokens_per_s=OBJ))}),
+                  tokens_per_s=OBJ, prefix_clients=_ROWS))}),
 )

@@ -23,6 +23,7 @@ from blazar.dialects.tools import constrain
 from blazar.events.requests import Dialect
 from blazar.serving.admission import parse_priority
 from blazar.serving.gateway import Gateway
+from blazar.serving.prefix import agent_of
 from blazar.serving.request import Answer, Request
 from blazar.serving.tenancy import IGNORED_HEADER, TENANT_HEADER, may_prioritize, qualify, tenant_of
 
@@ -79,7 +80,8 @@ class Proxy(ABC):
         parent_trace_id, parent_span_id = getattr(req.context, "traceparent", None) or (None, None)
         return replace(
             asked, trace_id=trace_id_of(req), dialect=self.dialect, path=req.path, raw=raw, parsed=data,
-            priority=priority, client=req.remote_addr, client_trace_id=getattr(req.context, "client_trace_id", None),
+            priority=priority, client=req.remote_addr, agent=agent_of(req.get_header("User-Agent")),
+            client_trace_id=getattr(req.context, "client_trace_id", None),
             parent_trace_id=parent_trace_id, parent_span_id=parent_span_id, principal=principal, tenant=tenant,
             forwarded_from=forwarded_from, session=qualify(tenant, opts.session), deadline_ms=deadline_ms,
             best_of=opts.best_of, cascade=opts.cascade, spec=opts.spec,

@@ -1,5 +1,6 @@
 """`blazar why [TRACE]`: the story of one request from the log (blazar/queries/why.py), by default the last one
-that failed or was rejected."""
+that failed or was rejected; `blazar why --clients`: the clients whose prompts break the prefix cache
+(blazar/queries/prefix_clients.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from blazar.cli.common import JSON_OPTION, fmt_ts, opened, out, print_json, run
+from blazar.queries.prefix_clients import FLAG_STREAK, client_rows
 from blazar.queries.traces import last_failed
 from blazar.queries.why import MIN_PREFIX, Explanation, explain, load_trace, resolve_trace
 
@@ -19,10 +21,18 @@ _NONE = "no request has failed or been rejected: give a trace id (the x-blazar-t
 def why(
     trace: Annotated[str | None, typer.Argument(help=f"A trace id, or its first {MIN_PREFIX} or more characters "
                                                 "(default: the last failed or rejected request).")] = None,
+    clients: Annotated[bool, typer.Option(
+        "--clients", help=f"Instead: the clients (key and program) whose chat turns break the prefix cache, flagged "
+                          f"where their last {FLAG_STREAK} turns or more all did.")] = False,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Explain one request: each decision on its way (queue, admission, load, evictions, tokens) with its numbers,
-    and a one-line verdict."""
+    """Explain one request: each decision on its way (queue, admission, load, evictions, prefix cache, tokens) with
+    its numbers, and a one-line verdict."""
+    if clients:
+        if trace is not None:
+            raise typer.BadParameter("--clients lists clients: give it no trace", param_hint="--clients")
+        _clients(as_json)
+        return
 
     async def go() -> Explanation | None:
         async with opened() as app:
@@ -56,6 +66,29 @@ def why(
     out.print(Text.assemble(("verdict: ", "bold"), (result.verdict, style)))
     if result.posture is not None:
         out.print(Text.assemble(("posture: ", "bold"), result.posture.text()))
+
+
+def _clients(as_json: bool) -> None:
+    async def go() -> list[dict]:
+        async with opened() as app:
+            return client_rows(app.runner.state("prefix"))
+
+    rows = run(go())
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        out.print("no chat turn has been compared with a previous one yet")
+        return
+    table = Table("CLIENT", "FLAGGED", "IN A ROW", "BROKE", "TURNS", "LAST CHANGED AT", "PREFILLED AGAIN", "TRACE",
+                  box=None, header_style="bold")
+    for r in rows:
+        who = r["actor"] + (f" ({r['agent']})" if r["agent"] else "")
+        table.add_row(who, Text("yes", "red") if r["flagged"] else "no", str(r["streak"]), str(r["breaks"]),
+                      str(r["turns"]), r["changed"] or "-",
+                      f"{r['reprocessed_tokens']:,} tokens, {r['prefill_ms'] / 1000:.1f} s" if r["breaks"] else "-",
+                      r["break_trace_id"] or "-")
+    out.print(table)
 
 
 def _offset(ms: float) -> str:

@@ -437,3 +437,44 @@ class RequestCascadeJudged(_RequestEvent):
     mean_logprob: float | None = None
     min_logprob: float | None = None  # the threshold (cascade_min_logprob)
     completion_tokens: int | None = None
+
+
+# Where a chat prompt first differed from the one before it on the same session or slot (blazar/serving/prefix.py):
+# a system message, the tool list (rendered before the messages), a message's role, or a message's content.
+PrefixPart = Literal["system", "tools", "role", "message"]
+
+
+@register
+class RequestPrefixCompared(_RequestEvent):
+    """A chat turn's prompt compared with the previous turn of its conversation (the same session, or without one the
+    same engine slot and client program, of the same tenant): how much of it the engine's prefix cache reused, and,
+    where that was little (`missed`), where the prompt first differed from the previous one and what prefilling it
+    again cost. Hashes were compared, in memory; no prompt text and no hash is recorded, only indexes and counts."""
+
+    TYPE = "request.prefix_compared"
+
+    model: str
+    instance_id: str
+    slot_id: int | None = None
+    session: str | None = None  # the session it was compared on (None: the slot)
+    # The client's program, from its User-Agent's first product ("claude-cli", "OpenAI/Python"): whose prefix it is,
+    # beside the key (the envelope's actor).
+    agent: str | None = None
+    previous_trace_id: str
+    previous_prompt_tokens: int
+    previous_messages: int
+    messages: int
+    prompt_tokens: int
+    reused_tokens: int  # the engine's cached_tokens: the prompt's prefix it did not prefill again
+    missed: bool  # reused less than half of the previous prompt, and enough tokens were prefilled again to matter
+    # Where the prompt first differed from the previous one (None: it extended it unchanged). The message's index in
+    # the engine's messages (after the dialect's translation: Anthropic's system is message 0); None for the tools.
+    part: PrefixPart | None = None
+    message_index: int | None = None
+    reprocessed_tokens: int = 0  # prompt_tokens - reused_tokens
+    prefill_ms: float | None = None  # the engine's prompt_ms (its timings) for this prompt
+
+    @property
+    def broke(self) -> bool:
+        """The client changed its prompt before the end of the previous one, and the engine paid for it."""
+        return self.missed and self.part is not None

@@ -12,6 +12,7 @@ from blazar.projections.engines import EnginesProjection
 from blazar.projections.keys import KeysProjection
 from blazar.projections.metrics import MetricsProjection
 from blazar.projections.nodes import NodesProjection
+from blazar.projections.prefix import PrefixProjection
 from blazar.projections.profiles import ProfilesProjection
 from blazar.projections.remotes import RemotesProjection
 from blazar.projections.residency import ResidencyProjection
@@ -26,7 +27,7 @@ def all_projections() -> list[Projection[Any]]:
     return [ConfigProjection(), AuditProjection(), StatsProjection(), CatalogProjection(), CalibrationProjection(),
             ResidencyProjection(), EnginesProjection(), TracesProjection(), MetricsProjection(),
             KeysProjection(), SessionsProjection(), RemotesProjection(), WorkersProjection(),
-            NodesProjection(), BatchesProjection(), ProfilesProjection()]
+            NodesProjection(), BatchesProjection(), ProfilesProjection(), PrefixProjection()]
 
 
 __all__ = [
@@ -36,7 +37,7 @@ __all__ = [
     "CatalogProjection",
     "ConfigProjection",
     "EnginesProjection", "KeysProjection",
-    "MetricsProjection", "NodesProjection", "ProfilesProjection", "Projection", "RemotesProjection",
+    "MetricsProjection", "NodesProjection", "PrefixProjection", "ProfilesProjection", "Projection", "RemotesProjection",
     "ResidencyProjection",
     "SessionsProjection", "State",
     "StatsProjection",

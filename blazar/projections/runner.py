@@ -40,6 +40,7 @@ from blazar.projections.engines import EnginesState
 from blazar.projections.keys import KeysState
 from blazar.projections.metrics import MetricsState
 from blazar.projections.nodes import NodesState
+from blazar.projections.prefix import PrefixState
 from blazar.projections.profiles import ProfilesState
 from blazar.projections.remotes import RemotesState
 from blazar.projections.residency import ResidencyState
@@ -133,6 +134,8 @@ class ProjectionRunner:
     def state(self, name: Literal["metrics"]) -> MetricsState: ...
     @overload
     def state(self, name: Literal["nodes"]) -> NodesState: ...
+    @overload
+    def state(self, name: Literal["prefix"]) -> PrefixState: ...
     @overload
     def state(self, name: Literal["profiles"]) -> ProfilesState: ...
     @overload

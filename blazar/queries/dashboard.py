@@ -16,7 +16,10 @@ The JSON shape of `Dashboard.model_dump(mode="json")` (version 1; fields are onl
                    "outcome": "completed|failed|rejected", "status": int, "ttft_ms": float | null,
                    "duration_ms": float | null, "completion_tokens": int | null}],   (newest first)
      "failures": [{"trace_id", "ts", "model": str | null, "outcome": "failed|rejected", "status": int,
-                   "reason": str, "verdict": str (what `blazar why` says)}]}          (newest first)
+                   "reason": str, "verdict": str (what `blazar why` says)}],         (newest first)
+     "prefix_clients": [{"actor", "agent": str | null, "streak", "turns", "breaks", "reprocessed_tokens",
+                         "prefill_ms", "break_trace_id": str | null, "changed": str | null (where the last break's
+                         prompt first differed)}]}   (flagged clients only: blazar/queries/prefix_clients.py)
 """
 
 from __future__ import annotations
@@ -100,6 +103,20 @@ class FailureRow(_Frozen):
     verdict: str
 
 
+class PrefixClientRow(_Frozen):
+    """A client flagged for breaking the prefix cache turn after turn (`blazar why --clients`)."""
+
+    actor: str
+    agent: str | None
+    streak: int
+    turns: int
+    breaks: int
+    reprocessed_tokens: int
+    prefill_ms: float
+    break_trace_id: str | None
+    changed: str | None
+
+
 class Dashboard(_Frozen):
     version: int = VERSION
     at: float
@@ -111,6 +128,7 @@ class Dashboard(_Frozen):
     tokens_per_s: dict[str, float]
     requests: list[RequestRow]
     failures: list[FailureRow]
+    prefix_clients: list[PrefixClientRow] = []
 
     def same_picture(self, other: Dashboard | None) -> bool:
         """True when `other` would draw the same (everything but the time it was taken)."""
@@ -224,10 +242,12 @@ async def read_recent(log: EventLog, activity: Activity, *, upto: int | None = N
 
 def snapshot(activity: Activity, *, rows: Sequence[Mapping[str, Any]], now: float, daemon: DaemonStatus,
              queues: Mapping[str, int], live_rows: bool = False,
-             slots_busy: Mapping[str, int] | None = None) -> Dashboard:
+             slots_busy: Mapping[str, int] | None = None,
+             prefix_clients: Sequence[Mapping[str, Any]] = ()) -> Dashboard:
     """The dashboard at `now`. `rows` are `ps_rows`; `live_rows` says their in_flight is the supervisor's (the
     daemon builds it). Otherwise `slots_busy` per model (from /metrics) gives an instance's busy slots when its
-    model has one instance; without either, busy slots are not known (None)."""
+    model has one instance; without either, busy slots are not known (None). `prefix_clients`: the flagged clients'
+    rows (blazar/queries/prefix_clients.py)."""
     per_model: dict[str, int] = {}
     for r in rows:
         per_model[r["model"]] = per_model.get(r["model"], 0) + 1
@@ -247,7 +267,9 @@ def snapshot(activity: Activity, *, rows: Sequence[Mapping[str, Any]], now: floa
     return Dashboard(at=now, seq=activity.seq, daemon=daemon, instances=instances,
                      queues={m: int(n) for m, n in sorted(queues.items())},
                      tokens_per_s=tokens_per_s(activity, now=now), requests=list(activity.requests),
-                     failures=list(activity.failures))
+                     failures=list(activity.failures),
+                     prefix_clients=[PrefixClientRow(**{k: r[k] for k in PrefixClientRow.model_fields})
+                                     for r in prefix_clients])
 
 
 # -- a /metrics sample ----------------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from blazar.events.requests import (
     RequestLoopStopped,
     RequestMediaChecked,
     RequestPlaced,
+    RequestPrefixCompared,
     RequestQueued,
     RequestReceived,
     RequestRejected,
@@ -44,6 +45,7 @@ from blazar.events.requests import (
     RequestShared,
 )
 from blazar.events.tuning import Posture
+from blazar.queries.prefix_words import prefix_text, prefix_verdict
 
 # A trace id prefix shorter than this is too likely to be ambiguous to be worth a look-up.
 MIN_PREFIX = 8
@@ -184,7 +186,7 @@ def tokens_per_s(done: RequestCompleted, ttft_ms: float | None) -> float | None:
 _ONE_OF: dict[type, str] = {
     RequestReceived: "received", RequestQueued: "queued", RequestAdmitted: "admitted", RequestRouted: "routed",
     RequestFirstToken: "first", RequestPlaced: "placed", RequestShared: "shared", RequestBestOfChosen: "best_of",
-    RequestRerouted: "rerouted", RequestAudio: "audio",
+    RequestRerouted: "rerouted", RequestAudio: "audio", RequestPrefixCompared: "prefix",
 }
 
 
@@ -205,6 +207,7 @@ class _Story:
         self.rerouted: RequestRerouted | None = None
         self.end: RequestCompleted | RequestFailed | RequestRejected | None = None
         self.audio: RequestAudio | None = None
+        self.prefix: RequestPrefixCompared | None = None
         self.evictions: dict[str, InstanceEvicted] = {}
         for rec in records:
             ev = rec.event
@@ -297,7 +300,8 @@ class _Story:
 
     def verdict(self, duration_ms: float | None) -> str:
         end = self.end
-        context = [p for p in (self.again(), self.waited(), self.loaded(), self.session(), self.fan_out()) if p]
+        context = [p for p in (self.again(), self.waited(), self.loaded(), self.session(), self.fan_out(),
+                               prefix_verdict(self.prefix)) if p]
         if isinstance(end, RequestRejected):
             words = REJECT_WORDS.get(end.reason, end.reason)
             retry = f", retry after {end.retry_after_s:g} s" if end.retry_after_s is not None else ""
@@ -571,7 +575,8 @@ _TEXT: dict[type, Callable[[_Story, Any], str]] = {
     RequestPlaced: _placed, RequestShared: _shared, RequestCandidateScored: _candidate, RequestBestOfChosen: _best_of,
     RequestCascadeJudged: _cascade, RequestForwarded: _forwarded, RequestRerouted: _rerouted,
     RequestBounded: _bounded, RequestLoopStopped: _loop_stopped, RequestAudio: _audio,
-    RequestMediaChecked: _media_checked, InstanceStarting: _starting, InstanceStarted: _started,
+    RequestMediaChecked: _media_checked, RequestPrefixCompared: lambda s, ev: prefix_text(ev),
+    InstanceStarting: _starting, InstanceStarted: _started,
     InstanceReady: _ready, InstanceEvicted: _eviction, InstanceExited: _exited,
 }
 

@@ -108,6 +108,7 @@ class Desk(Protocol):
     def release_lease(self, lease: Lease) -> None: ...
     def charge(self, key_name: str, tokens: int) -> None: ...
     def charge_audio(self, key_name: str, seconds: float) -> None: ...
+    def turn_done(self, call: Call, done: Completed) -> None: ...
 
 
 class Call:
@@ -335,6 +336,8 @@ class Call:
         else:
             charged = (outcome.relayed_tokens or 0) if isinstance(outcome, Failed) else 0
         call.release_lease()
+        if isinstance(outcome, Completed):
+            call._desk.turn_done(call, outcome)  # while its slot is still the call's: the prefix cache compared
         call.give_back_slot(tokens=tokens, charged=charged)
         if call.request.key_name is not None and charged:
             call._desk.charge(call.request.key_name, charged)  # tpm and daily_tokens: a hang-up is no way around them

@@ -44,6 +44,7 @@ from blazar.serving.forwarding import Forwarder
 from blazar.serving.limits import Lease, Limiter
 from blazar.serving.loop_guard import LoopGuard
 from blazar.serving.ports import SupervisorPort
+from blazar.serving.prefix_watch import PrefixWatch
 from blazar.serving.principal import Principal
 from blazar.serving.request import Answer, Request
 from blazar.serving.resolve import Resolver
@@ -65,6 +66,7 @@ class Gateway:
         self.client = client
         self.kv = kv if kv is not None else KvBank(app, client)  # sessions' slots, and the bank that saves them
         self.flights = Flights(self.generate)  # identical deterministic requests in flight
+        self.prefixes = PrefixWatch()  # each conversation's last prompt: why a turn's prefix cache missed
         self.remotes = RemoteBreaker(app)  # remote engines' circuits
         self._writer = app.request_writer()
         self._actor = app.actor
@@ -110,6 +112,9 @@ class Gateway:
 
     def charge_audio(self, key_name: str, seconds: float) -> None:
         self.limits.add_audio(key_name, seconds)
+
+    def turn_done(self, call: Call, done: Completed) -> None:
+        self.prefixes.observe(call, done)
 
     # -- the pipeline --------------------------------------------------------------------------------------------------
 

@@ -88,6 +88,7 @@ class Request:
     parsed: dict[str, Any] = field(default_factory=dict)  # ... and as the route parsed it
     priority: int = 0
     client: str | None = None  # the peer's address
+    agent: str | None = None  # the client's program: its User-Agent's first product (blazar/serving/prefix.py)
     client_trace_id: str | None = None  # the client's x-blazar-trace-id when it is not the trace id (already used)
     parent_trace_id: str | None = None  # the client's W3C traceparent: its trace ...
     parent_span_id: str | None = None  # ... and the span this request is a child of

@@ -252,6 +252,76 @@ def test_every_answer_names_the_model_as_the_client_asked_never_a_path(daemon: O
     assert ".gguf" not in raw.text and str(daemon.home) not in raw.text
 
 
+# -- the prefix cache explained (docs/8.GATEWAY.md, "Prefix cache") ---------------------------------------------------
+
+# A system prompt long enough that prefilling it again is worth a word (blazar/serving/prefix.py
+# MIN_REPROCESSED_TOKENS: 64), short enough to cost little.
+_RULES = " ".join(f"Rule {i}: answer in plain short words." for i in range(1, 13))
+_TURNS = 4  # three comparisons: enough breaks in a row to flag a client (blazar/projections/prefix.py FLAG_STREAK)
+
+
+def _conversation(turn: int, *, fresh_time: bool) -> list[dict[str, str]]:
+    """Turn `turn` (1-based) of a chat: the system prompt (with a fresh timestamp at its start, or none), every
+    earlier turn, the new question."""
+    clock = f"Now: 2026-12-07 06:4{turn}:17." if fresh_time else "Now: 2026-12-07."
+    messages = [{"role": "system", "content": f"{clock} {_RULES}"}, {"role": "user", "content": "Name a colour."}]
+    for i in range(1, turn):
+        messages += [{"role": "assistant", "content": f"Colour {i}."}, {"role": "user", "content": f"Another, {i}."}]
+    return messages
+
+
+def _chat_turns(daemon: OpenAIDaemon, agent: str, *, fresh_time: bool) -> list[str]:
+    """_TURNS turns of one conversation from the program `agent` (its User-Agent), one at a time: their traces."""
+    client, traces = daemon.client(default_headers={"User-Agent": f"{agent}/2.0 (test)"}), []
+    for turn in range(1, _TURNS + 1):
+        raw = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=_conversation(turn, fresh_time=fresh_time), max_tokens=2, temperature=0)
+        traces.append(raw.headers["x-blazar-trace-id"])
+        daemon.wait_trace(traces[-1], "request.completed")
+    return traces
+
+
+def test_the_prefix_cache_miss_of_a_fresh_timestamp_is_named_costed_and_flagged_and_a_growing_chat_is_not(
+        daemon: OpenAIDaemon) -> None:
+    flappy = _chat_turns(daemon, "flappy", fresh_time=True)
+    tidy = _chat_turns(daemon, "tidy", fresh_time=False)
+    compared = {e["trace_id"]: e["data"] for e in daemon.events("request.prefix_compared")}
+
+    # Each turn after the first was compared with the one before it (no session: its slot, and its program).
+    broke = [compared[t] for t in flappy[1:]]
+    for ev, previous in zip(broke, flappy, strict=False):
+        assert (ev["previous_trace_id"], ev["part"], ev["message_index"], ev["missed"], ev["agent"]) == \
+            (previous, "system", 0, True, "flappy")
+        assert ev["reprocessed_tokens"] >= 64 and ev["reused_tokens"] < ev["previous_prompt_tokens"] / 2
+        assert ev["prefill_ms"] is not None and ev["prefill_ms"] > 0  # the engine's own timings.prompt_ms
+    kept = [compared[t] for t in tidy[1:]]
+    assert all(not ev["missed"] and ev["part"] is None for ev in kept), kept
+    assert all(ev["reused_tokens"] >= ev["previous_prompt_tokens"] / 2 for ev in kept), kept
+
+    # `blazar why` of the second turn: the message, the part, the tokens prefilled again and the engine's time.
+    why = json.loads(_cli(daemon.home, "why", flappy[1], "--json").stdout)
+    step = next(s for s in why["steps"] if s["type"] == "request.prefix_compared")
+    first = broke[0]
+    assert step["text"].startswith(
+        f"prefix cache missed: the prompt first differed at message 0 (system) from this client's previous request "
+        f"on slot {first['slot_id']} ({flappy[0]}); {first['reprocessed_tokens']:,} tokens prefilled again, ")
+    assert "the prompt first differed at message 0 (system)" in why["verdict"]
+
+    # Three breaks in a row flag the client; the growing conversation is not flagged.
+    rows = {r["agent"]: r for r in json.loads(_cli(daemon.home, "why", "--clients", "--json").stdout)}
+    assert (rows["flappy"]["flagged"], rows["flappy"]["streak"], rows["flappy"]["changed"]) == \
+        (True, _TURNS - 1, "message 0 (system)")
+    assert (rows["tidy"]["flagged"], rows["tidy"]["breaks"], rows["tidy"]["turns"]) == (False, 0, _TURNS - 1)
+
+    # The console's dashboard lists the flagged client, and not the other.
+    def listed() -> list[dict] | None:
+        got = httpx2.get(f"{daemon.base}/api/blazar/dashboard", timeout=30, trust_env=False).json()
+        return got["prefix_clients"] if any(r["agent"] == "flappy" for r in got["prefix_clients"]) else None
+
+    agents = {r["agent"]: r for r in wait_for(listed, "the flagged client on the console's dashboard")}
+    assert "tidy" not in agents and agents["flappy"]["break_trace_id"] == flappy[-1]
+
+
 def test_sigterm_drains_a_stream_in_flight_then_stops(daemon: OpenAIDaemon) -> None:
     """Last in this module: it stops the daemon. A stream that started before SIGTERM runs to its end (within
     stop_grace_s, 10 s: 12 tokens take well under that even on a busy machine)."""

@@ -13,6 +13,7 @@ from blazar.events.requests import (
     RequestAdmitted,
     RequestCompleted,
     RequestFirstToken,
+    RequestPrefixCompared,
     RequestQueued,
     RequestReceived,
     RequestRejected,
@@ -118,3 +119,29 @@ def test_why_with_no_failure_in_the_log_says_so(cli: Cli) -> None:
     res = cli("why")
     assert res.code == 0 and "no request has failed or been rejected" in res.stdout
     assert cli("why", "--json").json() is None
+
+
+def _compared(trace: str, *, broke: bool) -> RequestPrefixCompared:
+    return RequestPrefixCompared(
+        trace_id=trace, model="gemma", instance_id="g1", slot_id=0, agent="claude-cli", previous_trace_id="p" * 32,
+        previous_prompt_tokens=2950, previous_messages=2, messages=4, prompt_tokens=3010,
+        reused_tokens=98 if broke else 2950, missed=broke, part="system" if broke else None,
+        message_index=0 if broke else None, reprocessed_tokens=2912 if broke else 60,
+        prefill_ms=4100.0 if broke else 80.0)
+
+
+async def test_why_clients_flags_a_client_that_breaks_its_prefix_every_turn_and_not_an_append_only_one(
+        paths: Paths, cli: Cli) -> None:
+    app = await bootstrap(paths=paths, clock=FakeClock(), actor="test:pytest")
+    try:
+        await app.log.append([_compared(f"{i:032x}", broke=True) for i in range(3)], actor="key:alice")
+        await app.log.append([_compared(f"{i + 16:032x}", broke=False) for i in range(3)], actor="key:bob")
+    finally:
+        await app.close()
+    rows = cli("why", "--clients", "--json").json()
+    assert [(r["actor"], r["agent"], r["flagged"], r["streak"], r["breaks"], r["changed"]) for r in rows] == [
+        ("key:alice", "claude-cli", True, 3, 3, "message 0 (system)"),
+        ("key:bob", "claude-cli", False, 0, 0, None)]
+    text = cli("why", "--clients").stdout
+    assert "key:alice (claude-cli)" in text and "8,736 tokens, 12.3 s" in text
+    assert cli("why", "--clients", "f" * 32, check=False).code == 2

@@ -37,7 +37,7 @@ from blazar.events.models import (
 from blazar.events.nodes import NodeDown, NodeHeartbeat, NodeStarted, NodeStopped
 from blazar.events.projectors import EncoderShape, ModelProjectorRemoved, ModelProjectorSet, ProjectorMetadata
 from blazar.events.remotes import RemoteAdded, RemoteCircuitClosed, RemoteCircuitOpened, RemoteRemoved
-from blazar.events.requests import RequestPlaced
+from blazar.events.requests import RequestPlaced, RequestPrefixCompared
 from blazar.events.sessions import KvIdentity, SessionDropped, SessionRemoved, SessionRestored, SessionSaved
 from blazar.events.system import ConfigChanged, SnapshotTaken
 from blazar.events.tuning import BenchRecorded, Machine, Posture, ProfileAdopted, ProfileReset
@@ -184,6 +184,14 @@ _placed = st.builds(RequestPlaced, trace_id=_hex, model=_model, instance_id=st.s
                     reason=_text, restored_tokens=st.one_of(st.none(), st.integers(0, 100_000)),
                     restore_ms=st.one_of(st.none(), _ms))
 _session_event = st.one_of(_saved, _dropped, _removed, _restored, _placed)
+# Chat turns compared with the one before (the prefix projection's clients: a few agents, misses and breaks).
+_prefix = st.builds(RequestPrefixCompared, trace_id=_hex, model=_model, instance_id=st.just("i1"),
+                    agent=st.sampled_from([None, "claude-cli", "codex"]), previous_trace_id=_hex,
+                    previous_prompt_tokens=st.integers(0, 5000), previous_messages=st.integers(1, 9),
+                    messages=st.integers(1, 9), prompt_tokens=st.integers(0, 5000), reused_tokens=st.integers(0, 5000),
+                    missed=st.booleans(), part=st.sampled_from([None, "system", "tools", "role", "message"]),
+                    message_index=st.one_of(st.none(), st.integers(0, 9)), reprocessed_tokens=st.integers(0, 5000),
+                    prefill_ms=st.one_of(st.none(), _ms))
 # Remote engines: registrations, removals and circuits of a few names.
 _remote_name = st.sampled_from(["b", "vllm", "lab"])
 _remote_event = st.one_of(
@@ -266,7 +274,8 @@ class _Item:
 
 _item = st.builds(
     _Item,
-    event=st.one_of(_config_spec(), _config_spec(), _snapshot, _pinged, _flagged, _session_event, _remote_event,
+    event=st.one_of(_config_spec(), _config_spec(), _snapshot, _pinged, _flagged, _session_event, _prefix,
+                    _remote_event,
                     _catalog_event, _measured, _profile_event, _node_event, instance_event, engine_event, key_event,
                     worker_event),
     actor=st.one_of(st.sampled_from(["cli:alice", "cli:bob", "user:carol", "daemon", "gateway"]),

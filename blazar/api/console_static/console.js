@@ -225,6 +225,15 @@ function renderFailures(rows) {
     traceLink(r.trace_id), td(r.model), td(r.status, "bad"), td(r.verdict || r.reason || ""))));
 }
 
+// Clients whose last turns each changed their prompt early, so the engine prefilled it again (the dashboard's
+// prefix_clients: flagged ones only; `blazar why --clients` lists them all).
+function renderPrefixClients(rows) {
+  fill($("prefix-clients").tBodies[0], rows.map((r) => el("tr", { "data-trace": r.break_trace_id || "" },
+    td(r.actor + (r.agent ? ` (${r.agent})` : "")), td(r.streak, "bad"), td(`${r.breaks} / ${r.turns}`, "num"),
+    td(r.changed || "-"), td(`${r.reprocessed_tokens} tokens, ${ms(r.prefill_ms)}`, "num"),
+    traceLink(r.break_trace_id))));
+}
+
 // The dashboard route (blazar/queries/dashboard.py) when the daemon serves it; else what ps and queue say, and the
 // last requests read from the event log.
 let dashboardServed = true;
@@ -279,6 +288,7 @@ function renderDashboard(d) {
   renderPerModel(queues, d.tokens_per_s || {});
   renderRequests(d.requests || []);
   renderFailures(d.failures || []);
+  renderPrefixClients(d.prefix_clients || []);
   $("dashboard-note").textContent = d.window_s ? `tokens/s over the last ${d.window_s} s` : "";
 }
 

@@ -14,6 +14,7 @@ import pytest
 from blazar.api import console
 from blazar.api.app import create_app
 from blazar.context import Blazar
+from blazar.events.requests import RequestPrefixCompared
 from blazar.events.system import ConfigChanged
 from blazar.operations import keys
 from tests.support.asgi import LocalConductor as ASGIConductor
@@ -185,3 +186,24 @@ async def test_engines_empty_and_verify_without_an_engine_is_no_engine(client: A
 async def test_models_lists_an_empty_store(client: ASGIConductor) -> None:
     r = await client.get("/api/blazar/models")
     assert r.status_code == 200 and r.json == {"models": [], "aliases": {}}
+
+
+async def test_the_dashboard_lists_the_clients_that_break_the_prefix_cache_and_only_those(app: Blazar) -> None:
+    def compared(trace: str, agent: str, broke: bool) -> RequestPrefixCompared:
+        return RequestPrefixCompared(
+            trace_id=trace, model="m", instance_id="i1", slot_id=0, agent=agent, previous_trace_id="p",
+            previous_prompt_tokens=2950, previous_messages=2, messages=4, prompt_tokens=3010,
+            reused_tokens=98 if broke else 2950, missed=broke, part="tools" if broke else None,
+            reprocessed_tokens=2912 if broke else 60, prefill_ms=4100.0 if broke else 80.0)
+
+    await app.log.append([compared(f"b{i}", "claude-cli", True) for i in range(3)]
+                         + [compared(f"k{i}", "tidy", False) for i in range(3)], actor="key:alice")
+    await app.runner.catch_up()
+    async with ASGIConductor(create_app(app, FakeSupervisor())) as admin_only:  # the log's figures, no gateway
+        r = await admin_only.get("/api/blazar/dashboard")
+    assert r.status_code == 200
+    [row] = r.json["prefix_clients"]
+    assert (row["actor"], row["agent"], row["streak"], row["changed"], row["break_trace_id"]) == \
+        ("key:alice", "claude-cli", 3, "the tool list", "b2")
+    js = (STATIC / "console.js").read_text()
+    assert "prefix_clients" in js and 'id="prefix-clients"' in (STATIC / "index.html").read_text()

@@ -176,8 +176,8 @@ def test_the_json_shape_is_stable() -> None:
     f = Feed()
     f.completed("a")
     dumped = f.snap(queues={"gemma": 2}).model_dump(mode="json")
-    assert sorted(dumped) == ["at", "daemon", "failures", "instances", "queues", "requests", "seq", "tokens_per_s",
-                              "version", "window_s"]
+    assert sorted(dumped) == ["at", "daemon", "failures", "instances", "prefix_clients", "queues", "requests", "seq",
+                              "tokens_per_s", "version", "window_s"]
     assert dumped["version"] == 1 and dumped["queues"] == {"gemma": 2}
     assert sorted(dumped["requests"][0]) == ["completion_tokens", "dialect", "duration_ms", "model", "outcome",
                                              "status", "trace_id", "ts", "ttft_ms"]

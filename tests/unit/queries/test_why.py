@@ -14,6 +14,7 @@ from blazar.events.requests import (
     RequestCompleted,
     RequestFailed,
     RequestFirstToken,
+    RequestPrefixCompared,
     RequestQueued,
     RequestReceived,
     RequestRejected,
@@ -316,3 +317,49 @@ def test_the_posture_of_the_instance_that_served_it_and_the_profile_that_chose_i
     rejected = Log().at(0.0, received()).at(0.1, RequestRejected(trace_id=T, model="gemma", status=429,
                                                                  reason="queue_full", detail="full"))
     assert explain(rejected.records).posture is None  # never routed: no instance served it
+
+
+def _prefix(**kw: object) -> RequestPrefixCompared:
+    fields: dict[str, object] = {
+        "trace_id": T, "model": "gemma", "instance_id": "i1", "slot_id": 1, "previous_trace_id": "p" * 32,
+        "previous_prompt_tokens": 2950, "previous_messages": 2, "messages": 4, "prompt_tokens": 3010,
+        "reused_tokens": 98, "missed": True, "part": "system", "message_index": 0, "reprocessed_tokens": 2912,
+        "prefill_ms": 4100.0}
+    return RequestPrefixCompared(**{**fields, **kw})  # type: ignore[arg-type]
+
+
+def test_a_prefix_miss_names_the_message_the_part_and_the_prefill_cost() -> None:
+    log = (Log().at(0, RequestReceived(trace_id=T, dialect="openai", route="/v1/chat/completions", model="gemma"))
+           .at(4.2, _prefix())
+           .at(4.3, RequestCompleted(trace_id=T, model="gemma", duration_ms=4300, prompt_tokens=3010,
+                                     completion_tokens=5, cached_tokens=98)))
+    e = explain(log.records)
+    step = next(s for s in e.steps if s.type == "request.prefix_compared")
+    assert step.text.startswith("prefix cache missed: the prompt first differed at message 0 (system) from this "
+                                f"client's previous request on slot 1 ({'p' * 32}); 2,912 tokens prefilled again, "
+                                "4.1 s")
+    assert "the prompt first differed at message 0 (system) from the previous request on slot 1: 2,912 tokens " \
+           "prefilled again, 4.1 s" in e.verdict
+
+
+@pytest.mark.parametrize(("kw", "said"), [
+    ({"part": "tools", "message_index": None}, "differed at the tool list (rendered before the messages)"),
+    ({"part": "message", "message_index": 3}, "differed at message 3 (an earlier turn)"),
+    ({"part": "role", "message_index": 0}, "differed at message 0 (a different role)"),
+    ({"part": "message", "message_index": 4, "messages": 4, "previous_messages": 6},
+     "message 4 (gone: 4 messages where the previous prompt had 6)"),
+    ({"part": None, "message_index": None}, "extended this client's previous request on slot 1"),
+    ({"session": "key:a/chat"}, "on session key:a/chat"),
+])
+def test_each_part_of_a_prefix_miss_is_said_in_words(kw: dict[str, object], said: str) -> None:
+    e = explain(Log().at(0, _prefix(**kw)).records)
+    assert said in e.steps[0].text
+
+
+def test_a_reused_prefix_is_a_step_but_not_part_of_the_verdict() -> None:
+    log = (Log().at(0, RequestReceived(trace_id=T, dialect="openai", route="/v1/chat/completions", model="gemma"))
+           .at(0.2, _prefix(missed=False, part=None, message_index=None, reused_tokens=2950, reprocessed_tokens=60))
+           .at(0.3, RequestCompleted(trace_id=T, model="gemma", duration_ms=300, prompt_tokens=3010)))
+    e = explain(log.records)
+    assert "prefix cache: reused 2,950 of 3,010 prompt tokens" in e.steps[1].text
+    assert "prefill" not in e.verdict

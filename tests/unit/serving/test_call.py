@@ -32,6 +32,7 @@ class Desk:
 
     events: list[tuple[str, Event]] = field(default_factory=list)
     given: list[str] = field(default_factory=list)
+    turns: list[tuple[str, int | None]] = field(default_factory=list)  # each turn done: its trace, its slot then
 
     def emit(self, event: Event, trace_id: str, actor: str | None = None) -> None:
         self.events.append((trace_id, event))
@@ -50,6 +51,9 @@ class Desk:
 
     def charge_audio(self, key_name: str, seconds: float) -> None:
         pass
+
+    def turn_done(self, call: Call, done: Completed) -> None:
+        self.turns.append((call.trace_id, call.ticket.slot_id if call.ticket is not None else None))
 
     def charge(self, key_name: str, tokens: int) -> None:
         self.given.append(f"charge:{key_name}:{tokens}")
@@ -90,6 +94,15 @@ def test_finish_records_one_terminal_event_and_gives_back_everything_once() -> N
     assert desk.terminal() == [("t1", "request.completed")]
     assert sorted(desk.given) == sorted(["lease", "slot:1:7:12", "hold:inst", "charge:alice:12"])
     assert call.ended and isinstance(call.outcome, Completed)
+
+
+def test_a_completed_turn_is_compared_while_its_slot_is_still_the_calls_and_an_ended_one_is_not() -> None:
+    desk = Desk()
+    holding_call(desk).finish(Completed(200, {"prompt_tokens": 5}))
+    assert desk.turns == [("t1", 1)]  # the prefix watch reads the slot the turn ran on before it is given back
+    desk = Desk()
+    holding_call(desk).finish(Failed(502, "engine_error", "broke"))
+    assert desk.turns == []
 
 
 def test_a_failed_stream_charges_what_it_relayed_and_a_refusal_nothing() -> None:
