@@ -39,6 +39,10 @@ THINKING = (
     "{%- if enable_thinking is defined and enable_thinking is false -%}{{ '<think>\\n\\n</think>\\n\\n' }}"
     "{%- else -%}{{ '<think>\\n' }}{%- endif -%}{%- endif -%}")
 ASK = "Tell me about the sea."
+CTX = 256
+# Anthropic's max_tokens must exceed its budget_tokens (>= 1024): what bounds its answer is the context, which this
+# system prompt fills but for ~50 tokens (its ~200 tokens are read once: the second request reuses them).
+FILLER = "The sea is wide and deep. " * 22
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +52,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_
     def budgeted(home: Path) -> None:  # through the CLI: the flag is part of what is tested
         blazar_cli(home, "model", "set", MODEL, "--reasoning-budget", str(BUDGET))
 
-    with serving_gemma(home, engine_binary, gemma_path, MODEL, {"ctx": 512, "slots": 1}, template=THINKING,
+    with serving_gemma(home, engine_binary, gemma_path, MODEL, {"ctx": CTX, "slots": 1}, template=THINKING,
                        before_serve=budgeted) as (port, proc):
         yield OpenAIDaemon(home, port, proc)
 
@@ -135,13 +139,13 @@ def test_anthropic_thinking_blocks_whole_and_streamed_within_the_models_budget(d
     client = anthropic.Anthropic(base_url=daemon.base, api_key="unused", max_retries=0, timeout=120)
     thinking: Any = {"type": "enabled", "budget_tokens": 1024}  # Anthropic's least; the model's ceiling is BUDGET
     raw = client.messages.with_raw_response.create(model=MODEL, max_tokens=1024 + MAX_TOKENS, thinking=thinking,
-                                                   messages=[{"role": "user", "content": ASK}])
+                                                   system=FILLER, messages=[{"role": "user", "content": ASK}])
     message = raw.parse()
     assert [b.type for b in message.content] == ["thinking", "text"]
     _held(daemon, raw.headers["x-blazar-trace-id"], message.content[0].thinking,  # type: ignore[union-attr]
           message.content[1].text, None, streamed=False)  # type: ignore[union-attr]
 
-    with client.messages.stream(model=MODEL, max_tokens=1024 + MAX_TOKENS, thinking=thinking,
+    with client.messages.stream(model=MODEL, max_tokens=1024 + MAX_TOKENS, thinking=thinking, system=FILLER,
                                 messages=[{"role": "user", "content": ASK}]) as stream:
         events = list(stream)
         final = stream.get_final_message()
