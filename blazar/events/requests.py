@@ -76,6 +76,12 @@ RequestEvent = _RequestEvent
 # How hard a model reasons: OpenAI's `reasoning_effort` values (its SDK's), which every dialect maps to.
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 REASONING_EFFORTS: tuple[str, ...] = get_args(ReasoningEffort)
+_EFFORT_OF: dict[object, ReasoningEffort] = {e: e for e in get_args(ReasoningEffort)}
+
+
+def effort_of(value: object) -> ReasoningEffort | None:
+    """`value` as an effort, if it is one."""
+    return _EFFORT_OF.get(value) if isinstance(value, str) else None
 
 
 class ReasoningFacts(BaseModel):

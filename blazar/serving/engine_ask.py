@@ -52,10 +52,12 @@ class EngineAsk:
         return self._payload
 
     def apply(self, patch: Patch) -> None:
-        """A patch's fields set in the body; its max_tokens and context where none is set; its loop guard and its
-        thinking's budget."""
+        """A patch's fields set in the body (and those it drops dropped); its max_tokens and context where none is
+        set; its loop guard and its thinking's budget."""
         if patch.fields:
             self._writable().update(patch.fields)
+        if patch.drop:
+            self.drop_fields(*patch.drop)
         if patch.max_tokens is not None and self.max_tokens is None:
             self.max_tokens = patch.max_tokens
         if patch.ctx is not None and self.ctx is None:

@@ -21,10 +21,11 @@ class Patch:
     ctx: int | None = None  # the context per slot, where the request asked for none
     loop_guarded: bool = False  # the streamed answer is stopped where it loops (blazar/serving/loop_guard.py)
     reasoning: ReasoningFacts | None = None  # the thinking's budget, as decided (blazar/serving/reasoning.py)
+    drop: tuple[str, ...] = ()  # fields of ours this engine does not take (a client's own are left as sent)
 
     def __bool__(self) -> bool:
         return (bool(self.fields) or self.max_tokens is not None or self.ctx is not None or self.loop_guarded
-                or self.reasoning is not None)
+                or self.reasoning is not None or bool(self.drop))
 
 
 NO_PATCH = Patch()

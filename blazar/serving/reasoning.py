@@ -13,16 +13,17 @@ The rule:
    raise it).
 3. Thinking turned off (`reasoning_effort: none`, Ollama `think: false`, Anthropic `disabled`) is a budget of 0.
 4. The engine honours the budget when its build has `--reasoning-budget` (the same change gave llama-server the
-   per-request field); otherwise the budget is sent all the same, and recorded as enforced by nobody.
+   per-request field); otherwise (an older build, a remote API) the field is not sent (unless the client sent it
+   itself), and the budget is recorded as enforced by nobody.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from blazar.events.model_settings import ModelSettings
-from blazar.events.requests import REASONING_EFFORTS, ReasoningFacts
+from blazar.events.requests import REASONING_EFFORTS, ReasoningEffort, ReasoningFacts, effort_of
 from blazar.serving.patch import NO_PATCH, Patch
 from blazar.serving.request import Request
 
@@ -36,15 +37,15 @@ BUDGET_FIELD = "thinking_budget_tokens"  # llama-server's per-request budget (it
 _ALSO = ("reasoning_budget_tokens",)
 
 
-def _asked_effort(body: Mapping[str, Any]) -> str | None:
+def _asked_effort(body: Mapping[str, Any]) -> ReasoningEffort | None:
     """The effort the engine body asks: OpenAI's field, or the template's kwargs (Ollama's think levels), "none"
     where the thinking is turned off."""
     kwargs = body.get("chat_template_kwargs")
     kwargs = kwargs if isinstance(kwargs, Mapping) else {}
     if kwargs.get("enable_thinking") is False:
         return "none"
-    for effort in (body.get("reasoning_effort"), kwargs.get("reasoning_effort")):
-        if isinstance(effort, str) and effort in EFFORT_BUDGETS:
+    for value in (body.get("reasoning_effort"), kwargs.get("reasoning_effort")):
+        if (effort := effort_of(value)) is not None:
             return effort
     return None
 
@@ -57,7 +58,7 @@ def _asked_budget(body: Mapping[str, Any]) -> int | None:
     return None
 
 
-def decide(asked_budget: int | None, asked_effort: str | None, settings: ModelSettings | None, *,
+def decide(asked_budget: int | None, asked_effort: ReasoningEffort | None, settings: ModelSettings | None, *,
            honoured: bool) -> ReasoningFacts | None:
     """The request's budget and effort by the module's rule; None when neither the request nor the model says
     anything about thinking."""
@@ -78,8 +79,8 @@ def decide(asked_budget: int | None, asked_effort: str | None, settings: ModelSe
         budget = EFFORT_BUDGETS[model_effort] if model_effort is not None else None
     if model_budget is not None and (budget is None or budget > model_budget):
         budget = model_budget
-    enforced = "engine" if honoured and budget is not None else "none"
-    return ReasoningFacts(budget=budget, effort=effort, enforced_by=enforced)  # type: ignore[arg-type]
+    enforced: Literal["engine", "none"] = "engine" if honoured and budget is not None else "none"
+    return ReasoningFacts(budget=budget, effort=effort, enforced_by=enforced)
 
 
 def reasoning_patch(request: Request, body: Mapping[str, Any], settings: ModelSettings | None, *,
@@ -93,9 +94,12 @@ def reasoning_patch(request: Request, body: Mapping[str, Any], settings: ModelSe
     if facts is None:
         return NO_PATCH
     fields: dict[str, Any] = {}
-    if facts.budget is not None:
+    if facts.budget is not None and honoured:
         fields[BUDGET_FIELD] = facts.budget
         fields.update({name: facts.budget for name in _ALSO if name in body})
     if asked_effort is None and facts.effort is not None:
         fields["reasoning_effort"] = facts.effort  # the model's: llama-server hands it to the template
-    return Patch(fields=fields, reasoning=facts)
+    # NOTE: an engine that takes no budget (a remote API, an older build) is not sent the field a dialect put there
+    # (an OpenAI upstream refuses unknown fields); a client's own field goes as it sent it.
+    drop = () if honoured else (BUDGET_FIELD, *_ALSO)
+    return Patch(fields=fields, reasoning=facts, drop=drop)

@@ -39,7 +39,7 @@ from blazar.events.model_settings import (
     ParameterValue,
 )
 from blazar.events.models import ModelMetadata
-from blazar.events.requests import REASONING_EFFORTS
+from blazar.events.requests import REASONING_EFFORTS, effort_of
 from blazar.projections.catalog import alias_target, ever_configured, is_model, stored
 from blazar.store.models import check_name
 from blazar.store.turn_formats import KNOWN
@@ -264,7 +264,7 @@ class SettingsChange:
             changed.append("lora")
         budget, effort = self._reasoning(base, changed)
         new = ModelSettings(template_kind=kind, template=template, system=system, parameters=params, rerank=rerank,
-                            lora=lora, reasoning_budget=budget, reasoning_effort=effort)  # type: ignore[arg-type]
+                            lora=lora, reasoning_budget=budget, reasoning_effort=effort_of(effort))
         return new, list(dict.fromkeys(changed))
 
     def _reasoning(self, base: ModelSettings, changed: list[str]) -> tuple[int | None, str | None]:

@@ -41,8 +41,8 @@ THINKING = (
 ASK = "Tell me about the sea."
 CTX = 256
 # Anthropic's max_tokens must exceed its budget_tokens (>= 1024): what bounds its answer is the context, which this
-# system prompt fills but for ~50 tokens (its ~200 tokens are read once: the second request reuses them).
-FILLER = "The sea is wide and deep. " * 22
+# system prompt fills but for ~35 tokens (its ~220 tokens are read once: the second request reuses them).
+FILLER = "The sea is wide and deep. " * 25
 
 
 @pytest.fixture(scope="module")

@@ -80,8 +80,19 @@ def test_a_models_effort_applies_where_the_request_names_none_and_is_told_to_the
     assert sent["reasoning_effort"] == "high" and sent["thinking_budget_tokens"] == 16384
 
 
-def test_an_engine_without_the_budget_is_recorded_as_enforcing_nothing() -> None:
+def test_an_engine_without_the_budget_is_recorded_as_enforcing_nothing_and_not_sent_ours() -> None:
     assert decide(64, None, None, honoured=False) == ReasoningFacts(budget=64, enforced_by="none")
+    # Anthropic's translation put the field there (the client sent `thinking`): an engine that takes none loses it.
+    translated = {"messages": [], "thinking_budget_tokens": 2048}
+    request = Request(model="m", engine_path="/v1/chat/completions", body=translated, stream=False,
+                      parsed={"messages": [], "thinking": {"type": "enabled", "budget_tokens": 2048}})
+    ask = EngineAsk(request)
+    ask.apply(reasoning_patch(request, ask.engine_body(), None, honoured=False))
+    assert "thinking_budget_tokens" not in ask.engine_body()
+    assert ask.reasoning == ReasoningFacts(budget=2048, enforced_by="none")
+    # An OpenAI client's own field goes to the engine as it sent it.
+    sent, facts = _patch({"messages": [], "thinking_budget_tokens": 32}, honoured=False)
+    assert sent["thinking_budget_tokens"] == 32 and facts == ReasoningFacts(budget=32, enforced_by="none")
 
 
 def test_model_set_validates_and_clears_the_reasoning_settings() -> None:
