@@ -24,8 +24,8 @@ from tests.support.sdk_daemons import OpenAIDaemon
 from tests.support.serving import blazar_cli, serving_gemma
 
 MODEL = "thinker"
-BUDGET = 12
-MAX_TOKENS = BUDGET + 12  # room for an answer after the thinking
+BUDGET = 8
+MAX_TOKENS = BUDGET + 8  # room for an answer after the thinking
 # ChatML whose assistant turn opens with a thinking section (Qwen3's shape): llama-server recognises <think>...</think>
 # as the reasoning, and with thinking turned off the section comes closed.
 THINKING = (
@@ -41,8 +41,8 @@ THINKING = (
 ASK = "Tell me about the sea."
 CTX = 256
 # Anthropic's max_tokens must exceed its budget_tokens (>= 1024): what bounds its answer is the context, which this
-# system prompt fills but for ~35 tokens (its ~220 tokens are read once: the second request reuses them).
-FILLER = "The sea is wide and deep. " * 25
+# system prompt fills but for ~25 tokens (its ~230 tokens are read once: the second request reuses them).
+FILLER = "The sea is wide and deep. " * 26
 
 
 @pytest.fixture(scope="module")
