@@ -52,7 +52,8 @@ class CountTokens:
         dialect.check_betas(req.get_header("anthropic-beta"))
         _, data = await read_json(req)
         checked(CountBody, data)
-        body = dialect.to_openai({"max_tokens": 1, **data})
+        # NOTE: a count has no max_tokens for thinking's budget to be below; thinking adds nothing to the prompt
+        body = dialect.to_openai({"max_tokens": 1, **{k: v for k, v in data.items() if k != "thinking"}})
         gw = self.gateway
         inst = await gw.supervisor.ensure(gw.supervisor.resolve(body["model"]))  # its errors render as they are
         n = await gw.client.count_tokens(inst.base_url, "/v1/chat/completions", body, api_key=inst.api_key)

@@ -24,6 +24,7 @@ from blazar.api.schemas import SSE, ref
 from blazar.context import Blazar
 from blazar.dialects.schema import check_response_format, check_tools
 from blazar.errors import DialectError, Refused
+from blazar.events.requests import ReasoningEffort
 from blazar.queries.catalog import StoredModel, model, models
 from blazar.queries.remotes import remotes
 from blazar.serving.request import Request
@@ -68,6 +69,10 @@ class ChatBody(OpenAIBody):
     response_format: ResponseFormat = None
     tools: _TOOLS = None
     tool_choice: _TOOL_CHOICE = None
+    # A budget of thinking tokens (blazar/serving/reasoning.py); llama-server also hands it to the template.
+    reasoning_effort: ReasoningEffort | None = None
+    thinking_budget_tokens: StrictInt | None = Field(None, ge=0, description="llama-server's own: the thinking's "
+                                                     "budget in tokens (a model's own budget may lower it)")
 
     @field_validator("messages")
     @classmethod

@@ -56,6 +56,9 @@ def describe(settings: ModelSettings | None) -> list[tuple[str, str]]:
     params = ", ".join(f"{k}={v}" for k, v in sorted(settings.parameters.items())) or "-"
     rows = [("template", template), ("system prompt", settings.system if settings.system is not None else "-"),
             ("default parameters", params)]
+    if settings.reasoning_budget is not None or settings.reasoning_effort is not None:
+        budget = "unbounded" if settings.reasoning_budget is None else f"{settings.reasoning_budget} tokens at most"
+        rows.append(("reasoning", f"{budget}, effort {settings.reasoning_effort or 'as asked'}"))
     if settings.rerank:
         rows.append(("rerank", "forced (served in rerank mode for /v1/rerank, with or without a rerank head)"))
     return rows
@@ -86,12 +89,22 @@ def set_(
         "stored by sha256); it replaces any it had. A loaded instance without it is replaced on the next request "
         "that needs it.")] = None,
     no_mmproj: Annotated[bool, typer.Option("--no-mmproj", help="Serve it without its projector (text only).")] = False,
+    reasoning_budget: Annotated[int | None, typer.Option(
+        "--reasoning-budget", metavar="TOKENS", help="Thinking tokens a request gets where it asks for no budget, "
+        "and the most it gets where it asks for more (0: the thinking ends at once).")] = None,
+    reasoning_effort: Annotated[str | None, typer.Option(
+        "--reasoning-effort", metavar="LEVEL", help="The effort where a request asks for none: none, minimal, low, "
+        "medium, high, xhigh or max (a budget of 0, 256, 1024, 4096, 16384, 32768 or unbounded thinking tokens).")
+    ] = None,
+    clear_reasoning: Annotated[bool, typer.Option(
+        "--clear-reasoning", help="Remove the reasoning budget and effort.")] = False,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Set a model's chat template, system prompt or default parameters (a request's own values always win), or its
-    projector."""
+    """Set a model's chat template, system prompt, default parameters (a request's own values always win) or
+    reasoning budget, or its projector."""
     settings_given = any((template, system is not None, param, clear_template, clear_system, clear_param,
-                          rerank is not None))
+                          rerank is not None, reasoning_budget is not None, reasoning_effort is not None,
+                          clear_reasoning))
     if mmproj is not None and no_mmproj:
         raise typer.BadParameter("--mmproj and --no-mmproj together: give one")
     if mmproj is not None or no_mmproj:
@@ -100,11 +113,13 @@ def set_(
         _set_projector(name, mmproj, as_json)
         return
     if not settings_given:
-        raise typer.BadParameter("nothing to set: give --template, --system, --param, --rerank, --mmproj or a "
-                                 "--clear-* option")
+        raise typer.BadParameter("nothing to set: give --template, --system, --param, --rerank, --mmproj, "
+                                 "--reasoning-budget, --reasoning-effort or a --clear-* option")
     change = SettingsChange(template=_template_text(template) if template is not None else None, system=system,
                             parameters=parse_parameters(_pairs(param or [])), clear_template=clear_template,
-                            clear_system=clear_system, clear_parameters=tuple(clear_param or ()), rerank=rerank)
+                            clear_system=clear_system, clear_parameters=tuple(clear_param or ()), rerank=rerank,
+                            reasoning_budget=reasoning_budget, reasoning_effort=reasoning_effort,
+                            clear_reasoning=clear_reasoning)
 
     async def go() -> Any:
         async with opened() as app_:

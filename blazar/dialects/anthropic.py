@@ -25,9 +25,10 @@ from blazar.dialects.stream import named_sse
 
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 # NOTE: accepted and dropped: billing/routing hints and features the engine has no notion of. Unknown keys are
-# ignored too, so a newer SDK sending a new optional field still works. `thinking` ({"type": "enabled" | "adaptive" |
-# "disabled"}): a reasoning model thinks by its template, whatever is asked; `output_config.effort` likewise.
-_IGNORED = ("metadata", "service_tier", "thinking", "container", "mcp_servers")
+# ignored too, so a newer SDK sending a new optional field still works. `thinking` is read (`_thinking`).
+_IGNORED = ("metadata", "service_tier", "container", "mcp_servers")
+# Anthropic's rule for `thinking.budget_tokens` (its API refuses a smaller one, or one not below max_tokens).
+MIN_THINKING_BUDGET = 1024
 
 # `anthropic-beta` features, by prefix (a value is "<name>-<date>"). Refused: a feature whose point is something
 # Anthropic's servers do that no local engine does (run tools, hold files or skills, reach MCP servers, a 1M-token
@@ -82,6 +83,7 @@ def to_openai(body: dict[str, Any]) -> dict[str, Any]:
     lead = [{"role": "system", "content": "\n\n".join(texts)}] if texts else []
     out: dict[str, Any] = {"model": model, "messages": [*lead, *messages], "max_tokens": max_tokens}
     _context_management(body.get("context_management"))
+    _thinking(body.get("thinking"), max_tokens, out)
     _sampling(body, out)
     _stream(body, out)
 
@@ -93,6 +95,31 @@ def to_openai(body: dict[str, Any]) -> dict[str, Any]:
     if fmt is not None:
         out["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt}}
     return out
+
+
+def _thinking(thinking: Any, max_tokens: int, out: dict[str, Any]) -> None:
+    """`thinking` → the engine's budget: {type: enabled, budget_tokens: N} (N >= 1024 and below max_tokens, as
+    Anthropic's API requires) is `thinking_budget_tokens` N (a model's own budget may lower it:
+    blazar/serving/reasoning.py); disabled turns the template's thinking off; adaptive leaves the model to judge."""
+    if thinking is None:
+        return
+    if not isinstance(thinking, dict):
+        raise DialectError("thinking: expected an object, {\"type\": \"enabled\", \"budget_tokens\": N}, "
+                           "{\"type\": \"disabled\"} or {\"type\": \"adaptive\"}")
+    kind = thinking.get("type")
+    if kind == "disabled":
+        out["chat_template_kwargs"] = {"enable_thinking": False}
+    elif kind == "enabled":
+        budget = thinking.get("budget_tokens")
+        if not _is_int(budget) or budget < MIN_THINKING_BUDGET:
+            raise DialectError(f"thinking.budget_tokens: expected an integer >= {MIN_THINKING_BUDGET}, got "
+                               f"{str(budget)[:40]}")
+        if budget >= max_tokens:
+            raise DialectError(f"thinking.budget_tokens: must be less than max_tokens ({budget} >= {max_tokens})")
+        out["thinking_budget_tokens"] = budget
+    elif kind != "adaptive":
+        raise DialectError(f"thinking.type: expected \"enabled\", \"disabled\" or \"adaptive\", got "
+                           f"{str(kind)[:40]!r}")
 
 
 def _sampling(body: dict[str, Any], out: dict[str, Any]) -> None:

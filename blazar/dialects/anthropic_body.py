@@ -25,6 +25,10 @@ _TOOL_CHOICE = {"type": ["object", "null"], "required": ["type"], "properties": 
     "type": {"type": "string", "enum": ["auto", "any", "tool", "none"]}, "name": _STR,
     "disable_parallel_tool_use": {"type": "boolean"}}}
 _NUMBER = StrictFloat | StrictInt | None
+_THINKING = {"type": ["object", "null"], "required": ["type"], "description": "the thinking's budget in tokens "
+             "(enabled: >= 1024 and below max_tokens; a model's own budget may lower it)", "properties": {
+                 "type": {"enum": ["enabled", "disabled", "adaptive"]}, "budget_tokens": {"type": "integer",
+                                                                                         "minimum": 1024}}}
 
 
 class MessagesBody(BaseModel):
@@ -47,10 +51,10 @@ class MessagesBody(BaseModel):
     context_management: dict[str, Any] | None = Field(None, description="only clear_thinking edits (done already: "
                                                                         "earlier thinking never reaches the engine)")
     lora: Any = Field(None, description="LoRA adapters by name, checked against the model's (Blazar's own)")
+    thinking: Annotated[Any, WithJsonSchema(_THINKING)] = None
     # Accepted and ignored (anthropic.py _IGNORED): what Anthropic's servers do that a local engine has no use for.
     metadata: Any = None
     service_tier: Any = None
-    thinking: Any = None
     container: Any = None
     mcp_servers: Any = None
 

@@ -21,10 +21,12 @@ from blazar.dialects.errors import DialectError
 from blazar.dialects.responses_body import ResponsesBody
 from blazar.dialects.schema import check_schema
 from blazar.dialects.stream import named_sse
+from blazar.events.requests import REASONING_EFFORTS as EFFORTS
 
-# NOTE: accepted and ignored: hints with no meaning for a local engine (billing, caching, safety, reasoning effort
-# for models that think or not by their template). Unknown keys are ignored too, so a newer SDK still works.
-IGNORED = ("reasoning", "truncation", "user", "safety_identifier", "prompt_cache_key", "prompt_cache_retention",
+# NOTE: accepted and ignored: hints with no meaning for a local engine (billing, caching, safety). Unknown keys are
+# ignored too, so a newer SDK still works. `reasoning.effort` is read (`_reasoning`); its `summary` is not: the
+# thinking comes back whole, as a reasoning item's text.
+IGNORED = ("truncation", "user", "safety_identifier", "prompt_cache_key", "prompt_cache_retention",
            "service_tier", "include", "top_logprobs", "max_tool_calls", "stream_options", "prompt")
 _SYSTEM_ROLES = {"system": "system", "developer": "system"}
 
@@ -69,6 +71,7 @@ def read(body: dict[str, Any]) -> Asked:
         chat["tools"] = tools
     _tool_choice(body.get("tool_choice"), tools, names, chat)
     _sampling(body, chat)
+    _reasoning(body.get("reasoning"), chat)
     text = _text_format(body.get("text"), chat)
     metadata = body.get("metadata")
     if metadata is not None and not (isinstance(metadata, dict)
@@ -78,7 +81,8 @@ def read(body: dict[str, Any]) -> Asked:
             "parallel_tool_calls": body.get("parallel_tool_calls", True) is not False,
             "temperature": body.get("temperature"), "top_p": body.get("top_p"),
             "max_output_tokens": chat.get("max_tokens"), "text": text, "metadata": metadata or {}, "store": store,
-            "previous_response_id": previous, "instructions": instructions}
+            "previous_response_id": previous, "instructions": instructions,
+            "reasoning": {"effort": chat.get("reasoning_effort"), "summary": None}}
     return Asked(chat=chat, items=items, instructions=instructions, store=store, previous_response_id=previous,
                  echo=echo)
 
@@ -122,6 +126,20 @@ def _sampling(body: dict[str, Any], chat: dict[str, Any]) -> None:
     if stream:
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}
+
+
+def _reasoning(reasoning: Any, chat: dict[str, Any]) -> None:
+    """`reasoning: {effort}` → the chat body's `reasoning_effort` (blazar/serving/reasoning.py gives it a budget)."""
+    if reasoning is None:
+        return
+    if not isinstance(reasoning, dict):
+        raise DialectError("reasoning: expected an object, {\"effort\": \"low\"}")
+    effort = reasoning.get("effort")
+    if effort is None:
+        return
+    if effort not in EFFORTS:
+        raise DialectError(f"reasoning.effort: expected one of {', '.join(EFFORTS)}, got {str(effort)[:40]!r}")
+    chat["reasoning_effort"] = effort
 
 
 def with_history(asked: Asked, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -460,7 +478,7 @@ class Echo:
             "instructions": f.get("instructions"), "max_output_tokens": f.get("max_output_tokens"),
             "model": self.model, "output": output, "parallel_tool_calls": f.get("parallel_tool_calls", True),
             "previous_response_id": f.get("previous_response_id"),
-            "reasoning": {"effort": None, "summary": None}, "store": f.get("store", True),
+            "reasoning": f.get("reasoning") or {"effort": None, "summary": None}, "store": f.get("store", True),
             "temperature": f.get("temperature"), "text": f.get("text") or {"format": {"type": "text"}},
             "tool_choice": f.get("tool_choice", "auto"), "tools": f.get("tools", []), "top_p": f.get("top_p"),
             "truncation": "disabled", "usage": usage, "user": None, "metadata": f.get("metadata") or {},

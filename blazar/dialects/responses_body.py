@@ -9,6 +9,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, WithJsonSchema
 
+from blazar.events.requests import REASONING_EFFORTS
+
 _NUMBER = StrictFloat | StrictInt | None
 _INPUT = {"oneOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {"type": "object"}}],
           "description": "a user message's text, or the input items (messages, function calls and their outputs)"}
@@ -39,6 +41,9 @@ class ResponsesBody(BaseModel):
     text: Annotated[dict[str, Any] | None, WithJsonSchema(_TEXT)] = None
     metadata: dict[StrictStr, StrictStr] | None = None
     lora: Any = Field(None, description="LoRA adapters by name, checked against the model's (Blazar's own)")
+    reasoning: Annotated[Any, WithJsonSchema({
+        "type": ["object", "null"], "description": "effort: a budget of thinking tokens (docs/8.GATEWAY.md, "
+        "Reasoning); summary is not read", "properties": {"effort": {"enum": [*REASONING_EFFORTS, None]}}})] = None
     # Refused unless off: what OpenAI's servers keep for a client (a background run, a conversation object).
     background: Annotated[Any, WithJsonSchema({"type": ["boolean", "null"], "description": "refused when true"})] = None
     conversation: Annotated[Any, WithJsonSchema({"type": "null", "description": "refused: chain responses with "

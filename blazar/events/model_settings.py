@@ -13,10 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.events.base import Event, NodeLocal
 from blazar.events.bounds import NAME, PARAMETERS_BYTES, SYSTEM_BYTES, TEMPLATE_BYTES, WORD, Bound, entries, items
+from blazar.events.requests import ReasoningEffort
 from blazar.events.types import register
 
 # A default parameter's value: a number, or (for `stop`) the list of stop strings.
 ParameterValue = int | float | list[str]
+MAX_REASONING_BUDGET = 1 << 20  # thinking tokens: far beyond any context
 
 
 class ModelSettings(BaseModel):
@@ -36,10 +38,14 @@ class ModelSettings(BaseModel):
     rerank: bool = False
     # LoRA adapters (the model's own, by name) applied at these scales when a request names none (Ollama's ADAPTER).
     lora: Annotated[dict[str, float], entries(8, NAME, 24)] = Field(default_factory=dict)
+    # Thinking tokens a request may spend: the default where it asks for no budget, and the most it gets where it
+    # asks for more (`blazar model set --reasoning-budget`; 0: the thinking ends at once). None: no bound of its own.
+    reasoning_budget: Annotated[int | None, Field(ge=0, le=MAX_REASONING_BUDGET)] = None
+    reasoning_effort: ReasoningEffort | None = None  # the effort where a request asks for none
 
     def is_empty(self) -> bool:
         return (self.template is None and self.system is None and not self.parameters and not self.rerank
-                and not self.lora)
+                and not self.lora and self.reasoning_budget is None and self.reasoning_effort is None)
 
 
 @register

@@ -73,6 +73,31 @@ class _RequestEvent(Event):
 RequestEvent = _RequestEvent
 
 
+# How hard a model reasons: OpenAI's `reasoning_effort` values (its SDK's), which every dialect maps to.
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+REASONING_EFFORTS: tuple[str, ...] = get_args(ReasoningEffort)
+_EFFORT_OF: dict[object, ReasoningEffort] = {e: e for e in get_args(ReasoningEffort)}
+
+
+def effort_of(value: object) -> ReasoningEffort | None:
+    """`value` as an effort, if it is one."""
+    return _EFFORT_OF.get(value) if isinstance(value, str) else None
+
+
+class ReasoningFacts(BaseModel):
+    """How a chat request's thinking was bounded (blazar/serving/reasoning.py): the budget in tokens it was given
+    (None: unbounded), the effort the template was told, who held the thinking to the budget ("engine": llama-server's
+    per-request `thinking_budget_tokens`; "none": nothing did, the build cannot, or there was no budget), and the
+    thinking tokens the answer carried (counted in a stream, one per engine event; None for a whole answer)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    budget: int | None = None
+    effort: ReasoningEffort | None = None
+    enforced_by: Literal["engine", "none"] = "none"
+    reasoning_tokens: int | None = None
+
+
 class MediaFacts(BaseModel):
     """The images and audio clips a chat request carried, as their bytes showed them (never the bytes): how many, of
     which types, how large, and (where the projector says) the prompt tokens they become; the
@@ -340,6 +365,8 @@ class RequestCompleted(_RequestEvent):
     # A forced tool call (tool_choice required or named, Anthropic any or tool): "made", or "cut" by max_tokens
     # before its JSON was whole (the answer then holds no call and no text).
     forced_call: Literal["made", "cut"] | None = None
+    # A chat request whose thinking had a budget or an effort (asked, or its model's): see ReasoningFacts.
+    reasoning: ReasoningFacts | None = None
 
 
 @register

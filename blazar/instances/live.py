@@ -59,6 +59,8 @@ class Instance:
     # Its template's default sampling (the probe's, for a probed template), for a chat request that sets none.
     sampling: dict[str, float] = field(default_factory=dict)
     loop_guard: bool = False  # a streamed chat answer that loops is stopped there (the probed template's)
+    # Its engine holds a request's thinking to `thinking_budget_tokens` (a build with --reasoning-budget).
+    thinking_budget: bool = False
 
     @property
     def base_url(self) -> str:

@@ -122,7 +122,8 @@ class Spawner:
                             template=model.template, kv_identity=_kv_identity(engine, model, fit),
                             kv_restorable=fit.swa_full or not model.metadata.sliding_window,
                             posture=chosen.posture, profile_seq=chosen.profile_seq, stops=served.stops,
-                            sampling=served.sampling, loop_guard=served.guards_loops)
+                            sampling=served.sampling, loop_guard=served.guards_loops,
+                            thinking_budget=engine.caps.has("--reasoning-budget"))
         else:
             inst = Instance(instance_id=instance_id, model=name, port=port, slots=fit.slots, ctx_tokens=0,
                             engine_tag=engine_tag, api_key=api_key, served_as=name, template=model.template,

@@ -24,6 +24,7 @@ from blazar.events.log import EventLog
 from blazar.events.requests import (
     HOP_ACTOR,
     MediaFacts,
+    ReasoningFacts,
     RequestAdmitted,
     RequestBestOfChosen,
     RequestBounded,
@@ -490,9 +491,21 @@ def _completed(s: _Story, ev: RequestCompleted) -> str:
         parts.append(f"finish: {ev.finish_reason}")
     if ev.forced_call is not None:
         parts.append(_forced_words(ev))
+    if ev.reasoning is not None:
+        parts.append(_reasoning_words(ev.reasoning))
     if (drafted := _drafted(s, ev)) is not None:
         parts.append(drafted)
     return f"completed {ev.status} in {fmt_ms(ev.duration_ms)}: " + ", ".join(parts)
+
+
+def _reasoning_words(r: ReasoningFacts) -> str:
+    """How the thinking was bounded, and by whom (blazar/serving/reasoning.py)."""
+    budget = "no thinking budget" if r.budget is None else f"thinking budget {_plural(r.budget, 'token')}"
+    effort = f" (effort {r.effort})" if r.effort is not None else ""
+    held = (", held by the engine" if r.enforced_by == "engine"
+            else ", not enforced (this engine build has no per-request budget)" if r.budget is not None else "")
+    used = f", {_plural(r.reasoning_tokens, 'token')} of thinking streamed" if r.reasoning_tokens is not None else ""
+    return f"{budget}{effort}{held}{used}"
 
 
 def _forced_words(ev: RequestCompleted) -> str:

@@ -26,6 +26,7 @@ from blazar.events.audio import RequestAudio
 from blazar.events.base import Event
 from blazar.events.requests import (
     FailReason,
+    ReasoningFacts,
     RejectReason,
     RequestCompleted,
     RequestFailed,
@@ -380,6 +381,15 @@ def _audio_event(call: Call, asked: AudioAsked) -> RequestAudio:
                         input_bytes=asked.input_bytes, input_chars=asked.input_chars, language=asked.language,
                         voice=asked.voice, streamed=call.request.stream)
 
+def _reasoning(call: Call, usage: dict[str, Any]) -> ReasoningFacts | None:
+    """How the answer's thinking was bounded, with the thinking tokens a stream carried (the relay counts them)."""
+    facts = call.ask.reasoning
+    counted = usage.get("reasoning_tokens")
+    if facts is None or not isinstance(counted, int):
+        return facts
+    return facts.model_copy(update={"reasoning_tokens": counted})
+
+
 def _terminal_event(call: Call, outcome: Outcome) -> Event:
     """The request's one terminal event, from what the call knows at its end."""
     model = call.name or call.model
@@ -393,7 +403,8 @@ def _terminal_event(call: Call, outcome: Outcome) -> Event:
             completion_tokens=u.get("completion_tokens"), cached_tokens=u.get("cached_tokens"),
             engine_timings=u.get("timings") or {}, finish_reason=u.get("finish_reason"), chunks=outcome.chunks,
             shared=outcome.shared or call.shared_role,
-            forced_call=call.request.forced.outcome if call.request.forced is not None else None)
+            forced_call=call.request.forced.outcome if call.request.forced is not None else None,
+            reasoning=_reasoning(call, u))
     if isinstance(outcome, Failed):
         return RequestFailed(trace_id=call.trace_id, model=model, instance_id=instance_id,
                              status=outcome.status, reason=outcome.reason, detail=outcome.detail[:500],

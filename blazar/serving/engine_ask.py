@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from blazar.events.requests import ReasoningFacts
 from blazar.serving.patch import Patch
 from blazar.serving.request import Request
 
@@ -21,6 +22,7 @@ class EngineAsk:
         self.ctx = request.ctx
         self.bounded_max_tokens: int | None = None  # max_tokens capped to what the context left (check_context)
         self.loop_guarded = False  # a streamed chat answer stopped where it loops (blazar/serving/loop_guard.py)
+        self.reasoning: ReasoningFacts | None = None  # its thinking's budget (blazar/serving/reasoning.py)
         self._unbounded: tuple[int | None, dict[str, Any]] | None = None  # what the cap replaced
         self._body = request.body
         self._own_body = False
@@ -50,14 +52,19 @@ class EngineAsk:
         return self._payload
 
     def apply(self, patch: Patch) -> None:
-        """A patch's fields set in the body; its max_tokens and context where none is set; its loop guard."""
+        """A patch's fields set in the body (and those it drops dropped); its max_tokens and context where none is
+        set; its loop guard and its thinking's budget."""
         if patch.fields:
             self._writable().update(patch.fields)
+        if patch.drop:
+            self.drop_fields(*patch.drop)
         if patch.max_tokens is not None and self.max_tokens is None:
             self.max_tokens = patch.max_tokens
         if patch.ctx is not None and self.ctx is None:
             self.ctx = patch.ctx
         self.loop_guarded = self.loop_guarded or patch.loop_guarded
+        if patch.reasoning is not None:  # decided again where the request is routed again
+            self.reasoning = patch.reasoning
 
     def drop_fields(self, *names: str) -> None:
         """Forget what a placement told an engine (unless the client asked it): the next one says its own."""

@@ -35,6 +35,7 @@ log = logging.getLogger("blazar.gateway")
 
 KEEP_BYTES = 8192  # of the stream's first and last events: where the usage is
 BROKEN = (EngineStreamBroken,)
+THINKING = b'"reasoning_content":"'  # a delta of thinking (llama-server sends one per token)
 PING = b": ping\n\n"  # an SSE comment: every SSE client skips it, and its bytes keep an idle watchdog from firing
 
 
@@ -74,7 +75,7 @@ async def passthrough(call: Call, upstream: EngineResponse, watcher: asyncio.Tas
                       heartbeat_s: float) -> AsyncIterator[bytes]:
     """The engine's SSE bytes untouched (but for the model's name); the outcome from the first and last events."""
     head = tail = b""  # Anthropic-shaped usage can sit at the very start; llama-server's timings at the end
-    chunks = 0
+    chunks = thinking = 0
     rename = renamer(call)
     try:
         async for block in upstream.aiter_raw(heartbeat_s):
@@ -85,12 +86,13 @@ async def passthrough(call: Call, upstream: EngineResponse, watcher: asyncio.Tas
                 call.first_token()
                 head = block[:KEEP_BYTES] if b'"usage"' in block else b""
             chunks += block.count(b"data: ")
+            thinking += block.count(THINKING)
             if tail or b'"timings"' in block or b'"usage"' in block or b'"error"' in block:
                 tail = (tail + block)[-KEEP_BYTES:]
             if b"data: [DONE]" in block:
                 # NOTE: the answer is whole once [DONE] goes out: record it before the client, which may hang up at
                 # once, can turn the end of the relay into a disconnect.
-                _end(call, head, tail, status=upstream.status_code, chunks=chunks)
+                _end(call, head, tail, status=upstream.status_code, chunks=chunks, thinking=thinking)
             out = rename(block) if rename is not None else block
             if out:
                 yield out
@@ -105,7 +107,7 @@ async def passthrough(call: Call, upstream: EngineResponse, watcher: asyncio.Tas
         raise
     finally:
         await _close(upstream, watcher)
-    _end(call, head, tail, status=upstream.status_code, chunks=chunks)
+    _end(call, head, tail, status=upstream.status_code, chunks=chunks, thinking=thinking)
 
 
 def broken_event(call: Call, message: str) -> bytes:
@@ -117,16 +119,25 @@ def broken_event(call: Call, message: str) -> bytes:
     return b"\n\ndata: " + body + b"\n\n"  # blank lines first: the engine may have stopped mid-event
 
 
-def _end(call: Call, head: bytes, tail: bytes, *, status: int, chunks: int) -> None:
+def _end(call: Call, head: bytes, tail: bytes, *, status: int, chunks: int, thinking: int) -> None:
     """Failed when the engine sent an error event (the client got it as it was), else completed with the usage found
-    in the first and last events. Once only: an ended request is left as it is."""
+    in the first and last events (and the thinking tokens counted). Once only: an ended request is left as it is."""
     if call.ended:
         return
     broke = stream_error(tail) if b'"error"' in tail else None
     if broke is not None:
         call.finish(Failed(502, "engine_error", broke))
         return
-    call.finish(Completed(status, usage_from_sse(head + b"\n" + tail if head else tail), chunks=chunks))
+    usage = usage_from_sse(head + b"\n" + tail if head else tail)
+    _thought(call, usage, thinking)
+    call.finish(Completed(status, usage, chunks=chunks))
+
+
+def _thought(call: Call, usage: dict[str, Any], thinking: int) -> None:
+    """The thinking tokens a stream carried, for a request whose thinking had a budget (request.completed's
+    `reasoning`)."""
+    if call.ask.reasoning is not None:
+        usage["reasoning_tokens"] = thinking
 
 
 async def translated(call: Call, upstream: EngineResponse, watcher: asyncio.Task[None] | None,
@@ -134,7 +145,7 @@ async def translated(call: Call, upstream: EngineResponse, watcher: asyncio.Task
                      ) -> AsyncIterator[bytes]:
     """Each engine event through `translator`; an engine error mid-stream ends the stream with the dialect's own
     error event; with a `guard`, a loop ends it as a stop (closing the upstream cancels the generation)."""
-    chunks = 0
+    chunks = thinking = 0
     usage: dict[str, Any] = {}
     events = SseEvents()
     try:
@@ -145,6 +156,7 @@ async def translated(call: Call, upstream: EngineResponse, watcher: asyncio.Task
                 continue
             call.first_token()
             chunks += block.count(b"data: ")
+            thinking += block.count(THINKING)
             parsed = events.feed(block)
             loop = _guarded(parsed, guard) if guard is not None else None
             out, broke = _translate(parsed, translator, usage)
@@ -166,6 +178,7 @@ async def translated(call: Call, upstream: EngineResponse, watcher: asyncio.Task
         raise
     finally:
         await _close(upstream, watcher)
+    _thought(call, usage, thinking)
     call.finish(Completed(upstream.status_code, usage, chunks=chunks))
     yield translator.end()
 

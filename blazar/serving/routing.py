@@ -29,6 +29,7 @@ from blazar.serving.forwarding import Forwarder
 from blazar.serving.model_defaults import template_patch
 from blazar.serving.patch import Patch
 from blazar.serving.ports import SupervisorPort
+from blazar.serving.reasoning import reasoning_patch
 from blazar.serving.route import Route
 from blazar.serving.spec_governor import N_MAX_FIELD
 
@@ -68,6 +69,8 @@ class Router:
         assert inst is not None
         call.ask.apply(template_patch(call.request, call.ask.engine_body(), inst.stops, inst.sampling,
                                       loop_guard=inst.loop_guard))
+        call.ask.apply(reasoning_patch(call.request, call.ask.engine_body(), call.route.resolved.settings,
+                                       honoured=inst.thinking_budget))
         call.emit(RequestRouted(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
                                 port=inst.port, cold=report.cold, load_ms=report.load_ms, evicted=report.evicted,
                                 ctx_tokens=None if inst.remote else inst.ctx_tokens))

@@ -31,8 +31,15 @@ from blazar.errors import (
 )
 from blazar.events.base import Recorded
 from blazar.events.bounds import PARAMETERS_BYTES, SYSTEM_BYTES, TEMPLATE_BYTES
-from blazar.events.model_settings import ModelConfigured, ModelSettings, ModelVariantCreated, ParameterValue
+from blazar.events.model_settings import (
+    MAX_REASONING_BUDGET,
+    ModelConfigured,
+    ModelSettings,
+    ModelVariantCreated,
+    ParameterValue,
+)
 from blazar.events.models import ModelMetadata
+from blazar.events.requests import REASONING_EFFORTS, effort_of
 from blazar.projections.catalog import alias_target, ever_configured, is_model, stored
 from blazar.store.models import check_name
 from blazar.store.turn_formats import KNOWN
@@ -210,6 +217,9 @@ class SettingsChange:
     clear_parameters: tuple[str, ...] = ()  # names (any accepted spelling); "all" clears every one
     rerank: bool | None = None  # force rerank mode on (True) or off (False); None: leave as is
     lora: Mapping[str, float] | None = None  # the LoRA adapters applied by default (names); None: leave as is
+    reasoning_budget: int | None = None  # thinking tokens (blazar/serving/reasoning.py); None: leave as is
+    reasoning_effort: str | None = None
+    clear_reasoning: bool = False  # both back to none (before any set by the same change)
 
     def applied_to(self, old: ModelSettings | None, known: Iterable[str] = BUILTIN_TEMPLATES
                    ) -> tuple[ModelSettings, list[str]]:
@@ -252,9 +262,34 @@ class SettingsChange:
                                            f"{MAX_DEFAULT_LORAS} by default")
             lora = dict(self.lora)
             changed.append("lora")
+        budget, effort = self._reasoning(base, changed)
         new = ModelSettings(template_kind=kind, template=template, system=system, parameters=params, rerank=rerank,
-                            lora=lora)
+                            lora=lora, reasoning_budget=budget, reasoning_effort=effort_of(effort))
         return new, list(dict.fromkeys(changed))
+
+    def _reasoning(self, base: ModelSettings, changed: list[str]) -> tuple[int | None, str | None]:
+        """The thinking's budget and effort after this change (`changed` told what moved)."""
+        budget: int | None = base.reasoning_budget
+        effort: str | None = base.reasoning_effort
+        if self.clear_reasoning:
+            if budget is not None:
+                changed.append("reasoning_budget")
+            if effort is not None:
+                changed.append("reasoning_effort")
+            budget, effort = None, None
+        if self.reasoning_budget is not None:
+            if isinstance(self.reasoning_budget, bool) or not 0 <= self.reasoning_budget <= MAX_REASONING_BUDGET:
+                raise InvalidModelSettings(f"reasoning budget: expected 0 to {MAX_REASONING_BUDGET:,} tokens, got "
+                                           f"{self.reasoning_budget!r}")
+            budget = self.reasoning_budget
+            changed.append("reasoning_budget")
+        if self.reasoning_effort is not None:
+            if self.reasoning_effort not in REASONING_EFFORTS:
+                raise InvalidModelSettings(f"reasoning effort: expected one of {', '.join(REASONING_EFFORTS)}, got "
+                                           f"{self.reasoning_effort[:40]!r}")
+            effort = self.reasoning_effort
+            changed.append("reasoning_effort")
+        return budget, effort
 
 
 def known_templates(app: Blazar) -> tuple[str, ...]:

@@ -56,3 +56,12 @@ def test_durations_are_bounded_and_negative_means_forever() -> None:
 def test_openai_roles_are_checked_and_a_non_string_is_a_400_not_a_500(role: object) -> None:
     with pytest.raises(ValidationError, match="role"):
         ChatBody.model_validate({"model": "m", "messages": [{"role": role, "content": "x"}]})
+
+
+@pytest.mark.parametrize("effort", ["huge", "", 3, True])
+def test_openai_reasoning_effort_is_one_of_the_documented_values(effort: object) -> None:
+    with pytest.raises(ValidationError, match="reasoning_effort"):
+        ChatBody.model_validate({"model": "m", "messages": [{"role": "user", "content": "x"}],
+                                 "reasoning_effort": effort})
+    assert ChatBody.model_validate({"model": "m", "messages": [{"role": "user", "content": "x"}],
+                                    "reasoning_effort": "xhigh"}).reasoning_effort == "xhigh"

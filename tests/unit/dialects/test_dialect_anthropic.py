@@ -79,12 +79,31 @@ def test_betas_that_change_nothing_pass_and_those_the_engine_cannot_honour_are_r
 
 def test_sampling_fields_stop_sequences_and_stream_are_copied() -> None:
     out = to_openai(body(temperature=0.2, top_p=0.9, top_k=40, stop_sequences=["END"], stream=True,
-                         metadata={"user_id": "u"}, service_tier="auto", thinking={"type": "enabled",
-                                                                                   "budget_tokens": 1024}))
+                         metadata={"user_id": "u"}, service_tier="auto"))
     assert out["temperature"] == 0.2 and out["top_p"] == 0.9 and out["top_k"] == 40
     assert out["stop"] == ["END"]
     assert out["stream"] is True and out["stream_options"] == {"include_usage": True}
     assert not {"metadata", "service_tier", "thinking", "stop_sequences"} & out.keys()
+
+
+def test_thinking_enabled_is_the_engines_budget_disabled_turns_it_off_adaptive_leaves_it() -> None:
+    out = to_openai(body(max_tokens=4096, thinking={"type": "enabled", "budget_tokens": 2048}))
+    assert out["thinking_budget_tokens"] == 2048 and "thinking" not in out
+    assert to_openai(body(thinking={"type": "disabled"}))["chat_template_kwargs"] == {"enable_thinking": False}
+    adaptive = to_openai(body(thinking={"type": "adaptive"}))
+    assert "thinking_budget_tokens" not in adaptive and "chat_template_kwargs" not in adaptive
+
+
+@pytest.mark.parametrize(("thinking", "words"), [
+    ({"type": "enabled", "budget_tokens": 1023}, "thinking.budget_tokens: expected an integer >= 1024"),
+    ({"type": "enabled"}, "thinking.budget_tokens: expected an integer >= 1024"),
+    ({"type": "enabled", "budget_tokens": 4096}, "thinking.budget_tokens: must be less than max_tokens"),
+    ({"type": "sometimes"}, "thinking.type: expected"),
+    ("on", "thinking: expected an object"),
+])
+def test_thinking_out_of_anthropics_rule_is_refused_naming_the_field(thinking: object, words: str) -> None:
+    with pytest.raises(DialectError, match=words.replace(".", r"\.")):
+        to_openai(body(max_tokens=4096, thinking=thinking))
 
 
 def test_text_blocks_join_into_a_string() -> None:

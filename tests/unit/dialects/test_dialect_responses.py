@@ -372,3 +372,14 @@ def test_a_stream_of_codex_calls_sends_custom_and_shell_calls_whole() -> None:
     assert patch.type == "custom_tool_call" and patch.input == "patch" and events[6].input == "patch"
     assert spawn.type == "function_call" and spawn.namespace == "multi_agent_v1" and spawn.name == "spawn_agent"
     assert shell.type == "local_shell_call" and shell.action.command == ["pwd"]
+
+
+def test_reasoning_effort_is_the_chats_and_is_echoed_a_bad_one_is_refused() -> None:
+    asked = d.read({"model": "m", "input": "hi", "reasoning": {"effort": "low", "summary": "auto"}})
+    assert asked.chat["reasoning_effort"] == "low"
+    assert asked.echo["reasoning"] == {"effort": "low", "summary": None}
+    assert "reasoning_effort" not in d.read({"model": "m", "input": "hi", "reasoning": {"summary": "auto"}}).chat
+    with pytest.raises(DialectError, match=r"reasoning\.effort: expected one of none, minimal, low"):
+        d.read({"model": "m", "input": "hi", "reasoning": {"effort": "huge"}})
+    with pytest.raises(DialectError, match="reasoning: expected an object"):
+        d.read({"model": "m", "input": "hi", "reasoning": "low"})

@@ -10,6 +10,7 @@ from blazar.events.instances import InstanceEvicted, InstanceExited, InstanceRea
 from blazar.events.requests import (
     Evicted,
     MediaFacts,
+    ReasoningFacts,
     RequestAdmitted,
     RequestCompleted,
     RequestFailed,
@@ -84,6 +85,19 @@ def test_a_warm_completed_request() -> None:
                          "38 tok/s"
     assert ex.figures == {"queue_wait_ms": 0.0, "load_ms": None, "ttft_ms": 180.0, "duration_ms": 1206.0,
                           "tokens_in": 12, "tokens_out": 40, "tokens_per_s": pytest.approx(39 / 1.026)}
+
+
+def test_a_thinking_budget_says_its_size_effort_who_held_it_and_what_was_streamed() -> None:
+    held = ReasoningFacts(budget=12, effort="low", enforced_by="engine", reasoning_tokens=11)
+    log = Log().at(0.0, received()).at(0.5, RequestCompleted(
+        trace_id=T, model="gemma", duration_ms=500.0, completion_tokens=20, finish_reason="stop", reasoning=held))
+    assert explain(log.records).steps[-1].text.endswith(
+        "finish: stop, thinking budget 12 tokens (effort low), held by the engine, 11 tokens of thinking streamed")
+    loose = ReasoningFacts(budget=64, enforced_by="none")
+    log = Log().at(0.0, received()).at(0.5, RequestCompleted(
+        trace_id=T, model="gemma", duration_ms=500.0, completion_tokens=20, reasoning=loose))
+    assert explain(log.records).steps[-1].text.endswith(
+        "thinking budget 64 tokens, not enforced (this engine build has no per-request budget)")
 
 
 def test_a_forced_tool_call_cut_by_max_tokens_says_so_in_its_step_and_verdict() -> None:
