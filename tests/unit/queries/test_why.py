@@ -12,6 +12,7 @@ from blazar.events.requests import (
     MediaFacts,
     RequestAdmitted,
     RequestCompleted,
+    RequestEnergy,
     RequestFailed,
     RequestFirstToken,
     RequestQueued,
@@ -297,3 +298,20 @@ def test_the_posture_of_the_instance_that_served_it_and_the_profile_that_chose_i
     rejected = Log().at(0.0, received()).at(0.1, RequestRejected(trace_id=T, model="gemma", status=429,
                                                                  reason="queue_full", detail="full"))
     assert explain(rejected.records).posture is None  # never routed: no instance served it
+
+
+def test_a_requests_energy_is_told_as_its_share_or_as_not_measured() -> None:
+    def told(energy: RequestEnergy) -> tuple[str, str]:
+        ex = explain(Log().at(0.0, received()).at(0.5, RequestCompleted(
+            trace_id=T, model="gemma", duration_ms=500.0, completion_tokens=20, energy=energy)).records)
+        return ex.steps[-1].text, ex.verdict
+
+    step, verdict = told(RequestEnergy(source="rapl", joules=4.0, machine_joules=4.0, tokens_per_joule=5.0,
+                                       overlapped=1))
+    assert step.endswith("energy 4 J, 5 tokens/J by RAPL (the machine's, over its span)") and "energy 4 J" in verdict
+    step, _ = told(RequestEnergy(source="rapl+nvml", joules=2.0, machine_joules=6.0, tokens_per_joule=10.0,
+                                 overlapped=3))
+    assert step.endswith("energy 2 J, 10 tokens/J by RAPL + NVML (its share of the machine's 6 J, 3 requests in "
+                         "flight over its span)")
+    step, verdict = told(RequestEnergy(source="not_measured"))
+    assert "energy not measured" in step and "energy not measured" in verdict
