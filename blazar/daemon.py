@@ -48,6 +48,11 @@ from blazar.projections.keys import auth_on
 
 log = logging.getLogger("blazar.daemon")
 
+
+
+
+
+
 # File descriptors the daemon asks for (soft limit raised up to the hard one): each client connection holds one.
 WANTED_NOFILE = 65536
 
