@@ -118,3 +118,8 @@ def test_import_load_starts_the_daemon_and_pull_load_asks_the_running_one(stocke
     assert ready == ["copy", "pulled"]
     ps = stocked("ps", "--json").json()
     assert {row["model"] for row in ps["instances"]} == {"copy", "pulled"}
+
+
+def test_pull_load_into_another_nodes_store_is_refused_before_anything_is_asked(cli: Cli) -> None:
+    res = cli("pull", "gemma3-270m", "--node", "other", "--load", check=False)
+    assert res.code == 2 and "--load" in res.stderr and "blazar load" in res.stderr
