@@ -318,7 +318,7 @@ class _Story:
                              + (f" at {tps:.0f} tok/s" if tps is not None else ""))
             if end.forced_call == "cut":
                 parts.append(_forced_words(end))
-            if end.energy is not None:
+            if end.energy is not None and end.energy.joules is not None:  # not measured: said in its step
                 parts.append(energy_words(end.energy))
             return f"completed {end.status} in {fmt_ms(end.duration_ms)}: " + "; ".join(parts)
         last = self.records[-1]
