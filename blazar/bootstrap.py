@@ -175,10 +175,12 @@ def build_services(app: Blazar, *, supervisor: SupervisorPort | None = None,
 
     NOTE: the serving stack is imported here, not at the top: every CLI command imports this module for
     `bootstrap()`, and only the daemon serves (importing it all cost each command about a second of CPU)."""
+    from blazar.adapters.energy import EnergyMeter
     from blazar.adapters.engines.client import EngineClient
     from blazar.instances.kv_bank import KvBank
     from blazar.instances.supervisor import Supervisor
     from blazar.serving.admission import Admission
+    from blazar.serving.energy import EnergyLedger
     from blazar.serving.gateway import Gateway
 
     settings = app.settings()
@@ -187,7 +189,10 @@ def build_services(app: Blazar, *, supervisor: SupervisorPort | None = None,
     sup = supervisor if supervisor is not None else Supervisor(app, kv_bank=kv)
     admission = Admission(queue_depth=settings.queue.queue_depth, global_cap=settings.queue.max_concurrent_requests,
                           wait_timeout_s=settings.queue.queue_timeout_s, fair_share=settings.queue.fair_share)
-    return Services(supervisor=sup, gateway=Gateway(app, sup, admission, engine, kv), client=engine,
+    meter = EnergyMeter()  # probed once: a machine without readable counters is never read again
+    logging.getLogger("blazar.daemon").info("energy per request: %s", meter.describe())
+    energy = EnergyLedger(meter)
+    return Services(supervisor=sup, gateway=Gateway(app, sup, admission, engine, kv, energy), client=engine,
                     tracing=_tracing(app))
 
 

@@ -17,6 +17,7 @@ from blazar.events.location import PostgresUrl
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+MAX_PRELOAD = 16  # engine.preload's most models: each is a load at start
 
 
 def host_names(v: list[str]) -> list[str]:
@@ -296,6 +297,12 @@ class Engine(Section):
                     "loaded, else the most requested).",
     )
 
+    preload: list[str] = Field(
+        default_factory=list,
+        description=f"Models loaded when the daemon starts, in this order (at most {MAX_PRELOAD}), within the memory "
+                    "plan: a preload never evicts another model, so one that would is not loaded (an event says so).",
+    )
+
     @field_validator("keep_alive")
     @classmethod
     def _keep_alive(cls, v: str) -> str:
@@ -308,6 +315,20 @@ class Engine(Section):
         names = [m.strip() for m in v if m.strip()]
         if len(names) > 2:
             raise ValueError("the engine gate measures at most 2 models")
+        return names
+
+    @field_validator("preload")
+    @classmethod
+    def _preload(cls, v: list[str]) -> list[str]:
+        names = [m.strip() for m in v if m.strip()]
+        if len(names) > MAX_PRELOAD:
+            raise ValueError(f"at most {MAX_PRELOAD} models are preloaded")
+        for name in names:
+            if len(name) > 256 or any(c.isspace() or ord(c) < 32 for c in name):
+                raise ValueError(f"not a model name: {name!r}")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"named twice: {', '.join(twice)}")
         return names
 
 

@@ -42,6 +42,7 @@ from blazar.context import Blazar
 from blazar.credentials import remove_admin_token, write_admin_token
 from blazar.daemon_file import DaemonInfo, daemon_file, read_daemon_file, write_daemon_file
 from blazar.errors import BlazarError, DaemonRunning, PortInUse, UnsafeBind
+from blazar.instances.preload import preload
 from blazar.paths import Paths
 from blazar.projections.keys import auth_on
 
@@ -200,8 +201,11 @@ async def serve(app: Blazar, services: Services, *, host: str, port: int,
         # Granian calls startup hooks once the socket is bound and listening, just before its worker starts.
         server.on_startup(lambda: _listening(paths, info, on_listening))
         keeper = _node_keeper(app, supervisor, port=port, scheme=scheme, insecure_cluster=insecure_cluster)
+        preloading: asyncio.Task[Any] | None = None
         try:
             await supervisor.start()
+            # After reconciliation, beside serving: a request for a model being preloaded waits for that load.
+            preloading = asyncio.create_task(preload(app, supervisor), name="blazar-preload")
             services.start(stopping=stop)  # no batch line starts once the daemon is stopping
             # Other processes append too (`blazar pull`, `import`, `config set`, `engine use`): fold them as they land.
             app.runner.follow()
@@ -214,6 +218,9 @@ async def serve(app: Blazar, services: Services, *, host: str, port: int,
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
+            if preloading is not None:  # the rest of the list is not loaded on the way out
+                preloading.cancel()
+                await asyncio.gather(preloading, return_exceptions=True)
             await services.stop_batches()
             await supervisor.close()
             if keeper is not None:

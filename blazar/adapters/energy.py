@@ -1,7 +1,8 @@
-"""Energy counters, read around a benchmark round (blazar/tuning/measure.py): RAPL's cumulative `energy_uj` under
-/sys/class/powercap (one per CPU package; it wraps at `max_energy_range_uj`) and NVML's total energy per GPU (mJ
-since the driver loaded). A machine that reports neither (a VM, a container without /sys/class/powercap, an
-unreadable energy_uj: recent kernels make it root-only) measures no energy: None, and `describe()` says why.
+"""Energy counters, read around a benchmark round (blazar/tuning/measure.py) and around each request
+(blazar/serving/energy.py): RAPL's cumulative `energy_uj` under /sys/class/powercap (one per CPU package; it wraps at
+`max_energy_range_uj`) and NVML's total energy per GPU (mJ since the driver loaded). A machine that reports neither
+(a VM, a container without /sys/class/powercap, an unreadable energy_uj: recent kernels make it root-only) measures
+no energy: None, and `describe()` says why.
 """
 
 from __future__ import annotations

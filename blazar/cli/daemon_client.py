@@ -183,3 +183,16 @@ def tell_daemon(paths: Paths) -> None:
     except (DaemonUnavailable, RemoteError) as e:
         err.print(f"warning: the daemon at {info.url} was not told at once ({e.message}); it folds the change within "
                   "a second", markup=False, emoji=False)
+
+
+def daemon_or_start(paths: Paths) -> DaemonInfo:
+    """The running daemon, or one started in the background (as `blazar load` and `blazar run` do), said on stderr."""
+    from blazar.cli.common import err
+
+    info = find_daemon(paths)
+    if info is None:
+        err.print(f"no daemon is running: starting one in the background (its log: {daemon_log(paths)})",
+                  markup=False, emoji=False)
+        info = start_daemon(paths, os.environ)
+        err.print(f"daemon started on {info.url} (pid {info.pid})", markup=False, emoji=False)
+    return info

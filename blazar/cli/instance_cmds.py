@@ -5,7 +5,6 @@ shows what the log last recorded."""
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from typing import Annotated, Any
@@ -16,7 +15,7 @@ from rich.text import Text
 
 from blazar.bootstrap import bootstrap, default_actor, paths_from_env
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
-from blazar.cli.daemon_client import AdminClient, daemon_log, find_daemon, start_daemon
+from blazar.cli.daemon_client import AdminClient, daemon_or_start, find_daemon
 from blazar.daemon_file import DaemonInfo
 from blazar.durations import format_duration, keep_alive_seconds
 from blazar.errors import ModelNotLoaded
@@ -71,17 +70,6 @@ def serve(
         raise typer.Exit(code)
 
 
-def _daemon_or_start() -> DaemonInfo:
-    paths = paths_from_env()
-    info = find_daemon(paths)
-    if info is None:
-        err.print(f"no daemon is running: starting one in the background (its log: {daemon_log(paths)})",
-                  **_VERBATIM)
-        info = start_daemon(paths, os.environ)
-        err.print(f"daemon started on {info.url} (pid {info.pid})", **_VERBATIM)
-    return info
-
-
 def load(
     model: Annotated[str, typer.Argument(help="A model name from `blazar list`.")],
     keep_alive: Annotated[str | None, typer.Option(
@@ -103,12 +91,21 @@ def load(
             keep_alive_seconds(keep_alive)
         except ValueError as e:
             raise typer.BadParameter(str(e), param_hint="--keep-alive") from None
-    info = _daemon_or_start()
-    with AdminClient(info) as client:
-        inst = client.load(model, keep_alive=keep_alive, pin=pin, ctx=ctx, sessions=sessions or None)
+    inst = load_in_daemon(model, keep_alive=keep_alive, pin=pin, ctx=ctx, sessions=sessions or None)
     if as_json:
         print_json(inst)
         return
+    say_ready(inst)
+
+
+def load_in_daemon(model: str, **asked: Any) -> dict[str, Any]:
+    """Ask the running daemon (or one started for it) to load `model`, and wait until it serves: `blazar load`, and
+    `pull --load` and `import --load` after they stored it. The instance, as the admin route answers it."""
+    with AdminClient(daemon_or_start(paths_from_env())) as client:
+        return client.load(model, **asked)
+
+
+def say_ready(inst: dict[str, Any]) -> None:
     where = f"on port {inst['port']}" if inst.get("port") else "on its Unix socket"  # port 0: piper
     if inst.get("kind", "llama-server") != "llama-server":
         out.print(f"{inst['model']} ({inst['kind']}) is ready {where}: instance {inst['instance_id']}", **_VERBATIM)

@@ -12,8 +12,10 @@ from rich.table import Table
 from blazar.adapters.engines.kinds import ROUTE_PATHS, engine_kind
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
 from blazar.cli.daemon_client import tell_daemon
+from blazar.cli.instance_cmds import load_in_daemon, say_ready
 from blazar.cli.model_settings_cmds import describe
 from blazar.cluster.nodes import pull_on_node
+from blazar.events.models import ModelImported
 from blazar.events.projectors import ModelProjectorSet
 from blazar.fit import FitPlan, FitRequest
 from blazar.fit.posture import with_posture
@@ -52,6 +54,9 @@ def import_(
     mmproj: Annotated[Path | None, typer.Option(
         "--mmproj", help="Its multimodal projector (a vision or audio mmproj-*.gguf): loaded beside it with "
         "--mmproj, so it takes images (or audio).")] = None,
+    load: Annotated[bool, typer.Option(
+        "--load", help="Then load it and wait until it serves, as `blazar load` does (starting the daemon when none "
+        "runs).")] = False,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Validate a model and add it to the store (hardlinked; copied when a link is impossible): a GGUF (served by
@@ -65,10 +70,17 @@ def import_(
 
     rec, proj, paths = run(go())
     tell_daemon(paths)  # a running daemon serves it from the very next request
-    ev = rec.event
+    if not as_json:
+        _imported(rec.event, proj.event if proj is not None else None)
+    inst = load_in_daemon(rec.event.name) if load else None  # said before the load, which may take a while
     if as_json:
-        print_json({**rec.to_json(), "projector": proj.to_json() if proj is not None else None})
-        return
+        print_json({**rec.to_json(), "projector": proj.to_json() if proj is not None else None,
+                    **({"instance": inst} if inst is not None else {})})
+    elif inst is not None:
+        say_ready(inst)
+
+
+def _imported(ev: ModelImported, proj: ModelProjectorSet | None) -> None:
     how = "linked" if ev.linked else "copied (a hardlink was not possible across these filesystems)"
     if ev.kind != "llama-server":
         out.print(f"imported {ev.name}: a {ev.kind} model ({engine_kind(ev.kind).describes}), {len(ev.shards)} "
@@ -77,7 +89,7 @@ def import_(
     out.print(f"imported {ev.name}: {ev.metadata.architecture}, {ev.metadata.file_type or '?'}, "
               f"{_human(ev.bytes)}, {how}; sha256 {ev.sha256[:16]}…", **_VERBATIM)
     if proj is not None:
-        out.print(projector_line(proj.event), **_VERBATIM)
+        out.print(projector_line(proj), **_VERBATIM)
 
 
 def projector_line(ev: ModelProjectorSet) -> str:
@@ -118,12 +130,18 @@ def pull(
     no_mmproj: Annotated[bool, typer.Option(
         "--no-mmproj", help="Leave out the projector (mmproj-*.gguf) a hub repo has beside the model: text only.")
     ] = False,
+    load: Annotated[bool, typer.Option(
+        "--load", help="Then load it and wait until it serves, as `blazar load` does (starting the daemon when none "
+        "runs).")] = False,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Download a model (resumable, verified by sha256) from the registry or a Hugging Face hub (HF_ENDPOINT). From a
     hub repo with a projector beside the model (mmproj-*.gguf: the one in the model's precision, else F16, else the
     first), that comes too, so the model takes images."""
     if node is not None:
+        if load:
+            raise typer.BadParameter("a pull into another node's store is loaded there: `blazar load` on that node",
+                                     param_hint="--load")
         _pull_on_node(target, node, name, as_json)
         return
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
@@ -144,14 +162,18 @@ def pull(
             err.print("cancelled: the partial download is kept; run the same pull again to resume")
             raise typer.Exit(130) from None
     if as_json:
-        print_json(result.to_json())
-    elif result.already_present:
+        inst = load_in_daemon(result.name) if load else None
+        print_json({**result.to_json(), **({"instance": inst} if inst is not None else {})})
+        return
+    if result.already_present:
         out.print(f"{result.name} is already in the store ({_human(result.bytes)})", **_VERBATIM)
     else:
         out.print(f"pulled {result.name}: {_human(result.bytes)}, sha256 {result.sha256[:16]}… verified", **_VERBATIM)
         if result.projector is not None:
             out.print(f"with its projector {result.projector} (blazar show {result.name} says what it takes in; "
                       "pull with --no-mmproj to leave it out)", **_VERBATIM)
+    if load:
+        say_ready(load_in_daemon(result.name))
 
 
 def list_(as_json: bool = JSON_OPTION) -> None:

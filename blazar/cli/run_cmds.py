@@ -7,7 +7,6 @@ model never tuned to answer one mostly repeats it."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -26,9 +25,7 @@ from blazar.cli.daemon_client import (
     DaemonUnavailable,
     RemoteError,
     auth_headers,
-    daemon_log,
-    find_daemon,
-    start_daemon,
+    daemon_or_start,
     verify_of,
 )
 from blazar.daemon_file import DaemonInfo
@@ -154,14 +151,7 @@ def _remote_error(status: int, raw: bytes) -> RemoteError:
 
 
 def _daemon() -> DaemonInfo:
-    paths = paths_from_env()
-    info = find_daemon(paths)
-    if info is None:
-        err.print(f"no daemon is running: starting one in the background (its log: {daemon_log(paths)})",
-                  **_VERBATIM)
-        info = start_daemon(paths, os.environ)
-        err.print(f"daemon started on {info.url} (pid {info.pid})", **_VERBATIM)
-    return info
+    return daemon_or_start(paths_from_env())
 
 
 def _say(client: ChatClient, body: dict[str, Any], reply: Reply, *, verbose: bool, path: str = CHAT_PATH) -> None:

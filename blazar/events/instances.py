@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from blazar.events.base import Event
-from blazar.events.bounds import OBSERVATIONS, PATH, Bound, ClipLines, Text, entries, name_chars
+from blazar.events.bounds import OBSERVATIONS, PATH, WORD, Bound, ClipLines, Text, entries, name_chars
 from blazar.events.models import ModelKind
 from blazar.events.tuning import Posture
 from blazar.events.types import register
@@ -51,7 +51,7 @@ class _InstanceStart(Event):
     estimate_bytes: int  # the same before calibration
     keep_alive_s: float | None = None  # None: never idle-evicted
     pinned: bool = False  # never evicted for room either
-    reason: Literal["load", "request", "restart"] = "load"
+    reason: Literal["load", "request", "restart", "preload"] = "load"  # preload: the engine.preload list at start
     free_bytes_observed: int | None = None  # what the budget offered when this was planned
     # RPC workers holding layers (host:port: layers)
     workers: Annotated[dict[str, int], entries(16, name_chars(64), 20)] = Field(default_factory=dict)
@@ -186,6 +186,38 @@ class InstanceLoadRefused(Event):
 
     def audit_outcome(self) -> str:
         return "refused"
+
+
+PreloadOutcome = Literal["ready", "refused", "not_found", "failed"]
+
+
+@register
+class InstancePreloadFinished(Event):
+    """One entry of the `engine.preload` list, loaded at the daemon's start (after reconciliation, in the list's
+    order, within the memory plan: a preload never evicts): `ready` (its instance serves), `refused` (the
+    `instance.load_refused` before it says why: it would evict, it does not fit, its circuit is open, no engine),
+    `not_found` (no such model in the store), `failed` (its child did not become ready: `instance.exited` says how).
+    `reason` is the refusal's or the error's code."""
+
+    TYPE = "instance.preload_finished"
+    AUDIT = True
+
+    model: str  # as the list names it
+    position: int  # in the list, from 0
+    outcome: PreloadOutcome
+    instance_id: str | None = None
+    reason: Annotated[str, WORD] = ""
+    detail: Text = ""
+
+    def stream_key(self) -> str:
+        return f"model:{self.model}"
+
+    def audit_outcome(self) -> str:
+        return {"ready": "ok", "refused": "refused"}.get(self.outcome, "failed")
+
+    def audit_details(self) -> dict[str, Any]:
+        return {"model": self.model, "position": self.position, "outcome": self.outcome,
+                "instance_id": self.instance_id, "reason": self.reason}
 
 
 @register

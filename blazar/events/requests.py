@@ -252,6 +252,26 @@ class Evicted(BaseModel):
     reason: Annotated[str, WORD]  # the eviction's reason: memory, max_loaded_models, reshape, ...
 
 
+EnergySource = Literal["rapl", "nvml", "rapl+nvml", "not_measured"]
+
+
+class RequestEnergy(BaseModel):
+    """The energy a completed request used, where the machine reports it (RAPL on CPUs, NVML on GPUs): the counters are
+    the machine's, so `machine_joules` is everything the machine used from the request's arrival to its end, and
+    `joules` the request's share of it, the machine's joules split evenly at each moment among the requests in flight
+    then (blazar/serving/energy.py). `overlapped`: how many requests' spans overlapped this one's, itself included
+    (1: it ran alone, and `joules` is `machine_joules`). `source` "not_measured": the machine reports neither counter,
+    or a read failed (then every other field is None)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: EnergySource
+    joules: float | None = None
+    machine_joules: float | None = None
+    tokens_per_joule: float | None = None  # completion tokens per joule of the request's share
+    overlapped: int | None = None
+
+
 @register
 class RequestRouted(_RequestEvent):
     """Which instance serves the request, warm or cold, and what the supervisor did to get it.
@@ -367,6 +387,8 @@ class RequestCompleted(_RequestEvent):
     forced_call: Literal["made", "cut"] | None = None
     # A chat request whose thinking had a budget or an effort (asked, or its model's): see ReasoningFacts.
     reasoning: ReasoningFacts | None = None
+    # What the request's span cost the machine in energy (None: recorded before energy was measured per request).
+    energy: RequestEnergy | None = None
 
 
 @register

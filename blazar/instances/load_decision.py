@@ -74,6 +74,8 @@ class Situation:
     fixed_bytes: int | None = None
     kind: str = "llama-server"
     posture: Posture | None = None  # the adopted profile's (instances/posture_choice.py): what it pins, the fit keeps
+    # False: a load that may not evict (a preload, instances/preload.py): where room needs victims, it is refused
+    may_evict: bool = True
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,16 @@ def _decide(s: Situation) -> LoadDecision:
         return Start(fit, free, via)
     cands = [r.candidate for r in s.running if r.state == "ready"]  # a loading one is busy; a stopping one going
     victims = decide_victims(cands, need_bytes=need_bytes, free_bytes=0, need_count=need_count)
+    if victims is not None and not s.may_evict:
+        # NOTE: a preload never evicts: the models loaded before it (preloaded or asked for) keep their place.
+        gone = [v.instance_id for v in victims.victims]
+        named = ", ".join(f"{v.model} ({v.instance_id})" for v in victims.victims)
+        why = f"{need_bytes / MiB:.0f} MiB short" if need_bytes else f"max_loaded_models {s.max_loaded_models}"
+        return Refuse("does_not_fit" if need_bytes else "no_room",
+                      f"it would evict {named} ({why}), and a preload never evicts", {
+                          "need_bytes": need_bytes, "need_count": need_count, "host_free_bytes": free,
+                          "loaded": len(s.running), "max_loaded_models": s.max_loaded_models, "would_evict": gone,
+                          "may_evict": False})
     if victims is not None:
         return Evict(victims, "memory" if need_bytes else "max_loaded_models", {
             "need_bytes": need_bytes, "need_count": need_count, "host_free_bytes": free, "loaded": len(s.running),

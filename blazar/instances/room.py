@@ -67,11 +67,14 @@ class RoomMaker:
 
     async def make_room(self, model: ResolvedModel, ctx: int | None, settings: Settings,
                         report: LoadReport | None = None, *, swa_full: bool = False,
-                        engine: ActiveEngine | None = None, posture: Posture | None = None) -> Start:
+                        engine: ActiveEngine | None = None, posture: Posture | None = None,
+                        may_evict: bool = True) -> Start:
         """The plan to start `model` with (at `posture` where it fits: `Start.posture` says), once its victims are
         evicted; DoesNotFit (recorded) when nothing can make room. Each decision is carried out, then decided again on
-        what is true after it (at most: probe the workers, evict, probe them again)."""
+        what is true after it (at most: probe the workers, evict, probe them again). `may_evict` False: a load that
+        would need victims is refused instead (a preload)."""
         seen = await self._observe(model, ctx, settings, swa_full=swa_full, engine=engine, posture=posture)
+        seen = replace(seen, may_evict=may_evict)
         while True:
             decision = decide_load(seen)
             if isinstance(decision, Start):

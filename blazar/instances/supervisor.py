@@ -271,7 +271,7 @@ class Supervisor:
         async with self._capacity:
             ctx, embeddings = await self.room.reshape(model.name, ctx, embeddings, report, model.template, rerank)
             start = await self.room.make_room(model, ctx, settings, report, swa_full=swa_full, engine=engine,
-                                              posture=choice.posture)
+                                              posture=choice.posture, may_evict=reason != "preload")
             if choice.posture is not None and start.posture is None:
                 log.warning("%s: the posture of profile.adopted seq %s does not fit now; loading at the defaults",
                             model.name, choice.profile_seq)

@@ -23,6 +23,7 @@ from blazar.events.requests import (
     HOP_ACTOR,
     RequestAdmitted,
     RequestCompleted,
+    RequestEnergy,
     RequestFailed,
     RequestFirstToken,
     RequestPlaced,
@@ -131,6 +132,11 @@ class MetricsState:
     spec_switches: dict[str, int] = field(default_factory=dict)  # on|model, off|model -> governor switches
     spec_enabled: dict[str, SpecVerdict] = field(default_factory=dict)  # instance id -> the governor's verdict
     spec_requests: dict[str, int] = field(default_factory=dict)  # on|model, off_client|model, off_governor|model
+    # Completed requests' energy (request.completed's `energy`): measured|model, not_measured|model -> n; and, of the
+    # measured ones, model -> their shares of the machine's joules and their completion tokens.
+    energy_requests: dict[str, int] = field(default_factory=dict)
+    energy_joules: dict[str, float] = field(default_factory=dict)
+    energy_tokens: dict[str, int] = field(default_factory=dict)
 
 
 def key(*values: object) -> str:
@@ -191,8 +197,9 @@ class MetricsProjection(Projection[MetricsState]):
     state_type = MetricsState
     # 3: the refusal histogram; 4: shared generations (single-flight); 5: tokens relayed before a failure; 6: audio
     # seconds and the real-time factor, requests by route; 7: speculation (switches, verdicts, requests); 8: a typed
-    # state (entries are objects: a histogram's, a pending request's, a key's usage, a speculation verdict)
-    version = 8
+    # state (entries are objects: a histogram's, a pending request's, a key's usage, a speculation verdict); 9: energy
+    # per request
+    version = 9
     types = frozenset({
         RequestAudio.TYPE, RequestReceived.TYPE, RequestQueued.TYPE, RequestAdmitted.TYPE, RequestRejected.TYPE,
         RequestFirstToken.TYPE, RequestCompleted.TYPE, RequestFailed.TYPE, RequestShared.TYPE, RequestPlaced.TYPE,
@@ -253,6 +260,8 @@ class MetricsProjection(Projection[MetricsState]):
 
     def _completed(self, state: MetricsState, ev: RequestCompleted, p: Pending) -> None:
         _inc(state.requests, key(ev.status, p.dialect, ev.model))
+        if ev.energy is not None:
+            _energy(state, ev.model, ev.energy, ev.completion_tokens)
         if ev.shared == "follower":
             return  # its tokens are the leader's: the engine did not generate them again
         if ev.prompt_tokens:
@@ -294,6 +303,15 @@ class MetricsProjection(Projection[MetricsState]):
         shown = codec_for(MetricsState).jsonable(replace(state, pending={}))
         del shown["pending"]
         return shown | {"in_flight": len(state.pending)}
+
+
+def _energy(state: MetricsState, model: str, energy: RequestEnergy, tokens: int | None) -> None:
+    if energy.joules is None:
+        _inc(state.energy_requests, key("not_measured", model))
+        return
+    _inc(state.energy_requests, key("measured", model))
+    state.energy_joules[model] = round(state.energy_joules.get(model, 0.0) + energy.joules, 6)
+    _inc(state.energy_tokens, model, tokens or 0)
 
 
 def _admitted(state: MetricsState, p: Pending, ev: RequestAdmitted) -> None:
@@ -341,10 +359,12 @@ def split(k: str, n: int) -> list[str]:
 # The counters (MetricsState's fields of that name) and how many label values each joins into its keys (the model,
 # where there is one, last).
 Counter = Literal["requests", "tokens", "loads", "evictions", "crashes", "key_requests", "key_tokens", "shared",
-                  "session_turns", "routes", "audio_requests", "spec_switches", "spec_requests"]
+                  "session_turns", "routes", "audio_requests", "spec_switches", "spec_requests", "energy_requests",
+                  "energy_tokens"]
 LABELS: dict[Counter, int] = {"requests": 3, "tokens": 2, "loads": 2, "evictions": 1, "crashes": 1,
                               "key_requests": 2, "key_tokens": 2, "shared": 2, "session_turns": 2, "routes": 1,
-                              "audio_requests": 2, "spec_switches": 2, "spec_requests": 2}
+                              "audio_requests": 2, "spec_switches": 2, "spec_requests": 2, "energy_requests": 2,
+                              "energy_tokens": 1}
 
 
 def counter(state: MetricsState, name: Counter) -> list[tuple[tuple[str, ...], int]]:

@@ -149,8 +149,28 @@ def render_prometheus(metrics_state: MetricsState, residency_state: ResidencySta
     for name, seconds in sorted(m.key_audio_seconds.items()):
         w.sample("blazar_key_audio_seconds_total", (("key", name),), seconds)
     _spec(w, m)
+    _energy(w, m)
     _otlp(w, otlp)
     return w.text()
+
+
+def _energy(w: _Writer, m: MetricsState) -> None:
+    """Energy per request (blazar/serving/energy.py): the requests' shares of the machine's RAPL or NVML joules, and
+    how many requests were measured or not (a machine that reports neither counter: every one `false`)."""
+    w.family("blazar_energy_requests_total", "counter", "Completed requests by model and whether their energy was "
+             "measured (false: the machine reports no RAPL or NVML counter that can be read).")
+    for (measured, model), n in counter(m, "energy_requests"):
+        w.sample("blazar_energy_requests_total", (("model", model), ("measured", str(measured == "measured").lower())),
+                 n)
+    w.family("blazar_energy_joules_total", "counter", "Joules of measured requests, by model: each request's share "
+             "of the machine's energy over its span, split evenly among the requests in flight (machine-wide "
+             "counters: idle draw and other programs included).")
+    for model, joules in sorted(m.energy_joules.items()):
+        w.sample("blazar_energy_joules_total", (("model", model),), joules)
+    w.family("blazar_energy_completion_tokens_total", "counter", "Completion tokens of measured requests, by model "
+             "(over blazar_energy_joules_total: tokens per joule).")
+    for (model,), n in counter(m, "energy_tokens"):
+        w.sample("blazar_energy_completion_tokens_total", (("model", model),), n)
 
 
 def _spec(w: _Writer, m: MetricsState) -> None:

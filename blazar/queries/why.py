@@ -31,6 +31,7 @@ from blazar.events.requests import (
     RequestCandidateScored,
     RequestCascadeJudged,
     RequestCompleted,
+    RequestEnergy,
     RequestFailed,
     RequestFirstToken,
     RequestForwarded,
@@ -324,6 +325,8 @@ class _Story:
                              + (f" at {tps:.0f} tok/s" if tps is not None else ""))
             if end.forced_call == "cut":
                 parts.append(_forced_words(end))
+            if end.energy is not None and end.energy.joules is not None:  # not measured: said in its step
+                parts.append(energy_words(end.energy))
             return f"completed {end.status} in {fmt_ms(end.duration_ms)}: " + "; ".join(parts)
         last = self.records[-1]
         return (f"no outcome recorded: last {last.type} ({self.text(last)}); still running, or its end was lost "
@@ -495,6 +498,8 @@ def _completed(s: _Story, ev: RequestCompleted) -> str:
         parts.append(_reasoning_words(ev.reasoning))
     if (drafted := _drafted(s, ev)) is not None:
         parts.append(drafted)
+    if ev.energy is not None:
+        parts.append(energy_words(ev.energy))
     return f"completed {ev.status} in {fmt_ms(ev.duration_ms)}: " + ", ".join(parts)
 
 
@@ -506,6 +511,15 @@ def _reasoning_words(r: ReasoningFacts) -> str:
             else ", not enforced (this engine build has no per-request budget)" if r.budget is not None else "")
     used = f", {_plural(r.reasoning_tokens, 'token')} of thinking streamed" if r.reasoning_tokens is not None else ""
     return f"{budget}{effort}{held}{used}"
+def energy_words(e: RequestEnergy) -> str:
+    """A request's energy: its share, per token, and whose joules it is a share of; or that none was measured."""
+    if e.joules is None:
+        return "energy not measured (this machine reports no readable RAPL or NVML counter)"
+    source = {"rapl": "RAPL", "nvml": "NVML", "rapl+nvml": "RAPL + NVML"}.get(e.source, e.source)
+    per = f", {e.tokens_per_joule:g} tokens/J" if e.tokens_per_joule else ""
+    shared = (f" (its share of the machine's {e.machine_joules:g} J, {e.overlapped} requests in flight over its span)"
+              if (e.overlapped or 1) > 1 else " (the machine's, over its span)")
+    return f"energy {e.joules:g} J{per} by {source}{shared}"
 
 
 def _forced_words(ev: RequestCompleted) -> str:

@@ -29,6 +29,7 @@ from blazar.events.requests import (
     ReasoningFacts,
     RejectReason,
     RequestCompleted,
+    RequestEnergy,
     RequestFailed,
     RequestFirstToken,
     RequestRejected,
@@ -38,6 +39,7 @@ from blazar.events.requests import (
 )
 from blazar.instances.live import Instance
 from blazar.serving.admission import Ticket
+from blazar.serving.energy import Span
 from blazar.serving.engine_ask import EngineAsk
 from blazar.serving.limits import Lease
 from blazar.serving.lora import lora_patch
@@ -130,6 +132,7 @@ class Call:
         self._ticket: Ticket | None = None
         self._held: Instance | None = None
         self._guard: tuple[asyncio.Task[Any], Callable[[asyncio.Task[Any]], None]] | None = None
+        self.energy: Span | None = None  # its span in the energy ledger, from its arrival (ended by `finish`)
         # -- a speech request's audio (blazar/events/audio.py): its seconds once known, when its engine got it
         self.audio_seconds: float | None = request.audio.audio_seconds if request.audio is not None else None
         self.engine_at: float | None = None
@@ -347,7 +350,8 @@ class Call:
             if call.request.key_name is not None:
                 call._desk.charge_audio(call.request.key_name, audio.audio_seconds)  # daily_audio_s
             call.emit(audio)
-        call.emit(_terminal_event(call, outcome))
+        energy = call.energy.end(tokens) if call.energy is not None else None
+        call.emit(_terminal_event(call, outcome, energy))
 
     def hand_over(self, heir: Call, detail: str) -> None:
         """Single-flight: this call's client went away mid-stream and `heir` (a follower) takes the generation on:
@@ -390,7 +394,7 @@ def _reasoning(call: Call, usage: dict[str, Any]) -> ReasoningFacts | None:
     return facts.model_copy(update={"reasoning_tokens": counted})
 
 
-def _terminal_event(call: Call, outcome: Outcome) -> Event:
+def _terminal_event(call: Call, outcome: Outcome, energy: RequestEnergy | None) -> Event:
     """The request's one terminal event, from what the call knows at its end."""
     model = call.name or call.model
     duration_ms = round((time.perf_counter() - call.received) * 1000, 3)
@@ -404,7 +408,7 @@ def _terminal_event(call: Call, outcome: Outcome) -> Event:
             engine_timings=u.get("timings") or {}, finish_reason=u.get("finish_reason"), chunks=outcome.chunks,
             shared=outcome.shared or call.shared_role,
             forced_call=call.request.forced.outcome if call.request.forced is not None else None,
-            reasoning=_reasoning(call, u))
+            reasoning=_reasoning(call, u), energy=energy)
     if isinstance(outcome, Failed):
         return RequestFailed(trace_id=call.trace_id, model=model, instance_id=instance_id,
                              status=outcome.status, reason=outcome.reason, detail=outcome.detail[:500],

@@ -39,6 +39,7 @@ from blazar.serving.admit import Admitter
 from blazar.serving.call import Call, Completed, Failed, outcome_of
 from blazar.serving.checks import Checks, body_bytes, refuse_scope
 from blazar.serving.context_fit import BOUNDED_HEADER
+from blazar.serving.energy import EnergyLedger
 from blazar.serving.flights import Flights, flight_key
 from blazar.serving.forwarding import Forwarder
 from blazar.serving.limits import Lease, Limiter
@@ -59,8 +60,9 @@ AUDIO_SECONDS_HEADER = "x-audio-seconds"
 
 class Gateway:
     def __init__(self, app: Blazar, supervisor: SupervisorPort, admission: Admission, client: EngineClient,
-                 kv: KvBank | None = None) -> None:
+                 kv: KvBank | None = None, energy: EnergyLedger | None = None) -> None:
         self.app = app
+        self.energy = energy if energy is not None else EnergyLedger()  # requests' energy: none measured by default
         self.supervisor = supervisor
         self.admission = admission
         self.client = client
@@ -123,6 +125,7 @@ class Gateway:
         a refusal (recorded). `watcher`, the task that notices the client hanging up, is stopped once the answer is
         over. An identical deterministic request already in flight is joined instead (blazar/serving/flights.py)."""
         call = Call(request, self)
+        call.energy = self.energy.begin()
         self._received(call)
         try:
             self.checks.caller(call)  # the one order: blazar/serving/checks.py

@@ -343,3 +343,20 @@ def test_a_whisper_model_that_cannot_fit_is_refused_without_a_workers_lever_or_a
     assert isinstance(d, Refuse) and d.reason == "does_not_fit" and d.worker_bytes is None
     assert "whisper-base (whisper, charged by its memory model) does not fit" in d.detail
     assert "RPC workers" not in d.detail
+
+
+def test_a_load_that_may_not_evict_is_refused_where_it_would_and_started_where_it_need_not() -> None:
+    """A preload (instances/preload.py) never evicts: a victim chosen is a refusal naming it, by count or by memory;
+    one that fits beside what runs starts as any load would."""
+    by_count = decide_load(replace(situation(max_loaded=1, running=(run("a", 300, idle_s=60),)), may_evict=False))
+    assert isinstance(by_count, Refuse) and by_count.reason == "no_room"
+    assert by_count.detail == "it would evict m-a (a) (max_loaded_models 1), and a preload never evicts"
+    assert by_count.observations["would_evict"] == ["a"] and by_count.observations["may_evict"] is False
+    crowded = situation(limit_mib=1500, running=(run("recent", 400, idle_s=5), run("older", 400, idle_s=900),
+                                                 run("old", 400, idle_s=600, pinned=True)))
+    assert isinstance(decide_load(crowded), Evict)  # any other load makes its room
+    by_memory = decide_load(replace(crowded, may_evict=False))
+    assert isinstance(by_memory, Refuse) and by_memory.reason == "does_not_fit"
+    assert by_memory.detail.startswith("it would evict m-older (older) (") and "MiB short" in by_memory.detail
+    beside = decide_load(replace(situation(running=(run("a", 300),)), may_evict=False))
+    assert isinstance(beside, Start) and beside.via == "here"

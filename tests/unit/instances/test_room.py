@@ -94,6 +94,19 @@ async def test_a_refusal_is_recorded_then_raised(app: Blazar,
     assert refused.observations["need_bytes"] > 0 and stopper.evicted == []
 
 
+async def test_a_load_that_may_not_evict_evicts_nothing_and_its_refusal_names_what_it_would_have(
+        app: Blazar, world: tuple[RoomMaker, LiveSet, RecordingStopper], clock: Any) -> None:
+    room, children, stopper = world
+    await set_value(app, "fit.memory_limit_mib", "1000")
+    children.add(live("first", model="preloaded", last_used=clock.now() - 600))
+    children.add(live("second", model="asked", last_used=clock.now() - 5))
+    with pytest.raises(DoesNotFit, match="a preload never evicts"):
+        await room.make_room(MODEL, None, app.settings(), may_evict=False)
+    assert stopper.evicted == [] and len(children) == 2
+    (refused,) = await _events(app, "instance.load_refused")
+    assert refused.reason == "does_not_fit" and refused.observations["would_evict"] == ["first"]
+
+
 async def test_workers_are_probed_only_when_the_decision_turns_on_them(
         app: Blazar, world: tuple[RoomMaker, LiveSet, RecordingStopper], monkeypatch: pytest.MonkeyPatch) -> None:
     room, _, _ = world

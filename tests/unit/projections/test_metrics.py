@@ -18,6 +18,7 @@ from blazar.events.models import InstanceMemoryMeasured
 from blazar.events.requests import (
     RequestAdmitted,
     RequestCompleted,
+    RequestEnergy,
     RequestFailed,
     RequestFirstToken,
     RequestQueued,
@@ -57,6 +58,8 @@ FAMILIES = {
     "blazar_audio_requests_total": "counter", "blazar_audio_seconds_total": "counter",
     "blazar_key_audio_seconds_total": "counter",
     "blazar_spec_switches_total": "counter", "blazar_spec_enabled": "gauge", "blazar_spec_requests_total": "counter",
+    "blazar_energy_requests_total": "counter", "blazar_energy_joules_total": "counter",
+    "blazar_energy_completion_tokens_total": "counter",
 }
 
 
@@ -483,3 +486,23 @@ def test_the_view_shows_requests_in_flight_as_a_count_and_everything_else_as_jso
     assert "pending" not in view and view["in_flight"] == 1
     assert view["requests"]["200|openai|gemma"] == 2 and view["histograms"]["ttft"]["gemma"]["count"] == 2
     assert m.pending.keys() == {"t3"}  # the view took nothing from the state
+
+
+def test_energy_counts_measured_and_unmeasured_requests_and_the_measured_ones_joules_and_tokens() -> None:
+    def ended(trace: str, energy: RequestEnergy | None, out: int) -> list[Event]:
+        return [received(trace), RequestCompleted(trace_id=trace, model="gemma", duration_ms=5.0,
+                                                  completion_tokens=out, energy=energy)]
+
+    events = [*ended("a", RequestEnergy(source="rapl", joules=2.5, machine_joules=5.0, tokens_per_joule=4.0,
+                                        overlapped=2), 10),
+              *ended("b", RequestEnergy(source="rapl", joules=1.5, machine_joules=1.5, tokens_per_joule=4.0,
+                                        overlapped=1), 6),
+              *ended("c", RequestEnergy(source="not_measured"), 7),
+              *ended("d", None, 9)]  # recorded before energy was measured: in neither count
+    m = fold(MetricsProjection(), [rec(i + 1, e) for i, e in enumerate(events)])
+    fams = parse(render(m, ResidencyProjection().initial()))
+    assert value(fams, "blazar_energy_requests_total", model="gemma", measured="true") == 2
+    assert value(fams, "blazar_energy_requests_total", model="gemma", measured="false") == 1
+    assert value(fams, "blazar_energy_joules_total", model="gemma") == 4.0
+    assert value(fams, "blazar_energy_completion_tokens_total", model="gemma") == 16
+    assert through_checkpoint(MetricsProjection(), m) == m

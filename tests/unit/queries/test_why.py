@@ -13,6 +13,7 @@ from blazar.events.requests import (
     ReasoningFacts,
     RequestAdmitted,
     RequestCompleted,
+    RequestEnergy,
     RequestFailed,
     RequestFirstToken,
     RequestPrefixCompared,
@@ -377,3 +378,19 @@ def test_a_reused_prefix_is_a_step_but_not_part_of_the_verdict() -> None:
     e = explain(log.records)
     assert "prefix cache: reused 2,950 of 3,010 prompt tokens" in e.steps[1].text
     assert "prefill" not in e.verdict
+def test_a_requests_energy_is_told_as_its_share_or_as_not_measured() -> None:
+    def told(energy: RequestEnergy) -> tuple[str, str]:
+        ex = explain(Log().at(0.0, received()).at(0.5, RequestCompleted(
+            trace_id=T, model="gemma", duration_ms=500.0, completion_tokens=20, energy=energy)).records)
+        return ex.steps[-1].text, ex.verdict
+
+    step, verdict = told(RequestEnergy(source="rapl", joules=4.0, machine_joules=4.0, tokens_per_joule=5.0,
+                                       overlapped=1))
+    assert step.endswith("energy 4 J, 5 tokens/J by RAPL (the machine's, over its span)") and "energy 4 J" in verdict
+    step, _ = told(RequestEnergy(source="rapl+nvml", joules=2.0, machine_joules=6.0, tokens_per_joule=10.0,
+                                 overlapped=3))
+    assert step.endswith("energy 2 J, 10 tokens/J by RAPL + NVML (its share of the machine's 6 J, 3 requests in "
+                         "flight over its span)")
+    step, verdict = told(RequestEnergy(source="not_measured"))
+    assert step.endswith("energy not measured (this machine reports no readable RAPL or NVML counter)")
+    assert "energy" not in verdict  # said once, in its step

@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 import orjson
 import pytest
 
+from blazar.adapters.energy import EnergyMeter, Nvml, Rapl
 from blazar.adapters.engines.client import EngineResponse
 from blazar.errors import AudioTooLong, DialectError, Refused
 from blazar.events.base import Event
-from blazar.events.requests import RequestCompleted
+from blazar.events.requests import RequestCompleted, RequestEnergy
 from blazar.instances.supervisor import Instance
 from blazar.serving.admission import Ticket
 from blazar.serving.call import Call, Completed, Failed, Rejected, outcome_of
+from blazar.serving.energy import EnergyLedger
 from blazar.serving.limits import Lease
 from blazar.serving.patch import Patch
 from blazar.serving.principal import Principal
@@ -191,3 +194,32 @@ async def test_a_task_that_ends_without_an_end_fails_its_call_unless_detached() 
     await asyncio.create_task(serve(True))
     await asyncio.sleep(0)
     assert desk.terminal() == [("g", "request.failed")]
+
+
+def test_a_completed_request_records_its_energy_and_every_end_closes_its_span(tmp_path: Path) -> None:
+    zone = tmp_path / "intel-rapl:0"
+    zone.mkdir()
+    (zone / "max_energy_range_uj").write_text("1000000000\n")
+    (zone / "energy_uj").write_text("0\n")
+    desk, ledger = Desk(), EnergyLedger(EnergyMeter(rapl=Rapl(tmp_path), nvml=Nvml(_NoNvml())))
+    refused = holding_call(desk, "t0")
+    call = holding_call(desk, "t1")
+    refused.energy, call.energy = ledger.begin(), ledger.begin()  # as the gateway does, at their arrival
+    (zone / "energy_uj").write_text("4000000\n")  # 4 J, two requests in flight
+    refused.finish(Rejected(429, "queue_full", "full"))
+    call.finish(Completed(200, {"prompt_tokens": 5, "completion_tokens": 6}))
+    done = next(e for _, e in desk.events if isinstance(e, RequestCompleted))
+    assert done.energy == RequestEnergy(source="rapl", joules=2.0, machine_joules=4.0, tokens_per_joule=3.0,
+                                        overlapped=2)
+    assert ledger.begin().end(0).overlapped == 1  # both spans closed: the next runs alone
+    unmeasured = Desk()
+    quiet = holding_call(unmeasured)
+    quiet.energy = EnergyLedger().begin()
+    quiet.finish(Completed(200, {"completion_tokens": 1}))
+    assert next(e for _, e in unmeasured.events if isinstance(e, RequestCompleted)).energy == RequestEnergy(
+        source="not_measured")
+
+
+class _NoNvml:
+    def nvmlInit(self) -> None:
+        raise RuntimeError("no NVIDIA driver")
