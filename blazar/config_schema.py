@@ -325,6 +325,11 @@ class Queue(Section):
         default=0, ge=0, le=100_000,
         description="Requests in flight across all models at once (0: only the slots limit).",
     )
+    swap_hold_s: float = Field(
+        default=10.0, ge=0.0, le=3600.0,
+        description="With more models wanted than fit: how long requests for a loaded model may still be served ahead "
+                    "of a swap that would evict it, from the swap's turn (0: strict order).",
+    )
     batch_concurrency: int = Field(
         default=1, ge=1, le=64,
         description="Batch lines in flight at once across every batch (each holds a slot while it runs; they queue "

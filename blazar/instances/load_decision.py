@@ -74,6 +74,9 @@ class Situation:
     fixed_bytes: int | None = None
     kind: str = "llama-server"
     posture: Posture | None = None  # the adopted profile's (instances/posture_choice.py): what it pins, the fit keeps
+    # The caller waits for busy victims (a request's load, in the swap order: serving/swaps.py): where evicting
+    # instances that are busy now would make room, the answer is `Busy` rather than a refusal.
+    may_wait: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,17 @@ class ProbeWorkers:
     """The answer turns on the idle RPC workers: probe them, then decide again with `workers` set."""
 
 
-LoadDecision = Start | Evict | Refuse | ProbeWorkers
+@dataclass(frozen=True)
+class Busy:
+    """Room is to be had only by evicting instances that are busy now (`victims`, by instance id, with their
+    `models`): the caller waits for them to drain and decides again (only asked for with `Situation.may_wait`)."""
+
+    victims: tuple[str, ...]
+    models: tuple[str, ...]
+    reason: Literal["memory", "max_loaded_models"]
+
+
+LoadDecision = Start | Evict | Refuse | ProbeWorkers | Busy
 
 
 def decide_load(s: Situation) -> LoadDecision:
@@ -189,6 +202,8 @@ def _decide(s: Situation) -> LoadDecision:
                 s.posture))
             if fallback.fits:
                 return Start(fallback, free, "fallback")
+    if s.may_wait and (busy := _once_drained(cands, need_bytes, need_count)) is not None:
+        return busy
     obs = {"need_bytes": need_bytes, "need_count": need_count, "loaded": len(s.running),
            "max_loaded_models": s.max_loaded_models, "host_free_bytes": free,
            "busy_or_pinned": [c.instance_id for c in cands if c.in_flight or c.pinned]}
@@ -197,6 +212,19 @@ def _decide(s: Situation) -> LoadDecision:
         return Refuse(reason, f"{len(s.running)} instances loaded (max_loaded_models {s.max_loaded_models}) and "
                       "none can be evicted: every one is busy or pinned", obs)
     return _refuse_unfit(s, budget, request, fit, reason, obs)
+
+
+def _once_drained(cands: list[Candidate], need_bytes: int, need_count: int) -> Busy | None:
+    """The victims that would make room once the busy instances among them drained (a pinned one never goes)."""
+    drained = [replace(c, in_flight=0) for c in cands]
+    victims = decide_victims(drained, need_bytes=need_bytes, free_bytes=0, need_count=need_count)
+    if victims is None or not victims.victims:
+        return None
+    busy = [v for v in victims.victims if any(c.instance_id == v.instance_id and c.in_flight for c in cands)]
+    if not busy:
+        return None
+    return Busy(tuple(v.instance_id for v in busy), tuple(sorted({v.model for v in busy})),
+                "memory" if need_bytes else "max_loaded_models")
 
 
 def _after_eviction(s: Situation, budget: list[Device], request: FitRequest, fit: FitPlan) -> LoadDecision:

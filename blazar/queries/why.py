@@ -44,6 +44,7 @@ from blazar.events.requests import (
     RequestShared,
 )
 from blazar.events.tuning import Posture
+from blazar.queries.why_swaps import SWAP_TEXT
 
 # A trace id prefix shorter than this is too likely to be ambiguous to be worth a look-up.
 MIN_PREFIX = 8
@@ -443,6 +444,8 @@ def _routed(s: _Story, ev: RequestRouted) -> str:
 
 
 def _rerouted(s: _Story, ev: RequestRerouted) -> str:
+    if ev.reason == "swap_recalled":
+        return f"recalled from {ev.model}'s queue: {ev.detail}; routed again, behind the swap"
     return (f"instance {ev.instance_id} of {ev.model} was gone before it took the request ({ev.detail}): its slot "
             "given back, routed again")
 
@@ -566,6 +569,7 @@ _TEXT: dict[type, Callable[[_Story, Any], str]] = {
     RequestBounded: _bounded, RequestLoopStopped: _loop_stopped, RequestAudio: _audio,
     RequestMediaChecked: _media_checked, InstanceStarting: _starting, InstanceStarted: _started,
     InstanceReady: _ready, InstanceEvicted: _eviction, InstanceExited: _exited,
+    **SWAP_TEXT,
 }
 
 
