@@ -202,7 +202,7 @@ def _decide(s: Situation) -> LoadDecision:
                 s.posture))
             if fallback.fits:
                 return Start(fallback, free, "fallback")
-    if s.may_wait and (busy := _once_drained(cands, need_bytes, need_count)) is not None:
+    if s.may_wait and (busy := _once_drained(s.running, need_bytes, need_count)) is not None:
         return busy
     obs = {"need_bytes": need_bytes, "need_count": need_count, "loaded": len(s.running),
            "max_loaded_models": s.max_loaded_models, "host_free_bytes": free,
@@ -214,13 +214,15 @@ def _decide(s: Situation) -> LoadDecision:
     return _refuse_unfit(s, budget, request, fit, reason, obs)
 
 
-def _once_drained(cands: list[Candidate], need_bytes: int, need_count: int) -> Busy | None:
-    """The victims that would make room once the busy instances among them drained (a pinned one never goes)."""
-    drained = [replace(c, in_flight=0) for c in cands]
+def _once_drained(running: tuple[Running, ...], need_bytes: int, need_count: int) -> Busy | None:
+    """The victims that would make room once the busy instances among them drained (a loading one is busy: its
+    requests wait for it; a pinned one never goes)."""
+    busy_ids = {r.candidate.instance_id for r in running if r.candidate.in_flight or r.state == "starting"}
+    drained = [replace(r.candidate, in_flight=0) for r in running if r.state in ("ready", "starting")]
     victims = decide_victims(drained, need_bytes=need_bytes, free_bytes=0, need_count=need_count)
     if victims is None or not victims.victims:
         return None
-    busy = [v for v in victims.victims if any(c.instance_id == v.instance_id and c.in_flight for c in cands)]
+    busy = [v for v in victims.victims if v.instance_id in busy_ids]
     if not busy:
         return None
     return Busy(tuple(v.instance_id for v in busy), tuple(sorted({v.model for v in busy})),

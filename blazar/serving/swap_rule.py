@@ -5,8 +5,8 @@ serves. Swaps wait in the order they came; the first is the head, and its turn i
 hold runs (`hold_s` from its turn), requests for the models it would evict are still served ahead of it, so a burst
 alternating A and B is served A A A, then B B B, instead of a swap at every turn; once the hold is over, those models
 take no request ahead of it (the ones served ahead that have no slot yet are recalled), they drain, and the swap goes
-ahead. A `hold_s` of 0 is strict order: a request that came after the swap waits behind it. No I/O and no clock: the
-caller passes `now` (tests/unit/serving/test_swap_rule.py are tables).
+ahead. A `hold_s` of 0 is strict order: every request in its turn, as it came. No I/O and no clock: the caller passes
+`now` (tests/unit/serving/test_swap_rule.py are tables).
 """
 
 from __future__ import annotations
@@ -26,24 +26,26 @@ class Swap:
     turn_at: float | None
 
 
-# What a request for a model meets in the order: go on (load or use its model as ever), be served ahead of the
-# head's swap (its model is one the swap evicts, and the hold runs), wait behind the head's swap (it evicts the
-# request's model, and the hold is over), or wait for its own model's swap (queued, or not its turn yet).
-Entry = Literal["go", "ahead", "behind", "own"]
+# What a request for a model meets in the order: go on (use or load its model as ever), be served ahead of the head
+# swap (its model is loaded, the head would evict it, and the head's hold runs), join the last swap waiting (it is for
+# the same model), or queue a new swap at the end (its model, loaded or not now, is loaded in its turn).
+Entry = Literal["go", "ahead", "join", "queue"]
 
 
 def decide_entry(model: str, loaded: bool, swaps: Sequence[Swap], now: float, hold_s: float) -> Entry:
     """What a request for `model` (`loaded`: an instance of it is there now) meets in the order `swaps` (head
-    first). A model not loaded while any swap waits takes its place behind them (`own`): a load that jumped the
-    queue could evict what the head waits for."""
-    if any(s.model == model for s in swaps):
-        return "own"
-    if not loaded:
-        return "own" if swaps else "go"
-    head = swaps[0] if swaps else None
-    if head is None or model not in head.evicting:
+    first). The order is first come, first served, by turns: a request joins the last turn when it is its model's,
+    else takes a new one; so with no hold, requests alternating two models with room for one swap at every turn,
+    as they came. A loaded model the head does not evict goes on (nothing waits for its room); one the head evicts
+    goes ahead of it while the hold runs."""
+    if not swaps:
         return "go"
-    return "ahead" if in_hold(head, now, hold_s) else "behind"
+    head = swaps[0]
+    if loaded and model not in head.evicting and head.evicting:
+        return "go"
+    if loaded and model in head.evicting and in_hold(head, now, hold_s):
+        return "ahead"
+    return "join" if swaps[-1].model == model else "queue"
 
 
 def in_hold(head: Swap, now: float, hold_s: float) -> bool:

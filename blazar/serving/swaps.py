@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -47,7 +48,7 @@ class Traced(Protocol):
 
 @dataclass(eq=False)
 class _Swap:
-    """A waiting swap: what the rule sees, and what the coordinator keeps for it."""
+    """A turn in the order: what the rule sees, and what the coordinator keeps for it."""
 
     model: str
     evicting: frozenset[str]
@@ -56,6 +57,7 @@ class _Swap:
     served_ahead: int = 0
     ended: Literal["drained", "expired"] | None = None
     ended_at: float = 0.0
+    done: bool = False  # its model is loaded: its waiters go (counted as on their way until they do)
     recalls: list[asyncio.Event] = field(default_factory=list)
 
     def view(self) -> Swap:
@@ -73,6 +75,8 @@ class SwapOrder:
         self.clock = clock
         self._swaps: list[_Swap] = []
         self._changed = asyncio.Event()
+        # Requests cleared to use a model and not yet at its slots: what would be evicted under them counts them.
+        self._on_way: Counter[str] = Counter()
 
     def nudge(self) -> None:
         """Something the order waits on changed (a request ended, a swap came or went): every waiter looks again."""
@@ -91,56 +95,84 @@ class SwapOrder:
         deadline = self.clock() + queue.queue_timeout_s
         seen: set[tuple[str, int]] = set()  # what was recorded on this trace already: (what, id of the swap)
         mine: _Swap | None = None
+        settled = False  # a waiter of a turn that ended (done) was counted on its way: uncounted once, here or below
         try:
             while True:
                 now, hold_s = self.clock(), self.settings().swap_hold_s
+                if mine is not None and mine.done:
+                    self._record_release(call, mine, seen, hold_s)
+                    settled = True
+                    try:
+                        return await self._going(model, ensure), None
+                    finally:
+                        self._on_way[model] -= 1  # counted when its turn ended, on top of _going's own count
                 # With no swap waiting every request goes on as ever: what is loaded is looked at only when one does.
                 loaded = bool(self._swaps) and bool(self.supervisor.instances(model))
                 entry = decide_entry(model, loaded, self.waiting(), now, hold_s)
                 if entry == "go":
+                    self._leave(mine)
+                    mine = None
                     try:
-                        inst = await ensure()
+                        return await self._going(model, ensure), None
                     except VictimsBusy as busy:
-                        self._enqueue(model, busy.models)
+                        mine = self._take_turn(model, "queue", busy.models)
                         continue
-                    if mine is not None:  # its swap went ahead on another waiter's load
+                head = self._swaps[0]
+                if entry == "ahead":
+                    self._leave(mine)
+                    mine = None
+                    return await self._ahead(call, model, head, now, hold_s, ensure)
+                if mine is None:
+                    mine = self._take_turn(model, entry, ())
+                    if loaded and _once(seen, "behind", mine):
+                        call.emit(RequestSwapWaited(trace_id=call.trace_id, model=model, swap_model=head.model))
+                        self.nudge()  # one recalled from a lane just left it: the head's demand fell
+                self._record_held(call, mine, seen, hold_s, loaded)
+                if mine is self._swaps[0]:
+                    done = await self._head_step(mine, now, hold_s, ensure)
+                    self._record_held(call, mine, seen, hold_s, loaded)
+                    if done is not None:
+                        inst, completed = done
+                        settled = True
+                        if not completed:  # another waiter's load ended the turn and counted this one on its way
+                            self._on_way[model] -= 1
                         self._record_release(call, mine, seen, hold_s)
-                    return inst, None
-                head = self._swaps[0] if self._swaps else None
-                if entry == "ahead" and head is not None:
-                    recall = asyncio.Event()
-                    head.recalls.append(recall)
-                    head.served_ahead += 1
-                    call.emit(RequestServedAhead(
-                        trace_id=call.trace_id, model=model, swap_model=head.model, hold_s=hold_s,
-                        since_turn_ms=round((now - head.turn_at if head.turn_at is not None else 0.0) * 1000, 3)))
-                    return await ensure(), recall
-                if entry == "behind" and head is not None and _once(seen, "behind", head):
-                    call.emit(RequestSwapWaited(trace_id=call.trace_id, model=model, swap_model=head.model))
-                    self.nudge()  # one recalled from a lane just left it: the head's demand fell
-                if entry == "own":
-                    swap = self._own(model, mine)
-                    mine = swap
-                    self._record_held(call, swap, seen, hold_s)
-                    if swap is self._swaps[0]:
-                        done = await self._head_step(swap, now, hold_s, ensure)
-                        if done is not None:
-                            self._record_release(call, swap, seen, hold_s)
-                            return done, None
-                    self._record_release(call, swap, seen, hold_s)
+                        return inst, None
+                self._record_release(call, mine, seen, hold_s)
                 if self.clock() >= deadline:
                     raise self._timed_out(model, queue)
                 await self._wait(deadline, hold_s)
         finally:
-            if mine is not None:
-                self._leave(mine)
+            if mine is not None and mine.done and not settled:
+                self._on_way[model] -= 1
+            self._leave(mine)
+
+    async def _going(self, model: str, ensure: Callable[[], Awaitable[Instance]]) -> Instance:
+        """`ensure()`, counted on its way to the model meanwhile."""
+        self._on_way[model] += 1
+        try:
+            return await ensure()
+        finally:
+            self._on_way[model] -= 1
+
+    async def _ahead(self, call: Traced, model: str, head: _Swap, now: float, hold_s: float,
+                     ensure: Callable[[], Awaitable[Instance]]) -> tuple[Instance, asyncio.Event]:
+        """Served ahead of the head's swap, with the recall its hold's end sets."""
+        recall = asyncio.Event()
+        head.recalls.append(recall)
+        head.served_ahead += 1
+        since = now - head.turn_at if head.turn_at is not None else 0.0
+        call.emit(RequestServedAhead(trace_id=call.trace_id, model=model, swap_model=head.model, hold_s=hold_s,
+                                     since_turn_ms=round(since * 1000, 3)))
+        return await self._going(model, ensure), recall
 
     # -- the head --------------------------------------------------------------------------------------------------
 
     async def _head_step(self, swap: _Swap, now: float, hold_s: float,
-                         ensure: Callable[[], Awaitable[Instance]]) -> Instance | None:
-        """The head's step: its load tried once the models it evicts have drained (then the swap is over), or its hold
-        run out (what was served ahead and has no slot yet recalled). None: it waits on."""
+                         ensure: Callable[[], Awaitable[Instance]]) -> tuple[Instance, bool] | None:
+        """The head's step: its load tried once the models it evicts have drained (then its turn is over and its other
+        waiters go), or its hold run out (what was served ahead and has no slot yet recalled). None: it waits on;
+        else the instance, and whether this step ended the turn (another waiter's may have, meanwhile)."""
         step = decide_head(swap.view(), self._demand(swap.evicting), now, hold_s)
         if step == "expired":
             # It ran out at its end, whenever that is noticed: what the hold held is counted to there.
@@ -152,46 +184,43 @@ class SwapOrder:
         if step == "hold":
             return None
         try:
-            inst = await ensure()
-        except VictimsBusy as busy:  # a request came in between: wait for it too
-            swap.evicting = frozenset(busy.models)
+            inst = await self._going(swap.model, ensure)
+        except VictimsBusy as busy:  # it learns what is in its way (or a request came in between): wait for it
+            swap.evicting = frozenset(busy.models[:MAX_EVICTING])
             return None
         except BaseException:
-            self._drop(swap)  # the load failed: the next swap's turn (this one's other waiters try again)
+            self._drop(swap)  # the load failed: the next turn (this one's other waiters try again)
             raise
+        if swap.done:
+            return inst, False
         self._end(swap, "drained", now)
+        swap.done = True
+        self._on_way[swap.model] += swap.waiters - 1  # the others: on their way, until they get there
         self._drop(swap)
-        return inst
+        return inst, True
 
     def _end(self, swap: _Swap, reason: Literal["drained", "expired"], now: float) -> None:
         if swap.ended is None:
             swap.ended, swap.ended_at = reason, now
 
     def _demand(self, models: frozenset[str]) -> int:
-        """The requests running on and waiting for `models`' slots."""
-        return sum(self.supervisor.in_flight(m) + self.admission.depth(m) for m in models)
+        """The requests on `models`: running, holding or waiting for their slots, or on their way to them."""
+        lanes = self.admission.snapshot()
+        return sum(self.supervisor.in_flight(m) + int(lanes.get(m, {}).get("busy", 0))
+                   + int(lanes.get(m, {}).get("queued", 0)) + self._on_way[m] for m in models)
 
     # -- the order ---------------------------------------------------------------------------------------------------
 
-    def _enqueue(self, model: str, evicting: tuple[str, ...]) -> None:
-        """A swap for `model` at the end of the order (its turn now when it is the first)."""
-        if any(s.model == model for s in self._swaps):
-            return
-        self._swaps.append(_Swap(model, frozenset(evicting[:MAX_EVICTING])))
-        self._advance()
-
-    def _own(self, model: str, mine: _Swap | None) -> _Swap:
-        """The swap this request waits on: its model's (joined once), one made for it if its model is not loaded and
-        others wait (it queues behind them, evicting what it will find in its way then: nothing known yet)."""
-        swap = next((s for s in self._swaps if s.model == model), None)
-        if swap is None:
-            swap = _Swap(model, frozenset())
+    def _take_turn(self, model: str, entry: str, evicting: tuple[str, ...]) -> _Swap:
+        """The request's turn: the last one when it is its model's (`join`), else a new one at the end."""
+        last = self._swaps[-1] if self._swaps else None
+        if entry == "join" and last is not None and last.model == model:
+            swap = last
+        else:
+            swap = _Swap(model, frozenset(evicting[:MAX_EVICTING]))
             self._swaps.append(swap)
             self._advance()
-        if swap is not mine:
-            if mine is not None:
-                self._leave(mine)
-            swap.waiters += 1
+        swap.waiters += 1
         return swap
 
     def _advance(self) -> None:
@@ -200,8 +229,10 @@ class SwapOrder:
             self._swaps[0].turn_at = self.clock()
         self.nudge()
 
-    def _leave(self, swap: _Swap) -> None:
-        """A request no longer waits on `swap` (served, refused or gone): a swap nobody waits on goes."""
+    def _leave(self, swap: _Swap | None) -> None:
+        """A request no longer waits on `swap` (served, refused or gone): a turn nobody waits on goes."""
+        if swap is None:
+            return
         swap.waiters -= 1
         if swap.waiters <= 0:
             self._drop(swap)
@@ -224,8 +255,15 @@ class SwapOrder:
 
     # -- what is recorded ---------------------------------------------------------------------------------------------
 
-    def _record_held(self, call: Traced, swap: _Swap, seen: set[tuple[str, int]], hold_s: float) -> None:
+    def _record_held(self, call: Traced, swap: _Swap, seen: set[tuple[str, int]], hold_s: float,
+                     loaded: bool) -> None:
+        """Its turn taken behind others (one for a loaded model said so with request.swap_waited), and its turn's
+        hold started (once what is in its way is known)."""
+        if swap not in self._swaps:
+            return
         position = self._swaps.index(swap)
+        if (position > 0 and loaded) or (position == 0 and not swap.evicting):
+            return
         if not _once(seen, f"held{position == 0}", swap):
             return
         evicting = sorted(swap.evicting)

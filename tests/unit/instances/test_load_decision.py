@@ -384,3 +384,8 @@ def test_only_the_busy_ones_of_the_victims_are_named() -> None:
                 may_wait=True)
     d = decide_load(s)
     assert isinstance(d, Busy) and len(d.victims) == 1 and d.reason == "max_loaded_models"
+
+
+def test_a_loading_instance_is_waited_for_like_a_busy_one() -> None:
+    s = replace(situation(max_loaded=1, running=(run("a", 300, state="starting"),)), may_wait=True)
+    assert decide_load(s) == Busy(victims=("a",), models=("m-a",), reason="max_loaded_models")

@@ -11,17 +11,23 @@ B_OVER_A = Swap("b", frozenset({"a"}), turn_at=100.0)  # a swap to b that evicts
 C_OVER_A = Swap("c", frozenset({"a"}), turn_at=None)  # behind it
 
 
+B_THEN_A = [B_OVER_A, Swap("a", frozenset(), turn_at=None)]  # strict order: b's turn, then a's
+
+
 @pytest.mark.parametrize(("model", "loaded", "swaps", "now", "hold_s", "want"), [
     ("a", True, [], 100.0, 10.0, "go"),  # nothing waits: as ever
     ("b", False, [], 100.0, 10.0, "go"),  # not loaded and nothing waits: load it (or learn what is in the way)
     ("a", True, [B_OVER_A], 105.0, 10.0, "ahead"),  # a is what b evicts, and b's hold runs: served ahead
-    ("a", True, [B_OVER_A], 110.0, 10.0, "behind"),  # the hold ran out at 110: behind b
-    ("a", True, [B_OVER_A], 100.0, 0.0, "behind"),  # strict order: no hold, a request after the swap waits
-    ("d", True, [B_OVER_A], 105.0, 10.0, "go"),  # a model the swap does not evict
-    ("b", False, [B_OVER_A], 105.0, 10.0, "own"),  # b's own swap: joined
-    ("c", False, [B_OVER_A], 105.0, 10.0, "own"),  # not loaded while a swap waits: in line behind it
-    ("c", False, [B_OVER_A, C_OVER_A], 105.0, 10.0, "own"),
-    ("a", True, [C_OVER_A], 105.0, 10.0, "behind"),  # a head whose turn has not started holds nothing
+    ("a", True, [B_OVER_A], 110.0, 10.0, "queue"),  # the hold ran out at 110: a turn of its own, after b's
+    ("a", True, [B_OVER_A], 100.0, 0.0, "queue"),  # strict order: no hold, a request after the swap waits its turn
+    ("d", True, [B_OVER_A], 105.0, 10.0, "go"),  # a loaded model the swap does not evict
+    ("b", False, [B_OVER_A], 105.0, 10.0, "join"),  # b's turn is the last: joined
+    ("c", False, [B_OVER_A], 105.0, 10.0, "queue"),  # not loaded while a swap waits: a turn behind it
+    ("b", False, B_THEN_A, 100.0, 0.0, "queue"),  # b's turn is not the last: a new one, after a's (as it came)
+    ("a", True, B_THEN_A, 100.0, 0.0, "join"),
+    ("a", True, B_THEN_A, 105.0, 10.0, "ahead"),  # in the hold a loaded a goes ahead, turn or no turn
+    ("a", True, [C_OVER_A], 105.0, 10.0, "queue"),  # a head whose turn has not started holds nothing
+    ("d", True, [Swap("b", frozenset(), 100.0)], 105.0, 10.0, "queue"),  # the head has not learnt what it evicts
 ])
 def test_what_a_request_meets_in_the_order(model: str, loaded: bool, swaps: list[Swap], now: float, hold_s: float,
                                            want: Entry) -> None:

@@ -159,7 +159,7 @@ async def test_swaps_wait_in_the_order_they_came() -> None:
     await settle()
     # b went first; c's turn has come and b (idle in this world) gives way to it.
     assert b.done() and c.done() and sup.loads == ["b", "c"]
-    assert [h.position for h in tc.of(RequestSwapHeld)] == [1, 0]
+    assert [h.position for h in tc.of(RequestSwapHeld)] == [1]
 
 
 async def test_a_swap_that_never_gets_room_is_refused_when_the_queue_timeout_passes() -> None:
@@ -211,3 +211,32 @@ async def test_a_slot_granted_before_the_recall_is_kept() -> None:
     with pytest.raises(SwapRecalled):  # one that has not asked yet when the recall comes never queues
         await _unless_recalled(admission.acquire("a", 1), recall, "a")
     assert admission.depth("a") == 0
+
+
+async def test_strict_order_serves_alternating_requests_in_turns_as_they_came() -> None:
+    order, sup, _ = world("a", hold_s=0.0)
+    sup.busy["a"] = 1  # a1 runs
+    asked = [ask(order, sup, m, f"{m}{i}") for i, m in enumerate("babab", start=2)]
+    await settle()
+    assert [s.model for s in order.waiting()] == ["b", "a", "b", "a", "b"]  # one turn each, as they came
+    for step, model in enumerate("babab"):
+        sup.busy = {}  # whatever ran is done
+        order.nudge()
+        await settle()
+        assert sup.loads[step] == model  # each turn a swap
+        sup.busy[model] = 1  # its request runs
+    assert all(task.done() for _, task in asked) and len(sup.loads) == 5
+
+
+async def test_with_a_hold_alternating_requests_are_served_in_runs() -> None:
+    order, sup, _ = world("a", hold_s=30.0)
+    sup.busy["a"] = 1
+    asked = [ask(order, sup, m, f"{m}{i}") for i, m in enumerate("babab", start=2)]
+    await settle()
+    assert [s.model for s in order.waiting()] == ["b"]  # the b's joined one turn; the a's went ahead of it
+    ahead = [t for t, task in asked if task.done()]
+    assert [t.trace_id for t in ahead] == ["a3", "a5"] and all(t.of(RequestServedAhead) for t in ahead)
+    sup.busy = {}
+    order.nudge()
+    await settle()
+    assert sup.loads == ["b"] and all(task.done() for _, task in asked)  # one swap for the whole burst
