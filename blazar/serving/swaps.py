@@ -99,11 +99,16 @@ class SwapOrder:
         try:
             while True:
                 now, hold_s = self.clock(), self.settings().swap_hold_s
-                if mine is not None and mine.done:
+                if mine is not None and mine.done and not settled:
                     self._record_release(call, mine, seen, hold_s)
                     settled = True
                     try:
                         return await self._going(model, ensure), None
+                    except VictimsBusy as busy:  # its model went again before it got there: a turn once more
+                        self._leave(mine)
+                        mine = self._take_turn(model, "join", busy.models)
+                        settled = False
+                        continue
                     finally:
                         self._on_way[model] -= 1  # counted when its turn ended, on top of _going's own count
                 # With no swap waiting every request goes on as ever: what is loaded is looked at only when one does.
@@ -115,7 +120,7 @@ class SwapOrder:
                     try:
                         return await self._going(model, ensure), None
                     except VictimsBusy as busy:
-                        mine = self._take_turn(model, "queue", busy.models)
+                        mine = self._take_turn(model, "join", busy.models)
                         continue
                 head = self._swaps[0]
                 if entry == "ahead":
