@@ -69,8 +69,8 @@ async def posture(root: Path, name: str, hold_s: float, server: Path, model: Pat
     for m in MODELS:
         home.cli("import", str(model), "--name", m)
         home.cli("model", "set", m, "--template", str(home.dir / "chatml.jinja"))
-    for key, value in (("ctx", CTX), ("slots", 1), ("max_loaded_models", 1), ("swap_hold_s", hold_s),
-                       ("queue_timeout_s", 600), ("keep_alive", "-1")):
+    for key, value in (("fit.ctx", CTX), ("fit.slots", 1), ("fit.max_loaded_models", 1), ("queue.swap_hold_s", hold_s),
+                       ("queue.queue_timeout_s", 600), ("engine.keep_alive", "-1")):
         home.cli("config", "set", key, str(value))
     home.serve()
     try:

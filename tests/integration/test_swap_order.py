@@ -18,7 +18,7 @@ from tests.support.serving import CHATML, blazar_cli, serving_gemma
 
 A, B = "gemma-a", "gemma-b"
 HOLD_S = 30.0  # long enough that the burst is served in runs, whatever the machine's speed
-BURST = [A, B] * 5  # 9 model changes
+BURST = [A, B] * 3  # 5 model changes
 PROMPT = [{"role": "user", "content": "Count: one, two,"}]
 
 
@@ -33,7 +33,8 @@ def _second_model(home: Path, gemma: Path) -> None:
 def daemon(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_path: Path
            ) -> Iterator[OpenAIDaemon]:
     home = tmp_path_factory.mktemp("swap-home")
-    settings = {"ctx": 512, "slots": 1, "max_loaded_models": 1, "swap_hold_s": HOLD_S, "queue_timeout_s": 120}
+    settings = {"fit.ctx": 512, "fit.slots": 2, "fit.max_loaded_models": 1, "queue.swap_hold_s": HOLD_S,
+                "queue.queue_timeout_s": 120}
     with serving_gemma(home, engine_binary, gemma_path, A, settings,
                        before_serve=lambda h: _second_model(h, gemma_path)) as (port, proc):
         yield OpenAIDaemon(home, port, proc)
@@ -44,7 +45,7 @@ async def _burst(daemon: OpenAIDaemon) -> list[tuple[str, str | None]]:
     client = daemon.aclient()
 
     async def one(model: str) -> tuple[str, str | None]:
-        raw = await client.chat.completions.with_raw_response.create(model=model, messages=PROMPT, max_tokens=4)
+        raw = await client.chat.completions.with_raw_response.create(model=model, messages=PROMPT, max_tokens=2)
         return raw.headers["x-blazar-trace-id"], raw.parse().choices[0].finish_reason
 
     try:
