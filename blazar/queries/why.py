@@ -266,6 +266,8 @@ class _Story:
     def again(self) -> str | None:
         """A request routed again because its first instance was gone."""
         r = self.rerouted
+        if r is not None and r.reason == "swap_recalled":
+            return "routed again: recalled behind a swap"
         return None if r is None else f"routed again: instance {r.instance_id} of {r.model} was gone"
 
     def session(self) -> str | None:

@@ -14,7 +14,8 @@ def _s(x: float) -> str:
 
 def swap_held(_: Any, ev: RequestSwapHeld) -> str:
     busy = ", ".join(ev.evicting) or "the loaded models"
-    seen = f"{ev.in_flight} running, {ev.queued} queued there"
+    seen = (f"{ev.in_flight} running, {ev.queued} queued there" if ev.in_flight or ev.queued
+            else "loading, or its requests on their way to it")
     if ev.position:
         return (f"{ev.model} is not loaded and its room is {busy}'s, busy ({seen}): its swap waits behind "
                 f"{ev.position} other swap{'s' if ev.position > 1 else ''}")
