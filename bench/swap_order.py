@@ -1,8 +1,9 @@
 """Benchmark of the swap-aware order against strict order, against the real llama-server and Gemma 3 270M.
 
-Two stored models from the same GGUF and room for one (`max_loaded_models` 1); CALLERS clients each send their
-requests one after another, alternating the two models (caller i starts with model i % 2), REQUESTS in all, so that
-requests for both models always wait. Two postures, each in a fresh home and daemon, in one run:
+Two stored models from the same GGUF and room for one (`max_loaded_models` 1, 2 slots); REQUESTS requests arrive one
+every GAP seconds, alternating the two models, each sent when its time comes whatever the others are doing (clients
+that do not wait for each other), so that requests for both models wait at once. Two postures, each in a fresh home
+and daemon, in one run:
 
     strict       swap_hold_s 0: every request in its turn, as it came (before issue 40 a request for the other model
                  while one served was refused with a 503; strict order is that request waiting its turn instead)
@@ -12,7 +13,7 @@ Per posture: the swaps (instance.evicted for max_loaded_models), per 40 requests
 each took (p50, max) and the whole run's; and the longest a swap was held past its turn (request.swap_released's
 held_ms: the wait the hold added to the requests that wanted the other model).
 
-Run: `.venv/bin/python bench/swap_order.py [--server PATH] [--requests 40] [--callers 4] [--hold 10] [--out FILE]`
+Run: `.venv/bin/python bench/swap_order.py [--server PATH] [--requests 40] [--gap 0.25] [--hold 10] [--out FILE]`
 (PATH: a llama-server; default BLAZAR_TEST_ENGINE).
 """
 
@@ -38,7 +39,8 @@ import overhead  # noqa: E402  (a sibling script: its Home runs a temporary BLAZ
 
 MODELS = ("gemma-a", "gemma-b")
 CTX = 512
-MAX_TOKENS = 8
+SLOTS = 2
+MAX_TOKENS = 4
 # ChatML: the demo GGUF has no template of its own (bench/tenants.py and the tests serve it so too).
 CHATML = ("{%- for m in messages -%}{{ '<|im_start|>' + m['role'] + '\\n' + (m['content'] or '') + '<|im_end|>\\n' }}"
           "{%- endfor -%}{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}")
@@ -52,8 +54,10 @@ async def ask(client: httpx2.AsyncClient, url: str, model: str, n: int) -> dict[
     return {"model": model, "status": r.status_code, "ms": (time.perf_counter() - start) * 1000}
 
 
-async def caller(client: httpx2.AsyncClient, url: str, i: int, count: int) -> list[dict[str, Any]]:
-    return [await ask(client, url, MODELS[(i + k) % 2], i * 1000 + k) for k in range(count)]
+async def arrive(client: httpx2.AsyncClient, url: str, k: int, gap_s: float) -> dict[str, Any]:
+    """Request k, sent k * gap_s after the first: model k % 2."""
+    await asyncio.sleep(k * gap_s)
+    return await ask(client, url, MODELS[k % 2], k)
 
 
 def events(home: overhead.Home, kind: str) -> list[dict[str, Any]]:
@@ -62,25 +66,24 @@ def events(home: overhead.Home, kind: str) -> list[dict[str, Any]]:
 
 
 async def posture(root: Path, name: str, hold_s: float, server: Path, model: Path, *, requests: int,
-                  callers: int) -> dict[str, Any]:
+                  gap_s: float) -> dict[str, Any]:
     home = overhead.Home(root, name)
     home.cli("engine", "install", "--path", str(server), timeout=300)
     (home.dir / "chatml.jinja").write_text(CHATML)
     for m in MODELS:
         home.cli("import", str(model), "--name", m)
         home.cli("model", "set", m, "--template", str(home.dir / "chatml.jinja"))
-    for key, value in (("fit.ctx", CTX), ("fit.slots", 1), ("fit.max_loaded_models", 1), ("queue.swap_hold_s", hold_s),
-                       ("queue.queue_timeout_s", 600), ("engine.keep_alive", "-1")):
+    for key, value in (("fit.ctx", CTX), ("fit.slots", SLOTS), ("fit.max_loaded_models", 1),
+                       ("queue.swap_hold_s", hold_s), ("queue.queue_timeout_s", 600), ("engine.keep_alive", "-1")):
         home.cli("config", "set", key, str(value))
     home.serve()
     try:
         home.load(MODELS[0])
-        per = [requests // callers + (1 if i < requests % callers else 0) for i in range(callers)]
         start = time.perf_counter()
-        async with httpx2.AsyncClient(timeout=900, trust_env=False) as client:
-            done = await asyncio.gather(*(caller(client, home.url, i, n) for i, n in enumerate(per)))
+        limits = httpx2.Limits(max_connections=requests, max_keepalive_connections=requests)
+        async with httpx2.AsyncClient(timeout=900, trust_env=False, limits=limits) as client:
+            results = await asyncio.gather(*(arrive(client, home.url, k, gap_s) for k in range(requests)))
         wall_s = time.perf_counter() - start
-        results = [r for rs in done for r in rs]
         swaps = [e for e in events(home, "instance.evicted") if e["data"]["reason"] == "max_loaded_models"]
         released = events(home, "request.swap_released")
         ahead = events(home, "request.served_ahead")
@@ -95,11 +98,11 @@ async def posture(root: Path, name: str, hold_s: float, server: Path, model: Pat
 
 
 async def run(args: argparse.Namespace, server: Path, model: Path) -> dict[str, Any]:
-    out: dict[str, Any] = {"machine": overhead.machine(), "requests": args.requests, "callers": args.callers,
-                           "max_tokens": MAX_TOKENS, "postures": {}}
+    out: dict[str, Any] = {"machine": overhead.machine(), "requests": args.requests, "gap_s": args.gap,
+                           "max_tokens": MAX_TOKENS, "slots": SLOTS, "postures": {}}
     with tempfile.TemporaryDirectory(prefix="blazar-bench-swaps-") as tmp:
         for name, hold in (("strict", 0.0), ("swap-aware", args.hold)):
-            p = await posture(Path(tmp), name, hold, server, model, requests=args.requests, callers=args.callers)
+            p = await posture(Path(tmp), name, hold, server, model, requests=args.requests, gap_s=args.gap)
             out["postures"][name] = p
             print(f"{name}: {p['swaps']} swaps, {p['answered']}/{p['requests']} answered, max {p['max_ms']:.0f} ms",
                   file=sys.stderr)
@@ -109,8 +112,8 @@ async def run(args: argparse.Namespace, server: Path, model: Path) -> dict[str, 
 
 
 def print_report(res: dict[str, Any]) -> None:
-    print(f"{res['requests']} requests alternating two models with room for one, {res['callers']} callers one "
-          f"request at a time each, {res['max_tokens']} tokens each")
+    print(f"{res['requests']} requests alternating two models with room for one ({res['slots']} slots), one every "
+          f"{res['gap_s']:g} s, {res['max_tokens']} tokens each")
     print("| posture | swap_hold_s | swaps | per 40 requests | answered | served ahead | p50 | max | longest hold | "
           "whole run |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -125,7 +128,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--server", type=Path, help="a llama-server (default: BLAZAR_TEST_ENGINE)")
     ap.add_argument("--requests", type=int, default=40)
-    ap.add_argument("--callers", type=int, default=4)
+    ap.add_argument("--gap", type=float, default=0.25, help="seconds between arrivals")
     ap.add_argument("--hold", type=float, default=10.0, help="swap_hold_s of the swap-aware posture")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
