@@ -36,12 +36,13 @@ def decide_entry(model: str, loaded: bool, swaps: Sequence[Swap], now: float, ho
     """What a request for `model` (`loaded`: an instance of it is there now) meets in the order `swaps` (head
     first). The order is first come, first served, by turns: a request joins the last turn when it is its model's,
     else takes a new one; so with no hold, requests alternating two models with room for one swap at every turn,
-    as they came. A loaded model the head does not evict goes on (nothing waits for its room); one the head evicts
-    goes ahead of it while the hold runs."""
+    as they came. A loaded model the head does not evict, with no turn waiting, goes on (nothing waits for its
+    room); one the head evicts goes ahead of it while the hold runs. A model loaded early (a turn before its own
+    loaded it) does not make a later turn of it go: in strict order that would pass the turns between them."""
     if not swaps:
         return "go"
     head = swaps[0]
-    if loaded and model not in head.evicting and head.evicting:
+    if loaded and head.evicting and model not in head.evicting and all(s.model != model for s in swaps):
         return "go"
     if loaded and model in head.evicting and in_hold(head, now, hold_s):
         return "ahead"

@@ -28,6 +28,8 @@ B_THEN_A = [B_OVER_A, Swap("a", frozenset(), turn_at=None)]  # strict order: b's
     ("a", True, B_THEN_A, 105.0, 10.0, "ahead"),  # in the hold a loaded a goes ahead, turn or no turn
     ("a", True, [C_OVER_A], 105.0, 10.0, "queue"),  # a head whose turn has not started holds nothing
     ("d", True, [Swap("b", frozenset(), 100.0)], 105.0, 10.0, "queue"),  # the head has not learnt what it evicts
+    # b loaded by the head's own turn (loading now) while a's turn and another b turn wait: that b waits its turn.
+    ("b", True, [B_OVER_A, Swap("a", frozenset(), None), Swap("b", frozenset(), None)], 101.0, 0.0, "join"),
 ])
 def test_what_a_request_meets_in_the_order(model: str, loaded: bool, swaps: list[Swap], now: float, hold_s: float,
                                            want: Entry) -> None:
