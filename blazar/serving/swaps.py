@@ -126,7 +126,11 @@ class SwapOrder:
                 if entry == "ahead":
                     self._leave(mine)
                     mine = None
-                    return await self._ahead(call, model, head, now, hold_s, ensure)
+                    try:
+                        return await self._ahead(call, model, head, now, hold_s, ensure)
+                    except VictimsBusy as busy:  # its model went in the meantime: a turn like any other
+                        mine = self._take_turn(model, "join", busy.models)
+                        continue
                 if mine is None:
                     mine = self._take_turn(model, entry, ())
                     if loaded and _once(seen, "behind", mine):
