@@ -351,6 +351,11 @@ class Queue(Section):
         description="Within a priority, serve each key (the keyless caller as one) its weighted share of a model's "
                     "slots, charged in tokens (keys' --weight); false: by arrival, whoever sends.",
     )
+    swap_hold_s: float = Field(
+        default=10.0, ge=0.0, le=3600.0,
+        description="With more models wanted than fit: how long requests for a loaded model may still be served ahead "
+                    "of a swap that would evict it, from the swap's turn (0: strict order).",
+    )
     batch_concurrency: int = Field(
         default=1, ge=1, le=64,
         description="Batch lines in flight at once across every batch (each holds a slot while it runs; they queue "

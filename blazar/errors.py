@@ -71,13 +71,15 @@
     │   ├── EngineBuildFailed       a build that could not run or finish (names its log, or the missing tool)
     │   ├── EngineUnreachable  502  a child's port did not answer
     │   │   └── EngineGone     502  ... because the child had exited: the gateway routes the request again, once
+    │   │       └── SwapRecalled      ... or it was served ahead of a swap whose hold ran out: routed behind it
     │   ├── TemplateProbeFailed 502 a template probe's prompt got no /completion answer (the load goes on)
     │   ├── EngineStreamBroken 502  a child's answer broke off mid-body
     │   ├── SynthesisFailed    502  the piper child answered with an error or with audio that is not 16-bit WAV
     │   ├── ProcessExited      502  the child exited before it was healthy
     │   ├── LoadTimeout        504  the child was not healthy in time
     │   ├── DoesNotFit         507  a load no eviction can make room for (the planner's reason)
-    │   │   └── ModelPinned    409  the model is pinned in another shape (context, embeddings): unpin or stop it
+    │   │   ├── ModelPinned    409  the model is pinned in another shape (context, embeddings): unpin or stop it
+    │   │   └── VictimsBusy    503  a request's load waits for busy instances to drain (the swap order's to catch)
     │   ├── CircuitOpen        503  loads of a model refused after repeated crashes (names `ps --reset`)
     │   └── LoadFailed         502  the child exited or stayed unhealthy while loading (reason, log tail)
     └── Refused                503  a request refused before any token: reason, retry_after_s, observations
@@ -526,6 +528,19 @@ class ModelPinned(DoesNotFit):
     http_status = 409
 
 
+class VictimsBusy(DoesNotFit):
+    """A request's load that only evicting busy instances makes room for: the swap order (serving/swaps.py) waits
+    for them to drain and asks again; met by a caller that did not ask to wait, it is the refusal it stands for."""
+
+    code = "no_room"
+    http_status = 503
+
+    def __init__(self, message: str, *, victims: tuple[str, ...], models: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.victims = victims  # the busy instances' ids
+        self.models = models  # their models
+
+
 class CircuitOpen(EngineError):
     code = "circuit_open"
     http_status = 503
@@ -600,6 +615,13 @@ class EngineGone(EngineUnreachable):
     (once), so a client never sees this one."""
 
     code = "engine_gone"
+
+
+class SwapRecalled(EngineGone):
+    """A request served ahead of a swap whose hold ran out before it took a slot: the gateway routes it again,
+    behind the swap (blazar/serving/swaps.py), so a client never sees this one."""
+
+    code = "swap_recalled"
 
 
 class ShortRead(BlazarError):

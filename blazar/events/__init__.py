@@ -19,6 +19,7 @@ from blazar.events import remotes as remotes
 from blazar.events import requests as requests
 from blazar.events import responses as responses
 from blazar.events import sessions as sessions
+from blazar.events import swaps as swaps
 from blazar.events import system as system
 from blazar.events import tuning as tuning
 from blazar.events import workers as workers

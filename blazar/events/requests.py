@@ -341,14 +341,15 @@ class RequestRerouted(_RequestEvent):
     """A decision: the request is routed again, once: the engine child it was routed to was gone before it took the
     request (`engine_gone`: its port refused or dropped the connection, and its process had exited or was exiting),
     or its prompt does not fit that child's context and nobody chose the context (`context_grown`: an instance with
-    a context that holds it serves it). The attempt's slot and hold were given back first; `request.routed` follows
-    for the second attempt."""
+    a context that holds it serves it), or it was served ahead of a swap whose hold ran out before it took a slot
+    (`swap_recalled`: it waits behind the swap, blazar/events/swaps.py). The attempt's slot and hold were given back
+    first; `request.routed` follows for the second attempt."""
 
     TYPE = "request.rerouted"
 
     model: str
     instance_id: str  # the instance it was routed to first
-    reason: Literal["engine_gone", "context_grown"] = "engine_gone"
+    reason: Literal["engine_gone", "context_grown", "swap_recalled"] = "engine_gone"
     detail: Text = ""  # what the connection said
 
 

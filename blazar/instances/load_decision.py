@@ -76,6 +76,9 @@ class Situation:
     posture: Posture | None = None  # the adopted profile's (instances/posture_choice.py): what it pins, the fit keeps
     # False: a load that may not evict (a preload, instances/preload.py): where room needs victims, it is refused
     may_evict: bool = True
+    # The caller waits for busy victims (a request's load, in the swap order: serving/swaps.py): where evicting
+    # instances that are busy now would make room, the answer is `Busy` rather than a refusal.
+    may_wait: bool = False
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,17 @@ class ProbeWorkers:
     """The answer turns on the idle RPC workers: probe them, then decide again with `workers` set."""
 
 
-LoadDecision = Start | Evict | Refuse | ProbeWorkers
+@dataclass(frozen=True)
+class Busy:
+    """Room is to be had only by evicting instances that are busy now (`victims`, by instance id, with their
+    `models`): the caller waits for them to drain and decides again (only asked for with `Situation.may_wait`)."""
+
+    victims: tuple[str, ...]
+    models: tuple[str, ...]
+    reason: Literal["memory", "max_loaded_models"]
+
+
+LoadDecision = Start | Evict | Refuse | ProbeWorkers | Busy
 
 
 def decide_load(s: Situation) -> LoadDecision:
@@ -201,6 +214,8 @@ def _decide(s: Situation) -> LoadDecision:
                 s.posture))
             if fallback.fits:
                 return Start(fallback, free, "fallback")
+    if s.may_wait and (busy := _once_drained(s.running, need_bytes, need_count)) is not None:
+        return busy
     obs = {"need_bytes": need_bytes, "need_count": need_count, "loaded": len(s.running),
            "max_loaded_models": s.max_loaded_models, "host_free_bytes": free,
            "busy_or_pinned": [c.instance_id for c in cands if c.in_flight or c.pinned]}
@@ -209,6 +224,21 @@ def _decide(s: Situation) -> LoadDecision:
         return Refuse(reason, f"{len(s.running)} instances loaded (max_loaded_models {s.max_loaded_models}) and "
                       "none can be evicted: every one is busy or pinned", obs)
     return _refuse_unfit(s, budget, request, fit, reason, obs)
+
+
+def _once_drained(running: tuple[Running, ...], need_bytes: int, need_count: int) -> Busy | None:
+    """The victims that would make room once the busy instances among them drained (a loading one is busy: its
+    requests wait for it; a pinned one never goes)."""
+    busy_ids = {r.candidate.instance_id for r in running if r.candidate.in_flight or r.state == "starting"}
+    drained = [replace(r.candidate, in_flight=0) for r in running if r.state in ("ready", "starting")]
+    victims = decide_victims(drained, need_bytes=need_bytes, free_bytes=0, need_count=need_count)
+    if victims is None or not victims.victims:
+        return None
+    busy = [v for v in victims.victims if v.instance_id in busy_ids]
+    if not busy:
+        return None
+    return Busy(tuple(v.instance_id for v in busy), tuple(sorted({v.model for v in busy})),
+                "memory" if need_bytes else "max_loaded_models")
 
 
 def _after_eviction(s: Situation, budget: list[Device], request: FitRequest, fit: FitPlan) -> LoadDecision:

@@ -12,11 +12,13 @@ from dataclasses import replace
 from blazar.adapters.engines.kinds import engine_kind
 from blazar.config import Settings
 from blazar.context import Blazar
+from blazar.errors import VictimsBusy
 from blazar.events.tuning import Posture
 from blazar.fit import Device
 from blazar.instances.live import LiveSet, LoadReport, ResolvedModel
 from blazar.instances.load_checks import record_refusal
 from blazar.instances.load_decision import (
+    Busy,
     Evict,
     GiveWay,
     ProbeWorkers,
@@ -68,17 +70,22 @@ class RoomMaker:
     async def make_room(self, model: ResolvedModel, ctx: int | None, settings: Settings,
                         report: LoadReport | None = None, *, swa_full: bool = False,
                         engine: ActiveEngine | None = None, posture: Posture | None = None,
-                        may_evict: bool = True) -> Start:
+                        may_evict: bool = True, may_wait: bool = False) -> Start:
         """The plan to start `model` with (at `posture` where it fits: `Start.posture` says), once its victims are
         evicted; DoesNotFit (recorded) when nothing can make room. Each decision is carried out, then decided again on
         what is true after it (at most: probe the workers, evict, probe them again). `may_evict` False: a load that
-        would need victims is refused instead (a preload)."""
+        would need victims is refused instead (a preload). `may_wait`: where only busy instances could make room,
+        VictimsBusy (nothing recorded: the swap order waiting for them records it)."""
         seen = await self._observe(model, ctx, settings, swa_full=swa_full, engine=engine, posture=posture)
-        seen = replace(seen, may_evict=may_evict)
+        seen = replace(seen, may_evict=may_evict, may_wait=may_wait)
         while True:
             decision = decide_load(seen)
             if isinstance(decision, Start):
                 return decision
+            if isinstance(decision, Busy):
+                raise VictimsBusy(f"{model.name}: room only once {', '.join(decision.models)} "
+                                  f"({', '.join(decision.victims)}) drained", victims=decision.victims,
+                                  models=decision.models)
             if isinstance(decision, Refuse):
                 raise await record_refusal(self.app, model.name, decision.reason, decision.detail, decision.error,
                                            decision.observations)

@@ -122,6 +122,10 @@ class Supervisor:
     def instances(self, model: str | None = None) -> list[Instance]:
         return self.live.instances(model)
 
+    def in_flight(self, model: str) -> int:
+        """The requests running (held) on `model`'s instances now."""
+        return sum(lv.in_flight for lv in self.live if lv.instance.model == model)
+
     # -- commands ---------------------------------------------------------------------------------------------
 
     async def load(self, model: str, *, keep_alive: Any = UNSET, pinned: bool | None = None,
@@ -135,11 +139,13 @@ class Supervisor:
 
     async def ensure(self, model: ResolvedModel, *, ctx: int | None = None, keep_alive: Any = UNSET,
                      pinned: bool | None = None, reason: str = "request", embeddings: bool = False,
-                     report: LoadReport | None = None, session: bool = False, rerank: bool = False) -> Instance:
+                     report: LoadReport | None = None, session: bool = False, rerank: bool = False,
+                     may_wait: bool = False) -> Instance:
         """A ready instance of `model` whose context per slot covers `ctx` (and that serves embeddings when asked;
         in rerank mode for a rerank request, never otherwise): reused, awaited, or started. `report`, when given, is
         filled with what it took (cold load, evictions). A `session` request starts a sliding-window model with its
-        full window cache (session_swa_full), which restoring a saved slot needs."""
+        full window cache (session_swa_full), which restoring a saved slot needs. `may_wait`: where only busy
+        instances could make room, VictimsBusy names them (the swap order waits for them), not a refusal."""
         name = model.name
         if not model.gguf:  # a speech child has no context, embeddings or rerank mode: one shape serves every request
             ctx, embeddings, rerank = None, False, False
@@ -165,7 +171,7 @@ class Supervisor:
         # half-started child or an unrecorded spawn behind; the load finishes and the next caller finds it ready.
         task = asyncio.create_task(self._start(model, ctx=ctx, keep_alive=keep_alive, pinned=bool(pinned),
                                                reason=reason, embeddings=embeddings, report=report, session=session,
-                                               rerank=rerank),
+                                               rerank=rerank, may_wait=may_wait),
                                    name=f"blazar-load-{name}")
         self._loading[name] = task
         task.add_done_callback(lambda t: self._loading.pop(name, None) if self._loading.get(name) is t else None)
@@ -260,7 +266,7 @@ class Supervisor:
 
     async def _start(self, model: ResolvedModel, *, ctx: int | None, keep_alive: Any, pinned: bool, reason: str,
                      embeddings: bool = False, report: LoadReport | None = None, session: bool = False,
-                     rerank: bool = False) -> Instance:
+                     rerank: bool = False, may_wait: bool = False) -> Instance:
         """Check, make room, record the intent, spawn, await ready: each step its collaborator's. The instances of
         the model that give way hand their shape on (RoomMaker.reshape): the new one serves what they served."""
         engine = await check_load(self.app, self._engine, model.name, model.kind)
@@ -271,7 +277,8 @@ class Supervisor:
         async with self._capacity:
             ctx, embeddings = await self.room.reshape(model.name, ctx, embeddings, report, model.template, rerank)
             start = await self.room.make_room(model, ctx, settings, report, swa_full=swa_full, engine=engine,
-                                              posture=choice.posture, may_evict=reason != "preload")
+                                              posture=choice.posture, may_evict=reason != "preload",
+                                              may_wait=may_wait)
             if choice.posture is not None and start.posture is None:
                 log.warning("%s: the posture of profile.adopted seq %s does not fit now; loading at the defaults",
                             model.name, choice.profile_seq)

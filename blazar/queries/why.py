@@ -48,6 +48,7 @@ from blazar.events.requests import (
 )
 from blazar.events.tuning import Posture
 from blazar.queries.prefix_words import prefix_text, prefix_verdict
+from blazar.queries.why_swaps import SWAP_TEXT
 
 # A trace id prefix shorter than this is too likely to be ambiguous to be worth a look-up.
 MIN_PREFIX = 8
@@ -272,6 +273,8 @@ class _Story:
     def again(self) -> str | None:
         """A request routed again because its first instance was gone."""
         r = self.rerouted
+        if r is not None and r.reason == "swap_recalled":
+            return "routed again: recalled behind a swap"
         return None if r is None else f"routed again: instance {r.instance_id} of {r.model} was gone"
 
     def session(self) -> str | None:
@@ -458,6 +461,8 @@ def _routed(s: _Story, ev: RequestRouted) -> str:
 
 
 def _rerouted(s: _Story, ev: RequestRerouted) -> str:
+    if ev.reason == "swap_recalled":
+        return f"recalled from {ev.model}'s queue: {ev.detail}; routed again, behind the swap"
     return (f"instance {ev.instance_id} of {ev.model} was gone before it took the request ({ev.detail}): its slot "
             "given back, routed again")
 
@@ -605,6 +610,7 @@ _TEXT: dict[type, Callable[[_Story, Any], str]] = {
     RequestMediaChecked: _media_checked, RequestPrefixCompared: lambda s, ev: prefix_text(ev),
     InstanceStarting: _starting, InstanceStarted: _started,
     InstanceReady: _ready, InstanceEvicted: _eviction, InstanceExited: _exited,
+    **SWAP_TEXT,
 }
 
 

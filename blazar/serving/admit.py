@@ -7,8 +7,11 @@ routed again, once: blazar/serving/routing.py).
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
+
 from blazar.context import Blazar
-from blazar.errors import AdmissionRefused, BlazarError, DeadlineUnmeetable, EngineGone, Refused
+from blazar.errors import AdmissionRefused, BlazarError, DeadlineUnmeetable, EngineGone, Refused, SwapRecalled
 from blazar.events.requests import RequestAdmitted, RequestPlaced, RequestQueued, ShareWait
 from blazar.instances.kv_bank import KvBank
 from blazar.instances.live import Instance, LoadReport
@@ -38,13 +41,16 @@ class Admitter:
         """Whether tenants are kept apart: while keys are on (with none, every caller is the machine's owner)."""
         return auth_on(self.app.runner.state("keys"))
 
-    async def seat(self, call: Call, inst: Instance, report: LoadReport) -> None:
-        """A slot of `inst` for the call, and (on a child of ours that has slots) the request placed on it."""
-        ticket = await self._admit(call, inst, report)
+    async def seat(self, call: Call, inst: Instance, report: LoadReport, recall: asyncio.Event | None = None) -> None:
+        """A slot of `inst` for the call, and (on a child of ours that has slots) the request placed on it. A call
+        served ahead of a swap (blazar/serving/swaps.py) gives up its place when `recall` is set before its slot
+        comes: SwapRecalled."""
+        ticket = await self._admit(call, inst, report, recall)
         if not inst.remote and call.request.audio is None:  # a whisper or piper child: no slots to place on
             await self._place(call, inst, ticket.slot_id)
 
-    async def _admit(self, call: Call, inst: Instance, report: LoadReport) -> Ticket:
+    async def _admit(self, call: Call, inst: Instance, report: LoadReport,
+                     recall: asyncio.Event | None = None) -> Ticket:
         """A slot of `inst` (or a place in its queue), recorded; the instance held against eviction."""
         request = call.request
 
@@ -60,11 +66,11 @@ class Admitter:
                 raise DeadlineUnmeetable(f"{inst.model}: the deadline of {request.deadline_ms} ms passed before a slot "
                                          f"was asked for ({'the model loaded' if report.cold else 'routing'} took it)",
                                          observations={"deadline_ms": request.deadline_ms, "load_ms": report.load_ms})
-            ticket = await self.admission.acquire(
+            ticket = await _unless_recalled(self.admission.acquire(
                 inst.lane, inst.slots, priority=request.priority, max_tokens=call.ask.max_tokens, on_queued=on_queued,
                 deadline_s=deadline_s, tenant=share_tenant(request), weight=share_weight(request),
                 pick=None if inst.remote else self.kv.slots.picker(inst.instance_id, request.session, request.tenant,
-                                                                   isolate=self.isolating()))
+                                                                   isolate=self.isolating())), recall, inst.model)
         except AdmissionRefused as e:
             raise Refused(e.message, reason=e.reason, http_status=e.http_status, retry_after_s=e.retry_after_s,
                           observations=e.observations) from None
@@ -165,3 +171,24 @@ def _share_wait(ticket: Ticket) -> ShareWait | None:
         return None
     return ShareWait(ahead_other_tenants=ticket.passed_by_share,
                      tenant_weight=ticket.charge.weight if ticket.charge is not None else 1)
+async def _unless_recalled(acquire: Awaitable[Ticket], recall: asyncio.Event | None, model: str) -> Ticket:
+    """The slot `acquire` waits for, unless `recall` is set first: then its place is given up (the admission's own
+    cancellation passes on a slot granted in that instant) and SwapRecalled raised."""
+    if recall is None:
+        return await acquire
+    if recall.is_set():
+        if asyncio.iscoroutine(acquire):
+            acquire.close()
+        raise SwapRecalled(f"{model}: the hold it was served ahead in ran out before a slot came")
+    task = asyncio.ensure_future(acquire)
+    recalled = asyncio.ensure_future(recall.wait())
+    try:
+        await asyncio.wait((task, recalled), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        recalled.cancel()
+        if not task.done():
+            task.cancel()
+    if task.cancelled() or not task.done():
+        await asyncio.gather(task, return_exceptions=True)
+        raise SwapRecalled(f"{model}: the hold it was served ahead in ran out before a slot came")
+    return task.result()

@@ -51,6 +51,7 @@ from blazar.serving.request import Answer, Request
 from blazar.serving.resolve import Resolver
 from blazar.serving.routing import Router
 from blazar.serving.spec_governor import SpecGovernor
+from blazar.serving.swaps import SwapOrder
 
 log = logging.getLogger("blazar.gateway")
 
@@ -77,7 +78,9 @@ class Gateway:
         forwarder = Forwarder(app, cluster_key(app.env) if app.node else None)  # other nodes: with the cluster key
         self.resolver = Resolver(app, supervisor, forwarder)
         self.admitter = Admitter(app, supervisor, admission, self.kv, self.limits, spec=self.spec)
-        self.router = Router(app, supervisor, client, forwarder, self.admitter)
+        # A load that needs busy models' room waits for them in order; their requests may be served ahead of it.
+        self.swaps = SwapOrder(supervisor, admission, lambda: app.settings().queue, app.clock.monotonic)
+        self.router = Router(app, supervisor, client, forwarder, self.admitter, self.swaps)
         self.checks = Checks(app, self.resolver, self.limits)
 
     def _tokens_today(self, key_name: str, day: int) -> int:
@@ -105,6 +108,7 @@ class Gateway:
 
     def unhold(self, instance: Instance) -> None:
         self.supervisor.unhold(instance)
+        self.swaps.nudge()  # a swap may wait for this instance to drain
 
     def release_lease(self, lease: Lease) -> None:
         self.limits.release(lease)

@@ -10,7 +10,9 @@ not fit the context nobody chose (`context_grown`): on an instance with a contex
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable
 from typing import Any, Literal
 
 import orjson
@@ -18,7 +20,7 @@ import orjson
 from blazar.adapters.engines.client import EngineClient
 from blazar.cluster.remotes import remote_instance
 from blazar.context import Blazar
-from blazar.errors import BlazarError, EngineError, EngineGone, Refused
+from blazar.errors import BlazarError, EngineError, EngineGone, Refused, SwapRecalled
 from blazar.events.requests import RequestBounded, RequestRerouted, RequestRouted
 from blazar.instances.live import Instance, LoadReport
 from blazar.projections.remotes import remote
@@ -32,6 +34,7 @@ from blazar.serving.ports import SupervisorPort
 from blazar.serving.reasoning import reasoning_patch
 from blazar.serving.route import Route
 from blazar.serving.spec_governor import N_MAX_FIELD
+from blazar.serving.swaps import SwapOrder
 
 log = logging.getLogger("blazar.gateway")
 
@@ -45,12 +48,13 @@ PLACEMENT_FIELDS = ("id_slot", "cache_prompt", N_MAX_FIELD)
 
 class Router:
     def __init__(self, app: Blazar, supervisor: SupervisorPort, client: EngineClient, forwarder: Forwarder,
-                 admitter: Admitter) -> None:
+                 admitter: Admitter, swaps: SwapOrder) -> None:
         self.app = app
         self.supervisor = supervisor
         self.client = client
         self.forwarder = forwarder
         self.admitter = admitter
+        self.swaps = swaps  # the swap-aware order a load that needs busy models' room waits in
 
     async def route(self, call: Call) -> None:
         """`route_and_admit`, routed again once when the instance was gone by the time the request got its slot."""
@@ -64,7 +68,8 @@ class Router:
         """Get a ready instance (loading on demand; a remote engine's stand-in), check the context, take a slot and
         place the request on it."""
         report = LoadReport()
-        call.take_route(await self._routed(call, report))
+        route, recall = await self._routed(call, report)
+        call.take_route(route)
         inst = call.instance
         assert inst is not None
         call.ask.apply(template_patch(call.request, call.ask.engine_body(), inst.stops, inst.sampling,
@@ -83,31 +88,42 @@ class Router:
             call.ask.apply(Patch(ctx=ctx))  # nobody chose the context (check_context asks): this one holds it
             await self.route_and_admit(call)
             return
-        await self.admitter.seat(call, inst, report)
+        try:
+            await self.admitter.seat(call, inst, report, recall)
+        except SwapRecalled as recalled:  # served ahead of a swap whose hold ran out first: behind it now
+            self.reroute(call, recalled.message, "swap_recalled")
+            await self.route_and_admit(call)
 
-    async def _routed(self, call: Call, report: LoadReport) -> Route:
+    async def _routed(self, call: Call, report: LoadReport) -> tuple[Route, asyncio.Event | None]:
         """The call's route on its instance: a remote engine's stand-in, another node's (where the model is all
         there is, or ready while this node would have to load it), or a child of ours, loading on demand (`report`
-        says what that took)."""
+        says what that took) in the swap-aware order (with the recall of a request served ahead of a swap)."""
         route = call.route
         if route.remote is not None:
-            return route.to(self._remote(call, route.remote))
+            return route.to(self._remote(call, route.remote)), None
         if route.peer is not None:  # not in this node's store, ready on another
-            return route.to(self.forwarder.instance(call, route.peer, "not_stored_here", {}))
+            return route.to(self.forwarder.instance(call, route.peer, "not_stored_here", {})), None
         if self.forwarder.may_forward(call) and not self.supervisor.instances(route.name) \
                 and (peer := self.forwarder.peer_for(call, route.name, call.ask.ctx)) is not None \
                 and (seen := self.forwarder.cheaper(peer)) is not None:
-            return route.forwarded(peer).to(self.forwarder.instance(call, peer, "ready_there", seen))
+            return route.forwarded(peer).to(self.forwarder.instance(call, peer, "ready_there", seen)), None
+
+        def ensure() -> Awaitable[Instance]:
+            return self.supervisor.ensure(route.resolved, ctx=call.ask.ctx, keep_alive=call.request.keep_alive,
+                                          embeddings=call.request.embeddings, report=report,
+                                          session=call.request.session is not None, rerank=call.request.rerank,
+                                          may_wait=True)
+
         try:
-            inst = await self.supervisor.ensure(route.resolved, ctx=call.ask.ctx, keep_alive=call.request.keep_alive,
-                                                embeddings=call.request.embeddings, report=report,
-                                                session=call.request.session is not None, rerank=call.request.rerank)
+            inst, recall = await self.swaps.instance(call, route.name, ensure)
+        except Refused:
+            raise
         except BlazarError as e:
             raise Refused(e.message, reason=e.code, http_status=e.http_status, public=e.public) from None
-        return route.to(inst, report.load_ms if report.cold else None)
+        return route.to(inst, report.load_ms if report.cold else None), recall
 
-    def reroute(self, call: Call, detail: str, reason: Literal["engine_gone", "context_grown"] = "engine_gone"
-                ) -> None:
+    def reroute(self, call: Call, detail: str,
+                reason: Literal["engine_gone", "context_grown", "swap_recalled"] = "engine_gone") -> None:
         """The first attempt's engine was gone before it took the request: its slot (no hold time learnt from it)
         and its hold given back, what its placement told that engine and any cap its context put on the output
         forgotten, the decision recorded. The key's lease stays: it is the request's, given back when the request

@@ -79,7 +79,7 @@ def test_a_renamed_field_fails_and_asks_for_a_new_version_with_an_upcaster(monke
 
         model: str
         instance: str  # was instance_id
-        reason: Literal["engine_gone", "context_grown"] = "engine_gone"
+        reason: Literal["engine_gone", "context_grown", "swap_recalled"] = "engine_gone"
         detail: str = ""
 
     _as_registered(monkeypatch, Renamed)
@@ -97,7 +97,7 @@ def test_a_new_field_with_a_default_is_compatible_and_asks_to_regenerate(monkeyp
 
         model: str
         instance_id: str
-        reason: Literal["engine_gone", "context_grown"] = "engine_gone"
+        reason: Literal["engine_gone", "context_grown", "swap_recalled"] = "engine_gone"
         detail: str = ""
         attempts: int = 1
 
@@ -114,7 +114,7 @@ def test_a_changed_default_is_not_compatible(monkeypatch: pytest.MonkeyPatch) ->
 
         model: str
         instance_id: str
-        reason: Literal["engine_gone", "context_grown"] = "engine_gone"
+        reason: Literal["engine_gone", "context_grown", "swap_recalled"] = "engine_gone"
         detail: str = "?"
 
     _as_registered(monkeypatch, Defaulted)
@@ -129,7 +129,7 @@ def test_a_literal_may_gain_a_choice_but_not_lose_one(monkeypatch: pytest.Monkey
 
         model: str
         instance_id: str
-        reason: Literal["engine_gone", "context_grown", "engine_busy"] = "engine_gone"
+        reason: Literal["engine_gone", "context_grown", "swap_recalled", "engine_busy"] = "engine_gone"
         detail: str = ""
 
     _as_registered(monkeypatch, MoreReasons)
@@ -173,7 +173,7 @@ def test_a_docstring_a_class_name_or_the_field_order_changes_nothing(monkeypatch
         TYPE = RequestRerouted.TYPE
 
         detail: str = ""
-        reason: Literal["engine_gone", "context_grown"] = "engine_gone"
+        reason: Literal["engine_gone", "context_grown", "swap_recalled"] = "engine_gone"
         instance_id: str
         model: str
 
@@ -196,6 +196,7 @@ def test_an_enum_in_place_of_a_literal_with_the_same_values_changes_nothing(monk
     class Reason(enum.StrEnum):
         ENGINE_GONE = "engine_gone"
         CONTEXT_GROWN = "context_grown"
+        SWAP_RECALLED = "swap_recalled"
 
     class Enumerated(_RequestEvent):
         TYPE = RequestRerouted.TYPE
@@ -233,7 +234,7 @@ def test_the_script_refuses_an_incompatible_change_and_records_a_compatible_one(
 
         model: str
         instance: str
-        reason: Literal["engine_gone", "context_grown"] = "engine_gone"
+        reason: Literal["engine_gone", "context_grown", "swap_recalled"] = "engine_gone"
         detail: str = ""
 
     _as_registered(monkeypatch, Renamed)
@@ -247,7 +248,7 @@ def test_the_script_refuses_an_incompatible_change_and_records_a_compatible_one(
 
         model: str
         instance_id: str
-        reason: Literal["engine_gone", "context_grown"] = "engine_gone"
+        reason: Literal["engine_gone", "context_grown", "swap_recalled"] = "engine_gone"
         detail: str = ""
         attempts: int = 1
 
@@ -270,7 +271,7 @@ def test_a_new_version_gets_its_golden_and_the_old_one_must_upcast(monkeypatch: 
 
         model: str
         instance_id: str
-        reason: Literal["engine_gone", "context_grown"] = "engine_gone"
+        reason: Literal["engine_gone", "context_grown", "swap_recalled"] = "engine_gone"
         said: str = ""
 
     _as_registered(monkeypatch, RenamedV2)

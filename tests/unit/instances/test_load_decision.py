@@ -15,6 +15,7 @@ from blazar.events.tuning import Posture
 from blazar.instances.decide import Candidate
 from blazar.instances.live import plan_workers
 from blazar.instances.load_decision import (
+    Busy,
     Evict,
     GiveWay,
     LoadDecision,
@@ -360,3 +361,46 @@ def test_a_load_that_may_not_evict_is_refused_where_it_would_and_started_where_i
     assert by_memory.detail.startswith("it would evict m-older (older) (") and "MiB short" in by_memory.detail
     beside = decide_load(replace(situation(running=(run("a", 300),)), may_evict=False))
     assert isinstance(beside, Start) and beside.via == "here"
+# -- a request's load that only busy instances have room for (`may_wait`: the swap order, serving/swaps.py) -----------
+# Without waiting it is refused (`no_room`: victims are never busy); a caller that waits is told which busy instances
+# to wait for. A pinned instance is never waited for: it never goes.
+
+
+def test_without_waiting_a_load_that_only_a_busy_instance_has_room_for_is_refused() -> None:
+    d = decide_load(situation(max_loaded=1, running=(run("a", 300, in_flight=1),)))
+    assert isinstance(d, Refuse) and d.reason == "no_room"
+
+
+def test_a_caller_that_waits_is_told_the_busy_instances_for_the_count_limit() -> None:
+    s = replace(situation(max_loaded=1, running=(run("a", 300, in_flight=2),)), may_wait=True)
+    assert decide_load(s) == Busy(victims=("a",), models=("m-a",), reason="max_loaded_models")
+
+
+def test_a_caller_that_waits_is_told_the_busy_instances_for_memory() -> None:
+    s = replace(situation(limit_mib=500, running=(run("a", 400, in_flight=1),)), may_wait=True)
+    d = decide_load(s)
+    assert isinstance(d, Busy) and d.victims == ("a",) and d.reason == "memory"
+
+
+def test_an_idle_victim_is_still_evicted_at_once_when_waiting_is_allowed() -> None:
+    s = replace(situation(max_loaded=1, running=(run("a", 300),)), may_wait=True)
+    d = decide_load(s)
+    assert isinstance(d, Evict) and d.victims.ids == ["a"]
+
+
+def test_a_pinned_instance_is_never_waited_for() -> None:
+    s = replace(situation(max_loaded=1, running=(run("a", 300, in_flight=1, pinned=True),)), may_wait=True)
+    d = decide_load(s)
+    assert isinstance(d, Refuse) and d.reason == "no_room"
+
+
+def test_only_the_busy_ones_of_the_victims_are_named() -> None:
+    s = replace(situation(max_loaded=2, running=(run("a", 300, in_flight=1), run("b", 300, in_flight=3))),
+                may_wait=True)
+    d = decide_load(s)
+    assert isinstance(d, Busy) and len(d.victims) == 1 and d.reason == "max_loaded_models"
+
+
+def test_a_loading_instance_is_waited_for_like_a_busy_one() -> None:
+    s = replace(situation(max_loaded=1, running=(run("a", 300, state="starting"),)), may_wait=True)
+    assert decide_load(s) == Busy(victims=("a",), models=("m-a",), reason="max_loaded_models")

@@ -24,6 +24,7 @@ from blazar.events.requests import (
     RequestRouted,
     ShareWait,
 )
+from blazar.events.swaps import RequestServedAhead, RequestSwapHeld, RequestSwapReleased, RequestSwapWaited
 from blazar.events.tuning import Posture
 from blazar.queries.why import explain, fmt_ms
 from tests.support.events import rec
@@ -394,3 +395,27 @@ def test_a_requests_energy_is_told_as_its_share_or_as_not_measured() -> None:
     step, verdict = told(RequestEnergy(source="not_measured"))
     assert step.endswith("energy not measured (this machine reports no readable RAPL or NVML counter)")
     assert "energy" not in verdict  # said once, in its step
+def test_the_swap_orders_decisions_are_told_in_words() -> None:
+    held = (Log()
+            .at(0.0, received())
+            .at(0.001, RequestSwapHeld(trace_id=T, model="b", evicting=["a"], position=0, hold_s=10.0, in_flight=1,
+                                       queued=2))
+            .at(4.0, RequestSwapReleased(trace_id=T, model="b", reason="expired", held_ms=10000.0, hold_s=10.0,
+                                         served_ahead=3)))
+    assert [t for _, _, t in texts(held.records)][1:] == [
+        "b is not loaded and its room is a's, busy (1 running, 2 queued there): the swap's turn; a's requests may be "
+        "served ahead of it for at most 10 s (swap_hold_s)",
+        "the swap's hold ran out 10.0 s after its turn (swap_hold_s 10 s; 3 requests served ahead of it): nothing "
+        "more is served ahead of it, it goes once what runs now is done"]
+    ahead = (Log()
+             .at(0.0, received())
+             .at(0.001, RequestServedAhead(trace_id=T, model="a", swap_model="b", since_turn_ms=2500.0, hold_s=10.0))
+             .at(0.002, RequestRerouted(trace_id=T, model="a", instance_id="i1", reason="swap_recalled",
+                                        detail="a: the hold it was served ahead in ran out before a slot came"))
+             .at(0.003, RequestSwapWaited(trace_id=T, model="a", swap_model="b")))
+    assert [t for _, _, t in texts(ahead.records)][1:] == [
+        "served ahead of the swap to b, 2.5 s into its hold of 10 s: a is loaded, so no swap for this request",
+        "recalled from a's queue: a: the hold it was served ahead in ran out before a slot came; routed again, "
+        "behind the swap",
+        "a is loaded but a swap to b has had its turn: this request waits behind it, and a is loaded again in its "
+        "own turn"]
