@@ -123,13 +123,24 @@ class HoldTimes:
 
 @dataclass
 class _Lane:
-    """One model: its latest -np, slots in use, waiters in rank order, and how long its slots are held."""
+    """One model: its latest -np, slots in use, waiters in rank order, and how long its slots are held. While its
+    instance is reshaped (adaptive slots) it is `held`: it has no slot to give, and every newcomer waits."""
 
-    slots: int
+    np: int
     busy: int = 0
+    held: bool = False
     waiters: list[_Waiter] = field(default_factory=list)
     taken: set[int] = field(default_factory=set)  # slot ids held by tickets
     times: HoldTimes = field(default_factory=HoldTimes)
+
+    @property
+    def slots(self) -> int:
+        return 0 if self.held else self.np
+
+    def reshaped(self, slots: int | None) -> _Lane:
+        """Held (`slots` None: no slot is given, every newcomer queues), or opened at `slots`."""
+        self.held, self.np = slots is None, slots or self.np
+        return self
 
     def finish_s(self, ahead: list[_Waiter], max_tokens: int | None) -> float | None:
         """Seconds until a newcomer with `ahead` ranked before it would be done: its wait (the holds of those ahead,
@@ -259,6 +270,10 @@ class Admission:
         what the request generated, teaches the drain estimate how a slot's time goes."""
         self._free(ticket, hold_observed=True, tokens=tokens)
 
+    def reshaping(self, key: str, *, slots: int | None) -> None:
+        """Adaptive slots: `key` held while its instance is relaunched (`slots` None), then opened at its new -np."""
+        self._pump(self._lanes.setdefault(key, _Lane(np=slots or 1)).reshaped(slots))
+
     # -- what is true now ----------------------------------------------------------------------------------------
 
     def depth(self, key: str) -> int:
@@ -283,8 +298,8 @@ class Admission:
     def _lane(self, key: str, slots: int) -> _Lane:
         lane = self._lanes.get(key)
         if lane is None:
-            lane = self._lanes[key] = _Lane(slots=slots)
-        lane.slots = slots  # the latest -np: adaptive slots may have changed it since the last call
+            lane = self._lanes[key] = _Lane(np=slots)
+        lane.np = slots  # the latest -np: adaptive slots may have changed it since the last call
         return lane
 
     def _has_room(self, lane: _Lane) -> bool:
