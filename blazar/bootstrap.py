@@ -131,9 +131,9 @@ class Services:
     _batches: asyncio.Task[None] | None = None
 
     def start(self, stopping: asyncio.Event | None = None) -> None:
-        """The daemon's background work beside serving: the remote engines' health checks, the speculation governor,
-        the archiver (request history past `request_retention` into segments, every `archive_every_s`), the batch
-        runner (which starts no line once `stopping` is set)."""
+        """The daemon's background work beside serving: the remote engines' health checks, the speculation and
+        adaptive slots governors, the archiver (request history past `request_retention` into segments, every
+        `archive_every_s`), the batch runner (which starts no line once `stopping` is set)."""
         from blazar.api.batches import line_asker
         from blazar.cluster.remotes import health_loop
         from blazar.operations.archive_schedule import archive_loop
@@ -143,6 +143,7 @@ class Services:
                                                name="blazar-remote-health"))
         self._tasks.append(asyncio.create_task(archive_loop(self.gateway.app), name="blazar-archiver"))
         self._tasks.append(asyncio.create_task(self.gateway.spec.run(), name="blazar-spec-governor"))
+        self._tasks.append(asyncio.create_task(self.gateway.slots.run(), name="blazar-slots-governor"))
         ask, build = line_asker(self.gateway)
         runner = BatchRunner(self.gateway.app, self.gateway, ask, build=build, stopping=stopping)
         self._batches = asyncio.create_task(runner.run(), name="blazar-batches")

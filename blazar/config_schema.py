@@ -244,6 +244,31 @@ class Fit(Section):
     max_loaded_models: int = Field(
         default=0, ge=0, le=64, description="Most instances loaded at once (0: no count limit; memory decides)."
     )
+    adaptive_slots: bool = Field(
+        default=False,
+        description="Slots that follow the load: an instance whose queue stays full is relaunched with more slots "
+                    "(when the fit plans them), and shrinks back once its queue stays empty.",
+    )
+    adaptive_slots_max: int = Field(
+        default=8, ge=1, le=256, description="Most slots (-np) adaptive slots grows an instance to.",
+    )
+    adaptive_tick_s: float = Field(
+        default=10.0, ge=0.01, le=3600.0,
+        description="Seconds between the adaptive slots governor's looks at the queues.",
+    )
+    adaptive_grow_after: int = Field(
+        default=6, ge=1, le=100_000,
+        description="Looks in a row with every slot busy and requests queued before an instance grows.",
+    )
+    adaptive_shrink_after: int = Field(
+        default=30, ge=1, le=100_000,
+        description="Looks in a row with an empty queue and no more busy than its first shape's slots before it "
+                    "shrinks back.",
+    )
+    adaptive_drain_s: float = Field(
+        default=30.0, ge=0.1, le=3600.0,
+        description="Seconds a reshape waits for the requests in flight to end (never cut) before it gives up.",
+    )
 
     @property
     def ctx_chosen(self) -> bool:

@@ -17,6 +17,7 @@ from blazar.events import nodes as nodes
 from blazar.events import projectors as projectors
 from blazar.events import remotes as remotes
 from blazar.events import requests as requests
+from blazar.events import reshapes as reshapes
 from blazar.events import responses as responses
 from blazar.events import sessions as sessions
 from blazar.events import swaps as swaps

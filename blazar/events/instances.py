@@ -51,7 +51,8 @@ class _InstanceStart(Event):
     estimate_bytes: int  # the same before calibration
     keep_alive_s: float | None = None  # None: never idle-evicted
     pinned: bool = False  # never evicted for room either
-    reason: Literal["load", "request", "restart", "preload"] = "load"  # preload: the engine.preload list at start
+    reason: Literal["load", "request", "restart", "preload", "reshape"] = "load"  # preload: the engine.preload list at
+    # start; reshape: adaptive slots relaunched it
     free_bytes_observed: int | None = None  # what the budget offered when this was planned
     # RPC workers holding layers (host:port: layers)
     workers: Annotated[dict[str, int], entries(16, name_chars(64), 20)] = Field(default_factory=dict)

@@ -178,14 +178,15 @@ class LiveSet:
         return [lv for lv in self.by_id.values() if lv.instance.model == model and lv.state == "ready"]
 
     def ready_for(self, name: str, ctx: int | None, embeddings: bool = False, template: str = "",
-                  rerank: bool = False) -> Live | None:
+                  rerank: bool = False, slots: int | None = None) -> Live | None:
         """A ready instance that serves this request as the model is set now: one started with another template
         (the model's was changed since) is never reused; a rerank instance serves rerank requests only, and only one
-        serves them. Any context at least the one asked for will do (an embeddings request asks for none)."""
+        serves them. Any context at least the one asked for will do (an embeddings request asks for none); `slots`,
+        adaptive slots' reshape, asks for that -np exactly."""
         for lv in self.ready_of(name):
             inst = lv.instance
             if ((ctx is None or inst.ctx_tokens >= ctx) and (inst.embeddings or not embeddings)
-                    and inst.rerank == rerank and inst.template == template):
+                    and inst.rerank == rerank and inst.template == template and slots in (None, inst.slots)):
                 return lv
         return None
 

@@ -15,12 +15,13 @@ from blazar.context import Blazar
 from blazar.errors import VictimsBusy
 from blazar.events.tuning import Posture
 from blazar.fit import Device
-from blazar.instances.live import LiveSet, LoadReport, ResolvedModel
+from blazar.instances.live import Live, LiveSet, LoadReport, ResolvedModel
 from blazar.instances.load_checks import record_refusal
 from blazar.instances.load_decision import (
     Busy,
     Evict,
     GiveWay,
+    LoadDecision,
     ProbeWorkers,
     Refuse,
     Running,
@@ -70,13 +71,13 @@ class RoomMaker:
     async def make_room(self, model: ResolvedModel, ctx: int | None, settings: Settings,
                         report: LoadReport | None = None, *, swa_full: bool = False,
                         engine: ActiveEngine | None = None, posture: Posture | None = None,
-                        may_evict: bool = True, may_wait: bool = False) -> Start:
+                        may_evict: bool = True, may_wait: bool = False, slots: int | None = None) -> Start:
         """The plan to start `model` with (at `posture` where it fits: `Start.posture` says), once its victims are
         evicted; DoesNotFit (recorded) when nothing can make room. Each decision is carried out, then decided again on
         what is true after it (at most: probe the workers, evict, probe them again). `may_evict` False: a load that
         would need victims is refused instead (a preload). `may_wait`: where only busy instances could make room,
-        VictimsBusy (nothing recorded: the swap order waiting for them records it)."""
-        seen = await self._observe(model, ctx, settings, swa_full=swa_full, engine=engine, posture=posture)
+        VictimsBusy (nothing recorded: the swap order waiting for them records it). `slots`: that -np (a reshape)."""
+        seen = await self._observe(model, ctx, settings, swa_full=swa_full, engine=engine, posture=posture, slots=slots)
         seen = replace(seen, may_evict=may_evict, may_wait=may_wait)
         while True:
             decision = decide_load(seen)
@@ -96,7 +97,16 @@ class RoomMaker:
                 continue
             await self._evict(decision, model.name, report)
             seen = await self._observe(model, ctx, settings, swa_full=swa_full, engine=engine, room_made=True,
-                                       posture=posture)
+                                       posture=posture, slots=slots)
+
+    async def plan_slots(self, model: ResolvedModel, lv: Live, slots: int, settings: Settings) -> LoadDecision:
+        """What a load of `lv`'s model at `slots` in its place would be decided: its context per slot kept, its own
+        memory counted as free (the relaunch evicts it first). Adaptive slots grows only on a `Start` here."""
+        inst = lv.instance
+        seen = await self._observe(model, inst.ctx_tokens, settings, swa_full=lv.plan.swa_full, engine=None,
+                                   posture=inst.posture, slots=slots)
+        others = tuple(r for r in seen.running if r.candidate.instance_id != inst.instance_id)
+        return decide_load(replace(seen, running=others))
 
     async def _evict(self, decision: Evict, name: str, report: LoadReport | None) -> None:
         # A victim that exited since it was seen is already gone: its memory is free.
@@ -107,11 +117,11 @@ class RoomMaker:
 
     async def _observe(self, model: ResolvedModel, ctx: int | None, settings: Settings, *, swa_full: bool,
                        engine: ActiveEngine | None, room_made: bool = False,
-                       posture: Posture | None = None) -> Situation:
+                       posture: Posture | None = None, slots: int | None = None) -> Situation:
         devices = await asyncio.to_thread(self.devices)
         return Situation(
             model=model.name, meta=model.metadata, ctx=ctx, swa_full=swa_full, default_ctx=settings.fit.ctx,
-            default_slots=settings.fit.slots, max_loaded_models=settings.fit.max_loaded_models,
+            default_slots=slots or settings.fit.slots, max_loaded_models=settings.fit.max_loaded_models,
             memory_limit_bytes=settings.fit.memory_limit_mib * MiB, devices=tuple(devices), running=self._running(),
             calibration=self.app.runner.state("calibration"),
             rpc_capable=engine is not None and rpc_capable(engine), room_made=room_made,

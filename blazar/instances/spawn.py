@@ -95,7 +95,7 @@ class Spawner:
                      engine_ctx=fit.engine_ctx, slots=fit.slots, cache_type_k=fit.cache_type_k,
                      cache_type_v=fit.cache_type_v, flash_attn=fit.flash_attn, gpu_layers=fit.gpu_layers,
                      planned_bytes=fit.local_bytes, estimate_bytes=fit.local_estimate_bytes, keep_alive_s=keep_alive_s,
-                     pinned=pinned, reason=reason if reason in ("load", "preload") else "request",
+                     pinned=pinned, reason=reason if reason in ("load", "preload", "reshape") else "request",
                      free_bytes_observed=free_observed, workers=plan_workers(fit),
                      node=app.node, posture=chosen.posture, profile_seq=chosen.profile_seq,
                      profile_stale_seq=chosen.stale_seq)

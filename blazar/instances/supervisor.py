@@ -35,6 +35,7 @@ from blazar.instances.posture_choice import PostureChoice
 from blazar.instances.postures import Postures
 from blazar.instances.reaper import Reaper
 from blazar.instances.reconcile import reconcile
+from blazar.instances.reshape import Reshaper
 from blazar.instances.room import RoomMaker
 from blazar.instances.spawn import Spawner
 from blazar.instances.stopping import EvictionReason, Stopper
@@ -85,6 +86,7 @@ class Supervisor:
         self.reaper = Reaper(app, self.live, kv_bank, self.stopper, poke)
         self.spawner = Spawner(app, self.live, self.stopper, poke)
         self.room = RoomMaker(app, self.live, self.stopper, devices)
+        self.reshaper = Reshaper(self)  # adaptive slots: a ready instance relaunched at another -np
         self._capacity = asyncio.Lock()
         self._loading: dict[str, asyncio.Task[Instance]] = {}
         self._reaper_task: asyncio.Task[None] | None = None
@@ -140,18 +142,19 @@ class Supervisor:
     async def ensure(self, model: ResolvedModel, *, ctx: int | None = None, keep_alive: Any = UNSET,
                      pinned: bool | None = None, reason: str = "request", embeddings: bool = False,
                      report: LoadReport | None = None, session: bool = False, rerank: bool = False,
-                     may_wait: bool = False) -> Instance:
+                     may_wait: bool = False, slots: int | None = None) -> Instance:
         """A ready instance of `model` whose context per slot covers `ctx` (and that serves embeddings when asked;
         in rerank mode for a rerank request, never otherwise): reused, awaited, or started. `report`, when given, is
         filled with what it took (cold load, evictions). A `session` request starts a sliding-window model with its
         full window cache (session_swa_full), which restoring a saved slot needs. `may_wait`: where only busy
-        instances could make room, VictimsBusy names them (the swap order waits for them), not a refusal."""
+        instances could make room, VictimsBusy names them (the swap order waits for them), not a refusal. `slots`:
+        that -np (a reshape)."""
         name = model.name
         if not model.gguf:  # a speech child has no context, embeddings or rerank mode: one shape serves every request
             ctx, embeddings, rerank = None, False, False
         started = self.app.clock.monotonic()
         while True:
-            lv = self.live.ready_for(name, ctx, embeddings, model.template, rerank)
+            lv = self.live.ready_for(name, ctx, embeddings, model.template, rerank, slots)
             if lv is not None:
                 if report is not None and report.cold is False and self.app.clock.monotonic() - started > 0.001:
                     report.cold = True  # it waited for another caller's load
@@ -171,7 +174,7 @@ class Supervisor:
         # half-started child or an unrecorded spawn behind; the load finishes and the next caller finds it ready.
         task = asyncio.create_task(self._start(model, ctx=ctx, keep_alive=keep_alive, pinned=bool(pinned),
                                                reason=reason, embeddings=embeddings, report=report, session=session,
-                                               rerank=rerank, may_wait=may_wait),
+                                               rerank=rerank, may_wait=may_wait, slots=slots),
                                    name=f"blazar-load-{name}")
         self._loading[name] = task
         task.add_done_callback(lambda t: self._loading.pop(name, None) if self._loading.get(name) is t else None)
@@ -266,7 +269,8 @@ class Supervisor:
 
     async def _start(self, model: ResolvedModel, *, ctx: int | None, keep_alive: Any, pinned: bool, reason: str,
                      embeddings: bool = False, report: LoadReport | None = None, session: bool = False,
-                     rerank: bool = False, may_wait: bool = False) -> Instance:
+                     rerank: bool = False, may_wait: bool = False,
+                     slots: int | None = None) -> Instance:
         """Check, make room, record the intent, spawn, await ready: each step its collaborator's. The instances of
         the model that give way hand their shape on (RoomMaker.reshape): the new one serves what they served."""
         engine = await check_load(self.app, self._engine, model.name, model.kind)
@@ -278,7 +282,7 @@ class Supervisor:
             ctx, embeddings = await self.room.reshape(model.name, ctx, embeddings, report, model.template, rerank)
             start = await self.room.make_room(model, ctx, settings, report, swa_full=swa_full, engine=engine,
                                               posture=choice.posture, may_evict=reason != "preload",
-                                              may_wait=may_wait)
+                                              may_wait=may_wait, slots=slots)
             if choice.posture is not None and start.posture is None:
                 log.warning("%s: the posture of profile.adopted seq %s does not fit now; loading at the defaults",
                             model.name, choice.profile_seq)

@@ -121,13 +121,24 @@ class HoldTimes:
 
 @dataclass
 class _Lane:
-    """One model: its latest -np, slots in use, waiters (in the order served), and how long its slots are held."""
+    """One model: its latest -np, slots in use, waiters (in the order served), and how long its slots are held. While
+    its instance is reshaped (adaptive slots) it is `held`: it has no slot to give, and every newcomer waits."""
 
-    slots: int
+    np: int
     queue: FairQueue[_Waiter]
     busy: int = 0
+    held: bool = False
     taken: set[int] = field(default_factory=set)  # slot ids held by tickets
     times: HoldTimes = field(default_factory=HoldTimes)
+
+    @property
+    def slots(self) -> int:
+        return 0 if self.held else self.np
+
+    def reshaped(self, slots: int | None) -> _Lane:
+        """Held (`slots` None: no slot is given, every newcomer queues), or opened at `slots`."""
+        self.held, self.np = slots is None, slots or self.np
+        return self
 
     def finish_s(self, ahead: list[_Waiter], max_tokens: int | None) -> float | None:
         """Seconds until a newcomer with `ahead` ranked before it would be done: its wait (the holds of those ahead,
@@ -261,6 +272,13 @@ class Admission:
         generated) is what its tenant's share is charged (None: the estimate charged at the grant stands)."""
         self._free(ticket, hold_observed=True, tokens=tokens, charged=charged)
 
+    def reshaping(self, key: str, *, slots: int | None) -> None:
+        """Adaptive slots: `key` held while its instance is relaunched (`slots` None), then opened at its new -np."""
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane(np=slots or 1, queue=FairQueue(fair=self._fair))
+        self._pump(lane.reshaped(slots))
+
     # -- what is true now ----------------------------------------------------------------------------------------
 
     def depth(self, key: str) -> int:
@@ -285,8 +303,8 @@ class Admission:
     def _lane(self, key: str, slots: int) -> _Lane:
         lane = self._lanes.get(key)
         if lane is None:
-            lane = self._lanes[key] = _Lane(slots=slots, queue=FairQueue(fair=self._fair))
-        lane.slots = slots  # the latest -np: adaptive slots may have changed it since the last call
+            lane = self._lanes[key] = _Lane(np=slots, queue=FairQueue(fair=self._fair))
+        lane.np = slots  # the latest -np: adaptive slots may have changed it since the last call
         return lane
 
     def _has_room(self, lane: _Lane) -> bool:

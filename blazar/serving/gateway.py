@@ -50,6 +50,7 @@ from blazar.serving.principal import Principal
 from blazar.serving.request import Answer, Request
 from blazar.serving.resolve import Resolver
 from blazar.serving.routing import Router
+from blazar.serving.slots_governor import SlotsGovernor
 from blazar.serving.spec_governor import SpecGovernor
 from blazar.serving.swaps import SwapOrder
 
@@ -75,6 +76,7 @@ class Gateway:
         self._actor = app.actor
         self.limits = Limiter(app.clock, seed=self._tokens_today, audio_seed=self._audio_today)
         self.spec = SpecGovernor(app, supervisor, admission, client)  # its task: Services.start
+        self.slots = SlotsGovernor(app, supervisor, admission)  # adaptive slots; its task: Services.start
         forwarder = Forwarder(app, cluster_key(app.env) if app.node else None)  # other nodes: with the cluster key
         self.resolver = Resolver(app, supervisor, forwarder)
         self.admitter = Admitter(app, supervisor, admission, self.kv, self.limits, spec=self.spec)
