@@ -36,10 +36,13 @@ class ModelSettings(BaseModel):
     rerank: bool = False
     # LoRA adapters (the model's own, by name) applied at these scales when a request names none (Ollama's ADAPTER).
     lora: Annotated[dict[str, float], entries(8, NAME, 24)] = Field(default_factory=dict)
+    # The response cache for its deterministic requests (docs/8.GATEWAY.md): "exact" on, "off" off, None: no say (a
+    # key's setting or the request's X-Blazar-Cache decides).
+    cache: Literal["exact", "off"] | None = None
 
     def is_empty(self) -> bool:
         return (self.template is None and self.system is None and not self.parameters and not self.rerank
-                and not self.lora)
+                and not self.lora and self.cache is None)
 
 
 @register

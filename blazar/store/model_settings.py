@@ -198,6 +198,10 @@ def _within(what: str, value: Any, limit: int) -> None:
 # -- what a change makes of the settings -------------------------------------------------------------------------
 
 
+CacheSetting = Literal["exact", "off"] | None
+_CACHE_SETTINGS: dict[str, CacheSetting] = {"exact": "exact", "off": "off", "none": None}
+
+
 @dataclass(frozen=True)
 class SettingsChange:
     """What one command asks: fields to set (None: leave as is) and fields to clear."""
@@ -210,6 +214,7 @@ class SettingsChange:
     clear_parameters: tuple[str, ...] = ()  # names (any accepted spelling); "all" clears every one
     rerank: bool | None = None  # force rerank mode on (True) or off (False); None: leave as is
     lora: Mapping[str, float] | None = None  # the LoRA adapters applied by default (names); None: leave as is
+    cache: str | None = None  # the response cache: "exact", "off", or "none" (no say); None: leave as is
 
     def applied_to(self, old: ModelSettings | None, known: Iterable[str] = BUILTIN_TEMPLATES
                    ) -> tuple[ModelSettings, list[str]]:
@@ -252,9 +257,21 @@ class SettingsChange:
                                            f"{MAX_DEFAULT_LORAS} by default")
             lora = dict(self.lora)
             changed.append("lora")
+        cache = self._cache(base.cache, changed)
         new = ModelSettings(template_kind=kind, template=template, system=system, parameters=params, rerank=rerank,
-                            lora=lora)
+                            lora=lora, cache=cache)
         return new, list(dict.fromkeys(changed))
+
+    def _cache(self, had: CacheSetting, changed: list[str]) -> CacheSetting:
+        """The response cache setting after this change ("none": no say of its own)."""
+        if self.cache is None:
+            return had
+        if self.cache not in _CACHE_SETTINGS:
+            raise InvalidModelSettings(f"cache: expected exact, off or none, got {self.cache[:32]!r}")
+        wanted = _CACHE_SETTINGS[self.cache]
+        if wanted != had:
+            changed.append("cache")
+        return wanted
 
 
 def known_templates(app: Blazar) -> tuple[str, ...]:
