@@ -17,6 +17,7 @@ from blazar.events.instances import InstanceEvicted, InstanceExited, InstanceRea
 from blazar.events.models import InstanceMemoryMeasured
 from blazar.events.requests import (
     RequestAdmitted,
+    RequestCacheHit,
     RequestCompleted,
     RequestFailed,
     RequestFirstToken,
@@ -50,6 +51,7 @@ FAMILIES = {
     "blazar_instance_planned_bytes": "gauge", "blazar_instance_measured_bytes": "gauge",
     "blazar_loads_total": "counter", "blazar_evictions_total": "counter", "blazar_engine_crashes_total": "counter",
     "blazar_shared_requests_total": "counter", "blazar_session_turns_total": "counter",
+    "blazar_cache_hits_total": "counter",
     "blazar_key_requests_total": "counter", "blazar_key_tokens_total": "counter",
     "blazar_otlp_spans_exported_total": "counter", "blazar_otlp_spans_failed_total": "counter",
     "blazar_otlp_spans_dropped_total": "counter", "blazar_otlp_queue_spans": "gauge",
@@ -483,3 +485,16 @@ def test_the_view_shows_requests_in_flight_as_a_count_and_everything_else_as_jso
     assert "pending" not in view and view["in_flight"] == 1
     assert view["requests"]["200|openai|gemma"] == 2 and view["histograms"]["ttft"]["gemma"]["count"] == 2
     assert m.pending.keys() == {"t3"}  # the view took nothing from the state
+
+
+def test_a_cache_hit_is_counted_by_source_key_and_model_and_its_tokens_are_not_generated_ones() -> None:
+    hit = RequestCacheHit(trace_id="h1", model="gemma", source="exact", entry="ab" * 32, age_s=3.0)
+    events = [rec(1, received("m1")), rec(2, done("m1", duration_ms=900.0, out=8), actor="key:alice"),
+              rec(3, received("h1"), actor="key:alice"), rec(4, hit, actor="key:alice"),
+              rec(5, done("h1", duration_ms=2.0, out=8), actor="key:alice")]
+    m = fold(MetricsProjection(), events)
+    assert metrics_mod.counter(m, "cache_hits") == [(("exact", "alice", "gemma"), 1)]
+    assert m.tokens == {"in|gemma": 10, "out|gemma": 8}  # the miss's: the hit's were not generated again
+    assert m.requests == {"200|openai|gemma": 2}
+    text = render(m, ResidencyProjection().initial())
+    assert 'blazar_cache_hits_total{model="gemma",key="alice",source="exact"} 1' in text

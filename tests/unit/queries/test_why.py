@@ -11,6 +11,7 @@ from blazar.events.requests import (
     Evicted,
     MediaFacts,
     RequestAdmitted,
+    RequestCacheHit,
     RequestCompleted,
     RequestFailed,
     RequestFirstToken,
@@ -297,3 +298,15 @@ def test_the_posture_of_the_instance_that_served_it_and_the_profile_that_chose_i
     rejected = Log().at(0.0, received()).at(0.1, RequestRejected(trace_id=T, model="gemma", status=429,
                                                                  reason="queue_full", detail="full"))
     assert explain(rejected.records).posture is None  # never routed: no instance served it
+
+
+def test_a_cache_hit_says_its_answer_came_from_the_cache_and_no_engine_was_asked() -> None:
+    log = (Log().at(0.0, received())
+           .at(0.001, RequestCacheHit(trace_id=T, model="gemma", source="exact", entry="ab" * 32, age_s=42.0))
+           .at(0.002, RequestFirstToken(trace_id=T, model="gemma", ttft_ms=2.0))
+           .at(0.003, RequestCompleted(trace_id=T, model="gemma", duration_ms=3.0, prompt_tokens=5,
+                                       completion_tokens=8)))
+    ex = explain(log.records)
+    assert ex.steps[1].text == ("answered from the response cache (exact): entry abababababababab, stored 42 s "
+                                "before; played back in the caller's dialect, no engine asked")
+    assert ex.verdict.startswith("completed 200 in 3 ms: answered from the response cache (exact), no engine asked")
