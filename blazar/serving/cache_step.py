@@ -113,7 +113,7 @@ class ResponseCache:
                 or not route.resolved.sha256 or not deterministic(call.ask.engine_body())):
             return None
         identity = self._identity(call)
-        key = cache_key(r.tenant, identity, r.engine_path, call.ask.engine_body())
+        key = cache_key(r.tenant, identity, r.engine_path, call.ask.engine_body(), stream=r.stream)
         return None if key is None else Plan(use, key, identity)
 
     def _identity(self, call: Call) -> Identity:

@@ -63,12 +63,14 @@ class Identity:
     template: str
 
 
-def cache_key(tenant: str | None, identity: Identity, engine_path: str, body: Mapping[str, Any]) -> str | None:
-    """The entry's key (64 hex digits), or None when the body cannot be encoded canonically."""
+def cache_key(tenant: str | None, identity: Identity, engine_path: str, body: Mapping[str, Any], *,
+              stream: bool) -> str | None:
+    """The entry's key (64 hex digits), or None when the body cannot be encoded canonically. `stream`: whether the
+    answer is relayed as a stream (an entry holds SSE blocks or one body, never both)."""
     asked = {k: v for k, v in body.items() if k not in VOLATILE_FIELDS}
     try:
         canon = orjson.dumps([tenant, identity.model_sha256, identity.engine, identity.posture, identity.template,
-                              engine_path, asked], option=orjson.OPT_SORT_KEYS)
+                              engine_path, stream, asked], option=orjson.OPT_SORT_KEYS)
     except TypeError:
         return None
     return hashlib.sha256(canon).hexdigest()

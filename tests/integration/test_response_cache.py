@@ -22,8 +22,9 @@ from tests.support.daemon import wait_for
 from tests.support.serving import blazar_cli, serving_gemma
 
 MODEL = "gemma"
-TOKENS = 6
+TOKENS = 4
 ENGINE_BOUND = ("request.routed", "request.admitted")
+TOLD = ("request.received", "request.cache_hit", *ENGINE_BOUND, "request.completed", "request.failed")
 
 
 class Cached:
@@ -31,6 +32,7 @@ class Cached:
         self.home, self.port = home, port
         self.base = f"http://127.0.0.1:{port}"
         self.secrets: dict[str, str] = {}
+        self._metrics: tuple[str, dict[str, str]] | None = None  # the instance's /metrics URL and its key
 
     def cli(self, *args: str) -> Any:
         return blazar_cli(self.home, *args)
@@ -49,17 +51,20 @@ class Cached:
     def trace(self, trace: str) -> list[str]:
         """The trace's event types, once its request ended (request events are group-committed)."""
         def ended() -> list[str] | None:
-            types = [e["type"] for e in read_events(self.home) if e["trace_id"] == trace]
+            types = [e["type"] for e in read_events(self.home, *TOLD) if e["trace_id"] == trace]
             return types if {"request.completed", "request.failed"} & set(types) else None
         return wait_for(ended, f"the end of {trace}", timeout=30)
 
     def engine_tokens(self) -> int:
-        """Tokens the model's llama-server child has generated so far, from its own /metrics (with its own key)."""
-        ps = json.loads(self.cli("ps", "--json").stdout)
-        inst = next(i for i in ps["instances"] if i["model"] == MODEL)
-        key = (self.home / "run" / "instances" / f"{inst['instance_id']}.key").read_text().strip()
-        text = httpx2.get(f"http://127.0.0.1:{inst['port']}/metrics", headers={"Authorization": f"Bearer {key}"},
-                          timeout=10).text
+        """Tokens the model's llama-server child has generated so far, from its own /metrics (with its own key; the
+        instance found once: the tests that read it never reload the model)."""
+        if self._metrics is None:
+            ps = json.loads(self.cli("ps", "--json").stdout)
+            inst = next(i for i in ps["instances"] if i["model"] == MODEL)
+            key = (self.home / "run" / "instances" / f"{inst['instance_id']}.key").read_text().strip()
+            self._metrics = (f"http://127.0.0.1:{inst['port']}/metrics", {"Authorization": f"Bearer {key}"})
+        url, headers = self._metrics
+        text = httpx2.get(url, headers=headers, timeout=10).text
         return int(float(next(line.split()[-1] for line in text.splitlines()
                               if line.startswith("llamacpp:tokens_predicted_total"))))
 

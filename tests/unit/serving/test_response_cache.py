@@ -46,30 +46,32 @@ def test_only_deterministic_single_answers_are_cacheable(body: dict, ok: bool) -
 # -- what the key covers ------------------------------------------------------------------------------------------
 
 def test_the_key_is_the_tenants_and_moves_with_every_input() -> None:
-    base = cache_key("key:a", ID, "/v1/chat/completions", BODY)
+    base = cache_key("key:a", ID, "/v1/chat/completions", BODY, stream=False)
     assert base is not None and len(base) == 64
-    assert cache_key("key:a", ID, "/v1/chat/completions", dict(BODY)) == base
+    assert cache_key("key:a", ID, "/v1/chat/completions", dict(BODY), stream=False) == base
     others = [
-        cache_key("key:b", ID, "/v1/chat/completions", BODY),  # another tenant
-        cache_key(None, ID, "/v1/chat/completions", BODY),  # the owner
-        cache_key("key:a", Identity("c" * 64, ID.engine, ID.posture, ID.template), "/v1/chat/completions", BODY),
+        cache_key("key:b", ID, "/v1/chat/completions", BODY, stream=False),  # another tenant
+        cache_key(None, ID, "/v1/chat/completions", BODY, stream=False),  # the owner
+        cache_key("key:a", Identity("c" * 64, ID.engine, ID.posture, ID.template), "/v1/chat/completions", BODY,
+                  stream=False),
         cache_key("key:a", Identity(ID.model_sha256, "b8001@4", ID.posture, ID.template), "/v1/chat/completions",
-                  BODY),
+                  BODY, stream=False),
         cache_key("key:a", Identity(ID.model_sha256, ID.engine, "profile@9", ID.template), "/v1/chat/completions",
-                  BODY),
+                  BODY, stream=False),
         cache_key("key:a", Identity(ID.model_sha256, ID.engine, ID.posture, "builtin:chatml"),
-                  "/v1/chat/completions", BODY),
-        cache_key("key:a", ID, "/v1/completions", BODY),
-        cache_key("key:a", ID, "/v1/chat/completions", {**BODY, "max_tokens": 9}),
-        cache_key("key:a", ID, "/v1/chat/completions", {**BODY, "stream": True}),
+                  "/v1/chat/completions", BODY, stream=False),
+        cache_key("key:a", ID, "/v1/completions", BODY, stream=False),
+        cache_key("key:a", ID, "/v1/chat/completions", {**BODY, "max_tokens": 9}, stream=False),
+        cache_key("key:a", ID, "/v1/chat/completions", {**BODY, "stream": True}, stream=False),
+        cache_key("key:a", ID, "/v1/chat/completions", BODY, stream=True),  # relayed as a stream
     ]
     assert base not in others and len(set(others)) == len(others)
 
 
 def test_the_slots_placement_is_not_part_of_the_key() -> None:
     placed = {**BODY, "id_slot": 1, "cache_prompt": True}
-    assert cache_key("key:a", ID, "/v1/chat/completions", placed) == cache_key("key:a", ID, "/v1/chat/completions",
-                                                                               BODY)
+    assert cache_key("key:a", ID, "/v1/chat/completions", placed, stream=False) == cache_key(
+        "key:a", ID, "/v1/chat/completions", BODY, stream=False)
 
 
 # -- the store ----------------------------------------------------------------------------------------------------
