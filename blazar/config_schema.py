@@ -494,7 +494,7 @@ class Sessions(Section):
 
 
 class Routing(Section):
-    """[routing] Remote engines' health and circuits, and what a cascade accepts."""
+    """[routing] Remote engines' health and circuits, what a cascade accepts, and the response cache's size."""
 
     remote_health_s: float = Field(
         default=30.0, ge=1.0, le=3600.0, description="Seconds between health checks of each remote engine.",
@@ -511,6 +511,11 @@ class Routing(Section):
         default=-1.0, ge=-100.0, le=0.0,
         description="The mean token log-probability a cascade's answer needs to be accepted (else the next model is "
                     "tried).",
+    )
+    response_cache_mib: int = Field(
+        default=64, ge=0, le=1 << 20,
+        description="MiB of memory the response cache may hold (answers of deterministic requests, replayed to the "
+                    "same tenant: docs/8.GATEWAY.md); the least recently used go first (0: nothing is stored).",
     )
 
 

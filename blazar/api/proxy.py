@@ -84,7 +84,7 @@ class Proxy(ABC):
             client_trace_id=getattr(req.context, "client_trace_id", None),
             parent_trace_id=parent_trace_id, parent_span_id=parent_span_id, principal=principal, tenant=tenant,
             forwarded_from=forwarded_from, session=qualify(tenant, opts.session), deadline_ms=deadline_ms,
-            best_of=opts.best_of, cascade=opts.cascade, spec=opts.spec,
+            best_of=opts.best_of, cascade=opts.cascade, spec=opts.spec, cache=opts.cache,
             forced=constrain(asked.body) if asked.body is not None and asked.engine_path == "/v1/chat/completions"
             else None)
 

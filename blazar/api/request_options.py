@@ -8,6 +8,8 @@ the header wins where both are given. Anything malformed is a 400 in the caller'
     X-Blazar-Cascade: small,large   cascade      (models tried in turn; non-streamed chat)
     X-Blazar-Spec: off|auto         spec         (Ollama: options.spec, also false|true; off: this request never
                                                   drafts on a speculative instance; auto: the governor decides)
+    X-Blazar-Cache: use|refresh|off cache        (the response cache, header only: use it, run the engine and
+                                                  replace the entry, or bypass it; blazar/serving/response_cache.py)
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import falcon.asgi
 
 from blazar.api.bounds import check_name, shown
 from blazar.errors import DialectError
+from blazar.serving.response_cache import CACHE_CHOICES
 
 SESSION_MAX_CHARS = 128
 _SESSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}")  # no "/": a name is a path segment of its routes
@@ -36,6 +39,7 @@ class RequestOptions:
     best_of: int | None = None  # None or 1: one answer
     cascade: tuple[str, ...] = ()
     spec: str | None = None  # "off" or "auto" (None: auto)
+    cache: str | None = None  # "use", "refresh" or "off" (None: the key's or the model's setting decides)
 
     @property
     def fans_out(self) -> bool:
@@ -92,6 +96,15 @@ def spec_choice(value: Any, where: str) -> str:
     raise DialectError(f"{where}: expected {allowed}, got {shown(str(value))}")
 
 
+def cache_choice(value: str | None) -> str | None:
+    """The X-Blazar-Cache header: use, refresh or off (any case)."""
+    if value is None:
+        return None
+    if value.strip().lower() in CACHE_CHOICES:
+        return value.strip().lower()
+    raise DialectError(f"X-Blazar-Cache: expected use, refresh or off, got {shown(value)}")
+
+
 def _spec_given(req: falcon.asgi.Request, data: dict[str, Any], dialect: str) -> tuple[Any, str]:
     value = req.get_header("X-Blazar-Spec")
     if value is not None:
@@ -117,6 +130,7 @@ def request_options(req: falcon.asgi.Request, data: dict[str, Any], *, stream: b
         best_of=_integer(best_of, b_where, 1, BEST_OF_MAX) if best_of is not None else None,
         cascade=_cascade(cascade, c_where) if cascade is not None else (),
         spec=spec_choice(spec, s_where) if spec is not None else None,
+        cache=cache_choice(req.get_header("X-Blazar-Cache")),
     )
     if out.fans_out and (stream or not chat):
         what = "X-Blazar-Best-Of" if (out.best_of or 1) > 1 else "X-Blazar-Cascade"

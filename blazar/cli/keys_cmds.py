@@ -31,6 +31,9 @@ _OPEN_BATCHES_HELP = "Batches the key may have open at once. Default: the key_op
 _WEIGHT_HELP = ("The key's share of a model's slots against other keys waiting at the same priority, charged in tokens "
                 "(prompt + generated): a key of weight 3 is served three times the tokens of one of weight 1. "
                 "Default 1; the keyless caller counts as one key of weight 1.")
+_CACHE_HELP = ("The response cache for the key's deterministic requests (temperature 0 or a fixed seed): exact (a "
+               "repeated request is answered from the cache, never another key's), off, or none (no say: the "
+               "model's --cache decides). A request's X-Blazar-Cache header decides for itself.")
 _PRIORITIZE_HELP = ("Let the key use X-Blazar-Priority and deadlines (X-Blazar-Deadline-Ms) to go ahead in the queue; "
                     "without it they are ignored and the answer says so (x-blazar-ignored).")
 
@@ -63,6 +66,8 @@ def _limits_text(k: dict[str, Any]) -> str:
         parts.append("may_prioritize")
     if k.get("weight", 1) != 1:
         parts.append(f"weight={k['weight']}")
+    if k.get("cache"):
+        parts.append(f"cache={k['cache']}")
     return ", ".join(parts) or "-"
 
 
@@ -95,6 +100,7 @@ def create(
                                                 "3600 (seconds).")] = None,
     cache_group: Annotated[str | None, typer.Option("--cache-group", help=_GROUP_HELP)] = None,
     may_prioritize: Annotated[bool, typer.Option("--may-prioritize", help=_PRIORITIZE_HELP)] = False,
+    cache: Annotated[str | None, typer.Option("--cache", help=_CACHE_HELP)] = None,
     max_storage: Annotated[str | None, typer.Option("--max-storage", metavar="SIZE", help=_STORAGE_HELP)] = None,
     max_open_batches: Annotated[int | None, typer.Option("--max-open-batches", min=1,
                                                          help=_OPEN_BATCHES_HELP)] = None,
@@ -111,7 +117,7 @@ def create(
                                                 admin=admin, expires=expires, cache_group=cache_group,
                                                 may_prioritize=may_prioritize, daily_audio_s=daily_audio_s,
                                                 max_storage_bytes=max_storage_bytes,
-                                                max_open_batches=max_open_batches, weight=weight)
+                                                max_open_batches=max_open_batches, weight=weight, cache=cache)
             return {**_row(app_, _existing(app_, name)), "seq": rec.seq}, secret, app_.paths
 
     row, secret, paths = run(go())
@@ -157,7 +163,7 @@ def show(name: Annotated[str, _NAME], as_json: bool = JSON_OPTION) -> None:
         print_json(row)
         return
     for field in ("name", "prefix", "state", "admin", "models", "rpm", "tpm", "daily_tokens", "daily_audio_s",
-                  "max_concurrent", "max_storage_bytes", "max_open_batches", "cache_group", "may_prioritize",
+                  "max_concurrent", "max_storage_bytes", "max_open_batches", "cache_group", "may_prioritize", "cache",
                   "weight", "expires_ts", "created_ts", "rotated_ts",
                   "revoked_ts", "actor",
                   "requests_today", "tokens_today", "audio_seconds_today", "storage_used_bytes"):
@@ -216,6 +222,7 @@ def limits(
     cache_group: Annotated[str | None, typer.Option("--cache-group", help=_GROUP_HELP + " \"\": no group.")] = None,
     may_prioritize: Annotated[bool | None, typer.Option("--may-prioritize/--may-not-prioritize",
                                                         help=_PRIORITIZE_HELP)] = None,
+    cache: Annotated[str | None, typer.Option("--cache", help=_CACHE_HELP)] = None,
     max_storage: Annotated[str | None, typer.Option("--max-storage", metavar="SIZE",
                                                     help=_STORAGE_HELP + " 0: the default again.")] = None,
     max_open_batches: Annotated[int | None, typer.Option("--max-open-batches", min=0,
@@ -230,6 +237,7 @@ def limits(
     changed: dict[str, Any] = {f: v for f, v in (("rpm", rpm), ("tpm", tpm), ("daily_tokens", daily_tokens),
                                                  ("daily_audio_s", daily_audio_s), ("max_concurrent", max_concurrent),
                                                  ("cache_group", cache_group), ("may_prioritize", may_prioritize),
+                                                 ("cache", cache),
                                                  ("max_storage_bytes", max_storage_bytes),
                                                  ("max_open_batches", max_open_batches), ("weight", weight))
                                if v is not None}

@@ -61,6 +61,8 @@ def describe(settings: ModelSettings | None) -> list[tuple[str, str]]:
         rows.append(("reasoning", f"{budget}, effort {settings.reasoning_effort or 'as asked'}"))
     if settings.rerank:
         rows.append(("rerank", "forced (served in rerank mode for /v1/rerank, with or without a rerank head)"))
+    if settings.cache is not None:
+        rows.append(("response cache", settings.cache))
     return rows
 
 
@@ -84,6 +86,10 @@ def set_(
     rerank: Annotated[bool | None, typer.Option(
         "--rerank/--no-rerank", help="Serve rerank requests (/v1/rerank) in rerank mode even without a rerank head "
         "in the GGUF (its scores then mean nothing); --no-rerank: only with one.")] = None,
+    cache: Annotated[str | None, typer.Option(
+        "--cache", help="The response cache for its deterministic requests (temperature 0 or a fixed seed): exact "
+        "(a repeated request of the same key is answered from the cache), off, or none (no say: a key's --cache or "
+        "the request's X-Blazar-Cache header decides).")] = None,
     mmproj: Annotated[Path | None, typer.Option(
         "--mmproj", help="Serve it with this multimodal projector (a vision or audio mmproj-*.gguf, verified and "
         "stored by sha256); it replaces any it had. A loaded instance without it is replaced on the next request "
@@ -104,7 +110,7 @@ def set_(
     reasoning budget, or its projector."""
     settings_given = any((template, system is not None, param, clear_template, clear_system, clear_param,
                           rerank is not None, reasoning_budget is not None, reasoning_effort is not None,
-                          clear_reasoning))
+                          clear_reasoning, cache is not None))
     if mmproj is not None and no_mmproj:
         raise typer.BadParameter("--mmproj and --no-mmproj together: give one")
     if mmproj is not None or no_mmproj:
@@ -113,13 +119,13 @@ def set_(
         _set_projector(name, mmproj, as_json)
         return
     if not settings_given:
-        raise typer.BadParameter("nothing to set: give --template, --system, --param, --rerank, --mmproj, "
+        raise typer.BadParameter("nothing to set: give --template, --system, --param, --rerank, --cache, --mmproj, "
                                  "--reasoning-budget, --reasoning-effort or a --clear-* option")
     change = SettingsChange(template=_template_text(template) if template is not None else None, system=system,
                             parameters=parse_parameters(_pairs(param or [])), clear_template=clear_template,
                             clear_system=clear_system, clear_parameters=tuple(clear_param or ()), rerank=rerank,
                             reasoning_budget=reasoning_budget, reasoning_effort=reasoning_effort,
-                            clear_reasoning=clear_reasoning)
+                            clear_reasoning=clear_reasoning, cache=cache)
 
     async def go() -> Any:
         async with opened() as app_:

@@ -441,6 +441,24 @@ class RequestShared(_RequestEvent):
     joined_at_chunk: int = 0  # how much of the answer had been produced when a follower joined
 
 
+CacheSource = Literal["exact", "semantic"]
+
+
+@register
+class RequestCacheHit(_RequestEvent):
+    """The response cache answered the request: a stored answer of the same tenant replayed in the caller's dialect,
+    no engine asked. `entry` is the stored answer's key (a hash, never the prompt), `age_s` how long ago it was
+    stored; `similarity` is a semantic hit's (None for an exact one)."""
+
+    TYPE = "request.cache_hit"
+
+    model: str
+    source: CacheSource
+    entry: Annotated[str, Bound(66)]  # 64 hex digits, as JSON
+    age_s: float
+    similarity: float | None = None
+
+
 @register
 class RequestCandidateScored(_RequestEvent):
     """Best-of-N: one candidate's answer judged. Validity first (schema or forced tool arguments, and a stop

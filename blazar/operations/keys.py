@@ -38,8 +38,9 @@ _UNITS = {"b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g
           "t": 1 << 40, "tib": 1 << 40}
 MAX_SIZE = 1 << 50
 # What `change_limits` takes besides the limits and the scope: tenancy (blazar/serving/tenancy.py).
-TENANCY = ("cache_group", "may_prioritize", "weight")
+TENANCY = ("cache_group", "may_prioritize", "weight", "cache")
 WEIGHT_MAX = 1000  # a key's fair-share weight: 1 (the default) .. this
+CACHE_SETTINGS = ("exact", "off", "none")  # a key's response cache; "none": no say (the model's decides)
 
 
 
@@ -172,7 +173,7 @@ async def create(app: Blazar, name: str, *, models: list[str] | None = None, rpm
                  admin: bool = False, expires: str | None = None, cache_group: str | None = None,
                  may_prioritize: bool = False, daily_audio_s: int | None = None,
                  max_storage_bytes: int | None = None, max_open_batches: int | None = None,
-                 weight: int = 1) -> tuple[Recorded, str]:
+                 weight: int = 1, cache: str | None = None) -> tuple[Recorded, str]:
     """Record the key; returns the event and the secret (shown once, stored nowhere). `cache_group` puts it in a
     group whose keys share sessions, KV reuse and shared generations; `may_prioritize` lets it use
     X-Blazar-Priority and deadlines. `max_storage_bytes` and `max_open_batches` (None: the settings') bound what it
@@ -189,9 +190,18 @@ async def create(app: Blazar, name: str, *, models: list[str] | None = None, rpm
     ev = KeyCreated(name=name, prefix=made.prefix, salt=made.salt, hash=made.hash, models=check_patterns(models),
                     admin=admin, expires_ts=expiry_ts(expires, now=app.clock.now()),
                     cache_group=check_group(cache_group), may_prioritize=bool(may_prioritize),
-                    weight=check_weight(weight), **limits)
+                    weight=check_weight(weight), cache=check_cache(cache), **limits)
     (rec,) = await app.record(ev)
     return rec, made.secret
+
+
+def check_cache(value: Any) -> Any:
+    """A key's response cache setting: "exact", "off", or None ("none", or not given: no say of its own)."""
+    if value is None or value == "none":
+        return None
+    if value not in CACHE_SETTINGS:
+        raise KeyCommandError(f"cache is one of {', '.join(CACHE_SETTINGS)} (got {str(value)[:32]!r})")
+    return value
 
 
 async def rotate(app: Blazar, name: str) -> tuple[Recorded, str]:
@@ -220,6 +230,8 @@ async def change_limits(app: Blazar, name: str, changed: dict[str, Any]) -> Reco
             value = None if value == 0 else check_limit(field, value)
         elif field == "cache_group":
             value = check_group(value)
+        elif field == "cache":
+            value = check_cache(value)
         elif field == "may_prioritize":
             if not isinstance(value, bool):
                 raise KeyCommandError(f"may_prioritize is true or false (got {value!r})")

@@ -12,7 +12,7 @@ from blazar.events.keys import KeyCreated, KeyLimitsChanged, KeyRevoked, KeyRota
 from blazar.projections.base import Projection
 
 LIMIT_FIELDS = (
-    "models", "rpm", "tpm", "daily_tokens", "max_concurrent", "daily_audio_s", "cache_group", "may_prioritize",
+    "models", "rpm", "tpm", "daily_tokens", "max_concurrent", "daily_audio_s", "cache_group", "may_prioritize", "cache",
     "max_storage_bytes", "max_open_batches", "weight",
 )
 
@@ -37,6 +37,7 @@ class ApiKey:
     created_ts: float
     cache_group: str | None = None
     may_prioritize: bool = False
+    cache: str | None = None  # the response cache: "exact", "off", None (no say)
     daily_audio_s: int | None = None
     max_storage_bytes: int | None = None  # None: key_storage_max_mib
     max_open_batches: int | None = None  # None: key_open_batches_max
@@ -51,8 +52,8 @@ class ApiKey:
                 "tpm": self.tpm, "daily_tokens": self.daily_tokens, "max_concurrent": self.max_concurrent,
                 "daily_audio_s": self.daily_audio_s, "max_storage_bytes": self.max_storage_bytes,
                 "max_open_batches": self.max_open_batches, "admin": self.admin, "expires_ts": self.expires_ts,
-                "cache_group": self.cache_group, "weight": self.weight,
-                "may_prioritize": self.may_prioritize, "created_ts": self.created_ts, "rotated_ts": self.rotated_ts,
+                "cache_group": self.cache_group, "weight": self.weight, "may_prioritize": self.may_prioritize,
+                "cache": self.cache, "created_ts": self.created_ts, "rotated_ts": self.rotated_ts,
                 "revoked": self.revoked, "revoked_ts": self.revoked_ts, "actor": self.actor}
 
 
@@ -69,8 +70,8 @@ class KeysProjection(Projection[KeysState]):
     name = "keys"
     state_type = KeysState
     # 2: cache groups and the right to prioritize; 3: what a key may hold (storage, open batches); 4: a typed state;
-    # 5: a key's fair-share weight
-    version = 5
+    # 5: a key's fair-share weight; 6: the response cache
+    version = 6
     types = frozenset({KeyCreated.TYPE, KeyRotated.TYPE, KeyRevoked.TYPE, KeyLimitsChanged.TYPE})
 
     def initial(self) -> KeysState:
@@ -87,7 +88,7 @@ class KeysProjection(Projection[KeysState]):
                 name=ev.name, prefix=ev.prefix, salt=ev.salt, hash=ev.hash, models=tuple(ev.models), rpm=ev.rpm,
                 tpm=ev.tpm, daily_tokens=ev.daily_tokens, max_concurrent=ev.max_concurrent, admin=ev.admin,
                 expires_ts=ev.expires_ts, revoked=False, created_ts=rec.ts, cache_group=ev.cache_group,
-                may_prioritize=ev.may_prioritize, daily_audio_s=ev.daily_audio_s,
+                may_prioritize=ev.may_prioritize, cache=ev.cache, daily_audio_s=ev.daily_audio_s,
                 max_storage_bytes=ev.max_storage_bytes, max_open_batches=ev.max_open_batches, actor=rec.actor,
                 weight=ev.weight)
             by_prefix[ev.prefix] = ev.name

@@ -22,6 +22,7 @@ from blazar.events.instances import InstanceEvicted, InstanceExited, InstanceRea
 from blazar.events.requests import (
     HOP_ACTOR,
     RequestAdmitted,
+    RequestCacheHit,
     RequestCompleted,
     RequestEnergy,
     RequestFailed,
@@ -83,6 +84,7 @@ class Pending:
     stream: bool | None = None  # None: its `received` was lost
     queued: str | None = None  # the model whose queue it waits in, while it waits
     ttft_ms: float | None = None
+    cached: bool = False  # answered from the response cache: its tokens were not generated again
 
 
 @dataclass(slots=True)
@@ -124,6 +126,7 @@ class MetricsState:
     key_tokens: dict[str, int] = field(default_factory=dict)  # in|key, out|key -> n
     keys: dict[str, KeyUsage] = field(default_factory=dict)  # key -> its usage on the day of its latest request
     shared: dict[str, int] = field(default_factory=dict)  # role|model -> requests in a shared generation
+    cache_hits: dict[str, int] = field(default_factory=dict)  # source|key|model -> response cache hits (key "" owner)
     session_turns: dict[str, int] = field(default_factory=dict)  # kv|model -> turns by how they found the prefix
     routes: dict[str, int] = field(default_factory=dict)  # route -> requests received (the client's HTTP route)
     audio_requests: dict[str, int] = field(default_factory=dict)  # route|model -> speech requests completed
@@ -187,7 +190,8 @@ def _usage(state: MetricsState, name: str, rec: Recorded) -> KeyUsage:
 
 
 # The events `apply` reads, by what it does with them (a tuple: isinstance with a `X | Y` union builds it per call).
-_COUNTED = (InstanceReady, InstanceExited, InstanceEvicted, RequestShared, RequestPlaced, RequestAudio, SpecSwitched)
+_COUNTED = (InstanceReady, InstanceExited, InstanceEvicted, RequestShared, RequestPlaced, RequestAudio, SpecSwitched,
+            RequestCacheHit)
 _ENDED = (RequestCompleted, RequestRejected, RequestFailed)
 _REQUEST = (RequestReceived, RequestQueued, RequestAdmitted, RequestFirstToken, *_ENDED)
 
@@ -198,12 +202,12 @@ class MetricsProjection(Projection[MetricsState]):
     # 3: the refusal histogram; 4: shared generations (single-flight); 5: tokens relayed before a failure; 6: audio
     # seconds and the real-time factor, requests by route; 7: speculation (switches, verdicts, requests); 8: a typed
     # state (entries are objects: a histogram's, a pending request's, a key's usage, a speculation verdict); 9: energy
-    # per request
-    version = 9
+    # per request; 10: response cache hits (and a hit's tokens not counted as generated)
+    version = 10
     types = frozenset({
         RequestAudio.TYPE, RequestReceived.TYPE, RequestQueued.TYPE, RequestAdmitted.TYPE, RequestRejected.TYPE,
         RequestFirstToken.TYPE, RequestCompleted.TYPE, RequestFailed.TYPE, RequestShared.TYPE, RequestPlaced.TYPE,
-        InstanceReady.TYPE, InstanceExited.TYPE, InstanceEvicted.TYPE, SpecSwitched.TYPE,
+        RequestCacheHit.TYPE, InstanceReady.TYPE, InstanceExited.TYPE, InstanceEvicted.TYPE, SpecSwitched.TYPE,
     })
 
     def initial(self) -> MetricsState:
@@ -262,8 +266,8 @@ class MetricsProjection(Projection[MetricsState]):
         _inc(state.requests, key(ev.status, p.dialect, ev.model))
         if ev.energy is not None:
             _energy(state, ev.model, ev.energy, ev.completion_tokens)
-        if ev.shared == "follower":
-            return  # its tokens are the leader's: the engine did not generate them again
+        if ev.shared == "follower" or p.cached:
+            return  # its tokens are the leader's, or the cache's: the engine did not generate them again
         if ev.prompt_tokens:
             _inc(state.tokens, key("in", ev.model), ev.prompt_tokens)
         n = ev.completion_tokens
@@ -276,7 +280,7 @@ class MetricsProjection(Projection[MetricsState]):
 
     def _count(self, state: MetricsState,
                ev: InstanceReady | InstanceExited | InstanceEvicted | RequestShared | RequestPlaced | RequestAudio
-               | SpecSwitched, rec: Recorded) -> None:
+               | SpecSwitched | RequestCacheHit, rec: Recorded) -> None:
         if isinstance(ev, InstanceExited):
             state.spec_enabled.pop(ev.instance_id, None)
         if isinstance(ev, SpecSwitched):
@@ -287,6 +291,8 @@ class MetricsProjection(Projection[MetricsState]):
                 _audio(state, rec, ev)
         elif isinstance(ev, RequestShared):
             _inc(state.shared, key(ev.role, ev.model))
+        elif isinstance(ev, RequestCacheHit):
+            _cache_hit(state, rec, ev)
         elif isinstance(ev, RequestPlaced):
             _inc(state.session_turns, key(ev.kv, ev.model))
         elif isinstance(ev, InstanceReady):
@@ -312,6 +318,15 @@ def _energy(state: MetricsState, model: str, energy: RequestEnergy, tokens: int 
     _inc(state.energy_requests, key("measured", model))
     state.energy_joules[model] = round(state.energy_joules.get(model, 0.0) + energy.joules, 6)
     _inc(state.energy_tokens, model, tokens or 0)
+
+
+def _cache_hit(state: MetricsState, rec: Recorded, ev: RequestCacheHit) -> None:
+    """A hit, counted by source, key and model; its request's tokens are then not counted as generated."""
+    p = state.pending.get(ev.trace_id)
+    if p is not None:
+        p.cached = True
+    who = rec.actor[len(KEY_ACTOR):] if rec.actor.startswith(KEY_ACTOR) else ""
+    _inc(state.cache_hits, key(ev.source, who, ev.model))
 
 
 def _admitted(state: MetricsState, p: Pending, ev: RequestAdmitted) -> None:
@@ -359,12 +374,12 @@ def split(k: str, n: int) -> list[str]:
 # The counters (MetricsState's fields of that name) and how many label values each joins into its keys (the model,
 # where there is one, last).
 Counter = Literal["requests", "tokens", "loads", "evictions", "crashes", "key_requests", "key_tokens", "shared",
-                  "session_turns", "routes", "audio_requests", "spec_switches", "spec_requests", "energy_requests",
-                  "energy_tokens"]
+                  "cache_hits", "session_turns", "routes", "audio_requests", "spec_switches", "spec_requests",
+                  "energy_requests", "energy_tokens"]
 LABELS: dict[Counter, int] = {"requests": 3, "tokens": 2, "loads": 2, "evictions": 1, "crashes": 1,
-                              "key_requests": 2, "key_tokens": 2, "shared": 2, "session_turns": 2, "routes": 1,
-                              "audio_requests": 2, "spec_switches": 2, "spec_requests": 2, "energy_requests": 2,
-                              "energy_tokens": 1}
+                              "key_requests": 2, "key_tokens": 2, "shared": 2, "cache_hits": 3, "session_turns": 2,
+                              "routes": 1, "audio_requests": 2, "spec_switches": 2, "spec_requests": 2,
+                              "energy_requests": 2, "energy_tokens": 1}
 
 
 def counter(state: MetricsState, name: Counter) -> list[tuple[tuple[str, ...], int]]:

@@ -12,6 +12,7 @@ The JSON shape of `Dashboard.model_dump(mode="json")` (version 1; fields are onl
                     "ctx_tokens": int | null}],
      "queues": {model: waiting requests},
      "tokens_per_s": {model: generated tokens per second over the last window_s},
+     "cache_hits": {model: requests answered from the response cache, since the dashboard's feed began},
      "requests": [{"trace_id", "ts", "model": str | null, "dialect": str | null,
                    "outcome": "completed|failed|rejected", "status": int, "ttft_ms": float | null,
                    "duration_ms": float | null, "completion_tokens": int | null}],   (newest first)
@@ -30,11 +31,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.events.base import Recorded
 from blazar.events.log import EventLog
 from blazar.events.requests import (
+    RequestCacheHit,
     RequestCompleted,
     RequestFailed,
     RequestFirstToken,
@@ -53,7 +55,7 @@ RECORDS_PER_TRACE = 32
 # How far back a dashboard opened on a busy log reads to fill its lists.
 SEED_EVENTS = 5000
 REQUEST_TYPES = ("request.received", "request.queued", "request.admitted", "request.rejected", "request.routed",
-                 "request.first_token", "request.completed", "request.failed")
+                 "request.first_token", "request.completed", "request.failed", "request.cache_hit")
 
 
 # -- the snapshot ---------------------------------------------------------------------------------------------------
@@ -129,6 +131,7 @@ class Dashboard(_Frozen):
     requests: list[RequestRow]
     failures: list[FailureRow]
     prefix_clients: list[PrefixClientRow] = []
+    cache_hits: dict[str, int] = Field(default_factory=dict)
 
     def same_picture(self, other: Dashboard | None) -> bool:
         """True when `other` would draw the same (everything but the time it was taken)."""
@@ -157,6 +160,7 @@ class Activity:
     requests: deque[RequestRow] = field(default_factory=lambda: deque(maxlen=RECENT_REQUESTS))
     failures: deque[FailureRow] = field(default_factory=lambda: deque(maxlen=RECENT_FAILURES))
     generated: deque[_Generated] = field(default_factory=deque)
+    cache_hits: dict[str, int] = field(default_factory=dict)  # model -> response cache hits folded
 
 
 def fold(activity: Activity, rec: Recorded) -> Activity:
@@ -173,6 +177,8 @@ def fold(activity: Activity, rec: Recorded) -> Activity:
         records = activity.open_traces[trace] = []
         if len(activity.open_traces) > OPEN_TRACES:
             activity.open_traces.popitem(last=False)
+    if isinstance(ev, RequestCacheHit):
+        activity.cache_hits[ev.model] = activity.cache_hits.get(ev.model, 0) + 1
     if len(records) < RECORDS_PER_TRACE or isinstance(ev, RequestCompleted | RequestFailed | RequestRejected):
         records.append(rec)
     if isinstance(ev, RequestCompleted | RequestFailed | RequestRejected):
@@ -267,7 +273,7 @@ def snapshot(activity: Activity, *, rows: Sequence[Mapping[str, Any]], now: floa
     return Dashboard(at=now, seq=activity.seq, daemon=daemon, instances=instances,
                      queues={m: int(n) for m, n in sorted(queues.items())},
                      tokens_per_s=tokens_per_s(activity, now=now), requests=list(activity.requests),
-                     failures=list(activity.failures),
+                     failures=list(activity.failures), cache_hits=dict(sorted(activity.cache_hits.items())),
                      prefix_clients=[PrefixClientRow(**{k: r[k] for k in PrefixClientRow.model_fields})
                                      for r in prefix_clients])
 

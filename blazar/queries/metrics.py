@@ -130,6 +130,10 @@ def render_prometheus(metrics_state: MetricsState, residency_state: ResidencySta
              "role: leader (ran it), follower (got its answer), promoted (took it over when the leader left).")
     for (role, model), n in counter(m, "shared"):
         w.sample("blazar_shared_requests_total", (("model", model), ("role", role)), n)
+    w.family("blazar_cache_hits_total", "counter", "Requests answered from the response cache (no engine asked), by "
+             "model, key (\"\" for the owner) and source: exact (the same request again).")
+    for (source, key_name, model), n in counter(m, "cache_hits"):
+        w.sample("blazar_cache_hits_total", (("model", model), ("key", key_name), ("source", source)), n)
     w.family("blazar_session_turns_total", "counter", "Session turns by model and how they found the session's prefix: "
              "warm (still in its slot), restored (from the KV bank), cold.")
     for (kv, model), n in counter(m, "session_turns"):

@@ -28,6 +28,7 @@ from blazar.events.requests import (
     RequestAdmitted,
     RequestBestOfChosen,
     RequestBounded,
+    RequestCacheHit,
     RequestCandidateScored,
     RequestCascadeJudged,
     RequestCompleted,
@@ -189,7 +190,7 @@ def tokens_per_s(done: RequestCompleted, ttft_ms: float | None) -> float | None:
 _ONE_OF: dict[type, str] = {
     RequestReceived: "received", RequestQueued: "queued", RequestAdmitted: "admitted", RequestRouted: "routed",
     RequestFirstToken: "first", RequestPlaced: "placed", RequestShared: "shared", RequestBestOfChosen: "best_of",
-    RequestRerouted: "rerouted", RequestAudio: "audio", RequestPrefixCompared: "prefix",
+    RequestRerouted: "rerouted", RequestAudio: "audio", RequestPrefixCompared: "prefix", RequestCacheHit: "cache_hit",
 }
 
 
@@ -205,6 +206,7 @@ class _Story:
         self.first: RequestFirstToken | None = None
         self.placed: RequestPlaced | None = None
         self.shared: RequestShared | None = None
+        self.cache_hit: RequestCacheHit | None = None
         self.best_of: RequestBestOfChosen | None = None
         self.cascade: list[RequestCascadeJudged] = []
         self.rerouted: RequestRerouted | None = None
@@ -289,7 +291,9 @@ class _Story:
         return f"session {p.session} cold: {p.reason}"
 
     def fan_out(self) -> str | None:
-        """Shared, best-of-N or cascade: what the answer came from."""
+        """Cached, shared, best-of-N or cascade: what the answer came from."""
+        if self.cache_hit is not None:
+            return f"answered from the response cache ({self.cache_hit.source}), no engine asked"
         if self.shared is not None and self.shared.role != "leader":
             how = "shared the generation of" if self.shared.role == "follower" else "took over the generation of"
             return f"{how} {self.shared.leader_trace_id}"
@@ -422,6 +426,12 @@ def _shared(s: _Story, ev: RequestShared) -> str:
         return (f"joined the identical generation of {ev.leader_trace_id} (flight {ev.flight}) at chunk "
                 f"{ev.joined_at_chunk}; its answer is replayed from the start")
     return f"took over the shared generation of {ev.leader_trace_id}: its client went away"
+
+
+def _cache_hit(s: _Story, ev: RequestCacheHit) -> str:
+    similar = f", similarity {ev.similarity:.3f}" if ev.similarity is not None else ""
+    return (f"answered from the response cache ({ev.source}{similar}): entry {ev.entry[:16]}, stored "
+            f"{fmt_ms(ev.age_s * 1000)} before; played back in the caller's dialect, no engine asked")
 
 
 def _candidate(s: _Story, ev: RequestCandidateScored) -> str:
@@ -604,7 +614,8 @@ def _exited(s: _Story, ev: InstanceExited) -> str:
 _TEXT: dict[type, Callable[[_Story, Any], str]] = {
     RequestReceived: _received, RequestQueued: _queued, RequestAdmitted: _admitted, RequestRejected: _rejected,
     RequestRouted: _routed, RequestFirstToken: _first, RequestCompleted: _completed, RequestFailed: _failed,
-    RequestPlaced: _placed, RequestShared: _shared, RequestCandidateScored: _candidate, RequestBestOfChosen: _best_of,
+    RequestPlaced: _placed, RequestShared: _shared, RequestCacheHit: _cache_hit, RequestCandidateScored: _candidate,
+    RequestBestOfChosen: _best_of,
     RequestCascadeJudged: _cascade, RequestForwarded: _forwarded, RequestRerouted: _rerouted,
     RequestBounded: _bounded, RequestLoopStopped: _loop_stopped, RequestAudio: _audio,
     RequestMediaChecked: _media_checked, RequestPrefixCompared: lambda s, ev: prefix_text(ev),

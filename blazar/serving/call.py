@@ -48,7 +48,7 @@ from blazar.serving.request import AudioAsked, Request
 from blazar.serving.route import Route
 
 if TYPE_CHECKING:
-    from blazar.adapters.engines.client import EngineResponse
+    from blazar.adapters.engines.client import Upstream
 
 
 # -- outcomes ----------------------------------------------------------------------------------------------------------
@@ -286,7 +286,7 @@ class Call:
 
     # -- the task it runs in -------------------------------------------------------------------------------------------
 
-    def guard(self, upstream: EngineResponse) -> None:
+    def guard(self, upstream: Upstream) -> None:
         """Whatever ends the current task (a hang-up before the first byte was sent, an error in the server), the
         call ends and the engine's request is closed: nothing relies on the relay having started."""
         task = asyncio.current_task()

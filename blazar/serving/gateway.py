@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from blazar.adapters.engines.answers import refusal, usage_from_json
-from blazar.adapters.engines.client import EngineClient, EngineResponse
+from blazar.adapters.engines.client import EngineClient, Upstream
 from blazar.cluster.nodes import cluster_key
 from blazar.cluster.remotes import RemoteBreaker
 from blazar.context import Blazar, stamp_node
@@ -36,6 +36,7 @@ from blazar.projections.metrics import audio_seconds_on, tokens_on
 from blazar.serving import fanout, relay
 from blazar.serving.admission import Admission, Ticket
 from blazar.serving.admit import Admitter
+from blazar.serving.cache_step import ResponseCache
 from blazar.serving.call import Call, Completed, Failed, outcome_of
 from blazar.serving.checks import Checks, body_bytes, refuse_scope
 from blazar.serving.context_fit import BOUNDED_HEADER
@@ -71,6 +72,7 @@ class Gateway:
         self.kv = kv if kv is not None else KvBank(app, client)  # sessions' slots, and the bank that saves them
         self.flights = Flights(self.generate)  # identical deterministic requests in flight
         self.prefixes = PrefixWatch()  # each conversation's last prompt: why a turn's prefix cache missed
+        self.cache = ResponseCache(app)  # deterministic requests' answers, kept (opt-in)
         self.remotes = RemoteBreaker(app)  # remote engines' circuits
         self._writer = app.request_writer()
         self._actor = app.actor
@@ -129,7 +131,7 @@ class Gateway:
     async def serve(self, request: Request, watcher: asyncio.Task[None] | None = None) -> Answer:
         """The Answer for `request`: a streamed one relays as it comes, any other is read whole. Raises Refused for
         a refusal (recorded). `watcher`, the task that notices the client hanging up, is stopped once the answer is
-        over. An identical deterministic request already in flight is joined instead (blazar/serving/flights.py)."""
+        over. A cached answer is played back (cache_step.py), an identical request in flight joined (flights.py)."""
         call = Call(request, self)
         call.energy = self.energy.begin()
         self._received(call)
@@ -140,15 +142,17 @@ class Gateway:
             if request.cascade or (request.best_of or 1) > 1:
                 return await fanout.serve(self, call, watcher, scope=self.resolver, steps=self.router,
                                           extras=self.admitter)
-            key = flight_key(call)
-            if key is not None:
-                return await self.flights.serve(key, call, watcher)
-            return await self.generate(call, watcher)
+            return await self.cache.serve(call, watcher, self)
         except BaseException as e:
             # NOTE: every request.received ends with exactly one terminal event: whatever broke or refused the
             # request before its answer ends the call here (a call already ended keeps its outcome).
             call.finish(outcome_of(e, call))
             raise
+
+    async def run(self, call: Call, watcher: asyncio.Task[None] | None) -> Answer:
+        """The way past the cache: an identical request in flight joined, else its own generation."""
+        key = flight_key(call)
+        return await (self.flights.serve(key, call, watcher) if key is not None else self.generate(call, watcher))
 
     async def generate(self, call: Call, watcher: asyncio.Task[None] | None) -> Answer:
         """The pipeline after the caller's checks: route, admit, ask the engine, and the Answer. A request whose
@@ -165,8 +169,14 @@ class Gateway:
                 break
             except EngineGone as gone:
                 self.router.reroute(call, gone.message)
+        return await self.answer(call, upstream, watcher, {})
+
+    async def answer(self, call: Call, upstream: Upstream, watcher: asyncio.Task[None] | None,
+                     headers: dict[str, str]) -> Answer:
+        """The engine's answer (or the cache's, played back) as the client gets it: relayed, or read whole."""
         call.guard(upstream)
-        headers = {"x-blazar-queue-position": str(call.queue_position)} if call.queue_position else {}
+        if call.queue_position:
+            headers["x-blazar-queue-position"] = str(call.queue_position)
         if call.ask.bounded_max_tokens is not None:
             headers[BOUNDED_HEADER] = str(call.ask.bounded_max_tokens)
         if call.request.audio is not None and call.audio_seconds is not None:  # the child's measure, passed on
@@ -210,7 +220,7 @@ class Gateway:
 
     # -- the engine's answer -------------------------------------------------------------------------------------------
 
-    async def _open_upstream(self, call: Call) -> EngineResponse:
+    async def _open_upstream(self, call: Call) -> Upstream:
         """Send the request to its instance and return the answer unread. When the connection failed before any
         answer and the instance is a child of ours that is gone (`Supervisor.gone`: exited, or exiting), raises
         EngineGone (nothing recorded: the request is routed again) unless it was routed again already; else the
@@ -237,7 +247,7 @@ class Gateway:
         if heard is not None:  # the whisper child's measure of the audio it decoded
             with contextlib.suppress(ValueError):
                 call.audio_measured(float(heard))
-        return upstream
+        return self.cache.tap(call, upstream)
 
     async def _feed_circuit(self, call: Call, status: int) -> None:
         """A remote's answer counts for its circuit: a 5xx as a failure, anything else as a success."""
@@ -249,7 +259,7 @@ class Gateway:
         else:
             await self.remotes.succeeded(name)
 
-    async def _read_whole(self, call: Call, upstream: EngineResponse) -> bytes:
+    async def _read_whole(self, call: Call, upstream: Upstream) -> bytes:
         """Read a whole (non-stream or error) body and end the call with it."""
         try:
             data = await upstream.aread()
@@ -271,7 +281,7 @@ class Gateway:
         call.finish(Completed(upstream.status_code, usage_from_json(answer)))
         return data
 
-    def _streamed(self, call: Call, upstream: EngineResponse, watcher: asyncio.Task[None] | None,
+    def _streamed(self, call: Call, upstream: Upstream, watcher: asyncio.Task[None] | None,
                   headers: dict[str, str]) -> Answer:
         headers["cache-control"] = "no-cache"
         r = call.request

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from blazar.adapters.engines.answers import error_message, merge_usage, stream_error, usage_from_json, usage_from_sse
-from blazar.adapters.engines.client import EngineResponse
+from blazar.adapters.engines.client import Upstream
 from blazar.dialects.stream import SseEvents, Translator
 from blazar.errors import EngineStreamBroken
 from blazar.events.requests import RequestLoopStopped
@@ -71,7 +71,7 @@ def renamer(call: Call) -> Rename | None:
     return Rename(inst.served_as, call.model)
 
 
-async def passthrough(call: Call, upstream: EngineResponse, watcher: asyncio.Task[None] | None,
+async def passthrough(call: Call, upstream: Upstream, watcher: asyncio.Task[None] | None,
                       heartbeat_s: float) -> AsyncIterator[bytes]:
     """The engine's SSE bytes untouched (but for the model's name); the outcome from the first and last events."""
     head = tail = b""  # Anthropic-shaped usage can sit at the very start; llama-server's timings at the end
@@ -140,7 +140,7 @@ def _thought(call: Call, usage: dict[str, Any], thinking: int) -> None:
         usage["reasoning_tokens"] = thinking
 
 
-async def translated(call: Call, upstream: EngineResponse, watcher: asyncio.Task[None] | None,
+async def translated(call: Call, upstream: Upstream, watcher: asyncio.Task[None] | None,
                      translator: Translator, heartbeat_s: float, guard: LoopGuard | None = None
                      ) -> AsyncIterator[bytes]:
     """Each engine event through `translator`; an engine error mid-stream ends the stream with the dialect's own
@@ -229,7 +229,7 @@ def _translate(events: list[dict[str, Any]], translator: Translator, usage: dict
     return b"".join(out), None
 
 
-async def _close(upstream: EngineResponse, watcher: asyncio.Task[None] | None) -> None:
+async def _close(upstream: Upstream, watcher: asyncio.Task[None] | None) -> None:
     if watcher is not None:
         watcher.cancel()  # the response is over: a later hang-up must not cancel what comes next
     await upstream.aclose()

@@ -101,6 +101,7 @@ class Request:
     best_of: int | None = None
     cascade: tuple[str, ...] = ()
     spec: str | None = None  # speculation asked: "off" (never drafts), "auto" or None (the governor decides)
+    cache: str | None = None  # X-Blazar-Cache: "use", "refresh", "off"; None: the settings decide
     received: float = field(default_factory=time.perf_counter)
     media: MediaFacts | None = None  # its images' and audio's facts, once checked (blazar/serving/media.py)
 

@@ -205,6 +205,10 @@ def _within(what: str, value: Any, limit: int) -> None:
 # -- what a change makes of the settings -------------------------------------------------------------------------
 
 
+CacheSetting = Literal["exact", "off"] | None
+_CACHE_SETTINGS: dict[str, CacheSetting] = {"exact": "exact", "off": "off", "none": None}
+
+
 @dataclass(frozen=True)
 class SettingsChange:
     """What one command asks: fields to set (None: leave as is) and fields to clear."""
@@ -220,6 +224,7 @@ class SettingsChange:
     reasoning_budget: int | None = None  # thinking tokens (blazar/serving/reasoning.py); None: leave as is
     reasoning_effort: str | None = None
     clear_reasoning: bool = False  # both back to none (before any set by the same change)
+    cache: str | None = None  # the response cache: "exact", "off", or "none" (no say); None: leave as is
 
     def applied_to(self, old: ModelSettings | None, known: Iterable[str] = BUILTIN_TEMPLATES
                    ) -> tuple[ModelSettings, list[str]]:
@@ -264,7 +269,8 @@ class SettingsChange:
             changed.append("lora")
         budget, effort = self._reasoning(base, changed)
         new = ModelSettings(template_kind=kind, template=template, system=system, parameters=params, rerank=rerank,
-                            lora=lora, reasoning_budget=budget, reasoning_effort=effort_of(effort))
+                            lora=lora, reasoning_budget=budget, reasoning_effort=effort_of(effort),
+                            cache=self._cache(base.cache, changed))
         return new, list(dict.fromkeys(changed))
 
     def _reasoning(self, base: ModelSettings, changed: list[str]) -> tuple[int | None, str | None]:
@@ -290,6 +296,17 @@ class SettingsChange:
             effort = self.reasoning_effort
             changed.append("reasoning_effort")
         return budget, effort
+
+    def _cache(self, had: CacheSetting, changed: list[str]) -> CacheSetting:
+        """The response cache setting after this change ("none": no say of its own)."""
+        if self.cache is None:
+            return had
+        if self.cache not in _CACHE_SETTINGS:
+            raise InvalidModelSettings(f"cache: expected exact, off or none, got {self.cache[:32]!r}")
+        wanted = _CACHE_SETTINGS[self.cache]
+        if wanted != had:
+            changed.append("cache")
+        return wanted
 
 
 def known_templates(app: Blazar) -> tuple[str, ...]:

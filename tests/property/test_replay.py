@@ -37,7 +37,7 @@ from blazar.events.models import (
 from blazar.events.nodes import NodeDown, NodeHeartbeat, NodeStarted, NodeStopped
 from blazar.events.projectors import EncoderShape, ModelProjectorRemoved, ModelProjectorSet, ProjectorMetadata
 from blazar.events.remotes import RemoteAdded, RemoteCircuitClosed, RemoteCircuitOpened, RemoteRemoved
-from blazar.events.requests import RequestPlaced, RequestPrefixCompared
+from blazar.events.requests import RequestCacheHit, RequestPlaced, RequestPrefixCompared
 from blazar.events.sessions import KvIdentity, SessionDropped, SessionRemoved, SessionRestored, SessionSaved
 from blazar.events.system import ConfigChanged, SnapshotTaken
 from blazar.events.tuning import BenchRecorded, Machine, Posture, ProfileAdopted, ProfileReset
@@ -183,7 +183,6 @@ _placed = st.builds(RequestPlaced, trace_id=_hex, model=_model, instance_id=st.s
                     slot_id=st.integers(0, 3), session=_session, kv=st.sampled_from(["warm", "restored", "cold"]),
                     reason=_text, restored_tokens=st.one_of(st.none(), st.integers(0, 100_000)),
                     restore_ms=st.one_of(st.none(), _ms))
-_session_event = st.one_of(_saved, _dropped, _removed, _restored, _placed)
 # Chat turns compared with the one before (the prefix projection's clients: a few agents, misses and breaks).
 _prefix = st.builds(RequestPrefixCompared, trace_id=_hex, model=_model, instance_id=st.just("i1"),
                     agent=st.sampled_from([None, "claude-cli", "codex"]), previous_trace_id=_hex,
@@ -192,6 +191,10 @@ _prefix = st.builds(RequestPrefixCompared, trace_id=_hex, model=_model, instance
                     missed=st.booleans(), part=st.sampled_from([None, "system", "tools", "role", "message"]),
                     message_index=st.one_of(st.none(), st.integers(0, 9)), reprocessed_tokens=st.integers(0, 5000),
                     prefill_ms=st.one_of(st.none(), _ms))
+# A response cache hit (the metrics projection counts it by key, from the actor).
+_cache_hit = st.builds(RequestCacheHit, trace_id=_hex, model=_model, source=st.just("exact"),
+                       entry=st.sampled_from(["ab" * 32, "cd" * 32]), age_s=_ms)
+_session_event = st.one_of(_saved, _dropped, _removed, _restored, _placed, _cache_hit)
 # Remote engines: registrations, removals and circuits of a few names.
 _remote_name = st.sampled_from(["b", "vllm", "lab"])
 _remote_event = st.one_of(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
@@ -53,6 +53,21 @@ def engine_headers(api_key: str | None) -> dict[str, str]:
 def _keepalive(block: bytes) -> bool:
     """SSE comment lines only: an engine's keep-alive, no event."""
     return all(not line or line.startswith(b":") for line in block.split(b"\n"))
+
+
+class Upstream(Protocol):
+    """What a relay reads an engine's answer from: an EngineResponse, or the response cache's stored answer
+    (blazar/serving/response_cache.py) played back as the engine sent it."""
+
+    @property
+    def status_code(self) -> int: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+    @property
+    def is_closed(self) -> bool: ...
+    def aiter_raw(self, heartbeat_s: float | None = None) -> AsyncIterator[bytes]: ...
+    async def aread(self) -> bytes: ...
+    async def aclose(self) -> None: ...
 
 
 class EngineResponse:

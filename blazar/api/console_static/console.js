@@ -200,13 +200,15 @@ function renderInstances(rows) {
   $("instances-empty").hidden = rows.length > 0;
 }
 
-function renderPerModel(queues, rates) {
-  const names = new Set([...Object.keys(queues).filter((k) => !k.startsWith("_")), ...Object.keys(rates)]);
+function renderPerModel(queues, rates, hits) {
+  const names = new Set([...Object.keys(queues).filter((k) => !k.startsWith("_")), ...Object.keys(rates),
+    ...Object.keys(hits || {})]);
   fill($("per-model").tBodies[0], [...names].sort().map((name) => {
     const q = queues[name] || {};
     const rate = rates[name];
+    const hit = hits ? hits[name] ?? 0 : "-";  // the response cache's hits (the dashboard's; "-" without it)
     return el("tr", {}, td(name), td(`${q.busy ?? 0} / ${q.slots ?? "-"}`, "num"), td(q.queued ?? 0, "num"),
-      td(rate === undefined ? "-" : Number(rate).toFixed(1), "num"));
+      td(rate === undefined ? "-" : Number(rate).toFixed(1), "num"), td(hit, "num"));
   }));
 }
 
@@ -254,7 +256,7 @@ async function refreshWatch() {
     api("/api/blazar/events?type=request.completed,request.failed,request.rejected&limit=10"),
   ]);
   renderInstances(ps.instances);
-  renderPerModel(queue.queues, {});
+  renderPerModel(queue.queues, {}, null);
   const requests = done.events.reverse().map((e) => ({
     trace_id: e.trace_id, model: e.data.model, status: e.data.status, duration_ms: e.data.duration_ms,
     reason: e.data.reason, // TTFT is the dashboard's (the request.first_token offset): "-" here
@@ -285,7 +287,7 @@ function renderDashboard(d) {
     q.slots = (q.slots ?? 0) + (r.slots ?? 0);
     if (r.slots_busy !== null && r.slots_busy !== undefined) q.busy = (q.busy ?? 0) + r.slots_busy;
   }
-  renderPerModel(queues, d.tokens_per_s || {});
+  renderPerModel(queues, d.tokens_per_s || {}, d.cache_hits || {});
   renderRequests(d.requests || []);
   renderFailures(d.failures || []);
   renderPrefixClients(d.prefix_clients || []);

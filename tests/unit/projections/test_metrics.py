@@ -17,6 +17,7 @@ from blazar.events.instances import InstanceEvicted, InstanceExited, InstanceRea
 from blazar.events.models import InstanceMemoryMeasured
 from blazar.events.requests import (
     RequestAdmitted,
+    RequestCacheHit,
     RequestCompleted,
     RequestEnergy,
     RequestFailed,
@@ -51,6 +52,7 @@ FAMILIES = {
     "blazar_instance_planned_bytes": "gauge", "blazar_instance_measured_bytes": "gauge",
     "blazar_loads_total": "counter", "blazar_evictions_total": "counter", "blazar_engine_crashes_total": "counter",
     "blazar_shared_requests_total": "counter", "blazar_session_turns_total": "counter",
+    "blazar_cache_hits_total": "counter",
     "blazar_key_requests_total": "counter", "blazar_key_tokens_total": "counter",
     "blazar_otlp_spans_exported_total": "counter", "blazar_otlp_spans_failed_total": "counter",
     "blazar_otlp_spans_dropped_total": "counter", "blazar_otlp_queue_spans": "gauge",
@@ -506,3 +508,16 @@ def test_energy_counts_measured_and_unmeasured_requests_and_the_measured_ones_jo
     assert value(fams, "blazar_energy_joules_total", model="gemma") == 4.0
     assert value(fams, "blazar_energy_completion_tokens_total", model="gemma") == 16
     assert through_checkpoint(MetricsProjection(), m) == m
+
+
+def test_a_cache_hit_is_counted_by_source_key_and_model_and_its_tokens_are_not_generated_ones() -> None:
+    hit = RequestCacheHit(trace_id="h1", model="gemma", source="exact", entry="ab" * 32, age_s=3.0)
+    events = [rec(1, received("m1")), rec(2, done("m1", duration_ms=900.0, out=8), actor="key:alice"),
+              rec(3, received("h1"), actor="key:alice"), rec(4, hit, actor="key:alice"),
+              rec(5, done("h1", duration_ms=2.0, out=8), actor="key:alice")]
+    m = fold(MetricsProjection(), events)
+    assert metrics_mod.counter(m, "cache_hits") == [(("exact", "alice", "gemma"), 1)]
+    assert m.tokens == {"in|gemma": 10, "out|gemma": 8}  # the miss's: the hit's were not generated again
+    assert m.requests == {"200|openai|gemma": 2}
+    text = render(m, ResidencyProjection().initial())
+    assert 'blazar_cache_hits_total{model="gemma",key="alice",source="exact"} 1' in text

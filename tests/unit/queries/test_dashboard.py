@@ -10,6 +10,7 @@ from blazar.events.instances import InstanceReady, InstanceStarted
 from blazar.events.models import InstanceMemoryMeasured
 from blazar.events.requests import (
     RequestAdmitted,
+    RequestCacheHit,
     RequestCompleted,
     RequestFailed,
     RequestFirstToken,
@@ -176,8 +177,19 @@ def test_the_json_shape_is_stable() -> None:
     f = Feed()
     f.completed("a")
     dumped = f.snap(queues={"gemma": 2}).model_dump(mode="json")
-    assert sorted(dumped) == ["at", "daemon", "failures", "instances", "prefix_clients", "queues", "requests", "seq",
-                              "tokens_per_s", "version", "window_s"]
+    assert sorted(dumped) == ["at", "cache_hits", "daemon", "failures", "instances", "prefix_clients", "queues",
+                              "requests", "seq", "tokens_per_s", "version", "window_s"]
     assert dumped["version"] == 1 and dumped["queues"] == {"gemma": 2}
     assert sorted(dumped["requests"][0]) == ["completion_tokens", "dialect", "duration_ms", "model", "outcome",
                                              "status", "trace_id", "ts", "ttft_ms"]
+
+
+def test_response_cache_hits_are_counted_per_model() -> None:
+    f = Feed()
+    f.completed("miss")
+    for trace, model in (("h1", "gemma"), ("h2", "gemma"), ("h3", "qwen")):
+        f.at(0.0, RequestReceived(trace_id=trace, dialect="openai", route="/v1/chat/completions", model=model))
+        f.at(0.0, RequestCacheHit(trace_id=trace, model=model, source="exact", entry="ab" * 32, age_s=1.0))
+        f.at(0.001, RequestCompleted(trace_id=trace, model=model, duration_ms=1.0, completion_tokens=8))
+    assert f.snap().cache_hits == {"gemma": 2, "qwen": 1}
+    assert [r.trace_id for r in f.snap().requests][:3] == ["h3", "h2", "h1"]

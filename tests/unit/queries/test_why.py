@@ -12,6 +12,7 @@ from blazar.events.requests import (
     MediaFacts,
     ReasoningFacts,
     RequestAdmitted,
+    RequestCacheHit,
     RequestCompleted,
     RequestEnergy,
     RequestFailed,
@@ -254,6 +255,8 @@ def test_no_records_is_an_error() -> None:
 
 @pytest.mark.parametrize(("ms", "text"), [(180.0, "180 ms"), (3200.0, "3.2 s"), (40_000.0, "40 s"),
                                           (125_000.0, "2 min 5 s"), (120_000.0, "2 min"), (None, "?")])
+
+
 def test_durations_read_naturally(ms: float | None, text: str) -> None:
     assert fmt_ms(ms) == text
 
@@ -367,6 +370,8 @@ def test_a_prefix_miss_names_the_message_the_part_and_the_prefill_cost() -> None
     ({"part": None, "message_index": None}, "extended this client's previous request on slot 1"),
     ({"session": "key:a/chat"}, "on session key:a/chat"),
 ])
+
+
 def test_each_part_of_a_prefix_miss_is_said_in_words(kw: dict[str, object], said: str) -> None:
     e = explain(Log().at(0, _prefix(**kw)).records)
     assert said in e.steps[0].text
@@ -379,6 +384,8 @@ def test_a_reused_prefix_is_a_step_but_not_part_of_the_verdict() -> None:
     e = explain(log.records)
     assert "prefix cache: reused 2,950 of 3,010 prompt tokens" in e.steps[1].text
     assert "prefill" not in e.verdict
+
+
 def test_a_requests_energy_is_told_as_its_share_or_as_not_measured() -> None:
     def told(energy: RequestEnergy) -> tuple[str, str]:
         ex = explain(Log().at(0.0, received()).at(0.5, RequestCompleted(
@@ -395,6 +402,8 @@ def test_a_requests_energy_is_told_as_its_share_or_as_not_measured() -> None:
     step, verdict = told(RequestEnergy(source="not_measured"))
     assert step.endswith("energy not measured (this machine reports no readable RAPL or NVML counter)")
     assert "energy" not in verdict  # said once, in its step
+
+
 def test_the_swap_orders_decisions_are_told_in_words() -> None:
     held = (Log()
             .at(0.0, received())
@@ -419,3 +428,15 @@ def test_the_swap_orders_decisions_are_told_in_words() -> None:
         "behind the swap",
         "a is loaded but a swap to b has had its turn: this request waits behind it, and a is loaded again in its "
         "own turn"]
+
+
+def test_a_cache_hit_says_its_answer_came_from_the_cache_and_no_engine_was_asked() -> None:
+    log = (Log().at(0.0, received())
+           .at(0.001, RequestCacheHit(trace_id=T, model="gemma", source="exact", entry="ab" * 32, age_s=42.0))
+           .at(0.002, RequestFirstToken(trace_id=T, model="gemma", ttft_ms=2.0))
+           .at(0.003, RequestCompleted(trace_id=T, model="gemma", duration_ms=3.0, prompt_tokens=5,
+                                       completion_tokens=8)))
+    ex = explain(log.records)
+    assert ex.steps[1].text == ("answered from the response cache (exact): entry abababababababab, stored 42 s "
+                                "before; played back in the caller's dialect, no engine asked")
+    assert ex.verdict.startswith("completed 200 in 3 ms: answered from the response cache (exact), no engine asked")
