@@ -72,11 +72,11 @@ class Charges:
         """Record the refusal as the request's (received, then rejected), then raise it to be answered."""
         trace_id = trace_id_of(req)
         actor = principal.actor if principal is not None else None
-        self.gateway.emit(RequestReceived(trace_id=trace_id, dialect="openai", route=route, model="",
+        self.gateway.desk.emit(RequestReceived(trace_id=trace_id, dialect="openai", route=route, model="",
                                           body_bytes=req.content_length or 0, client=req.remote_addr,
                                           tenant=tenant_of(principal)), trace_id, actor)
         reason = refusal.reason if is_reject_reason(refusal.reason) else "invalid_request"
-        self.gateway.emit(RequestRejected(trace_id=trace_id, status=refusal.http_status, reason=reason,
+        self.gateway.desk.emit(RequestRejected(trace_id=trace_id, status=refusal.http_status, reason=reason,
                                           detail=refusal.message, retry_after_s=refusal.retry_after_s,
                                           observations=refusal.observations), trace_id, actor)
         refusal.headers.update(headers)

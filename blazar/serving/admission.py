@@ -182,6 +182,25 @@ def _lane_retry_after(lane: _Lane, max_tokens: int | None) -> float:
     return float(max(1, math.ceil(drain)))
 
 
+def _check_deadline(lane: _Lane, waiter: _Waiter, observations: dict[str, Any]) -> None:
+    """Refuse at once a request whose deadline the measured drain says it cannot meet: the holds of the waiters
+    ranked before it, a slot to come free, and its own generation. Nothing measured yet: no refusal."""
+    assert waiter.deadline is not None
+    ahead = [w for w in lane.queue if not w.done() and w.rank < waiter.rank]
+    finish = lane.finish_s(ahead, waiter.max_tokens)
+    left = waiter.deadline - waiter.queued_at
+    if finish is None or finish <= left:
+        return
+    times = lane.times
+    raise DeadlineUnmeetable(
+        f"{waiter.key}: the deadline is {left * 1000:.0f} ms away but this request would likely take "
+        f"{finish * 1000:.0f} ms ({len(ahead)} ahead of it, {lane.busy} of {lane.slots} slots busy, "
+        f"{times.ewma_s_per_token * 1000 if times.ewma_s_per_token else 0:.1f} ms per generated token measured)",
+        observations=observations
+        | {"deadline_ms": round(left * 1000, 3), "estimate_ms": round(finish * 1000, 3), "ahead": len(ahead),
+           "ewma_s_per_token": times.ewma_s_per_token, "ewma_tokens": times.ewma_tokens})
+
+
 class Admission:
     """Slot admission for every model. One instance per daemon; all calls come from its event loop.
 
@@ -220,7 +239,7 @@ class Admission:
                          future=asyncio.get_running_loop().create_future(), max_tokens=max_tokens,
                          deadline=None if deadline_s is None else now + deadline_s, pick=pick)
         if waiter.deadline is not None:
-            self._check_deadline(lane, waiter)
+            _check_deadline(lane, waiter, self._observations(key, lane, priority))
         if lane.queue.head() is None and self._has_room(lane):
             waiter.future.cancel()
             return self._admit(key, lane, position=0, queued_at=now, now=now, max_tokens=max_tokens, pick=pick,
@@ -427,24 +446,6 @@ class Admission:
                     f"are already waiting for it",
                     retry_after_s=_retry_after(self._holds.ewma_hold_s, blocked, self._cap),
                     observations=observations | {"cap_queued": blocked})
-
-    def _check_deadline(self, lane: _Lane, waiter: _Waiter) -> None:
-        """Refuse at once a request whose deadline the measured drain says it cannot meet: the holds of the waiters
-        ranked before it, a slot to come free, and its own generation. Nothing measured yet: no refusal."""
-        assert waiter.deadline is not None
-        ahead = [w for w in lane.queue if not w.done() and w.rank < waiter.rank]
-        finish = lane.finish_s(ahead, waiter.max_tokens)
-        left = waiter.deadline - waiter.queued_at
-        if finish is None or finish <= left:
-            return
-        times = lane.times
-        raise DeadlineUnmeetable(
-            f"{waiter.key}: the deadline is {left * 1000:.0f} ms away but this request would likely take "
-            f"{finish * 1000:.0f} ms ({len(ahead)} ahead of it, {lane.busy} of {lane.slots} slots busy, "
-            f"{times.ewma_s_per_token * 1000 if times.ewma_s_per_token else 0:.1f} ms per generated token measured)",
-            observations=self._observations(waiter.key, lane, waiter.priority)
-            | {"deadline_ms": round(left * 1000, 3), "estimate_ms": round(finish * 1000, 3), "ahead": len(ahead),
-               "ewma_s_per_token": times.ewma_s_per_token, "ewma_tokens": times.ewma_tokens})
 
     def _cap_blocked(self) -> int:
         """Waiters that a free global slot would admit: per model, no more than its own free slots."""

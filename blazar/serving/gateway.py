@@ -25,25 +25,24 @@ from blazar.adapters.engines.answers import refusal, usage_from_json
 from blazar.adapters.engines.client import EngineClient, Upstream
 from blazar.cluster.nodes import cluster_key
 from blazar.cluster.remotes import RemoteBreaker
-from blazar.context import Blazar, stamp_node
+from blazar.context import Blazar
 from blazar.dialects.tools import ForcedStream, OpenAIStream
 from blazar.errors import EngineError, EngineGone, EngineStreamBroken, ModelNotFound, Refused
-from blazar.events.base import Event
 from blazar.events.requests import RequestReceived
 from blazar.instances.kv_bank import KvBank
-from blazar.instances.supervisor import Instance
 from blazar.projections.metrics import audio_seconds_on, tokens_on
 from blazar.serving import fanout, relay
-from blazar.serving.admission import Admission, Ticket
+from blazar.serving.admission import Admission
 from blazar.serving.admit import Admitter
 from blazar.serving.cache_step import ResponseCache
 from blazar.serving.call import Call, Completed, Failed, outcome_of
 from blazar.serving.checks import Checks, body_bytes, refuse_scope
 from blazar.serving.context_fit import BOUNDED_HEADER
+from blazar.serving.desk import GatewayDesk
 from blazar.serving.energy import EnergyLedger
 from blazar.serving.flights import Flights, flight_key
 from blazar.serving.forwarding import Forwarder
-from blazar.serving.limits import Lease, Limiter
+from blazar.serving.limits import Limiter
 from blazar.serving.loop_guard import LoopGuard
 from blazar.serving.ports import SupervisorPort
 from blazar.serving.prefix_watch import PrefixWatch
@@ -74,8 +73,6 @@ class Gateway:
         self.prefixes = PrefixWatch()  # each conversation's last prompt: why a turn's prefix cache missed
         self.cache = ResponseCache(app)  # deterministic requests' answers, kept (opt-in)
         self.remotes = RemoteBreaker(app)  # remote engines' circuits
-        self._writer = app.request_writer()
-        self._actor = app.actor
         self.limits = Limiter(app.clock, seed=self._tokens_today, audio_seed=self._audio_today)
         self.spec = SpecGovernor(app, supervisor, admission, client)  # its task: Services.start
         self.slots = SlotsGovernor(app, supervisor, admission)  # adaptive slots; its task: Services.start
@@ -86,6 +83,7 @@ class Gateway:
         self.swaps = SwapOrder(supervisor, admission, lambda: app.settings().queue, app.clock.monotonic)
         self.router = Router(app, supervisor, client, forwarder, self.admitter, self.swaps)
         self.checks = Checks(app, self.resolver, self.limits)
+        self.desk = GatewayDesk(app, admission, supervisor, self.limits, self.swaps, self.prefixes)
 
     def _tokens_today(self, key_name: str, day: int) -> int:
         """What the log says a key used on UTC day `day` (a restarted daemon keeps counting the daily limit)."""
@@ -95,44 +93,13 @@ class Gateway:
         """The seconds of audio the log says a key used on UTC day `day` (the daily_audio_s limit)."""
         return audio_seconds_on(self.app.runner.state("metrics"), key_name, day)
 
-    # -- what a call records to and gives back to (blazar/serving/call.py's Desk) --------------------------------------
-
-    def emit(self, event: Event, trace_id: str, actor: str | None = None) -> None:
-        """Hand a request event to the group-commit writer; its actor is the caller's key ("key:<name>") where keys
-        are on, else the daemon's."""
-        if self.app.node:  # a session's save or restore is the node's own (its files are here)
-            event = stamp_node(event, self.app.node)
-        self._writer.submit(event, actor=actor or self._actor, trace_id=trace_id)
-
-    def release_slot(self, ticket: Ticket, *, tokens: int | None = None, charged: int | None = None) -> None:
-        self.admission.release(ticket, tokens=tokens, charged=charged)
-
-    def give_back_slot(self, ticket: Ticket) -> None:
-        self.admission.give_back(ticket)
-
-    def unhold(self, instance: Instance) -> None:
-        self.supervisor.unhold(instance)
-        self.swaps.nudge()  # a swap may wait for this instance to drain
-
-    def release_lease(self, lease: Lease) -> None:
-        self.limits.release(lease)
-
-    def charge(self, key_name: str, tokens: int) -> None:
-        self.limits.add_tokens(key_name, tokens)
-
-    def charge_audio(self, key_name: str, seconds: float) -> None:
-        self.limits.add_audio(key_name, seconds)
-
-    def turn_done(self, call: Call, done: Completed) -> None:
-        self.prefixes.observe(call, done)
-
     # -- the pipeline --------------------------------------------------------------------------------------------------
 
     async def serve(self, request: Request, watcher: asyncio.Task[None] | None = None) -> Answer:
         """The Answer for `request`: a streamed one relays as it comes, any other is read whole. Raises Refused for
         a refusal (recorded). `watcher`, the task that notices the client hanging up, is stopped once the answer is
         over. A cached answer is played back (cache_step.py), an identical request in flight joined (flights.py)."""
-        call = Call(request, self)
+        call = Call(request, self.desk)
         call.energy = self.energy.begin()
         self._received(call)
         try:

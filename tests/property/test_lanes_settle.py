@@ -222,13 +222,13 @@ async def _scenario(home: Path, batch: list[Req]) -> tuple[dict[str, Any], int, 
         admission = Admission(queue_depth=1, wait_timeout_s=0.3)
         gateway = Gateway(app, world, admission, world)  # type: ignore[arg-type]
         traces: dict[str, Counter[str]] = defaultdict(Counter)
-        original = gateway.emit
+        original = gateway.desk.emit
 
         def emit(event: Any, trace_id: str, actor: str | None = None) -> None:
             traces[trace_id][event.TYPE] += 1
             original(event, trace_id, actor)
 
-        gateway.emit = emit  # type: ignore[method-assign]
+        gateway.desk.emit = emit  # type: ignore[method-assign]
         asgi = create_app(app, world, gateway)  # type: ignore[arg-type]
         async with LocalConductor(asgi):  # its lifespan: the app started and stopped as the server does
             async with asyncio.timeout(BOUND_S):

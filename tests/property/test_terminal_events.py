@@ -125,13 +125,13 @@ async def _scenario(home: Path, step: str, kind: str, dialect: str, stream: bool
         faulty = Faulty(step, kind)
         admission = Admission()
         gateway = Gateway(app, faulty, admission, faulty)  # type: ignore[arg-type]
-        original = gateway.emit
+        original = gateway.desk.emit
 
         def emit(event: Any, trace_id: str, actor: str | None = None) -> None:
             seen.append((event.TYPE, trace_id))
             original(event, trace_id, actor)
 
-        gateway.emit = emit  # type: ignore[method-assign]
+        gateway.desk.emit = emit  # type: ignore[method-assign]
         path, body = REQUESTS[dialect]
         async with LocalConductor(create_app(app, faulty, gateway)) as c:  # type: ignore[arg-type]
             try:

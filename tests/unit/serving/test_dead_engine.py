@@ -155,13 +155,13 @@ async def _serve(app: Blazar, sup: FakeSupervisor, engine: FakeEngine, body: dic
     admission = Admission()
     gateway = Gateway(app, sup, admission, engine)  # type: ignore[arg-type]
     seen: list[Any] = []
-    original = gateway.emit
+    original = gateway.desk.emit
 
     def emit(event: Any, trace_id: str, actor: str | None = None) -> None:
         seen.append(event)
         original(event, trace_id, actor)
 
-    gateway.emit = emit  # type: ignore[method-assign]
+    gateway.desk.emit = emit  # type: ignore[method-assign]
     async with LocalConductor(create_app(app, sup, gateway)) as c:  # type: ignore[arg-type]
         result = await c.simulate_post("/v1/chat/completions", json=body)
     await asyncio.sleep(0)  # the guard's done callback runs after the response
