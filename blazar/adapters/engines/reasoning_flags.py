@@ -1,0 +1,42 @@
+"""What a build does with a thinking budget: llama-server's load flag `--reasoning-budget N` (every request's budget
+where it asks none) and, from the build that brought the budget sampler, the per-request `thinking_budget_tokens`.
+A model's budget (`blazar model set --reasoning-budget N`) goes on its instance's argv wherever the build takes it,
+so that a build without the per-request field still holds its thinking (blazar/serving/reasoning.py says so on a
+request that asked another budget)."""
+
+from __future__ import annotations
+
+from blazar.adapters.engines.llama_server import Capabilities
+from blazar.errors import EngineIncompatible
+from blazar.events.model_settings import MAX_REASONING_BUDGET
+
+_FLAG = ("--reasoning-budget",)
+# NOTE: llama.cpp's budget sampler brought `--reasoning-budget-message`, N > 0 on the load flag and the request's
+# `thinking_budget_tokens` together (tools/server/server-common.cpp reads it, falling back to the load flag). An
+# earlier build's `--reasoning-budget` took only -1 (unbounded) or 0 ("currently only one of: -1 ..., or 0").
+_SAMPLER = ("--reasoning-budget-message",)
+
+
+def per_request_budget(caps: Capabilities) -> bool:
+    """Whether the build holds a request to its own `thinking_budget_tokens`."""
+    return caps.has(*_FLAG) and caps.has(*_SAMPLER)
+
+
+def load_budget(caps: Capabilities, budget: int | None) -> int | None:
+    """The budget the load flag can carry for a model's `budget`: None where the model has none, the build lacks the
+    flag, or the build's flag takes only 0 and the model's budget is more. EngineIncompatible for a value no build
+    takes (the settings bound it; the log is not trusted)."""
+    if budget is None:
+        return None
+    if isinstance(budget, bool) or not isinstance(budget, int) or not 0 <= budget <= MAX_REASONING_BUDGET:
+        raise EngineIncompatible(f"--reasoning-budget {budget!r}", f"a model's thinking budget is 0 to "
+                                 f"{MAX_REASONING_BUDGET} tokens; blazar model set MODEL --reasoning-budget N")
+    if not caps.has(*_FLAG) or (budget > 0 and not caps.has(*_SAMPLER)):
+        return None
+    return budget
+
+
+def reasoning_flags(caps: Capabilities, budget: int | None) -> list[str]:
+    """`--reasoning-budget N` for a model's budget where the build takes it (see `load_budget`); [] otherwise."""
+    held = load_budget(caps, budget)
+    return [] if held is None else [_FLAG[0], str(held)]
