@@ -11,15 +11,17 @@ from blazar.errors import EngineIncompatible
 from blazar.events.model_settings import MAX_REASONING_BUDGET
 
 _FLAG = ("--reasoning-budget",)
-# NOTE: llama.cpp's budget sampler brought `--reasoning-budget-message`, N > 0 on the load flag and the request's
-# `thinking_budget_tokens` together (tools/server/server-common.cpp reads it, falling back to the load flag). An
-# earlier build's `--reasoning-budget` took only -1 (unbounded) or 0 ("currently only one of: -1 ..., or 0").
-_SAMPLER = ("--reasoning-budget-message",)
+# NOTE: the request's `thinking_budget_tokens` is read (tools/server/server-common.cpp, falling back to the load flag)
+# by the builds whose budget sampler also brought `--reasoning-budget-message`: a build without it holds every request
+# to its load flag. The flag's help tells an earlier build apart: its --reasoning-budget took -1 (unbounded) or 0 alone
+# ("currently only one of: -1 ..., or 0 to disable thinking").
+_PER_REQUEST = ("--reasoning-budget-message",)
+_ZERO_ONLY = "only one of"
 
 
 def per_request_budget(caps: Capabilities) -> bool:
     """Whether the build holds a request to its own `thinking_budget_tokens`."""
-    return caps.has(*_FLAG) and caps.has(*_SAMPLER)
+    return caps.has(*_FLAG) and caps.has(*_PER_REQUEST)
 
 
 def load_budget(caps: Capabilities, budget: int | None) -> int | None:
@@ -31,7 +33,8 @@ def load_budget(caps: Capabilities, budget: int | None) -> int | None:
     if isinstance(budget, bool) or not isinstance(budget, int) or not 0 <= budget <= MAX_REASONING_BUDGET:
         raise EngineIncompatible(f"--reasoning-budget {budget!r}", f"a model's thinking budget is 0 to "
                                  f"{MAX_REASONING_BUDGET} tokens; blazar model set MODEL --reasoning-budget N")
-    if not caps.has(*_FLAG) or (budget > 0 and not caps.has(*_SAMPLER)):
+    spec = caps.spec(*_FLAG)
+    if spec is None or (budget > 0 and _ZERO_ONLY in " ".join(spec.help.split())):
         return None
     return budget
 

@@ -30,11 +30,19 @@ def test_the_models_budget_goes_on_the_argv_of_a_build_that_lists_the_flag() -> 
     assert load_budget(caps, 512) == 512
 
 
-def test_a_build_before_the_budget_sampler_takes_the_flag_at_zero_only_and_no_request_field() -> None:
-    old = _without("--reasoning-budget-message")
-    assert not per_request_budget(old)
-    assert reasoning_flags(old, 0) == ["--reasoning-budget", "0"]
-    assert reasoning_flags(old, 512) == [] and load_budget(old, 512) is None  # it took -1 or 0 alone
+def test_a_build_without_the_request_field_still_takes_the_flag_and_an_earlier_one_takes_zero_alone() -> None:
+    sampler = _without("--reasoning-budget-message")  # the load flag, no request's own budget
+    assert not per_request_budget(sampler)
+    assert reasoning_flags(sampler, 512) == ["--reasoning-budget", "512"]
+    zero_only = parse_help(HELP.replace(
+        "token budget for thinking: -1 for unrestricted, 0 for immediate end,\n",
+        "controls the amount of thinking allowed; currently only one of: -1 for\n").replace(
+        "N>0 for token budget (default: -1)", "unrestricted thinking budget, or 0 to disable thinking (default: -1)"))
+    zero_only = zero_only.model_copy(update={"flags": tuple(f for f in zero_only.flags
+                                                            if "--reasoning-budget-message" not in f.names)})
+    assert not per_request_budget(zero_only)
+    assert reasoning_flags(zero_only, 0) == ["--reasoning-budget", "0"]
+    assert reasoning_flags(zero_only, 512) == [] and load_budget(zero_only, 512) is None  # it took -1 or 0 alone
     none = _without("--reasoning-budget")
     assert not per_request_budget(none) and reasoning_flags(none, 0) == [] and load_budget(none, 64) is None
 
