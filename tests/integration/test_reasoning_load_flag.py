@@ -63,3 +63,13 @@ def test_a_build_without_the_request_field_holds_every_request_to_the_load_flag_
         why = blazar_cli(home, "why", trace).stdout
         assert "this engine build ignores the request's thinking budget; the model's load flag (64 tokens) held it" \
             in " ".join(why.split())
+        with client.chat.completions.with_streaming_response.create(
+                model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=4, stream=True,
+                reasoning_effort="none") as streamed:  # thinking off: a budget of 0, not the flag's
+            assert streamed.headers["x-blazar-ignored"].startswith("thinking_budget ")
+            assert "".join(c.choices[0].delta.content or "" for c in streamed.parse() if c.choices)
+        # Another budget is another load shape: the instance with the old flag gives way to one with the new.
+        blazar_cli(home, "model", "set", MODEL, "--reasoning-budget", "32")
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
+        started = [e["data"]["argv"] for e in read_events(home, "instance.starting")]
+        assert len(started) == 2 and started[1][started[1].index("--reasoning-budget") + 1] == "32"
