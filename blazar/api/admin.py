@@ -35,7 +35,7 @@ ENGINE_ONLY = frozenset({"port", "base_url", "argv"})
 # What of an instance never leaves: the engine's key, what it calls the model (a file path without --alias), the
 # Unix socket a child without a port listens on (port 0 says so).
 PRIVATE = frozenset({"api_key", "served_as", "template", "kv_identity", "kv_restorable", "url", "headers",
-                     "stops", "sampling", "loop_guard", "thinking_budget", "socket"})  # internal
+                     "stops", "sampling", "loop_guard", "per_request_budget", "load_budget", "socket"})  # internal
 
 
 class _Body(BaseModel):

@@ -107,8 +107,8 @@ class Proxy(ABC):
 
     def render(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, answer: Answer) -> None:
         resp.status = answer.status
-        for name, value in answer.headers.items():
-            resp.set_header(name, value)
+        for name, value in answer.headers.items():  # an ignored field beside a priority the key may not ask
+            (resp.append_header if name == IGNORED_HEADER else resp.set_header)(name, value)
         if answer.stream is not None:
             resp.content_type = answer.content_type or SSE
             resp.stream = answer.stream

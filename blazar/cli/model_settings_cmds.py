@@ -97,7 +97,8 @@ def set_(
     no_mmproj: Annotated[bool, typer.Option("--no-mmproj", help="Serve it without its projector (text only).")] = False,
     reasoning_budget: Annotated[int | None, typer.Option(
         "--reasoning-budget", metavar="TOKENS", help="Thinking tokens a request gets where it asks for no budget, "
-        "and the most it gets where it asks for more (0: the thinking ends at once).")] = None,
+        "and the most it gets where it asks for more (0: the thinking ends at once); also the engine's load "
+        "flag.")] = None,
     reasoning_effort: Annotated[str | None, typer.Option(
         "--reasoning-effort", metavar="LEVEL", help="The effort where a request asks for none: none, minimal, low, "
         "medium, high, xhigh or max (a budget of 0, 256, 1024, 4096, 16384, 32768 or unbounded thinking tokens).")

@@ -87,14 +87,17 @@ def effort_of(value: object) -> ReasoningEffort | None:
 class ReasoningFacts(BaseModel):
     """How a chat request's thinking was bounded (blazar/serving/reasoning.py): the budget in tokens it was given
     (None: unbounded), the effort the template was told, who held the thinking to the budget ("engine": llama-server's
-    per-request `thinking_budget_tokens`; "none": nothing did, the build cannot, or there was no budget), and the
-    thinking tokens the answer carried (counted in a stream, one per engine event; None for a whole answer)."""
+    per-request `thinking_budget_tokens`; "load_flag": the instance's `--reasoning-budget`, on a build without the
+    per-request field; "none": nothing did, the build cannot, or there was no budget), the budget the request asked
+    where the load flag held another (`requested`), and the thinking tokens the answer carried (counted in a stream,
+    one per engine event; None for a whole answer)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     budget: int | None = None
     effort: ReasoningEffort | None = None
-    enforced_by: Literal["engine", "none"] = "none"
+    enforced_by: Literal["engine", "load_flag", "none"] = "none"
+    requested: int | None = None
     reasoning_tokens: int | None = None
 
 

@@ -59,8 +59,10 @@ class Instance:
     # Its template's default sampling (the probe's, for a probed template), for a chat request that sets none.
     sampling: dict[str, float] = field(default_factory=dict)
     loop_guard: bool = False  # a streamed chat answer that loops is stopped there (the probed template's)
-    # Its engine holds a request's thinking to `thinking_budget_tokens` (a build with --reasoning-budget).
-    thinking_budget: bool = False
+    # Its engine holds a request's thinking to `thinking_budget_tokens` (adapters/engines/reasoning_flags.py), and
+    # the budget its --reasoning-budget holds every request to where it cannot (None: started without the flag).
+    per_request_budget: bool = False
+    load_budget: int | None = None
 
     @property
     def base_url(self) -> str:
@@ -111,6 +113,8 @@ class ResolvedModel:
             key += f"+mmproj:{self.projector.sha256[:16]}"
         if self.loras:  # another set of adapters (or another order: other ids) is another load shape
             key += "+lora:" + ",".join(a.sha256[:16] for a in self.loras)
+        if self.settings is not None and self.settings.reasoning_budget is not None:  # its --reasoning-budget
+            key += f"+think:{self.settings.reasoning_budget}"
         return key
 
 

@@ -18,6 +18,7 @@ from blazar.adapters.engines.kinds import EngineKind, Launch, engine_kind, write
 from blazar.adapters.engines.llama_server import build_argv, engine_key, redact_argv
 from blazar.adapters.engines.lora import lora_flags
 from blazar.adapters.engines.posture import posture_flags
+from blazar.adapters.engines.reasoning_flags import load_budget, per_request_budget, reasoning_flags
 from blazar.confine import inside
 from blazar.context import Blazar
 from blazar.errors import OWNER_SEES, EngineError, EngineIncompatible, LoadFailed, ModelNotFound, OutsideHome
@@ -123,7 +124,8 @@ class Spawner:
                             kv_restorable=fit.swa_full or not model.metadata.sliding_window,
                             posture=chosen.posture, profile_seq=chosen.profile_seq, stops=served.stops,
                             sampling=served.sampling, loop_guard=served.guards_loops,
-                            thinking_budget=engine.caps.has("--reasoning-budget"))
+                            per_request_budget=per_request_budget(engine.caps),
+                            load_budget=load_budget(engine.caps, _model_budget(model)))
         else:
             inst = Instance(instance_id=instance_id, model=name, port=port, slots=fit.slots, ctx_tokens=0,
                             engine_tag=engine_tag, api_key=api_key, served_as=name, template=model.template,
@@ -172,6 +174,7 @@ class Spawner:
                                          app.paths.data_dir / "templates"),
                                      *_mode_flags(engine, model.metadata, embeddings=embeddings, rerank=rerank),
                                      *lora_flags(engine.caps, adapters),
+                                     *reasoning_flags(engine.caps, _model_budget(model)),
                                      *posture_flags(engine.caps, tuned, draft)])
         except EngineIncompatible as e:
             keyfile(app, instance_id).unlink(missing_ok=True)
@@ -347,3 +350,8 @@ def _alias_flags(engine: ActiveEngine, name: str) -> list[str]:
     """The engine answers with the store's name in `model`, not its file's path (which would leak where the store
     is); the gateway puts the client's own name there when it asked by another (`name:latest`, an alias)."""
     return ["--alias", name] if engine.caps.has("--alias") else []
+
+
+def _model_budget(model: ResolvedModel) -> int | None:
+    """The model's thinking budget (`blazar model set --reasoning-budget`): its instance's load flag."""
+    return model.settings.reasoning_budget if model.settings is not None else None

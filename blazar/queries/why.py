@@ -523,6 +523,10 @@ def _reasoning_words(r: ReasoningFacts) -> str:
     budget = "no thinking budget" if r.budget is None else f"thinking budget {_plural(r.budget, 'token')}"
     effort = f" (effort {r.effort})" if r.effort is not None else ""
     held = (", held by the engine" if r.enforced_by == "engine"
+            else f" (the request asked {_plural(r.requested, 'token')}): this engine build ignores the request's "
+                 f"thinking budget; the model's load flag ({r.budget} tokens) held it"
+            if r.enforced_by == "load_flag" and r.requested is not None
+            else ", held by the model's load flag (--reasoning-budget)" if r.enforced_by == "load_flag"
             else ", not enforced (this engine build has no per-request budget)" if r.budget is not None else "")
     used = f", {_plural(r.reasoning_tokens, 'token')} of thinking streamed" if r.reasoning_tokens is not None else ""
     return f"{budget}{effort}{held}{used}"

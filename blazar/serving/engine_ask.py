@@ -11,8 +11,10 @@ from typing import Any
 import orjson
 
 from blazar.events.requests import ReasoningFacts
+from blazar.serving.context_fit import BOUNDED_HEADER
 from blazar.serving.patch import Patch
 from blazar.serving.request import Request
+from blazar.serving.tenancy import IGNORED_HEADER
 
 
 class EngineAsk:
@@ -65,6 +67,17 @@ class EngineAsk:
         self.loop_guarded = self.loop_guarded or patch.loop_guarded
         if patch.reasoning is not None:  # decided again where the request is routed again
             self.reasoning = patch.reasoning
+
+    def headers(self) -> dict[str, str]:
+        """What the answer tells the client of this ask: the output's limit the context capped, and a thinking
+        budget the engine's load flag held instead of the request's (blazar/serving/reasoning.py)."""
+        out: dict[str, str] = {}
+        if self.bounded_max_tokens is not None:
+            out[BOUNDED_HEADER] = str(self.bounded_max_tokens)
+        if self.reasoning is not None and self.reasoning.requested is not None:
+            out[IGNORED_HEADER] = (f"thinking_budget (this engine build holds every request to its load flag's "
+                                   f"{self.reasoning.budget} tokens)")
+        return out
 
     def drop_fields(self, *names: str) -> None:
         """Forget what a placement told an engine (unless the client asked it): the next one says its own."""

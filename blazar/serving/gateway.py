@@ -144,8 +144,7 @@ class Gateway:
         call.guard(upstream)
         if call.queue_position:
             headers["x-blazar-queue-position"] = str(call.queue_position)
-        if call.ask.bounded_max_tokens is not None:
-            headers[BOUNDED_HEADER] = str(call.ask.bounded_max_tokens)
+        headers.update(call.ask.headers())  # its output's bound, a thinking budget it could not have
         if call.request.audio is not None and call.audio_seconds is not None:  # the child's measure, passed on
             headers[AUDIO_SECONDS_HEADER] = f"{call.audio_seconds:.3f}"
         if call.request.stream and upstream.status_code == 200:

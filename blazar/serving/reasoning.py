@@ -15,6 +15,10 @@ The rule:
 4. The engine honours the budget when its build has `--reasoning-budget` (the same change gave llama-server the
    per-request field); otherwise (an older build, a remote API) the field is not sent (unless the client sent it
    itself), and the budget is recorded as enforced by nobody.
+5. Except where the instance was started with the model's budget as its load flag (`--reasoning-budget N`,
+   blazar/adapters/engines/reasoning_flags.py) on a build without the per-request field: the load flag's budget is
+   the one in force (`enforced_by: load_flag`), and a request that asked another has it recorded as `requested` and
+   is told (`x-blazar-ignored: thinking_budget`).
 """
 
 from __future__ import annotations
@@ -59,9 +63,9 @@ def _asked_budget(body: Mapping[str, Any]) -> int | None:
 
 
 def decide(asked_budget: int | None, asked_effort: ReasoningEffort | None, settings: ModelSettings | None, *,
-           honoured: bool) -> ReasoningFacts | None:
+           honoured: bool, load_budget: int | None = None) -> ReasoningFacts | None:
     """The request's budget and effort by the module's rule; None when neither the request nor the model says
-    anything about thinking."""
+    anything about thinking. `load_budget`: the instance's --reasoning-budget (None: started without it)."""
     model_budget = settings.reasoning_budget if settings is not None else None
     model_effort = settings.reasoning_effort if settings is not None else None
     effort = asked_effort or model_effort
@@ -79,18 +83,21 @@ def decide(asked_budget: int | None, asked_effort: ReasoningEffort | None, setti
         budget = EFFORT_BUDGETS[model_effort] if model_effort is not None else None
     if model_budget is not None and (budget is None or budget > model_budget):
         budget = model_budget
+    if not honoured and load_budget is not None:
+        return ReasoningFacts(budget=load_budget, effort=effort, enforced_by="load_flag",
+                              requested=budget if budget != load_budget else None)
     enforced: Literal["engine", "none"] = "engine" if honoured and budget is not None else "none"
     return ReasoningFacts(budget=budget, effort=effort, enforced_by=enforced)
 
 
 def reasoning_patch(request: Request, body: Mapping[str, Any], settings: ModelSettings | None, *,
-                    honoured: bool) -> Patch:
+                    honoured: bool, load_budget: int | None = None) -> Patch:
     """What the request's thinking asks of the engine (see the module's docstring): its budget as
     `thinking_budget_tokens` and, where only the model names one, its effort as `reasoning_effort`."""
     if request.embeddings or request.engine_path != CHAT:
         return NO_PATCH
     asked_effort = _asked_effort(body)
-    facts = decide(_asked_budget(body), asked_effort, settings, honoured=honoured)
+    facts = decide(_asked_budget(body), asked_effort, settings, honoured=honoured, load_budget=load_budget)
     if facts is None:
         return NO_PATCH
     fields: dict[str, Any] = {}

@@ -75,7 +75,7 @@ class Router:
         call.ask.apply(template_patch(call.request, call.ask.engine_body(), inst.stops, inst.sampling,
                                       loop_guard=inst.loop_guard))
         call.ask.apply(reasoning_patch(call.request, call.ask.engine_body(), call.route.resolved.settings,
-                                       honoured=inst.thinking_budget))
+                                       honoured=inst.per_request_budget, load_budget=inst.load_budget))
         call.emit(RequestRouted(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
                                 port=inst.port, cold=report.cold, load_ms=report.load_ms, evicted=report.evicted,
                                 ctx_tokens=None if inst.remote else inst.ctx_tokens))

@@ -198,3 +198,22 @@ def wait_last_completed(daemon: OpenAIDaemon, before: str | None) -> str:
     """The trace of the request.completed recorded after `before`'s (the Ollama SDK shows no headers; request
     events are group-committed)."""
     return wait_for(lambda: (last := _last_completed(daemon)) != before and last, "the chat's request.completed")
+
+
+def test_the_models_budget_is_the_instances_load_flag_and_a_request_below_it_is_held_by_the_engine(
+        daemon: OpenAIDaemon) -> None:
+    """The engine was started with `--reasoning-budget 8` (the model's), and this build takes a request's own budget
+    too: one below the flag is the engine's to hold, and nothing is reported ignored."""
+    raw = daemon.client().chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": ASK}], max_tokens=4,
+        extra_body={"thinking_budget_tokens": 2})
+    trace = raw.headers["x-blazar-trace-id"]
+    assert "x-blazar-ignored" not in raw.headers
+    facts = _completed(daemon, trace)["reasoning"]
+    assert (facts["budget"], facts["enforced_by"], facts["requested"]) == (2, "engine", None)
+    routed = next(e for e in daemon.events("request.routed") if e["trace_id"] == trace)["data"]
+    started = next(e["data"] for e in daemon.events("instance.starting")
+                   if e["data"]["instance_id"] == routed["instance_id"])
+    argv = started["argv"]
+    assert argv[argv.index("--reasoning-budget") + 1] == str(BUDGET)
+    assert any(e["data"]["instance_id"] == routed["instance_id"] for e in daemon.events("instance.ready"))

@@ -101,6 +101,12 @@ def test_a_thinking_budget_says_its_size_effort_who_held_it_and_what_was_streame
         trace_id=T, model="gemma", duration_ms=500.0, completion_tokens=20, reasoning=loose))
     assert explain(log.records).steps[-1].text.endswith(
         "thinking budget 64 tokens, not enforced (this engine build has no per-request budget)")
+    flag = ReasoningFacts(budget=64, enforced_by="load_flag", requested=16)
+    log = Log().at(0.0, received()).at(0.5, RequestCompleted(
+        trace_id=T, model="gemma", duration_ms=500.0, completion_tokens=20, reasoning=flag))
+    assert explain(log.records).steps[-1].text.endswith(
+        "thinking budget 64 tokens (the request asked 16 tokens): this engine build ignores the request's thinking "
+        "budget; the model's load flag (64 tokens) held it")
 
 
 def test_a_forced_tool_call_cut_by_max_tokens_says_so_in_its_step_and_verdict() -> None:

@@ -105,3 +105,29 @@ def test_model_set_validates_and_clears_the_reasoning_settings() -> None:
         SettingsChange(reasoning_effort="huge").applied_to(None)
     with pytest.raises(InvalidModelSettings, match="reasoning budget: expected 0 to"):
         SettingsChange(reasoning_budget=-1).applied_to(None)
+
+
+def test_a_build_without_the_per_request_field_is_held_to_its_load_flag_and_says_so() -> None:
+    model = ModelSettings(reasoning_budget=64)
+    # What the request asked differs: the load flag's budget is the one in force, the request's recorded beside it.
+    assert decide(16, None, model, honoured=False, load_budget=64) == ReasoningFacts(
+        budget=64, enforced_by="load_flag", requested=16)
+    assert decide(None, "none", model, honoured=False, load_budget=64) == ReasoningFacts(
+        budget=64, effort="none", enforced_by="load_flag", requested=0)
+    # Nothing asked, or the same budget: the load flag held it, nothing was ignored.
+    assert decide(None, None, model, honoured=False, load_budget=64) == ReasoningFacts(budget=64,
+                                                                                       enforced_by="load_flag")
+    assert decide(64, None, model, honoured=False, load_budget=64) == ReasoningFacts(budget=64,
+                                                                                     enforced_by="load_flag")
+    # A build that takes the request's own field: the load flag changes nothing about the request.
+    assert decide(16, None, model, honoured=True, load_budget=64) == ReasoningFacts(budget=16, enforced_by="engine")
+    # The request is not sent a field the engine ignores, and the answer's headers tell the client.
+    request = _request({"messages": [], "thinking_budget_tokens": 16})
+    ask = EngineAsk(request)
+    ask.apply(reasoning_patch(request, ask.engine_body(), model, honoured=False, load_budget=64))
+    assert ask.reasoning == ReasoningFacts(budget=64, enforced_by="load_flag", requested=16)
+    assert ask.headers() == {"x-blazar-ignored": "thinking_budget (this engine build holds every request to its load "
+                                                 "flag's 64 tokens)"}
+    quiet = EngineAsk(_request({"messages": []}))
+    quiet.apply(reasoning_patch(quiet._request, quiet.engine_body(), model, honoured=False, load_budget=64))
+    assert quiet.reasoning == ReasoningFacts(budget=64, enforced_by="load_flag") and quiet.headers() == {}
