@@ -104,6 +104,8 @@ class ResponseCache:
             found = self.store.get(probe.match.entry) if probe is not None and probe.match is not None else None
             if plan.use == "use" and found is not None and probe is not None and probe.match is not None:
                 return await self._hit(call, plan, found, watcher, pipeline, probe.match)
+            if plan.use == "use" and probe is not None:
+                call.emit(probe.missed(call.trace_id, call.name or call.model))
         self._filling[call.trace_id] = (plan, probe)
         try:
             answer = await pipeline.run(call, watcher)

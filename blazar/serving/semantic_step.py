@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
+from blazar.events.requests import RequestCacheMissed
 from blazar.ids import new_trace_id
 from blazar.serving.call import Call
 from blazar.serving.request import Answer, Request
@@ -39,9 +40,17 @@ class Probe:
 
     context: str
     vector: np.ndarray | None
+    threshold: float
     match: Match | None = None
     best: float | None = None
     failed: str | None = None  # why there is no vector: the embedding model's refusal or error, in short
+    embed_trace_id: str | None = None  # the internal embeddings request's trace
+
+    def missed(self, trace_id: str, model: str) -> RequestCacheMissed:
+        """The miss as an event (its why, never the prompt)."""
+        return RequestCacheMissed(trace_id=trace_id, model=model, source="semantic", threshold=self.threshold,
+                                  best_similarity=round(self.best, 4) if self.best is not None else None,
+                                  unavailable=self.failed, embed_trace_id=self.embed_trace_id)
 
     def said(self) -> str:
         """What the miss's x-blazar-cache header adds: the best similarity seen, or why there was none."""
@@ -75,24 +84,26 @@ class SemanticCache:
         context = context_key(r.tenant, identity, r.engine_path, body, stream=r.stream)
         if text is None or context is None:
             return None
-        vector, failed = await self._embed(call, model, text, serve)
+        trace_id = new_trace_id()
+        vector, failed = await self._embed(call, model, text, serve, trace_id)
         if vector is None:
-            return Probe(context, None, failed=failed)
+            return Probe(context, None, threshold, failed=failed, embed_trace_id=trace_id)
         match, best = self.index.nearest(context, vector, threshold, present)
-        return Probe(context, vector, match, best)
+        return Probe(context, vector, threshold, match, best, embed_trace_id=trace_id)
 
     def keep(self, probe: Probe, entry: str, model: str) -> None:
         """The answer kept under `entry` is found by its prompt's vector from now on."""
         if probe.vector is not None:
             self.index.put(Vector(probe.context, entry, model, probe.vector))
 
-    async def _embed(self, call: Call, model: str, text: str, serve: Serve) -> tuple[np.ndarray | None, str | None]:
+    async def _embed(self, call: Call, model: str, text: str, serve: Serve,
+                     trace_id: str) -> tuple[np.ndarray | None, str | None]:
         """The prompt's unit vector from the embedding model, as the caller's internal request; (None, why) when it
         could not be had."""
         r = call.request
         body = {"model": model, "input": text}
         asked = Request(model=model, engine_path=EMBED_PATH, body=None, stream=False, embeddings=True)
-        request = replace(asked, trace_id=new_trace_id(), dialect="openai", path=EMBED_PATH, raw=orjson.dumps(body),
+        request = replace(asked, trace_id=trace_id, dialect="openai", path=EMBED_PATH, raw=orjson.dumps(body),
                           parsed=body, priority=r.priority, client=r.client, agent=r.agent,
                           parent_trace_id=r.parent_trace_id, principal=r.principal, tenant=r.tenant)
         try:

@@ -143,8 +143,8 @@ def serve(cache: ResponseCache, pipeline: Pipeline, c: Call) -> Answer:
     return asyncio.run(cache.serve(c, None, pipeline))
 
 
-def hits(c: Call) -> list[Any]:
-    return [e for e in cast(Desk, c._desk).events if isinstance(e, Event) and e.TYPE == "request.cache_hit"]
+def hits(c: Call, kind: str = "request.cache_hit") -> list[Any]:
+    return [e for e in cast(Desk, c._desk).events if isinstance(e, Event) and kind == e.TYPE]
 
 
 def test_a_similar_prompt_is_a_semantic_hit_and_a_dissimilar_or_another_tenants_a_miss() -> None:
@@ -160,9 +160,14 @@ def test_a_similar_prompt_is_a_semantic_hit_and_a_dissimilar_or_another_tenants_
     assert answer.headers["x-blazar-cache"].startswith("hit-semantic; similarity=0.99")
     [hit] = hits(similar)
     assert hit.source == "semantic" and 0.95 <= hit.similarity < 1 and hit.entry in cache.store
-    assert serve(cache, pipeline, call("t3", "Bake bread.")).headers["x-blazar-cache"].startswith("miss; semantic=0.")
+    dissimilar = call("t3", "Bake bread.")
+    assert serve(cache, pipeline, dissimilar).headers["x-blazar-cache"].startswith("miss; semantic=0.")
+    [missed] = hits(dissimilar, "request.cache_missed")
+    assert missed.source == "semantic" and missed.best_similarity < missed.threshold == 0.95
+    assert missed.unavailable is None and missed.embed_trace_id == pipeline.embedded[-1].trace_id
     theirs = call("t4", "What's the sea?", tenant="key:b")
     assert serve(cache, pipeline, theirs).headers["x-blazar-cache"] == "miss; semantic=none" and not hits(theirs)
+    assert hits(theirs, "request.cache_missed")[0].best_similarity is None
     other_params = call("t5", "What's the sea?", max_tokens=3)
     assert serve(cache, pipeline, other_params).headers["x-blazar-cache"] == "miss; semantic=none"
     assert pipeline.ran == 4
@@ -189,9 +194,12 @@ def test_no_embedding_model_or_an_exact_setting_never_embeds(setting: str) -> No
 def test_the_embedding_model_failing_is_a_miss_and_the_request_runs(fail: BaseException) -> None:
     cache = ResponseCache(cast(Any, app()))
     pipeline = Embedding(cache, fail)
-    answer = serve(cache, pipeline, call("t1", "What is the sea?"))
+    c = call("t1", "What is the sea?")
+    answer = serve(cache, pipeline, c)
     assert answer.status == 200 and answer.data == WHOLE and pipeline.ran == 1
     assert answer.headers["x-blazar-cache"] == f"miss; semantic=unavailable ({type(fail).__name__})"
+    [missed] = hits(c, "request.cache_missed")
+    assert missed.unavailable == type(fail).__name__ and missed.best_similarity is None
     assert len(cache.store) == 1 and len(cache.semantic.index) == 0  # the exact entry kept all the same
 
 
