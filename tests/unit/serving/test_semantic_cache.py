@@ -213,3 +213,20 @@ def test_an_unreadable_embedding_is_a_miss() -> None:
     pipeline.serve = bad  # type: ignore[method-assign]
     said = serve(cache, pipeline, call("t1", "What is the sea?")).headers["x-blazar-cache"]
     assert said == "miss; semantic=unavailable (embedding answer unreadable)"
+
+
+# -- the settings that turn it on -------------------------------------------------------------------------------------
+
+def test_a_model_and_a_key_may_be_set_to_semantic_and_nothing_else_new() -> None:
+    from blazar.errors import InvalidModelSettings
+    from blazar.operations.keys import KeyCommandError, check_cache
+    from blazar.store.model_settings import SettingsChange
+
+    settings, changed = SettingsChange(cache="semantic").applied_to(None)
+    assert settings.cache == "semantic" and changed == ["cache"]
+    assert SettingsChange(cache="none").applied_to(settings)[0].cache is None
+    with pytest.raises(InvalidModelSettings, match="exact, semantic, off or none"):
+        SettingsChange(cache="fuzzy").applied_to(None)
+    assert check_cache("semantic") == "semantic" and check_cache("none") is None
+    with pytest.raises(KeyCommandError):
+        check_cache("fuzzy")
