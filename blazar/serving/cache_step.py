@@ -8,7 +8,9 @@ taped as it is relayed and kept once it is whole.
 
 A hit goes through the same relay and dialect conversion as a live answer (`Pipeline.answer`), so it is streamed, or
 read whole, in the caller's dialect; its usage is the stored answer's (what making it cost). The answer says which
-it was: `x-blazar-cache: hit; age=S`, `miss` or `refresh`; a hit is a `request.cache_hit` event.
+it was: `x-blazar-cache: hit; age=S`, `miss` or `refresh`; a hit is a `request.cache_hit` event. Where the key or
+model is set to `semantic`, an exact miss asks blazar/serving/semantic_step.py for a similar prompt's entry
+(`hit-semantic; similarity=S; age=A`), and a kept answer is kept with its prompt's vector.
 """
 
 from __future__ import annotations
@@ -49,8 +51,8 @@ MIB = 1 << 20
 
 
 class Pipeline(Protocol):
-    """What the cache needs of the gateway: the request's way on a miss, and an engine's answer as the client gets
-    it."""
+    """What the cache needs of the gateway: a request's whole way (the semantic cache's internal embeddings
+    request), the request's way on a miss, and an engine's answer as the client gets it."""
 
     async def serve(self, request: Request, watcher: asyncio.Task[None] | None = None) -> Answer: ...
     async def run(self, call: Call, watcher: asyncio.Task[None] | None) -> Answer: ...
