@@ -517,6 +517,22 @@ class Routing(Section):
         description="MiB of memory the response cache may hold (answers of deterministic requests, replayed to the "
                     "same tenant: docs/8.GATEWAY.md); the least recently used go first (0: nothing is stored).",
     )
+    semantic_cache_model: str = Field(
+        default="", max_length=200,
+        description="The model (from the store, one that serves embeddings) whose embeddings of a request's prompt "
+                    "find a similar cached answer, for keys and models set to `--cache semantic` (empty: no semantic "
+                    "lookups; the exact cache still answers).",
+    )
+    semantic_cache_threshold: float = Field(
+        default=0.95, gt=0.0, le=1.0,
+        description="The cosine similarity of two prompts' embeddings at or above which a semantic cache hit is "
+                    "given (everything else about the two requests must be equal).",
+    )
+    semantic_cache_entries: int = Field(
+        default=4096, ge=0, le=1 << 20,
+        description="How many prompt embeddings the semantic cache keeps in memory (the least recently used go "
+                    "first; 0: none).",
+    )
 
 
 

@@ -32,7 +32,8 @@ _WEIGHT_HELP = ("The key's share of a model's slots against other keys waiting a
                 "(prompt + generated): a key of weight 3 is served three times the tokens of one of weight 1. "
                 "Default 1; the keyless caller counts as one key of weight 1.")
 _CACHE_HELP = ("The response cache for the key's deterministic requests (temperature 0 or a fixed seed): exact (a "
-               "repeated request is answered from the cache, never another key's), off, or none (no say: the "
+               "repeated request is answered from the cache, never another key's), semantic (also a request whose "
+               "prompt's embedding is similar enough: routing.semantic_cache_model), off, or none (no say: the "
                "model's --cache decides). A request's X-Blazar-Cache header decides for itself.")
 _PRIORITIZE_HELP = ("Let the key use X-Blazar-Priority and deadlines (X-Blazar-Deadline-Ms) to go ahead in the queue; "
                     "without it they are ignored and the answer says so (x-blazar-ignored).")

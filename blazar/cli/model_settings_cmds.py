@@ -88,7 +88,8 @@ def set_(
         "in the GGUF (its scores then mean nothing); --no-rerank: only with one.")] = None,
     cache: Annotated[str | None, typer.Option(
         "--cache", help="The response cache for its deterministic requests (temperature 0 or a fixed seed): exact "
-        "(a repeated request of the same key is answered from the cache), off, or none (no say: a key's --cache or "
+        "(a repeated request of the same key is answered from the cache), semantic (also a similar prompt's answer: "
+        "routing.semantic_cache_model), off, or none (no say: a key's --cache or "
         "the request's X-Blazar-Cache header decides).")] = None,
     mmproj: Annotated[Path | None, typer.Option(
         "--mmproj", help="Serve it with this multimodal projector (a vision or audio mmproj-*.gguf, verified and "

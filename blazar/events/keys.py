@@ -52,8 +52,9 @@ class KeyCreated(_KeyEvent):
     # group on purpose share sessions, KV reuse and shared generations).
     cache_group: str | None = None
     may_prioritize: bool = False  # X-Blazar-Priority and deadlines are honoured only for such a key
-    # The response cache for its deterministic requests: "exact" on, "off" off, None: no say (the model's decides).
-    cache: Literal["exact", "off"] | None = None
+    # The response cache for its deterministic requests: "exact" on, "semantic" on with similar prompts' answers
+    # too, "off" off, None: no say (the model's decides).
+    cache: Literal["exact", "semantic", "off"] | None = None
     # What it may hold (blazar/serving/storage.py); None: the settings' key_storage_max_mib, key_open_batches_max.
     max_storage_bytes: int | None = None  # its files and its batches' output and error files
     max_open_batches: int | None = None
@@ -84,7 +85,7 @@ class KeyRevoked(_KeyEvent):
 class KeyLimitsChanged(_KeyEvent):
     """Only the fields in `changed` were set (a None in it means: no limit any more, or for `max_storage_bytes` and
     `max_open_batches` the settings' again; `cache_group` None: none, `may_prioritize` a bool, `weight` an int,
-    `cache` "exact", "off" or None: no say)."""
+    `cache` "exact", "semantic", "off" or None: no say)."""
 
     TYPE = "key.limits_changed"
 

@@ -42,9 +42,10 @@ class ModelSettings(BaseModel):
     # asks for more (`blazar model set --reasoning-budget`; 0: the thinking ends at once). None: no bound of its own.
     reasoning_budget: Annotated[int | None, Field(ge=0, le=MAX_REASONING_BUDGET)] = None
     reasoning_effort: ReasoningEffort | None = None  # the effort where a request asks for none
-    # The response cache for its deterministic requests (docs/8.GATEWAY.md): "exact" on, "off" off, None: no say (a
+    # The response cache for its deterministic requests (docs/8.GATEWAY.md): "exact" on, "semantic" on with similar
+    # prompts' answers too, "off" off, None: no say (a
     # key's setting or the request's X-Blazar-Cache decides).
-    cache: Literal["exact", "off"] | None = None
+    cache: Literal["exact", "semantic", "off"] | None = None
 
     def is_empty(self) -> bool:
         return (self.template is None and self.system is None and not self.parameters and not self.rerank

@@ -463,6 +463,22 @@ class RequestCacheHit(_RequestEvent):
 
 
 @register
+class RequestCacheMissed(_RequestEvent):
+    """The semantic cache was asked and had no answer: the nearest stored prompt of the same tenant and context was
+    `best_similarity` (None: none to compare) below `threshold`, or the prompt could not be embedded (`unavailable`:
+    why, in short; `embed_trace_id` the internal embeddings request's trace, when one was made). The request ran."""
+
+    TYPE = "request.cache_missed"
+
+    model: str
+    source: CacheSource
+    threshold: float
+    best_similarity: float | None = None
+    unavailable: Annotated[str | None, Bound(130)] = None
+    embed_trace_id: Annotated[str | None, Bound(130)] = None
+
+
+@register
 class RequestCandidateScored(_RequestEvent):
     """Best-of-N: one candidate's answer judged. Validity first (schema or forced tool arguments, and a stop
     rather than a cut-off), then the mean log-probability of its tokens."""

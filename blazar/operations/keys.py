@@ -40,7 +40,7 @@ MAX_SIZE = 1 << 50
 # What `change_limits` takes besides the limits and the scope: tenancy (blazar/serving/tenancy.py).
 TENANCY = ("cache_group", "may_prioritize", "weight", "cache")
 WEIGHT_MAX = 1000  # a key's fair-share weight: 1 (the default) .. this
-CACHE_SETTINGS = ("exact", "off", "none")  # a key's response cache; "none": no say (the model's decides)
+CACHE_SETTINGS = ("exact", "semantic", "off", "none")  # a key's response cache; "none": no say (the model's decides)
 
 
 
@@ -196,7 +196,7 @@ async def create(app: Blazar, name: str, *, models: list[str] | None = None, rpm
 
 
 def check_cache(value: Any) -> Any:
-    """A key's response cache setting: "exact", "off", or None ("none", or not given: no say of its own)."""
+    """A key's response cache setting: "exact", "semantic", "off", or None ("none", or not given: no say of its own)."""
     if value is None or value == "none":
         return None
     if value not in CACHE_SETTINGS:

@@ -193,7 +193,8 @@ class CatalogProjection(Projection[CatalogState]):
     node_local = True
     name = "catalog"
     state_type = CatalogState
-    version = 10  # 9: a model's reasoning budget and effort; 10: its response cache setting (ModelSettings.cache)
+    version = 11  # 9: a model's reasoning budget and effort; 10: its response cache setting (ModelSettings.cache);
+    # 11: "semantic" among those settings
     types = frozenset({
         ModelTemplateProbed.TYPE,
         ModelImported.TYPE, ModelRemoved.TYPE, ModelPullStarted.TYPE, ModelPullCompleted.TYPE, ModelPullFailed.TYPE,

@@ -37,7 +37,7 @@ class ApiKey:
     created_ts: float
     cache_group: str | None = None
     may_prioritize: bool = False
-    cache: str | None = None  # the response cache: "exact", "off", None (no say)
+    cache: str | None = None  # the response cache: "exact", "semantic", "off", None (no say)
     daily_audio_s: int | None = None
     max_storage_bytes: int | None = None  # None: key_storage_max_mib
     max_open_batches: int | None = None  # None: key_open_batches_max

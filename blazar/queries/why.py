@@ -29,6 +29,7 @@ from blazar.events.requests import (
     RequestBestOfChosen,
     RequestBounded,
     RequestCacheHit,
+    RequestCacheMissed,
     RequestCandidateScored,
     RequestCascadeJudged,
     RequestCompleted,
@@ -434,6 +435,16 @@ def _cache_hit(s: _Story, ev: RequestCacheHit) -> str:
             f"{fmt_ms(ev.age_s * 1000)} before; played back in the caller's dialect, no engine asked")
 
 
+def _cache_missed(s: _Story, ev: RequestCacheMissed) -> str:
+    if ev.unavailable is not None:
+        embed = f" (embedding request {ev.embed_trace_id})" if ev.embed_trace_id else ""
+        return f"not answered from the {ev.source} cache: the prompt could not be embedded: {ev.unavailable}{embed}"
+    if ev.best_similarity is None:
+        return f"not answered from the {ev.source} cache: no stored prompt of the same tenant and request to compare"
+    return (f"not answered from the {ev.source} cache: the nearest stored prompt's similarity "
+            f"{ev.best_similarity:.3f} is below the threshold {ev.threshold:.3f}")
+
+
 def _candidate(s: _Story, ev: RequestCandidateScored) -> str:
     score = f"mean logprob {ev.mean_logprob:.3f}" if ev.mean_logprob is not None else "no logprobs"
     valid = "valid" if ev.valid else f"invalid ({ev.invalid_reason})"
@@ -618,7 +629,8 @@ def _exited(s: _Story, ev: InstanceExited) -> str:
 _TEXT: dict[type, Callable[[_Story, Any], str]] = {
     RequestReceived: _received, RequestQueued: _queued, RequestAdmitted: _admitted, RequestRejected: _rejected,
     RequestRouted: _routed, RequestFirstToken: _first, RequestCompleted: _completed, RequestFailed: _failed,
-    RequestPlaced: _placed, RequestShared: _shared, RequestCacheHit: _cache_hit, RequestCandidateScored: _candidate,
+    RequestPlaced: _placed, RequestShared: _shared, RequestCacheHit: _cache_hit, RequestCacheMissed: _cache_missed,
+    RequestCandidateScored: _candidate,
     RequestBestOfChosen: _best_of,
     RequestCascadeJudged: _cascade, RequestForwarded: _forwarded, RequestRerouted: _rerouted,
     RequestBounded: _bounded, RequestLoopStopped: _loop_stopped, RequestAudio: _audio,

@@ -8,7 +8,9 @@ taped as it is relayed and kept once it is whole.
 
 A hit goes through the same relay and dialect conversion as a live answer (`Pipeline.answer`), so it is streamed, or
 read whole, in the caller's dialect; its usage is the stored answer's (what making it cost). The answer says which
-it was: `x-blazar-cache: hit; age=S`, `miss` or `refresh`; a hit is a `request.cache_hit` event.
+it was: `x-blazar-cache: hit; age=S`, `miss` or `refresh`; a hit is a `request.cache_hit` event. Where the key or
+model is set to `semantic`, an exact miss asks blazar/serving/semantic_step.py for a similar prompt's entry
+(`hit-semantic; similarity=S; age=A`), and a kept answer is kept with its prompt's vector.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from blazar.projections.engines import active
 from blazar.projections.profiles import profile
 from blazar.serving.call import Call
 from blazar.serving.relay import Rename
-from blazar.serving.request import Answer
+from blazar.serving.request import Answer, Request
 from blazar.serving.response_cache import (
     CACHE_HEADER,
     AnswerStore,
@@ -38,6 +40,8 @@ from blazar.serving.response_cache import (
     cache_use,
     deterministic,
 )
+from blazar.serving.semantic_cache import Match, semantic_on
+from blazar.serving.semantic_step import Probe, SemanticCache
 
 if TYPE_CHECKING:
     from blazar.context import Blazar
@@ -47,9 +51,10 @@ MIB = 1 << 20
 
 
 class Pipeline(Protocol):
-    """What the cache needs of the gateway: the request's way on a miss, and an engine's answer as the client gets
-    it."""
+    """What the cache needs of the gateway: a request's whole way (the semantic cache's internal embeddings
+    request), the request's way on a miss, and an engine's answer as the client gets it."""
 
+    async def serve(self, request: Request, watcher: asyncio.Task[None] | None = None) -> Answer: ...
     async def run(self, call: Call, watcher: asyncio.Task[None] | None) -> Answer: ...
     async def answer(self, call: Call, upstream: Upstream, watcher: asyncio.Task[None] | None,
                      headers: dict[str, str]) -> Answer: ...
@@ -62,13 +67,16 @@ class Plan:
     use: CacheUse
     key: str
     identity: Identity
+    semantic: bool = False  # a similar prompt's answer too (blazar/serving/semantic_step.py)
 
 
 class ResponseCache:
     def __init__(self, app: Blazar) -> None:
         self.app = app
         self.store = AnswerStore(self._max_bytes())
-        self._filling: dict[str, Plan] = {}  # trace id -> the entry its engine's answer is taped for
+        self.semantic = SemanticCache(app)
+        # trace id -> the entry its engine's answer is taped for, and its prompt's vector (semantic)
+        self._filling: dict[str, tuple[Plan, Probe | None]] = {}
         self._identities: dict[str, Identity] = {}  # a model's, as its last request found it
         self.unsubscribe = app.log.subscribe(self._on_commit)
 
@@ -80,6 +88,7 @@ class ResponseCache:
         for rec in batch:
             if isinstance(rec.event, ModelRemoved):
                 self.store.drop_model(rec.event.name)
+                self.semantic.index.drop_model(rec.event.name)
 
     # -- the step ------------------------------------------------------------------------------------------------------
 
@@ -91,12 +100,21 @@ class ResponseCache:
             entry = self.store.get(plan.key)
             if entry is not None:
                 return await self._hit(call, plan, entry, watcher, pipeline)
-        self._filling[call.trace_id] = plan
+        probe = None
+        if plan.semantic:  # exact first, then a similar prompt's answer (its vector kept with a new answer)
+            probe = await self.semantic.probe(call, plan.identity, pipeline.serve, self.store.__contains__)
+            found = self.store.get(probe.match.entry) if probe is not None and probe.match is not None else None
+            if plan.use == "use" and found is not None and probe is not None and probe.match is not None:
+                return await self._hit(call, plan, found, watcher, pipeline, probe.match)
+            if plan.use == "use" and probe is not None:
+                call.emit(probe.missed(call.trace_id, call.name or call.model))
+        self._filling[call.trace_id] = (plan, probe)
         try:
             answer = await pipeline.run(call, watcher)
         finally:
             self._filling.pop(call.trace_id, None)
-        answer.headers[CACHE_HEADER] = "refresh" if plan.use == "refresh" else "miss"
+        said = "refresh" if plan.use == "refresh" else "miss"
+        answer.headers[CACHE_HEADER] = f"{said}; {probe.said()}" if probe is not None else said
         return answer
 
     def plan(self, call: Call) -> Plan | None:
@@ -114,7 +132,8 @@ class ResponseCache:
             return None
         identity = self._identity(call)
         key = cache_key(r.tenant, identity, r.engine_path, call.ask.engine_body(), stream=r.stream)
-        return None if key is None else Plan(use, key, identity)
+        semantic = semantic_on(key_setting, model_setting) and self.semantic.enabled()
+        return None if key is None else Plan(use, key, identity, semantic)
 
     def _identity(self, call: Call) -> Identity:
         """The model's file, engine build, posture and template now; a model whose identity moved has its entries
@@ -134,29 +153,39 @@ class ResponseCache:
         return identity
 
     async def _hit(self, call: Call, plan: Plan, entry: Entry, watcher: asyncio.Task[None] | None,
-                   pipeline: Pipeline) -> Answer:
+                   pipeline: Pipeline, similar: Match | None = None) -> Answer:
         age_s = max(0.0, self.app.clock.now() - entry.stored_at)
-        call.emit(RequestCacheHit(trace_id=call.trace_id, model=call.name or call.model, source="exact",
-                                  entry=plan.key, age_s=round(age_s, 3)))
+        if similar is None:
+            call.emit(RequestCacheHit(trace_id=call.trace_id, model=call.name or call.model, source="exact",
+                                      entry=plan.key, age_s=round(age_s, 3)))
+            said = f"hit; age={age_s:.1f}"
+        else:
+            call.emit(RequestCacheHit(trace_id=call.trace_id, model=call.name or call.model, source="semantic",
+                                      entry=similar.entry, age_s=round(age_s, 3),
+                                      similarity=round(similar.similarity, 4)))
+            said = f"hit-semantic; similarity={similar.similarity:.3f}; age={age_s:.1f}"
         rename = Rename(entry.served_as, call.model) if entry.served_as and entry.served_as != call.model else None
-        return await pipeline.answer(call, Stored(entry, rename), watcher, {CACHE_HEADER: f"hit; age={age_s:.1f}"})
+        return await pipeline.answer(call, Stored(entry, rename), watcher, {CACHE_HEADER: said})
 
     # -- the engine's answer, taped ------------------------------------------------------------------------------------
 
     def tap(self, call: Call, upstream: Upstream) -> Upstream:
         """`upstream` as it is, or taped for the entry `call` fills (a 200 only: a refusal is never kept)."""
-        plan = self._filling.get(call.trace_id)
-        if plan is None or upstream.status_code != 200:
+        filling = self._filling.get(call.trace_id)
+        if filling is None or upstream.status_code != 200:
             return upstream
+        plan, probe = filling
         inst = call.instance
         served_as = inst.served_as if inst is not None else None
         name = call.name or call.model
         content_type = upstream.headers.get("content-type", "application/json")
 
         def keep(blocks: tuple[bytes, ...]) -> None:
-            self.store.put(plan.key, Entry(model=name, status=200, content_type=content_type,
-                                           stream=call.request.stream, blocks=blocks, served_as=served_as,
-                                           stored_at=self.app.clock.now()))
+            kept = self.store.put(plan.key, Entry(model=name, status=200, content_type=content_type,
+                                                  stream=call.request.stream, blocks=blocks, served_as=served_as,
+                                                  stored_at=self.app.clock.now()))
+            if kept and probe is not None:
+                self.semantic.keep(probe, plan.key, name)
 
         return Tape(upstream, keep, stream=call.request.stream, max_bytes=self.store.max_bytes)
 

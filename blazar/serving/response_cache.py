@@ -23,7 +23,7 @@ import orjson
 CACHE_HEADER = "x-blazar-cache"
 CacheUse = Literal["use", "refresh"]
 CACHE_CHOICES = ("use", "refresh", "off")  # the X-Blazar-Cache header's values
-SETTING_CHOICES = ("exact", "off")  # a model's or a key's setting (unset: no say)
+SETTING_CHOICES = ("exact", "semantic", "off")  # a model's or a key's setting (unset: no say)
 # Engine fields that place or tag one request and never change its answer (the slot it runs on, whether the engine
 # may reuse its KV): left out of the key.
 VOLATILE_FIELDS = frozenset({"id_slot", "cache_prompt", "user"})
@@ -38,7 +38,7 @@ def cache_use(header: str | None, key_setting: str | None, model_setting: str | 
     if header is not None:
         return None if header == "off" else "refresh" if header == "refresh" else "use"
     setting = key_setting if key_setting is not None else model_setting
-    return "use" if setting == "exact" else None
+    return "use" if setting in ("exact", "semantic") else None
 
 
 def deterministic(body: Mapping[str, Any]) -> bool:
@@ -103,6 +103,9 @@ class AnswerStore:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
 
     def get(self, key: str) -> Entry | None:
         entry = self._entries.get(key)

@@ -205,8 +205,8 @@ def _within(what: str, value: Any, limit: int) -> None:
 # -- what a change makes of the settings -------------------------------------------------------------------------
 
 
-CacheSetting = Literal["exact", "off"] | None
-_CACHE_SETTINGS: dict[str, CacheSetting] = {"exact": "exact", "off": "off", "none": None}
+CacheSetting = Literal["exact", "semantic", "off"] | None
+_CACHE_SETTINGS: dict[str, CacheSetting] = {"exact": "exact", "semantic": "semantic", "off": "off", "none": None}
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,7 @@ class SettingsChange:
     reasoning_budget: int | None = None  # thinking tokens (blazar/serving/reasoning.py); None: leave as is
     reasoning_effort: str | None = None
     clear_reasoning: bool = False  # both back to none (before any set by the same change)
-    cache: str | None = None  # the response cache: "exact", "off", or "none" (no say); None: leave as is
+    cache: str | None = None  # the response cache: "exact", "semantic", "off", or "none" (no say); None: leave as is
 
     def applied_to(self, old: ModelSettings | None, known: Iterable[str] = BUILTIN_TEMPLATES
                    ) -> tuple[ModelSettings, list[str]]:
@@ -302,7 +302,7 @@ class SettingsChange:
         if self.cache is None:
             return had
         if self.cache not in _CACHE_SETTINGS:
-            raise InvalidModelSettings(f"cache: expected exact, off or none, got {self.cache[:32]!r}")
+            raise InvalidModelSettings(f"cache: expected exact, semantic, off or none, got {self.cache[:32]!r}")
         wanted = _CACHE_SETTINGS[self.cache]
         if wanted != had:
             changed.append("cache")

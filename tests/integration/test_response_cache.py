@@ -23,6 +23,7 @@ from tests.support.serving import blazar_cli, serving_gemma
 
 MODEL = "gemma"
 TOKENS = 4
+THRESHOLD = 0.95  # routing.semantic_cache_threshold's default
 ENGINE_BOUND = ("request.routed", "request.admitted")
 TOLD = ("request.received", "request.cache_hit", *ENGINE_BOUND, "request.completed", "request.failed")
 
@@ -191,3 +192,29 @@ def test_after_the_model_changed_the_same_request_misses(cached: Cached) -> None
     _, h = _openai(cached, "alice", prompt, False, {})
     assert h["x-blazar-cache"] == "miss"
     assert set(ENGINE_BOUND) <= set(cached.trace(h["x-blazar-trace-id"]))
+
+
+def test_a_similar_prompt_is_a_semantic_hit_of_the_same_key_only(cached: Cached) -> None:
+    # Last in this module: the first embedding reloads the model's instance with the embeddings endpoint on.
+    cached.cli("config", "set", "routing.semantic_cache_model", MODEL)  # the demo model embeds as well as it chats
+    for name in ("dave", "erin"):
+        cached.secrets[name] = json.loads(cached.cli("keys", "create", name, "--cache", "semantic", "--json").stdout)[
+            "secret"]
+    first, h = _openai(cached, "dave", "Name one colour of the deep blue sea.", False, {})
+    assert h["x-blazar-cache"].startswith("miss") and first
+    again, h = _openai(cached, "dave", "Name one colour of the deep blue sea!", False, {})
+    print("similar:", h["x-blazar-cache"])
+    assert h["x-blazar-cache"].startswith("hit-semantic; similarity=") and again == first
+    trace = h["x-blazar-trace-id"]
+    assert "request.cache_hit" in cached.trace(trace) and not set(ENGINE_BOUND) & set(cached.trace(trace))
+    [hit] = [e["data"] for e in read_events(cached.home, "request.cache_hit") if e["trace_id"] == trace]
+    assert hit["source"] == "semantic" and THRESHOLD <= hit["similarity"] <= 1
+    assert "answered from the response cache (semantic, similarity" in cached.cli("why", trace).stdout
+    _, h = _openai(cached, "erin", "Name one colour of the deep blue sea!", False, {})  # another key: its own
+    print("other key:", h["x-blazar-cache"])
+    assert h["x-blazar-cache"].startswith("miss")
+    _, h = _openai(cached, "dave", "Count from one to five: one, two,", False, {})  # another question
+    print("dissimilar:", h["x-blazar-cache"])
+    assert h["x-blazar-cache"].startswith("miss; semantic=")
+    assert set(ENGINE_BOUND) <= set(cached.trace(h["x-blazar-trace-id"]))
+    assert "not answered from the semantic cache" in cached.cli("why", h["x-blazar-trace-id"]).stdout

@@ -91,7 +91,8 @@ class Pipeline:
 def app(mib: int = 1) -> Any:
     return SimpleNamespace(
         log=SimpleNamespace(subscribe=lambda listener: (lambda: None)),
-        settings=lambda: SimpleNamespace(routing=SimpleNamespace(response_cache_mib=mib)),
+        settings=lambda: SimpleNamespace(routing=SimpleNamespace(
+            response_cache_mib=mib, semantic_cache_model="", semantic_cache_threshold=0.95, semantic_cache_entries=0)),
         runner=SimpleNamespace(state=lambda name: SimpleNamespace(active=None, engines={}, models={})),
         clock=SimpleNamespace(now=lambda: 1000.0))
 
