@@ -27,7 +27,7 @@ def test_set_show_and_clear_each_setting(cli: Cli, tmp_path: Path) -> None:
     shown = cli("show", "tiny", "--json").json()["settings"]
     assert shown == {"template_kind": "jinja", "template": JINJA, "system": "Be brief.",
                      "parameters": {"temperature": 0.25, "stop": ["<x>", "<y>"], "num_ctx": 512}, "rerank": False,
-                     "lora": {}}
+                     "lora": {}, "reasoning_budget": None, "reasoning_effort": None, "cache": None}
     text = cli("show", "tiny").stdout
     assert f"Jinja, {len(JINJA)} characters" in text and "Be brief." in text and "temperature=0.25" in text
     cli("model", "set", "tiny", "--template", "chatml", "--clear-system", "--clear-param", "stop")
