@@ -230,6 +230,9 @@ def test_a_forwarded_request_keeps_its_keys_tenancy_and_session_on_the_serving_n
     a, b = pair
     b.cli("load", "tiny", timeout=120)
     secret = a.cli("keys", "create", "alice", "--json").json()["secret"]
+    # a follows the shared log: until it has folded the key, keys are off there and a request runs as the owner.
+    wait_for(lambda: httpx2.get(f"http://127.0.0.1:{a.port}/v1/models", timeout=10).status_code == 401,
+             "node a has folded alice's key", timeout=60)
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{a.port}/v1", api_key=secret, max_retries=0, timeout=60)
     raw = client.chat.completions.with_raw_response.create(
         model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2,
