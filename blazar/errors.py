@@ -22,6 +22,7 @@
     ├── OutsideHome            409  a path the log names leads outside the home's directory for it (names the event)
     ├── DaemonRunning               an operation that must not run under a live daemon
     ├── DaemonUnavailable           the CLI found no daemon to talk to
+    ├── ServiceError                `blazar service` refused: no root for a system unit, an unsupported platform
     ├── RemoteError                 the daemon answered with an error (its code, status and the CLI's exit code)
     ├── PortInUse                   the port is taken by another program
     ├── UnsafeBind                  a bind wider than loopback with no API key
@@ -654,6 +655,14 @@ class UnsafeNodeUrl(UnsafeBind):
 
 class DaemonUnavailable(BlazarError):
     code = "daemon_unavailable"
+
+
+class ServiceError(BlazarError):
+    """`blazar service` cannot do what it was asked here: a system unit without root, a platform with neither
+    systemd nor launchd, a path a unit file cannot hold."""
+
+    code = "service_error"
+    exit_code = 2
 
 
 class RemoteError(BlazarError):

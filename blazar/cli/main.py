@@ -56,6 +56,7 @@ COMMANDS: dict[str, str] = {
     "remote": "remote_cmds:app",
     "worker": "worker_cmds:app",
     "node": "node_cmds:app",
+    "service": "service_cmds:app",
 }
 # `blazar launch -- CMD ARGS`: everything after the command's own options is the program's.
 _CONTEXT_SETTINGS: dict[str, dict[str, Any]] = {"launch": {"allow_interspersed_args": False}}

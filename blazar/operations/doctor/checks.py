@@ -16,6 +16,7 @@ from blazar.operations.doctor.archive import archive_checks
 from blazar.operations.doctor.logdb import log_checks
 from blazar.operations.doctor.orphans import orphans
 from blazar.operations.doctor.report import Check, ok
+from blazar.operations.doctor.service import service
 from blazar.paths import Paths
 
 # Origins of a projection's start (ProjectionRunner) that mean its stored checkpoint could not be used.
@@ -35,6 +36,7 @@ async def before_open(paths: Paths, env: Mapping[str, str], *, loose_modes: list
         machine.config_file(paths.config_file),
         machine.daemon_file(paths, seen),
         orphans(paths.engines, seen.holder if seen.live else None, paths.models),
+        service(paths, env),
     ]
 
 
