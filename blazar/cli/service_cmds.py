@@ -22,10 +22,10 @@ from blazar.operations.service.target import Scope
 app = typer.Typer(help="Run the daemon as a service: a systemd unit (a user unit by default; --system for one that "
                   "starts at boot as you) or, on macOS, a launchd agent.", no_args_is_help=True)
 
-USER_OPTION = typer.Option(False, "--user", help="This user's unit (the default): ~/.config/systemd/user/blazar.service, "
-                           "started with your session manager.")
-SYSTEM_OPTION = typer.Option(False, "--system", help="A system unit, /etc/systemd/system/blazar.service, started at boot "
-                             "and run as the user behind sudo (needs root: sudo).")
+USER_OPTION = typer.Option(False, "--user", help="This user's unit (the default): "
+                           "~/.config/systemd/user/blazar.service, started with your session manager.")
+SYSTEM_OPTION = typer.Option(False, "--system", help="A system unit, /etc/systemd/system/blazar.service, started at "
+                             "boot and run as the user behind sudo (needs root: sudo).")
 
 
 def _setup(user: bool, system: bool, *, writing: bool, scope: Scope | None = None) -> Setup:

@@ -112,9 +112,9 @@ def uninstall(where: Place, ctl: Systemctl, *, uid: int) -> Done:
     where.path.unlink()
     if not disable.ok:
         # Without systemd's help its enable link goes too (it was made by a `systemctl enable` run by hand).
-        for wants in where.path.parent.glob(f"*.wants/{UNIT_NAME}"):
-            if wants.is_symlink():
-                wants.unlink()
+        for wants in where.path.parent.glob("*.wants"):  # NOTE: not a glob of the link: it dangles now
+            if (wants / UNIT_NAME).is_symlink():
+                (wants / UNIT_NAME).unlink()
         return Done(where, True, (disable,), (f"{cmd} stop {UNIT_NAME}", f"{cmd} daemon-reload"),
                     _unreachable(disable))
     return Done(where, True, (disable, ctl("daemon-reload", user=user)))
