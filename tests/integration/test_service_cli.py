@@ -69,7 +69,7 @@ def test_install_status_doctor_and_uninstall_of_the_user_unit(service_cli: Cli, 
     assert _calls(tmp_path) == ["--user daemon-reload", "--user is-active blazar.service",
                                 "--user enable blazar.service", "--user restart blazar.service"]
     text = unit.read_text()
-    assert f'Environment="BLAZAR_HOME={home}"' in text and f'ReadWritePaths="{home}"' in text
+    assert f'Environment="BLAZAR_HOME={home}"' in text and f'ReadWritePaths="-{home}"' in text
 
     status = service_cli("service", "status", "--user", "--json")
     (row,) = status.json()["services"]

@@ -25,7 +25,6 @@ NO_RESTART_EXIT = "2 9"
 HARDENING = (
     ("NoNewPrivileges", "yes"),
     ("ProtectSystem", "strict"),
-    ("PrivateTmp", "yes"),
     ("ProtectKernelTunables", "yes"),
     ("ProtectKernelModules", "yes"),
     ("ProtectControlGroups", "yes"),
@@ -80,11 +79,21 @@ def render(t: Target, scope: Scope) -> str:
                 "# when it has exited (or at TimeoutStopSec) gets SIGKILL.",
                 "KillMode=mixed", f"TimeoutStopSec={TIMEOUT_STOP_S}", "UMask=0077",
                 *(f"{k}={v}" for k, v in HARDENING),
-                "ReadWritePaths=" + " ".join(quote(p) for p in t.writable)]
+                *_private_tmp(t.writable),
+                # `-`: a directory missing at start (an archive_dir not made yet) is skipped, not a failed start.
+                "ReadWritePaths=" + " ".join(quote(f"-{p}") for p in t.writable)]
     install = ["[Install]", f"WantedBy={'default.target' if scope == 'user' else 'multi-user.target'}"]
     head = [f"# Written by `blazar service install` (blazar {__version__}). Install again rather than edit it;",
             f"# local additions go in a drop-in: systemctl{' --user' if scope == 'user' else ''} edit blazar"]
     return "\n".join([*head, "", *unit, "", *service, "", *install]) + "\n"
+
+
+def _private_tmp(writable: tuple[str, ...]) -> list[str]:
+    """A private /tmp, unless the home is in the shared one: the service would not see it (and fail to start)."""
+    shared = [p for p in writable if any(p == d or p.startswith(f"{d}/") for d in ("/tmp", "/var/tmp"))]
+    if shared:
+        return [f"# No PrivateTmp: {shared[0]} is in the shared /tmp, which a private one would hide."]
+    return ["PrivateTmp=yes"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,20 +39,33 @@ def _lines(unit: str) -> set[str]:
     return {line for line in unit.splitlines() if line and not line.startswith("#")}
 
 
-def test_the_user_unit_runs_this_install_for_this_home_hardened_and_restarted_on_failure(tmp_path: Path) -> None:
-    t = _target(tmp_path)
+def test_the_user_unit_runs_this_install_for_this_home_hardened_and_restarted_on_failure() -> None:
+    t = Target(argv=("/opt/blazar/bin/blazar", "serve"), env=(("BLAZAR_HOME", "/home/alice/blazar"),),
+               writable=("/home/alice/blazar", "/srv/archive"), log_dir="/home/alice/blazar/log")
     unit = systemd.render(t, "user")
-    assert f'ExecStart="{tmp_path}/venv/bin/blazar" "serve"' in unit
-    assert f'Environment="BLAZAR_HOME={tmp_path}/home"' in unit
-    assert {"Type=exec", "Restart=on-failure", "RestartSec=5", "KillMode=mixed", "TimeoutStopSec=90",
-            "NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateTmp=yes", f'ReadWritePaths="{tmp_path}/home"',
-            "WantedBy=default.target"} <= _lines(unit)
+    assert {'ExecStart="/opt/blazar/bin/blazar" "serve"', 'Environment="BLAZAR_HOME=/home/alice/blazar"',
+            "Type=exec", "Restart=on-failure", "RestartSec=5", "KillMode=mixed", "TimeoutStopSec=90",
+            "NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateTmp=yes",
+            'ReadWritePaths="-/home/alice/blazar" "-/srv/archive"', "WantedBy=default.target"} <= _lines(unit)
     # What would take the GPUs or the engines' memory away from llama-server is not there.
     for absent in ("PrivateDevices", "DeviceAllow", "ProtectClock", "MemoryDenyWriteExecute", "NoExecPaths", "User="):
         assert absent not in unit
-    system = systemd.render(_target(tmp_path, user="alice"), "system")
+    system = systemd.render(Target(**{**_fields(t), "user": "alice"}), "system")
     assert {"User=alice", "WantedBy=multi-user.target", "After=network-online.target",
             "CapabilityBoundingSet="} <= _lines(system)
+
+
+def test_a_home_in_the_shared_tmp_gets_no_private_tmp_which_would_hide_it() -> None:
+    t = Target(argv=("/opt/b/blazar", "serve"), env=(("BLAZAR_HOME", "/var/tmp/b"),), writable=("/var/tmp/b",),
+               log_dir="/var/tmp/b/log")
+    unit = systemd.render(t, "user")
+    assert "PrivateTmp=yes" not in unit
+    assert "# No PrivateTmp: /var/tmp/b is in the shared /tmp, which a private one would hide." in unit
+    assert "PrivateTmp=yes" in systemd.render(Target(**{**_fields(t), "writable": ("/var/tmpfoo",)}), "user")
+
+
+def _fields(t: Target) -> dict[str, object]:
+    return {"argv": t.argv, "env": t.env, "writable": t.writable, "log_dir": t.log_dir, "user": t.user}
 
 
 def test_an_awkward_home_and_install_path_read_back_exactly_as_written(tmp_path: Path) -> None:
@@ -106,9 +119,13 @@ def test_systemd_analyze_verifies_the_unit_without_a_word_even_for_an_awkward_ho
     Path(t.writable[0]).mkdir(parents=True)
     unit = tmp_path / "units" / "blazar.service"
     unit.parent.mkdir()
-    unit.write_text(systemd.render(t, "system" if scope == "system" else "user"))
-    done = _verify(unit, user=scope == "user", runtime=tmp_path / "runtime")
-    assert (done.returncode, done.stdout + done.stderr) == (0, ""), unit.read_text()
+    # Both shapes: the home in the shared /tmp (as tmp_path is), and elsewhere (with PrivateTmp).
+    for writable in (t.writable, ("/srv/blazar home %h",)):
+        text = systemd.render(Target(**{**_fields(t), "writable": writable}), "system" if scope == "system" else "user")
+        unit.write_text(text)
+        done = _verify(unit, user=scope == "user", runtime=tmp_path / "runtime")
+        assert (done.returncode, done.stdout + done.stderr) == (0, ""), text
+    assert "PrivateTmp=yes" in text
     # The check has teeth: ExecStart's program is looked up, through the same quoting.
     os.unlink(t.argv[0])
     broken = _verify(unit, user=scope == "user", runtime=tmp_path / "runtime")
