@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from blazar.cli.main import app as blazar_cli
 from blazar.operations.service.target import this_install
 from tests.conftest import Cli
 
@@ -91,3 +93,12 @@ def test_install_status_doctor_and_uninstall_of_the_user_unit(service_cli: Cli, 
     gone = service_cli("service", "status", "--user", "--json", check=False)
     assert gone.code == 1 and gone.json()["services"][0]["installed"] is False
     assert "nothing to remove" in service_cli("service", "uninstall").stdout
+
+
+def test_service_explains_itself_and_refuses_both_scopes_at_once(service_cli: Cli) -> None:
+    res = CliRunner().invoke(blazar_cli, ["service", "--help"], prog_name="blazar", env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and all(word in res.output for word in ("install", "uninstall", "status"))
+    res = CliRunner().invoke(blazar_cli, ["service", "install", "--help"], prog_name="blazar", env={"COLUMNS": "200"})
+    assert "--user" in res.output and "--system" in res.output
+    both = service_cli("service", "install", "--user", "--system", check=False)
+    assert both.code == 2 and both.stderr.startswith("error: --user and --system: choose one")
