@@ -6,6 +6,9 @@ commands to run."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,8 +16,11 @@ import pytest
 from typer.testing import CliRunner
 
 from blazar.cli.main import app as blazar_cli
+from blazar.operations.service import systemd
 from blazar.operations.service.target import this_install
 from tests.conftest import Cli
+from tests.support import cli_zygote
+from tests.support.daemon import WAIT_S, free_port, healthy, wait_for
 
 FAKE_SYSTEMCTL = """#!/bin/sh
 # A stand-in for systemctl: each call's argv appended to $FAKE_SYSTEMCTL_LOG, the unit's state in a file beside it.
@@ -102,3 +108,38 @@ def test_service_explains_itself_and_refuses_both_scopes_at_once(service_cli: Cl
     assert "--user" in res.output and "--system" in res.output
     both = service_cli("service", "install", "--user", "--system", check=False)
     assert both.code == 2 and both.stderr.startswith("error: --user and --system: choose one")
+
+
+def test_the_units_own_command_serves_the_home_it_names_and_sigterm_stops_it_cleanly(
+        service_cli: Cli, home: Path, tmp_path: Path) -> None:
+    """What systemd would run, as it would run it (ExecStart's words, Environment=, HOME, a bare PATH, another
+    working directory): the daemon for the unit's home; SIGTERM, systemd's stop, ends it with exit 0, which
+    Restart=on-failure leaves stopped."""
+    port = free_port()
+    service_cli("config", "set", "server.port", str(port))
+    service_cli("service", "install")
+    unit = tmp_path / "user" / ".config" / "systemd" / "user" / "blazar.service"
+    seen = systemd.read(unit.read_text(), user_home=str(tmp_path / "user"))
+    program = this_install(sys.executable)
+    assert seen.argv == (*program, "serve")
+    env = {"HOME": str(tmp_path / "user"), "PATH": "/usr/bin:/bin", **seen.env}
+    if os.environ.get("PYTHONPATH"):  # a checkout run without an editable install: the harness's, not systemd's
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    journal = tmp_path / "journal.log"
+    # The zygote is this interpreter running blazar.cli.main, which is what `program` runs (its script's entry).
+    proc: subprocess.Popen[bytes] | cli_zygote.Process
+    if cli_zygote.enabled():
+        proc = cli_zygote.start(list(seen.argv[len(program):]), env=env, stdout=journal, stderr=journal)
+    else:
+        with journal.open("wb") as sink:
+            proc = subprocess.Popen(list(seen.argv), env=env, cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: healthy(port), "the service's daemon to answer /health", proc=proc)
+        assert (home / "run" / "daemon.json").is_file()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=WAIT_S) == 0, journal.read_text()
+        assert not (home / "run" / "daemon.json").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=WAIT_S)
