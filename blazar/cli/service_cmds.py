@@ -61,12 +61,12 @@ def _print_ran(done: manage.Done) -> None:
 def install(user: bool = USER_OPTION, system: bool = SYSTEM_OPTION, as_json: bool = JSON_OPTION) -> None:
     """Write the unit for this install and this home (hardened: read-only system, the home writable, a private
     /tmp, restarted on failure, the engines stopped with the daemon), then `systemctl daemon-reload`, `enable` and
-    `restart` it. Installing again rewrites it (after a move of the home or the install). Without a reachable
-    systemd the file is still written and the commands are printed. On macOS: the launchd agent, and the launchctl
-    command that loads it."""
+    `restart` it. Installing again rewrites it (after a move of the home or the install) and restarts it, unless it
+    is unchanged and running. Without a reachable systemd the file is still written and the commands are printed.
+    On macOS: the launchd agent, and the launchctl command that loads it."""
     s = _setup(user, system, writing=True)
     if s.place.scope == "user":
-        s.paths.ensure()  # ReadWritePaths of a missing directory would fail the service's start
+        s.paths.ensure()  # the service could not make it: under ProtectSystem=strict only what exists is writable
     elif not s.paths.data_dir.is_dir():
         raise ServiceError(f"the home {s.paths.data_dir} does not exist yet: run `blazar list` once as "
                                   f"{s.target.user} to make it, then install again")

@@ -90,6 +90,8 @@ def install(t: Target, where: Place, ctl: Systemctl, *, daemon_pid: int | None, 
         return Done(where, changed, tuple(ran), (f"kill -TERM {daemon_pid}", f"{cmd} start {UNIT_NAME}"),
                     f"a daemon (pid {daemon_pid}) already serves this home outside the service: stop it, then "
                     "start the service")
+    if not changed and active.output == "active":
+        return Done(where, changed, tuple(ran))  # the same unit, running: nothing to restart it for
     # NOTE: restart, not start: a service already running an older unit picks up the new one.
     ran.append(ctl("restart", UNIT_NAME, user=user))
     if not ran[-1].ok:

@@ -59,8 +59,14 @@ def test_install_writes_the_unit_then_reloads_enables_and_restarts_and_a_second_
                          ("--user", "enable", "blazar.service"), ("--user", "restart", "blazar.service")]
     assert oct(where.path.stat().st_mode & 0o777) == "0o644"
     assert not [p for p in where.path.parent.iterdir() if p.name != "blazar.service"]  # no temporary left
-    again = install(t, where, FakeSystemctl(active="active"), daemon_pid=1234, uid=1000)
-    assert not again.changed and again.todo == ()  # the running daemon is the service's own: restarted
+    running = FakeSystemctl(active="active")
+    again = install(t, where, running, daemon_pid=1234, uid=1000)  # the running daemon is the service's own
+    assert not again.changed and again.todo == ()
+    assert ("--user", "restart", "blazar.service") not in running.calls  # the same unit: not restarted for nothing
+    older = FakeSystemctl(active="active")
+    where.path.write_text(where.path.read_text().replace("TimeoutStopSec=90", "TimeoutStopSec=30"))
+    assert install(t, where, older, daemon_pid=1234, uid=1000).changed
+    assert older.calls[-1] == ("--user", "restart", "blazar.service")  # a changed unit restarts the service
     found = look(where, t, paths, FakeSystemctl(active="active"), user_home="/home/u")
     assert found is not None and found.points_here and found.active == "active"
 
