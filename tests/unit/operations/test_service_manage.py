@@ -5,7 +5,6 @@ platform, root for a system unit, the user behind sudo; and doctor's check of an
 
 from __future__ import annotations
 
-import os
 import pwd
 from pathlib import Path
 
@@ -147,12 +146,13 @@ def test_a_system_unit_needs_root_and_runs_as_the_user_behind_sudo(tmp_path: Pat
     env = {"HOME": str(tmp_path), "BLAZAR_HOME": str(tmp_path / "home")}
     with pytest.raises(ServiceError, match="needs root"):
         setup("system", env, executable="/x/python", platform="linux", euid=1000, writing=True)
-    me = pwd.getpwuid(os.geteuid())
-    looked = setup("system", env, executable="/x/python", platform="linux", euid=1000, writing=False)
+    other = next(p for p in pwd.getpwall() if p.pw_uid != 0)  # a user that is not root, whoever runs the tests
+    looked = setup("system", env, executable="/x/python", platform="linux", euid=other.pw_uid, writing=False)
     assert looked.place.path == Path("/etc/systemd/system/blazar.service")  # status needs no root
-    assert invoking_user({"SUDO_USER": me.pw_name}, 0).pw_name == me.pw_name
+    assert looked.target.user == other.pw_name
+    assert invoking_user({"SUDO_USER": other.pw_name}, 0).pw_name == other.pw_name
     assert invoking_user({"SUDO_USER": "no-such-user-here"}, 0).pw_uid == 0
-    assert invoking_user({"SUDO_USER": me.pw_name}, 1000).pw_uid == 1000  # not root: sudo is not in play
+    assert invoking_user({"SUDO_USER": "root"}, other.pw_uid).pw_uid == other.pw_uid  # not root: no sudo in play
     as_root = setup("system", env, executable="/x/python", platform="linux", euid=0, writing=True)
     assert as_root.target.user == "root" and as_root.paths.data_dir == tmp_path / "home"
 
