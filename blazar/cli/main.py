@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "bench": "bench_cmds:bench",
     "coreside": "fit_cmds:coreside",
     "search": "search_cmds:search",
+    "drafts": "search_cmds:drafts",
     "events": "events_cmds:events",
     "state": "events_cmds:state",
     "snapshot": "snapshot_cmds:snapshot",

@@ -14,6 +14,7 @@ from blazar.fit.refusal import fmt_bytes
 
 if TYPE_CHECKING:
     from blazar.queries.hub_search import SearchResult, Verdict
+    from blazar.tuning.drafts import DraftGain
 
 
 def search(
@@ -58,3 +59,37 @@ def _said(v: Verdict) -> str:
         return f"yes: {v.where}, ctx {v.ctx}"
     return f"no: {v.detail}" if v.fits is False else v.detail
 
+
+def drafts(
+    model: Annotated[str, typer.Argument(help="A model in the store.")],
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """The models in the store that could draft for MODEL in speculative decoding (the same tokenizer, smaller):
+    whether each fits beside it, and the decode speed-up `blazar tune` last measured with it."""
+    from blazar.tuning.drafts import DraftReport, draft_report
+
+    async def go() -> DraftReport:
+        async with opened() as app:
+            return await draft_report(app, model)
+
+    report = run(go())
+    if as_json:
+        print_json(report.model_dump(mode="json"))
+        return
+    if not report.drafts:
+        out.print(f"no model in the store could draft for {report.model}")
+    else:
+        table = Table("draft", "size", "fits beside", "last measured gain", box=None, header_style="bold")
+        for d in report.drafts:
+            table.add_row(d.name, fmt_bytes(d.bytes), "yes" if d.fits_beside else f"no: {d.fit_detail}",
+                          _gain(d.gain))
+        out.print(table)
+    for name, why in sorted(report.others.items()):
+        out.print(f"not a draft: {name} ({why})")
+
+
+def _gain(g: DraftGain | None) -> str:
+    if g is None:
+        return "not measured"
+    each = ", ".join(f"{w} {x:.2f}x" for w, x in sorted(g.by_workload.items()))
+    return f"{g.ratio:.2f}x decode ({each}; engine {g.engine_tag})"

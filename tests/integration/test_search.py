@@ -51,9 +51,9 @@ def test_search_lists_each_quant_with_its_size_and_plan(repos: dict[str, dict[st
     rows = _rows(result)
     q8, q4, f16 = rows[f"{TINY}:Q8_0"], rows[f"{TINY}:Q4_K_M"], rows[f"{TINY}:F16"]
     tiny = repos[TINY]
-    assert q8.size_bytes == Path(tiny["tiny-Q8_0.gguf"]).stat().st_size  # type: ignore[arg-type]
+    assert q8.size_bytes == Path(tiny["tiny-Q8_0.gguf"]).stat().st_size
     assert f16.files == ["F16/tiny-F16-00001-of-00002.gguf", "F16/tiny-F16-00002-of-00002.gguf"]
-    assert f16.size_bytes == sum(Path(tiny[p]).stat().st_size for p in f16.files)  # type: ignore[arg-type]
+    assert f16.size_bytes == sum(Path(tiny[p]).stat().st_size for p in f16.files)
     for m in (q8, q4, f16):
         assert m.verdict.fits is True and m.verdict.where == "CPU" and m.verdict.ctx == 2048, m
     assert not any("mmproj" in t for t in rows)  # a projector is not a model
@@ -73,7 +73,7 @@ def test_a_machine_too_small_gets_the_planners_reason(repos: dict[str, dict[str,
 
 def test_the_header_budget_plans_each_repos_first_model_first(repos: dict[str, dict[str, bytes | Path]]) -> None:
     with HubServer({TINY: repos[TINY], "org/tiny-other-GGUF": {"o-Q6_K.gguf": repos[TINY]["tiny-Q8_0.gguf"]}}) as hub:
-        one = Path(repos[TINY]["tiny-Q4_K_M.gguf"]).stat().st_size  # type: ignore[arg-type]
+        one = Path(repos[TINY]["tiny-Q4_K_M.gguf"]).stat().st_size
         budget = SearchBudget(header_bytes=2 * one + 1024, first_bytes=one + 512, workers=1)
         result = search_hub(Hub(hub.url), [host(64 * GiB)], "tiny", budget)
     rows = _rows(result)
