@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from blazar.adapters.gguf_inspect import header_bytes_needed_hint
 from blazar.adapters.hub import DEFAULT_QUANT, Hub, RemoteModel, RemoteRepo, gguf_models
-from blazar.errors import BlazarError
+from blazar.errors import BlazarError, SearchBudgetSpent
 from blazar.fit import Device, FitPlan, FitRequest, plan
 from blazar.instances.planning import remote_metadata
 
@@ -102,10 +102,6 @@ def planning_order(repos: list[tuple[str, list[RemoteModel]]]) -> list[tuple[str
     return out
 
 
-class _Spent(Exception):
-    """The search's header budget (bytes or time) ran out before this header was read."""
-
-
 class _Metered:
     """The hub's `fetch_range`, charged to one budget shared by the search's threads: a range is reserved before it
     is asked for, so no two threads together read past the budget."""
@@ -121,9 +117,9 @@ class _Metered:
     def fetch_range(self, repo: str, filename: str, start: int, end: int, revision: str = "main") -> bytes:
         with self._lock:
             if self._clock() > self._deadline:
-                raise _Spent("the search's time budget is spent")
+                raise SearchBudgetSpent("the search's time budget is spent")
             if end - start > self._left:
-                raise _Spent("the search's header budget is spent")
+                raise SearchBudgetSpent("the search's header budget is spent")
             self._left -= end - start
         data = self._hub.fetch_range(repo, filename, start, end, revision)
         with self._lock:
@@ -166,8 +162,8 @@ def _planned(metered: _Metered, devices: list[Device], budget: SearchBudget, rep
         return Verdict(fits=None, detail="not planned: some of its split parts are missing from the repo")
     try:
         meta = remote_metadata(metered, repo, list(m.files), first_bytes=budget.first_bytes)
-    except _Spent as e:
-        return Verdict(fits=None, detail=f"not planned: {e}")
+    except SearchBudgetSpent as e:
+        return Verdict(fits=None, detail=f"not planned: {e.message}")
     except BlazarError as e:
         return Verdict(fits=None, detail=f"header unreadable: {e.message}")
     return verdict(plan(meta.model_copy(update={"name": f"{repo}:{m.quant}" if m.quant else repo}), devices,
