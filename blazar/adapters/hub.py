@@ -153,9 +153,15 @@ class Hub:
         for _ in range(MAX_SEARCH_PAGES):
             if url is None or len(found) >= limit:
                 break
-            with self._translated(what):
-                resp = get_session().get(url, params=params, headers=self._headers(to=url), timeout=self.timeout_s)
-                hf_raise_for_status(resp)
+            try:
+                with self._translated(what):
+                    resp = get_session().get(url, params=params, headers=self._headers(to=url),
+                                             timeout=self.timeout_s)
+                    hf_raise_for_status(resp)
+            except NotFoundOnHub as e:
+                # A search names no repo or file: the hub's "not found" answers (a 401 is one) refuse the search.
+                raise HubError(f"{self.endpoint} refused {what} ({resp.status_code}); is it a Hugging Face hub "
+                               "endpoint, and is HF_TOKEN valid for it?") from e
             found += _repos(resp, self.endpoint)
             url, params = resp.links.get("next", {}).get("url"), None  # the next link carries the query
         return found[:limit]

@@ -44,7 +44,7 @@ def search(
     table = Table("model", "size", "fits", box=None, header_style="bold")
     for r in result.repos:
         if r.error is not None:
-            table.add_row(r.repo, "", f"cannot list: {r.error}")
+            table.add_row(r.repo, "", r.error)
         elif not r.models:
             table.add_row(r.repo, "", "no GGUF model" + (f" in {quant}" if quant else ""))
         for m in r.models:

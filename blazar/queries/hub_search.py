@@ -58,7 +58,7 @@ class FoundRepo(BaseModel):
 
     repo: str
     downloads: int | None = None
-    error: str | None = None  # the repo could not be listed
+    error: str | None = None  # why the repo was not listed
     models: list[FoundModel] = Field(default_factory=list)
 
 
@@ -114,9 +114,12 @@ class _Metered:
         self._lock = threading.Lock()
         self.read = 0
 
+    def expired(self) -> bool:
+        return self._clock() > self._deadline
+
     def fetch_range(self, repo: str, filename: str, start: int, end: int, revision: str = "main") -> bytes:
         with self._lock:
-            if self._clock() > self._deadline:
+            if self.expired():
                 raise SearchBudgetSpent("the search's time budget is spent")
             if end - start > self._left:
                 raise SearchBudgetSpent("the search's header budget is spent")
@@ -132,10 +135,10 @@ def search_hub(hub: Hub, devices: list[Device], query: str, budget: SearchBudget
                quant: str | None = None, clock: Callable[[], float] = time.monotonic) -> SearchResult:
     """Search, list each repo's GGUF models (`quant` only, when given), and plan each from its header. The search
     itself failing is an error; one repo or one header failing is said in its row."""
+    metered = _Metered(hub, budget, clock)  # its time budget runs from here: the listings spend it too
     found = hub.search(query, budget.repos)
-    metered = _Metered(hub, budget, clock)
     with ThreadPoolExecutor(max_workers=budget.workers, thread_name_prefix="blazar-search") as pool:
-        listed = list(pool.map(lambda r: _listing(hub, r), found))
+        listed = list(pool.map(lambda r: _listing(hub, r, metered), found))
         repos = [(r.repo, [m for m in models if quant is None or (m.quant or "").upper() == quant.upper()])
                  for r, (models, _) in zip(found, listed, strict=True)]
         order = planning_order(repos)
@@ -150,11 +153,13 @@ def search_hub(hub: Hub, devices: list[Device], query: str, budget: SearchBudget
     return SearchResult(query=query, endpoint=hub.endpoint, repos=out, header_bytes_read=metered.read)
 
 
-def _listing(hub: Hub, repo: RemoteRepo) -> tuple[list[RemoteModel], str | None]:
+def _listing(hub: Hub, repo: RemoteRepo, metered: _Metered) -> tuple[list[RemoteModel], str | None]:
+    if metered.expired():
+        return [], "not listed: the search's time budget is spent"
     try:
         return gguf_models(hub.list_gguf_files(repo.repo)), None
     except BlazarError as e:
-        return [], e.message
+        return [], f"cannot list: {e.message}"
 
 
 def _planned(metered: _Metered, devices: list[Device], budget: SearchBudget, repo: str, m: RemoteModel) -> Verdict:

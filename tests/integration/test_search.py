@@ -5,12 +5,15 @@ unreachable hub is a one-line error."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
 import pytest
+from huggingface_hub import HfApi
 
 from blazar.adapters.hub import Hub
+from blazar.errors import HubError
 from blazar.queries.hub_search import SearchBudget, search_hub
 from tests.conftest import Cli
 from tests.support.fit_models import GiB, MiB, host, host_for_budget
@@ -83,11 +86,26 @@ def test_the_header_budget_plans_each_repos_first_model_first(repos: dict[str, d
     assert result.header_bytes_read <= budget.header_bytes
 
 
+def test_the_time_budget_stops_the_listings_and_the_headers(repos: dict[str, dict[str, bytes | Path]]) -> None:
+    ticks = itertools.count()  # a clock that moves one second each time it is read
+    with HubServer({TINY: repos[TINY], MISSING: repos[MISSING]}) as hub:
+        result = search_hub(Hub(hub.url), [host(64 * GiB)], "tiny", SearchBudget(seconds=1.5),
+                            clock=lambda: float(next(ticks)))
+    errors = sorted(str(r.error) for r in result.repos)
+    assert errors[0] == "None" and errors[1] == "not listed: the search's time budget is spent"
+    (listed,) = [r for r in result.repos if r.error is None]
+    assert listed.models and all(m.verdict.fits is None for m in listed.models)
+    assert result.header_bytes_read == 0
+
+
 def test_search_follows_the_hubs_pages_up_to_the_limit(repos: dict[str, dict[str, bytes | Path]]) -> None:
     many = {f"org/r{i}-GGUF": {"r-Q8_0.gguf": repos[TINY]["tiny-Q8_0.gguf"]} for i in range(5)}
     with HubServer(many, downloads={"org/r3-GGUF": 9, "org/r1-GGUF": 5}, page_size=2) as hub:
         found = Hub(hub.url).search("r", limit=4)
         pages = [r for r in hub.requests if r.path == "/api/models"]
+        # the request is the one huggingface_hub's own list_models makes: the same answer through it
+        listed = HfApi(endpoint=hub.url).list_models(search="r", filter="gguf", sort="downloads", limit=4)
+        assert [m.id for m in listed] == [r.repo for r in found]
     assert [r.repo for r in found] == ["org/r3-GGUF", "org/r1-GGUF", "org/r0-GGUF", "org/r2-GGUF"]
     assert found[0].downloads == 9 and len(pages) == 2
 
@@ -130,3 +148,9 @@ def test_search_that_finds_nothing_says_so(cli: Cli, repos: dict[str, dict[str, 
         cli.env["HF_ENDPOINT"] = hub.url
         res = cli("search", "tiny")
     assert res.stdout.strip() == f"no GGUF repos on {hub.url} match 'tiny'"
+
+
+def test_an_endpoint_that_refuses_the_search_is_named_with_its_status() -> None:
+    refused = r"refused the search 'x' \(404\); is it a Hugging Face hub endpoint"
+    with HubServer({}) as hub, pytest.raises(HubError, match=refused):
+        Hub(hub.cdn_url).search("x", limit=3)  # the "CDN" answers every other path with the hub's 404
