@@ -162,7 +162,7 @@ class Hub:
                 # A search names no repo or file: the hub's "not found" answers (a 401 is one) refuse the search.
                 raise HubError(f"{self.endpoint} refused {what} ({resp.status_code}); is it a Hugging Face hub "
                                "endpoint, and is HF_TOKEN valid for it?") from e
-            found += _repos(resp, self.endpoint)
+            found += _repos(resp, self.endpoint)[:limit - len(found)]
             url, params = resp.links.get("next", {}).get("url"), None  # the next link carries the query
         return found[:limit]
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from blazar.cli.common import JSON_OPTION, opened, out, print_json, run
 from blazar.fit.refusal import fmt_bytes
@@ -39,19 +40,20 @@ def search(
         print_json(result.model_dump(mode="json"))
         return
     if not result.repos:
-        out.print(f"no GGUF repos on {result.endpoint} match {query!r}")
+        out.print(Text(f"no GGUF repos on {result.endpoint} match {query!r}"))
         return
+    # NOTE: cells as Text, never markup: repo ids and reasons come from the hub ("[red]" in one is not a style).
     table = Table("model", "size", "fits", box=None, header_style="bold")
     for r in result.repos:
         if r.error is not None:
-            table.add_row(r.repo, "", r.error)
+            table.add_row(Text(r.repo), "", Text(r.error))
         elif not r.models:
-            table.add_row(r.repo, "", "no GGUF model" + (f" in {quant}" if quant else ""))
+            table.add_row(Text(r.repo), "", Text("no GGUF model" + (f" in {quant}" if quant else "")))
         for m in r.models:
-            table.add_row(m.target, fmt_bytes(m.size_bytes), _said(m.verdict))
+            table.add_row(Text(m.target), fmt_bytes(m.size_bytes), Text(_said(m.verdict)))
     out.print(table)
-    out.print(f"{len(result.repos)} repo(s) on {result.endpoint}; {fmt_bytes(result.header_bytes_read)} of headers "
-              "read; `blazar pull MODEL` fetches one")
+    out.print(Text(f"{len(result.repos)} repo(s) on {result.endpoint}; {fmt_bytes(result.header_bytes_read)} of "
+                   "headers read; `blazar pull MODEL` fetches one"))
 
 
 def _said(v: Verdict) -> str:
@@ -77,15 +79,15 @@ def drafts(
         print_json(report.model_dump(mode="json"))
         return
     if not report.drafts:
-        out.print(f"no model in the store could draft for {report.model}")
+        out.print(Text(f"no model in the store could draft for {report.model}"))
     else:
         table = Table("draft", "size", "fits beside", "last measured gain", box=None, header_style="bold")
         for d in report.drafts:
-            table.add_row(d.name, fmt_bytes(d.bytes), "yes" if d.fits_beside else f"no: {d.fit_detail}",
+            table.add_row(Text(d.name), fmt_bytes(d.bytes), Text("yes" if d.fits_beside else f"no: {d.fit_detail}"),
                           _gain(d.gain))
         out.print(table)
     for name, why in sorted(report.others.items()):
-        out.print(f"not a draft: {name} ({why})")
+        out.print(Text(f"not a draft: {name} ({why})"))
 
 
 def _gain(g: DraftGain | None) -> str:

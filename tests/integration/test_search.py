@@ -154,3 +154,12 @@ def test_an_endpoint_that_refuses_the_search_is_named_with_its_status() -> None:
     refused = r"refused the search 'x' \(404\); is it a Hugging Face hub endpoint"
     with HubServer({}) as hub, pytest.raises(HubError, match=refused):
         Hub(hub.cdn_url).search("x", limit=3)  # the "CDN" answers every other path with the hub's 404
+
+
+def test_a_repo_that_cannot_be_listed_says_so_in_its_row_as_text(cli: Cli) -> None:
+    odd = "org/[bold]odd-GGUF"  # not a valid repo id to the client; and markup to rich, unless printed as text
+    with HubServer({odd: {"o-Q8_0.gguf": b"GGUF"}}) as hub:
+        cli.env["HF_ENDPOINT"] = hub.url
+        res = cli("search", "odd")
+    (row,) = [line for line in res.stdout.splitlines() if line.strip().startswith(odd)]
+    assert "cannot list:" in row and "not a valid hub repo id" in row
