@@ -38,6 +38,7 @@
     ├── ChildRefused           400  a whisper child's answer to a request it cannot serve (its own status and param)
     ├── BatchConflict          409  a batch change its status does not allow (cancel a finished batch)
     ├── ShortRead                   internal to GGUF parsing: the bytes end before `needed`
+    ├── SearchBudgetSpent           internal to `blazar search`: its header bytes or time ran out (said in a row)
     ├── ModelFileError         422  a model file that cannot be read as GGUF (names the file)
     │   └── HeaderIncomplete        a header prefix too short to parse: fetch `needed_bytes`
     ├── AuditChainBroken            `audit verify` found the first bad line
@@ -633,6 +634,13 @@ class ShortRead(BlazarError):
     def __init__(self, needed: int) -> None:
         super().__init__(f"the header needs at least {needed} bytes")
         self.needed = needed
+
+
+class SearchBudgetSpent(BlazarError):
+    """Internal to `blazar search` (blazar/queries/hub_search.py): the search's budget of header bytes or of time ran
+    out before this header was read; its row says so, the search goes on."""
+
+    code = "search_budget_spent"
 
 
 class PortInUse(BlazarError):

@@ -55,6 +55,7 @@ Progress = Callable[[int, int], None]  # (bytes on disk, total bytes)
 _SPLIT = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<parts>\d{5})\.gguf$", re.IGNORECASE)
 _QUANT = re.compile(r"(?<![A-Za-z0-9])((?:I?Q|TQ)\d(?:_[A-Za-z0-9]+)*|BF16|F16|F32)(?![A-Za-z0-9])", re.IGNORECASE)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+MAX_SEARCH_PAGES = 10  # pages of /api/models followed for one search (the hub sends up to `limit` per page)
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,29 @@ class RemoteFile:
     @property
     def name(self) -> str:
         return PurePosixPath(self.path).name
+
+
+@dataclass(frozen=True)
+class RemoteRepo:
+    """A repository a search found: its id and, where the hub says, its downloads and likes."""
+
+    repo: str
+    downloads: int | None = None
+    likes: int | None = None
+
+
+@dataclass(frozen=True)
+class RemoteModel:
+    """One loadable model of a repo: a single GGUF, or the parts of a split one (`complete` False when some are
+    missing), with the quant its name gives (None when it names none)."""
+
+    files: tuple[RemoteFile, ...]
+    quant: str | None
+    complete: bool
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
 
 
 def hub_from_env(env: Mapping[str, str]) -> Hub:
@@ -114,6 +138,33 @@ class Hub:
             files.append(RemoteFile(s.rfilename, size, s.lfs.sha256 if s.lfs is not None else None, s.blob_id,
                                     commit))
         return sorted(files, key=lambda f: f.path)
+
+    def search(self, query: str, limit: int) -> list[RemoteRepo]:
+        """The GGUF repos whose id matches `query`, most downloaded first, at most `limit`.
+
+        NOTE: the request `HfApi.list_models(search=, filter="gguf", sort="downloads", limit=)` sends (GET
+        /api/models, the Link header's next page followed), made here over the client's session: list_models has no
+        timeout and retries a dead endpoint five times with sleeps (23 s), where a search should fail in one."""
+        url: str | None = f"{self.endpoint}/api/models"
+        params: dict[str, str | int] | None = {"search": query, "filter": "gguf", "sort": "downloads",
+                                               "limit": limit}
+        found: list[RemoteRepo] = []
+        what = f"the search {query!r}"
+        for _ in range(MAX_SEARCH_PAGES):
+            if url is None or len(found) >= limit:
+                break
+            try:
+                with self._translated(what):
+                    resp = get_session().get(url, params=params, headers=self._headers(to=url),
+                                             timeout=self.timeout_s)
+                    hf_raise_for_status(resp)
+            except NotFoundOnHub as e:
+                # A search names no repo or file: the hub's "not found" answers (a 401 is one) refuse the search.
+                raise HubError(f"{self.endpoint} refused {what} ({resp.status_code}); is it a Hugging Face hub "
+                               "endpoint, and is HF_TOKEN valid for it?") from e
+            found += _repos(resp, self.endpoint)[:limit - len(found)]
+            url, params = resp.links.get("next", {}).get("url"), None  # the next link carries the query
+        return found[:limit]
 
     def resolve(self, repo: str, spec: str | None = None, revision: str = "main") -> list[RemoteFile]:
         """The files of one model in `repo`: `spec` is a quant ("Q4_K_M", any case) or a file path or name; split
@@ -341,6 +392,33 @@ class _Digest:
 
     def hexdigest(self) -> str:
         return self._h.hexdigest() if self._h is not None else str(self._size)
+
+
+def _repos(resp: httpx2.Response, endpoint: str) -> list[RemoteRepo]:
+    """The repos of one page of /api/models; anything else is a HubError (an endpoint that is not a hub)."""
+    try:
+        items = resp.json()
+    except ValueError:
+        items = None
+    if not isinstance(items, list) or not all(isinstance(i, dict) and isinstance(i.get("id"), str) for i in items):
+        raise HubError(f"{endpoint} answered /api/models without a list of models; is it a Hugging Face hub endpoint?")
+
+    def count(v: object) -> int | None:
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    return [RemoteRepo(i["id"], count(i.get("downloads")), count(i.get("likes"))) for i in items]
+
+
+def gguf_models(files: list[RemoteFile]) -> list[RemoteModel]:
+    """The models among a repo's GGUF files (projectors left out), split parts together, in path order."""
+    out = []
+    for group in _group([f for f in files if not _is_projector(f)]):
+        quants = _QUANT.findall(group[0].name)
+        m = _SPLIT.match(group[0].path)
+        complete = m is None or {int(s["part"]) for f in group if (s := _SPLIT.match(f.path))} == set(
+            range(1, int(m["parts"]) + 1))
+        out.append(RemoteModel(tuple(group), quants[-1].upper() if quants else None, complete))
+    return out
 
 
 def available_quants(files: list[RemoteFile]) -> list[str]:

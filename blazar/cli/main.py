@@ -35,6 +35,8 @@ COMMANDS: dict[str, str] = {
     "fit": "fit_cmds:fit",
     "bench": "bench_cmds:bench",
     "coreside": "fit_cmds:coreside",
+    "search": "search_cmds:search",
+    "drafts": "search_cmds:drafts",
     "events": "events_cmds:events",
     "state": "events_cmds:state",
     "snapshot": "snapshot_cmds:snapshot",

@@ -4,7 +4,7 @@ devices this machine has now. Reads the catalog and calibration projections; rec
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from blazar.adapters.engines.kinds import engine_kind
 from blazar.adapters.gguf_header import ShortRead, parse_header
@@ -23,7 +23,7 @@ from blazar.projections.residency import instances
 from blazar.store.pull_target import parse_target
 
 if TYPE_CHECKING:  # huggingface_hub costs 0.2 s to import: only a hub model's fit needs it (it comes with app.hub())
-    from blazar.adapters.hub import Hub, RemoteFile
+    from blazar.adapters.hub import RemoteFile
 
 # A header bigger than this is not a model we can plan for (the largest vocabularies need ~10 MiB).
 MAX_HEADER_BYTES = 256 * 1024 * 1024
@@ -45,26 +45,37 @@ async def metadata_for(app: Blazar, model_or_target: str) -> tuple[str, ModelMet
     return target.default_name(), meta, False
 
 
-def remote_metadata(hub: Hub, repo: str, files: list[RemoteFile]) -> ModelMetadata:
-    """Read only the GGUF headers with range requests, growing the range until each whole header is in."""
-    parts = [(_header_prefix(hub, repo, f), f.size, f"{repo}/{f.path}") for f in files]
+class RangeReader(Protocol):
+    """What reading a header needs of the hub: `Hub.fetch_range` (`blazar search` meters it)."""
+
+    def fetch_range(self, repo: str, filename: str, start: int, end: int, revision: str = "main") -> bytes: ...
+
+
+def remote_metadata(hub: RangeReader, repo: str, files: list[RemoteFile], *,
+                    first_bytes: int = header_bytes_needed_hint) -> ModelMetadata:
+    """Read only the GGUF headers with range requests (the first `first_bytes` of each file, more where its header
+    needs them), growing the range until each whole header is in."""
+    parts = [(_header_prefix(hub, repo, f, first_bytes), f.size, f"{repo}/{f.path}") for f in files]
     if len(parts) == 1:
         prefix, size, source = parts[0]
         return inspect_gguf_header(prefix, size, source=source)
     return inspect_split_headers(parts)
 
 
-def _header_prefix(hub: Hub, repo: str, f: RemoteFile) -> bytes:
-    want = min(header_bytes_needed_hint, f.size)
+def _header_prefix(hub: RangeReader, repo: str, f: RemoteFile, first_bytes: int) -> bytes:
+    want = min(first_bytes, f.size)
+    prefix = b""
     while True:
-        prefix = hub.fetch_range(repo, f.path, 0, want, revision=f.revision)
+        # Only what is not in yet is asked for: a header that outgrows the first range costs its size, not a sum.
+        more = hub.fetch_range(repo, f.path, len(prefix), want, revision=f.revision)
+        prefix += more
         try:
             parse_header(prefix, len(prefix), f"{repo}/{f.path}")
             return prefix
         except ShortRead as short:
-            if want >= f.size:
+            if len(prefix) >= f.size or not more:
                 raise ModelFileError(f"{repo}/{f.path}: truncated: the header runs past the end of the file") from None
-            want = min(f.size, max(short.needed, want * 2))
+            want = min(f.size, max(short.needed, len(prefix) * 2))
             if want > MAX_HEADER_BYTES:
                 raise ModelFileError(f"{repo}/{f.path}: the GGUF header is over {MAX_HEADER_BYTES} bytes") from None
 

@@ -1,20 +1,15 @@
 """The postures `blazar tune` tries for one model on this machine and engine build (blazar/tuning/tune.py measures
 them). `candidate_postures` is pure: the build's n-gram types, the eligible drafts, the cores and the slot counts
-that fit in, postures out. `drafts_for` and `slots_that_fit` ask the store and the fit planner."""
+that fit in, postures out. `slots_that_fit` asks the fit planner; the drafts come from blazar/tuning/drafts.py."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 
-from blazar.adapters.gguf_tokenizer import TokenizerIdentity, tokenizer_identity
-from blazar.confine import inside
 from blazar.context import Blazar
-from blazar.errors import ModelFileError
 from blazar.events.tuning import Posture
 from blazar.fit import FitRequest
-from blazar.instances.planning import coreside_models, fit_model
-from blazar.projections.catalog import StoredModel, models, stored
+from blazar.instances.planning import fit_model
 
 FAMILIES = ("spec", "kv", "threads", "batch", "slots")
 # The draft speculation type: a small model drafts, the target verifies (llama-server --spec-type draft-simple).
@@ -67,44 +62,6 @@ def candidate_postures(*, families: Iterable[str], ngram_types: Iterable[str], d
     if "slots" in fams:
         out += [Posture(slots=n) for n in slots]
     return list(dict.fromkeys(out))
-
-
-async def identity_of(app: Blazar, m: StoredModel) -> TokenizerIdentity | None:
-    """The tokenizer of a stored model's file (confined to the store first: the catalog names it); None when
-    unreadable."""
-    path = inside(app.paths.models, m.file, what=f"the catalog's entry for {m.name}")
-    try:
-        return await asyncio.to_thread(tokenizer_identity, path)
-    except ModelFileError:
-        return None
-
-
-async def drafts_for(app: Blazar, model: str) -> list[tuple[str, str]]:
-    """Models in the store that could draft for `model`: another GGUF (another name; one file may be imported
-    twice) whose tokenizer identity is the model's, and that fits beside it. (name, why) for every other GGUF: why
-    is "" for an eligible draft, else the reason it is not one."""
-    catalog = app.runner.state("catalog")
-    target = stored(catalog, model)
-    if target is None or not target.gguf:
-        return []
-    mine = await identity_of(app, target)
-    out: list[tuple[str, str]] = []
-    for m in models(catalog):
-        if m.name == target.name or not m.gguf or m.metadata.embedding_model or m.parts:
-            continue
-        theirs = await identity_of(app, m)
-        if mine is None or theirs is None or not mine.matches(theirs):
-            out.append((m.name, "another tokenizer"))
-            continue
-        if m.bytes > target.bytes:
-            out.append((m.name, "larger than the model"))
-            continue
-        plan, _ = await coreside_models(app, [target.name, m.name], FitRequest(ctx=TUNE_CTX, slots=1))
-        if plan.deferred:
-            out.append((m.name, f"does not fit beside it: {plan.deferred[0].reason}"))
-            continue
-        out.append((m.name, ""))
-    return out
 
 
 async def slots_that_fit(app: Blazar, model: str) -> list[int]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from blazar.events.tuning import BenchRecorded
+
 FLOOR = 0.97
 MIN_GAIN = 1.03
 PRUNE_BELOW = 0.85
@@ -38,6 +40,11 @@ class Decision:
 
 def mean(values: Mapping[str, float]) -> float:
     return sum(values.values()) / len(values) if values else 0.0
+
+
+def decode_by_workload(bench: BenchRecorded) -> dict[str, float]:
+    """Decode t/s per stream at concurrency 1, by workload (what the rule compares)."""
+    return {r.workload: r.decode_tps_stream for r in bench.results if r.concurrency == 1}
 
 
 def ratios(baseline: Mapping[str, float], tps: Mapping[str, float]) -> dict[str, float]:

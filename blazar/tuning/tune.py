@@ -22,10 +22,11 @@ from blazar.events.tuning import BenchRecorded, CandidateVerdict, Machine, Postu
 from blazar.projections.profiles import profile
 from blazar.store.engines import ActiveEngine, active_engine
 from blazar.tuning import guards
-from blazar.tuning.candidates import TUNE_CTX, candidate_postures, drafts_for, parse_only, slots_that_fit
+from blazar.tuning.candidates import TUNE_CTX, candidate_postures, parse_only, slots_that_fit
 from blazar.tuning.child import engine_child, resolve_model
+from blazar.tuning.drafts import drafts_for
 from blazar.tuning.measure import measure
-from blazar.tuning.rule import FLOOR, Standing, decide, prune, ratios
+from blazar.tuning.rule import FLOOR, Standing, decide, decode_by_workload, prune, ratios
 from blazar.tuning.workloads import WORKLOADS, workload
 
 FIRST_PASS_TOKENS = 32  # tokens per request in the pruning pass (one request per workload)
@@ -55,11 +56,6 @@ class TuneResult:
                 "winner_label": self.winner.label() if self.winner else "defaults", "rule": self.rule,
                 "bench_id": self.bench_id, "recorded": self.recorded, "seq": self.seq, "notes": self.notes,
                 "candidates": [v.model_dump(mode="json") for v in self.verdicts]}
-
-
-def decode_by_workload(bench: BenchRecorded) -> dict[str, float]:
-    """Decode t/s per stream at concurrency 1, by workload (what the rule compares)."""
-    return {r.workload: r.decode_tps_stream for r in bench.results if r.concurrency == 1}
 
 
 def guard_prompts(names: Sequence[str]) -> list[str]:

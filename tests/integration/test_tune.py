@@ -19,7 +19,7 @@ from blazar.events.tuning import Posture, ProfileAdopted
 from blazar.paths import Paths
 from blazar.projections.profiles import profile
 from blazar.store.engines import active_engine
-from blazar.tuning.candidates import drafts_for
+from blazar.tuning.drafts import drafts_for
 from blazar.tuning.tune import _Guard, guard_prompts, tune
 from tests.conftest import Cli
 

@@ -1,6 +1,7 @@
 """A local stand-in for the Hugging Face Hub's file protocol, for tests that drive the real `huggingface_hub` client:
-model info and tree listings, HEAD/GET on /resolve with the hub's headers, LFS redirects to a "CDN", Range requests,
-hub error codes, a gated repo, fault knobs and a request log."""
+the model search (/api/models, paged by Link headers), model info and tree listings, HEAD/GET on /resolve with the
+hub's headers, LFS redirects to a "CDN", Range requests, hub error codes, a gated repo, fault knobs and a
+request log."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 COMMIT = "6f1c2d3e4a5b697887a6b5c4d3e2f1a0b9c8d7e6"  # the one commit every repo is at
 LFS_SUFFIXES = (".gguf", ".bin", ".safetensors")
 SERVE_CHUNK = 16 * 1024
 
+_SEARCH = re.compile(r"^/api/models/?$")
 _INFO = re.compile(r"^/api/models/(?P<repo>[^/]+(?:/[^/]+)??)(?:/revision/(?P<rev>[^/]+))?$")
 _TREE = re.compile(r"^/api/models/(?P<repo>[^/]+(?:/[^/]+)?)/tree/(?P<rev>[^/]+)(?:/(?P<path>.+))?$")
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+(?:/[^/]+)?)/resolve/(?P<rev>[^/]+)/(?P<path>.+)$")
@@ -86,11 +88,17 @@ class HubServer:
     `corrupt` serves every file with one byte flipped (sizes unchanged, hashes wrong); `delay_per_chunk` pauses
     between 16 KiB chunks of a body; `honour_range` False answers every Range with the whole file (200), as some
     proxies do. `requests` is the log of what was asked, in order.
+
+    The search answers `search` (a substring of the repo id, any case), `filter` (tags: "gguf" for a repo with a
+    .gguf file), `sort=downloads` (from `downloads`, {repo: count}) and `limit`, `page_size` repos a page at most.
     """
 
     def __init__(self, repos: Mapping[str, Mapping[str, bytes | Path]], *, gated: Iterable[str] = (),
-                 token: str | None = None, redirect_lfs: bool = True) -> None:
+                 token: str | None = None, redirect_lfs: bool = True, downloads: Mapping[str, int] | None = None,
+                 page_size: int = 1000) -> None:
         self.repos = {repo: {p: _Blob(p, c) for p, c in sorted(files.items())} for repo, files in repos.items()}
+        self.downloads = dict(downloads or {})
+        self.page_size = page_size
         self.gated = frozenset(gated)
         self.token = token
         self.redirect_lfs = redirect_lfs
@@ -188,6 +196,8 @@ class _Handler(BaseHTTPRequestHandler):
             if blob is None:
                 return self._error(404, "EntryNotFound", "Not found")
             return self._send_file(blob, head, {"ETag": f'"{blob.sha256}"'})
+        if _SEARCH.match(split.path):
+            return self._search(parse_qs(split.query))
         if m := _TREE.match(split.path):
             return self._tree(unquote(m["repo"]), unquote(m["rev"]), unquote(m["path"] or ""), query)
         if m := _INFO.match(split.path):
@@ -207,6 +217,27 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(404, "RevisionNotFound", "Invalid rev id: " + rev)
             return None
         return files
+
+    def _tags(self, repo: str) -> list[str]:
+        return ["gguf"] if any(p.lower().endswith(".gguf") for p in self.owner.repos[repo]) else []
+
+    def _search(self, query: dict[str, list[str]]) -> None:
+        text = query.get("search", [""])[-1].lower()
+        wanted = query.get("filter", [])
+        found = [r for r in sorted(self.owner.repos) if text in r.lower() and set(wanted) <= set(self._tags(r))]
+        if query.get("sort", [""])[-1] == "downloads":
+            found.sort(key=lambda r: -self.owner.downloads.get(r, 0))
+        start = int(query.get("cursor", ["0"])[-1])
+        size = min(int(query.get("limit", ["1000"])[-1]), self.owner.page_size)
+        page = found[start:start + size]
+        body = [{"_id": "0" * 24, "id": r, "modelId": r, "likes": 0, "downloads": self.owner.downloads.get(r, 0),
+                 "private": False, "tags": self._tags(r), "createdAt": "2025-01-01T00:00:00.000Z"} for r in page]
+        data = json.dumps(body).encode()
+        headers = {"Content-Type": "application/json", "Content-Length": str(len(data))}
+        if start + size < len(found):
+            rest = {k: v for k, v in query.items() if k != "cursor"} | {"cursor": [str(start + size)]}
+            headers["Link"] = f'<{self.owner.url}/api/models?{urlencode(rest, doseq=True)}>; rel="next"'
+        self._send(200, headers, data)
 
     def _info(self, repo: str, rev: str, query: dict[str, str]) -> None:
         files = self._repo(repo, rev)
