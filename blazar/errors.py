@@ -29,7 +29,8 @@
     ├── TraceNotFound          404  `blazar why` of a trace the log does not hold
     ├── KeyCommandError        400  a key command that cannot be carried out (bad pattern, unknown limit)
     ├── DialectError           400  a request a dialect cannot serve as written (`code` says which rule it broke)
-    │   └── GrammarUnsupported 400  a schema the compact grammar cannot express (`keyword`): the engine converts it
+    │   ├── GrammarUnsupported 400  a schema the compact grammar cannot express (`keyword`): the engine converts it
+    │   └── TemplateNotConvertible 400 an Ollama Go template the converter does not turn into Jinja (`reason`)
     ├── FileTooLarge           413  an upload to /v1/files over files_max_bytes
     ├── AudioError             400  an upload the speech lanes cannot take as audio
     │   ├── NotAudio           400  FFmpeg cannot read it as audio (or it holds no sound)
@@ -749,6 +750,18 @@ class GrammarUnsupported(DialectError):
         self.detail = detail
         super().__init__(f"{keyword}: {detail}" if detail else f"{keyword}: not supported by the compact grammar",
                          code="grammar_unsupported")
+
+
+class TemplateNotConvertible(DialectError):
+    """An Ollama chat template (Go's text/template) that blazar/dialects/go_template.py does not turn into Jinja:
+    `reason` says what it uses (tools, a function, a construct), in words for `blazar import`'s table."""
+
+    code = "template_not_convertible"
+    http_status = 400
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, code=self.code)
+        self.reason = reason
 
 
 class RemoteCommandError(BlazarError):
