@@ -5,6 +5,7 @@ Ollama's `ParseName` does: `llama3.2` is registry.ollama.ai/library/llama3.2:lat
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -26,17 +27,24 @@ def blob(root: Path, data: bytes) -> dict[str, Any]:
     return {"digest": f"sha256:{digest}", "size": len(data)}
 
 
-def file_blob(root: Path, src: Path) -> dict[str, Any]:
-    """Store the file `src` as a blob, hardlinked (a GGUF is not copied: Ollama's own blobs are files like it)."""
+@functools.cache
+def _sha256(src: Path, size: int, mtime_ns: int) -> str:  # the demo GGUF is hashed once, however many tags use it
     h = hashlib.sha256()
     with src.open("rb") as f:
         while chunk := f.read(1 << 20):
             h.update(chunk)
-    path = root / "blobs" / f"sha256-{h.hexdigest()}"
+    return h.hexdigest()
+
+
+def file_blob(root: Path, src: Path) -> dict[str, Any]:
+    """Store the file `src` as a blob, hardlinked (a GGUF is not copied: Ollama's own blobs are files like it)."""
+    st = src.stat()
+    digest = _sha256(src, st.st_size, st.st_mtime_ns)
+    path = root / "blobs" / f"sha256-{digest}"
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists():
         os.link(src, path)
-    return {"digest": f"sha256:{h.hexdigest()}", "size": src.stat().st_size}
+    return {"digest": f"sha256:{digest}", "size": st.st_size}
 
 
 def layer(root: Path, kind: str, data: bytes | Path) -> dict[str, Any]:

@@ -47,7 +47,7 @@ def carried_parameters(params: dict[str, Any]) -> tuple[tuple[tuple[str, str], .
                 left.append(f"{name}: {len(typed) - len(kept)} stop strings past the {MAX_STOPS} a model holds")
         else:
             pairs.append((name, json.dumps(typed)))
-            carried.append(f"{name}={typed}")
+            carried.append(f"{name}={json.dumps(value)}")  # as Ollama had it
     try:
         parse_parameters(pairs)
     except InvalidModelSettings as e:  # together they exceed what `model.configured` holds
