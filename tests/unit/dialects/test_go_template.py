@@ -147,7 +147,17 @@ def test_break_stops_the_range_and_content_parts_read_as_text() -> None:
     assert render_jinja(to_jinja(go), messages) == "[ab]END"
 
 
+def test_range_variables_comparisons_and_printf_follow_go() -> None:
+    go = ('{{- range $i, $m := .Messages }}{{ if ne $m.Role "system" }}{{ if gt $i 1 }}|{{ end }}'
+          '{{ printf "%d:%s%%" $i $m.Role }}{{ end }}{{ end }} of {{ len .Messages }}{{ if or .Response .System }}'
+          ' with system{{ end }}')
+    assert render_jinja(to_jinja(go), CONVERSATION) == (
+        "1:user%|2:assistant%|3:user%|4:assistant%|5:user% of 6 with system")
+
+
 @pytest.mark.parametrize(("go", "says"), [
+    ('{{ .Prompt }}{{ printf "%s!" .Response }}', ".Response inside an expression"),
+    ("{{ range .Messages }}{{ .Images }}{{ end }}", "a message's .Images"),
     ("{{ if .Tools }}{{ json .Tools }}{{ end }}{{ range .Messages }}{{ .Content }}{{ end }}", ".Tools"),
     ('{{ range .Messages }}{{ range .ToolCalls }}{"name": "{{ .Function.Name }}"}{{ end }}{{ end }}', ".ToolCalls"),
     ("{{ currentDate }}{{ range .Messages }}{{ .Content }}{{ end }}", "currentDate"),
