@@ -81,7 +81,7 @@ def import_(
 
 
 def _imported(ev: ModelImported, proj: ModelProjectorSet | None) -> None:
-    how = "linked" if ev.linked else "copied (a hardlink was not possible across these filesystems)"
+    how = placed_words(ev)
     if ev.kind != "llama-server":
         out.print(f"imported {ev.name}: a {ev.kind} model ({engine_kind(ev.kind).describes}), {len(ev.shards)} "
                   f"files, {_human(ev.bytes)}, {how}; sha256 {ev.sha256[:16]}…", **_VERBATIM)
@@ -90,6 +90,15 @@ def _imported(ev: ModelImported, proj: ModelProjectorSet | None) -> None:
               f"{_human(ev.bytes)}, {how}; sha256 {ev.sha256[:16]}…", **_VERBATIM)
     if proj is not None:
         out.print(projector_line(proj), **_VERBATIM)
+
+
+def placed_words(ev: ModelImported) -> str:
+    """How the import placed the file, in words (events before reflinks say only linked or not)."""
+    if ev.linked:
+        return "linked"
+    if ev.placed == "reflink":
+        return "reflinked (a copy-on-write clone: no byte copied)"
+    return "copied (a hardlink was not possible across these filesystems)"
 
 
 def projector_line(ev: ModelProjectorSet) -> str:
