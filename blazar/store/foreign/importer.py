@@ -88,7 +88,8 @@ def default_root(tool: ForeignTool, env: Mapping[str, str]) -> Path:
 def discover(tool: ForeignTool, root: Path) -> Discovery:
     mod = reader(tool)
     if not root.is_dir():
-        raise ForeignStoreError(f"no {DESCRIBED[tool]} at {root} (give its directory: blazar import --from {tool} DIR)")
+        raise ForeignStoreError(f"{DESCRIBED[tool]} not found at {root} (give its directory: blazar import --from "
+                                f"{tool} DIR)")
     try:
         found = list(mod.find(root))
         passed = list(mod.skipped(root)) if hasattr(mod, "skipped") else []

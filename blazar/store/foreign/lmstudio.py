@@ -20,15 +20,14 @@ def default_root(env: Mapping[str, str]) -> Path:
     home = Path(env.get("HOME") or Path.home())
     lms_home = home / ".lmstudio"
     pointer = home / ".lmstudio-home-pointer"
-    if pointer.is_file():
-        named = pointer.read_text(errors="replace").strip()
-        if named:
-            lms_home = Path(named)
+    named = pointer.read_text(errors="replace").strip() if pointer.is_file() else ""
+    if named:
+        lms_home = Path(named)
     moved = _downloads_folder(lms_home / "settings.json")
     if moved is not None:
         return moved
     current, older = lms_home / "models", home / ".cache" / "lm-studio" / "models"
-    return older if older.is_dir() and not current.is_dir() else current
+    return older if not named and older.is_dir() and not current.is_dir() else current
 
 
 def _downloads_folder(settings: Path) -> Path | None:
