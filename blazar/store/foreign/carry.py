@@ -8,7 +8,7 @@ fails leaves nothing behind."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from blazar.adapters.mmproj_inspect import inspect_projector
@@ -20,6 +20,7 @@ from blazar.events.projectors import ProjectorMetadata
 from blazar.store.foreign.found import ForeignModel
 from blazar.store.lora import add_lora
 from blazar.store.model_settings import (
+    MAX_DEFAULT_LORAS,
     SettingsChange,
     check_system,
     configure_model,
@@ -94,13 +95,17 @@ async def carry(app: Blazar, model: ForeignModel) -> Carried:
             except ModelFileError as e:
                 left.append(f"projector: {e.message}")
                 carried = [c for c in carried if c != "projector"]
+        applied: dict[str, float] = {}
         for adapter in model.adapters:
             try:
                 await add_lora(app, model.name, adapter.path, adapter.name)
+                applied[adapter.name] = 1.0
             except (ModelFileError, InvalidModelSettings) as e:
                 left.append(f"adapter {adapter.name}: {e.message}")
         change, refused = settings_change(model, known_templates(app))
         left += refused
+        if applied:  # the tool applies its adapters to every answer: so does Blazar, by default
+            change = replace(change or SettingsChange(), lora=dict(list(applied.items())[:MAX_DEFAULT_LORAS]))
         if change is not None:
             await configure_model(app, model.name, change)
         for alias in getattr(model, "aliases", ()):

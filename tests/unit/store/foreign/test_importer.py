@@ -94,6 +94,7 @@ async def test_the_projector_adapters_and_settings_come_with_it_and_what_cannot_
     assert settings is not None and (settings.template_kind, settings.template, settings.system) == (
         "jinja", CHATML, "Be brief.")
     assert settings.parameters == {"num_ctx": 4096, "stop": ["<|im_end|>"]}
+    assert settings.lora == {"style": 1.0}  # applied to every answer, as the tool did
     assert len(done.not_carried) == 2
     assert "parameter num_gpu: not supported" in done.not_carried[0] and "'no_such'" in done.not_carried[1]
 
