@@ -48,7 +48,8 @@
     │   ├── ModelNotLoaded     404  `stop` of a model with no running instance
     │   ├── InvalidModelName   400  a name outside [a-z0-9._-] (with an optional :tag)
     │   ├── WrongModelKind     400  a route the model's kind does not serve (chat to a whisper model): says what it does
-    │   └── InvalidModelSettings 400 a template, system prompt, parameter or Modelfile Blazar cannot serve as given
+    │   ├── InvalidModelSettings 400 a template, system prompt, parameter or Modelfile Blazar cannot serve as given
+    │   └── ForeignStoreError  400  `import --from` of another tool's store it cannot read (no such directory, reader)
     ├── RemoteCommandError     400  `blazar remote add|rm` that cannot be carried out (a bad name, URL or model)
     ├── WorkerError            400  `blazar worker` that cannot run (no rpc-server, a bind wider than loopback)
     ├── NodeError              502  another node could not do what it was asked (unknown, down, unreachable, refused)
@@ -371,6 +372,14 @@ class InvalidModelSettings(ModelError):
     """A model setting (`blazar model set`, Ollama's /api/create) that cannot be served: says what is accepted."""
 
     code = "invalid_model_settings"
+    http_status = 400
+
+
+class ForeignStoreError(ModelError):
+    """`blazar import --from TOOL`: the other tool's store cannot be read (no such directory, no reader for the tool,
+    an `--only` name it does not hold)."""
+
+    code = "foreign_store"
     http_status = 400
 
 
