@@ -30,7 +30,8 @@
     ├── TraceNotFound          404  `blazar why` of a trace the log does not hold
     ├── KeyCommandError        400  a key command that cannot be carried out (bad pattern, unknown limit)
     ├── DialectError           400  a request a dialect cannot serve as written (`code` says which rule it broke)
-    │   └── GrammarUnsupported 400  a schema the compact grammar cannot express (`keyword`): the engine converts it
+    │   ├── GrammarUnsupported 400  a schema the compact grammar cannot express (`keyword`): the engine converts it
+    │   └── TemplateNotConvertible 400 an Ollama Go template the converter does not turn into Jinja (`reason`)
     ├── FileTooLarge           413  an upload to /v1/files over files_max_bytes
     ├── AudioError             400  an upload the speech lanes cannot take as audio
     │   ├── NotAudio           400  FFmpeg cannot read it as audio (or it holds no sound)
@@ -49,7 +50,8 @@
     │   ├── ModelNotLoaded     404  `stop` of a model with no running instance
     │   ├── InvalidModelName   400  a name outside [a-z0-9._-] (with an optional :tag)
     │   ├── WrongModelKind     400  a route the model's kind does not serve (chat to a whisper model): says what it does
-    │   └── InvalidModelSettings 400 a template, system prompt, parameter or Modelfile Blazar cannot serve as given
+    │   ├── InvalidModelSettings 400 a template, system prompt, parameter or Modelfile Blazar cannot serve as given
+    │   └── ForeignStoreError  400  `import --from` of another tool's store it cannot read (no such directory, reader)
     ├── RemoteCommandError     400  `blazar remote add|rm` that cannot be carried out (a bad name, URL or model)
     ├── WorkerError            400  `blazar worker` that cannot run (no rpc-server, a bind wider than loopback)
     ├── NodeError              502  another node could not do what it was asked (unknown, down, unreachable, refused)
@@ -372,6 +374,14 @@ class InvalidModelSettings(ModelError):
     """A model setting (`blazar model set`, Ollama's /api/create) that cannot be served: says what is accepted."""
 
     code = "invalid_model_settings"
+    http_status = 400
+
+
+class ForeignStoreError(ModelError):
+    """`blazar import --from TOOL`: the other tool's store cannot be read (no such directory, no reader for the tool,
+    an `--only` name it does not hold)."""
+
+    code = "foreign_store"
     http_status = 400
 
 
@@ -766,6 +776,18 @@ class GrammarUnsupported(DialectError):
         self.detail = detail
         super().__init__(f"{keyword}: {detail}" if detail else f"{keyword}: not supported by the compact grammar",
                          code="grammar_unsupported")
+
+
+class TemplateNotConvertible(DialectError):
+    """An Ollama chat template (Go's text/template) that blazar/dialects/go_template.py does not turn into Jinja:
+    `reason` says what it uses (tools, a function, a construct), in words for `blazar import`'s table."""
+
+    code = "template_not_convertible"
+    http_status = 400
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, code=self.code)
+        self.reason = reason
 
 
 class RemoteCommandError(BlazarError):

@@ -48,25 +48,57 @@ def _params(n: int) -> str:
 
 
 def import_(
-    file: Annotated[Path, typer.Argument(
-        help="A GGUF file, a CTranslate2 whisper model directory, or a piper VOICE.onnx (its .onnx.json beside it).")],
-    name: Annotated[str, typer.Option("--name", "-n", help="The name to serve it under, e.g. mymodel:q4.")],
+    file: Annotated[Path | None, typer.Argument(
+        help="A GGUF file, a CTranslate2 whisper model directory, or a piper VOICE.onnx (its .onnx.json beside it). "
+        "With --from: the other tool's store directory (default: where that tool keeps it).",
+        show_default=False)] = None,
+    name: Annotated[str | None, typer.Option(
+        "--name", "-n", help="The name to serve it under, e.g. mymodel:q4 (required for a FILE).")] = None,
     mmproj: Annotated[Path | None, typer.Option(
         "--mmproj", help="Its multimodal projector (a vision or audio mmproj-*.gguf): loaded beside it with "
         "--mmproj, so it takes images (or audio).")] = None,
     load: Annotated[bool, typer.Option(
         "--load", help="Then load it and wait until it serves, as `blazar load` does (starting the daemon when none "
         "runs).")] = False,
+    from_: Annotated[str | None, typer.Option(
+        "--from", help="Import every model of another tool's store: ollama, lmstudio, hf-cache or llama-cpp "
+        "(hardlinked, else reflinked, else copied; a second run imports nothing new).",
+        show_default=False)] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="With --from: show what was found and what would be done; write nothing.")] = False,
+    only: Annotated[list[str] | None, typer.Option(
+        "--only", help="With --from: just the model of this name (as the table shows it); repeat it, or give "
+        "several separated by commas.", show_default=False)] = None,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Validate a model and add it to the store (hardlinked; copied when a link is impossible): a GGUF (served by
-    llama-server), a whisper model directory (speech to text) or a piper voice (text to speech), told by its files."""
+    """Validate a model and add it to the store (hardlinked, else reflinked, else copied): a GGUF (served by
+    llama-server), a whisper model directory (speech to text) or a piper voice (text to speech), told by its files.
+    Or, with --from TOOL, every model another tool (Ollama, LM Studio, the Hugging Face cache, llama.cpp) keeps."""
+    if from_ is not None:
+        if name is not None or mmproj is not None or load:
+            raise typer.BadParameter("--from imports every model under the names the table shows; --name, --mmproj "
+                                     "and --load are for one FILE", param_hint="--from")
+        from blazar.cli.import_cmds import import_from  # the readers and the table: only --from needs them
+
+        import_from(from_, file, dry_run=dry_run, only=[n for o in only or () for n in o.split(",") if n.strip()],
+                    as_json=as_json)
+        return
+    if dry_run or only:
+        raise typer.BadParameter("--dry-run and --only go with --from TOOL", param_hint="--dry-run/--only")
+    if file is None or name is None:
+        raise typer.BadParameter("give a FILE and --name NAME (or --from TOOL to import another tool's models)",
+                                 param_hint="FILE/--name")
+    _import_file(file, name, mmproj, load, as_json)
+
+
+def _import_file(file: Path, name: str, mmproj: Path | None, load: bool, as_json: bool) -> None:
+    src, proj_src = file.absolute(), mmproj.absolute() if mmproj is not None else None
 
     async def go() -> Any:
         async with opened() as app:
-            if mmproj is None:
-                return await import_model(app, file.absolute(), name), None, app.paths
-            return *await import_with_projector(app, file.absolute(), name, mmproj.absolute()), app.paths
+            if proj_src is None:
+                return await import_model(app, src, name), None, app.paths
+            return *await import_with_projector(app, src, name, proj_src), app.paths
 
     rec, proj, paths = run(go())
     tell_daemon(paths)  # a running daemon serves it from the very next request
@@ -81,7 +113,7 @@ def import_(
 
 
 def _imported(ev: ModelImported, proj: ModelProjectorSet | None) -> None:
-    how = "linked" if ev.linked else "copied (a hardlink was not possible across these filesystems)"
+    how = placed_words(ev)
     if ev.kind != "llama-server":
         out.print(f"imported {ev.name}: a {ev.kind} model ({engine_kind(ev.kind).describes}), {len(ev.shards)} "
                   f"files, {_human(ev.bytes)}, {how}; sha256 {ev.sha256[:16]}…", **_VERBATIM)
@@ -90,6 +122,15 @@ def _imported(ev: ModelImported, proj: ModelProjectorSet | None) -> None:
               f"{_human(ev.bytes)}, {how}; sha256 {ev.sha256[:16]}…", **_VERBATIM)
     if proj is not None:
         out.print(projector_line(proj), **_VERBATIM)
+
+
+def placed_words(ev: ModelImported) -> str:
+    """How the import placed the file, in words (events before reflinks say only linked or not)."""
+    if ev.linked:
+        return "linked"
+    if ev.placed == "reflink":
+        return "reflinked (a copy-on-write clone: no byte copied)"
+    return "copied (a hardlink was not possible across these filesystems)"
 
 
 def projector_line(ev: ModelProjectorSet) -> str:

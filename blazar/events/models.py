@@ -15,6 +15,11 @@ from blazar.events.base import Event, NodeLocal
 from blazar.events.bounds import MAX_LAYERS, PATH, Bound, Text, bound_of, entries, items, name_chars
 from blazar.events.types import register
 
+# Where a model came from: a file, a hub, a python package, or another tool's store (`blazar import --from`).
+SourceKind = Literal["file", "hub", "python-package", "ollama", "lmstudio", "hf-cache", "llama-cpp"]
+# How a file entered the store (blazar/store/placement.py): no byte copied, shared extents, or copied.
+Placed = Literal["hardlink", "reflink", "copy"]
+
 
 class ModelMetadata(BaseModel):
     """A GGUF header, summarised. Lengths in elements, sizes in bytes; None where the file does not say."""
@@ -84,15 +89,16 @@ class ModelImported(NodeLocal):
     name: str
     path: Annotated[str, PATH]  # relative to the models directory
     source: Annotated[str, PATH]  # where it came from: a local path, a hub target, a python package
-    source_kind: Literal["file", "hub", "python-package"] = "file"
+    source_kind: SourceKind = "file"  # another tool's store (`blazar import --from`): that tool
     bytes: int
     sha256: str
-    linked: bool  # True: hardlink; False: copied
+    linked: bool  # True: hardlink; False: reflinked or copied
     metadata: ModelMetadata  # for a whisper or piper model: its architecture (the kind's name) alone, no GGUF facts
     # For a split model: every part in order (`path` is then the first part, `bytes` the total). For a directory
     # model (whisper, piper): every file of it. Else empty.
     shards: Annotated[list[ShardFile], Bound(16 << 10)] = Field(default_factory=list)
     kind: ModelKind = "llama-server"  # what runs it (events written before kinds existed: llama-server)
+    placed: Placed | None = None  # how its bytes entered the store (events before reflinks: see `linked`)
 
     def stream_key(self) -> str:
         return f"model:{self.name}"

@@ -20,6 +20,7 @@ from blazar.events.base import Recorded
 from blazar.events.lora import LoraAdded, LoraMetadata, LoraRemoved
 from blazar.projections.catalog import StoredModel, lora_users, stored
 from blazar.store.models import store_by_digest, unlink_counting
+from blazar.store.placement import Placed
 
 # An adapter's name: what a request's `lora: [{"name": ...}]` and a Modelfile's ADAPTER say.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -40,7 +41,7 @@ def check_pairing(model: StoredModel, meta: LoraMetadata, source: str) -> None:
                              f"{arch!r} model: it belongs to another model")
 
 
-def store_lora(src: Path, models_dir: Path, expected_sha256: str | None) -> tuple[str, bool, str, int]:
+def store_lora(src: Path, models_dir: Path, expected_sha256: str | None) -> tuple[str, Placed, str, int]:
     """`src` stored as `lora/<sha256>.gguf` (store_by_digest)."""
     return store_by_digest(src, models_dir, LORA_DIR, expected_sha256)
 
@@ -61,10 +62,10 @@ async def add_lora(app: Blazar, model: str, src: Path, name: str, *, expected_sh
                           "first)")
     meta = await asyncio.to_thread(inspect_lora, src)
     check_pairing(entry, meta, str(src))
-    rel, linked, digest, size = await asyncio.to_thread(store_lora, src, app.paths.models, expected_sha256)
+    rel, placed, digest, size = await asyncio.to_thread(store_lora, src, app.paths.models, expected_sha256)
     try:
         (rec,) = await app.record(LoraAdded(model=entry.name, name=name, path=rel, source=str(src), sha256=digest,
-                                            bytes=size, linked=linked, metadata=meta))
+                                            bytes=size, linked=placed == "hardlink", metadata=meta))
     except BaseException:
         if not lora_users(app.runner.state("catalog"), rel):
             await asyncio.to_thread(unlink_counting, app.paths.models / rel)

@@ -1,5 +1,5 @@
-"""Model store commands: import a GGUF, a whisper model directory or a piper voice (validated, hardlinked or copied,
-hashed) and remove one.
+"""Model store commands: import a GGUF, a whisper model directory or a piper voice (validated, hardlinked, reflinked or
+copied, hashed) and remove one.
 
 Nothing is recorded and nothing is left in the store unless the whole import succeeded: the file is placed
 under a temporary name, and only renamed into place once it is inspected and hashed; if recording fails, the
@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import hashlib
 import os
 import re
 import secrets
 import shutil
 from pathlib import Path
-from typing import Literal
 
 from blazar.adapters.gguf_inspect import inspect_gguf, inspect_split
 from blazar.confine import inside
@@ -31,14 +29,14 @@ from blazar.events.models import (
     ModelMetadata,
     ModelRemoved,
     ShardFile,
+    SourceKind,
 )
 from blazar.projections.catalog import alias_target, is_model, models, sharing_files, stored
 from blazar.projections.residency import instances_of
 from blazar.store.kinds import Found, detect, directory_digest
+from blazar.store.placement import Placed, place_file
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}(:[A-Za-z0-9][A-Za-z0-9._-]{0,63})?$")
-# Errors that mean "a hardlink is impossible here", so a copy is the right fallback.
-_NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES}
 
 
 def check_name(name: str) -> str:
@@ -71,27 +69,12 @@ def sha256_file(path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def link_or_copy(src: Path, dest: Path) -> bool:
-    """Hardlink `src` to `dest`; copy when the filesystem refuses a link. Returns True for a link.
+def store_file(src: Path, models_dir: Path, filename: str,
+               expected_sha256: str | None) -> tuple[Path, Placed, str, int]:
+    """Put `src` into the store as `filename`: placed (store/placement.py) under a temporary name, hashed, then
+    renamed.
 
-    NOTE: the link is to what `src` leads to: on Linux os.link links a symlink itself (link(2) does not follow it),
-    which would leave in the store a link to a path outside the home that every later use refuses."""
-    try:
-        os.link(os.path.realpath(src), dest)
-        return True
-    except OSError as exc:
-        if exc.errno not in _NO_LINK:
-            raise
-    shutil.copyfile(src, dest)
-    with dest.open("rb") as fh:
-        os.fsync(fh.fileno())
-    return False
-
-
-def store_file(src: Path, models_dir: Path, filename: str, expected_sha256: str | None) -> tuple[Path, bool, str, int]:
-    """Put `src` into the store as `filename`: linked or copied under a temporary name, hashed, then renamed.
-
-    Returns (dest, linked, sha256, size). On any failure nothing is left in the store.
+    Returns (dest, how it was placed, sha256, size). On any failure nothing is left in the store.
     """
     models_dir.mkdir(parents=True, exist_ok=True)
     dest = models_dir / filename
@@ -99,7 +82,7 @@ def store_file(src: Path, models_dir: Path, filename: str, expected_sha256: str 
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
     try:
-        linked = link_or_copy(src, tmp)
+        placed = place_file(src, tmp)
         digest = sha256_file(tmp)
         if expected_sha256 is not None and digest != expected_sha256:
             raise ModelFileError(f"{src}: sha256 {digest} does not match the expected {expected_sha256}")
@@ -108,20 +91,20 @@ def store_file(src: Path, models_dir: Path, filename: str, expected_sha256: str 
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
-    return dest, linked, digest, dest.stat().st_size
+    return dest, placed, digest, dest.stat().st_size
 
 
 def store_by_digest(src: Path, models_dir: Path, subdir: str,
-                    expected_sha256: str | None) -> tuple[str, bool, str, int]:
+                    expected_sha256: str | None) -> tuple[str, Placed, str, int]:
     """Put `src` into the store as `<subdir>/<sha256>.gguf` (projectors, LoRA adapters: files shared by every model
     that names the same bytes): linked or copied under a temporary name, hashed (and compared with
     `expected_sha256`, when given), then renamed, or dropped when those very bytes are stored already. Returns (path
-    relative to `models_dir`, linked, sha256, size). On any failure nothing is left in the store."""
+    relative to `models_dir`, how it was placed, sha256, size). On any failure nothing is left in the store."""
     where = models_dir / subdir
     where.mkdir(parents=True, exist_ok=True)
     tmp = where / f".{os.getpid()}.{secrets.token_hex(4)}.importing"
     try:
-        linked = link_or_copy(src, tmp)
+        placed = place_file(src, tmp)
         digest = sha256_file(tmp)
         if expected_sha256 is not None and digest != expected_sha256.lower():
             raise ModelFileError(f"{src}: sha256 {digest} does not match the expected {expected_sha256}")
@@ -134,21 +117,23 @@ def store_by_digest(src: Path, models_dir: Path, subdir: str,
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
-    return f"{subdir}/{digest}.gguf", linked, digest, dest.stat().st_size
+    return f"{subdir}/{digest}.gguf", placed, digest, dest.stat().st_size
 
 
-def store_split(srcs: list[Path], models_dir: Path, dirname: str) -> tuple[list[ShardFile], bool]:
+def store_split(srcs: list[Path], models_dir: Path, dirname: str) -> tuple[list[ShardFile], Placed]:
     """Put every part of a split model into `models_dir/dirname/` under its own name (llama-server finds the
-    other parts beside the first by name). All or nothing, like `store_file`."""
+    other parts beside the first by name). All or nothing, like `store_file`. How they were placed: the weakest
+    way any part was (one copied part: "copy")."""
     final = models_dir / dirname
     staging = models_dir / f".{dirname}.{os.getpid()}.importing"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
-        shards, all_linked = [], True
+        shards: list[ShardFile] = []
+        ways: set[Placed] = set()
         for src in srcs:
-            _, linked, digest, size = store_file(src, staging, src.name, None)
-            all_linked &= linked
+            _, placed, digest, size = store_file(src, staging, src.name, None)
+            ways.add(placed)
             shards.append(ShardFile(path=f"{dirname}/{src.name}", bytes=size, sha256=digest))
         if final.exists():
             shutil.rmtree(final)  # a leftover the catalog does not know (it was checked for the name)
@@ -156,7 +141,11 @@ def store_split(srcs: list[Path], models_dir: Path, dirname: str) -> tuple[list[
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return shards, all_linked
+    return shards, _weakest(ways)
+
+
+def _weakest(ways: set[Placed]) -> Placed:
+    return "copy" if "copy" in ways else "reflink" if "reflink" in ways else "hardlink"
 
 
 async def import_model(
@@ -165,7 +154,7 @@ async def import_model(
     name: str,
     *,
     source: str | None = None,
-    source_kind: Literal["file", "hub", "python-package"] = "file",
+    source_kind: SourceKind = "file",
     expected_sha256: str | None = None,
     metadata: ModelMetadata | None = None,
 ) -> Recorded:
@@ -195,18 +184,18 @@ async def import_model(
     assert metadata is not None  # given, or inspected just above
     shards: list[ShardFile] = []
     if len(parts) == 1:
-        dest, linked, digest, size = await asyncio.to_thread(
+        dest, how, digest, size = await asyncio.to_thread(
             store_file, parts[0], app.paths.models, store_filename(name), expected_sha256
         )
         rel, placed = dest.name, [dest]
     else:
         dirname = store_filename(name)[: -len(".gguf")]
-        shards, linked = await asyncio.to_thread(store_split, parts, app.paths.models, dirname)
+        shards, how = await asyncio.to_thread(store_split, parts, app.paths.models, dirname)
         rel, digest, size = shards[0].path, shards[0].sha256, sum(s.bytes for s in shards)
         placed = [app.paths.models / dirname]
     event = ModelImported(
         name=name, path=rel, source=source or str(parts[0]), source_kind=source_kind,
-        bytes=size, sha256=digest, linked=linked, metadata=metadata, shards=shards,
+        bytes=size, sha256=digest, linked=how == "hardlink", placed=how, metadata=metadata, shards=shards,
     )
     try:
         (rec,) = await app.record(event)
@@ -218,13 +207,14 @@ async def import_model(
 
 
 async def _import_directory_model(app: Blazar, found: Found, name: str, dirname: str, *, source: str,
-                                  source_kind: Literal["file", "hub", "python-package"]) -> Recorded:
+                                  source_kind: SourceKind) -> Recorded:
     """A whisper model or piper voice: its files linked (or copied) into `models/<dirname>/`, each hashed, the
     directory digest as the model's sha256 (store/kinds.py)."""
-    shards, linked = await asyncio.to_thread(store_split, list(found.files), app.paths.models, dirname)
+    shards, placed = await asyncio.to_thread(store_split, list(found.files), app.paths.models, dirname)
     event = ModelImported(name=name, path=shards[0].path, source=source, source_kind=source_kind,
-                          bytes=sum(s.bytes for s in shards), sha256=directory_digest(shards), linked=linked,
-                          metadata=found.metadata, shards=shards, kind=found.kind)
+                          bytes=sum(s.bytes for s in shards), sha256=directory_digest(shards),
+                          linked=placed == "hardlink", placed=placed, metadata=found.metadata, shards=shards,
+                          kind=found.kind)
     try:
         (rec,) = await app.record(event)
     except BaseException:

@@ -20,6 +20,7 @@ from blazar.events.models import ModelMetadata
 from blazar.events.projectors import ModelProjectorRemoved, ModelProjectorSet, ProjectorMetadata
 from blazar.projections.catalog import projector_users, stored
 from blazar.store.models import import_model, store_by_digest, unlink_counting
+from blazar.store.placement import Placed
 
 
 def projector_info(meta: ProjectorMetadata) -> dict[str, Any]:
@@ -52,7 +53,7 @@ def check_pairing(model: str, metadata: ModelMetadata, projector: ProjectorMetad
                              "(llama-server refuses to load them together)")
 
 
-def store_projector(src: Path, models_dir: Path, expected_sha256: str | None) -> tuple[str, bool, str, int]:
+def store_projector(src: Path, models_dir: Path, expected_sha256: str | None) -> tuple[str, Placed, str, int]:
     """`src` stored as `mmproj/<sha256>.gguf` (store_by_digest)."""
     return store_by_digest(src, models_dir, PROJECTOR_DIR, expected_sha256)
 
@@ -73,14 +74,14 @@ async def set_projector(app: Blazar, name: str, src: Path, *, source: str | None
     if metadata is None:
         metadata = await asyncio.to_thread(inspect_projector, src)
     check_pairing(entry.name, entry.metadata, metadata, str(src))
-    rel, linked, digest, size = await asyncio.to_thread(store_projector, src, app.paths.models, expected_sha256)
+    rel, placed, digest, size = await asyncio.to_thread(store_projector, src, app.paths.models, expected_sha256)
     try:
         old = entry.projector
         if old is not None and old.path != rel:
             await _drop(app, entry.name, old.path)
         (rec,) = await app.record(ModelProjectorSet(
             name=entry.name, path=rel, source=source or str(src), source_kind=source_kind, bytes=size, sha256=digest,
-            linked=linked, metadata=metadata))
+            linked=placed == "hardlink", metadata=metadata))
     except BaseException:
         if not projector_users(app.runner.state("catalog"), rel):
             await asyncio.to_thread(unlink_counting, app.paths.models / rel)

@@ -129,6 +129,13 @@ _ENV.filters["tojson"] = lambda value: json.dumps(value, ensure_ascii=False)
 _CACHE: dict[str, jinja2.Template] = {}
 
 
+def render_jinja(text: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *,
+                 add_generation_prompt: bool = True) -> str:
+    """The prompt a Jinja chat template gives for `messages`, rendered as the engine renders it (sandboxed): for
+    templates Blazar writes itself, such as one converted from Ollama's (blazar/dialects/go_template.py)."""
+    return _compiled(text).render(messages=messages, tools=tools or None, add_generation_prompt=add_generation_prompt)
+
+
 def _compiled(text: str) -> jinja2.Template:
     got = _CACHE.get(text)
     if got is None:

@@ -258,7 +258,7 @@ def test_rm_and_show_of_an_unknown_model_say_so_and_record_nothing(cli: Cli, hom
 
 
 @pytest.mark.parametrize(("command", "words"), [
-    ("import", ["{file}", "--name", "GGUF", "copied"]),
+    ("import", ["[file]", "--name", "GGUF", "copied", "--from", "--dry-run", "--only"]),
     ("pull", ["{target}", "--name", "--json", "owner/repo[:QUANT]", "HF_ENDPOINT"]),
     ("list", ["--json"]),
     ("show", ["{model}", "--json", "sha256"]),

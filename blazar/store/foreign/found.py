@@ -39,3 +39,13 @@ class ForeignModel:
     @property
     def bytes(self) -> int:
         return sum(p.stat().st_size for p in self.weights)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Something in the store that looks like a model but cannot be carried over (a split model missing a part, a
+    snapshot whose file points outside the cache, a download still in progress), with the reason in words."""
+
+    tool: ForeignTool
+    source: str
+    reason: str
