@@ -1,5 +1,6 @@
 """LM Studio's model store: `~/.lmstudio/models/PUBLISHER/REPO/*.gguf` (LM Studio 0.3 and later; earlier versions
-kept it at `~/.cache/lm-studio/models`), a projector (`mmproj*.gguf`) beside the model it serves.
+kept it at `~/.cache/lm-studio/models`), a projector (`mmproj*.gguf`) beside the model it serves; a model one folder
+deep (`models/NAME/*.gguf`) counts too, as LM Studio lists it.
 
 Where it is: the models folder of LM Studio's home (`~/.lmstudio`, or the directory `~/.lmstudio-home-pointer`
 names), or the folder its settings name (`downloadsFolder` in the home's `settings.json`, the "models directory" a
@@ -41,15 +42,20 @@ def _downloads_folder(settings: Path) -> Path | None:
 def scan(root: Path) -> tuple[list[ForeignModel], list[Skipped]]:
     candidates: list[Candidate] = []
     skipped: list[Skipped] = []
-    for publisher in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        for repo in sorted(r for r in publisher.iterdir() if r.is_dir() and not r.name.startswith(".")):
+    for publisher in _folders(root):
+        # NOTE: LM Studio also lists a model one folder deep (models/NAME/file.gguf, as people sideload them)
+        for repo, owner in [(publisher, None), *((r, publisher.name) for r in _folders(publisher))]:
             ggufs = [f for f in repo.iterdir() if f.suffix.lower() == ".gguf" and f.is_file()]
             projectors = [f for f in ggufs if is_projector(f)]
             models, missing = group_weights([f for f in ggufs if not is_projector(f)], "lmstudio")
             skipped += missing
-            candidates += [Candidate("lmstudio", w, str(w[0]), repo.name, publisher.name,
-                                     projector_for(w, projectors)) for w in models]
+            candidates += [Candidate("lmstudio", w, str(w[0]), repo.name, owner, projector_for(w, projectors))
+                           for w in models]
     return settle(candidates), skipped
+
+
+def _folders(parent: Path) -> list[Path]:
+    return sorted(p for p in parent.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
 def find(root: Path) -> list[ForeignModel]:

@@ -16,7 +16,7 @@ from blazar.events.models import ModelMetadata, ShardFile
 from blazar.instances.live import ResolvedModel
 from blazar.serving.resolve import refuse_unless_served
 from blazar.store.kinds import detect, directory_digest
-from blazar.store.models import link_or_copy
+from blazar.store.placement import place_file
 
 
 def whisper_dir(root: Path, *, vocabulary: str = "vocabulary.txt", skip: str | None = None) -> Path:
@@ -145,5 +145,5 @@ def test_a_symlink_given_to_import_is_linked_by_what_it_leads_to_never_as_a_link
     alias.symlink_to(real)
     dest = tmp_path / "store" / "voice.onnx"
     dest.parent.mkdir()
-    assert link_or_copy(alias, dest) is True
+    assert place_file(alias, dest) == "hardlink"
     assert not dest.is_symlink() and dest.stat().st_ino == real.stat().st_ino

@@ -57,6 +57,13 @@ def test_a_file_without_a_quantization_in_its_name_is_tagged_with_its_name(tmp_p
     assert model.name == "my-model:final-version"
 
 
+def test_a_model_one_folder_deep_counts_as_lmstudio_lists_it(tmp_path: Path) -> None:
+    sideloaded = gguf(tmp_path / "my-llama" / "my-llama-Q5_K_M.gguf")
+    gguf(tmp_path / "ignored-at-the-root-Q4_0.gguf")
+    (model,) = lmstudio.find(tmp_path)
+    assert (model.name, model.weights) == ("my-llama:q5_k_m", (sideloaded,))
+
+
 def test_a_split_model_missing_a_part_is_skipped_saying_which(tmp_path: Path) -> None:
     repo = tmp_path / "bartowski" / "Big-GGUF"
     gguf(repo / "Big-Q4_K_M-00001-of-00003.gguf")
