@@ -26,6 +26,7 @@ from blazar.store.engines import Gate, Progress, build_engine
 
 Action = Literal["update", "up_to_date", "newer_here"]
 MAX_VERSION_CHARS = 64
+MAX_URL_CHARS = 1024  # the file's URL goes into engine.installed's source
 # How a build of the pinned sdist named its source before `package_version` was recorded (build.fetch_sdist).
 _PINNED_SOURCE = re.compile(rf"^{re.escape(builder.DISTRIBUTION)}==(\S+) ")
 
@@ -107,8 +108,9 @@ def _plan_io(app: Blazar, entry: InstalledEngine | None, *, index_url: str | Non
     if newest is None:
         raise EngineIndexError(f"the package index {where} lists no {builder.DISTRIBUTION} sdist (.tar.gz) that is "
                                f"not yanked{'' if pre else ' or a pre-release (--pre takes those)'}")
-    if len(str(newest.version)) > MAX_VERSION_CHARS:
-        raise EngineIndexError(f"{newest.file.filename}: a version over {MAX_VERSION_CHARS} characters")
+    if len(str(newest.version)) > MAX_VERSION_CHARS or len(newest.file.url) > MAX_URL_CHARS:
+        raise EngineIndexError(f"{newest.file.filename}: a version over {MAX_VERSION_CHARS} characters or a URL over "
+                               f"{MAX_URL_CHARS}: not recorded, so not built")
     current = current_version(entry)
     use_cuda, rpc = build_flavour(entry, cuda=cuda, cuda_here=builder.cuda_available(app.env))
     options = builder.build_options(cuda=use_cuda, rpc=rpc)

@@ -205,7 +205,7 @@ def list_files(config: IndexConfig, project: str) -> list[IndexFile]:
                 raise EngineIndexError(f"the package index {public_url(config.url)} has no {project} (404)")
             if r.status_code != 200:
                 raise EngineIndexError(f"the package index answered {r.status_code} for {public_url(url)}")
-            body = b""
+            body = bytearray()
             for chunk in r.iter_bytes():
                 body += chunk
                 if len(body) > MAX_PAGE_BYTES:
@@ -214,7 +214,7 @@ def list_files(config: IndexConfig, project: str) -> list[IndexFile]:
             page = str(r.url)
     except httpx2.HTTPError as e:
         raise EngineIndexError(f"cannot read the package index at {public_url(url)}: {e}") from None
-    return parse_json_page(body, page) if kind == JSON_TYPE else parse_html_page(body, page)
+    return parse_json_page(bytes(body), page) if kind == JSON_TYPE else parse_html_page(bytes(body), page)
 
 
 def file_sha256(path: Path) -> str:
