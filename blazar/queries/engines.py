@@ -37,7 +37,8 @@ def engine_json(app: Blazar, e: InstalledEngine, *, engines_dir: Path | None = N
     row: dict[str, Any] = {
         "tag": e.tag, "active": active_tag(app) == e.tag, "rollback_target": rollback_target(app) == e.tag,
         "source_kind": e.source_kind, "source": e.source, "version": dict(e.version),
-        "build_options": list(e.build_options), "installed_ts": e.installed_ts, "activated_ts": e.activated_ts,
+        "build_options": list(e.build_options), "package_version": e.package_version,
+        "installed_ts": e.installed_ts, "activated_ts": e.activated_ts,
         "file_count": sum(1 for f in e.files if not f.link_to), "bytes": sum(f.bytes for f in e.files),
         "smoke": None if e.smoke is None else e.smoke.to_json(),
         "verified": None if e.verified is None else e.verified.to_json(),

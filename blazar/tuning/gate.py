@@ -51,6 +51,22 @@ def gate_selection(app: Blazar) -> Selection:
                          servable=servable, limit=MAX_MODELS)
 
 
+def describe_gate(app: Blazar) -> str:
+    """What the engine gate would do for a candidate now, in one line (`engine update --check`): measures nothing."""
+    settings = app.settings().engine
+    try:
+        current = active_engine(app).tag
+    except BlazarError:
+        return "engine gate: no engine is active, so nothing to compare with"
+    if not settings.engine_gate:
+        return "engine gate: off (engine.engine_gate = false)"
+    selection = gate_selection(app)
+    if not selection.models:
+        return f"engine gate: {selection.note}"
+    return (f"engine gate: {', '.join(selection.models)} ({selection.source}) measured on {current} and the new build; "
+            f"refused if more than {settings.engine_gate_threshold:.0%} slower")
+
+
 def _decode_tps(bench: BenchRecorded) -> float:
     rates = [r.decode_tps_stream for r in bench.results if r.workload == "chat" and r.concurrency == 1]
     return rates[0] if rates else 0.0
