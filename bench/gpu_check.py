@@ -265,18 +265,23 @@ class Check:
                     f"{CTX} ctx x 1 slot, KV {self.plan['cache_type_k']}/{self.plan['cache_type_v']}")]
 
     def step_load(self, limit: float) -> list[Row]:
-        row = self.blazar(limit, "load", MODEL, "--ctx", str(CTX), "--json")
+        try:
+            return self._load_and_measure(limit)
+        finally:
+            self.stop_daemon()  # bench and tune run private engines: the GPU is theirs alone
+
+    def _load_and_measure(self, limit: float) -> list[Row]:
+        loaded = self.blazar(limit, "load", MODEL, "--ctx", str(CTX), "--json")
+        rows = self.blazar(limit, "ps", "--json")["instances"]  # the load's answer has no pid; its ps row does
+        row = next(r for r in rows if r["instance_id"] == loaded["instance_id"])
         pid = int(row["pid"])
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
         ngl = gpu_layers_in(argv)
         if ngl is None or ngl < int(self.plan["offloadable_layers"]):
             raise StepFailed(f"the engine runs with -ngl {ngl}, not every layer ({self.plan['offloadable_layers']})")
         measured = sum(g.process_bytes.get(pid, 0) for g in self.nvml().gpus)
-        loaded = Row("load", "pass", f"-ngl {ngl}", f"pid {pid}, {row['slots']} slot(s) of {row['ctx_tokens']}")
-        try:
-            return [loaded, Comparison(plan_gpu_bytes(self.plan), measured).row()]
-        finally:
-            self.stop_daemon()
+        done = Row("load", "pass", f"-ngl {ngl}", f"pid {pid}, {row['slots']} slot(s) of {row['ctx_tokens']}")
+        return [done, Comparison(plan_gpu_bytes(self.plan), measured).row()]
 
     def step_bench(self, limit: float) -> list[Row]:
         return bench_rows(self.blazar(limit, "bench", MODEL, *BENCH_ARGS, "--json"))
