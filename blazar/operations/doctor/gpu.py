@@ -74,6 +74,9 @@ async def backend(app: Blazar, snap: NvmlSnapshot, entry: InstalledEngine | None
     if entry is None:
         return None  # engine.active already says there is none
     found = from_build_options(entry.build_options)
+    if found is None and not (snap.available and snap.gpus):  # nothing to offload to: not worth running it
+        return ok("engine", "backend", f"{entry.tag}: no NVIDIA GPU here, so it runs on the CPU whatever its "
+                  "backends (installed, not built here: its build options are not recorded)")
     if found is None:
         binary = app.paths.engines / entry.tag / entry.binary
         if not binary.is_file():
