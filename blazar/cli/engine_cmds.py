@@ -130,7 +130,8 @@ def build(
     cuda_arch: Annotated[str | None, typer.Option(
         "--cuda-arch", metavar="ARCH", help="Compile the CUDA kernels for these architectures only (implies --cuda): "
         "the compute capability without its dot (90 for an H100, 89 for an L4; several comma-separated), or native "
-        "for the GPUs NVML sees here. Default: llama.cpp's list of eight, several times slower to build.")] = None,
+        "for the GPUs NVML sees here. Default: llama.cpp's own list (eight to ten architectures), several times "
+        "slower to build.")] = None,
     tag: TagOption = None,
     no_activate: NoActivateOption = False,
     force: ForceOption = False,

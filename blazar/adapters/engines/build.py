@@ -37,8 +37,8 @@ CPU_OPTIONS = (
     "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DBUILD_SHARED_LIBS=OFF",
 )
 CUDA_OPTIONS = ("-DGGML_CUDA=ON",)
-# llama.cpp's default architecture list compiles every kernel for eight of them; naming the GPU's cuts the build to a
-# fraction (blazar/adapters/engines/cuda_arch.py).
+# llama.cpp's default architecture list compiles every kernel for eight to ten of them; naming the GPU's cuts the
+# build to a fraction (blazar/adapters/engines/cuda_arch.py).
 CUDA_ARCH_OPTION = "-DCMAKE_CUDA_ARCHITECTURES="
 # The RPC backend: llama-server then takes --rpc HOST:PORT,... and the rpc-server target exists.
 RPC_OPTIONS = ("-DGGML_RPC=ON",)
