@@ -43,8 +43,8 @@ MIN_STEP_S = 5.0  # a step with less left than this is not started
 STOP_TIMEOUT_S = 30.0
 # (step, timeout): what each may take at most; the total deadline caps them all.
 TIMEOUTS = {"gpu": 30.0, "engine": 420.0, "model": 60.0, "plan": 60.0, "load": 120.0, "bench": 120.0,
-            "tune": 150.0, "overhead": 240.0}
-TUNE_ARGS = ["--only", "spec,kv", "--budget", "2m", "--max-tokens", "64", "--requests", "2"]
+            "tune": 200.0, "overhead": 240.0}
+TUNE_ARGS = ["--only", "spec,kv", "--budget", "150", "--max-tokens", "64", "--requests", "2"]
 BENCH_ARGS = ["--concurrency", "1,8", "--workload", "chat", "--max-tokens", "128", "--requests", "8"]
 OVERHEAD_ARGS = ["--only", "engine", "--no-litellm", "--no-dialects", "--concurrency", "1,8", "--quick"]
 

@@ -174,6 +174,6 @@ def test_the_script_needs_a_gpu_and_dry_run_names_what_it_would_run(tmp_path: Pa
     out = res.stdout
     assert "| GPU | pass | 90 | NVIDIA H100 80GB HBM3 (sm 9.0, 80 GiB); driver 550.54.15, CUDA 12.4 |" in out
     assert "engine build --cuda --cuda-arch 90 --json" in out
-    assert "tune gemma --only spec,kv --budget 2m" in out and "--concurrency 1,8" in out
+    assert "tune gemma --only spec,kv --budget 150" in out and "--concurrency 1,8" in out
     assert "deadline 600 s; plan vs NVML within ±5%" in out
     assert list(tmp_path.glob("blazar-gpu-check-*")) == []  # its temporary home is gone
