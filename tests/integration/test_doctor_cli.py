@@ -51,7 +51,8 @@ def test_a_home_with_the_real_engine_is_healthy_and_a_corrupted_engine_file_fail
     assert code == {"ok": 0, "warn": 1, "fail": 2}[report["status"]]
     checks = _by_id(report)
     for name in ("engine.active", "engine.files", "engine.cpu", "engine.smoke", "store.integrity", "log.seq",
-                 "log.triggers", "log.schema", "log.checkpoints", "machine.orphans", "machine.port"):
+                 "log.triggers", "log.schema", "log.checkpoints", "machine.orphans", "machine.port", "machine.gpu",
+                 "engine.backend"):
         assert set(checks[name]) == {"check", "area", "name", "status", "observation", "fix", "fixable"}
     assert "generated" in checks["engine.smoke"]["observation"]
     assert "avx2" in checks["engine.cpu"]["observation"]

@@ -11,7 +11,7 @@ from blazar.context import Blazar
 from blazar.errors import ArchiveError, InvalidLogLocation
 from blazar.events.location import PostgresUrl, SqliteFile
 from blazar.logdb import log_location
-from blazar.operations.doctor import engine, machine, store, trust
+from blazar.operations.doctor import engine, gpu, machine, store, trust
 from blazar.operations.doctor.archive import archive_checks
 from blazar.operations.doctor.logdb import log_checks
 from blazar.operations.doctor.orphans import orphans
@@ -95,7 +95,7 @@ async def with_log(app: Blazar, *, quick: bool) -> list[Check]:
     for found in (files, engine.cpu(app, engine.cpu_flags()), await engine.smoke(app)):
         if found is not None:
             checks.append(found)
-    return checks
+    return checks + await gpu.gpu_checks(app)
 
 
 async def after_fix(app: Blazar) -> list[Check]:
