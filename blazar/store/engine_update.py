@@ -42,6 +42,7 @@ class UpdatePlan:
     action: Action
     cuda: bool
     rpc: bool
+    cuda_archs: list[str] | None  # the active CUDA build's architectures, kept (None: llama.cpp's default list)
     options: list[str]
     cache_key: str
     build_cached: bool  # a finished build of these sources, options and compiler is in the build cache
@@ -55,7 +56,7 @@ class UpdatePlan:
                 "newest": str(self.newest.version), "action": self.action,
                 "file": {"filename": f.filename, "url": pkg_index.public_url(f.url), "sha256": f.sha256},
                 "downloaded": self.downloaded, "build_cached": self.build_cached, "cache_key": self.cache_key,
-                "options": self.options, "cuda": self.cuda, "rpc": self.rpc}
+                "options": self.options, "cuda": self.cuda, "cuda_archs": self.cuda_archs, "rpc": self.rpc}
 
 
 def current_version(entry: InstalledEngine | None) -> str | None:
@@ -95,6 +96,17 @@ def build_flavour(entry: InstalledEngine | None, *, cuda: bool | None, cuda_here
     return cuda, rpc
 
 
+def recorded_archs(entry: InstalledEngine | None, *, cuda: bool) -> list[str] | None:
+    """The CUDA architectures the active build was compiled for (`engine build --cuda-arch`), so a CUDA update keeps
+    them instead of compiling llama.cpp's whole default list; None: not restricted (or not CUDA)."""
+    if not cuda or entry is None or entry.source_kind != "build":
+        return None
+    for option in entry.build_options:
+        if option.startswith(builder.CUDA_ARCH_OPTION):
+            return [a for a in option[len(builder.CUDA_ARCH_OPTION):].split(";") if a] or None
+    return None
+
+
 def archive_path(cache: Path, version: Version) -> Path:
     return cache / "sdist" / f"{builder.DISTRIBUTION.replace('-', '_')}-{version}.tar.gz"
 
@@ -113,7 +125,8 @@ def _plan_io(app: Blazar, entry: InstalledEngine | None, *, index_url: str | Non
                                f"{MAX_URL_CHARS}: not recorded, so not built")
     current = current_version(entry)
     use_cuda, rpc = build_flavour(entry, cuda=cuda, cuda_here=builder.cuda_available(app.env))
-    options = builder.build_options(cuda=use_cuda, rpc=rpc)
+    archs = recorded_archs(entry, cuda=use_cuda)
+    options = builder.build_options(cuda=use_cuda, rpc=rpc, cuda_archs=archs)
     env = builder.with_interpreter_bin(app.env)
     cache = builder.cache_root(app.env)
     # The index's sha256 is the archive's, so the build cache's key is known before downloading anything.
@@ -122,7 +135,8 @@ def _plan_io(app: Blazar, entry: InstalledEngine | None, *, index_url: str | Non
     archive = archive_path(cache, newest.version)
     return UpdatePlan(
         index_url=where, active_tag=entry.tag if entry else None, current=current, newest=newest,
-        action=decide_update(current, newest.version), cuda=use_cuda, rpc=rpc, options=options, cache_key=key,
+        action=decide_update(current, newest.version), cuda=use_cuda, rpc=rpc, cuda_archs=archs,
+        options=options, cache_key=key,
         build_cached=newest.file.sha256 is not None and all((cache / key / t).is_file() for t in targets),
         archive=archive,
         downloaded=archive.is_file() and pkg_index.file_sha256(archive) == newest.file.sha256, config=config)
@@ -149,4 +163,5 @@ async def update_engine(app: Blazar, plan: UpdatePlan, *, jobs: int | None = Non
         say(f"downloaded {plan.archive.stat().st_size / 1e6:.1f} MB; sha256 matches the index")
     origin = f"{builder.DISTRIBUTION} {release.version} from {pkg_index.public_url(release.file.url)}"
     return await build_engine(app, sdist=plan.archive, jobs=jobs, cuda=plan.cuda, rpc=plan.rpc, progress=progress,
-                              gate=gate, origin=origin, package_version=str(release.version))
+                              gate=gate, origin=origin, package_version=str(release.version),
+                              cuda_arch=",".join(plan.cuda_archs) if plan.cuda_archs else None)

@@ -14,7 +14,14 @@ from blazar.adapters.engines import build as builder
 from blazar.context import Blazar
 from blazar.errors import EngineIndexError, EngineRefused
 from blazar.projections.engines import InstalledEngine
-from blazar.store.engine_update import build_flavour, current_version, decide_update, plan_update, update_engine
+from blazar.store.engine_update import (
+    build_flavour,
+    current_version,
+    decide_update,
+    plan_update,
+    recorded_archs,
+    update_engine,
+)
 from tests.support.engine_store import engines_state, events, stand_in, types
 from tests.support.pkg_index_server import Served, package_index
 
@@ -54,6 +61,17 @@ def test_an_update_keeps_the_active_builds_backends() -> None:
     path = entry(source_kind="path", build_options=())
     assert build_flavour(path, cuda=None, cuda_here=True) == (True, False)  # `engine build`'s defaults
     assert build_flavour(None, cuda=None, cuda_here=False) == (False, False)
+
+
+def test_a_cuda_update_keeps_the_architectures_the_active_build_was_compiled_for() -> None:
+    h100 = entry(build_options=(*builder.CPU_OPTIONS, *builder.build_options(cuda=True, cuda_archs=["89", "90"])))
+    assert recorded_archs(h100, cuda=True) == ["89", "90"]
+    assert builder.CUDA_ARCH_OPTION + "89;90" in builder.build_options(cuda=True, cuda_archs=recorded_archs(h100,
+                                                                                                        cuda=True))
+    assert recorded_archs(h100, cuda=False) is None  # --no-cuda: no architectures
+    every = entry(build_options=(*builder.CPU_OPTIONS, *builder.CUDA_OPTIONS))
+    assert recorded_archs(every, cuda=True) is None  # llama.cpp's default list, as it was
+    assert recorded_archs(entry(source_kind="path", build_options=()), cuda=True) is None
 
 
 async def test_the_plan_reads_the_index_and_the_build_cache_and_writes_nothing(app: Blazar, tmp_path: Path) -> None:
