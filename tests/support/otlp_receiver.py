@@ -1,7 +1,8 @@
 """A real OTLP/HTTP receiver on 127.0.0.1 for tests: POST /v1/traces bodies decoded with opentelemetry-proto
 (ExportTraceServiceRequest), the spans kept as plain dicts; POST /v1/metrics bodies (ExportMetricsServiceRequest)
-kept as one dict per export, metric name → its type and points; the raw bodies and headers kept too. `hang=True`
-makes it a collector that accepts and reads each export but never answers (until `close`, or HANG_LIMIT_S)."""
+kept as one dict per export, metric name → its type and points; the raw trace bodies and all headers kept too.
+`hang=True` makes it a collector that accepts and reads each export but never answers (until `close`, or
+HANG_LIMIT_S)."""
 
 from __future__ import annotations
 
@@ -124,8 +125,7 @@ class OtlpReceiver:
                     return  # never answered: the connection closes with the server
                 if self.path.endswith("/v1/metrics"):
                     metrics = decode_metrics(body)
-                    with receiver._lock:
-                        receiver.bodies.append(body)
+                    with receiver._lock:  # not in `bodies`: those are the spans' (help texts are English)
                         receiver.metric_exports.append(metrics)
                     out = ExportMetricsServiceResponse().SerializeToString()
                 else:

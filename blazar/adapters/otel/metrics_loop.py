@@ -42,7 +42,10 @@ class MetricsLoop:
         """Export every `interval_s` until cancelled."""
         while True:
             await asyncio.sleep(self.interval_s)
-            await self.send(EXPORT_TIMEOUT_S)
+            try:
+                await self.send(EXPORT_TIMEOUT_S)
+            except Exception:  # the families could not be taken: say so, and try again at the next tick
+                log.exception("taking the metric families for OTLP failed")
 
     async def send(self, timeout_s: float) -> bool:
         """One export of the families now; False when one was still out (skipped) or this one did not end within
