@@ -240,5 +240,7 @@ def _metrics(app: Blazar, gateway: Gateway) -> MetricsLoop | None:
     from blazar.adapters.otel.metrics_loop import start_metrics
     from blazar.queries.metrics import daemon_families
 
-    return start_metrics(target, lambda: daemon_families(app, gateway.admission.snapshot()),
-                         settings.telemetry.otlp_metrics_interval_s)
+    metrics = start_metrics(target, lambda: daemon_families(app, gateway.admission.snapshot()),
+                            settings.telemetry.otlp_metrics_interval_s)
+    app.metric_export_stats = metrics.stats
+    return metrics

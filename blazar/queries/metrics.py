@@ -65,7 +65,9 @@ def daemon_families(app: Blazar, admission: Mapping[str, Mapping[str, Any]]) -> 
     the span export's counters where spans are exported. What `/metrics` shows and the OTLP metrics export sends."""
     live = {model: s for model, s in admission.items() if not model.startswith("_")}
     otlp = app.span_export_stats() if app.span_export_stats is not None else None
-    return metric_families(app.runner.state("metrics"), app.runner.state("residency"), live=live, otlp=otlp)
+    sent = app.metric_export_stats() if app.metric_export_stats is not None else None
+    return metric_families(app.runner.state("metrics"), app.runner.state("residency"), live=live, otlp=otlp,
+                           otlp_metrics=sent)
 
 
 def queue_depth(app: Blazar) -> dict[str, int]:
@@ -116,18 +118,20 @@ def prometheus_text(families: Iterable[Family]) -> str:
 
 def render_prometheus(metrics_state: MetricsState, residency_state: ResidencyState, *,
                       live: Mapping[str, Mapping[str, Any]] | None = None,
-                      otlp: Mapping[str, int] | None = None) -> str:
+                      otlp: Mapping[str, int] | None = None, otlp_metrics: Mapping[str, int] | None = None) -> str:
     """The exposition text of `metric_families`."""
-    return prometheus_text(metric_families(metrics_state, residency_state, live=live, otlp=otlp))
+    return prometheus_text(metric_families(metrics_state, residency_state, live=live, otlp=otlp,
+                                           otlp_metrics=otlp_metrics))
 
 
 def metric_families(metrics_state: MetricsState, residency_state: ResidencyState, *,
                     live: Mapping[str, Mapping[str, Any]] | None = None,
-                    otlp: Mapping[str, int] | None = None) -> list[Family]:
+                    otlp: Mapping[str, int] | None = None,
+                    otlp_metrics: Mapping[str, int] | None = None) -> list[Family]:
     """Every family, in the order /metrics shows them. `live` ({model: {"queued", "busy", "slots"}}, from the
     admission controller of a running daemon) replaces the log's queue depth, which lags by the projection runner's
-    poll and cannot see requests that a crash cut short, and adds the slot gauges. `otlp`: the span export's
-    counters, where one runs."""
+    poll and cannot see requests that a crash cut short, and adds the slot gauges. `otlp`, `otlp_metrics`: the span
+    and metrics exports' counters, where they run."""
     w = _Writer()
     m = metrics_state
 
@@ -191,7 +195,8 @@ def metric_families(metrics_state: MetricsState, residency_state: ResidencyState
         w.sample("blazar_key_audio_seconds_total", (("key", name),), seconds)
     _spec(w, m)
     _energy(w, m)
-    _otlp(w, otlp)
+    _otlp(w, otlp, _OTLP)
+    _otlp(w, otlp_metrics, _OTLP_METRICS)
     return w.families
 
 
@@ -240,13 +245,21 @@ _OTLP: tuple[tuple[str, str, Kind, str], ...] = (
     ("queued", "blazar_otlp_queue_spans", "gauge", "Request spans waiting in the OTLP export queue."),
 )
 
+_OTLP_METRICS: tuple[tuple[str, str, Kind, str], ...] = (
+    ("exported", "blazar_otlp_metric_exports_total", "counter", "OTLP metrics exports the collector accepted."),
+    ("failed", "blazar_otlp_metric_exports_failed_total", "counter",
+     "OTLP metrics exports that failed (the collector refused them or could not be reached)."),
+    ("skipped", "blazar_otlp_metric_exports_skipped_total", "counter",
+     "OTLP metrics exports not made because the one before was still out (a slow or hanging collector)."),
+)
 
-def _otlp(w: _Writer, otlp: Mapping[str, int] | None) -> None:
-    """Announced always; sampled only while spans are exported (otlp_endpoint set)."""
-    for key, name, kind, help_text in _OTLP:
+
+def _otlp(w: _Writer, stats: Mapping[str, int] | None, families: tuple[tuple[str, str, Kind, str], ...]) -> None:
+    """Announced always; sampled only while the export runs (spans: otlp_endpoint set; metrics: and otlp_metrics)."""
+    for key, name, kind, help_text in families:
         w.family(name, kind, help_text)
-        if otlp is not None:
-            w.sample(name, (), otlp.get(key, 0))
+        if stats is not None:
+            w.sample(name, (), stats.get(key, 0))
 
 
 def _histograms(w: _Writer, m: MetricsState) -> None:

@@ -200,6 +200,8 @@ def test_the_metrics_families_reach_the_collector_with_the_values_metrics_shows(
     assert sum(ttft["bucket_counts"]) == ttft["count"] >= 1
     sent = [h for p, h in zip(served.receiver.paths, served.receiver.headers, strict=False) if p == "/v1/metrics"]
     assert sent and all(h["x-team"] == "ml" for h in sent)
+    assert served.metric("blazar_otlp_metric_exports_total") >= 1  # /metrics counts the export it feeds
+    assert served.metric("blazar_otlp_metric_exports_failed_total") == 0
 
 
 def test_a_collector_that_hangs_slows_and_fails_no_request(tmp_path: Path, engine_binary: Path,

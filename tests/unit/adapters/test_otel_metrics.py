@@ -30,6 +30,7 @@ from tests.unit.projections.test_metrics import FAMILIES, parse, states
 RESOURCE = resource_for("test")
 LIVE = {"gemma": {"queued": 2, "busy": 1, "slots": 2}, "qwen": {"queued": 0, "busy": 0, "slots": 1}}
 SPANS = {"exported": 7, "failed": 1, "dropped": 0, "queued": 3}
+SENT = {"exported": 4, "failed": 2, "skipped": 1}
 _OTLP_TYPES = {"counter": "sum", "gauge": "gauge", "histogram": "histogram"}
 
 
@@ -53,11 +54,11 @@ def test_every_family_of_metrics_goes_out_over_otlp_with_its_type_labels_and_val
     # The instruments come from what /metrics announces on an empty log (every family, none with a value yet).
     announced = metric_families(MetricsProjection().initial(), ResidencyProjection().initial(), live={}, otlp={})
     export = export_to(receiver, announced)
-    text = parse(render_prometheus(m, r, live=LIVE, otlp=SPANS))
+    text = parse(render_prometheus(m, r, live=LIVE, otlp=SPANS, otlp_metrics=SENT))
     assert {n: f["type"] for n, f in text.items()} == FAMILIES | {"blazar_slots_busy": "gauge", "blazar_slots": "gauge"}
     assert export.instruments == {n: f["type"] for n, f in text.items()}  # one instrument per family, its kind
 
-    export.export(metric_families(m, r, live=LIVE, otlp=SPANS), timeout_s=10)
+    export.export(metric_families(m, r, live=LIVE, otlp=SPANS, otlp_metrics=SENT), timeout_s=10)
     got = receiver.last_metrics()
     assert got is not None
     sampled = {n for n, f in text.items() if f["samples"]}
@@ -106,6 +107,16 @@ def test_a_family_with_no_value_sends_nothing_and_the_span_families_only_while_s
     assert got is not None and "blazar_requests_total" in got
     assert not [n for n in got if n.startswith("blazar_otlp_")]
     assert "blazar_instance_measured_bytes" not in got  # announced, never measured: no point
+
+
+def test_the_metrics_exports_own_counters_are_sampled_only_while_it_runs() -> None:
+    m, r = MetricsProjection().initial(), ResidencyProjection().initial()
+    assert not parse(render_prometheus(m, r))["blazar_otlp_metric_exports_total"]["samples"]
+    fams = parse(render_prometheus(m, r, otlp_metrics=SENT))
+    assert [(n, v) for n in ("blazar_otlp_metric_exports_total", "blazar_otlp_metric_exports_failed_total",
+                             "blazar_otlp_metric_exports_skipped_total") for _, _, v in fams[n]["samples"]] == \
+        [("blazar_otlp_metric_exports_total", 4), ("blazar_otlp_metric_exports_failed_total", 2),
+         ("blazar_otlp_metric_exports_skipped_total", 1)]
 
 
 def test_the_histograms_go_even_when_no_counter_or_gauge_has_a_value(receiver: OtlpReceiver) -> None:
