@@ -103,7 +103,8 @@ class _WithHistograms(MetricExporter):
         return self.inner.force_flush(timeout_millis)
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
-        self.inner.shutdown(timeout_millis=timeout_millis)
+        given = kwargs.get("timeout")  # what the SDK's reader passes: the milliseconds left of its own bound
+        self.inner.shutdown(timeout_millis=float(given) if isinstance(given, int | float) else timeout_millis)
 
 
 class FamilyExport:
