@@ -1,5 +1,6 @@
 """A collector for the bench: OTLP/HTTP on 127.0.0.1, in its own process, answering every export at once and
-counting what came (exports, bytes, spans). Prints its port on the first line of stdout; on SIGTERM (or stdin
+counting what came (exports, bytes, spans; metrics exports on their own: the daemon sends /metrics' families to
+/v1/metrics beside the spans). Prints its port on the first line of stdout; on SIGTERM (or stdin
 closing), one JSON line with the counts. Run by bench/overhead_observed.py, not by hand."""
 
 from __future__ import annotations
@@ -11,14 +12,19 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 
-COUNTS = {"exports": 0, "bytes": 0, "spans": 0, "bad": 0}
+COUNTS = {"exports": 0, "bytes": 0, "spans": 0, "bad": 0, "metric_exports": 0, "metric_bytes": 0}
 LOCK = threading.Lock()
 EMPTY = ExportTraceServiceResponse().SerializeToString()
+EMPTY_METRICS = ExportMetricsServiceResponse().SerializeToString()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -26,6 +32,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.endswith("/v1/metrics"):
+            self._metrics(body)
+            return
         req = ExportTraceServiceRequest()
         try:
             req.ParseFromString(body)
@@ -43,6 +52,22 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(EMPTY)))
         self.end_headers()
         self.wfile.write(EMPTY)
+
+    def _metrics(self, body: bytes) -> None:
+        try:
+            ExportMetricsServiceRequest().ParseFromString(body)
+            bad = 0
+        except Exception:  # not an export: counted, answered 400
+            bad = 1
+        with LOCK:
+            COUNTS["metric_exports"] += 1
+            COUNTS["metric_bytes"] += len(body)
+            COUNTS["bad"] += bad
+        self.send_response(400 if bad else 200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", str(len(EMPTY_METRICS)))
+        self.end_headers()
+        self.wfile.write(EMPTY_METRICS)
 
     def log_message(self, format: str, *args: object) -> None:
         pass

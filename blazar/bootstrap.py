@@ -30,6 +30,7 @@ from blazar.queries.file_modes import loose_modes
 if TYPE_CHECKING:
     from blazar.adapters.engines.client import EngineClient
     from blazar.adapters.hub import Hub
+    from blazar.adapters.otel.metrics_loop import MetricsLoop
     from blazar.adapters.otel.tracing import Tracing
     from blazar.serving.gateway import Gateway
     from blazar.serving.ports import SupervisorPort
@@ -38,7 +39,7 @@ __all__ = ["CHECKPOINT_ON_CLOSE_AFTER", "Blazar", "Services", "bootstrap", "buil
            "paths_from_env"]
 
 PRIVATE_UMASK = 0o077
-# Seconds a stopping daemon waits for its last request events to commit before it closes the span export.
+# Seconds a stopping daemon waits for its last request events to commit before it closes the OTLP exports.
 TRACING_FLUSH_S = 5.0
 
 
@@ -127,6 +128,7 @@ class Services:
     gateway: Gateway
     client: EngineClient
     tracing: Tracing | None = None  # the OTLP span export, where a collector is configured
+    metrics: MetricsLoop | None = None  # the OTLP metrics export, likewise (unless `otlp_metrics` is off)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _batches: asyncio.Task[None] | None = None
 
@@ -147,6 +149,8 @@ class Services:
         ask, build = line_asker(self.gateway)
         runner = BatchRunner(self.gateway.app, self.gateway, ask, build=build, stopping=stopping)
         self._batches = asyncio.create_task(runner.run(), name="blazar-batches")
+        if self.metrics is not None:
+            self._tasks.append(asyncio.create_task(self.metrics.run(), name="blazar-otlp-metrics"))
 
     async def stop_batches(self) -> None:
         """Before the engines stop: the lines in flight end unrecorded (they run again after a restart) rather than
@@ -162,11 +166,17 @@ class Services:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.client.aclose()
+        if self.tracing is None and self.metrics is None:
+            return
+        with contextlib.suppress(TimeoutError):  # the last requests' events reach the spans and counters first
+            async with asyncio.timeout(TRACING_FLUSH_S):
+                await self.gateway.app.request_writer().flush()
+        closing = []
         if self.tracing is not None:
-            with contextlib.suppress(TimeoutError):  # the last requests' events reach the spans first, if they can
-                async with asyncio.timeout(TRACING_FLUSH_S):
-                    await self.gateway.app.request_writer().flush()
-            await asyncio.to_thread(self.tracing.close)  # bounded: a hanging collector is left behind
+            closing.append(asyncio.to_thread(self.tracing.close))  # bounded: a hanging collector is left behind
+        if self.metrics is not None:
+            closing.append(self.metrics.close())  # the last values, bounded likewise
+        await asyncio.gather(*closing)
 
 
 def build_services(app: Blazar, *, supervisor: SupervisorPort | None = None,
@@ -193,8 +203,9 @@ def build_services(app: Blazar, *, supervisor: SupervisorPort | None = None,
     meter = EnergyMeter()  # probed once: a machine without readable counters is never read again
     logging.getLogger("blazar.daemon").info("energy per request: %s", meter.describe())
     energy = EnergyLedger(meter)
-    return Services(supervisor=sup, gateway=Gateway(app, sup, admission, engine, kv, energy), client=engine,
-                    tracing=_tracing(app))
+    gateway = Gateway(app, sup, admission, engine, kv, energy)
+    tracing = _tracing(app)  # first: the metrics export reads its counters
+    return Services(supervisor=sup, gateway=gateway, client=engine, tracing=tracing, metrics=_metrics(app, gateway))
 
 
 def _tracing(app: Blazar) -> Tracing | None:
@@ -210,3 +221,26 @@ def _tracing(app: Blazar) -> Tracing | None:
     tracing = start_tracing(app.log, target)
     app.span_export_stats = tracing.stats
     return tracing
+
+
+def _metrics(app: Blazar, gateway: Gateway) -> MetricsLoop | None:
+    """/metrics' families exported over OTLP/HTTP every `otlp_metrics_interval_s` to the spans' collector (its
+    /v1/metrics), unless `otlp_metrics` is off; the SDK is imported only then."""
+    from blazar.adapters.otel.target import otlp_target
+
+    settings = app.settings()
+    target = otlp_target(settings, app.env, "metrics")
+    if target is None:
+        if settings.telemetry.otlp_metrics and settings.telemetry.otlp_endpoint and \
+                otlp_target(settings, app.env) is not None:
+            logging.getLogger("blazar.otel").warning(
+                "otlp_endpoint %s has a path of its own: where metrics go beside it cannot be told, so none are "
+                "exported (OTEL_EXPORTER_OTLP_METRICS_ENDPOINT names their URL)", settings.telemetry.otlp_endpoint)
+        return None
+    from blazar.adapters.otel.metrics_loop import start_metrics
+    from blazar.queries.metrics import daemon_families
+
+    metrics = start_metrics(target, lambda: daemon_families(app, gateway.admission.snapshot()),
+                            settings.telemetry.otlp_metrics_interval_s)
+    app.metric_export_stats = metrics.stats
+    return metrics

@@ -189,7 +189,7 @@ class Retention(Section):
 
 
 class Telemetry(Section):
-    """[telemetry] What Blazar says about itself: its diagnostic log, audit output, OTLP spans."""
+    """[telemetry] What Blazar says about itself: its diagnostic log, audit output, OTLP spans and metrics."""
 
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="warning", description="Level of Blazar's own diagnostic logging (stderr and log/blazar.log)."
@@ -206,6 +206,14 @@ class Telemetry(Section):
         default_factory=dict,
         description="Headers sent with each OTLP export, name=value (recorded in the log: put secrets in "
                     "OTEL_EXPORTER_OTLP_HEADERS).",
+    )
+
+    otlp_metrics: bool = Field(
+        default=True,
+        description="Export /metrics' families over OTLP too, beside the spans, to the same collector (/v1/metrics).",
+    )
+    otlp_metrics_interval_s: float = Field(
+        default=60.0, ge=0.1, le=86400.0, description="Seconds between two OTLP metrics exports.",
     )
 
     @field_validator("otlp_endpoint")

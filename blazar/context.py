@@ -48,6 +48,8 @@ class Blazar:
     _hub: Hub | None = None
     # The OTLP span export's counters (exported, failed, dropped, queued), where the daemon exports spans.
     span_export_stats: Callable[[], Mapping[str, int]] | None = None
+    # The OTLP metrics export's counters (exported, failed, skipped), where the daemon exports metrics.
+    metric_export_stats: Callable[[], Mapping[str, int]] | None = None
     # This gateway's node name where several share the log (on PostgreSQL); "" with the embedded SQLite log.
     node: str = ""
     # The settings last built, with the overrides they were built from: rebuilt only when a `config.changed` changed

@@ -19,7 +19,7 @@ from blazar.api.schemas import JSON, OBJ, TEXT, obj
 from blazar.context import Blazar
 from blazar.errors import EngineError, EngineVerifyFailed
 from blazar.queries.log_writer import writer_check
-from blazar.queries.metrics import metrics_text
+from blazar.queries.metrics import daemon_families, prometheus_text
 from blazar.serving.gateway import Gateway
 from blazar.store.engines import active_engine, prove_generates
 
@@ -81,9 +81,7 @@ class Metrics:
         self.gateway = gateway
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        live = {k: v for k, v in self.gateway.admission.snapshot().items() if not k.startswith("_")}
-        otlp = self.app.span_export_stats() if self.app.span_export_stats is not None else None
-        text = metrics_text(self.app, live=live, otlp=otlp)
+        text = prometheus_text(daemon_families(self.app, self.gateway.admission.snapshot()))
         resp.content_type = "text/plain; version=0.0.4; charset=utf-8"
         resp.text = text
 

@@ -1,5 +1,6 @@
-"""`/metrics`: the `metrics` and `residency` projections (and, from a running daemon, the admission snapshot)
-rendered in the Prometheus text exposition format, version 0.0.4.
+"""`/metrics`: the `metrics` and `residency` projections (and, from a running daemon, the admission snapshot) as
+metric families (blazar/metric_families.py), rendered in the Prometheus text exposition format, version 0.0.4. The
+OTLP metrics export sends the same families (blazar/adapters/otel/metrics.py).
 
 Every family is announced with HELP and TYPE even when it has no sample yet, so dashboards and alerts can name it
 from the first scrape. Histogram buckets are cumulative and end with le="+Inf", whose count equals `_count`.
@@ -13,6 +14,7 @@ from typing import Any
 
 from blazar.adapters.engines.kinds import KINDS
 from blazar.context import Blazar
+from blazar.metric_families import Buckets, Family, Kind, Labels
 from blazar.projections import metrics
 from blazar.projections.metrics import BUCKETS, HistogramName, MetricsState, counter, histograms
 from blazar.projections.residency import ResidencyState, instances, models_seen
@@ -58,10 +60,14 @@ def fmt_le(bound: float) -> str:
     return "+Inf" if math.isinf(bound) else repr(float(bound))
 
 
-def metrics_text(app: Blazar, *, live: Mapping[str, Mapping[str, Any]] | None = None,
-                 otlp: Mapping[str, int] | None = None) -> str:
-    """`/metrics` now: `render_prometheus` over the live metrics and residency projections."""
-    return render_prometheus(app.runner.state("metrics"), app.runner.state("residency"), live=live, otlp=otlp)
+def daemon_families(app: Blazar, admission: Mapping[str, Mapping[str, Any]]) -> list[Family]:
+    """A running daemon's families now: the live projections, its admission snapshot (`Admission.snapshot()`) and
+    the span export's counters where spans are exported. What `/metrics` shows and the OTLP metrics export sends."""
+    live = {model: s for model, s in admission.items() if not model.startswith("_")}
+    otlp = app.span_export_stats() if app.span_export_stats is not None else None
+    sent = app.metric_export_stats() if app.metric_export_stats is not None else None
+    return metric_families(app.runner.state("metrics"), app.runner.state("residency"), live=live, otlp=otlp,
+                           otlp_metrics=sent)
 
 
 def queue_depth(app: Blazar) -> dict[str, int]:
@@ -70,27 +76,62 @@ def queue_depth(app: Blazar) -> dict[str, int]:
 
 
 class _Writer:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
+    """Collects the families in the order they are announced; `sample` and `histogram` add to the last one."""
 
-    def family(self, name: str, kind: str, help_text: str) -> None:
-        self.lines.append(f"# HELP {name} {escape_help(help_text)}")
-        self.lines.append(f"# TYPE {name} {kind}")
+    def __init__(self) -> None:
+        self.families: list[Family] = []
+
+    def family(self, name: str, kind: Kind, help_text: str) -> None:
+        self.families.append(Family(name, kind, help_text))
 
     def sample(self, name: str, labels: Iterable[tuple[str, str]], value: float) -> None:
-        body = ",".join(f'{k}="{escape_label(str(v))}"' for k, v in labels)
-        self.lines.append(f"{name}{{{body}}} {fmt_value(value)}" if body else f"{name} {fmt_value(value)}")
+        assert self.families[-1].name == name, f"{name} sampled outside its family"
+        self.families[-1].samples.append((tuple((k, str(v)) for k, v in labels), value))
 
-    def text(self) -> str:
-        return "\n".join(self.lines) + "\n"
+    def histogram(self, name: str, labels: Labels, buckets: Buckets) -> None:
+        assert self.families[-1].name == name, f"{name} sampled outside its family"
+        self.families[-1].series.append((labels, buckets))
+
+
+def _line(name: str, labels: Iterable[tuple[str, str]], value: float) -> str:
+    body = ",".join(f'{k}="{escape_label(v)}"' for k, v in labels)
+    return f"{name}{{{body}}} {fmt_value(value)}" if body else f"{name} {fmt_value(value)}"
+
+
+def prometheus_text(families: Iterable[Family]) -> str:
+    """The exposition text of `families`: HELP and TYPE for each, then its samples; a histogram's buckets cumulative
+    and ending with le="+Inf", whose count equals `_count`."""
+    lines: list[str] = []
+    for f in families:
+        lines.append(f"# HELP {f.name} {escape_help(f.help)}")
+        lines.append(f"# TYPE {f.name} {f.kind}")
+        lines.extend(_line(f.name, labels, value) for labels, value in f.samples)
+        for labels, h in f.series:
+            cumulative = 0
+            for bound, count in zip((*h.bounds, math.inf), h.counts, strict=True):
+                cumulative += count
+                lines.append(_line(f"{f.name}_bucket", (*labels, ("le", fmt_le(bound))), cumulative))
+            lines.append(_line(f"{f.name}_sum", labels, h.sum))
+            lines.append(_line(f"{f.name}_count", labels, h.count))
+    return "\n".join(lines) + "\n"
 
 
 def render_prometheus(metrics_state: MetricsState, residency_state: ResidencyState, *,
                       live: Mapping[str, Mapping[str, Any]] | None = None,
-                      otlp: Mapping[str, int] | None = None) -> str:
-    """The exposition text. `live` ({model: {"queued", "busy", "slots"}}, from the admission controller of a
-    running daemon) replaces the log's queue depth, which lags by the projection runner's poll and cannot see
-    requests that a crash cut short, and adds the slot gauges. `otlp`: the span export's counters, where one runs."""
+                      otlp: Mapping[str, int] | None = None, otlp_metrics: Mapping[str, int] | None = None) -> str:
+    """The exposition text of `metric_families`."""
+    return prometheus_text(metric_families(metrics_state, residency_state, live=live, otlp=otlp,
+                                           otlp_metrics=otlp_metrics))
+
+
+def metric_families(metrics_state: MetricsState, residency_state: ResidencyState, *,
+                    live: Mapping[str, Mapping[str, Any]] | None = None,
+                    otlp: Mapping[str, int] | None = None,
+                    otlp_metrics: Mapping[str, int] | None = None) -> list[Family]:
+    """Every family, in the order /metrics shows them. `live` ({model: {"queued", "busy", "slots"}}, from the
+    admission controller of a running daemon) replaces the log's queue depth, which lags by the projection runner's
+    poll and cannot see requests that a crash cut short, and adds the slot gauges. `otlp`, `otlp_metrics`: the span
+    and metrics exports' counters, where they run."""
     w = _Writer()
     m = metrics_state
 
@@ -154,8 +195,9 @@ def render_prometheus(metrics_state: MetricsState, residency_state: ResidencySta
         w.sample("blazar_key_audio_seconds_total", (("key", name),), seconds)
     _spec(w, m)
     _energy(w, m)
-    _otlp(w, otlp)
-    return w.text()
+    _otlp(w, otlp, _OTLP)
+    _otlp(w, otlp_metrics, _OTLP_METRICS)
+    return w.families
 
 
 def _energy(w: _Writer, m: MetricsState) -> None:
@@ -194,7 +236,7 @@ def _spec(w: _Writer, m: MetricsState) -> None:
         w.sample("blazar_spec_requests_total", (("model", model), ("spec", spec)), n)
 
 
-_OTLP = (
+_OTLP: tuple[tuple[str, str, Kind, str], ...] = (
     ("exported", "blazar_otlp_spans_exported_total", "counter", "Request spans the OTLP collector accepted."),
     ("failed", "blazar_otlp_spans_failed_total", "counter",
      "Request spans in OTLP exports that failed (the collector refused them or could not be reached)."),
@@ -203,27 +245,29 @@ _OTLP = (
     ("queued", "blazar_otlp_queue_spans", "gauge", "Request spans waiting in the OTLP export queue."),
 )
 
+_OTLP_METRICS: tuple[tuple[str, str, Kind, str], ...] = (
+    ("exported", "blazar_otlp_metric_exports_total", "counter", "OTLP metrics exports the collector accepted."),
+    ("failed", "blazar_otlp_metric_exports_failed_total", "counter",
+     "OTLP metrics exports that failed (the collector refused them or could not be reached)."),
+    ("skipped", "blazar_otlp_metric_exports_skipped_total", "counter",
+     "OTLP metrics exports not made because the one before was still out (a slow or hanging collector)."),
+)
 
-def _otlp(w: _Writer, otlp: Mapping[str, int] | None) -> None:
-    """Announced always; sampled only while spans are exported (otlp_endpoint set)."""
-    for key, name, kind, help_text in _OTLP:
+
+def _otlp(w: _Writer, stats: Mapping[str, int] | None, families: tuple[tuple[str, str, Kind, str], ...]) -> None:
+    """Announced always; sampled only while the export runs (spans: otlp_endpoint set; metrics: and otlp_metrics)."""
+    for key, name, kind, help_text in families:
         w.family(name, kind, help_text)
-        if otlp is not None:
-            w.sample(name, (), otlp.get(key, 0))
+        if stats is not None:
+            w.sample(name, (), stats.get(key, 0))
 
 
 def _histograms(w: _Writer, m: MetricsState) -> None:
-    """One cumulative histogram family per entry of `_HISTOGRAMS`, a series per model."""
+    """One histogram family per entry of `_HISTOGRAMS`, a series per model."""
     for name, metric, help_text in _HISTOGRAMS:
         w.family(metric, "histogram", help_text)
-        bounds = (*BUCKETS[name], math.inf)
         for model, h in histograms(m, name):
-            cumulative = 0
-            for bound, count in zip(bounds, h.counts, strict=True):
-                cumulative += count
-                w.sample(f"{metric}_bucket", (("model", model), ("le", fmt_le(bound))), cumulative)
-            w.sample(f"{metric}_sum", (("model", model),), h.sum)
-            w.sample(f"{metric}_count", (("model", model),), h.count)
+            w.histogram(metric, (("model", model),), Buckets(BUCKETS[name], tuple(h.counts), h.sum, h.count))
 
 
 def _queue_and_slots(w: _Writer, m: MetricsState, live: Mapping[str, Mapping[str, Any]] | None) -> None:

@@ -1,7 +1,8 @@
 """OpenTelemetry export end to end: the real `blazar serve` with the real llama-server and Gemma 3 270M, driven by the
 official `openai` SDK, exporting to a real OTLP/HTTP receiver on 127.0.0.1 (protobuf decoded with
 opentelemetry-proto): the span tree, the GenAI attributes, the trace id rules (x-blazar-trace-id, traceparent),
-spans agreeing with the log, no text content, the counters in /metrics; and a collector that hangs costing requests
+spans agreeing with the log, no text content, the counters in /metrics; /metrics' families exported as OTLP metrics
+with the values /metrics shows, and their last values at stop; and a collector that hangs costing requests
 nothing."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tests.support.daemon import free_port, healthy, start_serve, wait_for
 from tests.support.homes import configure_all, model_home
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.serving import serving_gemma, stop_daemon
+from tests.unit.projections.test_metrics import parse
 
 MODEL = "gemma"
 CHILDREN = {"blazar.prefill", "blazar.decode"}
@@ -40,8 +42,11 @@ class Served:
         return openai.OpenAI(base_url=f"{self.base}/v1", api_key="unused", max_retries=0, timeout=120,
                              default_headers=headers)
 
+    def scrape(self) -> str:
+        return httpx2.get(f"{self.base}/metrics", timeout=10, trust_env=False).text
+
     def metric(self, name: str) -> float:
-        text = httpx2.get(f"{self.base}/metrics", timeout=10, trust_env=False).text
+        text = self.scrape()
         line = next(ln for ln in text.splitlines() if ln.startswith(name + " "))
         return float(line.split()[1])
 
@@ -58,8 +63,9 @@ class Served:
 def served(tmp_path_factory: pytest.TempPathFactory, engine_binary: Path, gemma_path: Path) -> Iterator[Served]:
     receiver = OtlpReceiver()
     home = tmp_path_factory.mktemp("otlp-home")
-    # A bare host: /v1/traces is added. The header goes with every export.
-    settings = {"ctx": 1024, "slots": 2, "otlp_endpoint": receiver.url, "otlp_headers": "x-team=ml"}
+    # A bare host: /v1/traces (and /v1/metrics) is added. The header goes with every export. Metrics every 0.5 s.
+    settings = {"ctx": 1024, "slots": 2, "otlp_endpoint": receiver.url, "otlp_headers": "x-team=ml",
+                "telemetry.otlp_metrics_interval_s": 0.5}
     try:
         with serving_gemma(home, engine_binary, gemma_path, MODEL, settings) as (port, _proc):
             yield Served(home, port, receiver)
@@ -100,7 +106,7 @@ def test_a_streamed_chat_is_one_server_span_with_its_children_and_genai_attribut
     assert a["blazar.dialect"] == "openai" and a["blazar.status"] == 200 and a["blazar.trace_id"] == trace
     assert a["blazar.admission.decision"] in ("admitted", "queued") and a["blazar.instance_id"]
     assert root["resource"]["service.name"] == "blazar" and root["scope"] == "blazar"
-    assert served.receiver.paths[0] == "/v1/traces" and served.receiver.headers[0]["x-team"] == "ml"
+    assert served.receiver.trace_paths()[0] == "/v1/traces" and served.receiver.headers[0]["x-team"] == "ml"
 
     # The spans are the log's events: the same instants, the same decisions.
     events = {e["type"]: e for e in served.events(trace)}
@@ -156,6 +162,46 @@ def test_the_export_counters_are_in_metrics(served: Served) -> None:
     wait_for(lambda: served.metric("blazar_otlp_spans_exported_total") > 0, "exported spans", timeout=30)
     assert served.metric("blazar_otlp_spans_dropped_total") == 0
     assert served.metric("blazar_otlp_spans_failed_total") == 0
+
+
+_OTLP_TYPES = {"counter": "sum", "gauge": "gauge", "histogram": "histogram"}
+
+
+def _points(metric: dict) -> dict[frozenset, float]:
+    return {frozenset(p["attributes"].items()): p.get("value", p.get("count")) for p in metric["points"]}
+
+
+def test_the_metrics_families_reach_the_collector_with_the_values_metrics_shows(served: Served) -> None:
+    chat = served.client().chat.completions.create(model=MODEL, max_tokens=4,
+                                                   messages=[{"role": "user", "content": "Say hi"}])
+    assert chat.choices[0].message.role == "assistant"
+
+    def agreed() -> tuple[dict, dict] | None:
+        """/metrics and the last export, once they show the same requests and the same families with values (the
+        export comes every 0.5 s: the next one after the request has it)."""
+        export, text = served.receiver.last_metrics(), parse(served.scrape())
+        if export is None or "blazar_requests_total" not in export:
+            return None
+        requests = {frozenset(labels.items()): v for _, labels, v in text["blazar_requests_total"]["samples"]}
+        sampled = {n for n, f in text.items() if f["samples"]}
+        return (export, text) if _points(export["blazar_requests_total"]) == requests and set(export) == sampled \
+            else None
+
+    export, text = wait_for(agreed, "an OTLP metrics export agreeing with /metrics", timeout=30)
+    ok = frozenset({"model": MODEL, "status": "200", "dialect": "openai"}.items())
+    assert _points(export["blazar_requests_total"])[ok] >= 1
+    for name, metric in export.items():
+        assert metric["type"] == _OTLP_TYPES[text[name]["type"]], name
+        assert metric["resource"]["service.name"] == "blazar" and metric["scope"] == "blazar"
+    requests = export["blazar_requests_total"]
+    assert requests["monotonic"] and requests["temporality"] == 2  # cumulative, as /metrics
+    (ttft,) = [p for p in export["blazar_ttft_seconds"]["points"] if p["attributes"] == {"model": MODEL}]
+    assert ttft["explicit_bounds"] and len(ttft["bucket_counts"]) == len(ttft["explicit_bounds"]) + 1
+    assert sum(ttft["bucket_counts"]) == ttft["count"] >= 1
+    sent = [h for p, h in zip(served.receiver.paths, served.receiver.headers, strict=False) if p == "/v1/metrics"]
+    assert sent and all(h["x-team"] == "ml" for h in sent)
+    assert served.metric("blazar_otlp_metric_exports_total") >= 1  # /metrics counts the export it feeds
+    assert served.metric("blazar_otlp_metric_exports_failed_total") == 0
 
 
 def test_a_collector_that_hangs_slows_and_fails_no_request(tmp_path: Path, engine_binary: Path,
@@ -218,7 +264,12 @@ def test_the_last_requests_spans_leave_when_the_daemon_stops(tmp_path: Path, eng
         named = by_name(receiver.trace(trace))
         assert set(named) == {"embeddings", "blazar.load", "blazar.prefill"}  # the first request: a cold load
         assert named["embeddings"]["attributes"]["gen_ai.operation.name"] == "embeddings"
-        assert receiver.paths[-1] == "/v1/traces"  # the environment's base got the signal's path
+        assert receiver.trace_paths()[-1] == "/v1/traces"  # the environment's base got the signal's path
+        # Metrics go every 60 s by default: the one export is the last values, sent at stop, the request in them.
+        assert receiver.paths.count("/v1/metrics") == 1
+        last = receiver.last_metrics()
+        assert last is not None and _points(last["blazar_requests_total"]) == \
+            {frozenset({"model": MODEL, "status": "200", "dialect": "openai"}.items()): 1}
     finally:
         receiver.close()
 

@@ -1,6 +1,8 @@
-"""A real OTLP/HTTP trace receiver on 127.0.0.1 for tests: POST /v1/traces bodies decoded with opentelemetry-proto
-(ExportTraceServiceRequest), the spans kept as plain dicts, the raw bodies and headers kept too. `hang=True` makes
-it a collector that accepts and reads each export but never answers (until `close`, or HANG_LIMIT_S)."""
+"""A real OTLP/HTTP receiver on 127.0.0.1 for tests: POST /v1/traces bodies decoded with opentelemetry-proto
+(ExportTraceServiceRequest), the spans kept as plain dicts; POST /v1/metrics bodies (ExportMetricsServiceRequest)
+kept as one dict per export, metric name → its type and points; the raw trace bodies and all headers kept too.
+`hang=True` makes it a collector that accepts and reads each export but never answers (until `close`, or
+HANG_LIMIT_S)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,10 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -52,10 +58,51 @@ def decode(body: bytes) -> list[dict[str, Any]]:
     return spans
 
 
+def _attributes(kvs: Any) -> dict[str, Any]:
+    return {kv.key: any_value(kv.value) for kv in kvs}
+
+
+def _number(p: Any) -> float:
+    return p.as_int if p.WhichOneof("value") == "as_int" else p.as_double
+
+
+def decode_metrics(body: bytes) -> dict[str, dict[str, Any]]:
+    """One export: {name: {"type": sum|gauge|histogram, "monotonic", "temporality" (1 delta, 2 cumulative), "unit",
+    "description", "resource", "scope", "points": [{"attributes", "value"} or {"attributes", "count", "sum",
+    "bucket_counts", "explicit_bounds", "has_min_max"}]}}."""
+    req = ExportMetricsServiceRequest()
+    req.ParseFromString(body)
+    out: dict[str, dict[str, Any]] = {}
+    for rm in req.resource_metrics:
+        resource = _attributes(rm.resource.attributes)
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                which = m.WhichOneof("data")
+                entry: dict[str, Any] = {"type": which, "unit": m.unit, "description": m.description,
+                                         "resource": resource, "scope": sm.scope.name, "points": []}
+                if which == "sum":
+                    entry.update(monotonic=m.sum.is_monotonic, temporality=m.sum.aggregation_temporality)
+                    entry["points"] = [{"attributes": _attributes(p.attributes), "value": _number(p),
+                                        "start_ns": p.start_time_unix_nano} for p in m.sum.data_points]
+                elif which == "gauge":
+                    entry["points"] = [{"attributes": _attributes(p.attributes), "value": _number(p)}
+                                       for p in m.gauge.data_points]
+                elif which == "histogram":
+                    entry["temporality"] = m.histogram.aggregation_temporality
+                    entry["points"] = [{"attributes": _attributes(p.attributes), "count": p.count, "sum": p.sum,
+                                        "bucket_counts": list(p.bucket_counts),
+                                        "explicit_bounds": list(p.explicit_bounds),
+                                        "has_min_max": p.HasField("min") or p.HasField("max")}
+                                       for p in m.histogram.data_points]
+                out[m.name] = entry
+    return out
+
+
 class OtlpReceiver:
     def __init__(self, *, hang: bool = False) -> None:
         self.hang = hang
         self.spans: list[dict[str, Any]] = []
+        self.metric_exports: list[dict[str, dict[str, Any]]] = []  # one per /v1/metrics export, in arrival order
         self.bodies: list[bytes] = []
         self.headers: list[dict[str, str]] = []
         self.paths: list[str] = []
@@ -76,11 +123,17 @@ class OtlpReceiver:
                 if receiver.hang:
                     receiver._release.wait(HANG_LIMIT_S)
                     return  # never answered: the connection closes with the server
-                spans = decode(body)
-                with receiver._lock:
-                    receiver.bodies.append(body)
-                    receiver.spans.extend(spans)
-                out = ExportTraceServiceResponse().SerializeToString()
+                if self.path.endswith("/v1/metrics"):
+                    metrics = decode_metrics(body)
+                    with receiver._lock:  # not in `bodies`: those are the spans' (help texts are English)
+                        receiver.metric_exports.append(metrics)
+                    out = ExportMetricsServiceResponse().SerializeToString()
+                else:
+                    spans = decode(body)
+                    with receiver._lock:
+                        receiver.bodies.append(body)
+                        receiver.spans.extend(spans)
+                    out = ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("content-type", "application/x-protobuf")
                 self.send_header("content-length", str(len(out)))
@@ -111,6 +164,25 @@ class OtlpReceiver:
                 return spans
             time.sleep(0.1)
         raise AssertionError(f"spans of {trace_id} never arrived: {self.trace(trace_id)}")
+
+    def trace_paths(self) -> list[str]:
+        with self._lock:
+            return [p for p in self.paths if not p.endswith("/v1/metrics")]
+
+    def last_metrics(self) -> dict[str, dict[str, Any]] | None:
+        with self._lock:
+            return self.metric_exports[-1] if self.metric_exports else None
+
+    def wait_metrics(self, match: Callable[[dict[str, dict[str, Any]]], bool],
+                     timeout_s: float = 30) -> dict[str, dict[str, Any]]:
+        """The first export from now on (or the last one so far) that `match` accepts (exports are periodic)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            last = self.last_metrics()
+            if last is not None and match(last):
+                return last
+            time.sleep(0.05)
+        raise AssertionError(f"no metrics export matched: the last was {self.last_metrics()}")
 
     def close(self) -> None:
         self._release.set()

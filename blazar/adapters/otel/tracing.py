@@ -74,8 +74,8 @@ class _Sparse(logging.Filter):
         return True
 
 
-def _quiet_sdk_logs() -> None:
-    sdk = logging.getLogger("opentelemetry.exporter.otlp.proto.http.trace_exporter")
+def quiet_sdk_logs(name: str = "opentelemetry.exporter.otlp.proto.http.trace_exporter") -> None:
+    sdk = logging.getLogger(name)
     if not any(isinstance(f, _Sparse) for f in sdk.filters):
         sdk.addFilter(_Sparse())
 
@@ -93,7 +93,7 @@ def start_tracing(event_log: EventLog, target: OtlpTarget, *, exporter: SpanExpo
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         exporter = OTLPSpanExporter(endpoint=target.endpoint, headers=target.headers, timeout=EXPORT_TIMEOUT_S)
-    _quiet_sdk_logs()
+    quiet_sdk_logs()
     tracing = Tracing(SpanFold(), SpanExport(exporter, resource_for(__version__)), target)
     tracing.attach(event_log)
     log.info("exporting request spans to %s (%s)", target.endpoint, target.source)

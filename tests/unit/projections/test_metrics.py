@@ -56,6 +56,8 @@ FAMILIES = {
     "blazar_key_requests_total": "counter", "blazar_key_tokens_total": "counter",
     "blazar_otlp_spans_exported_total": "counter", "blazar_otlp_spans_failed_total": "counter",
     "blazar_otlp_spans_dropped_total": "counter", "blazar_otlp_queue_spans": "gauge",
+    "blazar_otlp_metric_exports_total": "counter", "blazar_otlp_metric_exports_failed_total": "counter",
+    "blazar_otlp_metric_exports_skipped_total": "counter",
     "blazar_audio_real_time_factor": "histogram", "blazar_route_requests_total": "counter",
     "blazar_audio_requests_total": "counter", "blazar_audio_seconds_total": "counter",
     "blazar_key_audio_seconds_total": "counter",
