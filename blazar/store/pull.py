@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from blazar import registry
+from blazar.adapters import pip_install
 from blazar.adapters.gguf_inspect import inspect_gguf, inspect_split
 from blazar.adapters.mmproj_inspect import inspect_projector
 from blazar.context import Blazar
@@ -162,12 +163,11 @@ async def _pull_registry(app: Blazar, target: Target, model: str, progress: Prog
     tried: list[str] = []
     for source in entry.sources:
         if source.kind == "python-package":
-            packages = sorted({piece.split(":", 1)[0] for pieces in source.files.values() for piece in pieces}
-                              | {source.package or ""})
             try:
-                modules = {p: importlib.import_module(p) for p in packages}
+                modules = {p: importlib.import_module(p) for p in source.modules()}
             except ImportError as e:
-                tried.append(f"python package {e.name or source.package!r} is not installed (pip install {source.pip})")
+                tried.append(f"python package {e.name or source.package!r} is not installed "
+                             f"({pip_install.by_hand(pip_install.this_env(), source.requirements)})")
                 continue
             if source.files:
                 return await _pull_file_set(app, target, model, source, progress)

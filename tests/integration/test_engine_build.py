@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from blazar.adapters import pip_install
 from blazar.adapters.engines import build as builder
 from blazar.errors import EngineBuildFailed
 from tests.conftest import Cli
@@ -54,7 +55,8 @@ def test_a_missing_cmake_is_named_with_its_fix(cli: Cli, tmp_path: Path) -> None
     msg = one_line(res.stderr)
     assert "build-essential" in msg
     if not (Path(sys.executable).parent / "cmake").exists():  # else the venv's own cmake (blazar[build]) is found
-        assert "missing cmake (apt-get install cmake, or pip install cmake)" in msg
+        hand = pip_install.by_hand(pip_install.this_env(), builder.BUILD_TOOLS)
+        assert f"missing cmake (apt-get install cmake, or {hand})" in msg
 
 
 @pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not installed")

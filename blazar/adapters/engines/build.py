@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from blazar.adapters import pip_install
 from blazar.adapters.engines.package import RPC_SERVER
 from blazar.errors import EngineBuildFailed
 
@@ -42,6 +43,8 @@ CUDA_OPTIONS = ("-DGGML_CUDA=ON",)
 CUDA_ARCH_OPTION = "-DCMAKE_CUDA_ARCHITECTURES="
 # The RPC backend: llama-server then takes --rpc HOST:PORT,... and the rpc-server target exists.
 RPC_OPTIONS = ("-DGGML_RPC=ON",)
+# What the build runs besides a C++ compiler, from PyPI's binary wheels: pyproject.toml's `build` extra.
+BUILD_TOOLS = ("cmake>=3.28", "ninja>=1.11")
 _NINJA = re.compile(r"^\[(\d+)/(\d+)\]")
 _MAKE = re.compile(r"^\[\s*(\d+)%\]")
 
@@ -102,12 +105,18 @@ def targets_of(options: list[str]) -> list[str]:
     return [SERVER, *((RPC_SERVER,) if any(o in RPC_OPTIONS for o in options) else ())]
 
 
+def missing_build_tools(env: Mapping[str, str]) -> list[str]:
+    """The PyPI requirements to install before a build: cmake and ninja (faster than make) when no cmake is on PATH
+    (this interpreter's bin directory first); nothing when one is (make, then, where ninja is missing)."""
+    return [] if shutil.which("cmake", path=env.get("PATH")) else list(BUILD_TOOLS)
+
+
 def check_tools(env: Mapping[str, str], *, cuda: bool) -> None:
     """cmake, a C++ compiler (and nvcc for CUDA), each missing one named with the command that installs it."""
     path = env.get("PATH")
     missing = []
     if shutil.which("cmake", path=path) is None:
-        missing.append("cmake (apt-get install cmake, or pip install cmake)")
+        missing.append(f"cmake (apt-get install cmake, or {pip_install.by_hand(pip_install.this_env(), BUILD_TOOLS)})")
     cxx = env.get("CXX")
     if not (cxx and shutil.which(cxx, path=path)) and not any(shutil.which(c, path=path) for c in ("c++", "g++",
                                                                                                       "clang++")):
