@@ -71,14 +71,14 @@ def test_lmstudio_models_are_imported_once_and_answer_through_the_engine(
     assert answer["model"] == "gemma-3-270m:q4_k_m" and answer["usage"]["completion_tokens"] >= 1
 
 
-def hub_file(repo_dir: Path, name: str) -> Path:
-    """A GGUF as huggingface_hub caches it: the bytes in blobs/<sha256>, the snapshot's entry a relative symlink."""
-    tmp = repo_dir / "incoming.gguf"
-    repo_dir.mkdir(parents=True, exist_ok=True)
-    write_plain(tmp)
-    blob = repo_dir / "blobs" / hashlib.sha256(tmp.read_bytes()).hexdigest()
-    blob.parent.mkdir(exist_ok=True)
-    tmp.rename(blob)
+def hub_file(repo_dir: Path, name: str, weights: Path) -> Path:
+    """A GGUF as huggingface_hub caches it: the bytes in blobs/<sha256> (hardlinked from `weights`), the snapshot's
+    entry a relative symlink to it, refs/main naming the snapshot."""
+    with weights.open("rb") as fh:
+        digest = hashlib.file_digest(fh, "sha256").hexdigest()
+    blob = repo_dir / "blobs" / digest
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    os.link(weights, blob)
     entry = repo_dir / "snapshots" / REV / name
     entry.parent.mkdir(parents=True, exist_ok=True)
     entry.symlink_to(os.path.relpath(blob, entry.parent))
@@ -87,38 +87,41 @@ def hub_file(repo_dir: Path, name: str) -> Path:
     return blob
 
 
-def test_the_hub_cache_is_imported_from_its_blobs_never_its_symlinks(cli: Cli, home: Path, tmp_path: Path) -> None:
+def test_the_hub_cache_is_imported_from_its_blobs_never_its_symlinks(cli: Cli, home: Path, tmp_path: Path,
+                                                                     gemma_path: Path) -> None:
     cache = tmp_path / "hf" / "hub"
-    blob = hub_file(cache / "models--ggml-org--tiny-GGUF", "tiny-Q8_0.gguf")
+    blob = hub_file(cache / "models--ggml-org--gemma-3-270m-GGUF", "gemma-3-270m-Q4_K_M.gguf", gemma_path)
     cli.env["HF_HUB_CACHE"] = str(cache)
 
     assert cli("import", "--from", "hf-cache", "--dry-run").code == 0 and imported(home) == []
     done = cli("import", "--from", "hf-cache", "--json").json()
-    assert [(m["name"], m["outcome"], m["placed"]) for m in done["models"]] == [("tiny:q8_0", "imported", "hardlink")]
+    assert [(m["name"], m["outcome"], m["placed"]) for m in done["models"]] == [
+        ("gemma-3-270m:q4_k_m", "imported", "hardlink")]
     (ev,) = imported(home)
     stored = home / "models" / ev["path"]
     assert not stored.is_symlink() and stored.samefile(blob) and ev["source_kind"] == "hf-cache"
     assert cli("import", "--from", "hf-cache", "--json").json()["imported"] == 0 and len(imported(home)) == 1
 
 
-def test_llama_cpps_cache_is_imported_and_a_name_taken_here_is_left_alone(cli: Cli, home: Path,
-                                                                           tmp_path: Path) -> None:
+def test_llama_cpps_cache_is_imported_and_a_name_taken_here_is_left_alone(cli: Cli, home: Path, tmp_path: Path,
+                                                                           gemma_path: Path) -> None:
     cache = tmp_path / "llama.cpp"
     cache.mkdir()
-    write_plain(cache / "ggml-org_tiny-GGUF_tiny-Q8_0.gguf")
-    (cache / "manifest=ggml-org=tiny-GGUF=latest.json").write_text('{"ggufFile": {"rfilename": "tiny-Q8_0.gguf"}}')
+    os.link(gemma_path, cache / "ggml-org_gemma-3-270m-GGUF_gemma-3-270m-Q4_K_M.gguf")
+    (cache / "manifest=ggml-org=gemma-3-270m-GGUF=latest.json").write_text(
+        '{"ggufFile": {"rfilename": "gemma-3-270m-Q4_K_M.gguf"}}')
     write_plain(cache / "ai_smollm2_135M-Q4_0.gguf", seed=5)
     mine = tmp_path / "mine.gguf"
     write_plain(mine, seed=9)
-    cli("import", str(mine), "--name", "tiny:q8_0")  # the name is another model's here
+    cli("import", str(mine), "--name", "gemma-3-270m:q4_k_m")  # the name is another model's here
     cli.env["LLAMA_CACHE"] = str(cache)
 
     res = cli("import", "--from", "llama-cpp", "--json", check=False)
     assert res.code == 1
     rows = {m["name"]: m for m in res.json()["models"]}
     assert rows["ai_smollm2_135m:q4_0"]["outcome"] == "imported"
-    assert rows["tiny:q8_0"]["action"] == "name-taken" and rows["tiny:q8_0"]["outcome"] is None
-    assert [e["name"] for e in imported(home)] == ["tiny:q8_0", "ai_smollm2_135m:q4_0"]
+    assert rows["gemma-3-270m:q4_k_m"]["action"] == "name-taken" and rows["gemma-3-270m:q4_k_m"]["outcome"] is None
+    assert [e["name"] for e in imported(home)] == ["gemma-3-270m:q4_k_m", "ai_smollm2_135m:q4_0"]
     assert imported(home)[0]["source"] == str(mine)  # untouched
 
     only = cli("import", "--from", "llama-cpp", "--only", "ai_smollm2_135m:q4_0", "--json").json()
