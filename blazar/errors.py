@@ -53,6 +53,8 @@
     │   ├── InvalidModelSettings 400 a template, system prompt, parameter or Modelfile Blazar cannot serve as given
     │   └── ForeignStoreError  400  `import --from` of another tool's store it cannot read (no such directory, reader)
     ├── RemoteCommandError     400  `blazar remote add|rm` that cannot be carried out (a bad name, URL or model)
+    ├── RealtimeProfileError   400  a realtime profile that cannot be set, or a session's three models that cannot be
+    │                               found (a model missing, of another kind, a name taken)
     ├── WorkerError            400  `blazar worker` that cannot run (no rpc-server, a bind wider than loopback)
     ├── NodeError              502  another node could not do what it was asked (unknown, down, unreachable, refused)
     ├── SessionError                a session command (`blazar session save|restore|rm`)
@@ -801,6 +803,14 @@ class TemplateNotConvertible(DialectError):
 
 class RemoteCommandError(BlazarError):
     code = "invalid_remote"
+    http_status = 400
+
+
+class RealtimeProfileError(BlazarError):
+    """`blazar realtime set|rm` refused, or a realtime session's `model` that names no profile, no chat model, or one
+    whose speech models are not in the store."""
+
+    code = "invalid_realtime_profile"
     http_status = 400
 
 

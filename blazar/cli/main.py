@@ -56,6 +56,7 @@ COMMANDS: dict[str, str] = {
     "lora": "lora_cmds:app",
     "session": "session_cmds:app",
     "remote": "remote_cmds:app",
+    "realtime": "realtime_cmds:app",
     "worker": "worker_cmds:app",
     "node": "node_cmds:app",
     "service": "service_cmds:app",

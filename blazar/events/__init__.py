@@ -15,6 +15,7 @@ from blazar.events import model_settings as model_settings
 from blazar.events import models as models
 from blazar.events import nodes as nodes
 from blazar.events import projectors as projectors
+from blazar.events import realtime as realtime
 from blazar.events import remotes as remotes
 from blazar.events import requests as requests
 from blazar.events import reshapes as reshapes

@@ -14,6 +14,7 @@ from blazar.projections.metrics import MetricsProjection
 from blazar.projections.nodes import NodesProjection
 from blazar.projections.prefix import PrefixProjection
 from blazar.projections.profiles import ProfilesProjection
+from blazar.projections.realtime import RealtimeProjection
 from blazar.projections.remotes import RemotesProjection
 from blazar.projections.residency import ResidencyProjection
 from blazar.projections.sessions import SessionsProjection
@@ -27,7 +28,7 @@ def all_projections() -> list[Projection[Any]]:
     return [ConfigProjection(), AuditProjection(), StatsProjection(), CatalogProjection(), CalibrationProjection(),
             ResidencyProjection(), EnginesProjection(), TracesProjection(), MetricsProjection(),
             KeysProjection(), SessionsProjection(), RemotesProjection(), WorkersProjection(),
-            NodesProjection(), BatchesProjection(), ProfilesProjection(), PrefixProjection()]
+            NodesProjection(), BatchesProjection(), ProfilesProjection(), PrefixProjection(), RealtimeProjection()]
 
 
 __all__ = [
@@ -37,7 +38,8 @@ __all__ = [
     "CatalogProjection",
     "ConfigProjection",
     "EnginesProjection", "KeysProjection",
-    "MetricsProjection", "NodesProjection", "PrefixProjection", "ProfilesProjection", "Projection", "RemotesProjection",
+    "MetricsProjection", "NodesProjection", "PrefixProjection", "ProfilesProjection", "Projection",
+    "RealtimeProjection", "RemotesProjection",
     "ResidencyProjection",
     "SessionsProjection", "State",
     "StatsProjection",

@@ -42,6 +42,7 @@ from blazar.projections.metrics import MetricsState
 from blazar.projections.nodes import NodesState
 from blazar.projections.prefix import PrefixState
 from blazar.projections.profiles import ProfilesState
+from blazar.projections.realtime import RealtimeState
 from blazar.projections.remotes import RemotesState
 from blazar.projections.residency import ResidencyState
 from blazar.projections.sessions import SessionsState
@@ -138,6 +139,8 @@ class ProjectionRunner:
     def state(self, name: Literal["prefix"]) -> PrefixState: ...
     @overload
     def state(self, name: Literal["profiles"]) -> ProfilesState: ...
+    @overload
+    def state(self, name: Literal["realtime"]) -> RealtimeState: ...
     @overload
     def state(self, name: Literal["remotes"]) -> RemotesState: ...
     @overload

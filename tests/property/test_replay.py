@@ -36,6 +36,7 @@ from blazar.events.models import (
 )
 from blazar.events.nodes import NodeDown, NodeHeartbeat, NodeStarted, NodeStopped
 from blazar.events.projectors import EncoderShape, ModelProjectorRemoved, ModelProjectorSet, ProjectorMetadata
+from blazar.events.realtime import RealtimeProfileRemoved, RealtimeProfileSet
 from blazar.events.remotes import RemoteAdded, RemoteCircuitClosed, RemoteCircuitOpened, RemoteRemoved
 from blazar.events.requests import RequestCacheHit, RequestPlaced, RequestPrefixCompared
 from blazar.events.sessions import KvIdentity, SessionDropped, SessionRemoved, SessionRestored, SessionSaved
@@ -206,6 +207,12 @@ _remote_event = st.one_of(
               source=st.sampled_from(["health_check", "request"]), open_until=_ms),
     st.builds(RemoteCircuitClosed, name=_remote_name, latency_ms=st.one_of(st.none(), _ms)))
 
+# Realtime profiles: set (replaced) and removed, of a few names.
+_profile_name = st.sampled_from(["talk", "desk"])
+_realtime_event = st.one_of(
+    st.builds(RealtimeProfileSet, name=_profile_name, stt=st.sampled_from(["whisper-base", "wt"]), llm=_model,
+              tts=st.sampled_from(["joe", "amy"]), speaker=st.one_of(st.none(), st.just("b"))),
+    st.builds(RealtimeProfileRemoved, name=_profile_name))
 
 # The store's models, as the catalog folds them: imports (one outside the store: refused), variants, settings,
 # aliases, pulls, template probes, projectors and adapters of a few names; its entries hold the events' pydantic
@@ -278,7 +285,7 @@ class _Item:
 _item = st.builds(
     _Item,
     event=st.one_of(_config_spec(), _config_spec(), _snapshot, _pinged, _flagged, _session_event, _prefix,
-                    _remote_event,
+                    _remote_event, _realtime_event,
                     _catalog_event, _measured, _profile_event, _node_event, instance_event, engine_event, key_event,
                     worker_event),
     actor=st.one_of(st.sampled_from(["cli:alice", "cli:bob", "user:carol", "daemon", "gateway"]),

@@ -96,8 +96,8 @@ def test_there_are_readers_for_every_projection_with_readers() -> None:
     found = {module for module, _, _ in _readers()}
     # audit and stats have none: `blazar state` shows them whole, through the projection's view.
     assert found == {f"blazar.projections.{n}" for n in ("batches", "calibration", "catalog", "config", "engines",
-                                                         "keys", "metrics", "nodes", "prefix", "profiles", "remotes",
-                                                         "residency", "sessions", "traces", "workers")}
+                                                         "keys", "metrics", "nodes", "prefix", "profiles", "realtime",
+                                                         "remotes", "residency", "sessions", "traces", "workers")}
 
 
 def test_every_reader_returns_typed_values_never_the_states_json() -> None:
