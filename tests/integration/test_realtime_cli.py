@@ -8,8 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from blazar.adapters.engines.tiny_model import write_tiny_model
+from blazar.cli.main import app as blazar_cli
 from tests.conftest import Cli
 
 
@@ -84,3 +86,18 @@ def test_what_cannot_be_done_is_refused_in_one_line_and_records_nothing(store: C
         bad = store("realtime", *args, check=False)
         assert bad.code != 0 and message in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, (args, bad)
     assert store("events", "--type", "realtime.profile_set", "--json").stdout.strip() == ""
+
+
+@pytest.mark.parametrize(("command", "words"), [
+    ("set", ["{name}", "--stt", "--llm", "--tts", "--voice", "whisper model", "piper voice", "--json"]),
+    ("list", ["--json"]),
+    ("show", ["{name}", "--json", "default speech models"]),
+    ("rm", ["{name}", "refused"]),
+])
+def test_every_realtime_command_explains_itself_with_help(command: str, words: list[str]) -> None:
+    res = CliRunner().invoke(blazar_cli, ["realtime", command, "--help"], prog_name="blazar", env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert f"Usage: blazar realtime {command}" in text
+    for word in words:
+        assert word in text, word
