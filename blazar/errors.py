@@ -35,7 +35,8 @@
     ├── FileTooLarge           413  an upload to /v1/files over files_max_bytes
     ├── AudioError             400  an upload the speech lanes cannot take as audio
     │   ├── NotAudio           400  FFmpeg cannot read it as audio (or it holds no sound)
-    │   └── AudioTooLong       400  longer than the duration limit (names both)
+    │   ├── AudioTooLong       400  longer than the duration limit (names both)
+    │   └── AudioFormatError   400  realtime audio: a format the protocol does not name, or bytes that do not fit it
     ├── ChildRefused           400  a whisper child's answer to a request it cannot serve (its own status and param)
     ├── BatchConflict          409  a batch change its status does not allow (cancel a finished batch)
     ├── ShortRead                   internal to GGUF parsing: the bytes end before `needed`
@@ -740,6 +741,13 @@ class AudioTooLong(AudioError):
     """Audio longer than the duration limit (the message names both)."""
 
     code = "audio_too_long"
+
+
+class AudioFormatError(AudioError):
+    """A realtime session's audio format the protocol does not name, or audio bytes that do not fit the session's
+    format (not base64, not whole samples, over the bound of a message)."""
+
+    code = "invalid_audio_format"
 
 
 class ChildRefused(BlazarError):

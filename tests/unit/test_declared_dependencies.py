@@ -16,7 +16,7 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
 # Imported only where an extra is asked for (the module says so where it imports it).
-EXTRA_ONLY = {"asyncpg": "postgres", "faster_whisper": "stt"}
+EXTRA_ONLY = {"asyncpg": "postgres", "faster_whisper": "stt", "onnxruntime": "stt"}
 
 
 def _declared() -> tuple[set[str], dict[str, set[str]]]:
