@@ -123,6 +123,9 @@ class Auth:
                                   params: dict[str, Any]) -> None:
         """A WebSocket's upgrade is decided by the same rule; its refusal is left for the route to tell over the
         socket (an `error` event, then the close): falcon's HTTP error rendering has no response to write to."""
+        if getattr(req.context, "refused", None) is not None:  # the edge refused it first
+            req.context.principal = None
+            return
         try:
             req.context.principal = self.authenticator.check("GET", req.uri_template, presented(req))
         except AuthRefused as e:
