@@ -8,8 +8,7 @@ is blazar/serving/realtime/session.py."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import falcon
@@ -59,9 +58,13 @@ class GatewayChat:
         if answer.stream is None:
             message = answer.refusal[0] if answer.refusal else f"the engine answered {answer.status}"
             raise ChatRefused(message, "engine_error")
-        async with contextlib.aclosing(answer.stream) as stream:  # type: ignore[type-var]
+        stream = answer.stream
+        try:
             async for piece in sse_pieces(stream):
                 yield piece
+        finally:  # NOTE: closed now, not when collected: its relay ends the engine request and the call
+            if isinstance(stream, AsyncGenerator):
+                await stream.aclose()
 
     def _owner(self) -> bool:
         return self.principal is None or self.principal.admin
