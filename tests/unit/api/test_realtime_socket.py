@@ -149,3 +149,14 @@ async def test_a_dropped_connection_cancels_the_running_response_and_closes_its_
             await ws.send_text('{"type": "response.create"}')
             await events_until(ws, "response.output_text.delta")
         await asyncio.wait_for(gateway.closed.wait(), HANG_S)  # the chat's stream closed: its engine request ends
+
+
+@pytest.mark.parametrize(("path", "denied"), [("/v1/models", falcon.errors.WebSocketHandlerNotFound),
+                                              ("/nowhere", falcon.errors.WebSocketPathNotFound)])
+async def test_an_upgrade_to_any_other_path_is_denied_with_its_status(app: Blazar, path: str,
+                                                                     denied: type[Exception]) -> None:
+    """Not an error escaping the app: the error handlers close the socket with 3000 + the status (3405, 3404)."""
+    async with conductor(app, ChatGateway()) as c:
+        with pytest.raises(denied):
+            async with c.simulate_ws(path, host="localhost"):
+                pass
