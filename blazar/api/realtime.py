@@ -8,14 +8,14 @@ is blazar/serving/realtime/session.py."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import falcon
 import falcon.asgi
 import orjson
 
-from blazar.api import bounds
+from blazar.api import bounds, errors
 from blazar.api.auth import Access, principal_of
 from blazar.api.routes import Deps, Route
 from blazar.errors import BlazarError, ModelNotFound
@@ -38,11 +38,13 @@ GOING_AWAY = 1001
 class GatewayChat:
     """A session's chats, each an internal chat request of the connection's caller through `Gateway.serve`."""
 
-    def __init__(self, gateway: Gateway, principal: Principal | None, client: str | None, agent: str | None) -> None:
+    def __init__(self, gateway: Gateway, principal: Principal | None, client: str | None, agent: str | None,
+                 tell: Callable[[BaseException], str]) -> None:
         self.gateway = gateway
         self.principal = principal
         self.client = client
         self.agent = agent
+        self.tell = tell  # an error in the words its caller may read (blazar/api/errors.py Audience)
 
     async def chat(self, body: dict[str, Any]) -> AsyncIterator[str | Usage]:
         raw = orjson.dumps(body)
@@ -53,8 +55,7 @@ class GatewayChat:
         try:
             answer = await self.gateway.serve(request)
         except BlazarError as e:
-            raise ChatRefused(e.public or e.message if self._owner() else (e.public or "refused"),
-                              e.code) from None
+            raise ChatRefused(self.tell(e), e.code) from None
         if answer.stream is None:
             message = answer.refusal[0] if answer.refusal else f"the engine answered {answer.status}"
             raise ChatRefused(message, "engine_error")
@@ -65,9 +66,6 @@ class GatewayChat:
         finally:  # NOTE: closed now, not when collected: its relay ends the engine request and the call
             if isinstance(stream, AsyncGenerator):
                 await stream.aclose()
-
-    def _owner(self) -> bool:
-        return self.principal is None or self.principal.admin
 
 
 async def sse_pieces(stream: AsyncIterator[bytes]) -> AsyncIterator[str | Usage]:
@@ -95,6 +93,7 @@ class Realtime:
     def __init__(self, deps: Deps) -> None:
         self.app = deps.app
         self.gateway = deps.gateway
+        self.audience = errors.Audience.of(deps.app)
 
     async def on_websocket(self, req: falcon.asgi.Request, ws: falcon.asgi.WebSocket) -> None:
         await ws.accept()
@@ -110,15 +109,14 @@ class Realtime:
             self.gateway.check_scope(principal, model)  # NOTE: the scope before existence: nothing told beyond it
             self.gateway.supervisor.resolve(model)
         except (BlazarError, falcon.HTTPError) as e:
-            await self._refuse(ws, e, principal)
+            await self._refuse(req, ws, e)
             return
         await self._serve(req, ws, model, principal)
 
-    async def _refuse(self, ws: falcon.asgi.WebSocket, e: Exception, principal: Principal | None) -> None:
+    async def _refuse(self, req: falcon.asgi.Request, ws: falcon.asgi.WebSocket, e: Exception) -> None:
         if isinstance(e, BlazarError):
-            owner = principal is None or principal.admin
-            message, code = (e.message if owner else e.public or e.message), e.code
-        else:
+            message, code = self.audience.told(req, e), e.code
+        else:  # a bad model name (bounds.check_name)
             message, code = str(getattr(e, "description", None) or e), "invalid_request_error"
         await ws.send_media({"type": "error", "event_id": new_trace_id(),
                              "error": {"type": "invalid_request_error", "code": code, "message": message}})
@@ -127,7 +125,8 @@ class Realtime:
     async def _serve(self, req: falcon.asgi.Request, ws: falcon.asgi.WebSocket, model: str,
                      principal: Principal | None) -> None:
         inputs = self.app.settings().inputs
-        chat = GatewayChat(self.gateway, principal, req.remote_addr, agent_of(req.get_header("User-Agent")))
+        chat = GatewayChat(self.gateway, principal, req.remote_addr, agent_of(req.get_header("User-Agent")),
+                           lambda e: self.audience.told(req, e))
 
         async def send(event: dict[str, Any]) -> None:
             await ws.send_text(orjson.dumps(event).decode())
@@ -152,7 +151,7 @@ class Realtime:
                                                      "(inputs.realtime_idle_s)"}})
                     await ws.close(GOING_AWAY)
                     return
-                if len(message) > limit:
+                if len(message) > limit or len(message.encode()) > limit:  # characters, then bytes
                     await send({"type": "error", "event_id": new_trace_id(),
                                 "error": {"type": "invalid_request_error", "code": "message_too_large",
                                           "message": f"an event is {inputs.realtime_max_message_kib} KiB at most "
