@@ -14,6 +14,7 @@ import pytest
 from blazar.api.app import create_app
 from blazar.api.realtime import sse_pieces
 from blazar.context import Blazar
+from blazar.operations.config import set_value
 from blazar.serving.realtime.port import Usage
 from blazar.serving.request import Answer, Request
 from tests.support.bounds import HANG_S
@@ -160,3 +161,17 @@ async def test_an_upgrade_to_any_other_path_is_denied_with_its_status(app: Blaza
         with pytest.raises(denied):
             async with c.simulate_ws(path, host="localhost"):
                 pass
+
+
+async def test_an_idle_session_is_told_and_closed_with_1001(app: Blazar) -> None:
+    await set_value(app, "inputs.realtime_idle_s", "1")  # the least: the test waits it once, whatever the machine
+    async with conductor(app, ChatGateway()) as c, c.simulate_ws("/v1/realtime", query_string="model=gemma",
+                                                                 host="localhost") as ws:
+        assert orjson.loads(await ws.receive_text())["type"] == "session.created"
+        async with asyncio.timeout(HANG_S):
+            for _ in range(1_000_000):  # loop turns until the app closes (about a second)
+                if ws.close_code is not None:
+                    break
+                await asyncio.sleep(0.01)
+        sent, close = await closed_after(ws)
+    assert [e["error"]["code"] for e in sent] == ["idle_timeout"] and close == 1001
