@@ -442,6 +442,24 @@ class Inputs(Section):
         default=4096, ge=1, le=1_000_000,
         description="The longest text /v1/audio/speech speaks, in characters (else 400).",
     )
+    realtime_max_message_kib: int = Field(
+        default=1024, ge=1, le=1 << 20,
+        description="The largest event a /v1/realtime client may send, in KiB (else an error event and the socket "
+                    "closed with 1009).",
+    )
+    realtime_max_items: int = Field(
+        default=256, ge=1, le=100_000,
+        description="Items one realtime conversation may hold (more is an error event: delete some first).",
+    )
+    realtime_max_output_tokens: int = Field(
+        default=4096, ge=1, le=1 << 20,
+        description="The most tokens one realtime response may generate (a session's or response's "
+                    "max_output_tokens is capped at it; \"inf\" means this).",
+    )
+    realtime_idle_s: float = Field(
+        default=300.0, ge=1.0, le=86400.0,
+        description="Seconds a realtime session may go without a client event before it is closed (1001).",
+    )
     max_tokens_over_context: Literal["bound", "refuse"] = Field(
         default="bound",
         description="When a prompt fits the context but prompt + max_tokens does not: bound (the output is capped "

@@ -183,9 +183,10 @@ async def serve(app: Blazar, services: Services, *, host: str, port: int,
         # default (the backlog, 128) let 128 idle sockets starve everyone. Idle keep-alive connections and slow
         # headers are closed after idle_timeout_s (hyper's header read timeout covers both); slow bodies meet
         # IncomingBodies (blazar/api/incoming.py). HTTP/1 only: in "auto" mode granian sniffs for an HTTP/2 preface
-        # with no deadline, so a socket that never sent a byte stayed open.
+        # with no deadline, so a socket that never sent a byte stayed open. WebSockets: /v1/realtime alone
+        # (blazar/api/realtime.py); any other path's upgrade is refused by falcon (no `on_websocket`).
         idle_ms = int(settings.server.idle_timeout_s * 1000)
-        server = Server(target=target, address=host, port=port, interface=Interfaces.ASGI, websockets=False,
+        server = Server(target=target, address=host, port=port, interface=Interfaces.ASGI, websockets=True,
                         http=HTTPModes.http1,
                         log_level=LogLevels.error, backlog=settings.server.backlog,
                         backpressure=settings.server.max_connections,

@@ -21,7 +21,7 @@ from typing import Any
 import falcon.asgi
 
 from blazar.clock import Clock
-from blazar.errors import Forbidden, Unauthenticated
+from blazar.errors import AuthRefused, Forbidden, Unauthenticated
 from blazar.operations.keys import digest, prefix_of
 from blazar.queries.keys import KeysState, auth_on, live_by_prefix
 from blazar.serving.principal import Principal
@@ -118,6 +118,19 @@ class Auth:
     async def process_resource(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, resource: object,
                                params: dict[str, Any]) -> None:
         req.context.principal = self.authenticator.check(req.method, req.uri_template, presented(req))
+
+    async def process_resource_ws(self, req: falcon.asgi.Request, ws: falcon.asgi.WebSocket, resource: object,
+                                  params: dict[str, Any]) -> None:
+        """A WebSocket's upgrade is decided by the same rule; its refusal is left for the route to tell over the
+        socket (an `error` event, then the close): falcon's HTTP error rendering has no response to write to."""
+        if getattr(req.context, "refused", None) is not None:  # the edge refused it first
+            req.context.principal = None
+            return
+        try:
+            req.context.principal = self.authenticator.check("GET", req.uri_template, presented(req))
+        except AuthRefused as e:
+            req.context.principal = None
+            req.context.refused = e
 
 
 def admin_actor(daemon_actor: str) -> str:

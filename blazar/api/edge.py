@@ -127,6 +127,19 @@ class Edge:
             raise EdgeRefused(f"the request body must be JSON (Content-Type: application/json), not "
                               f"{(req.content_type or '')[:100]!r}", status=415, code="unsupported_media_type")
 
+    async def process_resource_ws(self, req: falcon.asgi.Request, ws: falcon.asgi.WebSocket, resource: object,
+                                  params: dict[str, Any]) -> None:
+        """A WebSocket's upgrade meets the same Host guard and Origin check (a browser opens one cross-site with its
+        page's Origin); the refusal is left for the route to tell over the socket, as auth's."""
+        host, origin = req.get_header("Host"), req.get_header("Origin")
+        if not self.policy.host_allowed(host):
+            req.context.refused = EdgeRefused(f"Host {(host or '')[:100]!r} is not served here (a DNS-rebinding "
+                                              "defence)", status=403, code="host_not_allowed")
+        elif origin is not None and not self.policy.origin_allowed(
+                origin, own=f"{self.scheme}://{(host or '').lower()}", keys_on=self.keys_on()):
+            req.context.refused = EdgeRefused(f"connections from the web origin {origin[:100]!r} are refused: add it "
+                                              "to cors_origins to allow it", status=403, code="origin_not_allowed")
+
     def _preflight(self, req: falcon.asgi.Request, resp: falcon.asgi.Response, origin: str) -> None:
         """A CORS preflight: 204, with the CORS headers only for an allowed origin (the browser then refuses)."""
         resp.status = 204

@@ -138,8 +138,19 @@ def render_error(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: Blaza
         resp.set_header(name, value)
 
 
-async def _validation_error(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: ValidationError,
-                            params: Any) -> None:
+async def _socket_closed(ws: falcon.asgi.WebSocket | None, status: int) -> None:
+    """An error met by a WebSocket (falcon gives no response then): the socket closed with falcon's code for the
+    status, 3000 + status (before its accept, the server answers the upgrade with a 403). /v1/realtime tells its own
+    refusals over the socket first (blazar/api/realtime.py); this is any other path's upgrade, or a failure."""
+    if ws is not None:
+        await ws.close(3000 + status if status < 1000 else 1011)
+
+
+async def _validation_error(req: falcon.asgi.Request, resp: falcon.asgi.Response | None, ex: ValidationError,
+                            params: Any, ws: falcon.asgi.WebSocket | None = None) -> None:
+    if resp is None:
+        await _socket_closed(ws, 400)
+        return
     first = ex.errors(include_url=False)[0]
     param = ".".join(str(p) for p in first["loc"]) or None
     # NOTE: pydantic's own words for the first problem, prefixed with the field: "keep_alive: Value error, not a
@@ -148,9 +159,12 @@ async def _validation_error(req: falcon.asgi.Request, resp: falcon.asgi.Response
     _render(resp, 400, body(message, status=400, code="invalid_request", param=param), req)
 
 
-async def _http_error(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: falcon.HTTPError,
-                      params: Any) -> None:
+async def _http_error(req: falcon.asgi.Request, resp: falcon.asgi.Response | None, ex: falcon.HTTPError,
+                      params: Any, ws: falcon.asgi.WebSocket | None = None) -> None:
     status = ex.status_code
+    if resp is None:
+        await _socket_closed(ws, status)
+        return
     if isinstance(ex, falcon.MediaMalformedError | falcon.MediaNotFoundError):
         code = "invalid_json"
         message = "the request body is not valid JSON" if isinstance(ex, falcon.MediaMalformedError) \
@@ -168,11 +182,19 @@ def register(app: falcon.asgi.App, *, home: Path | None = None, audience: Audien
     `home`, a failure that no space caused (an engine's key file, a log file) is the 507 `disk_full` it is. Every
     error is told in `audience`'s words for its caller; the daemon log keeps the whole of it."""
 
-    async def blazar_error(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: BlazarError,
-                           params: Any) -> None:
+    async def blazar_error(req: falcon.asgi.Request, resp: falcon.asgi.Response | None, ex: BlazarError,
+                           params: Any, ws: falcon.asgi.WebSocket | None = None) -> None:
+        if resp is None:
+            await _socket_closed(ws, ex.http_status)
+            return
         render_error(req, resp, ex, audience)
 
-    async def unexpected(req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: Exception, params: Any) -> None:
+    async def unexpected(req: falcon.asgi.Request, resp: falcon.asgi.Response | None, ex: Exception, params: Any,
+                         ws: falcon.asgi.WebSocket | None = None) -> None:
+        if resp is None:
+            log.exception("WebSocket %s failed", req.path, exc_info=ex)
+            await _socket_closed(ws, 1011)
+            return
         full = explain(ex, home, writing=f"Blazar's files under {home}") if home is not None else None
         if full is None:
             log.exception("%s %s failed", req.method, req.path, exc_info=ex)

@@ -74,6 +74,7 @@ class Route:
     make: Callable[[Deps], object]
     ops: Mapping[str, Op]
     needs_gateway: bool = True  # the admin routes are served without one too
+    websocket: bool = False  # served as a WebSocket (`on_websocket`): no HTTP method, so nothing in the document
 
 
 # What a route that resolves, loads and runs a model may answer: no such model, a pin in the way, a limit, the engine

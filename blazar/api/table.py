@@ -19,6 +19,7 @@ from blazar.api import (
     openai,
     openapi,
     ops,
+    realtime,
     rerank,
     responses,
     sessions,
@@ -33,6 +34,7 @@ _DOCUMENT = Route("/openapi.json", Access.OPEN, lambda d: openapi.OpenAPIResourc
 ROUTES: tuple[Route, ...] = (
     *ops.ROUTES, *admin.ROUTES, *dashboard.ROUTES, *console.ROUTES, *sessions.ROUTES,
     *openai.ROUTES, *responses.ROUTES, *files.ROUTES, *batches.ROUTES, *audio.ROUTES, *rerank.ROUTES,
+    *realtime.ROUTES,
     *anthropic.ROUTES,
     *ollama.ROUTES, *ollama_chat.ROUTES, *ollama_pull.ROUTES, *ollama_create.ROUTES,
     _DOCUMENT,

@@ -1,0 +1,171 @@
+"""`/v1/realtime?model=NAME` over a WebSocket: the OpenAI Realtime API's text sessions. Auth decides at the door as
+on every route (blazar/api/auth.py `process_resource_ws`); a refusal, a model out of the key's scope or unknown is
+told as an `error` event, then the socket is closed with 1008 (policy violation): the SDK's client reads the words.
+Each response is a chat through the gateway's own pipeline as an internal /v1/chat/completions request of the same
+caller (`GatewayChat`: scope, limits, admission, the request's events and trace as any chat's). The session itself
+is blazar/serving/realtime/session.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any
+
+import falcon
+import falcon.asgi
+import orjson
+
+from blazar.api import bounds, errors
+from blazar.api.auth import Access, principal_of
+from blazar.api.routes import Deps, Route
+from blazar.errors import BlazarError, ModelNotFound
+from blazar.ids import new_trace_id
+from blazar.serving.gateway import Gateway
+from blazar.serving.prefix import agent_of
+from blazar.serving.principal import Principal
+from blazar.serving.realtime.port import ChatRefused, Usage
+from blazar.serving.realtime.session import Bounds, RealtimeSession
+from blazar.serving.request import Request
+from blazar.serving.tenancy import tenant_of
+
+PATH = "/v1/realtime"
+CHAT = "/v1/chat/completions"
+POLICY_VIOLATION = 1008
+TOO_BIG = 1009
+GOING_AWAY = 1001
+
+
+class GatewayChat:
+    """A session's chats, each an internal chat request of the connection's caller through `Gateway.serve`."""
+
+    def __init__(self, gateway: Gateway, principal: Principal | None, client: str | None, agent: str | None,
+                 tell: Callable[[BaseException], str]) -> None:
+        self.gateway = gateway
+        self.principal = principal
+        self.client = client
+        self.agent = agent
+        self.tell = tell  # an error in the words its caller may read (blazar/api/errors.py Audience)
+
+    async def chat(self, body: dict[str, Any]) -> AsyncIterator[str | Usage]:
+        raw = orjson.dumps(body)
+        request = Request(model=body["model"], engine_path=CHAT, body=body, stream=True,
+                          max_tokens=body.get("max_tokens"), trace_id=new_trace_id(), dialect="openai", path=PATH,
+                          raw=raw, parsed=body, client=self.client, agent=self.agent, principal=self.principal,
+                          tenant=tenant_of(self.principal))
+        try:
+            answer = await self.gateway.serve(request)
+        except BlazarError as e:
+            raise ChatRefused(self.tell(e), e.code) from None
+        if answer.stream is None:
+            message = answer.refusal[0] if answer.refusal else f"the engine answered {answer.status}"
+            raise ChatRefused(message, "engine_error")
+        stream = answer.stream
+        try:
+            async for piece in sse_pieces(stream):
+                yield piece
+        finally:  # NOTE: closed now, not when collected: its relay ends the engine request and the call
+            if isinstance(stream, AsyncGenerator):
+                await stream.aclose()
+
+
+async def sse_pieces(stream: AsyncIterator[bytes]) -> AsyncIterator[str | Usage]:
+    """An OpenAI chat stream's text deltas and its usage, from the SSE bytes as they come (events may be split)."""
+    rest = b""
+    async for block in stream:
+        rest += block
+        *lines, rest = rest.split(b"\n")
+        for line in lines:
+            if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                continue
+            data = orjson.loads(line[6:])
+            if "error" in data:
+                raise ChatRefused(str(data["error"].get("message", "the engine's stream broke")), "engine_error")
+            for choice in data.get("choices") or ():
+                text = (choice.get("delta") or {}).get("content")
+                if text:
+                    yield text
+            usage = data.get("usage")
+            if usage:
+                yield Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
+
+
+class Realtime:
+    def __init__(self, deps: Deps) -> None:
+        self.app = deps.app
+        self.gateway = deps.gateway
+        self.audience = errors.Audience.of(deps.app)
+
+    async def on_websocket(self, req: falcon.asgi.Request, ws: falcon.asgi.WebSocket) -> None:
+        await ws.accept()
+        model = req.get_param("model") or ""
+        refused = getattr(req.context, "refused", None)
+        principal = principal_of(req)
+        try:
+            if refused is not None:
+                raise refused
+            if not model:
+                raise ModelNotFound("the model is asked in the URL: /v1/realtime?model=NAME")
+            bounds.check_name(model)
+            self.gateway.check_scope(principal, model)  # NOTE: the scope before existence: nothing told beyond it
+            self.gateway.supervisor.resolve(model)
+        except (BlazarError, falcon.HTTPError) as e:
+            await self._refuse(req, ws, e)
+            return
+        await self._serve(req, ws, model, principal)
+
+    async def _refuse(self, req: falcon.asgi.Request, ws: falcon.asgi.WebSocket, e: Exception) -> None:
+        if isinstance(e, BlazarError):
+            message, code = self.audience.told(req, e), e.code
+        else:  # a bad model name (bounds.check_name)
+            message, code = str(getattr(e, "description", None) or e), "invalid_request_error"
+        await ws.send_media({"type": "error", "event_id": new_trace_id(),
+                             "error": {"type": "invalid_request_error", "code": code, "message": message}})
+        await ws.close(POLICY_VIOLATION)
+
+    async def _serve(self, req: falcon.asgi.Request, ws: falcon.asgi.WebSocket, model: str,
+                     principal: Principal | None) -> None:
+        inputs = self.app.settings().inputs
+        chat = GatewayChat(self.gateway, principal, req.remote_addr, agent_of(req.get_header("User-Agent")),
+                           lambda e: self.audience.told(req, e))
+
+        async def send(event: dict[str, Any]) -> None:
+            await ws.send_text(orjson.dumps(event).decode())
+
+        session = RealtimeSession(model, chat, send, Bounds(inputs.realtime_max_items,
+                                                            inputs.realtime_max_output_tokens))
+        limit = inputs.realtime_max_message_kib << 10
+        try:
+            await session.start()
+            while True:
+                try:
+                    message = await asyncio.wait_for(ws.receive_text(), inputs.realtime_idle_s)
+                except falcon.errors.PayloadTypeError:
+                    await send({"type": "error", "event_id": new_trace_id(),
+                                "error": {"type": "invalid_request_error", "code": "invalid_event",
+                                          "message": "events are sent as text (JSON) messages"}})
+                    continue
+                except TimeoutError:
+                    await send({"type": "error", "event_id": new_trace_id(),
+                                "error": {"type": "invalid_request_error", "code": "idle_timeout",
+                                          "message": f"no event for {inputs.realtime_idle_s:g} s: the session ends "
+                                                     "(inputs.realtime_idle_s)"}})
+                    await ws.close(GOING_AWAY)
+                    return
+                if len(message) > limit or len(message.encode()) > limit:  # characters, then bytes
+                    await send({"type": "error", "event_id": new_trace_id(),
+                                "error": {"type": "invalid_request_error", "code": "message_too_large",
+                                          "message": f"an event is {inputs.realtime_max_message_kib} KiB at most "
+                                                     "(inputs.realtime_max_message_kib)"}})
+                    await ws.close(TOO_BIG)
+                    return
+                await session.receive(message)
+        except falcon.WebSocketDisconnected:
+            pass
+        finally:
+            await session.stop()  # a dropped connection cancels what runs: its engine request with it
+
+
+ROUTES = (
+    # A WebSocket (a plain GET is 405): OpenAPI cannot say it; docs/21.REALTIME.md does.
+    Route(PATH, Access.KEY, Realtime, {}, websocket=True),
+)

@@ -1,0 +1,30 @@
+"""What a realtime session asks of the world: a chat answered as text deltas and usage (`ChatPort`: the gateway in
+the daemon, a fake in unit tests), and a way to send the client an event (`Send`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int
+    output_tokens: int
+
+
+class ChatPort(Protocol):
+    def chat(self, body: dict[str, Any]) -> AsyncIterator[str | Usage]:
+        """The answer to an OpenAI chat body (streamed): its text deltas, then its usage. Raises ChatRefused."""
+        ...
+
+
+class ChatRefused(Exception):
+    """The chat was refused or failed (a limit, the scope, the engine): its words and a code, for an `error` event."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code

@@ -1,0 +1,145 @@
+"""The Realtime API's text sessions end to end: the official `openai` SDK's realtime client (`realtime.connect`, over
+a WebSocket) against `blazar serve` with the real llama-server and Gemma 3 270M, keys on. The demo model is a base
+model, so these assert the protocol (events, their order, usage, the log), never the words."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from websockets.exceptions import ConnectionClosed
+
+from tests.support import sdk_daemons
+from tests.support.blazar_home import read_events
+from tests.support.bounds import HANG_S
+from tests.support.daemon import wait_for
+from tests.support.sdk_daemons import MODEL, OpenAIDaemon
+from tests.support.serving import blazar_cli
+
+daemon = sdk_daemons.openai_daemon  # the module-scoped real daemon
+
+
+@pytest.fixture(scope="module")
+def secrets(daemon: OpenAIDaemon) -> dict[str, str]:
+    made = {}
+    for name, args in (("talker", ()), ("narrow", ("--models", "other*"))):
+        out = blazar_cli(daemon.home, "keys", "create", name, *args, "--json").stdout
+        made[name] = json.loads(out)["secret"]
+    return made
+
+
+def client(daemon: OpenAIDaemon, secret: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{daemon.base}/v1", api_key=secret, max_retries=0, timeout=120)
+
+
+async def until(conn: Any, last: str) -> list[Any]:
+    """The server's events up to and including the first of type `last` (bounded in time and count)."""
+    seen: list[Any] = []
+    async with asyncio.timeout(HANG_S):
+        while len(seen) < 10_000:
+            e = await conn.recv()
+            seen.append(e)
+            if e.type == last:
+                return seen
+    raise AssertionError(f"no {last} in {len(seen)} events")
+
+
+def realtime_traces(home: Path) -> list[str]:
+    return [e["trace_id"] for e in read_events(home, "request.received") if e["data"]["route"] == "/v1/realtime"]
+
+
+async def test_a_text_session_answers_with_deltas_that_make_the_done_text_and_usage(
+        daemon: OpenAIDaemon, secrets: dict[str, str]) -> None:
+    async with client(daemon, secrets["talker"]).realtime.connect(model=MODEL) as conn:
+        created = await conn.recv()
+        assert created.type == "session.created" and created.session.model == MODEL
+        await conn.session.update(session={"type": "realtime", "output_modalities": ["text"],
+                                           "instructions": "Answer briefly.", "max_output_tokens": 12})
+        assert (await conn.recv()).type == "session.updated"
+        await conn.conversation.item.create(item={"type": "message", "role": "user",
+                                                  "content": [{"type": "input_text", "text": "Name a color."}]})
+        assert [e.type for e in await until(conn, "conversation.item.done")] == ["conversation.item.added",
+                                                                                 "conversation.item.done"]
+        await conn.response.create()
+        events = await until(conn, "response.done")
+    types = [e.type for e in events]
+    assert types[0] == "response.created" and "response.output_text.delta" in types
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    text_done = next(e for e in events if e.type == "response.output_text.done")
+    done = events[-1].response
+    assert deltas == text_done.text and done.status == "completed"
+    assert done.output[0].content[0].text == deltas
+    assert done.usage.input_tokens > 0 and 0 < done.usage.output_tokens <= 12
+    await asyncio.to_thread(charged_to_the_key, daemon)
+
+
+def charged_to_the_key(daemon: OpenAIDaemon) -> None:
+    """The response was a chat of the key's through the pipeline: in the log as the key's own request."""
+    trace = realtime_traces(daemon.home)[-1]
+    assert daemon.wait_trace(trace, "request.completed")[:2] == ["request.received", "request.routed"]
+    completed = next(e for e in daemon.events("request.completed") if e["trace_id"] == trace)
+    assert completed["actor"] == "key:talker"
+
+
+async def test_response_cancel_ends_cancelled_and_leaves_no_request_running(
+        daemon: OpenAIDaemon, secrets: dict[str, str]) -> None:
+    async with client(daemon, secrets["talker"]).realtime.connect(model=MODEL) as conn:
+        await conn.recv()
+        await conn.conversation.item.create(item={"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "Count from 1 to 2000: 1, 2, 3, 4, 5, 6, 7,"}]})
+        await until(conn, "conversation.item.done")
+        await conn.response.create(response={"max_output_tokens": 3000})
+        await until(conn, "response.output_text.delta")
+        await conn.response.cancel()
+        done = (await until(conn, "response.done"))[-1].response
+        assert done.status == "cancelled" and done.status_details.type == "cancelled"
+    await asyncio.to_thread(ended_once, daemon)
+
+
+def ended_once(daemon: OpenAIDaemon) -> None:
+    trace = realtime_traces(daemon.home)[-1]
+    # The engine request was ended, not left generating: the trace has its one terminal event, and the slot is free
+    # for the next response at once.
+    ends = ("request.completed", "request.failed")
+    wait_for(lambda: any(t in ends for t in daemon.trace(trace)), f"the end of {trace}")
+    ended = [e for e in daemon.events(*ends) if e["trace_id"] == trace]
+    assert len(ended) == 1 and (ended[0]["data"].get("completion_tokens") or 0) < 3000, ended
+
+
+async def test_a_key_without_scope_for_the_model_is_refused_at_connect(
+        daemon: OpenAIDaemon, secrets: dict[str, str]) -> None:
+    async with client(daemon, secrets["narrow"]).realtime.connect(model=MODEL) as conn:
+        refused = await conn.recv()
+        assert refused.type == "error" and refused.error.code == "model_not_allowed"
+        with pytest.raises(ConnectionClosed) as closed:
+            await conn.recv()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+
+
+async def test_no_key_and_an_unknown_model_are_refused_with_an_error_event(
+        daemon: OpenAIDaemon, secrets: dict[str, str]) -> None:
+    for secret, model, code in (("sk-nonsense", MODEL, "invalid_api_key"), (secrets["talker"], "nope", None)):
+        async with client(daemon, secret).realtime.connect(model=model) as conn:
+            refused = await conn.recv()
+            assert refused.type == "error", refused
+            assert code is None or refused.error.code == code, refused.error
+            with pytest.raises(ConnectionClosed):
+                await conn.recv()
+
+
+async def test_bad_and_audio_events_are_errors_with_their_codes_and_the_session_goes_on(
+        daemon: OpenAIDaemon, secrets: dict[str, str]) -> None:
+    async with client(daemon, secrets["talker"]).realtime.connect(model=MODEL) as conn:
+        await conn.recv()
+        await conn.input_audio_buffer.append(audio="AAAA")
+        assert (await conn.recv()).error.code == "audio_not_supported"
+        await conn.send({"type": "conversation.item.delete", "item_id": "item_missing"})  # type: ignore[arg-type]
+        assert (await conn.recv()).error.code == "item_not_found"
+        await conn.session.update(session={"type": "realtime", "temperature": 7})
+        assert (await conn.recv()).error.code == "invalid_value"
+        await conn.session.update(session={"type": "realtime", "instructions": "Be kind."})
+        assert (await conn.recv()).type == "session.updated"
