@@ -31,7 +31,8 @@
     ├── KeyCommandError        400  a key command that cannot be carried out (bad pattern, unknown limit)
     ├── DialectError           400  a request a dialect cannot serve as written (`code` says which rule it broke)
     │   ├── GrammarUnsupported 400  a schema the compact grammar cannot express (`keyword`): the engine converts it
-    │   └── TemplateNotConvertible 400 an Ollama Go template the converter does not turn into Jinja (`reason`)
+    │   ├── TemplateNotConvertible 400 an Ollama Go template the converter does not turn into Jinja (`reason`)
+    │   └── RealtimeEventInvalid 400 a realtime client event with a field that does not validate (`param`)
     ├── FileTooLarge           413  an upload to /v1/files over files_max_bytes
     ├── AudioError             400  an upload the speech lanes cannot take as audio
     │   ├── NotAudio           400  FFmpeg cannot read it as audio (or it holds no sound)
@@ -56,6 +57,7 @@
     ├── RemoteCommandError     400  `blazar remote add|rm` that cannot be carried out (a bad name, URL or model)
     ├── RealtimeProfileError   400  a realtime profile that cannot be set, or a session's three models that cannot be
     │                               found (a model missing, of another kind, a name taken)
+    ├── RealtimeChatRefused    400  a realtime response's chat refused or failed (its `code` is the refusal's own)
     ├── WorkerError            400  `blazar worker` that cannot run (no rpc-server, a bind wider than loopback)
     ├── NodeError              502  another node could not do what it was asked (unknown, down, unreachable, refused)
     ├── SessionError                a session command (`blazar session save|restore|rm`)
@@ -820,6 +822,29 @@ class RealtimeProfileError(BlazarError):
 
     code = "invalid_realtime_profile"
     http_status = 400
+
+
+class RealtimeEventInvalid(DialectError):
+    """A realtime client event with a field that does not validate: `param` names the first wrong one. The session
+    answers with an `error` event and goes on."""
+
+    code = "invalid_value"
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(f"{param}: {message}")
+        self.param = param
+
+
+class RealtimeChatRefused(BlazarError):
+    """A realtime response's chat refused or failed (a limit, the scope, the engine): its words, and the code of the
+    `error` event that tells it (the refusal's own code)."""
+
+    code = "realtime_chat_refused"
+    http_status = 400
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class WorkerError(BlazarError):

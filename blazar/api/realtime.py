@@ -18,12 +18,12 @@ import orjson
 from blazar.api import bounds, errors
 from blazar.api.auth import Access, principal_of
 from blazar.api.routes import Deps, Route
-from blazar.errors import BlazarError, ModelNotFound
+from blazar.errors import BlazarError, ModelNotFound, RealtimeChatRefused
 from blazar.ids import new_trace_id
 from blazar.serving.gateway import Gateway
 from blazar.serving.prefix import agent_of
 from blazar.serving.principal import Principal
-from blazar.serving.realtime.port import ChatRefused, Usage
+from blazar.serving.realtime.port import Usage
 from blazar.serving.realtime.session import Bounds, RealtimeSession
 from blazar.serving.request import Request
 from blazar.serving.tenancy import tenant_of
@@ -55,10 +55,10 @@ class GatewayChat:
         try:
             answer = await self.gateway.serve(request)
         except BlazarError as e:
-            raise ChatRefused(self.tell(e), e.code) from None
+            raise RealtimeChatRefused(self.tell(e), e.code) from None
         if answer.stream is None:
             message = answer.refusal[0] if answer.refusal else f"the engine answered {answer.status}"
-            raise ChatRefused(message, "engine_error")
+            raise RealtimeChatRefused(message, "engine_error")
         stream = answer.stream
         try:
             async for piece in sse_pieces(stream):
@@ -79,7 +79,8 @@ async def sse_pieces(stream: AsyncIterator[bytes]) -> AsyncIterator[str | Usage]
                 continue
             data = orjson.loads(line[6:])
             if "error" in data:
-                raise ChatRefused(str(data["error"].get("message", "the engine's stream broke")), "engine_error")
+                broke = str(data["error"].get("message", "the engine's stream broke"))
+                raise RealtimeChatRefused(broke, "engine_error")
             for choice in data.get("choices") or ():
                 text = (choice.get("delta") or {}).get("content")
                 if text:

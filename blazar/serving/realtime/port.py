@@ -18,13 +18,6 @@ class Usage:
 
 class ChatPort(Protocol):
     def chat(self, body: dict[str, Any]) -> AsyncIterator[str | Usage]:
-        """The answer to an OpenAI chat body (streamed): its text deltas, then its usage. Raises ChatRefused."""
+        """The answer to an OpenAI chat body (streamed): its text deltas, then its usage. Raises RealtimeChatRefused."""
         ...
 
-
-class ChatRefused(Exception):
-    """The chat was refused or failed (a limit, the scope, the engine): its words and a code, for an `error` event."""
-
-    def __init__(self, message: str, code: str) -> None:
-        super().__init__(message)
-        self.code = code

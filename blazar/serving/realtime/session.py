@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 
+from blazar.errors import RealtimeEventInvalid
 from blazar.serving.realtime.events import AUDIO_EVENTS, ItemAsked, ResponseAsked, SessionAsked, error, event, new_id
 from blazar.serving.realtime.port import ChatPort, Send
 from blazar.serving.realtime.turn import Turn
@@ -71,7 +72,7 @@ class RealtimeSession:
         else:
             try:
                 await handler(data, eid)
-            except BadEvent as e:
+            except RealtimeEventInvalid as e:
                 await self.send(error(f"{kind}: {e}", code="invalid_value", param=e.param, event_id=eid))
 
     def _handlers(self) -> dict[str, Callable[[dict[str, Any], str | None], Awaitable[None]]]:
@@ -188,16 +189,12 @@ class RealtimeSession:
 
 
 def _model(cls: type[M], value: Any, name: str) -> M:
-    """`value` checked as `cls`; a BadEvent names the first wrong field from the event's own field `name`."""
+    """`value` checked as `cls`; a RealtimeEventInvalid names the first wrong field, from the event's own field
+    `name`."""
     try:
         return cls.model_validate(value)
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in (name, *first["loc"]))
-        raise BadEvent(where, first["msg"]) from None
+        raise RealtimeEventInvalid(where, first["msg"]) from None
 
-
-class BadEvent(Exception):
-    def __init__(self, param: str, message: str) -> None:
-        super().__init__(f"{param}: {message}")
-        self.param = param

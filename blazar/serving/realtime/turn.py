@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from blazar.errors import RealtimeChatRefused
 from blazar.serving.realtime.events import error, event, new_id
-from blazar.serving.realtime.port import ChatRefused, Usage
+from blazar.serving.realtime.port import Usage
 
 if TYPE_CHECKING:
     from blazar.serving.realtime.session import RealtimeSession
@@ -66,7 +67,7 @@ class Turn:
             await self._end("cancelled", "incomplete", {"type": "cancelled", "reason": "client_cancelled"},
                             started)
             raise
-        except ChatRefused as e:
+        except RealtimeChatRefused as e:
             await send(error(str(e), code=e.code, kind="server_error" if e.code == "engine_error" else
                              "invalid_request_error"))
             await self._end("failed", "incomplete", {"type": "failed", "error": {"type": e.code, "code": e.code}},

@@ -10,7 +10,8 @@ from typing import Any
 import orjson
 import pytest
 
-from blazar.serving.realtime.port import ChatRefused, Usage
+from blazar.errors import RealtimeChatRefused
+from blazar.serving.realtime.port import Usage
 from blazar.serving.realtime.session import Bounds, RealtimeSession
 from tests.support.bounds import HANG_S
 
@@ -19,7 +20,7 @@ class FakeChat:
     """Answers each chat with `pieces`; with `hold`, waits on it after the first piece (a response to cancel)."""
 
     def __init__(self, pieces: list[str | Usage], hold: asyncio.Event | None = None,
-                 refuse: ChatRefused | None = None) -> None:
+                 refuse: RealtimeChatRefused | None = None) -> None:
         self.pieces = pieces
         self.hold = hold
         self.refuse = refuse
@@ -123,7 +124,7 @@ async def test_a_second_response_while_one_runs_is_an_error_and_stop_cancels_it(
 
 
 async def test_a_refused_chat_is_an_error_then_a_failed_response() -> None:
-    c = Client(FakeChat([], refuse=ChatRefused("the key's daily token limit is spent", "limit_exceeded")))
+    c = Client(FakeChat([], refuse=RealtimeChatRefused("the key's daily token limit is spent", "limit_exceeded")))
     out = await c.say(type="response.create")
     assert c.types(out) == ["response.created", "error", "response.done"]
     assert out[1]["error"]["code"] == "limit_exceeded" and out[2]["response"]["status"] == "failed"
