@@ -23,6 +23,7 @@ from blazar.ids import new_trace_id
 from blazar.serving.gateway import Gateway
 from blazar.serving.prefix import agent_of
 from blazar.serving.principal import Principal
+from blazar.serving.realtime.events import error
 from blazar.serving.realtime.port import Usage
 from blazar.serving.realtime.session import Bounds, RealtimeSession
 from blazar.serving.request import Request
@@ -119,8 +120,7 @@ class Realtime:
             message, code = self.audience.told(req, e), e.code
         else:  # a bad model name (bounds.check_name)
             message, code = str(getattr(e, "description", None) or e), "invalid_request_error"
-        await ws.send_media({"type": "error", "event_id": new_trace_id(),
-                             "error": {"type": "invalid_request_error", "code": code, "message": message}})
+        await ws.send_media(error(message, code=code))
         await ws.close(POLICY_VIOLATION)
 
     async def _serve(self, req: falcon.asgi.Request, ws: falcon.asgi.WebSocket, model: str,
@@ -141,22 +141,16 @@ class Realtime:
                 try:
                     message = await asyncio.wait_for(ws.receive_text(), inputs.realtime_idle_s)
                 except falcon.errors.PayloadTypeError:
-                    await send({"type": "error", "event_id": new_trace_id(),
-                                "error": {"type": "invalid_request_error", "code": "invalid_event",
-                                          "message": "events are sent as text (JSON) messages"}})
+                    await send(error("events are sent as text (JSON) messages", code="invalid_event"))
                     continue
                 except TimeoutError:
-                    await send({"type": "error", "event_id": new_trace_id(),
-                                "error": {"type": "invalid_request_error", "code": "idle_timeout",
-                                          "message": f"no event for {inputs.realtime_idle_s:g} s: the session ends "
-                                                     "(inputs.realtime_idle_s)"}})
+                    await send(error(f"no event for {inputs.realtime_idle_s:g} s: the session ends "
+                                     "(inputs.realtime_idle_s)", code="idle_timeout"))
                     await ws.close(GOING_AWAY)
                     return
                 if len(message) > limit or len(message.encode()) > limit:  # characters, then bytes
-                    await send({"type": "error", "event_id": new_trace_id(),
-                                "error": {"type": "invalid_request_error", "code": "message_too_large",
-                                          "message": f"an event is {inputs.realtime_max_message_kib} KiB at most "
-                                                     "(inputs.realtime_max_message_kib)"}})
+                    await send(error(f"an event is {inputs.realtime_max_message_kib} KiB at most "
+                                     "(inputs.realtime_max_message_kib)", code="message_too_large"))
                     await ws.close(TOO_BIG)
                     return
                 await session.receive(message)
