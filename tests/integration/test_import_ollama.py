@@ -14,24 +14,9 @@ import ollama
 from blazar.dialects.go_template import to_jinja
 from tests.conftest import Cli
 from tests.support.blazar_home import read_events
-from tests.support.ollama_store import add_model
+from tests.support.ollama_store import GEMMA3, add_model
 from tests.support.serving import serving_on_a_free_port
 
-# Ollama's gemma3-instruct template (its template/gemma3-instruct.gotmpl).
-GEMMA3 = """{{- range $i, $_ := .Messages }}
-{{- $last := eq (len (slice $.Messages $i)) 1 }}
-{{- if eq .Role "user" }}<start_of_turn>user
-{{- if and (eq $i 1) $.System }}
-{{ $.System }}
-{{ end }}
-{{ .Content }}<end_of_turn>
-{{ else if eq .Role "assistant" }}<start_of_turn>model
-{{ .Content }}<end_of_turn>
-{{ end }}
-{{- if $last }}<start_of_turn>model
-{{ end }}
-{{- end }}
-"""
 SYSTEM = "Answer in one word."
 PARAMS = {"stop": ["<end_of_turn>"], "temperature": 0, "num_ctx": 512, "num_gpu": 99}
 

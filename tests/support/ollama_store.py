@@ -96,3 +96,20 @@ def add_model(root: Path, name: str, weights: Path, *, template: str | None = No
         layers.append(layer(root, "params", json.dumps(params).encode()))
     layers += [layer(root, kind, data) for kind, data in extra]
     return write_manifest(root, name, layers)
+
+
+# Ollama's gemma3-instruct template (its template/gemma3-instruct.gotmpl).
+GEMMA3 = """{{- range $i, $_ := .Messages }}
+{{- $last := eq (len (slice $.Messages $i)) 1 }}
+{{- if eq .Role "user" }}<start_of_turn>user
+{{- if and (eq $i 1) $.System }}
+{{ $.System }}
+{{ end }}
+{{ .Content }}<end_of_turn>
+{{ else if eq .Role "assistant" }}<start_of_turn>model
+{{ .Content }}<end_of_turn>
+{{ end }}
+{{- if $last }}<start_of_turn>model
+{{ end }}
+{{- end }}
+"""

@@ -12,6 +12,7 @@ from blazar.dialects.go_template import to_jinja
 from blazar.errors import TemplateNotConvertible
 from blazar.store.model_settings import parse_template
 from blazar.store.turn_formats import render_jinja
+from tests.support.ollama_store import GEMMA3
 
 CHATML = ("{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}"
           "<|im_start|>assistant\n")
@@ -33,20 +34,6 @@ GEMMA = """{{- $system := "" }}
 {{- end }}
 {{ .Content }}<end_of_turn>
 {{ end }}<start_of_turn>model
-"""
-GEMMA3 = """{{- range $i, $_ := .Messages }}
-{{- $last := eq (len (slice $.Messages $i)) 1 }}
-{{- if eq .Role "user" }}<start_of_turn>user
-{{- if and (eq $i 1) $.System }}
-{{ $.System }}
-{{ end }}
-{{ .Content }}<end_of_turn>
-{{ else if eq .Role "assistant" }}<start_of_turn>model
-{{ .Content }}<end_of_turn>
-{{ end }}
-{{- if $last }}<start_of_turn>model
-{{ end }}
-{{- end }}
 """
 MISTRAL = """[INST] {{ range $index, $_ := .Messages }}
 {{- if eq .Role "system" }}{{ .Content }}
