@@ -214,12 +214,15 @@ def test_tokens_streamed_before_a_hang_up_are_charged(tenants: Tenants) -> None:
 
 
 FLOOD = 10
+HOLD_TOKENS = 1500  # the blocker's stream: far longer than the queueing it covers, and it ends when closed
 
 
 def test_a_key_that_floods_the_slot_does_not_starve_another(tenants: Tenants) -> None:
-    """Key `flood` sends 10 requests at once to the one slot; key `light` sends one once they are queued. Its turn
-    comes next (the flood's request in the slot was charged to the flood's share), ahead of every flood request
-    still waiting, and `why` tells a flood request that waited for the light key's share. Asserted on the events."""
+    """Key `flood` holds the one slot with a stream and sends 10 more requests, which all queue; key `light` sends
+    one once they wait. When the stream is closed (its slot freed), the light key's turn comes next (the flood's
+    request in the slot was charged to the flood's share), ahead of every flood request still waiting, and `why`
+    tells a flood request that waited for the light key's share. Asserted on the events. The slot is held until the
+    test lets it go, so what queues does not depend on how fast the engine is."""
     tenants.key("flood")
     tenants.key("light", "--weight", "2")  # its share is twice the flood's; one request needs no more than its turn
 
@@ -233,10 +236,20 @@ def test_a_key_that_floods_the_slot_does_not_starve_another(tenants: Tenants) ->
     def queued(actor: str) -> list[dict[str, Any]]:
         return [e for e in tenants.events("request.queued") if e["actor"] == actor]
 
-    with ThreadPoolExecutor(max_workers=FLOOD + 1) as pool:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Go on"}], "max_tokens": HOLD_TOKENS,
+            "stream": True, "ignore_eos": True}
+    with httpx2.stream("POST", f"{tenants.base}/v1/chat/completions", json=body, timeout=180, trust_env=False,
+                       headers={"Authorization": f"Bearer {tenants.secrets['flood']}"}) as hold, \
+            ThreadPoolExecutor(max_workers=FLOOD + 1) as pool:
+        assert hold.status_code == 200, hold.read()
+        held = hold.iter_raw()  # NOTE: kept: a dropped iterator closes the stream (a hang-up)
+        next(held)  # the blocker holds the slot: it streams until closed
         floods = [pool.submit(ask, "flood", i) for i in range(FLOOD)]
-        wait_for(lambda: len(queued("key:flood")) >= FLOOD - 1, "the flood's requests queued", timeout=60)
-        light_trace = ask("light", 0)
+        wait_for(lambda: len(queued("key:flood")) >= FLOOD, "the flood's requests queued", timeout=60)
+        light_future = pool.submit(ask, "light", 0)
+        wait_for(lambda: queued("key:light"), "the light key's request queued", timeout=60)
+        hold.close()  # the client hangs up: the engine request is cancelled and the slot freed
+        light_trace = light_future.result(timeout=180)
         flood_traces = [f.result(timeout=180) for f in floods]
     light = tenants.trace(light_trace, "request.completed")
     light_queued = next((e for e in light if e["type"] == "request.queued"), None)
