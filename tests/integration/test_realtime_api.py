@@ -155,6 +155,7 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "The weathe
 
 async def test_a_tool_call_round_trip_a_call_item_then_its_output_continues_the_answer(
         daemon: OpenAIDaemon, secrets: dict[str, str]) -> None:
+    before = len(await asyncio.to_thread(realtime_traces, daemon.home))
     async with client(daemon, secrets["talker"]).realtime.connect(model=MODEL) as conn:
         await conn.recv()
         await conn.session.update(session={"type": "realtime", "output_modalities": ["text"], "tools": [WEATHER],
@@ -187,14 +188,15 @@ async def test_a_tool_call_round_trip_a_call_item_then_its_output_continues_the_
         answered = (await until(conn, "response.done"))[-1].response
     assert answered.status == "completed" and answered.output[0].type == "message"
     assert answered.usage.input_tokens > called.usage.input_tokens  # the call and its result were in the prompt
-    await asyncio.to_thread(the_call_was_forced_and_made, daemon)
+    await asyncio.to_thread(the_call_was_forced_and_made, daemon, before)
 
 
-def the_call_was_forced_and_made(daemon: OpenAIDaemon) -> None:
+def the_call_was_forced_and_made(daemon: OpenAIDaemon, before: int) -> None:
     """In the log: the first chat's request made the forced call (the engine's grammar), the second was a chat of
     the key's as any other."""
-    first, second = realtime_traces(daemon.home)[-2:]
-    daemon.wait_trace(second, "request.completed")
+    first, second = wait_for(lambda: (t := realtime_traces(daemon.home)[before:]) and len(t) == 2 and t,
+                             "the session's two chats")
+    daemon.wait_trace(second, "request.completed")  # the first ended before the second began
     completed = {e["trace_id"]: e["data"] for e in daemon.events("request.completed")}
     assert completed[first]["forced_call"] == "made"
     assert completed[second].get("forced_call") is None
