@@ -46,6 +46,8 @@ class Calls:
         call = self.by_index.get(piece.index)
         if call is None:
             call = await self._open(piece)
+        elif piece.name and not call.name:  # a name after the call's first piece
+            call.name = piece.name
         if piece.arguments:
             call.arguments.append(piece.arguments)
             await self.turn.session.send(event("response.function_call_arguments.delta", **self._at(call),
@@ -53,7 +55,7 @@ class Calls:
 
     async def _open(self, piece: ToolCallDelta) -> Call:
         turn = self.turn
-        previous = self._last_item_id()
+        previous = self.previous_item_id()
         call = Call(new_id("item"), piece.call_id or f"call_{secrets.token_hex(12)}", piece.name or "",
                     self.made + (1 if turn.text_opened else 0))
         self.by_index[piece.index] = call
@@ -64,7 +66,7 @@ class Calls:
             await turn.session.send(event("conversation.item.added", previous_item_id=previous, item=opened))
         return call
 
-    def _last_item_id(self) -> str | None:
+    def previous_item_id(self) -> str | None:
         """The item before the next one this response opens: its last call, its text, or the conversation's last."""
         if self.by_index:
             return list(self.by_index.values())[-1].item_id

@@ -87,19 +87,20 @@ class Turn:
 
     async def _open(self) -> None:
         send = self.session.send
-        self.text_opened, self.text_index = True, self.calls.made
+        self.text_index = self.calls.made
         await send(event("response.output_item.added", response_id=self.id, output_index=self.text_index,
                          item=self._item("in_progress") | {"content": []}))
         if not self.out_of_band:
-            previous = self.session.items[-1]["id"] if self.session.items else None
-            await send(event("conversation.item.added", previous_item_id=previous,
+            await send(event("conversation.item.added", previous_item_id=self.calls.previous_item_id(),
                              item=self._item("in_progress") | {"content": []}))
         await send(event("response.content_part.added", **self._at(content_index=0,
                                                                      part={"type": "text", "text": ""})))
+        self.text_opened = True
 
     async def _end(self, status: str, item_status: str, details: dict[str, Any] | None, started: bool) -> None:
         send = self.session.send
-        output: list[dict[str, Any]] = []
+        calls_first = self.text_index > 0  # the items close in their output order
+        output: list[dict[str, Any]] = await self.calls.end(item_status) if calls_first else []
         if started:
             text = "".join(self.text)
             await send(event("response.output_text.done", **self._at(content_index=0, text=text)))
@@ -113,7 +114,7 @@ class Turn:
                 self.session.items.append(item)
                 await send(event("conversation.item.done", previous_item_id=previous, item=item))
             output.append(item)
-        calls = await self.calls.end(item_status)
-        output = output + calls if self.text_index == 0 else calls + output
+        if not calls_first:
+            output += await self.calls.end(item_status)
         extra = {"status_details": details} if details is not None else {}
         await send(event("response.done", response=self._response(status, output, **extra)))

@@ -169,3 +169,18 @@ async def test_a_cancelled_call_ends_incomplete_and_is_no_call_to_the_chat() -> 
     chat.hold, chat.pieces = None, ["ok"]
     await c.say(type="response.create", response={"tool_choice": "auto"})
     assert chat.bodies[1]["messages"] == []  # half a call's arguments are no call, and its output answers none
+
+
+async def test_text_after_a_call_takes_the_next_output_index_and_follows_it_in_the_conversation() -> None:
+    chat = FakeChat([call(0, "c1", None, ""), call(0, None, "get_time", "{}"), "Done.", Usage(1, 1)])
+    c = Client(chat)
+    await c.say(type="session.update", session={"tools": [TIME]})
+    out = await c.say(type="response.create")
+    added = [e for e in out if e["type"] == "conversation.item.added"]
+    assert [(e["item"]["type"], e["previous_item_id"]) for e in added] == [
+        ("function_call", None), ("message", added[0]["item"]["id"])]
+    assert [e["output_index"] for e in out if e["type"] == "response.output_item.added"] == [0, 1]
+    assert [e["output_index"] for e in out if e["type"] == "response.output_text.delta"] == [1]
+    done = out[-1]["response"]["output"]
+    assert [(i["type"], i.get("name")) for i in done] == [("function_call", "get_time"), ("message", None)]
+    assert [i["type"] for i in c.session.items] == ["function_call", "message"]
