@@ -456,6 +456,10 @@ class Inputs(Section):
         description="The most tokens one realtime response may generate (a session's or response's "
                     "max_output_tokens is capped at it; \"inf\" means this).",
     )
+    realtime_max_tools: int = Field(
+        default=128, ge=1, le=4096,
+        description="Function tools one realtime session or response may offer the model (more is an error event).",
+    )
     realtime_idle_s: float = Field(
         default=300.0, ge=1.0, le=86400.0,
         description="Seconds a realtime session may go without a client event before it is closed (1001).",

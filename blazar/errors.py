@@ -33,6 +33,7 @@
     │   ├── GrammarUnsupported 400  a schema the compact grammar cannot express (`keyword`): the engine converts it
     │   ├── TemplateNotConvertible 400 an Ollama Go template the converter does not turn into Jinja (`reason`)
     │   └── RealtimeEventInvalid 400 a realtime client event with a field that does not validate (`param`)
+    │       └── RealtimeToolHosted 400 a realtime tool only OpenAI's servers run (MCP): refused by name
     ├── FileTooLarge           413  an upload to /v1/files over files_max_bytes
     ├── AudioError             400  an upload the speech lanes cannot take as audio
     │   ├── NotAudio           400  FFmpeg cannot read it as audio (or it holds no sound)
@@ -833,6 +834,13 @@ class RealtimeEventInvalid(DialectError):
     def __init__(self, param: str, message: str) -> None:
         super().__init__(f"{param}: {message}")
         self.param = param
+
+
+class RealtimeToolHosted(RealtimeEventInvalid):
+    """A realtime session asked for a tool only OpenAI's servers run (an MCP server they reach): told by name, and
+    the session goes on."""
+
+    code = "hosted_tool_not_supported"
 
 
 class RealtimeChatRefused(BlazarError):

@@ -18,13 +18,14 @@ import orjson
 from blazar.api import bounds, errors
 from blazar.api.auth import Access, principal_of
 from blazar.api.routes import Deps, Route
+from blazar.dialects.tools import constrain
 from blazar.errors import BlazarError, ModelNotFound, RealtimeChatRefused
 from blazar.ids import new_trace_id
 from blazar.serving.gateway import Gateway
 from blazar.serving.prefix import agent_of
 from blazar.serving.principal import Principal
 from blazar.serving.realtime.events import error
-from blazar.serving.realtime.port import Usage
+from blazar.serving.realtime.port import ToolCallDelta, Usage
 from blazar.serving.realtime.session import Bounds, RealtimeSession
 from blazar.serving.request import Request
 from blazar.serving.tenancy import tenant_of
@@ -47,13 +48,15 @@ class GatewayChat:
         self.agent = agent
         self.tell = tell  # an error in the words its caller may read (blazar/api/errors.py Audience)
 
-    async def chat(self, body: dict[str, Any]) -> AsyncIterator[str | Usage]:
+    async def chat(self, body: dict[str, Any]) -> AsyncIterator[str | Usage | ToolCallDelta]:
         raw = orjson.dumps(body)
-        request = Request(model=body["model"], engine_path=CHAT, body=body, stream=True,
-                          max_tokens=body.get("max_tokens"), trace_id=new_trace_id(), dialect="openai", path=PATH,
-                          raw=raw, parsed=body, client=self.client, agent=self.agent, principal=self.principal,
-                          tenant=tenant_of(self.principal))
+        asked = dict(body)  # a forced tool choice is rewritten as the engine's grammar, as the chat route does
         try:
+            forced = constrain(asked)
+            request = Request(model=body["model"], engine_path=CHAT, body=asked, stream=True,
+                              max_tokens=body.get("max_tokens"), forced=forced, trace_id=new_trace_id(),
+                              dialect="openai", path=PATH, raw=raw, parsed=body, client=self.client, agent=self.agent,
+                              principal=self.principal, tenant=tenant_of(self.principal))
             answer = await self.gateway.serve(request)
         except BlazarError as e:
             raise RealtimeChatRefused(self.tell(e), e.code) from None
@@ -69,8 +72,9 @@ class GatewayChat:
                 await stream.aclose()
 
 
-async def sse_pieces(stream: AsyncIterator[bytes]) -> AsyncIterator[str | Usage]:
-    """An OpenAI chat stream's text deltas and its usage, from the SSE bytes as they come (events may be split)."""
+async def sse_pieces(stream: AsyncIterator[bytes]) -> AsyncIterator[str | Usage | ToolCallDelta]:
+    """An OpenAI chat stream's text deltas, tool-call pieces and usage, from the SSE bytes as they come (events may be
+    split)."""
     rest = b""
     async for block in stream:
         rest += block
@@ -83,12 +87,20 @@ async def sse_pieces(stream: AsyncIterator[bytes]) -> AsyncIterator[str | Usage]
                 broke = str(data["error"].get("message", "the engine's stream broke"))
                 raise RealtimeChatRefused(broke, "engine_error")
             for choice in data.get("choices") or ():
-                text = (choice.get("delta") or {}).get("content")
-                if text:
-                    yield text
+                delta = choice.get("delta") or {}
+                if delta.get("content"):
+                    yield delta["content"]
+                for call in delta.get("tool_calls") or ():
+                    yield _call_piece(call)
             usage = data.get("usage")
             if usage:
                 yield Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
+
+
+def _call_piece(call: dict[str, Any]) -> ToolCallDelta:
+    fn = call.get("function") or {}
+    return ToolCallDelta(int(call.get("index") or 0), call.get("id") or None, fn.get("name") or None,
+                         fn.get("arguments") or "")
 
 
 class Realtime:
@@ -133,7 +145,8 @@ class Realtime:
             await ws.send_text(orjson.dumps(event).decode())
 
         session = RealtimeSession(model, chat, send, Bounds(inputs.realtime_max_items,
-                                                            inputs.realtime_max_output_tokens))
+                                                            inputs.realtime_max_output_tokens,
+                                                            max_tools=inputs.realtime_max_tools))
         limit = inputs.realtime_max_message_kib << 10
         try:
             await session.start()

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import openai
 import pytest
 from websockets.exceptions import ConnectionClosed
@@ -143,3 +144,59 @@ async def test_bad_and_audio_events_are_errors_with_their_codes_and_the_session_
         assert (await conn.recv()).error.code == "invalid_value"
         await conn.session.update(session={"type": "realtime", "instructions": "Be kind."})
         assert (await conn.recv()).type == "session.updated"
+
+
+# -- part T (tools): a function call round trip through the SDK's realtime client on the real Gemma
+
+WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                          "required": ["city"], "additionalProperties": False}}
+
+
+async def test_a_tool_call_round_trip_a_call_item_then_its_output_continues_the_answer(
+        daemon: OpenAIDaemon, secrets: dict[str, str]) -> None:
+    before = len(await asyncio.to_thread(realtime_traces, daemon.home))
+    async with client(daemon, secrets["talker"]).realtime.connect(model=MODEL) as conn:
+        await conn.recv()
+        await conn.session.update(session={"type": "realtime", "output_modalities": ["text"], "tools": [WEATHER],
+                                           "tool_choice": {"type": "function", "name": "get_weather"},
+                                           "max_output_tokens": 80, "temperature": 0})
+        updated = await conn.recv()
+        assert updated.type == "session.updated" and updated.session.tools[0].name == "get_weather"
+        await conn.conversation.item.create(item={"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "What is the weather in Paris?"}]})
+        await until(conn, "conversation.item.done")
+        await conn.response.create()
+        events = await until(conn, "response.done")
+        types = [e.type for e in events]
+        assert types[:3] == ["response.created", "response.output_item.added", "conversation.item.added"], types
+        assert types[-4:] == ["response.function_call_arguments.done", "response.output_item.done",
+                              "conversation.item.done", "response.done"], types
+        called = events[-1].response
+        assert called.status == "completed" and len(called.output) == 1
+        call = called.output[0]
+        assert call.type == "function_call" and call.name == "get_weather" and call.call_id
+        deltas = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+        assert deltas == call.arguments == events[-4].arguments
+        jsonschema.validate(json.loads(call.arguments), WEATHER["parameters"])
+        # The client runs the function and sends its result; the next response sees the call and the result.
+        await conn.conversation.item.create(item={"type": "function_call_output", "call_id": call.call_id,
+                                                  "output": '{"temperature_c": 18}'})
+        added = await until(conn, "conversation.item.done")
+        assert added[-1].item.type == "function_call_output" and added[-1].item.call_id == call.call_id
+        await conn.response.create(response={"tool_choice": "none", "max_output_tokens": 8})
+        answered = (await until(conn, "response.done"))[-1].response
+    assert answered.status == "completed" and answered.output[0].type == "message"
+    assert answered.usage.input_tokens > called.usage.input_tokens  # the call and its result were in the prompt
+    await asyncio.to_thread(the_call_was_forced_and_made, daemon, before)
+
+
+def the_call_was_forced_and_made(daemon: OpenAIDaemon, before: int) -> None:
+    """In the log: the first chat's request made the forced call (the engine's grammar), the second was a chat of
+    the key's as any other."""
+    first, second = wait_for(lambda: (t := realtime_traces(daemon.home)[before:]) and len(t) == 2 and t,
+                             "the session's two chats")
+    daemon.wait_trace(second, "request.completed")  # the first ended before the second began
+    completed = {e["trace_id"]: e["data"] for e in daemon.events("request.completed")}
+    assert completed[first]["forced_call"] == "made"
+    assert completed[second].get("forced_call") is None

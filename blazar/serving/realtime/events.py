@@ -29,6 +29,7 @@ class SessionAsked(Loose):
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_output_tokens: int | Literal["inf"] | None = None
     tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
     audio: dict[str, Any] | None = None
 
 
@@ -38,7 +39,8 @@ class Part(Loose):
 
 
 class ItemAsked(Loose):
-    """A `conversation.item.create`'s item: a message with text parts (function-call items come with tools)."""
+    """A `conversation.item.create`'s item: a message with text parts, or a function call or its output (their
+    fields, `call_id`, `name`, `arguments`, `output`, are checked by blazar/serving/realtime/tools.py)."""
 
     id: str | None = Field(default=None, max_length=64)
     type: Literal["message", "function_call", "function_call_output"]
@@ -52,6 +54,8 @@ class ResponseAsked(Loose):
     max_output_tokens: int | Literal["inf"] | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)
     conversation: str | None = None
+    tools: list[dict[str, Any]] | None = None  # the session's, for this response
+    tool_choice: str | dict[str, Any] | None = None
 
 
 def event(type_: str, **fields: Any) -> dict[str, Any]:

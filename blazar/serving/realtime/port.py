@@ -16,8 +16,20 @@ class Usage:
     output_tokens: int
 
 
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A piece of a function call the chat makes (its stream's `delta.tool_calls[]`): `index` says which call; the
+    id and name come with a call's first piece, the arguments (JSON text) in pieces."""
+
+    index: int
+    call_id: str | None
+    name: str | None
+    arguments: str
+
+
 class ChatPort(Protocol):
-    def chat(self, body: dict[str, Any]) -> AsyncIterator[str | Usage]:
-        """The answer to an OpenAI chat body (streamed): its text deltas, then its usage. Raises RealtimeChatRefused."""
+    def chat(self, body: dict[str, Any]) -> AsyncIterator[str | Usage | ToolCallDelta]:
+        """The answer to an OpenAI chat body (streamed): its text deltas and tool-call pieces, then its usage. Raises
+        RealtimeChatRefused."""
         ...
 

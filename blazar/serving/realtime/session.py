@@ -17,6 +17,14 @@ from pydantic import BaseModel, ValidationError
 from blazar.errors import RealtimeEventInvalid
 from blazar.serving.realtime.events import AUDIO_EVENTS, ItemAsked, ResponseAsked, SessionAsked, error, event, new_id
 from blazar.serving.realtime.port import ChatPort, Send
+from blazar.serving.realtime.tools import (
+    ToolChoice,
+    chat_messages,
+    chat_tools,
+    checked_choice,
+    checked_tools,
+    function_item,
+)
 from blazar.serving.realtime.turn import Turn
 
 M = TypeVar("M", bound=BaseModel)
@@ -25,6 +33,7 @@ M = TypeVar("M", bound=BaseModel)
 class Bounds:
     max_items: int
     max_output_tokens: int
+    max_tools: int = 128
 
 
 @dataclass
@@ -40,13 +49,15 @@ class RealtimeSession:
     items: list[dict[str, Any]] = field(default_factory=list)
     running: asyncio.Task[None] | None = None
     turn: Turn | None = None
+    tools: list[dict[str, Any]] = field(default_factory=list)  # as the session shows them (the Realtime shape)
+    tool_choice: ToolChoice = "auto"
 
     def view(self) -> dict[str, Any]:
         """The session as `session.created`/`session.updated` show it (a RealtimeSessionCreateRequest)."""
         return {"type": "realtime", "object": "realtime.session", "id": self.id, "model": self.model,
                 "instructions": self.instructions, "output_modalities": ["text"],
                 "max_output_tokens": self.max_output_tokens if self.max_output_tokens is not None else "inf",
-                "tools": [], "tool_choice": "auto"}
+                "tools": self.tools, "tool_choice": self.tool_choice}
 
     async def start(self) -> None:
         await self.send(event("session.created", session=self.view()))
@@ -73,7 +84,7 @@ class RealtimeSession:
             try:
                 await handler(data, eid)
             except RealtimeEventInvalid as e:
-                await self.send(error(f"{kind}: {e}", code="invalid_value", param=e.param, event_id=eid))
+                await self.send(error(f"{kind}: {e}", code=type(e).code, param=e.param, event_id=eid))
 
     def _handlers(self) -> dict[str, Callable[[dict[str, Any], str | None], Awaitable[None]]]:
         return {"session.update": self._update, "conversation.item.create": self._create,
@@ -87,10 +98,11 @@ class RealtimeSession:
                                   "now)", code="audio_not_supported", param="session.output_modalities",
                                   event_id=eid))
             return
-        if asked.tools:
-            await self.send(error("session.tools: tools are not served in realtime sessions yet",
-                                  code="tools_not_supported", param="session.tools", event_id=eid))
-            return
+        tools = checked_tools(asked.tools, "session.tools", self.bounds.max_tools) if asked.tools is not None \
+            else self.tools
+        choice = checked_choice(asked.tool_choice if asked.tool_choice is not None else self.tool_choice, tools,
+                                "session.tool_choice")
+        self.tools, self.tool_choice = tools, choice
         if asked.instructions is not None:
             self.instructions = asked.instructions
         if asked.temperature is not None:
@@ -104,10 +116,8 @@ class RealtimeSession:
 
     async def _create(self, data: dict[str, Any], eid: str | None) -> None:
         item = _model(ItemAsked, data.get("item"), "item")
-        if item.type != "message" or item.role is None:
-            await self.send(error(f"item.type {item.type}: function calls come with tools, not served yet",
-                                  code="tools_not_supported", param="item.type", event_id=eid))
-            return
+        if item.type == "message" and item.role is None:
+            raise RealtimeEventInvalid("item.role", "a message has a role: user, assistant or system")
         if any(p.type in ("input_audio", "input_image", "output_audio") for p in item.content):
             await self.send(error("item.content: only text parts are served yet", code="audio_not_supported",
                                   param="item.content", event_id=eid))
@@ -124,7 +134,8 @@ class RealtimeSession:
         part = "input_text" if item.role != "assistant" else "output_text"
         stored = {"id": item.id or new_id("item"), "object": "realtime.item", "type": "message",
                   "status": "completed", "role": item.role,
-                  "content": [{"type": part, "text": p.text or ""} for p in item.content]}
+                  "content": [{"type": part, "text": p.text or ""} for p in item.content]} if item.type == "message" \
+            else function_item(item.model_dump() | {"id": item.id or new_id("item")}, self.items)
         previous = self.items[-1]["id"] if self.items else None
         self.items.append(stored)
         await self.send(event("conversation.item.added", previous_item_id=previous, item=stored))
@@ -160,12 +171,16 @@ class RealtimeSession:
         """The chat the response asks: the instructions as the system message, then the conversation."""
         instructions = asked.instructions if asked.instructions is not None else self.instructions
         messages = [{"role": "system", "content": instructions}] if instructions else []
-        for item in self.items:
-            messages.append({"role": item["role"], "content": "".join(p["text"] for p in item["content"])})
+        messages += chat_messages(self.items)
+        tools = checked_tools(asked.tools, "response.tools", self.bounds.max_tools) if asked.tools is not None \
+            else self.tools
+        choice = checked_choice(asked.tool_choice if asked.tool_choice is not None else self.tool_choice, tools,
+                                "response.tool_choice")
         limit = self._tokens(asked.max_output_tokens) if asked.max_output_tokens is not None else (
             self.max_output_tokens or self.bounds.max_output_tokens)
         body: dict[str, Any] = {"model": self.model, "messages": messages, "stream": True,
-                                "stream_options": {"include_usage": True}, "max_tokens": limit}
+                                "stream_options": {"include_usage": True}, "max_tokens": limit,
+                                **chat_tools(tools, choice)}
         temperature = asked.temperature if asked.temperature is not None else self.temperature
         if temperature is not None:
             body["temperature"] = temperature

@@ -9,8 +9,9 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from blazar.errors import RealtimeChatRefused
+from blazar.serving.realtime.calls import Calls
 from blazar.serving.realtime.events import error, event, new_id
-from blazar.serving.realtime.port import Usage
+from blazar.serving.realtime.port import ToolCallDelta, Usage
 
 if TYPE_CHECKING:
     from blazar.serving.realtime.session import RealtimeSession
@@ -25,6 +26,9 @@ class Turn:
         self.text: list[str] = []
         self.usage: Usage | None = None
         self.ran = False  # its task took its first step (a task cancelled before that never runs its body)
+        self.calls = Calls(self)  # its function calls (blazar/serving/realtime/calls.py)
+        self.text_opened = False
+        self.text_index = 0  # the text item's output index: after the calls opened before it
 
     def _response(self, status: str, output: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         r: dict[str, Any] = {"object": "realtime.response", "id": self.id, "status": status, "output": output,
@@ -41,7 +45,7 @@ class Turn:
                 "status": status, "content": [{"type": "output_text", "text": "".join(self.text)}]}
 
     def _at(self, **more: Any) -> dict[str, Any]:
-        return {"response_id": self.id, "item_id": self.item_id, "output_index": 0, **more}
+        return {"response_id": self.id, "item_id": self.item_id, "output_index": self.text_index, **more}
 
     async def begin(self) -> None:
         await self.session.send(event("response.created", response=self._response("in_progress", [])))
@@ -58,6 +62,9 @@ class Turn:
                 if isinstance(piece, Usage):
                     self.usage = piece
                     continue
+                if isinstance(piece, ToolCallDelta):
+                    await self.calls.take(piece)
+                    continue
                 if not started:
                     started = True
                     await self._open()
@@ -73,35 +80,41 @@ class Turn:
             await self._end("failed", "incomplete", {"type": "failed", "error": {"type": e.code, "code": e.code}},
                             started)
             return
-        if not started:
+        if not started and not self.calls.made:  # nothing said: an empty text item
+            started = True
             await self._open()
-        await self._end("completed", "completed", None, True)
+        await self._end("completed", "completed", None, started)
 
     async def _open(self) -> None:
         send = self.session.send
-        await send(event("response.output_item.added", response_id=self.id, output_index=0,
+        self.text_index = self.calls.made
+        await send(event("response.output_item.added", response_id=self.id, output_index=self.text_index,
                          item=self._item("in_progress") | {"content": []}))
         if not self.out_of_band:
-            previous = self.session.items[-1]["id"] if self.session.items else None
-            await send(event("conversation.item.added", previous_item_id=previous,
+            await send(event("conversation.item.added", previous_item_id=self.calls.previous_item_id(),
                              item=self._item("in_progress") | {"content": []}))
         await send(event("response.content_part.added", **self._at(content_index=0,
                                                                      part={"type": "text", "text": ""})))
+        self.text_opened = True
 
     async def _end(self, status: str, item_status: str, details: dict[str, Any] | None, started: bool) -> None:
         send = self.session.send
-        output: list[dict[str, Any]] = []
+        calls_first = self.text_index > 0  # the items close in their output order
+        output: list[dict[str, Any]] = await self.calls.end(item_status) if calls_first else []
         if started:
             text = "".join(self.text)
             await send(event("response.output_text.done", **self._at(content_index=0, text=text)))
             await send(event("response.content_part.done", **self._at(content_index=0,
                                                                         part={"type": "text", "text": text})))
             item = self._item(item_status)
-            await send(event("response.output_item.done", response_id=self.id, output_index=0, item=item))
+            await send(event("response.output_item.done", response_id=self.id, output_index=self.text_index,
+                             item=item))
             if not self.out_of_band:
                 previous = self.session.items[-1]["id"] if self.session.items else None
                 self.session.items.append(item)
                 await send(event("conversation.item.done", previous_item_id=previous, item=item))
             output.append(item)
+        if not calls_first:
+            output += await self.calls.end(item_status)
         extra = {"status_details": details} if details is not None else {}
         await send(event("response.done", response=self._response(status, output, **extra)))

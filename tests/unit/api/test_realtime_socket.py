@@ -15,7 +15,7 @@ from blazar.api.app import create_app
 from blazar.api.realtime import sse_pieces
 from blazar.context import Blazar
 from blazar.operations.config import set_value
-from blazar.serving.realtime.port import Usage
+from blazar.serving.realtime.port import ToolCallDelta, Usage
 from blazar.serving.request import Answer, Request
 from tests.support.bounds import HANG_S
 from tests.support.fakes import FakeSupervisor
@@ -175,3 +175,46 @@ async def test_an_idle_session_is_told_and_closed_with_1001(app: Blazar) -> None
                 await asyncio.sleep(0.01)
         sent, close = await closed_after(ws)
     assert [e["error"]["code"] for e in sent] == ["idle_timeout"] and close == 1001
+
+
+# -- part T (tools): the chat's tool-call deltas read as pieces; a forced tool choice goes as the engine's grammar
+
+
+async def test_sse_pieces_reads_tool_call_deltas_as_call_pieces() -> None:
+    chunks = sse({"choices": [{"delta": {"content": "Sure."}}]},
+                 {"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "call_a", "type": "function",
+                                                         "function": {"name": "f", "arguments": ""}}]}}]},
+                 {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"x":'}}]}}]},
+                 {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "1}"}},
+                                                        {"index": 1, "id": "call_b",
+                                                         "function": {"name": "g", "arguments": "{}"}}]}}]},
+                 {"choices": [{"delta": {}, "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 4,
+                                                                                       "completion_tokens": 6}})
+
+    async def stream() -> AsyncIterator[bytes]:
+        for c in chunks:
+            yield c
+
+    assert [p async for p in sse_pieces(stream())] == [
+        "Sure.", ToolCallDelta(0, "call_a", "f", ""), ToolCallDelta(0, None, None, '{"x":'),
+        ToolCallDelta(0, None, None, "1}"), ToolCallDelta(1, "call_b", "g", "{}"), Usage(4, 6)]
+
+
+async def test_a_forced_tool_choice_is_asked_as_the_engines_grammar_and_the_client_body_kept(app: Blazar) -> None:
+    gateway = ChatGateway()
+    tool = {"type": "function", "name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+    async with conductor(app, gateway) as c, c.simulate_ws("/v1/realtime", query_string="model=gemma",
+                                                           host="localhost") as ws:
+        await ws.receive_text()
+        await ws.send_text(orjson.dumps({"type": "session.update", "session": {
+            "tools": [tool], "tool_choice": {"type": "function", "name": "get_weather"}}}).decode())
+        updated = (await events_until(ws, "session.updated"))[-1]["session"]
+        assert updated["tools"] == [tool] and updated["tool_choice"] == {"type": "function", "name": "get_weather"}
+        await ws.send_text('{"type": "response.create"}')
+        await events_until(ws, "response.done")
+    r = gateway.asked[0]
+    assert r.forced is not None and r.forced.names == ["get_weather"]
+    assert r.body is not None and r.body["tool_choice"] == "none" and "grammar" in r.body
+    assert r.parsed["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
+    assert orjson.loads(r.raw)["tools"][0]["function"]["name"] == "get_weather"
