@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from blazar.errors import RealtimeEventInvalid
 from blazar.serving.realtime.events import AUDIO_EVENTS, ItemAsked, ResponseAsked, SessionAsked, error, event, new_id
-from blazar.serving.realtime.port import ChatPort, Send
+from blazar.serving.realtime.port import ChatPort, Send, TurnRecorder
 from blazar.serving.realtime.turn import Turn
 
 M = TypeVar("M", bound=BaseModel)
@@ -40,6 +40,8 @@ class RealtimeSession:
     items: list[dict[str, Any]] = field(default_factory=list)
     running: asyncio.Task[None] | None = None
     turn: Turn | None = None
+    turns: int = 0  # responses begun: the next turn's index
+    recorder: TurnRecorder | None = None  # each turn's `realtime.turn` (None: not recorded)
 
     def view(self) -> dict[str, Any]:
         """The session as `session.created`/`session.updated` show it (a RealtimeSessionCreateRequest)."""
@@ -152,7 +154,8 @@ class RealtimeSession:
             return
         body = self.chat_body(asked)
         out_of_band = asked.conversation == "none"
-        self.turn = Turn(self, new_id("resp"), out_of_band)
+        self.turn = Turn(self, new_id("resp"), out_of_band, self.turns)
+        self.turns += 1
         await self.turn.begin()
         self.running = asyncio.create_task(self.turn.run(body))
 
