@@ -92,12 +92,13 @@ def explain_turn(rec: Recorded, parts: dict[str, Explanation | None]) -> TurnExp
         if part is None:
             continue
         x = parts.get(name)
-        story = f"{x.outcome}: {x.verdict}" if x is not None else "not in the log"
+        story = x.verdict if x is not None else "not in the log"
         at = part.done_ms if name == "transcription" else part.first_ms
         if at is None:
             at = x.steps[0].offset_ms + (x.received_ts - start) * 1000.0 if x is not None and x.steps else 0.0
         what = {"transcription": "transcribed", "chat": "first token", "speech": "first audio"}[name]
-        step(at, f"realtime.{name}", f"{what} ({_step_words(part)}) - {name} {part.trace_id}: {story}",
+        words = _step_words(part)
+        step(at, f"realtime.{name}", f"{what}{f' ({words})' if words else ''}; {name} {part.trace_id}: {story}",
              part.model_dump())
     if t.cancelled_ms is not None:
         sent = f", {t.audio_sent_ms} ms of audio sent" if t.audio_sent_ms is not None else ""
@@ -116,7 +117,7 @@ def _step_words(part: TurnStep) -> str:
         words.append(f"{part.tokens_in} tokens in, {part.tokens_out} out")
     if part.audio_seconds is not None:
         words.append(f"{part.audio_seconds:.1f} s of audio made")
-    return ", ".join(words) or "at the session"
+    return ", ".join(words)
 
 
 def turn_verdict(t: RealtimeTurn, parts: dict[str, Explanation | None]) -> str:
