@@ -154,8 +154,7 @@ class RealtimeSession:
             return
         body = self.chat_body(asked)
         out_of_band = asked.conversation == "none"
-        self.turn = Turn(self, new_id("resp"), out_of_band, self.turns)
-        self.turns += 1
+        self.turn = Turn(self, new_id("resp"), out_of_band)
         await self.turn.begin()
         self.running = asyncio.create_task(self.turn.run(body))
 

@@ -22,11 +22,12 @@ if TYPE_CHECKING:
 
 
 class Turn:
-    def __init__(self, session: RealtimeSession, response_id: str, out_of_band: bool, index: int,
+    def __init__(self, session: RealtimeSession, response_id: str, out_of_band: bool,
                  started_at: float | None = None) -> None:
         self.session = session
         self.id = response_id
-        self.facts = TurnFacts(session.id, response_id, index)
+        self.facts = TurnFacts(session.id, response_id, session.turns)
+        session.turns += 1
         if started_at is not None:  # a voice turn starts where the user's speech ended
             self.facts.started_at = started_at
         self._told: asyncio.Task[None] | None = None  # the queue notice, sent before anything after it
