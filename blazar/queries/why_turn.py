@@ -47,10 +47,15 @@ class TurnExplanation:
         t = self.turn
         return {"duration_ms": t.duration_ms, "transcription_ms": t.transcription.done_ms if t.transcription else None,
                 "first_token_ms": t.chat.first_ms if t.chat else None,
+                "queue_wait_ms": self._chat_figure("queue_wait_ms"),
                 "first_audio_ms": t.speech.first_ms if t.speech else None,
                 "tokens_in": t.chat.tokens_in if t.chat else None, "tokens_out": t.chat.tokens_out if t.chat else None,
                 "audio_in_seconds": t.audio_in_seconds,
                 "audio_out_seconds": t.speech.audio_seconds if t.speech else None}
+
+    def _chat_figure(self, name: str) -> float | None:
+        chat = self.parts.get("chat")
+        return chat.figures.get(name) if chat is not None else None
 
     def to_json(self) -> dict[str, Any]:
         t = self.turn

@@ -51,6 +51,7 @@ def test_a_voice_turn_tells_its_timeline_from_the_end_of_speech_and_splits_the_f
                          "first token 200 ms, first sentence spoken 600 ms, 120 ms of it in the queue")
     j = x.to_json()
     assert j["trace_id"] == TURN and j["route"] == "/v1/realtime" and j["figures"]["first_audio_ms"] == 1200.0
+    assert j["figures"]["queue_wait_ms"] == 120.0
     assert j["turn"]["parts"]["chat"]["trace_id"] == CHAT and j["turn"]["parts"]["speech"] is None
     assert j["turn"]["vad"]["silence_ms"] == 500 and len(j["steps"]) == 6
 
