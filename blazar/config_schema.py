@@ -464,6 +464,11 @@ class Inputs(Section):
         default=300.0, ge=1.0, le=86400.0,
         description="Seconds a realtime session may go without a client event before it is closed (1001).",
     )
+    realtime_max_session_s: float = Field(
+        default=1800.0, ge=1.0, le=86400.0,
+        description="Seconds a realtime session may last: past it, an error event (session_expired), the running "
+                    "response cancelled, and the socket closed (1001).",
+    )
     max_tokens_over_context: Literal["bound", "refuse"] = Field(
         default="bound",
         description="When a prompt fits the context but prompt + max_tokens does not: bound (the output is capped "

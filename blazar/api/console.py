@@ -36,7 +36,8 @@ from blazar.queries.engines import active_tag, engine, engine_json, installed_en
 from blazar.queries.event_tail import tail
 from blazar.queries.nodes import where
 from blazar.queries.traces import last_failed
-from blazar.queries.why import explain, load_trace, resolve_trace
+from blazar.queries.why import resolve_trace
+from blazar.queries.why_turn import load_story
 from blazar.serving.ports import SupervisorPort
 from blazar.store.engines import verify_engine
 
@@ -145,7 +146,7 @@ class Why:
         if not _TRACE.fullmatch(trace):
             raise TraceNotFound(f"{trace[:64]!r} is not a trace id (the x-blazar-trace-id response header)")
         trace_id = await resolve_trace(self.app.log, trace)
-        resp.media = explain(await load_trace(self.app.log, trace_id)).to_json()
+        resp.media = (await load_story(self.app.log, trace_id)).to_json()
 
 
 def _fit_json(plan: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ is blazar/serving/realtime/session.py."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ import orjson
 
 from blazar.api import bounds, errors
 from blazar.api.auth import Access, principal_of
+from blazar.api.realtime_trace import GatewayTurns
 from blazar.api.routes import Deps, Route
 from blazar.dialects.tools import constrain
 from blazar.errors import BlazarError, ModelNotFound, RealtimeChatRefused
@@ -25,9 +27,10 @@ from blazar.serving.gateway import Gateway
 from blazar.serving.prefix import agent_of
 from blazar.serving.principal import Principal
 from blazar.serving.realtime.events import error
-from blazar.serving.realtime.port import ToolCallDelta, Usage
+from blazar.serving.realtime.facts import TurnModels
+from blazar.serving.realtime.port import ChatWatch, ToolCallDelta, Usage
 from blazar.serving.realtime.session import Bounds, RealtimeSession
-from blazar.serving.request import Request
+from blazar.serving.request import NO_HOOKS, Hooks, Request
 from blazar.serving.tenancy import tenant_of
 
 PATH = "/v1/realtime"
@@ -48,15 +51,20 @@ class GatewayChat:
         self.agent = agent
         self.tell = tell  # an error in the words its caller may read (blazar/api/errors.py Audience)
 
-    async def chat(self, body: dict[str, Any]) -> AsyncIterator[str | Usage | ToolCallDelta]:
+    async def chat(self, body: dict[str, Any], watch: ChatWatch | None = None
+                   ) -> AsyncIterator[str | Usage | ToolCallDelta]:
         raw = orjson.dumps(body)
         asked = dict(body)  # a forced tool choice is rewritten as the engine's grammar, as the chat route does
+        hooks = Hooks(on_queued=watch.chat_queued) if watch is not None else NO_HOOKS
+        trace_id = new_trace_id()
+        if watch is not None:
+            watch.chat_began(trace_id)
         try:
             forced = constrain(asked)
             request = Request(model=body["model"], engine_path=CHAT, body=asked, stream=True,
-                              max_tokens=body.get("max_tokens"), forced=forced, trace_id=new_trace_id(),
+                              max_tokens=body.get("max_tokens"), forced=forced, trace_id=trace_id,
                               dialect="openai", path=PATH, raw=raw, parsed=body, client=self.client, agent=self.agent,
-                              principal=self.principal, tenant=tenant_of(self.principal))
+                              principal=self.principal, tenant=tenant_of(self.principal), hooks=hooks)
             answer = await self.gateway.serve(request)
         except BlazarError as e:
             raise RealtimeChatRefused(self.tell(e), e.code) from None
@@ -146,19 +154,27 @@ class Realtime:
 
         session = RealtimeSession(model, chat, send, Bounds(inputs.realtime_max_items,
                                                             inputs.realtime_max_output_tokens,
-                                                            max_tools=inputs.realtime_max_tools))
+                                                            max_tools=inputs.realtime_max_tools),
+                                  recorder=GatewayTurns(self.app, TurnModels(asked=model, llm=model), principal))
         limit = inputs.realtime_max_message_kib << 10
+        ends = time.monotonic() + inputs.realtime_max_session_s
         try:
             await session.start()
             while True:
+                left = ends - time.monotonic()
                 try:
-                    message = await asyncio.wait_for(ws.receive_text(), inputs.realtime_idle_s)
+                    message = await asyncio.wait_for(ws.receive_text(), min(inputs.realtime_idle_s, max(left, 0)))
                 except falcon.errors.PayloadTypeError:
                     await send(error("events are sent as text (JSON) messages", code="invalid_event"))
                     continue
                 except TimeoutError:
-                    await send(error(f"no event for {inputs.realtime_idle_s:g} s: the session ends "
-                                     "(inputs.realtime_idle_s)", code="idle_timeout"))
+                    if left <= inputs.realtime_idle_s:
+                        await session.stop()  # the running response ends (cancelled) before the session does
+                        await send(error(f"the session lasted {inputs.realtime_max_session_s:g} s, its most: it ends "
+                                         "(inputs.realtime_max_session_s)", code="session_expired"))
+                    else:
+                        await send(error(f"no event for {inputs.realtime_idle_s:g} s: the session ends "
+                                         "(inputs.realtime_idle_s)", code="idle_timeout"))
                     await ws.close(GOING_AWAY)
                     return
                 if len(message) > limit or len(message.encode()) > limit:  # characters, then bytes

@@ -13,7 +13,8 @@ from rich.text import Text
 from blazar.cli.common import JSON_OPTION, fmt_ts, opened, out, print_json, run
 from blazar.queries.prefix_clients import FLAG_STREAK, client_rows
 from blazar.queries.traces import last_failed
-from blazar.queries.why import MIN_PREFIX, Explanation, explain, load_trace, resolve_trace
+from blazar.queries.why import MIN_PREFIX, Explanation, resolve_trace
+from blazar.queries.why_turn import TurnExplanation, load_story
 
 _NONE = "no request has failed or been rejected: give a trace id (the x-blazar-trace-id response header)"
 
@@ -27,20 +28,21 @@ def why(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Explain one request: each decision on its way (queue, admission, load, evictions, prefix cache, tokens) with
-    its numbers, and a one-line verdict."""
+    its numbers, and a one-line verdict. A realtime turn's trace: its timeline (VAD, transcription, first token, first
+    audio) with each internal request's trace and verdict."""
     if clients:
         if trace is not None:
             raise typer.BadParameter("--clients lists clients: give it no trace", param_hint="--clients")
         _clients(as_json)
         return
 
-    async def go() -> Explanation | None:
+    async def go() -> Explanation | TurnExplanation | None:
         async with opened() as app:
             trace_id = trace.strip() if trace else last_failed(app)
             if trace_id is None:
                 return None
             trace_id = await resolve_trace(app.log, trace_id)
-            return explain(await load_trace(app.log, trace_id))
+            return await load_story(app.log, trace_id)
 
     result = run(go())
     if result is None:

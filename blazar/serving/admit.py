@@ -59,6 +59,8 @@ class Admitter:
             snap = self.admission.snapshot().get(inst.model, {})
             call.emit(RequestQueued(trace_id=call.trace_id, model=inst.model, instance_id=inst.instance_id,
                                     position=position, depth=depth, slots=inst.slots, busy=int(snap.get("busy", 0))))
+            if request.hooks.on_queued is not None:
+                request.hooks.on_queued(position, depth)
 
         deadline_s = call.deadline_left_s()
         try:

@@ -55,6 +55,9 @@ class Hooks:
     # by the gateway only once the key's scope, the model's kind and the key's limits allow the request; it returns
     # the Request as the engine gets it (a 400 raised there is recorded as the request's refusal).
     prepare: Callable[[Request], Awaitable[Request]] | None = None
+    # The request waits for a slot (its `request.queued`): its position (1 = next) and the queue's depth, for a
+    # caller that tells its client (a realtime session's blazar.response.queued). Called on the loop; never blocks.
+    on_queued: Callable[[int, int], None] | None = None
 
 
 NO_HOOKS = Hooks()

@@ -200,3 +200,97 @@ def the_call_was_forced_and_made(daemon: OpenAIDaemon, before: int) -> None:
     completed = {e["trace_id"]: e["data"] for e in daemon.events("request.completed")}
     assert completed[first]["forced_call"] == "made"
     assert completed[second].get("forced_call") is None
+
+
+# -- part W (trace): each turn one `realtime.turn` in the log, `blazar why TURN`, the queue event, charging on drop --
+
+def turn_of(daemon: OpenAIDaemon, response_id: str) -> dict[str, Any]:
+    """The `realtime.turn` event of the response (group-committed: waited for)."""
+    return wait_for(lambda: next((e for e in daemon.events("realtime.turn")
+                                  if e["data"]["response_id"] == response_id), None), f"the turn of {response_id}")
+
+
+async def ask(conn: Any, text: str, tokens: int) -> list[Any]:
+    await conn.conversation.item.create(item={"type": "message", "role": "user",
+                                              "content": [{"type": "input_text", "text": text}]})
+    await until(conn, "conversation.item.done")
+    await conn.response.create(response={"max_output_tokens": tokens})
+    return await until(conn, "response.done")
+
+
+async def test_a_response_is_one_turn_in_the_log_that_blazar_why_tells_with_its_chat(
+        daemon: OpenAIDaemon, secrets: dict[str, str]) -> None:
+    async with client(daemon, secrets["talker"]).realtime.connect(model=MODEL) as conn:
+        session = (await conn.recv()).session
+        done = (await ask(conn, "Name a fruit.", 8))[-1].response
+    await asyncio.to_thread(told_by_why, daemon, done, session.id)
+
+
+def told_by_why(daemon: OpenAIDaemon, done: Any, session_id: str) -> None:
+    turn = turn_of(daemon, done.id)
+    data = turn["data"]
+    assert turn["actor"] == "key:talker" and data["session_id"] == session_id and data["status"] == "completed"
+    chat = data["chat"]["trace_id"]
+    assert chat in realtime_traces(daemon.home) and chat != turn["trace_id"]
+    assert data["chat"]["tokens_out"] == done.usage.output_tokens and data["chat"]["first_ms"] > 0
+    told = json.loads(blazar_cli(daemon.home, "why", turn["trace_id"], "--json").stdout)
+    assert told["trace_id"] == turn["trace_id"] and told["route"] == "/v1/realtime"
+    assert told["verdict"].startswith("completed in ") and "first token" in told["verdict"]
+    assert told["turn"]["parts"]["chat"]["trace_id"] == chat and told["turn"]["parts"]["chat"]["outcome"] == "completed"
+    assert chat in next(s["text"] for s in told["steps"] if s["type"] == "realtime.chat")
+
+
+async def test_a_response_waiting_for_a_slot_is_told_its_place_in_the_queue(
+        daemon: OpenAIDaemon, secrets: dict[str, str]) -> None:
+    api = client(daemon, secrets["talker"])
+    held = []
+    try:
+        for _ in range(sdk_daemons.SLOTS):  # every slot busy: each stream's first chunk came, and it goes on
+            stream = await api.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "Tell a long story"}], max_tokens=4000,
+                stream=True, extra_body={"ignore_eos": True})
+            held.append(stream)
+            await anext(aiter(stream))
+        async with api.realtime.connect(model=MODEL) as conn:
+            await conn.recv()
+            await conn.response.create(response={"max_output_tokens": 4})
+            queued = (await until(conn, "blazar.response.queued"))[-1]
+            assert queued.position == 1 and queued.depth >= 1  # type: ignore[attr-defined]
+            for stream in held:  # the slots come free: the response is served
+                await stream.close()
+            held.clear()
+            done = (await until(conn, "response.done"))[-1].response
+        assert done.status == "completed" and queued.response_id == done.id  # type: ignore[attr-defined]
+    finally:
+        for stream in held:
+            await stream.close()
+    turn = await asyncio.to_thread(turn_of, daemon, done.id)
+    assert turn["data"]["chat"]["queue_position"] == 1
+
+
+async def test_a_dropped_connection_charges_the_tokens_sent_and_records_its_turn_cancelled(
+        daemon: OpenAIDaemon) -> None:
+    made = await asyncio.to_thread(blazar_cli, daemon.home, "keys", "create", "dropper", "--json")
+    secret = json.loads(made.stdout)["secret"]
+    async with client(daemon, secret).realtime.connect(model=MODEL) as conn:
+        await conn.recv()
+        await conn.conversation.item.create(item={"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "Count from 1 to 2000: 1, 2, 3, 4, 5, 6, 7,"}]})
+        await until(conn, "conversation.item.done")
+        await conn.response.create(response={"max_output_tokens": 3000})
+        created = (await until(conn, "response.created"))[-1].response
+        for _ in range(3):
+            await until(conn, "response.output_text.delta")
+    # the socket closed mid-answer: the session cancels the response, its chat ends with what it had sent
+    await asyncio.to_thread(charged_and_cancelled, daemon, created.id)
+
+
+def charged_and_cancelled(daemon: OpenAIDaemon, response_id: str) -> None:
+    turn = turn_of(daemon, response_id)
+    assert turn["data"]["status"] == "cancelled" and turn["actor"] == "key:dropper"
+    chat = turn["data"]["chat"]["trace_id"]
+    failed = daemon.wait_trace(chat, "request.failed") and next(
+        e for e in daemon.events("request.failed") if e["trace_id"] == chat)
+    sent = failed["data"]["completion_tokens"]
+    assert failed["actor"] == "key:dropper" and 3 <= sent < 3000
+    assert json.loads(blazar_cli(daemon.home, "keys", "show", "dropper", "--json").stdout)["tokens_today"] == sent

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from blazar.serving.realtime.facts import TurnFacts
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -27,9 +30,25 @@ class ToolCallDelta:
     arguments: str
 
 
+class ChatWatch(Protocol):
+    """What a response hears of its chat on the way, before any text: the chat request's own trace id, and its
+    place when it waits for a slot. Called on the loop; neither may block."""
+
+    def chat_began(self, trace_id: str) -> None: ...
+
+    def chat_queued(self, position: int, depth: int) -> None: ...
+
+
 class ChatPort(Protocol):
-    def chat(self, body: dict[str, Any]) -> AsyncIterator[str | Usage | ToolCallDelta]:
-        """The answer to an OpenAI chat body (streamed): its text deltas and tool-call pieces, then its usage. Raises
-        RealtimeChatRefused."""
+    def chat(self, body: dict[str, Any], watch: ChatWatch | None = None) -> AsyncIterator[str | Usage | ToolCallDelta]:
+        """The answer to an OpenAI chat body (streamed): its text deltas and tool-call pieces, then its usage.
+        Raises RealtimeChatRefused.
+        `watch` is told the chat's trace id and its queue position (blazar.response.queued)."""
+        ...
+
+
+class TurnRecorder(Protocol):
+    def record(self, facts: TurnFacts) -> None:
+        """A turn ended: its `realtime.turn` event appended (the daemon: through the request writer). Never blocks."""
         ...
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from blazar.errors import RealtimeEventInvalid
 from blazar.serving.realtime.events import AUDIO_EVENTS, ItemAsked, ResponseAsked, SessionAsked, error, event, new_id
-from blazar.serving.realtime.port import ChatPort, Send
+from blazar.serving.realtime.port import ChatPort, Send, TurnRecorder
 from blazar.serving.realtime.tools import (
     ToolChoice,
     chat_messages,
@@ -51,6 +51,8 @@ class RealtimeSession:
     turn: Turn | None = None
     tools: list[dict[str, Any]] = field(default_factory=list)  # as the session shows them (the Realtime shape)
     tool_choice: ToolChoice = "auto"
+    turns: int = 0  # responses begun: the next turn's index
+    recorder: TurnRecorder | None = None  # each turn's `realtime.turn` (None: not recorded)
 
     def view(self) -> dict[str, Any]:
         """The session as `session.created`/`session.updated` show it (a RealtimeSessionCreateRequest)."""

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from blazar.errors import RealtimeChatRefused
-from blazar.serving.realtime.port import Usage
+from blazar.serving.realtime.port import ChatWatch, Usage
 from blazar.serving.realtime.session import Bounds, RealtimeSession
 from tests.support.bounds import HANG_S
 
@@ -27,7 +27,7 @@ class FakeChat:
         self.bodies: list[dict[str, Any]] = []
         self.closed = 0
 
-    async def chat(self, body: dict[str, Any]) -> AsyncIterator[str | Usage]:
+    async def chat(self, body: dict[str, Any], watch: ChatWatch | None = None) -> AsyncIterator[str | Usage]:
         self.bodies.append(body)
         if self.refuse is not None:
             raise self.refuse
