@@ -8,7 +8,7 @@ const BLOCK = OUT_RATE / 10; // samples per message: 100 ms
 class TalkCapture extends AudioWorkletProcessor {
   constructor() {
     super();
-    this.step = sampleRate / OUT_RATE; // input samples per output sample (>= 1 for any real capture rate)
+    this.step = sampleRate / OUT_RATE; // input samples per output sample
     this.edge = this.step; // where, in input samples from the current one, the output sample being built ends
     this.sum = 0;
     this.count = 0;
@@ -24,20 +24,26 @@ class TalkCapture extends AudioWorkletProcessor {
       this.count += 1;
       this.edge -= 1;
       if (this.edge > 0) continue;
-      const mean = this.sum / this.count;
-      const clipped = Math.max(-1, Math.min(1, mean));
-      this.block[this.filled] = clipped < 0 ? clipped * 0x8000 : clipped * 0x7fff;
-      this.filled += 1;
+      const mean = Math.max(-1, Math.min(1, this.sum / this.count));
       this.sum = 0;
       this.count = 0;
-      this.edge += this.step;
-      if (this.filled === BLOCK) {
-        this.port.postMessage(this.block.buffer, [this.block.buffer]);
-        this.block = new Int16Array(BLOCK);
-        this.filled = 0;
+      // A capture rate under 24 kHz (a headset's 16 kHz) holds each input sample for as many outputs as it covers.
+      while (this.edge <= 0) {
+        this.emit(mean < 0 ? mean * 0x8000 : mean * 0x7fff);
+        this.edge += this.step;
       }
     }
     return true;
+  }
+
+  emit(sample) {
+    this.block[this.filled] = sample;
+    this.filled += 1;
+    if (this.filled === BLOCK) {
+      this.port.postMessage(this.block.buffer, [this.block.buffer]);
+      this.block = new Int16Array(BLOCK);
+      this.filled = 0;
+    }
   }
 }
 

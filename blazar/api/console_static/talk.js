@@ -247,6 +247,8 @@ async function start() {
   const view = $("talk");
   for (const name of ["sentBytes", "playedBytes", "events", "interrupted"]) view.dataset[name] = "0";
   delete view.dataset.maxOutputTokens;
+  $("talk-log").replaceChildren(); // a new conversation: the last one's lines and errors go
+  $("talk-errors").replaceChildren();
   setState("connecting", "asking for the microphone…");
   try {
     conversation.stream = await navigator.mediaDevices.getUserMedia({ audio: { channelCount: 1,
