@@ -255,8 +255,8 @@ async function start() {
       echoCancellation: true, noiseSuppression: true, autoGainControl: true } });
     await conversation.ctx.audioWorklet.addModule("/console/static/talk-worklet.js");
     conversation.since = (await deps.api("/api/blazar/events?limit=1").catch(() => ({ last_seq: 0 }))).last_seq;
-  } catch (e) {
-    if (talk === conversation) stop(`no microphone: ${e.message}`);
+  } catch (e) { // the microphone refused (or absent), or the worklet not loaded
+    if (talk === conversation) stop(`cannot start: ${e.message}`, true);
     return;
   }
   if (talk !== conversation) return; // stopped meanwhile
@@ -283,7 +283,7 @@ async function start() {
   await conversation.ctx.resume();
 }
 
-function stop(why) {
+function stop(why, failed = false) {
   const conversation = talk;
   if (!conversation) return;
   talk = null;
@@ -291,8 +291,8 @@ function stop(why) {
   if (conversation.stream) for (const track of conversation.stream.getTracks()) track.stop();
   for (const source of conversation.playing) source.stop();
   if (conversation.tap) conversation.tap.disconnect();
-  conversation.ctx.close();
-  setState(why && why.startsWith("no microphone") ? "failed" : "closed", why || "stopped");
+  conversation.ctx.close().catch(() => {});
+  setState(failed ? "failed" : "closed", why || "stopped");
 }
 
 // Chat models of the store, offered in the model field (a realtime profile is typed: `blazar realtime list`).

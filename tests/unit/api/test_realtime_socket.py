@@ -219,3 +219,10 @@ async def test_a_client_that_offers_no_subprotocol_is_accepted_with_none(app: Bl
                                                                  host="localhost") as ws:
         assert orjson.loads(await ws.receive_text())["type"] == "session.created"
         assert ws.subprotocol is None
+
+
+async def test_without_keys_a_page_offering_only_realtime_is_answered_realtime(app: Blazar) -> None:
+    async with conductor(app, ChatGateway()) as c, c.simulate_ws("/v1/realtime", query_string="model=gemma",
+                                                                 host="localhost", subprotocols=["realtime"]) as ws:
+        assert orjson.loads(await ws.receive_text())["type"] == "session.created"
+        assert ws.subprotocol == "realtime"
