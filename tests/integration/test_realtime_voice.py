@@ -4,6 +4,7 @@ each part of issue 42 in its own section below."""
 
 from __future__ import annotations
 
+import base64
 import io
 import shutil
 import wave
@@ -132,6 +133,58 @@ def test_talk_opens_a_session_with_the_key_as_a_subprotocol_and_streams_the_micr
         answers == "input_audio_buffer.append" for _, answers, _ in v["errors"])), "the server to answer the audio")
     assert heard["sent"] % 2 == 0  # whole PCM16 samples
     assert browser_errors(talk_page) == []  # no CSP violation (the worklet, the socket), no script error
+    talk_page.find_element("id", "talk-stop").click()
+    talk_dom(talk_page, lambda v: v["state"] == "closed", "the session to close")
+
+
+# Test-side instrumentation (never in the page; a reload drops it): a silent microphone, so the server hears no turn
+# of its own, and the page's socket caught on its next send, so server events can be fed to the page as if the server
+# had sent them.
+FAKE_SERVER = """const silent = () => new AudioContext().createMediaStreamDestination().stream;
+navigator.mediaDevices.getUserMedia = async () => silent();
+const send = WebSocket.prototype.send;
+WebSocket.prototype.send = function (data) { window.talkSocket = this; return send.call(this, data); };"""
+FEED = "window.talkSocket.dispatchEvent(new MessageEvent('message', {data: JSON.stringify(arguments[0])}))"
+
+
+@needs_chromium
+def test_talk_plays_audio_deltas_and_stops_playing_when_the_user_speaks_over_them(
+        voice_daemon: VoiceDaemon, talk_page: Any) -> None:
+    """The page's side of a turn, whatever the server serves yet: server events fed into its socket."""
+    talk_page.execute_script(FAKE_SERVER)
+    try:
+        start_talk(talk_page, CHAT)
+        wait_for(lambda: talk_page.execute_script("return Boolean(window.talkSocket)"), "the page's socket")
+        fed_turn(talk_page)
+    finally:
+        talk_page.refresh()  # the page as it is served again, for the tests after this one
+        talk_dom(talk_page, lambda v: v["state"] == "idle", "the Talk view after the reload")
+
+
+def fed_turn(talk_page: Any) -> None:
+    # 10 s of PCM16 24 kHz per delta: the 30 s queued still play when the user speaks over them (a bound, as HANG_S)
+    ten_s = base64.b64encode(b"\x00\x10" * 240_000).decode()
+
+    def feed(**event: Any) -> None:
+        talk_page.execute_script(FEED, event)
+
+    feed(type="input_audio_buffer.speech_started", item_id="item_u1", audio_start_ms=0)
+    feed(type="conversation.item.input_audio_transcription.completed", item_id="item_u1", content_index=0,
+         transcript="<b>Hello</b>?")
+    feed(type="response.created", response={"id": "resp_1"})
+    for _ in range(3):
+        feed(type="response.output_audio_transcript.delta", response_id="resp_1", item_id="item_a1", delta="Hi. ")
+        feed(type="response.output_audio.delta", response_id="resp_1", item_id="item_a1", delta=ten_s)
+    played = talk_dom(talk_page, lambda v: v["played"] == 3 * 480_000, "30 s queued for playback")
+    assert played["user"] == ["<b>Hello</b>?"]  # shown as text, never as HTML
+    assert played["answer"] == ["Hi. Hi. Hi. "]
+    assert talk_page.execute_script("return document.getElementById('talk').dataset.interrupted") == "0"
+    feed(type="input_audio_buffer.speech_started", item_id="item_u2", audio_start_ms=5000)  # while it plays
+    assert talk_page.execute_script("return document.getElementById('talk').dataset.interrupted") == "1"
+    feed(type="error", error={"type": "invalid_request_error", "code": "some_code", "message": "said <i>so</i>"})
+    told = talk_dom(talk_page, lambda v: any(code == "some_code" for code, _, _ in v["errors"]), "the error listed")
+    assert ["some_code", "", "some_code: said <i>so</i>"] in told["errors"]
+    assert browser_errors(talk_page) == []
     talk_page.find_element("id", "talk-stop").click()
     talk_dom(talk_page, lambda v: v["state"] == "closed", "the session to close")
 
