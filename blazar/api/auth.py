@@ -1,5 +1,6 @@
 """API keys at the door: a Falcon middleware that finds the caller's principal from `Authorization: Bearer <secret>`
-or `x-api-key: <secret>` (one dict look-up by prefix in the live keys projection, one HMAC, a constant-time compare;
+or `x-api-key: <secret>` (on a WebSocket upgrade also the `openai-insecure-api-key.<secret>` subprotocol, as a
+browser sends it; one dict look-up by prefix in the live keys projection, one HMAC, a constant-time compare;
 never SQLite), refuses what it may not do (401, 403), and leaves `req.context.principal` for the gateway (scope,
 limits, actor). Who may call what is one rule per route (its `Route.access` in the route table, blazar/api/table.py,
 by URI template), read on the route falcon resolved, never on the raw path. Auth is on as soon as one key is not
@@ -14,7 +15,7 @@ Allow).
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -50,6 +51,20 @@ def presented(req: falcon.asgi.Request) -> str | None:
             return token.strip()
     key = req.get_header("x-api-key")
     return key.strip() if key and key.strip() else None
+
+
+# A browser cannot set headers on a WebSocket: OpenAI's browser clients send the key as a subprotocol,
+# `new WebSocket(url, ["realtime", "openai-insecure-api-key.KEY"])`, and the server answers `realtime`.
+KEY_PROTOCOL = "openai-insecure-api-key."
+REALTIME_PROTOCOL = "realtime"
+
+
+def protocol_key(subprotocols: Iterable[str]) -> str | None:
+    """The secret carried in a WebSocket upgrade's `Sec-WebSocket-Protocol` (never to be echoed back or logged)."""
+    for protocol in subprotocols:
+        if protocol.startswith(KEY_PROTOCOL) and protocol[len(KEY_PROTOCOL):].strip():
+            return protocol[len(KEY_PROTOCOL):].strip()
+    return None
 
 
 class Authenticator:
@@ -121,13 +136,15 @@ class Auth:
 
     async def process_resource_ws(self, req: falcon.asgi.Request, ws: falcon.asgi.WebSocket, resource: object,
                                   params: dict[str, Any]) -> None:
-        """A WebSocket's upgrade is decided by the same rule; its refusal is left for the route to tell over the
-        socket (an `error` event, then the close): falcon's HTTP error rendering has no response to write to."""
+        """A WebSocket's upgrade is decided by the same rule, its secret also read from the subprotocols a browser
+        sends (`protocol_key`); a refusal is left for the route to tell over the socket (an `error` event, then the
+        close): falcon's HTTP error rendering has no response to write to."""
         if getattr(req.context, "refused", None) is not None:  # the edge refused it first
             req.context.principal = None
             return
         try:
-            req.context.principal = self.authenticator.check("GET", req.uri_template, presented(req))
+            secret = presented(req) or protocol_key(ws.subprotocols)  # NOTE: the headers first, as on any route
+            req.context.principal = self.authenticator.check("GET", req.uri_template, secret)
         except AuthRefused as e:
             req.context.principal = None
             req.context.refused = e

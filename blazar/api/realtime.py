@@ -17,7 +17,7 @@ import falcon.asgi
 import orjson
 
 from blazar.api import bounds, errors
-from blazar.api.auth import Access, principal_of
+from blazar.api.auth import REALTIME_PROTOCOL, Access, principal_of
 from blazar.api.realtime_trace import GatewayTurns
 from blazar.api.routes import Deps, Route
 from blazar.dialects.tools import constrain
@@ -118,7 +118,8 @@ class Realtime:
         self.audience = errors.Audience.of(deps.app)
 
     async def on_websocket(self, req: falcon.asgi.Request, ws: falcon.asgi.WebSocket) -> None:
-        await ws.accept()
+        # A browser that offered subprotocols fails a handshake that picks none: `realtime` when asked, never the key's.
+        await ws.accept(subprotocol=REALTIME_PROTOCOL if REALTIME_PROTOCOL in ws.subprotocols else None)
         model = req.get_param("model") or ""
         refused = getattr(req.context, "refused", None)
         principal = principal_of(req)

@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
 import openai
 import pytest
+from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
+from websockets.typing import Origin, Subprotocol
 
 from tests.support import sdk_daemons
 from tests.support.blazar_home import read_events
@@ -294,3 +296,21 @@ def charged_and_cancelled(daemon: OpenAIDaemon, response_id: str) -> None:
     sent = failed["data"]["completion_tokens"]
     assert failed["actor"] == "key:dropper" and 3 <= sent < 3000
     assert json.loads(blazar_cli(daemon.home, "keys", "show", "dropper", "--json").stdout)["tokens_today"] == sent
+
+
+async def test_a_browser_sends_its_key_as_a_subprotocol_from_the_console_origin(
+        daemon: OpenAIDaemon, secrets: dict[str, str]) -> None:
+    """As a page does (a browser cannot set headers on a WebSocket): `new WebSocket(url, ["realtime",
+    "openai-insecure-api-key.KEY"])` from the daemon's own origin (the console's); answered `realtime`."""
+    url = f"{daemon.base.replace('http://', 'ws://')}/v1/realtime?model={MODEL}"
+    origin = cast(Origin, daemon.base)
+    offered = [cast(Subprotocol, p) for p in ("realtime", f"openai-insecure-api-key.{secrets['talker']}")]
+    async with asyncio.timeout(HANG_S), ws_connect(url, subprotocols=offered, origin=origin, proxy=None) as ws:
+        assert ws.subprotocol == "realtime"
+        assert json.loads(await ws.recv())["type"] == "session.created"
+    wrong = [cast(Subprotocol, p) for p in ("realtime", "openai-insecure-api-key.blz_wrong-wrong-wrong-wrong")]
+    async with asyncio.timeout(HANG_S), ws_connect(url, subprotocols=wrong, origin=origin, proxy=None) as ws:
+        assert json.loads(await ws.recv())["error"]["code"] == "invalid_api_key"
+        with pytest.raises(ConnectionClosed) as closed:
+            await ws.recv()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008

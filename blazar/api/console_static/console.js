@@ -1,6 +1,8 @@
 // The Blazar console: plain DOM, no framework, no build step. Every value from the daemon (model names, paths,
 // errors, event payloads) is untrusted and reaches the page only through textContent, never as HTML.
 
+import { offerModels, setupTalk } from "./talk.js";
+
 const KEY_STORE = "blazar.console.key";
 const POLL_MS = 2000;
 const EVENT_ROWS = 500; // rows the event log keeps; older ones are dropped as new ones arrive
@@ -380,6 +382,7 @@ async function refreshModels() {
         button("rm", () => removeModel(m.name), "danger")));
   }));
   $("models-empty").hidden = models.length > 0;
+  offerModels(models);
 }
 
 async function pull() {
@@ -607,6 +610,7 @@ setInterval(() => {
   if (!document.hidden) refreshWatch().catch(() => {});
 }, POLL_MS);
 
+setupTalk({ key: () => sessionStorage.getItem(KEY_STORE), api, explainTrace });
 showKeyState();
 refreshAll();
 followLog();

@@ -89,11 +89,22 @@ async def test_the_page_has_no_inline_script_style_or_event_handler(client: ASGI
             assert r.headers["x-content-type-options"] == "nosniff"
 
 
-def test_the_module_never_writes_html_from_data() -> None:
-    source = (STATIC / "console.js").read_text()
+@pytest.mark.parametrize("name", ["console.js", "talk.js", "talk-worklet.js"])
+def test_the_modules_never_write_html_from_data(name: str) -> None:
+    source = (STATIC / name).read_text()
     for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
         assert sink not in source, sink
     assert not re.search(r"setAttribute\(\s*[\"']on", source)
+
+
+async def test_the_talk_view_s_modules_are_served_as_scripts_of_the_page_s_own_origin(client: ASGIConductor) -> None:
+    """console.js imports talk.js; talk.js loads the worklet by its path: both under the CSP's script-src 'self'."""
+    assert 'from "./talk.js"' in (STATIC / "console.js").read_text()
+    assert '"/console/static/talk-worklet.js"' in (STATIC / "talk.js").read_text()
+    for name in ("talk.js", "talk-worklet.js"):
+        r = await client.get(f"/console/static/{name}")
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/javascript"), name
+        assert "script-src 'self'" in r.headers["content-security-policy"]
 
 
 async def test_static_files_revalidate_by_etag_and_unknown_names_are_404(client: ASGIConductor) -> None:

@@ -1,5 +1,6 @@
-"""/v1/realtime through the ASGI app with a fake gateway: the upgrade's doors (Host, Origin), the chat's SSE read
-into text deltas and usage, the connection's bounds, and a dropped connection cancelling the running response."""
+"""/v1/realtime through the ASGI app with a fake gateway: the upgrade's doors (Host, Origin, the key: also as a browser
+sends it, in a subprotocol), the chat's SSE read into text deltas and usage, the connection's bounds, and a dropped
+connection cancelling the running response."""
 
 from __future__ import annotations
 
@@ -12,9 +13,13 @@ import orjson
 import pytest
 
 from blazar.api.app import create_app
+from blazar.api.auth import protocol_key
+from blazar.api.console_follow import event_json
 from blazar.api.realtime import sse_pieces
 from blazar.context import Blazar
+from blazar.operations import keys
 from blazar.operations.config import set_value
+from blazar.queries.event_tail import tail
 from blazar.serving.realtime.port import ToolCallDelta, Usage
 from blazar.serving.request import Answer, Request
 from tests.support.bounds import HANG_S
@@ -218,3 +223,49 @@ async def test_a_forced_tool_choice_is_asked_as_the_engines_grammar_and_the_clie
     assert r.body is not None and r.body["tool_choice"] == "none" and "grammar" in r.body
     assert r.parsed["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
     assert orjson.loads(r.raw)["tools"][0]["function"]["name"] == "get_weather"
+
+
+def test_the_key_subprotocol_is_read_from_what_a_browser_offers() -> None:
+    assert protocol_key(["realtime", "openai-insecure-api-key.blz_abc", "openai-beta.realtime-v1"]) == "blz_abc"
+    assert protocol_key(["realtime", "openai-insecure-api-key.", "openai-beta.realtime-v1"]) is None
+    assert protocol_key(["realtime"]) is None and protocol_key([]) is None
+
+
+async def test_a_browser_sends_its_key_as_a_subprotocol_and_is_answered_realtime(app: Blazar) -> None:
+    _, secret = await keys.create(app, "alice")
+    gateway = ChatGateway()
+    async with conductor(app, gateway) as c, c.simulate_ws(
+            "/v1/realtime", query_string="model=gemma", host="localhost", headers={"Origin": "http://localhost"},
+            subprotocols=["realtime", f"openai-insecure-api-key.{secret}", "openai-beta.realtime-v1"]) as ws:
+        assert orjson.loads(await ws.receive_text())["type"] == "session.created"
+        assert ws.subprotocol == "realtime"  # never the key's
+        await ws.send_text('{"type": "response.create"}')
+        await events_until(ws, "response.done")
+    principal = gateway.asked[0].principal
+    assert principal is not None and principal.actor == "key:alice"  # the chat runs as the key's
+    logged = [orjson.dumps(event_json(e)) for e in await tail(app.log, limit=500)]
+    assert logged and not any(secret.encode() in data for data in logged)
+
+
+@pytest.mark.parametrize("offered", [["realtime"], ["realtime", "openai-insecure-api-key.blz_not-a-real-key-at-all"]])
+async def test_without_a_valid_key_subprotocol_the_upgrade_is_refused_with_1008(app: Blazar,
+                                                                                offered: list[str]) -> None:
+    await keys.create(app, "alice")
+    async with conductor(app, ChatGateway()) as c, c.simulate_ws("/v1/realtime", query_string="model=gemma",
+                                                                 host="localhost", subprotocols=offered) as ws:
+        sent, close = await closed_after(ws)
+    assert [e["error"]["code"] for e in sent] == ["invalid_api_key"] and close == 1008
+
+
+async def test_a_client_that_offers_no_subprotocol_is_accepted_with_none(app: Blazar) -> None:
+    async with conductor(app, ChatGateway()) as c, c.simulate_ws("/v1/realtime", query_string="model=gemma",
+                                                                 host="localhost") as ws:
+        assert orjson.loads(await ws.receive_text())["type"] == "session.created"
+        assert ws.subprotocol is None
+
+
+async def test_without_keys_a_page_offering_only_realtime_is_answered_realtime(app: Blazar) -> None:
+    async with conductor(app, ChatGateway()) as c, c.simulate_ws("/v1/realtime", query_string="model=gemma",
+                                                                 host="localhost", subprotocols=["realtime"]) as ws:
+        assert orjson.loads(await ws.receive_text())["type"] == "session.created"
+        assert ws.subprotocol == "realtime"

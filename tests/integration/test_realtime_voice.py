@@ -1,0 +1,219 @@
+"""Realtime voice sessions end to end against `blazar serve` with the three real children (Gemma 3 270M, Blazar's
+whisper child on faster-whisper-base, piper's joe voice): one daemon for the module (tests/support/voice_daemon.py),
+each part of issue 42 in its own section below."""
+
+from __future__ import annotations
+
+import base64
+import io
+import shutil
+import wave
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support import voice_daemon as voice
+from tests.support.daemon import wait_for
+from tests.support.voice_daemon import CHAT, TTS, WAIT_S, VoiceDaemon
+
+voice_daemon = voice.voice_daemon  # the module's daemon: its three children start once for every section
+
+
+# ---- C: the console's Talk view in headless Chromium ---------------------------------------------------------------
+# The page on the daemon's console, an admin key entered as a user does, Chromium's fake microphone playing a question
+# spoken by piper (then silence, once: `%noloop`). What the page shows is read from its DOM: `#talk`'s data-state,
+# data-sent-bytes (PCM appended), data-played-bytes (PCM scheduled for playback), its transcript lines and errors.
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
+                                    reason="Debian's chromium and chromium-driver are not installed "
+                                           "(apt-get install chromium chromium-driver; .ci/run installs them)")
+TALK_QUESTION = "What is the capital of France?"
+TALK_SILENCE_S = 4.0  # after the question: VAD ends the turn after 0.5 s of it; the rest keeps the file from ending
+
+
+def spoken_question_wav(d: VoiceDaemon, path: Path) -> Path:
+    """The question spoken by joe through the daemon (a WAV at the voice's rate), then silence."""
+    spoken = d.client().audio.speech.create(model=TTS, voice=TTS, input=TALK_QUESTION, response_format="wav")
+    with wave.open(io.BytesIO(spoken.content)) as w:
+        rate, width, channels = w.getframerate(), w.getsampwidth(), w.getnchannels()
+        frames = w.readframes(w.getnframes())
+    assert (width, channels) == (2, 1) and len(frames) > rate  # over half a second of PCM16 mono speech
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes(frames + b"\0\0" * int(rate * TALK_SILENCE_S))
+    return path
+
+
+@pytest.fixture(scope="module")
+def talk_page(voice_daemon: VoiceDaemon, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Chromium on the daemon's console with its fake microphone playing the question, an admin key entered."""
+    from selenium import webdriver
+
+    wav = spoken_question_wav(voice_daemon, tmp_path_factory.mktemp("talk") / "question.wav")
+    secret = voice_daemon.key("console", "--admin")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-proxy-server",
+                "--disable-extensions", "--window-size=1440,2000", "--autoplay-policy=no-user-gesture-required",
+                "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+                f"--use-file-for-fake-audio-capture={wav}%noloop"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=str(CHROMEDRIVER)))
+    driver.set_page_load_timeout(60)
+    try:
+        driver.get(f"{voice_daemon.base}/console")
+        driver.find_element("id", "key-input").send_keys(secret)
+        driver.find_element("id", "key-save").click()
+        talk_dom(driver, lambda v: v["state"] == "idle", "the Talk view")
+        wait_for(lambda: driver.find_elements("css selector", "#conn.ok"), "the console to work with the key")
+        browser_errors(driver)  # the 401s before the key was entered are the console's own (test_console_browser.py)
+        yield driver
+    finally:
+        driver.quit()
+
+
+TALK_DOM = """const v = document.getElementById('talk');
+return {state: v.dataset.state, session: v.dataset.session || '', sent: Number(v.dataset.sentBytes || 0),
+        played: Number(v.dataset.playedBytes || 0), max: v.dataset.maxOutputTokens || '',
+        status: document.getElementById('talk-state').textContent,
+        user: [...document.querySelectorAll('#talk-log li.user .text')].map((n) => n.textContent),
+        answer: [...document.querySelectorAll('#talk-log li.answer .text')].map((n) => n.textContent),
+        traces: [...document.querySelectorAll('#talk-log li.answer[data-trace]')].map((n) => n.dataset.trace),
+        errors: [...document.querySelectorAll('#talk-errors li')].map((n) => [n.dataset.code, n.dataset.answers,
+                                                                            n.textContent])};"""
+
+
+def talk_dom(driver: Any, ready: Any, what: str, timeout: float = WAIT_S) -> dict[str, Any]:
+    """The Talk view's state once `ready(state)` holds (polled, bounded by `timeout`)."""
+    last: dict[str, Any] = {}
+
+    def check() -> dict[str, Any] | None:
+        nonlocal last
+        last = driver.execute_script(TALK_DOM)
+        return last if ready(last) else None
+    try:
+        return wait_for(check, what, timeout=timeout)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; the Talk view: {last}") from None
+
+
+def browser_errors(driver: Any) -> list[str]:
+    """The browser log's errors since the last call: a failed load, a script error, a CSP violation."""
+    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def start_talk(driver: Any, model: str, max_tokens: int = 24) -> dict[str, Any]:
+    """Start a conversation on `model` with answers of `max_tokens` at most (the base model would ramble on)."""
+    for field, value in (("talk-model", model), ("talk-max", str(max_tokens))):
+        box = driver.find_element("id", field)
+        box.clear()
+        box.send_keys(value)
+    driver.find_element("id", "talk-start").click()
+    return talk_dom(driver, lambda v: v["state"] == "live" and v["session"], "the session to open (session.created)",
+                    timeout=60)
+
+
+@needs_chromium
+def test_talk_opens_a_session_with_the_key_as_a_subprotocol_and_streams_the_microphone(
+        voice_daemon: VoiceDaemon, talk_page: Any) -> None:
+    live = start_talk(talk_page, CHAT)
+    assert live["session"].startswith("sess_") and CHAT in live["status"]
+    talk_dom(talk_page, lambda v: v["max"] == "24", "the page's max tokens in session.updated")
+    # The fake microphone's audio goes out as appends, and the server took them: until the voice pipeline serves
+    # audio each is answered `audio_not_supported`; with it, the question's speech starts a user turn.
+    heard = talk_dom(talk_page, lambda v: v["sent"] >= 24_000 and (v["user"] or any(
+        answers == "input_audio_buffer.append" for _, answers, _ in v["errors"])), "the server to answer the audio")
+    assert heard["sent"] % 2 == 0  # whole PCM16 samples
+    assert browser_errors(talk_page) == []  # no CSP violation (the worklet, the socket), no script error
+    talk_page.find_element("id", "talk-stop").click()
+    talk_dom(talk_page, lambda v: v["state"] == "closed", "the session to close")
+
+
+# Test-side instrumentation (never in the page; a reload drops it): a silent microphone, so the server hears no turn
+# of its own, and the page's socket caught on its next send, so server events can be fed to the page as if the server
+# had sent them.
+FAKE_SERVER = """const silent = () => new AudioContext().createMediaStreamDestination().stream;
+navigator.mediaDevices.getUserMedia = async () => silent();
+const send = WebSocket.prototype.send;
+WebSocket.prototype.send = function (data) { window.talkSocket = this; return send.call(this, data); };"""
+FEED = "window.talkSocket.dispatchEvent(new MessageEvent('message', {data: JSON.stringify(arguments[0])}))"
+
+
+@needs_chromium
+def test_talk_plays_audio_deltas_and_stops_playing_when_the_user_speaks_over_them(
+        voice_daemon: VoiceDaemon, talk_page: Any) -> None:
+    """The page's side of a turn, whatever the server serves yet: server events fed into its socket."""
+    talk_page.execute_script(FAKE_SERVER)
+    try:
+        start_talk(talk_page, CHAT)
+        wait_for(lambda: talk_page.execute_script("return Boolean(window.talkSocket)"), "the page's socket")
+        fed_turn(talk_page)
+    finally:
+        talk_page.refresh()  # the page as it is served again, for the tests after this one
+        talk_dom(talk_page, lambda v: v["state"] == "idle", "the Talk view after the reload")
+
+
+def fed_turn(talk_page: Any) -> None:
+    # 10 s of PCM16 24 kHz per delta: the 30 s queued still play when the user speaks over them (a bound, as HANG_S)
+    ten_s = base64.b64encode(b"\x00\x10" * 240_000).decode()
+
+    def feed(**event: Any) -> None:
+        talk_page.execute_script(FEED, event)
+
+    feed(type="input_audio_buffer.speech_started", item_id="item_u1", audio_start_ms=0)
+    feed(type="conversation.item.input_audio_transcription.completed", item_id="item_u1", content_index=0,
+         transcript="<b>Hello</b>?")
+    feed(type="response.created", response={"id": "resp_1"})
+    for _ in range(3):
+        feed(type="response.output_audio_transcript.delta", response_id="resp_1", item_id="item_a1", delta="Hi. ")
+        feed(type="response.output_audio.delta", response_id="resp_1", item_id="item_a1", delta=ten_s)
+    played = talk_dom(talk_page, lambda v: v["played"] == 3 * 480_000, "30 s queued for playback")
+    assert played["user"] == ["<b>Hello</b>?"]  # shown as text, never as HTML
+    assert played["answer"] == ["Hi. Hi. Hi. "]
+    assert talk_page.execute_script("return document.getElementById('talk').dataset.interrupted") == "0"
+    feed(type="input_audio_buffer.speech_started", item_id="item_u2", audio_start_ms=5000)  # while it plays
+    assert talk_page.execute_script("return document.getElementById('talk').dataset.interrupted") == "1"
+    feed(type="error", error={"type": "invalid_request_error", "code": "some_code", "message": "said <i>so</i>"})
+    told = talk_dom(talk_page, lambda v: any(code == "some_code" for code, _, _ in v["errors"]), "the error listed")
+    assert ["some_code", "", "some_code: said <i>so</i>"] in told["errors"]
+    assert browser_errors(talk_page) == []
+    talk_page.find_element("id", "talk-stop").click()
+    talk_dom(talk_page, lambda v: v["state"] == "closed", "the session to close")
+
+
+@needs_chromium
+def test_talk_hears_the_question_and_plays_the_spoken_answer(voice_daemon: VoiceDaemon, talk_page: Any) -> None:
+    """NEEDS V1 (audio in) and V2 (audio out): the whole turn through the page."""
+    start_talk(talk_page, CHAT)
+    # V1: the user's words, transcribed by whisper (the page shows conversation.item.input_audio_transcription).
+    def heard(v: dict[str, Any]) -> bool:
+        refused = [text for _, answers, text in v["errors"] if answers == "input_audio_buffer.append"]
+        assert not refused, f"the server refused the microphone's audio: {refused}"  # fails at once, not at the bound
+        return any("france" in u.lower() or "capital" in u.lower() for u in v["user"])
+
+    talk_dom(talk_page, heard, "the user's transcript", timeout=120)
+    # V2: the answer's transcript and its audio played as it arrives.
+    answered = talk_dom(talk_page, lambda v: any(a.strip() for a in v["answer"]) and v["played"] > 0,
+                        "the spoken answer", timeout=120)
+    assert answered["played"] % 2 == 0
+    # The turn's trace (W's realtime.turn, else the request's) links to the console's why view.
+    traced = talk_dom(talk_page, lambda v: v["traces"], "the answer's trace link", timeout=60)
+    talk_page.find_element("css selector", "#talk-log li.answer[data-trace] button.link").click()
+    wait_for(lambda: talk_page.find_element("id", "why-trace").text == traced["traces"][0], "the why view")
+    assert browser_errors(talk_page) == []
+    talk_page.find_element("id", "talk-stop").click()
+    talk_dom(talk_page, lambda v: v["state"] == "closed", "the session to close")
+    admin = {"Authorization": f"Bearer {voice_daemon.secrets['console']}"}
+
+    def idle() -> bool:  # stop closed the socket: what the session ran ends (the chat's child was used)
+        rows = httpx.get(f"{voice_daemon.base}/api/blazar/ps", headers=admin, timeout=30, trust_env=False).json()
+        return CHAT in {r["model"] for r in rows["instances"]} and all(r["in_flight"] == 0 for r in rows["instances"])
+    wait_for(idle, "no child busy after stop", timeout=60)
