@@ -17,6 +17,7 @@ import orjson
 
 from blazar.api import bounds, errors
 from blazar.api.auth import Access, principal_of
+from blazar.api.realtime_voice import session_voice
 from blazar.api.routes import Deps, Route
 from blazar.errors import BlazarError, ModelNotFound, RealtimeChatRefused
 from blazar.ids import new_trace_id
@@ -134,6 +135,9 @@ class Realtime:
 
         session = RealtimeSession(model, chat, send, Bounds(inputs.realtime_max_items,
                                                             inputs.realtime_max_output_tokens))
+        session.speak, session.no_voice = session_voice(self.app, self.gateway, model, principal, req.remote_addr,
+                                                        agent_of(req.get_header("User-Agent")), PATH,
+                                                        lambda e: self.audience.told(req, e))
         limit = inputs.realtime_max_message_kib << 10
         try:
             await session.start()
