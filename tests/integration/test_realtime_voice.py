@@ -86,7 +86,7 @@ async def test_a_spoken_answer_is_audio_whisper_hears_as_its_transcript(voice_da
     async with d.aclient().realtime.connect(model=vd.CHAT) as conn:
         created = await conn.recv()
         assert created.session.output_modalities == ["audio"]  # a session with a voice speaks by default
-        await conn.session.update(session={"type": "realtime", "max_output_tokens": 30, "audio": {
+        await conn.session.update(session={"type": "realtime", "max_output_tokens": 30, "temperature": 0, "audio": {
             "output": {"voice": "alloy", "format": {"type": "audio/pcm", "rate": 24000}}}})
         assert (await conn.recv()).type == "session.updated"
         await conn.conversation.item.create(item=QUESTION)  # type: ignore[arg-type]
@@ -125,7 +125,7 @@ async def test_response_cancel_mid_audio_ends_both_requests_and_keeps_what_was_s
         await conn.recv()
         await conn.conversation.item.create(item=LONG)  # type: ignore[arg-type]
         await until(conn, "conversation.item.done")
-        await conn.response.create(response={"max_output_tokens": 400})
+        await conn.response.create(response={"max_output_tokens": 400, "temperature": 0})
         before = await until(conn, "response.output_audio.delta")
         await conn.response.cancel()
         events = before + await until(conn, "response.done")
@@ -157,7 +157,7 @@ async def test_a_client_gone_mid_answer_leaves_no_request_running_and_the_speech
         await conn.recv()
         await conn.conversation.item.create(item=LONG)  # type: ignore[arg-type]
         await until(conn, "conversation.item.done")
-        await conn.response.create(response={"max_output_tokens": 400})
+        await conn.response.create(response={"max_output_tokens": 400, "temperature": 0})
         await until(conn, "response.output_audio.delta")
     # The socket closed mid-answer: the chat and the speech request end, and what was spoken is on the key's day.
     await asyncio.to_thread(_cut_short, d, -1)
