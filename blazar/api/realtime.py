@@ -135,9 +135,9 @@ class Realtime:
 
         session = RealtimeSession(model, chat, send, Bounds(inputs.realtime_max_items,
                                                             inputs.realtime_max_output_tokens))
-        session.speak, session.no_voice = session_voice(self.app, self.gateway, model, principal, req.remote_addr,
-                                                        agent_of(req.get_header("User-Agent")), PATH,
-                                                        lambda e: self.audience.told(req, e))
+        voiced = session_voice(self.app, self.gateway, model, principal, req.remote_addr,
+                               agent_of(req.get_header("User-Agent")), PATH, lambda e: self.audience.told(req, e))
+        session.speak, session.no_voice, session.no_voice_code = voiced
         limit = inputs.realtime_max_message_kib << 10
         try:
             await session.start()

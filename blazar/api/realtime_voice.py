@@ -77,10 +77,11 @@ class GatewayVoice:
 
 
 def session_voice(app: Blazar, gateway: Gateway, model: str, principal: Principal | None, client: str | None,
-                  agent: str | None, path: str, tell: Callable[[BaseException], str]) -> tuple[GatewayVoice | None,
-                                                                                              str]:
-    """The voice of a session asking for `model`, or None and the words why it has none (the store has no voice, or
-    the key's scope leaves it out). # V1's resolution replaces this: it resolves the three models at connect."""
+                  agent: str | None, path: str, tell: Callable[[BaseException], str]
+                  ) -> tuple[GatewayVoice | None, str, str]:
+    """The voice of a session asking for `model`, or None with the words why it has none and the code that tells
+    them (the store has no voice; the key's scope leaves it out: model_not_allowed). # V1's resolution replaces this:
+    it resolves the three models at connect."""
     try:
         if profile(app, model) is not None:
             models = session_models(app, model)
@@ -88,9 +89,9 @@ def session_voice(app: Blazar, gateway: Gateway, model: str, principal: Principa
         else:  # a chat model: the default voice, whether or not the store has a whisper model
             tts, speaker = default_model(app.runner.state("catalog"), "piper", DEFAULT_TTS), None
     except BlazarError as e:
-        return None, f"this session has no voice: {tell(e)}"
+        return None, f"this session has no voice: {tell(e)}", "audio_not_supported"
     if principal is not None and not principal.allows(tts):
-        return None, f"this session has no voice: the key's models do not include the voice {tts}"
+        return None, f"this session has no voice: the key's models do not include the voice {tts}", "model_not_allowed"
     known: dict[str, Any] = next((v for v in voices(app) if v["model"] == tts), {})
     return GatewayVoice(gateway, tts, speaker, tuple(known.get("speakers") or ()), principal, client, agent, path,
-                        tell), ""
+                        tell), "", ""

@@ -162,3 +162,13 @@ async def test_a_client_gone_mid_answer_leaves_no_request_running_and_the_speech
     # The socket closed mid-answer: the chat and the speech request end, and what was spoken is on the key's day.
     await asyncio.to_thread(_cut_short, d, -1)
     await asyncio.to_thread(_none_in_flight, d)
+
+
+async def test_a_key_without_the_voice_in_its_scope_gets_a_text_session_and_audio_refused_by_name(
+        voice_daemon: VoiceDaemon) -> None:
+    async with voice_daemon.aclient("chat-only").realtime.connect(model=vd.CHAT) as conn:
+        created = await conn.recv()
+        assert created.session.output_modalities == ["text"]
+        await conn.session.update(session={"type": "realtime", "output_modalities": ["audio"]})
+        refused = (await conn.recv()).error
+        assert refused.code == "model_not_allowed" and vd.TTS in refused.message, refused

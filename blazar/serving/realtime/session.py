@@ -46,6 +46,7 @@ class RealtimeSession:
     turn: Turn | None = None
     speak: SpeakPort | None = None  # the session's voice; None: it has none (audio out is refused, `no_voice` says why)
     no_voice: str = "this session has no voice"
+    no_voice_code: str = "audio_not_supported"  # model_not_allowed: the key's scope leaves the voice out
     output: OutputSettings = field(default_factory=OutputSettings)
     spoken: dict[str, AudioItem] = field(default_factory=dict)  # the assistant audio items' timelines, by item id
 
@@ -120,7 +121,7 @@ class RealtimeSession:
     async def _voiced(self, modalities: list[str], param: str, eid: str | None) -> bool:
         """Whether the session can answer in `modalities`; audio without a voice is told why."""
         if "audio" in modalities and self.speak is None:
-            await self.send(error(f"{param} audio: {self.no_voice}", code="audio_not_supported", param=param,
+            await self.send(error(f"{param} audio: {self.no_voice}", code=self.no_voice_code, param=param,
                                   event_id=eid))
             return False
         return True

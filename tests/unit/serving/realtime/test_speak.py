@@ -210,6 +210,9 @@ async def test_a_session_without_a_voice_is_text_by_default_and_refuses_audio_sa
         bad = await c.say(**e)
         assert bad[0]["error"]["code"] == "audio_not_supported"
         assert bad[0]["error"]["message"].endswith("this session has no voice: blazar pull joe")
+    c.session.no_voice_code = "model_not_allowed"  # the key's scope leaves the voice out: told with that code
+    bad = await c.say(type="response.create", response={"output_modalities": ["audio"]})
+    assert bad[0]["error"]["code"] == "model_not_allowed"
 
 
 async def test_a_response_may_answer_in_text_in_a_spoken_session_and_in_its_own_format() -> None:
