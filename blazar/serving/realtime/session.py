@@ -135,7 +135,7 @@ class RealtimeSession:
             await self.send(error(f"item.type {item.type}: function calls come with tools, not served yet",
                                   code="tools_not_supported", param="item.type", event_id=eid))
             return
-        if any(p.type in ("input_audio", "input_image", "output_audio") for p in item.content):  # audio: V1
+        if any(p.type in ("input_audio", "input_image", "output_audio") for p in item.content):
             await self.send(error("item.content: only text parts are served yet", code="audio_not_supported",
                                   param="item.content", event_id=eid))
             return
