@@ -59,6 +59,7 @@
     ├── RealtimeProfileError   400  a realtime profile that cannot be set, or a session's three models that cannot be
     │                               found (a model missing, of another kind, a name taken)
     ├── RealtimeChatRefused    400  a realtime response's chat refused or failed (its `code` is the refusal's own)
+    ├── RealtimeSpeechRefused  400  a realtime response's speech refused or failed (its `code` is the refusal's own)
     ├── WorkerError            400  `blazar worker` that cannot run (no rpc-server, a bind wider than loopback)
     ├── NodeError              502  another node could not do what it was asked (unknown, down, unreachable, refused)
     ├── SessionError                a session command (`blazar session save|restore|rm`)
@@ -848,6 +849,18 @@ class RealtimeChatRefused(BlazarError):
     `error` event that tells it (the refusal's own code)."""
 
     code = "realtime_chat_refused"
+    http_status = 400
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class RealtimeSpeechRefused(BlazarError):
+    """A realtime response's speech (its internal /v1/audio/speech request) refused or failed (a limit such as
+    daily_audio_s, the scope, the voice's child): its words, and the code of the `error` event that tells it."""
+
+    code = "realtime_speech_refused"
     http_status = 400
 
     def __init__(self, message: str, code: str) -> None:

@@ -104,17 +104,33 @@ def split_sentences(text: str, *, max_chars: int = 400) -> list[str]:
     or digit are dropped (piper answers "..." with an error): no sentences left means nothing to say."""
     out: list[str] = []
     start = 0
+    for end in sentence_ends(text):
+        out.extend(cut_sentence(text[start:end].strip(), max_chars))
+        start = end
+    out.extend(cut_sentence(text[start:].strip(), max_chars))
+    return [s for s in out if speakable(s)]
+
+
+def sentence_ends(text: str) -> list[int]:
+    """Where each sentence of `text` ends: the index past the stop, its closers and the whitespace after them (the
+    rest of `text` after the last is a sentence not yet ended, or the last one)."""
+    ends: list[int] = []
+    start = 0
     for m in _END.finditer(text):
-        piece = text[start:m.start()] + m.group(0).strip()
         if _NO_END.search(text[start:m.start()]):
             continue
-        out.extend(_cut(piece.strip(), max_chars))
+        ends.append(m.end())
         start = m.end()
-    out.extend(_cut(text[start:].strip(), max_chars))
-    return [s for s in out if any(c.isalnum() for c in s)]
+    return ends
 
 
-def _cut(sentence: str, max_chars: int) -> list[str]:
+def speakable(text: str) -> bool:
+    """Whether piper has something to say in `text` (a letter or a digit)."""
+    return any(c.isalnum() for c in text)
+
+
+def cut_sentence(sentence: str, max_chars: int) -> list[str]:
+    """`sentence` in pieces of `max_chars` at most, each cut at its last comma, semicolon or space before the limit."""
     pieces = []
     while len(sentence) > max_chars:
         head = sentence[:max_chars]

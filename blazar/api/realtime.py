@@ -19,6 +19,7 @@ import orjson
 from blazar.api import bounds, errors
 from blazar.api.auth import REALTIME_PROTOCOL, Access, principal_of
 from blazar.api.realtime_trace import GatewayTurns
+from blazar.api.realtime_voice import session_voice
 from blazar.api.routes import Deps, Route
 from blazar.dialects.tools import constrain
 from blazar.errors import BlazarError, ModelNotFound, RealtimeChatRefused
@@ -157,6 +158,9 @@ class Realtime:
                                                             inputs.realtime_max_output_tokens,
                                                             max_tools=inputs.realtime_max_tools),
                                   recorder=GatewayTurns(self.app, TurnModels(asked=model, llm=model), principal))
+        voiced = session_voice(self.app, self.gateway, model, principal, req.remote_addr,
+                               agent_of(req.get_header("User-Agent")), PATH, lambda e: self.audience.told(req, e))
+        session.speak, session.no_voice, session.no_voice_code = voiced
         limit = inputs.realtime_max_message_kib << 10
         ends = time.monotonic() + inputs.realtime_max_session_s
         try:

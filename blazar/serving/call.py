@@ -67,6 +67,7 @@ class Failed:
     reason: FailReason
     detail: str
     relayed_tokens: int | None = None  # what a stream had sent before it ended: charged as a completion's tokens
+    relayed_audio_s: float | None = None  # ... and the speech it had made (a realtime response's): charged as audio
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,7 +346,10 @@ class Call:
         call.give_back_slot(tokens=tokens, charged=charged)
         if call.request.key_name is not None and charged:
             call._desk.charge(call.request.key_name, charged)  # tpm and daily_tokens: a hang-up is no way around them
-        if isinstance(outcome, Completed) and call.request.audio is not None:
+        if isinstance(outcome, Failed) and outcome.relayed_audio_s is not None:
+            call.audio_measured(outcome.relayed_audio_s)
+        if call.request.audio is not None and (isinstance(outcome, Completed) or (
+                isinstance(outcome, Failed) and outcome.relayed_audio_s is not None)):
             audio = _audio_event(call, call.request.audio)
             if call.request.key_name is not None:
                 call._desk.charge_audio(call.request.key_name, audio.audio_seconds)  # daily_audio_s

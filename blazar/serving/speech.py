@@ -86,39 +86,75 @@ def producer(gateway: Gateway, text: str, fmt: str, speed: float,
         first = await _synthesize(gateway, call, sentences[0], speed, voice)
         call.first_token()
         _settle_with_task(call)
+        spoken = _spoken(gateway, call, first, _each(sentences[1:]), speed, voice)
         return Answer(status=200, content_type=codec.CONTENT_TYPES[fmt],
                       headers={SAMPLE_RATE_HEADER: str(codec.OUT_RATE),
                                "cache-control": "no-cache"},
-                      stream=_stream(gateway, call, first, sentences[1:], fmt, speed, voice))
+                      stream=_stream(call, spoken, codec.SpeechEncoder(fmt, first.rate)))
 
     return produce
 
 
-async def _stream(gateway: Gateway, call: Call, first: Spoken, rest: list[str], fmt: str, speed: float,
-                  voice: str | None) -> AsyncIterator[bytes]:
-    encoder = codec.SpeechEncoder(fmt, first.rate)
+def live_producer(gateway: Gateway, first: str, rest: AsyncIterator[str], speed: float,
+                  voice: str | None) -> Callable[[Call], Awaitable[Answer]]:
+    """`producer` for a text still being written (a realtime response's): `first`, then each sentence of `rest` as
+    it comes, every one answered as its own chunk of raw 16-bit PCM at the voice's rate (SAMPLE_RATE_HEADER), one
+    chunk per sentence. Ended early (the response cancelled, the connection gone), the audio made so far is still
+    the call's, and charged."""
+
+    async def produce(call: Call) -> Answer:
+        spoken = await _synthesize(gateway, call, first.strip(), speed, voice)
+        call.first_token()
+        _settle_with_task(call)
+        return Answer(status=200, content_type=codec.CONTENT_TYPES["pcm"],
+                      headers={SAMPLE_RATE_HEADER: str(spoken.rate)},
+                      stream=_stream(call, _spoken(gateway, call, spoken, rest, speed, voice), None))
+
+    return produce
+
+
+async def _each(sentences: list[str]) -> AsyncIterator[str]:
+    for sentence in sentences:
+        yield sentence
+
+
+async def _spoken(gateway: Gateway, call: Call, first: Spoken, rest: AsyncIterator[str], speed: float,
+                  voice: str | None) -> AsyncIterator[Spoken]:
+    yield first
+    async for sentence in rest:
+        yield await _synthesize(gateway, call, sentence.strip(), speed, voice)
+
+
+async def _stream(call: Call, spoken: AsyncIterator[Spoken], encoder: codec.SpeechEncoder | None
+                  ) -> AsyncIterator[bytes]:
+    """The audio as it is made: encoded (`encoder`), or each sentence's raw PCM as one chunk (None: a realtime
+    response's, whose audio made before an early end is charged as a stream's tokens are)."""
     seconds = 0.0
     try:
-        spoken: Spoken | None = first
-        pending = iter(rest)
-        while spoken is not None:
-            seconds += spoken.seconds
-            out = await asyncio.to_thread(encoder.feed, spoken.pcm)
+        async for one in spoken:
+            seconds += one.seconds
+            if encoder is None:
+                yield one.pcm
+                continue
+            out = await asyncio.to_thread(encoder.feed, one.pcm)
             if out:
                 yield out
-            sentence = next(pending, None)
-            spoken = None if sentence is None else await _synthesize(gateway, call, sentence, speed, voice)
-        tail = await asyncio.to_thread(encoder.finish)
+        tail = await asyncio.to_thread(encoder.finish) if encoder is not None else b""
         if tail:
             yield tail
         call.audio_measured(seconds)
         call.finish(Completed(200, {}))
     except Refused as e:
         # NOTE: the status line went out with the first sentence: the stream stops short; the failure is recorded.
-        call.finish(Failed(502, "engine_error", e.message))
+        call.finish(Failed(502, "engine_error", e.message, relayed_audio_s=_made(encoder, seconds)))
     except BaseException:
-        call.finish(Failed(499, "client_disconnected", "the client closed the connection while speech was sent"))
+        call.finish(Failed(499, "client_disconnected", "the client closed the connection while speech was sent",
+                           relayed_audio_s=_made(encoder, seconds)))
         raise
+
+
+def _made(encoder: codec.SpeechEncoder | None, seconds: float) -> float | None:
+    return seconds if encoder is None else None  # NOTE: the /v1/audio/speech route's stream keeps its old charging
 
 
 def _settle_with_task(call: Call) -> None:

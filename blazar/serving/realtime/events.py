@@ -8,9 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# What a text session serves now; the audio events are the voice pipeline's, not built yet (docs/21.REALTIME.md).
-AUDIO_EVENTS = frozenset({"input_audio_buffer.append", "input_audio_buffer.commit", "input_audio_buffer.clear",
-                          "output_audio_buffer.clear", "conversation.item.truncate"})
+# The audio input events are the voice pipeline's hearing, not built yet (docs/21.REALTIME.md).
+AUDIO_EVENTS = frozenset({"input_audio_buffer.append", "input_audio_buffer.commit", "input_audio_buffer.clear"})
 
 
 def new_id(prefix: str) -> str:
@@ -56,6 +55,15 @@ class ResponseAsked(Loose):
     conversation: str | None = None
     tools: list[dict[str, Any]] | None = None  # the session's, for this response
     tool_choice: str | dict[str, Any] | None = None
+    audio: dict[str, Any] | None = None  # `output`: this response's format, voice (serving/realtime/output.py)
+
+
+class TruncateAsked(Loose):
+    """`conversation.item.truncate`: an assistant audio item cut at the audio the user heard."""
+
+    item_id: str = Field(max_length=64)
+    content_index: int = Field(ge=0)
+    audio_end_ms: int = Field(ge=0)
 
 
 def event(type_: str, **fields: Any) -> dict[str, Any]:

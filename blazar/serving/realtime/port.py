@@ -52,3 +52,29 @@ class TurnRecorder(Protocol):
         """A turn ended: its `realtime.turn` event appended (the daemon: through the request writer). Never blocks."""
         ...
 
+
+
+@dataclass(frozen=True, slots=True)
+class SpokenChunk:
+    """One sentence spoken: its audio (16-bit mono PCM at `rate`, the voice's own), the sentence as it was given,
+    and the trace id of the speech request that made it."""
+
+    pcm: bytes
+    rate: int
+    text: str
+    trace_id: str
+
+
+class SpeakPort(Protocol):
+    """A session's voice: `voice` (the piper model), `speaker` (the session's default speaker, a profile's; None: the
+    voice's own), `speakers` (a multi-speaker voice's; empty for one speaker)."""
+
+    voice: str
+    speaker: str | None
+    speakers: tuple[str, ...]
+
+    def speak(self, sentences: AsyncIterator[str], *, speaker: str | None,
+              speed: float) -> AsyncIterator[SpokenChunk]:
+        """Each sentence spoken as it comes, one chunk per sentence in order, through ONE speech request (its
+        limits, admission and trace). Closing the iterator ends the request. Raises RealtimeSpeechRefused."""
+        ...

@@ -1,7 +1,8 @@
-"""One Realtime connection's session (text in, text out): its settings, its conversation, and the response running,
-driven by the client's events one at a time (`RealtimeSession.receive`). A response is a chat asked through the
-`ChatPort` (blazar/api/realtime.py: the gateway's own pipeline, as the caller) and streamed back as the protocol's
-events; `response.cancel` or the connection ending cancels it, which cancels the engine request under it."""
+"""One Realtime connection's session: its settings, its conversation, and the response running, driven by the
+client's events one at a time (`RealtimeSession.receive`). A response is a chat asked through the `ChatPort`
+(blazar/api/realtime.py: the gateway's own pipeline, as the caller) and streamed back as the protocol's events, as
+text or spoken through the `SpeakPort` (blazar/api/realtime_voice.py); `response.cancel`, an interruption or the
+connection ending cancels it, which cancels the engine requests under it."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from blazar.errors import RealtimeEventInvalid
+from blazar.serving.realtime import truncation
 from blazar.serving.realtime.events import AUDIO_EVENTS, ItemAsked, ResponseAsked, SessionAsked, error, event, new_id
-from blazar.serving.realtime.port import ChatPort, Send, TurnRecorder
+from blazar.serving.realtime.output import OutputSettings
+from blazar.serving.realtime.port import ChatPort, Send, SpeakPort, TurnRecorder
 from blazar.serving.realtime.tools import (
     ToolChoice,
     chat_messages,
@@ -26,6 +29,7 @@ from blazar.serving.realtime.tools import (
     function_item,
 )
 from blazar.serving.realtime.turn import Turn
+from blazar.serving.realtime.voicing import AudioItem
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -54,12 +58,22 @@ class RealtimeSession:
     turns: int = 0  # responses begun: the next turn's index
     recorder: TurnRecorder | None = None  # each turn's `realtime.turn` (None: not recorded)
 
+    speak: SpeakPort | None = None  # the session's voice; None: it has none (audio out is refused, `no_voice` says why)
+    no_voice: str = "this session has no voice"
+    no_voice_code: str = "audio_not_supported"  # model_not_allowed: the key's scope leaves the voice out
+    output: OutputSettings = field(default_factory=OutputSettings)
+    spoken: dict[str, AudioItem] = field(default_factory=dict)  # the assistant audio items' timelines, by item id
+
     def view(self) -> dict[str, Any]:
         """The session as `session.created`/`session.updated` show it (a RealtimeSessionCreateRequest)."""
-        return {"type": "realtime", "object": "realtime.session", "id": self.id, "model": self.model,
-                "instructions": self.instructions, "output_modalities": ["text"],
-                "max_output_tokens": self.max_output_tokens if self.max_output_tokens is not None else "inf",
-                "tools": self.tools, "tool_choice": self.tool_choice}
+        v: dict[str, Any] = {
+            "type": "realtime", "object": "realtime.session", "id": self.id, "model": self.model,
+            "instructions": self.instructions, "output_modalities": self.output.resolved(self.speak),
+            "max_output_tokens": self.max_output_tokens if self.max_output_tokens is not None else "inf",
+            "tools": self.tools, "tool_choice": self.tool_choice, "audio": {}}
+        if self.speak is not None:
+            v["audio"]["output"] = self.output.view(self.speak)
+        return v
 
     async def start(self) -> None:
         await self.send(event("session.created", session=self.view()))
@@ -91,14 +105,19 @@ class RealtimeSession:
     def _handlers(self) -> dict[str, Callable[[dict[str, Any], str | None], Awaitable[None]]]:
         return {"session.update": self._update, "conversation.item.create": self._create,
                 "conversation.item.delete": self._delete, "response.create": self._respond,
-                "response.cancel": self._cancel}
+                "response.cancel": self._cancel,
+                "conversation.item.truncate": lambda d, e: truncation.truncate(self, d, e),
+                "output_audio_buffer.clear": truncation.no_output_buffer(self)}
 
     async def _update(self, data: dict[str, Any], eid: str | None) -> None:
         asked = _model(SessionAsked, data.get("session"), "session")
-        if (asked.output_modalities and "audio" in asked.output_modalities) or asked.audio:
-            await self.send(error("session.audio, output_modalities audio: audio is not served yet (text only for "
-                                  "now)", code="audio_not_supported", param="session.output_modalities",
-                                  event_id=eid))
+        audio = asked.audio or {}
+        if set(audio) - {"output"}:
+            await self.send(error("session.audio.input: audio input is not served yet", code="audio_not_supported",
+                                  param="session.audio.input", event_id=eid))
+            return
+        output = self.output.with_asked(asked.output_modalities, audio.get("output"), self.speak, "session")
+        if not await self._voiced(output.resolved(self.speak), "session.output_modalities", eid):
             return
         tools = checked_tools(asked.tools, "session.tools", self.bounds.max_tools) if asked.tools is not None \
             else self.tools
@@ -111,7 +130,16 @@ class RealtimeSession:
             self.temperature = asked.temperature
         if asked.max_output_tokens is not None:
             self.max_output_tokens = self._tokens(asked.max_output_tokens)
+        self.output = output
         await self.send(event("session.updated", session=self.view()))
+
+    async def _voiced(self, modalities: list[str], param: str, eid: str | None) -> bool:
+        """Whether the session can answer in `modalities`; audio without a voice is told why."""
+        if "audio" in modalities and self.speak is None:
+            await self.send(error(f"{param} audio: {self.no_voice}", code=self.no_voice_code, param=param,
+                                  event_id=eid))
+            return False
+        return True
 
     def _tokens(self, asked: int | str) -> int:
         return self.bounds.max_output_tokens if asked == "inf" else min(int(asked), self.bounds.max_output_tokens)
@@ -155,9 +183,10 @@ class RealtimeSession:
 
     async def _respond(self, data: dict[str, Any], eid: str | None) -> None:
         asked = _model(ResponseAsked, data.get("response") or {}, "response")
-        if asked.output_modalities and "audio" in asked.output_modalities:
-            await self.send(error("response.output_modalities: audio is not served yet (text only for now)",
-                                  code="audio_not_supported", param="response.output_modalities", event_id=eid))
+        output = self.output.with_asked(asked.output_modalities, (asked.audio or {}).get("output"), self.speak,
+                                        "response")
+        modalities = output.resolved(self.speak)
+        if not await self._voiced(modalities, "response.output_modalities", eid):
             return
         if self.running is not None and not self.running.done():
             await self.send(error("a response is already in progress", code="conversation_already_has_active_"
@@ -165,7 +194,8 @@ class RealtimeSession:
             return
         body = self.chat_body(asked)
         out_of_band = asked.conversation == "none"
-        self.turn = Turn(self, new_id("resp"), out_of_band)
+        voice = output.voice_out(self.speak) if "audio" in modalities and self.speak is not None else None
+        self.turn = Turn(self, new_id("resp"), out_of_band, voice)
         await self.turn.begin()
         self.running = asyncio.create_task(self.turn.run(body))
 
@@ -193,6 +223,21 @@ class RealtimeSession:
             await self.send(error("no response is in progress", code="response_cancel_not_active", event_id=eid))
             return
         await self.stop()
+
+    async def interrupt(self, audio_start_ms: int) -> None:
+        """The user started speaking while a response runs (server VAD with `interrupt_response`): the response is
+        cancelled (`turn_detected`) as `stop` cancels it, and its audio item, which holds only the audio that was
+        sent, is told truncated there (`conversation.item.truncated`)."""
+        turn = self.turn
+        if turn is None or self.running is None or self.running.done():
+            return
+        turn.cancel_reason = "turn_detected"
+        turn.interrupted_at_ms = audio_start_ms
+        await self.stop()
+        item = self.spoken.get(turn.item_id)
+        if item is not None:
+            await self.send(event("conversation.item.truncated", item_id=turn.item_id, content_index=0,
+                                  audio_end_ms=round(item.audio_ms)))
 
     async def stop(self) -> None:
         """Cancel the running response (its engine request with it) and wait for it to end."""

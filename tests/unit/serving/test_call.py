@@ -5,7 +5,7 @@ changed on the way."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -223,3 +223,21 @@ def test_a_completed_request_records_its_energy_and_every_end_closes_its_span(tm
 class _NoNvml:
     def nvmlInit(self) -> None:
         raise RuntimeError("no NVIDIA driver")
+
+
+def test_a_speech_call_ended_early_charges_the_audio_it_made_and_records_it_and_one_without_none() -> None:
+    from blazar.serving.request import AudioAsked
+
+    class AudioDesk(Desk):
+        def charge_audio(self, key_name: str, seconds: float) -> None:
+            self.given.append(f"audio:{key_name}:{seconds}")
+
+    for relayed, charged in ((2.5, ["audio:alice:2.5"]), (None, [])):
+        desk = AudioDesk()
+        call = holding_call(desk)
+        call.request = replace(call.request, audio=AudioAsked(route="speech", response_format="pcm"))
+        call.finish(Failed(499, "client_disconnected", "cancelled", relayed_audio_s=relayed))
+        assert [g for g in desk.given if g.startswith("audio")] == charged
+        types = [e.TYPE for _, e in desk.events]
+        assert types[-1] == "request.failed"
+        assert ("request.audio" in types) is (relayed is not None)

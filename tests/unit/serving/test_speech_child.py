@@ -58,3 +58,48 @@ async def test_pipers_error_page_is_the_owners_and_a_key_is_told_what_failed() -
     assert e.value.http_status == 502 and "refused the text (500)" in e.value.message
     assert public_message(e.value).startswith("joe's voice could not speak this text")
     assert "Internal Server Error" not in public_message(e.value)
+
+
+class _LiveCall(SimpleNamespace):
+    """A call that records how it ended (the first end only, as Call.finish)."""
+
+    def __init__(self) -> None:
+        super().__init__(model="joe", instance=_call().instance, outcome=None, measured=None, first=False)
+
+    def first_token(self) -> None:
+        self.first = True
+
+    def audio_measured(self, seconds: float) -> None:
+        self.measured = seconds
+
+    def finish(self, outcome: Any) -> None:
+        self.outcome = self.outcome or outcome
+
+
+async def _sentences(*texts: str) -> Any:
+    for text in texts:
+        yield text
+
+
+async def test_a_live_answer_speaks_each_sentence_as_it_comes_one_raw_chunk_each() -> None:
+    child, call = _Child(200, tone_wav(0.1, 22050)), _LiveCall()
+    produce = speech.live_producer(SimpleNamespace(client=child), " One. ", _sentences("Two. ", "Three."), 1.0, None)
+    answer = await produce(call)  # type: ignore[arg-type]
+    assert call.first and answer.headers[speech.SAMPLE_RATE_HEADER] == "22050"
+    assert answer.stream is not None
+    chunks = [c async for c in answer.stream]
+    assert [len(c) for c in chunks] == [4410] * 3  # 0.1 s of 16-bit samples at 22.05 kHz, a sentence each
+    assert [s["text"] for s in child.sent] == ["One.", "Two.", "Three."]
+    assert call.outcome.status == 200 and call.measured == pytest.approx(0.3)
+
+
+async def test_a_live_answer_ended_early_is_failed_with_the_audio_it_made() -> None:
+    child, call = _Child(200, tone_wav(0.1, 22050)), _LiveCall()
+    produce = speech.live_producer(SimpleNamespace(client=child), "One.", _sentences("Two.", "Three."), 1.0, None)
+    answer = await produce(call)  # type: ignore[arg-type]
+    assert answer.stream is not None
+    stream: Any = answer.stream
+    assert len(await anext(stream)) == 4410
+    await stream.aclose()  # the response cancelled after its first sentence
+    assert call.outcome.status == 499 and call.outcome.relayed_audio_s == pytest.approx(0.1)
+    assert len(child.sent) == 1  # nothing more was asked of the child
