@@ -58,6 +58,7 @@
     ├── RealtimeProfileError   400  a realtime profile that cannot be set, or a session's three models that cannot be
     │                               found (a model missing, of another kind, a name taken)
     ├── RealtimeChatRefused    400  a realtime response's chat refused or failed (its `code` is the refusal's own)
+    │   └── RealtimeHearRefused 400 a realtime turn's transcription refused or failed (a limit, the scope, whisper)
     ├── WorkerError            400  `blazar worker` that cannot run (no rpc-server, a bind wider than loopback)
     ├── NodeError              502  another node could not do what it was asked (unknown, down, unreachable, refused)
     ├── SessionError                a session command (`blazar session save|restore|rm`)
@@ -845,6 +846,13 @@ class RealtimeChatRefused(BlazarError):
     def __init__(self, message: str, code: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class RealtimeHearRefused(RealtimeChatRefused):
+    """A realtime turn's transcription refused or failed (a limit such as daily_audio_s, the scope, the whisper
+    child): its words and code, told as an `error` event and the item's `transcription.failed`."""
+
+    code = "realtime_hear_refused"
 
 
 class WorkerError(BlazarError):

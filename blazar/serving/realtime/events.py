@@ -8,9 +8,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# What a text session serves now; the audio events are the voice pipeline's, not built yet (docs/21.REALTIME.md).
-AUDIO_EVENTS = frozenset({"input_audio_buffer.append", "input_audio_buffer.commit", "input_audio_buffer.clear",
-                          "output_audio_buffer.clear", "conversation.item.truncate"})
+# The input audio buffer's events: served by a session that hears (blazar/serving/realtime/hearing.py).
+HEAR_EVENTS = frozenset({"input_audio_buffer.append", "input_audio_buffer.commit", "input_audio_buffer.clear"})
+# The output audio's events: not served yet (docs/21.REALTIME.md).
+AUDIO_EVENTS = frozenset({"output_audio_buffer.clear", "conversation.item.truncate"})
 
 
 def new_id(prefix: str) -> str:

@@ -25,6 +25,7 @@ class Turn:
         self.text: list[str] = []
         self.usage: Usage | None = None
         self.ran = False  # its task took its first step (a task cancelled before that never runs its body)
+        self.begun = False  # response.created was sent
 
     def _response(self, status: str, output: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         r: dict[str, Any] = {"object": "realtime.response", "id": self.id, "status": status, "output": output,
@@ -44,9 +45,12 @@ class Turn:
         return {"response_id": self.id, "item_id": self.item_id, "output_index": 0, **more}
 
     async def begin(self) -> None:
+        self.begun = True
         await self.session.send(event("response.created", response=self._response("in_progress", [])))
 
     async def cancelled_unrun(self) -> None:
+        if not self.begun:  # cancelled before its task's first step: it still begins, then ends
+            await self.begin()
         await self._end("cancelled", "incomplete", {"type": "cancelled", "reason": "client_cancelled"}, False)
 
     async def run(self, body: dict[str, Any]) -> None:
