@@ -154,6 +154,8 @@ class Hearing:
                 f"only has {held:.2f}ms of audio.", code="input_audio_buffer_commit_empty", event_id=eid))
             return
         item_id = self._speech[0] if self._speech is not None else new_id("item")
+        self._buffer += self._resampler.flush()  # the filter's look-ahead: the buffer's last samples, all of them
+        self._resampler = Pcm16Resampler(self.settings.format.rate, RATE)
         audio = self._take(self._buf_ms, self._fed_ms)
         if self.settings.vad is not None:
             self._restart_vad()  # the speech it was hearing is committed: a stop would commit it again
