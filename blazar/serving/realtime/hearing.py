@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -61,6 +62,7 @@ class Hearing:
         self.heard: Heard | None = None  # the last transcription (its trace id and ms: the turn's facts, part W)
         self.speech_started_ms: int | None = None
         self.speech_stopped_ms: int | None = None
+        self.committed_at: float | None = None  # time.monotonic() of the last commit
 
     def view(self) -> dict[str, Any]:
         return self.settings.view(self.stt)
@@ -185,6 +187,7 @@ class Hearing:
 
     async def _commit(self, item_id: str, audio: bytes, *, respond: bool) -> None:
         session = self.session
+        self.committed_at = time.monotonic()
         previous = session.items[-1]["id"] if session.items else None
         await session.send(event("input_audio_buffer.committed", previous_item_id=previous, item_id=item_id))
         await self.add_item(item_id, audio, None, respond=respond)
