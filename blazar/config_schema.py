@@ -469,6 +469,11 @@ class Inputs(Section):
         description="Seconds a realtime session may last: past it, an error event (session_expired), the running "
                     "response cancelled, and the socket closed (1001).",
     )
+    realtime_max_buffer_s: float = Field(
+        default=60.0, ge=1.0, le=3600.0,
+        description="Seconds of audio a realtime session's input buffer may hold uncommitted (an append past it is "
+                    "refused with an error event and not kept; commit or clear).",
+    )
     max_tokens_over_context: Literal["bound", "refuse"] = Field(
         default="bound",
         description="When a prompt fits the context but prompt + max_tokens does not: bound (the output is capped "

@@ -59,6 +59,7 @@
     ├── RealtimeProfileError   400  a realtime profile that cannot be set, or a session's three models that cannot be
     │                               found (a model missing, of another kind, a name taken)
     ├── RealtimeChatRefused    400  a realtime response's chat refused or failed (its `code` is the refusal's own)
+    │   └── RealtimeHearRefused 400 a realtime turn's transcription refused or failed (a limit, the scope, whisper)
     ├── RealtimeSpeechRefused  400  a realtime response's speech refused or failed (its `code` is the refusal's own)
     ├── WorkerError            400  `blazar worker` that cannot run (no rpc-server, a bind wider than loopback)
     ├── NodeError              502  another node could not do what it was asked (unknown, down, unreachable, refused)
@@ -866,6 +867,13 @@ class RealtimeSpeechRefused(BlazarError):
     def __init__(self, message: str, code: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class RealtimeHearRefused(RealtimeChatRefused):
+    """A realtime turn's transcription refused or failed (a limit such as daily_audio_s, the scope, the whisper
+    child): its words and code, told as an `error` event and the item's `transcription.failed`."""
+
+    code = "realtime_hear_refused"
 
 
 class WorkerError(BlazarError):

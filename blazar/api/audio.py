@@ -121,16 +121,23 @@ async def _read_form(req: falcon.asgi.Request, directory: Path, limit: int) -> _
 def _multipart(up: _Upload, data: bytes, max_audio_s: float) -> tuple[str, bytes]:
     """The form again, for the whisper child: its fields as the client sent them, the bound the child decodes to
     (`max_audio_s`: it stops there too, whatever the file says of itself) and the file's bytes."""
+    return whisper_form(up.fields, up.filename, up.file_type, data, max_audio_s)
+
+
+def whisper_form(fields: dict[str, list[str]], filename: str, file_type: str, data: bytes,
+                 max_audio_s: float) -> tuple[str, bytes]:
+    """A multipart form for a whisper child (its content type and body): the text fields, the bound the child
+    decodes to, and the file. Also a realtime session's transcription (blazar/api/realtime_hear.py)."""
     boundary = uuid.uuid4().hex
     out: list[bytes] = []
-    fields = {name: values for name, values in up.fields.items() if name != MAX_AUDIO_FIELD}
-    for name, values in [*fields.items(), (MAX_AUDIO_FIELD, [repr(float(max_audio_s))])]:
+    kept = {name: values for name, values in fields.items() if name != MAX_AUDIO_FIELD}
+    for name, values in [*kept.items(), (MAX_AUDIO_FIELD, [repr(float(max_audio_s))])]:
         for value in values:
             out.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'.encode()
                        + value.encode() + b"\r\n")
-    safe = up.filename.replace('"', "'")
+    safe = filename.replace('"', "'")
     out.append(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{safe}"\r\n'
-               f"Content-Type: {up.file_type}\r\n\r\n".encode() + data + b"\r\n")
+               f"Content-Type: {file_type}\r\n\r\n".encode() + data + b"\r\n")
     out.append(f"--{boundary}--\r\n".encode())
     return f"multipart/form-data; boundary={boundary}", b"".join(out)
 

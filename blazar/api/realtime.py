@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import falcon
@@ -18,19 +19,21 @@ import orjson
 
 from blazar.api import bounds, errors
 from blazar.api.auth import REALTIME_PROTOCOL, Access, principal_of
+from blazar.api.realtime_hear import GatewayHear
 from blazar.api.realtime_trace import GatewayTurns
 from blazar.api.realtime_voice import session_voice
 from blazar.api.routes import Deps, Route
 from blazar.dialects.tools import constrain
-from blazar.errors import BlazarError, ModelNotFound, RealtimeChatRefused
+from blazar.errors import BlazarError, ModelNotFound, RealtimeChatRefused, RealtimeProfileError
 from blazar.ids import new_trace_id
+from blazar.queries import realtime as profiles
 from blazar.serving.gateway import Gateway
 from blazar.serving.prefix import agent_of
 from blazar.serving.principal import Principal
 from blazar.serving.realtime.events import error
 from blazar.serving.realtime.facts import TurnModels
-from blazar.serving.realtime.port import ChatWatch, ToolCallDelta, Usage
-from blazar.serving.realtime.session import Bounds, RealtimeSession
+from blazar.serving.realtime.port import Absent, ChatWatch, ToolCallDelta, Usage
+from blazar.serving.realtime.session import NO_WHISPER, Bounds, RealtimeSession
 from blazar.serving.request import NO_HOOKS, Hooks, Request
 from blazar.serving.tenancy import tenant_of
 
@@ -112,6 +115,16 @@ def _call_piece(call: dict[str, Any]) -> ToolCallDelta:
                          fn.get("arguments") or "")
 
 
+@dataclass(frozen=True, slots=True)
+class Served:
+    """The models a connection's session runs on: the chat model, and the whisper model that hears (None: the
+    session does not hear, `absent` says why)."""
+
+    llm: str
+    stt: str | None
+    absent: Absent = NO_WHISPER
+
+
 class Realtime:
     def __init__(self, deps: Deps) -> None:
         self.app = deps.app
@@ -130,12 +143,35 @@ class Realtime:
             if not model:
                 raise ModelNotFound("the model is asked in the URL: /v1/realtime?model=NAME")
             bounds.check_name(model)
-            self.gateway.check_scope(principal, model)  # NOTE: the scope before existence: nothing told beyond it
-            self.gateway.supervisor.resolve(model)
+            served = self._models(req, principal, model)
         except (BlazarError, falcon.HTTPError) as e:
             await self._refuse(req, ws, e)
             return
-        await self._serve(req, ws, model, principal)
+        await self._serve(req, ws, model, principal, served)
+
+    def _models(self, req: falcon.asgi.Request, principal: Principal | None, model: str) -> Served:
+        """What serves a session asking for `model` (blazar/queries/realtime.py): a profile's models, each in the
+        key's scope (else refused); or the chat model, in its scope, hearing with the default whisper model when the
+        store has one and the key may use it (else the session is text only, and says why when audio is asked).
+        NOTE: the scope before existence: nothing told beyond it."""
+        p = profiles.profile(self.app, model)
+        if p is not None:
+            for name in (p.stt, p.llm, p.tts):
+                self.gateway.check_scope(principal, name)
+            m = profiles.session_models(self.app, model)
+            return Served(m.llm, m.stt)
+        self.gateway.check_scope(principal, model)
+        self.gateway.supervisor.resolve(model)
+        try:
+            stt = profiles.default_stt(self.app)
+        except RealtimeProfileError as e:
+            return Served(model, None, Absent("audio_not_supported", str(e)))
+        try:
+            self.gateway.check_scope(principal, stt)
+        except BlazarError as e:
+            return Served(model, None, Absent(e.code, f"{self.audience.told(req, e)} ({stt} is the whisper model "
+                                                      "that hears this session)"))
+        return Served(model, stt)
 
     async def _refuse(self, req: falcon.asgi.Request, ws: falcon.asgi.WebSocket, e: Exception) -> None:
         if isinstance(e, BlazarError):
@@ -146,21 +182,26 @@ class Realtime:
         await ws.close(POLICY_VIOLATION)
 
     async def _serve(self, req: falcon.asgi.Request, ws: falcon.asgi.WebSocket, model: str,
-                     principal: Principal | None) -> None:
+                     principal: Principal | None, served: Served) -> None:
         inputs = self.app.settings().inputs
-        chat = GatewayChat(self.gateway, principal, req.remote_addr, agent_of(req.get_header("User-Agent")),
-                           lambda e: self.audience.told(req, e))
+        agent = agent_of(req.get_header("User-Agent"))
+        chat = GatewayChat(self.gateway, principal, req.remote_addr, agent, lambda e: self.audience.told(req, e))
+        hear = None if served.stt is None else GatewayHear(
+            self.gateway, served.stt, principal, req.remote_addr, agent, inputs.max_audio_s,
+            lambda e: self.audience.told(req, e))
 
         async def send(event: dict[str, Any]) -> None:
             await ws.send_text(orjson.dumps(event).decode())
 
-        session = RealtimeSession(model, chat, send, Bounds(inputs.realtime_max_items,
-                                                            inputs.realtime_max_output_tokens,
-                                                            max_tools=inputs.realtime_max_tools),
-                                  recorder=GatewayTurns(self.app, TurnModels(asked=model, llm=model), principal))
-        voiced = session_voice(self.app, self.gateway, model, principal, req.remote_addr,
-                               agent_of(req.get_header("User-Agent")), PATH, lambda e: self.audience.told(req, e))
-        session.speak, session.no_voice, session.no_voice_code = voiced
+        limits = Bounds(inputs.realtime_max_items, inputs.realtime_max_output_tokens,
+                        max_tools=inputs.realtime_max_tools, max_buffer_s=inputs.realtime_max_buffer_s)
+        voice, no_voice, no_voice_code = session_voice(self.app, self.gateway, model, principal, req.remote_addr,
+                                                       agent, PATH, lambda e: self.audience.told(req, e))
+        models = TurnModels(asked=model, llm=served.llm, stt=served.stt, tts=voice.voice if voice else None,
+                            speaker=voice.speaker if voice else None)
+        session = RealtimeSession(model, chat, send, limits, recorder=GatewayTurns(self.app, models, principal),
+                                  llm=served.llm, stt=served.stt, hear=hear, hear_absent=served.absent,
+                                  speak=voice, no_voice=no_voice, no_voice_code=no_voice_code)
         limit = inputs.realtime_max_message_kib << 10
         ends = time.monotonic() + inputs.realtime_max_session_s
         try:
@@ -191,7 +232,7 @@ class Realtime:
         except falcon.WebSocketDisconnected:
             pass
         finally:
-            await session.stop()  # a dropped connection cancels what runs: its engine request with it
+            await session.close()  # a dropped connection cancels what runs: its engine requests with it
 
 
 ROUTES = (

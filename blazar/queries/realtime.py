@@ -22,7 +22,7 @@ from blazar.projections import realtime as rt
 from blazar.projections.catalog import CatalogState
 from blazar.projections.realtime import RealtimeProfile, RealtimeState
 
-__all__ = ["DEFAULT_STT", "DEFAULT_TTS", "RealtimeProfile", "SessionModels", "profile", "profiles",
+__all__ = ["DEFAULT_STT", "DEFAULT_TTS", "RealtimeProfile", "SessionModels", "default_stt", "profile", "profiles",
            "resolve_session_models", "session_models"]
 
 DEFAULT_STT = "whisper-base"  # the registry's names: `blazar pull whisper-base`, `blazar pull joe`
@@ -83,6 +83,12 @@ def default_model(catalog: CatalogState, kind: ModelKind, preferred: str) -> str
 def session_models(app: Blazar, name: str) -> SessionModels:
     """`resolve_session_models` over the live state."""
     return resolve_session_models(app.runner.state("realtime"), app.runner.state("catalog"), name)
+
+
+def default_stt(app: Blazar) -> str:
+    """The whisper model a session around a chat model hears with (`default_model`): RealtimeProfileError when the
+    store has none."""
+    return default_model(app.runner.state("catalog"), "whisper", DEFAULT_STT)
 
 
 def profiles(app: Blazar) -> list[RealtimeProfile]:

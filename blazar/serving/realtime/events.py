@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# The audio input events are the voice pipeline's hearing, not built yet (docs/21.REALTIME.md).
-AUDIO_EVENTS = frozenset({"input_audio_buffer.append", "input_audio_buffer.commit", "input_audio_buffer.clear"})
+# The input audio buffer's events: served by a session that hears (blazar/serving/realtime/hearing.py).
+HEAR_EVENTS = frozenset({"input_audio_buffer.append", "input_audio_buffer.commit", "input_audio_buffer.clear"})
 
 
 def new_id(prefix: str) -> str:

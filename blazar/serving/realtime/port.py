@@ -78,3 +78,27 @@ class SpeakPort(Protocol):
         """Each sentence spoken as it comes, one chunk per sentence in order, through ONE speech request (its
         limits, admission and trace). Closing the iterator ends the request. Raises RealtimeSpeechRefused."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Heard:
+    """A transcription of a committed turn: its text, the trace id of its internal request and its wall time."""
+
+    text: str
+    trace_id: str
+    ms: float
+    audio_s: float  # the seconds of audio it heard (the item's usage)
+
+
+class HearPort(Protocol):
+    async def transcribe(self, pcm16_16k: bytes, *, language: str | None, prompt: str | None) -> Heard:
+        """The words of 16 kHz mono PCM16 audio. Raises RealtimeHearRefused (a limit, the scope, the engine)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Absent:
+    """Why a session lacks a capability (no model in the store, none in the key's scope): the `error` an ask gets."""
+
+    code: str
+    message: str

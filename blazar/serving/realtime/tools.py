@@ -119,7 +119,8 @@ def chat_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for item in items:
         if item["type"] == "message":
             text = "".join(p.get("text") or p.get("transcript") or "" for p in item["content"])
-            messages.append({"role": item["role"], "content": text})
+            if text or not any(p["type"] == "input_audio" for p in item["content"]):  # audio not heard: left out
+                messages.append({"role": item["role"], "content": text})
         elif item["type"] == "function_call":
             if not isinstance(_json(item["arguments"]), dict):
                 continue

@@ -46,6 +46,7 @@ class Turn:
         self.text: list[str] = []
         self.usage: Usage | None = None
         self.ran = False  # its task took its first step (a task cancelled before that never runs its body)
+        self.begun = False  # response.created was sent
         self.started = False  # its item and part were opened (the chat's first text came)
         self.cancel_reason = "client_cancelled"  # `turn_detected` when the user's speech interrupted it
         self.interrupted_at_ms: int | None = None  # where in the input audio the interrupting speech started
@@ -90,9 +91,12 @@ class Turn:
         await self.session.send(event(type_, **self._at(content_index=0, **fields)))
 
     async def begin(self) -> None:
+        self.begun = True
         await self.session.send(event("response.created", response=self._response("in_progress", [])))
 
     async def cancelled_unrun(self) -> None:
+        if not self.begun:  # cancelled before its task's first step: it still begins, then ends
+            await self.begin()
         await self._end("cancelled", "incomplete", {"type": "cancelled", "reason": self.cancel_reason})
 
     async def run(self, body: dict[str, Any]) -> None:
