@@ -284,6 +284,76 @@ async def test_a_manual_turn_is_committed_by_the_client_and_answered_on_response
     assert events[-1].response.status == "completed"
 
 
+# --- The whole turn: a question spoken into the session comes back spoken; the user's voice interrupts an answer ----
+
+
+async def test_a_spoken_question_is_answered_in_speech_whisper_hears_and_the_turn_is_one_trace(
+        voice_daemon: VoiceDaemon, heard_question: bytes) -> None:
+    """Piper's question into a session on the profile, with its defaults (server VAD, spoken answers): the answer's
+    audio, transcribed by whisper, has the words of its transcript; the turn is one `realtime.turn` naming its three
+    internal requests with the timings of each part, and `blazar why TURN` tells them."""
+    d = voice_daemon
+    async with d.aclient().realtime.connect(model=PROFILE) as conn:
+        created = await conn.recv()
+        assert created.session.output_modalities == ["audio"]
+        await conn.session.update(session={"type": "realtime", "max_output_tokens": 24, "temperature": 0})
+        assert (await conn.recv()).type == "session.updated"
+        await append(conn, heard_question)
+        events = await until(conn, "response.done")
+    types = [e.type for e in events]
+    assert types.index("conversation.item.input_audio_transcription.completed") < types.index(
+        "response.output_audio.delta")
+    done = events[-1].response
+    assert done.status == "completed", [e for e in events if e.type == "error"]
+    transcript = done.output[0].content[0].transcript
+    pcm = b"".join(base64.b64decode(e.delta) for e in events if e.type == "response.output_audio.delta")
+    assert transcript and len(pcm) > 24_000
+    heard = await asyncio.to_thread(lambda: d.client().audio.transcriptions.create(
+        model=voice.STT, file=("answer.wav", _wav(pcm), "audio/wav")).text)
+    assert len(_words(heard) & _words(transcript)) >= min(2, len(_words(transcript))), (heard, transcript)
+    turn = await asyncio.to_thread(_turn_of, d, created.session.id)
+    data = turn["data"]
+    assert data["status"] == "completed" and (data["model"], data["stt"], data["tts"]) == (PROFILE, voice.STT,
+                                                                                          voice.TTS)
+    assert data["vad"]["speech_stopped_ms"] > data["vad"]["speech_started_ms"] >= 0
+    for part in ("transcription", "chat", "speech"):
+        assert data[part]["trace_id"], part
+    assert data["speech"]["first_ms"] > 0 and data["speech"]["audio_seconds"] > 0.5
+    told = json.loads((await asyncio.to_thread(d.cli, "why", turn["trace_id"], "--json")).stdout)
+    assert "first audio" in told["verdict"] and "transcription" in told["verdict"], told["verdict"]
+
+
+def _turn_of(d: VoiceDaemon, session_id: str) -> dict[str, Any]:
+    """The session's one `realtime.turn` (request events are group-committed: waited for)."""
+    def found() -> list[dict[str, Any]]:
+        return [e for e in d.events("realtime.turn") if e["data"]["session_id"] == session_id]
+    turns = wait_for(found, f"the realtime.turn of {session_id}", timeout=HANG_S)
+    assert len(turns) == 1, turns
+    return turns[0]
+
+
+async def test_the_user_speaking_over_an_answer_interrupts_it_and_the_answer_is_cut_to_what_was_sent(
+        voice_daemon: VoiceDaemon, heard_question: bytes) -> None:
+    d = voice_daemon
+    async with d.aclient().realtime.connect(model=PROFILE) as conn:
+        await conn.recv()
+        await conn.conversation.item.create(item=LONG)  # type: ignore[arg-type]
+        await until(conn, "conversation.item.done")
+        await conn.response.create(response={"max_output_tokens": 400, "temperature": 0})
+        before = await until(conn, "response.output_audio.delta")
+        await append(conn, heard_question)  # the user speaks: server VAD hears it start
+        events = before + await until(conn, "conversation.item.truncated")
+    types = [e.type for e in events]
+    assert types.index("input_audio_buffer.speech_started") < types.index("response.done")
+    done = next(e for e in events if e.type == "response.done").response
+    assert done.status == "cancelled" and done.status_details.reason == "turn_detected"
+    sent = b"".join(base64.b64decode(e.delta) for e in events if e.type == "response.output_audio.delta")
+    cut = events[-1]
+    # What was sent, to one delta (500 ms): a delta being sent as the cancel lands may or may not have gone out.
+    assert cut.item_id == done.output[0].id and cut.audio_end_ms > 0 and abs(cut.audio_end_ms - len(sent) / 48) <= 500
+    await asyncio.to_thread(_cut_short, d, -1)
+
+
 # ---- C: the console's Talk view in headless Chromium ---------------------------------------------------------------
 # The page on the daemon's console, an admin key entered as a user does, Chromium's fake microphone playing a question
 # spoken by piper (then silence, once: `%noloop`). What the page shows is read from its DOM: `#talk`'s data-state,

@@ -119,10 +119,11 @@ class Voicing:
         step = self.out.format.rate * DELTA_MS // 1000 * 2
         for at in range(0, len(pcm), step):
             piece = pcm[at:at + step]
-            await self.emit("response.output_audio.delta", delta=encode_delta(self.out.format, piece))
-            if self.first_audio_ms is None:
-                self.first_audio_ms = round((time.monotonic() - self.began) * 1000, 1)
-                self.first_audio_at = time.perf_counter()
+            # NOTE: counted before it is sent: a cancel that lands while the send is awaited may find it sent.
             self.samples += len(piece) // 2
             if self.said:
                 self.said[-1].end_ms = self.audio_ms
+            if self.first_audio_ms is None:
+                self.first_audio_ms = round((time.monotonic() - self.began) * 1000, 1)
+                self.first_audio_at = time.perf_counter()
+            await self.emit("response.output_audio.delta", delta=encode_delta(self.out.format, piece))
