@@ -80,8 +80,8 @@ def session_voice(app: Blazar, gateway: Gateway, model: str, principal: Principa
                   agent: str | None, path: str, tell: Callable[[BaseException], str]
                   ) -> tuple[GatewayVoice | None, str, str]:
     """The voice of a session asking for `model`, or None with the words why it has none and the code that tells
-    them (the store has no voice; the key's scope leaves it out: model_not_allowed). # V1's resolution replaces this:
-    it resolves the three models at connect."""
+    them (the store has no voice; the key's scope leaves it out: model_not_allowed). A profile's voice and speaker
+    (its scope was checked at connect, blazar/api/realtime.py `_models`), else the default voice."""
     try:
         if profile(app, model) is not None:
             models = session_models(app, model)
