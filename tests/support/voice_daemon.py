@@ -16,6 +16,7 @@ import pytest
 
 from tests.support.blazar_home import read_events
 from tests.support.daemon import start_serve, wait_for
+from tests.support.homes import model_home
 from tests.support.serving import blazar_cli, free_port, healthy, stop_daemon
 
 STT = "whisper-base"
@@ -54,11 +55,13 @@ class VoiceDaemon:
 
 @pytest.fixture(scope="module")
 def voice_daemon(tmp_path_factory: pytest.TempPathFactory, whisper_base: Path, joe: tuple[Path, Path],
-                 gemma_path: Path) -> Iterator[VoiceDaemon]:
+                 gemma_path: Path, engine_binary: Path) -> Iterator[VoiceDaemon]:
     home = tmp_path_factory.mktemp("voice-home")
+    # The engine installed and Gemma imported with its template probe recorded (a first load that probes would
+    # take minutes on two loaded cores), cloned from the session's home of that kind.
+    model_home(home, engine_binary, gemma_path, CHAT)
     blazar_cli(home, "import", str(whisper_base), "--name", STT)
     blazar_cli(home, "import", str(joe[0]), "--name", TTS)
-    blazar_cli(home, "import", str(gemma_path), "--name", CHAT)
     blazar_cli(home, "realtime", "set", PROFILE, "--stt", STT, "--llm", CHAT, "--tts", TTS)
     port = free_port()
     log = home.parent / f"{home.name}-daemon.log"
