@@ -7,8 +7,9 @@ where the question's last 10 ms frame louder than -40 dBFS ends. Each time is in
 
     decided      the turn's end is known: `input_audio_buffer.speech_stopped` (realtime); chained, the client's own
                  VAD waits `--silence-ms` (500, the server VAD's default `silence_duration_ms`), added as a constant
-    transcribed  `conversation.item.input_audio_transcription.completed`; chained, the /v1/audio/transcriptions
-                 answer (the utterance as WAV, with the silence the client's VAD heard)
+    transcribed  `conversation.item.input_audio_transcription.completed` (the session asks for input transcription
+                 with `--stt` as its model); chained, the /v1/audio/transcriptions answer (the utterance as WAV, with
+                 the silence the client's VAD heard). `--language` tells whisper the language in both lanes.
     first_token  the first `response.output_audio_transcript.delta` (or `response.output_text.delta`); chained, the
                  first delta of the streamed /v1/chat/completions
     first_audio  the first `response.output_audio.delta`; chained, the first byte of /v1/audio/speech (pcm) asked
@@ -93,7 +94,8 @@ async def run_lane(name: str, lane: Any, questions: list[Question], turns: int, 
         async with lane:
             for i in range(warmup + turns):
                 row = await lane.turn(questions[i % len(questions)])
-                progress(f"{name} {'warm-up' if i < warmup else 'turn'} {i + 1}: first audio {row['first_audio']} ms")
+                which = f"warm-up {i + 1}" if i < warmup else f"turn {i + 1 - warmup}/{turns}"
+                progress(f"{name} {which}: first audio {row['first_audio']} ms after the end of speech")
                 if i >= warmup:
                     done.append(row)
     except LaneRefused as e:
@@ -107,13 +109,14 @@ async def measure(args: argparse.Namespace, url: str, key: str) -> dict[str, Any
     report: dict[str, Any] = {
         "machine": {"cores": os.cpu_count(), "processor": platform.processor() or platform.machine()},
         "turns": args.turns, "warmup": args.warmup, "max_output_tokens": args.max_tokens,
-        "silence_ms": args.silence_ms, "instructions": INSTRUCTIONS,
+        "silence_ms": args.silence_ms, "language": args.language, "instructions": INSTRUCTIONS,
         "models": {"profile": args.profile, "stt": args.stt, "llm": args.llm, "tts": args.tts}}
     if "realtime" in args.lanes:
-        lane = RealtimeLane(url, key, args.profile, INSTRUCTIONS, args.max_tokens)
+        lane = RealtimeLane(url, key, args.profile, INSTRUCTIONS, args.max_tokens, args.stt, args.language)
         report["realtime"] = await run_lane("realtime", lane, questions, args.turns, args.warmup)
     if "chained" in args.lanes:
-        chained = ChainedLane(url, key, args.stt, args.llm, args.tts, INSTRUCTIONS, args.max_tokens, args.silence_ms)
+        chained = ChainedLane(url, key, args.stt, args.llm, args.tts, INSTRUCTIONS, args.max_tokens, args.silence_ms,
+                              args.language)
         report["chained"] = await run_lane("chained", chained, questions, args.turns, args.warmup)
     rt = report.get("realtime", {}).get("summary", {}).get("first_audio")
     ch = report.get("chained", {}).get("summary", {}).get("first_audio")
@@ -156,6 +159,7 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=1, help="unmeasured turns per lane first (models loaded)")
     p.add_argument("--max-tokens", type=int, default=40, help="max_output_tokens / max_tokens of each answer")
     p.add_argument("--silence-ms", type=int, default=500, help="the chained client's VAD wait after speech")
+    p.add_argument("--language", help="the questions' language, told to whisper in both lanes (default: detected)")
     p.add_argument("--lanes", default="realtime,chained", help="which lanes, comma-separated")
     p.add_argument("--through", help="a running gateway's base URL (else a `blazar serve` of its own)")
     p.add_argument("--key", default="", help="an API key of the gateway (with --through)")

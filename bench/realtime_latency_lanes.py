@@ -120,9 +120,12 @@ class Mic:
 
 
 class RealtimeLane:
-    def __init__(self, url: str, key: str, model: str, instructions: str, max_tokens: int) -> None:
+    def __init__(self, url: str, key: str, model: str, instructions: str, max_tokens: int, stt: str,
+                 language: str | None) -> None:
         self.url = url.replace("http://", "ws://").replace("https://", "wss://") + f"/v1/realtime?model={model}"
         self.key, self.instructions, self.max_tokens = key, instructions, max_tokens
+        # Input transcription asked as the API asks it (without it a server may send no transcription events).
+        self.transcription = {"model": stt, **({"language": language} if language else {})}
         self.inbox: asyncio.Queue[tuple[float, dict[str, Any]]] = asyncio.Queue()
         self.tasks: list[asyncio.Task[None]] = []
 
@@ -132,7 +135,7 @@ class RealtimeLane:
         await self._expect("session.created")
         await self.ws.send(json.dumps({"type": "session.update", "session": {
             "type": "realtime", "instructions": self.instructions, "max_output_tokens": self.max_tokens,
-            "output_modalities": ["audio"]}}))
+            "output_modalities": ["audio"], "audio": {"input": {"transcription": self.transcription}}}}))
         await self._expect("session.updated")
         self.mic = Mic(self.ws)
         self.tasks.append(asyncio.create_task(self.mic.run()))
@@ -172,13 +175,14 @@ class RealtimeLane:
         said = self.mic.say(q)
         at: dict[str, float] = {}
         row: dict[str, Any] = {"question": q.text}
-        items: list[str] = []
+        items: list[str] = []  # the turn's conversation items, as `conversation.item.added` names them
+        named: list[str] = []  # else as speech_stopped and response.output_item.added name them
         for _ in range(100_000):
             t, e = await self._next()
             kind = e["type"]
             if kind == STOPPED and "decided" not in at:
                 at["decided"], row["vad_audio_end_ms"] = t, e["audio_end_ms"]
-                items.append(e["item_id"])
+                named.append(e["item_id"])
             elif kind == TRANSCRIBED:
                 at["transcribed"], row["transcript"] = t, e["transcript"]
             elif kind in TEXT_DELTAS:
@@ -186,19 +190,21 @@ class RealtimeLane:
             elif kind == AUDIO_DELTA:
                 at.setdefault("first_audio", t)
             elif kind == "response.output_item.added":
+                named.append(e["item"]["id"])
+            elif kind == "conversation.item.added" and e["item"]["id"] not in items:
                 items.append(e["item"]["id"])
             elif kind == "response.done":
                 status = e["response"]["status"]
                 if status != "completed":
                     raise LaneRefused(f"response_{status}", json.dumps(e["response"].get("status_details")))
                 break
-        missing = [m for m in METRICS if m not in at]
+        missing = [m for m in METRICS if m not in at and m != "transcribed"]  # the one event a server may not send
         if missing:
             raise LaneRefused("incomplete_turn", f"the turn ended without {', '.join(missing)}")
         end_t, end_ms = await said
-        row.update({m: round((at[m] - end_t) * 1000, 1) for m in METRICS})
+        row.update({m: round((at[m] - end_t) * 1000, 1) if m in at else None for m in METRICS})
         row["vad_hangover_audio_ms"] = round(row["vad_audio_end_ms"] - end_ms, 1)
-        for item in items:  # the next turn's prompt: the instructions and its own question, as chained
+        for item in items or named:  # the next turn's prompt: the instructions and its own question, as chained
             await self.ws.send(json.dumps({"type": "conversation.item.delete", "item_id": item}))
             await self._expect("conversation.item.deleted")
         return row
@@ -216,8 +222,8 @@ def _wav(pcm: bytes) -> bytes:
 
 class ChainedLane:
     def __init__(self, url: str, key: str, stt: str, llm: str, tts: str, instructions: str, max_tokens: int,
-                 silence_ms: int) -> None:
-        self.url, self.key, self.stt, self.llm, self.tts = url, key, stt, llm, tts
+                 silence_ms: int, language: str | None) -> None:
+        self.url, self.key, self.stt, self.llm, self.tts, self.language = url, key, stt, llm, tts, language
         self.instructions, self.max_tokens, self.silence_ms = instructions, max_tokens, silence_ms
 
     async def __aenter__(self) -> ChainedLane:
@@ -232,7 +238,8 @@ class ChainedLane:
         transcribed, the transcript asked as a streamed chat, the first sentence spoken as soon as it ends."""
         wav = _wav(q.pcm[:q.end] + bytes(BYTES_PER_MS * self.silence_ms))
         t0 = time.perf_counter()
-        r = await self.http.post("/v1/audio/transcriptions", data={"model": self.stt},
+        form = {"model": self.stt, **({"language": self.language} if self.language else {})}
+        r = await self.http.post("/v1/audio/transcriptions", data=form,
                                  files={"file": ("turn.wav", wav, "audio/wav")})
         if r.status_code != 200:
             raise _refusal(r)

@@ -69,6 +69,7 @@ class ScriptedServer:
         self.refuse = refuse
         self.deleted: list[str] = []
         self.appended = 0  # bytes
+        self.session: dict[str, Any] = {}
 
     async def handle(self, ws: ServerConnection) -> None:
         async def send(kind: str, **fields: Any) -> None:
@@ -82,6 +83,7 @@ class ScriptedServer:
                 if self.refuse:
                     await send("error", error={"code": self.refuse, "message": "audio is not served here"})
                 else:
+                    self.session = e["session"]
                     await send("session.updated", session=e["session"])
             elif e["type"] == "conversation.item.delete":
                 self.deleted.append(e["item_id"])
@@ -97,10 +99,12 @@ class ScriptedServer:
 
     async def answer(self, send: Any, turn: int) -> None:
         await send("input_audio_buffer.speech_stopped", audio_end_ms=self.appended // 48, item_id=f"user{turn}")
+        await send("conversation.item.added", item={"id": f"user{turn}", "role": "user"})
         await send("conversation.item.input_audio_transcription.completed", item_id=f"user{turn}",
                    transcript="what is it")
         await send("response.created", response={})
         await send("response.output_item.added", item={"id": f"answer{turn}"})
+        await send("conversation.item.added", item={"id": f"answer{turn}", "role": "assistant"})
         await send("response.output_audio_transcript.delta", delta="It")
         await send("response.output_audio.delta", delta=base64.b64encode(silence(20)).decode())
         await send("response.done", response={"status": "completed"})
@@ -117,7 +121,7 @@ async def test_the_realtime_lane_times_each_turn_from_the_end_of_speech_and_dele
     server = ScriptedServer()
     q = lanes.Question("what is it", tone(200) + silence(40), RATE * 2 * 200 // 1000)
     async with asyncio.timeout(HANG_S), scripted(server) as url:
-        lane = lanes.RealtimeLane(url, "", "desk", "Answer.", 16)
+        lane = lanes.RealtimeLane(url, "", "desk", "Answer.", 16, "whisper-base", None)
         async with lane:
             rows = [await lane.turn(q), await lane.turn(q)]
     for row in rows:
@@ -126,10 +130,12 @@ async def test_the_realtime_lane_times_each_turn_from_the_end_of_speech_and_dele
         assert 0 < row["decided"] <= row["transcribed"] <= row["first_token"] <= row["first_audio"]
         assert row["vad_hangover_audio_ms"] == pytest.approx(100, abs=20)
     assert server.deleted == ["user1", "answer1", "user2", "answer2"]
+    assert server.session["output_modalities"] == ["audio"] and server.session["max_output_tokens"] == 16
+    assert server.session["audio"] == {"input": {"transcription": {"model": "whisper-base"}}}
 
 
 async def test_the_realtime_lane_reports_the_servers_refusal_by_its_code() -> None:
     async with asyncio.timeout(HANG_S), scripted(ScriptedServer(refuse="audio_not_supported")) as url:
-        lane = lanes.RealtimeLane(url, "", "desk", "Answer.", 16)
+        lane = lanes.RealtimeLane(url, "", "desk", "Answer.", 16, "whisper-base", None)
         got = await bench.run_lane("realtime", lane, [], 1, 0)
     assert got == {"error": {"code": "audio_not_supported", "message": "audio is not served here"}}
