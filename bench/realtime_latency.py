@@ -74,9 +74,21 @@ def p95(xs: list[float]) -> float:
     return s[max(0, math.ceil(0.95 * len(s)) - 1)]
 
 
+def steps(row: dict[str, Any]) -> dict[str, float | None]:
+    """A turn's time split into its steps: each metric less the one before it (None where one is missing)."""
+    out: dict[str, float | None] = {}
+    before: float | None = 0.0
+    for m in METRICS:
+        now = row.get(m)
+        out[f"step_{m}"] = round(now - before, 1) if now is not None and before is not None else None
+        before = now if now is not None else before
+    return out
+
+
 def summary(turns: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     out = {}
-    for m in (*METRICS, *EXTRAS):
+    turns = [{**t, **steps(t)} for t in turns]
+    for m in (*METRICS, *EXTRAS, *(f"step_{m}" for m in METRICS)):
         xs = [t[m] for t in turns if t.get(m) is not None]
         if xs:
             out[m] = {"median": round(statistics.median(xs), 1), "p95": round(p95(xs), 1)}
@@ -132,17 +144,18 @@ async def measure(args: argparse.Namespace, url: str, key: str) -> dict[str, Any
 def table(report: dict[str, Any]) -> str:
     lines = [f"machine: {report['machine']['cores']} cores, {report['machine']['processor']}; "
              f"{report['turns']} turns, max_output_tokens {report['max_output_tokens']}",
-             "ms after the end of speech, median / p95:",
-             f"{'lane':10} " + " ".join(f"{m:>15}" for m in METRICS)]
+             "ms after the end of speech, median / p95 (steps: each column less the one before it):",
+             f"{'lane':15} " + " ".join(f"{m:>15}" for m in METRICS)]
     for lane in ("realtime", "chained"):
         if lane not in report:
             continue
         if "error" in report[lane]:
-            lines.append(f"{lane:10} refused: {report[lane]['error']['code']}: {report[lane]['error']['message']}")
+            lines.append(f"{lane:15} refused: {report[lane]['error']['code']}: {report[lane]['error']['message']}")
             continue
         s = report[lane]["summary"]
-        lines.append(f"{lane:10} " + " ".join(
-            f"{s[m]['median']:>7.0f} / {s[m]['p95']:<5.0f}" if m in s else f"{'-':>15}" for m in METRICS))
+        for label, keys in (("", METRICS), (" steps", [f"step_{m}" for m in METRICS])):
+            lines.append(f"{lane + label:15} " + " ".join(
+                f"{s[m]['median']:>7.0f} / {s[m]['p95']:<5.0f}" if m in s else f"{'-':>15}" for m in keys))
     if "targets" in report:
         t = report["targets"]
         lines.append(f"target first audio <= {TARGET_MS:.0f} ms: median {'met' if t['median_met'] else 'NOT met'}, "
