@@ -130,13 +130,20 @@ class RealtimeLane:
         self.tasks: list[asyncio.Task[None]] = []
 
     async def __aenter__(self) -> RealtimeLane:
-        self.ws = await websockets.connect(self.url, additional_headers=_auth(self.key), max_size=None)
+        try:
+            self.ws = await websockets.connect(self.url, additional_headers=_auth(self.key), max_size=None)
+        except (OSError, websockets.InvalidHandshake) as e:  # no WebSocket there (an HTTP answer, nothing listening)
+            raise LaneRefused("connect_failed", f"{self.url}: {e}") from None
         self.tasks.append(asyncio.create_task(self._read()))
-        await self._expect("session.created")
-        await self.ws.send(json.dumps({"type": "session.update", "session": {
-            "type": "realtime", "instructions": self.instructions, "max_output_tokens": self.max_tokens,
-            "output_modalities": ["audio"], "audio": {"input": {"transcription": self.transcription}}}}))
-        await self._expect("session.updated")
+        try:
+            await self._expect("session.created")
+            await self.ws.send(json.dumps({"type": "session.update", "session": {
+                "type": "realtime", "instructions": self.instructions, "max_output_tokens": self.max_tokens,
+                "output_modalities": ["audio"], "audio": {"input": {"transcription": self.transcription}}}}))
+            await self._expect("session.updated")
+        except BaseException:
+            await self.__aexit__()  # a refused session: the socket and its reader closed all the same
+            raise
         self.mic = Mic(self.ws)
         self.tasks.append(asyncio.create_task(self.mic.run()))
         return self

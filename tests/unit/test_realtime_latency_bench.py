@@ -139,3 +139,12 @@ async def test_the_realtime_lane_reports_the_servers_refusal_by_its_code() -> No
         lane = lanes.RealtimeLane(url, "", "desk", "Answer.", 16, "whisper-base", None)
         got = await bench.run_lane("realtime", lane, [], 1, 0)
     assert got == {"error": {"code": "audio_not_supported", "message": "audio is not served here"}}
+
+
+async def test_the_realtime_lane_reports_a_url_that_is_no_websocket() -> None:
+    async with asyncio.timeout(HANG_S), scripted(ScriptedServer()) as url:
+        port = url.rsplit(":", 1)[1]
+    lane = lanes.RealtimeLane(f"http://127.0.0.1:{port}", "", "desk", "Answer.", 16, "whisper-base", None)
+    got = await bench.run_lane("realtime", lane, [], 1, 0)  # the server is gone: nothing listens there
+    assert got["error"]["code"] == "connect_failed" and f"127.0.0.1:{port}/v1/realtime?model=desk" in \
+        got["error"]["message"]
