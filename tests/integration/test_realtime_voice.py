@@ -11,6 +11,8 @@ import io
 import json
 import re
 import shutil
+import subprocess
+import sys
 import wave
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,8 +25,9 @@ from websockets.exceptions import ConnectionClosed
 from tests.support import voice_daemon as voice
 from tests.support.bounds import HANG_S
 from tests.support.daemon import wait_for
-from tests.support.voice_daemon import CHAT, PROFILE, TTS, WAIT_S, VoiceDaemon
+from tests.support.voice_daemon import CHAT, PROFILE, STT, TTS, WAIT_S, VoiceDaemon
 
+REPO = Path(__file__).resolve().parents[2]
 voice_daemon = voice.voice_daemon  # the module's daemon: its three children start once for every section
 
 
@@ -549,3 +552,37 @@ def test_talk_hears_the_question_and_plays_the_spoken_answer(voice_daemon: Voice
         rows = httpx.get(f"{voice_daemon.base}/api/blazar/ps", headers=admin, timeout=30, trust_env=False).json()
         return CHAT in {r["model"] for r in rows["instances"]} and all(r["in_flight"] == 0 for r in rows["instances"])
     wait_for(idle, "no child busy after stop", timeout=60)
+
+
+# --- Part E (bench): bench/realtime_latency.py runs end to end -------------------------------------------------------
+
+def test_the_latency_benchmark_measures_a_turn_through_the_chained_routes_and_the_realtime_session(
+        voice_daemon: VoiceDaemon, tmp_path: Path) -> None:
+    out = tmp_path / "latency.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "realtime_latency.py"), "--through", voice_daemon.base,
+         "--key", voice_daemon.secrets["all"], "--profile", PROFILE, "--stt", STT, "--llm", CHAT, "--tts", TTS,
+         "--turns", "1", "--warmup", "0", "--max-tokens", "16", "--out", str(out)],
+        capture_output=True, text=True, timeout=2 * voice.WAIT_S, cwd=tmp_path)
+    assert out.is_file(), proc.stderr  # the report is written whatever a lane says
+    report = json.loads(out.read_text())
+    assert report["turns"] == 1 and report["machine"]["cores"] >= 1
+    # Chained: whisper heard piper's question; the client's steps follow one another from its VAD's 500 ms.
+    chained = report["chained"]
+    assert "error" not in chained, proc.stderr
+    turn = chained["turns"][0]
+    assert turn["question"] == "What is the capital of France?" and "france" in turn["transcript"].lower()
+    assert turn["first_sentence"]
+    assert turn["decided"] == 500 < turn["transcribed"] < turn["first_token"] <= turn["sentence_ms"] \
+        < turn["first_audio"]
+    assert chained["summary"]["first_audio"] == {"median": turn["first_audio"], "p95": turn["first_audio"]}
+    assert "chained" in proc.stdout and "ms after the end of speech" in proc.stdout
+    realtime = report["realtime"]
+    # The voice pipeline: one turn heard, transcribed, answered and spoken in the session.
+    assert proc.returncode == 0, proc.stderr
+    assert "error" not in realtime, realtime
+    turn = realtime["turns"][0]
+    assert "france" in turn["transcript"].lower()
+    assert 0 < turn["decided"] <= turn["transcribed"] and turn["decided"] < turn["first_audio"]
+    assert turn["first_token"] > 0 and turn["vad_hangover_audio_ms"] > 0
+    assert report["ratio"] > 0 and set(report["targets"]) >= {"median_met", "p95_met", "ratio_met"}
