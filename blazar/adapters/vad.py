@@ -67,8 +67,8 @@ class SileroWindows:
 class StreamingVad:
     """One session's detector: PCM16 at `rate` in, speech started / stopped events out."""
 
-    def __init__(self, params: ServerVad, rate: int) -> None:
-        self.rule = TurnRule(params)
+    def __init__(self, params: ServerVad, rate: int, pause_ms: int | None = None) -> None:
+        self.rule = TurnRule(params, pause_ms)
         self._model = SileroWindows()
         self._resampler = Resampler(rate, MODEL_RATE)
         self._odd = b""  # a sample split between two chunks

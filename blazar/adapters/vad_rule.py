@@ -106,17 +106,33 @@ class SpeechStopped:
     audio_end_ms: int
 
 
-VadEvent = SpeechStarted | SpeechStopped
+@dataclass(frozen=True, slots=True)
+class SpeechPaused:
+    """The speech has been quiet for `pause_ms` (a rule asked for pauses): the turn may be ending. `audio_ms`: where
+    the quiet began. Told once per quiet run; a turn that goes on is told `SpeechResumed`."""
+
+    audio_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechResumed:
+    audio_ms: int
+
+
+VadEvent = SpeechStarted | SpeechStopped | SpeechPaused | SpeechResumed
 
 
 class TurnRule:
     """One session's state: in speech or not, and since when the silence has lasted."""
 
-    def __init__(self, params: ServerVad) -> None:
+    def __init__(self, params: ServerVad, pause_ms: int | None = None) -> None:
         self.params = params
         self._low = max(params.threshold - _HYSTERESIS, 0.01)
         self.speaking = False
         self._silence_from: int | None = None  # ms where the current run of non-speech windows began
+        # Quiet this long within speech is told as a pause (None: never), when shorter than the silence that ends it.
+        self.pause_ms = pause_ms if pause_ms is not None and pause_ms < params.silence_duration_ms else None
+        self._paused = False
 
     def window(self, probability: float, start_ms: int, end_ms: int) -> VadEvent | None:
         """The event that the window [start_ms, end_ms) with this speech probability decides, if any."""
@@ -127,10 +143,16 @@ class TurnRule:
             return None
         if probability >= self._low:
             self._silence_from = None  # still speech (a dip between the two thresholds does not start a silence)
+            if self._paused:
+                self._paused = False
+                return SpeechResumed(start_ms)
             return None
         if self._silence_from is None:
             self._silence_from = start_ms
         if end_ms - self._silence_from >= self.params.silence_duration_ms:
-            self.speaking, self._silence_from = False, None
+            self.speaking, self._silence_from, self._paused = False, None, False
             return SpeechStopped(end_ms)
+        if self.pause_ms is not None and not self._paused and end_ms - self._silence_from >= self.pause_ms:
+            self._paused = True
+            return SpeechPaused(self._silence_from)
         return None

@@ -28,7 +28,7 @@ from falcon.media.multipart import MultipartParseError
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
 from blazar.adapters import audio as codec
-from blazar.adapters.engines.kinds import MAX_AUDIO_FIELD
+from blazar.adapters.engines.kinds import BEAM_FIELD, MAX_AUDIO_FIELD
 from blazar.api import disconnect
 from blazar.api.auth import Access, principal_of
 from blazar.api.bounds import MAX_NAME_CHARS, check_name, shown
@@ -125,13 +125,15 @@ def _multipart(up: _Upload, data: bytes, max_audio_s: float) -> tuple[str, bytes
 
 
 def whisper_form(fields: dict[str, list[str]], filename: str, file_type: str, data: bytes,
-                 max_audio_s: float) -> tuple[str, bytes]:
+                 max_audio_s: float, beam_size: int | None = None) -> tuple[str, bytes]:
     """A multipart form for a whisper child (its content type and body): the text fields, the bound the child
-    decodes to, and the file. Also a realtime session's transcription (blazar/api/realtime_hear.py)."""
+    decodes to (and, for a realtime turn, its beams), and the file. Also a realtime session's transcription
+    (blazar/api/realtime_hear.py). The gateway's own fields are never taken from the caller's."""
     boundary = uuid.uuid4().hex
     out: list[bytes] = []
-    kept = {name: values for name, values in fields.items() if name != MAX_AUDIO_FIELD}
-    for name, values in [*kept.items(), (MAX_AUDIO_FIELD, [repr(float(max_audio_s))])]:
+    kept = {name: values for name, values in fields.items() if name not in (MAX_AUDIO_FIELD, BEAM_FIELD)}
+    own = [(MAX_AUDIO_FIELD, [repr(float(max_audio_s))])] + ([(BEAM_FIELD, [str(beam_size)])] if beam_size else [])
+    for name, values in [*kept.items(), *own]:
         for value in values:
             out.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'.encode()
                        + value.encode() + b"\r\n")

@@ -45,6 +45,7 @@ DEFAULT_MAX_AUDIO_S = 3600.0  # the gateway's own default max_audio_s
 # The form field in which the gateway names the longest audio this request may hold (blazar/api/audio.py writes it
 # last, after dropping any a client sent; the key keeps everyone but the gateway out). Never one of OpenAI's.
 MAX_AUDIO_FIELD = "blazar_max_audio_s"
+BEAM_FIELD = "blazar_beam_size"  # fewer beams than the child's own for one request (blazar/adapters/engines/kinds.py)
 READ_TIMEOUT_S = 120.0  # a client that stops sending its body is dropped
 
 
@@ -178,6 +179,11 @@ class Options:
             raise ChildRefused(400, f"{MAX_AUDIO_FIELD} must be a number of seconds", param=MAX_AUDIO_FIELD) from None
         if not 0 < self.max_audio_s < float("inf"):
             raise ChildRefused(400, f"{MAX_AUDIO_FIELD} must be a number of seconds", param=MAX_AUDIO_FIELD)
+        beams = _text(form, BEAM_FIELD)
+        if beams is not None and not (beams.isdigit() and 1 <= int(beams) <= 16):
+            raise ChildRefused(400, f"{BEAM_FIELD} must be a number of beams from 1 to 16", param=BEAM_FIELD)
+        # The child's own beam size is the most a request gets (its owner's setting).
+        self.beam_size = child.beam_size if beams is None else min(int(beams), child.beam_size)
 
 
 def transcribe(child: Child, samples: Any, task: str, opts: Options) -> tuple[Any, str]:
@@ -186,7 +192,7 @@ def transcribe(child: Child, samples: Any, task: str, opts: Options) -> tuple[An
     temperature: Any = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0] if opts.temperature == 0 else opts.temperature
     segments, info = child.model.transcribe(samples, language=opts.language, task=task,
                                             initial_prompt=opts.prompt, temperature=temperature,
-                                            beam_size=child.beam_size,
+                                            beam_size=opts.beam_size,
                                             word_timestamps="word" in opts.granularities)
     return segments, info.language
 
@@ -207,11 +213,13 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass  # the supervisor keeps stderr's tail for crashes; one line per request would bury it
 
-    def _send(self, status: int, body: bytes, content_type: str, audio_s: float) -> None:
+    def _send(self, status: int, body: bytes, content_type: str, audio_s: float, language: str | None = None) -> None:
         self.send_response(status)
         self.send_header("content-type", content_type)
         self.send_header("content-length", str(len(body)))
         self.send_header("x-audio-seconds", f"{audio_s:.3f}")
+        if language is not None:  # the language heard (given or detected), as its ISO code
+            self.send_header("x-audio-language", language)
         self.end_headers()
         self.wfile.write(body)
 
@@ -253,7 +261,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
         body, content_type = render(t, opts.fmt, opts.granularities)
-        self._send(200, body, content_type, audio_s)
+        self._send(200, body, content_type, audio_s, t.language)
 
     def _authorize(self, child: Child) -> None:
         given = self.headers.get("authorization", "")

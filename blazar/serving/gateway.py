@@ -58,6 +58,7 @@ log = logging.getLogger("blazar.gateway")
 
 SSE = "text/event-stream"
 AUDIO_SECONDS_HEADER = "x-audio-seconds"
+AUDIO_LANGUAGE_HEADER = "x-audio-language"  # the language a whisper child heard (blazar/children/whisper.py)
 
 
 class Gateway:
@@ -147,6 +148,9 @@ class Gateway:
         headers.update(call.ask.headers())  # its output's bound, a thinking budget it could not have
         if call.request.audio is not None and call.audio_seconds is not None:  # the child's measure, passed on
             headers[AUDIO_SECONDS_HEADER] = f"{call.audio_seconds:.3f}"
+        heard_in = upstream.headers.get(AUDIO_LANGUAGE_HEADER) if call.request.audio is not None else None
+        if heard_in is not None and heard_in.isalpha() and len(heard_in) <= 8:  # the child's, checked: a header
+            headers[AUDIO_LANGUAGE_HEADER] = heard_in
         if call.request.stream and upstream.status_code == 200:
             return self._streamed(call, upstream, watcher, headers)
         try:

@@ -134,6 +134,7 @@ def test_speech_then_transcription_round_trips_through_the_sdk(daemon: Daemon, s
     assert types[:3] == ["request.received", "request.routed", "request.admitted"]
     heard = next(e["data"] for e in steps if e["type"] == "request.audio")
     assert float(raw.headers["x-audio-seconds"]) == pytest.approx(heard["audio_seconds"], abs=0.01)
+    assert raw.headers["x-audio-language"] == "en"  # the language whisper detected, passed on from its child
     assert heard["kind"] == "whisper" and heard["route"] == "transcriptions" and heard["response_format"] == "json"
     assert abs(heard["audio_seconds"] - decoded_seconds(spoken)) < 0.5 and heard["real_time_factor"] > 0
 

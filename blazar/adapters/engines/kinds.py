@@ -49,6 +49,9 @@ AUDIO_SECONDS_HEADER = "x-audio-seconds"
 # The form field in which the gateway tells the whisper child the longest audio a request may hold (its max_audio_s):
 # the child stops decoding past it (blazar/children/whisper.py MAX_AUDIO_FIELD, the same name).
 MAX_AUDIO_FIELD = "blazar_max_audio_s"
+# The form field in which the gateway asks a whisper child for fewer beams than its own (a realtime turn: greedy, as
+# the listener waits); never taken from a client's form (blazar/api/audio.py strips both fields).
+BEAM_FIELD = "blazar_beam_size"
 
 
 @dataclass(frozen=True)

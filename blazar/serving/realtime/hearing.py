@@ -7,7 +7,12 @@ start is told (and interrupts a running response when the settings say so), a sp
 start (prefix padding included) to the stop as a user item, and its transcript, once known, starts a response when
 `create_response` says so. While nobody speaks, the buffer keeps only the prefix padding's worth: silence is not
 held. Transcriptions run one after another in the background (the socket keeps taking appends); a response waits
-for them (`settled`) so that it always reads the transcript."""
+for them (`settled`) so that it always reads the transcript.
+
+A turn is heard early: when the speech has paused for `GUESS_PAUSE_MS`, well before the `silence_duration_ms` that
+ends the turn, its speech so far is sent to whisper at once; when the turn then ends without another word, that
+transcript is the turn's (the silence after it has no words), and the wait for the end of the turn overlaps the
+transcription. Speech that resumes drops the guess (its request cancelled)."""
 
 from __future__ import annotations
 
@@ -19,9 +24,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from blazar.adapters.resample import Pcm16Resampler
 from blazar.adapters.vad import StreamingVad
-from blazar.adapters.vad_rule import ServerVad, SpeechStarted, SpeechStopped, VadEvent
+from blazar.adapters.vad_rule import ServerVad, SpeechPaused, SpeechStarted, SpeechStopped, VadEvent
 from blazar.dialects.realtime_audio import decode_append
 from blazar.errors import AudioFormatError, EngineExtraMissing, RealtimeHearRefused
+from blazar.serving.realtime.early import Guesses, heard_early
 from blazar.serving.realtime.events import error, event, new_id
 from blazar.serving.realtime.input_audio import InputSettings
 from blazar.serving.realtime.port import Heard, HearPort
@@ -40,11 +46,16 @@ class Vad(Protocol):
 
 
 VadFactory = Callable[[ServerVad, int], Vad]
+GUESS_PAUSE_MS = 160  # a pause this long within speech sends it to whisper before the turn is known to end
+
+
+def _detector(params: ServerVad, rate: int) -> Vad:
+    return StreamingVad(params, rate, pause_ms=GUESS_PAUSE_MS)
 
 
 class Hearing:
     def __init__(self, session: RealtimeSession, port: HearPort, stt: str, max_buffer_s: float,
-                 vad_factory: VadFactory = StreamingVad) -> None:
+                 vad_factory: VadFactory = _detector) -> None:
         self.session = session
         self.port = port
         self.stt = stt  # the whisper model's name, as the session shows it
@@ -60,6 +71,10 @@ class Hearing:
         self._fed_ms = 0.0
         self._last: asyncio.Task[None] | None = None  # the latest transcription (each waits for the one before)
         self._running: set[asyncio.Task[None]] = set()
+        # The language the session's first turn was heard in: later turns are told it (whisper then skips detecting
+        # it, a second pass of its encoder: about 0.6 s a turn on 2 cores), unless the session names one.
+        self.language: str | None = None
+        self.guesses = Guesses()  # the speech heard early, at a pause
         self.heard: Heard | None = None  # the last transcription (its trace id and ms: the turn's facts, part W)
         self.speech_started_ms: int | None = None
         self.speech_stopped_ms: int | None = None
@@ -81,6 +96,7 @@ class Hearing:
 
     def _restart_vad(self) -> None:
         self._vad, self._speech, self._vad_from_ms = None, None, self._fed_ms
+        self.guesses.drop()
 
     # -- the buffer ------------------------------------------------------------------------------------------------
 
@@ -108,8 +124,14 @@ class Hearing:
         self._buffer += self._resampler.feed(pcm)
         self._fed_ms += ms
         for found in events:
-            await (self._started(found.audio_start_ms) if isinstance(found, SpeechStarted)
-                   else self._stopped(found.audio_end_ms))
+            if isinstance(found, SpeechStarted):
+                await self._started(found.audio_start_ms)
+            elif isinstance(found, SpeechStopped):
+                await self._stopped(found.audio_end_ms)
+            elif isinstance(found, SpeechPaused):
+                self._guess_at(found.audio_ms)
+            else:
+                self.guesses.drop()
         if self.settings.vad is not None and self._speech is None:  # nobody speaking: keep only the padding's worth
             self._drop_before(self._fed_ms - self.settings.vad.prefix_padding_ms - _PAD_SLACK_MS)
 
@@ -127,8 +149,7 @@ class Hearing:
             await self.session.send(error(str(e), code=e.code, event_id=eid))
             return None
         shift = int(self._vad_from_ms)
-        return [SpeechStarted(e.audio_start_ms + shift) if isinstance(e, SpeechStarted)
-                else SpeechStopped(e.audio_end_ms + shift) for e in found]
+        return [_shifted(e, shift) for e in found]
 
     async def _started(self, start_ms: int) -> None:
         item_id = new_id("item")
@@ -150,7 +171,16 @@ class Hearing:
         await self.session.send(event("input_audio_buffer.speech_stopped", audio_end_ms=end_ms, item_id=item_id))
         audio = self._take(start_ms, end_ms)
         vad = self.settings.vad
-        await self._commit(item_id, audio, respond=vad is not None and vad.create_response)
+        guess = self.guesses.take(item_id)
+        await self._commit(item_id, audio, respond=vad is not None and vad.create_response, guess=guess)
+
+    def _guess_at(self, pause_ms: int) -> None:
+        """The speech paused: what was said so far, to whisper now (the turn may be ending)."""
+        if self._speech is not None:
+            item_id, start_ms = self._speech
+            s = self.settings
+            self.guesses.start(item_id, self.port.transcribe(bytes(self._buffer[self._at(start_ms):self._at(pause_ms)]),
+                                                             language=s.language or self.language, prompt=s.prompt))
 
     async def commit(self, eid: str | None) -> None:
         held = self._fed_ms - self._buf_ms
@@ -189,16 +219,18 @@ class Hearing:
 
     # -- the user's audio items --------------------------------------------------------------------------------------
 
-    async def _commit(self, item_id: str, audio: bytes, *, respond: bool) -> None:
+    async def _commit(self, item_id: str, audio: bytes, *, respond: bool,
+                      guess: asyncio.Task[Heard] | None = None) -> None:
         session = self.session
         self.committed_at = time.perf_counter()
         previous = session.items[-1]["id"] if session.items else None
         await session.send(event("input_audio_buffer.committed", previous_item_id=previous, item_id=item_id))
-        await self.add_item(item_id, audio, None, respond=respond)
+        await self.add_item(item_id, audio, None, respond=respond, guess=guess)
 
     async def add_item(self, item_id: str, audio: bytes, transcript: str | None, *, respond: bool,
-                       eid: str | None = None) -> None:
-        """A user audio item joins the conversation; its transcript is `transcript`, or whisper's on `audio`."""
+                       eid: str | None = None, guess: asyncio.Task[Heard] | None = None) -> None:
+        """A user audio item joins the conversation; its transcript is `transcript`, or whisper's on `audio` (the
+        `guess` made at the turn's last pause, when there is one)."""
         session = self.session
         if len(session.items) >= session.bounds.max_items:
             await session.send(error(f"the conversation holds {session.bounds.max_items} items at most "
@@ -212,7 +244,7 @@ class Hearing:
         await session.send(event("conversation.item.added", previous_item_id=previous, item=item))
         await session.send(event("conversation.item.done", previous_item_id=previous, item=item))
         if transcript is None:
-            self._last = asyncio.create_task(self._transcribe(item, audio, respond, self._last))
+            self._last = asyncio.create_task(self._transcribe(item, audio, respond, self._last, guess))
             self._running.add(self._last)
             self._last.add_done_callback(self._running.discard)
 
@@ -237,13 +269,15 @@ class Hearing:
         await self.add_item(item_id, resampler.feed(pcm) + resampler.flush(), transcript, respond=False, eid=eid)
 
     async def _transcribe(self, item: dict[str, Any], audio: bytes, respond: bool,
-                          before: asyncio.Task[None] | None) -> None:
+                          before: asyncio.Task[None] | None, guess: asyncio.Task[Heard] | None = None) -> None:
         if before is not None:
             await asyncio.wait({before})
         send = self.session.send
         s = self.settings
         try:
-            heard = await self.port.transcribe(audio, language=s.language, prompt=s.prompt)
+            heard = await heard_early(guess)
+            if heard is None:
+                heard = await self.port.transcribe(audio, language=s.language or self.language, prompt=s.prompt)
         except RealtimeHearRefused as e:
             await send(error(str(e), code=e.code, kind="server_error" if e.code == "engine_error" else
                              "invalid_request_error"))
@@ -252,6 +286,8 @@ class Hearing:
                                                      "message": str(e)}))
             return
         self.heard, self.heard_at = heard, time.perf_counter()
+        if self.language is None and heard.language and heard.text.strip():
+            self.language = heard.language
         item["content"][0]["transcript"] = heard.text
         await send(event("conversation.item.input_audio_transcription.completed", item_id=item["id"],
                          content_index=0, transcript=heard.text,
@@ -279,7 +315,17 @@ class Hearing:
 
     async def close(self) -> None:
         """The connection is gone: a transcription still running is cancelled (its request with it)."""
+        self.guesses.drop()
         for task in list(self._running):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+def _shifted(e: VadEvent, shift: int) -> VadEvent:
+    """A detector's event at the session's positions (the detector counts from where it started)."""
+    if isinstance(e, SpeechStarted):
+        return SpeechStarted(e.audio_start_ms + shift)
+    if isinstance(e, SpeechStopped):
+        return SpeechStopped(e.audio_end_ms + shift)
+    return type(e)(e.audio_ms + shift)

@@ -88,6 +88,7 @@ class Heard:
     trace_id: str
     ms: float
     audio_s: float  # the seconds of audio it heard (the item's usage)
+    language: str | None = None  # the language whisper heard (given or detected), as an ISO code
 
 
 class HearPort(Protocol):

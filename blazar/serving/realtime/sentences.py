@@ -1,7 +1,8 @@
 """A spoken answer's sentences as its text arrives: `SentenceSplitter` takes a chat's text deltas and hands out each
 sentence the moment it ends (blazar/adapters/audio.py `sentence_ends`, the rule `split_sentences` cuts whole texts
 by), so piper speaks the first while the model writes the second. The first sentence may end early: at a comma,
-semicolon or colon once it holds `first_clause_words` words, since the first sound is what a listener waits for.
+semicolon or colon once it holds `first_clause_words` words, and with none of those at a space once it holds
+`first_most_words`, since the first sound is what a listener waits for.
 Pieces are the text as it came (whitespace kept): joined, they are the answer's transcript. Pure."""
 
 from __future__ import annotations
@@ -11,13 +12,17 @@ import re
 from blazar.adapters.audio import sentence_ends, speakable
 
 FIRST_CLAUSE_WORDS = 6
+FIRST_MOST_WORDS = 10  # a first sentence this long with no clause ends yet is spoken so far (a run-on: p95's tail)
 MAX_CHARS = 400  # a sentence longer than this is cut (as split_sentences cuts), at a clause or a space
 _CLAUSE = re.compile(r"[,;:]\s+")
+_WORD = re.compile(r"\S+\s+")
 
 
 class SentenceSplitter:
-    def __init__(self, first_clause_words: int = FIRST_CLAUSE_WORDS, max_chars: int = MAX_CHARS) -> None:
+    def __init__(self, first_clause_words: int = FIRST_CLAUSE_WORDS, max_chars: int = MAX_CHARS,
+                 first_most_words: int = FIRST_MOST_WORDS) -> None:
         self.first_clause_words = first_clause_words
+        self.first_most_words = first_most_words
         self.max_chars = max_chars
         self.rest = ""  # text not handed out yet
         self.first = True  # no sentence handed out yet
@@ -62,7 +67,8 @@ class SentenceSplitter:
         for m in _CLAUSE.finditer(text):
             if len(text[:m.start()].split()) >= self.first_clause_words:
                 return m.end()
-        return None
+        words = [m.end() for _, m in zip(range(self.first_most_words), _WORD.finditer(text), strict=False)]
+        return words[-1] if len(words) == self.first_most_words else None
 
 
 def _cut_at(text: str, max_chars: int) -> int:

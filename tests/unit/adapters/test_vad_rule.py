@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from blazar.adapters.vad_rule import ServerVad, SpeechStarted, SpeechStopped, TurnRule, server_vad
+from blazar.adapters.vad_rule import (
+    ServerVad,
+    SpeechPaused,
+    SpeechResumed,
+    SpeechStarted,
+    SpeechStopped,
+    TurnRule,
+    server_vad,
+)
 from blazar.errors import DialectError
 
 W = 32  # ms per window
@@ -82,3 +90,20 @@ def test_turn_detection_refusals_say_what_is_wrong(spec, says):
     with pytest.raises(DialectError, match=says) as refused:
         server_vad(spec)
     assert refused.value.code == "invalid_turn_detection"
+
+
+def test_a_rule_asked_for_pauses_tells_each_pause_then_the_resume_or_the_stop():
+    # Speech 5 windows, 6 quiet (a pause after 160 ms of it), speech 3 (resumed), then quiet until the stop.
+    rule = TurnRule(ServerVad(silence_duration_ms=500), pause_ms=160)
+    probs = [0.9] * 5 + [0.1] * 6 + [0.9] * 3 + [0.1] * 20
+    events = [e for e in (rule.window(p, i * W, (i + 1) * W) for i, p in enumerate(probs)) if e is not None]
+    assert events == [SpeechStarted(0), SpeechPaused(5 * W), SpeechResumed(11 * W), SpeechPaused(14 * W),
+                      SpeechStopped(14 * W + 16 * W)]
+
+
+def test_no_pauses_unless_asked_and_none_as_long_as_the_silence_that_ends_the_turn():
+    probs = [0.9] * 5 + [0.1] * 20
+    assert not any(isinstance(e, SpeechPaused) for e in _events(ServerVad(silence_duration_ms=500), probs))
+    rule = TurnRule(ServerVad(silence_duration_ms=200), pause_ms=200)
+    events = [e for e in (rule.window(p, i * W, (i + 1) * W) for i, p in enumerate(probs)) if e is not None]
+    assert events == [SpeechStarted(0), SpeechStopped(5 * W + 7 * W)]

@@ -4,7 +4,7 @@ whisper child is sent: the client's fields, and the gateway's bound on the audio
 
 from __future__ import annotations
 
-from blazar.adapters.engines.kinds import MAX_AUDIO_FIELD
+from blazar.adapters.engines.kinds import BEAM_FIELD, MAX_AUDIO_FIELD
 from blazar.api.audio import _multipart, _Upload, clear_uploads, path_limits, uploads_dir
 from blazar.children.whisper import parse_form
 from blazar.context import Blazar
@@ -29,10 +29,11 @@ def test_the_upload_routes_body_bound_is_the_audio_bound_not_max_body_mib() -> N
 
 def test_the_child_is_told_the_gateways_max_audio_s_and_never_a_clients() -> None:
     up = _Upload()
-    up.fields = {"model": ["whisper-base"], "language": ["en"], MAX_AUDIO_FIELD: ["999999"]}
+    up.fields = {"model": ["whisper-base"], "language": ["en"], MAX_AUDIO_FIELD: ["999999"], BEAM_FIELD: ["16"]}
     content_type, body = _multipart(up, b"ID3 the audio", 10.0)
     form = parse_form(body, content_type)
     assert form[MAX_AUDIO_FIELD] == (None, b"10.0")
     assert body.count(MAX_AUDIO_FIELD.encode()) == 1  # the client's is dropped, not merely outvoted
+    assert BEAM_FIELD not in form  # the gateway's field alone: a client's is dropped
     assert form["model"] == (None, b"whisper-base") and form["language"] == (None, b"en")
     assert form["file"] == ("audio", b"ID3 the audio")

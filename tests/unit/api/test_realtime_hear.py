@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from blazar.adapters.engines.kinds import MAX_AUDIO_FIELD
+from blazar.adapters.engines.kinds import BEAM_FIELD, MAX_AUDIO_FIELD
 from blazar.api.realtime_hear import GatewayHear
 from blazar.errors import LimitExceeded, RealtimeHearRefused
 from blazar.serving.request import Answer, Request
@@ -40,7 +40,7 @@ def form_part(body: bytes, name: str) -> bytes:
 
 
 async def test_a_turn_is_a_transcription_request_with_a_wav_of_the_audio() -> None:
-    g = Whisper(Answer(status=200, data=orjson.dumps({"text": " Hello there. "})))
+    g = Whisper(Answer(status=200, data=orjson.dumps({"text": " Hello there. "}), headers={"x-audio-language": "en"}))
     pcm = bytes(range(256)) * 125  # 32000 bytes: one second at 16 kHz
     heard = await hear(g).transcribe(pcm, language="en", prompt="Paris")
     assert heard.text == "Hello there." and heard.audio_s == 1.0 and heard.trace_id == g.asked[0].trace_id
@@ -51,6 +51,8 @@ async def test_a_turn_is_a_transcription_request_with_a_wav_of_the_audio() -> No
     assert r.content_type is not None and r.content_type.startswith("multipart/form-data; boundary=")
     assert form_part(r.raw, "language") == b"en" and form_part(r.raw, "prompt") == b"Paris"
     assert form_part(r.raw, MAX_AUDIO_FIELD) == b"30.0"
+    assert form_part(r.raw, BEAM_FIELD) == b"1"  # greedy: a turn is waited for
+    assert heard.language == "en"  # what whisper heard it in: the session's later turns are told it
     wav = r.raw.split(b"Content-Type: audio/wav\r\n\r\n", 1)[1]
     with wave.open(io.BytesIO(wav)) as w:
         assert (w.getframerate(), w.getnchannels(), w.getsampwidth()) == (16_000, 1, 2)

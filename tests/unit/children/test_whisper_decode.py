@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from blazar.adapters.engines.kinds import MAX_AUDIO_FIELD
+from blazar.adapters.engines.kinds import BEAM_FIELD, MAX_AUDIO_FIELD
 from blazar.children import whisper
 from blazar.children.whisper import SAMPLE_RATE, Child, Options, decode
 from blazar.errors import ChildRefused
@@ -66,3 +66,15 @@ def test_the_bound_is_the_gateways_field_else_the_childs_own() -> None:
             Options(form(**{MAX_AUDIO_FIELD: bad}), child)
         assert e.value.http_status == 400 and e.value.param == MAX_AUDIO_FIELD
     assert whisper.MAX_AUDIO_FIELD == MAX_AUDIO_FIELD  # the one contract, written on both sides
+
+
+def test_a_request_may_ask_for_fewer_beams_than_the_childs_never_more() -> None:
+    child = Child(Path("model"), "key", 1, 1 << 20, beam_size=5)
+    assert Options(form(), child).beam_size == 5
+    assert Options(form(**{BEAM_FIELD: "1"}), child).beam_size == 1
+    assert Options(form(**{BEAM_FIELD: "9"}), child).beam_size == 5
+    for bad in ("0", "one", "-1", "17"):
+        with pytest.raises(ChildRefused) as e:
+            Options(form(**{BEAM_FIELD: bad}), child)
+        assert e.value.http_status == 400 and e.value.param == BEAM_FIELD
+    assert whisper.BEAM_FIELD == BEAM_FIELD

@@ -13,6 +13,7 @@ import orjson
 
 from blazar.adapters.vad_rule import ServerVad, TurnRule, VadEvent
 from blazar.errors import RealtimeHearRefused
+from blazar.serving.realtime.hearing import GUESS_PAUSE_MS
 from blazar.serving.realtime.port import Absent, Heard, Usage
 from blazar.serving.realtime.session import Bounds, RealtimeSession
 from tests.support.bounds import HANG_S
@@ -328,3 +329,62 @@ async def test_a_session_that_does_not_hear_says_why() -> None:
     await plain.receive(orjson.dumps({"type": "input_audio_buffer.commit"}))
     assert seen[0]["error"]["code"] == "audio_not_supported"
     assert "blazar pull whisper-base" in seen[0]["error"]["message"]
+
+
+# -- heard early: the speech so far goes to whisper at a pause, before VAD ends the turn ------------------------------
+
+
+class PausingVad(LoudVad):
+    """LoudVad whose rule also tells pauses (as the session's real detector does)."""
+
+    def __init__(self, params: ServerVad, rate: int) -> None:
+        super().__init__(params, rate)
+        self.rule = TurnRule(params, pause_ms=GUESS_PAUSE_MS)
+
+
+class FlakyHear(FakeHear):
+    """Refuses its first transcription, answers the rest."""
+
+    async def transcribe(self, pcm16_16k: bytes, *, language: str | None, prompt: str | None) -> Heard:
+        if not self.heard:
+            self.heard.append(pcm16_16k)
+            raise RealtimeHearRefused("whisper is busy", "engine_error")
+        return await super().transcribe(pcm16_16k, language=language, prompt=prompt)
+
+
+def pausing(hear: FakeHear | None = None) -> Client:
+    c = Client(hear=hear)
+    assert c.session.hearing is not None
+    c.session.hearing._vad_factory = PausingVad
+    return c
+
+
+async def test_a_turn_heard_at_its_pause_is_transcribed_once_from_the_speech_before_the_silence() -> None:
+    c = pausing()
+    await c.append(silence(400) + tone(800) + silence(900))
+    await c.settle()
+    # One transcription, asked at the pause: the speech and its padding, not the 500 ms of silence that ended the turn.
+    (audio,) = c.hear.heard
+    assert 0.8 <= len(audio) / 32_000 <= 0.8 + 0.3 + 0.1
+    heard = next(e for e in c.seen if e["type"] == "conversation.item.input_audio_transcription.completed")
+    assert heard["transcript"] == "what is the capital of france"
+    assert c.seen[-1]["type"] == "response.done" and c.chat.bodies[0]["messages"][-1]["content"] == heard["transcript"]
+
+
+async def test_speech_that_resumes_after_a_pause_is_heard_whole() -> None:
+    c = pausing()
+    await c.append(silence(400) + tone(600) + silence(250) + tone(600) + silence(900))
+    await c.settle()
+    # The guess at the first pause was dropped: the turn's transcript is of both parts of the speech.
+    assert len(c.hear.heard[-1]) / 32_000 >= 0.6 + 0.25 + 0.6
+    assert c.types().count("conversation.item.input_audio_transcription.completed") == 1
+    assert c.types().count("input_audio_buffer.committed") == 1
+
+
+async def test_a_guess_that_fails_is_heard_again_whole() -> None:
+    c = pausing(FlakyHear())
+    await c.append(silence(400) + tone(800) + silence(900))
+    await c.settle()
+    assert len(c.hear.heard) == 2 and len(c.hear.heard[1]) > len(c.hear.heard[0])  # the committed turn, silence too
+    assert "conversation.item.input_audio_transcription.completed" in c.types()
+    assert "conversation.item.input_audio_transcription.failed" not in c.types()

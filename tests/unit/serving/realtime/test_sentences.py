@@ -63,3 +63,11 @@ def test_heard_keeps_whole_sentences_and_the_cut_ones_words_in_proportion() -> N
     assert heard(said, 450)[-1].end_ms == 450
     assert [s.text for s in heard(said, 250)] == ["One two. "]  # not a whole word of the second yet
     assert heard(said, 0) == []
+
+
+def test_a_first_sentence_with_no_clause_end_is_spoken_after_its_first_words() -> None:
+    s = SentenceSplitter(first_clause_words=6, first_most_words=10)
+    assert s.feed("one two three four five six seven eight nine") == []  # nine words, and the ninth may go on
+    assert s.feed(" ten eleven") == ["one two three four five six seven eight nine ten "]
+    assert s.feed(" twelve thirteen fourteen fifteen sixteen seventeen") == []  # only the first is cut early
+    assert s.finish() == ["eleven twelve thirteen fourteen fifteen sixteen seventeen"]
