@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from websockets.exceptions import ConnectionClosed
 
@@ -250,6 +251,28 @@ async def test_a_key_without_scope_for_the_profiles_speech_models_is_refused_at_
         with pytest.raises(ConnectionClosed) as closed:
             await conn.recv()
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+
+
+async def test_a_keys_daily_audio_seconds_bound_what_a_session_hears(voice_daemon: VoiceDaemon,
+                                                                     heard_question: bytes) -> None:
+    """A key with one second of audio a day: its first turn (about two seconds) is heard and charged; the next is
+    refused by the limit, told as an `error` and the item's `transcription.failed`, and the session goes on."""
+    d = voice_daemon
+    secret = d.key("sparing", "--daily-audio-s", "1")
+    client = openai.AsyncOpenAI(base_url=f"{d.base}/v1", api_key=secret, max_retries=0, timeout=WAIT_S)
+    async with client.realtime.connect(model=PROFILE) as conn:
+        await conn.recv()
+        await conn.session.update(session={"type": "realtime", "output_modalities": ["text"],
+                                           "max_output_tokens": 4})
+        assert (await conn.recv()).type == "session.updated"
+        await append(conn, heard_question)
+        first = await until(conn, "response.done")
+        assert any(e.type == "conversation.item.input_audio_transcription.completed" for e in first)
+        await append(conn, heard_question)
+        second = await until(conn, "conversation.item.input_audio_transcription.failed")
+    refused = next(e for e in second if e.type == "error").error
+    assert refused.code == "rate_limit_exceeded" and "daily_audio_s" in refused.message, refused
+    assert second[-1].error.code == "rate_limit_exceeded"
 
 
 async def test_the_chat_model_alone_on_a_chat_only_key_is_a_text_session_that_names_what_it_lacks(
