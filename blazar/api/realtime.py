@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ import orjson
 
 from blazar.api import bounds, errors
 from blazar.api.auth import REALTIME_PROTOCOL, Access, principal_of
+from blazar.api.realtime_caller import PATH, Caller
 from blazar.api.realtime_hear import GatewayHear
 from blazar.api.realtime_trace import GatewayTurns
 from blazar.api.realtime_voice import session_voice
@@ -27,17 +28,14 @@ from blazar.dialects.tools import constrain
 from blazar.errors import BlazarError, ModelNotFound, RealtimeChatRefused, RealtimeProfileError
 from blazar.ids import new_trace_id
 from blazar.queries import realtime as profiles
-from blazar.serving.gateway import Gateway
 from blazar.serving.prefix import agent_of
 from blazar.serving.principal import Principal
 from blazar.serving.realtime.events import error
 from blazar.serving.realtime.facts import TurnModels
 from blazar.serving.realtime.port import Absent, ChatWatch, ToolCallDelta, Usage
 from blazar.serving.realtime.session import NO_WHISPER, Bounds, RealtimeSession
-from blazar.serving.request import NO_HOOKS, Hooks, Request
-from blazar.serving.tenancy import tenant_of
+from blazar.serving.request import NO_HOOKS, Hooks
 
-PATH = "/v1/realtime"
 CHAT = "/v1/chat/completions"
 POLICY_VIOLATION = 1008
 TOO_BIG = 1009
@@ -47,13 +45,8 @@ GOING_AWAY = 1001
 class GatewayChat:
     """A session's chats, each an internal chat request of the connection's caller through `Gateway.serve`."""
 
-    def __init__(self, gateway: Gateway, principal: Principal | None, client: str | None, agent: str | None,
-                 tell: Callable[[BaseException], str]) -> None:
-        self.gateway = gateway
-        self.principal = principal
-        self.client = client
-        self.agent = agent
-        self.tell = tell  # an error in the words its caller may read (blazar/api/errors.py Audience)
+    def __init__(self, caller: Caller) -> None:
+        self.caller = caller
 
     async def chat(self, body: dict[str, Any], watch: ChatWatch | None = None
                    ) -> AsyncIterator[str | Usage | ToolCallDelta]:
@@ -65,13 +58,12 @@ class GatewayChat:
             watch.chat_began(trace_id)
         try:
             forced = constrain(asked)
-            request = Request(model=body["model"], engine_path=CHAT, body=asked, stream=True,
-                              max_tokens=body.get("max_tokens"), forced=forced, trace_id=trace_id,
-                              dialect="openai", path=PATH, raw=raw, parsed=body, client=self.client, agent=self.agent,
-                              principal=self.principal, tenant=tenant_of(self.principal), hooks=hooks)
-            answer = await self.gateway.serve(request)
+            request = self.caller.request(model=body["model"], engine_path=CHAT, body=asked, stream=True,
+                                          max_tokens=body.get("max_tokens"), forced=forced, trace_id=trace_id,
+                                          raw=raw, parsed=body, hooks=hooks)
+            answer = await self.caller.gateway.serve(request)
         except BlazarError as e:
-            raise RealtimeChatRefused(self.tell(e), e.code) from None
+            raise RealtimeChatRefused(self.caller.tell(e), e.code) from None
         if answer.stream is None:
             message = answer.refusal[0] if answer.refusal else f"the engine answered {answer.status}"
             raise RealtimeChatRefused(message, "engine_error")
@@ -185,18 +177,16 @@ class Realtime:
                      principal: Principal | None, served: Served) -> None:
         inputs = self.app.settings().inputs
         agent = agent_of(req.get_header("User-Agent"))
-        chat = GatewayChat(self.gateway, principal, req.remote_addr, agent, lambda e: self.audience.told(req, e))
-        hear = None if served.stt is None else GatewayHear(
-            self.gateway, served.stt, principal, req.remote_addr, agent, inputs.max_audio_s,
-            lambda e: self.audience.told(req, e))
+        caller = Caller(self.gateway, principal, req.remote_addr, agent, lambda e: self.audience.told(req, e))
+        chat = GatewayChat(caller)
+        hear = None if served.stt is None else GatewayHear(caller, served.stt, inputs.max_audio_s)
 
         async def send(event: dict[str, Any]) -> None:
             await ws.send_text(orjson.dumps(event).decode())
 
         limits = Bounds(inputs.realtime_max_items, inputs.realtime_max_output_tokens,
                         max_tools=inputs.realtime_max_tools, max_buffer_s=inputs.realtime_max_buffer_s)
-        voice, no_voice, no_voice_code = session_voice(self.app, self.gateway, model, principal, req.remote_addr,
-                                                       agent, PATH, lambda e: self.audience.told(req, e))
+        voice, no_voice, no_voice_code = session_voice(self.app, caller, model)
         models = TurnModels(asked=model, llm=served.llm, stt=served.stt, tts=voice.voice if voice else None,
                             speaker=voice.speaker if voice else None)
         session = RealtimeSession(model, chat, send, limits, recorder=GatewayTurns(self.app, models, principal),

@@ -10,20 +10,17 @@ from __future__ import annotations
 import io
 import time
 import wave
-from collections.abc import Callable
 
 import orjson
 
 from blazar.api.audio import whisper_form
+from blazar.api.realtime_caller import Caller
 from blazar.errors import BlazarError, RealtimeHearRefused
 from blazar.ids import new_trace_id
-from blazar.serving.gateway import AUDIO_LANGUAGE_HEADER, Gateway
-from blazar.serving.principal import Principal
+from blazar.serving.gateway import AUDIO_LANGUAGE_HEADER
 from blazar.serving.realtime.port import Heard
-from blazar.serving.request import AudioAsked, Request
-from blazar.serving.tenancy import tenant_of
+from blazar.serving.request import AudioAsked
 
-PATH = "/v1/realtime"
 TRANSCRIPTIONS = "/v1/audio/transcriptions"
 RATE = 16_000
 BEAMS = 1  # greedy: a realtime turn is waited for (about twice as fast as the child's default five beams)
@@ -43,15 +40,10 @@ def wav(pcm16: bytes, rate: int = RATE) -> bytes:
 class GatewayHear:
     """A session's transcriptions, each an internal transcription request of the connection's caller."""
 
-    def __init__(self, gateway: Gateway, model: str, principal: Principal | None, client: str | None,
-                 agent: str | None, max_audio_s: float, tell: Callable[[BaseException], str]) -> None:
-        self.gateway = gateway
+    def __init__(self, caller: Caller, model: str, max_audio_s: float) -> None:
+        self.caller = caller
         self.model = model  # the session's whisper model
-        self.principal = principal
-        self.client = client
-        self.agent = agent
         self.max_audio_s = max_audio_s  # inputs.max_audio_s: the child decodes no further
-        self.tell = tell  # an error in the words its caller may read (blazar/api/errors.py Audience)
 
     async def transcribe(self, pcm16_16k: bytes, *, language: str | None, prompt: str | None) -> Heard:
         started = time.perf_counter()
@@ -64,16 +56,14 @@ class GatewayHear:
         data = wav(pcm16_16k)
         content_type, body = whisper_form(fields, "turn.wav", "audio/wav", data, self.max_audio_s, BEAMS)
         trace_id = new_trace_id()
-        request = Request(model=self.model, engine_path=TRANSCRIPTIONS, body=None, stream=False, raw=body,
-                          content_type=content_type, trace_id=trace_id, dialect="openai", path=PATH,
-                          client=self.client, agent=self.agent, principal=self.principal,
-                          tenant=tenant_of(self.principal),
-                          audio=AudioAsked(route="transcriptions", response_format="json", audio_seconds=seconds,
-                                           input_bytes=len(data), language=language))
+        request = self.caller.request(
+            model=self.model, engine_path=TRANSCRIPTIONS, body=None, stream=False, raw=body, content_type=content_type,
+            trace_id=trace_id, audio=AudioAsked(route="transcriptions", response_format="json", audio_seconds=seconds,
+                                                input_bytes=len(data), language=language))
         try:
-            answer = await self.gateway.serve(request)
+            answer = await self.caller.gateway.serve(request)
         except BlazarError as e:
-            raise RealtimeHearRefused(self.tell(e), e.code) from None
+            raise RealtimeHearRefused(self.caller.tell(e), e.code) from None
         if answer.status >= 400 or answer.data is None:
             message = answer.refusal[0] if answer.refusal else f"the whisper model answered {answer.status}"
             raise RealtimeHearRefused(message, "engine_error")

@@ -7,37 +7,28 @@ back and the audio made so far is charged."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
+from blazar.api.realtime_caller import Caller
 from blazar.context import Blazar
 from blazar.errors import BlazarError, RealtimeSpeechRefused
 from blazar.ids import new_trace_id
 from blazar.queries.realtime import DEFAULT_TTS, default_model, profile, session_models
 from blazar.queries.voices import voices
 from blazar.serving import speech
-from blazar.serving.gateway import Gateway
-from blazar.serving.principal import Principal
 from blazar.serving.realtime.port import SpokenChunk
-from blazar.serving.request import AudioAsked, Hooks, Request
-from blazar.serving.tenancy import tenant_of
+from blazar.serving.request import AudioAsked, Hooks
 
 SPEECH = "/v1/audio/speech"
 
 
 class GatewayVoice:
-    def __init__(self, gateway: Gateway, voice: str, speaker: str | None, speakers: tuple[str, ...],
-                 principal: Principal | None, client: str | None, agent: str | None, path: str,
-                 tell: Callable[[BaseException], str]) -> None:
-        self.gateway = gateway
+    def __init__(self, caller: Caller, voice: str, speaker: str | None, speakers: tuple[str, ...]) -> None:
+        self.caller = caller
         self.voice = voice
         self.speaker = speaker
         self.speakers = speakers
-        self.principal = principal
-        self.client = client
-        self.agent = agent
-        self.path = path  # the route the requests are recorded under (/v1/realtime)
-        self.tell = tell  # an error in the words its caller may read (blazar/api/errors.py Audience)
 
     async def speak(self, sentences: AsyncIterator[str], *, speaker: str | None,
                     speed: float) -> AsyncIterator[SpokenChunk]:
@@ -52,15 +43,15 @@ class GatewayVoice:
                 yield sentence
 
         trace_id = new_trace_id()
-        request = Request(model=self.voice, engine_path=SPEECH, body=None, stream=True, trace_id=trace_id,
-                          dialect="openai", path=self.path, client=self.client, agent=self.agent,
-                          principal=self.principal, tenant=tenant_of(self.principal),
-                          hooks=Hooks(produce=speech.live_producer(self.gateway, first, asked(), speed, speaker)),
-                          audio=AudioAsked(route="speech", response_format="pcm", voice=speaker))
+        gateway = self.caller.gateway
+        request = self.caller.request(
+            model=self.voice, engine_path=SPEECH, body=None, stream=True, trace_id=trace_id,
+            hooks=Hooks(produce=speech.live_producer(gateway, first, asked(), speed, speaker)),
+            audio=AudioAsked(route="speech", response_format="pcm", voice=speaker))
         try:
-            answer = await self.gateway.serve(request)
+            answer = await gateway.serve(request)
         except BlazarError as e:
-            raise RealtimeSpeechRefused(self.tell(e), e.code) from None
+            raise RealtimeSpeechRefused(self.caller.tell(e), e.code) from None
         stream = answer.stream
         if stream is None:
             raise RealtimeSpeechRefused(f"{self.voice}'s voice answered {answer.status}", "engine_error")
@@ -76,9 +67,7 @@ class GatewayVoice:
                                         "engine_error")
 
 
-def session_voice(app: Blazar, gateway: Gateway, model: str, principal: Principal | None, client: str | None,
-                  agent: str | None, path: str, tell: Callable[[BaseException], str]
-                  ) -> tuple[GatewayVoice | None, str, str]:
+def session_voice(app: Blazar, caller: Caller, model: str) -> tuple[GatewayVoice | None, str, str]:
     """The voice of a session asking for `model`, or None with the words why it has none and the code that tells
     them (the store has no voice; the key's scope leaves it out: model_not_allowed). A profile's voice and speaker
     (its scope was checked at connect, blazar/api/realtime.py `_models`), else the default voice."""
@@ -89,9 +78,8 @@ def session_voice(app: Blazar, gateway: Gateway, model: str, principal: Principa
         else:  # a chat model: the default voice, whether or not the store has a whisper model
             tts, speaker = default_model(app.runner.state("catalog"), "piper", DEFAULT_TTS), None
     except BlazarError as e:
-        return None, f"this session has no voice: {tell(e)}", "audio_not_supported"
-    if principal is not None and not principal.allows(tts):
+        return None, f"this session has no voice: {caller.tell(e)}", "audio_not_supported"
+    if caller.principal is not None and not caller.principal.allows(tts):
         return None, f"this session has no voice: the key's models do not include the voice {tts}", "model_not_allowed"
     known: dict[str, Any] = next((v for v in voices(app) if v["model"] == tts), {})
-    return GatewayVoice(gateway, tts, speaker, tuple(known.get("speakers") or ()), principal, client, agent, path,
-                        tell), "", ""
+    return GatewayVoice(caller, tts, speaker, tuple(known.get("speakers") or ())), "", ""

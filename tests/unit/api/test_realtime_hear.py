@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from blazar.adapters.engines.kinds import BEAM_FIELD, MAX_AUDIO_FIELD
+from blazar.api.realtime_caller import Caller
 from blazar.api.realtime_hear import GatewayHear
 from blazar.errors import LimitExceeded, RealtimeHearRefused
 from blazar.serving.request import Answer, Request
@@ -30,7 +31,7 @@ class Whisper:
 
 
 def hear(gateway: Any) -> GatewayHear:
-    return GatewayHear(gateway, "whisper-base", None, "127.0.0.1", "sdk", 30.0, str)
+    return GatewayHear(Caller(gateway, None, "127.0.0.1", "sdk", str), "whisper-base", 30.0)
 
 
 def form_part(body: bytes, name: str) -> bytes:
