@@ -27,6 +27,7 @@ from blazar.adapters.vad import StreamingVad
 from blazar.adapters.vad_rule import ServerVad, SpeechPaused, SpeechStarted, SpeechStopped, VadEvent
 from blazar.dialects.realtime_audio import decode_append
 from blazar.errors import AudioFormatError, EngineExtraMissing, RealtimeHearRefused
+from blazar.serving.realtime import items
 from blazar.serving.realtime.early import Guesses, heard_early
 from blazar.serving.realtime.events import error, event, new_id
 from blazar.serving.realtime.input_audio import InputSettings
@@ -231,18 +232,11 @@ class Hearing:
                        eid: str | None = None, guess: asyncio.Task[Heard] | None = None) -> None:
         """A user audio item joins the conversation; its transcript is `transcript`, or whisper's on `audio` (the
         `guess` made at the turn's last pause, when there is one)."""
-        session = self.session
-        if len(session.items) >= session.bounds.max_items:
-            await session.send(error(f"the conversation holds {session.bounds.max_items} items at most "
-                                     "(realtime.max_items); delete some first", code="conversation_full",
-                                     event_id=eid))
+        if await items.refused_full(self.session, eid):
             return
         item = {"id": item_id, "object": "realtime.item", "type": "message", "status": "completed", "role": "user",
                 "content": [{"type": "input_audio", "transcript": transcript}]}
-        previous = session.items[-1]["id"] if session.items else None
-        session.items.append(item)
-        await session.send(event("conversation.item.added", previous_item_id=previous, item=item))
-        await session.send(event("conversation.item.done", previous_item_id=previous, item=item))
+        await items.join(self.session, item)
         if transcript is None:
             self._last = asyncio.create_task(self._transcribe(item, audio, respond, self._last, guess))
             self._running.add(self._last)

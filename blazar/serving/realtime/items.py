@@ -25,9 +25,7 @@ async def create(session: RealtimeSession, item: ItemAsked, eid: str | None) -> 
         await send(error("item.content: images and assistant audio are not served", code="audio_not_supported",
                          param="item.content", event_id=eid))
         return
-    if len(session.items) >= session.bounds.max_items:
-        await send(error(f"the conversation holds {session.bounds.max_items} items at most "
-                         "(realtime.max_items); delete some first", code="conversation_full", event_id=eid))
+    if await refused_full(session, eid):
         return
     if _taken(session, item.id):
         await send(error(f"item {item.id!r} exists already", code="item_exists", param="item.id", event_id=eid))
@@ -37,10 +35,24 @@ async def create(session: RealtimeSession, item: ItemAsked, eid: str | None) -> 
               "status": "completed", "role": item.role,
               "content": [{"type": part, "text": p.text or ""} for p in item.content]} if item.type == "message" \
         else function_item(item.model_dump() | {"id": item.id or new_id("item")}, session.items)
+    await join(session, stored)
+
+
+async def refused_full(session: RealtimeSession, eid: str | None) -> bool:
+    """Whether the conversation holds all the items it may (told as `conversation_full`)."""
+    if len(session.items) < session.bounds.max_items:
+        return False
+    await session.send(error(f"the conversation holds {session.bounds.max_items} items at most "
+                             "(realtime.max_items); delete some first", code="conversation_full", event_id=eid))
+    return True
+
+
+async def join(session: RealtimeSession, item: dict[str, Any]) -> None:
+    """`item` joins the end of the conversation, told as added and done."""
     previous = session.items[-1]["id"] if session.items else None
-    session.items.append(stored)
-    await send(event("conversation.item.added", previous_item_id=previous, item=stored))
-    await send(event("conversation.item.done", previous_item_id=previous, item=stored))
+    session.items.append(item)
+    await session.send(event("conversation.item.added", previous_item_id=previous, item=item))
+    await session.send(event("conversation.item.done", previous_item_id=previous, item=item))
 
 
 async def _create_audio(session: RealtimeSession, item: ItemAsked, eid: str | None) -> None:
