@@ -20,6 +20,7 @@ from tests.support import sdk_daemons
 from tests.support.blazar_home import read_events
 from tests.support.bounds import HANG_S
 from tests.support.daemon import wait_for
+from tests.support.realtime_client import until
 from tests.support.sdk_daemons import MODEL, OpenAIDaemon
 from tests.support.serving import blazar_cli
 
@@ -37,18 +38,6 @@ def secrets(daemon: OpenAIDaemon) -> dict[str, str]:
 
 def client(daemon: OpenAIDaemon, secret: str) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=f"{daemon.base}/v1", api_key=secret, max_retries=0, timeout=120)
-
-
-async def until(conn: Any, last: str) -> list[Any]:
-    """The server's events up to and including the first of type `last` (bounded in time and count)."""
-    seen: list[Any] = []
-    async with asyncio.timeout(HANG_S):
-        while len(seen) < 10_000:
-            e = await conn.recv()
-            seen.append(e)
-            if e.type == last:
-                return seen
-    raise AssertionError(f"no {last} in {len(seen)} events")
 
 
 def realtime_traces(home: Path) -> list[str]:

@@ -23,6 +23,7 @@ import openai
 import pytest
 from websockets.exceptions import ConnectionClosed
 
+from tests.support import realtime_client
 from tests.support import voice_daemon as voice
 from tests.support.bounds import HANG_S
 from tests.support.daemon import wait_for
@@ -33,16 +34,17 @@ voice_daemon = voice.voice_daemon  # the module's daemon: its three children sta
 
 
 async def until(conn: Any, last: str) -> list[Any]:
-    """The server's events up to and including the first of type `last` (bounded in time and count: the children's
-    cold starts and work on two shared cores, WAIT_S)."""
-    seen: list[Any] = []
-    async with asyncio.timeout(WAIT_S):
-        while len(seen) < 100_000:
-            e = await conn.recv()
-            seen.append(e)
-            if e.type == last:
-                return seen
-    raise AssertionError(f"no {last} in {len(seen)} events")
+    """The server's events up to the first of type `last`, within WAIT_S: the children's cold starts and their work
+    on two shared cores."""
+    return await realtime_client.until(conn, last, WAIT_S, limit=100_000)  # audio deltas are many
+
+
+async def answering_at_length(conn: Any) -> list[Any]:
+    """A long spoken answer asked for (LONG, up to 400 tokens), read up to its first audio: it runs on."""
+    await conn.conversation.item.create(item=LONG)  # type: ignore[arg-type]
+    await until(conn, "conversation.item.done")
+    await conn.response.create(response={"max_output_tokens": 400, "temperature": 0})
+    return await until(conn, "response.output_audio.delta")
 
 
 # -- V2: spoken answers (audio out), cancel, a dropped connection ------------------------------------------------------
@@ -136,10 +138,7 @@ async def test_response_cancel_mid_audio_ends_both_requests_and_keeps_what_was_s
     d = voice_daemon
     async with d.aclient().realtime.connect(model=voice.CHAT) as conn:
         await conn.recv()
-        await conn.conversation.item.create(item=LONG)  # type: ignore[arg-type]
-        await until(conn, "conversation.item.done")
-        await conn.response.create(response={"max_output_tokens": 400, "temperature": 0})
-        before = await until(conn, "response.output_audio.delta")
+        before = await answering_at_length(conn)
         await conn.response.cancel()
         events = before + await until(conn, "response.done")
         done = events[-1].response
@@ -168,10 +167,7 @@ async def test_a_client_gone_mid_answer_leaves_no_request_running_and_the_speech
     d = voice_daemon
     async with d.aclient().realtime.connect(model=voice.CHAT) as conn:
         await conn.recv()
-        await conn.conversation.item.create(item=LONG)  # type: ignore[arg-type]
-        await until(conn, "conversation.item.done")
-        await conn.response.create(response={"max_output_tokens": 400, "temperature": 0})
-        await until(conn, "response.output_audio.delta")
+        await answering_at_length(conn)
     # The socket closed mid-answer: the chat and the speech request end, and what was spoken is on the key's day.
     await asyncio.to_thread(_cut_short, d, -1)
     await asyncio.to_thread(_none_in_flight, d)
@@ -363,10 +359,7 @@ async def test_the_user_speaking_over_an_answer_interrupts_it_and_the_answer_is_
     d = voice_daemon
     async with d.aclient().realtime.connect(model=PROFILE) as conn:
         await conn.recv()
-        await conn.conversation.item.create(item=LONG)  # type: ignore[arg-type]
-        await until(conn, "conversation.item.done")
-        await conn.response.create(response={"max_output_tokens": 400, "temperature": 0})
-        before = await until(conn, "response.output_audio.delta")
+        before = await answering_at_length(conn)
         await append(conn, heard_question)  # the user speaks: server VAD hears it start
         events = before + await until(conn, "conversation.item.truncated")
     types = [e.type for e in events]
